@@ -1,0 +1,234 @@
+/* difftrans.h — the one public header of libdifftrans.
+ *
+ * The Differential Transformer (Ye et al., ICLR 2025) and the matching LLaMA-style baseline,
+ * with Hugging Face `diffllama` / `llama` checkpoint semantics. See README.md for the model
+ * contract and the checkpoint format.
+ *
+ * Conventions
+ *   - Every function that can fail returns 0 on success and -1 on failure, with a message in
+ *     the caller's dt_error naming the file or argument and the problem.
+ *   - No global state: two models (or two training runs) can live in one process.
+ *   - Shapes are written [B, T, C] etc.; matrices use PyTorch Linear layout [out, in], row-major.
+ */
+#ifndef DIFFTRANS_H
+#define DIFFTRANS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- errors */
+
+typedef struct {
+    char msg[1024];
+} dt_error;
+
+/* printf into err->msg; always returns -1 so that `return dt_fail(err, ...)` reads naturally. */
+int dt_fail(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---------------------------------------------------------------- config */
+
+typedef enum { DT_ARCH_LLAMA = 0, DT_ARCH_DIFF = 1 } dt_arch;
+
+typedef struct {
+    dt_arch arch;                /* model_type: "llama" | "diffllama" */
+    int vocab_size;
+    int hidden_size;             /* C */
+    int intermediate_size;       /* F, SwiGLU width */
+    int num_hidden_layers;       /* L */
+    int num_attention_heads;     /* H: query heads (DIFF: two per differential head) */
+    int num_key_value_heads;     /* KV */
+    int head_dim;                /* hd */
+    int max_position_embeddings;
+    float rms_norm_eps;
+    float rope_theta;
+    int tie_word_embeddings;
+    float lambda_std_dev;        /* init std of the λ vectors (DIFF only) */
+    int use_subln_weight;        /* DIFF: learnable per-head norm weight `subln.weight` (ours) */
+} dt_config;
+
+/* Fill a config from a named preset ("tiny", "small", ...) for an architecture. A DIFF preset
+ * and its baseline share every size: H query heads = H/2 differential heads of width 2·hd, so
+ * parameters and FLOPs match (the paper's h = d_model / 2d). Returns -1 for an unknown name. */
+int dt_config_preset(dt_config *cfg, const char *name, dt_arch arch, dt_error *err);
+/* Comma-separated list of preset names, for --help. */
+const char *dt_config_preset_names(void);
+/* Check sizes and consistency; refuses absurd values before anything is allocated. */
+int dt_config_validate(const dt_config *cfg, const char *where, dt_error *err);
+int dt_config_load(dt_config *cfg, const char *path, dt_error *err);
+int dt_config_save(const dt_config *cfg, const char *path, dt_error *err);
+/* The parameter-matched model of the other architecture: same sizes, H/2 differential heads
+ * ↔ H baseline heads of the same head_dim. */
+dt_config dt_config_matched(const dt_config *cfg);
+/* λinit = 0.8 − 0.6·exp(−0.3·l), l counted from 0. */
+float dt_lambda_init(int layer);
+
+/* ---------------------------------------------------------------- safetensors */
+
+typedef enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 } dt_dtype;
+
+#define DT_MAX_DIMS 8
+
+typedef struct {
+    char name[256];
+    dt_dtype dtype;
+    int ndim;
+    int64_t shape[DT_MAX_DIMS];
+    size_t numel;
+    size_t begin, end;           /* byte offsets into the data section, validated */
+} dt_st_tensor;
+
+/* A read-only, validated view of a .safetensors file (mmap'd; never read past its end). */
+typedef struct {
+    char path[4096];
+    const uint8_t *map;
+    size_t size;
+    const uint8_t *data;         /* start of the data section */
+    size_t data_size;
+    int n;
+    dt_st_tensor *tensors;
+} dt_safetensors;
+
+int dt_st_open(dt_safetensors *st, const char *path, dt_error *err);
+void dt_st_close(dt_safetensors *st);
+const dt_st_tensor *dt_st_find(const dt_safetensors *st, const char *name);
+/* Convert a tensor (F32/F16/BF16) to float32 into out[t->numel]. */
+void dt_st_read_f32(const dt_safetensors *st, const dt_st_tensor *t, float *out);
+
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t shape[DT_MAX_DIMS];
+    const float *data;
+} dt_st_entry;
+
+/* Write F32 tensors atomically (temporary file, then rename). */
+int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, dt_error *err);
+
+/* ---------------------------------------------------------------- model */
+
+/* One named parameter tensor inside the model's single parameter buffer. */
+typedef struct {
+    char name[96];               /* HF name, e.g. "model.layers.3.self_attn.q_proj.weight" */
+    int ndim;
+    int64_t shape[2];
+    size_t offset;               /* in floats, into dt_model.params */
+    size_t numel;
+    int decay;                   /* 1 for matrices (AdamW weight decay applies) */
+} dt_tensor;
+
+typedef struct {
+    float *input_layernorm;      /* [C] */
+    float *q_proj;               /* [H*hd, C] */
+    float *k_proj;               /* [KV*hd, C] */
+    float *v_proj;               /* [KV*hd, C] */
+    float *o_proj;               /* [C, H*hd] */
+    float *lambda_q1, *lambda_k1, *lambda_q2, *lambda_k2; /* [hd] each, DIFF only */
+    float *subln;                /* [2*hd], DIFF with use_subln_weight only */
+    float *post_attention_layernorm; /* [C] */
+    float *gate_proj;            /* [F, C] */
+    float *up_proj;              /* [F, C] */
+    float *down_proj;            /* [C, F] */
+} dt_layer_weights;
+
+/* Pointers into one flat float buffer; the same struct describes weights or their gradients. */
+typedef struct {
+    float *embed_tokens;         /* [V, C] */
+    dt_layer_weights *layers;    /* [L] */
+    float *norm;                 /* [C] */
+    float *lm_head;              /* [V, C]; == embed_tokens when tied */
+} dt_weights;
+
+typedef struct {
+    dt_config cfg;
+    int n_tensors;
+    dt_tensor *tensors;          /* the layout: every parameter, in file order */
+    size_t n_params;
+    float *params;               /* [n_params] */
+    dt_weights w;                /* views into params */
+} dt_model;
+
+/* Build the layout for cfg and allocate zeroed parameters. */
+int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err);
+void dt_model_free(dt_model *m);
+/* normal(0, 0.02) matrices, N(0, lambda_std_dev) λ vectors, ones for norm weights. */
+void dt_model_init_random(dt_model *m, uint64_t seed);
+/* Make `views` point into `buf` (a buffer laid out like m->params), e.g. for gradients. */
+void dt_weights_view(const dt_model *m, float *buf, dt_weights *views, dt_layer_weights *layer_views);
+const dt_tensor *dt_model_find(const dt_model *m, const char *name);
+/* λ of a layer from the current weights (DIFF), 0 for the baseline. */
+float dt_model_lambda(const dt_model *m, int layer);
+
+/* Checkpoint directory: config.json, model.safetensors, tokenizer.json. */
+int dt_model_load(dt_model *m, const char *dir, dt_error *err);
+/* hf_export: fold subln weights into o_proj columns and write only HF tensors. */
+int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err);
+
+/* ---------------------------------------------------------------- forward / backward */
+
+/* Activations and scratch for batches of up to B sequences of up to T tokens; allocated once. */
+typedef struct dt_runstate dt_runstate;
+
+dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err);
+void dt_runstate_free(dt_runstate *rs);
+
+/* tokens [B, T]; targets [B, T] or NULL (no loss); target −1 means "ignore this position".
+ * Writes logits [B, T, V] into dt_runstate_logits(rs) and returns the mean cross-entropy over
+ * the non-ignored positions in *loss (when targets != NULL). */
+int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int *targets, int B, int T,
+               float *loss, dt_error *err);
+/* Accumulates d(loss)/d(params) into grads (laid out like m->params). Call after dt_forward
+ * with targets. */
+void dt_backward(const dt_model *m, dt_runstate *rs, float *grads);
+const float *dt_runstate_logits(const dt_runstate *rs);
+/* Attention probabilities of the last forward for a layer and query head: [B, H, T, T]
+ * (softmax maps; for DIFF head i < H/2 pairs with i + H/2). Reference kernel only. */
+const float *dt_runstate_attention(const dt_runstate *rs, int layer);
+
+/* ---------------------------------------------------------------- generation */
+
+typedef struct dt_kvcache dt_kvcache;
+
+dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err);
+void dt_kvcache_free(dt_kvcache *c);
+/* Feed one token at position pos (0, 1, 2, ... in order); writes logits [V]. */
+int dt_decode_step(const dt_model *m, dt_kvcache *c, int token, int pos, float *logits, dt_error *err);
+
+typedef struct {
+    float temperature;           /* 0 = greedy */
+    int top_k;                   /* 0 = off */
+    float top_p;                 /* 1 = off */
+} dt_sampler;
+
+/* Sample from logits [V] (modified in place). rng is a splitmix64 state. */
+int dt_sample(const float *logits, int V, const dt_sampler *s, uint64_t *rng, float *scratch);
+
+/* ---------------------------------------------------------------- tokenizer */
+
+/* Byte-level: token id = byte value (0..255). Documented in README "Tokenizer". */
+int dt_tokenizer_save(const char *dir, dt_error *err);
+int dt_tokenizer_check(const char *dir, dt_error *err);
+
+/* ---------------------------------------------------------------- utilities */
+
+uint64_t dt_rng_next(uint64_t *state);      /* splitmix64 */
+float dt_rng_uniform(uint64_t *state);      /* [0, 1) */
+float dt_rng_normal(uint64_t *state);       /* N(0, 1) */
+
+/* Write-to-temp-then-rename helpers: dt_atomic_open gives a FILE* on "<path>.tmp.<pid>". */
+typedef struct {
+    char path[4096];
+    char tmp[4096 + 32];
+    void *fp;                    /* FILE* */
+} dt_atomic_file;
+int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err);
+int dt_atomic_commit(dt_atomic_file *f, dt_error *err);  /* fflush, fsync, close, rename */
+void dt_atomic_abort(dt_atomic_file *f);                  /* close, unlink temp */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,75 @@
+/* layers.h — every layer of the model as a plain forward / backward pair (internal).
+ *
+ * Rules for every function here:
+ *   - shapes are in the one-line comment; N is the number of rows (B·T), row-major storage;
+ *   - backward functions ACCUMULATE (+=) into their gradient outputs, so that a tensor used
+ *     twice (tied embeddings, a residual) sums its gradients; a NULL gradient output is skipped;
+ *   - no allocation; loops over rows are OpenMP-parallel; matrix products go through OpenBLAS.
+ */
+#ifndef DT_LAYERS_H
+#define DT_LAYERS_H
+
+#include <stddef.h>
+
+/* y[N, out] = x[N, in] · W[out, in]ᵀ  (PyTorch Linear layout, no bias) */
+void linear_forward(float *y, const float *x, const float *w, int N, int in, int out);
+/* dx[N, in] += dy[N, out] · W;  dw[out, in] += dyᵀ · x */
+void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in,
+                     int out);
+
+/* out[N, C] = table[tokens[n], :] */
+void embedding_forward(float *out, const int *tokens, const float *table, int N, int C);
+/* dtable[tokens[n], :] += dout[n, :]  (serial over n: rows may repeat) */
+void embedding_backward(float *dtable, const float *dout, const int *tokens, int N, int C);
+
+/* out[N, C] = x / sqrt(mean(x²) + eps) · w   (w may be NULL: no weight); rstd[N] saved */
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+/* dx[N, C] += ...; dw[C] += ... (dw may be NULL, and must be NULL when w is NULL) */
+void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd, const float *w,
+                      int N, int C);
+
+/* Rotary position embedding, Llama "rotate_half" convention, in place on x[B, T, nh, hd]:
+ * row t has position pos0 + t. inv_freq[i] = 1 / theta^(2i/hd), angle computed in float32 as
+ * HF does. sign = +1 applies the rotation (forward); sign = −1 applies its inverse, which is
+ * the backward pass (the rotation is orthogonal). */
+void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, float theta, int sign);
+
+/* h[N, F] = silu(gate) · up */
+void swiglu_forward(float *h, const float *gate, const float *up, int N, int F);
+/* dgate[N, F] += ..., dup[N, F] += ... */
+void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int N, int F);
+
+/* Mean softmax cross-entropy over rows whose target is >= 0 (target −1 = ignore).
+ * logits[N, V]; returns the mean (0 when no row counts); *count gets the number of rows. */
+float crossentropy_forward(const float *logits, const int *targets, int N, int V, int *count);
+/* dlogits[N, V] = (softmax(logits) − onehot(target)) · dloss / count, 0 for ignored rows
+ * (written, not accumulated: dlogits may alias logits). */
+void crossentropy_backward(float *dlogits, const float *logits, const int *targets, int N, int V, int count,
+                           float dloss);
+
+/* ---- attention (attention.c): the simple reference kernel that materialises the maps ---- */
+
+typedef struct {
+    int B, T, H, KV, hd;         /* q [B, T, H, hd]; k, v [B, T, KV, hd]; query head i reads kv head i/(H/KV) */
+    int diff;                    /* 0: softmax attention; 1: differential attention */
+    float lambda;                /* DIFF: λ of this layer */
+    float lambda_init;           /* DIFF: λinit of this layer, the (1 − λinit) output scale */
+    float eps;                   /* DIFF: RMSNorm eps of the per-head norm */
+    const float *subln;          /* DIFF: [2·hd] norm weight or NULL */
+} attention_shape;
+
+/* out [B, T, H·hd]:
+ *   baseline: head i → softmax(q_i k_iᵀ/√hd + causal) v_i, heads concatenated;
+ *   DIFF: differential head j < H/2 → (1 − λinit)·RMSNorm((A_j − λ A_{j+H/2}) [v_{j/g}, v_{(j+H/2)/g}]) · subln.
+ * Saves into the caller's buffers:
+ *   att [B, H, T, T]: softmax probabilities (upper triangle zero);
+ *   DIFF only: pre [B, T, H/2, 2·hd] the pre-norm head outputs, rstd [B, T, H/2]. */
+void attention_forward(float *out, float *att, float *pre, float *rstd, const float *q, const float *k,
+                       const float *v, const attention_shape *s);
+/* dq [B, T, H, hd], dk, dv [B, T, KV, hd] accumulated; DIFF: *dlambda += d(loss)/dλ and
+ * dsubln[2·hd] += (may be NULL). scratch: [B, H, T, T] floats. dout is not modified. */
+void attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *dsubln, const float *dout,
+                        const float *att, const float *pre, const float *rstd, const float *q, const float *k,
+                        const float *v, float *scratch, const attention_shape *s);
+
+#endif

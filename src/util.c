@@ -1,0 +1,70 @@
+/* util.c — errors, the random number generator and atomic file writes. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "difftrans.h"
+
+int dt_fail(dt_error *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/* splitmix64: tiny, fast, and its whole state is one integer we can checkpoint. */
+uint64_t dt_rng_next(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+float dt_rng_uniform(uint64_t *state) { return (float)(dt_rng_next(state) >> 40) * (1.0f / 16777216.0f); }
+
+float dt_rng_normal(uint64_t *state) {
+    /* Box–Muller in double; u1 in (0, 1] so the log is finite. */
+    double u1 = ((double)(dt_rng_next(state) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+    double u2 = (double)(dt_rng_next(state) >> 11) * (1.0 / 9007199254740992.0);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+
+int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
+    memset(f, 0, sizeof *f);
+    if (strlen(path) >= sizeof f->path) return dt_fail(err, "%s: path too long", path);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid());
+    f->fp = fopen(f->tmp, "wb");
+    if (!f->fp) return dt_fail(err, "%s: cannot create: %s", f->tmp, strerror(errno));
+    return 0;
+}
+
+int dt_atomic_commit(dt_atomic_file *f, dt_error *err) {
+    FILE *fp = f->fp;
+    f->fp = NULL;
+    int bad = ferror(fp) || fflush(fp) != 0 || fsync(fileno(fp)) != 0;
+    int saved = errno;
+    if (fclose(fp) != 0) bad = 1;
+    if (bad) {
+        unlink(f->tmp);
+        return dt_fail(err, "%s: write failed: %s", f->path, strerror(saved));
+    }
+    if (rename(f->tmp, f->path) != 0) {
+        saved = errno;
+        unlink(f->tmp);
+        return dt_fail(err, "%s: cannot rename into place: %s", f->path, strerror(saved));
+    }
+    return 0;
+}
+
+void dt_atomic_abort(dt_atomic_file *f) {
+    if (f->fp) fclose(f->fp);
+    f->fp = NULL;
+    if (f->tmp[0]) unlink(f->tmp);
+}

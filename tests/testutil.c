@@ -1,0 +1,53 @@
+#include "testutil.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "difftrans.h"
+
+const char *tu_tmpdir(void) {
+    static char dir[1024];
+    if (!dir[0]) {
+        const char *env = getenv("DT_TEST_TMP");
+        snprintf(dir, sizeof dir, "%s", env && *env ? env : "/tmp/difftrans_test");
+        char cmd[1100];
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+        if (system(cmd) != 0) abort();
+    }
+    return dir;
+}
+
+void tu_path(char *out, size_t n, const char *name) { snprintf(out, n, "%s/%s", tu_tmpdir(), name); }
+
+void tu_fill_normal(float *x, size_t n, float std, uint64_t *rng) {
+    for (size_t i = 0; i < n; i++) x[i] = std * dt_rng_normal(rng);
+}
+
+void tu_write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) abort();
+}
+
+int tu_file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+float tu_max_abs_diff(const float *a, const float *b, size_t n) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(a[i] - b[i]));
+    return m;
+}
+
+float tu_max_rel_diff(const float *a, const float *b, size_t n, float floor) {
+    float m = 0;
+    for (size_t i = 0; i < n; i++) {
+        float scale = fmaxf(floor, fmaxf(fabsf(a[i]), fabsf(b[i])));
+        m = fmaxf(m, fabsf(a[i] - b[i]) / scale);
+    }
+    return m;
+}

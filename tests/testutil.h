@@ -1,0 +1,17 @@
+/* testutil.h — small helpers shared by the cmocka tests. */
+#ifndef DT_TESTUTIL_H
+#define DT_TESTUTIL_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* A per-test scratch directory (from $DT_TEST_TMP, created if needed). */
+const char *tu_tmpdir(void);
+/* out = tmpdir/name */
+void tu_path(char *out, size_t n, const char *name);
+void tu_fill_normal(float *x, size_t n, float std, uint64_t *rng);
+void tu_write_file(const char *path, const void *data, size_t n);
+int tu_file_exists(const char *path);
+float tu_max_abs_diff(const float *a, const float *b, size_t n);
+/* max over i of |a−b| / max(|a|, |b|, floor) */
+float tu_max_rel_diff(const float *a, const float *b, size_t n, float floor);
+#endif
