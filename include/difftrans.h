@@ -181,7 +181,7 @@ void dt_runstate_free(dt_runstate *rs);
 int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int *targets, int B, int T,
                float *loss, dt_error *err);
 /* Accumulates d(loss)/d(params) into grads (laid out like m->params). Call after dt_forward
- * with targets. */
+ * with targets; it overwrites the logits with their gradient (copy them first if needed). */
 void dt_backward(const dt_model *m, dt_runstate *rs, float *grads);
 const float *dt_runstate_logits(const dt_runstate *rs);
 /* Attention probabilities of the last forward for a layer and query head: [B, H, T, T]
@@ -203,8 +203,46 @@ typedef struct {
     float top_p;                 /* 1 = off */
 } dt_sampler;
 
-/* Sample from logits [V] (modified in place). rng is a splitmix64 state. */
-int dt_sample(const float *logits, int V, const dt_sampler *s, uint64_t *rng, float *scratch);
+typedef struct {
+    float p;
+    int id;
+} dt_prob_index;
+
+/* Pick the next token from logits [V] (modified in place: they become probabilities).
+ * temperature 0 → argmax; otherwise softmax(logits / T) restricted to the top-k tokens and
+ * to the smallest set whose probability reaches top_p. scratch holds V entries. */
+int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch);
+
+/* ---------------------------------------------------------------- data, training, evaluation */
+
+/* Read a whole text file as byte tokens; an empty or missing file is an error naming it. */
+int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err);
+
+/* Mean next-token cross-entropy over `tokens` in consecutive windows of T+1 tokens (B windows
+ * per forward); *count gets the number of predictions scored. */
+int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T, double *mean_loss, size_t *count,
+                   dt_error *err);
+
+typedef struct {
+    const char *data_path;       /* text file; the last val_fraction of it is held out */
+    const char *out_dir;         /* checkpoint directory (created) */
+    dt_config cfg;               /* the model to create; with resume it is read from out_dir */
+    int steps, batch, seq;
+    float lr, min_lr_ratio;      /* peak learning rate; cosine decays to lr·min_lr_ratio */
+    int warmup;                  /* linear warm-up steps */
+    float weight_decay, grad_clip, beta1, beta2, adam_eps;
+    uint64_t seed;
+    int eval_interval, eval_batches, save_interval;
+    float val_fraction;
+    int resume;                  /* continue from out_dir's checkpoint and optimizer state */
+    int stop_at;                 /* > 0: save and stop after this step; the schedule still spans `steps` */
+    int quiet;                   /* no live progress line */
+    volatile int *stop;          /* when *stop becomes nonzero: save a checkpoint and return */
+} dt_train_options;
+
+void dt_train_defaults(dt_train_options *o);
+/* Returns 0 when the run finished or was stopped cleanly (checkpoint saved). */
+int dt_train(dt_train_options *o, dt_error *err);
 
 /* ---------------------------------------------------------------- tokenizer */
 

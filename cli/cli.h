@@ -1,0 +1,32 @@
+/* cli.h — shared pieces of the difftrans command-line tool (a thin layer over difftrans.h). */
+#ifndef DT_CLI_H
+#define DT_CLI_H
+#include <getopt.h>
+#include <stdint.h>
+
+#include "difftrans.h"
+
+int cmd_train(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_forward(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_init(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+
+/* Strict number parsing: the whole string must be a number in range; on failure prints
+ * "difftrans CMD: --name 'value': problem" and returns -1. */
+int parse_int(const char *cmd, const char *name, const char *s, long lo, long hi, int *out);
+int parse_u64(const char *cmd, const char *name, const char *s, uint64_t *out);
+int parse_float(const char *cmd, const char *name, const char *s, double lo, double hi, float *out);
+/* Prints "difftrans CMD: message" to stderr and returns 1 (the exit status). */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Reports a getopt failure (unknown option, missing value) and returns 1. */
+int cli_bad_option(const char *cmd, int argc, char **argv);
+/* --threads N → OpenMP (and so OpenBLAS) thread count. */
+void cli_set_threads(int n);
+/* Reads a config: a preset name ("small") or a path to a config.json. */
+int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
+/* The parameter counts of a config and of its matched model of the other architecture. */
+void cli_print_param_counts(const dt_config *cfg);
+#endif

@@ -1,0 +1,159 @@
+/* cmd_forward.c — `difftrans forward`: the interop surface. A batch of token ids in, logits,
+ * loss and (optionally) every parameter's gradient out, as a safetensors file. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void help(void) {
+    printf("usage: difftrans forward MODEL_DIR --input IDS.txt --output OUT.safetensors [--grads]\n\n"
+           "IDS.txt: one sequence per line of whitespace-separated token ids, all lines the same length.\n"
+           "OUT holds  logits  F32 [B, T, V]\n"
+           "           loss    F32 []  mean cross-entropy of token t+1 given tokens <= t over B×(T−1)\n"
+           "and with --grads  grad.<tensor name>  for every parameter of the checkpoint.\n\n"
+           "  --threads N   OpenMP threads [all cores]\n");
+}
+
+/* Reads the id matrix; every problem names the file, line and token. */
+static int read_ids(const char *cmd, const char *path, int V, int **out, int *B, int *T) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1024, n = 0;
+    int *ids = malloc(cap * sizeof(int)), rows = 0, cols = -1, rc = 0, lineno = 0;
+    char *line = NULL;
+    size_t line_cap = 0;
+    while (rc == 0 && ids && getline(&line, &line_cap, f) != -1) {
+        lineno++;
+        int count = 0;
+        char *s = line;
+        for (;;) {
+            while (isspace((unsigned char)*s)) s++;
+            if (!*s) break;
+            char *end;
+            errno = 0;
+            long v = strtol(s, &end, 10);
+            if (end == s || errno || (*end && !isspace((unsigned char)*end))) {
+                rc = cli_error(cmd, "%s:%d: '%.20s' is not a token id", path, lineno, s);
+                break;
+            }
+            if (v < 0 || v >= V) {
+                rc = cli_error(cmd, "%s:%d: token id %ld is out of range [0, %d)", path, lineno, v, V);
+                break;
+            }
+            if (n == cap) {
+                int *grown = realloc(ids, (cap *= 2) * sizeof(int));
+                if (!grown) {
+                    rc = cli_error(cmd, "out of memory reading %s", path);
+                    break;
+                }
+                ids = grown;
+            }
+            ids[n++] = (int)v;
+            count++;
+            s = end;
+        }
+        if (rc) break;
+        if (count == 0) continue; /* blank lines separate nothing */
+        if (cols >= 0 && count != cols)
+            rc = cli_error(cmd, "%s:%d: ragged batch: %d ids, but earlier lines have %d", path, lineno, count, cols);
+        cols = count;
+        rows++;
+    }
+    free(line);
+    fclose(f);
+    if (!ids && rc == 0) rc = cli_error(cmd, "out of memory reading %s", path);
+    if (rc == 0 && rows == 0) rc = cli_error(cmd, "%s: empty batch: no token ids", path);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    *out = ids;
+    *B = rows;
+    *T = cols;
+    return 0;
+}
+
+int cmd_forward(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"input", required_argument, 0, 'i'}, {"output", required_argument, 0, 'o'},
+        {"grads", no_argument, 0, 'g'},       {"threads", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
+    };
+    const char *cmd = "forward", *input = NULL, *output = NULL;
+    int grads = 0, threads = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'i': input = optarg; break;
+        case 'o': output = optarg; break;
+        case 'g': grads = 1; break;
+        case 'j':
+            if (parse_int(cmd, "--threads", optarg, 1, 1024, &threads)) return 1;
+            break;
+        case 'h': help(); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+    }
+    if (optind != argc - 1) return cli_error(cmd, "expected one MODEL_DIR (see difftrans forward --help)");
+    if (!input || !output) return cli_error(cmd, "--input IDS.txt and --output OUT.safetensors are required");
+    cli_set_threads(threads);
+
+    dt_model m;
+    dt_error err;
+    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    int *ids = NULL, B = 0, T = 0, rc = read_ids(cmd, input, m.cfg.vocab_size, &ids, &B, &T);
+    if (rc == 0 && T > m.cfg.max_position_embeddings)
+        rc = cli_error(cmd, "%s: sequences of %d tokens exceed max_position_embeddings %d", input, T,
+                       m.cfg.max_position_embeddings);
+    if (rc == 0 && grads && T < 2) rc = cli_error(cmd, "%s: --grads needs sequences of at least 2 tokens", input);
+
+    const size_t N = (size_t)B * T, V = (size_t)m.cfg.vocab_size;
+    int *targets = NULL;
+    float *logits = NULL, *g = NULL, loss = NAN;
+    dt_st_entry *entries = NULL;
+    dt_runstate *rs = NULL;
+    if (rc == 0) {
+        targets = malloc(N * sizeof(int));
+        logits = malloc(N * V * sizeof(float));
+        g = grads ? calloc(m.n_params, sizeof(float)) : NULL;
+        entries = calloc((size_t)m.n_tensors + 2, sizeof *entries);
+        if (!targets || !logits || (grads && !g) || !entries) rc = cli_error(cmd, "out of memory");
+    }
+    if (rc == 0 && !(rs = dt_runstate_create(&m, B, T, &err))) rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0) {
+        for (size_t i = 0; i < N; i++) targets[i] = (i % T) + 1 < (size_t)T ? ids[i + 1] : -1;
+        if (dt_forward(&m, rs, ids, targets, B, T, &loss, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    }
+    if (rc == 0) {
+        if (T < 2) loss = NAN; /* no position has a next token */
+        memcpy(logits, dt_runstate_logits(rs), N * V * sizeof(float));
+        if (grads) dt_backward(&m, rs, g);
+        int n = 0;
+        entries[n++] = (dt_st_entry){.name = "logits", .ndim = 3, .shape = {B, T, (int64_t)V}, .data = logits};
+        entries[n++] = (dt_st_entry){.name = "loss", .ndim = 0, .data = &loss};
+        char(*names)[104] = grads ? calloc((size_t)m.n_tensors, sizeof *names) : NULL;
+        for (int i = 0; grads && names && i < m.n_tensors; i++) {
+            const dt_tensor *t = &m.tensors[i];
+            snprintf(names[i], sizeof names[i], "grad.%s", t->name);
+            entries[n++] = (dt_st_entry){.name = names[i], .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
+                                         .data = g + t->offset};
+        }
+        if (grads && !names) rc = cli_error(cmd, "out of memory");
+        else if (dt_st_write_f32(output, entries, n, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        free(names);
+    }
+    dt_runstate_free(rs);
+    free(entries);
+    free(g);
+    free(logits);
+    free(targets);
+    free(ids);
+    dt_model_free(&m);
+    return rc;
+}

@@ -1,0 +1,191 @@
+/* cmd_model.c — the checkpoint commands: `init`, `info`, `eval`, `export`. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+/* ---------------------------------------------------------------- init */
+
+static void init_help(void) {
+    printf("usage: difftrans init --out DIR [--arch diff|transformer] [--preset NAME | --config FILE]\n"
+           "                      [--subln] [--seed N]\n\n"
+           "Writes a freshly initialised checkpoint (normal(0, 0.02) matrices, N(0, lambda_std_dev) λ\n"
+           "vectors, ones for norm weights) and prints the parameter counts of the DIFF model and its\n"
+           "matched Transformer (H/2 differential heads of width 2·hd ↔ H heads of width hd).\n"
+           "presets: %s [small]\n",
+           dt_config_preset_names());
+}
+
+int cmd_init(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"out", required_argument, 0, 'o'},    {"arch", required_argument, 0, 'a'},
+        {"preset", required_argument, 0, 'p'}, {"config", required_argument, 0, 'c'},
+        {"subln", no_argument, 0, 'S'},        {"seed", required_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+    };
+    const char *cmd = "init", *out = NULL, *spec = "small";
+    dt_arch arch = DT_ARCH_DIFF;
+    int subln = 0;
+    uint64_t seed = 1337;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'o': out = optarg; break;
+        case 'a':
+            if (!strcmp(optarg, "diff") || !strcmp(optarg, "diffllama")) arch = DT_ARCH_DIFF;
+            else if (!strcmp(optarg, "transformer") || !strcmp(optarg, "llama")) arch = DT_ARCH_LLAMA;
+            else return cli_error(cmd, "--arch '%s': expected diff or transformer", optarg);
+            break;
+        case 'p':
+        case 'c': spec = optarg; break;
+        case 'S': subln = 1; break;
+        case 's':
+            if (parse_u64(cmd, "--seed", optarg, &seed)) return 1;
+            break;
+        case 'h': init_help(); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+    }
+    if (optind < argc) return cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (!out) return cli_error(cmd, "--out DIR is required (see difftrans init --help)");
+    dt_config cfg;
+    if (cli_config(cmd, spec, arch, &cfg) != 0) return 1;
+    if (subln && cfg.arch == DT_ARCH_DIFF) cfg.use_subln_weight = 1;
+    dt_model m;
+    dt_error err;
+    if (dt_model_create(&m, &cfg, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    dt_model_init_random(&m, seed);
+    int rc = dt_model_save(&m, out, 0, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
+    if (rc == 0) {
+        printf("wrote %s (%s, %zu parameters)\n", out, cfg.arch == DT_ARCH_DIFF ? "diffllama" : "llama", m.n_params);
+        cli_print_param_counts(&cfg);
+    }
+    dt_model_free(&m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- info */
+
+int cmd_info(int argc, char **argv) {
+    const char *cmd = "info";
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: difftrans info MODEL_DIR\n\nPrints the config, the parameter count and λ of every layer.\n");
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-') return cli_error(cmd, "expected one MODEL_DIR (see difftrans info --help)");
+    dt_model m;
+    dt_error err;
+    if (dt_model_load(&m, argv[1], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    const dt_config *c = &m.cfg;
+    printf("model:      %s\n", argv[1]);
+    printf("model_type: %s\n", c->arch == DT_ARCH_DIFF ? "diffllama (DIFF Transformer)" : "llama (Transformer)");
+    printf("vocab %d | hidden %d | intermediate %d | layers %d | heads %d (kv %d) | head_dim %d\n", c->vocab_size,
+           c->hidden_size, c->intermediate_size, c->num_hidden_layers, c->num_attention_heads,
+           c->num_key_value_heads, c->head_dim);
+    printf("max_position_embeddings %d | rms_norm_eps %g | rope_theta %g | tied embeddings %s\n",
+           c->max_position_embeddings, (double)c->rms_norm_eps, (double)c->rope_theta,
+           c->tie_word_embeddings ? "yes" : "no");
+    printf("parameters: %zu in %d tensors\n", m.n_params, m.n_tensors);
+    if (c->arch == DT_ARCH_DIFF) {
+        printf("differential heads: %d of width %d | lambda_std_dev %g | subln weight %s\n", c->num_attention_heads / 2,
+               2 * c->head_dim, (double)c->lambda_std_dev, c->use_subln_weight ? "yes" : "no");
+        printf("layer  lambda    lambda_init\n");
+        for (int l = 0; l < c->num_hidden_layers; l++)
+            printf("%5d  %8.5f  %8.5f\n", l, (double)dt_model_lambda(&m, l), (double)dt_lambda_init(l));
+    }
+    cli_print_param_counts(c);
+    dt_model_free(&m);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- eval */
+
+int cmd_eval(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},    {"seq", required_argument, 0, 't'},
+        {"batch", required_argument, 0, 'b'},   {"threads", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    const char *cmd = "eval", *data = NULL;
+    int seq = 256, batch = 8, threads = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case 'd': data = optarg; break;
+        case 't': bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &seq); break;
+        case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &batch); break;
+        case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
+        case 'h':
+            printf("usage: difftrans eval MODEL_DIR --data FILE.txt [--seq N] [--batch N] [--threads N]\n\n"
+                   "Mean next-byte cross-entropy over the whole file in consecutive windows of --seq tokens\n"
+                   "(capped at max_position_embeddings) [256], --batch windows at a time [8]; prints loss,\n"
+                   "perplexity and bits per byte (one token is one byte).\n");
+            return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+        if (bad) return 1;
+    }
+    if (optind != argc - 1) return cli_error(cmd, "expected one MODEL_DIR (see difftrans eval --help)");
+    if (!data) return cli_error(cmd, "--data FILE is required");
+    cli_set_threads(threads);
+    dt_model m;
+    dt_error err;
+    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    int *tokens = NULL, rc = 0;
+    size_t n = 0, scored = 0;
+    double loss = 0;
+    if (dt_text_load(data, &tokens, &n, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    else if (n < 2) rc = cli_error(cmd, "%s: too short to evaluate (%zu byte)", data, n);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (tokens[i] >= m.cfg.vocab_size)
+            rc = cli_error(cmd, "%s: byte %d at offset %zu is outside the vocabulary of %d", data, tokens[i], i,
+                           m.cfg.vocab_size);
+    if (rc == 0 && dt_eval_tokens(&m, tokens, n, batch, seq, &loss, &scored, &err) != 0)
+        rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0)
+        printf("%s on %s: loss %.4f | perplexity %.3f | %.4f bits per byte | %zu bytes scored\n", argv[optind], data,
+               loss, exp(loss), loss / M_LN2, scored);
+    free(tokens);
+    dt_model_free(&m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- export */
+
+int cmd_export(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"hf", no_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *cmd = "export";
+    int hf = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'f': hf = 1; break;
+        case 'h':
+            printf("usage: difftrans export MODEL_DIR OUT_DIR [--hf]\n\n"
+                   "Rewrites a checkpoint as F32. With --hf the result is what plain Hugging Face\n"
+                   "transformers (DiffLlamaForCausalLM / LlamaForCausalLM) loads and reproduces exactly:\n"
+                   "learnable per-head norm weights are folded into o_proj's columns and no tensor or\n"
+                   "config key of our own is written.\n");
+            return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+    }
+    if (optind != argc - 2) return cli_error(cmd, "expected MODEL_DIR OUT_DIR (see difftrans export --help)");
+    dt_model m;
+    dt_error err;
+    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    int rc = dt_model_save(&m, argv[optind + 1], hf, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
+    if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], hf ? " (Hugging Face layout)" : "");
+    dt_model_free(&m);
+    return rc;
+}

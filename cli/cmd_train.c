@@ -1,0 +1,135 @@
+/* cmd_train.c — `difftrans train`. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static volatile int stop_requested; /* set by SIGINT/SIGTERM; the loop saves and returns */
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+static void help(void) {
+    dt_train_options d;
+    dt_train_defaults(&d);
+    printf("usage: difftrans train --data FILE.txt --out DIR [options]\n\n"
+           "Trains a byte-level language model on a text file and writes a checkpoint directory.\n"
+           "The last --val-fraction of the file is held out for validation.\n\n"
+           "model:\n"
+           "  --arch diff|transformer   DIFF Transformer (diffllama) or baseline (llama) [diff]\n"
+           "  --preset NAME             size preset: %s [small]\n"
+           "  --config FILE             a config.json instead of a preset (its model_type wins)\n"
+           "  --subln                   learnable per-head norm weight (subln.weight) for DIFF\n"
+           "training:\n"
+           "  --steps N                 optimizer steps [%d]\n"
+           "  --batch N                 sequences per step [%d]\n"
+           "  --seq N                   tokens per sequence [%d]\n"
+           "  --lr X                    peak learning rate [%g]\n"
+           "  --min-lr-ratio X          cosine decay floor as a fraction of --lr [%g]\n"
+           "  --warmup N                linear warm-up steps [%d]\n"
+           "  --weight-decay X          AdamW decoupled decay on matrices only [%g]\n"
+           "  --grad-clip X             clip the global gradient norm, 0 = off [%g]\n"
+           "  --seed N                  initialisation and data-order seed [%llu]\n"
+           "  --threads N               OpenMP threads [all cores]\n"
+           "evaluation and checkpoints:\n"
+           "  --val-fraction X          held-out fraction of the data [%g]\n"
+           "  --eval-interval N         validate every N steps, 0 = only at the end [%d]\n"
+           "  --eval-batches N          validation batches per evaluation [%d]\n"
+           "  --save-interval N         checkpoint every N steps, 0 = only at the end [%d]\n"
+           "  --resume                  continue the run in --out (same data, optimizer state, RNG);\n"
+           "                            --steps may extend it, other options come from the saved run\n"
+"  --stop-at N              save and stop after step N, keeping the schedule of --steps\n"
+           "  --quiet                   no progress output\n\n"
+           "Ctrl-C saves a checkpoint and exits; --resume continues exactly where it stopped.\n"
+           "Writes DIR/metrics.jsonl: step, train/val loss, lr, grad norm, tokens/s, λ per layer.\n",
+           dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (double)d.min_lr_ratio, d.warmup,
+           (double)d.weight_decay, (double)d.grad_clip, (unsigned long long)d.seed, (double)d.val_fraction,
+           d.eval_interval, d.eval_batches, d.save_interval);
+}
+
+int cmd_train(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},      {"out", required_argument, 0, 'o'},
+        {"arch", required_argument, 0, 'a'},      {"preset", required_argument, 0, 'p'},
+        {"config", required_argument, 0, 'c'},    {"subln", no_argument, 0, 'S'},
+        {"steps", required_argument, 0, 's'},     {"batch", required_argument, 0, 'b'},
+        {"seq", required_argument, 0, 't'},       {"lr", required_argument, 0, 'l'},
+        {"min-lr-ratio", required_argument, 0, 'm'}, {"warmup", required_argument, 0, 'w'},
+        {"weight-decay", required_argument, 0, 'W'}, {"grad-clip", required_argument, 0, 'g'},
+        {"seed", required_argument, 0, 'r'},      {"threads", required_argument, 0, 'j'},
+        {"val-fraction", required_argument, 0, 'v'}, {"eval-interval", required_argument, 0, 'e'},
+        {"eval-batches", required_argument, 0, 'E'}, {"save-interval", required_argument, 0, 'i'},
+        {"resume", no_argument, 0, 'R'},          {"stop-at", required_argument, 0, 'A'},          {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
+    };
+    const char *cmd = "train", *preset = "small", *config_path = NULL;
+    dt_arch arch = DT_ARCH_DIFF;
+    int threads = 0, subln = 0, steps_given = 0;
+    dt_train_options o;
+    dt_train_defaults(&o);
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case 'd': o.data_path = optarg; break;
+        case 'o': o.out_dir = optarg; break;
+        case 'a':
+            if (!strcmp(optarg, "diff") || !strcmp(optarg, "diffllama")) arch = DT_ARCH_DIFF;
+            else if (!strcmp(optarg, "transformer") || !strcmp(optarg, "llama")) arch = DT_ARCH_LLAMA;
+            else return cli_error(cmd, "--arch '%s': expected diff or transformer", optarg);
+            break;
+        case 'p': preset = optarg; break;
+        case 'c': config_path = optarg; break;
+        case 'S': subln = 1; break;
+        case 's': bad = parse_int(cmd, "--steps", optarg, 1, 100000000, &o.steps), steps_given = 1; break;
+        case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &o.batch); break;
+        case 't': bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &o.seq); break;
+        case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-12, 10, &o.lr); break;
+        case 'm': bad = parse_float(cmd, "--min-lr-ratio", optarg, 0, 1, &o.min_lr_ratio); break;
+        case 'w': bad = parse_int(cmd, "--warmup", optarg, 0, 100000000, &o.warmup); break;
+        case 'W': bad = parse_float(cmd, "--weight-decay", optarg, 0, 10, &o.weight_decay); break;
+        case 'g': bad = parse_float(cmd, "--grad-clip", optarg, 0, 1e9, &o.grad_clip); break;
+        case 'r': bad = parse_u64(cmd, "--seed", optarg, &o.seed); break;
+        case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
+        case 'v': bad = parse_float(cmd, "--val-fraction", optarg, 0.001, 0.9, &o.val_fraction); break;
+        case 'e': bad = parse_int(cmd, "--eval-interval", optarg, 0, 100000000, &o.eval_interval); break;
+        case 'E': bad = parse_int(cmd, "--eval-batches", optarg, 1, 100000, &o.eval_batches); break;
+        case 'i': bad = parse_int(cmd, "--save-interval", optarg, 0, 100000000, &o.save_interval); break;
+        case 'R': o.resume = 1; break;
+        case 'A': bad = parse_int(cmd, "--stop-at", optarg, 1, 100000000, &o.stop_at); break;
+        case 'q': o.quiet = 1; break;
+        case 'h': help(); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+        if (bad) return 1;
+    }
+    if (optind < argc) return cli_error(cmd, "unexpected argument '%s' (see difftrans train --help)", argv[optind]);
+    if (!o.out_dir) return cli_error(cmd, "--out DIR is required (see difftrans train --help)");
+    if (!o.resume) {
+        if (!o.data_path) return cli_error(cmd, "--data FILE is required (see difftrans train --help)");
+        if (cli_config(cmd, config_path ? config_path : preset, arch, &o.cfg) != 0) return 1;
+        if (o.cfg.arch == DT_ARCH_DIFF && subln) o.cfg.use_subln_weight = 1;
+    } else if (!steps_given) {
+        o.steps = 0; /* take the saved run's step count */
+    }
+    cli_set_threads(threads);
+
+    stop_requested = 0;
+    o.stop = &stop_requested;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    dt_error err;
+    int rc = dt_train(&o, &err);
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    if (rc != 0) return cli_error(cmd, "%s", err.msg);
+    return 0; /* an interrupted run saved its checkpoint: that is a clean exit */
+}

@@ -1,0 +1,129 @@
+/* main.c — `difftrans COMMAND ...`: dispatch and the helpers every command shares. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct {
+    const char *name;
+    int (*run)(int, char **);
+    const char *summary;
+} commands[] = {
+    {"train", cmd_train, "train a DIFF Transformer or baseline on a text file"},
+    {"generate", cmd_generate, "generate text from a checkpoint (KV-cache decoding)"},
+    {"forward", cmd_forward, "logits, loss and gradients of a batch, written as safetensors"},
+    {"eval", cmd_eval, "loss, perplexity and bits per byte of a checkpoint on a text file"},
+    {"init", cmd_init, "write a freshly initialised checkpoint from a preset or config"},
+    {"info", cmd_info, "print a checkpoint's config, parameter count and λ per layer"},
+    {"export", cmd_export, "write a checkpoint that plain Hugging Face transformers loads"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "difftrans — the Differential Transformer (Ye et al., ICLR 2025) and a matched baseline, in C\n\n"
+               "usage: difftrans COMMAND [options]   (difftrans COMMAND --help for each)\n\ncommands:\n");
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\npresets: %s\n", dt_config_preset_names());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 1;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("difftrans 0.1.0\n");
+        return 0;
+    }
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "difftrans: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 1;
+}
+
+int cli_error(const char *cmd, const char *fmt, ...) {
+    fprintf(stderr, "difftrans %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return 1;
+}
+
+int cli_bad_option(const char *cmd, int argc, char **argv) {
+    const char *opt = optind > 0 && optind <= argc ? argv[optind - 1] : "?";
+    return cli_error(cmd, "bad option or missing value near '%s' (see difftrans %s --help)", opt, cmd);
+}
+
+int parse_int(const char *cmd, const char *name, const char *s, long lo, long hi, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end) return -(cli_error(cmd, "%s '%s': not an integer", name, s) != 0);
+    if (v < lo || v > hi) return -(cli_error(cmd, "%s %ld: must be in %ld..%ld", name, v, lo, hi) != 0);
+    *out = (int)v;
+    return 0;
+}
+
+int parse_u64(const char *cmd, const char *name, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-')
+        return -(cli_error(cmd, "%s '%s': not a non-negative integer", name, s) != 0);
+    *out = v;
+    return 0;
+}
+
+int parse_float(const char *cmd, const char *name, const char *s, double lo, double hi, float *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return -(cli_error(cmd, "%s '%s': not a number", name, s) != 0);
+    if (v < lo || v > hi) return -(cli_error(cmd, "%s %g: must be in [%g, %g]", name, v, lo, hi) != 0);
+    *out = (float)v;
+    return 0;
+}
+
+void cli_set_threads(int n) {
+    if (n > 0) omp_set_num_threads(n);
+}
+
+int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) {
+    dt_error err;
+    int rc = strchr(spec, '/') || strstr(spec, ".json") ? dt_config_load(cfg, spec, &err)
+                                                        : dt_config_preset(cfg, spec, arch, &err);
+    if (rc != 0) return -(cli_error(cmd, "%s", err.msg) != 0);
+    return 0;
+}
+
+static size_t count_params(const dt_config *cfg) {
+    dt_model m;
+    dt_error err;
+    if (dt_model_create(&m, cfg, &err) != 0) return 0;
+    size_t n = m.n_params;
+    dt_model_free(&m);
+    return n;
+}
+
+void cli_print_param_counts(const dt_config *cfg) {
+    dt_config other = dt_config_matched(cfg);
+    const dt_config *diff = cfg->arch == DT_ARCH_DIFF ? cfg : &other;
+    const dt_config *base = cfg->arch == DT_ARCH_DIFF ? &other : cfg;
+    size_t nd = count_params(diff), nb = count_params(base);
+    printf("parameters: DIFF %zu (%d differential heads of width %d) | matched Transformer %zu (%d heads of width %d)"
+           " | difference %+lld\n",
+           nd, diff->num_attention_heads / 2, 2 * diff->head_dim, nb, base->num_attention_heads, base->head_dim,
+           (long long)nd - (long long)nb);
+}

@@ -1,0 +1,287 @@
+/* forward.c — the whole model, forward and backward, over batches [B, T].
+ *
+ * Every activation the backward pass needs is kept in a dt_runstate allocated once for the
+ * largest batch; nothing is allocated inside a step. The layer functions live in src/layers/.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difftrans.h"
+#include "layers/layers.h"
+
+typedef struct {
+    float *ln1, *ln1_rstd;       /* [N, C], [N] */
+    float *q, *k, *v;            /* [N, H·hd], [N, KV·hd], [N, KV·hd]; q, k after RoPE */
+    float *att;                  /* [B, H, T, T] softmax maps */
+    float *pre, *head_rstd;      /* DIFF: [N, H/2, 2·hd], [N, H/2] */
+    float *atty;                 /* [N, H·hd] attention output before o_proj */
+    float *resid_mid;            /* [N, C] residual after attention */
+    float *ln2, *ln2_rstd;       /* [N, C], [N] */
+    float *gate, *up, *hact;     /* [N, F] each */
+} layer_acts;
+
+struct dt_runstate {
+    int Bmax, Tmax;
+    int B, T, has_targets, count;
+    int *tokens, *targets;       /* [N] */
+    float **resid;               /* [L+1] × [N, C]: input of each layer; resid[L] feeds the final norm */
+    layer_acts *acts;            /* [L] */
+    float *lnf, *lnf_rstd;       /* [N, C], [N] */
+    float *logits;               /* [N, V]; the backward pass turns it into d(loss)/d(logits) */
+    /* backward scratch */
+    float *dresid, *dln;         /* [N, C] */
+    float *datty, *dq, *dk, *dv; /* [N, H·hd], [N, H·hd], [N, KV·hd] × 2 */
+    float *dgate, *dup, *dh;     /* [N, F] */
+    float *att_scratch;          /* [B, H, T, T] */
+    float *lambdas;              /* [L] λ used by the last forward */
+    dt_layer_weights *grad_layers; /* [L] views into the caller's gradient buffer */
+    float *block;                /* the single allocation all float buffers live in */
+};
+
+/* Carves float buffers out of one block: first pass counts, second pass assigns. */
+typedef struct {
+    float *base;
+    size_t used;
+} carver;
+
+static float *carve(carver *cv, size_t n) {
+    float *p = cv->base ? cv->base + cv->used : NULL;
+    cv->used += (n + 15) & ~(size_t)15; /* 64-byte aligned slices */
+    return p;
+}
+
+static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
+    const size_t N = (size_t)rs->Bmax * rs->Tmax, C = c->hidden_size, F = c->intermediate_size;
+    const size_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
+    const size_t maps = (size_t)rs->Bmax * H * rs->Tmax * rs->Tmax;
+    const int diff = c->arch == DT_ARCH_DIFF;
+    for (int l = 0; l <= c->num_hidden_layers; l++) rs->resid[l] = carve(cv, N * C);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        layer_acts *a = &rs->acts[l];
+        a->ln1 = carve(cv, N * C);
+        a->ln1_rstd = carve(cv, N);
+        a->q = carve(cv, N * H * hd);
+        a->k = carve(cv, N * KV * hd);
+        a->v = carve(cv, N * KV * hd);
+        a->att = carve(cv, maps);
+        a->pre = diff ? carve(cv, N * H * hd) : NULL;
+        a->head_rstd = diff ? carve(cv, N * H / 2) : NULL;
+        a->atty = carve(cv, N * H * hd);
+        a->resid_mid = carve(cv, N * C);
+        a->ln2 = carve(cv, N * C);
+        a->ln2_rstd = carve(cv, N);
+        a->gate = carve(cv, N * F);
+        a->up = carve(cv, N * F);
+        a->hact = carve(cv, N * F);
+    }
+    rs->lnf = carve(cv, N * C);
+    rs->lnf_rstd = carve(cv, N);
+    rs->logits = carve(cv, N * c->vocab_size);
+    rs->dresid = carve(cv, N * C);
+    rs->dln = carve(cv, N * C);
+    rs->datty = carve(cv, N * H * hd);
+    rs->dq = carve(cv, N * H * hd);
+    rs->dk = carve(cv, N * KV * hd);
+    rs->dv = carve(cv, N * KV * hd);
+    rs->dgate = carve(cv, N * F);
+    rs->dup = carve(cv, N * F);
+    rs->dh = carve(cv, N * F);
+    rs->att_scratch = carve(cv, maps);
+    rs->lambdas = carve(cv, c->num_hidden_layers);
+}
+
+dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err) {
+    const dt_config *c = &m->cfg;
+    if (B <= 0 || T <= 0) {
+        dt_fail(err, "batch %d × sequence %d: both must be positive", B, T);
+        return NULL;
+    }
+    if (T > c->max_position_embeddings) {
+        dt_fail(err, "sequence length %d exceeds max_position_embeddings %d", T, c->max_position_embeddings);
+        return NULL;
+    }
+    dt_runstate *rs = calloc(1, sizeof *rs);
+    if (!rs) goto oom;
+    rs->Bmax = B;
+    rs->Tmax = T;
+    rs->resid = calloc((size_t)c->num_hidden_layers + 1, sizeof *rs->resid);
+    rs->acts = calloc((size_t)c->num_hidden_layers, sizeof *rs->acts);
+    rs->tokens = calloc((size_t)B * T, sizeof(int));
+    rs->targets = calloc((size_t)B * T, sizeof(int));
+    rs->grad_layers = calloc((size_t)c->num_hidden_layers, sizeof *rs->grad_layers);
+    if (!rs->resid || !rs->acts || !rs->tokens || !rs->targets || !rs->grad_layers) goto oom;
+    carver cv = {0};
+    layout_runstate(rs, c, &cv);
+    size_t total = cv.used;
+    rs->block = aligned_alloc(64, total * sizeof(float));
+    if (!rs->block) {
+        dt_runstate_free(rs);
+        dt_fail(err, "out of memory: activations for batch %d × %d need %.1f MB", B, T, (double)total * 4 / 1e6);
+        return NULL;
+    }
+    memset(rs->block, 0, total * sizeof(float));
+    cv = (carver){rs->block, 0};
+    layout_runstate(rs, c, &cv);
+    return rs;
+oom:
+    dt_runstate_free(rs);
+    dt_fail(err, "out of memory allocating the run state");
+    return NULL;
+}
+
+void dt_runstate_free(dt_runstate *rs) {
+    if (!rs) return;
+    free(rs->resid);
+    free(rs->acts);
+    free(rs->tokens);
+    free(rs->targets);
+    free(rs->grad_layers);
+    free(rs->block);
+    free(rs);
+}
+
+const float *dt_runstate_logits(const dt_runstate *rs) { return rs->logits; }
+const float *dt_runstate_attention(const dt_runstate *rs, int layer) { return rs->acts[layer].att; }
+
+static attention_shape attention_shape_of(const dt_model *m, int layer, int B, int T, float lambda) {
+    const dt_config *c = &m->cfg;
+    attention_shape s = {
+        .B = B, .T = T, .H = c->num_attention_heads, .KV = c->num_key_value_heads, .hd = c->head_dim,
+        .diff = c->arch == DT_ARCH_DIFF, .lambda = lambda, .lambda_init = dt_lambda_init(layer),
+        .eps = c->rms_norm_eps, .subln = m->w.layers[layer].subln,
+    };
+    return s;
+}
+
+static void add_inplace(float *y, const float *x, size_t n) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}
+
+int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int *targets, int B, int T,
+               float *loss, dt_error *err) {
+    const dt_config *c = &m->cfg;
+    const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    const int qdim = c->num_attention_heads * c->head_dim, kvdim = c->num_key_value_heads * c->head_dim;
+    const int N = B * T;
+    if (B <= 0 || T <= 0 || B > rs->Bmax || T > rs->Tmax)
+        return dt_fail(err, "batch %d × %d does not fit the run state (%d × %d)", B, T, rs->Bmax, rs->Tmax);
+    for (int i = 0; i < N; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return dt_fail(err, "token id %d at sequence %d position %d is out of range [0, %d)", tokens[i], i / T,
+                           i % T, V);
+        if (targets && (targets[i] < -1 || targets[i] >= V))
+            return dt_fail(err, "target id %d at sequence %d position %d is out of range [0, %d)", targets[i],
+                           i / T, i % T, V);
+    }
+    rs->B = B;
+    rs->T = T;
+    rs->has_targets = targets != NULL;
+    memcpy(rs->tokens, tokens, (size_t)N * sizeof(int));
+    if (targets) memcpy(rs->targets, targets, (size_t)N * sizeof(int));
+
+    embedding_forward(rs->resid[0], tokens, m->w.embed_tokens, N, C);
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const dt_layer_weights *w = &m->w.layers[l];
+        layer_acts *a = &rs->acts[l];
+        rs->lambdas[l] = dt_model_lambda(m, l);
+        attention_shape s = attention_shape_of(m, l, B, T, rs->lambdas[l]);
+
+        rmsnorm_forward(a->ln1, a->ln1_rstd, rs->resid[l], w->input_layernorm, N, C, c->rms_norm_eps);
+        linear_forward(a->q, a->ln1, w->q_proj, N, C, qdim);
+        linear_forward(a->k, a->ln1, w->k_proj, N, C, kvdim);
+        linear_forward(a->v, a->ln1, w->v_proj, N, C, kvdim);
+        rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, +1);
+        rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, +1);
+        attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
+        linear_forward(a->resid_mid, a->atty, w->o_proj, N, qdim, C);
+        add_inplace(a->resid_mid, rs->resid[l], (size_t)N * C);
+
+        rmsnorm_forward(a->ln2, a->ln2_rstd, a->resid_mid, w->post_attention_layernorm, N, C, c->rms_norm_eps);
+        linear_forward(a->gate, a->ln2, w->gate_proj, N, C, F);
+        linear_forward(a->up, a->ln2, w->up_proj, N, C, F);
+        swiglu_forward(a->hact, a->gate, a->up, N, F);
+        linear_forward(rs->resid[l + 1], a->hact, w->down_proj, N, F, C);
+        add_inplace(rs->resid[l + 1], a->resid_mid, (size_t)N * C);
+    }
+    rmsnorm_forward(rs->lnf, rs->lnf_rstd, rs->resid[c->num_hidden_layers], m->w.norm, N, C, c->rms_norm_eps);
+    linear_forward(rs->logits, rs->lnf, m->w.lm_head, N, C, V);
+    if (targets) {
+        float l = crossentropy_forward(rs->logits, targets, N, V, &rs->count);
+        if (loss) *loss = l;
+    }
+    return 0;
+}
+
+/* d(loss)/dλ → the four λ vectors of λ = exp(q1·k1) − exp(q2·k2) + λinit. */
+static void lambda_backward(dt_layer_weights *g, const dt_layer_weights *w, int hd, float dlambda) {
+    float d1 = 0, d2 = 0;
+    for (int i = 0; i < hd; i++) {
+        d1 += w->lambda_q1[i] * w->lambda_k1[i];
+        d2 += w->lambda_q2[i] * w->lambda_k2[i];
+    }
+    const float e1 = dlambda * expf(d1), e2 = -dlambda * expf(d2);
+    for (int i = 0; i < hd; i++) {
+        g->lambda_q1[i] += e1 * w->lambda_k1[i];
+        g->lambda_k1[i] += e1 * w->lambda_q1[i];
+        g->lambda_q2[i] += e2 * w->lambda_k2[i];
+        g->lambda_k2[i] += e2 * w->lambda_q2[i];
+    }
+}
+
+void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
+    const dt_config *c = &m->cfg;
+    const int B = rs->B, T = rs->T, N = B * T;
+    const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    const int qdim = c->num_attention_heads * c->head_dim, kvdim = c->num_key_value_heads * c->head_dim;
+    if (!rs->has_targets) return;
+
+    dt_weights g; /* the gradient buffer seen with the weights' layout */
+    dt_weights_view(m, grads, &g, rs->grad_layers);
+
+    crossentropy_backward(rs->logits, rs->logits, rs->targets, N, V, rs->count, 1.0f);
+    memset(rs->dln, 0, (size_t)N * C * sizeof(float));
+    linear_backward(rs->dln, g.lm_head, rs->logits, rs->lnf, m->w.lm_head, N, C, V);
+    memset(rs->dresid, 0, (size_t)N * C * sizeof(float));
+    rmsnorm_backward(rs->dresid, g.norm, rs->dln, rs->resid[c->num_hidden_layers], rs->lnf_rstd, m->w.norm, N, C);
+
+    for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
+        const dt_layer_weights *w = &m->w.layers[l];
+        dt_layer_weights *gw = &g.layers[l];
+        layer_acts *a = &rs->acts[l];
+        attention_shape s = attention_shape_of(m, l, B, T, rs->lambdas[l]);
+
+        /* MLP block: resid[l+1] = resid_mid + down(swiglu(gate(ln2), up(ln2))) */
+        memset(rs->dh, 0, (size_t)N * F * sizeof(float));
+        linear_backward(rs->dh, gw->down_proj, rs->dresid, a->hact, w->down_proj, N, F, C);
+        memset(rs->dgate, 0, (size_t)N * F * sizeof(float));
+        memset(rs->dup, 0, (size_t)N * F * sizeof(float));
+        swiglu_backward(rs->dgate, rs->dup, rs->dh, a->gate, a->up, N, F);
+        memset(rs->dln, 0, (size_t)N * C * sizeof(float));
+        linear_backward(rs->dln, gw->gate_proj, rs->dgate, a->ln2, w->gate_proj, N, C, F);
+        linear_backward(rs->dln, gw->up_proj, rs->dup, a->ln2, w->up_proj, N, C, F);
+        rmsnorm_backward(rs->dresid, gw->post_attention_layernorm, rs->dln, a->resid_mid, a->ln2_rstd,
+                         w->post_attention_layernorm, N, C);
+
+        /* Attention block: resid_mid = resid[l] + o_proj(attention(rope(q), rope(k), v)) */
+        memset(rs->datty, 0, (size_t)N * qdim * sizeof(float));
+        linear_backward(rs->datty, gw->o_proj, rs->dresid, a->atty, w->o_proj, N, qdim, C);
+        memset(rs->dq, 0, (size_t)N * qdim * sizeof(float));
+        memset(rs->dk, 0, (size_t)N * kvdim * sizeof(float));
+        memset(rs->dv, 0, (size_t)N * kvdim * sizeof(float));
+        float dlambda = 0;
+        attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->att, a->pre, a->head_rstd,
+                           a->q, a->k, a->v, rs->att_scratch, &s);
+        if (s.diff) lambda_backward(gw, w, c->head_dim, dlambda);
+        rope_apply(rs->dq, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, -1);
+        rope_apply(rs->dk, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, -1);
+        memset(rs->dln, 0, (size_t)N * C * sizeof(float));
+        linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim);
+        linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim);
+        linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim);
+        rmsnorm_backward(rs->dresid, gw->input_layernorm, rs->dln, rs->resid[l], a->ln1_rstd, w->input_layernorm, N,
+                         C);
+    }
+    embedding_backward(g.embed_tokens, rs->dresid, rs->tokens, N, C);
+}

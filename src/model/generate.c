@@ -1,0 +1,212 @@
+/* generate.c — one-token-at-a-time decoding over a KV cache, and sampling.
+ *
+ * The decode step is written independently of the batched forward (one position, plain loops
+ * over the cache) and a test holds the two together: feeding tokens 0..T−1 one at a time gives
+ * the logits of the full forward.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "difftrans.h"
+#include "layers/layers.h"
+
+struct dt_kvcache {
+    int max_tokens;
+    float *k, *v;                /* [L, max_tokens, KV·hd] each, after RoPE for k */
+    float *x, *xn;               /* [C] residual stream and its normalised copy */
+    float *q;                    /* [H·hd] */
+    float *scores;               /* [H, max_tokens] softmax maps of the current position */
+    float *atty;                 /* [H·hd] */
+    float *gate, *up;            /* [F] */
+    float *tmp;                  /* [max(C, 2·hd)] */
+};
+
+dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) {
+    const dt_config *c = &m->cfg;
+    if (max_tokens <= 0 || max_tokens > c->max_position_embeddings) {
+        dt_fail(err, "cache of %d tokens: must be in 1..max_position_embeddings (%d)", max_tokens,
+                c->max_position_embeddings);
+        return NULL;
+    }
+    const size_t kvdim = (size_t)c->num_key_value_heads * c->head_dim, qdim = (size_t)c->num_attention_heads * c->head_dim;
+    const size_t C = c->hidden_size, F = c->intermediate_size;
+    dt_kvcache *kc = calloc(1, sizeof *kc);
+    if (!kc) goto oom;
+    kc->max_tokens = max_tokens;
+    kc->k = calloc((size_t)c->num_hidden_layers * max_tokens * kvdim, sizeof(float));
+    kc->v = calloc((size_t)c->num_hidden_layers * max_tokens * kvdim, sizeof(float));
+    kc->x = calloc(C, sizeof(float));
+    kc->xn = calloc(C, sizeof(float));
+    kc->q = calloc(qdim, sizeof(float));
+    kc->scores = calloc((size_t)c->num_attention_heads * max_tokens, sizeof(float));
+    kc->atty = calloc(qdim, sizeof(float));
+    kc->gate = calloc(F, sizeof(float));
+    kc->up = calloc(F, sizeof(float));
+    kc->tmp = calloc(C > 2 * (size_t)c->head_dim ? C : 2 * (size_t)c->head_dim, sizeof(float));
+    if (!kc->k || !kc->v || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate || !kc->up ||
+        !kc->tmp)
+        goto oom;
+    return kc;
+oom:
+    dt_kvcache_free(kc);
+    dt_fail(err, "out of memory allocating a KV cache of %d tokens", max_tokens);
+    return NULL;
+}
+
+void dt_kvcache_free(dt_kvcache *kc) {
+    if (!kc) return;
+    free(kc->k);
+    free(kc->v);
+    free(kc->x);
+    free(kc->xn);
+    free(kc->q);
+    free(kc->scores);
+    free(kc->atty);
+    free(kc->gate);
+    free(kc->up);
+    free(kc->tmp);
+    free(kc);
+}
+
+/* scores[0..n) = softmax(q · k[s] / √hd) for one query head over the cached positions. */
+static void head_scores(float *scores, const float *q, const float *kcache, int n, int kvdim, int hd) {
+    const float scale = 1.0f / sqrtf((float)hd);
+    float mx = -INFINITY;
+    for (int s = 0; s < n; s++) {
+        const float *k = kcache + (size_t)s * kvdim;
+        float dot = 0;
+        for (int d = 0; d < hd; d++) dot += q[d] * k[d];
+        scores[s] = dot * scale;
+        mx = fmaxf(mx, scores[s]);
+    }
+    float sum = 0;
+    for (int s = 0; s < n; s++) sum += (scores[s] = expf(scores[s] - mx));
+    for (int s = 0; s < n; s++) scores[s] /= sum;
+}
+
+/* out[0..hd) = Σ_s w[s] v[s] */
+static void weighted_values(float *out, const float *w, const float *vcache, int n, int kvdim, int hd) {
+    memset(out, 0, (size_t)hd * sizeof(float));
+    for (int s = 0; s < n; s++) {
+        const float *v = vcache + (size_t)s * kvdim;
+        for (int d = 0; d < hd; d++) out[d] += w[s] * v[d];
+    }
+}
+
+/* attention for the newest position, reading the cache of one layer */
+static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n) {
+    const dt_config *c = &m->cfg;
+    const int H = c->num_attention_heads, hd = c->head_dim, kvdim = c->num_key_value_heads * hd;
+    const int g = H / c->num_key_value_heads;
+    const float *kcache = kc->k + (size_t)layer * kc->max_tokens * kvdim;
+    const float *vcache = kc->v + (size_t)layer * kc->max_tokens * kvdim;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < H; i++)
+        head_scores(kc->scores + (size_t)i * kc->max_tokens, kc->q + (size_t)i * hd, kcache + (size_t)(i / g) * hd, n,
+                    kvdim, hd);
+    if (c->arch != DT_ARCH_DIFF) {
+        for (int i = 0; i < H; i++)
+            weighted_values(kc->atty + (size_t)i * hd, kc->scores + (size_t)i * kc->max_tokens,
+                            vcache + (size_t)(i / g) * hd, n, kvdim, hd);
+        return;
+    }
+    const int Hd = H / 2;
+    const float lambda = dt_model_lambda(m, layer), scale = 1.0f - dt_lambda_init(layer);
+    const float *subln = m->w.layers[layer].subln;
+    for (int j = 0; j < Hd; j++) {
+        /* D_j = A_j − λ A_{j+Hd}, written over A_j's row */
+        float *d = kc->scores + (size_t)j * kc->max_tokens;
+        const float *a2 = kc->scores + (size_t)(j + Hd) * kc->max_tokens;
+        for (int s = 0; s < n; s++) d[s] -= lambda * a2[s];
+        float *u = kc->atty + (size_t)j * 2 * hd;
+        weighted_values(u, d, vcache + (size_t)(j / g) * hd, n, kvdim, hd);
+        weighted_values(u + hd, d, vcache + (size_t)((j + Hd) / g) * hd, n, kvdim, hd);
+        float rstd;
+        rmsnorm_forward(kc->tmp, &rstd, u, subln, 1, 2 * hd, c->rms_norm_eps);
+        for (int e = 0; e < 2 * hd; e++) u[e] = kc->tmp[e] * scale;
+    }
+}
+
+int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float *logits, dt_error *err) {
+    const dt_config *c = &m->cfg;
+    const int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+    const int qdim = c->num_attention_heads * hd, kvdim = c->num_key_value_heads * hd;
+    if (token < 0 || token >= c->vocab_size)
+        return dt_fail(err, "token id %d at position %d is out of range [0, %d)", token, pos, c->vocab_size);
+    if (pos < 0 || pos >= kc->max_tokens)
+        return dt_fail(err, "position %d is past the end of the context (%d tokens)", pos, kc->max_tokens);
+
+    memcpy(kc->x, m->w.embed_tokens + (size_t)token * C, (size_t)C * sizeof(float));
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const dt_layer_weights *w = &m->w.layers[l];
+        float *kslot = kc->k + ((size_t)l * kc->max_tokens + pos) * kvdim;
+        float *vslot = kc->v + ((size_t)l * kc->max_tokens + pos) * kvdim;
+        float rstd;
+        rmsnorm_forward(kc->xn, &rstd, kc->x, w->input_layernorm, 1, C, c->rms_norm_eps);
+        linear_forward(kc->q, kc->xn, w->q_proj, 1, C, qdim);
+        linear_forward(kslot, kc->xn, w->k_proj, 1, C, kvdim);
+        linear_forward(vslot, kc->xn, w->v_proj, 1, C, kvdim);
+        rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, c->rope_theta, +1);
+        rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, c->rope_theta, +1);
+        decode_attention(m, kc, l, pos + 1);
+        linear_forward(kc->tmp, kc->atty, w->o_proj, 1, qdim, C);
+        for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
+
+        rmsnorm_forward(kc->xn, &rstd, kc->x, w->post_attention_layernorm, 1, C, c->rms_norm_eps);
+        linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, F);
+        linear_forward(kc->up, kc->xn, w->up_proj, 1, C, F);
+        swiglu_forward(kc->gate, kc->gate, kc->up, 1, F);
+        linear_forward(kc->tmp, kc->gate, w->down_proj, 1, F, C);
+        for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
+    }
+    float rstd;
+    rmsnorm_forward(kc->xn, &rstd, kc->x, m->w.norm, 1, C, c->rms_norm_eps);
+    linear_forward(logits, kc->xn, m->w.lm_head, 1, C, c->vocab_size);
+    return 0;
+}
+
+static int by_prob_desc(const void *a, const void *b) {
+    const dt_prob_index *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id - y->id; /* ties broken by id so sampling is deterministic */
+}
+
+int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (s->temperature <= 0.0f) return best;
+
+    float sum = 0;
+    for (int i = 0; i < V; i++) {
+        scratch[i].p = expf((logits[i] - logits[best]) / s->temperature);
+        scratch[i].id = i;
+        sum += scratch[i].p;
+    }
+    int n = V;
+    if ((s->top_k > 0 && s->top_k < V) || s->top_p < 1.0f) {
+        qsort(scratch, (size_t)V, sizeof *scratch, by_prob_desc);
+        if (s->top_k > 0 && s->top_k < n) n = s->top_k;
+        if (s->top_p < 1.0f) {
+            float cum = 0;
+            for (int i = 0; i < n; i++) {
+                cum += scratch[i].p / sum;
+                if (cum >= s->top_p) {
+                    n = i + 1;
+                    break;
+                }
+            }
+        }
+        sum = 0;
+        for (int i = 0; i < n; i++) sum += scratch[i].p;
+    }
+    for (int i = 0; i < V; i++) logits[i] = 0;
+    for (int i = 0; i < n; i++) logits[scratch[i].id] = scratch[i].p / sum;
+    float r = dt_rng_uniform(rng) * sum, cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += scratch[i].p;
+        if (r < cum) return scratch[i].id;
+    }
+    return scratch[n - 1].id;
+}

@@ -1,0 +1,306 @@
+/* model.c — the model's parameter layout (the one place it is described), allocation,
+ * initialisation, and checkpoint directories (config.json + model.safetensors + tokenizer). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "difftrans.h"
+
+/* ---------------------------------------------------------------- layout */
+
+typedef struct {
+    dt_tensor *t;
+    int n, cap;
+    size_t offset;
+} layout_builder;
+
+static int layout_add(layout_builder *lb, const char *name, int64_t d0, int64_t d1, int decay) {
+    if (lb->n == lb->cap) {
+        int cap = lb->cap ? 2 * lb->cap : 64;
+        dt_tensor *t = realloc(lb->t, (size_t)cap * sizeof *t);
+        if (!t) return -1;
+        lb->t = t;
+        lb->cap = cap;
+    }
+    dt_tensor *t = &lb->t[lb->n++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = d1 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+    t->offset = lb->offset;
+    t->decay = decay;
+    lb->offset += t->numel;
+    return 0;
+}
+
+/* Every parameter of a model, in checkpoint order, with its HF name and shape. */
+static int build_layout(const dt_config *c, layout_builder *lb) {
+    const int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
+    const int qdim = c->num_attention_heads * hd, kvdim = c->num_key_value_heads * hd;
+    char name[96];
+    int rc = layout_add(lb, "model.embed_tokens.weight", c->vocab_size, C, 1);
+    for (int l = 0; l < c->num_hidden_layers && rc == 0; l++) {
+#define ADD(suffix, d0, d1, decay)                                                \
+    do {                                                                          \
+        snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);            \
+        if (rc == 0) rc = layout_add(lb, name, d0, d1, decay);                    \
+    } while (0)
+        ADD("input_layernorm.weight", C, 0, 0);
+        ADD("self_attn.q_proj.weight", qdim, C, 1);
+        ADD("self_attn.k_proj.weight", kvdim, C, 1);
+        ADD("self_attn.v_proj.weight", kvdim, C, 1);
+        ADD("self_attn.o_proj.weight", C, qdim, 1);
+        if (c->arch == DT_ARCH_DIFF) {
+            ADD("self_attn.lambda_q1", hd, 0, 0);
+            ADD("self_attn.lambda_k1", hd, 0, 0);
+            ADD("self_attn.lambda_q2", hd, 0, 0);
+            ADD("self_attn.lambda_k2", hd, 0, 0);
+            if (c->use_subln_weight) ADD("self_attn.subln.weight", 2 * hd, 0, 0);
+        }
+        ADD("post_attention_layernorm.weight", C, 0, 0);
+        ADD("mlp.gate_proj.weight", F, C, 1);
+        ADD("mlp.up_proj.weight", F, C, 1);
+        ADD("mlp.down_proj.weight", C, F, 1);
+#undef ADD
+    }
+    if (rc == 0) rc = layout_add(lb, "model.norm.weight", C, 0, 0);
+    if (rc == 0 && !c->tie_word_embeddings) rc = layout_add(lb, "lm_head.weight", c->vocab_size, C, 1);
+    return rc;
+}
+
+void dt_weights_view(const dt_model *m, float *buf, dt_weights *w, dt_layer_weights *layers) {
+    const dt_config *c = &m->cfg;
+    const dt_tensor *t = m->tensors;
+    memset(layers, 0, (size_t)c->num_hidden_layers * sizeof *layers);
+    w->layers = layers;
+    w->embed_tokens = buf + (t++)->offset;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        dt_layer_weights *lw = &layers[l];
+        lw->input_layernorm = buf + (t++)->offset;
+        lw->q_proj = buf + (t++)->offset;
+        lw->k_proj = buf + (t++)->offset;
+        lw->v_proj = buf + (t++)->offset;
+        lw->o_proj = buf + (t++)->offset;
+        if (c->arch == DT_ARCH_DIFF) {
+            lw->lambda_q1 = buf + (t++)->offset;
+            lw->lambda_k1 = buf + (t++)->offset;
+            lw->lambda_q2 = buf + (t++)->offset;
+            lw->lambda_k2 = buf + (t++)->offset;
+            if (c->use_subln_weight) lw->subln = buf + (t++)->offset;
+        }
+        lw->post_attention_layernorm = buf + (t++)->offset;
+        lw->gate_proj = buf + (t++)->offset;
+        lw->up_proj = buf + (t++)->offset;
+        lw->down_proj = buf + (t++)->offset;
+    }
+    w->norm = buf + (t++)->offset;
+    w->lm_head = c->tie_word_embeddings ? w->embed_tokens : buf + (t++)->offset;
+}
+
+int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
+    memset(m, 0, sizeof *m);
+    if (dt_config_validate(cfg, "config", err) != 0) return -1;
+    m->cfg = *cfg;
+    layout_builder lb = {0};
+    if (build_layout(cfg, &lb) != 0) {
+        free(lb.t);
+        return dt_fail(err, "out of memory building the model layout");
+    }
+    m->tensors = lb.t;
+    m->n_tensors = lb.n;
+    m->n_params = lb.offset;
+    m->params = calloc(m->n_params, sizeof(float));
+    m->w.layers = calloc((size_t)cfg->num_hidden_layers, sizeof(dt_layer_weights));
+    if (!m->params || !m->w.layers) {
+        dt_model_free(m);
+        return dt_fail(err, "out of memory allocating %zu parameters (%.1f MB)", lb.offset,
+                       (double)lb.offset * 4 / 1e6);
+    }
+    dt_weights_view(m, m->params, &m->w, m->w.layers);
+    return 0;
+}
+
+void dt_model_free(dt_model *m) {
+    free(m->tensors);
+    free(m->params);
+    free(m->w.layers);
+    memset(m, 0, sizeof *m);
+}
+
+const dt_tensor *dt_model_find(const dt_model *m, const char *name) {
+    for (int i = 0; i < m->n_tensors; i++)
+        if (strcmp(m->tensors[i].name, name) == 0) return &m->tensors[i];
+    return NULL;
+}
+
+static int is_norm_weight(const dt_tensor *t) {
+    size_t n = strlen(t->name);
+    return !t->decay && n > 7 && strcmp(t->name + n - 7, ".weight") == 0;
+}
+
+void dt_model_init_random(dt_model *m, uint64_t seed) {
+    uint64_t rng = seed;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_tensor *t = &m->tensors[i];
+        float *p = m->params + t->offset;
+        if (t->decay) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = 0.02f * dt_rng_normal(&rng);
+        } else if (is_norm_weight(t)) {
+            for (size_t j = 0; j < t->numel; j++) p[j] = 1.0f;
+        } else { /* λ vectors */
+            for (size_t j = 0; j < t->numel; j++) p[j] = m->cfg.lambda_std_dev * dt_rng_normal(&rng);
+        }
+    }
+}
+
+float dt_model_lambda(const dt_model *m, int layer) {
+    if (m->cfg.arch != DT_ARCH_DIFF) return 0.0f;
+    const dt_layer_weights *lw = &m->w.layers[layer];
+    float d1 = 0, d2 = 0;
+    for (int i = 0; i < m->cfg.head_dim; i++) {
+        d1 += lw->lambda_q1[i] * lw->lambda_k1[i];
+        d2 += lw->lambda_q2[i] * lw->lambda_k2[i];
+    }
+    return expf(d1) - expf(d2) + dt_lambda_init(layer);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+static int join(char *out, size_t n, const char *dir, const char *file, dt_error *err) {
+    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) return dt_fail(err, "%s: path too long", dir);
+    return 0;
+}
+
+static int tensor_shape_matches(const dt_st_tensor *st, const dt_tensor *t) {
+    if (st->ndim != t->ndim) return 0;
+    for (int d = 0; d < t->ndim; d++)
+        if (st->shape[d] != t->shape[d]) return 0;
+    return 1;
+}
+
+static void format_shape(char *out, size_t n, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(out, n, "[");
+    for (int d = 0; d < ndim && used < n; d++)
+        used += (size_t)snprintf(out + used, n - used, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (used < n) snprintf(out + used, n - used, "]");
+}
+
+int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
+    char path[4200];
+    dt_config cfg;
+    memset(m, 0, sizeof *m);
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return dt_fail(err, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: not a model directory", dir);
+    if (join(path, sizeof path, dir, "config.json", err) || dt_config_load(&cfg, path, err)) return -1;
+    if (dt_tokenizer_check(dir, err) != 0) return -1;
+
+    if (join(path, sizeof path, dir, "model.safetensors", err)) return -1;
+    dt_safetensors st;
+    if (dt_st_open(&st, path, err) != 0) return -1;
+    /* A checkpoint written by HF without our "difftrans" key may still carry subln weights. */
+    if (cfg.arch == DT_ARCH_DIFF && !cfg.use_subln_weight) {
+        for (int i = 0; i < st.n; i++)
+            if (strstr(st.tensors[i].name, ".self_attn.subln.weight")) cfg.use_subln_weight = 1;
+    }
+    if (dt_model_create(m, &cfg, err) != 0) {
+        dt_st_close(&st);
+        return -1;
+    }
+    int rc = 0;
+    for (int i = 0; i < m->n_tensors && rc == 0; i++) {
+        const dt_tensor *t = &m->tensors[i];
+        const dt_st_tensor *s = dt_st_find(&st, t->name);
+        if (!s) {
+            rc = dt_fail(err, "%s: missing tensor '%s'", path, t->name);
+            break;
+        }
+        if (!tensor_shape_matches(s, t)) {
+            char want[64], got[64];
+            format_shape(want, sizeof want, t->ndim, t->shape);
+            format_shape(got, sizeof got, s->ndim, s->shape);
+            rc = dt_fail(err, "%s: tensor '%s' has shape %s but config.json implies %s", path, t->name, got, want);
+            break;
+        }
+        float *p = m->params + t->offset;
+        dt_st_read_f32(&st, s, p);
+        for (size_t j = 0; j < t->numel; j++) {
+            if (!isfinite(p[j])) {
+                rc = dt_fail(err, "%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name,
+                             (double)p[j], j);
+                break;
+            }
+        }
+    }
+    /* Tied checkpoints sometimes also store lm_head; accept it only if it equals the embedding. */
+    if (rc == 0 && cfg.tie_word_embeddings) {
+        const dt_st_tensor *s = dt_st_find(&st, "lm_head.weight");
+        if (s && tensor_shape_matches(s, dt_model_find(m, "model.embed_tokens.weight"))) {
+            float *tmp = malloc(s->numel * sizeof(float));
+            if (!tmp) rc = dt_fail(err, "out of memory");
+            else {
+                dt_st_read_f32(&st, s, tmp);
+                if (memcmp(tmp, m->w.embed_tokens, s->numel * sizeof(float)) != 0)
+                    rc = dt_fail(err, "%s: tie_word_embeddings is true but lm_head.weight differs from the embedding",
+                                 path);
+                free(tmp);
+            }
+        }
+    }
+    dt_st_close(&st);
+    if (rc != 0) dt_model_free(m);
+    return rc;
+}
+
+int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err) {
+    char path[4200];
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    dt_config cfg = m->cfg;
+    const float *params = m->params;
+    float *folded = NULL;
+    if (hf_export && cfg.arch == DT_ARCH_DIFF && cfg.use_subln_weight) {
+        /* HF DiffLlama's per-head norm has no weight: o = W_o (s ⊙ u) = (W_o diag(s)) u, so fold
+         * subln into o_proj's columns, repeated for every differential head. */
+        folded = malloc(m->n_params * sizeof(float));
+        if (!folded) return dt_fail(err, "out of memory");
+        memcpy(folded, params, m->n_params * sizeof(float));
+        const int C = cfg.hidden_size, width = cfg.num_attention_heads * cfg.head_dim, w2 = 2 * cfg.head_dim;
+        for (int l = 0; l < cfg.num_hidden_layers; l++) {
+            const dt_layer_weights *lw = &m->w.layers[l];
+            float *o = folded + (lw->o_proj - m->params);
+            for (int r = 0; r < C; r++)
+                for (int col = 0; col < width; col++) o[(size_t)r * width + col] *= lw->subln[col % w2];
+        }
+        params = folded;
+        cfg.use_subln_weight = 0;
+    }
+    dt_st_entry *entries = calloc((size_t)m->n_tensors, sizeof *entries);
+    if (!entries) {
+        free(folded);
+        return dt_fail(err, "out of memory");
+    }
+    int n = 0;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_tensor *t = &m->tensors[i];
+        if (cfg.arch == DT_ARCH_DIFF && !cfg.use_subln_weight && strstr(t->name, ".subln.weight")) continue;
+        entries[n].name = t->name;
+        entries[n].ndim = t->ndim;
+        entries[n].shape[0] = t->shape[0];
+        entries[n].shape[1] = t->shape[1];
+        entries[n].data = params + t->offset;
+        n++;
+    }
+    int rc = join(path, sizeof path, dir, "model.safetensors", err);
+    if (rc == 0) rc = dt_st_write_f32(path, entries, n, err);
+    if (rc == 0) rc = join(path, sizeof path, dir, "config.json", err);
+    if (rc == 0) rc = dt_config_save(&cfg, path, err);
+    if (rc == 0) rc = dt_tokenizer_save(dir, err);
+    free(entries);
+    free(folded);
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* optim.c — AdamW over the whole flat parameter buffer, the learning-rate schedule and
+ * gradient-norm clipping. */
+#include <math.h>
+#include <stddef.h>
+
+#include "train/optim.h"
+
+float lr_schedule(int step, int steps, int warmup, float lr, float min_lr_ratio) {
+    if (step < warmup) return lr * (float)(step + 1) / (float)warmup;
+    if (steps <= warmup) return lr;
+    double progress = (double)(step - warmup) / (double)(steps - warmup);
+    if (progress > 1) progress = 1;
+    double min_lr = (double)lr * min_lr_ratio;
+    return (float)(min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * ((double)lr - min_lr));
+}
+
+float grad_norm(const float *g, size_t n) {
+    double sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(static)
+    for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    return (float)sqrt(sum);
+}
+
+void grad_scale(float *g, size_t n, float s) {
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) g[i] *= s;
+}
+
+void adamw_step(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n, int t,
+                const adamw_hparams *h, float lr) {
+    const float bc1 = 1.0f - powf(h->beta1, (float)t), bc2 = 1.0f - powf(h->beta2, (float)t);
+#pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        m[i] = h->beta1 * m[i] + (1.0f - h->beta1) * g[i];
+        v[i] = h->beta2 * v[i] + (1.0f - h->beta2) * g[i] * g[i];
+        float update = (m[i] / bc1) / (sqrtf(v[i] / bc2) + h->eps);
+        if (decay[i]) update += h->weight_decay * p[i];
+        p[i] -= lr * update;
+    }
+}

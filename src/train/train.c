@@ -1,0 +1,436 @@
+/* train.c — the training loop: batches from a byte-level text file, AdamW with warm-up and
+ * cosine decay, gradient clipping, held-out validation, JSONL metrics, atomic checkpoints and
+ * exact resume (the optimizer state and the data RNG are saved with the model).
+ *
+ * Files in the output directory:
+ *   config.json, model.safetensors, difftrans_tokenizer.json  the model (a normal checkpoint)
+ *   optimizer.safetensors                                     AdamW moments "adam.m", "adam.v"
+ *   train_state.json                                          step, RNG and hyper-parameters
+ *   metrics.jsonl                                             one line per step
+ */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "difftrans.h"
+#include "train/optim.h"
+
+void dt_train_defaults(dt_train_options *o) {
+    memset(o, 0, sizeof *o);
+    o->steps = 1000;
+    o->batch = 8;
+    o->seq = 128;
+    o->lr = 1e-3f;
+    o->min_lr_ratio = 0.1f;
+    o->warmup = 50;
+    o->weight_decay = 0.1f;
+    o->grad_clip = 1.0f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->adam_eps = 1e-8f;
+    o->seed = 1337;
+    o->eval_interval = 100;
+    o->eval_batches = 8;
+    o->save_interval = 500;
+    o->val_fraction = 0.1f;
+}
+
+typedef struct {
+    dt_model model;
+    float *grads, *adam_m, *adam_v;
+    unsigned char *decay;        /* [n_params] 1 where weight decay applies */
+    int step;                    /* steps done */
+    uint64_t rng;                /* data sampling state */
+    int *tokens;
+    size_t n_tokens, n_train;    /* tokens [0, n_train) train, [n_train, n_tokens) validation */
+    dt_runstate *rs;
+    int *in, *tg;                /* [B·T] */
+    double elapsed;              /* seconds of training so far (for the metrics) */
+} trainer;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int path_join(char *out, size_t n, const char *dir, const char *file, dt_error *err) {
+    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) return dt_fail(err, "%s: path too long", dir);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- state files */
+
+static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
+    cJSON *j = cJSON_CreateObject();
+    char rng[32];
+    snprintf(rng, sizeof rng, "%llu", (unsigned long long)tr->rng);
+    cJSON_AddNumberToObject(j, "step", tr->step);
+    cJSON_AddStringToObject(j, "rng", rng); /* a string: JSON numbers lose 64-bit precision */
+    cJSON_AddNumberToObject(j, "elapsed_seconds", tr->elapsed);
+    cJSON_AddStringToObject(j, "data", o->data_path);
+    cJSON_AddNumberToObject(j, "steps", o->steps);
+    cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "seq", o->seq);
+    cJSON_AddNumberToObject(j, "lr", o->lr);
+    cJSON_AddNumberToObject(j, "min_lr_ratio", o->min_lr_ratio);
+    cJSON_AddNumberToObject(j, "warmup", o->warmup);
+    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    cJSON_AddNumberToObject(j, "grad_clip", o->grad_clip);
+    cJSON_AddNumberToObject(j, "beta1", o->beta1);
+    cJSON_AddNumberToObject(j, "beta2", o->beta2);
+    cJSON_AddNumberToObject(j, "adam_eps", o->adam_eps);
+    snprintf(rng, sizeof rng, "%llu", (unsigned long long)o->seed);
+    cJSON_AddStringToObject(j, "seed", rng);
+    cJSON_AddNumberToObject(j, "eval_interval", o->eval_interval);
+    cJSON_AddNumberToObject(j, "eval_batches", o->eval_batches);
+    cJSON_AddNumberToObject(j, "save_interval", o->save_interval);
+    cJSON_AddNumberToObject(j, "val_fraction", o->val_fraction);
+    return j;
+}
+
+static int json_number(const cJSON *j, const char *key, double *out, const char *path, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: missing or non-numeric '%s'", path, key);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int json_u64(const cJSON *j, const char *key, uint64_t *out, const char *path, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    char *end = NULL;
+    if (!cJSON_IsString(v) || !*v->valuestring) return dt_fail(err, "%s: missing '%s'", path, key);
+    errno = 0;
+    unsigned long long x = strtoull(v->valuestring, &end, 10);
+    if (errno || *end) return dt_fail(err, "%s: '%s' is not an unsigned integer", path, key);
+    *out = x;
+    return 0;
+}
+
+/* Restores the hyper-parameters and counters of a run from train_state.json. `steps` given
+ * on the command line (nonzero in *o) overrides the saved one so a run can be extended. */
+static int load_train_state(const char *path, dt_train_options *o, trainer *tr, char *data_path, size_t data_cap,
+                            dt_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_fail(err, "%s: cannot open (is this a training output directory?): %s", path, strerror(errno));
+    char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    cJSON *j = cJSON_Parse(buf);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return dt_fail(err, "%s: not valid JSON", path);
+    }
+    double step = 0, steps = 0, batch = 0, seq = 0, lr = 0, mlr = 0, warm = 0, wd = 0, clip = 0, b1 = 0, b2 = 0,
+           eps = 0, ei = 0, eb = 0, si = 0, vf = 0, el = 0;
+    int rc = 0;
+    rc |= json_number(j, "step", &step, path, err) || json_number(j, "steps", &steps, path, err) ||
+          json_number(j, "batch", &batch, path, err) || json_number(j, "seq", &seq, path, err) ||
+          json_number(j, "lr", &lr, path, err) || json_number(j, "min_lr_ratio", &mlr, path, err) ||
+          json_number(j, "warmup", &warm, path, err) || json_number(j, "weight_decay", &wd, path, err) ||
+          json_number(j, "grad_clip", &clip, path, err) || json_number(j, "beta1", &b1, path, err) ||
+          json_number(j, "beta2", &b2, path, err) || json_number(j, "adam_eps", &eps, path, err) ||
+          json_number(j, "eval_interval", &ei, path, err) || json_number(j, "eval_batches", &eb, path, err) ||
+          json_number(j, "save_interval", &si, path, err) || json_number(j, "val_fraction", &vf, path, err) ||
+          json_number(j, "elapsed_seconds", &el, path, err) || json_u64(j, "rng", &tr->rng, path, err) ||
+          json_u64(j, "seed", &o->seed, path, err);
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
+    if (!rc && !cJSON_IsString(data)) rc = dt_fail(err, "%s: missing 'data'", path);
+    if (!rc) {
+        snprintf(data_path, data_cap, "%s", data->valuestring);
+        tr->step = (int)step;
+        tr->elapsed = el;
+        if (o->steps <= 0) o->steps = (int)steps;
+        o->batch = (int)batch;
+        o->seq = (int)seq;
+        o->lr = (float)lr;
+        o->min_lr_ratio = (float)mlr;
+        o->warmup = (int)warm;
+        o->weight_decay = (float)wd;
+        o->grad_clip = (float)clip;
+        o->beta1 = (float)b1;
+        o->beta2 = (float)b2;
+        o->adam_eps = (float)eps;
+        o->eval_interval = (int)ei;
+        o->eval_batches = (int)eb;
+        o->save_interval = (int)si;
+        o->val_fraction = (float)vf;
+    }
+    cJSON_Delete(j);
+    return rc ? -1 : 0;
+}
+
+static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err) {
+    char path[4200];
+    if (dt_model_save(&tr->model, o->out_dir, 0, err) != 0) return -1;
+    dt_st_entry e[2] = {
+        {.name = "adam.m", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->adam_m},
+        {.name = "adam.v", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->adam_v},
+    };
+    if (path_join(path, sizeof path, o->out_dir, "optimizer.safetensors", err) || dt_st_write_f32(path, e, 2, err))
+        return -1;
+    /* train_state.json goes last: it names the step the other files belong to. */
+    cJSON *j = options_to_json(o, tr);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) return dt_fail(err, "out of memory");
+    dt_atomic_file af;
+    int rc = path_join(path, sizeof path, o->out_dir, "train_state.json", err);
+    if (rc == 0) rc = dt_atomic_open(&af, path, err);
+    if (rc == 0) {
+        fputs(text, af.fp);
+        fputc('\n', af.fp);
+        rc = dt_atomic_commit(&af, err);
+    }
+    free(text);
+    return rc;
+}
+
+static int load_optimizer(const char *dir, trainer *tr, dt_error *err) {
+    char path[4200];
+    dt_safetensors st;
+    if (path_join(path, sizeof path, dir, "optimizer.safetensors", err) || dt_st_open(&st, path, err)) return -1;
+    const char *names[2] = {"adam.m", "adam.v"};
+    float *dst[2] = {tr->adam_m, tr->adam_v};
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        const dt_st_tensor *t = dt_st_find(&st, names[i]);
+        if (!t) rc = dt_fail(err, "%s: missing tensor '%s'", path, names[i]);
+        else if (t->numel != tr->model.n_params)
+            rc = dt_fail(err, "%s: '%s' has %zu values but the model has %zu parameters", path, names[i], t->numel,
+                         tr->model.n_params);
+        else dt_st_read_f32(&st, t, dst[i]);
+    }
+    dt_st_close(&st);
+    return rc;
+}
+
+/* Keeps the metrics lines of steps before `step` (a resumed run rewrites what followed). */
+static int truncate_metrics(const char *path, int step, dt_error *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    dt_atomic_file af;
+    if (dt_atomic_open(&af, path, err) != 0) {
+        fclose(f);
+        return -1;
+    }
+    char line[16384];
+    while (fgets(line, sizeof line, f)) {
+        int s;
+        if (sscanf(line, "{\"step\":%d", &s) == 1 && s < step) fputs(line, af.fp);
+    }
+    fclose(f);
+    return dt_atomic_commit(&af, err);
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+static void sample_batch(trainer *tr, int B, int T) {
+    const size_t span = tr->n_train - (size_t)T; /* start offsets 0 .. n_train − T − 1 */
+    for (int b = 0; b < B; b++) {
+        size_t off = (size_t)(dt_rng_next(&tr->rng) % span);
+        memcpy(tr->in + (size_t)b * T, tr->tokens + off, (size_t)T * sizeof(int));
+        memcpy(tr->tg + (size_t)b * T, tr->tokens + off + 1, (size_t)T * sizeof(int));
+    }
+}
+
+static void format_duration(char *out, size_t n, double s) {
+    if (s < 0 || !isfinite(s)) snprintf(out, n, "?");
+    else if (s < 60) snprintf(out, n, "%.0fs", s);
+    else if (s < 3600) snprintf(out, n, "%dm%02ds", (int)s / 60, (int)s % 60);
+    else snprintf(out, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
+}
+
+static void write_metrics(FILE *mf, const trainer *tr, float loss, double val_loss, float lr, float gnorm, double tps) {
+    fprintf(mf, "{\"step\":%d,\"train_loss\":%.6f", tr->step, loss);
+    if (!isnan(val_loss)) fprintf(mf, ",\"val_loss\":%.6f", val_loss);
+    fprintf(mf, ",\"lr\":%.6g,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f,\"lambda\":[", lr, gnorm,
+            tps, tr->elapsed);
+    for (int l = 0; l < tr->model.cfg.num_hidden_layers; l++)
+        fprintf(mf, "%s%.6f", l ? "," : "", dt_model_lambda(&tr->model, l));
+    fprintf(mf, "]}\n");
+    fflush(mf);
+}
+
+static void trainer_free(trainer *tr) {
+    dt_model_free(&tr->model);
+    free(tr->grads);
+    free(tr->adam_m);
+    free(tr->adam_v);
+    free(tr->decay);
+    free(tr->tokens);
+    free(tr->in);
+    free(tr->tg);
+    dt_runstate_free(tr->rs);
+}
+
+static int validate_options(const dt_train_options *o, dt_error *err) {
+    if (!o->data_path) return dt_fail(err, "--data: a training text file is required");
+    if (!o->out_dir) return dt_fail(err, "--out: an output directory is required");
+    if (o->steps <= 0) return dt_fail(err, "--steps %d: must be positive", o->steps);
+    if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "--batch %d: must be in 1..4096", o->batch);
+    if (o->seq <= 0) return dt_fail(err, "--seq %d: must be positive", o->seq);
+    if (!(o->lr > 0) || !isfinite(o->lr)) return dt_fail(err, "--lr %g: must be a positive number", (double)o->lr);
+    if (o->warmup < 0) return dt_fail(err, "--warmup %d: must be >= 0", o->warmup);
+    if (!(o->weight_decay >= 0)) return dt_fail(err, "--weight-decay %g: must be >= 0", (double)o->weight_decay);
+    if (!(o->grad_clip >= 0)) return dt_fail(err, "--grad-clip %g: must be >= 0 (0 = off)", (double)o->grad_clip);
+    if (!(o->val_fraction > 0 && o->val_fraction < 1))
+        return dt_fail(err, "--val-fraction %g: must be in (0, 1)", (double)o->val_fraction);
+    if (o->eval_interval < 0 || o->save_interval < 0 || o->eval_batches <= 0)
+        return dt_fail(err, "eval/save intervals must be >= 0 and --eval-batches positive");
+    return 0;
+}
+
+int dt_train(dt_train_options *o, dt_error *err) {
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    char path[4200], data_path[4096];
+    if (o->resume) {
+        if (!o->out_dir) return dt_fail(err, "--resume needs --out DIR, the directory of the run to continue");
+        if (path_join(path, sizeof path, o->out_dir, "train_state.json", err) ||
+            load_train_state(path, o, &tr, data_path, sizeof data_path, err))
+            return -1;
+        if (!o->data_path) o->data_path = data_path;
+        if (dt_model_load(&tr.model, o->out_dir, err) != 0) return -1;
+    } else {
+        if (validate_options(o, err) != 0) return -1;
+        if (dt_model_create(&tr.model, &o->cfg, err) != 0) return -1;
+        dt_model_init_random(&tr.model, o->seed);
+        tr.rng = o->seed ^ 0xD1FF7A45ull;
+    }
+    if (validate_options(o, err) != 0) goto fail;
+    const dt_config *c = &tr.model.cfg;
+    const int B = o->batch, T = o->seq;
+    if (T > c->max_position_embeddings) {
+        dt_fail(err, "--seq %d exceeds the model's max_position_embeddings %d", T, c->max_position_embeddings);
+        goto fail;
+    }
+    if (dt_text_load(o->data_path, &tr.tokens, &tr.n_tokens, err) != 0) goto fail;
+    for (size_t i = 0; i < tr.n_tokens; i++)
+        if (tr.tokens[i] >= c->vocab_size) {
+            dt_fail(err, "%s: byte %d at offset %zu is outside the model's vocabulary of %d", o->data_path,
+                    tr.tokens[i], i, c->vocab_size);
+            goto fail;
+        }
+    tr.n_train = tr.n_tokens - (size_t)((double)tr.n_tokens * o->val_fraction);
+    if (tr.n_train < (size_t)T + 2 || tr.n_tokens - tr.n_train < (size_t)T + 1) {
+        dt_fail(err, "%s: %zu bytes is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
+                o->data_path, tr.n_tokens, T, 100.0 * o->val_fraction,
+                (size_t)((double)(2 * T + 3) / (o->val_fraction < 0.5 ? o->val_fraction : 1 - o->val_fraction)) + 1);
+        goto fail;
+    }
+    const size_t P = tr.model.n_params;
+    tr.grads = calloc(P, sizeof(float));
+    tr.adam_m = calloc(P, sizeof(float));
+    tr.adam_v = calloc(P, sizeof(float));
+    tr.decay = calloc(P, 1);
+    tr.in = malloc((size_t)B * T * sizeof(int));
+    tr.tg = malloc((size_t)B * T * sizeof(int));
+    if (!tr.grads || !tr.adam_m || !tr.adam_v || !tr.decay || !tr.in || !tr.tg) {
+        dt_fail(err, "out of memory for %zu parameters of optimizer state", P);
+        goto fail;
+    }
+    for (int i = 0; i < tr.model.n_tensors; i++)
+        if (tr.model.tensors[i].decay) memset(tr.decay + tr.model.tensors[i].offset, 1, tr.model.tensors[i].numel);
+    if (!(tr.rs = dt_runstate_create(&tr.model, B, T, err))) goto fail;
+    if (o->resume && load_optimizer(o->out_dir, &tr, err) != 0) goto fail;
+
+    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+        dt_fail(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+        goto fail;
+    }
+    if (path_join(path, sizeof path, o->out_dir, "metrics.jsonl", err)) goto fail;
+    if (o->resume ? truncate_metrics(path, tr.step + 1, err) : (unlink(path), 0)) goto fail;
+    FILE *mf = fopen(path, "a");
+    if (!mf) {
+        dt_fail(err, "%s: cannot open for writing: %s", path, strerror(errno));
+        goto fail;
+    }
+
+    const adamw_hparams hp = {o->beta1, o->beta2, o->adam_eps, o->weight_decay};
+    const int tty = isatty(STDERR_FILENO) && !o->quiet;
+    const int log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
+    if (!o->quiet)
+        fprintf(stderr, "%s %s: %zu parameters, %zu train / %zu validation bytes, %d steps of %d × %d tokens%s\n",
+                o->resume ? "resuming" : "training", c->arch == DT_ARCH_DIFF ? "diffllama" : "llama", P, tr.n_train,
+                tr.n_tokens - tr.n_train, o->steps, B, T, o->resume ? "" : "");
+    double tps = 0, t_start = now_seconds();
+    int start_step = tr.step, rc = 0, stopped = 0;
+    while (tr.step < o->steps) {
+        double t0 = now_seconds();
+        sample_batch(&tr, B, T);
+        float loss;
+        if (dt_forward(&tr.model, tr.rs, tr.in, tr.tg, B, T, &loss, err) != 0) {
+            rc = -1;
+            break;
+        }
+        memset(tr.grads, 0, P * sizeof(float));
+        dt_backward(&tr.model, tr.rs, tr.grads);
+        float gnorm = grad_norm(tr.grads, P);
+        if (!isfinite(loss) || !isfinite(gnorm)) {
+            rc = dt_fail(err, "step %d: loss %g, gradient norm %g — training diverged (try a lower --lr)", tr.step + 1,
+                         (double)loss, (double)gnorm);
+            break;
+        }
+        if (o->grad_clip > 0 && gnorm > o->grad_clip) grad_scale(tr.grads, P, o->grad_clip / gnorm);
+        float lr = lr_schedule(tr.step, o->steps, o->warmup, o->lr, o->min_lr_ratio);
+        adamw_step(tr.model.params, tr.grads, tr.adam_m, tr.adam_v, tr.decay, P, tr.step + 1, &hp, lr);
+        tr.step++;
+        double dt = now_seconds() - t0;
+        tr.elapsed += dt;
+        tps = (double)B * T / dt;
+
+        double val_loss = NAN;
+        int last = tr.step == o->steps;
+        if ((o->eval_interval > 0 && tr.step % o->eval_interval == 0) || last || tr.step == 1) {
+            const int *val = tr.tokens + tr.n_train;
+            if (eval_windows(&tr.model, tr.rs, tr.in, tr.tg, val, tr.n_tokens - tr.n_train, B, T,
+                             (size_t)o->eval_batches * B, &val_loss, NULL, err) != 0) {
+                rc = -1;
+                break;
+            }
+        }
+        write_metrics(mf, &tr, loss, val_loss, lr, gnorm, tps);
+        if (!o->quiet) {
+            double rate = (now_seconds() - t_start) / (tr.step - start_step);
+            char eta[32];
+            format_duration(eta, sizeof eta, rate * (o->steps - tr.step));
+            if (tty || !isnan(val_loss) || tr.step % log_every == 0)
+                fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | ETA %s%s",
+                        tty ? "\r\033[K" : "", tr.step, o->steps, loss, lr, gnorm, tps, eta, tty ? "" : "\n");
+            if (!isnan(val_loss))
+                fprintf(stderr, "%s  val loss %.4f (%.3f bits/byte)\n", tty ? "\n" : "", val_loss, val_loss / M_LN2);
+        }
+        stopped = (o->stop && *o->stop) || (o->stop_at > 0 && tr.step >= o->stop_at && !last);
+        if (last || stopped || (o->save_interval > 0 && tr.step % o->save_interval == 0)) {
+            if (save_checkpoint(o, &tr, err) != 0) {
+                rc = -1;
+                break;
+            }
+        }
+        if (stopped) break;
+    }
+    fclose(mf);
+    if (rc == 0 && !o->quiet) {
+        if (tty) fputc('\n', stderr);
+        if (stopped && o->stop_at > 0 && tr.step >= o->stop_at)
+            fprintf(stderr, "stopped at step %d/%d as asked: checkpoint saved in %s; continue with --resume --out %s\n",
+                    tr.step, o->steps, o->out_dir, o->out_dir);
+        else if (stopped)
+            fprintf(stderr, "interrupted at step %d/%d: checkpoint saved in %s; continue with --resume --out %s\n",
+                    tr.step, o->steps, o->out_dir, o->out_dir);
+        else fprintf(stderr, "done: %d steps, model saved in %s\n", tr.step, o->out_dir);
+    }
+    trainer_free(&tr);
+    return rc;
+fail:
+    trainer_free(&tr);
+    return -1;
+}

@@ -1,0 +1,347 @@
+/* test_model.c — whole-model properties: parameter parity, KV-cache decoding against the full
+ * forward, gradients against finite differences, checkpoint round trips, the differential map,
+ * exact resume, and that training actually learns real text. */
+#include <math.h>
+#include <omp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "testutil.h"
+
+/* A small model of either kind; weights scaled up from the 0.02 init so that attention is far
+ * from uniform and every path carries signal. */
+static void make_model(dt_model *m, dt_arch arch, int kv_heads, int tied, int subln, uint64_t seed) {
+    dt_config c;
+    dt_error err;
+    assert_int_equal(dt_config_preset(&c, "tiny", arch, &err), 0);
+    c.vocab_size = 40;
+    c.hidden_size = 32;
+    c.intermediate_size = 48;
+    c.num_hidden_layers = 2;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = kv_heads;
+    c.head_dim = 8;
+    c.max_position_embeddings = 64;
+    c.tie_word_embeddings = tied;
+    c.use_subln_weight = arch == DT_ARCH_DIFF && subln;
+    c.lambda_std_dev = 0.3f;
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    dt_model_init_random(m, seed);
+    uint64_t rng = seed * 7 + 1;
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_tensor *t = &m->tensors[i];
+        float *p = m->params + t->offset;
+        for (size_t j = 0; j < t->numel; j++) {
+            if (t->decay) p[j] *= 8.0f;                       /* std 0.16 */
+            else if (p[j] == 1.0f) p[j] += 0.2f * dt_rng_normal(&rng); /* norm weights around 1 */
+        }
+    }
+}
+
+static void random_tokens(int *t, int n, int V, uint64_t seed) {
+    for (int i = 0; i < n; i++) t[i] = (int)(dt_rng_next(&seed) % (uint64_t)V);
+}
+
+static void test_parameter_parity(void **state) {
+    (void)state;
+    dt_error err;
+    const char *presets[] = {"tiny", "small", "medium", "base"};
+    for (int p = 0; p < 4; p++) {
+        dt_config dc, bc;
+        assert_int_equal(dt_config_preset(&dc, presets[p], DT_ARCH_DIFF, &err), 0);
+        bc = dt_config_matched(&dc);
+        assert_int_equal(bc.arch, DT_ARCH_LLAMA);
+        dt_model d, b;
+        assert_int_equal(dt_model_create(&d, &dc, &err), 0);
+        assert_int_equal(dt_model_create(&b, &bc, &err), 0);
+        /* the only extra parameters are the four λ vectors of every layer */
+        assert_int_equal(d.n_params - b.n_params, (size_t)4 * dc.head_dim * dc.num_hidden_layers);
+        dt_model_free(&d);
+        dt_model_free(&b);
+    }
+}
+
+static void check_decode_matches_forward(dt_arch arch, int kv, int tied, int subln) {
+    dt_model m;
+    dt_error err;
+    make_model(&m, arch, kv, tied, subln, 11 + kv + tied);
+    const int T = 11, V = m.cfg.vocab_size;
+    int tokens[11];
+    random_tokens(tokens, T, V, 5);
+    dt_runstate *rs = dt_runstate_create(&m, 1, T, &err);
+    assert_non_null(rs);
+    assert_int_equal(dt_forward(&m, rs, tokens, NULL, 1, T, NULL, &err), 0);
+    dt_kvcache *kc = dt_kvcache_create(&m, T, &err);
+    assert_non_null(kc);
+    float logits[64];
+    for (int t = 0; t < T; t++) {
+        assert_int_equal(dt_decode_step(&m, kc, tokens[t], t, logits, &err), 0);
+        float d = tu_max_rel_diff(logits, dt_runstate_logits(rs) + (size_t)t * V, (size_t)V, 1.0f);
+        if (d > 2e-5f) fail_msg("arch %d kv %d tied %d subln %d: position %d differs by %g", arch, kv, tied, subln, t, d);
+    }
+    assert_int_equal(dt_decode_step(&m, kc, tokens[0], T, logits, &err), -1); /* past the cache */
+    assert_int_equal(dt_decode_step(&m, kc, V, 0, logits, &err), -1);          /* token out of range */
+    dt_kvcache_free(kc);
+    dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
+static void test_kvcache_equals_forward(void **state) {
+    (void)state;
+    check_decode_matches_forward(DT_ARCH_LLAMA, 4, 0, 0);
+    check_decode_matches_forward(DT_ARCH_LLAMA, 2, 1, 0);
+    check_decode_matches_forward(DT_ARCH_DIFF, 4, 0, 0);
+    check_decode_matches_forward(DT_ARCH_DIFF, 2, 1, 1);
+    check_decode_matches_forward(DT_ARCH_DIFF, 1, 0, 1);
+}
+
+/* loss(params) in double for finite differences */
+static double model_loss(dt_model *m, dt_runstate *rs, const int *tok, const int *tgt, int B, int T) {
+    float loss;
+    dt_error err;
+    assert_int_equal(dt_forward(m, rs, tok, tgt, B, T, &loss, &err), 0);
+    return loss;
+}
+
+static void check_model_gradients(dt_arch arch, int kv, int tied, int subln) {
+    dt_model m;
+    dt_error err;
+    make_model(&m, arch, kv, tied, subln, 3);
+    const int B = 2, T = 6, V = m.cfg.vocab_size;
+    int tok[12], tgt[12];
+    random_tokens(tok, B * T, V, 9);
+    random_tokens(tgt, B * T, V, 10);
+    tgt[3] = -1; /* an ignored position */
+    dt_runstate *rs = dt_runstate_create(&m, B, T, &err);
+    assert_non_null(rs);
+    float *g = calloc(m.n_params, sizeof(float));
+    model_loss(&m, rs, tok, tgt, B, T);
+    dt_backward(&m, rs, g);
+    uint64_t rng = 77;
+    for (int i = 0; i < m.n_tensors; i++) {
+        const dt_tensor *t = &m.tensors[i];
+        for (int probe = 0; probe < 4; probe++) {
+            size_t j = t->offset + (size_t)(dt_rng_next(&rng) % t->numel);
+            const float eps = 1e-2f, saved = m.params[j];
+            m.params[j] = saved + eps;
+            double lp = model_loss(&m, rs, tok, tgt, B, T);
+            m.params[j] = saved - eps;
+            double lm = model_loss(&m, rs, tok, tgt, B, T);
+            m.params[j] = saved;
+            double fd = (lp - lm) / (2.0 * eps);
+            double diff = fabs(fd - g[j]), tol = 2e-3 + 5e-2 * fabs(fd);
+            if (diff > tol)
+                fail_msg("arch %d: %s[%zu]: backward %g vs finite difference %g", arch, t->name, j - t->offset,
+                         (double)g[j], fd);
+        }
+    }
+    free(g);
+    dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
+static void test_model_gradients(void **state) {
+    (void)state;
+    check_model_gradients(DT_ARCH_LLAMA, 2, 0, 0);
+    check_model_gradients(DT_ARCH_LLAMA, 4, 1, 0);
+    check_model_gradients(DT_ARCH_DIFF, 2, 0, 1);
+    check_model_gradients(DT_ARCH_DIFF, 4, 1, 0);
+}
+
+static void test_save_load_bit_exact(void **state) {
+    (void)state;
+    for (int arch = 0; arch < 2; arch++) {
+        dt_model m, r;
+        dt_error err;
+        make_model(&m, (dt_arch)arch, 2, arch, 1, 21);
+        char dir[1024];
+        tu_path(dir, sizeof dir, arch ? "roundtrip_diff" : "roundtrip_llama");
+        assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+        if (dt_model_load(&r, dir, &err) != 0) fail_msg("%s", err.msg);
+        assert_int_equal(r.n_params, m.n_params);
+        assert_memory_equal(&r.cfg, &m.cfg, sizeof m.cfg);
+        assert_memory_equal(r.params, m.params, m.n_params * sizeof(float));
+        dt_model_free(&r);
+        dt_model_free(&m);
+    }
+}
+
+static void test_hf_export_same_logits(void **state) {
+    (void)state;
+    dt_model m, e;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 2, 0, 1, 31);
+    char dir[1024];
+    tu_path(dir, sizeof dir, "hf_export");
+    assert_int_equal(dt_model_save(&m, dir, 1, &err), 0);
+    assert_int_equal(dt_model_load(&e, dir, &err), 0);
+    assert_int_equal(e.cfg.use_subln_weight, 0);
+    assert_null(dt_model_find(&e, "model.layers.0.self_attn.subln.weight"));
+    const int T = 9, V = m.cfg.vocab_size;
+    int tok[9];
+    random_tokens(tok, T, V, 4);
+    dt_runstate *a = dt_runstate_create(&m, 1, T, &err), *b = dt_runstate_create(&e, 1, T, &err);
+    assert_int_equal(dt_forward(&m, a, tok, NULL, 1, T, NULL, &err), 0);
+    assert_int_equal(dt_forward(&e, b, tok, NULL, 1, T, NULL, &err), 0);
+    assert_true(tu_max_rel_diff(dt_runstate_logits(a), dt_runstate_logits(b), (size_t)T * V, 1.0f) < 1e-5f);
+    dt_runstate_free(a);
+    dt_runstate_free(b);
+    dt_model_free(&e);
+    dt_model_free(&m);
+}
+
+/* The paper's illustration at model level: each row of A_j − λ·A_{j+H/2} sums to 1 − λ and
+ * some weights are negative. */
+static void test_differential_map(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 4, 0, 0, 41);
+    const int T = 12, H = m.cfg.num_attention_heads;
+    int tok[12];
+    random_tokens(tok, T, m.cfg.vocab_size, 8);
+    dt_runstate *rs = dt_runstate_create(&m, 1, T, &err);
+    assert_int_equal(dt_forward(&m, rs, tok, NULL, 1, T, NULL, &err), 0);
+    int negatives = 0;
+    for (int l = 0; l < m.cfg.num_hidden_layers; l++) {
+        const float *att = dt_runstate_attention(rs, l), lambda = dt_model_lambda(&m, l);
+        for (int j = 0; j < H / 2; j++)
+            for (int t = 0; t < T; t++) {
+                double sum = 0;
+                for (int s = 0; s <= t; s++) {
+                    double d = att[((size_t)j * T + t) * T + s] - lambda * att[((size_t)(j + H / 2) * T + t) * T + s];
+                    sum += d;
+                    negatives += d < 0;
+                }
+                assert_float_equal(sum, 1.0 - lambda, 1e-5);
+            }
+    }
+    assert_true(negatives > 0);
+    dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
+static void test_forward_rejects_bad_tokens(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 2, 0, 0, 1);
+    dt_runstate *rs = dt_runstate_create(&m, 1, 4, &err);
+    int bad[4] = {1, 2, 40, 3}, neg[4] = {1, -1, 2, 3};
+    assert_int_equal(dt_forward(&m, rs, bad, NULL, 1, 4, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "out of range"));
+    assert_int_equal(dt_forward(&m, rs, neg, NULL, 1, 4, NULL, &err), -1);
+    assert_int_equal(dt_forward(&m, rs, neg, NULL, 1, 5, NULL, &err), -1); /* larger than the run state */
+    assert_null(dt_runstate_create(&m, 1, 65, &err));                       /* past max_position_embeddings */
+    assert_non_null(strstr(err.msg, "max_position_embeddings"));
+    dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
+static const char *real_text(void) { return "/usr/share/common-licenses/GPL-3"; }
+
+static void train_opts(dt_train_options *o, const char *out, int steps) {
+    dt_error err;
+    dt_train_defaults(o);
+    o->data_path = real_text();
+    o->out_dir = out;
+    assert_int_equal(dt_config_preset(&o->cfg, "tiny", DT_ARCH_DIFF, &err), 0);
+    o->steps = steps;
+    o->batch = 4;
+    o->seq = 32;
+    o->warmup = 3;
+    o->eval_interval = 5;
+    o->eval_batches = 2;
+    o->save_interval = 0;
+    o->quiet = 1;
+}
+
+static void load_params(const char *dir, dt_model *m) {
+    dt_error err;
+    if (dt_model_load(m, dir, &err) != 0) fail_msg("%s", err.msg);
+}
+
+static void test_resume_equals_uninterrupted(void **state) {
+    (void)state;
+    omp_set_num_threads(1);
+    char a[1024], b[1024];
+    tu_path(a, sizeof a, "run_straight");
+    tu_path(b, sizeof b, "run_resumed");
+    dt_train_options o;
+    dt_error err;
+    train_opts(&o, a, 12);
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    train_opts(&o, b, 12);
+    o.stop_at = 7; /* as if interrupted after step 7 */
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    dt_train_options r;
+    memset(&r, 0, sizeof r);
+    r.out_dir = b;
+    r.resume = 1;
+    r.quiet = 1;
+    if (dt_train(&r, &err) != 0) fail_msg("%s", err.msg);
+    dt_model ma, mb;
+    load_params(a, &ma);
+    load_params(b, &mb);
+    assert_int_equal(ma.n_params, mb.n_params);
+    assert_memory_equal(ma.params, mb.params, ma.n_params * sizeof(float));
+    dt_model_free(&ma);
+    dt_model_free(&mb);
+    omp_set_num_threads(omp_get_num_procs());
+}
+
+static void test_training_learns_real_text(void **state) {
+    (void)state;
+    int *tok;
+    size_t n;
+    dt_error err;
+    if (dt_text_load(real_text(), &tok, &n, &err) != 0) skip();
+    double counts[256] = {0}, unigram = 0;
+    for (size_t i = 0; i < n; i++) counts[tok[i]]++;
+    for (int i = 0; i < 256; i++)
+        if (counts[i] > 0) unigram -= counts[i] / n * log(counts[i] / n);
+    free(tok);
+
+    char dir[1024];
+    tu_path(dir, sizeof dir, "learns");
+    dt_train_options o;
+    train_opts(&o, dir, 400);
+    o.batch = 8;
+    o.seq = 64;
+    o.lr = 3e-3f;
+    o.warmup = 20;
+    o.eval_batches = 8;
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    dt_model m;
+    load_params(dir, &m);
+    double val;
+    if (dt_text_load(real_text(), &tok, &n, &err) != 0) fail_msg("%s", err.msg);
+    size_t start = n - (size_t)(n * o.val_fraction);
+    assert_int_equal(dt_eval_tokens(&m, tok + start, n - start, 8, 64, &val, NULL, &err), 0);
+    print_message("byte unigram entropy %.3f nats, validation loss after 400 steps %.3f nats\n", unigram, val);
+    assert_true(val < 0.8 * unigram);
+    free(tok);
+    dt_model_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parameter_parity),
+        cmocka_unit_test(test_kvcache_equals_forward),
+        cmocka_unit_test(test_model_gradients),
+        cmocka_unit_test(test_save_load_bit_exact),
+        cmocka_unit_test(test_hf_export_same_logits),
+        cmocka_unit_test(test_differential_map),
+        cmocka_unit_test(test_forward_rejects_bad_tokens),
+        cmocka_unit_test(test_resume_equals_uninterrupted),
+        cmocka_unit_test(test_training_learns_real_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
