@@ -37,7 +37,9 @@ static int read_ids(const char *cmd, const char *path, int V, int **out, int *B,
             errno = 0;
             long v = strtol(s, &end, 10);
             if (end == s || errno || (*end && !isspace((unsigned char)*end))) {
-                rc = cli_error(cmd, "%s:%d: '%.20s' is not a token id", path, lineno, s);
+                int len = 0;
+                while (s[len] && !isspace((unsigned char)s[len]) && len < 20) len++;
+                rc = cli_error(cmd, "%s:%d: '%.*s' is not a token id", path, lineno, len, s);
                 break;
             }
             if (v < 0 || v >= V) {

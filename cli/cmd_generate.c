@@ -31,8 +31,10 @@ static int parse_ids(const char *s, int V, int **ids, int *n) {
         char *end;
         long v = strtol(s, &end, 10);
         if (end == s || (*end && !isspace((unsigned char)*end))) {
+            int len = 0;
+            while (s[len] && !isspace((unsigned char)s[len]) && len < 20) len++;
             free(out);
-            return cli_error("generate", "--prompt-ids: '%.20s' is not a token id", s);
+            return cli_error("generate", "--prompt-ids: '%.*s' is not a token id", len, s);
         }
         if (v < 0 || v >= V) {
             free(out);

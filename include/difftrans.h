@@ -162,7 +162,7 @@ const dt_tensor *dt_model_find(const dt_model *m, const char *name);
 /* λ of a layer from the current weights (DIFF), 0 for the baseline. */
 float dt_model_lambda(const dt_model *m, int layer);
 
-/* Checkpoint directory: config.json, model.safetensors, tokenizer.json. */
+/* Checkpoint directory: config.json, model.safetensors, difftrans_tokenizer.json. */
 int dt_model_load(dt_model *m, const char *dir, dt_error *err);
 /* hf_export: fold subln weights into o_proj columns and write only HF tensors. */
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err);

@@ -1,0 +1,497 @@
+/* safetensors.c — read (mmap'd, fully validated) and write (atomic) .safetensors files.
+ *
+ * Format: 8-byte little-endian header length N, N bytes of JSON header, then the data section.
+ * The header maps each tensor name to {"dtype", "shape", "data_offsets": [begin, end]}, offsets
+ * relative to the data section; "__metadata__" is a free-form string map.
+ *
+ * The reader treats the file as hostile: every number that later becomes a pointer offset or a
+ * loop bound is checked here, once, so that dt_st_read_f32 can trust the tensor table and never
+ * touches a byte outside the mapping.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "difftrans.h"
+
+/* Same limit as the reference Rust implementation: a header this big is an attack, not a model. */
+#define ST_MAX_HEADER 100000000ull
+/* 2^64 as a double: the first value that no longer fits in a uint64_t. */
+#define ST_TWO_POW_64 18446744073709551616.0
+
+/* ---------------------------------------------------------------- little-endian helpers */
+
+/* Byte-wise loads/stores: correct on any host and at any alignment; compilers turn them into
+ * single (unaligned) moves on x86 and ARM. */
+static uint16_t load_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+
+static uint32_t load_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static uint64_t load_le64(const uint8_t *p) { return (uint64_t)load_le32(p) | ((uint64_t)load_le32(p + 4) << 32); }
+
+static void store_le32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static void store_le64(uint8_t *p, uint64_t v) {
+    store_le32(p, (uint32_t)v);
+    store_le32(p + 4, (uint32_t)(v >> 32));
+}
+
+static float bits_to_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static uint32_t float_to_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* IEEE 754 binary16 → binary32, exactly (every half is representable as a float). */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1Fu;
+    uint32_t mant = h & 0x3FFu;
+    if (exp == 0) {
+        /* zero or subnormal: mant · 2^-24; the product is exact (10-bit integer, power-of-2 scale) */
+        float mag = (float)mant * 0x1p-24f;
+        return sign ? -mag : mag;
+    }
+    if (exp == 31) return bits_to_float(sign | 0x7F800000u | (mant << 13)); /* inf, or NaN keeping payload */
+    return bits_to_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
+}
+
+/* bfloat16 is the top half of a float32. */
+static float bf16_to_float(uint16_t b) { return bits_to_float((uint32_t)b << 16); }
+
+/* ---------------------------------------------------------------- dtypes */
+
+static size_t dtype_size(dt_dtype d) { return d == DT_F32 ? 4 : 2; }
+
+static int dtype_parse(const char *s, dt_dtype *out) {
+    if (strcmp(s, "F32") == 0) *out = DT_F32;
+    else if (strcmp(s, "F16") == 0) *out = DT_F16;
+    else if (strcmp(s, "BF16") == 0) *out = DT_BF16;
+    else return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- duplicate names */
+
+static int cmp_name_ptr(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sort a copy of the name pointers and compare neighbours: O(n log n), so a header with a
+ * million entries cannot turn the duplicate check quadratic. Returns the duplicated name, NULL
+ * when all differ; sets *oom on allocation failure. */
+static const char *find_duplicate(const char **names, int n, int *oom) {
+    *oom = 0;
+    if (n < 2) return NULL;
+    const char **sorted = malloc((size_t)n * sizeof *sorted);
+    if (!sorted) {
+        *oom = 1;
+        return NULL;
+    }
+    memcpy(sorted, names, (size_t)n * sizeof *sorted);
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_name_ptr);
+    const char *dup = NULL;
+    for (int i = 1; i < n && !dup; i++)
+        if (strcmp(sorted[i - 1], sorted[i]) == 0) dup = sorted[i];
+    free(sorted);
+    return dup;
+}
+
+/* ---------------------------------------------------------------- reader: tensor entries */
+
+/* A JSON number that is a non-negative integer. Values past 2^64 saturate to UINT64_MAX so that
+ * the caller's bounds checks report them as out of range rather than as "not an integer". */
+static int json_uint(const cJSON *item, uint64_t *out) {
+    if (!cJSON_IsNumber(item)) return -1;
+    double v = item->valuedouble;
+    if (isnan(v) || v < 0 || v != floor(v)) return -1;
+    *out = v >= ST_TWO_POW_64 ? UINT64_MAX : (uint64_t)v;
+    return 0;
+}
+
+static int parse_shape(const char *path, const char *name, const cJSON *shape, dt_st_tensor *t, dt_error *err) {
+    if (!cJSON_IsArray(shape)) return dt_fail(err, "%s: tensor %s: shape is missing or not an array", path, name);
+    int ndim = cJSON_GetArraySize(shape);
+    if (ndim > DT_MAX_DIMS)
+        return dt_fail(err, "%s: tensor %s: shape has %d dimensions (at most %d supported)", path, name, ndim,
+                       DT_MAX_DIMS);
+    t->ndim = ndim;
+    uint64_t numel = 1;
+    int overflow = 0, i = 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, shape) {
+        uint64_t v;
+        if (json_uint(d, &v) != 0)
+            return dt_fail(err, "%s: tensor %s: shape[%d] is not a non-negative integer", path, name, i);
+        if (v > (uint64_t)INT64_MAX) overflow = 1;
+        else t->shape[i] = (int64_t)v;
+        if (__builtin_mul_overflow(numel, v, &numel)) overflow = 1;
+        i++;
+    }
+    if (overflow || numel > SIZE_MAX / dtype_size(t->dtype))
+        return dt_fail(err, "%s: tensor %s: shape overflows (element count too large)", path, name);
+    t->numel = (size_t)numel;
+    return 0;
+}
+
+static int parse_offsets(const char *path, const char *name, const cJSON *offs, size_t data_size, dt_st_tensor *t,
+                         dt_error *err) {
+    uint64_t b, e;
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || json_uint(cJSON_GetArrayItem(offs, 0), &b) != 0 ||
+        json_uint(cJSON_GetArrayItem(offs, 1), &e) != 0)
+        return dt_fail(err, "%s: tensor %s: data_offsets must be [begin, end] of non-negative integers", path, name);
+    if (b > e)
+        return dt_fail(err, "%s: tensor %s: data_offsets [%llu, %llu] has begin after end", path, name,
+                       (unsigned long long)b, (unsigned long long)e);
+    if (e > data_size)
+        return dt_fail(err,
+                       "%s: tensor %s: data_offsets [%llu, %llu] out of bounds: data section is %zu bytes "
+                       "(truncated file?)",
+                       path, name, (unsigned long long)b, (unsigned long long)e, data_size);
+    size_t want = t->numel * dtype_size(t->dtype); /* cannot overflow: parse_shape bounded numel */
+    if (e - b != want)
+        return dt_fail(err, "%s: tensor %s: data_offsets [%llu, %llu] span %llu bytes but shape and dtype need %zu",
+                       path, name, (unsigned long long)b, (unsigned long long)e, (unsigned long long)(e - b), want);
+    t->begin = (size_t)b;
+    t->end = (size_t)e;
+    return 0;
+}
+
+static int parse_tensor(const char *path, const cJSON *item, size_t data_size, dt_st_tensor *t, dt_error *err) {
+    const char *name = item->string;
+    if (strlen(name) >= sizeof t->name)
+        return dt_fail(err, "%s: tensor name too long (%zu bytes, limit %zu): %.64s...", path, strlen(name),
+                       sizeof t->name - 1, name);
+    memcpy(t->name, name, strlen(name) + 1);
+    if (!cJSON_IsObject(item)) return dt_fail(err, "%s: tensor %s: entry is not a JSON object", path, name);
+    const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
+    if (!cJSON_IsString(dtype)) return dt_fail(err, "%s: tensor %s: dtype is missing or not a string", path, name);
+    if (dtype_parse(dtype->valuestring, &t->dtype) != 0)
+        return dt_fail(err, "%s: tensor %s: unknown dtype %s (supported: F32, F16, BF16)", path, name,
+                       dtype->valuestring);
+    if (parse_shape(path, name, cJSON_GetObjectItemCaseSensitive(item, "shape"), t, err) != 0) return -1;
+    return parse_offsets(path, name, cJSON_GetObjectItemCaseSensitive(item, "data_offsets"), data_size, t, err);
+}
+
+/* ---------------------------------------------------------------- reader: header */
+
+/* cJSON accepts a value followed by anything; we accept only the space padding writers add. */
+static int only_whitespace(const char *p, const char *end) {
+    for (; p < end; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') return 0;
+    return 1;
+}
+
+/* Parse N header bytes into a cJSON tree. The bytes are copied and NUL-terminated first so that
+ * the parser can never look past them, whatever the file contains. */
+static cJSON *parse_header_json(const dt_safetensors *st, size_t n, dt_error *err) {
+    char *text = malloc(n + 1);
+    if (!text) {
+        dt_fail(err, "%s: out of memory for a %zu-byte header", st->path, n);
+        return NULL;
+    }
+    memcpy(text, st->map + 8, n);
+    text[n] = '\0';
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    if (root && !only_whitespace(end, text + n)) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    if (!root)
+        dt_fail(err, "%s: header is not JSON (error near byte %ld of %zu)", st->path, end ? (long)(end - text) : -1L,
+                n);
+    free(text);
+    return root;
+}
+
+static int count_tensors(const dt_safetensors *st, const cJSON *root, int *n, dt_error *err) {
+    int count = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        if (strcmp(item->string, "__metadata__") == 0) {
+            if (!cJSON_IsObject(item)) return dt_fail(err, "%s: __metadata__ is not a JSON object", st->path);
+            continue;
+        }
+        count++;
+    }
+    *n = count;
+    return 0;
+}
+
+static int check_duplicates(const dt_safetensors *st, dt_error *err) {
+    const char **names = malloc((size_t)(st->n > 0 ? st->n : 1) * sizeof *names);
+    if (!names) return dt_fail(err, "%s: out of memory", st->path);
+    for (int i = 0; i < st->n; i++) names[i] = st->tensors[i].name;
+    int oom;
+    const char *dup = find_duplicate(names, st->n, &oom);
+    int rc = 0;
+    if (oom) rc = dt_fail(err, "%s: out of memory", st->path);
+    else if (dup) rc = dt_fail(err, "%s: duplicate tensor name %s", st->path, dup);
+    free(names);
+    return rc;
+}
+
+static int parse_tensors(dt_safetensors *st, const cJSON *root, dt_error *err) {
+    int n = 0;
+    if (count_tensors(st, root, &n, err) != 0) return -1;
+    st->tensors = calloc((size_t)(n > 0 ? n : 1), sizeof *st->tensors);
+    if (!st->tensors) return dt_fail(err, "%s: out of memory for %d tensor entries", st->path, n);
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root) {
+        if (strcmp(item->string, "__metadata__") == 0) continue;
+        if (parse_tensor(st->path, item, st->data_size, &st->tensors[i], err) != 0) return -1;
+        i++;
+    }
+    st->n = n;
+    return check_duplicates(st, err);
+}
+
+static int parse_header(dt_safetensors *st, dt_error *err) {
+    uint64_t n = load_le64(st->map);
+    if (n > ST_MAX_HEADER)
+        return dt_fail(err, "%s: header length %llu is absurdly large (limit %llu)", st->path, (unsigned long long)n,
+                       ST_MAX_HEADER);
+    if (n > st->size - 8)
+        return dt_fail(err, "%s: header length %llu past end of file (size %zu)", st->path, (unsigned long long)n,
+                       st->size);
+    st->data = st->map + 8 + n;
+    st->data_size = st->size - 8 - (size_t)n;
+    cJSON *root = parse_header_json(st, (size_t)n, err);
+    if (!root) return -1;
+    int rc = cJSON_IsObject(root) ? parse_tensors(st, root, err)
+                                  : dt_fail(err, "%s: header is JSON but not an object", st->path);
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- reader: file */
+
+static int map_file(dt_safetensors *st, dt_error *err) {
+    int fd = open(st->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_fail(err, "%s: cannot open: %s", st->path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return dt_fail(err, "%s: cannot stat: %s", st->path, strerror(e));
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return dt_fail(err, "%s: not a regular file", st->path);
+    }
+    if (sb.st_size < 8) {
+        close(fd);
+        return dt_fail(err, "%s: truncated: %lld bytes, too short for the 8-byte header length", st->path,
+                       (long long)sb.st_size);
+    }
+    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); /* the mapping keeps the file alive */
+    if (map == MAP_FAILED) return dt_fail(err, "%s: cannot mmap: %s", st->path, strerror(e));
+    st->map = map;
+    st->size = (size_t)sb.st_size;
+    return 0;
+}
+
+int dt_st_open(dt_safetensors *st, const char *path, dt_error *err) {
+    memset(st, 0, sizeof *st);
+    if (strlen(path) >= sizeof st->path) return dt_fail(err, "%.200s...: path too long", path);
+    memcpy(st->path, path, strlen(path) + 1);
+    if (map_file(st, err) != 0) return -1;
+    if (parse_header(st, err) != 0) {
+        dt_st_close(st);
+        return -1;
+    }
+    return 0;
+}
+
+void dt_st_close(dt_safetensors *st) {
+    if (!st) return;
+    if (st->map) munmap((void *)st->map, st->size);
+    free(st->tensors);
+    memset(st, 0, sizeof *st);
+}
+
+const dt_st_tensor *dt_st_find(const dt_safetensors *st, const char *name) {
+    for (int i = 0; i < st->n; i++)
+        if (strcmp(st->tensors[i].name, name) == 0) return &st->tensors[i];
+    return NULL;
+}
+
+void dt_st_read_f32(const dt_safetensors *st, const dt_st_tensor *t, float *out) {
+    /* t->begin / t->end were validated against data_size in dt_st_open. */
+    const uint8_t *p = st->data + t->begin;
+    switch (t->dtype) {
+    case DT_F32:
+        for (size_t i = 0; i < t->numel; i++) out[i] = bits_to_float(load_le32(p + 4 * i));
+        break;
+    case DT_F16:
+        for (size_t i = 0; i < t->numel; i++) out[i] = half_to_float(load_le16(p + 2 * i));
+        break;
+    case DT_BF16:
+        for (size_t i = 0; i < t->numel; i++) out[i] = bf16_to_float(load_le16(p + 2 * i));
+        break;
+    }
+}
+
+/* ---------------------------------------------------------------- writer */
+
+/* Validate one entry; *nbytes gets its data size. */
+static int check_entry(const char *path, const dt_st_entry *e, int i, size_t *nbytes, dt_error *err) {
+    if (!e->name) return dt_fail(err, "%s: entry %d has no name", path, i);
+    const char *name = e->name;
+    if (strlen(name) >= sizeof ((dt_st_tensor *)0)->name)
+        return dt_fail(err, "%s: tensor name too long (%zu bytes): %.64s...", path, strlen(name), name);
+    if (strcmp(name, "__metadata__") == 0) return dt_fail(err, "%s: __metadata__ is not a tensor name", path);
+    if (e->ndim < 0 || e->ndim > DT_MAX_DIMS)
+        return dt_fail(err, "%s: tensor %s: ndim %d not in 0..%d", path, name, e->ndim, DT_MAX_DIMS);
+    size_t numel = 1;
+    for (int d = 0; d < e->ndim; d++) {
+        if (e->shape[d] < 0) return dt_fail(err, "%s: tensor %s: negative shape[%d]", path, name, d);
+        if (__builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel))
+            return dt_fail(err, "%s: tensor %s: shape overflows", path, name);
+    }
+    if (__builtin_mul_overflow(numel, sizeof(float), nbytes))
+        return dt_fail(err, "%s: tensor %s: shape overflows", path, name);
+    if (numel > 0 && !e->data) return dt_fail(err, "%s: tensor %s: data is NULL", path, name);
+    return 0;
+}
+
+static int check_entries(const char *path, const dt_st_entry *entries, int n, dt_error *err) {
+    if (n < 0 || (n > 0 && !entries)) return dt_fail(err, "%s: invalid tensor list (n = %d)", path, n);
+    for (int i = 0; i < n; i++) {
+        size_t nbytes;
+        if (check_entry(path, &entries[i], i, &nbytes, err) != 0) return -1;
+    }
+    const char **names = malloc((size_t)(n > 0 ? n : 1) * sizeof *names);
+    if (!names) return dt_fail(err, "%s: out of memory", path);
+    for (int i = 0; i < n; i++) names[i] = entries[i].name;
+    int oom;
+    const char *dup = find_duplicate(names, n, &oom);
+    int rc = 0;
+    if (oom) rc = dt_fail(err, "%s: out of memory", path);
+    else if (dup) rc = dt_fail(err, "%s: duplicate tensor name %s", path, dup);
+    free(names);
+    return rc;
+}
+
+/* Append an integer as raw JSON text: cJSON would print large doubles with an exponent
+ * ("1e+15"), which strict readers (serde's usize) reject. Returns 0 on success. */
+static int add_raw_uint(cJSON *array, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    cJSON *item = cJSON_CreateRaw(buf);
+    if (!item) return -1;
+    if (!cJSON_AddItemToArray(array, item)) {
+        cJSON_Delete(item);
+        return -1;
+    }
+    return 0;
+}
+
+/* {"dtype":"F32","shape":[...],"data_offsets":[b,e]} added under `e->name`. */
+static int add_tensor_json(cJSON *root, const dt_st_entry *e, uint64_t begin, uint64_t end) {
+    cJSON *obj = cJSON_AddObjectToObject(root, e->name);
+    if (!obj || !cJSON_AddStringToObject(obj, "dtype", "F32")) return -1;
+    cJSON *shape = cJSON_AddArrayToObject(obj, "shape");
+    if (!shape) return -1;
+    for (int d = 0; d < e->ndim; d++)
+        if (add_raw_uint(shape, (uint64_t)e->shape[d]) != 0) return -1;
+    cJSON *offs = cJSON_AddArrayToObject(obj, "data_offsets");
+    if (!offs || add_raw_uint(offs, begin) != 0 || add_raw_uint(offs, end) != 0) return -1;
+    return 0;
+}
+
+/* The header text (unpadded), or NULL on allocation failure; free with cJSON_free. */
+static char *build_header(const dt_st_entry *entries, int n) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    int ok = meta && cJSON_AddStringToObject(meta, "format", "pt");
+    uint64_t off = 0;
+    for (int i = 0; i < n && ok; i++) {
+        uint64_t nbytes = 4;
+        for (int d = 0; d < entries[i].ndim; d++) nbytes *= (uint64_t)entries[i].shape[d]; /* checked already */
+        ok = add_tensor_json(root, &entries[i], off, off + nbytes) == 0;
+        off += nbytes;
+    }
+    char *text = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    return text;
+}
+
+/* Data as little-endian F32, converted through a small buffer so the file layout does not depend
+ * on the host's byte order. */
+static int write_f32_le(FILE *fp, const float *x, size_t n) {
+    uint8_t buf[4096 * 4];
+    while (n > 0) {
+        size_t k = n < 4096 ? n : 4096;
+        for (size_t i = 0; i < k; i++) store_le32(buf + 4 * i, float_to_bits(x[i]));
+        if (fwrite(buf, 4, k, fp) != k) return -1;
+        x += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static int write_body(FILE *fp, const char *header, const dt_st_entry *entries, int n) {
+    size_t len = strlen(header);
+    size_t pad = (8 - len % 8) % 8; /* so that 8 + N is a multiple of 8 and the data is aligned */
+    uint8_t lenbuf[8];
+    store_le64(lenbuf, (uint64_t)(len + pad));
+    if (fwrite(lenbuf, 1, 8, fp) != 8 || fwrite(header, 1, len, fp) != len) return -1;
+    for (size_t i = 0; i < pad; i++)
+        if (fputc(' ', fp) == EOF) return -1;
+    for (int i = 0; i < n; i++) {
+        size_t numel = 1;
+        for (int d = 0; d < entries[i].ndim; d++) numel *= (size_t)entries[i].shape[d];
+        if (write_f32_le(fp, entries[i].data, numel) != 0) return -1;
+    }
+    return 0;
+}
+
+int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, dt_error *err) {
+    if (check_entries(path, entries, n, err) != 0) return -1;
+    char *header = build_header(entries, n);
+    if (!header) return dt_fail(err, "%s: out of memory building the header", path);
+    if (strlen(header) + 8 > ST_MAX_HEADER) {
+        cJSON_free(header);
+        return dt_fail(err, "%s: header would be absurdly large (%zu bytes)", path, strlen(header));
+    }
+    dt_atomic_file f;
+    if (dt_atomic_open(&f, path, err) != 0) {
+        cJSON_free(header);
+        return -1;
+    }
+    int rc = write_body(f.fp, header, entries, n);
+    int saved = errno;
+    cJSON_free(header);
+    if (rc != 0) {
+        dt_atomic_abort(&f);
+        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
+    }
+    return dt_atomic_commit(&f, err);
+}

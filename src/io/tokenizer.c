@@ -1,0 +1,109 @@
+/* tokenizer.c — the byte-level tokenizer's marker file in a checkpoint directory.
+ *
+ * Token id = byte value (0..255), no special tokens, so there is nothing to load: the file only
+ * records which tokenizer a checkpoint was trained with, so that a checkpoint made with some
+ * other tokenizer is refused instead of silently producing garbage.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "difftrans.h"
+
+#define TOKENIZER_FILE "difftrans_tokenizer.json"
+/* The marker is ~150 bytes; refuse to slurp anything much bigger. */
+#define TOKENIZER_MAX_BYTES (1u << 20)
+
+static int tokenizer_path(char *out, size_t n, const char *dir, dt_error *err) {
+    int len = snprintf(out, n, "%s/%s", dir, TOKENIZER_FILE);
+    if (len < 0 || (size_t)len >= n) return dt_fail(err, "%.200s: directory path too long", dir);
+    return 0;
+}
+
+static cJSON *tokenizer_json(void) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    int ok = cJSON_AddStringToObject(root, "type", "bytes") != NULL;
+    ok = ok && cJSON_AddNumberToObject(root, "version", 1);
+    ok = ok && cJSON_AddNumberToObject(root, "vocab", 256);
+    ok = ok && cJSON_AddStringToObject(root, "description",
+                                       "byte-level: token id = byte value 0..255, no special tokens");
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+int dt_tokenizer_save(const char *dir, dt_error *err) {
+    char path[4096];
+    if (tokenizer_path(path, sizeof path, dir, err) != 0) return -1;
+    cJSON *root = tokenizer_json();
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return dt_fail(err, "%s: out of memory", path);
+    dt_atomic_file f;
+    if (dt_atomic_open(&f, path, err) != 0) {
+        cJSON_free(text);
+        return -1;
+    }
+    int bad = fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF;
+    int saved = errno;
+    cJSON_free(text);
+    if (bad) {
+        dt_atomic_abort(&f);
+        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
+    }
+    return dt_atomic_commit(&f, err);
+}
+
+/* Reads the file into a NUL-terminated buffer. Returns 1 when it does not exist. */
+static int read_marker(const char *path, char **out, size_t *len, dt_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        if (errno == ENOENT) return 1;
+        return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    }
+    struct stat sb;
+    const char *problem = NULL;
+    if (fstat(fileno(fp), &sb) != 0) problem = strerror(errno);
+    else if (!S_ISREG(sb.st_mode)) problem = "not a regular file";
+    else if (sb.st_size > (off_t)TOKENIZER_MAX_BYTES) problem = "too large for a tokenizer description";
+    char *buf = problem ? NULL : malloc((size_t)sb.st_size + 1);
+    if (!problem && !buf) problem = "out of memory";
+    if (!problem && fread(buf, 1, (size_t)sb.st_size, fp) != (size_t)sb.st_size) problem = "read failed";
+    fclose(fp);
+    if (problem) {
+        free(buf);
+        return dt_fail(err, "%s: %s", path, problem);
+    }
+    buf[sb.st_size] = '\0';
+    *out = buf;
+    *len = (size_t)sb.st_size;
+    return 0;
+}
+
+int dt_tokenizer_check(const char *dir, dt_error *err) {
+    char path[4096];
+    if (tokenizer_path(path, sizeof path, dir, err) != 0) return -1;
+    char *text = NULL;
+    size_t len = 0;
+    int rc = read_marker(path, &text, &len, err);
+    if (rc != 0) return rc < 0 ? -1 : 0; /* absent: byte-level is the default */
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root) return dt_fail(err, "%s: not valid JSON", path);
+    int is_obj = cJSON_IsObject(root);
+    const cJSON *type = is_obj ? cJSON_GetObjectItemCaseSensitive(root, "type") : NULL;
+    const cJSON *vocab = is_obj ? cJSON_GetObjectItemCaseSensitive(root, "vocab") : NULL;
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "bytes") != 0)
+        rc = dt_fail(err, "%s: unsupported tokenizer (only {\"type\": \"bytes\"} is implemented)", path);
+    else if (vocab && !(cJSON_IsNumber(vocab) && vocab->valuedouble == 256))
+        rc = dt_fail(err, "%s: byte-level tokenizer must have vocab 256", path);
+    cJSON_Delete(root);
+    return rc;
+}

@@ -1,0 +1,426 @@
+/* config.c — model configuration: presets, validation, and Hugging Face config.json I/O.
+ *
+ * config.json uses the Hugging Face `diffllama` / `llama` keys so that a checkpoint directory
+ * loads in transformers unchanged; the only keys of our own live under "difftrans". Loading is
+ * strict about what would change the model (types, sizes, unsupported features) and ignores
+ * keys that do not (bos_token_id, initializer_range, ...).
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+
+#include "difftrans.h"
+
+/* Upper bounds, checked before anything is allocated from these numbers. */
+#define MAX_VOCAB 4194304
+#define MAX_HIDDEN 65536
+#define MAX_INTERMEDIATE 1048576
+#define MAX_LAYERS 1024
+#define MAX_HEADS 1024
+#define MAX_HEAD_DIM 4096
+#define MAX_POSITIONS 1048576
+#define MAX_PARAMS 4e9
+/* A config.json is a few hundred bytes; anything this large is not one. */
+#define MAX_CONFIG_BYTES (16u << 20)
+
+/* ---------------------------------------------------------------- presets */
+
+typedef struct {
+    const char *name;
+    int hidden, layers, heads, intermediate, max_pos;
+} preset;
+
+/* F ≈ 8/3·C rounded up to a multiple of 16 (the LLaMA SwiGLU width). */
+static const preset PRESETS[] = {
+    {"tiny", 64, 2, 4, 176, 256},
+    {"small", 128, 4, 4, 352, 512},
+    {"medium", 256, 4, 8, 704, 1024},
+    {"base", 512, 8, 8, 1408, 1024},
+};
+#define N_PRESETS ((int)(sizeof PRESETS / sizeof PRESETS[0]))
+
+const char *dt_config_preset_names(void) { return "tiny,small,medium,base"; }
+
+int dt_config_preset(dt_config *cfg, const char *name, dt_arch arch, dt_error *err) {
+    if (arch != DT_ARCH_LLAMA && arch != DT_ARCH_DIFF) return dt_fail(err, "preset: unknown architecture %d", (int)arch);
+    if (!name) return dt_fail(err, "preset: no name given (choose from %s)", dt_config_preset_names());
+    for (int i = 0; i < N_PRESETS; i++) {
+        const preset *p = &PRESETS[i];
+        if (strcmp(p->name, name) != 0) continue;
+        memset(cfg, 0, sizeof *cfg);
+        cfg->arch = arch;
+        cfg->vocab_size = 256; /* byte-level tokenizer */
+        cfg->hidden_size = p->hidden;
+        cfg->intermediate_size = p->intermediate;
+        cfg->num_hidden_layers = p->layers;
+        cfg->num_attention_heads = p->heads;
+        cfg->num_key_value_heads = p->heads;
+        cfg->head_dim = p->hidden / p->heads;
+        cfg->max_position_embeddings = p->max_pos;
+        cfg->rms_norm_eps = 1e-5f;
+        cfg->rope_theta = 10000.0f;
+        cfg->tie_word_embeddings = 0;
+        cfg->lambda_std_dev = 0.1f;
+        cfg->use_subln_weight = 0;
+        return 0;
+    }
+    return dt_fail(err, "unknown preset '%s' (choose from %s)", name, dt_config_preset_names());
+}
+
+dt_config dt_config_matched(const dt_config *cfg) {
+    dt_config m = *cfg;
+    m.arch = cfg->arch == DT_ARCH_DIFF ? DT_ARCH_LLAMA : DT_ARCH_DIFF;
+    /* subln.weight is our extension; the matched model is the plain HF one. */
+    m.use_subln_weight = 0;
+    return m;
+}
+
+float dt_lambda_init(int layer) { return (float)(0.8 - 0.6 * exp(-0.3 * (double)layer)); }
+
+/* ---------------------------------------------------------------- validation */
+
+static int check_size(const char *where, const char *key, int v, int max, dt_error *err) {
+    if (v <= 0) return dt_fail(err, "%s: %s must be > 0 (got %d)", where, key, v);
+    if (v > max) return dt_fail(err, "%s: %s = %d is absurdly large (limit %d)", where, key, v, max);
+    return 0;
+}
+
+static int check_sizes(const dt_config *c, const char *where, dt_error *err) {
+    if (check_size(where, "vocab_size", c->vocab_size, MAX_VOCAB, err) ||
+        check_size(where, "hidden_size", c->hidden_size, MAX_HIDDEN, err) ||
+        check_size(where, "intermediate_size", c->intermediate_size, MAX_INTERMEDIATE, err) ||
+        check_size(where, "num_hidden_layers", c->num_hidden_layers, MAX_LAYERS, err) ||
+        check_size(where, "num_attention_heads", c->num_attention_heads, MAX_HEADS, err) ||
+        check_size(where, "num_key_value_heads", c->num_key_value_heads, MAX_HEADS, err) ||
+        check_size(where, "head_dim", c->head_dim, MAX_HEAD_DIM, err) ||
+        check_size(where, "max_position_embeddings", c->max_position_embeddings, MAX_POSITIONS, err))
+        return -1;
+    return 0;
+}
+
+static int check_heads(const dt_config *c, const char *where, dt_error *err) {
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return dt_fail(err, "%s: heads not divisible by kv heads (num_attention_heads %d, num_key_value_heads %d)",
+                       where, c->num_attention_heads, c->num_key_value_heads);
+    /* Query heads pair up into differential heads (i with i + H/2). */
+    if (c->arch == DT_ARCH_DIFF && c->num_attention_heads % 2 != 0)
+        return dt_fail(err, "%s: diffllama needs an even num_attention_heads (got %d)", where, c->num_attention_heads);
+    return 0;
+}
+
+static int check_reals(const dt_config *c, const char *where, dt_error *err) {
+    if (!isfinite(c->rms_norm_eps) || !(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
+        return dt_fail(err, "%s: rms_norm_eps must be in (0, 1) (got %g)", where, (double)c->rms_norm_eps);
+    if (!isfinite(c->rope_theta) || !(c->rope_theta > 0))
+        return dt_fail(err, "%s: rope_theta must be finite and > 0 (got %g)", where, (double)c->rope_theta);
+    if (!isfinite(c->lambda_std_dev) || !(c->lambda_std_dev >= 0))
+        return dt_fail(err, "%s: lambda_std_dev must be finite and >= 0 (got %g)", where, (double)c->lambda_std_dev);
+    return 0;
+}
+
+static int check_flags(const dt_config *c, const char *where, dt_error *err) {
+    if (c->tie_word_embeddings != 0 && c->tie_word_embeddings != 1)
+        return dt_fail(err, "%s: tie_word_embeddings must be 0 or 1 (got %d)", where, c->tie_word_embeddings);
+    if (c->use_subln_weight != 0 && c->use_subln_weight != 1)
+        return dt_fail(err, "%s: use_subln_weight must be 0 or 1 (got %d)", where, c->use_subln_weight);
+    if (c->use_subln_weight && c->arch != DT_ARCH_DIFF)
+        return dt_fail(err, "%s: subln_weight only exists for diffllama", where);
+    return 0;
+}
+
+/* The parameter count of the layout in difftrans.h, in double so it cannot overflow. */
+static double param_count(const dt_config *c) {
+    double C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+    double H = c->num_attention_heads, KV = c->num_key_value_heads;
+    double layer = 2 * C                 /* the two RMSNorm weights */
+                   + H * hd * C * 2      /* q_proj, o_proj */
+                   + KV * hd * C * 2     /* k_proj, v_proj */
+                   + 3 * F * C;          /* gate, up, down */
+    if (c->arch == DT_ARCH_DIFF) layer += 4 * hd + (c->use_subln_weight ? 2 * hd : 0);
+    return V * C * (c->tie_word_embeddings ? 1 : 2) + C + c->num_hidden_layers * layer;
+}
+
+int dt_config_validate(const dt_config *cfg, const char *where, dt_error *err) {
+    if (!where) where = "config";
+    if (cfg->arch != DT_ARCH_LLAMA && cfg->arch != DT_ARCH_DIFF)
+        return dt_fail(err, "%s: unknown architecture %d", where, (int)cfg->arch);
+    if (check_sizes(cfg, where, err) || check_heads(cfg, where, err) || check_reals(cfg, where, err) ||
+        check_flags(cfg, where, err))
+        return -1;
+    double n = param_count(cfg);
+    if (n > MAX_PARAMS)
+        return dt_fail(err, "%s: model too large: %.4g parameters (limit %.0g)", where, n, MAX_PARAMS);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- reading JSON values */
+
+/* Each getter returns 1 when the key was present and stored, 0 when it is absent (JSON null
+ * counts as absent, as transformers writes null for unset options), -1 on a bad value. */
+
+static const cJSON *get_key(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return cJSON_IsNull(v) ? NULL : v;
+}
+
+static int json_int(const cJSON *obj, const char *key, int *out, const char *path, dt_error *err) {
+    const cJSON *v = get_key(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: key '%s' must be a number", path, key);
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d)) return dt_fail(err, "%s: key '%s' must be an integer (got %g)", path, key, d);
+    if (d < INT_MIN || d > INT_MAX) return dt_fail(err, "%s: key '%s' is out of range (got %g)", path, key, d);
+    *out = (int)d;
+    return 1;
+}
+
+static int json_float(const cJSON *obj, const char *key, float *out, const char *path, dt_error *err) {
+    const cJSON *v = get_key(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: key '%s' must be a number", path, key);
+    float f = (float)v->valuedouble;
+    if (!isfinite(f)) return dt_fail(err, "%s: key '%s' is out of float range (got %g)", path, key, v->valuedouble);
+    *out = f;
+    return 1;
+}
+
+static int json_bool(const cJSON *obj, const char *key, int *out, const char *path, dt_error *err) {
+    const cJSON *v = get_key(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v)) return dt_fail(err, "%s: key '%s' must be true or false", path, key);
+    *out = cJSON_IsTrue(v) ? 1 : 0;
+    return 1;
+}
+
+static int json_required_int(const cJSON *obj, const char *key, int *out, const char *path, dt_error *err) {
+    int rc = json_int(obj, key, out, path, err);
+    if (rc == 0) return dt_fail(err, "%s: missing required key '%s'", path, key);
+    return rc < 0 ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- parsing config.json */
+
+static int parse_arch(const cJSON *root, dt_arch *arch, const char *path, dt_error *err) {
+    const cJSON *v = get_key(root, "model_type");
+    if (!v) return dt_fail(err, "%s: missing required key 'model_type'", path);
+    if (!cJSON_IsString(v)) return dt_fail(err, "%s: key 'model_type' must be a string", path);
+    if (strcmp(v->valuestring, "diffllama") == 0) *arch = DT_ARCH_DIFF;
+    else if (strcmp(v->valuestring, "llama") == 0) *arch = DT_ARCH_LLAMA;
+    else return dt_fail(err, "%s: model_type '%s' is not supported (expected diffllama or llama)", path, v->valuestring);
+    return 0;
+}
+
+static int parse_sizes(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
+    if (json_required_int(root, "vocab_size", &c->vocab_size, path, err) ||
+        json_required_int(root, "hidden_size", &c->hidden_size, path, err) ||
+        json_required_int(root, "intermediate_size", &c->intermediate_size, path, err) ||
+        json_required_int(root, "num_hidden_layers", &c->num_hidden_layers, path, err) ||
+        json_required_int(root, "num_attention_heads", &c->num_attention_heads, path, err))
+        return -1;
+    c->num_key_value_heads = c->num_attention_heads;
+    c->max_position_embeddings = 2048;
+    c->head_dim = 0;
+    int has_head_dim;
+    if (json_int(root, "num_key_value_heads", &c->num_key_value_heads, path, err) < 0 ||
+        json_int(root, "max_position_embeddings", &c->max_position_embeddings, path, err) < 0 ||
+        (has_head_dim = json_int(root, "head_dim", &c->head_dim, path, err)) < 0)
+        return -1;
+    /* Without an explicit head_dim, HF uses hidden / heads: refuse a silent truncation. When the
+     * head count itself is bad, leave head_dim 0 and let validation report the head count. */
+    if (!has_head_dim && c->num_attention_heads > 0) {
+        if (c->hidden_size % c->num_attention_heads != 0)
+            return dt_fail(err, "%s: hidden_size %d is not divisible by num_attention_heads %d (set head_dim)", path,
+                           c->hidden_size, c->num_attention_heads);
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+    }
+    return 0;
+}
+
+static int parse_reals(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
+    /* HF's DiffLlamaConfig and LlamaConfig differ in their default epsilon. */
+    c->rms_norm_eps = c->arch == DT_ARCH_DIFF ? 1e-5f : 1e-6f;
+    c->rope_theta = 10000.0f;
+    c->lambda_std_dev = 0.1f;
+    if (json_float(root, "rms_norm_eps", &c->rms_norm_eps, path, err) < 0 ||
+        json_float(root, "rope_theta", &c->rope_theta, path, err) < 0 ||
+        json_float(root, "lambda_std_dev", &c->lambda_std_dev, path, err) < 0)
+        return -1;
+    return 0;
+}
+
+/* Options that would change the model in ways we do not implement: refuse, never ignore. */
+static int parse_unsupported(const cJSON *root, const char *path, dt_error *err) {
+    const cJSON *act = get_key(root, "hidden_act");
+    if (act && !cJSON_IsString(act)) return dt_fail(err, "%s: key 'hidden_act' must be a string", path);
+    if (act && strcmp(act->valuestring, "silu") != 0)
+        return dt_fail(err, "%s: hidden_act '%s' is not supported (only silu)", path, act->valuestring);
+    if (get_key(root, "rope_scaling")) return dt_fail(err, "%s: rope_scaling is not supported", path);
+    static const char *const biases[] = {"attention_bias", "mlp_bias"};
+    for (int i = 0; i < 2; i++) {
+        int on = 0;
+        if (json_bool(root, biases[i], &on, path, err) < 0) return -1;
+        if (on) return dt_fail(err, "%s: %s = true is not supported (bias-free layers only)", path, biases[i]);
+    }
+    return 0;
+}
+
+static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
+    c->tie_word_embeddings = 0;
+    c->use_subln_weight = 0;
+    if (json_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, path, err) < 0) return -1;
+    const cJSON *ours = get_key(root, "difftrans");
+    if (!ours) return 0;
+    if (!cJSON_IsObject(ours)) return dt_fail(err, "%s: key 'difftrans' must be an object", path);
+    if (json_bool(ours, "subln_weight", &c->use_subln_weight, path, err) < 0) return -1;
+    return 0;
+}
+
+static int parse_config(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
+    if (!cJSON_IsObject(root)) return dt_fail(err, "%s: top level is not a JSON object", path);
+    memset(c, 0, sizeof *c);
+    if (parse_arch(root, &c->arch, path, err) || parse_sizes(root, c, path, err) || parse_reals(root, c, path, err) ||
+        parse_unsupported(root, path, err) || parse_flags(root, c, path, err))
+        return -1;
+    return 0;
+}
+
+/* Whole small file into a NUL-terminated buffer; *len excludes the NUL. */
+static int read_text_file(const char *path, char **out, size_t *len, dt_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    const char *problem = NULL;
+    if (fstat(fileno(fp), &sb) != 0) problem = strerror(errno);
+    else if (!S_ISREG(sb.st_mode)) problem = "not a regular file";
+    else if (sb.st_size > (off_t)MAX_CONFIG_BYTES) problem = "file too large for a config";
+    if (problem) {
+        fclose(fp);
+        return dt_fail(err, "%s: %s", path, problem);
+    }
+    size_t n = (size_t)sb.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(fp);
+        return dt_fail(err, "%s: out of memory", path);
+    }
+    size_t got = fread(buf, 1, n, fp);
+    int bad = ferror(fp) || got != n;
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        return dt_fail(err, "%s: read failed (file changed while reading?)", path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int line_of(const char *text, const char *pos) {
+    int line = 1;
+    for (const char *p = text; p < pos; p++) line += *p == '\n';
+    return line;
+}
+
+int dt_config_load(dt_config *cfg, const char *path, dt_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (read_text_file(path, &text, &len, err) != 0) return -1;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    /* cJSON stops after the first value; trailing text means the file is not one JSON value */
+    if (root && strspn(end, " \t\r\n") != (size_t)(text + len - end)) {
+        cJSON_Delete(root);
+        root = NULL;
+    }
+    if (!root) {
+        int line = end ? line_of(text, end) : 0;
+        free(text);
+        return dt_fail(err, "%s is not valid JSON (line %d)", path, line);
+    }
+    dt_config c;
+    int rc = parse_config(root, &c, path, err);
+    cJSON_Delete(root);
+    free(text);
+    if (rc != 0 || dt_config_validate(&c, path, err) != 0) return -1;
+    *cfg = c;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- writing config.json */
+
+/* The shortest decimal that reads back as the same float through the loader's path
+ * (strtod, then a cast to float): 1e-5f is written "1e-05", not "9.99999974737875e-06". */
+static double float_for_json(float f) {
+    char buf[32];
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f) return d;
+    }
+    return (double)f; /* exact; cJSON prints doubles with round-trip precision */
+}
+
+static cJSON *config_to_json(const dt_config *c) {
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    int diff = c->arch == DT_ARCH_DIFF;
+    cJSON *archs = cJSON_AddArrayToObject(root, "architectures");
+    int ok = archs && cJSON_AddItemToArray(archs, cJSON_CreateString(diff ? "DiffLlamaForCausalLM" : "LlamaForCausalLM"));
+    ok = ok && cJSON_AddStringToObject(root, "model_type", diff ? "diffllama" : "llama");
+    ok = ok && cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
+    ok = ok && cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
+    ok = ok && cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
+    ok = ok && cJSON_AddNumberToObject(root, "num_hidden_layers", c->num_hidden_layers);
+    ok = ok && cJSON_AddNumberToObject(root, "num_attention_heads", c->num_attention_heads);
+    ok = ok && cJSON_AddNumberToObject(root, "num_key_value_heads", c->num_key_value_heads);
+    ok = ok && cJSON_AddNumberToObject(root, "head_dim", c->head_dim);
+    ok = ok && cJSON_AddNumberToObject(root, "max_position_embeddings", c->max_position_embeddings);
+    ok = ok && cJSON_AddNumberToObject(root, "rms_norm_eps", float_for_json(c->rms_norm_eps));
+    ok = ok && cJSON_AddNumberToObject(root, "rope_theta", float_for_json(c->rope_theta));
+    ok = ok && cJSON_AddBoolToObject(root, "tie_word_embeddings", c->tie_word_embeddings);
+    ok = ok && cJSON_AddStringToObject(root, "hidden_act", "silu");
+    ok = ok && cJSON_AddBoolToObject(root, "attention_bias", 0);
+    ok = ok && cJSON_AddBoolToObject(root, "mlp_bias", 0);
+    ok = ok && cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    ok = ok && cJSON_AddNumberToObject(root, "lambda_std_dev", float_for_json(c->lambda_std_dev));
+    /* Our own section only when one of our extensions is in use, so that a plain model (and an
+     * HF export, which folds subln away) is a pure Hugging Face config; absent means false. */
+    if (ok && c->use_subln_weight) {
+        cJSON *ours = cJSON_AddObjectToObject(root, "difftrans");
+        ok = ours && cJSON_AddBoolToObject(ours, "subln_weight", 1);
+    }
+    if (!ok) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+int dt_config_save(const dt_config *cfg, const char *path, dt_error *err) {
+    /* never write a config that the loader would refuse */
+    if (dt_config_validate(cfg, path, err) != 0) return -1;
+    cJSON *root = config_to_json(cfg);
+    char *text = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return dt_fail(err, "%s: out of memory building config.json", path);
+    dt_atomic_file f;
+    if (dt_atomic_open(&f, path, err) != 0) {
+        cJSON_free(text);
+        return -1;
+    }
+    int bad = fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF;
+    int saved = errno;
+    cJSON_free(text);
+    if (bad) {
+        dt_atomic_abort(&f);
+        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
+    }
+    return dt_atomic_commit(&f, err);
+}

@@ -1,0 +1,511 @@
+/* test_safetensors.c — reader/writer round trips, dtype conversion, and hostile files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <math.h>
+
+#include "difftrans.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+/* A .safetensors file from a literal header (no padding, so the data can start at any
+ * alignment) and raw data bytes. */
+static void write_raw(const char *path, const char *header, const void *data, size_t data_len) {
+    size_t n = strlen(header);
+    size_t total = 8 + n + data_len;
+    uint8_t *buf = malloc(total);
+    assert_non_null(buf);
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    memcpy(buf + 8, header, n);
+    if (data_len) memcpy(buf + 8 + n, data, data_len);
+    tu_write_file(path, buf, total);
+    free(buf);
+}
+
+static void write_len_prefix(const char *path, uint64_t n, const char *rest) {
+    uint8_t buf[256];
+    size_t r = strlen(rest);
+    assert_true(8 + r <= sizeof buf);
+    for (int i = 0; i < 8; i++) buf[i] = (uint8_t)(n >> (8 * i));
+    memcpy(buf + 8, rest, r);
+    tu_write_file(path, buf, 8 + r);
+}
+
+/* dt_st_open must fail, leave the struct empty, and say "path: ...<problem>...". */
+static void expect_open_fails(const char *path, const char *problem) {
+    dt_safetensors st;
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_open(&st, path, &err), -1);
+    assert_null(st.map);
+    assert_null(st.tensors);
+    assert_int_equal(st.n, 0);
+    if (strncmp(err.msg, path, strlen(path)) != 0 || strncmp(err.msg + strlen(path), ": ", 2) != 0)
+        fail_msg("message does not start with the path: %s", err.msg);
+    if (!strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
+}
+
+/* A header with one tensor "a" described by `body`, and `data_len` zero bytes of data. */
+static void expect_tensor_fails(const char *name, const char *body, size_t data_len, const char *problem) {
+    char path[1200], header[1024];
+    tu_path(path, sizeof path, name);
+    snprintf(header, sizeof header, "{\"a\":%s}", body);
+    uint8_t zeros[64] = {0};
+    assert_true(data_len <= sizeof zeros);
+    write_raw(path, header, zeros, data_len);
+    expect_open_fails(path, problem);
+}
+
+static int count_tmp_files(void) {
+    DIR *d = opendir(tu_tmpdir());
+    assert_non_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
+    closedir(d);
+    return n;
+}
+
+static uint64_t file_u64_le(const char *path) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    uint8_t b[8];
+    assert_int_equal(fread(b, 1, 8, f), 8);
+    fclose(f);
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+static uint8_t *read_whole(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, 0, SEEK_END), 0);
+    long sz = ftell(f);
+    assert_true(sz >= 0);
+    rewind(f);
+    uint8_t *buf = malloc((size_t)sz + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)sz, f), (size_t)sz);
+    fclose(f);
+    *n = (size_t)sz;
+    return buf;
+}
+
+/* ---------------------------------------------------------------- round trip */
+
+static void test_round_trip(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "rt.safetensors");
+    uint64_t rng = 42;
+    float scalar = 3.25f, vec[5], cube[2 * 3 * 4], special[4] = {-0.0f, INFINITY, 1e-40f, -123456.789f};
+    tu_fill_normal(vec, 5, 1.0f, &rng);
+    tu_fill_normal(cube, 24, 2.0f, &rng);
+    dt_st_entry e[5] = {
+        {.name = "scalar", .ndim = 0, .data = &scalar},
+        {.name = "model.vec", .ndim = 1, .shape = {5}, .data = vec},
+        {.name = "cube", .ndim = 3, .shape = {2, 3, 4}, .data = cube},
+        {.name = "empty", .ndim = 2, .shape = {0, 7}, .data = NULL},
+        {.name = "quote\"back\\slash", .ndim = 1, .shape = {4}, .data = special},
+    };
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_write_f32(path, e, 5, &err), 0);
+    assert_int_equal((8 + file_u64_le(path)) % 8, 0); /* data section aligned */
+    assert_int_equal(count_tmp_files(), 0);
+
+    dt_safetensors st;
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(st.n, 5);
+    for (int i = 0; i < 5; i++) {
+        const dt_st_tensor *t = &st.tensors[i];
+        assert_string_equal(t->name, e[i].name); /* header order is preserved */
+        assert_ptr_equal(dt_st_find(&st, e[i].name), t);
+        assert_int_equal(t->dtype, DT_F32);
+        assert_int_equal(t->ndim, e[i].ndim);
+        size_t numel = 1;
+        for (int d = 0; d < t->ndim; d++) {
+            assert_int_equal(t->shape[d], e[i].shape[d]);
+            numel *= (size_t)e[i].shape[d];
+        }
+        assert_int_equal(t->numel, numel);
+        assert_int_equal(t->end - t->begin, 4 * numel);
+        float *out = malloc((numel ? numel : 1) * sizeof *out);
+        assert_non_null(out);
+        dt_st_read_f32(&st, t, out);
+        if (numel) assert_memory_equal(out, e[i].data, numel * sizeof *out); /* bit-exact, -0 included */
+        free(out);
+    }
+    assert_null(dt_st_find(&st, "missing"));
+    dt_st_close(&st);
+    dt_st_close(&st); /* closing twice is harmless */
+}
+
+static void test_write_empty(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "empty_list.safetensors");
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_write_f32(path, NULL, 0, &err), 0);
+    dt_safetensors st;
+    assert_int_equal(dt_st_open(&st, path, &err), 0);
+    assert_int_equal(st.n, 0);
+    assert_int_equal(st.data_size, 0);
+    dt_st_close(&st);
+}
+
+static void test_header_contents(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "hdr.safetensors");
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    dt_st_entry e[2] = {{.name = "w", .ndim = 2, .shape = {2, 3}, .data = x}, {.name = "b", .ndim = 0, .data = x}};
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_write_f32(path, e, 2, &err), 0);
+    size_t n;
+    uint8_t *buf = read_whole(path, &n);
+    buf[n] = 0;
+    const char *hdr = (const char *)buf + 8;
+    assert_non_null(strstr(hdr, "\"__metadata__\":{\"format\":\"pt\"}"));
+    assert_non_null(strstr(hdr, "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}"));
+    assert_non_null(strstr(hdr, "\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[24,28]}"));
+    assert_true(strstr(hdr, "\"w\"") < strstr(hdr, "\"b\""));
+    /* data little-endian: 1.0f = 00 00 80 3f */
+    uint64_t hl = file_u64_le(path);
+    assert_int_equal(n, 8 + hl + 28);
+    const uint8_t one[4] = {0x00, 0x00, 0x80, 0x3f};
+    assert_memory_equal(buf + 8 + hl, one, 4);
+    free(buf);
+}
+
+/* ---------------------------------------------------------------- dtype conversion */
+
+static void test_f16(void **state) {
+    (void)state;
+    static const uint16_t bits[] = {0x0000, 0x8000, 0x3C00, 0xC000, 0x7BFF, 0x0001, 0x03FF,
+                                    0x0400, 0x7C00, 0xFC00, 0x3555, 0x8001, 0x7E00};
+    const float want[] = {0.0f, -0.0f, 1.0f, -2.0f, 65504.0f, 0x1p-24f, 1023 * 0x1p-24f,
+                          0x1p-14f, INFINITY, -INFINITY, 0.333251953125f, -0x1p-24f, NAN};
+    enum { N = sizeof bits / sizeof bits[0] };
+    uint8_t data[2 * N + 4];
+    for (int i = 0; i < N; i++) {
+        data[2 * i] = (uint8_t)bits[i];
+        data[2 * i + 1] = (uint8_t)(bits[i] >> 8);
+    }
+    /* an F32 right after, at a 2-byte offset, to exercise unaligned reads */
+    const uint8_t pi[4] = {0xdb, 0x0f, 0x49, 0x40}; /* 3.14159274f */
+    memcpy(data + 2 * N, pi, 4);
+    char path[1200], header[512];
+    tu_path(path, sizeof path, "f16.safetensors");
+    /* odd header length: the data section itself starts unaligned */
+    snprintf(header, sizeof header,
+             "{\"h\":{\"dtype\":\"F16\",\"shape\":[%d],\"data_offsets\":[0,%d]},"
+             "\"f\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[%d,%d]}} ",
+             N, 2 * N, 2 * N, 2 * N + 4);
+    if (strlen(header) % 2 == 0) strcat(header, " ");
+    write_raw(path, header, data, sizeof data);
+
+    dt_safetensors st;
+    dt_error err = {{0}};
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    const dt_st_tensor *h = dt_st_find(&st, "h");
+    assert_non_null(h);
+    assert_int_equal(h->dtype, DT_F16);
+    float out[N];
+    dt_st_read_f32(&st, h, out);
+    for (int i = 0; i < N; i++) {
+        if (isnan(want[i])) {
+            assert_true(isnan(out[i]));
+            continue;
+        }
+        if (memcmp(&out[i], &want[i], 4) != 0) fail_msg("F16 0x%04x: got %a want %a", bits[i], out[i], want[i]);
+    }
+    float f;
+    dt_st_read_f32(&st, dt_st_find(&st, "f"), &f);
+    assert_true(f == 3.14159274f);
+    dt_st_close(&st);
+}
+
+static void test_bf16(void **state) {
+    (void)state;
+    static const uint16_t bits[] = {0x3F80, 0xC040, 0x4049, 0x7F80, 0xFF80, 0x0001, 0x8000, 0x7FC0};
+    const float want[] = {1.0f, -3.0f, 3.140625f, INFINITY, -INFINITY, 0x1p-133f, -0.0f, NAN};
+    enum { N = sizeof bits / sizeof bits[0] };
+    uint8_t data[2 * N];
+    for (int i = 0; i < N; i++) {
+        data[2 * i] = (uint8_t)bits[i];
+        data[2 * i + 1] = (uint8_t)(bits[i] >> 8);
+    }
+    char path[1200], header[256];
+    tu_path(path, sizeof path, "bf16.safetensors");
+    snprintf(header, sizeof header, "{\"__metadata__\":{\"k\":\"v\"},\"b\":{\"dtype\":\"BF16\",\"shape\":[2,%d],"
+                                    "\"data_offsets\":[0,%d]}}",
+             N / 2, 2 * N);
+    write_raw(path, header, data, sizeof data);
+    dt_safetensors st;
+    dt_error err = {{0}};
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(st.n, 1);
+    const dt_st_tensor *b = &st.tensors[0];
+    assert_int_equal(b->dtype, DT_BF16);
+    assert_int_equal(b->numel, N);
+    float out[N];
+    dt_st_read_f32(&st, b, out);
+    for (int i = 0; i < N; i++) {
+        if (isnan(want[i])) assert_true(isnan(out[i]));
+        else if (memcmp(&out[i], &want[i], 4) != 0) fail_msg("BF16 0x%04x: got %a want %a", bits[i], out[i], want[i]);
+    }
+    dt_st_close(&st);
+}
+
+/* ---------------------------------------------------------------- hostile files */
+
+static void test_missing_and_empty(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "does_not_exist.safetensors");
+    expect_open_fails(path, "No such file");
+    tu_path(path, sizeof path, "zero.safetensors");
+    tu_write_file(path, "", 0);
+    expect_open_fails(path, "truncated");
+    tu_write_file(path, "\x05\0\0\0\0", 5);
+    expect_open_fails(path, "truncated");
+    expect_open_fails(tu_tmpdir(), "not a regular file");
+}
+
+static void test_truncated_everywhere(void **state) {
+    (void)state;
+    char good[1200], cut[1200];
+    tu_path(good, sizeof good, "whole.safetensors");
+    tu_path(cut, sizeof cut, "cut.safetensors");
+    float x[10] = {0}, y[3] = {0};
+    dt_st_entry e[2] = {{.name = "x", .ndim = 1, .shape = {10}, .data = x},
+                        {.name = "y", .ndim = 2, .shape = {1, 3}, .data = y}};
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_write_f32(good, e, 2, &err), 0);
+    size_t n;
+    uint8_t *buf = read_whole(good, &n);
+    size_t hl = (size_t)file_u64_le(good);
+    const size_t cuts[] = {0, 1, 4, 7, 8, 9, 8 + hl / 2, 8 + hl - 1, 8 + hl, 8 + hl + 3, 8 + hl + 40, n - 1};
+    const char *problems[] = {"truncated", "truncated", "truncated", "truncated", "past end of file",
+                              "past end of file", "past end of file", "past end of file", "out of bounds",
+                              "out of bounds", "out of bounds", "out of bounds"};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        tu_write_file(cut, buf, cuts[i]);
+        expect_open_fails(cut, problems[i]);
+    }
+    /* and the uncut file is fine */
+    tu_write_file(cut, buf, n);
+    dt_safetensors st;
+    assert_int_equal(dt_st_open(&st, cut, &err), 0);
+    dt_st_close(&st);
+    free(buf);
+}
+
+static void test_bad_header_length(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "badlen.safetensors");
+    write_len_prefix(path, 100, "{\"a\":1}   ");
+    expect_open_fails(path, "header length 100 past end of file (size 18)");
+    write_len_prefix(path, (uint64_t)1 << 40, "{}");
+    expect_open_fails(path, "absurdly large");
+    write_len_prefix(path, UINT64_MAX, "{}");
+    expect_open_fails(path, "absurdly large");
+}
+
+static void test_bad_json(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "badjson.safetensors");
+    const char *not_json[] = {"", "{not json", "{\"a\":", "{} trailing", "\"unterminated", "{}\x01"};
+    for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
+        write_raw(path, not_json[i], NULL, 0);
+        expect_open_fails(path, "header is not JSON");
+    }
+    const char *not_object[] = {"[1,2]", "42", "\"str\"", "null"};
+    for (size_t i = 0; i < sizeof not_object / sizeof not_object[0]; i++) {
+        write_raw(path, not_object[i], NULL, 0);
+        expect_open_fails(path, "not an object");
+    }
+    /* trailing space padding is fine */
+    write_raw(path, "{}       ", NULL, 0);
+    dt_safetensors st;
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_open(&st, path, &err), 0);
+    dt_st_close(&st);
+    write_raw(path, "{\"__metadata__\":[1]}", NULL, 0);
+    expect_open_fails(path, "__metadata__");
+}
+
+static void test_bad_dtype(void **state) {
+    (void)state;
+    expect_tensor_fails("dt1.st", "{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}", 8,
+                        "tensor a: unknown dtype F64");
+    expect_tensor_fails("dt2.st", "{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,1]}", 1,
+                        "tensor a: unknown dtype I8");
+    expect_tensor_fails("dt3.st", "{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4,
+                        "tensor a: unknown dtype f32");
+    expect_tensor_fails("dt4.st", "{\"dtype\":32,\"shape\":[1],\"data_offsets\":[0,4]}", 4, "tensor a: dtype");
+    expect_tensor_fails("dt5.st", "{\"shape\":[1],\"data_offsets\":[0,4]}", 4, "tensor a: dtype");
+    expect_tensor_fails("dt6.st", "[1,2]", 4, "tensor a: entry is not a JSON object");
+}
+
+static void test_bad_shape(void **state) {
+    (void)state;
+    const char *bodies[] = {
+        "{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}",
+        "{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}",
+        "{\"dtype\":\"F32\",\"shape\":[\"2\"],\"data_offsets\":[0,8]}",
+        "{\"dtype\":\"F32\",\"shape\":[1,null],\"data_offsets\":[0,4]}",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
+        expect_tensor_fails("shape.st", bodies[i], 8, "tensor a: shape[");
+    expect_tensor_fails("shape.st", "{\"dtype\":\"F32\",\"shape\":7,\"data_offsets\":[0,28]}", 28,
+                        "tensor a: shape is missing or not an array");
+    expect_tensor_fails("shape.st", "{\"dtype\":\"F32\",\"data_offsets\":[0,4]}", 4,
+                        "tensor a: shape is missing or not an array");
+    expect_tensor_fails("shape.st", "{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}", 4,
+                        "tensor a: shape has 9 dimensions");
+}
+
+static void test_overflow_shape(void **state) {
+    (void)state;
+    /* 2^32 · 2^32 · 16 wraps a 64-bit product to 0; so would the byte count of 2^62 F32s */
+    expect_tensor_fails("ovf.st", "{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],\"data_offsets\":[0,0]}", 0,
+                        "tensor a: shape overflows");
+    expect_tensor_fails("ovf.st", "{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}", 0,
+                        "tensor a: shape overflows");
+    expect_tensor_fails("ovf.st", "{\"dtype\":\"F16\",\"shape\":[1e300],\"data_offsets\":[0,0]}", 0,
+                        "tensor a: shape overflows");
+}
+
+static void test_bad_offsets(void **state) {
+    (void)state;
+    /* out of bounds: the data section is 8 bytes */
+    expect_tensor_fails("off.st", "{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}", 8,
+                        "tensor a: data_offsets [0, 16] out of bounds");
+    expect_tensor_fails("off.st", "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}", 8, "out of bounds");
+    expect_tensor_fails("off.st", "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[1e30,1e30]}", 8,
+                        "out of bounds");
+    expect_tensor_fails("off.st", "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}", 8,
+                        "tensor a: data_offsets [4, 0] has begin after end");
+    /* disagreeing with shape */
+    expect_tensor_fails("off.st", "{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}", 8,
+                        "tensor a: data_offsets [0, 4] span 4 bytes but shape and dtype need 8");
+    expect_tensor_fails("off.st", "{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[0,8]}", 8, "need 4");
+    /* malformed */
+    const char *bad[] = {
+        "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0]}",
+        "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4,8]}",
+        "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[-4,0]}",
+        "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4.5]}",
+        "{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":\"0,4\"}",
+        "{\"dtype\":\"F32\",\"shape\":[1]}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_tensor_fails("off.st", bad[i], 8, "tensor a: data_offsets must be [begin, end]");
+}
+
+static void test_bad_names(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "names.st");
+    uint8_t zeros[8] = {0};
+    write_raw(path,
+              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+              zeros, 8);
+    expect_open_fails(path, "duplicate tensor name a");
+    char header[1024], name[301];
+    memset(name, 'n', 300);
+    name[300] = 0;
+    snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", name);
+    write_raw(path, header, zeros, 4);
+    expect_open_fails(path, "tensor name too long");
+    /* 255 characters is the longest name that fits */
+    name[255] = 0;
+    snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", name);
+    write_raw(path, header, zeros, 4);
+    dt_safetensors st;
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_open(&st, path, &err), 0);
+    assert_int_equal(strlen(st.tensors[0].name), 255);
+    dt_st_close(&st);
+}
+
+/* ---------------------------------------------------------------- writer failures */
+
+static void expect_write_fails(const char *path, const dt_st_entry *e, int n, const char *problem) {
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_write_f32(path, e, n, &err), -1);
+    if (!strstr(err.msg, path)) fail_msg("message does not name the path: %s", err.msg);
+    if (!strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
+    assert_false(tu_file_exists(path));
+    assert_int_equal(count_tmp_files(), 0);
+}
+
+static void test_writer_failures(void **state) {
+    (void)state;
+    char path[1200];
+    float x[4] = {1, 2, 3, 4};
+    dt_st_entry ok = {.name = "x", .ndim = 1, .shape = {4}, .data = x};
+    tu_path(path, sizeof path, "no_such_dir/out.safetensors");
+    expect_write_fails(path, &ok, 1, "No such file");
+
+    tu_path(path, sizeof path, "w_bad.safetensors");
+    remove(path); /* left by a previous run of this test */
+    dt_st_entry dup[2] = {ok, ok};
+    expect_write_fails(path, dup, 2, "duplicate tensor name x");
+    dt_st_entry e = ok;
+    e.ndim = 9;
+    expect_write_fails(path, &e, 1, "ndim 9");
+    e = ok;
+    e.shape[0] = -4;
+    expect_write_fails(path, &e, 1, "negative shape");
+    e = ok;
+    e.data = NULL;
+    expect_write_fails(path, &e, 1, "data is NULL");
+    e = ok;
+    e.name = NULL;
+    expect_write_fails(path, &e, 1, "no name");
+    e = ok;
+    e.name = "__metadata__";
+    expect_write_fails(path, &e, 1, "__metadata__");
+    e = ok;
+    e.ndim = 3;
+    e.shape[0] = e.shape[1] = e.shape[2] = (int64_t)1 << 30;
+    expect_write_fails(path, &e, 1, "overflows");
+    expect_write_fails(path, NULL, 2, "invalid tensor list");
+
+    /* a failed write leaves an existing file untouched */
+    assert_int_equal(dt_st_write_f32(path, &ok, 1, &(dt_error){{0}}), 0);
+    dt_error err = {{0}};
+    assert_int_equal(dt_st_write_f32(path, dup, 2, &err), -1);
+    dt_safetensors st;
+    assert_int_equal(dt_st_open(&st, path, &err), 0);
+    assert_int_equal(st.n, 1);
+    dt_st_close(&st);
+    assert_int_equal(count_tmp_files(), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_write_empty),
+        cmocka_unit_test(test_header_contents),   cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_bf16),              cmocka_unit_test(test_missing_and_empty),
+        cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_bad_header_length),
+        cmocka_unit_test(test_bad_json),          cmocka_unit_test(test_bad_dtype),
+        cmocka_unit_test(test_bad_shape),         cmocka_unit_test(test_overflow_shape),
+        cmocka_unit_test(test_bad_offsets),       cmocka_unit_test(test_bad_names),
+        cmocka_unit_test(test_writer_failures),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
