@@ -23,6 +23,8 @@ int parse_float(const char *cmd, const char *name, const char *s, double lo, dou
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Reports a getopt failure (unknown option, missing value) and returns 1. */
 int cli_bad_option(const char *cmd, int argc, char **argv);
+/* --arch diff|diffllama|transformer|llama; prints the error and returns -1 otherwise. */
+int cli_parse_arch(const char *cmd, const char *s, dt_arch *arch);
 /* --threads N → OpenMP (and so OpenBLAS) thread count. */
 void cli_set_threads(int n);
 /* Reads a config: a preset name ("small") or a path to a config.json. */

@@ -36,9 +36,7 @@ int cmd_init(int argc, char **argv) {
         switch (ch) {
         case 'o': out = optarg; break;
         case 'a':
-            if (!strcmp(optarg, "diff") || !strcmp(optarg, "diffllama")) arch = DT_ARCH_DIFF;
-            else if (!strcmp(optarg, "transformer") || !strcmp(optarg, "llama")) arch = DT_ARCH_LLAMA;
-            else return cli_error(cmd, "--arch '%s': expected diff or transformer", optarg);
+            if (cli_parse_arch(cmd, optarg, &arch)) return 1;
             break;
         case 'p':
         case 'c': spec = optarg; break;

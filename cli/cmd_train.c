@@ -79,9 +79,7 @@ int cmd_train(int argc, char **argv) {
         case 'd': o.data_path = optarg; break;
         case 'o': o.out_dir = optarg; break;
         case 'a':
-            if (!strcmp(optarg, "diff") || !strcmp(optarg, "diffllama")) arch = DT_ARCH_DIFF;
-            else if (!strcmp(optarg, "transformer") || !strcmp(optarg, "llama")) arch = DT_ARCH_LLAMA;
-            else return cli_error(cmd, "--arch '%s': expected diff or transformer", optarg);
+            if (cli_parse_arch(cmd, optarg, &arch)) return 1;
             break;
         case 'p': preset = optarg; break;
         case 'c': config_path = optarg; break;

@@ -96,6 +96,13 @@ int parse_float(const char *cmd, const char *name, const char *s, double lo, dou
     return 0;
 }
 
+int cli_parse_arch(const char *cmd, const char *s, dt_arch *arch) {
+    if (!strcmp(s, "diff") || !strcmp(s, "diffllama")) *arch = DT_ARCH_DIFF;
+    else if (!strcmp(s, "transformer") || !strcmp(s, "llama")) *arch = DT_ARCH_LLAMA;
+    else return -(cli_error(cmd, "--arch '%s': expected diff or transformer", s) != 0);
+    return 0;
+}
+
 void cli_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "difftrans.h"
+#include "internal.h"
 
 int dt_fail(dt_error *err, const char *fmt, ...) {
     if (err) {
@@ -67,4 +68,15 @@ void dt_atomic_abort(dt_atomic_file *f) {
     if (f->fp) fclose(f->fp);
     f->fp = NULL;
     if (f->tmp[0]) unlink(f->tmp);
+}
+
+int write_text_atomic(const char *path, const char *text, dt_error *err) {
+    dt_atomic_file f;
+    if (dt_atomic_open(&f, path, err) != 0) return -1;
+    if (fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF) {
+        int saved = errno;
+        dt_atomic_abort(&f);
+        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
+    }
+    return dt_atomic_commit(&f, err);
 }

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "difftrans.h"
+#include "internal.h"
 
 #define TOKENIZER_FILE "difftrans_tokenizer.json"
 /* The marker is ~150 bytes; refuse to slurp anything much bigger. */
@@ -46,19 +47,9 @@ int dt_tokenizer_save(const char *dir, dt_error *err) {
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return dt_fail(err, "%s: out of memory", path);
-    dt_atomic_file f;
-    if (dt_atomic_open(&f, path, err) != 0) {
-        cJSON_free(text);
-        return -1;
-    }
-    int bad = fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF;
-    int saved = errno;
+    int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
-    if (bad) {
-        dt_atomic_abort(&f);
-        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
-    }
-    return dt_atomic_commit(&f, err);
+    return rc;
 }
 
 /* Reads the file into a NUL-terminated buffer. Returns 1 when it does not exist. */

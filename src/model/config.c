@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "difftrans.h"
+#include "internal.h"
 
 /* Upper bounds, checked before anything is allocated from these numbers. */
 #define MAX_VOCAB 4194304
@@ -410,17 +411,7 @@ int dt_config_save(const dt_config *cfg, const char *path, dt_error *err) {
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return dt_fail(err, "%s: out of memory building config.json", path);
-    dt_atomic_file f;
-    if (dt_atomic_open(&f, path, err) != 0) {
-        cJSON_free(text);
-        return -1;
-    }
-    int bad = fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF;
-    int saved = errno;
+    int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
-    if (bad) {
-        dt_atomic_abort(&f);
-        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
-    }
-    return dt_atomic_commit(&f, err);
+    return rc;
 }

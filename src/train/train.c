@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "difftrans.h"
+#include "internal.h"
 #include "train/optim.h"
 
 void dt_train_defaults(dt_train_options *o) {
@@ -181,15 +182,9 @@ static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return dt_fail(err, "out of memory");
-    dt_atomic_file af;
     int rc = path_join(path, sizeof path, o->out_dir, "train_state.json", err);
-    if (rc == 0) rc = dt_atomic_open(&af, path, err);
-    if (rc == 0) {
-        fputs(text, af.fp);
-        fputc('\n', af.fp);
-        rc = dt_atomic_commit(&af, err);
-    }
-    free(text);
+    if (rc == 0) rc = write_text_atomic(path, text, err);
+    cJSON_free(text);
     return rc;
 }
 
