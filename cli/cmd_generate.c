@@ -100,6 +100,13 @@ int cmd_generate(int argc, char **argv) {
         n_prompt = (int)strlen(text);
         ids = malloc((size_t)n_prompt * sizeof(int));
         for (int i = 0; ids && i < n_prompt; i++) ids[i] = (unsigned char)text[i];
+        for (int i = 0; ids && i < n_prompt; i++)
+            if (ids[i] >= V) {
+                free(ids);
+                dt_model_free(&m);
+                return cli_error(cmd, "--prompt: byte %d at offset %d is outside the model's vocabulary of %d", ids[i],
+                                 i, V);
+            }
     }
     const int total = n_prompt + n_gen;
     float *logits = malloc((size_t)V * sizeof(float));

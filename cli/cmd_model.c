@@ -123,8 +123,8 @@ int cmd_eval(int argc, char **argv) {
         case 'h':
             printf("usage: difftrans eval MODEL_DIR --data FILE.txt [--seq N] [--batch N] [--threads N]\n\n"
                    "Mean next-byte cross-entropy over the whole file in consecutive windows of --seq tokens\n"
-                   "(capped at max_position_embeddings) [256], --batch windows at a time [8]; prints loss,\n"
-                   "perplexity and bits per byte (one token is one byte).\n");
+                   "(capped at max_position_embeddings and at the file's length) [256], --batch windows at\n"
+                   "a time [8]; prints loss, perplexity and bits per byte (one token is one byte).\n");
             return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }

@@ -6,10 +6,11 @@
 #   libcjson-dev                    config.json and safetensors headers
 #   libcmocka-dev                   the C unit-test framework under CTest
 #   fortunes                        the demo's English corpus (/usr/share/games/fortunes)
-# Optional: python3-torch python3-numpy regenerate the PyTorch golden files in `make test`.
+#   python3-numpy                   reads the committed PyTorch golden files in `make test`
+# Optional: python3-torch also regenerates those golden files and checks they match.
 install=0
 [ "$1" = "--install" ] && install=1
-need="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev fortunes"
+need="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev fortunes python3-numpy"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -259,7 +259,9 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
 
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err) {
     char path[4200];
+    struct stat sb;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: exists and is not a directory", dir);
     dt_config cfg = m->cfg;
     const float *params = m->params;
     float *folded = NULL;

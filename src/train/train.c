@@ -96,10 +96,29 @@ static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
     return j;
 }
 
-static int json_number(const cJSON *j, const char *key, double *out, const char *path, dt_error *err) {
+static int json_number(const cJSON *j, const char *key, double lo, double hi, double *out, const char *path,
+                       dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: missing or non-numeric '%s'", path, key);
+    if (!(v->valuedouble >= lo && v->valuedouble <= hi))
+        return dt_fail(err, "%s: '%s' is %g, outside [%g, %g]", path, key, v->valuedouble, lo, hi);
     *out = v->valuedouble;
+    return 0;
+}
+
+static int json_int(const cJSON *j, const char *key, int lo, int hi, int *out, const char *path, dt_error *err) {
+    double d = 0;
+    if (json_number(j, key, lo, hi, &d, path, err) != 0) return -1;
+    if (d != floor(d)) return dt_fail(err, "%s: '%s' is %g, not an integer", path, key, d);
+    *out = (int)d;
+    return 0;
+}
+
+static int json_float(const cJSON *j, const char *key, double lo, double hi, float *out, const char *path,
+                      dt_error *err) {
+    double d = 0;
+    if (json_number(j, key, lo, hi, &d, path, err) != 0) return -1;
+    *out = (float)d;
     return 0;
 }
 
@@ -109,13 +128,15 @@ static int json_u64(const cJSON *j, const char *key, uint64_t *out, const char *
     if (!cJSON_IsString(v) || !*v->valuestring) return dt_fail(err, "%s: missing '%s'", path, key);
     errno = 0;
     unsigned long long x = strtoull(v->valuestring, &end, 10);
-    if (errno || *end) return dt_fail(err, "%s: '%s' is not an unsigned integer", path, key);
+    if (errno || *end || v->valuestring[0] == '-')
+        return dt_fail(err, "%s: '%s' is not an unsigned integer", path, key);
     *out = x;
     return 0;
 }
 
-/* Restores the hyper-parameters and counters of a run from train_state.json. `steps` given
- * on the command line (nonzero in *o) overrides the saved one so a run can be extended. */
+/* Restores the hyper-parameters and counters of a run from train_state.json, each checked
+ * against the range the command line allows. `steps` given on the command line (nonzero in
+ * *o) overrides the saved one so that a run can be extended. */
 static int load_train_state(const char *path, dt_train_options *o, trainer *tr, char *data_path, size_t data_cap,
                             dt_error *err) {
     FILE *f = fopen(path, "rb");
@@ -129,43 +150,37 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
         cJSON_Delete(j);
         return dt_fail(err, "%s: not valid JSON", path);
     }
-    double step = 0, steps = 0, batch = 0, seq = 0, lr = 0, mlr = 0, warm = 0, wd = 0, clip = 0, b1 = 0, b2 = 0,
-           eps = 0, ei = 0, eb = 0, si = 0, vf = 0, el = 0;
-    int rc = 0;
-    rc |= json_number(j, "step", &step, path, err) || json_number(j, "steps", &steps, path, err) ||
-          json_number(j, "batch", &batch, path, err) || json_number(j, "seq", &seq, path, err) ||
-          json_number(j, "lr", &lr, path, err) || json_number(j, "min_lr_ratio", &mlr, path, err) ||
-          json_number(j, "warmup", &warm, path, err) || json_number(j, "weight_decay", &wd, path, err) ||
-          json_number(j, "grad_clip", &clip, path, err) || json_number(j, "beta1", &b1, path, err) ||
-          json_number(j, "beta2", &b2, path, err) || json_number(j, "adam_eps", &eps, path, err) ||
-          json_number(j, "eval_interval", &ei, path, err) || json_number(j, "eval_batches", &eb, path, err) ||
-          json_number(j, "save_interval", &si, path, err) || json_number(j, "val_fraction", &vf, path, err) ||
-          json_number(j, "elapsed_seconds", &el, path, err) || json_u64(j, "rng", &tr->rng, path, err) ||
-          json_u64(j, "seed", &o->seed, path, err);
+    const int big = 100000000;
+    int steps = 0;
+    double elapsed = 0;
+    int bad = json_int(j, "step", 0, big, &tr->step, path, err) || json_int(j, "steps", 1, big, &steps, path, err) ||
+              json_int(j, "batch", 1, 4096, &o->batch, path, err) ||
+              json_int(j, "seq", 1, 1 << 20, &o->seq, path, err) ||
+              json_float(j, "lr", 1e-12, 10, &o->lr, path, err) ||
+              json_float(j, "min_lr_ratio", 0, 1, &o->min_lr_ratio, path, err) ||
+              json_int(j, "warmup", 0, big, &o->warmup, path, err) ||
+              json_float(j, "weight_decay", 0, 10, &o->weight_decay, path, err) ||
+              json_float(j, "grad_clip", 0, 1e9, &o->grad_clip, path, err) ||
+              json_float(j, "beta1", 0, 0.999999, &o->beta1, path, err) ||
+              json_float(j, "beta2", 0, 0.999999999, &o->beta2, path, err) ||
+              json_float(j, "adam_eps", 1e-30, 1, &o->adam_eps, path, err) ||
+              json_int(j, "eval_interval", 0, big, &o->eval_interval, path, err) ||
+              json_int(j, "eval_batches", 1, 100000, &o->eval_batches, path, err) ||
+              json_int(j, "save_interval", 0, big, &o->save_interval, path, err) ||
+              json_float(j, "val_fraction", 0.001, 0.9, &o->val_fraction, path, err) ||
+              json_number(j, "elapsed_seconds", 0, 1e12, &elapsed, path, err) ||
+              json_u64(j, "rng", &tr->rng, path, err) || json_u64(j, "seed", &o->seed, path, err);
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
-    if (!rc && !cJSON_IsString(data)) rc = dt_fail(err, "%s: missing 'data'", path);
-    if (!rc) {
+    if (!bad && (!cJSON_IsString(data) || !*data->valuestring)) bad = dt_fail(err, "%s: missing 'data'", path) != 0;
+    if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
-        tr->step = (int)step;
-        tr->elapsed = el;
-        if (o->steps <= 0) o->steps = (int)steps;
-        o->batch = (int)batch;
-        o->seq = (int)seq;
-        o->lr = (float)lr;
-        o->min_lr_ratio = (float)mlr;
-        o->warmup = (int)warm;
-        o->weight_decay = (float)wd;
-        o->grad_clip = (float)clip;
-        o->beta1 = (float)b1;
-        o->beta2 = (float)b2;
-        o->adam_eps = (float)eps;
-        o->eval_interval = (int)ei;
-        o->eval_batches = (int)eb;
-        o->save_interval = (int)si;
-        o->val_fraction = (float)vf;
+        tr->elapsed = elapsed;
+        if (o->steps <= 0) o->steps = steps;
+        if (o->steps < tr->step)
+            bad = dt_fail(err, "--steps %d: the run in %s is already at step %d", o->steps, path, tr->step) != 0;
     }
     cJSON_Delete(j);
-    return rc ? -1 : 0;
+    return bad ? -1 : 0;
 }
 
 static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err) {
@@ -358,6 +373,7 @@ int dt_train(dt_train_options *o, dt_error *err) {
                 tr.n_tokens - tr.n_train, o->steps, B, T, o->resume ? "" : "");
     double tps = 0, t_start = now_seconds();
     int start_step = tr.step, rc = 0, stopped = 0;
+    if (tr.step == o->steps && !o->quiet) fprintf(stderr, "nothing to do: the run is already at step %d\n", tr.step);
     while (tr.step < o->steps) {
         double t0 = now_seconds();
         sample_batch(&tr, B, T);
@@ -421,7 +437,7 @@ int dt_train(dt_train_options *o, dt_error *err) {
         else if (stopped)
             fprintf(stderr, "interrupted at step %d/%d: checkpoint saved in %s; continue with --resume --out %s\n",
                     tr.step, o->steps, o->out_dir, o->out_dir);
-        else fprintf(stderr, "done: %d steps, model saved in %s\n", tr.step, o->out_dir);
+        else if (tr.step > start_step) fprintf(stderr, "done: %d steps, model saved in %s\n", tr.step, o->out_dir);
     }
     trainer_free(&tr);
     return rc;
