@@ -72,4 +72,26 @@ void attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *
                         const float *att, const float *pre, const float *rstd, const float *q, const float *k,
                         const float *v, float *scratch, const attention_shape *s);
 
+
+/* ---- flash_attention.c: the fused kernels (FlashAttention-style online softmax, no [T, T]
+ * buffers), tested against the reference kernel above ---- */
+
+/* Floats of scratch the fused kernels need for a shape when run on `threads` OpenMP threads. */
+size_t flash_attention_scratch_floats(const attention_shape *s, int threads);
+
+/* Same out / pre / rstd as attention_forward, but instead of the maps it saves per query head
+ * and row the log-sum-exp of the scaled scores, lse [B, H, T]; DIFF also saves the two halves of
+ * every differential head, o1 = A_j·V_j and o2 = A_{j+H/2}·V_j, into o12 [B, T, H/2, 2, 2·hd]
+ * (the backward needs them: rowsum(dA ⊙ A) = dU·o and dλ = −Σ dU·o2). o12 is NULL for the
+ * baseline. */
+void flash_attention_forward(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
+                             const float *k, const float *v, float *scratch, const attention_shape *s);
+/* Gradients as attention_backward (accumulated into dq, dk, dv, *dlambda, dsubln), recomputing
+ * the maps tile by tile from q, k and lse. `out` is the forward output (the baseline needs
+ * rowsum(dO ⊙ O)). */
+void flash_attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *dsubln, const float *dout,
+                              const float *out, const float *lse, const float *o12, const float *pre,
+                              const float *rstd, const float *q, const float *k, const float *v, float *scratch,
+                              const attention_shape *s);
+
 #endif

@@ -9,6 +9,11 @@
 
 /* y[N, out] = x[N, in] · W[out, in]ᵀ */
 void linear_forward(float *y, const float *x, const float *w, int N, int in, int out) {
+    /* one row (decoding): a matrix-vector product, which streams W once at memory bandwidth */
+    if (N == 1) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 }
 

@@ -19,7 +19,7 @@ struct dt_kvcache {
     float *scores;               /* [H, max_tokens] softmax maps of the current position */
     float *atty;                 /* [H·hd] */
     float *gate, *up;            /* [F] */
-    float *tmp;                  /* [max(C, 2·hd)] */
+    float *tmp;                  /* [max(C, H·hd)] */
 };
 
 dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) {
@@ -43,7 +43,7 @@ dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) 
     kc->atty = calloc(qdim, sizeof(float));
     kc->gate = calloc(F, sizeof(float));
     kc->up = calloc(F, sizeof(float));
-    kc->tmp = calloc(C > 2 * (size_t)c->head_dim ? C : 2 * (size_t)c->head_dim, sizeof(float));
+    kc->tmp = calloc(C > qdim ? C : qdim, sizeof(float)); /* o_proj output, or per-head norm outputs */
     if (!kc->k || !kc->v || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate || !kc->up ||
         !kc->tmp)
         goto oom;
@@ -70,11 +70,12 @@ void dt_kvcache_free(dt_kvcache *kc) {
 }
 
 /* scores[0..n) = softmax(q · k[s] / √hd) for one query head over the cached positions. */
-static void head_scores(float *scores, const float *q, const float *kcache, int n, int kvdim, int hd) {
-    const float scale = 1.0f / sqrtf((float)hd);
+static void head_scores(float *restrict scores, const float *restrict q, const float *restrict kcache, int n,
+                        int kvdim, int hd) {
+    const float scale = (float)(1.0 / sqrt((double)hd));
     float mx = -INFINITY;
     for (int s = 0; s < n; s++) {
-        const float *k = kcache + (size_t)s * kvdim;
+        const float *restrict k = kcache + (size_t)s * kvdim;
         float dot = 0;
         for (int d = 0; d < hd; d++) dot += q[d] * k[d];
         scores[s] = dot * scale;
@@ -82,49 +83,54 @@ static void head_scores(float *scores, const float *q, const float *kcache, int 
     }
     float sum = 0;
     for (int s = 0; s < n; s++) sum += (scores[s] = expf(scores[s] - mx));
-    for (int s = 0; s < n; s++) scores[s] /= sum;
+    const float inv = 1.0f / sum;
+    for (int s = 0; s < n; s++) scores[s] *= inv;
 }
 
 /* out[0..hd) = Σ_s w[s] v[s] */
-static void weighted_values(float *out, const float *w, const float *vcache, int n, int kvdim, int hd) {
+static void weighted_values(float *restrict out, const float *restrict w, const float *restrict vcache, int n,
+                            int kvdim, int hd) {
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int s = 0; s < n; s++) {
-        const float *v = vcache + (size_t)s * kvdim;
+        const float *restrict v = vcache + (size_t)s * kvdim;
         for (int d = 0; d < hd; d++) out[d] += w[s] * v[d];
     }
 }
 
-/* attention for the newest position, reading the cache of one layer */
+/* Attention of the newest position over one layer's cache, straight from the cached K/V (GQA
+ * heads share their kv head's rows, nothing is copied). One task per output head: a query head
+ * for the baseline, a differential head (both of its maps) for DIFF. */
 static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n) {
     const dt_config *c = &m->cfg;
     const int H = c->num_attention_heads, hd = c->head_dim, kvdim = c->num_key_value_heads * hd;
     const int g = H / c->num_key_value_heads;
     const float *kcache = kc->k + (size_t)layer * kc->max_tokens * kvdim;
     const float *vcache = kc->v + (size_t)layer * kc->max_tokens * kvdim;
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < H; i++)
-        head_scores(kc->scores + (size_t)i * kc->max_tokens, kc->q + (size_t)i * hd, kcache + (size_t)(i / g) * hd, n,
-                    kvdim, hd);
+    const size_t stride = (size_t)kc->max_tokens;
     if (c->arch != DT_ARCH_DIFF) {
-        for (int i = 0; i < H; i++)
-            weighted_values(kc->atty + (size_t)i * hd, kc->scores + (size_t)i * kc->max_tokens,
-                            vcache + (size_t)(i / g) * hd, n, kvdim, hd);
+#pragma omp parallel for schedule(static) if (n * hd > 4096)
+        for (int i = 0; i < H; i++) {
+            float *sc = kc->scores + i * stride;
+            head_scores(sc, kc->q + (size_t)i * hd, kcache + (size_t)(i / g) * hd, n, kvdim, hd);
+            weighted_values(kc->atty + (size_t)i * hd, sc, vcache + (size_t)(i / g) * hd, n, kvdim, hd);
+        }
         return;
     }
-    const int Hd = H / 2;
+    const int Hd = H / 2, w2 = 2 * hd;
     const float lambda = dt_model_lambda(m, layer), scale = 1.0f - dt_lambda_init(layer);
     const float *subln = m->w.layers[layer].subln;
+#pragma omp parallel for schedule(static) if (n * hd > 4096)
     for (int j = 0; j < Hd; j++) {
-        /* D_j = A_j − λ A_{j+Hd}, written over A_j's row */
-        float *d = kc->scores + (size_t)j * kc->max_tokens;
-        const float *a2 = kc->scores + (size_t)(j + Hd) * kc->max_tokens;
-        for (int s = 0; s < n; s++) d[s] -= lambda * a2[s];
-        float *u = kc->atty + (size_t)j * 2 * hd;
+        float *d = kc->scores + j * stride, *a2 = kc->scores + (j + Hd) * stride;
+        head_scores(d, kc->q + (size_t)j * hd, kcache + (size_t)(j / g) * hd, n, kvdim, hd);
+        head_scores(a2, kc->q + (size_t)(j + Hd) * hd, kcache + (size_t)((j + Hd) / g) * hd, n, kvdim, hd);
+        for (int s = 0; s < n; s++) d[s] -= lambda * a2[s]; /* D_j = A_j − λ A_{j+Hd}, over A_j's row */
+        float *u = kc->atty + (size_t)j * w2, *normed = kc->tmp + (size_t)j * w2;
         weighted_values(u, d, vcache + (size_t)(j / g) * hd, n, kvdim, hd);
         weighted_values(u + hd, d, vcache + (size_t)((j + Hd) / g) * hd, n, kvdim, hd);
         float rstd;
-        rmsnorm_forward(kc->tmp, &rstd, u, subln, 1, 2 * hd, c->rms_norm_eps);
-        for (int e = 0; e < 2 * hd; e++) u[e] = kc->tmp[e] * scale;
+        rmsnorm_forward(normed, &rstd, u, subln, 1, w2, c->rms_norm_eps);
+        for (int e = 0; e < w2; e++) u[e] = normed[e] * scale;
     }
 }
 
