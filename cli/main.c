@@ -21,6 +21,7 @@ static const struct {
     {"init", cmd_init, "write a freshly initialised checkpoint from a preset or config"},
     {"info", cmd_info, "print a checkpoint's config, parameter count and λ per layer"},
     {"export", cmd_export, "write a checkpoint that plain Hugging Face transformers loads"},
+    {"bench", cmd_bench, "training, prefill and decode throughput against the machine's peak"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

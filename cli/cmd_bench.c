@@ -1,0 +1,325 @@
+/* cmd_bench.c — `difftrans bench`: training, prefill and decoding throughput of a randomly
+ * initialised DIFF Transformer and/or its parameter-matched baseline, set against the machine's
+ * sgemm peak and memory read bandwidth measured in the same run. A readable table per model and
+ * one JSON line per model on stdout (`grep '^{'`); progress on stderr.
+ *
+ * Process structure: this process never runs an OpenMP region (libgomp does not survive a fork
+ * after one). The machine probes run once in a forked child; then each model runs in its own
+ * forked child, whose peak resident memory is that model's. Results come back through pipes and
+ * every line of output is printed here. */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "cli.h"
+
+#define CMD "bench"
+
+static void help(void) {
+    printf("usage: difftrans bench [options]\n\n"
+           "Builds a randomly initialised model of the given sizes and measures, each in a process of its own:\n"
+           "  train    tokens/s of full training steps (forward with targets, backward, gradient clipping,\n"
+           "           AdamW) on [batch, seq], from the median of --steps timed steps after 1 warm-up step;\n"
+           "           achieved GFLOP/s and its fraction of the sgemm peak measured in the same run\n"
+           "  prefill  tokens/s of a forward without targets on [batch, seq] (median, same step count)\n"
+           "  decode   tokens/s of one stream decoding --decode-tokens greedy tokens with the KV cache after\n"
+           "           a 1-token prompt; weight bytes read per token, the bandwidth that implies, and its\n"
+           "           fraction of the read bandwidth measured in the same run\n"
+           "  memory   peak resident set size of the process that measured the model\n"
+           "Prints a table per model and one JSON line per model (lines starting with '{').\n\n"
+           "model:\n"
+           "  --arch A          diff | transformer | both: the DIFF model and its parameter-matched\n"
+           "                    baseline of the same sizes [both]\n"
+           "  --d-model N       hidden size C [256]\n"
+           "  --layers N        layers L [4]\n"
+           "  --heads N         query heads H; DIFF uses H/2 differential heads of width 2·head-dim [8]\n"
+           "  --kv-heads N      key/value heads [= --heads]\n"
+           "  --head-dim N      head width hd [d-model / heads]\n"
+           "  --ffn N           SwiGLU width F [704]\n"
+           "  --vocab N         vocabulary size V [256]\n"
+           "run:\n"
+           "  --batch N         sequences per step B [8]\n"
+           "  --seq N           tokens per sequence T [256]\n"
+           "  --threads N       OpenMP and BLAS threads [all cores]\n"
+           "  --steps N         timed training steps and prefill forwards, after 1 warm-up each [5]\n"
+           "  --decode-tokens N timed decode steps [64]\n"
+           "  --prefill / --no-prefill, --no-train, --no-decode   choose measurements [all on]\n"
+           "  --seed N          initialisation and token seed [1234]\n"
+           "  --json-only       print only the JSON lines on stdout\n\n"
+           "FLOPs of a training step = 6·P_mm·B·T + 3·L·B·H·a·T(T+1)/2, where P_mm counts every Linear\n"
+           "weight (q, k, v, o, gate, up, down, lm_head; not the embedding lookup) and a is the forward\n"
+           "cost of one causal (query, key) pair per query head: 4·hd (QKᵀ 2·hd + AV 2·hd) for both kinds\n"
+           "(DIFF's H/2 differential maps each times a 2·hd-wide V cost the same: the model's FLOPs).\n"
+           "Weight bytes per decoded token = 4·(all parameters − the embedding table + one row of C);\n"
+           "the decode bound is read bandwidth ÷ those bytes. The sgemm peak (best of 3 on 2048³, or\n"
+           "smaller to stay near 1 s) is measured only with training on, the read bandwidth (sum of a\n"
+           "1 GiB float array, best of 3) only with decoding on; a value not measured is null in JSON.\n");
+}
+
+typedef struct {
+    int sgemm, bandwidth;
+} probe_request;
+
+typedef struct {
+    double sgemm_gflops;
+    int sgemm_n;
+    double read_gbs;
+    size_t read_bytes;
+} probe_result;
+
+static int run_probes(void *arg, void *out, dt_error *err) {
+    const probe_request *q = arg;
+    probe_result *p = out;
+    p->sgemm_gflops = p->read_gbs = NAN;
+    p->sgemm_n = 0;
+    p->read_bytes = 0;
+    if (q->sgemm) {
+        fprintf(stderr, "bench: measuring the sgemm peak ...\n");
+        p->sgemm_gflops = bench_sgemm_peak(&p->sgemm_n);
+    }
+    if (q->bandwidth) {
+        fprintf(stderr, "bench: measuring the memory read bandwidth ...\n");
+        p->read_gbs = bench_read_bandwidth(&p->read_bytes);
+    }
+    if ((q->sgemm && !isfinite(p->sgemm_gflops)) || (q->bandwidth && !isfinite(p->read_gbs)))
+        return dt_fail(err, "out of memory for the machine probes");
+    return 0;
+}
+
+typedef struct {
+    const dt_config *cfg;
+    const bench_options *opt;
+} model_job;
+
+static const char *arch_name(const dt_config *c) { return c->arch == DT_ARCH_DIFF ? "diffllama" : "llama"; }
+
+static void show_progress(void *ctx, const char *phase, int done, int total) {
+    if (done < 0) fprintf(stderr, "bench %s: %s warm-up ...\n", (const char *)ctx, phase);
+    else fprintf(stderr, "bench %s: %s %d/%d%s\n", (const char *)ctx, phase, done, total, done < total ? " ..." : "");
+}
+
+static int run_model(void *arg, void *out, dt_error *err) {
+    const model_job *j = arg;
+    return bench_model(j->cfg, j->opt, out, err);
+}
+
+/* A JSON number, or null for a measurement that did not run. */
+static void json_num(const char *key, double v, int last) {
+    if (isfinite(v)) printf("\"%s\":%.9g%s", key, v, last ? "}\n" : ",");
+    else printf("\"%s\":null%s", key, last ? "}\n" : ",");
+}
+
+static void print_json(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
+                       const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
+    printf("{\"arch\":\"%s\",\"d_model\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ffn\":%d,"
+           "\"vocab\":%d,\"batch\":%d,\"seq\":%d,\"threads\":%d,\"params\":%zu,",
+           arch_name(c), c->hidden_size, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads,
+           c->head_dim, c->intermediate_size, c->vocab_size, o->batch, o->seq, threads, r->params);
+    json_num("train_tokens_per_s", r->train_tokens_per_s, 0);
+    json_num("train_step_ms", r->train_step_ms, 0);
+    json_num("prefill_tokens_per_s", r->prefill_tokens_per_s, 0);
+    json_num("decode_tokens_per_s", r->decode_tokens_per_s, 0);
+    json_num("train_gflops", r->train_gflops, 0);
+    json_num("sgemm_peak_gflops", p->sgemm_gflops, 0);
+    json_num("peak_fraction", peak_fraction, 0);
+    json_num("peak_rss_mb", r->peak_rss_mb, 0);
+    json_num("decode_weight_bytes_per_token", r->decode_weight_bytes_per_token, 0);
+    json_num("read_bandwidth_gbs", p->read_gbs, 0);
+    json_num("decode_bandwidth_gbs", decode_gbs, 0);
+    json_num("decode_bound_fraction", bound_fraction, 1);
+}
+
+static void print_table(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
+                        const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
+    const int H = c->num_attention_heads, hd = c->head_dim, B = o->batch, T = o->seq, L = c->num_hidden_layers;
+    const int diff = c->arch == DT_ARCH_DIFF;
+    printf("\n%s: d_model %d, %d layers, ", arch_name(c), c->hidden_size, L);
+    if (diff) printf("%d query heads = %d differential heads of width %d", H, H / 2, 2 * hd);
+    else printf("%d heads of width %d", H, hd);
+    printf(", %d kv heads, head_dim %d, ffn %d, vocab %d: %zu parameters\n", c->num_key_value_heads, hd,
+           c->intermediate_size, c->vocab_size, r->params);
+    if (o->train || o->prefill) printf("  batch %d × seq %d, %d threads\n", B, T, threads);
+    else printf("  %d threads\n", threads);
+    if (isfinite(r->train_tokens_per_s)) {
+        const double mm = bench_matmul_params(c), linear = 6 * mm * B * T;
+        printf("  train    %12.1f tokens/s   median step %.2f ms over %d steps\n", r->train_tokens_per_s,
+               r->train_step_ms, o->steps);
+        printf("           %12.3f GFLOP/s = %.1f%% of the sgemm peak %.2f GFLOP/s (%d³)\n", r->train_gflops,
+               100 * peak_fraction, p->sgemm_gflops, p->sgemm_n);
+        printf("           FLOPs/step %.4g = 6·P_mm·B·T = 6·%.0f·%d (%.4g) + attention 3·L·B·H·%d·hd·T(T+1)/2 "
+               "= 3·%d·%d·%d·%d·%.0f (%.4g)\n",
+               r->train_flops_per_step, mm, B * T, linear, 4, L, B, H, 4 * hd,
+               (double)T * (T + 1) / 2, r->train_flops_per_step - linear);
+    }
+    if (isfinite(r->prefill_tokens_per_s))
+        printf("  prefill  %12.1f tokens/s   median forward %.2f ms\n", r->prefill_tokens_per_s,
+               1e3 * B * T / r->prefill_tokens_per_s);
+    if (isfinite(r->decode_tokens_per_s)) {
+        printf("  decode   %12.1f tokens/s   %.2f ms/token, one stream, %d tokens\n", r->decode_tokens_per_s,
+               1e3 / r->decode_tokens_per_s, o->decode_tokens);
+        printf("           %.3f MB of weights/token → %.3f GB/s = %.1f%% of the read bandwidth bound "
+               "(%.2f GB/s ÷ weights = %.1f tokens/s)\n",
+               r->decode_weight_bytes_per_token / 1e6, decode_gbs, 100 * bound_fraction, p->read_gbs,
+               p->read_gbs * 1e9 / r->decode_weight_bytes_per_token);
+    }
+    printf("  peak RSS %12.1f MB\n", r->peak_rss_mb);
+}
+
+int cmd_bench(int argc, char **argv) {
+    enum { O_ARCH = 256, O_DMODEL, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_VOCAB, O_BATCH, O_SEQ, O_THREADS,
+           O_STEPS, O_DECODE, O_PREFILL, O_NOPREFILL, O_NOTRAIN, O_NODECODE, O_JSON, O_SEED };
+    static const struct option opts[] = {
+        {"arch", required_argument, 0, O_ARCH},
+        {"d-model", required_argument, 0, O_DMODEL},
+        {"layers", required_argument, 0, O_LAYERS},
+        {"heads", required_argument, 0, O_HEADS},
+        {"kv-heads", required_argument, 0, O_KV},
+        {"head-dim", required_argument, 0, O_HD},
+        {"ffn", required_argument, 0, O_FFN},
+        {"vocab", required_argument, 0, O_VOCAB},
+        {"batch", required_argument, 0, O_BATCH},
+        {"seq", required_argument, 0, O_SEQ},
+        {"threads", required_argument, 0, O_THREADS},
+        {"steps", required_argument, 0, O_STEPS},
+        {"decode-tokens", required_argument, 0, O_DECODE},
+        {"prefill", no_argument, 0, O_PREFILL},
+        {"no-prefill", no_argument, 0, O_NOPREFILL},
+        {"no-train", no_argument, 0, O_NOTRAIN},
+        {"no-decode", no_argument, 0, O_NODECODE},
+        {"json-only", no_argument, 0, O_JSON},
+        {"seed", required_argument, 0, O_SEED},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int which = -1; /* -1 both, else a dt_arch */
+    int d_model = 256, layers = 4, heads = 8, kv_heads = 0, head_dim = 0, ffn = 704, vocab = 256;
+    int threads = 0, json_only = 0;
+    uint64_t seed = 1234;
+    bench_options o = {.batch = 8, .seq = 256, .steps = 5, .decode_tokens = 64, .train = 1, .prefill = 1, .decode = 1};
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case O_ARCH:
+            if (!strcmp(optarg, "both")) {
+                which = -1;
+            } else {
+                dt_arch a;
+                if (!strcmp(optarg, "diff") || !strcmp(optarg, "diffllama") || !strcmp(optarg, "transformer") ||
+                    !strcmp(optarg, "llama"))
+                    bad = cli_parse_arch(CMD, optarg, &a);
+                else
+                    bad = -(cli_error(CMD, "--arch '%s': expected diff, transformer or both", optarg) != 0);
+                if (!bad) which = (int)a;
+            }
+            break;
+        case O_DMODEL: bad = parse_int(CMD, "--d-model", optarg, 1, 65536, &d_model); break;
+        case O_LAYERS: bad = parse_int(CMD, "--layers", optarg, 1, 1024, &layers); break;
+        case O_HEADS: bad = parse_int(CMD, "--heads", optarg, 1, 1024, &heads); break;
+        case O_KV: bad = parse_int(CMD, "--kv-heads", optarg, 1, 1024, &kv_heads); break;
+        case O_HD: bad = parse_int(CMD, "--head-dim", optarg, 1, 4096, &head_dim); break;
+        case O_FFN: bad = parse_int(CMD, "--ffn", optarg, 1, 1048576, &ffn); break;
+        case O_VOCAB: bad = parse_int(CMD, "--vocab", optarg, 1, 4194304, &vocab); break;
+        case O_BATCH: bad = parse_int(CMD, "--batch", optarg, 1, 65536, &o.batch); break;
+        case O_SEQ: bad = parse_int(CMD, "--seq", optarg, 1, 1048576, &o.seq); break;
+        case O_THREADS: bad = parse_int(CMD, "--threads", optarg, 1, 1024, &threads); break;
+        case O_STEPS: bad = parse_int(CMD, "--steps", optarg, 1, 1000000, &o.steps); break;
+        case O_DECODE: bad = parse_int(CMD, "--decode-tokens", optarg, 1, 1048575, &o.decode_tokens); break;
+        case O_PREFILL: o.prefill = 1; break;
+        case O_NOPREFILL: o.prefill = 0; break;
+        case O_NOTRAIN: o.train = 0; break;
+        case O_NODECODE: o.decode = 0; break;
+        case O_JSON: json_only = 1; break;
+        case O_SEED: bad = parse_u64(CMD, "--seed", optarg, &seed); break;
+        case 'h': help(); return 0;
+        default: return cli_bad_option(CMD, argc, argv);
+        }
+        if (bad) return 1;
+    }
+    if (optind < argc) return cli_error(CMD, "unexpected argument '%s' (see difftrans bench --help)", argv[optind]);
+    if (!o.train && !o.prefill && !o.decode)
+        return cli_error(CMD, "--no-train, --no-prefill and --no-decode leave nothing to measure");
+    if (!kv_heads) kv_heads = heads;
+    if (!head_dim) {
+        if (heads > d_model) return cli_error(CMD, "--heads %d: more heads than --d-model %d", heads, d_model);
+        head_dim = d_model / heads;
+    }
+    if (heads % kv_heads != 0)
+        return cli_error(CMD, "--heads %d is not a multiple of --kv-heads %d", heads, kv_heads);
+    if (which != DT_ARCH_LLAMA && heads % 2 != 0)
+        return cli_error(CMD, "--heads %d: DIFF needs an even number of query heads (two per differential head)",
+                         heads);
+    o.seed = seed;
+
+    dt_config cfgs[2];
+    int n_models = 0;
+    dt_config base = {
+        .arch = which == DT_ARCH_LLAMA ? DT_ARCH_LLAMA : DT_ARCH_DIFF,
+        .vocab_size = vocab,
+        .hidden_size = d_model,
+        .intermediate_size = ffn,
+        .num_hidden_layers = layers,
+        .num_attention_heads = heads,
+        .num_key_value_heads = kv_heads,
+        .head_dim = head_dim,
+        .max_position_embeddings = o.seq > o.decode_tokens + 1 ? o.seq : o.decode_tokens + 1,
+        .rms_norm_eps = 1e-5f,
+        .rope_theta = 10000.0f,
+        .tie_word_embeddings = 0,
+        .lambda_std_dev = 0.1f,
+        .use_subln_weight = 0,
+    };
+    cfgs[n_models++] = base;
+    if (which == -1) cfgs[n_models++] = dt_config_matched(&base);
+    for (int i = 0; i < n_models; i++) {
+        dt_error err;
+        char where[64];
+        snprintf(where, sizeof where, "%s model", arch_name(&cfgs[i]));
+        if (dt_config_validate(&cfgs[i], where, &err) != 0) return cli_error(CMD, "%s", err.msg);
+    }
+
+    /* Sets the OpenMP ICV only (no threads start here); the children inherit it. */
+    cli_set_threads(threads);
+    const int n_threads = omp_get_max_threads();
+
+    dt_error err;
+    probe_request q = {.sgemm = o.train, .bandwidth = o.decode};
+    probe_result p = {.sgemm_gflops = NAN, .read_gbs = NAN};
+    if ((q.sgemm || q.bandwidth) && bench_isolated(run_probes, &q, &p, sizeof p, NULL, &err) != 0)
+        return cli_error(CMD, "%s", err.msg);
+    if (!json_only) {
+        printf("machine: %d threads", n_threads);
+        if (q.sgemm) printf(" | sgemm %d³ best of 3: %.2f GFLOP/s", p.sgemm_n, p.sgemm_gflops);
+        if (q.bandwidth)
+            printf(" | read bandwidth (%.0f MiB, best of 3): %.2f GB/s", (double)p.read_bytes / (1 << 20), p.read_gbs);
+        printf("\n");
+    }
+
+    int rc = 0;
+    for (int i = 0; i < n_models; i++) {
+        const dt_config *c = &cfgs[i];
+        bench_options mo = o;
+        mo.progress = show_progress;
+        mo.progress_ctx = (void *)arch_name(c);
+        model_job job = {c, &mo};
+        bench_result r;
+        double rss = NAN;
+        if (bench_isolated(run_model, &job, &r, sizeof r, &rss, &err) != 0) {
+            rc = cli_error(CMD, "%s: %s", arch_name(c), err.msg);
+            continue;
+        }
+        r.peak_rss_mb = rss;
+        const double peak_fraction = r.train_gflops / p.sgemm_gflops;
+        const double decode_gbs = r.decode_weight_bytes_per_token * r.decode_tokens_per_s / 1e9;
+        const double bound_fraction = decode_gbs / p.read_gbs; /* = tokens/s ÷ (bandwidth ÷ bytes per token) */
+        if (!json_only) print_table(c, &o, n_threads, &r, &p, peak_fraction, decode_gbs, bound_fraction);
+        print_json(c, &o, n_threads, &r, &p, peak_fraction, decode_gbs, bound_fraction);
+        fflush(stdout);
+    }
+    return rc;
+}

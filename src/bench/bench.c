@@ -1,0 +1,419 @@
+/* bench.c — throughput of training, prefill and decoding for one randomly initialised model,
+ * the machine's sgemm peak and memory read bandwidth to compare them with, and a fork helper
+ * that runs each measurement in its own process (see bench.h for why). */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "bench/bench.h"
+#include "train/optim.h"
+
+double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---------------------------------------------------------------- FLOP and byte counts */
+
+double bench_matmul_params(const dt_config *c) {
+    const double C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
+    const double H = c->num_attention_heads, KV = c->num_key_value_heads, L = c->num_hidden_layers;
+    const double layer = H * hd * C          /* q_proj */
+                         + 2 * KV * hd * C   /* k_proj, v_proj */
+                         + C * H * hd        /* o_proj */
+                         + 3 * F * C;        /* gate_proj, up_proj, down_proj */
+    return L * layer + V * C;                /* + lm_head (a product even when tied) */
+}
+
+/* Model FLOPs of one training step (forward + backward) on B sequences of T tokens.
+ *
+ *   FLOPs = 6 · P_mm · B·T  +  3 · L · B · H · a · T(T+1)/2
+ *
+ * P_mm = bench_matmul_params(): every Linear weight (q, k, v, o, gate, up, down per layer, and
+ * lm_head), not the embedding lookup. A product with an [out, in] weight costs 2·out·in FLOPs
+ * per token forward and twice that backward (input and weight gradients): 6 per parameter.
+ *
+ * Attention, per layer, sequence and query head: the causal mask leaves T(T+1)/2 (query, key)
+ * pairs; each pair costs, forward,
+ *   a = 2·hd (q·k, the QKᵀ product) + 2·hd (the map times an hd-wide v) = 4·hd
+ * for both kinds: DIFF's H/2 differential maps D_j = A_j − λ·A_{j+H/2} each multiply a 2·hd-wide
+ * V_j, the same FLOPs as H maps times hd-wide values (the paper's matched-FLOPs design). These
+ * are the model's FLOPs, not a kernel's: a kernel that multiplies both maps by V before
+ * subtracting does more work and gets no credit for it. Backward costs twice the forward (two
+ * products per forward product), hence the factor 3. Norms, RoPE, softmax, SwiGLU's
+ * elementwise work, the cross-entropy and the optimizer are not counted. */
+double bench_train_flops(const dt_config *c, int B, int T) {
+    const double hd = c->head_dim, H = c->num_attention_heads, L = c->num_hidden_layers;
+    const double pairs = (double)T * ((double)T + 1) / 2;
+    const double a = 4 * hd;
+    return 6 * bench_matmul_params(c) * (double)B * T + 3 * L * (double)B * H * a * pairs;
+}
+
+/* Bytes of weights one decode step reads: 4 · (every parameter except the embedding table,
+ * which contributes the one row of C floats it looks up). That is all layer weights (norms and
+ * λ vectors included), the final norm and lm_head. Tied, lm_head is the table, read in full.
+ * The KV cache, activations and logits are not weights and are not counted. */
+double bench_decode_weight_bytes(const dt_config *c, size_t n_params) {
+    const double C = c->hidden_size, V = c->vocab_size;
+    const double floats = c->tie_word_embeddings ? (double)n_params : (double)n_params - V * C + C;
+    return 4 * floats;
+}
+
+/* ---------------------------------------------------------------- one model */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void progress(const bench_options *o, const char *phase, int done, int total) {
+    if (o->progress) o->progress(o->progress_ctx, phase, done, total);
+}
+
+/* Everything bench_model allocates, so that one exit path frees it. */
+typedef struct {
+    dt_model m;
+    int have_model;
+    dt_runstate *rs;
+    dt_kvcache *kv;
+    int *tokens, *targets;
+    float *grads, *adam_m, *adam_v, *logits;
+    unsigned char *decay;
+    double *times;
+} bench_state;
+
+static void bench_state_free(bench_state *s) {
+    dt_kvcache_free(s->kv);
+    dt_runstate_free(s->rs);
+    free(s->tokens);
+    free(s->targets);
+    free(s->grads);
+    free(s->adam_m);
+    free(s->adam_v);
+    free(s->logits);
+    free(s->decay);
+    free(s->times);
+    if (s->have_model) dt_model_free(&s->m);
+}
+
+/* 1 warm-up step, then o->steps timed steps of exactly what dt_train does per step: forward
+ * with targets, zeroed gradients, backward, gradient norm and clipping, AdamW. */
+static int measure_train(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
+    const dt_model *m = &s->m;
+    const size_t P = m->n_params;
+    const int B = o->batch, T = o->seq;
+    s->grads = calloc(P, sizeof(float));
+    s->adam_m = calloc(P, sizeof(float));
+    s->adam_v = calloc(P, sizeof(float));
+    s->decay = calloc(P, 1);
+    if (!s->grads || !s->adam_m || !s->adam_v || !s->decay)
+        return dt_fail(err, "out of memory for the gradients and optimizer state of %zu parameters", P);
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].decay) memset(s->decay + m->tensors[i].offset, 1, m->tensors[i].numel);
+    const adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f};
+    const float lr = 1e-4f, clip = 1.0f;
+    progress(o, "training", -1, o->steps);
+    for (int step = 0; step <= o->steps; step++) {
+        double t0 = bench_now();
+        float loss;
+        if (dt_forward(m, s->rs, s->tokens, s->targets, B, T, &loss, err) != 0) return -1;
+        memset(s->grads, 0, P * sizeof(float));
+        dt_backward(m, s->rs, s->grads);
+        float gnorm = grad_norm(s->grads, P);
+        if (gnorm > clip) grad_scale(s->grads, P, clip / gnorm);
+        adamw_step(s->m.params, s->grads, s->adam_m, s->adam_v, s->decay, P, step + 1, &hp, lr);
+        double t1 = bench_now();
+        if (!isfinite(loss) || !isfinite(gnorm))
+            return dt_fail(err, "training step %d: loss %g, gradient norm %g", step, (double)loss, (double)gnorm);
+        if (step > 0) s->times[step - 1] = t1 - t0;
+        progress(o, "training", step, o->steps);
+    }
+    double t = median(s->times, o->steps);
+    r->train_step_ms = 1e3 * t;
+    r->train_tokens_per_s = (double)B * T / t;
+    r->train_gflops = r->train_flops_per_step / t / 1e9;
+    return 0;
+}
+
+/* 1 warm-up forward, then o->steps timed forwards without targets on [B, T]. */
+static int measure_prefill(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
+    const int B = o->batch, T = o->seq;
+    progress(o, "prefill", -1, o->steps);
+    for (int step = 0; step <= o->steps; step++) {
+        double t0 = bench_now();
+        if (dt_forward(&s->m, s->rs, s->tokens, NULL, B, T, NULL, err) != 0) return -1;
+        double t1 = bench_now();
+        if (step > 0) s->times[step - 1] = t1 - t0;
+        progress(o, "prefill", step, o->steps);
+    }
+    r->prefill_tokens_per_s = (double)B * T / median(s->times, o->steps);
+    return 0;
+}
+
+/* One stream: the 1-token prompt at position 0 (untimed; it also warms up), then
+ * o->decode_tokens timed greedy steps at positions 1..decode_tokens, each feeding the argmax of
+ * the previous logits. The cache holds decode_tokens + 1 positions. */
+static int measure_decode(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
+    const dt_model *m = &s->m;
+    const int V = m->cfg.vocab_size, N = o->decode_tokens;
+    if (!(s->kv = dt_kvcache_create(m, N + 1, err))) return -1;
+    if (!(s->logits = malloc((size_t)V * sizeof(float)))) return dt_fail(err, "out of memory for %d logits", V);
+    progress(o, "decode", 0, N);
+    if (dt_decode_step(m, s->kv, s->tokens[0], 0, s->logits, err) != 0) return -1;
+    int token = argmax(s->logits, V);
+    double t0 = bench_now();
+    for (int pos = 1; pos <= N; pos++) {
+        if (dt_decode_step(m, s->kv, token, pos, s->logits, err) != 0) return -1;
+        token = argmax(s->logits, V);
+    }
+    double t = bench_now() - t0;
+    progress(o, "decode", N, N);
+    r->decode_tokens_per_s = (double)N / t;
+    return 0;
+}
+
+int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, dt_error *err) {
+    *r = (bench_result){.train_step_ms = NAN,
+                        .train_tokens_per_s = NAN,
+                        .train_gflops = NAN,
+                        .prefill_tokens_per_s = NAN,
+                        .decode_tokens_per_s = NAN,
+                        .peak_rss_mb = NAN};
+    if (o->batch <= 0 || o->seq <= 0 || o->steps <= 0 || o->decode_tokens <= 0)
+        return dt_fail(err, "bench: batch %d, seq %d, steps %d and decode tokens %d must all be positive", o->batch,
+                       o->seq, o->steps, o->decode_tokens);
+    bench_state s = {0};
+    if (dt_model_create(&s.m, cfg, err) != 0) return -1;
+    s.have_model = 1;
+    dt_model_init_random(&s.m, o->seed);
+    r->params = s.m.n_params;
+    r->train_flops_per_step = bench_train_flops(cfg, o->batch, o->seq);
+    r->decode_weight_bytes_per_token = bench_decode_weight_bytes(cfg, s.m.n_params);
+
+    int rc = 0;
+    const size_t N = (size_t)o->batch * o->seq;
+    if (o->train || o->prefill) {
+        s.tokens = malloc(N * sizeof(int));
+        s.targets = malloc(N * sizeof(int));
+        s.times = malloc((size_t)o->steps * sizeof(double));
+        if (!s.tokens || !s.targets || !s.times) rc = dt_fail(err, "out of memory for a batch of %zu tokens", N);
+        uint64_t rng = o->seed ^ 0x9e3779b97f4a7c15ull;
+        for (size_t i = 0; rc == 0 && i < N; i++) {
+            s.tokens[i] = (int)(dt_rng_next(&rng) % (uint64_t)cfg->vocab_size);
+            s.targets[i] = (int)(dt_rng_next(&rng) % (uint64_t)cfg->vocab_size);
+        }
+        if (rc == 0 && !(s.rs = dt_runstate_create(&s.m, o->batch, o->seq, err))) rc = -1;
+    } else if (!(s.tokens = calloc(1, sizeof(int)))) {
+        rc = dt_fail(err, "out of memory");
+    }
+    if (rc == 0 && o->train) rc = measure_train(&s, o, r, err);
+    if (rc == 0 && o->prefill) rc = measure_prefill(&s, o, r, err);
+    if (rc == 0 && o->decode) rc = measure_decode(&s, o, r, err);
+    bench_state_free(&s);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the machine */
+
+static void fill(float *x, size_t n, float v) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = v;
+}
+
+static double time_sgemm(int n, const float *a, const float *b, float *c) {
+    double t0 = bench_now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+    return bench_now() - t0;
+}
+
+double bench_sgemm_peak(int *n_out) {
+    const int nmax = 2048;
+    const size_t sz = (size_t)nmax * nmax;
+    float *a = malloc(sz * sizeof(float)), *b = malloc(sz * sizeof(float)), *c = malloc(sz * sizeof(float));
+    double best = NAN;
+    int n = 0;
+    if (a && b && c) {
+        fill(a, sz, 0.5f);
+        fill(b, sz, 0.25f);
+        fill(c, sz, 0.0f);
+        /* estimate the rate on 512³ (after one warm-up) and pick the size */
+        time_sgemm(512, a, b, c);
+        double t512 = time_sgemm(512, a, b, c);
+        n = nmax;
+        while (n > 512 && t512 * pow(n / 512.0, 3) > 1.0) n /= 2;
+        best = INFINITY;
+        for (int i = 0; i < 3; i++) {
+            double t = time_sgemm(n, a, b, c);
+            if (t < best) best = t;
+        }
+        best = 2.0 * n * (double)n * n / best / 1e9;
+    }
+    free(a);
+    free(b);
+    free(c);
+    if (n_out) *n_out = n;
+    return best;
+}
+
+/* Sum of x[0..n) with every thread, each summing one contiguous chunk into four independent
+ * 8-float vector accumulators (GCC vector extension, lowered to whatever the target has) so that
+ * the adds keep up with memory and the loop is limited by the loads alone. */
+typedef float vec8 __attribute__((vector_size(32)));
+
+static double sum_floats(const float *x, size_t n) {
+    double total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+        const size_t nt = (size_t)omp_get_num_threads(), id = (size_t)omp_get_thread_num();
+        const size_t chunk = n / nt / 32 * 32;
+        const size_t lo = id * chunk, hi = id + 1 == nt ? n : lo + chunk;
+        vec8 a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, v0, v1, v2, v3;
+        size_t i = lo;
+        for (; i + 32 <= hi; i += 32) {
+            memcpy(&v0, x + i, sizeof v0);
+            memcpy(&v1, x + i + 8, sizeof v1);
+            memcpy(&v2, x + i + 16, sizeof v2);
+            memcpy(&v3, x + i + 24, sizeof v3);
+            a0 += v0;
+            a1 += v1;
+            a2 += v2;
+            a3 += v3;
+        }
+        a0 += a1 + a2 + a3;
+        double s = 0;
+        for (int j = 0; j < 8; j++) s += a0[j];
+        for (; i < hi; i++) s += x[i];
+        total += s;
+    }
+    return total;
+}
+
+volatile double bench_sink; /* keeps the sums alive */
+
+double bench_read_bandwidth(size_t *bytes_out) {
+    size_t bytes = (size_t)1 << 30;
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    if (llc > 0 && 4 * (size_t)llc > bytes) bytes = 4 * (size_t)llc;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0)
+        while (bytes > ((size_t)64 << 20) && bytes > (size_t)pages * (size_t)page / 2) bytes /= 2;
+    const size_t n = bytes / sizeof(float);
+    float *x = aligned_alloc(64, n * sizeof(float));
+    double best = NAN;
+    if (bytes_out) *bytes_out = x ? bytes : 0;
+    if (x) {
+        fill(x, n, 1.0f); /* first touch by the threads that will read it */
+        best = INFINITY;
+        for (int i = 0; i < 3; i++) {
+            double t0 = bench_now();
+            bench_sink = sum_floats(x, n);
+            double t = bench_now() - t0;
+            if (t < best) best = t;
+        }
+        best = (double)bytes / best / 1e9;
+        free(x);
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------- isolation */
+
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Reads up to n bytes, stopping early only at end of file; returns the count or -1. */
+static ssize_t read_all(int fd, void *buf, size_t n) {
+    char *p = buf;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) break;
+        got += (size_t)r;
+    }
+    return (ssize_t)got;
+}
+
+typedef struct {
+    int status;
+    double rss_mb;
+    dt_error err;
+} child_header;
+
+int bench_isolated(int (*fn)(void *arg, void *out, dt_error *err), void *arg, void *out, size_t out_size,
+                   double *rss_mb, dt_error *err) {
+    int fd[2];
+    if (pipe(fd) != 0) return dt_fail(err, "bench: pipe: %s", strerror(errno));
+    fflush(NULL); /* the child must not write the parent's buffered output a second time */
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]);
+        close(fd[1]);
+        return dt_fail(err, "bench: fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        child_header h = {0};
+        h.status = fn(arg, out, &h.err);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        h.rss_mb = (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+        int ok = write_all(fd[1], &h, sizeof h) == 0 && write_all(fd[1], out, out_size) == 0;
+        _exit(ok ? 0 : 3);
+    }
+    close(fd[1]);
+    child_header h;
+    ssize_t got = read_all(fd[0], &h, sizeof h);
+    int complete = got == (ssize_t)sizeof h && read_all(fd[0], out, out_size) == (ssize_t)out_size;
+    close(fd[0]);
+    int ws;
+    while (waitpid(pid, &ws, 0) < 0)
+        if (errno != EINTR) return dt_fail(err, "bench: waitpid: %s", strerror(errno));
+    if (WIFSIGNALED(ws))
+        return dt_fail(err, "bench: the measuring process was killed by signal %d (%s)%s", WTERMSIG(ws),
+                       strsignal(WTERMSIG(ws)), WTERMSIG(ws) == SIGKILL ? "; out of memory?" : "");
+    if (!complete || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
+        return dt_fail(err, "bench: the measuring process exited with status %d before reporting",
+                       WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+    if (rss_mb) *rss_mb = h.rss_mb;
+    if (h.status != 0) {
+        *err = h.err;
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# cli_bench.sh — smoke test of `difftrans bench`.
+#
+# usage: bash tests/cli_bench.sh PATH_TO_difftrans SCRATCH_DIR
+#
+# Runs a tiny bench of both architectures and checks that stdout has exactly two JSON lines, one
+# with arch "diffllama" and one with "llama", each with every key, the sizes asked for and a
+# positive number for every measurement; that --help works; and that bad flag values fail with
+# a message naming the flag. Exits 1 when any check failed.
+set -u
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 PATH_TO_difftrans SCRATCH_DIR" >&2
+    exit 2
+fi
+DT=$1
+S=$2
+case "$S" in "" | / | "$HOME" | .) echo "$0: refusing to use $S as the scratch directory" >&2; exit 2 ;; esac
+rm -rf "$S" && mkdir -p "$S" || exit 2
+[ -x "$DT" ] || { echo "$0: $DT is not an executable" >&2; exit 2; }
+PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || echo /usr/bin/python3)
+# Busy shared machines: passive waiting keeps an oversubscribed OpenMP barrier from spinning.
+export OMP_WAIT_POLICY=PASSIVE
+
+FAILS=0
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+
+# ---- a tiny run of both models
+if timeout 60 "$DT" bench --arch both --d-model 64 --layers 1 --heads 4 --ffn 128 --vocab 64 --batch 2 --seq 16 \
+    --steps 1 --decode-tokens 4 --threads 2 >"$S/out.txt" 2>"$S/err.txt"; then
+    grep '^{' "$S/out.txt" >"$S/json.txt"
+    "$PY" - "$S/json.txt" <<'EOF' || fail "bench JSON lines (see above; stdout in $S/out.txt)"
+import json, math, sys
+keys = ["arch", "d_model", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "batch", "seq", "threads",
+        "params", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
+        "train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token",
+        "read_bandwidth_gbs", "decode_bandwidth_gbs", "decode_bound_fraction"]
+sizes = {"d_model": 64, "layers": 1, "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 64,
+         "batch": 2, "seq": 16, "threads": 2}
+lines = open(sys.argv[1]).read().splitlines()
+ok = True
+def bad(msg):
+    global ok
+    print("  " + msg)
+    ok = False
+if len(lines) != 2:
+    bad("expected 2 JSON lines, got %d" % len(lines))
+archs = []
+for line in lines:
+    try:
+        j = json.loads(line)
+    except ValueError as e:
+        bad("not JSON (%s): %s" % (e, line))
+        continue
+    archs.append(j.get("arch"))
+    if list(j.keys()) != keys:
+        bad("keys differ: missing %s, extra %s" % (sorted(set(keys) - set(j)), sorted(set(j) - set(keys))))
+    for k, v in sizes.items():
+        if j.get(k) != v:
+            bad("%s: %s = %r, expected %r" % (j.get("arch"), k, j.get(k), v))
+    for k in keys[11:]:
+        v = j.get(k)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
+            bad("%s: %s = %r is not a positive number" % (j.get("arch"), k, v))
+if sorted(archs) != ["diffllama", "llama"]:
+    bad("arch values %r, expected diffllama and llama" % archs)
+sys.exit(0 if ok else 1)
+EOF
+    grep -q 'bench diffllama: training' "$S/err.txt" || fail "no progress lines on stderr"
+else
+    fail "tiny bench exited with status $?: $(tail -3 "$S/err.txt")"
+fi
+
+# ---- --help
+if "$DT" bench --help >"$S/help.txt" 2>&1; then
+    for flag in --arch --d-model --kv-heads --decode-tokens --no-train --json-only; do
+        grep -q -- "$flag" "$S/help.txt" || fail "--help does not mention $flag"
+    done
+else
+    fail "bench --help exited with status $?"
+fi
+
+# ---- bad values: non-zero exit (not a crash) and a message naming the flag
+expect_error() { # FLAG_REGEX ARGS...
+    local want=$1 rc
+    shift
+    timeout 30 "$DT" bench "$@" >"$S/bad.out" 2>"$S/bad.err"
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -gt 127 ]; then
+        fail "bench $* exited with status $rc"
+    elif ! grep -q -e "$want" "$S/bad.err"; then
+        fail "bench $*: stderr does not name $want: $(cat "$S/bad.err")"
+    elif grep -q '^{' "$S/bad.out"; then
+        fail "bench $*: printed results despite the error"
+    fi
+}
+expect_error '--d-model' --d-model abc
+expect_error '--seq' --seq 0
+expect_error '--steps' --steps 5x
+expect_error '--arch' --arch rnn
+expect_error '--heads' --heads 3 --arch diff
+expect_error '--kv-heads' --heads 4 --kv-heads 3
+expect_error 'unexpected-flag' --unexpected-flag
+
+if [ $FAILS -ne 0 ]; then
+    echo "cli_bench: $FAILS check(s) failed"
+    exit 1
+fi
+echo "cli_bench: all checks passed"
