@@ -22,6 +22,7 @@ static const struct {
     {"info", cmd_info, "print a checkpoint's config, parameter count and λ per layer"},
     {"export", cmd_export, "write a checkpoint that plain Hugging Face transformers loads"},
     {"bench", cmd_bench, "training, prefill and decode throughput against the machine's peak"},
+    {"needle", cmd_needle, "multi-needle retrieval: generate the data set, score a checkpoint on it"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,314 @@
+/* cmd_needle.c — `difftrans needle`: the paper's multi-needle retrieval task (Section 3.4).
+ * `generate` writes a data set from a corpus, `eval` scores a checkpoint on its test set. The
+ * task itself (format, placement, scoring) lives in src/analysis/needle.c. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "analysis/needle.h"
+#include "cli.h"
+
+static void help(void) {
+    printf("usage: difftrans needle generate --corpus FILE.txt --out DIR [options]\n"
+           "       difftrans needle eval MODEL_DIR --data DIR [options]\n\n"
+           "Multi-needle retrieval (the paper's Section 3.4 / Figure 5), byte-level. Each sample is a context of\n"
+           "exactly --context bytes of corpus filler with N needle sentences hidden in it,\n"
+           "    The magic number of KEY is VALUE.\n"
+           "followed by one question per queried needle, each with its answer:\n"
+           "    CONTEXT\n"
+           "    \\nQuestion: What is the magic number of KEY1?\\nAnswer: VALUE1\n"
+           "    \\nQuestion: What is the magic number of KEY2?\\nAnswer: VALUE2   (R questions; the text ends here)\n"
+           "KEYs: random lowercase words of 4-8 letters, VALUEs: 5-digit numbers, both distinct within a sample.\n"
+           "Depth d: the first queried needle's sentence starts as near to byte d*(context - its length) as the\n"
+           "filler's line and sentence starts allow (d = 0: it opens the context, d = 1: it closes it); the others\n"
+           "go to uniformly random line or sentence starts. A needle takes its sentence and one separator byte\n"
+           "('\\n' at a line start, ' ' otherwise): at most %d bytes, so a context must hold N * %d bytes.\n"
+           "The corpus loses NUL and CR bytes; other control bytes and malformed UTF-8 become spaces.\n\n"
+           "Files in DIR: train.txt (samples, each followed by \"\\n\\n\"; for `difftrans train --data`),\n"
+           "test.jsonl (one object per sample: text, byte offsets of every needle sentence and value, of every\n"
+           "question and of every expected answer) and needle.json (parameters, seeds, generator version).\n\n"
+           "difftrans needle generate --help and difftrans needle eval --help list the options.\n",
+           NEEDLE_UNIT_MAX, NEEDLE_UNIT_MAX);
+}
+
+static void help_generate(void) {
+    printf("usage: difftrans needle generate --corpus FILE.txt --out DIR [options]\n\n"
+           "Writes DIR/train.txt, DIR/test.jsonl and DIR/needle.json (see difftrans needle --help for the format).\n"
+           "Deterministic: the same arguments and corpus give byte-identical files.\n\n"
+           "  --corpus FILE     filler text (required)\n"
+           "  --out DIR         output directory, created if missing (required)\n"
+           "  --context LIST    context lengths in bytes, comma-separated [512,1024]\n"
+           "  --needles N       needles per sample [6]\n"
+           "  --queries R       needles asked per sample, R <= N; the first is the one at the depth [2]\n"
+           "  --depths LIST     depths in [0, 1] of the first queried needle [0,0.25,0.5,0.75,1]\n"
+           "  --train N         training samples [1000]\n"
+           "  --test N          test samples [100]\n"
+           "  --seed S          [42]; train and test samples draw from two different streams of it\n\n"
+           "Sample i of a set gets context LIST[(i / #depths) %% #contexts] and depth DEPTHS[i %% #depths]\n"
+           "(round-robin over the cells).\n");
+}
+
+static void help_eval(void) {
+    printf("usage: difftrans needle eval MODEL_DIR --data DIR [--json OUT.json] [--threads N]\n\n"
+           "For every test sample and question, feeds the sample's text up to the end of \"Answer: \" (earlier\n"
+           "questions with their true answers) through the model's KV cache and decodes the answer's length in\n"
+           "bytes greedily (argmax). A query is correct when every byte matches. Prints accuracy per (context\n"
+           "length, depth) cell and overall; first-query is the accuracy of the question at the cell's depth.\n\n"
+           "  --data PATH       a directory from `needle generate` or its test.jsonl (required)\n"
+           "  --json OUT.json   also write the cells and every answer as JSON\n"
+           "  --threads N       OpenMP threads [all cores]\n"
+           "  --quiet           no progress on stderr\n");
+}
+
+/* Splits "a,b,c" and parses each item with parse_item; an empty item is an error. */
+static int parse_list(const char *cmd, const char *name, const char *s, int max, void *out,
+                      int (*parse_item)(const char *cmd, const char *name, const char *item, void *out, int i), int *n) {
+    int count = 0;
+    const char *p = s;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0) return -(cli_error(cmd, "%s '%s': empty item in the list", name, s) != 0);
+        if (count == max) return -(cli_error(cmd, "%s '%s': more than %d items", name, s, max) != 0);
+        char item[64];
+        if (len >= sizeof item) return -(cli_error(cmd, "%s '%s': item '%.*s' is too long", name, s, (int)len, p) != 0);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (parse_item(cmd, name, item, out, count) != 0) return -1;
+        count++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    *n = count;
+    return 0;
+}
+
+static int parse_context_item(const char *cmd, const char *name, const char *item, void *out, int i) {
+    return parse_int(cmd, name, item, 1, NEEDLE_MAX_CONTEXT, (int *)out + i);
+}
+
+/* A depth as a double (parse_float would round it to float and print 0.1 as 0.100000001). */
+static int parse_depth_item(const char *cmd, const char *name, const char *item, void *out, int i) {
+    char *end;
+    errno = 0;
+    double v = strtod(item, &end);
+    if (errno || end == item || *end || !isfinite(v)) return -(cli_error(cmd, "%s '%s': not a number", name, item) != 0);
+    if (v < 0 || v > 1) return -(cli_error(cmd, "%s %g: must be in [0, 1]", name, v) != 0);
+    ((double *)out)[i] = v;
+    return 0;
+}
+
+static int needle_generate(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"corpus", required_argument, 0, 'c'}, {"out", required_argument, 0, 'o'},
+        {"context", required_argument, 0, 'C'}, {"needles", required_argument, 0, 'N'},
+        {"queries", required_argument, 0, 'R'}, {"depths", required_argument, 0, 'd'},
+        {"train", required_argument, 0, 't'},  {"test", required_argument, 0, 'e'},
+        {"seed", required_argument, 0, 's'},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "needle generate", *corpus_path = NULL, *out = NULL;
+    needle_params p;
+    needle_params_default(&p);
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case 'c': corpus_path = optarg; break;
+        case 'o': out = optarg; break;
+        case 'C':
+            bad = parse_list(cmd, "--context", optarg, NEEDLE_MAX_LIST, p.contexts, parse_context_item, &p.n_contexts);
+            break;
+        case 'N': bad = parse_int(cmd, "--needles", optarg, 1, NEEDLE_MAX_NEEDLES, &p.needles); break;
+        case 'R': bad = parse_int(cmd, "--queries", optarg, 1, NEEDLE_MAX_NEEDLES, &p.queries); break;
+        case 'd': bad = parse_list(cmd, "--depths", optarg, NEEDLE_MAX_LIST, p.depths, parse_depth_item, &p.n_depths); break;
+        case 't': bad = parse_int(cmd, "--train", optarg, 0, NEEDLE_MAX_SAMPLES, &p.n_train); break;
+        case 'e': bad = parse_int(cmd, "--test", optarg, 0, NEEDLE_MAX_SAMPLES, &p.n_test); break;
+        case 's': bad = parse_u64(cmd, "--seed", optarg, &p.seed); break;
+        case 'h': help_generate(); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+        if (bad) return 1;
+    }
+    if (optind != argc) return cli_error(cmd, "unexpected argument '%s' (see difftrans needle generate --help)", argv[optind]);
+    if (!corpus_path || !out) return cli_error(cmd, "--corpus FILE and --out DIR are required");
+    if (p.queries > p.needles) return cli_error(cmd, "--queries %d: more than --needles %d", p.queries, p.needles);
+    dt_error err;
+    if (needle_params_validate(&p, &err) != 0) return cli_error(cmd, "%s", err.msg);
+
+    needle_corpus corpus;
+    if (needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    int rc = needle_write_dataset(&p, &corpus, corpus_path, out, &err);
+    needle_corpus_free(&corpus);
+    if (rc != 0) return cli_error(cmd, "%s", err.msg);
+    printf("wrote %s/train.txt (%d samples), %s/test.jsonl (%d samples), %s/needle.json\n", out, p.n_train, out,
+           p.n_test, out);
+    printf("cells: %d context lengths x %d depths, %d needles, %d queries per sample, seed %llu\n", p.n_contexts,
+           p.n_depths, p.needles, p.queries, (unsigned long long)p.seed);
+    return 0;
+}
+
+typedef struct {
+    int tty;
+    int last_tenth;
+} progress_state;
+
+static void show_progress(void *ctx, int done, int total, int correct, int scored) {
+    progress_state *ps = ctx;
+    double acc = scored ? (double)correct / scored : 0.0;
+    if (ps->tty) {
+        fprintf(stderr, "\rneedle eval: %d/%d samples, accuracy so far %.3f ", done, total, acc);
+        if (done == total) fputc('\n', stderr);
+    } else {
+        int tenth = (int)((long)done * 10 / total);
+        if (tenth == ps->last_tenth) return;
+        ps->last_tenth = tenth;
+        fprintf(stderr, "needle eval: %d/%d samples, accuracy so far %.3f\n", done, total, acc);
+    }
+    fflush(stderr);
+}
+
+static double ratio(int a, int b) { return b ? (double)a / b : 0.0; }
+
+static cJSON *results_json(const char *model_dir, const needle_testset *ts, const needle_results *r) {
+    cJSON *o = cJSON_CreateObject(), *cells = NULL, *items = NULL;
+    int ok = o && cJSON_AddStringToObject(o, "model", model_dir) && cJSON_AddStringToObject(o, "data", ts->path) &&
+             cJSON_AddNumberToObject(o, "samples", ts->n) && cJSON_AddNumberToObject(o, "queries", r->total) &&
+             cJSON_AddNumberToObject(o, "correct", r->correct) &&
+             cJSON_AddNumberToObject(o, "accuracy", ratio(r->correct, r->total)) &&
+             (cells = cJSON_AddArrayToObject(o, "cells")) && (items = cJSON_AddArrayToObject(o, "items"));
+    for (int i = 0; ok && i < r->n_cells; i++) {
+        const needle_cell *c = &r->cells[i];
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(cells, e);
+        if (!ok) cJSON_Delete(e);
+        ok = ok && cJSON_AddNumberToObject(e, "context_length", c->context_length) &&
+             cJSON_AddNumberToObject(e, "depth", c->depth) && cJSON_AddNumberToObject(e, "samples", c->samples) &&
+             cJSON_AddNumberToObject(e, "n", c->n) && cJSON_AddNumberToObject(e, "correct", c->correct) &&
+             cJSON_AddNumberToObject(e, "accuracy", ratio(c->correct, c->n)) &&
+             cJSON_AddNumberToObject(e, "first_query_correct", c->first_correct) &&
+             cJSON_AddNumberToObject(e, "first_query_accuracy", ratio(c->first_correct, c->samples));
+    }
+    for (int i = 0; ok && i < r->n_items; i++) {
+        const needle_item *it = &r->items[i];
+        const needle_sample *s = &ts->samples[it->sample];
+        const needle_needle *nd = &s->needles[s->queries[it->query].needle];
+        char shown[NEEDLE_VALUE_CAP + 1];
+        for (int k = 0; k < it->n_predicted; k++)
+            shown[k] = it->predicted[k] >= 32 && it->predicted[k] < 127 ? (char)it->predicted[k] : '?';
+        shown[it->n_predicted] = '\0';
+        cJSON *e = cJSON_CreateObject(), *ids = NULL;
+        ok = e && cJSON_AddItemToArray(items, e);
+        if (!ok) cJSON_Delete(e);
+        ok = ok && cJSON_AddNumberToObject(e, "id", (double)s->id) && cJSON_AddNumberToObject(e, "query", it->query) &&
+             cJSON_AddNumberToObject(e, "context_length", s->context_length) &&
+             cJSON_AddNumberToObject(e, "depth", s->depth) && cJSON_AddStringToObject(e, "key", nd->key) &&
+             cJSON_AddStringToObject(e, "expected", nd->value) && cJSON_AddStringToObject(e, "predicted", shown) &&
+             (ids = cJSON_CreateIntArray(it->predicted, it->n_predicted)) && cJSON_AddItemToObject(e, "predicted_ids", ids);
+        if (!ok && ids && !cJSON_GetObjectItemCaseSensitive(e, "predicted_ids")) cJSON_Delete(ids);
+        ok = ok && cJSON_AddBoolToObject(e, "correct", it->correct);
+    }
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+static int write_json(const char *cmd, const char *path, cJSON *o) {
+    char *text = cJSON_Print(o);
+    if (!text) return cli_error(cmd, "%s: out of memory", path);
+    dt_atomic_file f;
+    dt_error err;
+    int rc = 0;
+    if (dt_atomic_open(&f, path, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    else if (fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF) {
+        rc = cli_error(cmd, "%s: write failed: %s", path, strerror(errno));
+        dt_atomic_abort(&f);
+    } else if (dt_atomic_commit(&f, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    free(text);
+    return rc;
+}
+
+static int needle_evaluate(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},    {"json", required_argument, 0, 'J'},
+        {"threads", required_argument, 0, 'j'}, {"quiet", no_argument, 0, 'q'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+    };
+    const char *cmd = "needle eval", *data = NULL, *json = NULL;
+    int threads = 0, quiet = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'd': data = optarg; break;
+        case 'J': json = optarg; break;
+        case 'j':
+            if (parse_int(cmd, "--threads", optarg, 1, 1024, &threads)) return 1;
+            break;
+        case 'q': quiet = 1; break;
+        case 'h': help_eval(); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+    }
+    if (optind != argc - 1) return cli_error(cmd, "expected one MODEL_DIR (see difftrans needle eval --help)");
+    if (!data) return cli_error(cmd, "--data DIR is required (a directory from `difftrans needle generate`)");
+    const char *model_dir = argv[optind];
+    cli_set_threads(threads);
+
+    dt_error err;
+    needle_testset ts;
+    if (needle_load_testset(&ts, data, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    dt_model m;
+    if (dt_model_load(&m, model_dir, &err) != 0) {
+        needle_testset_free(&ts);
+        return cli_error(cmd, "%s", err.msg);
+    }
+    progress_state ps = {.tty = isatty(2), .last_tenth = 0};
+    needle_results r;
+    int rc = 0;
+    if (needle_eval(&m, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0) {
+        int n_queries = 0;
+        for (int i = 0; i < ts.n; i++) n_queries += ts.samples[i].n_queries;
+        printf("needle eval: %s on %s (%d samples, %d queries)\n", model_dir, ts.path, ts.n, n_queries);
+        printf("%8s %6s %8s %8s %8s %9s %12s\n", "context", "depth", "samples", "queries", "correct", "accuracy",
+               "first-query");
+        for (int i = 0; i < r.n_cells; i++) {
+            const needle_cell *c = &r.cells[i];
+            printf("%8d %6.3g %8d %8d %8d %9.3f %12.3f\n", c->context_length, c->depth, c->samples, c->n, c->correct,
+                   ratio(c->correct, c->n), ratio(c->first_correct, c->samples));
+        }
+        printf("%8s %6s %8d %8d %8d %9.3f\n", "overall", "", ts.n, r.total, r.correct, ratio(r.correct, r.total));
+        if (json) {
+            cJSON *o = results_json(model_dir, &ts, &r);
+            if (!o) rc = cli_error(cmd, "%s: out of memory", json);
+            else rc = write_json(cmd, json, o);
+            cJSON_Delete(o);
+        }
+        needle_results_free(&r);
+    }
+    dt_model_free(&m);
+    needle_testset_free(&ts);
+    return rc;
+}
+
+int cmd_needle(int argc, char **argv) {
+    if (argc < 2) return cli_error("needle", "expected a subcommand: generate or eval (see difftrans needle --help)");
+    const char *sub = argv[1];
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+        help();
+        return 0;
+    }
+    if (!strcmp(sub, "generate")) return needle_generate(argc - 1, argv + 1);
+    if (!strcmp(sub, "eval")) return needle_evaluate(argc - 1, argv + 1);
+    return cli_error("needle", "unknown subcommand '%s' (expected generate or eval; see difftrans needle --help)", sub);
+}

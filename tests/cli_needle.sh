@@ -1,0 +1,225 @@
+#!/usr/bin/env bash
+# cli_needle.sh — `difftrans needle generate` and `difftrans needle eval`, end to end.
+#
+# usage: bash tests/cli_needle.sh PATH_TO_difftrans SCRATCH_DIR
+#
+#   generate  a tiny set from the GPL-3 text: the three files, byte-identical on a rerun, different
+#             with another seed; every recorded offset checked against the text (python3)
+#   eval      a fresh `init --preset tiny` model: the accuracy table and the --json cells
+#   refusals  bad arguments, an empty or missing corpus, samples longer than the model's context:
+#             exit status 1 and a message naming the argument or the file
+# Prints a summary and exits 1 when any check failed.
+set -u
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 PATH_TO_difftrans SCRATCH_DIR" >&2
+    exit 2
+fi
+DT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+S=$2
+case "$S" in "" | / | "$HOME" | .) echo "$0: refusing to use $S as the scratch directory" >&2; exit 2 ;; esac
+rm -rf "$S" && mkdir -p "$S" && S=$(cd "$S" && pwd) || exit 2
+if [ ! -x "$DT" ]; then
+    echo "$0: $DT is not an executable" >&2
+    exit 2
+fi
+CORPUS=/usr/share/common-licenses/GPL-3
+if [ ! -s "$CORPUS" ]; then # not every system has it: any plain text with lines will do
+    CORPUS=$S/corpus.txt
+    for i in $(seq 1 400); do echo "Line $i of a small corpus. It has sentences, and it has lines."; done >"$CORPUS"
+fi
+PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || true)
+TMO=120
+
+N_PASS=0
+N_FAIL=0
+FAILED=()
+pass() { N_PASS=$((N_PASS + 1)); }
+fail() {
+    N_FAIL=$((N_FAIL + 1))
+    FAILED+=("$1")
+    printf 'FAIL: %s\n' "$1"
+    shift
+    for line in "$@"; do printf '      %s\n' "$line"; done
+}
+
+# expect_ok DESC CMD... — status 0; stdout in $S/last.out, stderr in $S/last.err.
+expect_ok() {
+    local desc=$1
+    shift
+    timeout -k 5 "$TMO" "$@" >"$S/last.out" 2>"$S/last.err" </dev/null
+    local rc=$?
+    if [ $rc -eq 0 ]; then pass; else
+        fail "$desc" "status $rc" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    fi
+    return $rc
+}
+
+# expect_fail DESC REGEX CMD... — status 1 (a clean refusal, not a crash) and stderr matching REGEX.
+expect_fail() {
+    local desc=$1 re=$2
+    shift 2
+    timeout -k 5 "$TMO" "$@" >"$S/last.out" 2>"$S/last.err" </dev/null
+    local rc=$?
+    if [ $rc -ne 1 ]; then
+        fail "$desc" "status $rc (expected 1)" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    elif ! grep -qE -- "$re" "$S/last.err"; then
+        fail "$desc" "stderr lacks /$re/" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    else pass; fi
+}
+
+# out_has DESC FILE REGEX... — FILE matches every REGEX.
+out_has() {
+    local desc=$1 file=$2 p missing=()
+    shift 2
+    for p in "$@"; do grep -qE -- "$p" "$file" || missing+=("/$p/"); done
+    if [ ${#missing[@]} -eq 0 ]; then pass; else
+        fail "$desc" "missing: ${missing[*]}" "output: $(head -c 1200 "$file" | tr '\n' '|')"
+    fi
+}
+
+check() {
+    local desc=$1 out
+    shift
+    if out=$("$@" 2>&1); then pass; else fail "$desc" "$(printf '%s' "$out" | head -c 1500)"; fi
+}
+
+# ---------------------------------------------------------------- help
+
+expect_ok "needle --help" "$DT" needle --help && out_has "needle --help describes the format" "$S/last.out" \
+    "The magic number of KEY is VALUE" "Question: What is the magic number of KEY1" "Answer: VALUE1" "train.txt" \
+    "test.jsonl" "needle.json"
+expect_ok "needle generate --help" "$DT" needle generate --help &&
+    out_has "generate --help lists the options" "$S/last.out" "--corpus" "--context" "--needles" "--queries" \
+        "--depths" "--train" "--test" "--seed"
+expect_ok "needle eval --help" "$DT" needle eval --help &&
+    out_has "eval --help lists the options" "$S/last.out" "--data" "--json" "--threads"
+expect_ok "difftrans --help lists needle" "$DT" --help && out_has "needle in the command list" "$S/last.out" "needle"
+
+# ---------------------------------------------------------------- generate
+
+GEN=(needle generate --corpus "$CORPUS" --context 96,128 --needles 2 --queries 2 --depths 0,0.5,1 --train 9
+    --test 12 --seed 5)
+expect_ok "generate a tiny set" "$DT" "${GEN[@]}" --out "$S/a" &&
+    out_has "generate reports what it wrote" "$S/last.out" "train.txt \(9 samples\)" "test.jsonl \(12 samples\)"
+for f in train.txt test.jsonl needle.json; do
+    check "$f written and not empty" test -s "$S/a/$f"
+done
+expect_ok "generate again" "$DT" "${GEN[@]}" --out "$S/b"
+for f in train.txt test.jsonl needle.json; do
+    check "same seed: identical $f" cmp "$S/a/$f" "$S/b/$f"
+done
+expect_ok "generate with another seed" "$DT" needle generate --corpus "$CORPUS" --context 96,128 --needles 2 \
+    --queries 2 --depths 0,0.5,1 --train 9 --test 12 --seed 6 --out "$S/c"
+if cmp -s "$S/a/test.jsonl" "$S/c/test.jsonl"; then fail "another seed: test.jsonl differs"; else pass; fi
+check "train.txt ends with \"\\n\\n\"" test "$(tail -c 2 "$S/a/train.txt" | od -An -tx1 | tr -d ' \n')" = 0a0a
+
+if [ -n "$PY" ]; then
+    cat >"$S/check.py" <<'EOF'
+# check.py DIR — every offset in test.jsonl against the text, the cells, needle.json.
+import json, sys
+d = sys.argv[1]
+meta = json.load(open(d + "/needle.json"))
+assert meta["version"] == 1 and meta["seed"] == "5", meta
+assert meta["contexts"] == [96, 128] and meta["depths"] == [0, 0.5, 1], meta
+lines = [l for l in open(d + "/test.jsonl", "rb").read().split(b"\n") if l.strip()]
+assert len(lines) == 12, len(lines)
+for i, raw in enumerate(lines):
+    s = json.loads(raw)
+    t = s["text"].encode("utf-8")
+    assert s["id"] == i and len(t) == s["text_length"], (i, len(t), s["text_length"])
+    assert s["context_length"] == [96, 128][(i // 3) % 2] and s["depth"] == [0, 0.5, 1][i % 3], s
+    keys = [n["key"] for n in s["needles"]]
+    assert len(set(keys)) == len(keys) == 2, keys
+    for n in s["needles"]:
+        sent = ("The magic number of %s is %s." % (n["key"], n["value"])).encode()
+        assert t[n["offset"]:n["offset"] + n["length"]] == sent, (i, n)
+        assert n["offset"] + n["length"] <= s["context_length"], (i, n)
+        assert t[n["value_offset"]:n["value_offset"] + n["value_length"]] == n["value"].encode(), (i, n)
+    at = s["context_length"]
+    for q in s["queries"]:
+        ask = ("\nQuestion: What is the magic number of %s?\nAnswer: " % q["key"]).encode()
+        assert t[at:at + len(ask)] == ask and q["question_offset"] == at + 1, (i, q)
+        assert q["prompt_end_offset"] == at + len(ask), (i, q)
+        assert t[q["prompt_end_offset"]:q["prompt_end_offset"] + q["answer_length"]] == q["value"].encode(), (i, q)
+        assert s["needles"][q["needle"]]["key"] == q["key"], (i, q)
+        at = q["prompt_end_offset"] + q["answer_length"]
+    assert at == len(t), (i, at, len(t))
+    first = s["needles"][s["queries"][0]["needle"]]
+    if s["depth"] == 0:
+        assert first["offset"] == 0, (i, first)
+    if s["depth"] == 1:
+        assert first["offset"] + first["length"] >= s["context_length"] - 1, (i, first)
+train = open(d + "/train.txt", "rb").read()
+assert train.count(b"\nQuestion: ") == 9 * 2, train.count(b"\nQuestion: ")
+EOF
+    check "test.jsonl offsets, cells and needle.json (python3)" "$PY" "$S/check.py" "$S/a"
+else
+    echo "note: python3 not found; the JSON content checks are skipped"
+fi
+
+# ---------------------------------------------------------------- eval
+
+expect_ok "init a tiny model" "$DT" init --preset tiny --arch diff --out "$S/model"
+if expect_ok "needle eval on the tiny model" "$DT" needle eval "$S/model" --data "$S/a" --json "$S/eval.json" --threads 1; then
+    out_has "eval prints the accuracy table" "$S/last.out" "context +depth +samples +queries +correct +accuracy" \
+        "^ +96 +0 +2 +4 " "^ +128 +1 +2 +4 " "^ +overall +12 +24 +[0-9]+ +[01]\.[0-9]{3}"
+    out_has "eval shows progress on stderr" "$S/last.err" "12/12 samples"
+    check "eval.json written" test -s "$S/eval.json"
+    if [ -n "$PY" ]; then
+        check "eval.json cells and items (python3)" "$PY" -c "
+import json
+r = json.load(open('$S/eval.json'))
+assert r['samples'] == 12 and r['queries'] == 24 and 0 <= r['correct'] <= 24, r
+cells = r['cells']
+assert [(c['context_length'], c['depth']) for c in cells] == [(96, 0), (96, 0.5), (96, 1), (128, 0), (128, 0.5), (128, 1)], cells
+for c in cells:
+    assert c['n'] == 4 and c['samples'] == 2 and abs(c['accuracy'] - c['correct'] / 4) < 1e-12, c
+assert sum(c['correct'] for c in cells) == r['correct']
+assert len(r['items']) == 24 and all(len(i['predicted_ids']) == 5 for i in r['items'])
+"
+    fi
+fi
+expect_ok "eval takes the test.jsonl path too" "$DT" needle eval "$S/model" --data "$S/a/test.jsonl" --quiet --threads 1
+if [ -s "$S/last.err" ]; then fail "--quiet prints nothing on stderr" "$(head -c 300 "$S/last.err")"; else pass; fi
+
+# ---------------------------------------------------------------- refusals
+
+G=(needle generate --corpus "$CORPUS" --out "$S/bad" --train 1 --test 1)
+expect_fail "queries > needles" "--queries 3.*--needles 2" "$DT" "${G[@]}" --needles 2 --queries 3
+expect_fail "depth above 1" "--depths 1.5: must be in \[0, 1\]" "$DT" "${G[@]}" --depths 0,1.5
+expect_fail "depth below 0" "--depths -0.25: must be in \[0, 1\]" "$DT" "${G[@]}" --depths -0.25
+expect_fail "depth not a number" "--depths '0.5x': not a number" "$DT" "${G[@]}" --depths 0.5x
+expect_fail "empty list item" "--context '512,,1024': empty item" "$DT" "${G[@]}" --context 512,,1024
+expect_fail "context too small" "context length 100 is too small to hold 6 needles" "$DT" "${G[@]}" --context 100
+expect_fail "needles not a number" "--needles 'abc': not an integer" "$DT" "${G[@]}" --needles abc
+expect_fail "negative train count" "--train -1: must be in" "$DT" "${G[@]}" --train -1
+expect_fail "missing --out" "--corpus FILE and --out DIR are required" "$DT" needle generate --corpus "$CORPUS"
+expect_fail "missing corpus file" "$S/nothing.txt: cannot open corpus" "$DT" needle generate --corpus "$S/nothing.txt" --out "$S/bad"
+: >"$S/empty.txt"
+expect_fail "empty corpus" "$S/empty.txt: corpus is empty" "$DT" needle generate --corpus "$S/empty.txt" --out "$S/bad"
+expect_fail "unknown option" "bad option or missing value near '--bogus'" "$DT" "${G[@]}" --bogus
+expect_fail "unknown subcommand" "unknown subcommand 'frobnicate'" "$DT" needle frobnicate
+expect_fail "no subcommand" "expected a subcommand" "$DT" needle
+
+expect_ok "generate samples too long for the tiny model" "$DT" needle generate --corpus "$CORPUS" --out "$S/long" \
+    --context 240 --needles 2 --queries 1 --depths 0.5 --train 0 --test 2
+expect_fail "eval refuses samples longer than max_position_embeddings" \
+    "$S/long/test.jsonl: sample 0 \(line 1\) is [0-9]+ bytes, longer than the model's max_position_embeddings 256" \
+    "$DT" needle eval "$S/model" --data "$S/long"
+expect_fail "eval without --data" "--data DIR is required" "$DT" needle eval "$S/model"
+expect_fail "eval without a model" "expected one MODEL_DIR" "$DT" needle eval --data "$S/a"
+expect_fail "eval on a missing test set" "$S/nowhere: cannot open test set" "$DT" needle eval "$S/model" --data "$S/nowhere"
+expect_fail "eval on a missing model" "$S/nomodel" "$DT" needle eval "$S/nomodel" --data "$S/a"
+head -c 300 "$S/a/test.jsonl" >"$S/cut.jsonl"
+expect_fail "eval on a truncated test.jsonl" "$S/cut.jsonl:1: not valid JSON" "$DT" needle eval "$S/model" --data "$S/cut.jsonl"
+expect_fail "eval --threads 0" "--threads 0: must be in 1..1024" "$DT" needle eval "$S/model" --data "$S/a" --threads 0
+
+# ---------------------------------------------------------------- summary
+
+echo "cli_needle: $N_PASS passed, $N_FAIL failed"
+if [ $N_FAIL -ne 0 ]; then
+    printf '  failed: %s\n' "${FAILED[@]}"
+    exit 1
+fi
+exit 0
