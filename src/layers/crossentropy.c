@@ -18,7 +18,7 @@ static double row_logsumexp(const float *row, int V, float *max_out) {
 float crossentropy_forward(const float *logits, const int *targets, int N, int V, int *count) {
     double total = 0.0;
     int cnt = 0;
-#pragma omp parallel for reduction(+ : total, cnt)
+#pragma omp parallel for reduction(+ : total, cnt) if ((size_t)N * V >= LAYER_PARALLEL_MIN)
     for (int n = 0; n < N; n++) {
         if (targets[n] < 0) continue;
         const float *row = logits + (size_t)n * V;
@@ -36,7 +36,7 @@ float crossentropy_forward(const float *logits, const int *targets, int N, int V
 void crossentropy_backward(float *dlogits, const float *logits, const int *targets, int N, int V, int count,
                            float dloss) {
     float scale = count > 0 ? dloss / (float)count : 0.0f;
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * V >= LAYER_PARALLEL_MIN)
     for (int n = 0; n < N; n++) {
         const float *row = logits + (size_t)n * V;
         float *drow = dlogits + (size_t)n * V;

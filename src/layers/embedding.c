@@ -5,7 +5,7 @@
 
 /* out[N, C] = table[tokens[n], :]  (tokens are validated by the caller) */
 void embedding_forward(float *out, const int *tokens, const float *table, int N, int C) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= LAYER_PARALLEL_MIN)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, table + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
 }
 

@@ -11,6 +11,11 @@
 
 #include <stddef.h>
 
+/* Element count below which an elementwise pass runs on the calling thread: waking a thread
+ * team costs microseconds, more than a decode step's norm or activation over a few thousand
+ * floats (and far more when the cores are shared). */
+#define LAYER_PARALLEL_MIN 32768
+
 /* y[N, out] = x[N, in] · W[out, in]ᵀ  (PyTorch Linear layout, no bias) */
 void linear_forward(float *y, const float *x, const float *w, int N, int in, int out);
 /* dx[N, in] += dy[N, out] · W;  dw[out, in] += dyᵀ · x */

@@ -6,7 +6,7 @@
 
 /* out[N, C] = x · rstd · w; rstd[N] saved for the backward pass. w may be NULL (no weight). */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= LAYER_PARALLEL_MIN)
     for (int n = 0; n < N; n++) {
         const float *xn = x + (size_t)n * C;
         float *on = out + (size_t)n * C;
@@ -31,7 +31,7 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, in
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd, const float *w,
                       int N, int C) {
     if (dx) {
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= LAYER_PARALLEL_MIN)
         for (int n = 0; n < N; n++) {
             const float *xn = x + (size_t)n * C;
             const float *dy = dout + (size_t)n * C;
@@ -48,7 +48,7 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
          * each thread owns its columns and still reads contiguous runs of each row */
         const int BLK = 64;
         int nblk = (C + BLK - 1) / BLK;
-#pragma omp parallel for
+#pragma omp parallel for if ((size_t)N * C >= LAYER_PARALLEL_MIN)
         for (int blk = 0; blk < nblk; blk++) {
             int c0 = blk * BLK, c1 = c0 + BLK < C ? c0 + BLK : C;
             for (int n = 0; n < N; n++) {

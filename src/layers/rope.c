@@ -8,7 +8,7 @@
 /* in place on x[B, T, nh, hd]; row t has position pos0 + t; sign = −1 rotates back (backward) */
 void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, float theta, int sign) {
     int half = hd / 2;
-#pragma omp parallel for collapse(2)
+#pragma omp parallel for collapse(2) if ((size_t)B * T * nh * hd >= LAYER_PARALLEL_MIN)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             float *row = x + ((size_t)b * T + t) * (size_t)nh * hd;

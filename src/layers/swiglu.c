@@ -7,7 +7,7 @@
 /* h[N, F] = silu(gate) · up */
 void swiglu_forward(float *h, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
-#pragma omp parallel for
+#pragma omp parallel for if (n >= LAYER_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         /* g·sigmoid(g) written as g / (1 + e^−g), the form PyTorch's CPU kernel evaluates */
@@ -18,7 +18,7 @@ void swiglu_forward(float *h, const float *gate, const float *up, int N, int F) 
 /* dgate[N, F] += dh·up·silu'(g), dup[N, F] += dh·silu(g); silu'(g) = s·(1 + g·(1 − s)), s = sigmoid(g) */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int N, int F) {
     size_t n = (size_t)N * F;
-#pragma omp parallel for
+#pragma omp parallel for if (n >= LAYER_PARALLEL_MIN)
     for (size_t i = 0; i < n; i++) {
         float g = gate[i];
         float s = 1.0f / (1.0f + expf(-g));
