@@ -172,7 +172,22 @@ int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *e
 /* Activations and scratch for batches of up to B sequences of up to T tokens; allocated once. */
 typedef struct dt_runstate dt_runstate;
 
-dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err);
+/* The attention kernel a run state uses: the fused FlashAttention-style kernel (the default;
+ * memory linear in T) or the simple reference kernel that keeps every softmax map, for analyses
+ * that look at the maps and for testing the fused one. */
+typedef enum { DT_ATTENTION_FUSED = 0, DT_ATTENTION_REFERENCE = 1 } dt_attention_kernel;
+
+typedef struct {
+    dt_attention_kernel kernel;
+    /* The analyses below need the reference kernel, which they select by themselves. */
+    int keep_logits;             /* keep the scaled pre-softmax attention scores [B, H, T, T] */
+    int logit_bits;              /* > 0: fake-quantise those scores to this many bits (symmetric,
+                                    absmax scale) before the softmax; forward-only */
+    int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
+} dt_run_options;
+
+dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err); /* fused, no extras */
+dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_run_options *opt, dt_error *err);
 void dt_runstate_free(dt_runstate *rs);
 
 /* tokens [B, T]; targets [B, T] or NULL (no loss); target −1 means "ignore this position".
@@ -184,9 +199,14 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
  * with targets; it overwrites the logits with their gradient (copy them first if needed). */
 void dt_backward(const dt_model *m, dt_runstate *rs, float *grads);
 const float *dt_runstate_logits(const dt_runstate *rs);
-/* Attention probabilities of the last forward for a layer and query head: [B, H, T, T]
- * (softmax maps; for DIFF head i < H/2 pairs with i + H/2). Reference kernel only. */
+/* Attention probabilities of the last forward for a layer: [B, H, T, T] softmax maps (for DIFF
+ * query head i < H/2 pairs with i + H/2). NULL unless the run state uses the reference kernel. */
 const float *dt_runstate_attention(const dt_runstate *rs, int layer);
+/* The scaled (and quantised) attention scores of a layer [B, H, T, T], zero above the diagonal;
+ * NULL unless the run state keeps them (keep_logits). */
+const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer);
+/* The residual stream entering layer `layer` [B, T, C]; layer L is the input of the final norm. */
+const float *dt_runstate_hidden(const dt_runstate *rs, int layer);
 
 /* ---------------------------------------------------------------- generation */
 

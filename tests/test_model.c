@@ -155,6 +155,56 @@ static void test_model_gradients(void **state) {
     check_model_gradients(DT_ARCH_DIFF, 4, 1, 0);
 }
 
+/* The fused attention kernel (the default) against the reference one, through the whole model:
+ * logits, loss and every gradient. */
+static void check_fused_matches_reference(dt_arch arch, int kv, int tied, int subln, int T) {
+    dt_model m;
+    dt_error err;
+    make_model(&m, arch, kv, tied, subln, 17);
+    const int B = 2, V = m.cfg.vocab_size;
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    random_tokens(tok, B * T, V, 12);
+    random_tokens(tgt, B * T, V, 13);
+    dt_runstate *fused = dt_runstate_create_with(&m, B, T, &(dt_run_options){.kernel = DT_ATTENTION_FUSED}, &err);
+    dt_runstate *ref = dt_runstate_create_with(&m, B, T, &(dt_run_options){.kernel = DT_ATTENTION_REFERENCE}, &err);
+    assert_non_null(fused);
+    assert_non_null(ref);
+    assert_null(dt_runstate_attention(fused, 0));
+    float lf, lr;
+    assert_int_equal(dt_forward(&m, fused, tok, tgt, B, T, &lf, &err), 0);
+    assert_int_equal(dt_forward(&m, ref, tok, tgt, B, T, &lr, &err), 0);
+    float d = tu_max_rel_diff(dt_runstate_logits(fused), dt_runstate_logits(ref), (size_t)B * T * V, 1.0f);
+    if (d > 1e-5f) fail_msg("arch %d T %d: fused logits differ from the reference by %g", arch, T, d);
+    assert_float_equal(lf, lr, 1e-5 * fabs(lr));
+    float *gf = calloc(m.n_params, sizeof(float)), *gr = calloc(m.n_params, sizeof(float));
+    dt_backward(&m, fused, gf);
+    dt_backward(&m, ref, gr);
+    for (int i = 0; i < m.n_tensors; i++) {
+        const dt_tensor *t = &m.tensors[i];
+        float scale = 0;
+        for (size_t j = 0; j < t->numel; j++) scale = fmaxf(scale, fabsf(gr[t->offset + j]));
+        float diff = tu_max_abs_diff(gf + t->offset, gr + t->offset, t->numel);
+        if (diff > 1e-4f * scale + 1e-7f)
+            fail_msg("arch %d T %d: gradient of %s differs by %g (scale %g)", arch, T, t->name, diff, scale);
+    }
+    free(gf);
+    free(gr);
+    free(tok);
+    free(tgt);
+    dt_runstate_free(fused);
+    dt_runstate_free(ref);
+    dt_model_free(&m);
+}
+
+static void test_fused_attention_matches_reference(void **state) {
+    (void)state;
+    check_fused_matches_reference(DT_ARCH_LLAMA, 2, 0, 0, 1);
+    check_fused_matches_reference(DT_ARCH_LLAMA, 4, 1, 0, 37);
+    check_fused_matches_reference(DT_ARCH_DIFF, 2, 0, 1, 37);
+    check_fused_matches_reference(DT_ARCH_DIFF, 1, 1, 0, 64);
+    check_fused_matches_reference(DT_ARCH_DIFF, 4, 0, 1, 2);
+}
+
 static void test_save_load_bit_exact(void **state) {
     (void)state;
     for (int arch = 0; arch < 2; arch++) {
@@ -207,7 +257,7 @@ static void test_differential_map(void **state) {
     const int T = 12, H = m.cfg.num_attention_heads;
     int tok[12];
     random_tokens(tok, T, m.cfg.vocab_size, 8);
-    dt_runstate *rs = dt_runstate_create(&m, 1, T, &err);
+    dt_runstate *rs = dt_runstate_create_with(&m, 1, T, &(dt_run_options){.kernel = DT_ATTENTION_REFERENCE}, &err);
     assert_int_equal(dt_forward(&m, rs, tok, NULL, 1, T, NULL, &err), 0);
     int negatives = 0;
     for (int l = 0; l < m.cfg.num_hidden_layers; l++) {
@@ -225,6 +275,46 @@ static void test_differential_map(void **state) {
     }
     assert_true(negatives > 0);
     dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
+/* The analysis hooks: kept attention scores are the maps' logits, and fake quantisation to 16
+ * bits changes nothing beyond rounding while 2 bits changes the output. */
+static void test_attention_logit_hooks(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 2, 0, 0, 51);
+    const int T = 10, H = m.cfg.num_attention_heads, V = m.cfg.vocab_size;
+    int tok[10];
+    random_tokens(tok, T, V, 3);
+    dt_runstate *plain = dt_runstate_create_with(&m, 1, T, &(dt_run_options){.keep_logits = 1}, &err);
+    assert_non_null(plain);
+    assert_int_equal(dt_forward(&m, plain, tok, NULL, 1, T, NULL, &err), 0);
+    const float *att = dt_runstate_attention(plain, 1), *lg = dt_runstate_attention_logits(plain, 1);
+    assert_non_null(att);
+    assert_non_null(lg);
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++) {
+            const float *row = lg + ((size_t)h * T + t) * T, *p = att + ((size_t)h * T + t) * T;
+            double z = 0;
+            for (int c = 0; c <= t; c++) z += exp(row[c] - row[0]);
+            for (int c = 0; c <= t; c++) assert_float_equal(p[c], exp(row[c] - row[0]) / z, 1e-5);
+        }
+    for (int per_row = 0; per_row < 2; per_row++) {
+        dt_run_options q16 = {.logit_bits = 16, .logit_per_row = per_row}, q2 = {.logit_bits = 2, .logit_per_row = per_row};
+        dt_runstate *a = dt_runstate_create_with(&m, 1, T, &q16, &err), *b = dt_runstate_create_with(&m, 1, T, &q2, &err);
+        assert_int_equal(dt_forward(&m, a, tok, NULL, 1, T, NULL, &err), 0);
+        assert_int_equal(dt_forward(&m, b, tok, NULL, 1, T, NULL, &err), 0);
+        const float *ref = dt_runstate_logits(plain);
+        assert_true(tu_max_rel_diff(dt_runstate_logits(a), ref, (size_t)T * V, 1.0f) < 1e-3f);
+        assert_true(tu_max_rel_diff(dt_runstate_logits(b), ref, (size_t)T * V, 1.0f) > 1e-3f);
+        dt_runstate_free(a);
+        dt_runstate_free(b);
+    }
+    assert_null(dt_runstate_create_with(&m, 1, T, &(dt_run_options){.logit_bits = 40}, &err));
+    assert_non_null(strstr(err.msg, "bits"));
+    dt_runstate_free(plain);
     dt_model_free(&m);
 }
 
@@ -336,9 +426,11 @@ int main(void) {
         cmocka_unit_test(test_parameter_parity),
         cmocka_unit_test(test_kvcache_equals_forward),
         cmocka_unit_test(test_model_gradients),
+        cmocka_unit_test(test_fused_attention_matches_reference),
         cmocka_unit_test(test_save_load_bit_exact),
         cmocka_unit_test(test_hf_export_same_logits),
         cmocka_unit_test(test_differential_map),
+        cmocka_unit_test(test_attention_logit_hooks),
         cmocka_unit_test(test_forward_rejects_bad_tokens),
         cmocka_unit_test(test_resume_equals_uninterrupted),
         cmocka_unit_test(test_training_learns_real_text),

@@ -24,27 +24,54 @@
 /* 1/√hd as Python's hd**-0.5 rounds it to float */
 static float attn_scale(int hd) { return (float)(1.0 / sqrt((double)hd)); }
 
+/* Symmetric fake quantisation of x[0..n) to `bits` bits with step absmax / (2^(bits−1) − 1). */
+static void fake_quantize(float *x, int n, float absmax, int bits) {
+    if (absmax <= 0.0f) return;
+    const float levels = (float)((1 << (bits - 1)) - 1), step = absmax / levels, inv = levels / absmax;
+    for (int i = 0; i < n; i++) x[i] = rintf(x[i] * inv) * step;
+}
+
+/* For the analyses of the paper's Section 3.8: the causal scores of one map, fake-quantised to
+ * s->logit_bits bits with an absmax scale per query row or per head map (s->logit_per_row). */
+static void quantize_scores(float *a, int T, const attention_shape *s) {
+    float map_max = 0.0f;
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c <= t; c++) map_max = fmaxf(map_max, fabsf(a[(size_t)t * T + c]));
+    for (int t = 0; t < T; t++) {
+        float *row = a + (size_t)t * T, m = map_max;
+        if (s->logit_per_row) {
+            m = 0.0f;
+            for (int c = 0; c <= t; c++) m = fmaxf(m, fabsf(row[c]));
+        }
+        fake_quantize(row, t + 1, m, s->logit_bits);
+    }
+}
+
 /* att_bi[T, T] = causal softmax(q_i·k_gᵀ·scale); q_i, k_g are strided [T, hd] heads.
  * The upper triangle is written as exact zeros: the saved map is the real probability matrix,
- * and the backward products can then run over the full square. */
-static void causal_softmax_scores(float *a, const float *qi, int ldq, const float *kg, int ldk, int T, int hd,
-                                  float scale) {
+ * and the backward products can then run over the full square. With s->logits the scaled
+ * (and, with s->logit_bits, quantised) scores are copied to `logits` first. */
+static void causal_softmax_scores(float *a, float *logits, const float *qi, int ldq, const float *kg, int ldk,
+                                  int T, int hd, float scale, const attention_shape *s) {
     /* scores without the scale, which is applied below as HF does: (q·kᵀ)·scale */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, qi, ldq, kg, ldk, 0.0f, a, T);
+    for (int t = 0; t < T; t++)
+        for (int c = 0; c <= t; c++) a[(size_t)t * T + c] *= scale;
+    if (s->logit_bits > 0) quantize_scores(a, T, s);
+    if (logits)
+        for (int t = 0; t < T; t++)
+            for (int c = 0; c < T; c++) logits[(size_t)t * T + c] = c <= t ? a[(size_t)t * T + c] : 0.0f;
     for (int t = 0; t < T; t++) {
         float *row = a + (size_t)t * T;
         float mx = -INFINITY;
-        for (int s = 0; s <= t; s++) {
-            row[s] *= scale;
-            mx = row[s] > mx ? row[s] : mx;
-        }
+        for (int c = 0; c <= t; c++) mx = row[c] > mx ? row[c] : mx;
         float sum = 0.0f;
-        for (int s = 0; s <= t; s++) {
-            row[s] = expf(row[s] - mx);
-            sum += row[s];
+        for (int c = 0; c <= t; c++) {
+            row[c] = expf(row[c] - mx);
+            sum += row[c];
         }
-        for (int s = 0; s <= t; s++) row[s] /= sum;
-        for (int s = t + 1; s < T; s++) row[s] = 0.0f;
+        for (int c = 0; c <= t; c++) row[c] /= sum;
+        for (int c = t + 1; c < T; c++) row[c] = 0.0f;
     }
 }
 
@@ -64,7 +91,8 @@ void attention_forward(float *out, float *att, float *pre, float *rstd, const fl
                 const float *kg = k + (size_t)b * T * ldk + (size_t)(i / G) * hd;
                 const float *vg = v + (size_t)b * T * ldk + (size_t)(i / G) * hd;
                 float *a = att + ((size_t)b * H + i) * T * T;
-                causal_softmax_scores(a, qi, ldq, kg, ldk, T, hd, scale);
+                causal_softmax_scores(a, s->logits ? s->logits + ((size_t)b * H + i) * T * T : NULL, qi, ldq, kg, ldk,
+                                      T, hd, scale, s);
                 /* out_i[T, hd] = A_i[T, T] · v_g[T, hd], written straight into its columns of out */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, vg, ldk, 0.0f,
                             out + (size_t)b * T * ldq + (size_t)i * hd, ldq);
@@ -81,10 +109,12 @@ void attention_forward(float *out, float *att, float *pre, float *rstd, const fl
         for (int j = 0; j < Hd; j++) {
             float *a1 = att + ((size_t)b * H + j) * T * T;
             float *a2 = att + ((size_t)b * H + j + Hd) * T * T;
-            causal_softmax_scores(a1, q + (size_t)b * T * ldq + (size_t)j * hd, ldq,
-                                  k + (size_t)b * T * ldk + (size_t)(j / G) * hd, ldk, T, hd, scale);
-            causal_softmax_scores(a2, q + (size_t)b * T * ldq + (size_t)(j + Hd) * hd, ldq,
-                                  k + (size_t)b * T * ldk + (size_t)((j + Hd) / G) * hd, ldk, T, hd, scale);
+            causal_softmax_scores(a1, s->logits ? s->logits + ((size_t)b * H + j) * T * T : NULL,
+                                  q + (size_t)b * T * ldq + (size_t)j * hd, ldq,
+                                  k + (size_t)b * T * ldk + (size_t)(j / G) * hd, ldk, T, hd, scale, s);
+            causal_softmax_scores(a2, s->logits ? s->logits + ((size_t)b * H + j + Hd) * T * T : NULL,
+                                  q + (size_t)b * T * ldq + (size_t)(j + Hd) * hd, ldq,
+                                  k + (size_t)b * T * ldk + (size_t)((j + Hd) / G) * hd, ldk, T, hd, scale, s);
             /* u_j = A_j·V_j − λ·A_{j+Hd}·V_j, one half of V_j (one kv head) at a time. Two products
              * instead of forming D_j keeps the forward free of a [T, T] temporary and matches
              * HF's order (out1 − λ·out2). pre [B, T, Hd, 2hd] has row stride Hd·2hd = H·hd. */

@@ -61,6 +61,11 @@ typedef struct {
     float lambda_init;           /* DIFF: λinit of this layer, the (1 − λinit) output scale */
     float eps;                   /* DIFF: RMSNorm eps of the per-head norm */
     const float *subln;          /* DIFF: [2·hd] norm weight or NULL */
+    /* Reference kernel only, for the analyses: */
+    int logit_bits;              /* > 0: fake-quantise the scaled scores to this many bits before the
+                                    softmax (symmetric, absmax scale); the backward treats it as identity */
+    int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
+    float *logits;               /* optional [B, H, T, T]: receives the scaled (quantised) causal scores */
 } attention_shape;
 
 /* out [B, T, H·hd]:

@@ -4,6 +4,7 @@
  * largest batch; nothing is allocated inside a step. The layer functions live in src/layers/.
  */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,7 +14,10 @@
 typedef struct {
     float *ln1, *ln1_rstd;       /* [N, C], [N] */
     float *q, *k, *v;            /* [N, H·hd], [N, KV·hd], [N, KV·hd]; q, k after RoPE */
-    float *att;                  /* [B, H, T, T] softmax maps */
+    float *att;                  /* reference kernel: [B, H, T, T] softmax maps */
+    float *logits;               /* keep_logits: [B, H, T, T] scaled attention scores */
+    float *lse;                  /* fused kernel: [B, H, T] log-sum-exp of every score row */
+    float *o12;                  /* fused kernel, DIFF: [N, H/2, 2, 2·hd] the two maps' outputs */
     float *pre, *head_rstd;      /* DIFF: [N, H/2, 2·hd], [N, H/2] */
     float *atty;                 /* [N, H·hd] attention output before o_proj */
     float *resid_mid;            /* [N, C] residual after attention */
@@ -23,6 +27,9 @@ typedef struct {
 
 struct dt_runstate {
     int Bmax, Tmax;
+    dt_attention_kernel kernel;
+    dt_run_options opt;
+    int threads;                 /* OpenMP threads the fused kernel's scratch was sized for */
     int B, T, has_targets, count;
     int *tokens, *targets;       /* [N] */
     float **resid;               /* [L+1] × [N, C]: input of each layer; resid[L] feeds the final norm */
@@ -33,7 +40,7 @@ struct dt_runstate {
     float *dresid, *dln;         /* [N, C] */
     float *datty, *dq, *dk, *dv; /* [N, H·hd], [N, H·hd], [N, KV·hd] × 2 */
     float *dgate, *dup, *dh;     /* [N, F] */
-    float *att_scratch;          /* [B, H, T, T] */
+    float *attn_scratch;         /* reference: [B, H, T, T]; fused: per-thread tiles */
     float *lambdas;              /* [L] λ used by the last forward */
     dt_layer_weights *grad_layers; /* [L] views into the caller's gradient buffer */
     float *block;                /* the single allocation all float buffers live in */
@@ -54,8 +61,8 @@ static float *carve(carver *cv, size_t n) {
 static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     const size_t N = (size_t)rs->Bmax * rs->Tmax, C = c->hidden_size, F = c->intermediate_size;
     const size_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
-    const size_t maps = (size_t)rs->Bmax * H * rs->Tmax * rs->Tmax;
-    const int diff = c->arch == DT_ARCH_DIFF;
+    const int diff = c->arch == DT_ARCH_DIFF, fused = rs->kernel == DT_ATTENTION_FUSED;
+    const size_t maps = fused ? 0 : (size_t)rs->Bmax * H * rs->Tmax * rs->Tmax;
     for (int l = 0; l <= c->num_hidden_layers; l++) rs->resid[l] = carve(cv, N * C);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         layer_acts *a = &rs->acts[l];
@@ -64,7 +71,10 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
         a->q = carve(cv, N * H * hd);
         a->k = carve(cv, N * KV * hd);
         a->v = carve(cv, N * KV * hd);
-        a->att = carve(cv, maps);
+        a->att = fused ? NULL : carve(cv, maps);
+        a->logits = rs->opt.keep_logits ? carve(cv, maps) : NULL;
+        a->lse = fused ? carve(cv, N * H) : NULL;
+        a->o12 = fused && diff ? carve(cv, 2 * N * H * hd) : NULL;
         a->pre = diff ? carve(cv, N * H * hd) : NULL;
         a->head_rstd = diff ? carve(cv, N * H / 2) : NULL;
         a->atty = carve(cv, N * H * hd);
@@ -87,11 +97,20 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     rs->dgate = carve(cv, N * F);
     rs->dup = carve(cv, N * F);
     rs->dh = carve(cv, N * F);
-    rs->att_scratch = carve(cv, maps);
+    if (fused) {
+        attention_shape s = {.B = rs->Bmax, .T = rs->Tmax, .H = (int)H, .KV = (int)KV, .hd = (int)hd, .diff = diff};
+        rs->attn_scratch = carve(cv, flash_attention_scratch_floats(&s, rs->threads));
+    } else {
+        rs->attn_scratch = carve(cv, maps);
+    }
     rs->lambdas = carve(cv, c->num_hidden_layers);
 }
 
 dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err) {
+    return dt_runstate_create_with(m, B, T, NULL, err);
+}
+
+dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_run_options *opt, dt_error *err) {
     const dt_config *c = &m->cfg;
     if (B <= 0 || T <= 0) {
         dt_fail(err, "batch %d × sequence %d: both must be positive", B, T);
@@ -105,6 +124,14 @@ dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err) 
     if (!rs) goto oom;
     rs->Bmax = B;
     rs->Tmax = T;
+    if (opt) rs->opt = *opt;
+    if (rs->opt.logit_bits < 0 || rs->opt.logit_bits > 24) {
+        dt_fail(err, "attention logit quantisation to %d bits: must be 0 (off) or 1..24", rs->opt.logit_bits);
+        dt_runstate_free(rs);
+        return NULL;
+    }
+    rs->kernel = rs->opt.keep_logits || rs->opt.logit_bits ? DT_ATTENTION_REFERENCE : rs->opt.kernel;
+    rs->threads = omp_get_max_threads();
     rs->resid = calloc((size_t)c->num_hidden_layers + 1, sizeof *rs->resid);
     rs->acts = calloc((size_t)c->num_hidden_layers, sizeof *rs->acts);
     rs->tokens = calloc((size_t)B * T, sizeof(int));
@@ -142,14 +169,20 @@ void dt_runstate_free(dt_runstate *rs) {
 }
 
 const float *dt_runstate_logits(const dt_runstate *rs) { return rs->logits; }
-const float *dt_runstate_attention(const dt_runstate *rs, int layer) { return rs->acts[layer].att; }
+const float *dt_runstate_attention(const dt_runstate *rs, int layer) {
+    return rs->kernel == DT_ATTENTION_REFERENCE ? rs->acts[layer].att : NULL;
+}
+const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer) { return rs->acts[layer].logits; }
+const float *dt_runstate_hidden(const dt_runstate *rs, int layer) { return rs->resid[layer]; }
 
-static attention_shape attention_shape_of(const dt_model *m, int layer, int B, int T, float lambda) {
+static attention_shape attention_shape_of(const dt_model *m, const dt_runstate *rs, int layer, int B, int T,
+                                          float lambda) {
     const dt_config *c = &m->cfg;
     attention_shape s = {
         .B = B, .T = T, .H = c->num_attention_heads, .KV = c->num_key_value_heads, .hd = c->head_dim,
         .diff = c->arch == DT_ARCH_DIFF, .lambda = lambda, .lambda_init = dt_lambda_init(layer),
         .eps = c->rms_norm_eps, .subln = m->w.layers[layer].subln,
+        .logit_bits = rs->opt.logit_bits, .logit_per_row = rs->opt.logit_per_row, .logits = rs->acts[layer].logits,
     };
     return s;
 }
@@ -186,7 +219,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         const dt_layer_weights *w = &m->w.layers[l];
         layer_acts *a = &rs->acts[l];
         rs->lambdas[l] = dt_model_lambda(m, l);
-        attention_shape s = attention_shape_of(m, l, B, T, rs->lambdas[l]);
+        attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
 
         rmsnorm_forward(a->ln1, a->ln1_rstd, rs->resid[l], w->input_layernorm, N, C, c->rms_norm_eps);
         linear_forward(a->q, a->ln1, w->q_proj, N, C, qdim);
@@ -194,7 +227,10 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         linear_forward(a->v, a->ln1, w->v_proj, N, C, kvdim);
         rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, +1);
         rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, +1);
-        attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
+        if (rs->kernel == DT_ATTENTION_FUSED)
+            flash_attention_forward(a->atty, a->lse, a->o12, a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch,
+                                    &s);
+        else attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
         linear_forward(a->resid_mid, a->atty, w->o_proj, N, qdim, C);
         add_inplace(a->resid_mid, rs->resid[l], (size_t)N * C);
 
@@ -250,7 +286,7 @@ void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
         const dt_layer_weights *w = &m->w.layers[l];
         dt_layer_weights *gw = &g.layers[l];
         layer_acts *a = &rs->acts[l];
-        attention_shape s = attention_shape_of(m, l, B, T, rs->lambdas[l]);
+        attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
 
         /* MLP block: resid[l+1] = resid_mid + down(swiglu(gate(ln2), up(ln2))) */
         memset(rs->dh, 0, (size_t)N * F * sizeof(float));
@@ -271,8 +307,12 @@ void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
         memset(rs->dk, 0, (size_t)N * kvdim * sizeof(float));
         memset(rs->dv, 0, (size_t)N * kvdim * sizeof(float));
         float dlambda = 0;
-        attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->att, a->pre, a->head_rstd,
-                           a->q, a->k, a->v, rs->att_scratch, &s);
+        if (rs->kernel == DT_ATTENTION_FUSED)
+            flash_attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->atty, a->lse, a->o12,
+                                     a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, &s);
+        else
+            attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->att, a->pre, a->head_rstd,
+                               a->q, a->k, a->v, rs->attn_scratch, &s);
         if (s.diff) lambda_backward(gw, w, c->head_dim, dlambda);
         rope_apply(rs->dq, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, -1);
         rope_apply(rs->dk, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, -1);

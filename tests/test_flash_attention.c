@@ -1,0 +1,467 @@
+/* test_flash_attention.c — the fused kernels (flash_attention.c) against the reference kernel
+ * (attention.c) on random shapes: forward out / pre / rstd, lse against a double-precision
+ * log-sum-exp of the scores, o12 against the reference maps times V, and every gradient.
+ *
+ * Tolerances. Both kernels compute the same sums in float, in different orders (tiles, online
+ * softmax rescaling, exp of s − lse instead of exp(s − max)/sum), so they differ by float
+ * rounding, which grows with the length of the sums and with |lse| (P is recomputed as
+ * exp(s·scale − lse), and lse carries an absolute rounding error ~|lse|·2^-24):
+ *   - forward values (out, pre, rstd, o12, lse): max |fused − ref| ≤ 1e-5·(1 + max |ref|),
+ *     i.e. ~100 float ulps of the largest value (measured errors are ~1e-7..1e-6);
+ *   - gradients (what was added on top of a random start): max |fused − ref| ≤ 1e-4·max |ref|
+ *     (relative to the largest gradient element, since single elements can cancel to ~0), plus
+ *     2^-20·max|start| for the rounding of start + gradient itself;
+ *     dλ, one long sum that can cancel: 1e-4·Σ|its terms|.
+ * Gradient buffers start from random values, identical for both kernels, which checks that the
+ * fused backward ACCUMULATES; outputs and scratch start as NaN so that anything read before it is
+ * written shows up; scratch is allocated at exactly flash_attention_scratch_floats(s, threads);
+ * dout is checked to be unchanged; NULL gradient outputs are left alone. Every case runs the
+ * fused kernel with 1 and with 2 OpenMP threads, and the two runs are also compared.
+ * Each test prints its worst error/tolerance ratio (the margin left); FA_VERBOSE=1 prints them
+ * all. */
+#include <math.h>
+#include <omp.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "layers/layers.h"
+#include "testutil.h"
+
+/* the fused kernel's vector exp, exported for this test only (flash_attention.c) */
+void flash_attention_exp_for_test(float *y, const float *x, int n);
+
+/* ------------------------------------------------------------------ helpers */
+
+static float *fnew(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    assert_non_null(p);
+    return p;
+}
+
+static float *frand(size_t n, float std, uint64_t *rng) {
+    float *p = fnew(n);
+    tu_fill_normal(p, n, std, rng);
+    return p;
+}
+
+static float *fnan(size_t n) {
+    float *p = fnew(n);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+static float *fcopy(const float *x, size_t n) {
+    float *p = fnew(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+
+static float max_abs(const float *x, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+/* max |a − b| (NaN counts as infinite) */
+static float max_diff(const float *a, const float *b, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        if (d != d) return INFINITY;
+        m = fmaxf(m, d);
+    }
+    return m;
+}
+
+/* worst err / tol seen, forward and backward, printed by each test (how much margin is left) */
+static double worst_fwd, worst_bwd;
+
+static void report_margin(const char *test) {
+    fprintf(stderr, "  %s: worst error / tolerance: forward %.3g, backward %.3g\n", test, worst_fwd, worst_bwd);
+    worst_fwd = worst_bwd = 0.0;
+}
+
+static void check_forward_tensor(const char *what, const char *label, const float *got, const float *ref,
+                                 size_t n) {
+    float err = max_diff(got, ref, n), tol = 1e-5f * (1.0f + max_abs(ref, n));
+    if (err / tol > worst_fwd) worst_fwd = err / tol;
+    if (getenv("FA_VERBOSE")) fprintf(stderr, "%s: %s ratio %g\n", label, what, err / tol);
+    if (!(err <= tol)) {
+        fprintf(stderr, "%s: %s max|diff| %g > tol %g\n", label, what, err, tol);
+        fail();
+    }
+}
+
+/* gradients: compare what each kernel ADDED to the same random start. The floor 2^-20·max|start|
+ * is the rounding of start + added itself (a few ulps of the start), which subtracting the start
+ * back cannot undo: it matters only where the true gradient is ~0 (T = 1, where dq = dk = 0). */
+static void check_grad(const char *what, const char *label, const float *got, const float *ref, const float *start,
+                       size_t n) {
+    float *g = fcopy(got, n), *r = fcopy(ref, n);
+    for (size_t i = 0; i < n; i++) g[i] -= start[i], r[i] -= start[i];
+    float err = max_diff(g, r, n), tol = 1e-4f * max_abs(r, n) + 0x1p-20f * max_abs(start, n);
+    if (err / tol > worst_bwd) worst_bwd = err / tol;
+    if (getenv("FA_VERBOSE")) fprintf(stderr, "%s: %s ratio %g\n", label, what, err / tol);
+    if (!(err <= tol)) {
+        fprintf(stderr, "%s: %s max|diff| %g > tol %g (max|ref| %g)\n", label, what, err, tol, max_abs(r, n));
+        fail();
+    }
+    free(g);
+    free(r);
+}
+
+typedef struct {
+    int B, T, H, KV, hd, diff, subln;
+    float lambda, lambda_init;
+    float qk_std; /* std of q and k: larger → peakier maps */
+    int null_grads; /* 1: dq and dk NULL; 2: dv NULL */
+} fcase;
+
+/* log-sum-exp of the scaled causal scores, in double from q and k directly */
+static void lse_double(float *lse, const float *q, const float *k, const attention_shape *s) {
+    const int T = s->T, H = s->H, KV = s->KV, hd = s->hd, G = H / KV;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+    for (int b = 0; b < s->B; b++)
+        for (int i = 0; i < H; i++)
+            for (int t = 0; t < T; t++) {
+                const float *qt = q + ((size_t)b * T + t) * H * hd + (size_t)i * hd;
+                double mx = -INFINITY, sum = 0.0;
+                double *sc = malloc(sizeof(double) * (size_t)(t + 1));
+                assert_non_null(sc);
+                for (int u = 0; u <= t; u++) {
+                    const float *ku = k + ((size_t)b * T + u) * KV * hd + (size_t)(i / G) * hd;
+                    double d = 0.0;
+                    for (int c = 0; c < hd; c++) d += (double)qt[c] * ku[c];
+                    sc[u] = d * scale;
+                    mx = sc[u] > mx ? sc[u] : mx;
+                }
+                for (int u = 0; u <= t; u++) sum += exp(sc[u] - mx);
+                lse[((size_t)b * H + i) * T + t] = (float)(mx + log(sum));
+                free(sc);
+            }
+}
+
+/* o12 from the reference maps: o_m[b, t, j] = A_{j + m·Hd}[t, :]·V_j, in double */
+static void o12_from_maps(float *o12, const float *att, const float *v, const attention_shape *s) {
+    const int T = s->T, H = s->H, KV = s->KV, hd = s->hd, G = H / KV, Hd = H / 2, w2 = 2 * hd;
+    for (int b = 0; b < s->B; b++)
+        for (int j = 0; j < Hd; j++)
+            for (int m = 0; m < 2; m++)
+                for (int t = 0; t < T; t++) {
+                    const float *a = att + (((size_t)b * H + j + m * Hd) * T + t) * T;
+                    float *o = o12 + ((((size_t)b * T + t) * Hd + j) * 2 + m) * w2;
+                    for (int c = 0; c < w2; c++) {
+                        int g = (j + (c / hd) * Hd) / G;
+                        double acc = 0.0;
+                        for (int u = 0; u <= t; u++)
+                            acc += (double)a[u] * v[((size_t)b * T + u) * KV * hd + (size_t)g * hd + c % hd];
+                        o[c] = (float)acc;
+                    }
+                }
+}
+
+/* Σ over (b, t, j, c) of |dU_c · o2_c|, with dU from the per-head norm backward (in double) */
+static double dlambda_magnitude(const float *dout, const float *pre, const float *rstd, const float *o12,
+                                const attention_shape *s) {
+    const int T = s->T, Hd = s->H / 2, w2 = 2 * s->hd, ld = s->H * s->hd;
+    const double alpha = 1.0 - s->lambda_init;
+    double total = 0.0;
+    for (size_t n = 0; n < (size_t)s->B * T; n++)
+        for (int j = 0; j < Hd; j++) {
+            const float *u = pre + n * ld + (size_t)j * w2, *dy = dout + n * ld + (size_t)j * w2;
+            const float *o2 = o12 + (n * Hd + j) * 2 * w2 + w2;
+            double r = rstd[n * Hd + j], m = 0.0;
+            for (int c = 0; c < w2; c++) m += (s->subln ? s->subln[c] : 1.0) * dy[c] * u[c];
+            for (int c = 0; c < w2; c++) {
+                double du = alpha * r * ((s->subln ? s->subln[c] : 1.0) * dy[c] - r * r * m / w2 * u[c]);
+                total += fabs(du * o2[c]);
+            }
+        }
+    return total;
+}
+
+static void run_case(const fcase *c, uint64_t seed) {
+    uint64_t rng = seed;
+    const int B = c->B, T = c->T, H = c->H, KV = c->KV, hd = c->hd, Hd = H / 2, w2 = 2 * hd;
+    const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nmap = (size_t)B * H * T * T;
+    const size_t nrs = (size_t)B * T * (H / 2 > 0 ? H / 2 : 1), no12 = (size_t)B * T * Hd * 2 * w2;
+    char label[200];
+    snprintf(label, sizeof label, "B%d T%d H%d KV%d hd%d %s%s lambda %g init %g qk %g null %d", B, T, H, KV, hd,
+             c->diff ? "diff" : "base", c->subln ? " subln" : "", c->lambda, c->lambda_init, c->qk_std,
+             c->null_grads);
+
+    float *q = frand(nq, c->qk_std, &rng), *k = frand(nk, c->qk_std, &rng), *v = frand(nk, 1.0f, &rng);
+    float *subln = c->subln ? frand(w2, 0.5f, &rng) : NULL;
+    if (subln)
+        for (int i = 0; i < w2; i++) subln[i] += 1.0f;
+    attention_shape s = {.B = B, .T = T, .H = H, .KV = KV, .hd = hd, .diff = c->diff, .lambda = c->lambda,
+                         .lambda_init = c->lambda_init, .eps = 1e-5f, .subln = subln};
+
+    /* reference */
+    float *out_r = fnan(nq), *att = fnan(nmap), *pre_r = fnan(nq), *rstd_r = fnan(nrs);
+    attention_forward(out_r, att, pre_r, rstd_r, q, k, v, &s);
+    float *dout = frand(nq, 1.0f, &rng), *dout_copy = fcopy(dout, nq);
+    float *dq0 = frand(nq, 1.0f, &rng), *dk0 = frand(nk, 1.0f, &rng), *dv0 = frand(nk, 1.0f, &rng);
+    float *dsub0 = frand(w2, 1.0f, &rng);
+    const float dl0 = 0.375f;
+    float *dq_r = fcopy(dq0, nq), *dk_r = fcopy(dk0, nk), *dv_r = fcopy(dv0, nk), *dsub_r = fcopy(dsub0, w2);
+    float dl_r = dl0;
+    float *ref_scratch = fnan(nmap);
+    const int no_qk = c->null_grads == 1, no_v = c->null_grads == 2;
+    attention_backward(no_qk ? NULL : dq_r, no_qk ? NULL : dk_r, no_v ? NULL : dv_r, &dl_r, dsub_r, dout, att,
+                       pre_r, rstd_r, q, k, v, ref_scratch, &s);
+    free(ref_scratch);
+
+    float *lse_d = fnew((size_t)B * H * T);
+    lse_double(lse_d, q, k, &s);
+    float *o12_r = NULL;
+    if (c->diff) {
+        o12_r = fnew(no12);
+        o12_from_maps(o12_r, att, v, &s);
+    }
+
+    float *keep_out = NULL, *keep_dq = NULL, *keep_dk = NULL, *keep_dv = NULL;
+    for (int threads = 1; threads <= 2; threads++) {
+        char lab[260];
+        snprintf(lab, sizeof lab, "%s [%d thread%s]", label, threads, threads > 1 ? "s" : "");
+        omp_set_num_threads(threads);
+        size_t ns = flash_attention_scratch_floats(&s, threads);
+        float *scratch = fnan(ns);
+        float *out = fnan(nq), *lse = fnan((size_t)B * H * T);
+        float *o12 = c->diff ? fnan(no12) : NULL, *pre = c->diff ? fnan(nq) : NULL, *rstd = c->diff ? fnan(nrs) : NULL;
+        flash_attention_forward(out, lse, o12, pre, rstd, q, k, v, scratch, &s);
+        check_forward_tensor("out", lab, out, out_r, nq);
+        check_forward_tensor("lse", lab, lse, lse_d, (size_t)B * H * T);
+        if (c->diff) {
+            /* pre is only defined on the Hd·2hd = H·hd columns, the whole row */
+            check_forward_tensor("pre", lab, pre, pre_r, nq);
+            check_forward_tensor("rstd", lab, rstd, rstd_r, nrs);
+            check_forward_tensor("o12", lab, o12, o12_r, no12);
+        }
+
+        float *dq = fcopy(dq0, nq), *dk = fcopy(dk0, nk), *dv = fcopy(dv0, nk), *dsub = fcopy(dsub0, w2);
+        float dl = dl0;
+        for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+        flash_attention_backward(no_qk ? NULL : dq, no_qk ? NULL : dk, no_v ? NULL : dv, &dl, dsub, dout, out, lse,
+                                 o12, pre, rstd, q, k, v, scratch, &s);
+        assert_memory_equal(dout, dout_copy, nq * sizeof(float));
+        if (no_qk) {
+            assert_memory_equal(dq, dq0, nq * sizeof(float));
+            assert_memory_equal(dk, dk0, nk * sizeof(float));
+        } else {
+            check_grad("dq", lab, dq, dq_r, dq0, nq);
+            check_grad("dk", lab, dk, dk_r, dk0, nk);
+        }
+        if (no_v)
+            assert_memory_equal(dv, dv0, nk * sizeof(float));
+        else
+            check_grad("dv", lab, dv, dv_r, dv0, nk);
+        if (c->diff) {
+            /* dλ = −Σ over (b, t, j, c) of dU·o2: a long sum that can cancel, so relative to
+             * the sum of its terms' magnitudes (each kernel's float error is below ~2hd·2^-24 of
+             * it: the per-row dot products, or the reference's dD = dU·Vᵀ) */
+            float err = fabsf((dl - dl0) - (dl_r - dl0)), tol = 1e-4f * (float)dlambda_magnitude(dout, pre_r, rstd_r, o12_r, &s);
+            if (err / tol > worst_bwd) worst_bwd = err / tol;
+            if (getenv("FA_VERBOSE")) fprintf(stderr, "%s: dlambda ratio %g\n", lab, err / tol);
+            if (!(err <= tol)) {
+                fprintf(stderr, "%s: dlambda %g vs %g (err %g > tol %g)\n", lab, dl - dl0, dl_r - dl0, err, tol);
+                fail();
+            }
+            if (c->subln)
+                check_grad("dsubln", lab, dsub, dsub_r, dsub0, w2);
+            else
+                assert_memory_equal(dsub, dsub0, w2 * sizeof(float)); /* no weight: left alone */
+        } else {
+            assert_true(dl == dl0);
+            assert_memory_equal(dsub, dsub0, w2 * sizeof(float));
+        }
+
+        /* 1 and 2 threads agree with each other to the same tolerance */
+        if (threads == 1) {
+            keep_out = fcopy(out, nq), keep_dq = fcopy(dq, nq), keep_dk = fcopy(dk, nk), keep_dv = fcopy(dv, nk);
+        } else {
+            check_forward_tensor("out (1 vs 2 threads)", lab, out, keep_out, nq);
+            if (!no_qk) {
+                check_grad("dq (1 vs 2 threads)", lab, dq, keep_dq, dq0, nq);
+                check_grad("dk (1 vs 2 threads)", lab, dk, keep_dk, dk0, nk);
+            }
+            if (!no_v) check_grad("dv (1 vs 2 threads)", lab, dv, keep_dv, dv0, nk);
+        }
+        free(scratch), free(out), free(lse), free(o12), free(pre), free(rstd);
+        free(dq), free(dk), free(dv), free(dsub);
+    }
+    omp_set_num_threads(2);
+    free(keep_out), free(keep_dq), free(keep_dk), free(keep_dv);
+    free(q), free(k), free(v), free(subln), free(out_r), free(att), free(pre_r), free(rstd_r);
+    free(dout), free(dout_copy), free(dq0), free(dk0), free(dv0), free(dsub0);
+    free(dq_r), free(dk_r), free(dv_r), free(dsub_r), free(lse_d), free(o12_r);
+}
+
+static void run_cases(const fcase *cases, int n, uint64_t seed) {
+    for (int i = 0; i < n; i++) run_case(&cases[i], seed + 7919u * (uint64_t)i);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+/* The vector exp used for the probabilities against libm expf over the whole range that occurs
+ * (arguments ≤ 0 down to the underflow threshold, plus a little above 0): relative error within
+ * 2 float ulps (2^-22); below ln(FLT_MIN) it returns 0 where expf returns a subnormal < 1.2e-38;
+ * −inf gives exactly 0. */
+static void test_exp_accuracy(void **state) {
+    (void)state;
+    enum { N = 1 << 20 };
+    float *x = fnew(N), *y = fnew(N);
+    for (int i = 0; i < N; i++) x[i] = -87.3f + 88.3f * (float)i / (float)(N - 1); /* [-87.3, 1] */
+    flash_attention_exp_for_test(y, x, N);
+    double worst = 0.0;
+    for (int i = 0; i < N; i++) {
+        double ref = exp((double)x[i]);
+        double rel = fabs((double)y[i] - ref) / ref;
+        worst = rel > worst ? rel : worst;
+    }
+    /* expf itself is within 0.5 ulp of the exact value; ours within 2 ulp of it */
+    fprintf(stderr, "exp: worst relative error vs exact %.3g (float ulp 1.19e-7)\n", worst);
+    assert_true(worst <= 2.0 * 1.1920929e-7);
+    float special[11] = {-INFINITY, -1000.0f, -104.0f, -88.0f, -87.4f, 0.0f, -0.0f, 1e-9f, -1e-9f, 0.5f, -0.5f};
+    float ys[11];
+    flash_attention_exp_for_test(ys, special, 11);
+    for (int i = 0; i < 5; i++) assert_true(ys[i] >= 0.0f && ys[i] < 1.2e-38f);
+    assert_true(ys[0] == 0.0f);
+    assert_true(ys[5] == 1.0f && ys[6] == 1.0f);
+    for (int i = 7; i < 11; i++) assert_true(fabsf(ys[i] - expf(special[i])) <= 2.4e-7f * expf(special[i]));
+    free(x);
+    free(y);
+}
+
+static void test_base_small(void **state) {
+    (void)state;
+    const fcase cases[] = {
+        {1, 1, 1, 1, 8, 0, 0, 0, 0, 1.0f, 0},   {1, 2, 2, 1, 16, 0, 0, 0, 0, 1.0f, 0},
+        {2, 5, 4, 2, 8, 0, 0, 0, 0, 1.0f, 0},   {3, 17, 3, 3, 32, 0, 0, 0, 0, 1.0f, 0},
+        {1, 63, 2, 2, 64, 0, 0, 0, 0, 1.0f, 0}, {2, 64, 4, 1, 16, 0, 0, 0, 0, 1.0f, 0},
+        {1, 65, 4, 4, 32, 0, 0, 0, 0, 1.0f, 0}, {2, 130, 6, 2, 8, 0, 0, 0, 0, 1.5f, 0},
+        {1, 100, 2, 1, 12, 0, 0, 0, 0, 1.0f, 0}, /* hd not a multiple of 8 */
+        {2, 40, 3, 1, 5, 0, 0, 0, 0, 1.0f, 0},   /* hd 5: scalar tails only */
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), 11);
+    report_margin(__func__);
+}
+
+static void test_base_gqa_peaky(void **state) {
+    (void)state;
+    /* qk std 3: scores with std ~9, nearly one-hot maps and large |lse| */
+    const fcase cases[] = {
+        {2, 150, 8, 2, 32, 0, 0, 0, 0, 3.0f, 0},
+        {1, 200, 4, 1, 64, 0, 0, 0, 0, 2.0f, 0},
+        {3, 70, 8, 8, 16, 0, 0, 0, 0, 1.0f, 0},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), 23);
+    report_margin(__func__);
+}
+
+static void test_diff_small(void **state) {
+    (void)state;
+    const fcase cases[] = {
+        {1, 1, 2, 1, 8, 1, 0, 0.8f, 0.8f, 1.0f, 0},     {1, 2, 2, 2, 16, 1, 1, 0.5f, 0.2f, 1.0f, 0},
+        {2, 7, 4, 2, 8, 1, 1, -0.3f, 0.2f, 1.0f, 0},    {3, 33, 4, 4, 32, 1, 0, 1.3f, 0.8f, 1.0f, 0},
+        {1, 64, 2, 1, 64, 1, 1, 0.8f, 0.5f, 1.0f, 0},   {2, 65, 4, 1, 16, 1, 1, 0.8f, 0.8f, 1.0f, 0},
+        {1, 129, 6, 3, 8, 1, 1, 0.6f, 0.4f, 1.0f, 0},   /* KV odd: one ownership group per batch */
+        {2, 90, 6, 1, 12, 1, 1, 0.7f, 0.3f, 1.0f, 0},   /* hd not a multiple of 8 */
+        {1, 50, 2, 2, 6, 1, 0, 0.9f, 0.1f, 1.0f, 0},    /* hd 6 */
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), 37);
+    report_margin(__func__);
+}
+
+static void test_diff_gqa_peaky(void **state) {
+    (void)state;
+    const fcase cases[] = {
+        {2, 150, 8, 2, 32, 1, 1, 0.8f, 0.8f, 3.0f, 0},
+        {1, 200, 4, 4, 64, 1, 0, 1.2f, 0.5f, 2.0f, 0},
+        {3, 70, 8, 8, 16, 1, 1, -0.5f, 0.2f, 1.0f, 0},
+        {1, 100, 8, 4, 32, 1, 1, 0.8f, 0.8f, 1.0f, 0},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), 41);
+    report_margin(__func__);
+}
+
+/* T on both sides of every tile boundary (query blocks of 96, key tiles of 48 in the kernel, and
+ * 64 for good measure), and head sizes at the edges of the vector code: 1, 2, 3, 128 */
+static void test_tile_boundaries(void **state) {
+    (void)state;
+    static const int Ts[] = {47, 48, 49, 63, 64, 65, 95, 96, 97, 143, 144, 145, 191, 192, 193, 287, 289};
+    int n = 0;
+    fcase cases[2 * (int)(sizeof Ts / sizeof Ts[0]) + 6];
+    for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+        cases[n++] = (fcase){1 + (int)(i % 2), Ts[i], 2, 1, 16, 0, 0, 0, 0, 1.0f, 0};
+        cases[n++] = (fcase){1, Ts[i], 4, 2, 8, 1, (int)(i % 2), 0.8f, 0.3f, 1.5f, 0};
+    }
+    cases[n++] = (fcase){2, 50, 2, 1, 1, 0, 0, 0, 0, 1.0f, 0};
+    cases[n++] = (fcase){1, 99, 3, 3, 3, 0, 0, 0, 0, 1.0f, 0};
+    cases[n++] = (fcase){1, 100, 2, 1, 128, 0, 0, 0, 0, 1.0f, 0};
+    cases[n++] = (fcase){1, 100, 2, 1, 2, 1, 1, 0.5f, 0.5f, 1.0f, 0};
+    cases[n++] = (fcase){1, 99, 4, 2, 3, 1, 0, 0.5f, 0.5f, 1.0f, 0};
+    cases[n++] = (fcase){1, 97, 2, 2, 128, 1, 1, 0.8f, 0.8f, 1.0f, 0};
+    run_cases(cases, n, 97);
+    report_margin(__func__);
+}
+
+/* gradient outputs that are NULL are skipped, the others still right */
+static void test_null_grads(void **state) {
+    (void)state;
+    const fcase cases[] = {
+        {2, 70, 4, 2, 16, 0, 0, 0, 0, 1.0f, 1}, {2, 70, 4, 2, 16, 0, 0, 0, 0, 1.0f, 2},
+        {2, 70, 4, 2, 16, 1, 1, 0.8f, 0.5f, 1.0f, 1}, {2, 70, 4, 2, 16, 1, 1, 0.8f, 0.5f, 1.0f, 2},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), 53);
+    report_margin(__func__);
+}
+
+static void test_long(void **state) {
+    (void)state;
+    const fcase cases[] = {
+        {1, 700, 2, 1, 32, 0, 0, 0, 0, 1.0f, 0},
+        {1, 700, 2, 2, 64, 1, 1, 0.8f, 0.8f, 1.0f, 0},
+        {1, 1500, 2, 1, 16, 0, 0, 0, 0, 1.5f, 0},
+        {1, 1500, 2, 1, 32, 1, 1, 0.8f, 0.5f, 1.0f, 0},
+    };
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), 67);
+    report_margin(__func__);
+}
+
+/* scratch is per thread and tile-sized: it does not grow with T */
+static void test_scratch_independent_of_T(void **state) {
+    (void)state;
+    for (int diff = 0; diff <= 1; diff++)
+        for (int hd = 32; hd <= 128; hd *= 2) {
+            attention_shape s = {.B = 8, .T = 8192, .H = 8, .KV = 2, .hd = hd, .diff = diff, .lambda = 0.8f,
+                                 .lambda_init = 0.8f, .eps = 1e-5f, .subln = NULL};
+            size_t n8192 = flash_attention_scratch_floats(&s, 2);
+            s.T = 1;
+            size_t n1 = flash_attention_scratch_floats(&s, 2);
+            s.T = 100000;
+            size_t nbig = flash_attention_scratch_floats(&s, 2);
+            assert_true(n8192 == n1 && nbig == n1);
+            assert_true(n8192 * sizeof(float) < 8u * 1024 * 1024);
+            assert_true(flash_attention_scratch_floats(&s, 4) >= 2 * flash_attention_scratch_floats(&s, 2) - 16);
+        }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exp_accuracy),   cmocka_unit_test(test_base_small),
+        cmocka_unit_test(test_base_gqa_peaky), cmocka_unit_test(test_diff_small),
+        cmocka_unit_test(test_diff_gqa_peaky), cmocka_unit_test(test_tile_boundaries),
+        cmocka_unit_test(test_null_grads),
+        cmocka_unit_test(test_long),           cmocka_unit_test(test_scratch_independent_of_T),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
