@@ -243,6 +243,25 @@ static double rope_loss(void *p) {
     return dot_d(c->y, c->r, n);
 }
 
+/* The fused residual add + norm against the two plain passes it replaces. */
+static void test_residual_rmsnorm(void **state) {
+    (void)state;
+    uint64_t rng = 99;
+    const int N = 7, C = 37;
+    float *x = frand((size_t)N * C, 1.0f, &rng), *d = frand((size_t)N * C, 1.0f, &rng), *w = frand(C, 1.0f, &rng);
+    float *sum = fnan((size_t)N * C), *out = fnan((size_t)N * C), *rstd = fnan(N);
+    float *ref_sum = fnew((size_t)N * C), *ref_out = fnan((size_t)N * C), *ref_rstd = fnan(N);
+    for (int i = 0; i < N * C; i++) ref_sum[i] = x[i] + d[i];
+    rmsnorm_forward(ref_out, ref_rstd, ref_sum, w, N, C, 1e-5f);
+    residual_rmsnorm_forward(sum, out, rstd, x, d, w, N, C, 1e-5f);
+    assert_memory_equal(sum, ref_sum, sizeof(float) * N * C);
+    assert_memory_equal(out, ref_out, sizeof(float) * N * C);
+    assert_memory_equal(rstd, ref_rstd, sizeof(float) * N);
+    residual_rmsnorm_forward(x, out, rstd, x, d, NULL, N, C, 1e-5f); /* sum aliasing x, no weight */
+    assert_memory_equal(x, ref_sum, sizeof(float) * N * C);
+    free(x), free(d), free(w), free(sum), free(out), free(rstd), free(ref_sum), free(ref_out), free(ref_rstd);
+}
+
 static void test_rope(void **state) {
     (void)state;
     uint64_t rng = 14;
@@ -622,6 +641,7 @@ int main(void) {
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_rmsnorm_weight),
         cmocka_unit_test(test_rmsnorm_no_weight),
+        cmocka_unit_test(test_residual_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_crossentropy),

@@ -29,6 +29,10 @@ void embedding_backward(float *dtable, const float *dout, const int *tokens, int
 
 /* out[N, C] = x / sqrt(mean(x²) + eps) · w   (w may be NULL: no weight); rstd[N] saved */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps);
+/* sum[N, C] = x + delta, then out = RMSNorm(sum) with rstd[N] saved: a residual add fused
+ * with the norm that follows it (sum may alias x) */
+void residual_rmsnorm_forward(float *sum, float *out, float *rstd, const float *x, const float *delta,
+                              const float *w, int N, int C, float eps);
 /* dx[N, C] += ...; dw[C] += ... (dw may be NULL, and must be NULL when w is NULL) */
 void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, const float *rstd, const float *w,
                       int N, int C);

@@ -4,24 +4,37 @@
 
 #include "layers/layers.h"
 
+/* One row: out[C] = x · r · w with r = 1/sqrt(mean(x²) + eps), returned. The sum of squares
+ * is taken in double so a long row does not lose low bits; then HF's float order: variance +
+ * eps, rsqrt, x·r, and the weight last. */
+static inline float rmsnorm_row(float *restrict out, const float *restrict x, const float *restrict w, int C,
+                                float eps) {
+    double ss = 0.0;
+    for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
+    const float r = 1.0f / sqrtf((float)(ss / C) + eps);
+    if (w) {
+        for (int c = 0; c < C; c++) out[c] = (x[c] * r) * w[c];
+    } else {
+        for (int c = 0; c < C; c++) out[c] = x[c] * r;
+    }
+    return r;
+}
+
 /* out[N, C] = x · rstd · w; rstd[N] saved for the backward pass. w may be NULL (no weight). */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
 #pragma omp parallel for if ((size_t)N * C >= LAYER_PARALLEL_MIN)
+    for (int n = 0; n < N; n++) rstd[n] = rmsnorm_row(out + (size_t)n * C, x + (size_t)n * C, w, C, eps);
+}
+
+/* sum[N, C] = x + delta (the residual add), then out = RMSNorm(sum) — one pass over the rows. */
+void residual_rmsnorm_forward(float *sum, float *out, float *rstd, const float *x, const float *delta,
+                              const float *w, int N, int C, float eps) {
+#pragma omp parallel for if ((size_t)N * C >= LAYER_PARALLEL_MIN)
     for (int n = 0; n < N; n++) {
-        const float *xn = x + (size_t)n * C;
-        float *on = out + (size_t)n * C;
-        /* sum of squares in double so a long row does not lose low bits; HF then works in float:
-         * variance (float) + eps, rsqrt, x·rstd, and the weight last */
-        double ss = 0.0;
-        for (int c = 0; c < C; c++) ss += (double)xn[c] * xn[c];
-        float ms = (float)(ss / C);
-        float r = 1.0f / sqrtf(ms + eps);
-        rstd[n] = r;
-        if (w) {
-            for (int c = 0; c < C; c++) on[c] = (xn[c] * r) * w[c];
-        } else {
-            for (int c = 0; c < C; c++) on[c] = xn[c] * r;
-        }
+        float *restrict sn = sum + (size_t)n * C;
+        const float *restrict xn = x + (size_t)n * C, *restrict dn = delta + (size_t)n * C;
+        for (int c = 0; c < C; c++) sn[c] = xn[c] + dn[c];
+        rstd[n] = rmsnorm_row(out + (size_t)n * C, sn, w, C, eps);
     }
 }
 

@@ -187,11 +187,6 @@ static attention_shape attention_shape_of(const dt_model *m, const dt_runstate *
     return s;
 }
 
-static void add_inplace(float *y, const float *x, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) y[i] += x[i];
-}
-
 int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int *targets, int B, int T,
                float *loss, dt_error *err) {
     const dt_config *c = &m->cfg;
@@ -214,14 +209,20 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
     memcpy(rs->tokens, tokens, (size_t)N * sizeof(int));
     if (targets) memcpy(rs->targets, targets, (size_t)N * sizeof(int));
 
+    /* Each residual add is fused with the norm that reads its result: the attention block's with
+     * post_attention_layernorm, the MLP block's with the next layer's input_layernorm (or the
+     * final norm). rs->dln, the backward's scratch, holds each block's output before the add. */
+    const int L = c->num_hidden_layers;
     embedding_forward(rs->resid[0], tokens, m->w.embed_tokens, N, C);
-    for (int l = 0; l < c->num_hidden_layers; l++) {
+    if (L > 0) rmsnorm_forward(rs->acts[0].ln1, rs->acts[0].ln1_rstd, rs->resid[0], m->w.layers[0].input_layernorm, N, C,
+                               c->rms_norm_eps);
+    else rmsnorm_forward(rs->lnf, rs->lnf_rstd, rs->resid[0], m->w.norm, N, C, c->rms_norm_eps);
+    for (int l = 0; l < L; l++) {
         const dt_layer_weights *w = &m->w.layers[l];
         layer_acts *a = &rs->acts[l];
         rs->lambdas[l] = dt_model_lambda(m, l);
         attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
 
-        rmsnorm_forward(a->ln1, a->ln1_rstd, rs->resid[l], w->input_layernorm, N, C, c->rms_norm_eps);
         linear_forward(a->q, a->ln1, w->q_proj, N, C, qdim);
         linear_forward(a->k, a->ln1, w->k_proj, N, C, kvdim);
         linear_forward(a->v, a->ln1, w->v_proj, N, C, kvdim);
@@ -231,17 +232,19 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
             flash_attention_forward(a->atty, a->lse, a->o12, a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch,
                                     &s);
         else attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
-        linear_forward(a->resid_mid, a->atty, w->o_proj, N, qdim, C);
-        add_inplace(a->resid_mid, rs->resid[l], (size_t)N * C);
+        linear_forward(rs->dln, a->atty, w->o_proj, N, qdim, C);
+        residual_rmsnorm_forward(a->resid_mid, a->ln2, a->ln2_rstd, rs->resid[l], rs->dln,
+                                 w->post_attention_layernorm, N, C, c->rms_norm_eps);
 
-        rmsnorm_forward(a->ln2, a->ln2_rstd, a->resid_mid, w->post_attention_layernorm, N, C, c->rms_norm_eps);
         linear_forward(a->gate, a->ln2, w->gate_proj, N, C, F);
         linear_forward(a->up, a->ln2, w->up_proj, N, C, F);
         swiglu_forward(a->hact, a->gate, a->up, N, F);
-        linear_forward(rs->resid[l + 1], a->hact, w->down_proj, N, F, C);
-        add_inplace(rs->resid[l + 1], a->resid_mid, (size_t)N * C);
+        linear_forward(rs->dln, a->hact, w->down_proj, N, F, C);
+        const int last = l + 1 == L;
+        residual_rmsnorm_forward(rs->resid[l + 1], last ? rs->lnf : rs->acts[l + 1].ln1,
+                                 last ? rs->lnf_rstd : rs->acts[l + 1].ln1_rstd, a->resid_mid, rs->dln,
+                                 last ? m->w.norm : m->w.layers[l + 1].input_layernorm, N, C, c->rms_norm_eps);
     }
-    rmsnorm_forward(rs->lnf, rs->lnf_rstd, rs->resid[c->num_hidden_layers], m->w.norm, N, C, c->rms_norm_eps);
     linear_forward(rs->logits, rs->lnf, m->w.lm_head, N, C, V);
     if (targets) {
         float l = crossentropy_forward(rs->logits, targets, N, V, &rs->count);
