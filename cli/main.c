@@ -23,6 +23,7 @@ static const struct {
     {"export", cmd_export, "write a checkpoint that plain Hugging Face transformers loads"},
     {"bench", cmd_bench, "training, prefill and decode throughput against the machine's peak"},
     {"needle", cmd_needle, "multi-needle retrieval: generate the data set, score a checkpoint on it"},
+    {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

@@ -187,6 +187,28 @@ static attention_shape attention_shape_of(const dt_model *m, const dt_runstate *
     return s;
 }
 
+/* The fused kernels give every OpenMP thread its own slice of scratch, sized when the run state
+ * was made; if the caller has raised the thread count since, run them on that many threads. */
+static int limit_threads(const dt_runstate *rs) {
+    int before = omp_get_max_threads();
+    if (before > rs->threads) omp_set_num_threads(rs->threads);
+    return before;
+}
+
+static void fused_attention_forward(dt_runstate *rs, layer_acts *a, const attention_shape *s) {
+    int threads = limit_threads(rs);
+    flash_attention_forward(a->atty, a->lse, a->o12, a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, s);
+    omp_set_num_threads(threads);
+}
+
+static void fused_attention_backward(dt_runstate *rs, const layer_acts *a, float *dsubln, float *dlambda,
+                                     const attention_shape *s) {
+    int threads = limit_threads(rs);
+    flash_attention_backward(rs->dq, rs->dk, rs->dv, dlambda, dsubln, rs->datty, a->atty, a->lse, a->o12, a->pre,
+                             a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, s);
+    omp_set_num_threads(threads);
+}
+
 int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int *targets, int B, int T,
                float *loss, dt_error *err) {
     const dt_config *c = &m->cfg;
@@ -229,8 +251,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, +1);
         rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, +1);
         if (rs->kernel == DT_ATTENTION_FUSED)
-            flash_attention_forward(a->atty, a->lse, a->o12, a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch,
-                                    &s);
+            fused_attention_forward(rs, a, &s);
         else attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
         linear_forward(rs->dln, a->atty, w->o_proj, N, qdim, C);
         residual_rmsnorm_forward(a->resid_mid, a->ln2, a->ln2_rstd, rs->resid[l], rs->dln,
@@ -311,8 +332,7 @@ void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
         memset(rs->dv, 0, (size_t)N * kvdim * sizeof(float));
         float dlambda = 0;
         if (rs->kernel == DT_ATTENTION_FUSED)
-            flash_attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->atty, a->lse, a->o12,
-                                     a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, &s);
+            fused_attention_backward(rs, a, gw->subln, &dlambda, &s);
         else
             attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->att, a->pre, a->head_rstd,
                                a->q, a->k, a->v, rs->attn_scratch, &s);
