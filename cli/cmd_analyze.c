@@ -1,0 +1,552 @@
+/* cmd_analyze.c — `difftrans analyze KIND ...`: the paper's analyses of trained checkpoints and
+ * runs, printed as tables (one row per model) and optionally written as JSON. The computations
+ * and their exact definitions live in src/analysis/analyze.c; this file only parses and prints. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/analyze.h"
+#include "analysis/needle.h"
+#include "cli.h"
+
+#define MAX_BITS 16
+
+static void help(void) {
+    printf(
+        "usage: difftrans analyze KIND ARGS... [options]\n\n"
+        "The paper's analyses, one table row per model (give the DIFF model and its baseline together to see them\n"
+        "side by side); --json OUT also writes the numbers (atomically).\n\n"
+        "  analyze outliers MODEL_DIR... --data FILE.txt [--seq 256] [--batches 4]\n"
+        "      Table 5: top-1, top-10 (10th largest) and median of |attention logits| (scaled pre-softmax scores,\n"
+        "      causal entries, all layers and query heads) and of |hidden states| (the residual stream entering\n"
+        "      every layer and the final norm), over --batches consecutive windows of --seq bytes from the\n"
+        "      start of the file. The JSON adds per-layer maxima.\n"
+        "  analyze quantize MODEL_DIR... --data FILE.txt [--bits 16,8,6,4] [--per-row] [--needle DIR]\n"
+        "      Section 3.8: loss (mean next-byte cross-entropy, nats) and next-byte accuracy with the attention\n"
+        "      logits fake-quantised (symmetric, absmax scale per head map, or per query row with --per-row)\n"
+        "      to each bit width, plus the unquantised row; windows as for outliers (--seq + 1 bytes each).\n"
+        "      --needle DIR adds exact-match needle accuracy (teacher-forced: every answer byte must be the\n"
+        "      argmax given the true earlier bytes — the same verdict as greedy decoding).\n"
+        "  analyze allocation MODEL_DIR... --needle DIR [--max-samples N]\n"
+        "      Figure 3: attention of the position predicting the first answer byte (the space of \"Answer: \")\n"
+        "      on the needle's value bytes in the context vs. the rest of the context, per layer, averaged over\n"
+        "      heads, queries and samples. DIFF uses D = A_i - lambda*A_(i+H/2) per differential head. answer\n"
+        "      share = sum(D over span) / sum(|D| over context); noise share = sum(|D| over context outside the\n"
+        "      span) / sum(|D| over context). Raw sums are in the JSON.\n"
+        "  analyze training RUN_DIR...\n"
+        "      From metrics.jsonl: lambda per layer (first, last, min, max), gradient norm mean/std/max and\n"
+        "      spikes (grad_norm > mean + 3 std, or > 3x the median, of the preceding <= 50 steps; needs 10 earlier\n"
+        "      steps), final train and validation loss.\n\n"
+        "options:\n"
+        "  --data FILE.txt   text (outliers, quantize)\n"
+        "  --seq N           window length in bytes [256, at most the model's context]\n"
+        "  --batches N       windows (one forward each) [4]\n"
+        "  --bits LIST       bit widths in 1..24, comma-separated [16,8,6,4]\n"
+        "  --per-row         quantisation scale per query row instead of per head map\n"
+        "  --needle DIR      a `difftrans needle generate` directory or its test.jsonl\n"
+        "  --max-samples N   use the first N test samples [all]\n"
+        "  --json OUT        write the results as JSON\n"
+        "  --threads N       OpenMP threads [all cores]\n");
+}
+
+typedef struct {
+    const char *data, *needle, *json;
+    int seq, batches, per_row, max_samples, threads;
+    int n_bits, bits[MAX_BITS];
+    int given_data, given_seq, given_batches, given_bits, given_per_row, given_needle, given_max;
+} options;
+
+static int parse_bits(const char *cmd, const char *s, options *o) {
+    const char *p = s;
+    o->n_bits = 0;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        char item[32];
+        if (len == 0 || len >= sizeof item) return -(cli_error(cmd, "--bits '%s': empty or overlong item", s) != 0);
+        if (o->n_bits == MAX_BITS) return -(cli_error(cmd, "--bits '%s': more than %d widths", s, MAX_BITS) != 0);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (parse_int(cmd, "--bits", item, 1, 24, &o->bits[o->n_bits]) != 0) return -1;
+        o->n_bits++;
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+static const char *arch_name(int arch) {
+    return arch == DT_ARCH_DIFF ? "DIFF" : arch == DT_ARCH_LLAMA ? "Transformer" : "?";
+}
+
+static int write_json(const char *cmd, const char *path, cJSON *o) {
+    dt_error err;
+    if (!o) return cli_error(cmd, "%s: out of memory building the JSON", path);
+    if (an_write_json(path, o, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    return 0;
+}
+
+/* Loads every model; on failure frees the ones loaded. */
+static int load_models(const char *cmd, char **dirs, int n, dt_model *models, int seq_needed, int *seq) {
+    dt_error err;
+    for (int i = 0; i < n; i++) {
+        if (dt_model_load(&models[i], dirs[i], &err) != 0) {
+            for (int j = 0; j < i; j++) dt_model_free(&models[j]);
+            return -(cli_error(cmd, "%s", err.msg) != 0);
+        }
+        if (seq_needed && *seq > models[i].cfg.max_position_embeddings) {
+            cli_error(cmd, "--seq %d: more than %s's max_position_embeddings %d", *seq, dirs[i],
+                      models[i].cfg.max_position_embeddings);
+            for (int j = 0; j <= i; j++) dt_model_free(&models[j]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static cJSON *stats_json(const an_abs_stats *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "top1", s->top1);
+    cJSON_AddNumberToObject(o, "top10", s->top10);
+    cJSON_AddNumberToObject(o, "median", s->median);
+    cJSON_AddNumberToObject(o, "count", (double)s->count);
+    return o;
+}
+
+static int run_outliers(const char *cmd, char **dirs, int n, const options *op) {
+    int *tok = NULL;
+    size_t ntok = 0;
+    dt_error err;
+    if (dt_text_load(op->data, &tok, &ntok, &err) != 0) return cli_error(cmd, "--data: %s", err.msg);
+    if (ntok < (size_t)op->seq) {
+        free(tok);
+        return cli_error(cmd, "--data %s: %zu bytes, fewer than --seq %d", op->data, ntok, op->seq);
+    }
+    dt_model *models = calloc((size_t)n, sizeof *models);
+    an_outliers *res = calloc((size_t)n, sizeof *res);
+    int seq = op->seq, rc = 0, done = 0;
+    if (!models || !res)
+        rc = cli_error(cmd, "out of memory");
+    else if (load_models(cmd, dirs, n, models, 1, &seq) != 0)
+        rc = 1;
+    else {
+        for (; done < n; done++)
+            if (an_outliers_run(&models[done], tok, ntok, seq, op->batches, &res[done], &err) != 0) {
+                rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
+                break;
+            }
+        if (rc == 0) {
+            printf("analyze outliers: %s, %d window(s) of %d bytes (paper Table 5)\n", op->data, res[0].windows, seq);
+            printf("%-28s %-11s | %12s %12s %10s | %12s %12s %10s\n", "model", "arch", "logit top1", "logit top10",
+                   "median", "hidden top1", "hidden top10", "median");
+            for (int i = 0; i < n; i++)
+                printf("%-28s %-11s | %12.4g %12.4g %10.4g | %12.4g %12.4g %10.4g\n", dirs[i],
+                       arch_name(models[i].cfg.arch), res[i].logits.top1, res[i].logits.top10, res[i].logits.median,
+                       res[i].hidden.top1, res[i].hidden.top10, res[i].hidden.median);
+            if (op->json) {
+                cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "models");
+                cJSON_AddStringToObject(root, "analysis", "outliers");
+                cJSON_AddStringToObject(root, "data", op->data);
+                cJSON_AddNumberToObject(root, "seq", seq);
+                cJSON_AddNumberToObject(root, "windows", res[0].windows);
+                for (int i = 0; i < n; i++) {
+                    cJSON *e = cJSON_CreateObject();
+                    cJSON_AddItemToArray(arr, e);
+                    cJSON_AddStringToObject(e, "model", dirs[i]);
+                    cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
+                    cJSON_AddItemToObject(e, "attention_logits", stats_json(&res[i].logits));
+                    cJSON_AddItemToObject(e, "hidden_states", stats_json(&res[i].hidden));
+                    cJSON_AddItemToObject(e, "layer_logit_max",
+                                          cJSON_CreateDoubleArray(res[i].layer_logit_max, res[i].n_layers));
+                    cJSON_AddItemToObject(e, "layer_hidden_max",
+                                          cJSON_CreateDoubleArray(res[i].layer_hidden_max, res[i].n_layers + 1));
+                }
+                rc = write_json(cmd, op->json, root);
+                cJSON_Delete(root);
+            }
+        }
+        for (int i = 0; i < n; i++) dt_model_free(&models[i]);
+    }
+    for (int i = 0; i < n && res; i++) an_outliers_free(&res[i]);
+    free(res);
+    free(models);
+    free(tok);
+    return rc;
+}
+
+static int run_quantize(const char *cmd, char **dirs, int n, const options *op) {
+    int *tok = NULL;
+    size_t ntok = 0;
+    dt_error err;
+    if (dt_text_load(op->data, &tok, &ntok, &err) != 0) return cli_error(cmd, "--data: %s", err.msg);
+    if (ntok < (size_t)op->seq + 1) {
+        free(tok);
+        return cli_error(cmd, "--data %s: %zu bytes, fewer than --seq + 1 = %d", op->data, ntok, op->seq + 1);
+    }
+    needle_testset ts = {0};
+    if (op->needle && needle_load_testset(&ts, op->needle, &err) != 0) {
+        free(tok);
+        return cli_error(cmd, "--needle: %s", err.msg);
+    }
+    const int R = op->n_bits + 1; /* row 0: unquantised */
+    dt_model *models = calloc((size_t)n, sizeof *models);
+    an_quant_row *rows = calloc((size_t)n * R, sizeof *rows);
+    int seq = op->seq, rc = 0;
+    if (!models || !rows)
+        rc = cli_error(cmd, "out of memory");
+    else if (load_models(cmd, dirs, n, models, 1, &seq) != 0)
+        rc = 1;
+    else {
+        for (int i = 0; i < n && rc == 0; i++)
+            for (int b = 0; b < R && rc == 0; b++) {
+                an_quant_row *q = &rows[(size_t)i * R + b];
+                q->bits = b == 0 ? 0 : op->bits[b - 1];
+                q->needle_total = q->needle_correct = -1;
+                dt_run_options o = {
+                    .kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits, .logit_per_row = op->per_row};
+                if (an_eval_text(&models[i], &o, tok, ntok, seq, op->batches, &q->loss, &q->accuracy, &q->count,
+                                 &err) != 0)
+                    rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
+                else if (op->needle && an_needle_exact(&models[i], &o, &ts, op->max_samples, &q->needle_correct,
+                                                       &q->needle_total, &err) != 0)
+                    rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
+            }
+        if (rc == 0) {
+            const char *scale = op->per_row ? "per query row" : "per head map";
+            printf(
+                "analyze quantize: %s, %zu predictions per model; attention logits fake-quantised (symmetric, absmax "
+                "scale %s)\n",
+                op->data, rows[0].count, scale);
+            printf("%-28s %-11s %6s | %10s %10s", "model", "arch", "bits", "loss", "accuracy");
+            if (op->needle) printf(" %12s", "needle acc");
+            printf(" | %10s\n", "loss delta");
+            for (int i = 0; i < n; i++)
+                for (int b = 0; b < R; b++) {
+                    const an_quant_row *q = &rows[(size_t)i * R + b];
+                    char bits[16];
+                    if (q->bits)
+                        snprintf(bits, sizeof bits, "%d", q->bits);
+                    else
+                        snprintf(bits, sizeof bits, "fp32");
+                    printf("%-28s %-11s %6s | %10.5f %10.4f", dirs[i], arch_name(models[i].cfg.arch), bits, q->loss,
+                           q->accuracy);
+                    if (op->needle)
+                        printf(" %12.3f", q->needle_total > 0 ? (double)q->needle_correct / q->needle_total : 0.0);
+                    printf(" | %+10.5f\n", q->loss - rows[(size_t)i * R].loss);
+                }
+            if (op->json) {
+                cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "models");
+                cJSON_AddStringToObject(root, "analysis", "quantize");
+                cJSON_AddStringToObject(root, "data", op->data);
+                cJSON_AddStringToObject(root, "scale", op->per_row ? "per_row" : "per_head_map");
+                cJSON_AddNumberToObject(root, "seq", seq);
+                if (op->needle) cJSON_AddStringToObject(root, "needle", ts.path);
+                for (int i = 0; i < n; i++) {
+                    cJSON *e = cJSON_CreateObject(), *ra;
+                    cJSON_AddItemToArray(arr, e);
+                    cJSON_AddStringToObject(e, "model", dirs[i]);
+                    cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
+                    ra = cJSON_AddArrayToObject(e, "rows");
+                    for (int b = 0; b < R; b++) {
+                        const an_quant_row *q = &rows[(size_t)i * R + b];
+                        cJSON *r = cJSON_CreateObject();
+                        cJSON_AddItemToArray(ra, r);
+                        cJSON_AddNumberToObject(r, "bits", q->bits); /* 0 = unquantised */
+                        cJSON_AddNumberToObject(r, "loss", q->loss);
+                        cJSON_AddNumberToObject(r, "accuracy", q->accuracy);
+                        cJSON_AddNumberToObject(r, "count", (double)q->count);
+                        if (op->needle) {
+                            cJSON_AddNumberToObject(r, "needle_correct", q->needle_correct);
+                            cJSON_AddNumberToObject(r, "needle_total", q->needle_total);
+                            cJSON_AddNumberToObject(r, "needle_accuracy",
+                                                    q->needle_total > 0 ? (double)q->needle_correct / q->needle_total
+                                                                        : 0.0);
+                        }
+                    }
+                }
+                rc = write_json(cmd, op->json, root);
+                cJSON_Delete(root);
+            }
+        }
+        for (int i = 0; i < n; i++) dt_model_free(&models[i]);
+    }
+    free(rows);
+    free(models);
+    free(tok);
+    needle_testset_free(&ts);
+    return rc;
+}
+
+static int run_allocation(const char *cmd, char **dirs, int n, const options *op) {
+    dt_error err;
+    needle_testset ts = {0};
+    if (needle_load_testset(&ts, op->needle, &err) != 0) return cli_error(cmd, "--needle: %s", err.msg);
+    dt_model *models = calloc((size_t)n, sizeof *models);
+    an_allocation *res = calloc((size_t)n, sizeof *res);
+    int rc = 0, seq = 0;
+    if (!models || !res)
+        rc = cli_error(cmd, "out of memory");
+    else if (load_models(cmd, dirs, n, models, 0, &seq) != 0)
+        rc = 1;
+    else {
+        for (int i = 0; i < n && rc == 0; i++)
+            if (an_allocation_run(&models[i], &ts, op->max_samples, &res[i], &err) != 0)
+                rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
+        if (rc == 0) {
+            printf("analyze allocation: %s, %d sample(s), %d query row(s) (the position predicting the first answer "
+                   "byte)\n",
+                   ts.path, res[0].samples, res[0].rows);
+            printf("answer share = sum(w, answer span) / sum(|w|, context); noise = sum(|w|, context outside span) / "
+                   "sum(|w|, context);\nw = A (baseline) or A1 - lambda*A2 (DIFF); means over layers, heads and "
+                   "queries\n");
+            printf("%-28s %-11s %6s | %12s %12s\n", "model", "arch", "heads", "answer", "noise");
+            for (int i = 0; i < n; i++)
+                printf("%-28s %-11s %6d | %12.4f %12.4f\n", dirs[i], arch_name(models[i].cfg.arch), res[i].heads,
+                       res[i].mean_answer_share, res[i].mean_noise_share);
+            printf("per layer (answer / noise):\n");
+            for (int i = 0; i < n; i++) {
+                printf("  %-26s", dirs[i]);
+                for (int l = 0; l < res[i].n_layers; l++)
+                    printf(" L%d %.4f/%.4f", l, res[i].answer_share[l], res[i].noise_share[l]);
+                printf("\n");
+            }
+            if (op->json) {
+                cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "models");
+                cJSON_AddStringToObject(root, "analysis", "allocation");
+                cJSON_AddStringToObject(root, "needle", ts.path);
+                cJSON_AddStringToObject(root, "query_position",
+                                        "prompt_end_offset - 1 (predicts the first answer byte)");
+                cJSON_AddStringToObject(root, "answer_share", "sum(w over answer span) / sum(|w| over context)");
+                cJSON_AddStringToObject(root, "noise_share",
+                                        "sum(|w| over context outside the span) / sum(|w| over context)");
+                for (int i = 0; i < n; i++) {
+                    const an_allocation *a = &res[i];
+                    const int L = a->n_layers;
+                    cJSON *e = cJSON_CreateObject();
+                    cJSON_AddItemToArray(arr, e);
+                    cJSON_AddStringToObject(e, "model", dirs[i]);
+                    cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
+                    cJSON_AddNumberToObject(e, "heads", a->heads);
+                    cJSON_AddNumberToObject(e, "samples", a->samples);
+                    cJSON_AddNumberToObject(e, "rows", a->rows);
+                    cJSON_AddNumberToObject(e, "answer_share", a->mean_answer_share);
+                    cJSON_AddNumberToObject(e, "noise_share", a->mean_noise_share);
+                    if (models[i].cfg.arch == DT_ARCH_DIFF) {
+                        double lam[256];
+                        int nl = L < 256 ? L : 256;
+                        for (int l = 0; l < nl; l++) lam[l] = dt_model_lambda(&models[i], l);
+                        cJSON_AddItemToObject(e, "lambda", cJSON_CreateDoubleArray(lam, nl));
+                    }
+                    cJSON_AddItemToObject(e, "layer_answer_share", cJSON_CreateDoubleArray(a->answer_share, L));
+                    cJSON_AddItemToObject(e, "layer_noise_share", cJSON_CreateDoubleArray(a->noise_share, L));
+                    cJSON_AddItemToObject(e, "layer_span_sum", cJSON_CreateDoubleArray(a->span, L));
+                    cJSON_AddItemToObject(e, "layer_span_abs_sum", cJSON_CreateDoubleArray(a->span_abs, L));
+                    cJSON_AddItemToObject(e, "layer_context_sum", cJSON_CreateDoubleArray(a->context, L));
+                    cJSON_AddItemToObject(e, "layer_context_abs_sum", cJSON_CreateDoubleArray(a->context_abs, L));
+                    cJSON_AddItemToObject(e, "layer_row_sum", cJSON_CreateDoubleArray(a->row, L));
+                }
+                rc = write_json(cmd, op->json, root);
+                cJSON_Delete(root);
+            }
+        }
+        for (int i = 0; i < n; i++) dt_model_free(&models[i]);
+    }
+    for (int i = 0; i < n && res; i++) an_allocation_free(&res[i]);
+    free(res);
+    free(models);
+    needle_testset_free(&ts);
+    return rc;
+}
+
+static void print_num(double v) {
+    if (isnan(v))
+        printf(" %9s", "-");
+    else
+        printf(" %9.4f", v);
+}
+
+static int run_training(const char *cmd, char **dirs, int n, const options *op) {
+    dt_error err;
+    an_training *res = calloc((size_t)n, sizeof *res);
+    int rc = 0, done = 0;
+    if (!res) return cli_error(cmd, "out of memory");
+    for (; done < n; done++)
+        if (an_training_load(dirs[done], &res[done], &err) != 0) {
+            rc = cli_error(cmd, "%s", err.msg);
+            break;
+        }
+    if (rc == 0) {
+        printf("analyze training: spikes = grad_norm > mean + 3 std or > 3x median of the preceding <= %d steps (after "
+               "%d)\n",
+               AN_SPIKE_WINDOW, AN_SPIKE_MIN_HISTORY);
+        printf("%-28s %-11s %6s %9s %9s | %9s %9s %9s %6s\n", "run", "arch", "steps", "train", "val", "gn mean",
+               "gn std", "gn max", "spikes");
+        for (int i = 0; i < n; i++) {
+            const an_training *t = &res[i];
+            printf("%-28s %-11s %6d", dirs[i], arch_name(t->arch), t->n_steps);
+            print_num(t->final_train_loss);
+            print_num(t->final_val_loss);
+            printf(" | %9.4g %9.4g %9.4g %6d\n", t->gn_mean, t->gn_std, t->gn_max, t->spikes);
+        }
+        printf("lambda per layer: first -> last [min, max]\n");
+        for (int i = 0; i < n; i++) {
+            const an_training *t = &res[i];
+            printf("  %-26s", dirs[i]);
+            if (t->arch == DT_ARCH_LLAMA)
+                printf(" (baseline: no lambda)");
+            else
+                for (int l = 0; l < t->n_layers; l++)
+                    printf(" L%d %.4f -> %.4f [%.4f, %.4f]", l, t->lambda_first[l], t->lambda_last[l], t->lambda_min[l],
+                           t->lambda_max[l]);
+            printf("\n");
+        }
+        if (op->json) {
+            cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "runs");
+            cJSON_AddStringToObject(root, "analysis", "training");
+            cJSON_AddStringToObject(
+                root, "spike_rule",
+                "grad_norm > mean + 3*std or > 3*median of the preceding <= 50 steps; >= 10 earlier steps");
+            for (int i = 0; i < n; i++) {
+                const an_training *t = &res[i];
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddItemToArray(arr, e);
+                cJSON_AddStringToObject(e, "run", dirs[i]);
+                cJSON_AddStringToObject(e, "metrics", t->path);
+                cJSON_AddStringToObject(e, "arch", arch_name(t->arch));
+                cJSON_AddNumberToObject(e, "lines", t->n_steps);
+                cJSON_AddNumberToObject(e, "first_step", t->first_step);
+                cJSON_AddNumberToObject(e, "last_step", t->last_step);
+                cJSON_AddNumberToObject(e, "final_train_loss", t->final_train_loss);
+                if (isnan(t->final_val_loss))
+                    cJSON_AddNullToObject(e, "final_val_loss");
+                else {
+                    cJSON_AddNumberToObject(e, "final_val_loss", t->final_val_loss);
+                    cJSON_AddNumberToObject(e, "final_val_step", t->final_val_step);
+                }
+                cJSON_AddNumberToObject(e, "grad_norm_mean", t->gn_mean);
+                cJSON_AddNumberToObject(e, "grad_norm_std", t->gn_std);
+                cJSON_AddNumberToObject(e, "grad_norm_max", t->gn_max);
+                cJSON_AddNumberToObject(e, "spikes", t->spikes);
+                cJSON_AddItemToObject(e, "spike_steps", cJSON_CreateIntArray(t->spike_steps, t->spikes));
+                cJSON_AddItemToObject(e, "lambda_first", cJSON_CreateDoubleArray(t->lambda_first, t->n_layers));
+                cJSON_AddItemToObject(e, "lambda_last", cJSON_CreateDoubleArray(t->lambda_last, t->n_layers));
+                cJSON_AddItemToObject(e, "lambda_min", cJSON_CreateDoubleArray(t->lambda_min, t->n_layers));
+                cJSON_AddItemToObject(e, "lambda_max", cJSON_CreateDoubleArray(t->lambda_max, t->n_layers));
+            }
+            rc = write_json(cmd, op->json, root);
+            cJSON_Delete(root);
+        }
+    }
+    for (int i = 0; i < n; i++) an_training_free(&res[i]);
+    free(res);
+    return rc;
+}
+
+int cmd_analyze(int argc, char **argv) {
+    if (argc < 2)
+        return cli_error("analyze",
+                         "expected a kind: outliers, quantize, allocation or training (see difftrans analyze --help)");
+    const char *kind = argv[1];
+    if (!strcmp(kind, "--help") || !strcmp(kind, "-h") || !strcmp(kind, "help")) {
+        help();
+        return 0;
+    }
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "analyze %.40s", kind);
+    int k = !strcmp(kind, "outliers")     ? 0
+            : !strcmp(kind, "quantize")   ? 1
+            : !strcmp(kind, "allocation") ? 2
+            : !strcmp(kind, "training")   ? 3
+                                          : -1;
+    if (k < 0)
+        return cli_error("analyze", "unknown kind '%s' (expected outliers, quantize, allocation or training)", kind);
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},
+        {"seq", required_argument, 0, 's'},
+        {"batches", required_argument, 0, 'b'},
+        {"bits", required_argument, 0, 'B'},
+        {"per-row", no_argument, 0, 'r'},
+        {"needle", required_argument, 0, 'n'},
+        {"max-samples", required_argument, 0, 'm'},
+        {"json", required_argument, 0, 'J'},
+        {"threads", required_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    options op = {.seq = 256, .batches = 4, .n_bits = 4, .bits = {16, 8, 6, 4}};
+    argc--;
+    argv++;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (ch) {
+        case 'd':
+            op.data = optarg;
+            op.given_data = 1;
+            break;
+        case 's':
+            bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &op.seq);
+            op.given_seq = 1;
+            break;
+        case 'b':
+            bad = parse_int(cmd, "--batches", optarg, 1, 1 << 20, &op.batches);
+            op.given_batches = 1;
+            break;
+        case 'B':
+            bad = parse_bits(cmd, optarg, &op);
+            op.given_bits = 1;
+            break;
+        case 'r':
+            op.per_row = 1;
+            op.given_per_row = 1;
+            break;
+        case 'n':
+            op.needle = optarg;
+            op.given_needle = 1;
+            break;
+        case 'm':
+            bad = parse_int(cmd, "--max-samples", optarg, 1, NEEDLE_MAX_SAMPLES, &op.max_samples);
+            op.given_max = 1;
+            break;
+        case 'J': op.json = optarg; break;
+        case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &op.threads); break;
+        case 'h': help(); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+        if (bad) return 1;
+    }
+    int n = argc - optind;
+    char **dirs = argv + optind;
+    if (n < 1)
+        return cli_error(cmd, "expected at least one %s (see difftrans analyze --help)",
+                         k == 3 ? "RUN_DIR" : "MODEL_DIR");
+    /* options that do not apply to this kind are refused rather than ignored */
+    const struct {
+        int given;
+        const char *name;
+        int ok[4];
+    } applies[] = {
+        {op.given_data, "--data", {1, 1, 0, 0}},       {op.given_seq, "--seq", {1, 1, 0, 0}},
+        {op.given_batches, "--batches", {1, 1, 0, 0}}, {op.given_bits, "--bits", {0, 1, 0, 0}},
+        {op.given_per_row, "--per-row", {0, 1, 0, 0}}, {op.given_needle, "--needle", {0, 1, 1, 0}},
+        {op.given_max, "--max-samples", {0, 1, 1, 0}},
+    };
+    for (size_t i = 0; i < sizeof applies / sizeof applies[0]; i++)
+        if (applies[i].given && !applies[i].ok[k])
+            return cli_error(cmd, "%s does not apply to analyze %s", applies[i].name, kind);
+    if ((k == 0 || k == 1) && !op.data) return cli_error(cmd, "--data FILE.txt is required");
+    if (k == 2 && !op.needle)
+        return cli_error(cmd, "--needle DIR is required (a `difftrans needle generate` directory)");
+    if (op.given_max && k == 1 && !op.needle) return cli_error(cmd, "--max-samples needs --needle DIR");
+    cli_set_threads(op.threads);
+    switch (k) {
+    case 0: return run_outliers(cmd, dirs, n, &op);
+    case 1: return run_quantize(cmd, dirs, n, &op);
+    case 2: return run_allocation(cmd, dirs, n, &op);
+    default: return run_training(cmd, dirs, n, &op);
+    }
+}

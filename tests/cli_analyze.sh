@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# cli_analyze.sh — `difftrans analyze outliers|quantize|allocation|training`, end to end.
+#
+# usage: bash tests/cli_analyze.sh PATH_TO_difftrans SCRATCH_DIR
+#
+#   on a fresh `init --preset tiny` pair (DIFF and Transformer), the GPL-3 text, a tiny
+#   `needle generate` set and a 5-step `train` run: every kind prints its table (one row per
+#   model, both architectures) and writes its JSON (parsed with python3 when there is one);
+#   bad inputs fail with status 1 and a message naming the argument or file, leaving no output file.
+# Prints a summary and exits 1 when any check failed.
+set -u
+
+if [ $# -ne 2 ]; then
+    echo "usage: $0 PATH_TO_difftrans SCRATCH_DIR" >&2
+    exit 2
+fi
+DT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+S=$2
+case "$S" in "" | / | "$HOME" | .) echo "$0: refusing to use $S as the scratch directory" >&2; exit 2 ;; esac
+rm -rf "$S" && mkdir -p "$S" && S=$(cd "$S" && pwd) || exit 2
+if [ ! -x "$DT" ]; then
+    echo "$0: $DT is not an executable" >&2
+    exit 2
+fi
+CORPUS=/usr/share/common-licenses/GPL-3
+if [ ! -s "$CORPUS" ]; then # any plain text with lines will do
+    CORPUS=$S/corpus.txt
+    for i in $(seq 1 400); do echo "Line $i of a small corpus. It has sentences, and it has lines."; done >"$CORPUS"
+fi
+PY=$(command -v python3 || true)
+TMO=60
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} OMP_WAIT_POLICY=PASSIVE
+
+N_PASS=0
+N_FAIL=0
+FAILED=()
+pass() { N_PASS=$((N_PASS + 1)); }
+fail() {
+    N_FAIL=$((N_FAIL + 1))
+    FAILED+=("$1")
+    printf 'FAIL: %s\n' "$1"
+    shift
+    for line in "$@"; do printf '      %s\n' "$line"; done
+}
+
+# expect_ok DESC CMD... — status 0; stdout in $S/last.out, stderr in $S/last.err.
+expect_ok() {
+    local desc=$1
+    shift
+    timeout -k 5 "$TMO" "$@" >"$S/last.out" 2>"$S/last.err" </dev/null
+    local rc=$?
+    if [ $rc -eq 0 ]; then pass; else
+        fail "$desc" "status $rc" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    fi
+    return $rc
+}
+
+# expect_fail DESC REGEX CMD... — status 1 (a clean refusal, not a crash) and stderr matching REGEX.
+expect_fail() {
+    local desc=$1 re=$2
+    shift 2
+    timeout -k 5 "$TMO" "$@" >"$S/last.out" 2>"$S/last.err" </dev/null
+    local rc=$?
+    if [ $rc -ne 1 ]; then
+        fail "$desc" "status $rc (expected 1)" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    elif ! grep -qE -- "$re" "$S/last.err"; then
+        fail "$desc" "stderr lacks /$re/" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    else pass; fi
+}
+
+# out_has DESC FILE REGEX... — FILE matches every REGEX.
+out_has() {
+    local desc=$1 file=$2 p missing=()
+    shift 2
+    for p in "$@"; do grep -qE -- "$p" "$file" || missing+=("/$p/"); done
+    if [ ${#missing[@]} -eq 0 ]; then pass; else
+        fail "$desc" "missing: ${missing[*]}" "output: $(head -c 1200 "$file" | tr '\n' '|')"
+    fi
+}
+
+# json_ok DESC FILE PYTHON_EXPR — the file is JSON and the expression (over `j`) is true.
+json_ok() {
+    local desc=$1 file=$2 expr=$3
+    if [ ! -s "$file" ]; then fail "$desc" "$file missing or empty"; return; fi
+    if [ -z "$PY" ]; then pass; return; fi
+    if "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if ($expr) else 1)" "$file" 2>"$S/py.err"; then
+        pass
+    else
+        fail "$desc" "expression failed: $expr" "$(head -c 600 "$S/py.err" | tr '\n' '|')" "json: $(head -c 600 "$file" | tr '\n' '|')"
+    fi
+}
+
+# ---------------------------------------------------------------- setup
+
+expect_ok "init DIFF" "$DT" init --out "$S/diff" --arch diff --preset tiny
+expect_ok "init Transformer" "$DT" init --out "$S/base" --arch transformer --preset tiny
+expect_ok "needle generate" "$DT" needle generate --corpus "$CORPUS" --out "$S/needle" --context 128 --needles 2 \
+    --queries 1 --depths 0,1 --train 0 --test 4
+expect_ok "train 5 steps" "$DT" train --data "$CORPUS" --out "$S/run" --preset tiny --steps 5 --batch 2 --seq 32 \
+    --eval-interval 2 --eval-batches 1 --quiet
+M=("$S/diff" "$S/base")
+
+# ---------------------------------------------------------------- the four kinds
+
+expect_ok "--help" "$DT" analyze --help && out_has "--help lists the kinds" "$S/last.out" outliers quantize allocation training
+
+expect_ok "outliers" "$DT" analyze outliers "${M[@]}" --data "$CORPUS" --seq 64 --batches 2 --json "$S/o.json" &&
+    out_has "outliers table" "$S/last.out" "logit top1" "hidden top10" "diff +DIFF" "base +Transformer"
+json_ok "outliers JSON" "$S/o.json" \
+    "len(j['models'])==2 and j['models'][0]['attention_logits']['top1']>=j['models'][0]['attention_logits']['top10']>=j['models'][0]['attention_logits']['median']>0 and len(j['models'][1]['layer_hidden_max'])==3 and len(j['models'][0]['layer_logit_max'])==2"
+
+expect_ok "quantize" "$DT" analyze quantize "${M[@]}" --data "$CORPUS" --seq 64 --batches 2 --bits 8,2 \
+    --needle "$S/needle" --max-samples 2 --json "$S/q.json" &&
+    out_has "quantize table" "$S/last.out" "per head map" "needle acc" "DIFF +fp32" "DIFF +8" "Transformer +2"
+json_ok "quantize JSON" "$S/q.json" \
+    "j['scale']=='per_head_map' and [r['bits'] for r in j['models'][0]['rows']]==[0,8,2] and j['models'][1]['rows'][0]['needle_total']==2 and 0<=j['models'][0]['rows'][2]['accuracy']<=1"
+expect_ok "quantize --per-row" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --seq 32 --batches 1 --bits 4 --per-row &&
+    out_has "--per-row says so" "$S/last.out" "per query row"
+
+expect_ok "allocation" "$DT" analyze allocation "${M[@]}" --needle "$S/needle" --max-samples 3 --json "$S/a.json" &&
+    out_has "allocation table" "$S/last.out" "answer" "noise" "3 sample" "diff +DIFF" "base +Transformer"
+json_ok "allocation JSON" "$S/a.json" \
+    "j['models'][0]['rows']==3 and j['models'][0]['heads']==2 and j['models'][1]['heads']==4 and all(abs(x-1)<1e-4 for x in j['models'][1]['layer_row_sum']) and all(abs(r-(1-l))<1e-4 for r,l in zip(j['models'][0]['layer_row_sum'], j['models'][0]['lambda']))"
+
+expect_ok "training" "$DT" analyze training "$S/run" --json "$S/t.json" &&
+    out_has "training table" "$S/last.out" "spikes" "run +DIFF +5 " "L0 "
+json_ok "training JSON" "$S/t.json" \
+    "j['runs'][0]['lines']==5 and j['runs'][0]['spikes']==0 and len(j['runs'][0]['lambda_first'])==2 and j['runs'][0]['final_val_loss'] is not None"
+
+# ---------------------------------------------------------------- refusals
+
+expect_fail "no kind" "expected a kind" "$DT" analyze
+expect_fail "unknown kind" "unknown kind 'outlier'" "$DT" analyze outlier "$S/diff" --data "$CORPUS"
+expect_fail "no model" "expected at least one MODEL_DIR" "$DT" analyze outliers --data "$CORPUS"
+expect_fail "outliers without --data" "--data FILE.txt is required" "$DT" analyze outliers "$S/diff"
+expect_fail "missing data file" "$S/nothere.txt" "$DT" analyze outliers "$S/diff" --data "$S/nothere.txt"
+expect_fail "missing model" "$S/nomodel" "$DT" analyze outliers "$S/nomodel" --data "$CORPUS"
+expect_fail "--seq beyond the model's context" "--seq 300: more than .*max_position_embeddings 256" \
+    "$DT" analyze outliers "$S/diff" --data "$CORPUS" --seq 300
+expect_fail "--seq not a number" "--seq 'x': not an integer" "$DT" analyze outliers "$S/diff" --data "$CORPUS" --seq x
+expect_fail "--bits 0" "--bits 0: must be in 1..24" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 0
+expect_fail "--bits empty item" "--bits '8,,4': empty" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 8,,4
+expect_fail "--bits on outliers" "--bits does not apply to analyze outliers" \
+    "$DT" analyze outliers "$S/diff" --data "$CORPUS" --bits 8
+expect_fail "allocation without --needle" "--needle DIR is required" "$DT" analyze allocation "$S/diff"
+expect_fail "allocation on a missing set" "$S/noneedle" "$DT" analyze allocation "$S/diff" --needle "$S/noneedle"
+expect_fail "training on a missing run" "$S/norun" "$DT" analyze training "$S/norun"
+mkdir -p "$S/badrun" && echo '{"step": 1, "nothing": 2}' >"$S/badrun/metrics.jsonl"
+expect_fail "training on a malformed metrics file" "$S/badrun/metrics.jsonl:1: not a metrics line" \
+    "$DT" analyze training "$S/badrun"
+expect_fail "--json into a missing directory" "$S/nodir/x.json" \
+    "$DT" analyze training "$S/run" --json "$S/nodir/x.json"
+expect_fail "a failing analysis writes no JSON" "$S/nomodel" \
+    "$DT" analyze allocation "$S/diff" "$S/nomodel" --needle "$S/needle" --json "$S/fail.json"
+if [ -e "$S/fail.json" ] || ls "$S"/*.tmp.* >/dev/null 2>&1; then fail "no partial JSON files left"; else pass; fi
+
+# ---------------------------------------------------------------- summary
+
+echo "cli_analyze: $N_PASS passed, $N_FAIL failed"
+if [ $N_FAIL -ne 0 ]; then
+    printf '  failed: %s\n' "${FAILED[@]}"
+    exit 1
+fi
+exit 0

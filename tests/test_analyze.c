@@ -1,0 +1,446 @@
+/* test_analyze.c — the analyses of src/analysis/analyze.c on hand-built cases with known answers:
+ * |x| statistics with a planted outlier, the outlier run against its own per-layer maxima,
+ * attention-logit quantisation (16 bits ≈ unquantised, 2 bits not), the allocation of hand-written
+ * attention rows (baseline and a DIFF row with negative weights) and of a real run (row sums 1 and
+ * 1 − λ), teacher-forced needle exact match against greedy decoding, and λ / spike statistics of a
+ * synthetic metrics.jsonl. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <math.h>
+
+#include "analysis/analyze.h"
+#include "analysis/needle.h"
+#include "difftrans.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- helpers */
+
+static void tiny_model(dt_model *m, dt_arch arch, uint64_t seed) {
+    dt_config cfg;
+    dt_error err;
+    assert_int_equal(dt_config_preset(&cfg, "tiny", arch, &err), 0);
+    assert_int_equal(dt_model_create(m, &cfg, &err), 0);
+    dt_model_init_random(m, seed);
+}
+
+/* Scales v_proj, o_proj and the output head: the attention output matters for the loss. */
+static void amplify(dt_model *m, float factor) {
+    const dt_config *c = &m->cfg;
+    size_t nv = (size_t)c->num_key_value_heads * c->head_dim * c->hidden_size;
+    size_t no = (size_t)c->num_attention_heads * c->head_dim * c->hidden_size;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        for (size_t i = 0; i < nv; i++) m->w.layers[l].v_proj[i] *= factor;
+        for (size_t i = 0; i < no; i++) m->w.layers[l].o_proj[i] *= factor;
+    }
+    for (size_t i = 0; i < (size_t)c->vocab_size * c->hidden_size; i++) m->w.lm_head[i] *= factor;
+}
+
+/* Scales q_proj and k_proj of every layer: the attention logits grow by factor². */
+static void sharpen(dt_model *m, float factor) {
+    const dt_config *c = &m->cfg;
+    size_t nq = (size_t)c->num_attention_heads * c->head_dim * c->hidden_size;
+    size_t nk = (size_t)c->num_key_value_heads * c->head_dim * c->hidden_size;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        for (size_t i = 0; i < nq; i++) m->w.layers[l].q_proj[i] *= factor;
+        for (size_t i = 0; i < nk; i++) m->w.layers[l].k_proj[i] *= factor;
+    }
+}
+
+static int *text_tokens(size_t *n) {
+    static const char *s = "The quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs. ";
+    size_t len = strlen(s), N = 600;
+    int *t = malloc(N * sizeof *t);
+    assert_non_null(t);
+    for (size_t i = 0; i < N; i++) t[i] = (unsigned char)s[i % len];
+    *n = N;
+    return t;
+}
+
+static void make_testset_n(needle_testset *ts, int n, int needles, int queries) {
+    static char corpus_text[4000];
+    for (int i = 0; i < (int)sizeof corpus_text; i++) corpus_text[i] = "Some filler words. More of them\n"[i % 32];
+    needle_corpus c;
+    dt_error err;
+    assert_int_equal(needle_corpus_from_bytes(&c, corpus_text, sizeof corpus_text, "corpus", &err), 0);
+    needle_params p;
+    needle_params_default(&p);
+    p.needles = needles;
+    p.queries = queries;
+    memset(ts, 0, sizeof *ts);
+    snprintf(ts->path, sizeof ts->path, "handmade");
+    ts->samples = calloc((size_t)n, sizeof *ts->samples);
+    assert_non_null(ts->samples);
+    for (int i = 0; i < n; i++) {
+        if (needle_generate_sample(&p, 120, i / (double)(n > 1 ? n - 1 : 1), 1000 + i, &c, &ts->samples[i], &err) != 0)
+            fail_msg("%s", err.msg);
+        ts->samples[i].id = i;
+    }
+    ts->n = n;
+    needle_corpus_free(&c);
+}
+
+static void make_testset(needle_testset *ts, int n) { make_testset_n(ts, n, 2, 2); }
+
+/* ---------------------------------------------------------------- |x| statistics */
+
+static void test_abs_stats_planted_outlier(void **state) {
+    (void)state;
+    float x[100];
+    for (int i = 0; i < 100; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * (float)(i + 1); /* |x| = 1..100 */
+    x[37] = -5000.0f;                                                             /* replaces 38 */
+    an_abs_stats s;
+    dt_error err;
+    assert_int_equal(an_abs_stats_of(x, 100, &s, &err), 0);
+    assert_int_equal(s.count, 100);
+    assert_true(s.top1 == 5000.0);
+    assert_true(s.top10 == 92.0);   /* 5000, 100, 99, ..., 92 */
+    assert_true(s.median == 51.5);  /* sorted: 1..37, 39..100, 5000 → (51 + 52) / 2 */
+    assert_true(x[37] == -5000.0f); /* input untouched */
+
+    /* odd count, added in pieces through the accumulator, with many ties */
+    an_abs_acc a = {0};
+    float ones[50], twos[50], big = -7.0f;
+    for (int i = 0; i < 50; i++) ones[i] = (i % 2) ? 1.0f : -1.0f, twos[i] = 2.0f;
+    assert_int_equal(an_abs_acc_add(&a, ones, 50, &err), 0);
+    assert_int_equal(an_abs_acc_add(&a, &big, 1, &err), 0);
+    assert_int_equal(an_abs_acc_add(&a, twos, 50, &err), 0);
+    an_abs_acc_stats(&a, &s);
+    assert_int_equal(s.count, 101);
+    assert_true(s.top1 == 7.0 && s.top10 == 2.0 && s.median == 2.0); /* 50 ones, 50 twos, one 7: middle = 2 */
+    an_abs_acc_free(&a);
+
+    /* fewer than 10 values: top10 is the smallest */
+    float few[3] = {-3, 1, 2};
+    assert_int_equal(an_abs_stats_of(few, 3, &s, &err), 0);
+    assert_true(s.top1 == 3.0 && s.top10 == 1.0 && s.median == 2.0);
+}
+
+static void test_outliers_run(void **state) {
+    (void)state;
+    size_t n;
+    int *tok = text_tokens(&n);
+    for (int arch = 0; arch < 2; arch++) {
+        dt_model m;
+        tiny_model(&m, (dt_arch)arch, 7);
+        sharpen(&m, 3.0f);
+        an_outliers o;
+        dt_error err;
+        assert_int_equal(an_outliers_run(&m, tok, n, 64, 3, &o, &err), 0);
+        assert_int_equal(o.windows, 3);
+        const int L = m.cfg.num_hidden_layers, H = m.cfg.num_attention_heads, C = m.cfg.hidden_size, T = 64;
+        /* the count: causal entries of every map, every residual stream entry */
+        assert_int_equal(o.logits.count, (size_t)3 * L * H * T * (T + 1) / 2);
+        assert_int_equal(o.hidden.count, (size_t)3 * (L + 1) * T * C);
+        double lmax = 0, hmax = 0;
+        for (int l = 0; l < L; l++) lmax = fmax(lmax, o.layer_logit_max[l]);
+        for (int l = 0; l <= L; l++) hmax = fmax(hmax, o.layer_hidden_max[l]);
+        assert_true(o.logits.top1 == lmax && o.hidden.top1 == hmax);
+        assert_true(o.logits.top10 <= o.logits.top1 && o.logits.median <= o.logits.top10 && o.logits.median > 0);
+        /* recompute window 0's layer-0 maximum directly from the run state */
+        dt_run_options opt = {.keep_logits = 1};
+        dt_runstate *rs = dt_runstate_create_with(&m, 1, T, &opt, &err);
+        assert_non_null(rs);
+        double w0 = 0;
+        for (int w = 0; w < 3; w++) {
+            assert_int_equal(dt_forward(&m, rs, tok + w * T, NULL, 1, T, NULL, &err), 0);
+            const float *lg = dt_runstate_attention_logits(rs, 0);
+            for (size_t i = 0; i < (size_t)H * T * T; i++) w0 = fmax(w0, fabs(lg[i]));
+        }
+        assert_true(fabs(w0 - o.layer_logit_max[0]) < 1e-6);
+        dt_runstate_free(rs);
+        an_outliers_free(&o);
+        /* too short a text is refused, naming the problem, and leaves nothing to free */
+        assert_int_equal(an_outliers_run(&m, tok, 10, 64, 1, &o, &err), -1);
+        assert_non_null(strstr(err.msg, "fewer than --seq"));
+        assert_null(o.layer_logit_max);
+        dt_model_free(&m);
+    }
+    free(tok);
+}
+
+/* ---------------------------------------------------------------- quantisation */
+
+static void test_quantize_loss(void **state) {
+    (void)state;
+    size_t n;
+    int *tok = text_tokens(&n);
+    for (int arch = 0; arch < 2; arch++) {
+        dt_model m;
+        tiny_model(&m, (dt_arch)arch, 11);
+        sharpen(&m, 6.0f); /* attention logits of order 10, as in a trained model */
+        amplify(&m, 8.0f);
+        dt_error err;
+        double l0, a0, l16, a16, l2, a2;
+        size_t c0, c16, c2;
+        dt_run_options o = {0};
+        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l0, &a0, &c0, &err), 0);
+        o.logit_bits = 16;
+        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l16, &a16, &c16, &err), 0);
+        o.logit_bits = 2;
+        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l2, &a2, &c2, &err), 0);
+        assert_int_equal(c0, 3 * 48);
+        assert_true(a0 >= 0 && a0 <= 1);
+        double r16 = fabs(l16 - l0) / l0, r2 = fabs(l2 - l0) / l0;
+        print_message("%s: loss %.5f unquantised, relative change %.2e at 16 bits, %.2e at 2 bits\n",
+                      arch == DT_ARCH_DIFF ? "DIFF" : "baseline", l0, r16, r2);
+        if (!(r16 < 1e-3)) fail_msg("16 bits changed the loss by %g relative (%g vs %g)", r16, l16, l0);
+        if (!(r2 > 1e-3)) fail_msg("2 bits changed the loss by only %g relative (%g vs %g)", r2, l2, l0);
+        /* per-row scale runs too and 16 bits stays close */
+        o.logit_bits = 16;
+        o.logit_per_row = 1;
+        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l16, &a16, &c16, &err), 0);
+        assert_true(fabs(l16 - l0) / l0 < 1e-3);
+        dt_model_free(&m);
+    }
+    free(tok);
+}
+
+/* Teacher-forced exact match equals needle_eval's greedy exact match, unquantised. */
+static void test_needle_exact_matches_greedy(void **state) {
+    (void)state;
+    needle_testset ts;
+    make_testset(&ts, 3);
+    dt_model m;
+    tiny_model(&m, DT_ARCH_DIFF, 5);
+    /* rig the model towards copying: does not matter for the equivalence, which must hold anyway */
+    dt_error err;
+    needle_results r;
+    assert_int_equal(needle_eval(&m, &ts, &r, NULL, NULL, &err), 0);
+    int correct = -1, total = -1;
+    dt_run_options o = {0};
+    assert_int_equal(an_needle_exact(&m, &o, &ts, 0, &correct, &total, &err), 0);
+    assert_int_equal(total, r.total);
+    assert_int_equal(correct, r.correct);
+    needle_results_free(&r);
+    dt_model_free(&m);
+
+    /* a sample longer than the model's context is refused, naming the set */
+    tiny_model(&m, DT_ARCH_LLAMA, 5);
+    m.cfg.max_position_embeddings = 100;
+    assert_int_equal(an_needle_exact(&m, &o, &ts, 0, &correct, &total, &err), -1);
+    assert_non_null(strstr(err.msg, "handmade"));
+    assert_non_null(strstr(err.msg, "max_position_embeddings"));
+    dt_model_free(&m);
+    needle_testset_free(&ts);
+}
+
+/* ---------------------------------------------------------------- allocation */
+
+static void test_alloc_row_hand_maps(void **state) {
+    (void)state;
+    enum { T = 6 };
+    float A[T * T] = {0}, A1[T * T] = {0}, A2[T * T] = {0};
+    /* baseline row 5; context [0, 4), answer span [1, 3) */
+    const float base[T] = {0.1f, 0.3f, 0.2f, 0.1f, 0.2f, 0.1f};
+    memcpy(A + 5 * T, base, sizeof base);
+    an_alloc_sums s;
+    an_alloc_row(A, NULL, 0.0f, T, 5, 4, 1, 2, &s);
+    assert_true(fabs(s.span - 0.5) < 1e-6 && fabs(s.context - 0.7) < 1e-6 && fabs(s.row - 1.0) < 1e-6);
+    assert_true(fabs(an_alloc_answer_share(&s) - 0.5 / 0.7) < 1e-6);
+    assert_true(fabs(an_alloc_noise_share(&s) - 0.2 / 0.7) < 1e-6);
+
+    /* DIFF, λ = 0.5: w = [-0.05, 0.35, 0.05, 0.05 | 0.05, 0.05]; a negative weight outside the span */
+    const float r1[T] = {0.1f, 0.4f, 0.2f, 0.1f, 0.1f, 0.1f}, r2[T] = {0.3f, 0.1f, 0.3f, 0.1f, 0.1f, 0.1f};
+    memcpy(A1 + 5 * T, r1, sizeof r1);
+    memcpy(A2 + 5 * T, r2, sizeof r2);
+    an_alloc_row(A1, A2, 0.5f, T, 5, 4, 1, 2, &s);
+    assert_true(fabs(s.row - 0.5) < 1e-6); /* 1 − λ */
+    assert_true(fabs(s.span - 0.4) < 1e-6 && fabs(s.span_abs - 0.4) < 1e-6);
+    assert_true(fabs(s.context - 0.4) < 1e-6 && fabs(s.context_abs - 0.5) < 1e-6);
+    assert_true(fabs(an_alloc_answer_share(&s) - 0.8) < 1e-6);
+    assert_true(fabs(an_alloc_noise_share(&s) - 0.2) < 1e-6);
+
+    /* DIFF, λ = 0.4: w = [0.16, -0.15, 0.46, 0.01 | 0.06, 0.06]; a negative weight inside the span */
+    const float q1[T] = {0.2f, 0.05f, 0.5f, 0.05f, 0.1f, 0.1f}, q2[T] = {0.1f, 0.5f, 0.1f, 0.1f, 0.1f, 0.1f};
+    memcpy(A1 + 5 * T, q1, sizeof q1);
+    memcpy(A2 + 5 * T, q2, sizeof q2);
+    an_alloc_row(A1, A2, 0.4f, T, 5, 4, 1, 2, &s);
+    assert_true(fabs(s.row - 0.6) < 1e-6);
+    assert_true(fabs(s.span - 0.31) < 1e-6 && fabs(s.span_abs - 0.61) < 1e-6);
+    assert_true(fabs(s.context_abs - 0.78) < 1e-6);
+    assert_true(fabs(an_alloc_answer_share(&s) - 0.31 / 0.78) < 1e-6);
+    assert_true(fabs(an_alloc_noise_share(&s) - 0.17 / 0.78) < 1e-6);
+    /* answer + noise < 1 exactly by twice the negative span mass */
+    assert_true(fabs(an_alloc_answer_share(&s) + an_alloc_noise_share(&s) - (1 - 2 * 0.15 / 0.78)) < 1e-6);
+}
+
+/* A real run: row sums are 1 (baseline) and 1 − λ (DIFF) in every layer; shares are consistent. */
+static void test_allocation_run(void **state) {
+    (void)state;
+    needle_testset ts;
+    make_testset(&ts, 3);
+    for (int arch = 0; arch < 2; arch++) {
+        dt_model m;
+        tiny_model(&m, (dt_arch)arch, 9);
+        an_allocation a;
+        dt_error err;
+        assert_int_equal(an_allocation_run(&m, &ts, 2, &a, &err), 0);
+        assert_int_equal(a.samples, 2);
+        assert_int_equal(a.rows, 4); /* 2 samples × 2 queries */
+        assert_int_equal(a.heads, arch == DT_ARCH_DIFF ? m.cfg.num_attention_heads / 2 : m.cfg.num_attention_heads);
+        for (int l = 0; l < a.n_layers; l++) {
+            double want = arch == DT_ARCH_DIFF ? 1.0 - dt_model_lambda(&m, l) : 1.0;
+            if (fabs(a.row[l] - want) > 1e-4) fail_msg("layer %d: row sum %g, want %g", l, a.row[l], want);
+            assert_true(a.context_abs[l] <= a.row[l] + 2 * dt_model_lambda(&m, l) + 1e-6);
+            assert_true(a.answer_share[l] > -1 && a.answer_share[l] < 1 && a.noise_share[l] >= 0 &&
+                        a.noise_share[l] <= 1);
+            if (arch == DT_ARCH_LLAMA) assert_true(fabs(a.answer_share[l] + a.noise_share[l] - 1) < 1e-6);
+        }
+        an_allocation_free(&a);
+        dt_model_free(&m);
+    }
+    needle_testset_free(&ts);
+}
+
+/* A model rigged so that the attending query heads put (almost) all their weight on digit bytes:
+ * embedding channel 0 is 1 for every byte and channel 1 is 1 for the digits; every query reads
+ * channel 0 and every key channel 1 into the lowest-frequency RoPE channel (hd/2 − 1), where the
+ * rotation over a few hundred positions is negligible. With one needle per sample the context's
+ * only digits are the answer span. Baseline: all heads attend; DIFF: the first map of every
+ * differential head attends and the second (query zero) is uniform, so w = A1 − λ/(row + 1). */
+static void rig_digit_attention(dt_model *m) {
+    const dt_config *c = &m->cfg;
+    const int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
+    const int attending = c->arch == DT_ARCH_DIFF ? H / 2 : H;
+    for (int t = 0; t < c->vocab_size; t++) {
+        m->w.embed_tokens[(size_t)t * C + 0] = 1.0f;
+        m->w.embed_tokens[(size_t)t * C + 1] = t >= '0' && t <= '9' ? 1.0f : 0.0f;
+    }
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        dt_layer_weights *w = &m->w.layers[l];
+        memset(w->q_proj, 0, (size_t)H * hd * C * sizeof(float));
+        memset(w->k_proj, 0, (size_t)KV * hd * C * sizeof(float));
+        for (int h = 0; h < attending; h++) w->q_proj[((size_t)h * hd + hd / 2 - 1) * C + 0] = 1.6f;
+        for (int g = 0; g < KV; g++) w->k_proj[((size_t)g * hd + hd / 2 - 1) * C + 1] = 1.6f;
+    }
+}
+
+static void test_allocation_rigged_model(void **state) {
+    (void)state;
+    needle_testset ts;
+    make_testset_n(&ts, 3, 1, 1);
+    for (int i = 0; i < ts.n; i++) /* the context holds no digit but the answer's */
+        for (int j = 0; j < ts.samples[i].context_length; j++) {
+            const needle_needle *nd = &ts.samples[i].needles[0];
+            int in_span = j >= nd->value_offset && j < nd->value_offset + nd->value_length;
+            assert_int_equal(ts.samples[i].text[j] >= '0' && ts.samples[i].text[j] <= '9', in_span);
+        }
+    for (int arch = 0; arch < 2; arch++) {
+        dt_model m;
+        tiny_model(&m, (dt_arch)arch, 21);
+        rig_digit_attention(&m);
+        an_allocation a;
+        dt_error err;
+        assert_int_equal(an_allocation_run(&m, &ts, 0, &a, &err), 0);
+        for (int l = 0; l < a.n_layers; l++) {
+            double want_answer = 1.0, want_noise = 0.0;
+            if (arch == DT_ARCH_DIFF) { /* A1 = 1/5 on each answer byte, A2 uniform over the row */
+                double lam = dt_model_lambda(&m, l), sa = 0, sn = 0;
+                for (int i = 0; i < ts.n; i++) {
+                    const needle_sample *sm = &ts.samples[i];
+                    int len = sm->needles[0].value_length, n = sm->queries[0].prompt_end_offset; /* row + 1 */
+                    double span = len * (1.0 / len - lam / n), rest = (sm->context_length - len) * fabs(lam / n);
+                    sa += span / (fabs(span) + rest) / ts.n;
+                    sn += rest / (fabs(span) + rest) / ts.n;
+                }
+                want_answer = sa;
+                want_noise = sn;
+            }
+            print_message("%s layer %d: answer share %.4f (expected %.4f), noise share %.4f (expected %.4f)\n",
+                          arch == DT_ARCH_DIFF ? "DIFF" : "baseline", l, a.answer_share[l], want_answer,
+                          a.noise_share[l], want_noise);
+            if (fabs(a.answer_share[l] - want_answer) > 0.03 || fabs(a.noise_share[l] - want_noise) > 0.03)
+                fail_msg("layer %d: answer %g noise %g, expected %g and %g", l, a.answer_share[l], a.noise_share[l],
+                         want_answer, want_noise);
+        }
+        an_allocation_free(&a);
+        dt_model_free(&m);
+    }
+    needle_testset_free(&ts);
+}
+
+/* ---------------------------------------------------------------- training dynamics */
+
+static void test_spikes_and_lambda(void **state) {
+    (void)state;
+    /* flat series: no spikes */
+    double g[120];
+    int flags[120];
+    for (int i = 0; i < 120; i++) g[i] = 1.0;
+    assert_int_equal(an_spikes(g, 120, flags), 0);
+
+    char path[4096];
+    tu_path(path, sizeof path, "metrics.jsonl");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    for (int i = 0; i < 100; i++) {
+        double gn = 1.0 + 0.05 * sin(0.7 * i);
+        if (i == 5) gn = 20.0;            /* too early to judge (fewer than 10 earlier steps) */
+        if (i == 40 || i == 80) gn = 5.0; /* planted spikes */
+        double l0 = 0.2 + 0.001 * i, l1 = 0.5 - 0.002 * i;
+        if (i == 30) l0 = -0.3; /* λ minimum of layer 0 */
+        if (i == 60) l1 = 0.9;  /* λ maximum of layer 1 */
+        fprintf(f, "{\"step\":%d,\"train_loss\":%.6f", i + 1, 5.0 - 0.01 * i);
+        if (i % 25 == 24) fprintf(f, ",\"val_loss\":%.6f", 6.0 - 0.01 * i);
+        fprintf(f, ",\"lr\":0.001,\"grad_norm\":%.6f,\"tokens_per_s\":1.0,\"elapsed_s\":1.0,\"lambda\":[%.6f,%.6f]}\n",
+                gn, l0, l1);
+    }
+    fclose(f);
+    an_training t;
+    dt_error err;
+    assert_int_equal(an_training_load(path, &t, &err), 0);
+    assert_int_equal(t.n_steps, 100);
+    assert_int_equal(t.first_step, 1);
+    assert_int_equal(t.last_step, 100);
+    assert_int_equal(t.spikes, 2);
+    assert_int_equal(t.spike_steps[0], 41);
+    assert_int_equal(t.spike_steps[1], 81);
+    assert_int_equal(t.n_layers, 2);
+    assert_true(fabs(t.lambda_first[0] - 0.2) < 1e-9 && fabs(t.lambda_first[1] - 0.5) < 1e-9);
+    assert_true(fabs(t.lambda_last[0] - 0.299) < 1e-9 && fabs(t.lambda_last[1] - 0.302) < 1e-9);
+    assert_true(fabs(t.lambda_min[0] + 0.3) < 1e-9 && fabs(t.lambda_max[0] - 0.299) < 1e-9);
+    assert_true(fabs(t.lambda_min[1] - 0.302) < 1e-9 && fabs(t.lambda_max[1] - 0.9) < 1e-9);
+    assert_true(fabs(t.final_train_loss - 4.01) < 1e-9);
+    assert_true(fabs(t.final_val_loss - 5.01) < 1e-9);
+    assert_int_equal(t.final_val_step, 100);
+    assert_true(t.gn_max == 20.0);
+    double mean = 0;
+    for (int i = 0; i < 100; i++) {
+        double gn = i == 5 ? 20.0 : (i == 40 || i == 80) ? 5.0 : 1.0 + 0.05 * sin(0.7 * i);
+        mean += gn / 100;
+    }
+    assert_true(fabs(t.gn_mean - mean) < 1e-5);
+    an_training_free(&t);
+
+    /* a broken line is refused, naming the file and line */
+    f = fopen(path, "a");
+    fprintf(f, "{\"step\": 101, \"oops\": 1}\n");
+    fclose(f);
+    assert_int_equal(an_training_load(path, &t, &err), -1);
+    assert_non_null(strstr(err.msg, "metrics.jsonl:101"));
+    /* a missing run */
+    tu_path(path, sizeof path, "no_such_run");
+    assert_int_equal(an_training_load(path, &t, &err), -1);
+    assert_non_null(strstr(err.msg, "no_such_run"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_abs_stats_planted_outlier),
+        cmocka_unit_test(test_outliers_run),
+        cmocka_unit_test(test_quantize_loss),
+        cmocka_unit_test(test_needle_exact_matches_greedy),
+        cmocka_unit_test(test_alloc_row_hand_maps),
+        cmocka_unit_test(test_allocation_run),
+        cmocka_unit_test(test_allocation_rigged_model),
+        cmocka_unit_test(test_spikes_and_lambda),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
