@@ -17,71 +17,10 @@
 # exits 1 when any check failed.
 set -u
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 PATH_TO_difftrans SCRATCH_DIR" >&2
-    exit 2
-fi
-DT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-S=$2
-case "$S" in "" | / | "$HOME" | .) echo "$0: refusing to use $S as the scratch directory" >&2; exit 2 ;; esac
-rm -rf "$S" && mkdir -p "$S" && S=$(cd "$S" && pwd) || exit 2
-if [ ! -x "$DT" ]; then
-    echo "$0: $DT is not an executable" >&2
-    exit 2
-fi
-# The interpreter itself, not a version-manager shim (those cost ~0.5 s per start).
-PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || /usr/bin/python3 -c 'import sys; print(sys.executable)')
-[ -n "$PY" ] && [ -x "$PY" ] || {
+. "$(dirname "$0")/cli_lib.sh" "$@"
+[ -n "$PY" ] || {
     echo "$0: python3 is needed to check the outputs" >&2
     exit 2
-}
-TMO=120 # seconds before a command counts as hung
-
-N_PASS=0
-N_FAIL=0
-FAILED=()
-
-pass() { N_PASS=$((N_PASS + 1)); }
-fail() {
-    N_FAIL=$((N_FAIL + 1))
-    FAILED+=("$1")
-    printf 'FAIL: %s\n' "$1"
-    shift
-    for line in "$@"; do printf '      %s\n' "$line"; done
-}
-# check DESC CMD... — a test command (not difftrans) that must succeed; its output explains why not.
-check() {
-    local desc=$1 out
-    shift
-    if out=$("$@" 2>&1); then pass; else fail "$desc" "$(printf '%s' "$out" | head -c 1500)"; fi
-}
-
-# expect_ok DESC CMD [ARGS...] — exit status 0 within $TMO s; stdout in $S/last.out, stderr in
-# $S/last.err. Returns the status so that dependent checks can be skipped.
-expect_ok() {
-    local desc=$1
-    shift
-    timeout -k 5 "$TMO" "$@" >"$S/last.out" 2>"$S/last.err" </dev/null
-    local rc=$?
-    if [ $rc -eq 0 ]; then
-        pass
-    else
-        local why="status $rc"
-        [ $rc -eq 124 ] && why="hung (killed after ${TMO}s)"
-        [ $rc -gt 128 ] && [ $rc -ne 124 ] && why="crashed: status $rc (signal $((rc - 128)))"
-        fail "$desc" "$why" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
-    fi
-    return $rc
-}
-
-# out_has DESC FILE REGEX... — FILE matches every REGEX (grep -E, line by line).
-out_has() {
-    local desc=$1 file=$2 p missing=()
-    shift 2
-    for p in "$@"; do grep -qE -- "$p" "$file" || missing+=("/$p/"); done
-    if [ ${#missing[@]} -eq 0 ]; then pass; else
-        fail "$desc" "missing: ${missing[*]}" "output: $(head -c 1200 "$file" | tr '\n' '|')"
-    fi
 }
 
 # ---------------------------------------------------------------- python checks
@@ -553,10 +492,4 @@ fi
 left=$(find "$S" -name '*.tmp.*')
 if [ -z "$left" ]; then pass; else fail "temporary files left in $S" "$left"; fi
 
-echo "cli_workflow: $N_PASS passed, $N_FAIL failed"
-if [ "$N_FAIL" -gt 0 ]; then
-    echo "failed checks:"
-    for f in "${FAILED[@]}"; do echo "  - $f"; done
-    exit 1
-fi
-exit 0
+finish cli_workflow
