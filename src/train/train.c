@@ -308,14 +308,16 @@ int dt_train(dt_train_options *o, dt_error *err) {
             load_train_state(path, o, &tr, data_path, sizeof data_path, err))
             return -1;
         if (!o->data_path) o->data_path = data_path;
+    }
+    /* checked before anything is allocated; a resumed run's options came from its state file */
+    if (validate_options(o, err) != 0) return -1;
+    if (o->resume) {
         if (dt_model_load(&tr.model, o->out_dir, err) != 0) return -1;
     } else {
-        if (validate_options(o, err) != 0) return -1;
         if (dt_model_create(&tr.model, &o->cfg, err) != 0) return -1;
         dt_model_init_random(&tr.model, o->seed);
-        tr.rng = o->seed ^ 0xD1FF7A45ull;
+        tr.rng = o->seed ^ 0xD1FF7A45ull; /* the data order's own stream, apart from the init's */
     }
-    if (validate_options(o, err) != 0) goto fail;
     const dt_config *c = &tr.model.cfg;
     const int B = o->batch, T = o->seq;
     if (T > c->max_position_embeddings) {
@@ -368,9 +370,9 @@ int dt_train(dt_train_options *o, dt_error *err) {
     const int tty = isatty(STDERR_FILENO) && !o->quiet;
     const int log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
     if (!o->quiet)
-        fprintf(stderr, "%s %s: %zu parameters, %zu train / %zu validation bytes, %d steps of %d × %d tokens%s\n",
+        fprintf(stderr, "%s %s: %zu parameters, %zu train / %zu validation bytes, %d steps of %d × %d tokens\n",
                 o->resume ? "resuming" : "training", c->arch == DT_ARCH_DIFF ? "diffllama" : "llama", P, tr.n_train,
-                tr.n_tokens - tr.n_train, o->steps, B, T, o->resume ? "" : "");
+                tr.n_tokens - tr.n_train, o->steps, B, T);
     double tps = 0, t_start = now_seconds();
     int start_step = tr.step, rc = 0, stopped = 0;
     if (tr.step == o->steps && !o->quiet) fprintf(stderr, "nothing to do: the run is already at step %d\n", tr.step);
