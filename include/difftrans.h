@@ -184,6 +184,9 @@ typedef struct {
     int logit_bits;              /* > 0: fake-quantise those scores to this many bits (symmetric,
                                     absmax scale) before the softmax; forward-only */
     int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
+    /* Training: the LM head and the cross-entropy run over chunks of rows, so the [B·T, V] logits
+     * never exist whole (the backward recomputes each chunk); dt_runstate_logits gives NULL. */
+    int chunked_loss;
 } dt_run_options;
 
 dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err); /* fused, no extras */
@@ -198,7 +201,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
 /* Accumulates d(loss)/d(params) into grads (laid out like m->params). Call after dt_forward
  * with targets; it overwrites the logits with their gradient (copy them first if needed). */
 void dt_backward(const dt_model *m, dt_runstate *rs, float *grads);
-const float *dt_runstate_logits(const dt_runstate *rs);
+const float *dt_runstate_logits(const dt_runstate *rs); /* NULL with chunked_loss */
 /* Attention probabilities of the last forward for a layer: [B, H, T, T] softmax maps (for DIFF
  * query head i < H/2 pairs with i + H/2). NULL unless the run state uses the reference kernel. */
 const float *dt_runstate_attention(const dt_runstate *rs, int layer);

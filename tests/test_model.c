@@ -205,6 +205,40 @@ static void test_fused_attention_matches_reference(void **state) {
     check_fused_matches_reference(DT_ARCH_DIFF, 4, 0, 1, 2);
 }
 
+/* The chunked LM head + cross-entropy of training against the whole-logits path: same loss and
+ * gradients, with more rows than one chunk (and a partial last chunk). */
+static void test_chunked_loss_matches_whole(void **state) {
+    (void)state;
+    for (int tied = 0; tied < 2; tied++) {
+        dt_model m;
+        dt_error err;
+        make_model(&m, DT_ARCH_DIFF, 2, tied, 0, 23);
+        const int B = 9, T = 61, V = m.cfg.vocab_size, N = B * T; /* 549 rows: 256 + 256 + 37 */
+        int *tok = malloc(sizeof(int) * N), *tgt = malloc(sizeof(int) * N);
+        random_tokens(tok, N, V, 31);
+        random_tokens(tgt, N, V, 32);
+        tgt[300] = -1;
+        dt_runstate *whole = dt_runstate_create(&m, B, T, &err);
+        dt_runstate *chunked = dt_runstate_create_with(&m, B, T, &(dt_run_options){.chunked_loss = 1}, &err);
+        assert_non_null(chunked);
+        assert_null(dt_runstate_logits(chunked));
+        float lw, lc;
+        assert_int_equal(dt_forward(&m, whole, tok, tgt, B, T, &lw, &err), 0);
+        assert_int_equal(dt_forward(&m, chunked, tok, tgt, B, T, &lc, &err), 0);
+        assert_float_equal(lc, lw, 1e-6 * fabs(lw));
+        float *gw = calloc(m.n_params, sizeof(float)), *gc = calloc(m.n_params, sizeof(float));
+        dt_backward(&m, whole, gw);
+        dt_backward(&m, chunked, gc);
+        float scale = 0;
+        for (size_t j = 0; j < m.n_params; j++) scale = fmaxf(scale, fabsf(gw[j]));
+        assert_true(tu_max_abs_diff(gw, gc, m.n_params) <= 1e-5f * scale);
+        free(gw), free(gc), free(tok), free(tgt);
+        dt_runstate_free(whole);
+        dt_runstate_free(chunked);
+        dt_model_free(&m);
+    }
+}
+
 static void test_save_load_bit_exact(void **state) {
     (void)state;
     for (int arch = 0; arch < 2; arch++) {
@@ -427,6 +461,7 @@ int main(void) {
         cmocka_unit_test(test_kvcache_equals_forward),
         cmocka_unit_test(test_model_gradients),
         cmocka_unit_test(test_fused_attention_matches_reference),
+        cmocka_unit_test(test_chunked_loss_matches_whole),
         cmocka_unit_test(test_save_load_bit_exact),
         cmocka_unit_test(test_hf_export_same_logits),
         cmocka_unit_test(test_differential_map),

@@ -11,6 +11,9 @@
 #include "difftrans.h"
 #include "layers/layers.h"
 
+/* Rows per chunk of the LM head + cross-entropy with chunked_loss. */
+#define LOSS_CHUNK 256
+
 typedef struct {
     float *ln1, *ln1_rstd;       /* [N, C], [N] */
     float *q, *k, *v;            /* [N, H·hd], [N, KV·hd], [N, KV·hd]; q, k after RoPE */
@@ -35,7 +38,8 @@ struct dt_runstate {
     float **resid;               /* [L+1] × [N, C]: input of each layer; resid[L] feeds the final norm */
     layer_acts *acts;            /* [L] */
     float *lnf, *lnf_rstd;       /* [N, C], [N] */
-    float *logits;               /* [N, V]; the backward pass turns it into d(loss)/d(logits) */
+    float *logits;               /* [N, V], or [LOSS_CHUNK, V] with chunked_loss; the backward turns
+                                    it into d(loss)/d(logits) */
     /* backward scratch */
     float *dresid, *dln;         /* [N, C] */
     float *datty, *dq, *dk, *dv; /* [N, H·hd], [N, H·hd], [N, KV·hd] × 2 */
@@ -87,7 +91,7 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     }
     rs->lnf = carve(cv, N * C);
     rs->lnf_rstd = carve(cv, N);
-    rs->logits = carve(cv, N * c->vocab_size);
+    rs->logits = carve(cv, (rs->opt.chunked_loss && N > LOSS_CHUNK ? LOSS_CHUNK : N) * c->vocab_size);
     rs->dresid = carve(cv, N * C);
     rs->dln = carve(cv, N * C);
     rs->datty = carve(cv, N * H * hd);
@@ -168,7 +172,7 @@ void dt_runstate_free(dt_runstate *rs) {
     free(rs);
 }
 
-const float *dt_runstate_logits(const dt_runstate *rs) { return rs->logits; }
+const float *dt_runstate_logits(const dt_runstate *rs) { return rs->opt.chunked_loss ? NULL : rs->logits; }
 const float *dt_runstate_attention(const dt_runstate *rs, int layer) {
     return rs->kernel == DT_ATTENTION_REFERENCE ? rs->acts[layer].att : NULL;
 }
@@ -207,6 +211,34 @@ static void fused_attention_backward(dt_runstate *rs, const layer_acts *a, float
     flash_attention_backward(rs->dq, rs->dk, rs->dv, dlambda, dsubln, rs->datty, a->atty, a->lse, a->o12, a->pre,
                              a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, s);
     omp_set_num_threads(threads);
+}
+
+/* The LM head and the cross-entropy over LOSS_CHUNK rows at a time (chunked_loss): the mean over
+ * all counted rows, with rs->count set, and only one chunk of logits in memory. */
+static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int *targets, int N) {
+    const int C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    double total = 0;
+    rs->count = 0;
+    for (int r0 = 0; r0 < N; r0 += LOSS_CHUNK) {
+        const int rows = N - r0 < LOSS_CHUNK ? N - r0 : LOSS_CHUNK;
+        int count;
+        linear_forward(rs->logits, rs->lnf + (size_t)r0 * C, m->w.lm_head, rows, C, V);
+        total += (double)crossentropy_forward(rs->logits, targets + r0, rows, V, &count) * count;
+        rs->count += count;
+    }
+    return rs->count ? (float)(total / rs->count) : 0.0f;
+}
+
+/* dln += d(loss)/d(lnf) and g_lm_head += ..., recomputing each chunk's logits. */
+static void chunked_loss_backward(const dt_model *m, dt_runstate *rs, float *g_lm_head, int N) {
+    const int C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    for (int r0 = 0; r0 < N; r0 += LOSS_CHUNK) {
+        const int rows = N - r0 < LOSS_CHUNK ? N - r0 : LOSS_CHUNK;
+        const float *x = rs->lnf + (size_t)r0 * C;
+        linear_forward(rs->logits, x, m->w.lm_head, rows, C, V);
+        crossentropy_backward(rs->logits, rs->logits, rs->targets + r0, rows, V, rs->count, 1.0f);
+        linear_backward(rs->dln + (size_t)r0 * C, g_lm_head, rs->logits, x, m->w.lm_head, rows, C, V);
+    }
 }
 
 int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int *targets, int B, int T,
@@ -266,6 +298,13 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
                                  last ? rs->lnf_rstd : rs->acts[l + 1].ln1_rstd, a->resid_mid, rs->dln,
                                  last ? m->w.norm : m->w.layers[l + 1].input_layernorm, N, C, c->rms_norm_eps);
     }
+    if (rs->opt.chunked_loss) {
+        if (targets) {
+            float l = chunked_loss_forward(m, rs, targets, N);
+            if (loss) *loss = l;
+        }
+        return 0;
+    }
     linear_forward(rs->logits, rs->lnf, m->w.lm_head, N, C, V);
     if (targets) {
         float l = crossentropy_forward(rs->logits, targets, N, V, &rs->count);
@@ -300,9 +339,13 @@ void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
     dt_weights g; /* the gradient buffer seen with the weights' layout */
     dt_weights_view(m, grads, &g, rs->grad_layers);
 
-    crossentropy_backward(rs->logits, rs->logits, rs->targets, N, V, rs->count, 1.0f);
     memset(rs->dln, 0, (size_t)N * C * sizeof(float));
-    linear_backward(rs->dln, g.lm_head, rs->logits, rs->lnf, m->w.lm_head, N, C, V);
+    if (rs->opt.chunked_loss) {
+        chunked_loss_backward(m, rs, g.lm_head, N);
+    } else {
+        crossentropy_backward(rs->logits, rs->logits, rs->targets, N, V, rs->count, 1.0f);
+        linear_backward(rs->dln, g.lm_head, rs->logits, rs->lnf, m->w.lm_head, N, C, V);
+    }
     memset(rs->dresid, 0, (size_t)N * C * sizeof(float));
     rmsnorm_backward(rs->dresid, g.norm, rs->dln, rs->resid[c->num_hidden_layers], rs->lnf_rstd, m->w.norm, N, C);
 

@@ -351,7 +351,8 @@ int dt_train(dt_train_options *o, dt_error *err) {
     }
     for (int i = 0; i < tr.model.n_tensors; i++)
         if (tr.model.tensors[i].decay) memset(tr.decay + tr.model.tensors[i].offset, 1, tr.model.tensors[i].numel);
-    if (!(tr.rs = dt_runstate_create(&tr.model, B, T, err))) goto fail;
+    /* the [B·T, V] logits are never needed whole in training */
+    if (!(tr.rs = dt_runstate_create_with(&tr.model, B, T, &(dt_run_options){.chunked_loss = 1}, err))) goto fail;
     if (o->resume && load_optimizer(o->out_dir, &tr, err) != 0) goto fail;
 
     if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
