@@ -15,10 +15,10 @@ struct dt_kvcache {
     int max_tokens;
     float *k, *v;                /* [L, max_tokens, KV·hd] each, after RoPE for k */
     float *x, *xn;               /* [C] residual stream and its normalised copy */
-    float *q;                    /* [H·hd] */
+    float *q;                    /* [H·hd + 2·KV·hd]: q, k, v of the current position */
     float *scores;               /* [H, max_tokens] softmax maps of the current position */
     float *atty;                 /* [H·hd] */
-    float *gate, *up;            /* [F] */
+    float *gate, *up;            /* [F] each, one block */
     float *tmp;                  /* [max(C, H·hd)] */
 };
 
@@ -38,13 +38,13 @@ dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) 
     kc->v = calloc((size_t)c->num_hidden_layers * max_tokens * kvdim, sizeof(float));
     kc->x = calloc(C, sizeof(float));
     kc->xn = calloc(C, sizeof(float));
-    kc->q = calloc(qdim, sizeof(float));
+    kc->q = calloc(qdim + 2 * kvdim, sizeof(float)); /* q, then this position's k and v */
     kc->scores = calloc((size_t)c->num_attention_heads * max_tokens, sizeof(float));
     kc->atty = calloc(qdim, sizeof(float));
-    kc->gate = calloc(F, sizeof(float));
-    kc->up = calloc(F, sizeof(float));
+    kc->gate = calloc(2 * F, sizeof(float)); /* gate, then up */
+    kc->up = kc->gate + F;
     kc->tmp = calloc(C > qdim ? C : qdim, sizeof(float)); /* o_proj output, or per-head norm outputs */
-    if (!kc->k || !kc->v || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate || !kc->up ||
+    if (!kc->k || !kc->v || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate ||
         !kc->tmp)
         goto oom;
     return kc;
@@ -63,8 +63,7 @@ void dt_kvcache_free(dt_kvcache *kc) {
     free(kc->q);
     free(kc->scores);
     free(kc->atty);
-    free(kc->gate);
-    free(kc->up);
+    free(kc->gate); /* up lives in the same block */
     free(kc->tmp);
     free(kc);
 }
@@ -146,13 +145,23 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
     memcpy(kc->x, m->w.embed_tokens + (size_t)token * C, (size_t)C * sizeof(float));
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const dt_layer_weights *w = &m->w.layers[l];
+        const int fused_qkv = w->k_proj == w->q_proj + (size_t)qdim * C && w->v_proj == w->k_proj + (size_t)kvdim * C;
+        const int fused_gate_up = w->up_proj == w->gate_proj + (size_t)F * C;
         float *kslot = kc->k + ((size_t)l * kc->max_tokens + pos) * kvdim;
         float *vslot = kc->v + ((size_t)l * kc->max_tokens + pos) * kvdim;
         float rstd;
         rmsnorm_forward(kc->xn, &rstd, kc->x, w->input_layernorm, 1, C, c->rms_norm_eps);
-        linear_forward(kc->q, kc->xn, w->q_proj, 1, C, qdim);
-        linear_forward(kslot, kc->xn, w->k_proj, 1, C, kvdim);
-        linear_forward(vslot, kc->xn, w->v_proj, 1, C, kvdim);
+        /* q_proj, k_proj, v_proj (and gate_proj, up_proj) lie back to back in the parameter buffer
+         * (model.c's layout): one matrix-vector product streams all three */
+        if (fused_qkv) {
+            linear_forward(kc->q, kc->xn, w->q_proj, 1, C, qdim + 2 * kvdim);
+            memcpy(kslot, kc->q + qdim, (size_t)kvdim * sizeof(float));
+            memcpy(vslot, kc->q + qdim + kvdim, (size_t)kvdim * sizeof(float));
+        } else {
+            linear_forward(kc->q, kc->xn, w->q_proj, 1, C, qdim);
+            linear_forward(kslot, kc->xn, w->k_proj, 1, C, kvdim);
+            linear_forward(vslot, kc->xn, w->v_proj, 1, C, kvdim);
+        }
         rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, c->rope_theta, +1);
         rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, c->rope_theta, +1);
         decode_attention(m, kc, l, pos + 1);
@@ -160,8 +169,12 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
 
         rmsnorm_forward(kc->xn, &rstd, kc->x, w->post_attention_layernorm, 1, C, c->rms_norm_eps);
-        linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, F);
-        linear_forward(kc->up, kc->xn, w->up_proj, 1, C, F);
+        if (fused_gate_up) {
+            linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, 2 * F);
+        } else {
+            linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, F);
+            linear_forward(kc->up, kc->xn, w->up_proj, 1, C, F);
+        }
         swiglu_forward(kc->gate, kc->gate, kc->up, 1, F);
         linear_forward(kc->tmp, kc->gate, w->down_proj, 1, F, C);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
