@@ -40,30 +40,6 @@ void flash_attention_exp_for_test(float *y, const float *x, int n);
 
 /* ------------------------------------------------------------------ helpers */
 
-static float *fnew(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    assert_non_null(p);
-    return p;
-}
-
-static float *frand(size_t n, float std, uint64_t *rng) {
-    float *p = fnew(n);
-    tu_fill_normal(p, n, std, rng);
-    return p;
-}
-
-static float *fnan(size_t n) {
-    float *p = fnew(n);
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-    return p;
-}
-
-static float *fcopy(const float *x, size_t n) {
-    float *p = fnew(n);
-    memcpy(p, x, n * sizeof(float));
-    return p;
-}
-
 static float max_abs(const float *x, size_t n) {
     float m = 0.0f;
     for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));

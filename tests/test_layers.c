@@ -23,30 +23,6 @@
 
 /* ------------------------------------------------------------------ helpers */
 
-static float *fnew(size_t n) {
-    float *p = malloc((n ? n : 1) * sizeof(float));
-    assert_non_null(p);
-    return p;
-}
-
-static float *frand(size_t n, float std, uint64_t *rng) {
-    float *p = fnew(n);
-    tu_fill_normal(p, n, std, rng);
-    return p;
-}
-
-static float *fnan(size_t n) {
-    float *p = fnew(n);
-    for (size_t i = 0; i < n; i++) p[i] = NAN;
-    return p;
-}
-
-static float *fcopy(const float *x, size_t n) {
-    float *p = fnew(n);
-    memcpy(p, x, n * sizeof(float));
-    return p;
-}
-
 static double dot_d(const float *a, const float *b, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)a[i] * b[i];

@@ -27,6 +27,30 @@ void tu_fill_normal(float *x, size_t n, float std, uint64_t *rng) {
     for (size_t i = 0; i < n; i++) x[i] = std * dt_rng_normal(rng);
 }
 
+float *fnew(size_t n) {
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) abort();
+    return p;
+}
+
+float *frand(size_t n, float std, uint64_t *rng) {
+    float *p = fnew(n);
+    tu_fill_normal(p, n, std, rng);
+    return p;
+}
+
+float *fnan(size_t n) {
+    float *p = fnew(n);
+    for (size_t i = 0; i < n; i++) p[i] = NAN;
+    return p;
+}
+
+float *fcopy(const float *x, size_t n) {
+    float *p = fnew(n);
+    memcpy(p, x, n * sizeof(float));
+    return p;
+}
+
 void tu_write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) abort();

@@ -9,6 +9,12 @@ const char *tu_tmpdir(void);
 /* out = tmpdir/name */
 void tu_path(char *out, size_t n, const char *name);
 void tu_fill_normal(float *x, size_t n, float std, uint64_t *rng);
+/* Float buffers for tests (abort when out of memory; free with free()): uninitialised, normal
+ * random, all NaN (so that a kernel reading what it should not shows up), or a copy. */
+float *fnew(size_t n);
+float *frand(size_t n, float std, uint64_t *rng);
+float *fnan(size_t n);
+float *fcopy(const float *x, size_t n);
 void tu_write_file(const char *path, const void *data, size_t n);
 int tu_file_exists(const char *path);
 float tu_max_abs_diff(const float *a, const float *b, size_t n);
