@@ -16,21 +16,8 @@
 # python3 (struct + json only). Prints a summary; exits 1 when any check failed.
 set -u
 
-if [ $# -ne 2 ]; then
-    echo "usage: $0 PATH_TO_difftrans SCRATCH_DIR" >&2
-    exit 2
-fi
-DT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
-S=$2
-case "$S" in "" | / | "$HOME" | .) echo "$0: refusing to use $S as the scratch directory" >&2; exit 2 ;; esac
-rm -rf "$S" && mkdir -p "$S" && S=$(cd "$S" && pwd) || exit 2
-if [ ! -x "$DT" ]; then
-    echo "$0: $DT is not an executable" >&2
-    exit 2
-fi
-# The interpreter itself, not a version-manager shim (those cost ~0.5 s per start).
-PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || /usr/bin/python3 -c 'import sys; print(sys.executable)')
-[ -n "$PY" ] && [ -x "$PY" ] || {
+. "$(dirname "$0")/cli_lib.sh" "$@" # DT, S, PY, counters, pass/fail; expect_fail is redefined below
+[ -n "$PY" ] || {
     echo "$0: python3 is needed to build the test files" >&2
     exit 2
 }
@@ -38,19 +25,6 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 TMO=30          # seconds before a command counts as hung
 OUT=$S/out      # where outputs would go; must stay empty of them
 mkdir -p "$OUT"
-
-N_PASS=0
-N_FAIL=0
-FAILED=()
-
-pass() { N_PASS=$((N_PASS + 1)); }
-fail() {
-    N_FAIL=$((N_FAIL + 1))
-    FAILED+=("$1")
-    printf 'FAIL: %s\n' "$1"
-    shift
-    for line in "$@"; do printf '      %s\n' "$line"; done
-}
 
 # Leftover temporaries from atomic writes anywhere in the scratch dir (removed once reported).
 check_tmp_files() {
@@ -666,10 +640,4 @@ left=$(ls -A "$OUT")
 if [ -z "$left" ]; then pass; else fail "outputs left in $OUT" "$left"; fi
 
 echo
-echo "cli_bad_input: $N_PASS passed, $N_FAIL failed"
-if [ "$N_FAIL" -gt 0 ]; then
-    echo "failed checks:"
-    for f in "${FAILED[@]}"; do echo "  - $f"; done
-    exit 1
-fi
-exit 0
+finish cli_bad_input
