@@ -24,6 +24,7 @@ static const struct {
     {"bench", cmd_bench, "training, prefill and decode throughput against the machine's peak"},
     {"needle", cmd_needle, "multi-needle retrieval: generate the data set, score a checkpoint on it"},
     {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training"},
+    {"compare", cmd_compare, "train DIFF and its matched baseline, analyse both, write REPORT.md"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

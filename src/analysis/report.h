@@ -1,0 +1,64 @@
+/* report.h — the `difftrans compare` report (internal): every analysis of analyze.h on a DIFF model
+ * and its parameter-matched baseline, written as REPORT.md (tables next to the paper's figures),
+ * report.json (all raw numbers) and, when gnuplot is on PATH, PNG plots made by gnuplot.
+ *
+ * The analyses themselves live in analyze.c / needle.c; this file only collects and writes. Every
+ * function that can fail returns 0 or -1 with a message in *err naming the file or argument.
+ */
+#ifndef DT_REPORT_H
+#define DT_REPORT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "analysis/analyze.h"
+#include "analysis/needle.h"
+#include "difftrans.h"
+
+#define RP_MAX_BITS 8
+
+/* One trained model and everything measured on it. */
+typedef struct {
+    char name[32];   /* "DIFF" or "Transformer" */
+    char dir[4096];  /* its run / checkpoint directory */
+    dt_config cfg;
+    size_t n_params;
+    double *lambda;  /* [L] λ of the final weights (DIFF), NULL for the baseline */
+    an_training training;
+    an_outliers outliers;
+    int n_quant;     /* rows: unquantised first, then each bit width */
+    an_quant_row quant[RP_MAX_BITS + 1];
+    int have_needle;
+    needle_results needle;
+    an_allocation allocation;
+} rp_model;
+
+typedef struct {
+    const int *tokens;   /* held-out text for outliers and quantisation */
+    size_t n;
+    int seq, windows;    /* windows of seq (+1) bytes */
+    int n_bits;
+    int bits[RP_MAX_BITS];
+    const needle_testset *needle; /* NULL: no needle analyses */
+    int allocation_samples;       /* <= 0: all */
+    int quiet;                    /* no progress lines on stderr */
+} rp_analysis_options;
+
+/* Loads the checkpoint in dir and runs every analysis on it; fills *out (zeroed first). */
+int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_analysis_options *o, dt_error *err);
+void rp_model_free(rp_model *m);
+
+typedef struct {
+    const char *command;     /* the command line that reproduces the report */
+    uint64_t seed;
+    const char *preset, *data, *train_text, *needle_dir; /* needle_dir NULL without --needle */
+    int steps, batch, seq;
+    size_t heldout_bytes;    /* bytes of the held-out tail the analyses used */
+    int windows;
+    int needle_context, needle_needles, needle_queries;
+    rp_model *diff, *base;
+} rp_report;
+
+/* Writes out_dir/REPORT.md and out_dir/report.json (atomically), and out_dir/plots/ (*.dat, *.gp and
+ * the PNGs) when gnuplot is on PATH. A failing gnuplot is noted in REPORT.md, not an error. */
+int rp_write(const rp_report *r, const char *out_dir, dt_error *err);
+#endif

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# cli_compare.sh — `difftrans compare`, end to end on tiny budgets.
+#
+# usage: bash tests/cli_compare.sh PATH_TO_difftrans SCRATCH_DIR
+#
+#   --quick            REPORT.md (command line, seed, tables, both model names), report.json (python3),
+#                      both run directories, the PNGs when gnuplot is on PATH
+#   --quick --needle   the needle set, DIR/train.txt and the retrieval / allocation tables
+#   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset:
+#                      exit status 1 and a message naming the argument or the file
+# Prints a summary and exits 1 when any check failed.
+set -u
+
+TMO=120
+. "$(dirname "$0")/cli_lib.sh" "$@"
+
+expect_ok "compare --help" "$DT" compare --help &&
+    out_has "compare --help lists the options" "$S/last.out" "--data" "--out" "--preset" "--steps" "--needle" \
+        "--quick" "--seed"
+expect_ok "difftrans --help lists compare" "$DT" --help && out_has "compare in the command list" "$S/last.out" "compare"
+
+# ---------------------------------------------------------------- --quick
+
+Q=$S/quick
+expect_ok "compare --quick" "$DT" compare --quick --quiet --threads 2 --seed 7 --data "$CORPUS" --out "$Q"
+check "REPORT.md written" test -s "$Q/REPORT.md"
+check "report.json written" test -s "$Q/report.json"
+check "DIFF run directory" test -s "$Q/diff/metrics.jsonl"
+check "Transformer run directory" test -s "$Q/transformer/metrics.jsonl"
+out_has "REPORT.md has the command line, seed, tables and names" "$Q/REPORT.md" \
+    "difftrans compare --quick --quiet --threads 2 --seed 7 --data" "seed: 7" \
+    "\| measure \| paper DIFF \| paper Transformer \| ours DIFF \| ours Transformer \|" \
+    "largest attention logit \| 38.8 \| 318.0" "largest hidden-state activation \| 1,688 \| 3,609" \
+    "final validation loss" "λ per layer" "On our data, (DIFF|Transformer|both)" "DIFF" "Transformer" \
+    "No needle set"
+if [ -n "$PY" ]; then
+    check "report.json parses and holds both models" "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["seed"] == "7", r["seed"]
+names = [m["name"] for m in r["models"]]
+assert names == ["DIFF", "Transformer"], names
+for m in r["models"]:
+    assert m["quantisation"][0]["bits"] == 0 and len(m["quantisation"]) == 7
+    assert m["outliers"]["attention_logits"]["top1"] > 0
+    assert m["training"]["final_val_loss"] is not None
+assert len(r["models"][0]["lambda_final"]) == r["models"][0]["layers"]
+' "$Q/report.json"
+fi
+if command -v gnuplot >/dev/null 2>&1; then
+    for p in loss lambda grad_norm quantisation outliers; do
+        check "plot $p.png" test -s "$Q/plots/$p.png"
+    done
+    out_has "REPORT.md embeds the plots" "$Q/REPORT.md" "!\[loss\]\(plots/loss.png\)"
+else
+    out_has "REPORT.md says gnuplot is missing" "$Q/REPORT.md" "gnuplot is not on PATH"
+fi
+
+# ---------------------------------------------------------------- --quick --needle
+
+N=$S/needle
+expect_ok "compare --quick --needle" "$DT" compare --quick --needle --quiet --threads 2 --data "$CORPUS" --out "$N"
+check "needle test set" test -s "$N/needle/test.jsonl"
+check "training text with the needle set appended" test -s "$N/train.txt"
+check "train.txt starts with the corpus" cmp -n "$(wc -c <"$CORPUS")" "$CORPUS" "$N/train.txt"
+out_has "REPORT.md has the retrieval tables" "$N/REPORT.md" "exact-match accuracy, all queries \| 0.85 \| 0.55" \
+    "answer share \(mean over layers\) \| 0.27–0.40 \| 0.03–0.09"
+if [ -n "$PY" ]; then
+    check "report.json has needle and allocation numbers" "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+for m in r["models"]:
+    assert m["needle"]["total"] > 0 and "answer_share" in m["allocation"]
+' "$N/report.json"
+fi
+
+# ---------------------------------------------------------------- refusals
+
+expect_fail "missing --data" "--data" "$DT" compare --quick --out "$S/x"
+expect_fail "missing --out" "--out" "$DT" compare --quick --data "$CORPUS"
+expect_fail "bad --steps" "--steps 'abc'" "$DT" compare --quick --steps abc --data "$CORPUS" --out "$S/x"
+expect_fail "zero --steps" "--steps 0" "$DT" compare --quick --steps 0 --data "$CORPUS" --out "$S/x"
+expect_fail "missing data file" "$S/nope.txt" "$DT" compare --quick --data "$S/nope.txt" --out "$S/x"
+expect_fail "unknown preset" "--preset" "$DT" compare --quick --preset huge --data "$CORPUS" --out "$S/x"
+expect_fail "--seq beyond the context" "--seq 100000" "$DT" compare --quick --seq 100000 --data "$CORPUS" --out "$S/x"
+expect_fail "unexpected argument" "unexpected argument 'extra'" "$DT" compare --quick --data "$CORPUS" --out "$S/x" extra
+
+finish cli_compare
