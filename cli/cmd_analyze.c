@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "analysis/analyze.h"
+#include "analysis/icl.h"
 #include "analysis/needle.h"
 #include "cli.h"
 
@@ -38,7 +39,13 @@ static void help(void) {
         "  analyze training RUN_DIR...\n"
         "      From metrics.jsonl: lambda per layer (first, last, min, max), gradient norm mean/std/max and\n"
         "      spikes (grad_norm > mean + 3 std, or > 3x the median, of the preceding <= 50 steps; needs 10 earlier\n"
-        "      steps), final train and validation loss.\n\n"
+        "      steps), final train and validation loss.\n"
+        "  analyze icl MODEL_DIR... [--shots 8] [--permutations 6] [--queries 32] [--seed 1]\n"
+        "      Section 3.6: in-context classification and its sensitivity to the order of the examples. A\n"
+        "      synthetic task (words whose first letter is a-m are \"red\", n-z \"blue\"): --shots balanced\n"
+        "      demonstrations \"Input: WORD\\nLabel: LABEL\\n\\n\", then a query; the answer is the label with\n"
+        "      the higher log-probability. The same demonstrations in --permutations orders, each scored on\n"
+        "      the same --queries: accuracy per order, mean, std, min, max (chance is 0.5).\n\n"
         "options:\n"
         "  --data FILE.txt   text (outliers, quantize)\n"
         "  --seq N           window length in bytes [256, at most the model's context]\n"
@@ -54,6 +61,8 @@ static void help(void) {
 typedef struct {
     const char *data, *needle, *json;
     int seq, batches, per_row, max_samples, threads;
+    icl_params icl;
+    int given_icl;
     int n_bits, bits[MAX_BITS];
     int given_data, given_seq, given_batches, given_bits, given_per_row, given_needle, given_max;
 } options;
@@ -367,6 +376,61 @@ static void print_num(double v) {
         printf(" %9.4f", v);
 }
 
+static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
+    dt_error err;
+    dt_model *models = calloc((size_t)n, sizeof *models);
+    icl_result *res = calloc((size_t)n, sizeof *res);
+    int rc = 0, seq = 0;
+    if (!models || !res) rc = cli_error(cmd, "out of memory");
+    else if (load_models(cmd, dirs, n, models, 0, &seq) != 0) {
+        free(models);
+        models = NULL;
+        rc = 1;
+    }
+    int done = 0;
+    for (; rc == 0 && done < n; done++) {
+        fprintf(stderr, "analyze icl: %s (%d orders × %d queries)\n", dirs[done], op->icl.permutations,
+                op->icl.queries);
+        if (icl_run(&models[done], &op->icl, &res[done], &err) != 0) rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
+    }
+    if (rc == 0) {
+        printf("analyze icl: %d shots, %d orders, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,
+               op->icl.permutations, op->icl.queries, (unsigned long long)op->icl.seed);
+        printf("%-28s %-11s %8s %8s %8s %8s %8s\n", "model", "arch", "mean", "std", "min", "max", "spread");
+        for (int i = 0; i < n; i++)
+            printf("%-28s %-11s %8.4f %8.4f %8.4f %8.4f %8.4f\n", dirs[i], arch_name(models[i].cfg.arch), res[i].mean,
+                   res[i].std, res[i].min, res[i].max, res[i].max - res[i].min);
+        if (op->json) {
+            cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "models");
+            char seed[32];
+            snprintf(seed, sizeof seed, "%llu", (unsigned long long)op->icl.seed);
+            cJSON_AddStringToObject(root, "analysis", "icl");
+            cJSON_AddNumberToObject(root, "shots", op->icl.shots);
+            cJSON_AddNumberToObject(root, "permutations", op->icl.permutations);
+            cJSON_AddNumberToObject(root, "queries", op->icl.queries);
+            cJSON_AddStringToObject(root, "seed", seed);
+            for (int i = 0; i < n; i++) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddItemToArray(arr, e);
+                cJSON_AddStringToObject(e, "model", dirs[i]);
+                cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
+                cJSON_AddItemToObject(e, "accuracy", cJSON_CreateDoubleArray(res[i].accuracy, res[i].permutations));
+                cJSON_AddNumberToObject(e, "mean", res[i].mean);
+                cJSON_AddNumberToObject(e, "std", res[i].std);
+                cJSON_AddNumberToObject(e, "min", res[i].min);
+                cJSON_AddNumberToObject(e, "max", res[i].max);
+            }
+            rc = write_json(cmd, op->json, root);
+            cJSON_Delete(root);
+        }
+    }
+    for (int i = 0; i < done; i++) icl_result_free(&res[i]);
+    for (int i = 0; models && i < n; i++) dt_model_free(&models[i]);
+    free(models);
+    free(res);
+    return rc;
+}
+
 static int run_training(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     an_training *res = calloc((size_t)n, sizeof *res);
@@ -447,7 +511,7 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
 int cmd_analyze(int argc, char **argv) {
     if (argc < 2)
         return cli_error("analyze",
-                         "expected a kind: outliers, quantize, allocation or training (see difftrans analyze --help)");
+                         "expected a kind: outliers, quantize, allocation, training or icl (see difftrans analyze --help)");
     const char *kind = argv[1];
     if (!strcmp(kind, "--help") || !strcmp(kind, "-h") || !strcmp(kind, "help")) {
         help();
@@ -459,9 +523,11 @@ int cmd_analyze(int argc, char **argv) {
             : !strcmp(kind, "quantize")   ? 1
             : !strcmp(kind, "allocation") ? 2
             : !strcmp(kind, "training")   ? 3
+            : !strcmp(kind, "icl")        ? 4
                                           : -1;
     if (k < 0)
-        return cli_error("analyze", "unknown kind '%s' (expected outliers, quantize, allocation or training)", kind);
+        return cli_error("analyze", "unknown kind '%s' (expected outliers, quantize, allocation, training or icl)",
+                         kind);
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},
         {"seq", required_argument, 0, 's'},
@@ -472,10 +538,15 @@ int cmd_analyze(int argc, char **argv) {
         {"max-samples", required_argument, 0, 'm'},
         {"json", required_argument, 0, 'J'},
         {"threads", required_argument, 0, 'j'},
+        {"shots", required_argument, 0, 'S'},
+        {"permutations", required_argument, 0, 'P'},
+        {"queries", required_argument, 0, 'Q'},
+        {"seed", required_argument, 0, 'e'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     options op = {.seq = 256, .batches = 4, .n_bits = 4, .bits = {16, 8, 6, 4}};
+    icl_params_default(&op.icl);
     argc--;
     argv++;
     optind = 1;
@@ -514,6 +585,10 @@ int cmd_analyze(int argc, char **argv) {
             break;
         case 'J': op.json = optarg; break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &op.threads); break;
+        case 'S': bad = parse_int(cmd, "--shots", optarg, 2, 256, &op.icl.shots), op.given_icl = 1; break;
+        case 'P': bad = parse_int(cmd, "--permutations", optarg, 1, 1000, &op.icl.permutations), op.given_icl = 1; break;
+        case 'Q': bad = parse_int(cmd, "--queries", optarg, 2, 100000, &op.icl.queries), op.given_icl = 1; break;
+        case 'e': bad = parse_u64(cmd, "--seed", optarg, &op.icl.seed), op.given_icl = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -528,12 +603,12 @@ int cmd_analyze(int argc, char **argv) {
     const struct {
         int given;
         const char *name;
-        int ok[4];
+        int ok[5];
     } applies[] = {
-        {op.given_data, "--data", {1, 1, 0, 0}},       {op.given_seq, "--seq", {1, 1, 0, 0}},
-        {op.given_batches, "--batches", {1, 1, 0, 0}}, {op.given_bits, "--bits", {0, 1, 0, 0}},
-        {op.given_per_row, "--per-row", {0, 1, 0, 0}}, {op.given_needle, "--needle", {0, 1, 1, 0}},
-        {op.given_max, "--max-samples", {0, 1, 1, 0}},
+        {op.given_data, "--data", {1, 1, 0, 0, 0}},       {op.given_seq, "--seq", {1, 1, 0, 0, 0}},
+        {op.given_batches, "--batches", {1, 1, 0, 0, 0}}, {op.given_bits, "--bits", {0, 1, 0, 0, 0}},
+        {op.given_per_row, "--per-row", {0, 1, 0, 0, 0}}, {op.given_needle, "--needle", {0, 1, 1, 0, 0}},
+        {op.given_max, "--max-samples", {0, 1, 1, 0, 0}}, {op.given_icl, "--shots/--permutations/--queries/--seed", {0, 0, 0, 0, 1}},
     };
     for (size_t i = 0; i < sizeof applies / sizeof applies[0]; i++)
         if (applies[i].given && !applies[i].ok[k])
@@ -547,6 +622,7 @@ int cmd_analyze(int argc, char **argv) {
     case 0: return run_outliers(cmd, dirs, n, &op);
     case 1: return run_quantize(cmd, dirs, n, &op);
     case 2: return run_allocation(cmd, dirs, n, &op);
-    default: return run_training(cmd, dirs, n, &op);
+    case 3: return run_training(cmd, dirs, n, &op);
+    default: return run_icl(cmd, dirs, n, &op);
     }
 }

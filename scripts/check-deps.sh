@@ -7,10 +7,11 @@
 #   libcmocka-dev                   the C unit-test framework under CTest
 #   fortunes                        the demo's English corpus (/usr/share/games/fortunes)
 #   python3-numpy                   reads the committed PyTorch golden files in `make test`
+#   gnuplot-nox                     the PNG plots of `difftrans compare` reports
 # Optional: python3-torch also regenerates those golden files and checks they match.
 install=0
 [ "$1" = "--install" ] && install=1
-need="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev fortunes python3-numpy"
+need="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev fortunes python3-numpy gnuplot-nox"
 missing=""
 for p in $need; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -63,6 +63,13 @@ expect_ok "training" "$DT" analyze training "$S/run" --json "$S/t.json" &&
 json_ok "training JSON" "$S/t.json" \
     "j['runs'][0]['lines']==5 and j['runs'][0]['spikes']==0 and len(j['runs'][0]['lambda_first'])==2 and j['runs'][0]['final_val_loss'] is not None"
 
+expect_ok "icl" "$DT" analyze icl "$S/diff" "$S/base" --shots 4 --permutations 3 --queries 6 --json "$S/i.json" &&
+    out_has "icl table" "$S/last.out" "4 shots, 3 orders" "DIFF" "Transformer" "spread"
+json_ok "icl JSON" "$S/i.json" \
+    "len(j['models'])==2 and all(len(m['accuracy'])==3 and 0<=m['min']<=m['mean']<=m['max']<=1 for m in j['models'])"
+expect_fail "icl with odd --shots" "--shots 3: must be even" "$DT" analyze icl "$S/diff" --shots 3
+expect_fail "icl options do not apply elsewhere" "does not apply" "$DT" analyze training "$S/run" --shots 4
+
 # ---------------------------------------------------------------- refusals
 
 expect_fail "no kind" "expected a kind" "$DT" analyze
