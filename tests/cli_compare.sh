@@ -31,6 +31,7 @@ out_has "REPORT.md has the command line, seed, tables and names" "$Q/REPORT.md" 
     "difftrans compare --quick --quiet --threads 2 --seed 7 --data" "seed: 7" \
     "\| measure \| paper DIFF \| paper Transformer \| ours DIFF \| ours Transformer \|" \
     "largest attention logit \| 38.8 \| 318.0" "largest hidden-state activation \| 1,688 \| 3,609" \
+    "In-context learning and the order of the examples" "std of accuracy over orders \\| much smaller" \
     "final validation loss" "λ per layer" "On our data, (DIFF|Transformer|both)" "DIFF" "Transformer" \
     "No needle set"
 if [ -n "$PY" ]; then

@@ -27,6 +27,7 @@ void rp_model_free(rp_model *m) {
     an_outliers_free(&m->outliers);
     needle_results_free(&m->needle);
     an_allocation_free(&m->allocation);
+    icl_result_free(&m->icl);
     memset(m, 0, sizeof *m);
 }
 
@@ -66,6 +67,16 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         if (!o->quiet) fprintf(stderr, "compare: %s: needle retrieval (greedy) and attention allocation\n", name);
         rc = needle_eval(&m, o->needle, &out->needle, NULL, NULL, err);
         if (rc == 0) rc = an_allocation_run(&m, o->needle, o->allocation_samples, &out->allocation, err);
+    }
+    if (rc == 0) {
+        /* as many demonstrations (up to 8) as the model's context holds */
+        icl_params_default(&out->icl_setup);
+        while (out->icl_setup.shots > 2 && out->icl_setup.shots * 28 + 26 > m.cfg.max_position_embeddings)
+            out->icl_setup.shots -= 2;
+        if (!o->quiet)
+            fprintf(stderr, "compare: %s: in-context classification, %d orders of %d examples\n", name,
+                    out->icl_setup.permutations, out->icl_setup.shots);
+        rc = icl_run(&m, &out->icl_setup, &out->icl, err);
     }
     dt_model_free(&m);
     if (rc != 0) {
@@ -411,6 +422,16 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
                     (double)t4->needle_correct / t4->needle_total, 0);
     }
 
+    sb_printf(b, "## In-context learning and the order of the examples (paper Section 3.6)\n\n");
+    sb_printf(b, "A synthetic task (words starting a–m are \"red\", n–z \"blue\"; chance 0.5): the same %d "
+                 "demonstrations in %d orders, %d queries each (`difftrans analyze icl`).\n\n",
+              d->icl_setup.shots, d->icl_setup.permutations, d->icl_setup.queries);
+    table_head(b, "measure");
+    row(b, "mean accuracy over orders", "—", "—", d->icl.mean, t->icl.mean, "%.3f");
+    row(b, "std of accuracy over orders", "much smaller", "larger", d->icl.std, t->icl.std, "%.3f");
+    row(b, "max − min over orders", "—", "—", d->icl.max - d->icl.min, t->icl.max - t->icl.min, "%.3f");
+    verdict(b, "in-context accuracy", d->icl.mean, t->icl.mean, 0);
+
     sb_printf(b, "## Training dynamics\n\n");
     table_head(b, "measure");
     row(b, "gradient norm mean", "—", "—", d->training.gn_mean, t->training.gn_mean, "%.4g");
@@ -510,6 +531,12 @@ static cJSON *model_json(const rp_model *m) {
         cJSON_AddItemToObject(tr, "lambda_min", cJSON_CreateDoubleArray(t->lambda_min, t->n_layers));
         cJSON_AddItemToObject(tr, "lambda_max", cJSON_CreateDoubleArray(t->lambda_max, t->n_layers));
     }
+    cJSON *ic = cJSON_AddObjectToObject(e, "icl");
+    cJSON_AddNumberToObject(ic, "shots", m->icl_setup.shots);
+    cJSON_AddNumberToObject(ic, "queries", m->icl_setup.queries);
+    if (m->icl.accuracy) cJSON_AddItemToObject(ic, "accuracy", cJSON_CreateDoubleArray(m->icl.accuracy, m->icl.permutations));
+    add_num(ic, "mean", m->icl.mean);
+    add_num(ic, "std", m->icl.std);
     cJSON *ou = cJSON_AddObjectToObject(e, "outliers");
     cJSON_AddNumberToObject(ou, "windows", m->outliers.windows);
     cJSON_AddNumberToObject(ou, "seq", m->outliers.seq);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "analysis/analyze.h"
+#include "analysis/icl.h"
 #include "analysis/needle.h"
 #include "difftrans.h"
 
@@ -30,6 +31,8 @@ typedef struct {
     int have_needle;
     needle_results needle;
     an_allocation allocation;
+    icl_params icl_setup;
+    icl_result icl;  /* in-context classification over orders of the examples */
 } rp_model;
 
 typedef struct {
