@@ -20,18 +20,18 @@ static void help(void) {
         "The paper's analyses, one table row per model (give the DIFF model and its baseline together to see them\n"
         "side by side); --json OUT also writes the numbers (atomically).\n\n"
         "  analyze outliers MODEL_DIR... --data FILE.txt [--seq 256] [--batches 4]\n"
-        "      Table 5: top-1, top-10 (10th largest) and median of |attention logits| (scaled pre-softmax scores,\n"
+        "      Outliers: top-1, top-10 (10th largest) and median of |attention logits| (scaled pre-softmax scores,\n"
         "      causal entries, all layers and query heads) and of |hidden states| (the residual stream entering\n"
         "      every layer and the final norm), over --batches consecutive windows of --seq bytes from the\n"
         "      start of the file. The JSON adds per-layer maxima.\n"
         "  analyze quantize MODEL_DIR... --data FILE.txt [--bits 16,8,6,4] [--per-row] [--needle DIR]\n"
-        "      Section 3.8: loss (mean next-byte cross-entropy, nats) and next-byte accuracy with the attention\n"
+        "      Quantisation: loss (mean next-byte cross-entropy, nats) and next-byte accuracy with the attention\n"
         "      logits fake-quantised (symmetric, absmax scale per head map, or per query row with --per-row)\n"
         "      to each bit width, plus the unquantised row; windows as for outliers (--seq + 1 bytes each).\n"
         "      --needle DIR adds exact-match needle accuracy (teacher-forced: every answer byte must be the\n"
         "      argmax given the true earlier bytes — the same verdict as greedy decoding).\n"
         "  analyze allocation MODEL_DIR... --needle DIR [--max-samples N]\n"
-        "      Figure 3: attention of the position predicting the first answer byte (the space of \"Answer: \")\n"
+        "      Allocation: attention of the position predicting the first answer byte (the space of \"Answer: \")\n"
         "      on the needle's value bytes in the context vs. the rest of the context, per layer, averaged over\n"
         "      heads, queries and samples. DIFF uses D = A_i - lambda*A_(i+H/2) per differential head. answer\n"
         "      share = sum(D over span) / sum(|D| over context); noise share = sum(|D| over context outside the\n"
@@ -41,7 +41,7 @@ static void help(void) {
         "      spikes (grad_norm > mean + 3 std, or > 3x the median, of the preceding <= 50 steps; needs 10 earlier\n"
         "      steps), final train and validation loss.\n"
         "  analyze icl MODEL_DIR... [--shots 8] [--permutations 6] [--queries 32] [--seed 1]\n"
-        "      Section 3.6: in-context classification and its sensitivity to the order of the examples. A\n"
+        "      Order robustness: in-context classification and its sensitivity to the order of the examples. A\n"
         "      synthetic task (words whose first letter is a-m are \"red\", n-z \"blue\"): --shots balanced\n"
         "      demonstrations \"Input: WORD\\nLabel: LABEL\\n\\n\", then a query; the answer is the label with\n"
         "      the higher log-probability. The same demonstrations in --permutations orders, each scored on\n"
@@ -147,7 +147,7 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
                 break;
             }
         if (rc == 0) {
-            printf("analyze outliers: %s, %d window(s) of %d bytes (paper Table 5)\n", op->data, res[0].windows, seq);
+            printf("analyze outliers: %s, %d window(s) of %d bytes\n", op->data, res[0].windows, seq);
             printf("%-28s %-11s | %12s %12s %10s | %12s %12s %10s\n", "model", "arch", "logit top1", "logit top10",
                    "median", "hidden top1", "hidden top10", "median");
             for (int i = 0; i < n; i++)

@@ -1,4 +1,4 @@
-/* cmd_needle.c — `difftrans needle`: the paper's multi-needle retrieval task (Section 3.4).
+/* cmd_needle.c — `difftrans needle`: the paper's multi-needle retrieval task.
  * `generate` writes a data set from a corpus, `eval` scores a checkpoint on its test set. The
  * task itself (format, placement, scoring) lives in src/analysis/needle.c. */
 #include <cjson/cJSON.h>
@@ -15,7 +15,7 @@
 static void help(void) {
     printf("usage: difftrans needle generate --corpus FILE.txt --out DIR [options]\n"
            "       difftrans needle eval MODEL_DIR --data DIR [options]\n\n"
-           "Multi-needle retrieval (the paper's Section 3.4 / Figure 5), byte-level. Each sample is a context of\n"
+           "Multi-needle retrieval (as in the paper), byte-level. Each sample is a context of\n"
            "exactly --context bytes of corpus filler with N needle sentences hidden in it,\n"
            "    The magic number of KEY is VALUE.\n"
            "followed by one question per queried needle, each with its answer:\n"

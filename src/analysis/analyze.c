@@ -1,6 +1,6 @@
 /* analyze.c — the paper's analyses of trained models: the computations behind `difftrans analyze`.
  *
- * ---------------------------------------------------------------- outliers (paper Table 5)
+ * ---------------------------------------------------------------- outliers
  *
  * Text windows: up to W consecutive, non-overlapping windows of T bytes from the start of the file,
  * one forward (B = 1) each, with the reference attention kernel keeping the scaled pre-softmax
@@ -12,7 +12,7 @@
  * Of the absolute values: top-1 (largest), top-10 (the 10th largest) and the median (the middle
  * value, the mean of the two middle ones for an even count). Exact: every |x| is kept (4 bytes each).
  *
- * ---------------------------------------------------------------- quantisation (Section 3.8)
+ * ---------------------------------------------------------------- quantisation
  *
  * dt_run_options.logit_bits = b fake-quantises the scaled scores before the softmax: symmetric,
  * x → round(x / s)·s with s = absmax / (2^(b−1) − 1), absmax over the causal scores of one head map
@@ -34,7 +34,7 @@
  * sample's text, which a KV-cache decode could not know (the equivalence is then to greedy
  * decoding under that same fixed step).
  *
- * ---------------------------------------------------------------- allocation (Figure 3)
+ * ---------------------------------------------------------------- allocation
  *
  * For each test sample and each of its queries, one query row: the position that predicts the
  * first answer byte, i.e. prompt_end_offset − 1 (the space ending "Answer: "). Context = bytes

@@ -1,5 +1,5 @@
-/* analyze.h — the paper's analyses of a trained model (internal): activation outliers (Table 5),
- * attention-logit quantisation (Section 3.8), attention allocation on retrieval (Figure 3) and
+/* analyze.h — the paper's analyses of a trained model (internal): activation outliers,
+ * attention-logit quantisation, attention allocation on retrieval and
  * training dynamics (λ, gradient-norm spikes) from metrics.jsonl.
  *
  * Plain functions without global state, used by `difftrans analyze` and meant for a later
@@ -37,7 +37,7 @@ void an_abs_acc_free(an_abs_acc *a);
 /* Convenience: statistics of one array (x is not modified). */
 int an_abs_stats_of(const float *x, size_t n, an_abs_stats *out, dt_error *err);
 
-/* ---------------------------------------------------------------- outliers (Table 5) */
+/* ---------------------------------------------------------------- outliers */
 
 typedef struct {
     int n_layers;             /* L */
@@ -54,7 +54,7 @@ int an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int
                     dt_error *err);
 void an_outliers_free(an_outliers *o);
 
-/* ---------------------------------------------------------------- quantisation (Section 3.8) */
+/* ---------------------------------------------------------------- quantisation */
 
 typedef struct {
     int bits;                         /* 0 = unquantised */
@@ -76,7 +76,7 @@ int an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens
 int an_needle_exact(const dt_model *m, const dt_run_options *opt, const needle_testset *ts, int max_samples,
                     int *correct, int *total, dt_error *err);
 
-/* ---------------------------------------------------------------- allocation (Figure 3) */
+/* ---------------------------------------------------------------- allocation */
 
 /* Sums of one attention row over the context (signed weights w: A for the baseline, A1 − λ·A2 for
  * a differential head). */

@@ -1,5 +1,5 @@
-/* icl.h — in-context learning and its sensitivity to the order of the examples (the paper's
- * Section 3.6, Figure 8), on a synthetic classification task that needs no dataset.
+/* icl.h — in-context learning and its sensitivity to the order of the examples (a claim of the
+ * paper), on a synthetic classification task that needs no dataset.
  *
  * The task. Items are random lowercase words of 3–7 letters; the label is "red" when the word's
  * first letter is in a–m and "blue" otherwise — a rule a model can only get from the examples.

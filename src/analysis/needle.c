@@ -1,4 +1,4 @@
-/* needle.c — the multi-needle retrieval task of the paper (Section 3.4, Figure 5), byte-level.
+/* needle.c — the multi-needle retrieval task of the paper, byte-level.
  *
  * ---------------------------------------------------------------- the sample format
  *

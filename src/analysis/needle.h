@@ -1,4 +1,4 @@
-/* needle.h — the multi-needle retrieval task (paper Section 3.4, Figure 5), byte-level (internal).
+/* needle.h — the paper's multi-needle retrieval task, byte-level (internal).
  *
  * N needles — "The magic number of <key> is <value>." with distinct keys and values — are hidden
  * in filler text cut from a corpus, and R of them are queried after the context. The exact sample

@@ -366,7 +366,7 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
     sb_printf(b, "\nλ exists only in the DIFF model, so this table compares neither model with the other; the paper "
                  "reports no λ values.\n\n");
 
-    sb_printf(b, "## Activation outliers (paper Table 5)\n\n");
+    sb_printf(b, "## Activation outliers\n\n");
     table_head(b, "measure");
     row(b, "largest attention logit", "38.8", "318.0", d->outliers.logits.top1, t->outliers.logits.top1, "%.4g");
     row(b, "10th largest attention logit", "—", "—", d->outliers.logits.top10, t->outliers.logits.top10, "%.4g");
@@ -377,7 +377,7 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
     verdict(b, "the largest attention logit", d->outliers.logits.top1, t->outliers.logits.top1, 1);
     verdict(b, "the largest hidden-state activation", d->outliers.hidden.top1, t->outliers.hidden.top1, 1);
 
-    sb_printf(b, "## Attention-logit quantisation (paper Section 3.8)\n\n");
+    sb_printf(b, "## Attention-logit quantisation\n\n");
     sb_printf(b, "Held-out loss (nats/byte) with the attention logits fake-quantised (symmetric, absmax per head "
                  "map) before the softmax.\n\n");
     table_head(b, "bits");
@@ -422,7 +422,7 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
                     (double)t4->needle_correct / t4->needle_total, 0);
     }
 
-    sb_printf(b, "## In-context learning and the order of the examples (paper Section 3.6)\n\n");
+    sb_printf(b, "## In-context learning and the order of the examples\n\n");
     sb_printf(b, "A synthetic task (words starting a–m are \"red\", n–z \"blue\"; chance 0.5): the same %d "
                  "demonstrations in %d orders, %d queries each (`difftrans analyze icl`).\n\n",
               d->icl_setup.shots, d->icl_setup.permutations, d->icl_setup.queries);
@@ -443,7 +443,7 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
     if (d->have_needle && t->have_needle) {
         double ad = d->needle.total ? (double)d->needle.correct / d->needle.total : NAN;
         double at = t->needle.total ? (double)t->needle.correct / t->needle.total : NAN;
-        sb_printf(b, "## Multi-needle retrieval (paper Section 3.4)\n\n");
+        sb_printf(b, "## Multi-needle retrieval\n\n");
         sb_printf(b, "Greedy exact match of every queried value. The paper's figure is for 4K contexts with 6 needles "
                      "and 2 queries; ours uses %d-byte contexts, %d needles, %d %s.\n\n",
                   r->needle_context, r->needle_needles, r->needle_queries, r->needle_queries == 1 ? "query" : "queries");
@@ -458,7 +458,7 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
         }
         verdict(b, "needle exact-match accuracy", ad, at, 0);
 
-        sb_printf(b, "## Attention allocation on retrieval (paper Figure 3)\n\n");
+        sb_printf(b, "## Attention allocation on retrieval\n\n");
         sb_printf(b, "Attention of the position predicting the first answer byte; w = A (Transformer) or A1 − λ·A2 "
                      "(DIFF). answer share = Σ w over the answer span / Σ |w| over the context; noise share = Σ |w| "
                      "over the rest of the context / Σ |w| over the context.\n\n");

@@ -31,7 +31,7 @@ static void fake_quantize(float *x, int n, float absmax, int bits) {
     for (int i = 0; i < n; i++) x[i] = rintf(x[i] * inv) * step;
 }
 
-/* For the analyses of the paper's Section 3.8: the causal scores of one map, fake-quantised to
+/* For the attention-logit quantisation analysis: the causal scores of one map, fake-quantised to
  * s->logit_bits bits with an absmax scale per query row or per head map (s->logit_per_row). */
 static void quantize_scores(float *a, int T, const attention_shape *s) {
     float map_max = 0.0f;
