@@ -9,6 +9,7 @@
 
 #include "analysis/analyze.h"
 #include "analysis/icl.h"
+#include "analysis/scaling.h"
 #include "analysis/needle.h"
 #include "cli.h"
 
@@ -45,7 +46,12 @@ static void help(void) {
         "      synthetic task (words whose first letter is a-m are \"red\", n-z \"blue\"): --shots balanced\n"
         "      demonstrations \"Input: WORD\\nLabel: LABEL\\n\\n\", then a query; the answer is the label with\n"
         "      the higher log-probability. The same demonstrations in --permutations orders, each scored on\n"
-        "      the same --queries: accuracy per order, mean, std, min, max (chance is 0.5).\n\n"
+        "      the same --queries: accuracy per order, mean, std, min, max (chance is 0.5).\n"
+        "  analyze scaling RUN_DIR...\n"
+        "      The paper's \"~65%% of the parameters for the same loss\": give `difftrans train` runs of both\n"
+        "      kinds at several sizes with one token budget; fits log(final val loss) = a + b*log(params) per\n"
+        "      kind and reports the DIFF size whose fitted loss equals the baseline's at its largest run,\n"
+        "      as a fraction of that run's parameters (below 1: DIFF needs fewer).\n\n"
         "options:\n"
         "  --data FILE.txt   text (outliers, quantize)\n"
         "  --seq N           window length in bytes [256, at most the model's context]\n"
@@ -431,6 +437,90 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     return rc;
 }
 
+static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
+    dt_error err;
+    double *params = calloc((size_t)n, sizeof(double)), *loss = calloc((size_t)n, sizeof(double));
+    int *arch = calloc((size_t)n, sizeof(int)), rc = 0;
+    if (!params || !loss || !arch) rc = cli_error(cmd, "out of memory");
+    for (int i = 0; rc == 0 && i < n; i++) {
+        an_training t;
+        char path[4200];
+        dt_config c;
+        dt_model m;
+        snprintf(path, sizeof path, "%s/config.json", dirs[i]);
+        if (dt_config_load(&c, path, &err) != 0 || dt_model_create(&m, &c, &err) != 0) {
+            rc = cli_error(cmd, "%s", err.msg);
+            break;
+        }
+        params[i] = (double)m.n_params;
+        arch[i] = c.arch;
+        dt_model_free(&m);
+        if (an_training_load(dirs[i], &t, &err) != 0) {
+            rc = cli_error(cmd, "%s", err.msg);
+            break;
+        }
+        loss[i] = t.final_val_loss;
+        an_training_free(&t);
+        if (isnan(loss[i])) rc = cli_error(cmd, "%s: its metrics.jsonl has no validation loss", dirs[i]);
+    }
+    if (rc == 0) {
+        /* split by kind; the fit wants each kind's points contiguous */
+        double *px = calloc((size_t)n, sizeof(double)), *ly = calloc((size_t)n, sizeof(double));
+        sc_fit fit[2];
+        double largest_base = 0, largest_base_loss = NAN;
+        for (int k = 0; k < 2 && px; k++) {
+            int m = 0;
+            for (int i = 0; i < n; i++)
+                if (arch[i] == k) px[m] = params[i], ly[m] = loss[i], m++;
+            fit[k] = sc_fit_power_law(px, ly, m);
+        }
+        for (int i = 0; i < n; i++)
+            if (arch[i] == DT_ARCH_LLAMA && params[i] > largest_base) largest_base = params[i], largest_base_loss = loss[i];
+        double need = sc_params_for_loss(&fit[DT_ARCH_DIFF], largest_base_loss), fraction = need / largest_base;
+        printf("analyze scaling: log(val loss) = a + b*log(params) per kind\n");
+        printf("%-28s %-11s %12s %10s\n", "run", "arch", "params", "val loss");
+        for (int i = 0; i < n; i++) printf("%-28s %-11s %12.0f %10.4f\n", dirs[i], arch_name(arch[i]), params[i], loss[i]);
+        for (int k = 1; k >= 0; k--)
+            printf("fit %-11s %d run(s): a %.4f  b %.4f\n", arch_name(k), fit[k].n, fit[k].a, fit[k].b);
+        if (isnan(fraction))
+            printf("DIFF size for the baseline's loss: not available (needs >= 2 sizes of each kind, with loss falling "
+                   "with size)\n");
+        else
+            printf("DIFF size for the baseline's loss at %.0f parameters (%.4f): %.0f parameters = %.2f of the "
+                   "baseline's (paper: ~0.65)\n",
+                   largest_base, largest_base_loss, need, fraction);
+        if (op->json && px) {
+            cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "runs");
+            cJSON_AddStringToObject(root, "analysis", "scaling");
+            for (int i = 0; i < n; i++) {
+                cJSON *e = cJSON_CreateObject();
+                cJSON_AddItemToArray(arr, e);
+                cJSON_AddStringToObject(e, "run", dirs[i]);
+                cJSON_AddStringToObject(e, "arch", arch_name(arch[i]));
+                cJSON_AddNumberToObject(e, "params", params[i]);
+                cJSON_AddNumberToObject(e, "final_val_loss", loss[i]);
+            }
+            for (int k = 0; k < 2; k++) {
+                cJSON *f = cJSON_AddObjectToObject(root, k == DT_ARCH_DIFF ? "fit_diff" : "fit_transformer");
+                cJSON_AddNumberToObject(f, "runs", fit[k].n);
+                if (isnan(fit[k].b)) cJSON_AddNullToObject(f, "a"), cJSON_AddNullToObject(f, "b");
+                else cJSON_AddNumberToObject(f, "a", fit[k].a), cJSON_AddNumberToObject(f, "b", fit[k].b);
+            }
+            if (isnan(fraction)) cJSON_AddNullToObject(root, "diff_params_fraction");
+            else cJSON_AddNumberToObject(root, "diff_params_fraction", fraction);
+            rc = write_json(cmd, op->json, root);
+            cJSON_Delete(root);
+        }
+        if (!px || !ly) rc = cli_error(cmd, "out of memory");
+        free(px);
+        free(ly);
+    }
+    free(params);
+    free(loss);
+    free(arch);
+    return rc;
+}
+
 static int run_training(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     an_training *res = calloc((size_t)n, sizeof *res);
@@ -511,7 +601,7 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
 int cmd_analyze(int argc, char **argv) {
     if (argc < 2)
         return cli_error("analyze",
-                         "expected a kind: outliers, quantize, allocation, training or icl (see difftrans analyze --help)");
+                         "expected a kind: outliers, quantize, allocation, training, icl or scaling (see difftrans analyze --help)");
     const char *kind = argv[1];
     if (!strcmp(kind, "--help") || !strcmp(kind, "-h") || !strcmp(kind, "help")) {
         help();
@@ -524,9 +614,10 @@ int cmd_analyze(int argc, char **argv) {
             : !strcmp(kind, "allocation") ? 2
             : !strcmp(kind, "training")   ? 3
             : !strcmp(kind, "icl")        ? 4
+            : !strcmp(kind, "scaling")    ? 5
                                           : -1;
     if (k < 0)
-        return cli_error("analyze", "unknown kind '%s' (expected outliers, quantize, allocation, training or icl)",
+        return cli_error("analyze", "unknown kind '%s' (expected outliers, quantize, allocation, training, icl or scaling)",
                          kind);
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},
@@ -598,17 +689,21 @@ int cmd_analyze(int argc, char **argv) {
     char **dirs = argv + optind;
     if (n < 1)
         return cli_error(cmd, "expected at least one %s (see difftrans analyze --help)",
-                         k == 3 ? "RUN_DIR" : "MODEL_DIR");
+                         k == 3 || k == 5 ? "RUN_DIR" : "MODEL_DIR");
     /* options that do not apply to this kind are refused rather than ignored */
     const struct {
         int given;
         const char *name;
-        int ok[5];
+        int ok[6];
     } applies[] = {
-        {op.given_data, "--data", {1, 1, 0, 0, 0}},       {op.given_seq, "--seq", {1, 1, 0, 0, 0}},
-        {op.given_batches, "--batches", {1, 1, 0, 0, 0}}, {op.given_bits, "--bits", {0, 1, 0, 0, 0}},
-        {op.given_per_row, "--per-row", {0, 1, 0, 0, 0}}, {op.given_needle, "--needle", {0, 1, 1, 0, 0}},
-        {op.given_max, "--max-samples", {0, 1, 1, 0, 0}}, {op.given_icl, "--shots/--permutations/--queries/--seed", {0, 0, 0, 0, 1}},
+        {op.given_data, "--data", {1, 1, 0, 0, 0, 0}},
+        {op.given_seq, "--seq", {1, 1, 0, 0, 0, 0}},
+        {op.given_batches, "--batches", {1, 1, 0, 0, 0, 0}},
+        {op.given_bits, "--bits", {0, 1, 0, 0, 0, 0}},
+        {op.given_per_row, "--per-row", {0, 1, 0, 0, 0, 0}},
+        {op.given_needle, "--needle", {0, 1, 1, 0, 0, 0}},
+        {op.given_max, "--max-samples", {0, 1, 1, 0, 0, 0}},
+        {op.given_icl, "--shots/--permutations/--queries/--seed", {0, 0, 0, 0, 1, 0}},
     };
     for (size_t i = 0; i < sizeof applies / sizeof applies[0]; i++)
         if (applies[i].given && !applies[i].ok[k])
@@ -623,6 +718,7 @@ int cmd_analyze(int argc, char **argv) {
     case 1: return run_quantize(cmd, dirs, n, &op);
     case 2: return run_allocation(cmd, dirs, n, &op);
     case 3: return run_training(cmd, dirs, n, &op);
-    default: return run_icl(cmd, dirs, n, &op);
+    case 4: return run_icl(cmd, dirs, n, &op);
+    default: return run_scaling(cmd, dirs, n, &op);
     }
 }
