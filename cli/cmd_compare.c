@@ -2,6 +2,7 @@
  * same data, seed and token budget, run every analysis of analyze.h on both and write a report
  * (src/analysis/report.c) next to the paper's figures. This file parses, trains and orchestrates. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "analysis/analyze.h"
 #include "analysis/needle.h"
 #include "analysis/report.h"
+#include "analysis/scaling.h"
 #include "cli.h"
 
 static void help(void) {
@@ -33,6 +35,9 @@ static void help(void) {
            "  --needle          generate a needle set from --data into DIR/needle, append its train.txt to the\n"
            "                    training text (DIR/train.txt) and evaluate retrieval and allocation on its test set\n"
            "  --quick           smoke test: preset tiny, 30 steps, batch 4, seq 64 (explicit options still win)\n"
+           "  --scaling LIST    also train both kinds at these presets (comma-separated, e.g. tiny) with the same\n"
+           "                    budget into DIR/scaling-PRESET/, fit loss against size per kind and report the\n"
+           "                    fraction of the baseline's parameters DIFF needs for its loss (paper: ~65%%)\n"
            "  --quiet           no training progress\n",
            dt_config_preset_names());
 }
@@ -93,6 +98,66 @@ static int write_train_text(const char *cmd, const char *data, const char *needl
     return 0;
 }
 
+/* --scaling tiny,medium → names, each a known preset */
+static int parse_presets(const char *cmd, const char *list, char names[][32], int *n) {
+    const char *p = list;
+    *n = 0;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        dt_config c;
+        dt_error err;
+        if (len == 0 || len >= 32) return -(cli_error(cmd, "--scaling '%s': empty or overlong preset name", list) != 0);
+        if (*n == RP_MAX_SIZES - 1) return -(cli_error(cmd, "--scaling '%s': at most %d presets", list, RP_MAX_SIZES - 1) != 0);
+        memcpy(names[*n], p, len);
+        names[*n][len] = '\0';
+        if (dt_config_preset(&c, names[*n], DT_ARCH_DIFF, &err) != 0) return -(cli_error(cmd, "--scaling: %s", err.msg) != 0);
+        (*n)++;
+        if (!comma) return 0;
+        p = comma + 1;
+    }
+}
+
+/* Trains the DIFF model and its matched baseline: same data, seed and token budget. */
+static int train_pair(const char *cmd, const dt_config *diff_cfg, const char *dirs[2], const char *data, int steps,
+                      int batch, int seq, uint64_t seed, int quick, int quiet, float *val_fraction) {
+    const dt_config base_cfg = dt_config_matched(diff_cfg);
+    const dt_config *cfgs[2] = {diff_cfg, &base_cfg};
+    const char *names[2] = {"DIFF", "Transformer"};
+    dt_train_options o;
+    dt_error err;
+    for (int i = 0; i < 2; i++) {
+        dt_train_defaults(&o);
+        o.data_path = data;
+        o.out_dir = dirs[i];
+        o.cfg = *cfgs[i];
+        o.steps = steps;
+        o.batch = batch;
+        o.seq = seq;
+        o.seed = seed;
+        o.warmup = steps / 10 < 50 ? steps / 10 : 50;
+        o.eval_interval = steps / 20 > 0 ? steps / 20 : 1;
+        o.eval_batches = quick ? 2 : 8;
+        o.save_interval = 0;
+        o.quiet = quiet;
+        if (!quiet) fprintf(stderr, "compare: training %s into %s (%d steps, batch %d, seq %d, seed %llu)\n", names[i],
+                            dirs[i], steps, batch, seq, (unsigned long long)seed);
+        if (dt_train(&o, &err) != 0) return cli_error(cmd, "training %s: %s", names[i], err.msg);
+    }
+    *val_fraction = o.val_fraction;
+    return 0;
+}
+
+/* Parameters of a config (the layout's count; nothing is initialised). */
+static double config_params(const dt_config *c) {
+    dt_model m;
+    dt_error err;
+    if (dt_model_create(&m, c, &err) != 0) return NAN;
+    double n = (double)m.n_params;
+    dt_model_free(&m);
+    return n;
+}
+
 int cmd_compare(int argc, char **argv) {
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},  {"out", required_argument, 0, 'o'},
@@ -100,11 +165,13 @@ int cmd_compare(int argc, char **argv) {
         {"batch", required_argument, 0, 'b'}, {"seq", required_argument, 0, 't'},
         {"seed", required_argument, 0, 'r'},  {"threads", required_argument, 0, 'j'},
         {"needle", no_argument, 0, 'n'},      {"quick", no_argument, 0, 'Q'},
+        {"scaling", required_argument, 0, 'S'},
         {"quiet", no_argument, 0, 'q'},       {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *cmd = "compare", *data = NULL, *out = NULL, *preset = NULL;
-    int steps = 0, batch = 0, seq = 0, threads = 0, use_needle = 0, quick = 0, quiet = 0;
+    int steps = 0, batch = 0, seq = 0, threads = 0, use_needle = 0, quick = 0, quiet = 0, n_sizes = 0;
+    char sizes[RP_MAX_SIZES - 1][32];
     uint64_t seed = 1337;
     optind = 1;
     opterr = 0;
@@ -121,6 +188,9 @@ int cmd_compare(int argc, char **argv) {
         case 'r': bad = parse_u64(cmd, "--seed", optarg, &seed); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'n': use_needle = 1; break;
+        case 'S':
+            if (parse_presets(cmd, optarg, sizes, &n_sizes) != 0) return 1;
+            break;
         case 'Q': quick = 1; break;
         case 'q': quiet = 1; break;
         case 'h': help(); return 0;
@@ -140,10 +210,16 @@ int cmd_compare(int argc, char **argv) {
     dt_error err;
     dt_config dcfg;
     if (dt_config_preset(&dcfg, preset, DT_ARCH_DIFF, &err) != 0) return cli_error(cmd, "--preset: %s", err.msg);
-    dt_config bcfg = dt_config_matched(&dcfg);
     if (seq > dcfg.max_position_embeddings)
         return cli_error(cmd, "--seq %d: more than preset %s's max_position_embeddings %d", seq, preset,
                          dcfg.max_position_embeddings);
+    for (int i = 0; i < n_sizes; i++) {
+        dt_config c;
+        dt_config_preset(&c, sizes[i], DT_ARCH_DIFF, &err);
+        if (seq > c.max_position_embeddings)
+            return cli_error(cmd, "--scaling %s: --seq %d is more than its max_position_embeddings %d", sizes[i], seq,
+                             c.max_position_embeddings);
+    }
     {
         int *tok = NULL;
         size_t n = 0;
@@ -205,28 +281,28 @@ int cmd_compare(int argc, char **argv) {
     }
 
     /* Two runs: same data, seed and token budget. */
-    const dt_config *cfgs[2] = {&dcfg, &bcfg};
     const char *dirs[2] = {dir_diff, dir_base}, *names[2] = {"DIFF", "Transformer"};
-    dt_train_options o;
-    for (int i = 0; i < 2; i++) {
-        dt_train_defaults(&o);
-        o.data_path = train_path;
-        o.out_dir = dirs[i];
-        o.cfg = *cfgs[i];
-        o.steps = steps;
-        o.batch = batch;
-        o.seq = seq;
-        o.seed = seed;
-        o.warmup = steps / 10 < 50 ? steps / 10 : 50;
-        o.eval_interval = steps / 20 > 0 ? steps / 20 : 1;
-        o.eval_batches = quick ? 2 : 8;
-        o.save_interval = 0;
-        o.quiet = quiet;
-        if (!quiet) fprintf(stderr, "compare: training %s into %s (%d steps, batch %d, seq %d, seed %llu)\n", names[i],
-                            dirs[i], steps, batch, seq, (unsigned long long)seed);
-        if (dt_train(&o, &err) != 0) {
+    float val_fraction = 0.1f;
+    if (train_pair(cmd, &dcfg, dirs, train_path, steps, batch, seq, seed, quick, quiet, &val_fraction) != 0) {
+        needle_testset_free(&ts);
+        return 1;
+    }
+    /* --scaling: the same pair at other sizes, for the loss-against-size fit */
+    for (int i = 0; i < n_sizes; i++) {
+        dt_config c;
+        char sd[2][4300];
+        const char *sdirs[2] = {sd[0], sd[1]};
+        dt_config_preset(&c, sizes[i], DT_ARCH_DIFF, &err);
+        snprintf(sd[0], sizeof sd[0], "%s/scaling-%s", out, sizes[i]);
+        if (make_dir(cmd, "--out", sd[0]) != 0) {
             needle_testset_free(&ts);
-            return cli_error(cmd, "training %s: %s", names[i], err.msg);
+            return 1;
+        }
+        snprintf(sd[0], sizeof sd[0], "%s/scaling-%s/diff", out, sizes[i]);
+        snprintf(sd[1], sizeof sd[1], "%s/scaling-%s/transformer", out, sizes[i]);
+        if (train_pair(cmd, &c, sdirs, train_path, steps, batch, seq, seed, quick, quiet, &val_fraction) != 0) {
+            needle_testset_free(&ts);
+            return 1;
         }
     }
 
@@ -237,7 +313,7 @@ int cmd_compare(int argc, char **argv) {
         needle_testset_free(&ts);
         return cli_error(cmd, "%s", err.msg);
     }
-    size_t n_train = n - (size_t)((double)n * o.val_fraction);
+    size_t n_train = n - (size_t)((double)n * val_fraction);
     size_t tail = n - n_train;
     if (tail < (size_t)seq + 1) {
         free(tok);
@@ -262,7 +338,32 @@ int cmd_compare(int argc, char **argv) {
                        .heldout_bytes = tail, .windows = windows, .needle_context = np.contexts[0],
                        .needle_needles = np.needles, .needle_queries = np.queries, .diff = &res[0],
                        .base = &res[1]};
-        if (rp_write(&r, out, &err) != 0)
+        /* sizes for the fit: the main pair, then each --scaling pair */
+        r.n_sizes = 1 + n_sizes;
+        r.size_names[0] = preset;
+        for (int k = 0; k < 2; k++) {
+            r.size_params[0][k] = (double)res[k].n_params;
+            r.size_loss[0][k] = res[k].training.final_val_loss;
+        }
+        for (int i = 0; i < n_sizes && rc == 0; i++) {
+            dt_config c;
+            dt_config_preset(&c, sizes[i], DT_ARCH_DIFF, &err);
+            const dt_config bc = dt_config_matched(&c);
+            r.size_names[1 + i] = sizes[i];
+            for (int k = 0; k < 2 && rc == 0; k++) {
+                char d[4400];
+                an_training t;
+                snprintf(d, sizeof d, "%s/scaling-%s/%s", out, sizes[i], k ? "transformer" : "diff");
+                r.size_params[1 + i][k] = config_params(k ? &bc : &c);
+                if (an_training_load(d, &t, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+                else {
+                    r.size_loss[1 + i][k] = t.final_val_loss;
+                    an_training_free(&t);
+                }
+            }
+        }
+        if (rc != 0) {
+        } else if (rp_write(&r, out, &err) != 0)
             rc = cli_error(cmd, "%s", err.msg);
         else
             printf("compare: wrote %s/REPORT.md and %s/report.json\n", out, out);

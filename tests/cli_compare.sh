@@ -57,6 +57,13 @@ else
     out_has "REPORT.md says gnuplot is missing" "$Q/REPORT.md" "gnuplot is not on PATH"
 fi
 
+expect_ok "compare --quick --scaling small" "$DT" compare --quick --quiet --threads 2 --steps 20 --data "$CORPUS" \
+    --out "$S/scaling" --scaling small &&
+    out_has "the report fits loss against size" "$S/scaling/REPORT.md" "## Loss against model size" "\| tiny \|" \
+        "\| small \|" "fitted exponent b"
+check "report.json lists both sizes" "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if [s['preset'] for s in j['sizes']]==['tiny','small'] else 1)" "$S/scaling/report.json"
+expect_fail "--scaling with an unknown preset" "--scaling: .*huge" "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling huge
+
 # ---------------------------------------------------------------- --quick --needle
 
 N=$S/needle

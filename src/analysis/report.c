@@ -9,6 +9,7 @@
  *   plots/        NAME.dat data, plots.gp script, NAME.png (gnuplot writes NAME.png.tmp; renamed here).
  */
 #include "analysis/report.h"
+#include "analysis/scaling.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -432,6 +433,42 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
     row(b, "max − min over orders", "—", "—", d->icl.max - d->icl.min, t->icl.max - t->icl.min, "%.3f");
     verdict(b, "in-context accuracy", d->icl.mean, t->icl.mean, 0);
 
+    if (r->n_sizes >= 2) {
+        double px[RP_MAX_SIZES], ly[RP_MAX_SIZES];
+        sc_fit fit[2];
+        for (int k = 0; k < 2; k++) {
+            for (int i = 0; i < r->n_sizes; i++) px[i] = r->size_params[i][k], ly[i] = r->size_loss[i][k];
+            fit[k] = sc_fit_power_law(px, ly, r->n_sizes);
+        }
+        int big = 0;
+        for (int i = 1; i < r->n_sizes; i++)
+            if (r->size_params[i][1] > r->size_params[big][1]) big = i;
+        double need = sc_params_for_loss(&fit[0], r->size_loss[big][1]), fraction = need / r->size_params[big][1];
+        sb_printf(b, "## Loss against model size\n\n");
+        sb_printf(b, "Both kinds at %d sizes with the same data, seed and token budget; log(final validation loss) = "
+                     "a + b·log(parameters) fitted per kind.\n\n",
+                  r->n_sizes);
+        sb_printf(b, "| preset | DIFF parameters | Transformer parameters | DIFF val loss | Transformer val loss |\n");
+        sb_printf(b, "| --- | --- | --- | --- | --- |\n");
+        for (int i = 0; i < r->n_sizes; i++) {
+            char x[64], y[64];
+            sb_printf(b, "| %s | %.0f | %.0f | %s | %s |\n", r->size_names[i], r->size_params[i][0],
+                      r->size_params[i][1], num(x, sizeof x, r->size_loss[i][0], "%.4f"),
+                      num(y, sizeof y, r->size_loss[i][1], "%.4f"));
+        }
+        sb_printf(b, "\n");
+        table_head(b, "measure");
+        row(b, "fitted exponent b", "—", "—", fit[0].b, fit[1].b, "%.4f");
+        row(b, "DIFF parameters for the Transformer's loss at its largest size, as a fraction", "~0.65", "1",
+            fraction, 1.0, "%.3f");
+        if (isnan(fraction))
+            sb_printf(b, "\nOn our data the DIFF fit cannot reach the Transformer's loss (its loss does not fall with "
+                         "size, or a value is missing), so no fraction is given.\n\n");
+        else
+            verdict(b, "parameters needed for the Transformer's loss (as a fraction of the Transformer's)", fraction,
+                    1.0, 1);
+    }
+
     sb_printf(b, "## Training dynamics\n\n");
     table_head(b, "measure");
     row(b, "gradient norm mean", "—", "—", d->training.gn_mean, t->training.gn_mean, "%.4g");
@@ -630,6 +667,16 @@ static cJSON *report_json(const rp_report *r, int plots) {
     cJSON *ms = cJSON_AddArrayToObject(root, "models");
     cJSON_AddItemToArray(ms, model_json(r->diff));
     cJSON_AddItemToArray(ms, model_json(r->base));
+    cJSON *sz = cJSON_AddArrayToObject(root, "sizes"); /* the loss-against-size points */
+    for (int i = 0; i < r->n_sizes; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(sz, e);
+        cJSON_AddStringToObject(e, "preset", r->size_names[i]);
+        cJSON_AddNumberToObject(e, "diff_params", r->size_params[i][0]);
+        cJSON_AddNumberToObject(e, "transformer_params", r->size_params[i][1]);
+        add_num(e, "diff_val_loss", r->size_loss[i][0]);
+        add_num(e, "transformer_val_loss", r->size_loss[i][1]);
+    }
     return root;
 }
 

@@ -16,6 +16,7 @@
 #include "difftrans.h"
 
 #define RP_MAX_BITS 8
+#define RP_MAX_SIZES 5 /* the main preset and up to four --scaling presets */
 
 /* One trained model and everything measured on it. */
 typedef struct {
@@ -59,6 +60,9 @@ typedef struct {
     int windows;
     int needle_context, needle_needles, needle_queries;
     rp_model *diff, *base;
+    int n_sizes;             /* runs per kind for the loss-against-size fit (1: no fit) */
+    const char *size_names[RP_MAX_SIZES];
+    double size_params[RP_MAX_SIZES][2], size_loss[RP_MAX_SIZES][2]; /* [size][0 = DIFF, 1 = Transformer] */
 } rp_report;
 
 /* Writes out_dir/REPORT.md and out_dir/report.json (atomically), and out_dir/plots/ (*.dat, *.gp and
