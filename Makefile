@@ -12,12 +12,12 @@ build:
 	@cmake --build $(BUILD) -j $(JOBS)
 
 test:
-	@scripts/check-deps.sh --install
+	@scripts/check-deps.sh --install test
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 demo:
-	@scripts/check-deps.sh --install
+	@scripts/check-deps.sh --install demo
 	@$(MAKE) --no-print-directory build
 	@scripts/demo.sh $(BUILD)/difftrans
 
