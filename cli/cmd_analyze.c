@@ -121,15 +121,6 @@ static int load_models(const char *cmd, char **dirs, int n, dt_model *models, in
     return 0;
 }
 
-static cJSON *stats_json(const an_abs_stats *s) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "top1", s->top1);
-    cJSON_AddNumberToObject(o, "top10", s->top10);
-    cJSON_AddNumberToObject(o, "median", s->median);
-    cJSON_AddNumberToObject(o, "count", (double)s->count);
-    return o;
-}
-
 static int run_outliers(const char *cmd, char **dirs, int n, const options *op) {
     int *tok = NULL;
     size_t ntok = 0;
@@ -171,8 +162,8 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
                     cJSON_AddItemToArray(arr, e);
                     cJSON_AddStringToObject(e, "model", dirs[i]);
                     cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
-                    cJSON_AddItemToObject(e, "attention_logits", stats_json(&res[i].logits));
-                    cJSON_AddItemToObject(e, "hidden_states", stats_json(&res[i].hidden));
+                    cJSON_AddItemToObject(e, "attention_logits", an_abs_stats_json(&res[i].logits));
+                    cJSON_AddItemToObject(e, "hidden_states", an_abs_stats_json(&res[i].hidden));
                     cJSON_AddItemToObject(e, "layer_logit_max",
                                           cJSON_CreateDoubleArray(res[i].layer_logit_max, res[i].n_layers));
                     cJSON_AddItemToObject(e, "layer_hidden_max",

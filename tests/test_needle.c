@@ -40,21 +40,6 @@ static void expect_error(int rc, const dt_error *err, const char *problem) {
     if (!strstr(err->msg, problem)) fail_msg("expected '%s' in: %s", problem, err->msg);
 }
 
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)size + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)size, f), (size_t)size);
-    buf[size] = '\0';
-    fclose(f);
-    *n = (size_t)size;
-    return buf;
-}
-
 /* Checks everything a sample promises, independently of needle_sample_check. */
 static void check_sample(const needle_sample *s, int context_length, int N, int R) {
     assert_int_equal(s->context_length, context_length);
@@ -385,11 +370,11 @@ static void test_dataset_files(void **state) {
     for (int f = 0; f < 3; f++) {
         size_t n1, n2, n3;
         snprintf(path, sizeof path, "%s/%s", d1, files[f]);
-        char *a = read_file(path, &n1);
+        char *a = tu_read_file(path, &n1);
         snprintf(path, sizeof path, "%s/%s", d2, files[f]);
-        char *b = read_file(path, &n2);
+        char *b = tu_read_file(path, &n2);
         snprintf(path, sizeof path, "%s/%s", d3, files[f]);
-        char *x = read_file(path, &n3);
+        char *x = tu_read_file(path, &n3);
         assert_int_equal(n1, n2);
         assert_memory_equal(a, b, n1); /* same seed: byte-identical */
         assert_true(n1 != n3 || memcmp(a, x, n1) != 0);
@@ -435,7 +420,7 @@ static void test_dataset_files(void **state) {
     /* train.txt: the train stream's samples, each followed by "\n\n" */
     size_t n;
     snprintf(path, sizeof path, "%s/train.txt", d1);
-    char *train = read_file(path, &n);
+    char *train = tu_read_file(path, &n);
     size_t at = 0;
     for (int i = 0; i < 7; i++) {
         int context_length;
@@ -454,7 +439,7 @@ static void test_dataset_files(void **state) {
     needle_corpus_free(&c);
 
     snprintf(path, sizeof path, "%s/needle.json", d1);
-    char *meta = read_file(path, &n);
+    char *meta = tu_read_file(path, &n);
     assert_non_null(strstr(meta, "\"version\":\t1"));
     assert_non_null(strstr(meta, "\"seed\":\t\"9\""));
     free(meta);

@@ -17,20 +17,6 @@
 #include "difftrans.h"
 #include "testutil.h"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    assert_non_null(s);
-    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* A run directory with a two-line metrics.jsonl (what the plots read when gnuplot is there). */
 static void fake_model(rp_model *m, const char *name, const char *sub, double val_loss, double logit_top1) {
     memset(m, 0, sizeof *m);
@@ -70,7 +56,7 @@ static char *write_report(double dval, double tval, const char *out_name) {
     assert_int_equal(rp_write(&r, out, &err), 0);
     char path[4300];
     snprintf(path, sizeof path, "%s/REPORT.md", out);
-    return slurp(path);
+    return tu_read_file(path, NULL);
 }
 
 static void test_verdict_symmetric(void **state) {
@@ -95,7 +81,7 @@ static void test_missing_values(void **state) {
     free(a);
     char path[4300];
     tu_path(path, sizeof path, "c/report.json");
-    char *j = slurp(path);
+    char *j = tu_read_file(path, NULL);
     assert_non_null(strstr(j, "\"final_val_loss\":\tnull"));
     free(j);
 }

@@ -56,6 +56,23 @@ void tu_write_file(const char *path, const void *data, size_t n) {
     if (!f || fwrite(data, 1, n, f) != n || fclose(f) != 0) abort();
 }
 
+char *tu_read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "tu_read_file: cannot open %s\n", path);
+        abort();
+    }
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = size >= 0 ? malloc((size_t)size + 1) : NULL;
+    if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size) abort();
+    buf[size] = '\0';
+    fclose(f);
+    if (n) *n = (size_t)size;
+    return buf;
+}
+
 int tu_file_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;

@@ -16,6 +16,9 @@ float *frand(size_t n, float std, uint64_t *rng);
 float *fnan(size_t n);
 float *fcopy(const float *x, size_t n);
 void tu_write_file(const char *path, const void *data, size_t n);
+/* The whole file, NUL-terminated (free with free()); *n gets its length when n is not NULL.
+ * Aborts when the file cannot be read. */
+char *tu_read_file(const char *path, size_t *n);
 int tu_file_exists(const char *path);
 float tu_max_abs_diff(const float *a, const float *b, size_t n);
 /* max over i of |a−b| / max(|a|, |b|, floor) */

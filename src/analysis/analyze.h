@@ -35,6 +35,8 @@ int an_abs_acc_add(an_abs_acc *a, const float *x, size_t n, dt_error *err);
 void an_abs_acc_stats(an_abs_acc *a, an_abs_stats *out);
 void an_abs_acc_free(an_abs_acc *a);
 /* Convenience: statistics of one array (x is not modified). */
+/* {"top1", "top10", "median", "count"} as a cJSON object */
+struct cJSON *an_abs_stats_json(const an_abs_stats *s);
 int an_abs_stats_of(const float *x, size_t n, an_abs_stats *out, dt_error *err);
 
 /* ---------------------------------------------------------------- outliers */

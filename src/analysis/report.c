@@ -177,6 +177,12 @@ static void row(sbuf *b, const char *label, const char *pd, const char *pt, doub
     sb_printf(b, "| %s | %s | %s | %s | %s |\n", label, pd, pt, num(x, sizeof x, d, fmt), num(y, sizeof y, t, fmt));
 }
 
+/* "fp32" for the unquantised row, else the bit width */
+static void bits_label(char *out, size_t n, int bits) {
+    if (bits) snprintf(out, n, "%d", bits);
+    else snprintf(out, n, "fp32");
+}
+
 static const an_quant_row *quant_row(const rp_model *m, int bits) {
     for (int i = 0; i < m->n_quant; i++)
         if (m->quant[i].bits == bits) return &m->quant[i];
@@ -385,10 +391,7 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
     for (int i = 0; i < d->n_quant; i++) {
         const an_quant_row *qd = &d->quant[i], *qt = quant_row(t, qd->bits);
         char label[32];
-        if (qd->bits)
-            snprintf(label, sizeof label, "%d", qd->bits);
-        else
-            snprintf(label, sizeof label, "fp32");
+        bits_label(label, sizeof label, qd->bits);
         const char *pd = qd->bits == 4 ? "≈ Transformer at 6 bits" : "—";
         const char *pt = qd->bits == 4 ? "drops sharply from 6 bits down" : "—";
         row(b, label, pd, pt, qd->loss, qt ? qt->loss : NAN, "%.4f");
@@ -410,10 +413,7 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
         for (int i = 0; i < d->n_quant; i++) {
             const an_quant_row *qd = &d->quant[i], *qt = quant_row(t, qd->bits);
             char label[32];
-            if (qd->bits)
-                snprintf(label, sizeof label, "%d", qd->bits);
-            else
-                snprintf(label, sizeof label, "fp32");
+            bits_label(label, sizeof label, qd->bits);
             row(b, label, "—", "—", (double)qd->needle_correct / qd->needle_total,
                 qt && qt->needle_total > 0 ? (double)qt->needle_correct / qt->needle_total : NAN, "%.3f");
         }
@@ -525,15 +525,6 @@ static void markdown(sbuf *b, const rp_report *r, int plots, const char *plot_no
 
 /* ---------------------------------------------------------------- report.json */
 
-static cJSON *stats_json(const an_abs_stats *s) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "top1", s->top1);
-    cJSON_AddNumberToObject(o, "top10", s->top10);
-    cJSON_AddNumberToObject(o, "median", s->median);
-    cJSON_AddNumberToObject(o, "count", (double)s->count);
-    return o;
-}
-
 static void add_num(cJSON *o, const char *k, double v) {
     if (isnan(v))
         cJSON_AddNullToObject(o, k);
@@ -577,8 +568,8 @@ static cJSON *model_json(const rp_model *m) {
     cJSON *ou = cJSON_AddObjectToObject(e, "outliers");
     cJSON_AddNumberToObject(ou, "windows", m->outliers.windows);
     cJSON_AddNumberToObject(ou, "seq", m->outliers.seq);
-    cJSON_AddItemToObject(ou, "attention_logits", stats_json(&m->outliers.logits));
-    cJSON_AddItemToObject(ou, "hidden_states", stats_json(&m->outliers.hidden));
+    cJSON_AddItemToObject(ou, "attention_logits", an_abs_stats_json(&m->outliers.logits));
+    cJSON_AddItemToObject(ou, "hidden_states", an_abs_stats_json(&m->outliers.hidden));
     if (m->outliers.layer_logit_max) {
         cJSON_AddItemToObject(ou, "layer_logit_max", cJSON_CreateDoubleArray(m->outliers.layer_logit_max, m->outliers.n_layers));
         cJSON_AddItemToObject(ou, "layer_hidden_max",

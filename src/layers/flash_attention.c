@@ -523,6 +523,26 @@ static void prefetch_tile(const float *src, ptrdiff_t ld, int k0, int kend, int 
 #endif
 }
 
+/* DIFF: the key tile [k0, k0 + nk) of both query maps' kv heads (ka, kb; packed once when they
+ * are the same head) and V_j = [v_ga, v_gb] (rows 2hd wide) into contiguous scratch, and the
+ * next tile's rows prefetched. Shared by the forward and the backward pass. */
+static void load_diff_kv_tile(float *Ka, float *Kb, float *Vj, const float *ka, const float *kb, const float *va,
+                              const float *vb, int same_kv, ptrdiff_t ldk, int hd, int k0, int nk, int kend) {
+    const size_t ko = (size_t)k0 * ldk, w2 = 2 * (size_t)hd;
+    pack_rows(Ka, ka + ko, ldk, nk, hd);
+    if (Kb != Ka) pack_rows(Kb, kb + ko, ldk, nk, hd);
+    for (int c = 0; c < nk; c++) {
+        copy_row(Vj + (size_t)c * w2, va + ko + (size_t)c * ldk, hd);
+        copy_row(Vj + (size_t)c * w2 + hd, vb + ko + (size_t)c * ldk, hd);
+    }
+    prefetch_tile(ka, ldk, k0 + BK, kend, hd);
+    prefetch_tile(va, ldk, k0 + BK, kend, hd);
+    if (!same_kv) {
+        prefetch_tile(kb, ldk, k0 + BK, kend, hd);
+        prefetch_tile(vb, ldk, k0 + BK, kend, hd);
+    }
+}
+
 /* Floats of one thread's slice: the largest of the four kernels' layouts (the DIFF backward:
  * at most fourteen BQ × hd tiles, four BK × BQ tiles, four statistics vectors of BQ, and the
  * dλ / dsubln partials in front), with room for the 16-float rounding of every buffer. For hd = 64
@@ -615,19 +635,7 @@ static void fwd_diff_task(const fwd_ctx *x, int b, int j, int qt, float *ws) {
     memset(O2, 0, sizeof(float) * (size_t)nq * w2);
     for (int kt = 0; kt * BK < q0 + nq; kt++) {
         const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
-        const size_t ko = (size_t)k0 * ldk;
-        pack_rows(Ka, ka + ko, ldk, nk, hd);
-        if (Kb != Ka) pack_rows(Kb, kb + ko, ldk, nk, hd);
-        for (int c = 0; c < nk; c++) { /* V_j = [v_ga, v_gb], rows 2hd wide */
-            copy_row(Vj + (size_t)c * w2, va + ko + (size_t)c * ldk, hd);
-            copy_row(Vj + (size_t)c * w2 + hd, vb + ko + (size_t)c * ldk, hd);
-        }
-        prefetch_tile(ka, ldk, k0 + BK, q0 + nq, hd);
-        prefetch_tile(va, ldk, k0 + BK, q0 + nq, hd);
-        if (gb != ga) {
-            prefetch_tile(kb, ldk, k0 + BK, q0 + nq, hd);
-            prefetch_tile(vb, ldk, k0 + BK, q0 + nq, hd);
-        }
+        load_diff_kv_tile(Ka, Kb, Vj, ka, kb, va, vb, gb == ga, ldk, hd, k0, nk, q0 + nq);
         mm(S1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
         mm(S2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
         softmax_tile(S1, nk, nqv, q0, k0, diag, x->scale, m1, l1, c1);
@@ -852,18 +860,7 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
             for (int kt = 0; kt * BK < q0 + nq; kt++) {
                 const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
                 const size_t ko = (size_t)k0 * ldk;
-                pack_rows(Ka, ka + ko, ldk, nk, hd);
-                if (Kb != Ka) pack_rows(Kb, kb + ko, ldk, nk, hd);
-                for (int c = 0; c < nk; c++) {
-                    copy_row(Vj + (size_t)c * w2, va + ko + (size_t)c * ldk, hd);
-                    copy_row(Vj + (size_t)c * w2 + hd, vb + ko + (size_t)c * ldk, hd);
-                }
-                prefetch_tile(ka, ldk, k0 + BK, q0 + nq, hd);
-                prefetch_tile(va, ldk, k0 + BK, q0 + nq, hd);
-                if (gb != ga) {
-                    prefetch_tile(kb, ldk, k0 + BK, q0 + nq, hd);
-                    prefetch_tile(vb, ldk, k0 + BK, q0 + nq, hd);
-                }
+                load_diff_kv_tile(Ka, Kb, Vj, ka, kb, va, vb, gb == ga, ldk, hd, k0, nk, q0 + nq);
                 mm(S1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
                 mm(S2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
                 probs_tile(S1, nk, nqv, q0, k0, diag, scale, ls1);
