@@ -20,7 +20,8 @@ void tu_write_file(const char *path, const void *data, size_t n);
  * Aborts when the file cannot be read. */
 char *tu_read_file(const char *path, size_t *n);
 int tu_file_exists(const char *path);
+/* max over i of |a−b|; +inf when any element of either side is NaN */
 float tu_max_abs_diff(const float *a, const float *b, size_t n);
-/* max over i of |a−b| / max(|a|, |b|, floor) */
+/* max over i of |a−b| / max(|a|, |b|, floor); +inf when any element of either side is NaN */
 float tu_max_rel_diff(const float *a, const float *b, size_t n, float floor);
 #endif
