@@ -26,6 +26,7 @@ static void help(void) {
            "training:\n"
            "  --steps N                 optimizer steps [%d]\n"
            "  --batch N                 sequences per step [%d]\n"
+           "  --grad-accum K            micro-batches per step, each of batch/K sequences [1]\n"
            "  --seq N                   tokens per sequence [%d]\n"
            "  --lr X                    peak learning rate [%g]\n"
            "  --min-lr-ratio X          cosine decay floor as a fraction of --lr [%g]\n"
@@ -62,12 +63,12 @@ int cmd_train(int argc, char **argv) {
         {"seed", required_argument, 0, 'r'},      {"threads", required_argument, 0, 'j'},
         {"val-fraction", required_argument, 0, 'v'}, {"eval-interval", required_argument, 0, 'e'},
         {"eval-batches", required_argument, 0, 'E'}, {"save-interval", required_argument, 0, 'i'},
-        {"resume", no_argument, 0, 'R'},          {"stop-at", required_argument, 0, 'A'},          {"quiet", no_argument, 0, 'q'},
+        {"grad-accum", required_argument, 0, 'K'}, {"resume", no_argument, 0, 'R'},          {"stop-at", required_argument, 0, 'A'},          {"quiet", no_argument, 0, 'q'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     const char *cmd = "train", *preset = "small", *config_path = NULL;
     dt_arch arch = DT_ARCH_DIFF;
-    int threads = 0, subln = 0, steps_given = 0;
+    int threads = 0, subln = 0, steps_given = 0, accum_given = 0;
     dt_train_options o;
     dt_train_defaults(&o);
     optind = 1;
@@ -86,6 +87,7 @@ int cmd_train(int argc, char **argv) {
         case 'S': subln = 1; break;
         case 's': bad = parse_int(cmd, "--steps", optarg, 1, 100000000, &o.steps), steps_given = 1; break;
         case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &o.batch); break;
+        case 'K': bad = parse_int(cmd, "--grad-accum", optarg, 1, 4096, &o.grad_accum), accum_given = 1; break;
         case 't': bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &o.seq); break;
         case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-12, 10, &o.lr); break;
         case 'm': bad = parse_float(cmd, "--min-lr-ratio", optarg, 0, 1, &o.min_lr_ratio); break;
@@ -112,8 +114,9 @@ int cmd_train(int argc, char **argv) {
         if (!o.data_path) return cli_error(cmd, "--data FILE is required (see difftrans train --help)");
         if (cli_config(cmd, config_path ? config_path : preset, arch, &o.cfg) != 0) return 1;
         if (o.cfg.arch == DT_ARCH_DIFF && subln) o.cfg.use_subln_weight = 1;
-    } else if (!steps_given) {
-        o.steps = 0; /* take the saved run's step count */
+    } else {
+        if (!steps_given) o.steps = 0; /* take the saved run's step count */
+        if (!accum_given) o.grad_accum = 0; /* and its gradient accumulation */
     }
     cli_set_threads(threads);
 

@@ -251,6 +251,8 @@ typedef struct {
     const char *out_dir;         /* checkpoint directory (created) */
     dt_config cfg;               /* the model to create; with resume it is read from out_dir */
     int steps, batch, seq;
+    int grad_accum;              /* micro-batches per step: each forward runs batch / grad_accum rows
+                                    (with resume, 0 takes the saved run's) */
     float lr, min_lr_ratio;      /* peak learning rate; cosine decays to lr·min_lr_ratio */
     int warmup;                  /* linear warm-up steps */
     float weight_decay, grad_clip, beta1, beta2, adam_eps;

@@ -421,6 +421,43 @@ static void test_resume_equals_uninterrupted(void **state) {
     omp_set_num_threads(omp_get_num_procs());
 }
 
+/* --grad-accum K: K micro-batches of B/K rows average to the gradient of the whole batch, so the
+ * run follows the K = 1 run to float rounding. A sum instead of a mean, a micro-batch used twice or
+ * a row left out would move the parameters by far more than rounding after 8 steps. */
+static void test_grad_accum_matches_whole_batch(void **state) {
+    (void)state;
+    omp_set_num_threads(1);
+    char a[1024], b[1024];
+    tu_path(a, sizeof a, "accum1");
+    tu_path(b, sizeof b, "accum4");
+    dt_train_options o;
+    dt_error err;
+    train_opts(&o, a, 8);
+    o.grad_clip = 0; /* clipping would hide a wrongly scaled gradient */
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    train_opts(&o, b, 8);
+    o.grad_clip = 0;
+    o.grad_accum = 4;
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    dt_model ma, mb, m0;
+    load_params(a, &ma);
+    load_params(b, &mb);
+    assert_int_equal(dt_model_create(&m0, &ma.cfg, &err), 0);
+    dt_model_init_random(&m0, o.seed);
+    double moved = tu_max_abs_diff(ma.params, m0.params, ma.n_params);
+    double apart = tu_max_abs_diff(ma.params, mb.params, ma.n_params);
+    print_message("after 8 steps: parameters moved up to %.3g; K=1 and K=4 differ by %.3g\n", moved, apart);
+    assert_true(moved > 1e-3);
+    assert_true(apart < 1e-3 * moved);
+    o.grad_accum = 3; /* does not divide --batch 4 */
+    assert_int_equal(dt_train(&o, &err), -1);
+    assert_non_null(strstr(err.msg, "--grad-accum 3"));
+    dt_model_free(&ma);
+    dt_model_free(&mb);
+    dt_model_free(&m0);
+    omp_set_num_threads(omp_get_num_procs());
+}
+
 static void test_training_learns_real_text(void **state) {
     (void)state;
     int *tok;
@@ -468,6 +505,7 @@ int main(void) {
         cmocka_unit_test(test_attention_logit_hooks),
         cmocka_unit_test(test_forward_rejects_bad_tokens),
         cmocka_unit_test(test_resume_equals_uninterrupted),
+        cmocka_unit_test(test_grad_accum_matches_whole_batch),
         cmocka_unit_test(test_training_learns_real_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,7 +17,7 @@
 #include <cblas.h>
 
 #include "bench/bench.h"
-#include "train/optim.h"
+#include "train/step.h"
 
 double bench_now(void) {
     struct timespec ts;
@@ -100,9 +100,9 @@ typedef struct {
     int have_model;
     dt_runstate *rs;
     dt_kvcache *kv;
+    train_step ts;
     int *tokens, *targets;
-    float *grads, *adam_m, *adam_v, *logits;
-    unsigned char *decay;
+    float *logits;
     double *times;
 } bench_state;
 
@@ -111,44 +111,27 @@ static void bench_state_free(bench_state *s) {
     dt_runstate_free(s->rs);
     free(s->tokens);
     free(s->targets);
-    free(s->grads);
-    free(s->adam_m);
-    free(s->adam_v);
+    train_step_free(&s->ts);
     free(s->logits);
-    free(s->decay);
     free(s->times);
     if (s->have_model) dt_model_free(&s->m);
 }
 
-/* 1 warm-up step, then o->steps timed steps of exactly what dt_train does per step: forward
- * with targets, zeroed gradients, backward, gradient norm and clipping, AdamW. */
+/* 1 warm-up step, then o->steps timed steps of train_step_run(), the step dt_train runs (with
+ * the default optimizer settings of dt_train_defaults and one micro-batch of [B, T]). */
 static int measure_train(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
-    const dt_model *m = &s->m;
-    const size_t P = m->n_params;
     const int B = o->batch, T = o->seq;
-    s->grads = calloc(P, sizeof(float));
-    s->adam_m = calloc(P, sizeof(float));
-    s->adam_v = calloc(P, sizeof(float));
-    s->decay = calloc(P, 1);
-    if (!s->grads || !s->adam_m || !s->adam_v || !s->decay)
-        return dt_fail(err, "out of memory for the gradients and optimizer state of %zu parameters", P);
-    for (int i = 0; i < m->n_tensors; i++)
-        if (m->tensors[i].decay) memset(s->decay + m->tensors[i].offset, 1, m->tensors[i].numel);
-    const adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f};
-    const float lr = 1e-4f, clip = 1.0f;
+    dt_train_options d;
+    dt_train_defaults(&d);
+    const train_step_options so = {.micro_batch = B, .seq = T, .accum = 1, .grad_clip = d.grad_clip,
+                                   .hp = {d.beta1, d.beta2, d.adam_eps, d.weight_decay}};
+    if (train_step_init(&s->ts, &s->m, &so, err) != 0) return -1;
     progress(o, "training", -1, o->steps);
     for (int step = 0; step <= o->steps; step++) {
+        train_step_stats st;
         double t0 = bench_now();
-        float loss;
-        if (dt_forward(m, s->rs, s->tokens, s->targets, B, T, &loss, err) != 0) return -1;
-        memset(s->grads, 0, P * sizeof(float));
-        dt_backward(m, s->rs, s->grads);
-        float gnorm = grad_norm(s->grads, P);
-        if (gnorm > clip) grad_scale(s->grads, P, clip / gnorm);
-        adamw_step(s->m.params, s->grads, s->adam_m, s->adam_v, s->decay, P, step + 1, &hp, lr);
+        if (train_step_run(&s->ts, s->tokens, s->targets, step + 1, 1e-4f, &st, err) != 0) return -1;
         double t1 = bench_now();
-        if (!isfinite(loss) || !isfinite(gnorm))
-            return dt_fail(err, "training step %d: loss %g, gradient norm %g", step, (double)loss, (double)gnorm);
         if (step > 0) s->times[step - 1] = t1 - t0;
         progress(o, "training", step, o->steps);
     }
@@ -226,7 +209,7 @@ int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, d
             s.tokens[i] = (int)(dt_rng_next(&rng) % (uint64_t)cfg->vocab_size);
             s.targets[i] = (int)(dt_rng_next(&rng) % (uint64_t)cfg->vocab_size);
         }
-        if (rc == 0 && !(s.rs = dt_runstate_create(&s.m, o->batch, o->seq, err))) rc = -1;
+        if (rc == 0 && o->prefill && !(s.rs = dt_runstate_create(&s.m, o->batch, o->seq, err))) rc = -1;
     } else if (!(s.tokens = calloc(1, sizeof(int)))) {
         rc = dt_fail(err, "out of memory");
     }

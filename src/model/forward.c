@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "difftrans.h"
+#include "internal.h"
 #include "layers/layers.h"
 
 /* Rows per chunk of the LM head + cross-entropy with chunked_loss. */
@@ -329,7 +330,9 @@ static void lambda_backward(dt_layer_weights *g, const dt_layer_weights *w, int 
     }
 }
 
-void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
+void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) { dt_backward_notify(m, rs, grads, NULL, NULL); }
+
+void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_grads_ready_fn ready, void *ctx) {
     const dt_config *c = &m->cfg;
     const int B = rs->B, T = rs->T, N = B * T;
     const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
@@ -348,6 +351,7 @@ void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
     }
     memset(rs->dresid, 0, (size_t)N * C * sizeof(float));
     rmsnorm_backward(rs->dresid, g.norm, rs->dln, rs->resid[c->num_hidden_layers], rs->lnf_rstd, m->w.norm, N, C);
+    if (ready) ready(ctx, (size_t)(g.norm - grads)); /* the final norm and an untied lm_head follow it */
 
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
         const dt_layer_weights *w = &m->w.layers[l];
@@ -388,6 +392,8 @@ void dt_backward(const dt_model *m, dt_runstate *rs, float *grads) {
         linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim);
         rmsnorm_backward(rs->dresid, gw->input_layernorm, rs->dln, rs->resid[l], a->ln1_rstd, w->input_layernorm, N,
                          C);
+        if (ready) ready(ctx, (size_t)(gw->input_layernorm - grads)); /* layer l's first tensor */
     }
     embedding_backward(g.embed_tokens, rs->dresid, rs->tokens, N, C);
+    if (ready) ready(ctx, 0);
 }

@@ -21,11 +21,13 @@
 #include "difftrans.h"
 #include "internal.h"
 #include "train/optim.h"
+#include "train/step.h"
 
 void dt_train_defaults(dt_train_options *o) {
     memset(o, 0, sizeof *o);
     o->steps = 1000;
     o->batch = 8;
+    o->grad_accum = 1;
     o->seq = 128;
     o->lr = 1e-3f;
     o->min_lr_ratio = 0.1f;
@@ -44,13 +46,11 @@ void dt_train_defaults(dt_train_options *o) {
 
 typedef struct {
     dt_model model;
-    float *grads, *adam_m, *adam_v;
-    unsigned char *decay;        /* [n_params] 1 where weight decay applies */
+    train_step ts;               /* gradients, optimizer state and the micro-batch run state */
     int step;                    /* steps done */
     uint64_t rng;                /* data sampling state */
     int *tokens;
     size_t n_tokens, n_train;    /* tokens [0, n_train) train, [n_train, n_tokens) validation */
-    dt_runstate *rs;
     int *in, *tg;                /* [B·T] */
     double elapsed;              /* seconds of training so far (for the metrics) */
 } trainer;
@@ -78,6 +78,7 @@ static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
     cJSON_AddStringToObject(j, "data", o->data_path);
     cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "batch", o->batch);
+    cJSON_AddNumberToObject(j, "grad_accum", o->grad_accum);
     cJSON_AddNumberToObject(j, "seq", o->seq);
     cJSON_AddNumberToObject(j, "lr", o->lr);
     cJSON_AddNumberToObject(j, "min_lr_ratio", o->min_lr_ratio);
@@ -170,6 +171,10 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
               json_float(j, "val_fraction", 0.001, 0.9, &o->val_fraction, path, err) ||
               json_number(j, "elapsed_seconds", 0, 1e12, &elapsed, path, err) ||
               json_u64(j, "rng", &tr->rng, path, err) || json_u64(j, "seed", &o->seed, path, err);
+    int accum = 1; /* absent from runs saved before gradient accumulation existed */
+    if (!bad && cJSON_GetObjectItemCaseSensitive(j, "grad_accum"))
+        bad = json_int(j, "grad_accum", 1, 4096, &accum, path, err) != 0;
+    if (o->grad_accum <= 0) o->grad_accum = accum; /* given on the command line, it may change */
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
     if (!bad && (!cJSON_IsString(data) || !*data->valuestring)) bad = dt_fail(err, "%s: missing 'data'", path) != 0;
     if (!bad) {
@@ -187,8 +192,8 @@ static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err
     char path[4200];
     if (dt_model_save(&tr->model, o->out_dir, 0, err) != 0) return -1;
     dt_st_entry e[2] = {
-        {.name = "adam.m", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->adam_m},
-        {.name = "adam.v", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->adam_v},
+        {.name = "adam.m", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->ts.adam_m},
+        {.name = "adam.v", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->ts.adam_v},
     };
     if (path_join(path, sizeof path, o->out_dir, "optimizer.safetensors", err) || dt_st_write_f32(path, e, 2, err))
         return -1;
@@ -208,7 +213,7 @@ static int load_optimizer(const char *dir, trainer *tr, dt_error *err) {
     dt_safetensors st;
     if (path_join(path, sizeof path, dir, "optimizer.safetensors", err) || dt_st_open(&st, path, err)) return -1;
     const char *names[2] = {"adam.m", "adam.v"};
-    float *dst[2] = {tr->adam_m, tr->adam_v};
+    float *dst[2] = {tr->ts.adam_m, tr->ts.adam_v};
     int rc = 0;
     for (int i = 0; i < 2 && rc == 0; i++) {
         const dt_st_tensor *t = dt_st_find(&st, names[i]);
@@ -270,15 +275,11 @@ static void write_metrics(FILE *mf, const trainer *tr, float loss, double val_lo
 }
 
 static void trainer_free(trainer *tr) {
+    train_step_free(&tr->ts);
     dt_model_free(&tr->model);
-    free(tr->grads);
-    free(tr->adam_m);
-    free(tr->adam_v);
-    free(tr->decay);
     free(tr->tokens);
     free(tr->in);
     free(tr->tg);
-    dt_runstate_free(tr->rs);
 }
 
 static int validate_options(const dt_train_options *o, dt_error *err) {
@@ -286,6 +287,8 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
     if (!o->out_dir) return dt_fail(err, "--out: an output directory is required");
     if (o->steps <= 0) return dt_fail(err, "--steps %d: must be positive", o->steps);
     if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "--batch %d: must be in 1..4096", o->batch);
+    if (o->grad_accum <= 0 || o->batch % o->grad_accum != 0)
+        return dt_fail(err, "--grad-accum %d: must be positive and divide --batch %d", o->grad_accum, o->batch);
     if (o->seq <= 0) return dt_fail(err, "--seq %d: must be positive", o->seq);
     if (!(o->lr > 0) || !isfinite(o->lr)) return dt_fail(err, "--lr %g: must be a positive number", (double)o->lr);
     if (o->warmup < 0) return dt_fail(err, "--warmup %d: must be >= 0", o->warmup);
@@ -339,20 +342,16 @@ int dt_train(dt_train_options *o, dt_error *err) {
         goto fail;
     }
     const size_t P = tr.model.n_params;
-    tr.grads = calloc(P, sizeof(float));
-    tr.adam_m = calloc(P, sizeof(float));
-    tr.adam_v = calloc(P, sizeof(float));
-    tr.decay = calloc(P, 1);
+    const train_step_options so = {
+        .micro_batch = B / o->grad_accum, .seq = T, .accum = o->grad_accum, .grad_clip = o->grad_clip,
+        .hp = {o->beta1, o->beta2, o->adam_eps, o->weight_decay}};
+    if (train_step_init(&tr.ts, &tr.model, &so, err) != 0) goto fail;
     tr.in = malloc((size_t)B * T * sizeof(int));
     tr.tg = malloc((size_t)B * T * sizeof(int));
-    if (!tr.grads || !tr.adam_m || !tr.adam_v || !tr.decay || !tr.in || !tr.tg) {
-        dt_fail(err, "out of memory for %zu parameters of optimizer state", P);
+    if (!tr.in || !tr.tg) {
+        dt_fail(err, "out of memory for a batch of %d × %d tokens", B, T);
         goto fail;
     }
-    for (int i = 0; i < tr.model.n_tensors; i++)
-        if (tr.model.tensors[i].decay) memset(tr.decay + tr.model.tensors[i].offset, 1, tr.model.tensors[i].numel);
-    /* the [B·T, V] logits are never needed whole in training */
-    if (!(tr.rs = dt_runstate_create_with(&tr.model, B, T, &(dt_run_options){.chunked_loss = 1}, err))) goto fail;
     if (o->resume && load_optimizer(o->out_dir, &tr, err) != 0) goto fail;
 
     if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
@@ -367,7 +366,6 @@ int dt_train(dt_train_options *o, dt_error *err) {
         goto fail;
     }
 
-    const adamw_hparams hp = {o->beta1, o->beta2, o->adam_eps, o->weight_decay};
     const int tty = isatty(STDERR_FILENO) && !o->quiet;
     const int log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
     if (!o->quiet)
@@ -380,22 +378,13 @@ int dt_train(dt_train_options *o, dt_error *err) {
     while (tr.step < o->steps) {
         double t0 = now_seconds();
         sample_batch(&tr, B, T);
-        float loss;
-        if (dt_forward(&tr.model, tr.rs, tr.in, tr.tg, B, T, &loss, err) != 0) {
+        const float lr = lr_schedule(tr.step, o->steps, o->warmup, o->lr, o->min_lr_ratio);
+        train_step_stats st;
+        if (train_step_run(&tr.ts, tr.in, tr.tg, tr.step + 1, lr, &st, err) != 0) {
             rc = -1;
             break;
         }
-        memset(tr.grads, 0, P * sizeof(float));
-        dt_backward(&tr.model, tr.rs, tr.grads);
-        float gnorm = grad_norm(tr.grads, P);
-        if (!isfinite(loss) || !isfinite(gnorm)) {
-            rc = dt_fail(err, "step %d: loss %g, gradient norm %g — training diverged (try a lower --lr)", tr.step + 1,
-                         (double)loss, (double)gnorm);
-            break;
-        }
-        if (o->grad_clip > 0 && gnorm > o->grad_clip) grad_scale(tr.grads, P, o->grad_clip / gnorm);
-        float lr = lr_schedule(tr.step, o->steps, o->warmup, o->lr, o->min_lr_ratio);
-        adamw_step(tr.model.params, tr.grads, tr.adam_m, tr.adam_v, tr.decay, P, tr.step + 1, &hp, lr);
+        const float loss = st.loss, gnorm = st.grad_norm;
         tr.step++;
         double dt = now_seconds() - t0;
         tr.elapsed += dt;
@@ -405,7 +394,8 @@ int dt_train(dt_train_options *o, dt_error *err) {
         int last = tr.step == o->steps;
         if ((o->eval_interval > 0 && tr.step % o->eval_interval == 0) || last || tr.step == 1) {
             const int *val = tr.tokens + tr.n_train;
-            if (eval_windows(&tr.model, tr.rs, tr.in, tr.tg, val, tr.n_tokens - tr.n_train, B, T,
+            /* on the step's run state: micro-batches of windows */
+            if (eval_windows(&tr.model, tr.ts.rs, tr.in, tr.tg, val, tr.n_tokens - tr.n_train, so.micro_batch, T,
                              (size_t)o->eval_batches * B, &val_loss, NULL, err) != 0) {
                 rc = -1;
                 break;
