@@ -3,6 +3,7 @@
 #define DT_CLI_H
 #include <getopt.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "difftrans.h"
 
@@ -33,6 +34,8 @@ int cli_parse_arch(const char *cmd, const char *s, dt_arch *arch);
 void cli_set_threads(int n);
 /* Reads a config: a preset name ("small") or a path to a config.json. */
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
+/* The CPU, the kernel path in use, its features and OpenBLAS's core, one "key: value" per line. */
+void cli_print_system(FILE *f, const char *indent);
 /* The parameter counts of a config and of its matched model of the other architecture. */
 void cli_print_param_counts(const dt_config *cfg);
 #endif

@@ -29,7 +29,9 @@ static void help(void) {
            "           a 1-token prompt; weight bytes read per token, the bandwidth that implies, and its\n"
            "           fraction of the read bandwidth measured in the same run\n"
            "  memory   peak resident set size of the process that measured the model\n"
-           "Prints a table per model and one JSON line per model (lines starting with '{').\n\n"
+           "Prints the CPU and the kernel path in use (as `difftrans info --system`; DT_ISA=portable|avx2|avx512\n"
+           "forces a path), a table per model and one JSON line per model (lines starting with '{', with \"cpu\"\n"
+           "and \"kernels\").\n\n"
            "model:\n"
            "  --arch A          diff | transformer | both: the DIFF model and its parameter-matched\n"
            "                    baseline of the same sizes [both]\n"
@@ -112,8 +114,20 @@ static void json_num(const char *key, double v, int last) {
     else printf("\"%s\":null%s", key, last ? "}\n" : ",");
 }
 
+/* a JSON string of printable ASCII (a CPU brand string): quotes and backslashes escaped, the rest dropped */
+static void json_str(const char *key, const char *v, int last) {
+    printf("\"%s\":\"", key);
+    for (const char *c = v; *c; c++) {
+        if (*c == '"' || *c == '\\') putchar('\\');
+        if (*c >= 32 && *c < 127) putchar(*c);
+    }
+    printf(last ? "\"}\n" : "\",");
+}
+
 static void print_json(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
                        const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
+    dt_system_info si;
+    dt_system(&si);
     printf("{\"arch\":\"%s\",\"d_model\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ffn\":%d,"
            "\"vocab\":%d,\"batch\":%d,\"seq\":%d,\"threads\":%d,\"params\":%zu,",
            arch_name(c), c->hidden_size, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads,
@@ -129,7 +143,9 @@ static void print_json(const dt_config *c, const bench_options *o, int threads, 
     json_num("decode_weight_bytes_per_token", r->decode_weight_bytes_per_token, 0);
     json_num("read_bandwidth_gbs", p->read_gbs, 0);
     json_num("decode_bandwidth_gbs", decode_gbs, 0);
-    json_num("decode_bound_fraction", bound_fraction, 1);
+    json_num("decode_bound_fraction", bound_fraction, 0);
+    json_str("cpu", si.cpu, 0);
+    json_str("kernels", si.path, 1);
 }
 
 static void print_table(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
@@ -293,6 +309,7 @@ int cmd_bench(int argc, char **argv) {
     if ((q.sgemm || q.bandwidth) && bench_isolated(run_probes, &q, &p, sizeof p, NULL, &err) != 0)
         return cli_error(CMD, "%s", err.msg);
     if (!json_only) {
+        cli_print_system(stdout, "");
         printf("machine: %d threads", n_threads);
         if (q.sgemm) printf(" | sgemm %d³ best of 3: %.2f GFLOP/s", p.sgemm_n, p.sgemm_gflops);
         if (q.bandwidth)

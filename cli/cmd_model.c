@@ -71,10 +71,18 @@ int cmd_init(int argc, char **argv) {
 int cmd_info(int argc, char **argv) {
     const char *cmd = "info";
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: difftrans info MODEL_DIR\n\nPrints the config, the parameter count and λ of every layer.\n");
+        printf("usage: difftrans info MODEL_DIR\n       difftrans info --system\n\n"
+               "Prints the config, the parameter count and λ of every layer; with --system, the CPU, the\n"
+               "kernel path in use (portable | avx2 | avx512, the widest the CPU supports unless DT_ISA=...\n"
+               "forces one), the CPU's vector features and OpenBLAS's core.\n");
         return 0;
     }
-    if (argc != 2 || argv[1][0] == '-') return cli_error(cmd, "expected one MODEL_DIR (see difftrans info --help)");
+    if (argc == 2 && !strcmp(argv[1], "--system")) {
+        cli_print_system(stdout, "");
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-')
+        return cli_error(cmd, "expected one MODEL_DIR or --system (see difftrans info --help)");
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[1], &err) != 0) return cli_error(cmd, "%s", err.msg);

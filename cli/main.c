@@ -49,10 +49,33 @@ int main(int argc, char **argv) {
         return 0;
     }
     for (int i = 0; i < N_COMMANDS; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            /* a forced kernel path the CPU cannot run is an error, before any work */
+            dt_error err;
+            if (dt_system_check(&err) != 0) {
+                fprintf(stderr, "difftrans %s: %s\n", argv[1], err.msg);
+                return 1;
+            }
+            return commands[i].run(argc - 1, argv + 1);
+        }
     fprintf(stderr, "difftrans: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 1;
+}
+
+void cli_print_system(FILE *f, const char *indent) {
+    dt_system_info si;
+    dt_system(&si);
+    fprintf(f, "%scpu: %s\n", indent, si.cpu[0] ? si.cpu : "(no brand string)");
+    fprintf(f, "%skernels: %s (best this CPU supports: %s%s)\n", indent, si.path, si.best,
+            getenv("DT_ISA") && *getenv("DT_ISA") ? "; forced by DT_ISA" : "");
+    fprintf(f, "%sfeatures: avx2 %s, fma %s, avx512f %s, avx512bw %s, avx512vl %s, avx512dq %s, avx512vnni %s, "
+               "avx512bf16 %s\n",
+            indent, si.avx2 ? "yes" : "no", si.fma ? "yes" : "no", si.avx512f ? "yes" : "no",
+            si.avx512bw ? "yes" : "no", si.avx512vl ? "yes" : "no", si.avx512dq ? "yes" : "no",
+            si.avx512vnni ? "yes" : "no", si.avx512bf16 ? "yes" : "no");
+    fprintf(f, "%smatrix products: OpenBLAS, core %s; %d threads\n", indent, si.blas_core[0] ? si.blas_core : "unknown",
+            si.threads);
 }
 
 int cli_error(const char *cmd, const char *fmt, ...) {

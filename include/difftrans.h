@@ -275,6 +275,26 @@ int dt_train(dt_train_options *o, dt_error *err);
 int dt_tokenizer_save(const char *dir, dt_error *err);
 int dt_tokenizer_check(const char *dir, dt_error *err);
 
+/* ---------------------------------------------------------------- the machine */
+
+/* The CPU and the kernel path this process uses. The default build runs on any x86-64 CPU; the
+ * fused attention, exp and elementwise kernels exist for baseline x86-64 ("portable"), "avx2"
+ * and "avx512" (16-wide), and the widest the CPU supports is chosen once at start-up. DT_ISA in
+ * the environment forces one: portable | avx2 | avx512. Matrix products are OpenBLAS's, which
+ * picks its own kernels for the CPU (blas_core names them when OpenBLAS reports it). */
+typedef struct {
+    char cpu[64];                /* the CPU's brand string ("" when it has none) */
+    const char *path;            /* the kernel path in use */
+    const char *best;            /* the widest path this CPU supports */
+    int avx2, fma, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+    const char *blas_core;       /* OpenBLAS's core for this CPU, or "" when unknown */
+    int threads;                 /* OpenMP threads (omp_get_max_threads) */
+} dt_system_info;
+void dt_system(dt_system_info *out);
+/* 0 when DT_ISA is unset or names a path this CPU runs; else -1 with a message naming DT_ISA
+ * (a path the CPU lacks is refused, never silently replaced). */
+int dt_system_check(dt_error *err);
+
 /* ---------------------------------------------------------------- utilities */
 
 uint64_t dt_rng_next(uint64_t *state);      /* splitmix64 */

@@ -5,8 +5,9 @@
 #
 # Runs a tiny bench of both architectures and checks that stdout has exactly two JSON lines, one
 # with arch "diffllama" and one with "llama", each with every key, the sizes asked for and a
-# positive number for every measurement; that --help works; and that bad flag values fail with
-# a message naming the flag. Exits 1 when any check failed.
+# positive number for every measurement; that --help works; that bad flag values fail with
+# a message naming the flag; and that `info --system` and DT_ISA work. Exits 1 when any check
+# failed.
 set -u
 
 if [ $# -ne 2 ]; then
@@ -34,7 +35,7 @@ import json, math, sys
 keys = ["arch", "d_model", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "batch", "seq", "threads",
         "params", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
         "train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token",
-        "read_bandwidth_gbs", "decode_bandwidth_gbs", "decode_bound_fraction"]
+        "read_bandwidth_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels"]
 sizes = {"d_model": 64, "layers": 1, "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 64,
          "batch": 2, "seq": 16, "threads": 2}
 lines = open(sys.argv[1]).read().splitlines()
@@ -58,7 +59,9 @@ for line in lines:
     for k, v in sizes.items():
         if j.get(k) != v:
             bad("%s: %s = %r, expected %r" % (j.get("arch"), k, j.get(k), v))
-    for k in keys[11:]:
+    if j.get("kernels") not in ("portable", "avx2", "avx512") or not isinstance(j.get("cpu"), str):
+        bad("%s: kernels %r / cpu %r" % (j.get("arch"), j.get("kernels"), j.get("cpu")))
+    for k in keys[11:-2]:
         v = j.get(k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             bad("%s: %s = %r is not a positive number" % (j.get("arch"), k, v))
@@ -101,6 +104,22 @@ expect_error '--arch' --arch rnn
 expect_error '--heads' --heads 3 --arch diff
 expect_error '--kv-heads' --heads 4 --kv-heads 3
 expect_error 'unexpected-flag' --unexpected-flag
+
+# ---- the machine: `info --system` names the CPU and the kernel path; DT_ISA forces a path, and
+# a path that is unknown (or that this CPU lacks) is refused before any work
+if "$DT" info --system >"$S/sys.txt" 2>&1; then
+    grep -q '^cpu: ' "$S/sys.txt" || fail "info --system: no cpu line: $(cat "$S/sys.txt")"
+    grep -Eq '^kernels: (portable|avx2|avx512) ' "$S/sys.txt" || fail "info --system: no kernels line"
+else
+    fail "info --system exited with status $?"
+fi
+DT_ISA=portable "$DT" info --system >"$S/sys.txt" 2>&1
+grep -q '^kernels: portable .*forced by DT_ISA' "$S/sys.txt" || fail "DT_ISA=portable not in use: $(cat "$S/sys.txt")"
+DT_ISA=sse9 timeout 30 "$DT" bench --json-only >"$S/bad.out" 2>"$S/bad.err"
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -gt 127 ] || ! grep -q 'DT_ISA=sse9' "$S/bad.err"; then
+    fail "DT_ISA=sse9: status $rc, stderr $(cat "$S/bad.err")"
+fi
 
 if [ $FAILS -ne 0 ]; then
     echo "cli_bench: $FAILS check(s) failed"

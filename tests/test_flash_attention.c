@@ -16,7 +16,8 @@
  * fused backward ACCUMULATES; outputs and scratch start as NaN so that anything read before it is
  * written shows up; scratch is allocated at exactly flash_attention_scratch_floats(s, threads);
  * dout is checked to be unchanged; NULL gradient outputs are left alone. Every case runs the
- * fused kernel with 1 and with 2 OpenMP threads, and the two runs are also compared.
+ * fused kernel with 1 and with 2 OpenMP threads, and the two runs are also compared, on every
+ * kernel path this CPU supports (portable, AVX2, AVX-512: layers/kernels.h).
  * Each test prints its worst error/tolerance ratio (the margin left); FA_VERBOSE=1 prints them
  * all. */
 #include <math.h>
@@ -32,11 +33,10 @@
 #include <cmocka.h>
 
 #include "difftrans.h"
+#include "layers/kernels.h"
 #include "layers/layers.h"
 #include "testutil.h"
 
-/* the fused kernel's vector exp, exported for this test only (flash_attention.c) */
-void flash_attention_exp_for_test(float *y, const float *x, int n);
 
 /* ------------------------------------------------------------------ helpers */
 
@@ -204,16 +204,20 @@ static void run_case(const fcase *c, uint64_t seed) {
         o12_from_maps(o12_r, att, v, &s);
     }
 
+    for (int isa = 0; isa < DT_ISA_COUNT; isa++) {
+    const dt_kernels *kern = kernels_for((dt_isa)isa);
+    if (!kern) continue;
     float *keep_out = NULL, *keep_dq = NULL, *keep_dk = NULL, *keep_dv = NULL;
     for (int threads = 1; threads <= 2; threads++) {
-        char lab[260];
-        snprintf(lab, sizeof lab, "%s [%d thread%s]", label, threads, threads > 1 ? "s" : "");
+        char lab[300];
+        snprintf(lab, sizeof lab, "%s [%s, %d thread%s]", label, dt_isa_name((dt_isa)isa), threads,
+                 threads > 1 ? "s" : "");
         omp_set_num_threads(threads);
         size_t ns = flash_attention_scratch_floats(&s, threads);
         float *scratch = fnan(ns);
         float *out = fnan(nq), *lse = fnan((size_t)B * H * T);
         float *o12 = c->diff ? fnan(no12) : NULL, *pre = c->diff ? fnan(nq) : NULL, *rstd = c->diff ? fnan(nrs) : NULL;
-        flash_attention_forward(out, lse, o12, pre, rstd, q, k, v, scratch, &s);
+        kern->attention_forward(out, lse, o12, pre, rstd, q, k, v, scratch, &s);
         check_forward_tensor("out", lab, out, out_r, nq);
         check_forward_tensor("lse", lab, lse, lse_d, (size_t)B * H * T);
         if (c->diff) {
@@ -226,7 +230,7 @@ static void run_case(const fcase *c, uint64_t seed) {
         float *dq = fcopy(dq0, nq), *dk = fcopy(dk0, nk), *dv = fcopy(dv0, nk), *dsub = fcopy(dsub0, w2);
         float dl = dl0;
         for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
-        flash_attention_backward(no_qk ? NULL : dq, no_qk ? NULL : dk, no_v ? NULL : dv, &dl, dsub, dout, out, lse,
+        kern->attention_backward(no_qk ? NULL : dq, no_qk ? NULL : dk, no_v ? NULL : dv, &dl, dsub, dout, out, lse,
                                  o12, pre, rstd, q, k, v, scratch, &s);
         assert_memory_equal(dout, dout_copy, nq * sizeof(float));
         if (no_qk) {
@@ -274,8 +278,9 @@ static void run_case(const fcase *c, uint64_t seed) {
         free(scratch), free(out), free(lse), free(o12), free(pre), free(rstd);
         free(dq), free(dk), free(dv), free(dsub);
     }
-    omp_set_num_threads(2);
     free(keep_out), free(keep_dq), free(keep_dk), free(keep_dv);
+    }
+    omp_set_num_threads(2);
     free(q), free(k), free(v), free(subln), free(out_r), free(att), free(pre_r), free(rstd_r);
     free(dout), free(dout_copy), free(dq0), free(dk0), free(dv0), free(dsub0);
     free(dq_r), free(dk_r), free(dv_r), free(dsub_r), free(lse_d), free(o12_r);
@@ -291,12 +296,11 @@ static void run_cases(const fcase *cases, int n, uint64_t seed) {
  * (arguments ≤ 0 down to the underflow threshold, plus a little above 0): relative error within
  * 2 float ulps (2^-22); below ln(FLT_MIN) it returns 0 where expf returns a subnormal < 1.2e-38;
  * −inf gives exactly 0. */
-static void test_exp_accuracy(void **state) {
-    (void)state;
+static void exp_accuracy(const dt_kernels *kern) {
     enum { N = 1 << 20 };
     float *x = fnew(N), *y = fnew(N);
     for (int i = 0; i < N; i++) x[i] = -87.3f + 88.3f * (float)i / (float)(N - 1); /* [-87.3, 1] */
-    flash_attention_exp_for_test(y, x, N);
+    kern->exp(y, x, N);
     double worst = 0.0;
     for (int i = 0; i < N; i++) {
         double ref = exp((double)x[i]);
@@ -304,17 +308,24 @@ static void test_exp_accuracy(void **state) {
         worst = rel > worst ? rel : worst;
     }
     /* expf itself is within 0.5 ulp of the exact value; ours within 2 ulp of it */
-    fprintf(stderr, "exp: worst relative error vs exact %.3g (float ulp 1.19e-7)\n", worst);
+    fprintf(stderr, "exp [%s]: worst relative error vs exact %.3g (float ulp 1.19e-7)\n", dt_isa_name(kern->isa),
+            worst);
     assert_true(worst <= 2.0 * 1.1920929e-7);
     float special[11] = {-INFINITY, -1000.0f, -104.0f, -88.0f, -87.4f, 0.0f, -0.0f, 1e-9f, -1e-9f, 0.5f, -0.5f};
     float ys[11];
-    flash_attention_exp_for_test(ys, special, 11);
+    kern->exp(ys, special, 11);
     for (int i = 0; i < 5; i++) assert_true(ys[i] >= 0.0f && ys[i] < 1.2e-38f);
     assert_true(ys[0] == 0.0f);
     assert_true(ys[5] == 1.0f && ys[6] == 1.0f);
     for (int i = 7; i < 11; i++) assert_true(fabsf(ys[i] - expf(special[i])) <= 2.4e-7f * expf(special[i]));
     free(x);
     free(y);
+}
+
+static void test_exp_accuracy(void **state) {
+    (void)state;
+    for (int isa = 0; isa < DT_ISA_COUNT; isa++)
+        if (kernels_for((dt_isa)isa)) exp_accuracy(kernels_for((dt_isa)isa));
 }
 
 static void test_base_small(void **state) {

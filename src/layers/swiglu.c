@@ -1,28 +1,32 @@
-/* swiglu.c — the gated MLP nonlinearity: h = silu(gate) · up, silu(g) = g·sigmoid(g). */
-#include <math.h>
+/* swiglu.c — the gated MLP nonlinearity: h = silu(gate) · up, silu(g) = g·sigmoid(g). Each
+ * thread runs the path's kernel (kernels.h) on one contiguous span. */
+#include <omp.h>
 #include <stddef.h>
 
+#include "layers/kernels.h"
 #include "layers/layers.h"
 
 /* h[N, F] = silu(gate) · up */
 void swiglu_forward(float *h, const float *gate, const float *up, int N, int F) {
-    size_t n = (size_t)N * F;
-#pragma omp parallel for if (n >= LAYER_PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        /* g·sigmoid(g) written as g / (1 + e^−g), the form PyTorch's CPU kernel evaluates */
-        h[i] = (g / (1.0f + expf(-g))) * up[i];
+    const dt_kernels *k = kernels_active();
+    const size_t n = (size_t)N * F;
+#pragma omp parallel if (n >= LAYER_PARALLEL_MIN)
+    {
+        size_t lo, hi;
+        kernels_span(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo) k->swiglu_forward(h + lo, gate + lo, up + lo, hi - lo);
     }
 }
 
-/* dgate[N, F] += dh·up·silu'(g), dup[N, F] += dh·silu(g); silu'(g) = s·(1 + g·(1 − s)), s = sigmoid(g) */
+/* dgate[N, F] += dh·up·silu'(g), dup[N, F] += dh·silu(g) */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int N, int F) {
-    size_t n = (size_t)N * F;
-#pragma omp parallel for if (n >= LAYER_PARALLEL_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float g = gate[i];
-        float s = 1.0f / (1.0f + expf(-g));
-        if (dgate) dgate[i] += dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
-        if (dup) dup[i] += dh[i] * g * s;
+    const dt_kernels *k = kernels_active();
+    const size_t n = (size_t)N * F;
+#pragma omp parallel if (n >= LAYER_PARALLEL_MIN)
+    {
+        size_t lo, hi;
+        kernels_span(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo)
+            k->swiglu_backward(dgate ? dgate + lo : NULL, dup ? dup + lo : NULL, dh + lo, gate + lo, up + lo, hi - lo);
     }
 }

@@ -1,8 +1,10 @@
 /* optim.c — AdamW over the whole flat parameter buffer, the learning-rate schedule and
  * gradient-norm clipping. */
 #include <math.h>
+#include <omp.h>
 #include <stddef.h>
 
+#include "layers/kernels.h"
 #include "train/optim.h"
 
 float lr_schedule(int step, int steps, int warmup, float lr, float min_lr_ratio) {
@@ -28,13 +30,13 @@ void grad_scale(float *g, size_t n, float s) {
 
 void adamw_step(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n, int t,
                 const adamw_hparams *h, float lr) {
-    const float bc1 = 1.0f - powf(h->beta1, (float)t), bc2 = 1.0f - powf(h->beta2, (float)t);
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        m[i] = h->beta1 * m[i] + (1.0f - h->beta1) * g[i];
-        v[i] = h->beta2 * v[i] + (1.0f - h->beta2) * g[i] * g[i];
-        float update = (m[i] / bc1) / (sqrtf(v[i] / bc2) + h->eps);
-        if (decay[i]) update += h->weight_decay * p[i];
-        p[i] -= lr * update;
+    const adamw_coeffs k = {.beta1 = h->beta1, .beta2 = h->beta2, .eps = h->eps, .weight_decay = h->weight_decay,
+                            .bc1 = 1.0f - powf(h->beta1, (float)t), .bc2 = 1.0f - powf(h->beta2, (float)t), .lr = lr};
+    const dt_kernels *kern = kernels_active();
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        kernels_span(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo) kern->adamw(p + lo, g + lo, m + lo, v + lo, decay + lo, hi - lo, &k);
     }
 }

@@ -1,0 +1,255 @@
+/* test_kernels.c — every kernel path this CPU supports (portable, AVX2, AVX-512) against the
+ * plain scalar reference kernels (layers/elementwise_ref.c), for the elementwise kernels that
+ * layers/kernels.h dispatches: RMSNorm (with and without weight), the fused residual add +
+ * RMSNorm, its backward and weight gradient, SwiGLU forward and backward, RoPE and AdamW. The
+ * attention kernels' paths are held against attention.c in test_flash_attention.c.
+ *
+ * Row lengths cover every tail a vector of 4, 8 or 16 floats leaves (1..17, 31, 33), the model
+ * widths (64..1408) and a long row; inputs are random normal, plus SwiGLU gates far in both
+ * tails (where exp over- or underflows). Tolerances, relative to the larger magnitude (floor
+ * 1e-30):
+ *   - RoPE, AdamW, the residual sum and the weight-gradient row keep the reference's float
+ *     operations one for one: ≤ 2^-23 (one rounding), which in practice is exact;
+ *   - RMSNorm forward: the double sum of squares is reordered, which can move r by one float
+ *     rounding: ≤ 4·2^-24 per element;
+ *   - RMSNorm backward: Σ w·dy·x in float, reordered: the error of that sum (≤ C·2^-24 of Σ|terms|)
+ *     enters through k·x, so dx is compared against C·2^-24·Σ|w·dy·x|·r³/C·max|x| + 4 ulp;
+ *   - SwiGLU: the vector exp is within 2 ulp of expf: ≤ 2^-20 per element (a few roundings),
+ *     relative to at least 1e-20: for g < −88 the reference's e^−g overflows to inf and gives
+ *     −0, the kernels clamp the exponent and give g/(1 + e^88) ≈ −1e-36. The gate gradient has
+ *     s·(1 + g·(1 − s)): 1 − s cancels for large g, which multiplies the error of s by |g|
+ *     (up to ~20 with these gates): ≤ 2^-16 there.
+ * The accumulating kernels start from random values so that "+=" is checked; their outputs are
+ * compared relative to |start| + |term| (the sum may cancel). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "layers/kernels.h"
+#include "testutil.h"
+
+static const int lengths[] = {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 256, 704, 1408, 4099};
+#define NLEN (int)(sizeof lengths / sizeof lengths[0])
+
+static void expect_close_floor(const char *what, const char *path, int n, const float *got, const float *ref,
+                               float tol, float floor) {
+    float err = tu_max_rel_diff(got, ref, (size_t)n, floor);
+    if (!(err <= tol)) {
+        fprintf(stderr, "%s [%s, n %d]: max relative difference %g > %g\n", what, path, n, err, tol);
+        fail();
+    }
+}
+
+static void expect_close(const char *what, const char *path, int n, const float *got, const float *ref, float tol) {
+    expect_close_floor(what, path, n, got, ref, tol, 1e-30f);
+}
+
+/* accumulated outputs (start + term): relative to |start| + |term|, since the sum can cancel */
+static void expect_accum_close(const char *what, const char *path, int n, const float *got, const float *ref,
+                               const float *start, float tol) {
+    for (int i = 0; i < n; i++) {
+        double scale = fabs((double)start[i]) + fabs((double)ref[i] - start[i]);
+        double err = fabs((double)got[i] - ref[i]);
+        if (!(err <= tol * scale + 1e-30)) {
+            fprintf(stderr, "%s [%s, n %d] element %d: %g vs %g (start %g)\n", what, path, n, i, got[i], ref[i],
+                    start[i]);
+            fail();
+        }
+    }
+}
+
+/* each supported path, with its name */
+#define FOR_EACH_PATH(k)                                                                                         \
+    for (int isa_ = 0; isa_ < DT_ISA_COUNT; isa_++)                                                              \
+        for (const dt_kernels *k = kernels_for((dt_isa)isa_); k; k = NULL)
+
+static void test_paths_exist(void **state) {
+    (void)state;
+    /* the portable path always runs, and every path the CPU supports has a table */
+    assert_non_null(kernels_for(DT_ISA_PORTABLE));
+    for (int i = 0; i < DT_ISA_COUNT; i++)
+        if (dt_isa_supported((dt_isa)i)) {
+            assert_non_null(kernels_for((dt_isa)i));
+            assert_int_equal(kernels_for((dt_isa)i)->isa, i);
+        }
+    assert_true(dt_isa_supported(kernels_active()->isa));
+    fprintf(stderr, "CPU %s; best path %s; in use %s\n", dt_cpu()->model, dt_isa_name(dt_isa_best()),
+            dt_isa_name(kernels_active()->isa));
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 17;
+    for (int li = 0; li < NLEN; li++) {
+        const int C = lengths[li];
+        float *x = frand(C, 1.5f, &rng), *w = frand(C, 1.0f, &rng), *delta = frand(C, 1.0f, &rng);
+        float *out_r = fnew(C), *sum_r = fnew(C), *out2_r = fnew(C);
+        for (int weighted = 0; weighted <= 1; weighted++) {
+            const float *wt = weighted ? w : NULL;
+            float r_ref = ref->rmsnorm_row(out_r, x, wt, C, 1e-5f);
+            float r2_ref = ref->residual_rmsnorm_row(sum_r, out2_r, x, delta, wt, C, 1e-5f);
+            FOR_EACH_PATH(k) {
+                const char *p = dt_isa_name(k->isa);
+                float *out = fnan(C), *sum = fnan(C), *out2 = fnan(C);
+                float r = k->rmsnorm_row(out, x, wt, C, 1e-5f);
+                expect_close("rmsnorm_row rstd", p, 1, &r, &r_ref, 0x1p-22f);
+                expect_close("rmsnorm_row", p, C, out, out_r, 0x1p-22f);
+                float r2 = k->residual_rmsnorm_row(sum, out2, x, delta, wt, C, 1e-5f);
+                expect_close("residual_rmsnorm_row sum", p, C, sum, sum_r, 0x1p-23f);
+                expect_close("residual_rmsnorm_row rstd", p, 1, &r2, &r2_ref, 0x1p-22f);
+                expect_close("residual_rmsnorm_row", p, C, out2, out2_r, 0x1p-22f);
+                /* sum may alias x (the model adds the residual in place) */
+                float *xs = fcopy(x, C);
+                k->residual_rmsnorm_row(xs, out2, xs, delta, wt, C, 1e-5f);
+                expect_close("residual_rmsnorm_row in place", p, C, xs, sum_r, 0x1p-23f);
+                free(xs), free(out), free(sum), free(out2);
+            }
+        }
+        free(x), free(w), free(delta), free(out_r), free(sum_r), free(out2_r);
+    }
+}
+
+static void test_rmsnorm_backward(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 29;
+    for (int li = 0; li < NLEN; li++) {
+        const int C = lengths[li];
+        float *x = frand(C, 1.5f, &rng), *w = frand(C, 1.0f, &rng), *dy = frand(C, 1.0f, &rng);
+        float *dx0 = frand(C, 1.0f, &rng), *dw0 = frand(C, 1.0f, &rng);
+        const float r = 0.7f;
+        for (int weighted = 0; weighted <= 1; weighted++) {
+            const float *wt = weighted ? w : NULL;
+            float *dx_r = fcopy(dx0, C), *dw_r = fcopy(dw0, C);
+            ref->rmsnorm_backward_row(dx_r, dy, x, r, wt, C);
+            ref->rmsnorm_dw_row(dw_r, dy, x, r, C);
+            /* the bound on |dx − dx_ref| from the reordered float sum m = Σ w·dy·x */
+            double terms = 0.0, xmax = 0.0;
+            for (int c = 0; c < C; c++) {
+                terms += fabs((wt ? wt[c] : 1.0) * dy[c] * x[c]);
+                xmax = fmax(xmax, fabs(x[c]));
+            }
+            const double sum_err = C * 0x1p-24 * terms * r * r * r / C * xmax;
+            FOR_EACH_PATH(k) {
+                float *dx = fcopy(dx0, C), *dw = fcopy(dw0, C);
+                k->rmsnorm_backward_row(dx, dy, x, r, wt, C);
+                k->rmsnorm_dw_row(dw, dy, x, r, C);
+                for (int c = 0; c < C; c++) {
+                    double err = fabs((double)dx[c] - dx_r[c]);
+                    double tol = sum_err + 4 * 0x1p-24 * (fabs(dx_r[c]) + fabs(dx0[c]) + 1e-30);
+                    if (!(err <= tol)) {
+                        fprintf(stderr, "rmsnorm_backward_row [%s, C %d] element %d: %g vs %g (tol %g)\n",
+                                dt_isa_name(k->isa), C, c, dx[c], dx_r[c], tol);
+                        fail();
+                    }
+                }
+                expect_close("rmsnorm_dw_row", dt_isa_name(k->isa), C, dw, dw_r, 0x1p-23f);
+                free(dx), free(dw);
+            }
+            free(dx_r), free(dw_r);
+        }
+        free(x), free(w), free(dy), free(dx0), free(dw0);
+    }
+}
+
+static void test_swiglu(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 31;
+    for (int li = 0; li < NLEN; li++) {
+        const int n = lengths[li];
+        float *g = frand(n, 4.0f, &rng), *u = frand(n, 1.0f, &rng), *dh = frand(n, 1.0f, &rng);
+        /* the tails of the exp: overflow of e^−g (g ≪ 0) and underflow (g ≫ 0) */
+        static const float extreme[] = {-200.0f, -89.0f, -88.5f, -87.0f, 87.0f, 88.5f, 104.0f, 300.0f};
+        for (int i = 0; i < n && i < 8; i++) g[n - 1 - i] = extreme[i];
+        float *dg0 = frand(n, 1.0f, &rng), *du0 = frand(n, 1.0f, &rng);
+        float *h_r = fnew(n), *dg_r = fcopy(dg0, n), *du_r = fcopy(du0, n);
+        ref->swiglu_forward(h_r, g, u, (size_t)n);
+        ref->swiglu_backward(dg_r, du_r, dh, g, u, (size_t)n);
+        FOR_EACH_PATH(k) {
+            const char *p = dt_isa_name(k->isa);
+            float *h = fnan(n), *dg = fcopy(dg0, n), *du = fcopy(du0, n);
+            k->swiglu_forward(h, g, u, (size_t)n);
+            expect_close_floor("swiglu_forward", p, n, h, h_r, 0x1p-20f, 1e-20f);
+            k->swiglu_backward(dg, du, dh, g, u, (size_t)n);
+            expect_accum_close("swiglu_backward dgate", p, n, dg, dg_r, dg0, 0x1p-16f);
+            expect_accum_close("swiglu_backward dup", p, n, du, du_r, du0, 0x1p-20f);
+            /* a NULL output is skipped, the other still right */
+            float *du2 = fcopy(du0, n);
+            k->swiglu_backward(NULL, du2, dh, g, u, (size_t)n);
+            expect_accum_close("swiglu_backward dup alone", p, n, du2, du_r, du0, 0x1p-20f);
+            free(h), free(dg), free(du), free(du2);
+        }
+        free(g), free(u), free(dh), free(dg0), free(du0), free(h_r), free(dg_r), free(du_r);
+    }
+}
+
+static void test_rope(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 43;
+    static const int hds[] = {2, 6, 8, 16, 30, 32, 34, 64, 128, 256};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const int hd = hds[hi], half = hd / 2, nh = 3;
+        float *row = frand((size_t)nh * hd, 1.0f, &rng), *cs = frand(half, 1.0f, &rng), *sn = frand(half, 1.0f, &rng);
+        /* the whole half, and a span that starts inside it */
+        for (int i0 = 0; i0 < half; i0 += half > 1 ? half / 2 + 1 : 1) {
+            const int n = half - i0;
+            float *r_ref = fcopy(row, (size_t)nh * hd);
+            ref->rope_span(r_ref, nh, hd, i0, n, cs, sn);
+            FOR_EACH_PATH(k) {
+                float *r = fcopy(row, (size_t)nh * hd);
+                k->rope_span(r, nh, hd, i0, n, cs, sn);
+                expect_close("rope_span", dt_isa_name(k->isa), nh * hd, r, r_ref, 0x1p-23f);
+                free(r);
+            }
+            free(r_ref);
+        }
+        free(row), free(cs), free(sn);
+    }
+}
+
+static void test_adamw(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 59;
+    const adamw_coeffs co = {.beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                             .bc1 = 1.0f - powf(0.9f, 3.0f), .bc2 = 1.0f - powf(0.95f, 3.0f), .lr = 3e-3f};
+    for (int li = 0; li < NLEN; li++) {
+        const int n = lengths[li];
+        float *p = frand(n, 1.0f, &rng), *g = frand(n, 0.1f, &rng), *m = frand(n, 0.01f, &rng);
+        float *v = frand(n, 0.01f, &rng);
+        for (int i = 0; i < n; i++) v[i] = v[i] * v[i];
+        unsigned char *decay = malloc((size_t)n);
+        assert_non_null(decay);
+        for (int i = 0; i < n; i++) decay[i] = (unsigned char)((i * 7 + n) % 3 != 0);
+        float *p_r = fcopy(p, n), *m_r = fcopy(m, n), *v_r = fcopy(v, n);
+        ref->adamw(p_r, g, m_r, v_r, decay, (size_t)n, &co);
+        FOR_EACH_PATH(k) {
+            const char *path = dt_isa_name(k->isa);
+            float *pp = fcopy(p, n), *mm = fcopy(m, n), *vv = fcopy(v, n);
+            k->adamw(pp, g, mm, vv, decay, (size_t)n, &co);
+            expect_close("adamw p", path, n, pp, p_r, 0x1p-23f);
+            expect_close("adamw m", path, n, mm, m_r, 0x1p-23f);
+            expect_close("adamw v", path, n, vv, v_r, 0x1p-23f);
+            free(pp), free(mm), free(vv);
+        }
+        free(p), free(g), free(m), free(v), free(decay), free(p_r), free(m_r), free(v_r);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_paths_exist), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rmsnorm_backward),
+        cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_rope),    cmocka_unit_test(test_adamw),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
