@@ -113,6 +113,9 @@ int cmd_forward(int argc, char **argv) {
     if (rc == 0 && T > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "%s: sequences of %d tokens exceed max_position_embeddings %d", input, T,
                        m.cfg.max_position_embeddings);
+    if (rc == 0 && grads && dt_model_quant_scheme(&m, NULL) != DT_QUANT_NONE)
+        rc = cli_error(cmd, "%s is quantised (%s): --grads needs float weights; use the float model it was made from",
+                       argv[optind], dt_quant_scheme_name(dt_model_quant_scheme(&m, NULL)));
     if (rc == 0 && grads && T < 2) rc = cli_error(cmd, "%s: --grads needs sequences of at least 2 tokens", input);
 
     const size_t N = (size_t)B * T, V = (size_t)m.cfg.vocab_size;

@@ -24,6 +24,7 @@ static const struct {
     {"bench", cmd_bench, "training, prefill and decode throughput against the machine's peak"},
     {"needle", cmd_needle, "multi-needle retrieval: generate the data set, score a checkpoint on it"},
     {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training"},
+    {"quantize", cmd_quantize, "post-training quantisation: q8_0, q4_0 or w8a8 (calibrated) checkpoints"},
     {"compare", cmd_compare, "train DIFF and its matched baseline, analyse both, write REPORT.md"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])

@@ -68,7 +68,8 @@ float dt_lambda_init(int layer);
 
 /* ---------------------------------------------------------------- safetensors */
 
-typedef enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 } dt_dtype;
+/* I8 / U8 hold the integer weights of quantised checkpoints (README "Quantisation"). */
+typedef enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2, DT_I8 = 3, DT_U8 = 4 } dt_dtype;
 
 #define DT_MAX_DIMS 8
 
@@ -95,17 +96,23 @@ typedef struct {
 int dt_st_open(dt_safetensors *st, const char *path, dt_error *err);
 void dt_st_close(dt_safetensors *st);
 const dt_st_tensor *dt_st_find(const dt_safetensors *st, const char *name);
-/* Convert a tensor (F32/F16/BF16) to float32 into out[t->numel]. */
+/* Convert a tensor (F32/F16/BF16; I8/U8 by value) to float32 into out[t->numel]. */
 void dt_st_read_f32(const dt_safetensors *st, const dt_st_tensor *t, float *out);
+/* The tensor's bytes as stored (little-endian), t->end - t->begin of them. */
+const void *dt_st_data(const dt_safetensors *st, const dt_st_tensor *t);
 
 typedef struct {
     const char *name;
     int ndim;
     int64_t shape[DT_MAX_DIMS];
     const float *data;
+    /* Integer tensors instead of data: raw bytes of dtype DT_I8 or DT_U8 (zero-initialised
+     * entries are F32 from data). */
+    dt_dtype dtype;
+    const void *raw;
 } dt_st_entry;
 
-/* Write F32 tensors atomically (temporary file, then rename). */
+/* Write F32 (and raw I8 / U8) tensors atomically (temporary file, then rename). */
 int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, dt_error *err);
 
 /* ---------------------------------------------------------------- model */
@@ -149,6 +156,8 @@ typedef struct {
     size_t n_params;
     float *params;               /* [n_params] */
     dt_weights w;                /* views into params */
+    struct dt_quant *quant;      /* NULL: float weights; else the quantised linear layers, which the
+                                    forward passes use instead of their float slots in params */
 } dt_model;
 
 /* Build the layout for cfg and allocate zeroed parameters. */
@@ -187,6 +196,10 @@ typedef struct {
     /* Training: the LM head and the cross-entropy run over chunks of rows, so the [B·T, V] logits
      * never exist whole (the backward recomputes each chunk); dt_runstate_logits gives NULL. */
     int chunked_loss;
+    /* Called with the input of every linear layer the forward runs (quantisation calibration):
+     * which = 0..6 for q, k, v, o, gate, up, down of `layer`; layer = L, which = 0 for lm_head. */
+    void (*observe_linear)(void *ctx, int layer, int which, const float *x, int N, int in);
+    void *observe_ctx;
 } dt_run_options;
 
 dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err); /* fused, no extras */
@@ -268,6 +281,52 @@ typedef struct {
 void dt_train_defaults(dt_train_options *o);
 /* Returns 0 when the run finished or was stopped cleanly (checkpoint saved). */
 int dt_train(dt_train_options *o, dt_error *err);
+
+/* ---------------------------------------------------------------- quantisation */
+
+/* Post-training quantisation of the linear layers (README "Quantisation"). Embeddings, norms,
+ * λ vectors and (unless lm_head is set) the LM head stay float32 in every scheme. */
+typedef enum { DT_QUANT_NONE = 0, DT_QUANT_Q8_0 = 1, DT_QUANT_Q4_0 = 2, DT_QUANT_W8A8 = 3 } dt_quant_scheme;
+
+typedef struct {
+    dt_quant_scheme scheme;
+    int dynamic_activations;     /* W8A8: a scale per token at run time instead of calibrated static ones */
+    float smooth_alpha;          /* W8A8: SmoothQuant migration strength α ∈ [0, 1]; < 0 = off */
+    int lm_head;                 /* also quantise the LM head (float by default) */
+    /* Calibration (W8A8 with static scales or smoothing): calib_samples windows of calib_seq
+     * tokens, drawn without overlap from calib_tokens (or the text file calib_path) by seed. */
+    const char *calib_path;
+    const int *calib_tokens;
+    size_t calib_n;
+    int calib_samples, calib_seq, calib_batch;
+    uint64_t seed;
+    int quiet;                   /* no progress on stderr */
+} dt_quant_options;
+
+void dt_quant_defaults(dt_quant_options *o);  /* 300 samples of 128 tokens, seed 1, α off */
+/* "q8_0" | "q4_0" | "w8a8"; -1 with a message naming the scheme otherwise. */
+int dt_quant_scheme_parse(const char *name, dt_quant_scheme *out, dt_error *err);
+const char *dt_quant_scheme_name(dt_quant_scheme s);
+/* Quantise m's linear layers in place (calibrating first when the scheme needs it); the float
+ * weights stay in m->params, so dt_model_dequantize returns to the float model. */
+int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err);
+void dt_model_dequantize(dt_model *m);
+/* The scheme of a model (DT_QUANT_NONE for float) and the options it was quantised with. */
+dt_quant_scheme dt_model_quant_scheme(const dt_model *m, dt_quant_options *o);
+/* Bytes of weights one decoding step reads (every linear layer, the norms, the embedding row). */
+size_t dt_model_decode_bytes(const dt_model *m);
+
+/* Activation statistics of one quantised linear layer's input from the calibration run: the
+ * largest and the median per-channel absmax, before and after smoothing. */
+typedef struct {
+    char name[96];               /* e.g. "model.layers.0.self_attn.q_proj" */
+    int in;
+    float absmax, median;        /* before smoothing */
+    float absmax_smoothed, median_smoothed;
+    float input_scale;           /* static scale used (0: dynamic) */
+} dt_quant_act_stat;
+/* NULL with *n = 0 when the model was not calibrated in this process. */
+const dt_quant_act_stat *dt_model_quant_act_stats(const dt_model *m, int *n);
 
 /* ---------------------------------------------------------------- tokenizer */
 

@@ -82,12 +82,34 @@ static float bf16_to_float(uint16_t b) { return bits_to_float((uint32_t)b << 16)
 
 /* ---------------------------------------------------------------- dtypes */
 
-static size_t dtype_size(dt_dtype d) { return d == DT_F32 ? 4 : 2; }
+static size_t dtype_size(dt_dtype d) {
+    switch (d) {
+    case DT_F32: return 4;
+    case DT_F16:
+    case DT_BF16: return 2;
+    case DT_I8:
+    case DT_U8: return 1;
+    }
+    return 4;
+}
+
+static const char *dtype_name(dt_dtype d) {
+    switch (d) {
+    case DT_F32: return "F32";
+    case DT_F16: return "F16";
+    case DT_BF16: return "BF16";
+    case DT_I8: return "I8";
+    case DT_U8: return "U8";
+    }
+    return "?";
+}
 
 static int dtype_parse(const char *s, dt_dtype *out) {
     if (strcmp(s, "F32") == 0) *out = DT_F32;
     else if (strcmp(s, "F16") == 0) *out = DT_F16;
     else if (strcmp(s, "BF16") == 0) *out = DT_BF16;
+    else if (strcmp(s, "I8") == 0) *out = DT_I8; /* quantised checkpoints (src/quant/) */
+    else if (strcmp(s, "U8") == 0) *out = DT_U8;
     else return -1;
     return 0;
 }
@@ -188,7 +210,7 @@ static int parse_tensor(const char *path, const cJSON *item, size_t data_size, d
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     if (!cJSON_IsString(dtype)) return dt_fail(err, "%s: tensor %s: dtype is missing or not a string", path, name);
     if (dtype_parse(dtype->valuestring, &t->dtype) != 0)
-        return dt_fail(err, "%s: tensor %s: unknown dtype %s (supported: F32, F16, BF16)", path, name,
+        return dt_fail(err, "%s: tensor %s: unknown dtype %s (supported: F32, F16, BF16, I8, U8)", path, name,
                        dtype->valuestring);
     if (parse_shape(path, name, cJSON_GetObjectItemCaseSensitive(item, "shape"), t, err) != 0) return -1;
     return parse_offsets(path, name, cJSON_GetObjectItemCaseSensitive(item, "data_offsets"), data_size, t, err);
@@ -354,8 +376,16 @@ void dt_st_read_f32(const dt_safetensors *st, const dt_st_tensor *t, float *out)
     case DT_BF16:
         for (size_t i = 0; i < t->numel; i++) out[i] = bf16_to_float(load_le16(p + 2 * i));
         break;
+    case DT_I8:
+        for (size_t i = 0; i < t->numel; i++) out[i] = (float)(int8_t)p[i];
+        break;
+    case DT_U8:
+        for (size_t i = 0; i < t->numel; i++) out[i] = (float)p[i];
+        break;
     }
 }
+
+const void *dt_st_data(const dt_safetensors *st, const dt_st_tensor *t) { return st->data + t->begin; }
 
 /* ---------------------------------------------------------------- writer */
 
@@ -374,9 +404,11 @@ static int check_entry(const char *path, const dt_st_entry *e, int i, size_t *nb
         if (__builtin_mul_overflow(numel, (uint64_t)e->shape[d], &numel))
             return dt_fail(err, "%s: tensor %s: shape overflows", path, name);
     }
-    if (__builtin_mul_overflow(numel, sizeof(float), nbytes))
+    if (e->raw && e->dtype != DT_I8 && e->dtype != DT_U8)
+        return dt_fail(err, "%s: tensor %s: raw data must be I8 or U8", path, name);
+    if (__builtin_mul_overflow(numel, e->raw ? (size_t)1 : sizeof(float), nbytes))
         return dt_fail(err, "%s: tensor %s: shape overflows", path, name);
-    if (numel > 0 && !e->data) return dt_fail(err, "%s: tensor %s: data is NULL", path, name);
+    if (numel > 0 && !e->data && !e->raw) return dt_fail(err, "%s: tensor %s: data is NULL", path, name);
     return 0;
 }
 
@@ -415,7 +447,7 @@ static int add_raw_uint(cJSON *array, uint64_t v) {
 /* {"dtype":"F32","shape":[...],"data_offsets":[b,e]} added under `e->name`. */
 static int add_tensor_json(cJSON *root, const dt_st_entry *e, uint64_t begin, uint64_t end) {
     cJSON *obj = cJSON_AddObjectToObject(root, e->name);
-    if (!obj || !cJSON_AddStringToObject(obj, "dtype", "F32")) return -1;
+    if (!obj || !cJSON_AddStringToObject(obj, "dtype", dtype_name(e->raw ? e->dtype : DT_F32))) return -1;
     cJSON *shape = cJSON_AddArrayToObject(obj, "shape");
     if (!shape) return -1;
     for (int d = 0; d < e->ndim; d++)
@@ -433,7 +465,7 @@ static char *build_header(const dt_st_entry *entries, int n) {
     int ok = meta && cJSON_AddStringToObject(meta, "format", "pt");
     uint64_t off = 0;
     for (int i = 0; i < n && ok; i++) {
-        uint64_t nbytes = 4;
+        uint64_t nbytes = entries[i].raw ? 1 : 4;
         for (int d = 0; d < entries[i].ndim; d++) nbytes *= (uint64_t)entries[i].shape[d]; /* checked already */
         ok = add_tensor_json(root, &entries[i], off, off + nbytes) == 0;
         off += nbytes;
@@ -468,7 +500,9 @@ static int write_body(FILE *fp, const char *header, const dt_st_entry *entries, 
     for (int i = 0; i < n; i++) {
         size_t numel = 1;
         for (int d = 0; d < entries[i].ndim; d++) numel *= (size_t)entries[i].shape[d];
-        if (write_f32_le(fp, entries[i].data, numel) != 0) return -1;
+        if (entries[i].raw) {
+            if (fwrite(entries[i].raw, 1, numel, fp) != numel) return -1; /* bytes: no byte order */
+        } else if (write_f32_le(fp, entries[i].data, numel) != 0) return -1;
     }
     return 0;
 }

@@ -11,6 +11,7 @@
 #include "difftrans.h"
 #include "internal.h"
 #include "layers/layers.h"
+#include "quant/quant.h"
 
 /* Rows per chunk of the LM head + cross-entropy with chunked_loss. */
 #define LOSS_CHUNK 256
@@ -34,6 +35,7 @@ struct dt_runstate {
     dt_attention_kernel kernel;
     dt_run_options opt;
     int threads;                 /* OpenMP threads the fused kernel's scratch was sized for */
+    size_t qscratch_bytes;
     int B, T, has_targets, count;
     int *tokens, *targets;       /* [N] */
     float **resid;               /* [L+1] × [N, C]: input of each layer; resid[L] feeds the final norm */
@@ -47,6 +49,7 @@ struct dt_runstate {
     float *dgate, *dup, *dh;     /* [N, F] */
     float *attn_scratch;         /* reference: [B, H, T, T]; fused: per-thread tiles */
     float *lambdas;              /* [L] λ used by the last forward */
+    void *qscratch;              /* quantised linear layers' scratch (model_linear_scratch_bytes) */
     dt_layer_weights *grad_layers; /* [L] views into the caller's gradient buffer */
     float *block;                /* the single allocation all float buffers live in */
 };
@@ -109,6 +112,7 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
         rs->attn_scratch = carve(cv, maps);
     }
     rs->lambdas = carve(cv, c->num_hidden_layers);
+    rs->qscratch = carve(cv, (rs->qscratch_bytes + sizeof(float) - 1) / sizeof(float));
 }
 
 dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err) {
@@ -137,6 +141,8 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     }
     rs->kernel = rs->opt.keep_logits || rs->opt.logit_bits ? DT_ATTENTION_REFERENCE : rs->opt.kernel;
     rs->threads = omp_get_max_threads();
+    /* sized for any quantisation, so that a model quantised after this was made can still run */
+    rs->qscratch_bytes = model_linear_scratch_bytes(m, B * T);
     rs->resid = calloc((size_t)c->num_hidden_layers + 1, sizeof *rs->resid);
     rs->acts = calloc((size_t)c->num_hidden_layers, sizeof *rs->acts);
     rs->tokens = calloc((size_t)B * T, sizeof(int));
@@ -214,6 +220,17 @@ static void fused_attention_backward(dt_runstate *rs, const layer_acts *a, float
     omp_set_num_threads(threads);
 }
 
+/* y = x·Wᵀ through the model's float or quantised layer `which` of `layer` (layer L: the LM
+ * head), shown first to the caller's observer (calibration). */
+static void lin(const dt_model *m, dt_runstate *rs, int layer, int which, float *y, const float *x, int N) {
+    if (rs->opt.observe_linear) {
+        int out, in;
+        model_linear_shape(m, layer, which, &out, &in);
+        rs->opt.observe_linear(rs->opt.observe_ctx, layer, which, x, N, in);
+    }
+    model_linear(m, layer, which, y, x, N, rs->qscratch);
+}
+
 /* The LM head and the cross-entropy over LOSS_CHUNK rows at a time (chunked_loss): the mean over
  * all counted rows, with rs->count set, and only one chunk of logits in memory. */
 static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int *targets, int N) {
@@ -223,7 +240,7 @@ static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int 
     for (int r0 = 0; r0 < N; r0 += LOSS_CHUNK) {
         const int rows = N - r0 < LOSS_CHUNK ? N - r0 : LOSS_CHUNK;
         int count;
-        linear_forward(rs->logits, rs->lnf + (size_t)r0 * C, m->w.lm_head, rows, C, V);
+        lin(m, rs, m->cfg.num_hidden_layers, LIN_LM_HEAD, rs->logits, rs->lnf + (size_t)r0 * C, rows);
         total += (double)crossentropy_forward(rs->logits, targets + r0, rows, V, &count) * count;
         rs->count += count;
     }
@@ -246,7 +263,6 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
                float *loss, dt_error *err) {
     const dt_config *c = &m->cfg;
     const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
-    const int qdim = c->num_attention_heads * c->head_dim, kvdim = c->num_key_value_heads * c->head_dim;
     const int N = B * T;
     if (B <= 0 || T <= 0 || B > rs->Bmax || T > rs->Tmax)
         return dt_fail(err, "batch %d × %d does not fit the run state (%d × %d)", B, T, rs->Bmax, rs->Tmax);
@@ -278,22 +294,22 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         rs->lambdas[l] = dt_model_lambda(m, l);
         attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
 
-        linear_forward(a->q, a->ln1, w->q_proj, N, C, qdim);
-        linear_forward(a->k, a->ln1, w->k_proj, N, C, kvdim);
-        linear_forward(a->v, a->ln1, w->v_proj, N, C, kvdim);
+        lin(m, rs, l, LIN_Q, a->q, a->ln1, N);
+        lin(m, rs, l, LIN_K, a->k, a->ln1, N);
+        lin(m, rs, l, LIN_V, a->v, a->ln1, N);
         rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, +1);
         rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, +1);
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_forward(rs, a, &s);
         else attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
-        linear_forward(rs->dln, a->atty, w->o_proj, N, qdim, C);
+        lin(m, rs, l, LIN_O, rs->dln, a->atty, N);
         residual_rmsnorm_forward(a->resid_mid, a->ln2, a->ln2_rstd, rs->resid[l], rs->dln,
                                  w->post_attention_layernorm, N, C, c->rms_norm_eps);
 
-        linear_forward(a->gate, a->ln2, w->gate_proj, N, C, F);
-        linear_forward(a->up, a->ln2, w->up_proj, N, C, F);
+        lin(m, rs, l, LIN_GATE, a->gate, a->ln2, N);
+        lin(m, rs, l, LIN_UP, a->up, a->ln2, N);
         swiglu_forward(a->hact, a->gate, a->up, N, F);
-        linear_forward(rs->dln, a->hact, w->down_proj, N, F, C);
+        lin(m, rs, l, LIN_DOWN, rs->dln, a->hact, N);
         const int last = l + 1 == L;
         residual_rmsnorm_forward(rs->resid[l + 1], last ? rs->lnf : rs->acts[l + 1].ln1,
                                  last ? rs->lnf_rstd : rs->acts[l + 1].ln1_rstd, a->resid_mid, rs->dln,
@@ -306,7 +322,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         }
         return 0;
     }
-    linear_forward(rs->logits, rs->lnf, m->w.lm_head, N, C, V);
+    lin(m, rs, L, LIN_LM_HEAD, rs->logits, rs->lnf, N);
     if (targets) {
         float l = crossentropy_forward(rs->logits, targets, N, V, &rs->count);
         if (loss) *loss = l;

@@ -10,6 +10,7 @@
 
 #include "difftrans.h"
 #include "layers/layers.h"
+#include "quant/quant.h"
 
 struct dt_kvcache {
     int max_tokens;
@@ -20,6 +21,7 @@ struct dt_kvcache {
     float *atty;                 /* [H·hd] */
     float *gate, *up;            /* [F] each, one block */
     float *tmp;                  /* [max(C, H·hd)] */
+    void *qscratch;              /* quantised linear layers' scratch for one row */
 };
 
 dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) {
@@ -44,8 +46,9 @@ dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) 
     kc->gate = calloc(2 * F, sizeof(float)); /* gate, then up */
     kc->up = kc->gate + F;
     kc->tmp = calloc(C > qdim ? C : qdim, sizeof(float)); /* o_proj output, or per-head norm outputs */
+    kc->qscratch = malloc(model_linear_scratch_bytes(m, 1));
     if (!kc->k || !kc->v || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate ||
-        !kc->tmp)
+        !kc->tmp || !kc->qscratch)
         goto oom;
     return kc;
 oom:
@@ -58,6 +61,7 @@ void dt_kvcache_free(dt_kvcache *kc) {
     if (!kc) return;
     free(kc->k);
     free(kc->v);
+    free(kc->qscratch);
     free(kc->x);
     free(kc->xn);
     free(kc->q);
@@ -145,8 +149,9 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
     memcpy(kc->x, m->w.embed_tokens + (size_t)token * C, (size_t)C * sizeof(float));
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const dt_layer_weights *w = &m->w.layers[l];
-        const int fused_qkv = w->k_proj == w->q_proj + (size_t)qdim * C && w->v_proj == w->k_proj + (size_t)kvdim * C;
-        const int fused_gate_up = w->up_proj == w->gate_proj + (size_t)F * C;
+        const int fused_qkv = !m->quant && w->k_proj == w->q_proj + (size_t)qdim * C &&
+                              w->v_proj == w->k_proj + (size_t)kvdim * C;
+        const int fused_gate_up = !m->quant && w->up_proj == w->gate_proj + (size_t)F * C;
         float *kslot = kc->k + ((size_t)l * kc->max_tokens + pos) * kvdim;
         float *vslot = kc->v + ((size_t)l * kc->max_tokens + pos) * kvdim;
         float rstd;
@@ -158,30 +163,30 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
             memcpy(kslot, kc->q + qdim, (size_t)kvdim * sizeof(float));
             memcpy(vslot, kc->q + qdim + kvdim, (size_t)kvdim * sizeof(float));
         } else {
-            linear_forward(kc->q, kc->xn, w->q_proj, 1, C, qdim);
-            linear_forward(kslot, kc->xn, w->k_proj, 1, C, kvdim);
-            linear_forward(vslot, kc->xn, w->v_proj, 1, C, kvdim);
+            model_linear(m, l, LIN_Q, kc->q, kc->xn, 1, kc->qscratch);
+            model_linear(m, l, LIN_K, kslot, kc->xn, 1, kc->qscratch);
+            model_linear(m, l, LIN_V, vslot, kc->xn, 1, kc->qscratch);
         }
         rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, c->rope_theta, +1);
         rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, c->rope_theta, +1);
         decode_attention(m, kc, l, pos + 1);
-        linear_forward(kc->tmp, kc->atty, w->o_proj, 1, qdim, C);
+        model_linear(m, l, LIN_O, kc->tmp, kc->atty, 1, kc->qscratch);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
 
         rmsnorm_forward(kc->xn, &rstd, kc->x, w->post_attention_layernorm, 1, C, c->rms_norm_eps);
         if (fused_gate_up) {
             linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, 2 * F);
         } else {
-            linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, F);
-            linear_forward(kc->up, kc->xn, w->up_proj, 1, C, F);
+            model_linear(m, l, LIN_GATE, kc->gate, kc->xn, 1, kc->qscratch);
+            model_linear(m, l, LIN_UP, kc->up, kc->xn, 1, kc->qscratch);
         }
         swiglu_forward(kc->gate, kc->gate, kc->up, 1, F);
-        linear_forward(kc->tmp, kc->gate, w->down_proj, 1, F, C);
+        model_linear(m, l, LIN_DOWN, kc->tmp, kc->gate, 1, kc->qscratch);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
     }
     float rstd;
     rmsnorm_forward(kc->xn, &rstd, kc->x, m->w.norm, 1, C, c->rms_norm_eps);
-    linear_forward(logits, kc->xn, m->w.lm_head, 1, C, c->vocab_size);
+    model_linear(m, c->num_hidden_layers, LIN_LM_HEAD, logits, kc->xn, 1, kc->qscratch);
     return 0;
 }
 

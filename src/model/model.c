@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "difftrans.h"
+#include "quant/quant.h"
 
 /* ---------------------------------------------------------------- layout */
 
@@ -126,6 +127,7 @@ int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
 }
 
 void dt_model_free(dt_model *m) {
+    dt_model_dequantize(m);
     free(m->tensors);
     free(m->params);
     free(m->w.layers);
@@ -198,6 +200,8 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     if (stat(dir, &sb) != 0) return dt_fail(err, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: not a model directory", dir);
     if (join(path, sizeof path, dir, "config.json", err) || dt_config_load(&cfg, path, err)) return -1;
+    dt_quant_options quant; /* a quantised checkpoint: its linear layers are integer tensors */
+    if (quant_config_read(path, &quant, err) != 0) return -1;
     if (dt_tokenizer_check(dir, err) != 0) return -1;
 
     if (join(path, sizeof path, dir, "model.safetensors", err)) return -1;
@@ -215,6 +219,7 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     int rc = 0;
     for (int i = 0; i < m->n_tensors && rc == 0; i++) {
         const dt_tensor *t = &m->tensors[i];
+        if (quant_replaces_tensor(&quant, t->name)) continue; /* its float slot stays zero and untouched */
         const dt_st_tensor *s = dt_st_find(&st, t->name);
         if (!s) {
             rc = dt_fail(err, "%s: missing tensor '%s'", path, t->name);
@@ -237,8 +242,9 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
             }
         }
     }
+    if (rc == 0 && quant.scheme != DT_QUANT_NONE) rc = quant_load_tensors(m, &st, &quant, err);
     /* Tied checkpoints sometimes also store lm_head; accept it only if it equals the embedding. */
-    if (rc == 0 && cfg.tie_word_embeddings) {
+    if (rc == 0 && cfg.tie_word_embeddings && !quant.lm_head) {
         const dt_st_tensor *s = dt_st_find(&st, "lm_head.weight");
         if (s && tensor_shape_matches(s, dt_model_find(m, "model.embed_tokens.weight"))) {
             float *tmp = malloc(s->numel * sizeof(float));
@@ -259,6 +265,10 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
 
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err) {
     char path[4200];
+    if (m->quant && hf_export)
+        return dt_fail(err, "%s: a quantised model (%s) has no Hugging Face form here: export the float model it "
+                            "was made from", dir, dt_quant_scheme_name(m->quant->opt.scheme));
+    if (m->quant) return quant_save(m, dir, err);
     struct stat sb;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: exists and is not a directory", dir);

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "difftrans.h"
+#include "quant/quant.h"
 #include "internal.h"
 #include "train/optim.h"
 #include "train/step.h"
@@ -307,6 +308,12 @@ int dt_train(dt_train_options *o, dt_error *err) {
     char path[4200], data_path[4096];
     if (o->resume) {
         if (!o->out_dir) return dt_fail(err, "--resume needs --out DIR, the directory of the run to continue");
+        dt_quant_options q;
+        if (path_join(path, sizeof path, o->out_dir, "config.json", err) == 0 && quant_config_read(path, &q, err) == 0 &&
+            q.scheme != DT_QUANT_NONE)
+            return dt_fail(err, "%s is a quantised checkpoint (%s): quantised weights cannot be trained; train the "
+                                "float model it was made from and quantise again", o->out_dir,
+                           dt_quant_scheme_name(q.scheme));
         if (path_join(path, sizeof path, o->out_dir, "train_state.json", err) ||
             load_train_state(path, o, &tr, data_path, sizeof data_path, err))
             return -1;

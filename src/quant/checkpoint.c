@@ -1,0 +1,345 @@
+/* checkpoint.c — quantised checkpoint directories (README "Quantisation").
+ *
+ * config.json is the float model's config plus a "quantization_config" object; model.safetensors
+ * holds every float tensor that stays float (embedding, norms, λ vectors, subln, the LM head unless
+ * quantised) and, for each quantised linear layer NAME (e.g. model.layers.0.mlp.up_proj):
+ *   q8_0  NAME.qweight I8 [out, in], NAME.scales F32 [out, ⌈in/32⌉]
+ *   q4_0  NAME.qweight U8 [out, ⌈in/32⌉·16] (two 4-bit values per byte), NAME.scales F32 [out, ⌈in/32⌉]
+ *   w8a8  NAME.qweight I8 [out, in], NAME.scales F32 [out], NAME.input_scale F32 [1] (static scales
+ *         only), NAME.smooth F32 [in] (smoothing only; the activation is divided by it)
+ * The loader checks every shape, dtype and value range against config.json before use.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "quant/quant.h"
+
+static const char *const activation_names[] = {"float32", "int8-static-per-tensor", "int8-dynamic-per-token"};
+
+/* ---------------------------------------------------------------- config */
+
+static char *read_file(const char *path, dt_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        dt_fail(err, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    long n = -1;
+    if (fseek(fp, 0, SEEK_END) == 0) n = ftell(fp);
+    if (n >= 0 && n < (1 << 24) && fseek(fp, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
+        if (fread(buf, 1, (size_t)n, fp) != (size_t)n) {
+            free(buf);
+            buf = NULL;
+        } else buf[n] = '\0';
+    }
+    fclose(fp);
+    if (!buf) dt_fail(err, "%s: cannot read", path);
+    return buf;
+}
+
+int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
+    dt_quant_defaults(o);
+    char *text = read_file(path, err);
+    if (!text) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) return dt_fail(err, "%s is not valid JSON", path);
+    int rc = 0;
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (qc && !cJSON_IsNull(qc)) {
+        const cJSON *method = cJSON_GetObjectItemCaseSensitive(qc, "quant_method");
+        const cJSON *scheme = cJSON_GetObjectItemCaseSensitive(qc, "scheme");
+        const cJSON *act = cJSON_GetObjectItemCaseSensitive(qc, "activations");
+        const cJSON *lm = cJSON_GetObjectItemCaseSensitive(qc, "lm_head");
+        const cJSON *alpha = cJSON_GetObjectItemCaseSensitive(qc, "smoothquant_alpha");
+        if (!cJSON_IsObject(qc)) rc = dt_fail(err, "%s: quantization_config must be an object", path);
+        else if (!cJSON_IsString(method) || strcmp(method->valuestring, "difftrans") != 0)
+            rc = dt_fail(err, "%s: quantization_config.quant_method must be \"difftrans\" (other methods are not read)",
+                         path);
+        else if (!cJSON_IsString(scheme)) rc = dt_fail(err, "%s: quantization_config.scheme must be a string", path);
+        else if (dt_quant_scheme_parse(scheme->valuestring, &o->scheme, err) != 0) {
+            char msg[sizeof err->msg];
+            snprintf(msg, sizeof msg, "%s", err->msg);
+            rc = dt_fail(err, "%s: quantization_config: %s", path, msg);
+        } else if (!cJSON_IsString(act)) rc = dt_fail(err, "%s: quantization_config.activations must be a string", path);
+        else if (lm && !cJSON_IsBool(lm)) rc = dt_fail(err, "%s: quantization_config.lm_head must be true or false", path);
+        else {
+            int a = -1;
+            for (int i = 0; i < 3; i++)
+                if (strcmp(act->valuestring, activation_names[i]) == 0) a = i;
+            const int want_float = o->scheme != DT_QUANT_W8A8;
+            if (a < 0 || (a == 0) != want_float)
+                rc = dt_fail(err, "%s: quantization_config.activations '%s' does not fit scheme %s", path,
+                             act->valuestring, scheme->valuestring);
+            o->dynamic_activations = a == 2;
+            o->lm_head = cJSON_IsTrue(lm);
+            if (cJSON_IsNumber(alpha)) o->smooth_alpha = (float)alpha->valuedouble;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int add_quant_config(const char *path, const struct dt_quant *q, dt_error *err) {
+    char *text = read_file(path, err);
+    if (!text) return -1;
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    if (!root) return dt_fail(err, "%s: cannot re-read the config just written", path);
+    const dt_quant_options *o = &q->opt;
+    const int w8a8 = o->scheme == DT_QUANT_W8A8;
+    cJSON *qc = cJSON_AddObjectToObject(root, "quantization_config");
+    int ok = qc && cJSON_AddStringToObject(qc, "quant_method", "difftrans") &&
+             cJSON_AddStringToObject(qc, "scheme", dt_quant_scheme_name(o->scheme)) &&
+             cJSON_AddNumberToObject(qc, "weight_bits", o->scheme == DT_QUANT_Q4_0 ? 4 : 8) &&
+             cJSON_AddStringToObject(qc, "weight_granularity", w8a8 ? "per-output-channel" : "block") &&
+             (w8a8 || cJSON_AddNumberToObject(qc, "block_size", QK)) &&
+             cJSON_AddStringToObject(qc, "activations", activation_names[w8a8 ? 1 + o->dynamic_activations : 0]) &&
+             (o->smooth_alpha >= 0 ? cJSON_AddNumberToObject(qc, "smoothquant_alpha", o->smooth_alpha) != NULL
+                                   : cJSON_AddNullToObject(qc, "smoothquant_alpha") != NULL) &&
+             cJSON_AddBoolToObject(qc, "lm_head", o->lm_head) &&
+             cJSON_AddStringToObject(qc, "modules", "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj") &&
+             cJSON_AddStringToObject(qc, "kept_float", o->lm_head ? "embed_tokens norms lambda subln"
+                                                                  : "embed_tokens norms lambda subln lm_head");
+    if (ok && w8a8 && (!o->dynamic_activations || o->smooth_alpha >= 0)) {
+        cJSON *cal = cJSON_AddObjectToObject(qc, "calibration");
+        ok = cal && cJSON_AddNumberToObject(cal, "samples", o->calib_samples) &&
+             cJSON_AddNumberToObject(cal, "seq", o->calib_seq) && cJSON_AddNumberToObject(cal, "seed", (double)o->seed);
+    }
+    char *out = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!out) return dt_fail(err, "%s: out of memory", path);
+    FILE *fp = fopen(path, "wb");
+    int rc = 0;
+    if (!fp) rc = dt_fail(err, "%s: %s", path, strerror(errno));
+    else {
+        size_t len = strlen(out);
+        int bad = fwrite(out, 1, len, fp) != len || fputc('\n', fp) == EOF;
+        if (fclose(fp) != 0 || bad) rc = dt_fail(err, "%s: write failed", path);
+    }
+    cJSON_free(out);
+    return rc;
+}
+
+int quant_replaces_tensor(const dt_quant_options *o, const char *name) {
+    if (o->scheme == DT_QUANT_NONE) return 0;
+    if (strcmp(name, "lm_head.weight") == 0) return o->lm_head;
+    if (strncmp(name, "model.layers.", 13) != 0) return 0;
+    static const char *const suffixes[] = {".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight",
+                                           ".gate_proj.weight", ".up_proj.weight", ".down_proj.weight"};
+    const size_t n = strlen(name);
+    for (int i = 0; i < 7; i++) {
+        const size_t k = strlen(suffixes[i]);
+        if (n > k && strcmp(name + n - k, suffixes[i]) == 0) return 1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static int find_tensor(const dt_safetensors *st, const char *base, const char *suffix, dt_dtype dtype, int ndim,
+                       int64_t d0, int64_t d1, const dt_st_tensor **out, dt_error *err) {
+    char name[160];
+    snprintf(name, sizeof name, "%s.%s", base, suffix);
+    const dt_st_tensor *t = dt_st_find(st, name);
+    if (!t) return dt_fail(err, "%s: missing tensor '%s' of the quantised checkpoint", st->path, name);
+    static const char *const dn[] = {"F32", "F16", "BF16", "I8", "U8"};
+    if (t->dtype != dtype)
+        return dt_fail(err, "%s: tensor '%s' is %s, expected %s", st->path, name, dn[t->dtype], dn[dtype]);
+    int ok = t->ndim == ndim && t->shape[0] == d0 && (ndim < 2 || t->shape[1] == d1);
+    if (!ok) {
+        char got[96] = "[";
+        for (int d = 0; d < t->ndim && d < 4; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+        if (ndim == 2)
+            return dt_fail(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld, %lld]",
+                           st->path, name, got, (long long)d0, (long long)d1);
+        return dt_fail(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld]", st->path,
+                       name, got, (long long)d0);
+    }
+    *out = t;
+    return 0;
+}
+
+/* Copies a float tensor, refusing non-finite values and, by sign: 1 non-positive ones, 0 negative
+ * ones, −1 none (q4_0 scales carry the sign of their block's extreme). */
+static int copy_floats(float *dst, const dt_safetensors *st, const dt_st_tensor *t, int sign, dt_error *err) {
+    static const char *const rule[] = {"finite", "finite and non-negative", "finite and positive"};
+    dt_st_read_f32(st, t, dst);
+    for (size_t i = 0; i < t->numel; i++)
+        if (!isfinite(dst[i]) || (sign > 0 && !(dst[i] > 0)) || (sign == 0 && dst[i] < 0))
+            return dt_fail(err, "%s: tensor '%s' holds an invalid scale %g at index %zu (scales must be %s)", st->path,
+                           t->name, (double)dst[i], i, rule[sign + 1]);
+    return 0;
+}
+
+static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, qformat fmt, int out, int in,
+                       const dt_quant_options *o, dt_error *err) {
+    memset(l, 0, sizeof *l);
+    l->fmt = fmt;
+    l->out = out;
+    l->in = in;
+    const int nb = q_blocks(in);
+    const dt_st_tensor *qw, *sc, *is = NULL, *sm = NULL;
+    if (fmt == QFMT_Q4_0) {
+        if (find_tensor(st, base, "qweight", DT_U8, 2, out, (int64_t)nb * (QK / 2), &qw, err)) return -1;
+    } else if (find_tensor(st, base, "qweight", DT_I8, 2, out, in, &qw, err)) return -1;
+    if (fmt == QFMT_W8A8) {
+        if (find_tensor(st, base, "scales", DT_F32, 1, out, 0, &sc, err)) return -1;
+        if (!o->dynamic_activations && find_tensor(st, base, "input_scale", DT_F32, 1, 1, 0, &is, err)) return -1;
+        char name[160];
+        snprintf(name, sizeof name, "%s.smooth", base);
+        if (dt_st_find(st, name) && find_tensor(st, base, "smooth", DT_F32, 1, in, 0, &sm, err)) return -1;
+    } else if (find_tensor(st, base, "scales", DT_F32, 2, out, nb, &sc, err)) return -1;
+    const size_t qbytes = qw->end - qw->begin;
+    uint8_t *qdata = malloc(qbytes);
+    l->scales = malloc(sc->numel * sizeof(float));
+    if (sm) l->smooth = malloc((size_t)in * sizeof(float));
+    if (fmt == QFMT_W8A8) l->row_sums = malloc((size_t)out * sizeof(int32_t));
+    if (fmt == QFMT_Q4_0) l->q4 = qdata;
+    else l->q8 = (int8_t *)qdata;
+    if (!qdata || !l->scales || (sm && !l->smooth) || (fmt == QFMT_W8A8 && !l->row_sums))
+        return dt_fail(err, "out of memory loading %s", base);
+    memcpy(qdata, dt_st_data(st, qw), qbytes);
+    if (l->q8) /* −128 is outside the symmetric range the integer kernels rely on */
+        for (size_t i = 0; i < qbytes; i++)
+            if (l->q8[i] == -128)
+                return dt_fail(err, "%s: tensor '%s.qweight' holds −128 at index %zu (int8 weights lie in [−127, 127])",
+                               st->path, base, i);
+    if (copy_floats(l->scales, st, sc, fmt == QFMT_Q4_0 ? -1 : 0, err)) return -1;
+    if (sm && copy_floats(l->smooth, st, sm, 1, err)) return -1;
+    if (is) {
+        if (copy_floats(&l->input_scale, st, is, 1, err)) return -1;
+    }
+    if (l->row_sums) i8_row_sums(l->row_sums, l->q8, out, in);
+    return 0;
+}
+
+int quant_load_tensors(dt_model *m, const dt_safetensors *st, const dt_quant_options *o, dt_error *err) {
+    const int L = m->cfg.num_hidden_layers;
+    struct dt_quant *q = calloc(1, sizeof *q);
+    const int n_linear = L * LIN_PER_LAYER + (o->lm_head ? 1 : 0);
+    if (!q || !(q->lin = calloc((size_t)n_linear, sizeof *q->lin))) {
+        free(q);
+        return dt_fail(err, "out of memory");
+    }
+    q->opt = *o;
+    m->quant = q;
+    const qformat fmt = o->scheme == DT_QUANT_Q8_0 ? QFMT_Q8_0 : o->scheme == DT_QUANT_Q4_0 ? QFMT_Q4_0 : QFMT_W8A8;
+    for (int i = 0; i < n_linear; i++) {
+        const int layer = i / LIN_PER_LAYER, which = i % LIN_PER_LAYER;
+        int out, in;
+        char base[96];
+        model_linear_shape(m, layer, which, &out, &in);
+        model_linear_name(base, sizeof base, layer, which, L);
+        q->n_linear = i + 1; /* so that dt_model_dequantize frees this one on failure */
+        if (load_linear(&q->lin[i], st, base, fmt, out, in, o, err) != 0) {
+            dt_model_dequantize(m);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- saving */
+
+static void remove_tree(const char *dir) {
+    static const char *const files[] = {"model.safetensors", "config.json", "difftrans_tokenizer.json"};
+    char path[4200];
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
+    rmdir(dir);
+}
+
+typedef struct {
+    dt_st_entry *e;
+    int n;
+    char (*names)[160];
+} entry_list;
+
+static dt_st_entry *add_entry(entry_list *el, const char *base, const char *suffix, int ndim, int64_t d0, int64_t d1) {
+    dt_st_entry *e = &el->e[el->n];
+    memset(e, 0, sizeof *e);
+    if (suffix) snprintf(el->names[el->n], sizeof el->names[0], "%s.%s", base, suffix);
+    else snprintf(el->names[el->n], sizeof el->names[0], "%s", base);
+    e->name = el->names[el->n];
+    e->ndim = ndim;
+    e->shape[0] = d0;
+    e->shape[1] = d1;
+    el->n++;
+    return e;
+}
+
+static int write_tensors(const dt_model *m, const char *path, dt_error *err) {
+    const struct dt_quant *q = m->quant;
+    const int cap = m->n_tensors + 4 * q->n_linear;
+    entry_list el = {calloc((size_t)cap, sizeof *el.e), 0, calloc((size_t)cap, sizeof *el.names)};
+    if (!el.e || !el.names) {
+        free(el.e);
+        free(el.names);
+        return dt_fail(err, "out of memory");
+    }
+    for (int i = 0; i < m->n_tensors; i++) {
+        const dt_tensor *t = &m->tensors[i];
+        if (quant_replaces_tensor(&q->opt, t->name)) continue;
+        if (m->cfg.arch == DT_ARCH_DIFF && !m->cfg.use_subln_weight && strstr(t->name, ".subln.weight")) continue;
+        add_entry(&el, t->name, NULL, t->ndim, t->shape[0], t->shape[1])->data = m->params + t->offset;
+    }
+    for (int i = 0; i < q->n_linear; i++) {
+        const qlinear *l = &q->lin[i];
+        char base[96];
+        model_linear_name(base, sizeof base, i / LIN_PER_LAYER, i % LIN_PER_LAYER, m->cfg.num_hidden_layers);
+        const int nb = q_blocks(l->in);
+        dt_st_entry *e;
+        if (l->fmt == QFMT_Q4_0) {
+            e = add_entry(&el, base, "qweight", 2, l->out, (int64_t)nb * (QK / 2));
+            e->dtype = DT_U8;
+            e->raw = l->q4;
+        } else {
+            e = add_entry(&el, base, "qweight", 2, l->out, l->in);
+            e->dtype = DT_I8;
+            e->raw = l->q8;
+        }
+        if (l->fmt == QFMT_W8A8) {
+            add_entry(&el, base, "scales", 1, l->out, 0)->data = l->scales;
+            if (l->input_scale > 0) add_entry(&el, base, "input_scale", 1, 1, 0)->data = &l->input_scale;
+            if (l->smooth) add_entry(&el, base, "smooth", 1, l->in, 0)->data = l->smooth;
+        } else {
+            add_entry(&el, base, "scales", 2, l->out, nb)->data = l->scales;
+        }
+    }
+    int rc = dt_st_write_f32(path, el.e, el.n, err);
+    free(el.e);
+    free(el.names);
+    return rc;
+}
+
+int quant_save(const dt_model *m, const char *dir, dt_error *err) {
+    struct stat sb;
+    if (stat(dir, &sb) == 0)
+        return dt_fail(err, "%s already exists: a quantised checkpoint is written to a new directory", dir);
+    char tmp[4096], path[4200];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid()) >= sizeof tmp)
+        return dt_fail(err, "%s: path too long", dir);
+    if (mkdir(tmp, 0755) != 0) return dt_fail(err, "%s: cannot create directory: %s", tmp, strerror(errno));
+    int rc = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
+    rc = write_tensors(m, path, err);
+    snprintf(path, sizeof path, "%s/config.json", tmp);
+    if (rc == 0) rc = dt_config_save(&m->cfg, path, err);
+    if (rc == 0) rc = add_quant_config(path, m->quant, err);
+    if (rc == 0) rc = dt_tokenizer_save(tmp, err);
+    if (rc == 0 && rename(tmp, dir) != 0) rc = dt_fail(err, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
+    if (rc != 0) remove_tree(tmp);
+    return rc;
+}

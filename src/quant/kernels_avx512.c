@@ -1,0 +1,121 @@
+/* kernels_avx512.c — the quant.h kernels with AVX-512 (F, BW, VL) and VNNI; compiled with those
+ * instruction sets and called only when the CPU has them (qkernels_for). */
+#include <immintrin.h>
+
+#include "quant/quant.h"
+
+/* Lanes [0, n) of a 16-lane vector, n ≤ 16 (negative: none). */
+static inline __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+static inline __mmask64 lanes64(int n) { return n >= 64 ? ~(__mmask64)0 : (__mmask64)((1ull << n) - 1); }
+
+/* Σ q·x over one block of 32 (or the n < 32 left at the row's end), as 16 float lanes. */
+static inline __m512 q8_block(const int8_t *q, const float *x, int n) {
+    if (n == QK) {
+        __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q)));
+        __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(q + 16))));
+        return _mm512_fmadd_ps(b, _mm512_loadu_ps(x + 16), _mm512_mul_ps(a, _mm512_loadu_ps(x)));
+    }
+    const __mmask16 m0 = lanes16(n), m1 = lanes16(n - 16);
+    __m512 a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m0, q)));
+    __m512 b = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m1, q + 16)));
+    return _mm512_fmadd_ps(b, _mm512_maskz_loadu_ps(m1, x + 16), _mm512_mul_ps(a, _mm512_maskz_loadu_ps(m0, x)));
+}
+
+static void q8_0_matvec_avx512(float *y, const int8_t *q, const float *scales, const float *x, int out, int in) {
+    const int nb = q_blocks(in);
+#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
+    for (int o = 0; o < out; o++) {
+        const int8_t *row = q + (size_t)o * in;
+        const float *d = scales + (size_t)o * nb;
+        __m512 acc = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
+            acc = _mm512_fmadd_ps(q8_block(row + j0, x + j0, n), _mm512_set1_ps(d[b]), acc);
+        }
+        y[o] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+static void q4_0_matvec_avx512(float *y, const uint8_t *q, const float *scales, const float *x, int out, int in) {
+    const int nb = q_blocks(in);
+    const __m128i low = _mm_set1_epi8(0x0F);
+    const __m512i eight = _mm512_set1_epi32(8);
+#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
+    for (int o = 0; o < out; o++) {
+        const uint8_t *row = q + (size_t)o * nb * (QK / 2);
+        const float *d = scales + (size_t)o * nb;
+        __m512 acc = _mm512_setzero_ps();
+        for (int b = 0; b < nb; b++) {
+            const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
+            /* a short block's bytes are all stored (padded with q = 0); only x needs masking */
+            const __m128i bytes = _mm_loadu_si128((const __m128i *)(row + (size_t)b * (QK / 2)));
+            const __m128i lo = _mm_and_si128(bytes, low), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
+            __m512 a = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(lo), eight));
+            __m512 c = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_cvtepu8_epi32(hi), eight));
+            __m512 s = _mm512_mul_ps(a, _mm512_maskz_loadu_ps(lanes16(n), x + j0));
+            s = _mm512_fmadd_ps(c, _mm512_maskz_loadu_ps(lanes16(n - 16), x + j0 + 16), s);
+            acc = _mm512_fmadd_ps(s, _mm512_set1_ps(d[b]), acc);
+        }
+        y[o] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+/* An MR × NR tile of y from MR rows of xq and NR rows of wq. vpdpbusd multiplies unsigned by
+ * signed bytes, so x is offset by 128 (x ^ 0x80) and 128·Σ_j w[o, j] taken off afterwards; masked
+ * tail lanes of w are 0, so the offset tail lanes of x add nothing. */
+static inline __attribute__((always_inline)) void vnni_tile(float *y, const int8_t *xq, const float *xs,
+                                                            const int8_t *wq, const float *ws, const int32_t *rs,
+                                                            int n0, int o0, int MR, int NR, int in, int out) {
+    __m512i acc[4][4];
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) acc[i][r] = _mm512_setzero_si512();
+    for (int k = 0; k < in; k += 64) {
+        const __mmask64 m = lanes64(in - k);
+        __m512i wv[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) wv[r] = _mm512_maskz_loadu_epi8(m, wq + (size_t)(o0 + r) * in + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; i++) {
+            const __m512i xv = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, xq + (size_t)(n0 + i) * in + k), bias);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], xv, wv[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const int32_t dot = _mm512_reduce_add_epi32(acc[i][r]) - 128 * rs[o0 + r];
+            y[(size_t)(n0 + i) * out + o0 + r] = (float)dot * xs[n0 + i] * ws[o0 + r];
+        }
+}
+
+static void i8_gemm_avx512(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws,
+                           const int32_t *rs, int out, int in) {
+    const int oblocks = (out + 3) / 4;
+#pragma omp parallel for schedule(static) if ((size_t)N * out * in > 262144)
+    for (int ob = 0; ob < oblocks; ob++) {
+        const int o0 = 4 * ob;
+        if (o0 + 4 <= out) {
+            int n0 = 0;
+            for (; n0 + 4 <= N; n0 += 4) vnni_tile(y, xq, xs, wq, ws, rs, n0, o0, 4, 4, in, out);
+            for (; n0 < N; n0++) vnni_tile(y, xq, xs, wq, ws, rs, n0, o0, 1, 4, in, out);
+        } else {
+            for (int o = o0; o < out; o++)
+                for (int n0 = 0; n0 < N; n0++) vnni_tile(y, xq, xs, wq, ws, rs, n0, o, 1, 1, in, out);
+        }
+    }
+}
+
+/* AVX-512 CPUs without VNNI (Skylake-X) run the AVX2 integer product; the float kernels above
+ * need only F / BW / VL. */
+static void i8_gemm_avx512_or_avx2(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq,
+                                   const float *ws, const int32_t *rs, int out, int in) {
+    if (dt_cpu()->avx512vnni) i8_gemm_avx512(y, xq, xs, N, wq, ws, rs, out, in);
+    else qkernels_avx2.i8_gemm(y, xq, xs, N, wq, ws, rs, out, in);
+}
+
+const qkernels qkernels_avx512 = {q8_0_matvec_avx512, q4_0_matvec_avx512, i8_gemm_avx512_or_avx2};

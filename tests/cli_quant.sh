@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# cli_quant.sh — `difftrans quantize` end to end: every scheme written and read back by the
+# inference commands (generate, eval, forward, needle eval, info), and every bad input of issue 9:
+# an unknown scheme, calibration text too short, a checkpoint whose scales disagree with its
+# shapes, training and --grads on a quantised checkpoint, export --hf — each a message, status 1
+# and no output left behind.
+#
+# usage: bash tests/cli_quant.sh PATH_TO_difftrans SCRATCH_DIR
+set -u
+. "$(dirname "$0")/cli_lib.sh" "$@"
+export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2
+
+M=$S/model
+check "a short training run" "$DT" train --data "$CORPUS" --out "$M" --preset tiny --steps 30 --batch 4 --seq 32 --quiet
+head -c 4000 "$CORPUS" >"$S/short.txt"
+
+for scheme in q8_0 q4_0 w8a8; do
+    Q=$S/$scheme
+    expect_ok "quantize $scheme" "$DT" quantize "$M" "$Q" --scheme "$scheme" --calib "$CORPUS" --calib-samples 40 --seq 32
+    out_has "quantize $scheme reports the size" "$S/last.out" "wrote .*$scheme" "smaller"
+    out_has "$scheme config" "$Q/config.json" '"quantization_config"' "\"scheme\":[[:space:]]*\"$scheme\"" '"quant_method"'
+    expect_ok "generate $scheme" "$DT" generate "$Q" --prompt "The " -n 8 --temperature 0
+    expect_ok "eval $scheme" "$DT" eval "$Q" --data "$S/short.txt" --seq 32
+    out_has "eval $scheme prints a loss" "$S/last.out" "loss [0-9]"
+    echo "1 2 3 4 5 6" >"$S/ids.txt"
+    expect_ok "forward $scheme" "$DT" forward "$Q" --input "$S/ids.txt" --output "$S/f_$scheme.safetensors"
+    expect_fail "forward --grads $scheme refused" "quantised.*float model" \
+        "$DT" forward "$Q" --input "$S/ids.txt" --output "$S/g_$scheme.safetensors" --grads
+    check "no gradient file left" test ! -e "$S/g_$scheme.safetensors"
+    expect_fail "export --hf $scheme refused" "quantised.*float model" "$DT" export "$Q" "$S/hf_$scheme" --hf
+    check "no HF export left" test ! -e "$S/hf_$scheme"
+done
+expect_ok "w8a8 dynamic, no calibration" "$DT" quantize "$M" "$S/dyn" --scheme w8a8 --dynamic
+out_has "dynamic config" "$S/dyn/config.json" 'int8-dynamic-per-token'
+expect_ok "w8a8 smoothed" "$DT" quantize "$M" "$S/smooth" --scheme w8a8 --smooth 0.5 --calib "$CORPUS" --calib-samples 20 --seq 32
+out_has "smoothed checkpoint" "$S/smooth/config.json" '"smoothquant_alpha":[[:space:]]*0.5'
+expect_ok "needle generate" "$DT" needle generate --corpus "$CORPUS" --out "$S/needle" --context 128 --needles 2 --queries 1 --depths 0.5 --train 1 --test 2
+expect_ok "needle eval on q8_0" "$DT" needle eval "$S/q8_0" --data "$S/needle"
+
+# calibration is deterministic for a fixed seed
+expect_ok "quantize again" "$DT" quantize "$M" "$S/w8a8_again" --scheme w8a8 --calib "$CORPUS" --calib-samples 40 --seq 32
+check "same seed, same bytes" cmp "$S/w8a8/model.safetensors" "$S/w8a8_again/model.safetensors"
+
+# bad input
+expect_fail "unknown scheme" "unknown quantisation scheme 'q3_k'" "$DT" quantize "$M" "$S/bad1" --scheme q3_k
+check "nothing written for an unknown scheme" test ! -e "$S/bad1"
+expect_fail "calibration text too short" "short.txt.*fewer than the 300 samples" \
+    "$DT" quantize "$M" "$S/bad2" --scheme w8a8 --calib "$S/short.txt"
+check "nothing written for short calibration" bash -c "! ls -d '$S'/bad2* 2>/dev/null"
+expect_fail "w8a8 without --calib" "needs --calib" "$DT" quantize "$M" "$S/bad3" --scheme w8a8
+expect_fail "--smooth on q8_0" "w8a8 only" "$DT" quantize "$M" "$S/bad4" --scheme q8_0 --smooth 0.5
+expect_fail "--smooth out of range" "--smooth" "$DT" quantize "$M" "$S/bad5" --scheme w8a8 --smooth 2 --calib "$CORPUS"
+expect_fail "existing output" "already exists" "$DT" quantize "$M" "$S/q8_0" --scheme q8_0
+expect_fail "quantising a quantised model" "already quantised" "$DT" quantize "$S/q8_0" "$S/bad6" --scheme q4_0
+expect_fail "training a quantised checkpoint" "quantised.*train the float model" \
+    "$DT" train --resume --out "$S/q8_0"
+if [ -n "$PY" ]; then
+    # scales whose block count disagrees with the weight's shape (same byte count, so the
+    # safetensors layer accepts it and the quantisation loader must catch it)
+    cp -r "$S/q8_0" "$S/lying"
+    check "rewrite a scales shape" "$PY" - "$S/lying/model.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = h["model.layers.0.mlp.down_proj.scales"]
+t["shape"] = [t["shape"][0] * t["shape"][1], 1]
+s = json.dumps(h, separators=(",", ":")).encode()
+assert len(s) <= n
+open(p, "wb").write(struct.pack("<Q", n) + s + b" " * (n - len(s)) + b[8 + n:])
+PYEOF
+    expect_fail "scales disagree with shapes" "down_proj.scales.*has shape.*imply" "$DT" eval "$S/lying" --data "$S/short.txt"
+    expect_fail "lying checkpoint in generate" "down_proj.scales" "$DT" generate "$S/lying" --prompt "a" -n 2
+fi
+expect_ok "help" "$DT" quantize --help
+out_has "help names every scheme" "$S/last.out" q8_0 q4_0 w8a8 --smooth --dynamic --calib-samples
+finish cli_quant

@@ -1,0 +1,496 @@
+/* test_quant.c — quantised formats and kernels: round-trip error bounds of each format, every
+ * kernel path the CPU runs against the plain reference on odd shapes, quantised models (decode
+ * against the full forward, checkpoint round trip, calibration determinism, loss on real text
+ * within a stated tolerance of F32) and the library's refusals. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "layers/layers.h"
+#include "quant/quant.h"
+#include "testutil.h"
+
+static float absmax_of(const float *x, int n) {
+    float m = 0;
+    for (int i = 0; i < n; i++) m = fmaxf(m, fabsf(x[i]));
+    return m;
+}
+
+/* Weights with a few planted outliers, so that block scales differ a lot from block to block. */
+static float *weights(int out, int in, uint64_t *rng) {
+    float *w = frand((size_t)out * in, 0.5f, rng);
+    for (int i = 0; i < out * in; i += 37) w[i] *= 20.0f;
+    return w;
+}
+
+/* ---------------------------------------------------------------- formats */
+
+static void test_round_trip_bounds(void **state) {
+    (void)state;
+    uint64_t rng = 11;
+    const int sizes[] = {1, 5, 31, 32, 33, 64, 100, 257};
+    for (int s = 0; s < 8; s++) {
+        const int in = sizes[s], nb = q_blocks(in);
+        float *w = weights(1, in, &rng), *back = fnan((size_t)in), scales[16];
+        int8_t q8[300];
+        uint8_t q4[300];
+        /* q8_0: error at most half a step, step = block absmax / 127 */
+        q8_0_quantize_row(q8, scales, w, in);
+        q8_0_dequantize_row(back, q8, scales, in);
+        for (int b = 0; b < nb; b++) {
+            const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
+            const float d = absmax_of(w + j0, n) / 127.0f;
+            assert_true(tu_max_abs_diff(w + j0, back + j0, (size_t)n) <= 0.5f * d * (1 + 1e-5f) + 1e-12f);
+        }
+        /* q4_0: the largest-magnitude value is exact (−8 · d); the rest within half a step, except its
+         * opposite extreme, which clamps to +7 and is off by at most one step */
+        q4_0_quantize_row(q4, scales, w, in);
+        q4_0_dequantize_row(back, q4, scales, in);
+        for (int b = 0; b < nb; b++) {
+            const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
+            const float step = absmax_of(w + j0, n) / 8.0f;
+            for (int j = j0; j < j0 + n; j++) {
+                const float e = fabsf(w[j] - back[j]);
+                const int clamped = back[j] == 7 * scales[b];
+                assert_true(e <= (clamped ? step : 0.5f * step) * 1.0001f + 1e-12f);
+            }
+            assert_true(fabsf(scales[b]) * 8 >= absmax_of(w + j0, n) * 0.9999f);
+        }
+        /* the padding of a short last block decodes to zero and the nibbles hold q + 8 */
+        if (in % QK) assert_int_equal(q4[(nb - 1) * (QK / 2) + QK / 2 - 1] >> 4, 8);
+        /* w8a8 row: half a step of absmax / 127; smoothing divides first */
+        float scale = i8_quantize_row(q8, w, in, NULL);
+        assert_float_equal(scale, absmax_of(w, in) / 127.0f, 1e-9);
+        for (int j = 0; j < in; j++) {
+            back[j] = scale * q8[j];
+            assert_true(q8[j] >= -127);
+        }
+        assert_true(tu_max_abs_diff(w, back, (size_t)in) <= 0.5f * scale * (1 + 1e-5f) + 1e-12f);
+        free(w);
+        free(back);
+    }
+    /* all zero, inf and NaN never reach an undefined conversion */
+    float z[40] = {0}, sc[2];
+    int8_t q[40];
+    q8_0_quantize_row(q, sc, z, 40);
+    assert_true(sc[0] == 0 && q[3] == 0);
+    z[1] = INFINITY;
+    z[2] = NAN;
+    i8_quantize_row_scaled(q, z, 40, 0.5f, NULL);
+    assert_int_equal(q[1], 127);
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+typedef struct {
+    int out, in, N;
+} shape;
+
+static const shape shapes[] = {{1, 1, 1},  {1, 32, 1},  {3, 33, 2},   {5, 31, 3},    {7, 100, 5},
+                               {4, 64, 4}, {9, 65, 7},  {17, 257, 9}, {64, 1024, 1}, {33, 130, 13}};
+
+/* |y − reference| within rel of Σ|terms| (the reference sums in double). */
+static void assert_close_to_reference(const float *y, const float *ref, const float *mag, int n, float rel,
+                                      const char *what, dt_isa isa, const shape *s) {
+    for (int i = 0; i < n; i++) {
+        const float tol = rel * mag[i] + 1e-30f;
+        if (!(fabsf(y[i] - ref[i]) <= tol))
+            fail_msg("%s on path %s, shape out %d in %d N %d: element %d is %g, reference %g (tolerance %g)", what,
+                     dt_isa_name(isa), s->out, s->in, s->N, i, (double)y[i], (double)ref[i], (double)tol);
+    }
+}
+
+static void test_kernels_match_reference(void **state) {
+    (void)state;
+    uint64_t rng = 5;
+    int paths = 0;
+    for (int p = 0; p < DT_ISA_COUNT; p++) {
+        const qkernels *k = qkernels_for((dt_isa)p);
+        if (!k) continue;
+        paths++;
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            const shape *s = &shapes[si];
+            const int nb = q_blocks(s->in);
+            float *w = weights(s->out, s->in, &rng), *x = frand((size_t)s->N * s->in, 1.0f, &rng);
+            float *scales = fnew((size_t)s->out * nb), *y = fnan((size_t)s->N * s->out), *ref = fnew((size_t)s->N * s->out);
+            float *mag = fnew((size_t)s->N * s->out), *absw = fnew((size_t)s->out * s->in);
+            int8_t *q8 = malloc((size_t)s->out * s->in);
+            uint8_t *q4 = malloc((size_t)s->out * nb * (QK / 2));
+            /* q8_0 and q4_0 matrix-vector products */
+            for (int o = 0; o < s->out; o++) q8_0_quantize_row(q8 + (size_t)o * s->in, scales + (size_t)o * nb, w + (size_t)o * s->in, s->in);
+            for (int i = 0; i < s->out * s->in; i++) absw[i] = fabsf(w[i]) + 1e-3f;
+            float *absx = fnew((size_t)s->in);
+            for (int j = 0; j < s->in; j++) absx[j] = fabsf(x[j]);
+            linear_forward(mag, absx, absw, 1, s->in, s->out);
+            k->q8_0_matvec(y, q8, scales, x, s->out, s->in);
+            q8_0_matvec_reference(ref, q8, scales, x, s->out, s->in);
+            assert_close_to_reference(y, ref, mag, s->out, 1e-5f, "q8_0_matvec", (dt_isa)p, s);
+            for (int o = 0; o < s->out; o++) q4_0_quantize_row(q4 + (size_t)o * nb * (QK / 2), scales + (size_t)o * nb, w + (size_t)o * s->in, s->in);
+            for (int i = 0; i < s->out; i++) y[i] = NAN;
+            k->q4_0_matvec(y, q4, scales, x, s->out, s->in);
+            q4_0_matvec_reference(ref, q4, scales, x, s->out, s->in);
+            assert_close_to_reference(y, ref, mag, s->out, 1e-5f, "q4_0_matvec", (dt_isa)p, s);
+            /* int8 × int8: exact integer sums, so only the final float scaling may round */
+            float *ws = fnew((size_t)s->out), *xs = fnew((size_t)s->N);
+            int8_t *xq = malloc((size_t)s->N * s->in);
+            int32_t *sums = malloc((size_t)s->out * sizeof(int32_t));
+            for (int o = 0; o < s->out; o++) ws[o] = i8_quantize_row(q8 + (size_t)o * s->in, w + (size_t)o * s->in, s->in, NULL);
+            for (int n = 0; n < s->N; n++) xs[n] = i8_quantize_row(xq + (size_t)n * s->in, x + (size_t)n * s->in, s->in, NULL);
+            xq[0] = -127; /* the extremes, where a saturating 16-bit product would show */
+            q8[0] = 127;
+            if (s->in > 1) {
+                xq[1] = -127;
+                q8[1] = -127;
+            }
+            i8_row_sums(sums, q8, s->out, s->in);
+            for (int i = 0; i < s->N * s->out; i++) y[i] = NAN;
+            k->i8_gemm(y, xq, xs, s->N, q8, ws, sums, s->out, s->in);
+            i8_gemm_reference(ref, xq, xs, s->N, q8, ws, s->out, s->in);
+            for (int i = 0; i < s->N * s->out; i++) mag[i] = fabsf(ref[i]) + 1e-20f;
+            assert_close_to_reference(y, ref, mag, s->N * s->out, 1e-6f, "i8_gemm", (dt_isa)p, s);
+            free(w), free(x), free(scales), free(y), free(ref), free(mag), free(absw), free(absx);
+            free(q8), free(q4), free(ws), free(xs), free(xq), free(sums);
+        }
+    }
+    print_message("kernel paths checked: %d of %d (this CPU: %s)\n", paths, DT_ISA_COUNT, dt_cpu()->model);
+    assert_true(paths >= 1);
+}
+
+/* A saturating int16 product (maddubs with x + 128) would fail here: every pair is 127·127. */
+static void test_i8_gemm_extremes(void **state) {
+    (void)state;
+    enum { IN = 200 };
+    int8_t x[IN], w[IN];
+    for (int j = 0; j < IN; j++) {
+        x[j] = j % 2 ? -127 : 127;
+        w[j] = j % 2 ? -127 : 127;
+    }
+    float one = 1, y, ref;
+    int32_t sum;
+    i8_row_sums(&sum, w, 1, IN);
+    i8_gemm_reference(&ref, x, &one, 1, w, &one, 1, IN);
+    assert_float_equal(ref, 127.0 * 127 * IN, 0.5);
+    for (int p = 0; p < DT_ISA_COUNT; p++) {
+        const qkernels *k = qkernels_for((dt_isa)p);
+        if (!k) continue;
+        y = NAN;
+        k->i8_gemm(&y, x, &one, 1, w, &one, &sum, 1, IN);
+        assert_float_equal(y, ref, 0.5);
+    }
+}
+
+/* The layer: many rows (panel sgemm / integer gemm) give what one row at a time gives, and both
+ * equal the float product of the dequantised weights (w8a16) or of the quantised operands (w8a8). */
+static void test_qlinear_paths_agree(void **state) {
+    (void)state;
+    uint64_t rng = 9;
+    const int out = 150, in = 70, N = 11;
+    float *w = weights(out, in, &rng), *x = frand((size_t)N * in, 1.0f, &rng);
+    float *smooth = fnew(in);
+    for (int j = 0; j < in; j++) smooth[j] = 0.5f + (float)(j % 5);
+    void *scratch = malloc(qlinear_scratch_bytes(N, in, out));
+    float *many = fnan((size_t)N * out), *one = fnan((size_t)N * out), *deq = fnew((size_t)out * in), *ref = fnew((size_t)N * out);
+    const qformat fmts[] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_W8A8, QFMT_W8A8};
+    for (int f = 0; f < 4; f++) {
+        qlinear l;
+        dt_error err;
+        float range = 0; /* a static scale as calibration would set it: the range of x / s */
+        for (int i = 0; i < N * in; i++) range = fmaxf(range, fabsf(x[i] / smooth[i % in]));
+        assert_int_equal(qlinear_create(&l, fmts[f], w, out, in, f == 3 ? smooth : NULL, f == 3 ? range / 127 : 0, &err), 0);
+        qlinear_forward(&l, many, x, N, scratch);
+        for (int n = 0; n < N; n++) qlinear_forward(&l, one + (size_t)n * out, x + (size_t)n * in, 1, scratch);
+        assert_true(tu_max_rel_diff(many, one, (size_t)N * out, 1.0f) < 1e-4f);
+        if (fmts[f] != QFMT_W8A8) {
+            for (int o = 0; o < out; o++) {
+                if (l.fmt == QFMT_Q8_0) q8_0_dequantize_row(deq + (size_t)o * in, l.q8 + (size_t)o * in, l.scales + (size_t)o * q_blocks(in), in);
+                else q4_0_dequantize_row(deq + (size_t)o * in, l.q4 + (size_t)o * q_blocks(in) * (QK / 2), l.scales + (size_t)o * q_blocks(in), in);
+            }
+            linear_forward(ref, x, deq, N, in, out);
+            assert_true(tu_max_rel_diff(many, ref, (size_t)N * out, 1.0f) < 1e-4f);
+        }
+        /* and the float product itself, within the format's precision */
+        linear_forward(ref, x, w, N, in, out);
+        const float tol = fmts[f] == QFMT_Q4_0 ? 0.25f : f == 3 ? 0.1f : 0.05f; /* static: one range for all */
+        float err_max = tu_max_abs_diff(many, ref, (size_t)N * out), ref_max = absmax_of(ref, N * out);
+        if (!(err_max <= tol * ref_max)) fail_msg("format %d: error %g against float range %g", f, (double)err_max, (double)ref_max);
+        qlinear_free(&l);
+    }
+    free(w), free(x), free(smooth), free(scratch), free(many), free(one), free(deq), free(ref);
+}
+
+/* ---------------------------------------------------------------- models */
+
+static void make_model(dt_model *m, dt_arch arch, uint64_t seed) {
+    dt_config c;
+    dt_error err;
+    assert_int_equal(dt_config_preset(&c, "tiny", arch, &err), 0);
+    c.hidden_size = 40; /* not a multiple of the block: short last blocks everywhere */
+    c.intermediate_size = 72;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 10;
+    c.max_position_embeddings = 64;
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    dt_model_init_random(m, seed);
+    for (int i = 0; i < m->n_tensors; i++)
+        if (m->tensors[i].decay)
+            for (size_t j = 0; j < m->tensors[i].numel; j++) m->params[m->tensors[i].offset + j] *= 6.0f;
+}
+
+static int *text_tokens(size_t n, uint64_t seed) {
+    int *t = malloc(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) t[i] = (int)(dt_rng_next(&seed) % 256);
+    return t;
+}
+
+static void quantize(dt_model *m, dt_quant_scheme s, int dynamic, float alpha, const int *tok, size_t n) {
+    dt_quant_options o;
+    dt_error err;
+    dt_quant_defaults(&o);
+    o.scheme = s;
+    o.dynamic_activations = dynamic;
+    o.smooth_alpha = alpha;
+    o.calib_tokens = tok;
+    o.calib_n = n;
+    o.calib_samples = 20;
+    o.calib_seq = 16;
+    o.quiet = 1;
+    if (dt_model_quantize(m, &o, &err) != 0) fail_msg("%s", err.msg);
+}
+
+static void logits_of(const dt_model *m, const int *tok, int T, float *out) {
+    dt_error err;
+    dt_runstate *rs = dt_runstate_create(m, 1, T, &err);
+    assert_non_null(rs);
+    assert_int_equal(dt_forward(m, rs, tok, NULL, 1, T, NULL, &err), 0);
+    memcpy(out, dt_runstate_logits(rs), (size_t)T * m->cfg.vocab_size * sizeof(float));
+    dt_runstate_free(rs);
+}
+
+/* Decoding one token at a time (matrix-vector kernels) gives the full forward's logits (panel
+ * sgemm / integer gemm); a saved quantised checkpoint loads back to the same logits. */
+static void test_quantised_model_decode_and_checkpoint(void **state) {
+    (void)state;
+    const int T = 9;
+    int *calib = text_tokens(2000, 3), tok[9] = {1, 50, 200, 7, 7, 99, 255, 0, 31};
+    const struct {
+        dt_quant_scheme s;
+        int dynamic;
+        float alpha;
+        int lm_head;
+    } cases[] = {{DT_QUANT_Q8_0, 0, -1, 0}, {DT_QUANT_Q4_0, 0, -1, 1}, {DT_QUANT_W8A8, 0, -1, 0},
+                 {DT_QUANT_W8A8, 1, -1, 0}, {DT_QUANT_W8A8, 0, 0.5f, 1}, {DT_QUANT_W8A8, 1, 0.8f, 0}};
+    for (int arch = 0; arch < 2; arch++)
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            dt_model m, back;
+            dt_error err;
+            make_model(&m, arch ? DT_ARCH_DIFF : DT_ARCH_LLAMA, 17 + c);
+            dt_quant_options o;
+            dt_quant_defaults(&o);
+            o.scheme = cases[c].s;
+            o.dynamic_activations = cases[c].dynamic;
+            o.smooth_alpha = cases[c].alpha;
+            o.lm_head = cases[c].lm_head;
+            o.calib_tokens = calib;
+            o.calib_n = 2000;
+            o.calib_samples = 30;
+            o.calib_seq = 16;
+            o.quiet = 1;
+            const int V = m.cfg.vocab_size;
+            float *f32 = fnew((size_t)T * V), *full = fnew((size_t)T * V), *dec = fnan((size_t)T * V), *loaded = fnew((size_t)T * V);
+            logits_of(&m, tok, T, f32);
+            if (dt_model_quantize(&m, &o, &err) != 0) fail_msg("%s", err.msg);
+            logits_of(&m, tok, T, full);
+            dt_kvcache *kc = dt_kvcache_create(&m, T, &err);
+            for (int t = 0; t < T; t++) assert_int_equal(dt_decode_step(&m, kc, tok[t], t, dec + (size_t)t * V, &err), 0);
+            dt_kvcache_free(kc);
+            /* static activation scales make decode and forward quantise identically; per-token
+             * dynamic scales do too (one row is one token either way) */
+            const float diff_dec = tu_max_abs_diff(full, dec, (size_t)T * V);
+            if (!(diff_dec < 2e-3f)) fail_msg("case %zu arch %d: decode differs from forward by %g", c, arch, (double)diff_dec);
+            /* quantisation changed something (the test could fail) but not everything */
+            const float dq = tu_max_abs_diff(full, f32, (size_t)T * V);
+            assert_true(dq > 0 && dq < 0.5f * absmax_of(f32, T * V));
+            char dir[1024];
+            snprintf(dir, sizeof dir, "%s/q_%d_%zu", tu_tmpdir(), arch, c);
+            char cmd[1100];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+            assert_int_equal(system(cmd), 0);
+            if (dt_model_save(&m, dir, 0, &err) != 0) fail_msg("%s", err.msg);
+            assert_int_equal(dt_model_save(&m, dir, 0, &err), -1); /* never over an existing directory */
+            assert_int_equal(dt_model_save(&m, "/nonexistent/x", 1, &err), -1); /* no HF form */
+            assert_non_null(strstr(err.msg, "float model"));
+            if (dt_model_load(&back, dir, &err) != 0) fail_msg("%s", err.msg);
+            assert_int_equal(dt_model_quant_scheme(&back, NULL), cases[c].s);
+            logits_of(&back, tok, T, loaded);
+            assert_memory_equal(full, loaded, (size_t)T * V * sizeof(float));
+            /* weight bytes per decoded token shrink */
+            dt_model plain;
+            make_model(&plain, arch ? DT_ARCH_DIFF : DT_ARCH_LLAMA, 1);
+            assert_true(dt_model_decode_bytes(&back) < dt_model_decode_bytes(&plain));
+            dt_model_free(&plain);
+            dt_model_free(&back);
+            dt_model_free(&m);
+            free(f32), free(full), free(dec), free(loaded);
+        }
+    free(calib);
+}
+
+static void test_calibration_deterministic(void **state) {
+    (void)state;
+    int *calib = text_tokens(4000, 8);
+    dt_model a, b, c;
+    make_model(&a, DT_ARCH_DIFF, 2);
+    make_model(&b, DT_ARCH_DIFF, 2);
+    make_model(&c, DT_ARCH_DIFF, 2);
+    quantize(&a, DT_QUANT_W8A8, 0, 0.5f, calib, 4000);
+    quantize(&b, DT_QUANT_W8A8, 0, 0.5f, calib, 4000);
+    dt_quant_options o;
+    dt_error err;
+    dt_quant_defaults(&o);
+    o.scheme = DT_QUANT_W8A8;
+    o.smooth_alpha = 0.5f;
+    o.calib_tokens = calib;
+    o.calib_n = 4000;
+    o.calib_samples = 20;
+    o.calib_seq = 16;
+    o.quiet = 1;
+    o.seed = 2; /* other windows: other ranges */
+    assert_int_equal(dt_model_quantize(&c, &o, &err), 0);
+    int same_all = 1, differs = 0;
+    for (int l = 0; l < a.cfg.num_hidden_layers; l++)
+        for (int w = 0; w < LIN_PER_LAYER; w++) {
+            const qlinear *x = model_qlinear(&a, l, w), *y = model_qlinear(&b, l, w), *z = model_qlinear(&c, l, w);
+            same_all &= x->input_scale == y->input_scale && memcmp(x->smooth, y->smooth, (size_t)x->in * 4) == 0 &&
+                        memcmp(x->q8, y->q8, (size_t)x->out * x->in) == 0;
+            differs |= x->input_scale != z->input_scale;
+        }
+    assert_true(same_all);
+    assert_true(differs);
+    int n;
+    const dt_quant_act_stat *st = dt_model_quant_act_stats(&a, &n);
+    assert_int_equal(n, a.cfg.num_hidden_layers * 7);
+    assert_string_equal(st[0].name, "model.layers.0.self_attn.q_proj");
+    assert_true(st[0].absmax >= st[0].median && st[0].absmax > 0);
+    /* smoothing with α = 0.5 narrows the spread of channel ranges */
+    assert_true(st[0].absmax_smoothed / st[0].median_smoothed < st[0].absmax / st[0].median);
+    dt_model_free(&a);
+    dt_model_free(&b);
+    dt_model_free(&c);
+    free(calib);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    dt_quant_scheme s;
+    make_model(&m, DT_ARCH_DIFF, 4);
+    assert_int_equal(dt_quant_scheme_parse("q3_k", &s, &err), -1);
+    assert_non_null(strstr(err.msg, "q3_k"));
+    dt_quant_options o;
+    dt_quant_defaults(&o);
+    o.scheme = DT_QUANT_W8A8;
+    o.quiet = 1;
+    assert_int_equal(dt_model_quantize(&m, &o, &err), -1); /* static scales need calibration text */
+    assert_non_null(strstr(err.msg, "calib"));
+    int *calib = text_tokens(1000, 1);
+    o.calib_tokens = calib;
+    o.calib_n = 1000;
+    o.calib_seq = 16; /* 62 windows, 300 asked for */
+    assert_int_equal(dt_model_quantize(&m, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "fewer than the 300 samples"));
+    o.calib_samples = 62;
+    o.smooth_alpha = 1.5f;
+    assert_int_equal(dt_model_quantize(&m, &o, &err), -1);
+    o.smooth_alpha = 0.5f;
+    assert_int_equal(dt_model_quantize(&m, &o, &err), 0); /* exactly enough */
+    assert_int_equal(dt_model_quantize(&m, &o, &err), -1); /* twice */
+    dt_model_dequantize(&m);
+    o.scheme = DT_QUANT_Q8_0;
+    assert_int_equal(dt_model_quantize(&m, &o, &err), -1); /* smoothing is for w8a8 */
+    assert_null(m.quant);
+    free(calib);
+    dt_model_free(&m);
+}
+
+/* A model trained on real English text (the GPL-3 every Debian system ships) keeps its held-out
+ * loss within a stated tolerance of F32: q8_0 +0.02, w8a8 +0.1, q4_0 +0.3 nats per byte. */
+static void test_loss_on_real_text(void **state) {
+    (void)state;
+    const char *text = "/usr/share/common-licenses/GPL-3";
+    int *tok;
+    size_t n;
+    dt_error err;
+    if (dt_text_load(text, &tok, &n, &err) != 0) skip();
+    char dir[1024];
+    tu_path(dir, sizeof dir, "trained");
+    dt_train_options o;
+    dt_train_defaults(&o);
+    o.data_path = text;
+    o.out_dir = dir;
+    assert_int_equal(dt_config_preset(&o.cfg, "tiny", DT_ARCH_DIFF, &err), 0);
+    o.steps = 300;
+    o.batch = 8;
+    o.seq = 64;
+    o.lr = 3e-3f;
+    o.warmup = 10;
+    o.eval_interval = 1000;
+    o.save_interval = 0;
+    o.quiet = 1;
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    const size_t split = n - n / 10;
+    dt_model m;
+    if (dt_model_load(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+    double f32, q;
+    assert_int_equal(dt_eval_tokens(&m, tok + split, n - split, 8, 64, &f32, NULL, &err), 0);
+    const struct {
+        dt_quant_scheme s;
+        int dynamic;
+        float alpha, tol;
+    } cases[] = {{DT_QUANT_Q8_0, 0, -1, 0.02f}, {DT_QUANT_Q4_0, 0, -1, 0.3f},   {DT_QUANT_W8A8, 0, -1, 0.1f},
+                 {DT_QUANT_W8A8, 1, -1, 0.1f},  {DT_QUANT_W8A8, 0, 0.5f, 0.1f}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        dt_quant_options qo;
+        dt_quant_defaults(&qo);
+        qo.scheme = cases[c].s;
+        qo.dynamic_activations = cases[c].dynamic;
+        qo.smooth_alpha = cases[c].alpha;
+        qo.calib_tokens = tok; /* calibrated on the training part, scored on the held-out part */
+        qo.calib_n = split;
+        qo.calib_samples = 100;
+        qo.calib_seq = 64;
+        qo.quiet = 1;
+        if (dt_model_quantize(&m, &qo, &err) != 0) fail_msg("%s", err.msg);
+        assert_int_equal(dt_eval_tokens(&m, tok + split, n - split, 8, 64, &q, NULL, &err), 0);
+        print_message("%s%s%s: held-out loss %.4f (F32 %.4f, +%.4f; tolerance +%.2f)\n", dt_quant_scheme_name(cases[c].s),
+                      cases[c].dynamic ? " dynamic" : "", cases[c].alpha >= 0 ? " smoothed" : "", q, f32, q - f32,
+                      (double)cases[c].tol);
+        assert_true(q - f32 < cases[c].tol);
+        assert_true(q != f32);
+        dt_model_dequantize(&m);
+    }
+    dt_model_free(&m);
+    free(tok);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_bounds),
+        cmocka_unit_test(test_kernels_match_reference),
+        cmocka_unit_test(test_i8_gemm_extremes),
+        cmocka_unit_test(test_qlinear_paths_agree),
+        cmocka_unit_test(test_quantised_model_decode_and_checkpoint),
+        cmocka_unit_test(test_calibration_deterministic),
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_loss_on_real_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
