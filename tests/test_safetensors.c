@@ -349,8 +349,46 @@ static void test_bad_dtype(void **state) {
     (void)state;
     expect_tensor_fails("dt1.st", "{\"dtype\":\"F64\",\"shape\":[1],\"data_offsets\":[0,8]}", 8,
                         "tensor a: unknown dtype F64");
-    expect_tensor_fails("dt2.st", "{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,1]}", 1,
-                        "tensor a: unknown dtype I8");
+    expect_tensor_fails("dt2.st", "{\"dtype\":\"I16\",\"shape\":[1],\"data_offsets\":[0,2]}", 2,
+                        "tensor a: unknown dtype I16");
+    /* I8 is one byte an element: a span of 2 for one element is a lie */
+    expect_tensor_fails("dt7.st", "{\"dtype\":\"I8\",\"shape\":[1],\"data_offsets\":[0,2]}", 2,
+                        "span 2 bytes but shape and dtype need 1");
+}
+
+/* Integer tensors (quantised checkpoints): raw bytes written as I8 / U8, read back as stored
+ * and, through dt_st_read_f32, by value. */
+static void test_integer_round_trip(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "ints.safetensors");
+    const int8_t i8[5] = {-127, -1, 0, 5, 127};
+    const uint8_t u8[3] = {0, 128, 255};
+    const float f[2] = {1.5f, -2.0f};
+    dt_st_entry e[3] = {{.name = "i", .ndim = 1, .shape = {5}, .dtype = DT_I8, .raw = i8},
+                        {.name = "u", .ndim = 2, .shape = {1, 3}, .dtype = DT_U8, .raw = u8},
+                        {.name = "f", .ndim = 1, .shape = {2}, .data = f}};
+    dt_error err;
+    assert_int_equal(dt_st_write_f32(path, e, 3, &err), 0);
+    dt_safetensors st;
+    assert_int_equal(dt_st_open(&st, path, &err), 0);
+    const dt_st_tensor *ti = dt_st_find(&st, "i"), *tu = dt_st_find(&st, "u"), *tf = dt_st_find(&st, "f");
+    assert_non_null(ti);
+    assert_int_equal(ti->dtype, DT_I8);
+    assert_int_equal(tu->dtype, DT_U8);
+    assert_int_equal(tf->dtype, DT_F32);
+    assert_memory_equal(dt_st_data(&st, ti), i8, 5);
+    assert_memory_equal(dt_st_data(&st, tu), u8, 3);
+    float back[5];
+    dt_st_read_f32(&st, ti, back);
+    assert_true(back[0] == -127 && back[4] == 127);
+    dt_st_read_f32(&st, tu, back);
+    assert_true(back[1] == 128 && back[2] == 255);
+    dt_st_close(&st);
+    /* raw data of a float dtype is refused */
+    dt_st_entry bad = {.name = "x", .ndim = 1, .shape = {1}, .dtype = DT_F16, .raw = u8};
+    assert_int_equal(dt_st_write_f32(path, &bad, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "I8 or U8"));
     expect_tensor_fails("dt3.st", "{\"dtype\":\"f32\",\"shape\":[1],\"data_offsets\":[0,4]}", 4,
                         "tensor a: unknown dtype f32");
     expect_tensor_fails("dt4.st", "{\"dtype\":32,\"shape\":[1],\"data_offsets\":[0,4]}", 4, "tensor a: dtype");
@@ -503,6 +541,7 @@ int main(void) {
         cmocka_unit_test(test_bf16),              cmocka_unit_test(test_missing_and_empty),
         cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_bad_header_length),
         cmocka_unit_test(test_bad_json),          cmocka_unit_test(test_bad_dtype),
+        cmocka_unit_test(test_integer_round_trip),
         cmocka_unit_test(test_bad_shape),         cmocka_unit_test(test_overflow_shape),
         cmocka_unit_test(test_bad_offsets),       cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_writer_failures),
