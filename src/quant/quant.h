@@ -56,8 +56,8 @@ void i8_row_sums(int32_t *sums, const int8_t *q, int out, int in);
  *   q8_0_matvec / q4_0_matvec: one float row x [in] against a block-quantised W → y [out];
  *   i8_gemm: int8 rows xq [N, in] with per-row scales xs [N] against W8A8 → y [N, out] float:
  *            y[n, o] = xs[n] · ws[o] · Σ_j xq[n, j] · wq[o, j]  (x must lie in [−127, 127]).
- * The AVX2 / AVX-512 versions live in kernels_avx2.c / kernels_avx512.c and are called only when
- * the CPU has them; the reference versions (kernels.c) are the definitions the tests hold them to. */
+ * The AVX2 / AVX-512 versions live in qkernels_avx2.c / qkernels_avx512.c and are called only when
+ * the CPU has them; the reference versions (qkernels.c) are the definitions the tests hold them to. */
 typedef struct {
     void (*q8_0_matvec)(float *y, const int8_t *q, const float *scales, const float *x, int out, int in);
     void (*q4_0_matvec)(float *y, const uint8_t *q, const float *scales, const float *x, int out, int in);

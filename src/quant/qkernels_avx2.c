@@ -1,4 +1,4 @@
-/* kernels_avx2.c — the quant.h kernels with AVX2 and FMA; compiled with those instruction sets
+/* qkernels_avx2.c — the quant.h kernels with AVX2 and FMA; compiled with those instruction sets
  * and called only when the CPU has them (qkernels_for). */
 #include <immintrin.h>
 

@@ -1,4 +1,4 @@
-/* kernels.c — the plain reference kernels (double accumulation, the definitions), the portable
+/* qkernels.c — the plain reference kernels (double accumulation, the definitions), the portable
  * C path, and the choice of path at run time. */
 #include <stddef.h>
 

@@ -1,4 +1,4 @@
-/* kernels_avx512.c — the quant.h kernels with AVX-512 (F, BW, VL) and VNNI; compiled with those
+/* qkernels_avx512.c — the quant.h kernels with AVX-512 (F, BW, VL) and VNNI; compiled with those
  * instruction sets and called only when the CPU has them (qkernels_for). */
 #include <immintrin.h>
 
