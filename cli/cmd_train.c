@@ -5,6 +5,8 @@
 
 #include "cli.h"
 
+#define DEFAULT_COMM_TIMEOUT 120.0
+
 static volatile int stop_requested; /* set by SIGINT/SIGTERM; the loop saves and returns */
 
 static void on_signal(int sig) {
@@ -43,12 +45,26 @@ static void help(void) {
            "  --resume                  continue the run in --out (same data, optimizer state, RNG);\n"
            "                            --steps may extend it, other options come from the saved run\n"
 "  --stop-at N              save and stop after step N, keeping the schedule of --steps\n"
-           "  --quiet                   no progress output\n\n"
+           "  --quiet                   no progress output\n"
+           "data parallel (under mpirun -np N; N = 1 without mpirun):\n"
+           "  --zero 0|1                1: ZeRO-1, each rank keeps the AdamW moments of 1/N of the\n"
+           "                            parameters [0]\n"
+           "  --no-overlap              reduce gradients after the backward instead of during it\n"
+           "  --comm-timeout S          a rank that stops responding ends the job after S seconds [%g]\n\n"
            "Ctrl-C saves a checkpoint and exits; --resume continues exactly where it stopped.\n"
-           "Writes DIR/metrics.jsonl: step, train/val loss, lr, grad norm, tokens/s, λ per layer.\n",
+           "Writes DIR/metrics.jsonl: step, train/val loss, lr, grad norm, tokens/s, λ per layer.\n\n"
+           "  mpirun -np N difftrans train ...   trains one model on N ranks: --batch is the global\n"
+           "batch (a multiple of N × --grad-accum), rank r computes rows [r·B/N, (r+1)·B/N) of the batch\n"
+           "one process would draw, and the run follows the one-process run to float rounding. Rank 0\n"
+           "writes DIR; every rank reads it on --resume, which works with any N. Threads per rank\n"
+           "default to the cores the rank is bound to (or the cores / ranks on its machine). Ranks\n"
+           "started with a different program, options or data are refused at start-up.\n"
+           "Faults: a rank that dies ends the job at once (mpirun reports it and stops the others);\n"
+           "a rank that hangs ends it within --comm-timeout S seconds (rank 0 names the ranks that did\n"
+           "not arrive; the others give up after 1.5·S + 2 s). The last checkpoint stays intact.\n",
            dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (double)d.min_lr_ratio, d.warmup,
            (double)d.weight_decay, (double)d.grad_clip, (unsigned long long)d.seed, (double)d.val_fraction,
-           d.eval_interval, d.eval_batches, d.save_interval);
+           d.eval_interval, d.eval_batches, d.save_interval, DEFAULT_COMM_TIMEOUT);
 }
 
 int cmd_train(int argc, char **argv) {
@@ -64,11 +80,14 @@ int cmd_train(int argc, char **argv) {
         {"val-fraction", required_argument, 0, 'v'}, {"eval-interval", required_argument, 0, 'e'},
         {"eval-batches", required_argument, 0, 'E'}, {"save-interval", required_argument, 0, 'i'},
         {"grad-accum", required_argument, 0, 'K'}, {"resume", no_argument, 0, 'R'},          {"stop-at", required_argument, 0, 'A'},          {"quiet", no_argument, 0, 'q'},
+        {"zero", required_argument, 0, 'Z'},      {"no-overlap", no_argument, 0, 'N'},
+        {"comm-timeout", required_argument, 0, 'T'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     const char *cmd = "train", *preset = "small", *config_path = NULL;
     dt_arch arch = DT_ARCH_DIFF;
     int threads = 0, subln = 0, steps_given = 0, accum_given = 0;
+    float comm_timeout = (float)DEFAULT_COMM_TIMEOUT;
     dt_train_options o;
     dt_train_defaults(&o);
     optind = 1;
@@ -103,6 +122,9 @@ int cmd_train(int argc, char **argv) {
         case 'R': o.resume = 1; break;
         case 'A': bad = parse_int(cmd, "--stop-at", optarg, 1, 100000000, &o.stop_at); break;
         case 'q': o.quiet = 1; break;
+        case 'Z': bad = parse_int(cmd, "--zero", optarg, 0, 1, &o.zero); break;
+        case 'N': o.no_overlap = 1; break;
+        case 'T': bad = parse_float(cmd, "--comm-timeout", optarg, 0.1, 1e6, &comm_timeout); break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -118,7 +140,12 @@ int cmd_train(int argc, char **argv) {
         if (!steps_given) o.steps = 0; /* take the saved run's step count */
         if (!accum_given) o.grad_accum = 0; /* and its gradient accumulation */
     }
+    dt_error err;
+    dt_comm *comm = NULL;
+    if (dt_comm_create(&comm, comm_timeout, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (threads == 0 && dt_comm_size(comm) > 1) threads = dt_comm_default_threads(comm);
     cli_set_threads(threads);
+    o.comm = comm;
 
     stop_requested = 0;
     o.stop = &stop_requested;
@@ -127,10 +154,11 @@ int cmd_train(int argc, char **argv) {
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    dt_error err;
     int rc = dt_train(&o, &err);
+    dt_comm_free(comm);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (rc != 0) return cli_error(cmd, "%s", err.msg);
+    /* in a job, rank 0 reports for every rank (the others' message is empty) */
+    if (rc != 0) return err.msg[0] ? cli_error(cmd, "%s", err.msg) : 1;
     return 0; /* an interrupted run saved its checkpoint: that is a clean exit */
 }

@@ -259,6 +259,22 @@ int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err);
 int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T, double *mean_loss, size_t *count,
                    dt_error *err);
 
+/* ---------------------------------------------------------------- data-parallel jobs */
+
+/* The processes of one training job. Launched by mpirun (Open MPI, or another PMIx/PMI
+ * launcher), dt_comm_create joins the MPI job (MPI_Init_thread); otherwise it gives a one-rank
+ * communicator that never calls MPI. Every wait for the other ranks is bounded by timeout_s:
+ * past it the job ends (MPI_Abort) with a message naming the ranks that did not arrive. */
+typedef struct dt_comm dt_comm;
+int dt_comm_create(dt_comm **out, double timeout_s, dt_error *err);
+void dt_comm_free(dt_comm *c);               /* MPI_Finalize when MPI was joined; NULL is fine */
+int dt_comm_rank(const dt_comm *c);          /* 0 for NULL */
+int dt_comm_size(const dt_comm *c);          /* 1 for NULL */
+int dt_comm_local_size(const dt_comm *c);    /* ranks of the job on this machine */
+/* OpenMP threads for each rank: the cores the launcher bound it to, or this machine's cores
+ * shared among its ranks. */
+int dt_comm_default_threads(const dt_comm *c);
+
 typedef struct {
     const char *data_path;       /* text file; the last val_fraction of it is held out */
     const char *out_dir;         /* checkpoint directory (created) */
@@ -276,6 +292,13 @@ typedef struct {
     int stop_at;                 /* > 0: save and stop after this step; the schedule still spans `steps` */
     int quiet;                   /* no live progress line */
     volatile int *stop;          /* when *stop becomes nonzero: save a checkpoint and return */
+    /* Data parallelism: with a communicator of N ranks every rank runs dt_train with the same
+     * options; `batch` is the global batch and rank r computes its rows [r·B/N, (r+1)·B/N) of the
+     * batch one process would draw; B must be a multiple of N·grad_accum. Rank 0 alone writes the
+     * output directory; resuming reads it on every rank. */
+    dt_comm *comm;               /* NULL: one process */
+    int zero;                    /* 1: ZeRO-1, AdamW moments sharded over the ranks */
+    int no_overlap;              /* 1: reduce gradients after the backward (to measure the overlap) */
 } dt_train_options;
 
 void dt_train_defaults(dt_train_options *o);

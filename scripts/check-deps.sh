@@ -7,6 +7,8 @@
 #   libopenblas-openmp-dev          matrix products (OpenMP build: one thread pool with our loops)
 #   libcjson-dev                    config.json and safetensors headers
 #   libcmocka-dev                   the C unit-test framework under CTest
+#   libopenmpi-dev, openmpi-bin     Open MPI: data-parallel training (`mpirun -np N difftrans train`)
+#                                   and its tests (mpirun)
 #   python3-numpy                   reads the committed PyTorch golden files (tests)
 #   fortunes                        the demo's English corpus (/usr/share/games/fortunes)
 #   gnuplot-nox                     the PNG plots of `difftrans compare` reports (optional)
@@ -14,7 +16,7 @@
 install=0
 if [ "${1:-}" = "--install" ]; then install=1; shift; fi
 purpose=${1:-build}
-required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev"
+required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin"
 case "$purpose" in
 test) required="$required python3-numpy" ;;
 demo) required="$required fortunes" ;;

@@ -125,12 +125,12 @@ static int measure_train(bench_state *s, const bench_options *o, bench_result *r
     dt_train_defaults(&d);
     const train_step_options so = {.micro_batch = B, .seq = T, .accum = 1, .grad_clip = d.grad_clip,
                                    .hp = {d.beta1, d.beta2, d.adam_eps, d.weight_decay}};
-    if (train_step_init(&s->ts, &s->m, &so, err) != 0) return -1;
+    if (train_step_init(&s->ts, &s->m, NULL, &so, err) != 0) return -1;
     progress(o, "training", -1, o->steps);
     for (int step = 0; step <= o->steps; step++) {
         train_step_stats st;
         double t0 = bench_now();
-        if (train_step_run(&s->ts, s->tokens, s->targets, step + 1, 1e-4f, &st, err) != 0) return -1;
+        if (train_step_run(&s->ts, s->tokens, s->targets, step + 1, 1e-4f, 0, &st, err) != 0) return -1;
         double t1 = bench_now();
         if (step > 0) s->times[step - 1] = t1 - t0;
         progress(o, "training", step, o->steps);

@@ -40,15 +40,12 @@ int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err) {
     return 0;
 }
 
-int eval_windows(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int *tokens, size_t n, int B, int T,
-                 size_t max_windows, double *mean_loss, size_t *count, dt_error *err) {
-    size_t windows = (n - 1) / (size_t)T; /* window w predicts tokens w·T+1 .. w·T+T */
-    if (max_windows && windows > max_windows) windows = max_windows;
-    if (windows == 0) return dt_fail(err, "evaluation needs at least %d tokens, got %zu", T + 1, n);
-    double total = 0;
-    size_t scored = 0;
-    for (size_t w0 = 0; w0 < windows; w0 += (size_t)B) {
-        int b = (int)((windows - w0) < (size_t)B ? windows - w0 : (size_t)B);
+int eval_window_range(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int *tokens, int B, int T,
+                      size_t first, size_t end, double *loss_sum, size_t *scored, dt_error *err) {
+    *loss_sum = 0;
+    *scored = 0;
+    for (size_t w0 = first; w0 < end; w0 += (size_t)B) {
+        int b = (int)((end - w0) < (size_t)B ? end - w0 : (size_t)B);
         for (int i = 0; i < b; i++) {
             const int *src = tokens + (w0 + (size_t)i) * T;
             memcpy(in + (size_t)i * T, src, (size_t)T * sizeof(int));
@@ -56,12 +53,26 @@ int eval_windows(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int
         }
         float loss;
         if (dt_forward(m, rs, in, tg, b, T, &loss, err) != 0) return -1;
-        total += (double)loss * b * T;
-        scored += (size_t)b * T;
+        *loss_sum += (double)loss * b * T;
+        *scored += (size_t)b * T;
     }
+    return 0;
+}
+
+int eval_windows(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int *tokens, size_t n, int B, int T,
+                 size_t max_windows, double *mean_loss, size_t *count, dt_error *err) {
+    size_t windows = eval_window_count(n, T, max_windows), scored;
+    if (windows == 0) return dt_fail(err, "evaluation needs at least %d tokens, got %zu", T + 1, n);
+    double total;
+    if (eval_window_range(m, rs, in, tg, tokens, B, T, 0, windows, &total, &scored, err) != 0) return -1;
     *mean_loss = total / (double)scored;
     if (count) *count = scored;
     return 0;
+}
+
+size_t eval_window_count(size_t n, int T, size_t max_windows) {
+    size_t windows = n > 0 ? (n - 1) / (size_t)T : 0; /* window w predicts tokens w·T+1 .. w·T+T */
+    return max_windows && windows > max_windows ? max_windows : windows;
 }
 
 int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T, double *mean_loss, size_t *count,

@@ -21,4 +21,9 @@ void adamw_step(float *p, const float *g, float *m, float *v, const unsigned cha
  * time, reusing a caller's run state and token buffers in, tg [B·T] (data.c). */
 int eval_windows(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int *tokens, size_t n, int B, int T,
                  size_t max_windows, double *mean_loss, size_t *count, dt_error *err);
+/* Windows eval_windows scores: (n − 1) / T, at most max_windows (0 = all). */
+size_t eval_window_count(size_t n, int T, size_t max_windows);
+/* The summed loss (*loss_sum, over *scored predictions) of windows [first, end), B at a time. */
+int eval_window_range(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int *tokens, int B, int T,
+                      size_t first, size_t end, double *loss_sum, size_t *scored, dt_error *err);
 #endif

@@ -7,10 +7,18 @@
  *   optimizer.safetensors                                     AdamW moments "adam.m", "adam.v"
  *   train_state.json                                          step, RNG and hyper-parameters
  *   metrics.jsonl                                             one line per step
+ * A checkpoint replaces the previous one as a whole (checkpoint.h).
+ *
+ * Data parallel (a dt_comm of N ranks): every rank draws the same global batch and computes its
+ * rows of it; train_step_run() sums the gradients over the ranks. Rank 0 alone writes the output
+ * directory, after gathering the sharded optimizer state (ZeRO-1), so a checkpoint does not
+ * depend on N and resumes on any N. Every failure that could leave a rank waiting for the others
+ * is agreed on by all ranks (comm_agree), so that they stop together.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +29,8 @@
 #include "difftrans.h"
 #include "quant/quant.h"
 #include "internal.h"
+#include "dist/comm.h"
+#include "train/checkpoint.h"
 #include "train/optim.h"
 #include "train/step.h"
 
@@ -48,12 +58,17 @@ void dt_train_defaults(dt_train_options *o) {
 typedef struct {
     dt_model model;
     train_step ts;               /* gradients, optimizer state and the micro-batch run state */
+    dt_comm *comm;
+    int rank, ranks;
     int step;                    /* steps done */
     uint64_t rng;                /* data sampling state */
     int *tokens;
     size_t n_tokens, n_train;    /* tokens [0, n_train) train, [n_train, n_tokens) validation */
-    int *in, *tg;                /* [B·T] */
+    int *in, *tg;                /* [B/N · T] this rank's rows of the batch */
     double elapsed;              /* seconds of training so far (for the metrics) */
+    /* sums over the timed steps (all but the first) for the closing summary */
+    int timed;
+    double step_s, compute_s, wait_s, comm_s, spread;
 } trainer;
 
 static double now_seconds(void) {
@@ -189,41 +204,71 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     return bad ? -1 : 0;
 }
 
-static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err) {
-    char path[4200];
-    if (dt_model_save(&tr->model, o->out_dir, 0, err) != 0) return -1;
+/* Rank 0: the model, the (whole) optimizer state m, v [P] and the train state, staged then
+ * committed. */
+static int write_checkpoint(const dt_train_options *o, trainer *tr, const float *m, const float *v, dt_error *err) {
+    char stage[4200], path[4400];
+    if (checkpoint_stage(o->out_dir, stage, sizeof stage, err) || dt_model_save(&tr->model, stage, 0, err)) return -1;
     dt_st_entry e[2] = {
-        {.name = "adam.m", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->ts.adam_m},
-        {.name = "adam.v", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = tr->ts.adam_v},
+        {.name = "adam.m", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = m},
+        {.name = "adam.v", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = v},
     };
-    if (path_join(path, sizeof path, o->out_dir, "optimizer.safetensors", err) || dt_st_write_f32(path, e, 2, err))
+    if (path_join(path, sizeof path, stage, "optimizer.safetensors", err) || dt_st_write_f32(path, e, 2, err))
         return -1;
-    /* train_state.json goes last: it names the step the other files belong to. */
     cJSON *j = options_to_json(o, tr);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return dt_fail(err, "out of memory");
-    int rc = path_join(path, sizeof path, o->out_dir, "train_state.json", err);
+    int rc = path_join(path, sizeof path, stage, "train_state.json", err);
     if (rc == 0) rc = write_text_atomic(path, text, err);
     cJSON_free(text);
-    return rc;
+    return rc == 0 ? checkpoint_commit(o->out_dir, err) : -1;
 }
 
+/* Every rank takes part: with ZeRO-1 rank 0 gathers the moments first. Every rank learns
+ * whether the checkpoint was written. */
+static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err) {
+    const size_t P = tr->model.n_params;
+    const float *m = tr->ts.adam_m, *v = tr->ts.adam_v;
+    float *whole = NULL;
+    int rc = 0;
+    if (tr->ts.opt.zero) {
+        if (tr->rank == 0 && !(whole = malloc(2 * P * sizeof(float))))
+            rc = dt_fail(err, "out of memory gathering the optimizer state of %zu parameters", P);
+        if (comm_agree(tr->comm, rc, NULL, NULL, 0, err) != 0) return -1;
+        comm_gatherv_f32(tr->comm, tr->ts.adam_m, whole, tr->ts.bounds, "gathering the optimizer state");
+        comm_gatherv_f32(tr->comm, tr->ts.adam_v, whole + (tr->rank == 0 ? P : 0), tr->ts.bounds,
+                         "gathering the optimizer state");
+        m = whole;
+        v = whole + P;
+    }
+    if (tr->rank == 0) rc = write_checkpoint(o, tr, m, v, err);
+    free(whole);
+    return comm_agree(tr->comm, rc, NULL, NULL, 0, err);
+}
+
+/* The moments of this rank's shard (all of them without ZeRO) from a checkpoint of any N. */
 static int load_optimizer(const char *dir, trainer *tr, dt_error *err) {
     char path[4200];
     dt_safetensors st;
     if (path_join(path, sizeof path, dir, "optimizer.safetensors", err) || dt_st_open(&st, path, err)) return -1;
+    const size_t P = tr->model.n_params, begin = tr->ts.shard_begin, len = tr->ts.shard_end - begin;
     const char *names[2] = {"adam.m", "adam.v"};
     float *dst[2] = {tr->ts.adam_m, tr->ts.adam_v};
-    int rc = 0;
+    float *whole = len == P ? NULL : malloc(P * sizeof(float));
+    int rc = len != P && !whole ? dt_fail(err, "out of memory reading %s", path) : 0;
     for (int i = 0; i < 2 && rc == 0; i++) {
         const dt_st_tensor *t = dt_st_find(&st, names[i]);
         if (!t) rc = dt_fail(err, "%s: missing tensor '%s'", path, names[i]);
-        else if (t->numel != tr->model.n_params)
-            rc = dt_fail(err, "%s: '%s' has %zu values but the model has %zu parameters", path, names[i], t->numel,
-                         tr->model.n_params);
-        else dt_st_read_f32(&st, t, dst[i]);
+        else if (t->numel != P)
+            rc = dt_fail(err, "%s: '%s' has %zu values but the model has %zu parameters", path, names[i], t->numel, P);
+        else if (!whole) dt_st_read_f32(&st, t, dst[i]);
+        else {
+            dt_st_read_f32(&st, t, whole);
+            memcpy(dst[i], whole + begin, len * sizeof(float));
+        }
     }
+    free(whole);
     dt_st_close(&st);
     return rc;
 }
@@ -248,13 +293,46 @@ static int truncate_metrics(const char *path, int step, dt_error *err) {
 
 /* ---------------------------------------------------------------- the loop */
 
+/* Every rank draws the whole batch of B windows (so the RNG does not depend on N) and keeps its
+ * rows [r·B/N, (r+1)·B/N). */
 static void sample_batch(trainer *tr, int B, int T) {
     const size_t span = tr->n_train - (size_t)T; /* start offsets 0 .. n_train − T − 1 */
+    const int lo = tr->rank * B / tr->ranks, hi = (tr->rank + 1) * B / tr->ranks;
     for (int b = 0; b < B; b++) {
         size_t off = (size_t)(dt_rng_next(&tr->rng) % span);
-        memcpy(tr->in + (size_t)b * T, tr->tokens + off, (size_t)T * sizeof(int));
-        memcpy(tr->tg + (size_t)b * T, tr->tokens + off + 1, (size_t)T * sizeof(int));
+        if (b < lo || b >= hi) continue;
+        memcpy(tr->in + (size_t)(b - lo) * T, tr->tokens + off, (size_t)T * sizeof(int));
+        memcpy(tr->tg + (size_t)(b - lo) * T, tr->tokens + off + 1, (size_t)T * sizeof(int));
     }
+}
+
+/* Mean validation loss over the first eval_batches·B windows of the held-out part; rank r scores
+ * windows [r·W/N, (r+1)·W/N) in micro-batches and the sums are added in rank order. */
+static int evaluate(trainer *tr, const dt_train_options *o, double *val_loss, dt_error *err) {
+    const int T = o->seq;
+    const int *val = tr->tokens + tr->n_train;
+    const size_t W = eval_window_count(tr->n_tokens - tr->n_train, T, (size_t)o->eval_batches * o->batch);
+    const size_t first = W * tr->rank / tr->ranks, end = W * (tr->rank + 1) / tr->ranks;
+    double mine[2] = {0, 0}, *all = malloc((size_t)tr->ranks * sizeof mine);
+    size_t scored = 0;
+    int rc = all ? 0 : dt_fail(err, "out of memory");
+    if (rc == 0)
+        rc = eval_window_range(&tr->model, tr->ts.rs, tr->in, tr->tg, val, tr->ts.opt.micro_batch, T, first, end,
+                               &mine[0], &scored, err);
+    mine[1] = (double)scored;
+    if (comm_agree(tr->comm, rc, NULL, NULL, 0, err) != 0) {
+        free(all);
+        return -1;
+    }
+    comm_allgather(tr->comm, mine, all, sizeof mine, "the validation");
+    double sum = 0, count = 0;
+    for (int r = 0; r < tr->ranks; r++) {
+        sum += all[2 * r];
+        count += all[2 * r + 1];
+    }
+    free(all);
+    *val_loss = sum / count;
+    return 0;
 }
 
 static void format_duration(char *out, size_t n, double s) {
@@ -275,6 +353,43 @@ static void write_metrics(FILE *mf, const trainer *tr, float loss, double val_lo
     fflush(mf);
 }
 
+/* FNV-1a, 64 bits: fingerprints that tell ranks apart, not a cryptographic hash. */
+static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return h;
+}
+
+#define FNV_START 0xcbf29ce484222325ull
+
+static uint64_t file_fingerprint(const char *path) {
+    FILE *f = fopen(path, "rb");
+    uint64_t h = FNV_START;
+    if (!f) return 0;
+    unsigned char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) h = fnv1a(h, buf, n);
+    fclose(f);
+    return h;
+}
+
+/* What every rank must share: its program, its options and model config, its data. */
+static void fingerprints(const dt_train_options *o, const trainer *tr, uint64_t fp[3]) {
+    fp[0] = file_fingerprint("/proc/self/exe");
+    cJSON *j = options_to_json(o, tr);
+    cJSON_DeleteItemFromObject(j, "data"); /* its path may differ between machines; its content may not */
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    const dt_config *c = &tr->model.cfg;
+    const double cfg[] = {c->arch, c->vocab_size, c->hidden_size, c->intermediate_size, c->num_hidden_layers,
+                          c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->max_position_embeddings,
+                          c->rms_norm_eps, c->rope_theta, c->tie_word_embeddings, c->lambda_std_dev,
+                          c->use_subln_weight, o->grad_accum, o->zero};
+    fp[1] = fnv1a(fnv1a(FNV_START, cfg, sizeof cfg), text ? text : "", text ? strlen(text) : 0);
+    cJSON_free(text);
+    fp[2] = fnv1a(FNV_START, tr->tokens, tr->n_tokens * sizeof(int));
+}
+
 static void trainer_free(trainer *tr) {
     train_step_free(&tr->ts);
     dt_model_free(&tr->model);
@@ -288,8 +403,13 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
     if (!o->out_dir) return dt_fail(err, "--out: an output directory is required");
     if (o->steps <= 0) return dt_fail(err, "--steps %d: must be positive", o->steps);
     if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "--batch %d: must be in 1..4096", o->batch);
-    if (o->grad_accum <= 0 || o->batch % o->grad_accum != 0)
-        return dt_fail(err, "--grad-accum %d: must be positive and divide --batch %d", o->grad_accum, o->batch);
+    const int ranks = dt_comm_size(o->comm);
+    if (o->grad_accum <= 0 || o->batch % (o->grad_accum * ranks) != 0) {
+        if (ranks == 1)
+            return dt_fail(err, "--grad-accum %d: must be positive and divide --batch %d", o->grad_accum, o->batch);
+        return dt_fail(err, "--batch %d: must be a multiple of ranks × --grad-accum = %d × %d", o->batch, ranks,
+                       o->grad_accum);
+    }
     if (o->seq <= 0) return dt_fail(err, "--seq %d: must be positive", o->seq);
     if (!(o->lr > 0) || !isfinite(o->lr)) return dt_fail(err, "--lr %g: must be a positive number", (double)o->lr);
     if (o->warmup < 0) return dt_fail(err, "--warmup %d: must be >= 0", o->warmup);
@@ -302,10 +422,11 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
     return 0;
 }
 
-int dt_train(dt_train_options *o, dt_error *err) {
-    trainer tr;
-    memset(&tr, 0, sizeof tr);
-    char path[4200], data_path[4096];
+/* Everything before the first step: the run's options (from train_state.json on resume), the
+ * model, the data, the step's buffers and (on resume) the optimizer state. Frees nothing on
+ * failure (the caller's trainer_free does). */
+static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_cap, dt_error *err) {
+    char path[4200];
     if (o->resume) {
         if (!o->out_dir) return dt_fail(err, "--resume needs --out DIR, the directory of the run to continue");
         dt_quant_options q;
@@ -315,79 +436,123 @@ int dt_train(dt_train_options *o, dt_error *err) {
                                 "float model it was made from and quantise again", o->out_dir,
                            dt_quant_scheme_name(q.scheme));
         if (path_join(path, sizeof path, o->out_dir, "train_state.json", err) ||
-            load_train_state(path, o, &tr, data_path, sizeof data_path, err))
+            load_train_state(path, o, tr, data_path, data_cap, err))
             return -1;
         if (!o->data_path) o->data_path = data_path;
     }
     /* checked before anything is allocated; a resumed run's options came from its state file */
     if (validate_options(o, err) != 0) return -1;
     if (o->resume) {
-        if (dt_model_load(&tr.model, o->out_dir, err) != 0) return -1;
+        if (dt_model_load(&tr->model, o->out_dir, err) != 0) return -1;
     } else {
-        if (dt_model_create(&tr.model, &o->cfg, err) != 0) return -1;
-        dt_model_init_random(&tr.model, o->seed);
-        tr.rng = o->seed ^ 0xD1FF7A45ull; /* the data order's own stream, apart from the init's */
+        if (dt_model_create(&tr->model, &o->cfg, err) != 0) return -1;
+        dt_model_init_random(&tr->model, o->seed);
+        tr->rng = o->seed ^ 0xD1FF7A45ull; /* the data order's own stream, apart from the init's */
     }
-    const dt_config *c = &tr.model.cfg;
+    const dt_config *c = &tr->model.cfg;
     const int B = o->batch, T = o->seq;
-    if (T > c->max_position_embeddings) {
-        dt_fail(err, "--seq %d exceeds the model's max_position_embeddings %d", T, c->max_position_embeddings);
-        goto fail;
-    }
-    if (dt_text_load(o->data_path, &tr.tokens, &tr.n_tokens, err) != 0) goto fail;
-    for (size_t i = 0; i < tr.n_tokens; i++)
-        if (tr.tokens[i] >= c->vocab_size) {
-            dt_fail(err, "%s: byte %d at offset %zu is outside the model's vocabulary of %d", o->data_path,
-                    tr.tokens[i], i, c->vocab_size);
-            goto fail;
-        }
-    tr.n_train = tr.n_tokens - (size_t)((double)tr.n_tokens * o->val_fraction);
-    if (tr.n_train < (size_t)T + 2 || tr.n_tokens - tr.n_train < (size_t)T + 1) {
-        dt_fail(err, "%s: %zu bytes is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
-                o->data_path, tr.n_tokens, T, 100.0 * o->val_fraction,
-                (size_t)((double)(2 * T + 3) / (o->val_fraction < 0.5 ? o->val_fraction : 1 - o->val_fraction)) + 1);
-        goto fail;
-    }
-    const size_t P = tr.model.n_params;
-    const train_step_options so = {
-        .micro_batch = B / o->grad_accum, .seq = T, .accum = o->grad_accum, .grad_clip = o->grad_clip,
-        .hp = {o->beta1, o->beta2, o->adam_eps, o->weight_decay}};
-    if (train_step_init(&tr.ts, &tr.model, &so, err) != 0) goto fail;
-    tr.in = malloc((size_t)B * T * sizeof(int));
-    tr.tg = malloc((size_t)B * T * sizeof(int));
-    if (!tr.in || !tr.tg) {
-        dt_fail(err, "out of memory for a batch of %d × %d tokens", B, T);
-        goto fail;
-    }
-    if (o->resume && load_optimizer(o->out_dir, &tr, err) != 0) goto fail;
+    if (T > c->max_position_embeddings)
+        return dt_fail(err, "--seq %d exceeds the model's max_position_embeddings %d", T, c->max_position_embeddings);
+    if (dt_text_load(o->data_path, &tr->tokens, &tr->n_tokens, err) != 0) return -1;
+    for (size_t i = 0; i < tr->n_tokens; i++)
+        if (tr->tokens[i] >= c->vocab_size)
+            return dt_fail(err, "%s: byte %d at offset %zu is outside the model's vocabulary of %d", o->data_path,
+                           tr->tokens[i], i, c->vocab_size);
+    tr->n_train = tr->n_tokens - (size_t)((double)tr->n_tokens * o->val_fraction);
+    if (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1)
+        return dt_fail(err, "%s: %zu bytes is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
+                       o->data_path, tr->n_tokens, T, 100.0 * o->val_fraction,
+                       (size_t)((double)(2 * T + 3) / (o->val_fraction < 0.5 ? o->val_fraction : 1 - o->val_fraction)) +
+                           1);
+    const int rows = B / tr->ranks; /* this rank's */
+    const train_step_options so = {.micro_batch = rows / o->grad_accum,
+                                   .seq = T,
+                                   .accum = o->grad_accum,
+                                   .grad_clip = o->grad_clip,
+                                   .hp = {o->beta1, o->beta2, o->adam_eps, o->weight_decay},
+                                   .zero = o->zero,
+                                   .no_overlap = o->no_overlap};
+    if (train_step_init(&tr->ts, &tr->model, tr->comm, &so, err) != 0) return -1;
+    tr->in = malloc((size_t)rows * T * sizeof(int));
+    tr->tg = malloc((size_t)rows * T * sizeof(int));
+    if (!tr->in || !tr->tg) return dt_fail(err, "out of memory for a batch of %d × %d tokens", rows, T);
+    if (o->resume && load_optimizer(o->out_dir, tr, err) != 0) return -1;
+    return 0;
+}
 
+/* Rank 0: the output directory and its metrics file (kept up to the resumed step). */
+static FILE *open_metrics(const dt_train_options *o, const trainer *tr, dt_error *err) {
+    char path[4200];
     if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
         dt_fail(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
-        goto fail;
+        return NULL;
     }
-    if (path_join(path, sizeof path, o->out_dir, "metrics.jsonl", err)) goto fail;
-    if (o->resume ? truncate_metrics(path, tr.step + 1, err) : (unlink(path), 0)) goto fail;
+    if (path_join(path, sizeof path, o->out_dir, "metrics.jsonl", err)) return NULL;
+    if (o->resume ? truncate_metrics(path, tr->step + 1, err) : (unlink(path), 0)) return NULL;
     FILE *mf = fopen(path, "a");
-    if (!mf) {
-        dt_fail(err, "%s: cannot open for writing: %s", path, strerror(errno));
-        goto fail;
+    if (!mf) dt_fail(err, "%s: cannot open for writing: %s", path, strerror(errno));
+    return mf;
+}
+
+static void print_summary(const dt_train_options *o, const trainer *tr) {
+    if (tr->timed == 0) return;
+    const double n = tr->timed, step = tr->step_s / n;
+    fprintf(stderr,
+            "summary: %d rank%s × %d thread%s | step %.1f ms | compute %.1f ms (spread between ranks %.1f%%) | "
+            "communication %.1f ms/step = %.1f%% of the step (%.1f ms waiting after the backward), %.2f MB sent "
+            "per rank per step | optimizer state %.2f MB per rank | %.0f tok/s\n",
+            tr->ranks, tr->ranks > 1 ? "s" : "", omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "",
+            1e3 * step, 1e3 * tr->compute_s / n, 100 * tr->spread / n, 1e3 * tr->comm_s / n,
+            100 * tr->comm_s / tr->step_s, 1e3 * tr->wait_s / n, train_step_comm_bytes(&tr->ts) / 1e6,
+            train_step_optimizer_bytes(&tr->ts) / 1e6, (double)o->batch * o->seq / step);
+}
+
+int dt_train(dt_train_options *o, dt_error *err) {
+    trainer tr;
+    memset(&tr, 0, sizeof tr);
+    tr.comm = o->comm;
+    tr.rank = dt_comm_rank(o->comm);
+    tr.ranks = dt_comm_size(o->comm);
+    const int quiet = o->quiet || tr.rank != 0; /* rank 0 speaks for the job */
+    char data_path[4096];
+    /* an interrupted checkpoint commit is finished (or discarded) before any rank reads DIR */
+    int rc = o->resume && o->out_dir && tr.rank == 0 ? checkpoint_recover(o->out_dir, err) : 0;
+    if (comm_agree(tr.comm, rc, NULL, NULL, 0, err) != 0) return -1;
+    rc = setup(&tr, o, data_path, sizeof data_path, err);
+    uint64_t fp[3] = {0, 0, 0};
+    static const char *const fp_names[3] = {"the program (binary)", "the options or model config",
+                                            "the data file"};
+    if (rc == 0 && tr.ranks > 1) fingerprints(o, &tr, fp);
+    FILE *mf = NULL;
+    if (rc == 0 && tr.rank == 0 && !(mf = open_metrics(o, &tr, err))) rc = -1;
+    if (comm_agree(tr.comm, rc, fp, fp_names, 3, err) != 0) {
+        if (mf) fclose(mf);
+        trainer_free(&tr);
+        return -1;
     }
 
-    const int tty = isatty(STDERR_FILENO) && !o->quiet;
+    const dt_config *c = &tr.model.cfg;
+    const int B = o->batch, T = o->seq;
+    const int tty = isatty(STDERR_FILENO) && !quiet;
     const int log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
-    if (!o->quiet)
+    if (!quiet) {
         fprintf(stderr, "%s %s: %zu parameters, %zu train / %zu validation bytes, %d steps of %d × %d tokens\n",
-                o->resume ? "resuming" : "training", c->arch == DT_ARCH_DIFF ? "diffllama" : "llama", P, tr.n_train,
-                tr.n_tokens - tr.n_train, o->steps, B, T);
+                o->resume ? "resuming" : "training", c->arch == DT_ARCH_DIFF ? "diffllama" : "llama",
+                tr.model.n_params, tr.n_train, tr.n_tokens - tr.n_train, o->steps, B, T);
+        if (tr.ranks > 1)
+            fprintf(stderr, "data parallel: %d ranks × %d rows × %d micro-batch%s%s\n", tr.ranks,
+                    tr.ts.opt.micro_batch, o->grad_accum, o->grad_accum > 1 ? "es" : "",
+                    tr.ts.opt.zero ? ", ZeRO-1 optimizer shards" : "");
+    }
     double tps = 0, t_start = now_seconds();
-    int start_step = tr.step, rc = 0, stopped = 0;
-    if (tr.step == o->steps && !o->quiet) fprintf(stderr, "nothing to do: the run is already at step %d\n", tr.step);
+    int start_step = tr.step, stopped = 0;
+    if (tr.step == o->steps && !quiet) fprintf(stderr, "nothing to do: the run is already at step %d\n", tr.step);
     while (tr.step < o->steps) {
         double t0 = now_seconds();
         sample_batch(&tr, B, T);
         const float lr = lr_schedule(tr.step, o->steps, o->warmup, o->lr, o->min_lr_ratio);
         train_step_stats st;
-        if (train_step_run(&tr.ts, tr.in, tr.tg, tr.step + 1, lr, &st, err) != 0) {
+        if (train_step_run(&tr.ts, tr.in, tr.tg, tr.step + 1, lr, o->stop && *o->stop, &st, err) != 0) {
             rc = -1;
             break;
         }
@@ -396,30 +561,37 @@ int dt_train(dt_train_options *o, dt_error *err) {
         double dt = now_seconds() - t0;
         tr.elapsed += dt;
         tps = (double)B * T / dt;
+        if (tr.step > start_step + 1) { /* the first step warms up */
+            tr.timed++;
+            tr.step_s += dt;
+            tr.compute_s += st.compute_s;
+            tr.wait_s += st.wait_s;
+            tr.comm_s += st.comm_s;
+            tr.spread += st.compute_max_s > 0 ? (st.compute_max_s - st.compute_min_s) / st.compute_max_s : 0;
+        }
 
         double val_loss = NAN;
         int last = tr.step == o->steps;
         if ((o->eval_interval > 0 && tr.step % o->eval_interval == 0) || last || tr.step == 1) {
-            const int *val = tr.tokens + tr.n_train;
-            /* on the step's run state: micro-batches of windows */
-            if (eval_windows(&tr.model, tr.ts.rs, tr.in, tr.tg, val, tr.n_tokens - tr.n_train, so.micro_batch, T,
-                             (size_t)o->eval_batches * B, &val_loss, NULL, err) != 0) {
+            if (evaluate(&tr, o, &val_loss, err) != 0) {
                 rc = -1;
                 break;
             }
         }
-        write_metrics(mf, &tr, loss, val_loss, lr, gnorm, tps);
-        if (!o->quiet) {
+        if (mf) write_metrics(mf, &tr, loss, val_loss, lr, gnorm, tps);
+        if (!quiet) {
             double rate = (now_seconds() - t_start) / (tr.step - start_step);
-            char eta[32];
+            char eta[32], comm[64] = "";
             format_duration(eta, sizeof eta, rate * (o->steps - tr.step));
+            if (tr.ranks > 1) snprintf(comm, sizeof comm, " | comm %.0f%%", 100 * st.comm_s / dt);
             if (tty || !isnan(val_loss) || tr.step % log_every == 0)
-                fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s | ETA %s%s",
-                        tty ? "\r\033[K" : "", tr.step, o->steps, loss, lr, gnorm, tps, eta, tty ? "" : "\n");
+                fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s%s | ETA %s%s",
+                        tty ? "\r\033[K" : "", tr.step, o->steps, loss, lr, gnorm, tps, comm, eta, tty ? "" : "\n");
             if (!isnan(val_loss))
                 fprintf(stderr, "%s  val loss %.4f (%.3f bits/byte)\n", tty ? "\n" : "", val_loss, val_loss / M_LN2);
         }
-        stopped = (o->stop && *o->stop) || (o->stop_at > 0 && tr.step >= o->stop_at && !last);
+        /* st.stop: a rank was asked to stop (Ctrl-C); every rank stops after the same step */
+        stopped = st.stop || (o->stop_at > 0 && tr.step >= o->stop_at && !last);
         if (last || stopped || (o->save_interval > 0 && tr.step % o->save_interval == 0)) {
             if (save_checkpoint(o, &tr, err) != 0) {
                 rc = -1;
@@ -428,9 +600,10 @@ int dt_train(dt_train_options *o, dt_error *err) {
         }
         if (stopped) break;
     }
-    fclose(mf);
-    if (rc == 0 && !o->quiet) {
+    if (mf) fclose(mf);
+    if (rc == 0 && !quiet) {
         if (tty) fputc('\n', stderr);
+        print_summary(o, &tr);
         if (stopped && o->stop_at > 0 && tr.step >= o->stop_at)
             fprintf(stderr, "stopped at step %d/%d as asked: checkpoint saved in %s; continue with --resume --out %s\n",
                     tr.step, o->steps, o->out_dir, o->out_dir);
@@ -441,7 +614,4 @@ int dt_train(dt_train_options *o, dt_error *err) {
     }
     trainer_free(&tr);
     return rc;
-fail:
-    trainer_free(&tr);
-    return -1;
 }

@@ -1,0 +1,21 @@
+/* checkpoint.h — a training checkpoint replaces the previous one as a whole (internal).
+ *
+ * The files of a checkpoint (config.json, model.safetensors, difftrans_tokenizer.json,
+ * optimizer.safetensors, train_state.json) are first written into DIR/.next/, train_state.json
+ * last: its presence there means the set is complete. Committing renames them into DIR,
+ * train_state.json last, and removes DIR/.next. A process killed at any moment leaves either
+ * an incomplete DIR/.next (discarded: DIR still holds the previous checkpoint) or a complete
+ * one (the commit is finished by checkpoint_recover, before anything reads DIR to resume). */
+#ifndef DT_CHECKPOINT_H
+#define DT_CHECKPOINT_H
+#include <stddef.h>
+
+#include "difftrans.h"
+
+/* Creates DIR/.next (emptied if a previous attempt left one) and writes its path into stage. */
+int checkpoint_stage(const char *dir, char *stage, size_t n, dt_error *err);
+/* Moves the complete DIR/.next into DIR (see above) and syncs the directory. */
+int checkpoint_commit(const char *dir, dt_error *err);
+/* Finishes a commit that was interrupted, or discards an incomplete stage. */
+int checkpoint_recover(const char *dir, dt_error *err);
+#endif

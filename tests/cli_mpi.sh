@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# cli_mpi.sh — data-parallel training under `mpirun --oversubscribe -np 2`.
+#
+# usage: bash tests/cli_mpi.sh PATH_TO_difftrans SCRATCH_DIR
+#
+# The same global batch gives the one-process result: per-step train loss within 1e-4 relative
+# over 50 steps for plain, --grad-accum and --zero 1 runs, and two 2-rank runs agree bit for
+# bit; resume 2 → 1 and 1 → 2 ranks follows the uninterrupted run; ranks with different data are
+# refused; Ctrl-C to mpirun saves and stops every rank; a rank killed with SIGKILL or stopped
+# (hung) ends the job within a bounded time naming the rank, and the last checkpoint resumes.
+TMO=120
+. "$(dirname "$0")/cli_lib.sh" "$@"
+export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1
+# containers often forbid the cross-memory attach Open MPI's shared-memory transport tries first
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+MPIRUN=(mpirun --oversubscribe)
+[ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+if ! command -v mpirun >/dev/null; then
+    fail "mpirun is installed (scripts/check-deps.sh installs openmpi-bin)"
+    finish cli_mpi
+fi
+
+RUN=(train --data "$CORPUS" --preset tiny --batch 4 --seq 32 --warmup 5 --eval-interval 25 --eval-batches 2
+     --quiet --threads 1)
+
+# same_losses DESC A B [N]: the first N (50) per-step train losses of runs A and B within 1e-4 relative
+same_losses() {
+    local desc=$1 a=$2 b=$3 n=${4:-50} out
+    if out=$("$PY" - "$a/metrics.jsonl" "$b/metrics.jsonl" "$n" 2>&1 <<'EOF'
+import json, math, sys
+a = [json.loads(l)["train_loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["train_loss"] for l in open(sys.argv[2])]
+n = int(sys.argv[3])
+if len(a) < n or len(b) < n:
+    sys.exit(f"{len(a)} and {len(b)} steps, expected {n}")
+worst = max(abs(x - y) / abs(x) if math.isfinite(x) and math.isfinite(y) else math.inf for x, y in zip(a[:n], b[:n]))
+print(f"largest relative difference {worst:.2e}")
+sys.exit(0 if worst <= 1e-4 else f"largest relative difference {worst:.2e} > 1e-4")
+EOF
+    ); then pass; else fail "$desc" "$out"; fi
+}
+
+# rank_pid MPIRUN_PID RANK: the process of that rank (a child of mpirun)
+rank_pid() {
+    local p
+    for p in $(pgrep -P "$1"); do
+        if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2"; then
+            echo "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# wait_for FILE SECONDS
+wait_for() {
+    local i
+    for i in $(seq 1 $(($2 * 10))); do
+        [ -e "$1" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# ---- the same global batch: one process against two ranks
+expect_ok "one process, 50 steps" "$DT" "${RUN[@]}" --steps 50 --out "$S/one"
+expect_ok "one process, --grad-accum 2" "$DT" "${RUN[@]}" --steps 50 --grad-accum 2 --out "$S/one_k2"
+expect_ok "2 ranks, 50 steps" "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 50 --out "$S/two"
+same_losses "2 ranks follow one process" "$S/one" "$S/two"
+expect_ok "2 ranks again" "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 50 --out "$S/two_again"
+check "2 ranks twice: the same model bit for bit" cmp "$S/two/model.safetensors" "$S/two_again/model.safetensors"
+check "2 ranks twice: the same metrics losses" cmp <(cut -d, -f1-2 "$S/two/metrics.jsonl") \
+    <(cut -d, -f1-2 "$S/two_again/metrics.jsonl")
+expect_ok "2 ranks, --grad-accum 2" "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 50 --grad-accum 2 \
+    --out "$S/two_k2"
+same_losses "2 ranks × 2 micro-batches follow one process" "$S/one" "$S/two_k2"
+same_losses "... and one process with 2 micro-batches" "$S/one_k2" "$S/two_k2"
+expect_ok "2 ranks, --zero 1" "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 50 --zero 1 --out "$S/two_z"
+same_losses "ZeRO-1 on 2 ranks follows one process" "$S/one" "$S/two_z"
+check "ZeRO-1 checkpoint has the whole optimizer state" test "$(stat -c %s "$S/one/optimizer.safetensors")" = \
+    "$(stat -c %s "$S/two_z/optimizer.safetensors")"
+
+# ---- resume across N: stop at step 25 with one N, finish with the other
+expect_ok "2 ranks stop at 25" "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 50 --stop-at 25 --out "$S/r21"
+expect_ok "resume on 1 process" "$DT" train --resume --out "$S/r21" --quiet --threads 1
+same_losses "2 → 1 ranks follows the uninterrupted run" "$S/one" "$S/r21"
+expect_ok "2 ranks stop at 25 again" "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 50 --stop-at 25 --out "$S/r22"
+expect_ok "resume on 2 ranks" "${MPIRUN[@]}" -np 2 "$DT" train --resume --out "$S/r22" --quiet --threads 1
+check "2 → 2 ranks equals the uninterrupted 2-rank run bit for bit" cmp "$S/two/model.safetensors" \
+    "$S/r22/model.safetensors"
+expect_ok "1 process stops at 25" "$DT" "${RUN[@]}" --steps 50 --stop-at 25 --out "$S/r12"
+expect_ok "resume on 2 ranks with ZeRO-1" "${MPIRUN[@]}" -np 2 "$DT" train --resume --out "$S/r12" --quiet --zero 1
+same_losses "1 → 2 ranks follows the uninterrupted run" "$S/one" "$S/r12"
+
+# ---- refused at start-up
+cp "$CORPUS" "$S/other.txt" && echo "one more line" >>"$S/other.txt"
+expect_fail "ranks with different data are refused" "ranks differ in the data file" \
+    "${MPIRUN[@]}" -np 1 "$DT" "${RUN[@]}" --steps 5 --out "$S/mix" : -np 1 "$DT" "${RUN[@]}" --steps 5 \
+    --out "$S/mix" --data "$S/other.txt"
+expect_fail "a batch the ranks cannot split is refused" "--batch 3: must be a multiple of ranks" \
+    "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 5 --batch 3 --out "$S/odd"
+
+# ---- faults; the runs are long and checkpoint every 10 steps
+LONG=("${RUN[@]}" --steps 1000000 --eval-interval 0 --save-interval 10)
+
+# Ctrl-C to mpirun: every rank stops after the same step and rank 0 saves (no checkpoint before)
+"${MPIRUN[@]}" -np 2 "$DT" "${LONG[@]}" --save-interval 0 --out "$S/int" >"$S/int.log" 2>&1 &
+MP=$!
+if wait_for "$S/int/metrics.jsonl" 60; then
+    sleep 0.5
+    kill -INT $MP
+    t0=$SECONDS
+    wait $MP
+    if [ $((SECONDS - t0)) -le 20 ] && [ -s "$S/int/train_state.json" ]; then pass; else
+        fail "Ctrl-C to mpirun saves and stops" "$(tail -c 600 "$S/int.log")"
+    fi
+    expect_ok "the interrupted run resumes" "$DT" train --resume --out "$S/int" --threads 1 --quiet \
+        --steps "$(($(sed -n 's/.*"step":[[:space:]]*\([0-9]*\).*/\1/p' "$S/int/train_state.json") + 3))"
+else
+    fail "the Ctrl-C run started" "$(tail -c 600 "$S/int.log")"
+    kill -9 $MP 2>/dev/null
+fi
+
+# fault_run NAME SIGNAL EXTRA...: start a long job, send SIGNAL to rank 1 once it has checkpointed,
+# and expect the job to end (non-zero) within 30 s with a message naming rank 1.
+fault_run() {
+    local name=$1 sig=$2 pid t0 rc
+    shift 2
+    "${MPIRUN[@]}" -np 2 "$DT" "${LONG[@]}" --out "$S/$name" "$@" >"$S/$name.log" 2>&1 &
+    local mp=$!
+    if ! wait_for "$S/$name/train_state.json" 60 || ! pid=$(rank_pid $mp 1); then
+        fail "$name: the job started and checkpointed" "$(tail -c 600 "$S/$name.log")"
+        kill -9 $mp 2>/dev/null
+        return
+    fi
+    kill "-$sig" "$pid"
+    t0=$SECONDS
+    for _ in $(seq 1 300); do kill -0 $mp 2>/dev/null || break; sleep 0.1; done
+    if kill -0 $mp 2>/dev/null; then
+        fail "$name: the job ends within 30 s" "$(tail -c 600 "$S/$name.log")"
+        kill -9 $mp "$pid" 2>/dev/null
+    fi
+    wait $mp
+    rc=$?
+    if [ $rc -ne 0 ] && grep -qE "rank 1[^0-9]" "$S/$name.log"; then pass; else
+        fail "$name: the job fails naming rank 1 (status $rc)" "$(tail -c 800 "$S/$name.log")"
+    fi
+    kill -9 "$pid" 2>/dev/null # a stopped rank, should the launcher have left it
+    expect_ok "$name: the last checkpoint resumes" "$DT" train --resume --out "$S/$name" --threads 1 --quiet \
+        --steps "$(($(sed -n 's/.*"step":[[:space:]]*\([0-9]*\).*/\1/p' "$S/$name/train_state.json") + 3))"
+}
+fault_run killed KILL
+fault_run hung STOP --comm-timeout 3
+
+finish cli_mpi
