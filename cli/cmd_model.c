@@ -95,6 +95,14 @@ int cmd_info(int argc, char **argv) {
     printf("max_position_embeddings %d | rms_norm_eps %g | rope_theta %g | tied embeddings %s\n",
            c->max_position_embeddings, (double)c->rms_norm_eps, (double)c->rope_theta,
            c->tie_word_embeddings ? "yes" : "no");
+    const dt_rope_scaling *rs = &c->rope_scaling;
+    if (rs->type == DT_ROPE_LINEAR) printf("rope_scaling linear | factor %g\n", rs->factor);
+    if (rs->type == DT_ROPE_LLAMA3)
+        printf("rope_scaling llama3 | factor %g | low_freq_factor %g | high_freq_factor %g | original context %d\n",
+               rs->factor, rs->low_freq_factor, rs->high_freq_factor, rs->original_max_position_embeddings);
+    printf("special tokens: bos %d | pad %d | eos", c->special.bos_token_id, c->special.pad_token_id);
+    for (int i = 0; i < c->special.n_eos; i++) printf(" %d", c->special.eos_token_id[i]);
+    printf("%s\n", c->special.n_eos ? "" : " none");
     printf("parameters: %zu in %d tensors\n", m.n_params, m.n_tensors);
     if (c->arch == DT_ARCH_DIFF) {
         printf("differential heads: %d of width %d | lambda_std_dev %g | subln weight %s\n", c->num_attention_heads / 2,

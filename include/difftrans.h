@@ -33,6 +33,28 @@ int dt_fail(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2
 
 typedef enum { DT_ARCH_LLAMA = 0, DT_ARCH_DIFF = 1 } dt_arch;
 
+/* config.json "rope_scaling" (HF semantics; the position ids are untouched, only the inverse
+ * frequencies change): none, "linear" (inv_freq / factor) or "llama3" (low frequencies divided
+ * by factor, high ones kept, a smooth ramp between). The factors stay double, as in Python. */
+typedef enum { DT_ROPE_DEFAULT = 0, DT_ROPE_LINEAR = 1, DT_ROPE_LLAMA3 = 2 } dt_rope_type;
+
+typedef struct {
+    dt_rope_type type;
+    double factor;               /* linear, llama3 */
+    double low_freq_factor;      /* llama3 */
+    double high_freq_factor;     /* llama3 */
+    int original_max_position_embeddings; /* llama3 */
+} dt_rope_scaling;
+
+/* Special token ids of a model (config.json, overridden by generation_config.json); −1 = none. */
+#define DT_MAX_EOS 8
+typedef struct {
+    int bos_token_id;
+    int pad_token_id;
+    int n_eos;                   /* generation stops at any of these */
+    int eos_token_id[DT_MAX_EOS];
+} dt_special_ids;
+
 typedef struct {
     dt_arch arch;                /* model_type: "llama" | "diffllama" */
     int vocab_size;
@@ -48,6 +70,8 @@ typedef struct {
     int tie_word_embeddings;
     float lambda_std_dev;        /* init std of the λ vectors (DIFF only) */
     int use_subln_weight;        /* DIFF: learnable per-head norm weight `subln.weight` (ours) */
+    dt_rope_scaling rope_scaling;
+    dt_special_ids special;
 } dt_config;
 
 /* Fill a config from a named preset ("tiny", "small", ...) for an architecture. A DIFF preset
@@ -59,12 +83,17 @@ const char *dt_config_preset_names(void);
 /* Check sizes and consistency; refuses absurd values before anything is allocated. */
 int dt_config_validate(const dt_config *cfg, const char *where, dt_error *err);
 int dt_config_load(dt_config *cfg, const char *path, dt_error *err);
+/* No bos, pad or eos token (what presets start with). */
+dt_special_ids dt_special_ids_none(void);
 int dt_config_save(const dt_config *cfg, const char *path, dt_error *err);
 /* The parameter-matched model of the other architecture: same sizes, H/2 differential heads
  * ↔ H baseline heads of the same head_dim. */
 dt_config dt_config_matched(const dt_config *cfg);
 /* λinit = 0.8 − 0.6·exp(−0.3·l), l counted from 0. */
 float dt_lambda_init(int layer);
+/* RoPE inverse frequencies inv_freq[head_dim/2] exactly as transformers computes them in float32
+ * (rope_theta^(−2i/hd), then the config's rope_scaling). */
+void dt_rope_inv_freq(const dt_config *cfg, float *inv_freq);
 
 /* ---------------------------------------------------------------- safetensors */
 
@@ -158,6 +187,7 @@ typedef struct {
     dt_weights w;                /* views into params */
     struct dt_quant *quant;      /* NULL: float weights; else the quantised linear layers, which the
                                     forward passes use instead of their float slots in params */
+    float *rope_inv_freq;        /* [head_dim/2], from cfg (dt_rope_inv_freq) */
 } dt_model;
 
 /* Build the layout for cfg and allocate zeroed parameters. */

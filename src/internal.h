@@ -12,4 +12,11 @@ int write_text_atomic(const char *path, const char *text, dt_error *err);
  * 0 at the end. Lets a data-parallel step reduce gradients while the backward still runs. */
 typedef void (*dt_grads_ready_fn)(void *ctx, size_t from);
 void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_grads_ready_fn ready, void *ctx);
+
+/* config.c: bos_token_id / eos_token_id (an integer or a list) / pad_token_id of a JSON object
+ * (config.json, generation_config.json) into s, keys that are absent leaving s as it is; and the
+ * reverse. The cJSON types stay opaque here. */
+struct cJSON;
+int special_ids_parse(const struct cJSON *root, dt_special_ids *s, const char *path, dt_error *err);
+int special_ids_add(struct cJSON *root, const dt_special_ids *s);
 #endif

@@ -33,6 +33,16 @@ static void assert_config_equal(const dt_config *a, const dt_config *b) {
     assert_memory_equal(&a->lambda_std_dev, &b->lambda_std_dev, sizeof(float));
     assert_int_equal(a->tie_word_embeddings, b->tie_word_embeddings);
     assert_int_equal(a->use_subln_weight, b->use_subln_weight);
+    assert_int_equal(a->rope_scaling.type, b->rope_scaling.type);
+    assert_memory_equal(&a->rope_scaling.factor, &b->rope_scaling.factor, sizeof(double));
+    assert_memory_equal(&a->rope_scaling.low_freq_factor, &b->rope_scaling.low_freq_factor, sizeof(double));
+    assert_memory_equal(&a->rope_scaling.high_freq_factor, &b->rope_scaling.high_freq_factor, sizeof(double));
+    assert_int_equal(a->rope_scaling.original_max_position_embeddings,
+                     b->rope_scaling.original_max_position_embeddings);
+    assert_int_equal(a->special.bos_token_id, b->special.bos_token_id);
+    assert_int_equal(a->special.pad_token_id, b->special.pad_token_id);
+    assert_int_equal(a->special.n_eos, b->special.n_eos);
+    assert_memory_equal(a->special.eos_token_id, b->special.eos_token_id, (size_t)a->special.n_eos * sizeof(int));
 }
 
 static int count_tmp_files(void) {
@@ -475,12 +485,118 @@ static void test_bad_reals(void **state) {
 static void test_unsupported(void **state) {
     (void)state;
     expect_extra_fails("\"hidden_act\": \"gelu\"", "hidden_act 'gelu' is not supported");
-    expect_extra_fails("\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.0}", "rope_scaling is not supported");
+    /* every rope_scaling type but linear and llama3 changes the model in a way we do not implement */
+    const char *types[] = {"dynamic", "yarn", "longrope", "ntk", "su", "mrope"};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char extra[256], want[128];
+        snprintf(extra, sizeof extra, "\"rope_scaling\": {\"rope_type\": \"%s\", \"factor\": 2.0}", types[i]);
+        snprintf(want, sizeof want, "rope_scaling type '%s' is not supported (supported: linear, llama3)", types[i]);
+        expect_extra_fails(extra, want);
+    }
+    expect_extra_fails("\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 2.0}",
+                       "rope_parameters type 'yarn' is not supported");
     expect_extra_fails("\"attention_bias\": true", "attention_bias = true is not supported");
     expect_extra_fails("\"mlp_bias\": true", "mlp_bias = true is not supported");
     char json[2048];
     minimal_json(json, sizeof json, "llama", "\"difftrans\": {\"subln_weight\": true}");
     expect_load_fails(json, "subln_weight only exists for diffllama");
+}
+
+/* ---------------------------------------------------------------- rope_scaling, special ids */
+
+static void test_rope_scaling_parse(void **state) {
+    (void)state;
+    char json[2048];
+    dt_config c;
+    minimal_json(json, sizeof json, "llama", "\"rope_scaling\": {\"type\": \"linear\", \"factor\": 2.5}");
+    expect_load_ok(json, &c);
+    assert_int_equal(c.rope_scaling.type, DT_ROPE_LINEAR);
+    assert_true(c.rope_scaling.factor == 2.5);
+    minimal_json(json, sizeof json, "llama",
+                 "\"max_position_embeddings\": 131072, \"rope_scaling\": {\"factor\": 8.0, \"low_freq_factor\": 1.0,"
+                 " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8192, \"rope_type\": \"llama3\"}");
+    expect_load_ok(json, &c);
+    assert_int_equal(c.rope_scaling.type, DT_ROPE_LLAMA3);
+    assert_true(c.rope_scaling.factor == 8.0 && c.rope_scaling.low_freq_factor == 1.0);
+    assert_true(c.rope_scaling.high_freq_factor == 4.0);
+    assert_int_equal(c.rope_scaling.original_max_position_embeddings, 8192);
+    round_trip(&c);
+    /* transformers 5 writes rope_parameters, rope_theta inside */
+    minimal_json(json, sizeof json, "llama", "\"rope_parameters\": {\"rope_type\": \"default\", \"rope_theta\": 500000.0}");
+    expect_load_ok(json, &c);
+    assert_int_equal(c.rope_scaling.type, DT_ROPE_DEFAULT);
+    assert_true(c.rope_theta == 500000.0f);
+    expect_extra_fails("\"rope_scaling\": {\"rope_type\": \"linear\"}", "rope_scaling 'linear' needs 'factor'");
+    expect_extra_fails("\"rope_scaling\": {\"factor\": 2.0}", "rope_scaling has no rope_type");
+    expect_extra_fails("\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 0}", "factor must be finite and > 0");
+    expect_extra_fails("\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": \"2\"}", "'factor' must be a finite");
+    expect_extra_fails("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+                       " \"high_freq_factor\": 4.0}", "'llama3' needs 'original_max_position_embeddings'");
+    expect_extra_fails("\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 4.0,"
+                       " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}",
+                       "0 < low_freq_factor < high_freq_factor");
+    expect_extra_fails("\"rope_scaling\": [1]", "key 'rope_scaling' must be an object");
+}
+
+/* inv_freq against the formulas in double precision (torch's float32 steps agree with these to
+ * float rounding; the golden cases check them bit for bit through the whole model). */
+static void test_rope_inv_freq(void **state) {
+    (void)state;
+    dt_config c = {.head_dim = 128, .rope_theta = 500000.0f};
+    float got[64];
+    double base[64];
+    for (int i = 0; i < 64; i++) base[i] = 1.0 / pow(500000.0, 2.0 * i / 128.0);
+    dt_rope_inv_freq(&c, got);
+    for (int i = 0; i < 64; i++) assert_true(fabs(got[i] - base[i]) <= 1e-6 * base[i]);
+    c.rope_scaling = (dt_rope_scaling){.type = DT_ROPE_LINEAR, .factor = 4.0};
+    dt_rope_inv_freq(&c, got);
+    for (int i = 0; i < 64; i++) assert_true(fabs(got[i] - base[i] / 4) <= 1e-6 * base[i]);
+    c.rope_scaling = (dt_rope_scaling){.type = DT_ROPE_LLAMA3, .factor = 8.0, .low_freq_factor = 1.0,
+                                       .high_freq_factor = 4.0, .original_max_position_embeddings = 8192};
+    dt_rope_inv_freq(&c, got);
+    int kept = 0, divided = 0, ramp = 0;
+    for (int i = 0; i < 64; i++) {
+        double wavelen = 2 * M_PI / base[i], want;
+        if (wavelen < 8192.0 / 4) want = base[i], kept++;
+        else if (wavelen > 8192.0 / 1) want = base[i] / 8, divided++;
+        else {
+            double s = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+            want = (1 - s) * base[i] / 8 + s * base[i];
+            ramp++;
+        }
+        if (!(fabs(got[i] - want) <= 2e-6 * want)) fail_msg("inv_freq[%d] = %.9g, want %.9g", i, got[i], want);
+    }
+    assert_true(kept > 0 && divided > 0 && ramp > 0); /* all three regimes are exercised */
+}
+
+static void test_special_ids(void **state) {
+    (void)state;
+    char json[2048];
+    dt_config c;
+    minimal_json(json, sizeof json, "llama", "");
+    expect_load_ok(json, &c);
+    assert_int_equal(c.special.bos_token_id, -1);
+    assert_int_equal(c.special.pad_token_id, -1);
+    assert_int_equal(c.special.n_eos, 0);
+    minimal_json(json, sizeof json, "llama", "\"bos_token_id\": 1, \"eos_token_id\": [2, 7, 255], \"pad_token_id\": -1");
+    expect_load_ok(json, &c);
+    assert_int_equal(c.special.bos_token_id, 1);
+    assert_int_equal(c.special.pad_token_id, -1);
+    assert_int_equal(c.special.n_eos, 3);
+    assert_int_equal(c.special.eos_token_id[2], 255);
+    round_trip(&c);
+    minimal_json(json, sizeof json, "llama", "\"eos_token_id\": 5, \"pad_token_id\": 0, \"bos_token_id\": null");
+    expect_load_ok(json, &c);
+    assert_int_equal(c.special.n_eos, 1);
+    assert_int_equal(c.special.eos_token_id[0], 5);
+    assert_int_equal(c.special.pad_token_id, 0);
+    assert_int_equal(c.special.bos_token_id, -1);
+    round_trip(&c);
+    expect_extra_fails("\"eos_token_id\": 256", "eos_token_id 256 is outside the vocabulary of 256 tokens");
+    expect_extra_fails("\"bos_token_id\": 300", "bos_token_id 300 is outside the vocabulary");
+    expect_extra_fails("\"eos_token_id\": [1, \"x\"]", "'eos_token_id' must hold integer token ids");
+    expect_extra_fails("\"bos_token_id\": [1]", "'bos_token_id' must be an integer");
+    expect_extra_fails("\"eos_token_id\": [1,2,3,4,5,6,7,8,9]", "holds more than 8 ids");
 }
 
 static void test_missing_file(void **state) {
@@ -584,6 +700,9 @@ static void test_tokenizer(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_presets),
+        cmocka_unit_test(test_rope_scaling_parse),
+        cmocka_unit_test(test_rope_inv_freq),
+        cmocka_unit_test(test_special_ids),
         cmocka_unit_test(test_unknown_preset),
         cmocka_unit_test(test_matched),
         cmocka_unit_test(test_lambda_init),

@@ -209,13 +209,14 @@ typedef struct {
     float *x, *y, *r;
     int B, T, nh, hd, pos0;
     float theta;
+    float inv_freq[32];
 } rope_ctx;
 
 static double rope_loss(void *p) {
     rope_ctx *c = p;
     size_t n = (size_t)c->B * c->T * c->nh * c->hd;
     memcpy(c->y, c->x, n * sizeof(float));
-    rope_apply(c->y, c->B, c->T, c->nh, c->hd, c->pos0, c->theta, 1);
+    rope_apply(c->y, c->B, c->T, c->nh, c->hd, c->pos0, c->inv_freq, 1);
     return dot_d(c->y, c->r, n);
 }
 
@@ -244,6 +245,8 @@ static void test_rope(void **state) {
     rope_ctx c = {.B = 2, .T = 5, .nh = 3, .hd = 8, .pos0 = 3, .theta = 10000.0f};
     size_t n = (size_t)c.B * c.T * c.nh * c.hd;
     int half = c.hd / 2;
+    dt_config cfg = {.head_dim = c.hd, .rope_theta = c.theta};
+    dt_rope_inv_freq(&cfg, c.inv_freq);
     c.x = frand(n, 1, &rng), c.r = frand(n, 1, &rng), c.y = fnan(n);
 
     /* forward against the rotate_half formula with the angle in double */
@@ -262,17 +265,17 @@ static void test_rope(void **state) {
 
     /* sign −1 undoes sign +1 */
     float *z = fcopy(c.y, n);
-    rope_apply(z, c.B, c.T, c.nh, c.hd, c.pos0, c.theta, -1);
+    rope_apply(z, c.B, c.T, c.nh, c.hd, c.pos0, c.inv_freq, -1);
     assert_true(tu_max_abs_diff(z, c.x, n) < 1e-5f);
 
     /* backward = the inverse rotation of dout (rope is linear, so this must equal FD) */
     float *g = fcopy(c.r, n);
-    rope_apply(g, c.B, c.T, c.nh, c.hd, c.pos0, c.theta, -1);
+    rope_apply(g, c.B, c.T, c.nh, c.hd, c.pos0, c.inv_freq, -1);
     check_grad("rope dx", c.x, n, g, rope_loss, &c, 1e-3f, 1e-2, 1e-3);
 
     /* position 0 is the identity, exactly */
     float *p0 = fcopy(c.x, (size_t)c.nh * c.hd);
-    rope_apply(p0, 1, 1, c.nh, c.hd, 0, c.theta, 1);
+    rope_apply(p0, 1, 1, c.nh, c.hd, 0, c.inv_freq, 1);
     assert_memory_equal(p0, c.x, (size_t)c.nh * c.hd * sizeof(float));
     free(c.x), free(c.r), free(c.y), free(z), free(g), free(p0);
 }

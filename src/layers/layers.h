@@ -38,10 +38,10 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
                       int N, int C);
 
 /* Rotary position embedding, Llama "rotate_half" convention, in place on x[B, T, nh, hd]:
- * row t has position pos0 + t. inv_freq[i] = 1 / theta^(2i/hd), angle computed in float32 as
- * HF does. sign = +1 applies the rotation (forward); sign = −1 applies its inverse, which is
+ * row t has position pos0 + t; the angle of channel pair i is pos·inv_freq[i] in float32 as HF
+ * computes it (inv_freq [hd/2] from dt_rope_inv_freq: rope_theta and rope_scaling). sign = +1 applies the rotation (forward); sign = −1 applies its inverse, which is
  * the backward pass (the rotation is orthogonal). */
-void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, float theta, int sign);
+void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, const float *inv_freq, int sign);
 
 /* h[N, F] = silu(gate) · up */
 void swiglu_forward(float *h, const float *gate, const float *up, int N, int F);

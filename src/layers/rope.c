@@ -12,8 +12,9 @@
 
 #define ROPE_CHUNK 64
 
-/* in place on x[B, T, nh, hd]; row t has position pos0 + t; sign = −1 rotates back (backward) */
-void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, float theta, int sign) {
+/* in place on x[B, T, nh, hd]; row t has position pos0 + t; inv_freq [hd/2] (dt_rope_inv_freq);
+ * sign = −1 rotates back (backward) */
+void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, const float *inv_freq, int sign) {
     const dt_kernels *k = kernels_active();
     const int half = hd / 2;
 #pragma omp parallel for if ((size_t)B * T * nh * hd >= LAYER_PARALLEL_MIN)
@@ -23,10 +24,8 @@ void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, float theta, i
             const int n = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
             float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
             for (int i = 0; i < n; i++) {
-                /* every step in float32, in the order HF takes: (2i/hd) as float, theta^that,
-                 * its reciprocal, then position × inv_freq — so the angles round the same way */
-                float inv_freq = 1.0f / powf(theta, (float)(2 * (i0 + i)) / (float)hd);
-                float angle = pos * inv_freq;
+                /* position × inv_freq in float32, as HF's outer product rounds it */
+                float angle = pos * inv_freq[i0 + i];
                 cs[i] = cosf(angle);
                 /* the inverse rotation is the rotation by −angle: same cos, negated sin */
                 sn[i] = sign < 0 ? -sinf(angle) : sinf(angle);

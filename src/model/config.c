@@ -69,6 +69,7 @@ int dt_config_preset(dt_config *cfg, const char *name, dt_arch arch, dt_error *e
         cfg->tie_word_embeddings = 0;
         cfg->lambda_std_dev = 0.1f;
         cfg->use_subln_weight = 0;
+        cfg->special = dt_special_ids_none();
         return 0;
     }
     return dt_fail(err, "unknown preset '%s' (choose from %s)", name, dt_config_preset_names());
@@ -147,12 +148,58 @@ static double param_count(const dt_config *c) {
     return V * C * (c->tie_word_embeddings ? 1 : 2) + C + c->num_hidden_layers * layer;
 }
 
+static int check_rope_scaling(const dt_config *c, const char *where, dt_error *err) {
+    const dt_rope_scaling *r = &c->rope_scaling;
+    if (r->type == DT_ROPE_DEFAULT) return 0;
+    if (r->type != DT_ROPE_LINEAR && r->type != DT_ROPE_LLAMA3)
+        return dt_fail(err, "%s: unknown rope_scaling type %d", where, (int)r->type);
+    if (!isfinite(r->factor) || !(r->factor > 0) || !isfinite((float)r->factor))
+        return dt_fail(err, "%s: rope_scaling factor must be finite and > 0 (got %g)", where, r->factor);
+    if (r->type != DT_ROPE_LLAMA3) return 0;
+    if (!isfinite(r->low_freq_factor) || !isfinite(r->high_freq_factor) || !(r->low_freq_factor > 0) ||
+        !(r->high_freq_factor > r->low_freq_factor))
+        return dt_fail(err, "%s: rope_scaling llama3 needs 0 < low_freq_factor < high_freq_factor (got %g, %g)", where,
+                       r->low_freq_factor, r->high_freq_factor);
+    if (r->original_max_position_embeddings <= 0 || r->original_max_position_embeddings > MAX_POSITIONS)
+        return dt_fail(err, "%s: rope_scaling original_max_position_embeddings must be in 1..%d (got %d)", where,
+                       MAX_POSITIONS, r->original_max_position_embeddings);
+    return 0;
+}
+
+static int check_token_id(const char *where, const char *key, int id, int vocab, dt_error *err) {
+    if (id < -1 || id >= vocab)
+        return dt_fail(err, "%s: %s %d is outside the vocabulary of %d tokens", where, key, id, vocab);
+    return 0;
+}
+
+static int check_special(const dt_config *c, const char *where, dt_error *err) {
+    const dt_special_ids *s = &c->special;
+    if (check_token_id(where, "bos_token_id", s->bos_token_id, c->vocab_size, err) ||
+        check_token_id(where, "pad_token_id", s->pad_token_id, c->vocab_size, err))
+        return -1;
+    if (s->n_eos < 0 || s->n_eos > DT_MAX_EOS)
+        return dt_fail(err, "%s: %d eos_token_id values (at most %d)", where, s->n_eos, DT_MAX_EOS);
+    for (int i = 0; i < s->n_eos; i++)
+        if (s->eos_token_id[i] < 0 || s->eos_token_id[i] >= c->vocab_size)
+            return dt_fail(err, "%s: eos_token_id %d is outside the vocabulary of %d tokens", where,
+                           s->eos_token_id[i], c->vocab_size);
+    return 0;
+}
+
+dt_special_ids dt_special_ids_none(void) {
+    dt_special_ids s;
+    memset(&s, 0, sizeof s);
+    s.bos_token_id = -1;
+    s.pad_token_id = -1;
+    return s;
+}
+
 int dt_config_validate(const dt_config *cfg, const char *where, dt_error *err) {
     if (!where) where = "config";
     if (cfg->arch != DT_ARCH_LLAMA && cfg->arch != DT_ARCH_DIFF)
         return dt_fail(err, "%s: unknown architecture %d", where, (int)cfg->arch);
     if (check_sizes(cfg, where, err) || check_heads(cfg, where, err) || check_reals(cfg, where, err) ||
-        check_flags(cfg, where, err))
+        check_flags(cfg, where, err) || check_rope_scaling(cfg, where, err) || check_special(cfg, where, err))
         return -1;
     double n = param_count(cfg);
     if (n > MAX_PARAMS)
@@ -261,12 +308,102 @@ static int parse_unsupported(const cJSON *root, const char *path, dt_error *err)
     if (act && !cJSON_IsString(act)) return dt_fail(err, "%s: key 'hidden_act' must be a string", path);
     if (act && strcmp(act->valuestring, "silu") != 0)
         return dt_fail(err, "%s: hidden_act '%s' is not supported (only silu)", path, act->valuestring);
-    if (get_key(root, "rope_scaling")) return dt_fail(err, "%s: rope_scaling is not supported", path);
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
         int on = 0;
         if (json_bool(root, biases[i], &on, path, err) < 0) return -1;
         if (on) return dt_fail(err, "%s: %s = true is not supported (bias-free layers only)", path, biases[i]);
+    }
+    return 0;
+}
+
+static int json_double(const cJSON *obj, const char *key, double *out, const char *path, dt_error *err) {
+    const cJSON *v = get_key(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return dt_fail(err, "%s: key '%s' must be a finite number", path, key);
+    *out = v->valuedouble;
+    return 1;
+}
+
+/* rope_scaling (transformers ≤ 4.x) or rope_parameters (5.x, which also carries rope_theta):
+ * {"rope_type" (or the older "type"): "linear" | "llama3" | "default", "factor", ...}. Every
+ * other type changes the model in ways we do not implement, so it is refused by name. */
+static int parse_rope_scaling(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
+    const char *key = "rope_scaling";
+    const cJSON *rs = get_key(root, key);
+    if (!rs) rs = get_key(root, key = "rope_parameters");
+    memset(&c->rope_scaling, 0, sizeof c->rope_scaling);
+    if (!rs) return 0;
+    if (!cJSON_IsObject(rs)) return dt_fail(err, "%s: key '%s' must be an object", path, key);
+    if (!strcmp(key, "rope_parameters")) {
+        double theta = 0;
+        int has = json_double(rs, "rope_theta", &theta, path, err);
+        if (has < 0) return -1;
+        if (has) c->rope_theta = (float)theta;
+    }
+    const cJSON *type = get_key(rs, "rope_type");
+    if (!type) type = get_key(rs, "type");
+    if (!type) return dt_fail(err, "%s: %s has no rope_type", path, key);
+    if (!cJSON_IsString(type)) return dt_fail(err, "%s: %s.rope_type must be a string", path, key);
+    dt_rope_scaling *r = &c->rope_scaling;
+    const char *t = type->valuestring;
+    if (!strcmp(t, "default")) return 0;
+    if (!strcmp(t, "linear")) r->type = DT_ROPE_LINEAR;
+    else if (!strcmp(t, "llama3")) r->type = DT_ROPE_LLAMA3;
+    else return dt_fail(err, "%s: %s type '%s' is not supported (supported: linear, llama3)", path, key, t);
+    int rc = json_double(rs, "factor", &r->factor, path, err);
+    if (rc == 0) return dt_fail(err, "%s: %s '%s' needs 'factor'", path, key, t);
+    if (rc < 0 || r->type == DT_ROPE_LINEAR) return rc < 0 ? -1 : 0;
+    static const char *const need[] = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
+    double *dst[] = {&r->low_freq_factor, &r->high_freq_factor, NULL};
+    for (int i = 0; i < 3; i++) {
+        rc = dst[i] ? json_double(rs, need[i], dst[i], path, err)
+                    : json_int(rs, need[i], &r->original_max_position_embeddings, path, err);
+        if (rc == 0) return dt_fail(err, "%s: %s 'llama3' needs '%s'", path, key, need[i]);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+/* A token id key: an integer, or (eos_token_id) a list of them. Negative ids mean "none", as
+ * some configs write pad_token_id = -1. Returns 1 when present, 0 when absent, -1 on error. */
+static int json_token_ids(const cJSON *obj, const char *key, int *ids, int max, int *n, const char *path,
+                          dt_error *err) {
+    const cJSON *v = get_key(obj, key);
+    *n = 0;
+    if (!v) return 0;
+    if (cJSON_IsNumber(v)) {
+        int id;
+        if (json_int(obj, key, &id, path, err) < 0) return -1;
+        if (id >= 0) ids[(*n)++] = id;
+        return 1;
+    }
+    if (!cJSON_IsArray(v) || max == 1)
+        return dt_fail(err, "%s: key '%s' must be an integer%s", path, key, max > 1 ? " or a list of integers" : "");
+    const cJSON *item;
+    cJSON_ArrayForEach(item, v) {
+        double d = cJSON_IsNumber(item) ? item->valuedouble : NAN;
+        if (!(d == floor(d) && d >= INT_MIN && d <= INT_MAX))
+            return dt_fail(err, "%s: key '%s' must hold integer token ids", path, key);
+        if (d < 0) continue;
+        if (*n == max) return dt_fail(err, "%s: key '%s' holds more than %d ids", path, key, max);
+        ids[(*n)++] = (int)d;
+    }
+    return 1;
+}
+
+int special_ids_parse(const cJSON *root, dt_special_ids *s, const char *path, dt_error *err) {
+    int n, id, rc;
+    if ((rc = json_token_ids(root, "bos_token_id", &id, 1, &n, path, err)) < 0) return -1;
+    if (rc) s->bos_token_id = n ? id : -1;
+    if ((rc = json_token_ids(root, "pad_token_id", &id, 1, &n, path, err)) < 0) return -1;
+    if (rc) s->pad_token_id = n ? id : -1;
+    int eos[DT_MAX_EOS];
+    if ((rc = json_token_ids(root, "eos_token_id", eos, DT_MAX_EOS, &n, path, err)) < 0) return -1;
+    if (rc) {
+        s->n_eos = n;
+        memcpy(s->eos_token_id, eos, (size_t)n * sizeof(int));
     }
     return 0;
 }
@@ -285,8 +422,10 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
 static int parse_config(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
     if (!cJSON_IsObject(root)) return dt_fail(err, "%s: top level is not a JSON object", path);
     memset(c, 0, sizeof *c);
+    c->special = dt_special_ids_none();
     if (parse_arch(root, &c->arch, path, err) || parse_sizes(root, c, path, err) || parse_reals(root, c, path, err) ||
-        parse_unsupported(root, path, err) || parse_flags(root, c, path, err))
+        parse_unsupported(root, path, err) || parse_rope_scaling(root, c, path, err) ||
+        parse_flags(root, c, path, err) || special_ids_parse(root, &c->special, path, err))
         return -1;
     return 0;
 }
@@ -368,6 +507,51 @@ static double float_for_json(float f) {
     return (double)f; /* exact; cJSON prints doubles with round-trip precision */
 }
 
+/* A double that reads back bit for bit and stays a JSON float ("2.0", not "2"): transformers
+ * checks that rope_scaling factors are Python floats. */
+static cJSON *add_raw_double(cJSON *obj, const char *key, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    for (int prec = 1; prec < 17; prec++) { /* the shortest form that reads back exactly */
+        char shorter[40];
+        snprintf(shorter, sizeof shorter, "%.*g", prec, v);
+        if (strtod(shorter, NULL) == v) {
+            memcpy(buf, shorter, sizeof buf);
+            break;
+        }
+    }
+    if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", sizeof buf - strlen(buf) - 1);
+    return cJSON_AddRawToObject(obj, key, buf);
+}
+
+static int add_rope_scaling(cJSON *root, const dt_rope_scaling *r) {
+    if (r->type == DT_ROPE_DEFAULT) return 0;
+    cJSON *rs = cJSON_AddObjectToObject(root, "rope_scaling");
+    int ok = rs && cJSON_AddStringToObject(rs, "rope_type", r->type == DT_ROPE_LLAMA3 ? "llama3" : "linear");
+    ok = ok && add_raw_double(rs, "factor", r->factor);
+    if (ok && r->type == DT_ROPE_LLAMA3) {
+        ok = add_raw_double(rs, "low_freq_factor", r->low_freq_factor) &&
+             add_raw_double(rs, "high_freq_factor", r->high_freq_factor) &&
+             cJSON_AddNumberToObject(rs, "original_max_position_embeddings", r->original_max_position_embeddings);
+    }
+    return ok ? 0 : -1;
+}
+
+/* bos/eos/pad as transformers writes them: an integer, a list for several eos ids, null for none. */
+int special_ids_add(cJSON *root, const dt_special_ids *s) {
+    int ok = s->bos_token_id >= 0 ? cJSON_AddNumberToObject(root, "bos_token_id", s->bos_token_id) != NULL
+                                  : cJSON_AddNullToObject(root, "bos_token_id") != NULL;
+    if (ok && s->n_eos == 1) ok = cJSON_AddNumberToObject(root, "eos_token_id", s->eos_token_id[0]) != NULL;
+    else if (ok && s->n_eos > 1) {
+        cJSON *list = cJSON_CreateIntArray(s->eos_token_id, s->n_eos);
+        ok = list && cJSON_AddItemToObject(root, "eos_token_id", list);
+        if (!ok) cJSON_Delete(list);
+    } else if (ok) ok = cJSON_AddNullToObject(root, "eos_token_id") != NULL;
+    if (ok) ok = s->pad_token_id >= 0 ? cJSON_AddNumberToObject(root, "pad_token_id", s->pad_token_id) != NULL
+                                      : cJSON_AddNullToObject(root, "pad_token_id") != NULL;
+    return ok ? 0 : -1;
+}
+
 static cJSON *config_to_json(const dt_config *c) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
@@ -391,6 +575,8 @@ static cJSON *config_to_json(const dt_config *c) {
     ok = ok && cJSON_AddBoolToObject(root, "mlp_bias", 0);
     ok = ok && cJSON_AddStringToObject(root, "torch_dtype", "float32");
     ok = ok && cJSON_AddNumberToObject(root, "lambda_std_dev", float_for_json(c->lambda_std_dev));
+    ok = ok && add_rope_scaling(root, &c->rope_scaling) == 0;
+    ok = ok && special_ids_add(root, &c->special) == 0;
     /* Our own section only when one of our extensions is in use, so that a plain model (and an
      * HF export, which folds subln away) is a pure Hugging Face config; absent means false. */
     if (ok && c->use_subln_weight) {

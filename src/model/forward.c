@@ -297,8 +297,8 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         lin(m, rs, l, LIN_Q, a->q, a->ln1, N);
         lin(m, rs, l, LIN_K, a->k, a->ln1, N);
         lin(m, rs, l, LIN_V, a->v, a->ln1, N);
-        rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, +1);
-        rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, +1);
+        rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, m->rope_inv_freq, +1);
+        rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, m->rope_inv_freq, +1);
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_forward(rs, a, &s);
         else attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
@@ -400,8 +400,8 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
             attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->att, a->pre, a->head_rstd,
                                a->q, a->k, a->v, rs->attn_scratch, &s);
         if (s.diff) lambda_backward(gw, w, c->head_dim, dlambda);
-        rope_apply(rs->dq, B, T, c->num_attention_heads, c->head_dim, 0, c->rope_theta, -1);
-        rope_apply(rs->dk, B, T, c->num_key_value_heads, c->head_dim, 0, c->rope_theta, -1);
+        rope_apply(rs->dq, B, T, c->num_attention_heads, c->head_dim, 0, m->rope_inv_freq, -1);
+        rope_apply(rs->dk, B, T, c->num_key_value_heads, c->head_dim, 0, m->rope_inv_freq, -1);
         memset(rs->dln, 0, (size_t)N * C * sizeof(float));
         linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim);
         linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim);

@@ -167,8 +167,8 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
             model_linear(m, l, LIN_K, kslot, kc->xn, 1, kc->qscratch);
             model_linear(m, l, LIN_V, vslot, kc->xn, 1, kc->qscratch);
         }
-        rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, c->rope_theta, +1);
-        rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, c->rope_theta, +1);
+        rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, m->rope_inv_freq, +1);
+        rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, m->rope_inv_freq, +1);
         decode_attention(m, kc, l, pos + 1);
         model_linear(m, l, LIN_O, kc->tmp, kc->atty, 1, kc->qscratch);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];

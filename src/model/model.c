@@ -117,12 +117,14 @@ int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
     m->n_params = lb.offset;
     m->params = calloc(m->n_params, sizeof(float));
     m->w.layers = calloc((size_t)cfg->num_hidden_layers, sizeof(dt_layer_weights));
-    if (!m->params || !m->w.layers) {
+    m->rope_inv_freq = malloc((size_t)(cfg->head_dim / 2 + 1) * sizeof(float));
+    if (!m->params || !m->w.layers || !m->rope_inv_freq) {
         dt_model_free(m);
         return dt_fail(err, "out of memory allocating %zu parameters (%.1f MB)", lb.offset,
                        (double)lb.offset * 4 / 1e6);
     }
     dt_weights_view(m, m->params, &m->w, m->w.layers);
+    dt_rope_inv_freq(cfg, m->rope_inv_freq);
     return 0;
 }
 
@@ -131,6 +133,7 @@ void dt_model_free(dt_model *m) {
     free(m->tensors);
     free(m->params);
     free(m->w.layers);
+    free(m->rope_inv_freq);
     memset(m, 0, sizeof *m);
 }
 

@@ -54,6 +54,16 @@ CASES = [
          tied=False, theta=10000.0, eps=1e-5, dtype="BF16"),
     dict(name="llama_f16", model_type="llama", V=40, C=16, F=32, H=4, KV=1,
          tied=False, theta=10000.0, eps=1e-5, dtype="F16"),
+    # rope_scaling: linear halves every frequency; llama3 with hd = 8 and theta 10^4 has the
+    # wavelengths 6.3, 63, 628, 6283 against thresholds 60/4 = 15 and 60/0.5 = 120, so the first
+    # frequency is kept, the second is on the ramp and the last two are divided by the factor.
+    dict(name="llama_rope_linear", model_type="llama", V=40, C=16, F=32, H=4, KV=2,
+         tied=False, theta=10000.0, eps=1e-5, dtype="F32",
+         rope_scaling={"rope_type": "linear", "factor": 2.0}),
+    dict(name="diff_rope_llama3", model_type="diffllama", V=40, C=32, F=40, H=4, KV=2, hd=8,
+         tied=False, theta=10000.0, eps=1e-5, dtype="F32",
+         rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 0.5,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 60}),
 ]
 L, B, T = 2, 2, 7
 
@@ -82,6 +92,8 @@ def make_config(c, layers=L):
         "attention_bias": False,
         "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[c["dtype"]],
     }
+    if c.get("rope_scaling"):
+        cfg["rope_scaling"] = dict(c["rope_scaling"])
     if c["model_type"] == "llama":
         cfg["mlp_bias"] = False
     else:
@@ -158,7 +170,7 @@ def describe(c, cfg, w, ids, exp):
         H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], ref.head_dim_of(cfg)
         q = (h @ tw["model.layers.0.self_attn.q_proj.weight"].t()).view(B, T, H, hd).transpose(1, 2)
         k = (h @ tw["model.layers.0.self_attn.k_proj.weight"].t()).view(B, T, KV, hd).transpose(1, 2)
-        cos, sin = ref.rope_cos_sin(T, hd, cfg["rope_theta"], torch.float32)
+        cos, sin = ref.rope_cos_sin(T, hd, cfg["rope_theta"], torch.float32, cfg.get("rope_scaling"))
         A = ref.causal_softmax(ref.apply_rope(q, cos, sin),
                                ref.apply_rope(k, cos, sin)[:, [i // (H // KV) for i in range(H)]])
         s += " attn(last row) max %.2f" % float(A[:, :, -1].max())
@@ -412,6 +424,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "cases"), help="output root (default: tests/golden/cases)")
     ap.add_argument("--selftest", action="store_true", help="check reference.py (finite differences etc.) and exit")
     ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--case", action="append", help="only this case (repeatable)")
     args = ap.parse_args()
     if ref.torch is None:
         print("make_golden.py needs torch (Debian: apt-get install python3-torch; run with /usr/bin/python3)",
@@ -422,7 +435,8 @@ def main():
         return selftest()
     os.makedirs(args.out, exist_ok=True)
     for c in CASES:
-        generate_case(c, args.out, verbose=not args.quiet)
+        if not args.case or c["name"] in args.case:
+            generate_case(c, args.out, verbose=not args.quiet)
     return 0
 
 

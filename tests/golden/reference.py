@@ -285,10 +285,39 @@ def rms_norm(x, weight, eps):
 ROPE_TABLE_DTYPE = torch.float32 if torch is not None else None
 
 
-def rope_cos_sin(T, hd, theta, dtype):
+def scale_inv_freq(inv_freq, scaling):
+    """config.json rope_scaling applied to the inverse frequencies, with HF's semantics: each step
+    a float32 tensor operation, Python floats entering as scalars.
+      linear: inv_freq / factor.
+      llama3: wavelengths 2*pi/inv_freq longer than original/low_freq_factor are divided by factor,
+              those shorter than original/high_freq_factor kept, and in between the two are mixed
+              with s = (original/wavelen - low) / (high - low): (1 - s)*inv/factor + s*inv."""
+    if not scaling:
+        return inv_freq
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind == "default":
+        return inv_freq
+    factor = scaling["factor"]
+    if kind == "linear":
+        return inv_freq / factor
+    if kind != "llama3":
+        raise ValueError("rope_scaling type %r is not part of the contract" % kind)
+    low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    original = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    low_freq = wavelen > original / low
+    high_freq = wavelen < original / high
+    divided = torch.where(low_freq, inv_freq / factor, inv_freq)
+    s = (original / wavelen - low) / (high - low)
+    ramp = (1 - s) * divided / factor + s * divided
+    return torch.where(~high_freq & ~low_freq, ramp, divided)
+
+
+def rope_cos_sin(T, hd, theta, dtype, scaling=None):
     """HF Llama RoPE tables [T, hd], computed in float32 (then cast to dtype)."""
     td = ROPE_TABLE_DTYPE
     inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.int64).to(td) / hd))
+    inv_freq = scale_inv_freq(inv_freq, scaling)
     angle = torch.outer(torch.arange(T, dtype=torch.int64).to(td), inv_freq)
     emb = torch.cat([angle, angle], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -321,7 +350,7 @@ def attention(cfg, w, p, layer, h):
     q = (h @ w[p + "q_proj.weight"].t()).view(B, T, H, hd).transpose(1, 2)
     k = (h @ w[p + "k_proj.weight"].t()).view(B, T, KV, hd).transpose(1, 2)
     v = (h @ w[p + "v_proj.weight"].t()).view(B, T, KV, hd).transpose(1, 2)
-    cos, sin = rope_cos_sin(T, hd, float(cfg.get("rope_theta", 10000.0)), h.dtype)
+    cos, sin = rope_cos_sin(T, hd, float(cfg.get("rope_theta", 10000.0)), h.dtype, cfg.get("rope_scaling"))
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     kv_of = [i // g for i in range(H)]            # query head i reads kv head i // g
     k_rep, v_rep = k[:, kv_of], v[:, kv_of]       # [B, H, T, hd]
