@@ -404,7 +404,8 @@ corruption_cases() {
     cfg_case cfg_heads_kv_indivisible 'divisible|num_key_value_heads' num_key_value_heads=3
     cfg_case cfg_heads_indivisible_hidden 'divisible' -head_dim num_attention_heads=6 num_key_value_heads=6
     cfg_case cfg_eps_zero 'rms_norm_eps' rms_norm_eps=0
-    cfg_case cfg_rope_scaling 'rope_scaling' 'rope_scaling={"type": "linear", "factor": 2.0}'
+    cfg_case cfg_rope_scaling_yarn "rope_scaling type 'yarn' is not supported" 'rope_scaling={"type": "yarn", "factor": 2.0}'
+    cfg_case cfg_rope_llama3_incomplete 'llama3.*needs.*low_freq_factor' 'rope_scaling={"rope_type": "llama3", "factor": 8.0}'
     cfgw_case cfg_more_layers_than_weights 'missing.*model\.layers\.2\.' num_hidden_layers=3
     cfgw_case cfg_wider_than_weights 'gate_proj.*shape.*config' intermediate_size=192
     # difftrans_tokenizer.json
