@@ -33,6 +33,11 @@ int cli_bad_option(const char *cmd, int argc, char **argv);
 int cli_parse_arch(const char *cmd, const char *s, dt_arch *arch);
 /* --threads N → OpenMP (and so OpenBLAS) thread count. */
 void cli_set_threads(int n);
+/* --dtype f32|bf16|f16 (also F32, float32, bfloat16, float16). */
+int cli_parse_dtype(const char *cmd, const char *s, dt_dtype *out);
+/* --max-shard-size: bytes, or a number with KB/MB/GB/TB (powers of 1000, as transformers reads
+ * "5GB") or KiB/MiB/GiB/TiB (powers of 1024). */
+int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *out);
 /* Reads a config: a preset name ("small") or a path to a config.json. */
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
 /* The CPU, the kernel path in use, its features and OpenBLAS's core, one "key: value" per line. */

@@ -10,10 +10,11 @@
 
 static void init_help(void) {
     printf("usage: difftrans init --out DIR [--arch diff|transformer] [--preset NAME | --config FILE]\n"
-           "                      [--subln] [--seed N]\n\n"
+           "                      [--subln] [--seed N] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n\n"
            "Writes a freshly initialised checkpoint (normal(0, 0.02) matrices, N(0, lambda_std_dev) λ\n"
            "vectors, ones for norm weights) and prints the parameter counts of the DIFF model and its\n"
            "matched Transformer (H/2 differential heads of width 2·hd ↔ H heads of width hd).\n"
+           "--dtype and --max-shard-size as for `difftrans export`.\n"
            "presets: %s [small]\n",
            dt_config_preset_names());
 }
@@ -23,9 +24,11 @@ int cmd_init(int argc, char **argv) {
         {"out", required_argument, 0, 'o'},    {"arch", required_argument, 0, 'a'},
         {"preset", required_argument, 0, 'p'}, {"config", required_argument, 0, 'c'},
         {"subln", no_argument, 0, 'S'},        {"seed", required_argument, 0, 's'},
+        {"dtype", required_argument, 0, 'D'},  {"max-shard-size", required_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     const char *cmd = "init", *out = NULL, *spec = "small";
+    dt_save_options save = {0};
     dt_arch arch = DT_ARCH_DIFF;
     int subln = 0;
     uint64_t seed = 1337;
@@ -44,6 +47,12 @@ int cmd_init(int argc, char **argv) {
         case 's':
             if (parse_u64(cmd, "--seed", optarg, &seed)) return 1;
             break;
+        case 'D':
+            if (cli_parse_dtype(cmd, optarg, &save.dtype)) return 1;
+            break;
+        case 'M':
+            if (cli_parse_size(cmd, "--max-shard-size", optarg, &save.max_shard_bytes)) return 1;
+            break;
         case 'h': init_help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -57,7 +66,7 @@ int cmd_init(int argc, char **argv) {
     dt_error err;
     if (dt_model_create(&m, &cfg, &err) != 0) return cli_error(cmd, "%s", err.msg);
     dt_model_init_random(&m, seed);
-    int rc = dt_model_save(&m, out, 0, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
+    int rc = dt_model_save_with(&m, out, &save, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
     if (rc == 0) {
         printf("wrote %s (%s, %zu parameters)\n", out, cfg.arch == DT_ARCH_DIFF ? "diffllama" : "llama", m.n_params);
         cli_print_param_counts(&cfg);
@@ -174,22 +183,36 @@ int cmd_eval(int argc, char **argv) {
 /* ---------------------------------------------------------------- export */
 
 int cmd_export(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"hf", no_argument, 0, 'f'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {{"hf", no_argument, 0, 'f'},
+                                         {"dtype", required_argument, 0, 'D'},
+                                         {"max-shard-size", required_argument, 0, 'M'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     const char *cmd = "export";
-    int hf = 0;
+    dt_save_options save = {0};
     optind = 1;
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'f': hf = 1; break;
+        case 'f': save.hf_export = 1; break;
+        case 'D':
+            if (cli_parse_dtype(cmd, optarg, &save.dtype)) return 1;
+            break;
+        case 'M':
+            if (cli_parse_size(cmd, "--max-shard-size", optarg, &save.max_shard_bytes)) return 1;
+            break;
         case 'h':
-            printf("usage: difftrans export MODEL_DIR OUT_DIR [--hf]\n\n"
-                   "Rewrites a checkpoint as F32. With --hf the result is what plain Hugging Face\n"
+            printf("usage: difftrans export MODEL_DIR OUT_DIR [--hf] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n\n"
+                   "Rewrites a checkpoint. With --hf the result is what plain Hugging Face\n"
                    "transformers (DiffLlamaForCausalLM / LlamaForCausalLM) loads and reproduces exactly:\n"
                    "learnable per-head norm weights are folded into o_proj's columns and no tensor or\n"
-                   "config key of our own is written.\n");
+                   "config key of our own is written.\n\n"
+                   "  --dtype D             store the weights as f32 [default], bf16 or f16 (rounded to\n"
+                   "                        nearest even, as torch casts); config.json's torch_dtype says which\n"
+                   "  --max-shard-size S    split the weights into model-0000K-of-0000N.safetensors shards of\n"
+                   "                        at most S (500MB, 2GiB, bytes) with model.safetensors.index.json,\n"
+                   "                        as transformers' save_pretrained does [one file]\n");
             return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -198,8 +221,8 @@ int cmd_export(int argc, char **argv) {
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
-    int rc = dt_model_save(&m, argv[optind + 1], hf, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
-    if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], hf ? " (Hugging Face layout)" : "");
+    int rc = dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
+    if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], save.hf_export ? " (Hugging Face layout)" : "");
     dt_model_free(&m);
     return rc;
 }

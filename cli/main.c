@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cli.h"
 
@@ -133,6 +134,36 @@ int cli_parse_arch(const char *cmd, const char *s, dt_arch *arch) {
 
 void cli_set_threads(int n) {
     if (n > 0) omp_set_num_threads(n);
+}
+
+int cli_parse_dtype(const char *cmd, const char *s, dt_dtype *out) {
+    if (!strcasecmp(s, "f32") || !strcmp(s, "float32")) *out = DT_F32;
+    else if (!strcasecmp(s, "bf16") || !strcmp(s, "bfloat16")) *out = DT_BF16;
+    else if (!strcasecmp(s, "f16") || !strcmp(s, "float16")) *out = DT_F16;
+    else return -(cli_error(cmd, "--dtype '%s': expected f32, bf16 or f16", s) != 0);
+    return 0;
+}
+
+int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *out) {
+    static const struct {
+        const char *suffix;
+        double scale;
+    } units[] = {{"", 1},          {"B", 1},          {"KB", 1e3},         {"MB", 1e6},
+                 {"GB", 1e9},      {"TB", 1e12},      {"KIB", 1024.0},     {"MIB", 1048576.0},
+                 {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v <= 0 || *s == '-')
+        return -(cli_error(cmd, "%s '%s': not a positive size (e.g. 500MB, 2GiB, 1000000)", name, s) != 0);
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcasecmp(end, units[i].suffix) != 0) continue;
+        double bytes = floor(v * units[i].scale);
+        if (bytes < 1 || bytes > 1e18) return -(cli_error(cmd, "%s '%s': out of range", name, s) != 0);
+        *out = (uint64_t)bytes;
+        return 0;
+    }
+    return -(cli_error(cmd, "%s '%s': unknown unit (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", name, s) != 0);
 }
 
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) {

@@ -135,14 +135,39 @@ typedef struct {
     int ndim;
     int64_t shape[DT_MAX_DIMS];
     const float *data;
-    /* Integer tensors instead of data: raw bytes of dtype DT_I8 or DT_U8 (zero-initialised
-     * entries are F32 from data). */
+    /* How the tensor is stored: F32 (0, the default), F16 or BF16 from data (rounded to nearest
+     * even, as torch casts); or raw bytes of dtype DT_I8 / DT_U8 instead of data. */
     dt_dtype dtype;
     const void *raw;
 } dt_st_entry;
 
-/* Write F32 (and raw I8 / U8) tensors atomically (temporary file, then rename). */
+/* Write tensors atomically (temporary file, then rename), each in its entry's dtype. */
+int dt_st_write(const char *path, const dt_st_entry *entries, int n, dt_error *err);
+/* The same for entries that are all F32 or raw I8 / U8 (refuses F16 / BF16). */
 int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, dt_error *err);
+/* Bytes an entry takes in the file. */
+size_t dt_st_entry_bytes(const dt_st_entry *e);
+
+/* A checkpoint directory's weights: DIR/model.safetensors, or the shards that
+ * DIR/model.safetensors.index.json names (Hugging Face's layout; checked: every listed tensor in
+ * the shard named, every tensor of a shard listed, none in two shards, shards inside DIR). */
+typedef struct {
+    char dir[4096];
+    int sharded;                 /* 1 when read through the index */
+    int n_files;
+    dt_safetensors *files;
+    int n;                       /* tensors over all files */
+    struct dt_st_ref *refs;      /* sorted by name */
+} dt_st_set;
+
+int dt_st_set_open(dt_st_set *s, const char *dir, dt_error *err);
+void dt_st_set_close(dt_st_set *s);
+/* The tensor called name, and (when file != NULL) the file that holds it; NULL when absent. */
+const dt_st_tensor *dt_st_set_find(const dt_st_set *s, const char *name, const dt_safetensors **file);
+/* Write entries into DIR as model.safetensors or, when they exceed max_shard_bytes (> 0), as
+ * model-00001-of-0000N.safetensors shards plus the index, the way transformers splits them.
+ * Files of an earlier save that the new layout does not use are removed. */
+int dt_st_write_dir(const char *dir, const dt_st_entry *entries, int n, uint64_t max_shard_bytes, dt_error *err);
 
 /* ---------------------------------------------------------------- model */
 
@@ -205,6 +230,18 @@ float dt_model_lambda(const dt_model *m, int layer);
 int dt_model_load(dt_model *m, const char *dir, dt_error *err);
 /* hf_export: fold subln weights into o_proj columns and write only HF tensors. */
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err);
+
+typedef struct {
+    int hf_export;               /* as above */
+    dt_dtype dtype;              /* weights stored as F32 (default), F16 or BF16; config.json's
+                                    torch_dtype says which */
+    uint64_t max_shard_bytes;    /* 0: one model.safetensors; otherwise shards of at most this many
+                                    bytes (a single larger tensor gets a shard of its own) */
+} dt_save_options;
+
+/* Checkpoint directory: config.json, generation_config.json, the weights (one file or shards),
+ * the tokenizer files. */
+int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err);
 
 /* ---------------------------------------------------------------- forward / backward */
 

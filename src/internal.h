@@ -5,6 +5,16 @@
 
 /* Writes text plus a newline to path through a temporary file and a rename. */
 int write_text_atomic(const char *path, const char *text, dt_error *err);
+/* dt_atomic_commit in two steps, so that several files can be completed before any is renamed:
+ * flush, fsync and close (the temporary file stays), then the rename. */
+int atomic_finish(dt_atomic_file *f, dt_error *err);
+int atomic_rename(dt_atomic_file *f, dt_error *err);
+
+/* safetensors.c: validate entries (names, shapes, dtypes, duplicates) and write a whole file to
+ * an open stream; path is for messages. */
+int st_check_entries(const char *path, const dt_st_entry *entries, int n, dt_error *err);
+#include <stdio.h>
+int st_write_stream(FILE *fp, const char *path, const dt_st_entry *entries, int n, dt_error *err);
 
 /* dt_backward that tells `ready` as it goes which gradients are final: after ready(ctx, from), the
  * gradients of every parameter at offset >= from will not change any more in this backward. The
@@ -17,6 +27,15 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
  * (config.json, generation_config.json) into s, keys that are absent leaving s as it is; and the
  * reverse. The cJSON types stay opaque here. */
 struct cJSON;
+/* A small JSON file (config.json and its kin, at most 16 MiB) that must be one JSON value; NULL
+ * with a message naming the file and the line otherwise. Free with cJSON_Delete. */
+struct cJSON *json_load_file(const char *path, dt_error *err);
+/* generation_config.json: read its token ids into s (1 when the file does not exist, s untouched);
+ * write s and nothing else of ours. */
+int generation_config_load(dt_special_ids *s, const char *path, dt_error *err);
+int generation_config_save(const dt_special_ids *s, const char *path, dt_error *err);
+/* config.json with torch_dtype naming the stored dtype. */
+int config_save_dtype(const dt_config *cfg, const char *path, dt_dtype dtype, dt_error *err);
 int special_ids_parse(const struct cJSON *root, dt_special_ids *s, const char *path, dt_error *err);
 int special_ids_add(struct cJSON *root, const dt_special_ids *s);
 #endif

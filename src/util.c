@@ -46,7 +46,7 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
     return 0;
 }
 
-int dt_atomic_commit(dt_atomic_file *f, dt_error *err) {
+int atomic_finish(dt_atomic_file *f, dt_error *err) {
     FILE *fp = f->fp;
     f->fp = NULL;
     int bad = ferror(fp) || fflush(fp) != 0 || fsync(fileno(fp)) != 0;
@@ -56,6 +56,16 @@ int dt_atomic_commit(dt_atomic_file *f, dt_error *err) {
         unlink(f->tmp);
         return dt_fail(err, "%s: write failed: %s", f->path, strerror(saved));
     }
+    return 0;
+}
+
+int dt_atomic_commit(dt_atomic_file *f, dt_error *err) {
+    if (atomic_finish(f, err) != 0) return -1;
+    return atomic_rename(f, err);
+}
+
+int atomic_rename(dt_atomic_file *f, dt_error *err) {
+    int saved;
     if (rename(f->tmp, f->path) != 0) {
         saved = errno;
         unlink(f->tmp);

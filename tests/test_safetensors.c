@@ -148,6 +148,97 @@ static void test_round_trip(void **state) {
     dt_st_close(&st); /* closing twice is harmless */
 }
 
+/* An independent decoding of IEEE binary16 bits (ldexp instead of bit surgery). */
+static double half_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double mag = e == 0 ? ldexp(m, -24) : e == 31 ? INFINITY : ldexp(1024 + m, e - 25);
+    return (h & 0x8000) ? -mag : mag;
+}
+
+/* Writes floats as one F16 or BF16 tensor and gives back the stored 16-bit words. */
+static uint16_t *store_as(dt_dtype dtype, const float *x, size_t n) {
+    char path[1200];
+    tu_path(path, sizeof path, "narrow.safetensors");
+    dt_st_entry e = {.name = "x", .ndim = 1, .shape = {(int64_t)n}, .data = x, .dtype = dtype};
+    dt_error err = {{0}};
+    if (dt_st_write(path, &e, 1, &err) != 0) fail_msg("%s", err.msg);
+    dt_safetensors st;
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(st.tensors[0].dtype, dtype);
+    assert_int_equal(st.tensors[0].end - st.tensors[0].begin, 2 * n);
+    uint16_t *w = malloc(n * sizeof *w);
+    assert_non_null(w);
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *p = st.data + st.tensors[0].begin + 2 * i;
+        w[i] = (uint16_t)(p[0] | (p[1] << 8));
+    }
+    dt_st_close(&st);
+    return w;
+}
+
+/* Every finite half survives float → F16 exactly; the point halfway between two neighbours goes
+ * to the one with an even mantissa; just off halfway goes to the nearer; overflow → inf. */
+static void test_write_f16(void **state) {
+    (void)state;
+    enum { N = 31744 }; /* positive finite halves 0x0000..0x7BFF */
+    float *x = malloc(4 * N * sizeof *x);
+    assert_non_null(x);
+    for (int h = 0; h < N; h++) x[h] = (float)half_value((uint16_t)h);
+    for (int h = 0; h < N - 1; h++) {
+        double lo = half_value((uint16_t)h), hi = half_value((uint16_t)(h + 1)), mid = (lo + hi) / 2;
+        x[N + h] = (float)mid;                                  /* exact in float */
+        x[2 * N + h] = nextafterf((float)mid, INFINITY);        /* just above: rounds up */
+        x[3 * N + h] = -(float)mid;
+    }
+    x[2 * N - 1] = 65519.0f, x[3 * N - 1] = 65520.0f, x[4 * N - 1] = -1e30f;
+    uint16_t *w = store_as(DT_F16, x, 4 * N);
+    for (int h = 0; h < N; h++)
+        if (w[h] != h) fail_msg("half 0x%04x (%g) stored as 0x%04x", h, (double)x[h], w[h]);
+    for (int h = 0; h < N - 1; h++) {
+        uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+        if (w[N + h] != even) fail_msg("tie between 0x%04x and its successor stored as 0x%04x", h, w[N + h]);
+        if (w[2 * N + h] != h + 1) fail_msg("above the tie after 0x%04x stored as 0x%04x", h, w[2 * N + h]);
+        if (w[3 * N + h] != (0x8000 | even)) fail_msg("negative tie after 0x%04x stored as 0x%04x", h, w[3 * N + h]);
+    }
+    assert_int_equal(w[2 * N - 1], 0x7BFF); /* 65519 < 65520: the largest half */
+    assert_int_equal(w[3 * N - 1], 0x7C00); /* the tie above 65504 rounds to even: infinity */
+    assert_int_equal(w[4 * N - 1], 0xFC00);
+    free(w);
+    free(x);
+}
+
+static void test_write_bf16(void **state) {
+    (void)state;
+    const float x[] = {1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-8f + 0x1p-20f, -2.5f, 0.0f, -0.0f,
+                       3.4e38f, INFINITY, 1e-40f, NAN};
+    const uint16_t want[] = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0xC020, 0x0000, 0x8000, 0x7F80, 0x7F80, 0x0001};
+    uint16_t *w = store_as(DT_BF16, x, 11);
+    for (int i = 0; i < 10; i++)
+        if (w[i] != want[i]) fail_msg("%g stored as 0x%04x, want 0x%04x", (double)x[i], w[i], want[i]);
+    assert_true((w[10] & 0x7F80) == 0x7F80 && (w[10] & 0x7F) != 0); /* still a NaN */
+    free(w);
+    /* every bf16 value round-trips, and the reader widens it back exactly */
+    float *all = malloc(65536 * sizeof *all), *back = malloc(65536 * sizeof *back);
+    assert_non_null(all);
+    assert_non_null(back);
+    int n = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        uint32_t u = b << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        if (!isnan(f)) all[n++] = f;
+    }
+    w = store_as(DT_BF16, all, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)w[i] << 16;
+        memcpy(&back[i], &u, 4);
+    }
+    assert_memory_equal(back, all, (size_t)n * sizeof *all);
+    free(w);
+    free(all);
+    free(back);
+}
+
 static void test_write_empty(void **state) {
     (void)state;
     char path[1200];
@@ -537,6 +628,8 @@ static void test_writer_failures(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),        cmocka_unit_test(test_write_empty),
+        cmocka_unit_test(test_write_f16),
+        cmocka_unit_test(test_write_bf16),
         cmocka_unit_test(test_header_contents),   cmocka_unit_test(test_f16),
         cmocka_unit_test(test_bf16),              cmocka_unit_test(test_missing_and_empty),
         cmocka_unit_test(test_truncated_everywhere), cmocka_unit_test(test_bad_header_length),

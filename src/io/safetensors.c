@@ -39,6 +39,11 @@ static uint32_t load_le32(const uint8_t *p) {
 
 static uint64_t load_le64(const uint8_t *p) { return (uint64_t)load_le32(p) | ((uint64_t)load_le32(p + 4) << 32); }
 
+static void store_le16(uint8_t *p, uint16_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
 static void store_le32(uint8_t *p, uint32_t v) {
     p[0] = (uint8_t)v;
     p[1] = (uint8_t)(v >> 8);
@@ -79,6 +84,30 @@ static float half_to_float(uint16_t h) {
 
 /* bfloat16 is the top half of a float32. */
 static float bf16_to_float(uint16_t b) { return bits_to_float((uint32_t)b << 16); }
+
+/* binary32 → bfloat16, round to nearest even (what torch's .to(torch.bfloat16) does); NaN stays
+ * a quiet NaN, values past the largest bfloat16 become infinities. */
+static uint16_t float_to_bf16(float f) {
+    uint32_t u = float_to_bits(f);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* binary32 → binary16, round to nearest even, subnormals included; |x| ≥ 65520 (halfway past the
+ * largest half, 65504) becomes an infinity, as in IEEE 754 and torch. */
+static uint16_t float_to_half(float f) {
+    uint32_t u = float_to_bits(f);
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    uint32_t mag = u & 0x7FFFFFFFu;
+    if (mag > 0x7F800000u) return sign | 0x7E00u | (uint16_t)((mag >> 13) & 0x3FFu);   /* NaN, kept quiet */
+    if (mag >= 0x477FF000u) return sign | 0x7C00u;                                     /* overflow → inf */
+    if (mag >= 0x38800000u) {                                                          /* normal half */
+        uint32_t rebased = mag - (112u << 23);   /* exponent bias 127 → 15 */
+        return sign | (uint16_t)((rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13);
+    }
+    /* subnormal half: the value in units of 2^-24, rounded to nearest even (exact scaling) */
+    return sign | (uint16_t)lrintf(bits_to_float(mag) * 0x1p24f);
+}
 
 /* ---------------------------------------------------------------- dtypes */
 
@@ -389,6 +418,12 @@ const void *dt_st_data(const dt_safetensors *st, const dt_st_tensor *t) { return
 
 /* ---------------------------------------------------------------- writer */
 
+size_t dt_st_entry_bytes(const dt_st_entry *e) {
+    size_t n = dtype_size(e->dtype);
+    for (int d = 0; d < e->ndim; d++) n *= (size_t)e->shape[d];
+    return n;
+}
+
 /* Validate one entry; *nbytes gets its data size. */
 static int check_entry(const char *path, const dt_st_entry *e, int i, size_t *nbytes, dt_error *err) {
     if (!e->name) return dt_fail(err, "%s: entry %d has no name", path, i);
@@ -396,6 +431,8 @@ static int check_entry(const char *path, const dt_st_entry *e, int i, size_t *nb
     if (strlen(name) >= sizeof ((dt_st_tensor *)0)->name)
         return dt_fail(err, "%s: tensor name too long (%zu bytes): %.64s...", path, strlen(name), name);
     if (strcmp(name, "__metadata__") == 0) return dt_fail(err, "%s: __metadata__ is not a tensor name", path);
+    if (!e->raw && e->dtype != DT_F32 && e->dtype != DT_F16 && e->dtype != DT_BF16)
+        return dt_fail(err, "%s: tensor %s: dtype %s cannot be written from floats", path, name, dtype_name(e->dtype));
     if (e->ndim < 0 || e->ndim > DT_MAX_DIMS)
         return dt_fail(err, "%s: tensor %s: ndim %d not in 0..%d", path, name, e->ndim, DT_MAX_DIMS);
     size_t numel = 1;
@@ -406,13 +443,13 @@ static int check_entry(const char *path, const dt_st_entry *e, int i, size_t *nb
     }
     if (e->raw && e->dtype != DT_I8 && e->dtype != DT_U8)
         return dt_fail(err, "%s: tensor %s: raw data must be I8 or U8", path, name);
-    if (__builtin_mul_overflow(numel, e->raw ? (size_t)1 : sizeof(float), nbytes))
+    if (__builtin_mul_overflow(numel, dtype_size(e->dtype), nbytes))
         return dt_fail(err, "%s: tensor %s: shape overflows", path, name);
     if (numel > 0 && !e->data && !e->raw) return dt_fail(err, "%s: tensor %s: data is NULL", path, name);
     return 0;
 }
 
-static int check_entries(const char *path, const dt_st_entry *entries, int n, dt_error *err) {
+int st_check_entries(const char *path, const dt_st_entry *entries, int n, dt_error *err) {
     if (n < 0 || (n > 0 && !entries)) return dt_fail(err, "%s: invalid tensor list (n = %d)", path, n);
     for (int i = 0; i < n; i++) {
         size_t nbytes;
@@ -444,10 +481,11 @@ static int add_raw_uint(cJSON *array, uint64_t v) {
     return 0;
 }
 
+
 /* {"dtype":"F32","shape":[...],"data_offsets":[b,e]} added under `e->name`. */
 static int add_tensor_json(cJSON *root, const dt_st_entry *e, uint64_t begin, uint64_t end) {
     cJSON *obj = cJSON_AddObjectToObject(root, e->name);
-    if (!obj || !cJSON_AddStringToObject(obj, "dtype", dtype_name(e->raw ? e->dtype : DT_F32))) return -1;
+    if (!obj || !cJSON_AddStringToObject(obj, "dtype", dtype_name(e->dtype))) return -1;
     cJSON *shape = cJSON_AddArrayToObject(obj, "shape");
     if (!shape) return -1;
     for (int d = 0; d < e->ndim; d++)
@@ -465,8 +503,7 @@ static char *build_header(const dt_st_entry *entries, int n) {
     int ok = meta && cJSON_AddStringToObject(meta, "format", "pt");
     uint64_t off = 0;
     for (int i = 0; i < n && ok; i++) {
-        uint64_t nbytes = entries[i].raw ? 1 : 4;
-        for (int d = 0; d < entries[i].ndim; d++) nbytes *= (uint64_t)entries[i].shape[d]; /* checked already */
+        uint64_t nbytes = dt_st_entry_bytes(&entries[i]); /* checked already */
         ok = add_tensor_json(root, &entries[i], off, off + nbytes) == 0;
         off += nbytes;
     }
@@ -475,14 +512,19 @@ static char *build_header(const dt_st_entry *entries, int n) {
     return text;
 }
 
-/* Data as little-endian F32, converted through a small buffer so the file layout does not depend
- * on the host's byte order. */
-static int write_f32_le(FILE *fp, const float *x, size_t n) {
+/* Data as little-endian F32 / F16 / BF16, converted through a small buffer so the file layout does
+ * not depend on the host's byte order. */
+static int write_le(FILE *fp, const float *x, size_t n, dt_dtype dtype) {
     uint8_t buf[4096 * 4];
+    const size_t width = dtype_size(dtype);
     while (n > 0) {
         size_t k = n < 4096 ? n : 4096;
-        for (size_t i = 0; i < k; i++) store_le32(buf + 4 * i, float_to_bits(x[i]));
-        if (fwrite(buf, 4, k, fp) != k) return -1;
+        for (size_t i = 0; i < k; i++) {
+            if (dtype == DT_F16) store_le16(buf + 2 * i, float_to_half(x[i]));
+            else if (dtype == DT_BF16) store_le16(buf + 2 * i, float_to_bf16(x[i]));
+            else store_le32(buf + 4 * i, float_to_bits(x[i]));
+        }
+        if (fwrite(buf, width, k, fp) != k) return -1;
         x += k;
         n -= k;
     }
@@ -502,30 +544,40 @@ static int write_body(FILE *fp, const char *header, const dt_st_entry *entries, 
         for (int d = 0; d < entries[i].ndim; d++) numel *= (size_t)entries[i].shape[d];
         if (entries[i].raw) {
             if (fwrite(entries[i].raw, 1, numel, fp) != numel) return -1; /* bytes: no byte order */
-        } else if (write_f32_le(fp, entries[i].data, numel) != 0) return -1;
+        } else if (write_le(fp, entries[i].data, numel, entries[i].dtype) != 0) return -1;
     }
     return 0;
 }
 
-int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, dt_error *err) {
-    if (check_entries(path, entries, n, err) != 0) return -1;
+int st_write_stream(FILE *fp, const char *path, const dt_st_entry *entries, int n, dt_error *err) {
+    if (st_check_entries(path, entries, n, err) != 0) return -1;
     char *header = build_header(entries, n);
     if (!header) return dt_fail(err, "%s: out of memory building the header", path);
     if (strlen(header) + 8 > ST_MAX_HEADER) {
         cJSON_free(header);
         return dt_fail(err, "%s: header would be absurdly large (%zu bytes)", path, strlen(header));
     }
-    dt_atomic_file f;
-    if (dt_atomic_open(&f, path, err) != 0) {
-        cJSON_free(header);
-        return -1;
-    }
-    int rc = write_body(f.fp, header, entries, n);
+    int rc = write_body(fp, header, entries, n);
     int saved = errno;
     cJSON_free(header);
-    if (rc != 0) {
+    if (rc != 0) return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
+    return 0;
+}
+
+int dt_st_write(const char *path, const dt_st_entry *entries, int n, dt_error *err) {
+    if (st_check_entries(path, entries, n, err) != 0) return -1;
+    dt_atomic_file f;
+    if (dt_atomic_open(&f, path, err) != 0) return -1;
+    if (st_write_stream(f.fp, path, entries, n, err) != 0) {
         dt_atomic_abort(&f);
-        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
+        return -1;
     }
     return dt_atomic_commit(&f, err);
+}
+
+int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, dt_error *err) {
+    for (int i = 0; entries && i < n; i++)
+        if (!entries[i].raw && entries[i].dtype != DT_F32)
+            return dt_fail(err, "%s: tensor %s is not F32", path, entries[i].name);
+    return dt_st_write(path, entries, n, err);
 }

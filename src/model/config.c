@@ -468,10 +468,10 @@ static int line_of(const char *text, const char *pos) {
     return line;
 }
 
-int dt_config_load(dt_config *cfg, const char *path, dt_error *err) {
+cJSON *json_load_file(const char *path, dt_error *err) {
     char *text = NULL;
     size_t len = 0;
-    if (read_text_file(path, &text, &len, err) != 0) return -1;
+    if (read_text_file(path, &text, &len, err) != 0) return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     /* cJSON stops after the first value; trailing text means the file is not one JSON value */
@@ -479,18 +479,44 @@ int dt_config_load(dt_config *cfg, const char *path, dt_error *err) {
         cJSON_Delete(root);
         root = NULL;
     }
-    if (!root) {
-        int line = end ? line_of(text, end) : 0;
-        free(text);
-        return dt_fail(err, "%s is not valid JSON (line %d)", path, line);
-    }
+    if (!root) dt_fail(err, "%s is not valid JSON (line %d)", path, end ? line_of(text, end) : 0);
+    free(text);
+    return root;
+}
+
+int dt_config_load(dt_config *cfg, const char *path, dt_error *err) {
+    cJSON *root = json_load_file(path, err);
+    if (!root) return -1;
     dt_config c;
     int rc = parse_config(root, &c, path, err);
     cJSON_Delete(root);
-    free(text);
     if (rc != 0 || dt_config_validate(&c, path, err) != 0) return -1;
     *cfg = c;
     return 0;
+}
+
+int generation_config_load(dt_special_ids *s, const char *path, dt_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
+    cJSON *root = json_load_file(path, err);
+    if (!root) return -1;
+    dt_special_ids ids = *s;
+    int rc = cJSON_IsObject(root) ? special_ids_parse(root, &ids, path, err)
+                                  : dt_fail(err, "%s: top level is not a JSON object", path);
+    cJSON_Delete(root);
+    if (rc == 0) *s = ids;
+    return rc;
+}
+
+int generation_config_save(const dt_special_ids *s, const char *path, dt_error *err) {
+    cJSON *root = cJSON_CreateObject();
+    int ok = root && special_ids_add(root, s) == 0;
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!text) return dt_fail(err, "%s: out of memory", path);
+    int rc = write_text_atomic(path, text, err);
+    cJSON_free(text);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- writing config.json */
@@ -552,7 +578,7 @@ int special_ids_add(cJSON *root, const dt_special_ids *s) {
     return ok ? 0 : -1;
 }
 
-static cJSON *config_to_json(const dt_config *c) {
+static cJSON *config_to_json(const dt_config *c, dt_dtype dtype) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     int diff = c->arch == DT_ARCH_DIFF;
@@ -573,7 +599,8 @@ static cJSON *config_to_json(const dt_config *c) {
     ok = ok && cJSON_AddStringToObject(root, "hidden_act", "silu");
     ok = ok && cJSON_AddBoolToObject(root, "attention_bias", 0);
     ok = ok && cJSON_AddBoolToObject(root, "mlp_bias", 0);
-    ok = ok && cJSON_AddStringToObject(root, "torch_dtype", "float32");
+    const char *torch_dtype = dtype == DT_BF16 ? "bfloat16" : dtype == DT_F16 ? "float16" : "float32";
+    ok = ok && cJSON_AddStringToObject(root, "torch_dtype", torch_dtype);
     ok = ok && cJSON_AddNumberToObject(root, "lambda_std_dev", float_for_json(c->lambda_std_dev));
     ok = ok && add_rope_scaling(root, &c->rope_scaling) == 0;
     ok = ok && special_ids_add(root, &c->special) == 0;
@@ -591,9 +618,13 @@ static cJSON *config_to_json(const dt_config *c) {
 }
 
 int dt_config_save(const dt_config *cfg, const char *path, dt_error *err) {
+    return config_save_dtype(cfg, path, DT_F32, err);
+}
+
+int config_save_dtype(const dt_config *cfg, const char *path, dt_dtype dtype, dt_error *err) {
     /* never write a config that the loader would refuse */
     if (dt_config_validate(cfg, path, err) != 0) return -1;
-    cJSON *root = config_to_json(cfg);
+    cJSON *root = config_to_json(cfg, dtype);
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!text) return dt_fail(err, "%s: out of memory building config.json", path);

@@ -9,6 +9,7 @@
 
 #include "difftrans.h"
 #include "quant/quant.h"
+#include "internal.h"
 
 /* ---------------------------------------------------------------- layout */
 
@@ -205,29 +206,37 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     if (join(path, sizeof path, dir, "config.json", err) || dt_config_load(&cfg, path, err)) return -1;
     dt_quant_options quant; /* a quantised checkpoint: its linear layers are integer tensors */
     if (quant_config_read(path, &quant, err) != 0) return -1;
+    /* generation_config.json's token ids take precedence over config.json's, as in transformers */
+    if (join(path, sizeof path, dir, "generation_config.json", err) ||
+        generation_config_load(&cfg.special, path, err) < 0 || dt_config_validate(&cfg, path, err) != 0)
+        return -1;
     if (dt_tokenizer_check(dir, err) != 0) return -1;
 
-    if (join(path, sizeof path, dir, "model.safetensors", err)) return -1;
-    dt_safetensors st;
-    if (dt_st_open(&st, path, err) != 0) return -1;
+    dt_st_set set;
+    if (dt_st_set_open(&set, dir, err) != 0) return -1;
     /* A checkpoint written by HF without our "difftrans" key may still carry subln weights. */
     if (cfg.arch == DT_ARCH_DIFF && !cfg.use_subln_weight) {
-        for (int i = 0; i < st.n; i++)
-            if (strstr(st.tensors[i].name, ".self_attn.subln.weight")) cfg.use_subln_weight = 1;
+        for (int f = 0; f < set.n_files; f++)
+            for (int i = 0; i < set.files[f].n; i++)
+                if (strstr(set.files[f].tensors[i].name, ".self_attn.subln.weight")) cfg.use_subln_weight = 1;
     }
     if (dt_model_create(m, &cfg, err) != 0) {
-        dt_st_close(&st);
+        dt_st_set_close(&set);
         return -1;
     }
     int rc = 0;
     for (int i = 0; i < m->n_tensors && rc == 0; i++) {
         const dt_tensor *t = &m->tensors[i];
         if (quant_replaces_tensor(&quant, t->name)) continue; /* its float slot stays zero and untouched */
-        const dt_st_tensor *s = dt_st_find(&st, t->name);
+        
+        const dt_safetensors *file = NULL;
+        const dt_st_tensor *s = dt_st_set_find(&set, t->name, &file);
         if (!s) {
-            rc = dt_fail(err, "%s: missing tensor '%s'", path, t->name);
+            if (set.sharded) rc = dt_fail(err, "%s/model.safetensors.index.json: missing tensor '%s'", dir, t->name);
+            else rc = dt_fail(err, "%s: missing tensor '%s'", set.files[0].path, t->name);
             break;
         }
+        snprintf(path, sizeof path, "%s", file->path);
         if (!tensor_shape_matches(s, t)) {
             char want[64], got[64];
             format_shape(want, sizeof want, t->ndim, t->shape);
@@ -236,7 +245,7 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
             break;
         }
         float *p = m->params + t->offset;
-        dt_st_read_f32(&st, s, p);
+        dt_st_read_f32(file, s, p);
         for (size_t j = 0; j < t->numel; j++) {
             if (!isfinite(p[j])) {
                 rc = dt_fail(err, "%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name,
@@ -245,15 +254,20 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
             }
         }
     }
-    if (rc == 0 && quant.scheme != DT_QUANT_NONE) rc = quant_load_tensors(m, &st, &quant, err);
+    if (rc == 0 && quant.scheme != DT_QUANT_NONE) {
+        rc = set.sharded ? dt_fail(err, "%s: a quantised checkpoint is read from one model.safetensors, not shards", dir)
+                         : quant_load_tensors(m, &set.files[0], &quant, err);
+    }
     /* Tied checkpoints sometimes also store lm_head; accept it only if it equals the embedding. */
     if (rc == 0 && cfg.tie_word_embeddings && !quant.lm_head) {
-        const dt_st_tensor *s = dt_st_find(&st, "lm_head.weight");
+        const dt_safetensors *file = NULL;
+        const dt_st_tensor *s = dt_st_set_find(&set, "lm_head.weight", &file);
         if (s && tensor_shape_matches(s, dt_model_find(m, "model.embed_tokens.weight"))) {
             float *tmp = malloc(s->numel * sizeof(float));
+            snprintf(path, sizeof path, "%s", file->path);
             if (!tmp) rc = dt_fail(err, "out of memory");
             else {
-                dt_st_read_f32(&st, s, tmp);
+                dt_st_read_f32(file, s, tmp);
                 if (memcmp(tmp, m->w.embed_tokens, s->numel * sizeof(float)) != 0)
                     rc = dt_fail(err, "%s: tie_word_embeddings is true but lm_head.weight differs from the embedding",
                                  path);
@@ -261,12 +275,20 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
             }
         }
     }
-    dt_st_close(&st);
+    dt_st_set_close(&set);
     if (rc != 0) dt_model_free(m);
     return rc;
 }
 
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err) {
+    dt_save_options opt = {.hf_export = hf_export, .dtype = DT_F32, .max_shard_bytes = 0};
+    return dt_model_save_with(m, dir, &opt, err);
+}
+
+int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err) {
+    const int hf_export = opt->hf_export;
+    if (opt->dtype != DT_F32 && opt->dtype != DT_F16 && opt->dtype != DT_BF16)
+        return dt_fail(err, "%s: cannot store weights as dtype %d", dir, (int)opt->dtype);
     char path[4200];
     if (m->quant && hf_export)
         return dt_fail(err, "%s: a quantised model (%s) has no Hugging Face form here: export the float model it "
@@ -308,12 +330,14 @@ int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *e
         entries[n].shape[0] = t->shape[0];
         entries[n].shape[1] = t->shape[1];
         entries[n].data = params + t->offset;
+        entries[n].dtype = opt->dtype;
         n++;
     }
-    int rc = join(path, sizeof path, dir, "model.safetensors", err);
-    if (rc == 0) rc = dt_st_write_f32(path, entries, n, err);
+    int rc = dt_st_write_dir(dir, entries, n, opt->max_shard_bytes, err);
     if (rc == 0) rc = join(path, sizeof path, dir, "config.json", err);
-    if (rc == 0) rc = dt_config_save(&cfg, path, err);
+    if (rc == 0) rc = config_save_dtype(&cfg, path, opt->dtype, err);
+    if (rc == 0) rc = join(path, sizeof path, dir, "generation_config.json", err);
+    if (rc == 0) rc = generation_config_save(&cfg.special, path, err);
     if (rc == 0) rc = dt_tokenizer_save(dir, err);
     free(entries);
     free(folded);
