@@ -203,7 +203,7 @@ int dt_st_set_open(dt_st_set *s, const char *dir, dt_error *err) {
         s->sharded = 1;
         rc = open_index(s, index, err);
     } else {
-        rc = dt_fail(err, "%s: no %s or %s", dir, SINGLE_NAME, INDEX_NAME);
+        rc = dt_fail(err, "%s: not found, and no %s beside it", single, INDEX_NAME);
     }
     if (rc != 0) dt_st_set_close(s);
     return rc;
