@@ -22,7 +22,7 @@ set -u
     exit 2
 }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-TMO=30          # seconds before a command counts as hung
+TMO=$((30 * ${DT_TEST_TIMEOUT_SCALE:-1})) # seconds before a command counts as hung (scaled on a loaded machine)
 OUT=$S/out      # where outputs would go; must stay empty of them
 mkdir -p "$OUT"
 
@@ -331,7 +331,7 @@ absurd_case() {
     local out counts
     out=$(
         ulimit -v 2097152
-        TMO=10
+        TMO=$((10 * ${DT_TEST_TIMEOUT_SCALE:-1}))
         N_PASS=0 N_FAIL=0 FAILED=()
         cfg_checks "$name" "$S/$name" "$pat"
         echo "COUNTS $N_PASS $N_FAIL"

@@ -28,7 +28,8 @@ if [ ! -s "$CORPUS" ]; then # not every system has it: any plain text with lines
 fi
 # the interpreter itself, not a version-manager shim (those cost ~0.5 s per start)
 PY=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null || true)
-TMO=${TMO:-120}
+# DT_TEST_TIMEOUT_SCALE stretches every hang guard on a loaded machine (the commands are the same).
+TMO=$(( ${TMO:-120} * ${DT_TEST_TIMEOUT_SCALE:-1} ))
 
 N_PASS=0
 N_FAIL=0
