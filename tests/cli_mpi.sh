@@ -13,6 +13,8 @@ TMO=120
 export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1
 # containers often forbid the cross-memory attach Open MPI's shared-memory transport tries first
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# under AddressSanitizer: Open MPI's own allocations live until exit; ours are still checked
+export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_openmpi.supp"
 MPIRUN=(mpirun --oversubscribe)
 [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
 if ! command -v mpirun >/dev/null; then

@@ -174,6 +174,8 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
         if (q->compute_s < st->compute_min_s) st->compute_min_s = q->compute_s;
         if (q->compute_s > st->compute_max_s) st->compute_max_s = q->compute_s;
     }
+    const double behind = st->compute_max_s - st->compute_s;
+    st->exposed_s = st->wait_s > behind ? st->wait_s - behind : 0;
     const float gnorm = (s->opt.zero ? (float)sqrt(norm2) : grad_norm(s->grads, P)) / KN;
     st->loss = (float)(loss / ranks);
     st->grad_norm = gnorm;

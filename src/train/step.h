@@ -34,6 +34,8 @@ typedef struct {
     double compute_s;            /* this rank: forwards and backwards */
     double compute_min_s, compute_max_s; /* the same over the ranks */
     double wait_s;               /* this rank: waiting for the gradient reduction after its backward */
+    double exposed_s;            /* wait_s less the time this rank waited for the slowest rank's
+                                    backward (compute_max_s − compute_s): the reduction not hidden */
     double comm_s;               /* this rank: every wait on other ranks in the step (wait_s included) */
 } train_step_stats;
 

@@ -68,7 +68,7 @@ typedef struct {
     double elapsed;              /* seconds of training so far (for the metrics) */
     /* sums over the timed steps (all but the first) for the closing summary */
     int timed;
-    double step_s, compute_s, wait_s, comm_s, spread;
+    double step_s, compute_s, wait_s, exposed_s, comm_s, spread;
 } trainer;
 
 static double now_seconds(void) {
@@ -499,11 +499,11 @@ static void print_summary(const dt_train_options *o, const trainer *tr) {
     const double n = tr->timed, step = tr->step_s / n;
     fprintf(stderr,
             "summary: %d rank%s × %d thread%s | step %.1f ms | compute %.1f ms (spread between ranks %.1f%%) | "
-            "communication %.1f ms/step = %.1f%% of the step (%.1f ms waiting after the backward), %.2f MB sent "
-            "per rank per step | optimizer state %.2f MB per rank | %.0f tok/s\n",
+            "communication %.1f ms/step = %.1f%% of the step (%.1f ms waiting after the backward, %.1f ms of it "
+            "not for a slower rank), %.2f MB sent per rank per step | optimizer state %.2f MB per rank | %.0f tok/s\n",
             tr->ranks, tr->ranks > 1 ? "s" : "", omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "",
             1e3 * step, 1e3 * tr->compute_s / n, 100 * tr->spread / n, 1e3 * tr->comm_s / n,
-            100 * tr->comm_s / tr->step_s, 1e3 * tr->wait_s / n, train_step_comm_bytes(&tr->ts) / 1e6,
+            100 * tr->comm_s / tr->step_s, 1e3 * tr->wait_s / n, 1e3 * tr->exposed_s / n, train_step_comm_bytes(&tr->ts) / 1e6,
             train_step_optimizer_bytes(&tr->ts) / 1e6, (double)o->batch * o->seq / step);
 }
 
@@ -566,6 +566,7 @@ int dt_train(dt_train_options *o, dt_error *err) {
             tr.step_s += dt;
             tr.compute_s += st.compute_s;
             tr.wait_s += st.wait_s;
+            tr.exposed_s += st.exposed_s;
             tr.comm_s += st.comm_s;
             tr.spread += st.compute_max_s > 0 ? (st.compute_max_s - st.compute_min_s) / st.compute_max_s : 0;
         }
