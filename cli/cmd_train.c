@@ -1,6 +1,7 @@
 /* cmd_train.c — `difftrans train`. */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -53,12 +54,13 @@ static void help(void) {
            "  --comm-timeout S          a rank that stops responding ends the job after S seconds [%g]\n\n"
            "Ctrl-C saves a checkpoint and exits; --resume continues exactly where it stopped.\n"
            "Writes DIR/metrics.jsonl: step, train/val loss, lr, grad norm, tokens/s, λ per layer.\n\n"
-           "  mpirun -np N difftrans train ...   trains one model on N ranks: --batch is the global\n"
-           "batch (a multiple of N × --grad-accum), rank r computes rows [r·B/N, (r+1)·B/N) of the batch\n"
-           "one process would draw, and the run follows the one-process run to float rounding. Rank 0\n"
-           "writes DIR; every rank reads it on --resume, which works with any N. Threads per rank\n"
-           "default to the cores the rank is bound to (or the cores / ranks on its machine). Ranks\n"
-           "started with a different program, options or data are refused at start-up.\n"
+           "mpirun -np N difftrans train ... trains one model on N ranks. --batch is the global batch\n"
+           "(a multiple of N × --grad-accum); rank r computes rows [r·B/N, (r+1)·B/N) of the batch one\n"
+           "process would draw, so the run follows the one-process run to float rounding. Rank 0\n"
+           "writes DIR; every rank reads it on --resume, which works with any N. Threads per rank:\n"
+           "--threads, else OMP_NUM_THREADS, else the cores the rank is bound to (or its machine's\n"
+           "cores / its ranks there). Ranks started with a different program, options or data are\n"
+           "refused at start-up.\n"
            "Faults: a rank that dies ends the job at once (mpirun reports it and stops the others);\n"
            "a rank that hangs ends it within --comm-timeout S seconds (rank 0 names the ranks that did\n"
            "not arrive; the others give up after 1.5·S + 2 s). The last checkpoint stays intact.\n",
@@ -143,7 +145,9 @@ int cmd_train(int argc, char **argv) {
     dt_error err;
     dt_comm *comm = NULL;
     if (dt_comm_create(&comm, comm_timeout, &err) != 0) return cli_error(cmd, "%s", err.msg);
-    if (threads == 0 && dt_comm_size(comm) > 1) threads = dt_comm_default_threads(comm);
+    /* in a job, each rank's share of the cores, unless --threads or OMP_NUM_THREADS says otherwise */
+    if (threads == 0 && dt_comm_size(comm) > 1 && !getenv("OMP_NUM_THREADS"))
+        threads = dt_comm_default_threads(comm);
     cli_set_threads(threads);
     o.comm = comm;
 
