@@ -424,6 +424,50 @@ const dt_quant_act_stat *dt_model_quant_act_stats(const dt_model *m, int *n);
 int dt_tokenizer_save(const char *dir, dt_error *err);
 int dt_tokenizer_check(const char *dir, dt_error *err);
 
+/* Hugging Face tokenizer.json with a BPE model, encoding and decoding bit-exactly like the Rust
+ * `tokenizers` library (normalizers, pre-tokenizers, added tokens, post-processor, decoder; see
+ * README "Tokenizers"). Anything outside the supported components is refused by name at load.
+ * A loaded dt_tok is read-only: any number of threads may use it, each with its own encoder. */
+typedef struct dt_tok dt_tok;
+typedef struct dt_tok_encoder dt_tok_encoder;
+
+/* path: a tokenizer.json, or a directory holding one (its tokenizer_config.json, when there,
+ * gives the bos / eos / pad tokens). */
+int dt_tok_load(dt_tok **tok, const char *path, dt_error *err);
+void dt_tok_free(dt_tok *tok);
+/* text[0..len) must be valid UTF-8 (anything else is refused with the byte offset).
+ * add_special: run the post-processor (e.g. prepend <s>), as encode(add_special_tokens=True).
+ * *ids is malloc'd (the caller frees it). */
+int dt_tok_encode(const dt_tok *tok, const char *text, size_t len, int add_special, int32_t **ids, size_t *n_ids,
+                  dt_error *err);
+/* Per-thread encoding state (regex match data, a cache of recent words) for many encodings:
+ * *ids points into the encoder and stays valid until its next call. */
+dt_tok_encoder *dt_tok_encoder_new(const dt_tok *tok);   /* NULL when out of memory */
+void dt_tok_encoder_free(dt_tok_encoder *e);
+int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int add_special, const int32_t **ids,
+                          size_t *n_ids, dt_error *err);
+/* *text is malloc'd and NUL-terminated (*len excludes the NUL). An id that is not a token is an
+ * error naming it. skip_special: leave special tokens out. */
+int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len,
+                  dt_error *err);
+int32_t dt_tok_vocab_size(const dt_tok *tok);            /* 1 + the largest id (model and added tokens) */
+int32_t dt_tok_token_to_id(const dt_tok *tok, const char *token, size_t len);  /* -1 when absent */
+const char *dt_tok_id_to_token(const dt_tok *tok, int32_t id, size_t *len);   /* NULL when absent */
+int dt_tok_is_special(const dt_tok *tok, int32_t id);
+int32_t dt_tok_bos_id(const dt_tok *tok);                /* -1 when the tokenizer has none */
+int32_t dt_tok_eos_id(const dt_tok *tok);
+int32_t dt_tok_pad_id(const dt_tok *tok);
+const char *dt_tok_path(const dt_tok *tok);              /* the tokenizer.json it was loaded from */
+
+typedef struct {
+    int32_t vocab_size, model_vocab, n_merges, n_added, n_special;
+    int byte_fallback, ignore_merges;
+    const char *unk_token;                               /* NULL when none */
+    const char *normalizer, *pre_tokenizer, *decoder;    /* top-level component types, or "none" */
+    int n_prefix, n_suffix;                              /* special ids the post-processor adds */
+    int32_t bos_id, eos_id, pad_id;
+} dt_tok_summary;
+void dt_tok_info(const dt_tok *tok, dt_tok_summary *s);
 /* ---------------------------------------------------------------- the machine */
 
 /* The CPU and the kernel path this process uses. The default build runs on any x86-64 CPU; the

@@ -9,6 +9,8 @@
 #   libcmocka-dev                   the C unit-test framework under CTest
 #   libopenmpi-dev, openmpi-bin     Open MPI: data-parallel training (`mpirun -np N difftrans train`)
 #                                   and its tests (mpirun)
+#   libpcre2-dev                    tokenizer.json pre-tokenizer regexes (UTF + UCP + JIT)
+#   libutf8proc-dev                 tokenizer.json NFC / NFKC normalizers and Unicode categories
 #   python3-numpy                   reads the committed PyTorch golden files (tests)
 #   fortunes                        the demo's English corpus (/usr/share/games/fortunes)
 #   gnuplot-nox                     the PNG plots of `difftrans compare` reports (optional)
@@ -16,7 +18,7 @@
 install=0
 if [ "${1:-}" = "--install" ]; then install=1; shift; fi
 purpose=${1:-build}
-required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin"
+required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin" libpcre2-dev libutf8proc-dev
 case "$purpose" in
 test) required="$required python3-numpy" ;;
 demo) required="$required fortunes" ;;

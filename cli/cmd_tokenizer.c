@@ -1,0 +1,257 @@
+/* cmd_tokenizer.c — `difftrans tokenizer encode|decode|info|train`: Hugging Face tokenizer.json. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static void tokenizer_help(FILE *f) {
+    fprintf(f,
+            "usage: difftrans tokenizer encode --tokenizer PATH [--add-special] [--threads N] < TEXT\n"
+            "       difftrans tokenizer decode --tokenizer PATH [--skip-special] < IDS\n"
+            "       difftrans tokenizer info PATH\n"
+            "       difftrans tokenizer train --data FILE... --vocab-size N --out DIR [--pattern gpt2|llama3]\n"
+            "                                 [--bos TOKEN] [--eos TOKEN] [--pad TOKEN] [--min-frequency N]\n\n"
+            "PATH is a Hugging Face tokenizer.json (model BPE) or a directory holding one.\n"
+            "  encode  reads all of stdin as it is (a trailing newline is part of the text; it must be\n"
+            "          valid UTF-8) and prints the ids on one line, separated by spaces. --add-special\n"
+            "          runs the post-processor (e.g. prepends <s>), like add_special_tokens=True.\n"
+            "  decode  reads whitespace-separated ids from stdin and writes the text, nothing added.\n"
+            "          --skip-special leaves special tokens out.\n"
+            "  info    vocabulary size, merges, components, added and special tokens.\n"
+            "  train   learns a byte-level BPE (see difftrans tokenizer train --help).\n");
+}
+
+/* All of a stream, byte-exact. */
+static int read_all(FILE *fp, char **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) return -1;
+    for (;;) {
+        if (n == cap) {
+            char *p = realloc(buf, cap * 2);
+            if (!p) {
+                free(buf);
+                return -1;
+            }
+            buf = p;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, fp);
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(fp)) {
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+static int load(const char *cmd, const char *path, dt_tok **tok) {
+    dt_error err;
+    if (!path) return cli_error(cmd, "--tokenizer PATH is required (see difftrans tokenizer --help)");
+    if (dt_tok_load(tok, path, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    return 0;
+}
+
+static int write_ids(const int32_t *ids, size_t n) {
+    /* one buffered line; printf per id is the slow part on large files */
+    char buf[1 << 16];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k > sizeof buf - 16) {
+            if (fwrite(buf, 1, k, stdout) != k) return -1;
+            k = 0;
+        }
+        k += (size_t)snprintf(buf + k, 16, i ? " %d" : "%d", ids[i]);
+    }
+    buf[k++] = '\n';
+    if (fwrite(buf, 1, k, stdout) != k) return -1;
+    return fflush(stdout);
+}
+
+static int cmd_encode(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"tokenizer", required_argument, 0, 't'}, {"add-special", no_argument, 0, 'a'},
+        {"threads", required_argument, 0, 'T'},   {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "tokenizer encode", *path = NULL;
+    int add_special = 0, threads = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 't': path = optarg; break;
+        case 'a': add_special = 1; break;
+        case 'T':
+            if (parse_int(cmd, "--threads", optarg, 1, 1024, &threads)) return 1;
+            break;
+        case 'h': tokenizer_help(stdout); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+    }
+    if (optind < argc) return cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+    dt_tok *tok;
+    if (load(cmd, path, &tok) != 0) return 1;
+    char *text;
+    size_t len;
+    if (read_all(stdin, &text, &len) != 0) {
+        dt_tok_free(tok);
+        return cli_error(cmd, "stdin: read failed: %s", strerror(errno));
+    }
+    dt_error err;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = dt_tok_encode(tok, text, len, add_special, &ids, &n, &err);
+    if (rc != 0) rc = !strncmp(err.msg, "text:", 5) ? cli_error(cmd, "stdin%s", err.msg + 4) : cli_error(cmd, "%s", err.msg);
+    else if (write_ids(ids, n) != 0) rc = cli_error(cmd, "stdout: write failed");
+    free(ids);
+    free(text);
+    dt_tok_free(tok);
+    return rc;
+}
+
+/* Whitespace-separated decimal ids; anything else is an error naming the offending word. */
+static int parse_ids(const char *cmd, const char *s, size_t len, int32_t **out, size_t *n_out) {
+    size_t cap = 1024, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return cli_error(cmd, "out of memory");
+    size_t i = 0;
+    while (i < len) {
+        while (i < len && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
+        if (i == len) break;
+        size_t j = i;
+        long long v = 0;
+        int ok = 1;
+        while (j < len && !(s[j] == ' ' || s[j] == '\n' || s[j] == '\t' || s[j] == '\r')) {
+            if (s[j] < '0' || s[j] > '9' || v > 2147483647LL) ok = 0;
+            else v = v * 10 + (s[j] - '0');
+            j++;
+        }
+        if (!ok || v > 2147483647LL) {
+            free(ids);
+            return cli_error(cmd, "stdin: '%.*s' is not a token id (non-negative integer)", (int)(j - i > 40 ? 40 : j - i),
+                             s + i);
+        }
+        if (n == cap) {
+            int32_t *p = realloc(ids, 2 * cap * sizeof *p);
+            if (!p) {
+                free(ids);
+                return cli_error(cmd, "out of memory");
+            }
+            ids = p;
+            cap *= 2;
+        }
+        ids[n++] = (int32_t)v;
+        i = j;
+    }
+    *out = ids;
+    *n_out = n;
+    return 0;
+}
+
+static int cmd_decode(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"tokenizer", required_argument, 0, 't'},
+        {"skip-special", no_argument, 0, 's'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "tokenizer decode", *path = NULL;
+    int skip = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 't': path = optarg; break;
+        case 's': skip = 1; break;
+        case 'h': tokenizer_help(stdout); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+    }
+    if (optind < argc) return cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+    dt_tok *tok;
+    if (load(cmd, path, &tok) != 0) return 1;
+    char *in;
+    size_t len;
+    if (read_all(stdin, &in, &len) != 0) {
+        dt_tok_free(tok);
+        return cli_error(cmd, "stdin: read failed: %s", strerror(errno));
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = parse_ids(cmd, in, len, &ids, &n);
+    free(in);
+    char *text = NULL;
+    size_t tlen = 0;
+    dt_error err;
+    if (rc == 0 && dt_tok_decode(tok, ids, n, skip, &text, &tlen, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0 && (fwrite(text, 1, tlen, stdout) != tlen || fflush(stdout) != 0))
+        rc = cli_error(cmd, "stdout: write failed");
+    free(text);
+    free(ids);
+    dt_tok_free(tok);
+    return rc;
+}
+
+static int cmd_tok_info(int argc, char **argv) {
+    const char *cmd = "tokenizer info";
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        tokenizer_help(stdout);
+        return 0;
+    }
+    if (argc != 2 || argv[1][0] == '-') return cli_error(cmd, "expected one PATH (see difftrans tokenizer --help)");
+    dt_tok *tok;
+    if (load(cmd, argv[1], &tok) != 0) return 1;
+    dt_tok_summary s;
+    dt_tok_info(tok, &s);
+    printf("tokenizer      %s\n", dt_tok_path(tok));
+    printf("model          BPE: %d tokens, %d merges%s%s%s%s\n", s.model_vocab, s.n_merges,
+           s.byte_fallback ? ", byte_fallback" : "", s.ignore_merges ? ", ignore_merges" : "",
+           s.unk_token ? ", unk " : "", s.unk_token ? s.unk_token : "");
+    printf("vocab size     %d (with %d added tokens, %d special)\n", s.vocab_size, s.n_added, s.n_special);
+    printf("normalizer     %s\npre-tokenizer  %s\ndecoder        %s\n", s.normalizer, s.pre_tokenizer, s.decoder);
+    printf("post-processor %d special id(s) before, %d after the text\n", s.n_prefix, s.n_suffix);
+    const char *names[] = {"bos", "eos", "pad"};
+    int32_t ids[] = {s.bos_id, s.eos_id, s.pad_id};
+    for (int i = 0; i < 3; i++) {
+        size_t l = 0;
+        const char *t = ids[i] >= 0 ? dt_tok_id_to_token(tok, ids[i], &l) : NULL;
+        if (t) printf("%-14s %d %.*s\n", names[i], ids[i], (int)l, t);
+        else printf("%-14s none\n", names[i]);
+    }
+    int shown = 0;
+    for (int32_t id = 0; id < s.vocab_size && shown < 12; id++) {
+        if (!dt_tok_is_special(tok, id)) continue;
+        size_t l;
+        const char *t = dt_tok_id_to_token(tok, id, &l);
+        printf("%s %d %.*s\n", shown ? "              " : "special        ", id, (int)l, t);
+        shown++;
+    }
+    if (s.n_special > shown) printf("               ... %d more\n", s.n_special - shown);
+    dt_tok_free(tok);
+    return 0;
+}
+
+int cmd_tokenizer(int argc, char **argv) {
+    if (argc < 2) {
+        tokenizer_help(stderr);
+        return 1;
+    }
+    const char *sub = argv[1];
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h") || !strcmp(sub, "help")) {
+        tokenizer_help(stdout);
+        return 0;
+    }
+    if (!strcmp(sub, "encode")) return cmd_encode(argc - 1, argv + 1);
+    if (!strcmp(sub, "decode")) return cmd_decode(argc - 1, argv + 1);
+    if (!strcmp(sub, "info")) return cmd_tok_info(argc - 1, argv + 1);
+    return cli_error("tokenizer", "unknown subcommand '%s' (encode, decode, info, train; see --help)", sub);
+}

@@ -1,0 +1,165 @@
+/* test_tokenizer.c — the tokenizer.json API on small hand-made tokenizers whose answers follow
+ * from the BPE rules (rank order of merges, added tokens, post-processor), and the refusals of
+ * bad tokenizer.json files. The bit-exact comparison with the Rust library is test_tokenizer_golden. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "testutil.h"
+
+/* Byte-level: "abc ab" → pieces "abc", "Ġab". Merge (a,b) has rank 0 and (Ġ,a) rank 2, so "Ġab"
+ * must become Ġ + ab = [3, 4]; applying merges left to right instead would give Ġa + b = [6, 1]. */
+static const char *TINY =
+    "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null,"
+    " \"added_tokens\": [{\"id\": 7, \"content\": \"<s>\", \"single_word\": false, \"lstrip\": false,"
+    "   \"rstrip\": false, \"normalized\": false, \"special\": true}],"
+    " \"normalizer\": null,"
+    " \"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true,"
+    "   \"use_regex\": true},"
+    " \"post_processor\": {\"type\": \"TemplateProcessing\","
+    "   \"single\": [{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}],"
+    "   \"pair\": [], \"special_tokens\": {\"<s>\": {\"id\": \"<s>\", \"ids\": [7], \"tokens\": [\"<s>\"]}}},"
+    " \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},"
+    " \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null,"
+    "   \"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false,"
+    "   \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"\\u0120\": 3, \"ab\": 4, \"abc\": 5, \"\\u0120a\": 6},"
+    "   \"merges\": [\"a b\", [\"ab\", \"c\"], \"\\u0120 a\"]}}";
+
+static char *write_tok(const char *name, const char *json) {
+    static char path[1200];
+    tu_path(path, sizeof path, name);
+    tu_write_file(path, json, strlen(json));
+    return path;
+}
+
+static void expect_ids(const dt_tok *tok, const char *text, int add_special, const int32_t *want, size_t n_want) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    dt_error err = {{0}};
+    if (dt_tok_encode(tok, text, strlen(text), add_special, &ids, &n, &err) != 0) fail_msg("encode: %s", err.msg);
+    if (n != n_want) fail_msg("'%s': %zu ids, want %zu", text, n, n_want);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] != want[i]) fail_msg("'%s': ids[%zu] = %d, want %d", text, i, ids[i], want[i]);
+    free(ids);
+}
+
+static void expect_text(const dt_tok *tok, const int32_t *ids, size_t n, int skip, const char *want) {
+    char *text = NULL;
+    size_t len = 0;
+    dt_error err = {{0}};
+    if (dt_tok_decode(tok, ids, n, skip, &text, &len, &err) != 0) fail_msg("decode: %s", err.msg);
+    if (len != strlen(want) || memcmp(text, want, len) != 0) fail_msg("decoded '%s', want '%s'", text, want);
+    free(text);
+}
+
+static void test_tiny_bytelevel(void **state) {
+    (void)state;
+    dt_tok *tok = NULL;
+    dt_error err = {{0}};
+    if (dt_tok_load(&tok, write_tok("tokenizer.json", TINY), &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(dt_tok_vocab_size(tok), 8);
+    assert_int_equal(dt_tok_token_to_id(tok, "<s>", 3), 7);
+    assert_int_equal(dt_tok_token_to_id(tok, "ab", 2), 4);
+    assert_int_equal(dt_tok_token_to_id(tok, "zz", 2), -1);
+    assert_true(dt_tok_is_special(tok, 7));
+    assert_false(dt_tok_is_special(tok, 4));
+    assert_int_equal(dt_tok_bos_id(tok), 7);
+    expect_ids(tok, "abc ab", 0, (const int32_t[]){5, 3, 4}, 3);
+    expect_ids(tok, "abc ab", 1, (const int32_t[]){7, 5, 3, 4}, 4);
+    expect_ids(tok, "<s>abc", 0, (const int32_t[]){7, 5}, 2);
+    expect_ids(tok, "", 0, NULL, 0);
+    expect_ids(tok, "", 1, (const int32_t[]){7}, 1);
+    expect_text(tok, (const int32_t[]){7, 5, 3, 4}, 4, 0, "<s>abc ab");
+    expect_text(tok, (const int32_t[]){7, 5, 3, 4}, 4, 1, "abc ab");
+    /* a character outside the vocabulary (no unk, no byte_fallback) is dropped, as in Rust */
+    expect_ids(tok, "abd", 0, (const int32_t[]){4}, 1);
+    /* refusals: invalid UTF-8 to encode, an id outside the vocabulary to decode */
+    int32_t *ids = NULL;
+    size_t n;
+    assert_int_equal(dt_tok_encode(tok, "a\xff", 2, 0, &ids, &n, &err), -1);
+    assert_non_null(strstr(err.msg, "invalid UTF-8 at byte 1"));
+    char *text = NULL;
+    size_t len;
+    assert_int_equal(dt_tok_decode(tok, (const int32_t[]){1, 8}, 2, 0, &text, &len, &err), -1);
+    assert_non_null(strstr(err.msg, "ids[1] = 8"));
+    assert_null(text);
+    dt_tok_free(tok);
+}
+
+/* Loads `json` after replacing the first occurrence of `from` in TINY with `to`; expects a
+ * refusal whose message names the file and holds `problem`. */
+static void expect_refused(const char *from, const char *to, const char *problem) {
+    const char *at = strstr(TINY, from);
+    if (!at) fail_msg("'%s' not in the template", from);
+    size_t n = strlen(TINY) - strlen(from) + strlen(to) + 1;
+    char *json = malloc(n);
+    assert_non_null(json);
+    snprintf(json, n, "%.*s%s%s", (int)(at - TINY), TINY, to, at + strlen(from));
+    char *path = write_tok("bad.json", json);
+    free(json);
+    dt_tok *tok = NULL;
+    dt_error err = {{0}};
+    if (dt_tok_load(&tok, path, &err) == 0) fail_msg("loaded although '%s' became '%s'", from, to);
+    assert_null(tok);
+    if (!strstr(err.msg, path)) fail_msg("message does not name the file: %s", err.msg);
+    if (!strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
+}
+
+static void test_bad_files(void **state) {
+    (void)state;
+    expect_refused("{\"version\"", "[\"version\"", "not valid JSON");
+    expect_refused("\"model\": {", "\"modelx\": {", "no \"model\"");
+    expect_refused("\"a b\"", "\"a q\"", "not in the vocabulary");
+    expect_refused("\"c\": 2", "\"c\": 1", "duplicate id 1");
+    expect_refused("\"c\": 2", "\"c\": 70", "past the vocabulary");
+    expect_refused("\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model type \"Unigram\" is not supported");
+    expect_refused("\"normalizer\": null", "\"normalizer\": {\"type\": \"BertNormalizer\"}",
+                   "normalizer \"BertNormalizer\" is not supported");
+    expect_refused("\"pre_tokenizer\": {\"type\": \"ByteLevel\"", "\"pre_tokenizer\": {\"type\": \"UnicodeScripts\"",
+                   "pre_tokenizer \"UnicodeScripts\" is not supported");
+    expect_refused("\"decoder\": {\"type\": \"ByteLevel\"", "\"decoder\": {\"type\": \"WordPiece\"",
+                   "decoder \"WordPiece\" is not supported");
+    expect_refused("\"post_processor\": {\"type\": \"TemplateProcessing\"",
+                   "\"post_processor\": {\"type\": \"Weird\"", "post_processor \"Weird\" is not supported");
+    expect_refused("\"use_regex\": true},", "\"use_regex\": true, \"frobnicate\": 1},", "\"frobnicate\" is not supported");
+    expect_refused("\"truncation\": null", "\"truncation\": {\"max_length\": 5}", "\"truncation\" is set");
+    expect_refused("\"dropout\": null", "\"dropout\": 0.1", "dropout");
+    expect_refused("{\"id\": 7,", "{\"id\": 9,", "declares id 9");
+    expect_refused("\"ids\": [7]", "\"ids\": [99]", "past the vocabulary");
+    dt_tok *tok = NULL;
+    dt_error err = {{0}};
+    char path[1200];
+    tu_path(path, sizeof path, "missing.json");
+    assert_int_equal(dt_tok_load(&tok, path, &err), -1);
+    assert_non_null(strstr(err.msg, "missing.json"));
+}
+
+/* A directory holding tokenizer.json (+ tokenizer_config.json for bos / eos). */
+static void test_directory(void **state) {
+    (void)state;
+    write_tok("tokenizer.json", TINY);
+    write_tok("tokenizer_config.json", "{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"abc\"}");
+    dt_tok *tok = NULL;
+    dt_error err = {{0}};
+    if (dt_tok_load(&tok, tu_tmpdir(), &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(dt_tok_bos_id(tok), 7);
+    assert_int_equal(dt_tok_eos_id(tok), 5);
+    assert_int_equal(dt_tok_pad_id(tok), -1);
+    dt_tok_free(tok);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tiny_bytelevel),
+        cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_directory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
