@@ -18,7 +18,7 @@
 install=0
 if [ "${1:-}" = "--install" ]; then install=1; shift; fi
 purpose=${1:-build}
-required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin" libpcre2-dev libutf8proc-dev
+required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin libpcre2-dev libutf8proc-dev"
 case "$purpose" in
 test) required="$required python3-numpy" ;;
 demo) required="$required fortunes" ;;
