@@ -240,6 +240,68 @@ static int cmd_tok_info(int argc, char **argv) {
     return 0;
 }
 
+static void train_help(void) {
+    dt_tok_train_options d;
+    dt_tok_train_defaults(&d);
+    printf("usage: difftrans tokenizer train --data FILE [--data FILE ...] --out DIR [--vocab-size N]\n"
+           "                                 [--pattern gpt2|llama3] [--bos TOKEN] [--eos TOKEN] [--pad TOKEN]\n"
+           "                                 [--min-frequency N] [--quiet]\n\n"
+           "Learns a byte-level BPE on the UTF-8 text files and writes DIR/tokenizer.json and\n"
+           "DIR/tokenizer_config.json (Hugging Face: the Rust tokenizers library and AutoTokenizer load them).\n"
+           "  --vocab-size N     all tokens: 256 bytes + merges + special tokens [%d]\n"
+           "  --pattern P        pre-tokenization: gpt2 (GPT-2's regex) or llama3 (Llama-3's, digits in\n"
+           "                     groups of 3, ignore_merges) [%s]\n"
+           "  --bos/--eos/--pad  special tokens ('' for none); --add-special puts bos before the text\n"
+           "                     [%s %s %s]\n"
+           "  --min-frequency N  pairs seen fewer times are not merged [%d]\n"
+           "Progress (merges done, ETA) goes to stderr unless --quiet.\n",
+           d.vocab_size, d.pattern, d.bos, d.eos, d.pad, d.min_frequency);
+}
+
+static int cmd_train_tok(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"data", required_argument, 0, 'd'},  {"vocab-size", required_argument, 0, 'v'},
+        {"out", required_argument, 0, 'o'},   {"pattern", required_argument, 0, 'p'},
+        {"bos", required_argument, 0, 'b'},   {"eos", required_argument, 0, 'e'},
+        {"pad", required_argument, 0, 'P'},   {"min-frequency", required_argument, 0, 'm'},
+        {"quiet", no_argument, 0, 'q'},       {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "tokenizer train", *out = NULL;
+    dt_tok_train_options o;
+    dt_tok_train_defaults(&o);
+    const char **files = calloc((size_t)argc + 1, sizeof *files);
+    if (!files) return cli_error(cmd, "out of memory");
+    optind = 1;
+    opterr = 0;
+    int ch, rc = 0;
+    while (rc == 0 && (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'd': files[o.n_files++] = optarg; break;
+        case 'v': rc = parse_int(cmd, "--vocab-size", optarg, 1, 1 << 30, &o.vocab_size) ? 1 : 0; break;
+        case 'o': out = optarg; break;
+        case 'p': o.pattern = optarg; break;
+        case 'b': o.bos = optarg; break;
+        case 'e': o.eos = optarg; break;
+        case 'P': o.pad = optarg; break;
+        case 'm': rc = parse_int(cmd, "--min-frequency", optarg, 1, 1 << 30, &o.min_frequency) ? 1 : 0; break;
+        case 'q': o.quiet = 1; break;
+        case 'h': train_help(); free(files); return 0;
+        default: rc = cli_bad_option(cmd, argc, argv);
+        }
+    }
+    if (rc == 0 && optind < argc) rc = cli_error(cmd, "unexpected argument '%s'", argv[optind]);
+    if (rc == 0 && o.n_files == 0) rc = cli_error(cmd, "--data FILE is required (see --help)");
+    if (rc == 0 && !out) rc = cli_error(cmd, "--out DIR is required (see --help)");
+    if (rc == 0 && strcmp(o.pattern, "gpt2") && strcmp(o.pattern, "llama3"))
+        rc = cli_error(cmd, "--pattern '%s': expected gpt2 or llama3", o.pattern);
+    o.files = files;
+    dt_error err;
+    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    free(files);
+    return rc;
+}
+
 int cmd_tokenizer(int argc, char **argv) {
     if (argc < 2) {
         tokenizer_help(stderr);
@@ -253,5 +315,6 @@ int cmd_tokenizer(int argc, char **argv) {
     if (!strcmp(sub, "encode")) return cmd_encode(argc - 1, argv + 1);
     if (!strcmp(sub, "decode")) return cmd_decode(argc - 1, argv + 1);
     if (!strcmp(sub, "info")) return cmd_tok_info(argc - 1, argv + 1);
+    if (!strcmp(sub, "train")) return cmd_train_tok(argc - 1, argv + 1);
     return cli_error("tokenizer", "unknown subcommand '%s' (encode, decode, info, train; see --help)", sub);
 }

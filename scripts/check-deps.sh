@@ -14,6 +14,9 @@
 #   python3-numpy                   reads the committed PyTorch golden files (tests)
 #   fortunes                        the demo's English corpus (/usr/share/games/fortunes)
 #   gnuplot-nox                     the PNG plots of `difftrans compare` reports (optional)
+#   nodejs, npm                     tests (optional): npm installs the tokenizer references (the Rust
+#                                   `tokenizers` library's Node binding, published tokenizer.json
+#                                   files); wanted only when no npm is on the PATH already
 # Optional too: python3-torch, with which the tests also regenerate the golden files.
 install=0
 if [ "${1:-}" = "--install" ]; then install=1; shift; fi
@@ -24,6 +27,7 @@ test) required="$required python3-numpy" ;;
 demo) required="$required fortunes" ;;
 esac
 wanted="$required python3-numpy fortunes gnuplot-nox"
+if [ "$purpose" = test ] && ! command -v npm >/dev/null 2>&1; then wanted="$wanted nodejs npm"; fi
 
 missing="" missing_required=""
 for p in $wanted; do

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# cli_tokenizer.sh — `difftrans tokenizer encode|decode|info|train` end to end.
+#
+# usage: bash tests/cli_tokenizer.sh PATH_TO_difftrans SCRATCH_DIR
+#
+# Stdin is encoded byte for byte (a trailing newline has its own id), decode writes exactly the
+# text, bad inputs are refused with the file or argument named; `train` learns tokenizers with
+# both patterns whose round trip is exact. When the reference (the Rust library's Node binding,
+# installed by the tokenizer_reference test into the build tree) is there: the trained tokenizers
+# encode the corpus and the hard strings identically in the reference, and the golden files are
+# regenerated and compared with the committed ones.
+set -u
+. "$(dirname "$0")/cli_lib.sh" "$@"
+HERE=$(cd "$(dirname "$0")" && pwd)
+FIX=$HERE/tokenizer/fixtures
+TOKREF=$(dirname "$S")/tokref/node_modules
+export OMP_NUM_THREADS=1
+
+# ---- encode / decode / info on a hand-made tokenizer
+T=$FIX/llama3_like.json
+printf 'Hello world!' >"$S/a.txt"
+printf 'Hello world!\n' >"$S/b.txt"
+expect_ok "encode" sh -c "'$DT' tokenizer encode --tokenizer '$T' <'$S/a.txt' >'$S/a.ids'"
+expect_ok "encode with a trailing newline" sh -c "'$DT' tokenizer encode --tokenizer '$T' <'$S/b.txt' >'$S/b.ids'"
+check "a trailing newline adds ids" test "$(wc -w <"$S/b.ids")" -gt "$(wc -w <"$S/a.ids")"
+check "ids on one line" test "$(wc -l <"$S/a.ids")" -eq 1
+expect_ok "encode --add-special" sh -c "'$DT' tokenizer encode --tokenizer '$T' --add-special <'$S/a.txt' >'$S/as.ids'"
+check "--add-special prepends the bos id" test "$(cut -d' ' -f1 "$S/as.ids")" = \
+    "$("$PY" -c 'import json,sys; print([t["id"] for t in json.load(open(sys.argv[1]))["added_tokens"]][0])' "$T")"
+expect_ok "decode" sh -c "'$DT' tokenizer decode --tokenizer '$T' <'$S/b.ids' >'$S/b.out'"
+check "decode gives the text back byte for byte" cmp "$S/b.txt" "$S/b.out"
+expect_ok "decode --skip-special" sh -c "'$DT' tokenizer decode --tokenizer '$T' --skip-special <'$S/as.ids' >'$S/as.out'"
+check "--skip-special drops the bos" cmp "$S/a.txt" "$S/as.out"
+mkdir -p "$S/dir" && cp "$FIX/llama2_like.json" "$S/dir/tokenizer.json"
+expect_ok "info on a directory" "$DT" tokenizer info "$S/dir"
+out_has "info lists the components" "$S/last.out" "byte_fallback" "vocab size" "normalizer +Sequence" "bos +1 <s>"
+expect_ok "tokenizer --help" "$DT" tokenizer --help
+out_has "help names the subcommands" "$S/last.out" "encode" "decode" "info" "train"
+
+# ---- refusals
+printf 'ok \xff\xfe bad' >"$S/bad.txt"
+expect_fail "invalid UTF-8 is refused" "stdin: invalid UTF-8 at byte 3" sh -c "'$DT' tokenizer encode --tokenizer '$T' <'$S/bad.txt'"
+echo "1 2 999999" >"$S/far.ids"
+expect_fail "an id past the vocabulary" "ids\[2\] = 999999: not a token" sh -c "'$DT' tokenizer decode --tokenizer '$T' <'$S/far.ids'"
+echo "1 two 3" >"$S/word.ids"
+expect_fail "a word among the ids" "'two' is not a token id" sh -c "'$DT' tokenizer decode --tokenizer '$T' <'$S/word.ids'"
+echo '{"model": ' >"$S/trunc.json"
+expect_fail "truncated tokenizer.json" "trunc.json: not valid JSON" "$DT" tokenizer info "$S/trunc.json"
+expect_fail "missing tokenizer" "nothing-here.json: cannot open" "$DT" tokenizer encode --tokenizer "$S/nothing-here.json"
+expect_fail "no --tokenizer" "--tokenizer PATH is required" "$DT" tokenizer encode
+expect_fail "unknown subcommand" "unknown subcommand 'frob'" "$DT" tokenizer frob
+expect_fail "train without data" "--data" "$DT" tokenizer train --vocab-size 300 --out "$S/none"
+: >"$S/empty.txt"
+expect_fail "train on an empty file" "empty.txt: no text" "$DT" tokenizer train --data "$S/empty.txt" --vocab-size 300 --out "$S/empty-out" --quiet
+check "no output directory content after a failed train" test ! -e "$S/empty-out/tokenizer.json"
+expect_fail "train on invalid UTF-8" "bad.txt: invalid UTF-8 at byte 3" "$DT" tokenizer train --data "$S/bad.txt" --vocab-size 300 --out "$S/bad-out" --quiet
+expect_fail "vocab size below 256 + specials" "vocab size 100" "$DT" tokenizer train --data "$CORPUS" --vocab-size 100 --out "$S/small" --quiet
+
+# ---- train with both patterns; exact round trip; the reference agrees
+for pat in gpt2 llama3; do
+    D=$S/trained-$pat
+    expect_ok "train --pattern $pat" "$DT" tokenizer train --data "$CORPUS" --data "$S/b.txt" --vocab-size 700 --pattern $pat --out "$D"
+    check "$pat: tokenizer.json and tokenizer_config.json written" test -s "$D/tokenizer.json" -a -s "$D/tokenizer_config.json"
+    expect_ok "$pat: info" "$DT" tokenizer info "$D"
+    out_has "$pat: 700 tokens" "$S/last.out" "vocab size +700" "bos +[0-9]+ <\|begin_of_text\|>" "eos +[0-9]+ <\|end_of_text\|>"
+    expect_ok "$pat: encode the corpus" sh -c "'$DT' tokenizer encode --tokenizer '$D' <'$CORPUS' >'$S/$pat.ids'"
+    expect_ok "$pat: decode it" sh -c "'$DT' tokenizer decode --tokenizer '$D' <'$S/$pat.ids' >'$S/$pat.out'"
+    check "$pat: round trip is exact" cmp "$CORPUS" "$S/$pat.out"
+    check "$pat: fewer tokens than bytes" test "$(wc -w <"$S/$pat.ids")" -lt "$(($(wc -c <"$CORPUS") / 2))"
+    if [ -d "$TOKREF/tokenizers" ] && command -v node >/dev/null 2>&1; then
+        for f in "$CORPUS" "$S/b.txt"; do
+            node "$HERE/tokenizer/encode_reference.js" "$TOKREF" "$D/tokenizer.json" "$f" --add-special >"$S/ref.ids" 2>"$S/ref.err"
+            "$DT" tokenizer encode --tokenizer "$D" --add-special <"$f" >"$S/our.ids"
+            check "$pat: the reference encodes $(basename "$f") identically" cmp "$S/ref.ids" "$S/our.ids"
+        done
+    fi
+done
+
+# ---- the committed golden files are what the reference gives today
+if [ -d "$TOKREF/tokenizers" ] && command -v node >/dev/null 2>&1; then
+    expect_ok "regenerate the golden files" node "$HERE/tokenizer/make_goldens.js" "$S/golden" "$FIX" "$TOKREF"
+    for g in "$HERE"/tokenizer/golden/*.json; do
+        check "golden $(basename "$g") matches the reference" cmp "$g" "$S/golden/$(basename "$g")"
+    done
+else
+    echo "NOT CHECKED: the reference library is not installed in $TOKREF (see the tokenizer_reference test)"
+fi
+finish cli_tokenizer
