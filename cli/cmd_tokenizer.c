@@ -3,12 +3,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
 static void tokenizer_help(FILE *f) {
     fprintf(f,
-            "usage: difftrans tokenizer encode --tokenizer PATH [--add-special] [--threads N] < TEXT\n"
+            "usage: difftrans tokenizer encode --tokenizer PATH [--add-special] [--threads N] [--stats] < TEXT\n"
             "       difftrans tokenizer decode --tokenizer PATH [--skip-special] < IDS\n"
             "       difftrans tokenizer info PATH\n"
             "       difftrans tokenizer train --data FILE... --vocab-size N --out DIR [--pattern gpt2|llama3]\n"
@@ -17,10 +18,18 @@ static void tokenizer_help(FILE *f) {
             "  encode  reads all of stdin as it is (a trailing newline is part of the text; it must be\n"
             "          valid UTF-8) and prints the ids on one line, separated by spaces. --add-special\n"
             "          runs the post-processor (e.g. prepends <s>), like add_special_tokens=True.\n"
+            "          --threads N splits large texts (same ids as one thread); --stats prints load and\n"
+            "          encode times as JSON on stderr.\n"
             "  decode  reads whitespace-separated ids from stdin and writes the text, nothing added.\n"
             "          --skip-special leaves special tokens out.\n"
             "  info    vocabulary size, merges, components, added and special tokens.\n"
             "  train   learns a byte-level BPE (see difftrans tokenizer train --help).\n");
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* All of a stream, byte-exact. */
@@ -77,11 +86,11 @@ static int write_ids(const int32_t *ids, size_t n) {
 static int cmd_encode(int argc, char **argv) {
     static const struct option opts[] = {
         {"tokenizer", required_argument, 0, 't'}, {"add-special", no_argument, 0, 'a'},
-        {"threads", required_argument, 0, 'T'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"threads", required_argument, 0, 'T'},   {"stats", no_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     const char *cmd = "tokenizer encode", *path = NULL;
-    int add_special = 0, threads = 0;
+    int add_special = 0, threads = 1, stats = 0;
     optind = 1;
     opterr = 0;
     int ch;
@@ -92,13 +101,16 @@ static int cmd_encode(int argc, char **argv) {
         case 'T':
             if (parse_int(cmd, "--threads", optarg, 1, 1024, &threads)) return 1;
             break;
+        case 'S': stats = 1; break;
         case 'h': tokenizer_help(stdout); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
     }
     if (optind < argc) return cli_error(cmd, "unexpected argument '%s'", argv[optind]);
     dt_tok *tok;
+    double t0 = now_s();
     if (load(cmd, path, &tok) != 0) return 1;
+    double t_load = now_s() - t0;
     char *text;
     size_t len;
     if (read_all(stdin, &text, &len) != 0) {
@@ -108,7 +120,13 @@ static int cmd_encode(int argc, char **argv) {
     dt_error err;
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = dt_tok_encode(tok, text, len, add_special, &ids, &n, &err);
+    t0 = now_s();
+    int rc = dt_tok_encode_parallel(tok, text, len, add_special, threads, &ids, &n, &err);
+    double t_enc = now_s() - t0;
+    if (rc == 0 && stats)
+        fprintf(stderr, "{\"load_s\": %.4f, \"encode_s\": %.4f, \"bytes\": %zu, \"tokens\": %zu, \"threads\": %d, "
+                        "\"mb_per_s\": %.2f}\n",
+                t_load, t_enc, len, n, threads, t_enc > 0 ? len / t_enc / 1e6 : 0.0);
     if (rc != 0) rc = !strncmp(err.msg, "text:", 5) ? cli_error(cmd, "stdin%s", err.msg + 4) : cli_error(cmd, "%s", err.msg);
     else if (write_ids(ids, n) != 0) rc = cli_error(cmd, "stdout: write failed");
     free(ids);

@@ -446,6 +446,11 @@ dt_tok_encoder *dt_tok_encoder_new(const dt_tok *tok);   /* NULL when out of mem
 void dt_tok_encoder_free(dt_tok_encoder *e);
 int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int add_special, const int32_t **ids,
                           size_t *n_ids, dt_error *err);
+/* Encodes a large text with n_threads threads (pieces between added tokens, and long pieces cut
+ * where the pre-tokenizer's regex scan provably gives the same matches): the ids equal
+ * dt_tok_encode's. n_threads <= 1 or a short text: dt_tok_encode. */
+int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
+                           int32_t **ids, size_t *n_ids, dt_error *err);
 /* *text is malloc'd and NUL-terminated (*len excludes the NUL). An id that is not a token is an
  * error naming it. skip_special: leave special tokens out. */
 int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len,

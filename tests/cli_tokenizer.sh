@@ -37,6 +37,27 @@ out_has "info lists the components" "$S/last.out" "byte_fallback" "vocab size" "
 expect_ok "tokenizer --help" "$DT" tokenizer --help
 out_has "help names the subcommands" "$S/last.out" "encode" "decode" "info" "train"
 
+# ---- --threads: the same ids as one thread on a large text whose long runs of spaces and
+#      newlines straddle the cut points
+"$PY" - "$CORPUS" "$S/big.txt" <<'PYEOF'
+import random, sys
+random.seed(7)
+text = open(sys.argv[1], encoding="utf-8").read()
+out = []
+while sum(map(len, out)) < 1_500_000:
+    r = random.random()
+    out.append(" " * random.randint(1, 400) if r < 0.1 else "\n" * random.randint(1, 60) if r < 0.2
+               else text[random.randint(0, len(text) - 1):][:random.randint(1, 3000)])
+open(sys.argv[2], "w", encoding="utf-8").write("".join(out))
+PYEOF
+for f in bytelevel_gpt2 llama3_like split_merged_next metaspace_first; do
+    "$DT" tokenizer encode --tokenizer "$FIX/$f.json" --add-special <"$S/big.txt" >"$S/t1.ids"
+    for t in 2 5; do
+        expect_ok "$f: --threads $t" sh -c "'$DT' tokenizer encode --tokenizer '$FIX/$f.json' --add-special --threads $t <'$S/big.txt' >'$S/tn.ids'"
+        check "$f: --threads $t gives the ids of one thread" cmp "$S/t1.ids" "$S/tn.ids"
+    done
+done
+
 # ---- refusals
 printf 'ok \xff\xfe bad' >"$S/bad.txt"
 expect_fail "invalid UTF-8 is refused" "stdin: invalid UTF-8 at byte 3" sh -c "'$DT' tokenizer encode --tokenizer '$T' <'$S/bad.txt'"

@@ -173,33 +173,21 @@ void tk_pre_free(tk_pre *p) {
 /* Rust's Pattern for a char predicate: every matching character is a match of its own. */
 typedef int (*char_pred)(uint32_t cp, uint32_t arg);
 
-static int spans_push(tk_spans *o, size_t s, size_t e, int is_match) {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 64;
-        tk_span *v = realloc(o->v, cap * sizeof *v);
-        if (!v) return -1;
-        o->v = v;
-        o->cap = cap;
-    }
-    o->v[o->n++] = (tk_span){s, e, is_match};
-    return 0;
-}
-
 static int find_chars(const char *s, size_t n, char_pred pred, uint32_t arg, tk_spans *out) {
     out->n = 0;
-    if (n == 0) return spans_push(out, 0, 0, 0);
+    if (n == 0) return tk_spans_push(out, 0, 0, 0);
     size_t last = 0;
     for (size_t i = 0; i < n;) {
         int k;
         uint32_t cp = tk_utf8_decode(s + i, &k);
         if (pred(cp, arg)) {
-            if (last < i && spans_push(out, last, i, 0) != 0) return -1;
-            if (spans_push(out, i, i + (size_t)k, 1) != 0) return -1;
+            if (last < i && tk_spans_push(out, last, i, 0) != 0) return -1;
+            if (tk_spans_push(out, i, i + (size_t)k, 1) != 0) return -1;
             last = i + (size_t)k;
         }
         i += (size_t)k;
     }
-    if (n > last && spans_push(out, last, n, 0) != 0) return -1;
+    if (n > last && tk_spans_push(out, last, n, 0) != 0) return -1;
     return 0;
 }
 
@@ -380,5 +368,49 @@ int tk_pre_apply(const tk_pre *p, tk_ctx *c) {
     tk_pieces t = c->a;
     c->a = c->b;
     c->b = t;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- hooks for the parallel encoder */
+
+const tk_pre *tk_pre_regex_stage(const tk_pre *p, const tk_pre **rest, int *n_rest) {
+    *rest = NULL;
+    *n_rest = 0;
+    if (!p) return NULL;
+    const tk_pre *first = p;
+    if (p->kind == TK_PRE_SEQUENCE) {
+        if (p->n_items == 0) return NULL;
+        first = &p->items[0];
+        *rest = p->items + 1;
+        *n_rest = p->n_items - 1;
+    }
+    if (first->kind == TK_PRE_SPLIT || (first->kind == TK_PRE_BYTELEVEL && first->use_regex)) return first;
+    *rest = NULL;
+    *n_rest = 0;
+    return NULL;
+}
+
+int tk_pre_stage_subject(const tk_pre *stage, const char *s, size_t n, tk_buf *buf) {
+    buf->n = 0;
+    if (stage->kind == TK_PRE_BYTELEVEL && stage->add_prefix_space && n > 0 && s[0] != ' ' &&
+        tk_buf_put(buf, " ", 1) != 0)
+        return -1;
+    return tk_buf_put(buf, s, n);
+}
+
+int tk_pre_stage_emit(const tk_pre *stage, tk_spans *spans, const char *s, int origin, tk_pieces *out) {
+    if (stage->kind == TK_PRE_SPLIT) return emit_split(spans, stage->invert, stage->behavior, s, origin, out);
+    for (size_t i = 0; i < spans->n; i++) {
+        const tk_span *sp = &spans->v[i];
+        if (sp->end > sp->start &&
+            bytelevel_map(s + sp->start, sp->end - sp->start, origin && sp->start == 0, out) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int tk_pre_apply_items(const tk_pre *items, int n, tk_ctx *c) {
+    for (int i = 0; i < n; i++)
+        if (tk_pre_apply(&items[i], c) != 0) return -1;
     return 0;
 }

@@ -140,7 +140,27 @@ void tk_matcher_free(tk_matcher *m) {
     memset(m, 0, sizeof *m);
 }
 
-static int spans_push(tk_spans *o, size_t s, size_t e, int is_match) {
+/* The iteration of Oniguruma's find_iter as the Rust binding drives it: an empty match right
+ * where the previous match ended is skipped by advancing one character. */
+int tk_regex_next(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk_scan *st, size_t *ms, size_t *me) {
+    while (st->last_end <= n) {
+        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, st->last_end, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
+        if (rc == PCRE2_ERROR_NOMATCH) return 0;
+        if (rc < 0) return -1;
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
+        if (ov[0] == ov[1] && st->last_match_end == ov[1]) {
+            st->last_end = ov[1] < n ? ov[1] + (size_t)tk_utf8_len((unsigned char)s[ov[1]]) : ov[1] + 1;
+            continue;
+        }
+        st->last_end = st->last_match_end = ov[1];
+        *ms = ov[0];
+        *me = ov[1];
+        return 1;
+    }
+    return 0;
+}
+
+int tk_spans_push(tk_spans *o, size_t s, size_t e, int is_match) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 64;
         tk_span *v = realloc(o->v, cap * sizeof *v);
@@ -152,28 +172,18 @@ static int spans_push(tk_spans *o, size_t s, size_t e, int is_match) {
     return 0;
 }
 
-/* The iteration of Oniguruma's find_iter as the Rust binding drives it: an empty match right
- * where the previous match ended is skipped by advancing one character. */
 int tk_regex_find_matches(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk_spans *out) {
     out->n = 0;
-    if (n == 0) return spans_push(out, 0, 0, 0);
-    size_t prev = 0, last_end = 0, last_match_end = (size_t)-1;
-    while (last_end <= n) {
-        int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, last_end, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
-        if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) return -1;
-        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
-        size_t ms = ov[0], me = ov[1];
-        if (ms == me && last_match_end == me) {
-            last_end = me < n ? me + (size_t)tk_utf8_len((unsigned char)s[me]) : me + 1;
-            continue;
-        }
-        last_end = me;
-        last_match_end = me;
-        if (prev != ms && spans_push(out, prev, ms, 0) != 0) return -1;
-        if (spans_push(out, ms, me, 1) != 0) return -1;
+    if (n == 0) return tk_spans_push(out, 0, 0, 0);
+    size_t prev = 0, ms, me;
+    tk_scan st = {0, (size_t)-1};
+    int rc;
+    while ((rc = tk_regex_next(re, m, s, n, &st, &ms, &me)) == 1) {
+        if (prev != ms && tk_spans_push(out, prev, ms, 0) != 0) return -1;
+        if (tk_spans_push(out, ms, me, 1) != 0) return -1;
         prev = me;
     }
-    if (prev != n && spans_push(out, prev, n, 0) != 0) return -1;
+    if (rc < 0) return -1;
+    if (prev != n && tk_spans_push(out, prev, n, 0) != 0) return -1;
     return 0;
 }

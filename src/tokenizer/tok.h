@@ -103,6 +103,14 @@ typedef struct {
     size_t n, cap;
 } tk_spans;
 
+/* The state of a match iteration: where the next search starts, where the last match ended. */
+typedef struct {
+    size_t last_end, last_match_end;
+} tk_scan;
+/* The next match of the iteration (1, with [*ms, *me)), 0 at the end, -1 on a regex failure. */
+int tk_regex_next(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk_scan *st, size_t *ms, size_t *me);
+int tk_spans_push(tk_spans *o, size_t s, size_t e, int is_match);
+
 /* Rust's Pattern::find_matches: the whole of s[0..n) as alternating gaps and matches (an empty
  * string gives one empty gap). Returns -1 on a regex failure or when out of memory. */
 int tk_regex_find_matches(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk_spans *out);
@@ -316,6 +324,25 @@ int tk_json_only(const cJSON *obj, const char *const *keys, const char *what, co
 int tk_json_pattern(const cJSON *obj, tk_regex *re, const char *what, const char *path, dt_error *err);
 char *tk_strdup(const char *s);
 uint64_t tk_hash(const char *s, size_t n);
+
+/* The encoding pipeline in parts (tokenizer.c), for the parallel encoder (parallel.c):
+ * front: c->a = the text cut around added tokens and normalised, ready for pre-tokenization;
+ * model: appends the ids of c->a's pieces; special: the post-processor's prefix or suffix. */
+int tk_encode_front(const struct dt_tok *tok, tk_ctx *c, const char *text, size_t len);
+int tk_encode_model(const struct dt_tok *tok, tk_ctx *c);
+int tk_encode_special(const struct dt_tok *tok, tk_ctx *c, int suffix);
+int tk_encode_error(const struct dt_tok *tok, int rc, dt_error *err);
+
+/* The first stage of a pre-tokenizer when it is a regex scan (Split, ByteLevel with its regex),
+ * which is what the parallel encoder cuts into chunks; NULL otherwise. *rest / *n_rest: the
+ * stages after it. */
+const tk_pre *tk_pre_regex_stage(const tk_pre *p, const tk_pre **rest, int *n_rest);
+/* The text the regex stage scans for a piece (ByteLevel may prepend a space): into buf. */
+int tk_pre_stage_subject(const tk_pre *stage, const char *s, size_t n, tk_buf *buf);
+/* Turns the stage's match/gap spans of subject s into pieces (behaviour, byte mapping). */
+int tk_pre_stage_emit(const tk_pre *stage, tk_spans *spans, const char *s, int origin, tk_pieces *out);
+/* Runs stages items[0..n) over c->a. */
+int tk_pre_apply_items(const tk_pre *items, int n, tk_ctx *c);
 
 int tk_ctx_init(tk_ctx *c);
 void tk_ctx_free(tk_ctx *c);

@@ -343,7 +343,7 @@ static int normalize_pieces(const tk_norm *n, tk_ctx *c) {
     return swap_after(c);
 }
 
-static int encode_pipeline(const dt_tok *tok, tk_ctx *c, const char *text, size_t len, int add_special) {
+int tk_encode_front(const dt_tok *tok, tk_ctx *c, const char *text, size_t len) {
     tk_pieces_clear(&c->a);
     c->n_ids = 0;
     if (len && tk_pieces_add(&c->a, text, len, -1, 1) != 0) return -1;
@@ -352,19 +352,40 @@ static int encode_pipeline(const dt_tok *tok, tk_ctx *c, const char *text, size_
     if (tok->normalizer && normalize_pieces(tok->normalizer, c) != 0) return -1;
     if (tok->norm_set.first[256] && (tk_added_split(tok->added, &tok->norm_set, &c->a, &c->b) != 0 || swap_after(c)))
         return -1;
-    if (tok->pre && tk_pre_apply(tok->pre, c) != 0) return -1;
-    if (add_special)
-        for (int i = 0; i < tok->post.n_prefix; i++)
-            if (tk_ids_push(c, tok->post.prefix[i]) != 0) return -1;
+    return 0;
+}
+
+int tk_encode_model(const dt_tok *tok, tk_ctx *c) {
     for (size_t i = 0; i < c->a.n; i++) {
         const tk_piece *p = &c->a.v[i];
         int rc = p->id >= 0 ? tk_ids_push(c, p->id) : tk_bpe_tokenize(&tok->model, c, c->a.text.p + p->off, p->len);
         if (rc != 0) return rc;
     }
-    if (add_special)
-        for (int i = 0; i < tok->post.n_suffix; i++)
-            if (tk_ids_push(c, tok->post.suffix[i]) != 0) return -1;
     return 0;
+}
+
+int tk_encode_special(const dt_tok *tok, tk_ctx *c, int suffix) {
+    const int32_t *v = suffix ? tok->post.suffix : tok->post.prefix;
+    int n = suffix ? tok->post.n_suffix : tok->post.n_prefix;
+    for (int i = 0; i < n; i++)
+        if (tk_ids_push(c, v[i]) != 0) return -1;
+    return 0;
+}
+
+static int encode_pipeline(const dt_tok *tok, tk_ctx *c, const char *text, size_t len, int add_special) {
+    if (tk_encode_front(tok, c, text, len) != 0) return -1;
+    if (tok->pre && tk_pre_apply(tok->pre, c) != 0) return -1;
+    if (add_special && tk_encode_special(tok, c, 0) != 0) return -1;
+    int rc = tk_encode_model(tok, c);
+    if (rc != 0) return rc;
+    return add_special ? tk_encode_special(tok, c, 1) : 0;
+}
+
+int tk_encode_error(const dt_tok *tok, int rc, dt_error *err) {
+    if (rc == -2)
+        return dt_fail(err, "%s: the model's unk_token \"%s\" is not in its vocabulary", tok->path,
+                       tok->model.unk_token);
+    return dt_fail(err, "%s: encoding failed (out of memory or a regex resource limit)", tok->path);
 }
 
 int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int add_special, const int32_t **ids,
@@ -373,10 +394,7 @@ int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int a
     size_t bad = tk_utf8_check(text, len);
     if (bad != len) return dt_fail(err, "text: invalid UTF-8 at byte %zu", bad);
     int rc = encode_pipeline(tok, &e->c, text, len, add_special);
-    if (rc == -2)
-        return dt_fail(err, "%s: the model's unk_token \"%s\" is not in its vocabulary", tok->path,
-                       tok->model.unk_token);
-    if (rc != 0) return dt_fail(err, "%s: encoding failed (out of memory or a regex resource limit)", tok->path);
+    if (rc != 0) return tk_encode_error(tok, rc, err);
     *ids = e->c.ids;
     *n_ids = e->c.n_ids;
     return 0;
