@@ -214,7 +214,10 @@ def main(out):
             {"type": "Digits", "individual_digits": True}]},
         post={"type": "RobertaProcessing", "sep": ["</s>", 2], "cls": ["<s>", 1], "trim_offsets": True,
               "add_prefix_space": False},
-        decoder={"type": "Sequence", "decoders": [{"type": "ByteFallback"}, {"type": "Fuse"}]},
+        # Strip with a stop first, while every token is non-empty (the Rust library panics on an
+        # empty token when stop > 0)
+        decoder={"type": "Sequence", "decoders": [{"type": "Strip", "content": "e", "start": 0, "stop": 1},
+                                                  {"type": "ByteFallback"}, {"type": "Fuse"}]},
         added_tokens=with_added(m, ["<unk>", "<s>", "</s>"]))
     # 8. Split behaviours, one file each (byte-level model so that every piece has tokens)
     bm = bytelevel_model(200, GPT2_RE, False)
