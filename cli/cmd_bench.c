@@ -50,7 +50,11 @@ static void help(void) {
            "  --decode-tokens N timed decode steps [64]\n"
            "  --prefill / --no-prefill, --no-train, --no-decode   choose measurements [all on]\n"
            "  --seed N          initialisation and token seed [1234]\n"
-           "  --json-only       print only the JSON lines on stdout\n\n"
+           "  --json-only       print only the JSON lines on stdout\n"
+           "  --profile         also break a training step down: matrix products by layer and kind, attention\n"
+           "                    forward / backward (with the time threads waited in them), norms, RoPE, SwiGLU,\n"
+           "                    LM head + loss, optimizer, and the start/stop cost of the parallel regions\n"
+           "                    (a table, and \"profile\" in the JSON line)\n\n"
            "FLOPs of a training step = 6·P_mm·B·T + 3·L·B·H·a·T(T+1)/2, where P_mm counts every Linear\n"
            "weight (q, k, v, o, gate, up, down, lm_head; not the embedding lookup) and a is the forward\n"
            "cost of one causal (query, key) pair per query head: 4·hd (QKᵀ 2·hd + AV 2·hd) for both kinds\n"
@@ -103,6 +107,102 @@ static void show_progress(void *ctx, const char *phase, int done, int total) {
     else fprintf(stderr, "bench %s: %s %d/%d%s\n", (const char *)ctx, phase, done, total, done < total ? " ..." : "");
 }
 
+/* ---- the step profile (--profile) */
+
+static const char *const part_names[PROF_PARTS] = {
+    [PROF_EMBED] = "embedding", [PROF_NORM] = "norms (+ fused residual adds)", [PROF_ROPE] = "RoPE",
+    [PROF_SWIGLU] = "SwiGLU", [PROF_ZERO] = "zeroing gradient buffers", [PROF_ATTN_FWD] = "attention forward",
+    [PROF_ATTN_BWD] = "attention backward", [PROF_LM_HEAD] = "LM head products", [PROF_LOSS] = "loss (cross-entropy)",
+    [PROF_GRAD_NORM] = "optimizer: gradient norm + clip", [PROF_ADAMW] = "optimizer: AdamW",
+};
+static const char *const mm_names[MM_KINDS] = {"q/k/v", "o", "gate/up", "down"};
+
+/* forward FLOPs of one layer's products of a kind (the backward does twice as many) */
+static double mm_flops(const dt_config *c, int kind, double rows) {
+    const double C = c->hidden_size, F = c->intermediate_size, q = (double)c->num_attention_heads * c->head_dim,
+                 kv = (double)c->num_key_value_heads * c->head_dim;
+    switch (kind) {
+    case MM_QKV: return 2 * rows * C * (q + 2 * kv);
+    case MM_O: return 2 * rows * q * C;
+    case MM_GATE_UP: return 2 * rows * C * 2 * F;
+    default: return 2 * rows * F * C;
+    }
+}
+
+/* A part's line: ms per step, % of the step and, when flops > 0, GFLOP/s. */
+static void profile_line(const char *name, double s_per_step, double step_s, double flops) {
+    printf("    %-34s %9.2f ms %6.1f%%", name, 1e3 * s_per_step, 100 * s_per_step / step_s);
+    if (flops > 0 && s_per_step > 0) printf("  %8.2f GFLOP/s", flops / s_per_step / 1e9);
+    printf("\n");
+}
+
+static void print_profile(const dt_config *c, const bench_options *o, const bench_result *r, double sgemm) {
+    const dt_profile *p = &r->prof;
+    const double n = r->prof_steps, step = r->prof_total_s / n, rows = (double)o->batch * o->seq;
+    const int L = c->num_hidden_layers, Lrows = L < PROFILE_MAX_LAYERS ? L : PROFILE_MAX_LAYERS;
+    const double attn = (double)L * o->batch * c->num_attention_heads * 4.0 * c->head_dim * o->seq * (o->seq + 1.0) / 2;
+    printf("  step profile: mean of %d timed steps, %.2f ms per step, %d threads (sgemm peak %.2f GFLOP/s)\n",
+           r->prof_steps, 1e3 * step, r->prof_threads, sgemm);
+    double mm_total = 0, accounted = 0;
+    for (int l = 0; l < Lrows; l++)
+        for (int k = 0; k < MM_KINDS; k++) mm_total += p->mm[l][k][0] + p->mm[l][k][1];
+    profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * (mm_flops(c, MM_QKV, rows) +
+                 mm_flops(c, MM_O, rows) + mm_flops(c, MM_GATE_UP, rows) + mm_flops(c, MM_DOWN, rows)));
+    accounted += mm_total / n;
+    for (int k = 0; k < MM_KINDS; k++)
+        for (int dir = 0; dir < 2; dir++) {
+            double t = 0;
+            for (int l = 0; l < Lrows; l++) t += p->mm[l][k][dir];
+            char name[64];
+            snprintf(name, sizeof name, "  %s %s", mm_names[k], dir ? "backward" : "forward");
+            profile_line(name, t / n, step, (dir ? 2 : 1) * L * mm_flops(c, k, rows));
+        }
+    printf("      per layer, forward + backward ms:");
+    for (int l = 0; l < Lrows; l++) {
+        double t = 0;
+        for (int k = 0; k < MM_KINDS; k++) t += p->mm[l][k][0] + p->mm[l][k][1];
+        printf(" %d: %.2f%s", l, 1e3 * t / n, l + 1 < Lrows ? "," : "\n");
+    }
+    for (int part = 0; part < PROF_PARTS; part++) {
+        double flops = part == PROF_ATTN_FWD ? attn : part == PROF_ATTN_BWD ? 2 * attn
+                       : part == PROF_LM_HEAD ? 4 * 2 * rows * c->hidden_size * c->vocab_size : 0;
+        profile_line(part_names[part], p->part[part] / n, step, flops);
+        accounted += p->part[part] / n;
+        if (part == PROF_ATTN_FWD || part == PROF_ATTN_BWD) {
+            const double wait = r->prof_threads * p->part[part] - p->attn_busy[part == PROF_ATTN_BWD];
+            printf("      threads waiting in it: %.2f ms per step (%.1f%% of %d threads × its time)\n",
+                   1e3 * wait / n, 100 * wait / (r->prof_threads * p->part[part]), r->prof_threads);
+        }
+    }
+    profile_line("between the parts", step - accounted, step, 0);
+    printf("    parallel regions: %.0f per step × %.1f µs (an empty region, measured) ≈ %.2f ms of thread start/stop\n",
+           p->regions / n, r->region_us, p->regions / n * r->region_us / 1e3);
+}
+
+/* the profile as JSON: ms per step of each part, of each kind of product, and of each layer's products */
+static void print_profile_json(const dt_config *c, const bench_result *r) {
+    const dt_profile *p = &r->prof;
+    const double n = r->prof_steps;
+    static const char *const keys[PROF_PARTS] = {
+        [PROF_EMBED] = "embedding", [PROF_NORM] = "norms", [PROF_ROPE] = "rope", [PROF_SWIGLU] = "swiglu",
+        [PROF_ZERO] = "zeroing", [PROF_ATTN_FWD] = "attention_forward", [PROF_ATTN_BWD] = "attention_backward",
+        [PROF_LM_HEAD] = "lm_head", [PROF_LOSS] = "loss", [PROF_GRAD_NORM] = "grad_norm_clip", [PROF_ADAMW] = "adamw",
+    };
+    static const char *const mm_keys[MM_KINDS] = {"qkv", "o", "gate_up", "down"};
+    printf(",\"profile\":{\"step_ms\":%.6g,\"threads\":%d", 1e3 * r->prof_total_s / n, r->prof_threads);
+    for (int part = 0; part < PROF_PARTS; part++) printf(",\"%s_ms\":%.6g", keys[part], 1e3 * p->part[part] / n);
+    printf(",\"attention_forward_busy_ms\":%.6g,\"attention_backward_busy_ms\":%.6g", 1e3 * p->attn_busy[0] / n,
+           1e3 * p->attn_busy[1] / n);
+    const int L = c->num_hidden_layers < PROFILE_MAX_LAYERS ? c->num_hidden_layers : PROFILE_MAX_LAYERS;
+    for (int k = 0; k < MM_KINDS; k++)
+        for (int dir = 0; dir < 2; dir++) {
+            printf(",\"mm_%s_%s_ms\":[", mm_keys[k], dir ? "backward" : "forward");
+            for (int l = 0; l < L; l++) printf("%s%.6g", l ? "," : "", 1e3 * p->mm[l][k][dir] / n);
+            printf("]");
+        }
+    printf(",\"parallel_regions\":%.6g,\"region_us\":%.6g}", p->regions / n, r->region_us);
+}
+
 static int run_model(void *arg, void *out, dt_error *err) {
     const model_job *j = arg;
     return bench_model(j->cfg, j->opt, out, err);
@@ -115,13 +215,13 @@ static void json_num(const char *key, double v, int last) {
 }
 
 /* a JSON string of printable ASCII (a CPU brand string): quotes and backslashes escaped, the rest dropped */
-static void json_str(const char *key, const char *v, int last) {
+static void json_str(const char *key, const char *v) {
     printf("\"%s\":\"", key);
     for (const char *c = v; *c; c++) {
         if (*c == '"' || *c == '\\') putchar('\\');
         if (*c >= 32 && *c < 127) putchar(*c);
     }
-    printf(last ? "\"}\n" : "\",");
+    printf("\"");
 }
 
 static void print_json(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
@@ -144,8 +244,11 @@ static void print_json(const dt_config *c, const bench_options *o, int threads, 
     json_num("read_bandwidth_gbs", p->read_gbs, 0);
     json_num("decode_bandwidth_gbs", decode_gbs, 0);
     json_num("decode_bound_fraction", bound_fraction, 0);
-    json_str("cpu", si.cpu, 0);
-    json_str("kernels", si.path, 1);
+    json_str("cpu", si.cpu);
+    printf(",");
+    json_str("kernels", si.path);
+    if (o->profile && r->prof_steps > 0) print_profile_json(c, r);
+    printf("}\n");
 }
 
 static void print_table(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
@@ -186,7 +289,7 @@ static void print_table(const dt_config *c, const bench_options *o, int threads,
 
 int cmd_bench(int argc, char **argv) {
     enum { O_ARCH = 256, O_DMODEL, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_VOCAB, O_BATCH, O_SEQ, O_THREADS,
-           O_STEPS, O_DECODE, O_PREFILL, O_NOPREFILL, O_NOTRAIN, O_NODECODE, O_JSON, O_SEED };
+           O_STEPS, O_DECODE, O_PREFILL, O_NOPREFILL, O_NOTRAIN, O_NODECODE, O_JSON, O_SEED, O_PROFILE };
     static const struct option opts[] = {
         {"arch", required_argument, 0, O_ARCH},
         {"d-model", required_argument, 0, O_DMODEL},
@@ -207,6 +310,7 @@ int cmd_bench(int argc, char **argv) {
         {"no-decode", no_argument, 0, O_NODECODE},
         {"json-only", no_argument, 0, O_JSON},
         {"seed", required_argument, 0, O_SEED},
+        {"profile", no_argument, 0, O_PROFILE},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -252,12 +356,14 @@ int cmd_bench(int argc, char **argv) {
         case O_NODECODE: o.decode = 0; break;
         case O_JSON: json_only = 1; break;
         case O_SEED: bad = parse_u64(CMD, "--seed", optarg, &seed); break;
+        case O_PROFILE: o.profile = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(CMD, argc, argv);
         }
         if (bad) return 1;
     }
     if (optind < argc) return cli_error(CMD, "unexpected argument '%s' (see difftrans bench --help)", argv[optind]);
+    if (o.profile && !o.train) return cli_error(CMD, "--profile breaks down training steps: it needs training on");
     if (!o.train && !o.prefill && !o.decode)
         return cli_error(CMD, "--no-train, --no-prefill and --no-decode leave nothing to measure");
     if (!kv_heads) kv_heads = heads;
@@ -335,6 +441,7 @@ int cmd_bench(int argc, char **argv) {
         const double decode_gbs = r.decode_weight_bytes_per_token * r.decode_tokens_per_s / 1e9;
         const double bound_fraction = decode_gbs / p.read_gbs; /* = tokens/s ÷ (bandwidth ÷ bytes per token) */
         if (!json_only) print_table(c, &o, n_threads, &r, &p, peak_fraction, decode_gbs, bound_fraction);
+        if (!json_only && o.profile && r.prof_steps > 0) print_profile(c, &o, &r, p.sgemm_gflops);
         print_json(c, &o, n_threads, &r, &p, peak_fraction, decode_gbs, bound_fraction);
         fflush(stdout);
     }

@@ -126,6 +126,7 @@ static int measure_train(bench_state *s, const bench_options *o, bench_result *r
     const train_step_options so = {.micro_batch = B, .seq = T, .accum = 1, .grad_clip = d.grad_clip,
                                    .hp = {d.beta1, d.beta2, d.adam_eps, d.weight_decay}};
     if (train_step_init(&s->ts, &s->m, NULL, &so, err) != 0) return -1;
+    if (o->profile && runstate_profile_enable(s->ts.rs, err) != 0) return -1;
     progress(o, "training", -1, o->steps);
     for (int step = 0; step <= o->steps; step++) {
         train_step_stats st;
@@ -133,7 +134,16 @@ static int measure_train(bench_state *s, const bench_options *o, bench_result *r
         if (train_step_run(&s->ts, s->tokens, s->targets, step + 1, 1e-4f, 0, &st, err) != 0) return -1;
         double t1 = bench_now();
         if (step > 0) s->times[step - 1] = t1 - t0;
+        if (step == 0) runstate_profile_reset(s->ts.rs); /* the warm-up step is not profiled */
         progress(o, "training", step, o->steps);
+    }
+    if (o->profile) {
+        r->prof = *runstate_profile(s->ts.rs);
+        r->prof_steps = o->steps;
+        r->prof_total_s = 0;
+        for (int i = 0; i < o->steps; i++) r->prof_total_s += s->times[i];
+        r->prof_threads = omp_get_max_threads();
+        r->region_us = bench_region_cost_us();
     }
     double t = median(s->times, o->steps);
     r->train_step_ms = 1e3 * t;
@@ -221,6 +231,23 @@ int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, d
 }
 
 /* ---------------------------------------------------------------- the machine */
+
+volatile int bench_region_sink; /* keeps the empty regions from being optimised away */
+
+double bench_region_cost_us(void) {
+    enum { REGIONS = 2000 };
+    double best = INFINITY;
+    for (int run = 0; run < 4; run++) { /* the first run warms the thread pool up */
+        double t0 = bench_now();
+        for (int i = 0; i < REGIONS; i++) {
+#pragma omp parallel
+            bench_region_sink = omp_get_thread_num();
+        }
+        double t = (bench_now() - t0) / REGIONS;
+        if (run > 0 && t < best) best = t;
+    }
+    return 1e6 * best;
+}
 
 static void fill(float *x, size_t n, float v) {
 #pragma omp parallel for schedule(static)

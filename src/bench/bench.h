@@ -11,12 +11,14 @@
 #include <stddef.h>
 
 #include "difftrans.h"
+#include "model/profile.h"
 
 typedef struct {
     int batch, seq;              /* B, T of the training and prefill batches */
     int steps;                   /* timed training steps and prefill forwards (after 1 warm-up each) */
     int decode_tokens;           /* timed decode steps (one stream, after the 1-token prompt) */
     int train, prefill, decode;  /* which measurements to run */
+    int profile;                 /* train: also where the time of a step goes (bench_result.prof) */
     uint64_t seed;
     /* Called outside the timed regions (may be NULL); phase is "training", "prefill" or "decode";
      * done = -1 before the warm-up, then the number of timed steps done out of total. */
@@ -35,7 +37,16 @@ typedef struct {
     double decode_tokens_per_s;      /* timed decode steps / their total time */
     double decode_weight_bytes_per_token; /* bench_decode_weight_bytes() */
     double peak_rss_mb;              /* ru_maxrss of the measuring process, MiB (filled by the caller) */
+    /* with bench_options.profile: the timed steps' profile (sums over prof_steps steps), their
+     * total time, the thread count and the cost of one empty parallel region (µs, best of 3) */
+    dt_profile prof;
+    int prof_steps, prof_threads;
+    double prof_total_s, region_us;
 } bench_result;
+
+/* The cost of starting and joining one empty OpenMP parallel region on all threads, µs (best of
+ * 3 runs of 2000 regions). */
+double bench_region_cost_us(void);
 
 /* Parameters that sit in a matrix product: q, k, v, o, gate, up, down of every layer and
  * lm_head (V·C, counted even when tied); not the embedding lookup, norms or λ vectors. */

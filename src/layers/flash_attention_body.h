@@ -369,6 +369,14 @@ static void load_diff_kv_tile(float *Ka, float *Kb, float *Vj, const float *ka, 
     }
 }
 
+/* profiling (attention_shape.busy): this thread's time since t0, added to *busy */
+static void add_busy(double *busy, double t0) {
+    if (!busy) return;
+    const double dt = omp_get_wtime() - t0;
+#pragma omp atomic
+    *busy += dt;
+}
+
 /* ------------------------------------------------------------------ forward */
 
 typedef struct {
@@ -511,7 +519,8 @@ void DT_KSFX(flash_attention_forward)(float *out, float *lse, float *o12, float 
 #pragma omp parallel
     {
         float *ws = scratch + (size_t)omp_get_thread_num() * pt;
-#pragma omp for schedule(dynamic, 1)
+        const double t0 = s->busy ? omp_get_wtime() : 0.0;
+#pragma omp for schedule(dynamic, 1) nowait
         for (int t = 0; t < ntask; t++) {
             /* longest tasks (last query blocks) first */
             int qt = nqt - 1 - t / nbh, bh = t % nbh, b = bh / heads, h = bh % heads;
@@ -520,6 +529,7 @@ void DT_KSFX(flash_attention_forward)(float *out, float *lse, float *o12, float 
             else
                 fwd_base_task(&x, b, h, qt, ws);
         }
+        add_busy(s->busy, t0);
     }
 }
 
@@ -731,8 +741,10 @@ void DT_KSFX(flash_attention_backward)(float *dq, float *dk, float *dv, float *d
 #pragma omp parallel
         {
             float *ws = scratch + (size_t)omp_get_thread_num() * pt;
-#pragma omp for schedule(static)
+            const double t0 = s->busy ? omp_get_wtime() : 0.0;
+#pragma omp for schedule(static) nowait
             for (int t = 0; t < ntask; t++) bwd_base_task(&x, t / s->KV, t % s->KV, ws + PARTIALS(w2));
+            add_busy(s->busy, t0);
         }
         return;
     }
@@ -750,13 +762,15 @@ void DT_KSFX(flash_attention_backward)(float *dq, float *dk, float *dv, float *d
         double dl = 0.0;
 #pragma omp single
         nthreads = omp_get_num_threads();
+        const double t0 = s->busy ? omp_get_wtime() : 0.0;
         if (want_sub) memset(dsub, 0, sizeof(float) * w2);
-#pragma omp for schedule(static)
+#pragma omp for schedule(static) nowait
         for (int t = 0; t < ntask; t++) {
             int b = t / groups, g = t % groups;
             bwd_diff_task(&x, b, g * per_group, (g + 1) * per_group, ws + PARTIALS(w2), &dl, want_sub ? dsub : NULL);
         }
         memcpy(ws, &dl, sizeof dl);
+        add_busy(s->busy, t0);
     }
     /* the threads' partials, added in thread order */
     double dl = 0.0;

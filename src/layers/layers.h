@@ -70,6 +70,9 @@ typedef struct {
                                     softmax (symmetric, absmax scale); the backward treats it as identity */
     int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
     float *logits;               /* optional [B, H, T, T]: receives the scaled (quantised) causal scores */
+    /* Fused kernels only, for profiling: when set, *busy += the seconds each thread spent in its
+     * tasks, summed over threads (threads × wall − that is time threads waited). */
+    double *busy;
 } attention_shape;
 
 /* out [B, T, H·hd]:

@@ -12,6 +12,7 @@
 #include "internal.h"
 #include "layers/layers.h"
 #include "quant/quant.h"
+#include "model/profile.h"
 
 /* Rows per chunk of the LM head + cross-entropy with chunked_loss. */
 #define LOSS_CHUNK 256
@@ -52,6 +53,7 @@ struct dt_runstate {
     void *qscratch;              /* quantised linear layers' scratch (model_linear_scratch_bytes) */
     dt_layer_weights *grad_layers; /* [L] views into the caller's gradient buffer */
     float *block;                /* the single allocation all float buffers live in */
+    dt_profile *prof;            /* bench --profile: where the step's time goes, or NULL */
 };
 
 /* Carves float buffers out of one block: first pass counts, second pass assigns. */
@@ -176,7 +178,18 @@ void dt_runstate_free(dt_runstate *rs) {
     free(rs->targets);
     free(rs->grad_layers);
     free(rs->block);
+    free(rs->prof);
     free(rs);
+}
+
+int runstate_profile_enable(dt_runstate *rs, dt_error *err) {
+    if (!rs->prof && !(rs->prof = malloc(sizeof *rs->prof))) return dt_fail(err, "out of memory for the step profile");
+    runstate_profile_reset(rs);
+    return 0;
+}
+dt_profile *runstate_profile(dt_runstate *rs) { return rs->prof; }
+void runstate_profile_reset(dt_runstate *rs) {
+    if (rs->prof) memset(rs->prof, 0, sizeof *rs->prof);
 }
 
 const float *dt_runstate_logits(const dt_runstate *rs) { return rs->opt.chunked_loss ? NULL : rs->logits; }
@@ -235,13 +248,15 @@ static void lin(const dt_model *m, dt_runstate *rs, int layer, int which, float 
  * all counted rows, with rs->count set, and only one chunk of logits in memory. */
 static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int *targets, int N) {
     const int C = m->cfg.hidden_size, V = m->cfg.vocab_size;
-    double total = 0;
+    double total = 0, t = profile_start(rs->prof);
     rs->count = 0;
     for (int r0 = 0; r0 < N; r0 += LOSS_CHUNK) {
         const int rows = N - r0 < LOSS_CHUNK ? N - r0 : LOSS_CHUNK;
         int count;
         lin(m, rs, m->cfg.num_hidden_layers, LIN_LM_HEAD, rs->logits, rs->lnf + (size_t)r0 * C, rows);
+        profile_lap(rs->prof, PROF_LM_HEAD, 1, &t);
         total += (double)crossentropy_forward(rs->logits, targets + r0, rows, V, &count) * count;
+        profile_lap(rs->prof, PROF_LOSS, 1, &t);
         rs->count += count;
     }
     return rs->count ? (float)(total / rs->count) : 0.0f;
@@ -250,12 +265,16 @@ static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int 
 /* dln += d(loss)/d(lnf) and g_lm_head += ..., recomputing each chunk's logits. */
 static void chunked_loss_backward(const dt_model *m, dt_runstate *rs, float *g_lm_head, int N) {
     const int C = m->cfg.hidden_size, V = m->cfg.vocab_size;
+    double t = profile_start(rs->prof);
     for (int r0 = 0; r0 < N; r0 += LOSS_CHUNK) {
         const int rows = N - r0 < LOSS_CHUNK ? N - r0 : LOSS_CHUNK;
         const float *x = rs->lnf + (size_t)r0 * C;
         linear_forward(rs->logits, x, m->w.lm_head, rows, C, V);
+        profile_lap(rs->prof, PROF_LM_HEAD, 1, &t);
         crossentropy_backward(rs->logits, rs->logits, rs->targets + r0, rows, V, rs->count, 1.0f);
+        profile_lap(rs->prof, PROF_LOSS, 1, &t);
         linear_backward(rs->dln + (size_t)r0 * C, g_lm_head, rs->logits, x, m->w.lm_head, rows, C, V);
+        profile_lap(rs->prof, PROF_LM_HEAD, 2, &t);
     }
 }
 
@@ -284,36 +303,50 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
      * post_attention_layernorm, the MLP block's with the next layer's input_layernorm (or the
      * final norm). rs->dln, the backward's scratch, holds each block's output before the add. */
     const int L = c->num_hidden_layers;
+    dt_profile *prof = rs->prof;
+    double t = profile_start(prof);
     embedding_forward(rs->resid[0], tokens, m->w.embed_tokens, N, C);
+    profile_lap(prof, PROF_EMBED, 0, &t);
     if (L > 0) rmsnorm_forward(rs->acts[0].ln1, rs->acts[0].ln1_rstd, rs->resid[0], m->w.layers[0].input_layernorm, N, C,
                                c->rms_norm_eps);
     else rmsnorm_forward(rs->lnf, rs->lnf_rstd, rs->resid[0], m->w.norm, N, C, c->rms_norm_eps);
+    profile_lap(prof, PROF_NORM, 1, &t);
     for (int l = 0; l < L; l++) {
         const dt_layer_weights *w = &m->w.layers[l];
         layer_acts *a = &rs->acts[l];
         rs->lambdas[l] = dt_model_lambda(m, l);
         attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
+        if (prof) s.busy = &prof->attn_busy[0];
 
         lin(m, rs, l, LIN_Q, a->q, a->ln1, N);
         lin(m, rs, l, LIN_K, a->k, a->ln1, N);
         lin(m, rs, l, LIN_V, a->v, a->ln1, N);
+        profile_lap_mm(prof, l, MM_QKV, 0, 3, &t);
         rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, m->rope_inv_freq, +1);
         rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, m->rope_inv_freq, +1);
+        profile_lap(prof, PROF_ROPE, 2, &t);
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_forward(rs, a, &s);
         else attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
+        profile_lap(prof, PROF_ATTN_FWD, 1, &t);
         lin(m, rs, l, LIN_O, rs->dln, a->atty, N);
+        profile_lap_mm(prof, l, MM_O, 0, 1, &t);
         residual_rmsnorm_forward(a->resid_mid, a->ln2, a->ln2_rstd, rs->resid[l], rs->dln,
                                  w->post_attention_layernorm, N, C, c->rms_norm_eps);
+        profile_lap(prof, PROF_NORM, 1, &t);
 
         lin(m, rs, l, LIN_GATE, a->gate, a->ln2, N);
         lin(m, rs, l, LIN_UP, a->up, a->ln2, N);
+        profile_lap_mm(prof, l, MM_GATE_UP, 0, 2, &t);
         swiglu_forward(a->hact, a->gate, a->up, N, F);
+        profile_lap(prof, PROF_SWIGLU, 1, &t);
         lin(m, rs, l, LIN_DOWN, rs->dln, a->hact, N);
+        profile_lap_mm(prof, l, MM_DOWN, 0, 1, &t);
         const int last = l + 1 == L;
         residual_rmsnorm_forward(rs->resid[l + 1], last ? rs->lnf : rs->acts[l + 1].ln1,
                                  last ? rs->lnf_rstd : rs->acts[l + 1].ln1_rstd, a->resid_mid, rs->dln,
                                  last ? m->w.norm : m->w.layers[l + 1].input_layernorm, N, C, c->rms_norm_eps);
+        profile_lap(prof, PROF_NORM, 1, &t);
     }
     if (rs->opt.chunked_loss) {
         if (targets) {
@@ -322,9 +355,12 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         }
         return 0;
     }
+    t = profile_start(prof);
     lin(m, rs, L, LIN_LM_HEAD, rs->logits, rs->lnf, N);
+    profile_lap(prof, PROF_LM_HEAD, 1, &t);
     if (targets) {
         float l = crossentropy_forward(rs->logits, targets, N, V, &rs->count);
+        profile_lap(prof, PROF_LOSS, 1, &t);
         if (loss) *loss = l;
     }
     return 0;
@@ -357,16 +393,24 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
 
     dt_weights g; /* the gradient buffer seen with the weights' layout */
     dt_weights_view(m, grads, &g, rs->grad_layers);
+    dt_profile *prof = rs->prof;
+    double t = profile_start(prof);
 
     memset(rs->dln, 0, (size_t)N * C * sizeof(float));
+    profile_lap(prof, PROF_ZERO, 0, &t);
     if (rs->opt.chunked_loss) {
         chunked_loss_backward(m, rs, g.lm_head, N);
+        t = profile_start(prof);
     } else {
         crossentropy_backward(rs->logits, rs->logits, rs->targets, N, V, rs->count, 1.0f);
+        profile_lap(prof, PROF_LOSS, 1, &t);
         linear_backward(rs->dln, g.lm_head, rs->logits, rs->lnf, m->w.lm_head, N, C, V);
+        profile_lap(prof, PROF_LM_HEAD, 2, &t);
     }
     memset(rs->dresid, 0, (size_t)N * C * sizeof(float));
+    profile_lap(prof, PROF_ZERO, 0, &t);
     rmsnorm_backward(rs->dresid, g.norm, rs->dln, rs->resid[c->num_hidden_layers], rs->lnf_rstd, m->w.norm, N, C);
+    profile_lap(prof, PROF_NORM, 2, &t);
     if (ready) ready(ctx, (size_t)(g.norm - grads)); /* the final norm and an untied lm_head follow it */
 
     for (int l = c->num_hidden_layers - 1; l >= 0; l--) {
@@ -374,25 +418,36 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
         dt_layer_weights *gw = &g.layers[l];
         layer_acts *a = &rs->acts[l];
         attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
+        if (prof) s.busy = &prof->attn_busy[1];
 
         /* MLP block: resid[l+1] = resid_mid + down(swiglu(gate(ln2), up(ln2))) */
         memset(rs->dh, 0, (size_t)N * F * sizeof(float));
+        profile_lap(prof, PROF_ZERO, 0, &t);
         linear_backward(rs->dh, gw->down_proj, rs->dresid, a->hact, w->down_proj, N, F, C);
+        profile_lap_mm(prof, l, MM_DOWN, 1, 2, &t);
         memset(rs->dgate, 0, (size_t)N * F * sizeof(float));
         memset(rs->dup, 0, (size_t)N * F * sizeof(float));
+        profile_lap(prof, PROF_ZERO, 0, &t);
         swiglu_backward(rs->dgate, rs->dup, rs->dh, a->gate, a->up, N, F);
+        profile_lap(prof, PROF_SWIGLU, 1, &t);
         memset(rs->dln, 0, (size_t)N * C * sizeof(float));
+        profile_lap(prof, PROF_ZERO, 0, &t);
         linear_backward(rs->dln, gw->gate_proj, rs->dgate, a->ln2, w->gate_proj, N, C, F);
         linear_backward(rs->dln, gw->up_proj, rs->dup, a->ln2, w->up_proj, N, C, F);
+        profile_lap_mm(prof, l, MM_GATE_UP, 1, 4, &t);
         rmsnorm_backward(rs->dresid, gw->post_attention_layernorm, rs->dln, a->resid_mid, a->ln2_rstd,
                          w->post_attention_layernorm, N, C);
+        profile_lap(prof, PROF_NORM, 2, &t);
 
         /* Attention block: resid_mid = resid[l] + o_proj(attention(rope(q), rope(k), v)) */
         memset(rs->datty, 0, (size_t)N * qdim * sizeof(float));
+        profile_lap(prof, PROF_ZERO, 0, &t);
         linear_backward(rs->datty, gw->o_proj, rs->dresid, a->atty, w->o_proj, N, qdim, C);
+        profile_lap_mm(prof, l, MM_O, 1, 2, &t);
         memset(rs->dq, 0, (size_t)N * qdim * sizeof(float));
         memset(rs->dk, 0, (size_t)N * kvdim * sizeof(float));
         memset(rs->dv, 0, (size_t)N * kvdim * sizeof(float));
+        profile_lap(prof, PROF_ZERO, 0, &t);
         float dlambda = 0;
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_backward(rs, a, gw->subln, &dlambda, &s);
@@ -400,16 +455,23 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
             attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->att, a->pre, a->head_rstd,
                                a->q, a->k, a->v, rs->attn_scratch, &s);
         if (s.diff) lambda_backward(gw, w, c->head_dim, dlambda);
+        profile_lap(prof, PROF_ATTN_BWD, 1, &t);
         rope_apply(rs->dq, B, T, c->num_attention_heads, c->head_dim, 0, m->rope_inv_freq, -1);
         rope_apply(rs->dk, B, T, c->num_key_value_heads, c->head_dim, 0, m->rope_inv_freq, -1);
+        profile_lap(prof, PROF_ROPE, 2, &t);
         memset(rs->dln, 0, (size_t)N * C * sizeof(float));
+        profile_lap(prof, PROF_ZERO, 0, &t);
         linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim);
         linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim);
         linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim);
+        profile_lap_mm(prof, l, MM_QKV, 1, 6, &t);
         rmsnorm_backward(rs->dresid, gw->input_layernorm, rs->dln, rs->resid[l], a->ln1_rstd, w->input_layernorm, N,
                          C);
+        profile_lap(prof, PROF_NORM, 2, &t);
         if (ready) ready(ctx, (size_t)(gw->input_layernorm - grads)); /* layer l's first tensor */
+        t = profile_start(prof); /* what `ready` does (a data-parallel exchange) is not the backward's */
     }
     embedding_backward(g.embed_tokens, rs->dresid, rs->tokens, N, C);
+    profile_lap(prof, PROF_EMBED, 0, &t);
     if (ready) ready(ctx, 0);
 }

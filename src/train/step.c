@@ -6,6 +6,7 @@
 
 #include "dist/comm.h"
 #include "internal.h"
+#include "model/profile.h"
 #include "train/step.h"
 
 /* What every rank tells the others after its backward. */
@@ -130,7 +131,10 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     comm_set_step(s->comm, t);
 
     double t0 = now_s();
+    dt_profile *prof = runstate_profile(s->rs);
+    double clk = profile_start(prof);
     memset(s->grads, 0, P * sizeof(float));
+    profile_lap(prof, PROF_ZERO, 0, &clk);
     double loss_sum = 0;
     s->posted = 0;
     for (int k = 0; k < K; k++) {
@@ -150,6 +154,7 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     /* Each backward adds the gradient of its micro-batch's mean loss: every micro-batch on every
      * rank counts the same b·T tokens, so the step's mean gradient is the sum over K·N of them
      * divided by K·N. The averaging and the clipping are one scaling. */
+    clk = profile_start(prof);
     const float KN = (float)K * (float)ranks;
     float *g = s->grads + s->shard_begin;
     const size_t shard = s->shard_end - s->shard_begin;
@@ -185,8 +190,10 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     float scale = 1.0f / KN;
     if (s->opt.grad_clip > 0 && gnorm > s->opt.grad_clip) scale *= s->opt.grad_clip / gnorm;
     if (scale != 1.0f) grad_scale(g, shard, scale);
+    profile_lap(prof, PROF_GRAD_NORM, scale != 1.0f ? 2 : 1, &clk);
     adamw_step(m->params + s->shard_begin, g, s->adam_m, s->adam_v, s->decay + s->shard_begin, shard, t,
                &s->opt.hp, lr);
+    profile_lap(prof, PROF_ADAMW, 1, &clk);
     if (s->opt.zero) {
         double t1 = now_s();
         comm_allgatherv_f32(s->comm, m->params, s->bounds, "the all-gather of the parameters");

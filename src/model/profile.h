@@ -1,0 +1,86 @@
+/* profile.h — where the time of a training step goes (internal; `difftrans bench --profile`).
+ *
+ * The timers live in the run state (runstate_profile_enable gives it a dt_profile); forward.c,
+ * the training step (train/step.c) and the fused attention kernels add into it when it is there
+ * and skip every clock read when it is not. Parts are wall-clock seconds summed over the steps
+ * profiled; each part is one contiguous stretch of the step, so the parts add up to the step
+ * minus the little between them (bench prints the remainder). What each part holds:
+ *   matrix products: per layer and kind (q/k/v, o, gate/up, down), forward and backward (the
+ *     backward is both the input and the weight gradient), OpenBLAS's threads included;
+ *   attention forward / backward: the fused kernels, whole; attn_busy[] is the time summed over
+ *     threads inside their tasks, so threads·wall − busy is time threads spent waiting there
+ *     (imbalance, start-up);
+ *   norms (RMSNorm with its fused residual adds, forward and backward), RoPE, SwiGLU, the
+ *     embedding, zeroing of gradient scratch: the elementwise passes;
+ *   LM head (its products) and loss (softmax cross-entropy, forward and backward);
+ *   optimizer: gradient norm + clipping, AdamW;
+ *   regions: the parallel regions the step starts (each product counts one: OpenBLAS threads
+ *     every product of training size; each elementwise pass that goes parallel counts one), which
+ *     with the measured cost of an empty region estimates thread start/stop.
+ */
+#ifndef DT_PROFILE_H
+#define DT_PROFILE_H
+
+#include <time.h>
+
+#include "difftrans.h"
+
+#define PROFILE_MAX_LAYERS 64 /* layers beyond it are added into the last row */
+
+typedef enum {
+    PROF_EMBED,
+    PROF_NORM,
+    PROF_ROPE,
+    PROF_SWIGLU,
+    PROF_ZERO,
+    PROF_ATTN_FWD,
+    PROF_ATTN_BWD,
+    PROF_LM_HEAD,
+    PROF_LOSS,
+    PROF_GRAD_NORM,
+    PROF_ADAMW,
+    PROF_PARTS
+} profile_part;
+
+typedef enum { MM_QKV, MM_O, MM_GATE_UP, MM_DOWN, MM_KINDS } profile_mm_kind;
+
+typedef struct {
+    double part[PROF_PARTS];
+    double mm[PROFILE_MAX_LAYERS][MM_KINDS][2]; /* [layer][kind][0 forward, 1 backward] */
+    double attn_busy[2];                        /* Σ over threads of task time: forward, backward */
+    double regions;                             /* parallel regions started */
+} dt_profile;
+
+/* Gives rs a zeroed profile (or zeroes the one it has); -1 when out of memory. */
+int runstate_profile_enable(dt_runstate *rs, dt_error *err);
+/* rs's profile, or NULL when profiling is off. */
+dt_profile *runstate_profile(dt_runstate *rs);
+void runstate_profile_reset(dt_runstate *rs);
+
+static inline double profile_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline double profile_start(const dt_profile *p) { return p ? profile_clock() : 0.0; }
+
+/* With a profile: adds the time since *t to part `part`, counts `regions` parallel regions and
+ * moves *t to now. Without one (p NULL): nothing, not even a clock read. */
+static inline void profile_lap(dt_profile *p, profile_part part, double regions, double *t) {
+    if (!p) return;
+    double now = profile_clock();
+    p->part[part] += now - *t;
+    p->regions += regions;
+    *t = now;
+}
+/* The same for layer l's products of one kind, forward (backward = 0) or backward (1). */
+static inline void profile_lap_mm(dt_profile *p, int l, profile_mm_kind kind, int backward, double regions,
+                                  double *t) {
+    if (!p) return;
+    double now = profile_clock();
+    p->mm[l < PROFILE_MAX_LAYERS ? l : PROFILE_MAX_LAYERS - 1][kind][backward] += now - *t;
+    p->regions += regions;
+    *t = now;
+}
+#endif
