@@ -261,8 +261,11 @@ typedef struct {
                                     absmax scale) before the softmax; forward-only */
     int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
     /* Training: the LM head and the cross-entropy run over chunks of rows, so the [B·T, V] logits
-     * never exist whole (the backward recomputes each chunk); dt_runstate_logits gives NULL. */
+     * never exist whole (the backward recomputes each chunk; with one chunk it keeps the
+     * forward's); dt_runstate_logits gives NULL. Rows per chunk: loss_chunk_rows, or 0 for as many
+     * as 8 MiB of logits hold (at least 256). */
     int chunked_loss;
+    int loss_chunk_rows;
     /* Called with the input of every linear layer the forward runs (quantisation calibration):
      * which = 0..6 for q, k, v, o, gate, up, down of `layer`; layer = L, which = 0 for lm_head. */
     void (*observe_linear)(void *ctx, int layer, int which, const float *x, int N, int in);

@@ -206,10 +206,12 @@ static void test_fused_attention_matches_reference(void **state) {
 }
 
 /* The chunked LM head + cross-entropy of training against the whole-logits path: same loss and
- * gradients, with more rows than one chunk (and a partial last chunk). */
+ * gradients, with more rows than one chunk (chunks of 256: a partial last chunk), and with the
+ * default chunk, which holds all rows here (the backward reuses the forward's logits). */
 static void test_chunked_loss_matches_whole(void **state) {
     (void)state;
-    for (int tied = 0; tied < 2; tied++) {
+    for (int variant = 0; variant < 4; variant++) {
+        const int tied = variant % 2, chunk_rows = variant < 2 ? 256 : 0;
         dt_model m;
         dt_error err;
         make_model(&m, DT_ARCH_DIFF, 2, tied, 0, 23);
@@ -219,7 +221,8 @@ static void test_chunked_loss_matches_whole(void **state) {
         random_tokens(tgt, N, V, 32);
         tgt[300] = -1;
         dt_runstate *whole = dt_runstate_create(&m, B, T, &err);
-        dt_runstate *chunked = dt_runstate_create_with(&m, B, T, &(dt_run_options){.chunked_loss = 1}, &err);
+        dt_runstate *chunked = dt_runstate_create_with(
+            &m, B, T, &(dt_run_options){.chunked_loss = 1, .loss_chunk_rows = chunk_rows}, &err);
         assert_non_null(chunked);
         assert_null(dt_runstate_logits(chunked));
         float lw, lc;

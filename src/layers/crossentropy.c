@@ -1,29 +1,46 @@
-/* crossentropy.c — mean softmax cross-entropy over the rows that have a target (target < 0 = ignore). */
+/* crossentropy.c — mean softmax cross-entropy over the rows that have a target (target < 0 = ignore).
+ *
+ * The exponentials go through the kernel path's vector exp (kernels.h; within ~1 ulp of expf) on
+ * float arguments x − max ≤ 0 and x − lse; the sums of a row are taken in double. */
 #include <math.h>
 #include <stddef.h>
 
+#include "layers/kernels.h"
 #include "layers/layers.h"
 
-/* log Σ_v exp(row[v]) without overflow: subtract the row max first */
-static double row_logsumexp(const float *row, int V, float *max_out) {
+#define XENT_CHUNK 256 /* floats of a row exponentiated at a time (stack buffer) */
+
+/* log Σ_v exp(row[v]) without overflow: subtract the row max first. NaN when the row holds a NaN
+ * or +inf (the vector exp gives 0 for NaN, which must not hide a diverged model). */
+static double row_logsumexp(const dt_kernels *k, const float *row, int V) {
     float mx = row[0];
-    for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+    int bad = 0;
+    for (int v = 0; v < V; v++) {
+        bad |= isnan(row[v]);
+        mx = row[v] > mx ? row[v] : mx;
+    }
+    if (bad || mx == INFINITY) return NAN;
     double sum = 0.0;
-    for (int v = 0; v < V; v++) sum += exp((double)(row[v] - mx));
-    *max_out = mx;
+    float buf[XENT_CHUNK];
+    for (int v0 = 0; v0 < V; v0 += XENT_CHUNK) {
+        const int n = V - v0 < XENT_CHUNK ? V - v0 : XENT_CHUNK;
+        for (int i = 0; i < n; i++) buf[i] = row[v0 + i] - mx;
+        k->exp(buf, buf, n);
+        for (int i = 0; i < n; i++) sum += buf[i];
+    }
     return (double)mx + log(sum);
 }
 
 /* logits[N, V], targets[N] → mean over counted rows of −log softmax(logits)[target] */
 float crossentropy_forward(const float *logits, const int *targets, int N, int V, int *count) {
+    const dt_kernels *k = kernels_active();
     double total = 0.0;
     int cnt = 0;
 #pragma omp parallel for reduction(+ : total, cnt) if ((size_t)N * V >= LAYER_PARALLEL_MIN)
     for (int n = 0; n < N; n++) {
         if (targets[n] < 0) continue;
         const float *row = logits + (size_t)n * V;
-        float mx;
-        total += row_logsumexp(row, V, &mx) - (double)row[targets[n]];
+        total += row_logsumexp(k, row, V) - (double)row[targets[n]];
         cnt++;
     }
     if (count) *count = cnt;
@@ -35,6 +52,7 @@ float crossentropy_forward(const float *logits, const int *targets, int N, int V
  * alias logits (saves a [N, V] buffer for the largest tensor of the model). */
 void crossentropy_backward(float *dlogits, const float *logits, const int *targets, int N, int V, int count,
                            float dloss) {
+    const dt_kernels *k = kernels_active();
     float scale = count > 0 ? dloss / (float)count : 0.0f;
 #pragma omp parallel for if ((size_t)N * V >= LAYER_PARALLEL_MIN)
     for (int n = 0; n < N; n++) {
@@ -45,12 +63,14 @@ void crossentropy_backward(float *dlogits, const float *logits, const int *targe
             for (int v = 0; v < V; v++) drow[v] = 0.0f;
             continue;
         }
-        float mx;
-        double lse = row_logsumexp(row, V, &mx);
-        for (int v = 0; v < V; v++) {
-            /* p = exp(x − lse), computed from the log-sum-exp so it never overflows */
-            float p = (float)exp((double)row[v] - lse);
-            drow[v] = (p - (v == tgt ? 1.0f : 0.0f)) * scale;
+        const double lse = row_logsumexp(k, row, V);
+        if (isnan(lse)) {
+            for (int v = 0; v < V; v++) drow[v] = NAN;
+            continue;
         }
+        /* p = exp(x − lse), from the log-sum-exp so it never overflows; in place */
+        for (int v = 0; v < V; v++) drow[v] = (float)((double)row[v] - lse);
+        k->exp(drow, drow, V);
+        for (int v = 0; v < V; v++) drow[v] = (drow[v] - (v == tgt ? 1.0f : 0.0f)) * scale;
     }
 }

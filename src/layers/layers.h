@@ -42,6 +42,11 @@ void rmsnorm_backward(float *dx, float *dw, const float *dout, const float *x, c
  * computes it (inv_freq [hd/2] from dt_rope_inv_freq: rope_theta and rope_scaling). sign = +1 applies the rotation (forward); sign = −1 applies its inverse, which is
  * the backward pass (the rotation is orthogonal). */
 void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, const float *inv_freq, int sign);
+/* The same for positions 0..T−1 from tables cos, sin [T, hd/2] of cos / sin(t·inv_freq[i])
+ * (rope_tables); sign −1 takes the negated sines, nsin (the backward). Bit for bit rope_apply. */
+void rope_apply_table(float *x, int B, int T, int nh, int hd, const float *cos, const float *sin, int sign);
+/* cos, sin [T, hd/2] for positions 0..T−1, in the float steps rope_apply takes */
+void rope_tables(float *cos, float *sin, int T, int hd, const float *inv_freq);
 
 /* h[N, F] = silu(gate) · up */
 void swiglu_forward(float *h, const float *gate, const float *up, int N, int F);

@@ -14,8 +14,11 @@
 #include "quant/quant.h"
 #include "model/profile.h"
 
-/* Rows per chunk of the LM head + cross-entropy with chunked_loss. */
-#define LOSS_CHUNK 256
+/* Rows per chunk of the LM head + cross-entropy with chunked_loss, unless the options say: as many
+ * as LOSS_CHUNK_FLOATS logits hold (one big product runs faster than many small ones; with a
+ * byte vocabulary a whole batch is one chunk), at least LOSS_CHUNK_MIN. */
+#define LOSS_CHUNK_FLOATS (1 << 21)
+#define LOSS_CHUNK_MIN 256
 
 typedef struct {
     float *ln1, *ln1_rstd;       /* [N, C], [N] */
@@ -42,7 +45,9 @@ struct dt_runstate {
     float **resid;               /* [L+1] × [N, C]: input of each layer; resid[L] feeds the final norm */
     layer_acts *acts;            /* [L] */
     float *lnf, *lnf_rstd;       /* [N, C], [N] */
-    float *logits;               /* [N, V], or [LOSS_CHUNK, V] with chunked_loss; the backward turns
+    int loss_chunk;              /* chunked_loss: rows per chunk */
+    int logits_kept;             /* chunked_loss: the forward was one chunk and its logits are intact */
+    float *logits;               /* [N, V], or [loss_chunk, V] with chunked_loss; the backward turns
                                     it into d(loss)/d(logits) */
     /* backward scratch */
     float *dresid, *dln;         /* [N, C] */
@@ -50,6 +55,7 @@ struct dt_runstate {
     float *dgate, *dup, *dh;     /* [N, F] */
     float *attn_scratch;         /* reference: [B, H, T, T]; fused: per-thread tiles */
     float *lambdas;              /* [L] λ used by the last forward */
+    float *rope_cos, *rope_sin;  /* [Tmax, hd/2] for positions 0..Tmax−1 (rope_tables) */
     void *qscratch;              /* quantised linear layers' scratch (model_linear_scratch_bytes) */
     dt_layer_weights *grad_layers; /* [L] views into the caller's gradient buffer */
     float *block;                /* the single allocation all float buffers live in */
@@ -97,7 +103,8 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     }
     rs->lnf = carve(cv, N * C);
     rs->lnf_rstd = carve(cv, N);
-    rs->logits = carve(cv, (rs->opt.chunked_loss && N > LOSS_CHUNK ? LOSS_CHUNK : N) * c->vocab_size);
+    rs->logits = carve(cv, (rs->opt.chunked_loss && N > (size_t)rs->loss_chunk ? (size_t)rs->loss_chunk : N) *
+                               c->vocab_size);
     rs->dresid = carve(cv, N * C);
     rs->dln = carve(cv, N * C);
     rs->datty = carve(cv, N * H * hd);
@@ -114,6 +121,8 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
         rs->attn_scratch = carve(cv, maps);
     }
     rs->lambdas = carve(cv, c->num_hidden_layers);
+    rs->rope_cos = carve(cv, (size_t)rs->Tmax * (hd / 2));
+    rs->rope_sin = carve(cv, (size_t)rs->Tmax * (hd / 2));
     rs->qscratch = carve(cv, (rs->qscratch_bytes + sizeof(float) - 1) / sizeof(float));
 }
 
@@ -143,6 +152,8 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     }
     rs->kernel = rs->opt.keep_logits || rs->opt.logit_bits ? DT_ATTENTION_REFERENCE : rs->opt.kernel;
     rs->threads = omp_get_max_threads();
+    rs->loss_chunk = rs->opt.loss_chunk_rows > 0 ? rs->opt.loss_chunk_rows : LOSS_CHUNK_FLOATS / m->cfg.vocab_size;
+    if (rs->opt.loss_chunk_rows <= 0 && rs->loss_chunk < LOSS_CHUNK_MIN) rs->loss_chunk = LOSS_CHUNK_MIN;
     /* sized for any quantisation, so that a model quantised after this was made can still run */
     rs->qscratch_bytes = model_linear_scratch_bytes(m, B * T);
     rs->resid = calloc((size_t)c->num_hidden_layers + 1, sizeof *rs->resid);
@@ -163,6 +174,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     memset(rs->block, 0, total * sizeof(float));
     cv = (carver){rs->block, 0};
     layout_runstate(rs, c, &cv);
+    rope_tables(rs->rope_cos, rs->rope_sin, T, c->head_dim, m->rope_inv_freq);
     return rs;
 oom:
     dt_runstate_free(rs);
@@ -244,14 +256,14 @@ static void lin(const dt_model *m, dt_runstate *rs, int layer, int which, float 
     model_linear(m, layer, which, y, x, N, rs->qscratch);
 }
 
-/* The LM head and the cross-entropy over LOSS_CHUNK rows at a time (chunked_loss): the mean over
+/* The LM head and the cross-entropy over loss_chunk rows at a time (chunked_loss): the mean over
  * all counted rows, with rs->count set, and only one chunk of logits in memory. */
 static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int *targets, int N) {
     const int C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     double total = 0, t = profile_start(rs->prof);
     rs->count = 0;
-    for (int r0 = 0; r0 < N; r0 += LOSS_CHUNK) {
-        const int rows = N - r0 < LOSS_CHUNK ? N - r0 : LOSS_CHUNK;
+    for (int r0 = 0; r0 < N; r0 += rs->loss_chunk) {
+        const int rows = N - r0 < rs->loss_chunk ? N - r0 : rs->loss_chunk;
         int count;
         lin(m, rs, m->cfg.num_hidden_layers, LIN_LM_HEAD, rs->logits, rs->lnf + (size_t)r0 * C, rows);
         profile_lap(rs->prof, PROF_LM_HEAD, 1, &t);
@@ -259,6 +271,7 @@ static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int 
         profile_lap(rs->prof, PROF_LOSS, 1, &t);
         rs->count += count;
     }
+    rs->logits_kept = N <= rs->loss_chunk; /* crossentropy_forward leaves the logits as they are */
     return rs->count ? (float)(total / rs->count) : 0.0f;
 }
 
@@ -266,16 +279,19 @@ static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int 
 static void chunked_loss_backward(const dt_model *m, dt_runstate *rs, float *g_lm_head, int N) {
     const int C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     double t = profile_start(rs->prof);
-    for (int r0 = 0; r0 < N; r0 += LOSS_CHUNK) {
-        const int rows = N - r0 < LOSS_CHUNK ? N - r0 : LOSS_CHUNK;
+    for (int r0 = 0; r0 < N; r0 += rs->loss_chunk) {
+        const int rows = N - r0 < rs->loss_chunk ? N - r0 : rs->loss_chunk;
         const float *x = rs->lnf + (size_t)r0 * C;
-        linear_forward(rs->logits, x, m->w.lm_head, rows, C, V);
-        profile_lap(rs->prof, PROF_LM_HEAD, 1, &t);
+        if (!rs->logits_kept) {
+            linear_forward(rs->logits, x, m->w.lm_head, rows, C, V);
+            profile_lap(rs->prof, PROF_LM_HEAD, 1, &t);
+        }
         crossentropy_backward(rs->logits, rs->logits, rs->targets + r0, rows, V, rs->count, 1.0f);
         profile_lap(rs->prof, PROF_LOSS, 1, &t);
         linear_backward(rs->dln + (size_t)r0 * C, g_lm_head, rs->logits, x, m->w.lm_head, rows, C, V);
         profile_lap(rs->prof, PROF_LM_HEAD, 2, &t);
     }
+    rs->logits_kept = 0; /* they are d(loss)/d(logits) now */
 }
 
 int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int *targets, int B, int T,
@@ -296,6 +312,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
     rs->B = B;
     rs->T = T;
     rs->has_targets = targets != NULL;
+    rs->logits_kept = 0;
     memcpy(rs->tokens, tokens, (size_t)N * sizeof(int));
     if (targets) memcpy(rs->targets, targets, (size_t)N * sizeof(int));
 
@@ -322,8 +339,8 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         lin(m, rs, l, LIN_K, a->k, a->ln1, N);
         lin(m, rs, l, LIN_V, a->v, a->ln1, N);
         profile_lap_mm(prof, l, MM_QKV, 0, 3, &t);
-        rope_apply(a->q, B, T, c->num_attention_heads, c->head_dim, 0, m->rope_inv_freq, +1);
-        rope_apply(a->k, B, T, c->num_key_value_heads, c->head_dim, 0, m->rope_inv_freq, +1);
+        rope_apply_table(a->q, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
+        rope_apply_table(a->k, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
         profile_lap(prof, PROF_ROPE, 2, &t);
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_forward(rs, a, &s);
@@ -456,8 +473,8 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
                                a->q, a->k, a->v, rs->attn_scratch, &s);
         if (s.diff) lambda_backward(gw, w, c->head_dim, dlambda);
         profile_lap(prof, PROF_ATTN_BWD, 1, &t);
-        rope_apply(rs->dq, B, T, c->num_attention_heads, c->head_dim, 0, m->rope_inv_freq, -1);
-        rope_apply(rs->dk, B, T, c->num_key_value_heads, c->head_dim, 0, m->rope_inv_freq, -1);
+        rope_apply_table(rs->dq, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
+        rope_apply_table(rs->dk, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
         profile_lap(prof, PROF_ROPE, 2, &t);
         memset(rs->dln, 0, (size_t)N * C * sizeof(float));
         profile_lap(prof, PROF_ZERO, 0, &t);
