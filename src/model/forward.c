@@ -47,6 +47,7 @@ struct dt_runstate {
     float *lnf, *lnf_rstd;       /* [N, C], [N] */
     int loss_chunk;              /* chunked_loss: rows per chunk */
     int logits_kept;             /* chunked_loss: the forward was one chunk and its logits are intact */
+    int rope_built;              /* rope_cos / rope_sin hold the tables of rope_inv_freq */
     float *logits;               /* [N, V], or [loss_chunk, V] with chunked_loss; the backward turns
                                     it into d(loss)/d(logits) */
     /* backward scratch */
@@ -56,6 +57,7 @@ struct dt_runstate {
     float *attn_scratch;         /* reference: [B, H, T, T]; fused: per-thread tiles */
     float *lambdas;              /* [L] λ used by the last forward */
     float *rope_cos, *rope_sin;  /* [Tmax, hd/2] for positions 0..Tmax−1 (rope_tables) */
+    float *rope_inv_freq;        /* [hd/2] the frequencies the tables were made from */
     void *qscratch;              /* quantised linear layers' scratch (model_linear_scratch_bytes) */
     dt_layer_weights *grad_layers; /* [L] views into the caller's gradient buffer */
     float *block;                /* the single allocation all float buffers live in */
@@ -123,7 +125,18 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     rs->lambdas = carve(cv, c->num_hidden_layers);
     rs->rope_cos = carve(cv, (size_t)rs->Tmax * (hd / 2));
     rs->rope_sin = carve(cv, (size_t)rs->Tmax * (hd / 2));
+    rs->rope_inv_freq = carve(cv, hd / 2);
     rs->qscratch = carve(cv, (rs->qscratch_bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+/* The RoPE tables for m's frequencies: made with the run state, and again if it is used with a
+ * model whose frequencies differ (a run state belongs to a config, not to one model). */
+static void refresh_rope_tables(const dt_model *m, dt_runstate *rs) {
+    const size_t half = (size_t)m->cfg.head_dim / 2, bytes = half * sizeof(float);
+    if (rs->rope_built && memcmp(rs->rope_inv_freq, m->rope_inv_freq, bytes) == 0) return;
+    rope_tables(rs->rope_cos, rs->rope_sin, rs->Tmax, m->cfg.head_dim, m->rope_inv_freq);
+    memcpy(rs->rope_inv_freq, m->rope_inv_freq, bytes);
+    rs->rope_built = 1;
 }
 
 dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err) {
@@ -174,7 +187,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     memset(rs->block, 0, total * sizeof(float));
     cv = (carver){rs->block, 0};
     layout_runstate(rs, c, &cv);
-    rope_tables(rs->rope_cos, rs->rope_sin, T, c->head_dim, m->rope_inv_freq);
+    refresh_rope_tables(m, rs);
     return rs;
 oom:
     dt_runstate_free(rs);
@@ -313,6 +326,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
     rs->T = T;
     rs->has_targets = targets != NULL;
     rs->logits_kept = 0;
+    refresh_rope_tables(m, rs);
     memcpy(rs->tokens, tokens, (size_t)N * sizeof(int));
     if (targets) memcpy(rs->targets, targets, (size_t)N * sizeof(int));
 
