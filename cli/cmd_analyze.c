@@ -437,15 +437,13 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         an_training t;
         char path[4200];
         dt_config c;
-        dt_model m;
         snprintf(path, sizeof path, "%s/config.json", dirs[i]);
-        if (dt_config_load(&c, path, &err) != 0 || dt_model_create(&m, &c, &err) != 0) {
+        if (dt_config_load(&c, path, &err) != 0) {
             rc = cli_error(cmd, "%s", err.msg);
             break;
         }
-        params[i] = (double)m.n_params;
+        params[i] = (double)dt_config_param_count(&c);
         arch[i] = c.arch;
-        dt_model_free(&m);
         if (an_training_load(dirs[i], &t, &err) != 0) {
             rc = cli_error(cmd, "%s", err.msg);
             break;

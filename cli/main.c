@@ -175,20 +175,11 @@ int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) 
     return 0;
 }
 
-static size_t count_params(const dt_config *cfg) {
-    dt_model m;
-    dt_error err;
-    if (dt_model_create(&m, cfg, &err) != 0) return 0;
-    size_t n = m.n_params;
-    dt_model_free(&m);
-    return n;
-}
-
 void cli_print_param_counts(const dt_config *cfg) {
     dt_config other = dt_config_matched(cfg);
     const dt_config *diff = cfg->arch == DT_ARCH_DIFF ? cfg : &other;
     const dt_config *base = cfg->arch == DT_ARCH_DIFF ? &other : cfg;
-    size_t nd = count_params(diff), nb = count_params(base);
+    size_t nd = dt_config_param_count(diff), nb = dt_config_param_count(base);
     printf("parameters: DIFF %zu (%d differential heads of width %d) | matched Transformer %zu (%d heads of width %d)"
            " | difference %+lld\n",
            nd, diff->num_attention_heads / 2, 2 * diff->head_dim, nb, base->num_attention_heads, base->head_dim,

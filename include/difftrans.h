@@ -215,6 +215,9 @@ typedef struct {
     float *rope_inv_freq;        /* [head_dim/2], from cfg (dt_rope_inv_freq) */
 } dt_model;
 
+/* Parameters of a model of this config, from its layout (nothing is allocated for them);
+ * 0 when the config is invalid. */
+size_t dt_config_param_count(const dt_config *cfg);
 /* Build the layout for cfg and allocate zeroed parameters. */
 int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err);
 void dt_model_free(dt_model *m);
@@ -369,9 +372,23 @@ typedef struct {
     dt_comm *comm;               /* NULL: one process */
     int zero;                    /* 1: ZeRO-1, AdamW moments sharded over the ranks */
     int no_overlap;              /* 1: reduce gradients after the backward (to measure the overlap) */
+    /* Optional: called after each step's batch of text windows is drawn; may rewrite tokens and
+     * targets (target −1 = no loss there), which hold rows [row0, row0 + rows) of the step's global
+     * batch of B rows × T (this rank's). It must draw from *rng (the run's data stream, saved for
+     * resume) exactly as for all B rows, so that every rank stays on one stream. step counts
+     * from 0. Validation stays on the text. */
+    void (*batch_hook)(void *ctx, int step, int total_steps, int *tokens, int *targets, int row0, int rows, int B,
+                       int T, uint64_t *rng);
+    void *batch_ctx;
+    /* Optional: called with the current model after each validation evaluation (step ≥ 1), on
+     * every rank; a nonzero return stops training with that error. */
+    int (*eval_hook)(void *ctx, int step, const dt_model *m, dt_error *err);
+    void *eval_ctx;
 } dt_train_options;
 
 void dt_train_defaults(dt_train_options *o);
+/* Tokens [0, n_train) of a data file of n tokens train; the rest is the validation split. */
+size_t dt_train_split(size_t n, float val_fraction);
 /* Returns 0 when the run finished or was stopped cleanly (checkpoint saved). */
 int dt_train(dt_train_options *o, dt_error *err);
 

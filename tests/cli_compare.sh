@@ -3,11 +3,13 @@
 #
 # usage: bash tests/cli_compare.sh PATH_TO_difftrans SCRATCH_DIR
 #
-#   --quick            REPORT.md (command line, seed, tables, both model names), report.json (python3),
-#                      both run directories, the PNGs when gnuplot is on PATH
+#   --quick            REPORT.md (command line, seeds, tables with intervals, verdicts, task tables and
+#                      learning curves), report.json (python3: every run, the summary), the run
+#                      directories of both seeds, the PNGs when gnuplot is on PATH
+#   --ablations        three variants side by side, one table per measure with parameter counts
 #   --quick --needle   the needle set, DIR/train.txt and the retrieval / allocation tables
-#   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset:
-#                      exit status 1 and a message naming the argument or the file
+#   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset,
+#                      variant or task: exit status 1 and a message naming the argument or the file
 # Prints a summary and exits 1 when any check failed.
 set -u
 
@@ -18,7 +20,7 @@ TMO=${TMO:-900}
 
 expect_ok "compare --help" "$DT" compare --help &&
     out_has "compare --help lists the options" "$S/last.out" "--data" "--out" "--preset" "--steps" "--needle" \
-        "--quick" "--seed"
+        "--quick" "--seed" "--seeds" "--tasks" "--task-ratio" "--ablations" "diff-subln"
 expect_ok "difftrans --help lists compare" "$DT" --help && out_has "compare in the command list" "$S/last.out" "compare"
 
 # ---------------------------------------------------------------- --quick
@@ -27,49 +29,69 @@ Q=$S/quick
 expect_ok "compare --quick" "$DT" compare --quick --quiet --threads 2 --seed 7 --data "$CORPUS" --out "$Q"
 check "REPORT.md written" test -s "$Q/REPORT.md"
 check "report.json written" test -s "$Q/report.json"
-check "DIFF run directory" test -s "$Q/diff/metrics.jsonl"
-check "Transformer run directory" test -s "$Q/transformer/metrics.jsonl"
-out_has "REPORT.md has the command line, seed, tables and names" "$Q/REPORT.md" \
-    "difftrans compare --quick --quiet --threads 2 --seed 7 --data" "seed: 7" \
-    "\| measure \| paper DIFF \| paper Transformer \| ours DIFF \| ours Transformer \|" \
-    "largest attention logit \| 38.8 \| 318.0" "largest hidden-state activation \| 1,688 \| 3,609" \
+check "DIFF run directories" test -s "$Q/diff/metrics.jsonl" -a -s "$Q/diff-seed1/metrics.jsonl"
+check "Transformer run directories" test -s "$Q/transformer/metrics.jsonl" -a -s "$Q/transformer-seed1/metrics.jsonl"
+out_has "REPORT.md has the command line, seeds, tables and verdicts" "$Q/REPORT.md" \
+    "difftrans compare --quick --quiet --threads 2 --seed 7 --data" "2 run\(s\) per model with seeds 7..8" \
+    "\| measure \| paper DIFF \| paper Transformer \| DIFF \| Transformer \|" \
+    "largest attention logit \| 38.8 \| 318.0 \| [0-9.]+ ± [0-9.]+ \|" "largest hidden-state activation \| 1,688 \| 3,609" \
+    "## Tasks learned in training" "### recall" "### depth" "### icl" "### Learning curves" \
+    "(DIFF better|Transformer better|No difference this run can resolve) on recall accuracy" \
     "In-context learning and the order of the examples" "std of accuracy over orders \\| much smaller" \
-    "final validation loss" "λ per layer" "On our data, (DIFF|Transformer|both)" "DIFF" "Transformer" \
-    "No needle set"
+    "final validation loss" "λ per layer" "No needle set"
 if [ -n "$PY" ]; then
-    check "report.json parses and holds both models" "$PY" -c '
+    check "report.json parses and holds every run" "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["seed"] == "7", r["seed"]
-names = [m["name"] for m in r["models"]]
-assert names == ["DIFF", "Transformer"], names
-for m in r["models"]:
+assert r["seed"] == "7" and r["seeds"] == 2, (r["seed"], r["seeds"])
+runs = [(m["variant"], m["seed"]) for m in r["runs"]]
+assert runs == [("diff", "7"), ("diff", "8"), ("transformer", "7"), ("transformer", "8")], runs
+for m in r["runs"]:
     assert m["quantisation"][0]["bits"] == 0 and len(m["quantisation"]) == 7
     assert m["outliers"]["attention_logits"]["top1"] > 0
     assert m["training"]["final_val_loss"] is not None
-assert len(r["models"][0]["lambda_final"]) == r["models"][0]["layers"]
+    assert set(m["tasks"]) == {"recall", "depth", "icl"}
+    assert len(m["learning_curve"]) >= 2 and "recall" in m["learning_curve"][-1]
+assert len(r["runs"][0]["lambda_final"]) == r["runs"][0]["layers"]
+s = r["summary"]["recall_accuracy"]
+assert s["diff"]["n"] == 2 and s["transformer"]["n"] == 2
+assert s["diff"]["verdict"] in ("variant better", "Transformer better", "no difference this run can resolve")
 ' "$Q/report.json"
 fi
 if command -v gnuplot >/dev/null 2>&1; then
-    for p in loss lambda grad_norm quantisation outliers; do
+    for p in loss lambda grad_norm quantisation outliers curve_recall curve_depth curve_icl; do
         check "plot $p.png" test -s "$Q/plots/$p.png"
     done
-    out_has "REPORT.md embeds the plots" "$Q/REPORT.md" "!\[loss\]\(plots/loss.png\)"
+    out_has "REPORT.md embeds the plots" "$Q/REPORT.md" "!\[loss\]\(plots/loss.png\)" "!\[curve_icl\]\(plots/curve_icl.png\)"
 else
     out_has "REPORT.md says gnuplot is missing" "$Q/REPORT.md" "gnuplot is not on PATH"
 fi
 
-expect_ok "compare --quick --scaling small" "$DT" compare --quick --quiet --threads 2 --steps 20 --data "$CORPUS" \
-    --out "$S/scaling" --scaling small &&
+# ---------------------------------------------------------------- --ablations
+
+A=$S/ablations
+expect_ok "compare --ablations" "$DT" compare --quick --quiet --threads 2 --seeds 1 --steps 20 --tasks recall \
+    --ablations diff,transformer,diff-subln --data "$CORPUS" --out "$A" &&
+    out_has "one table per measure, every variant with its parameters" "$A/REPORT.md" \
+        "## Every variant, one table per measure" "### recall accuracy" \
+        "\| variant \| parameters \|" "\| DIFF \| [0-9]+ \|" "\| Transformer \| [0-9]+ \|" "\| DIFF\+subln \| [0-9]+ \|" \
+        "\| recall DIFF\+subln \|"
+check "a run directory per variant" test -s "$A/diff-subln/metrics.jsonl"
+expect_fail "an unknown variant" "variant 'nope'" "$DT" compare --quick --ablations diff,nope --data "$CORPUS" --out "$S/x"
+expect_fail "an unknown task" "--tasks: unknown task 'nope'" "$DT" compare --quick --tasks recall,nope --data "$CORPUS" --out "$S/x"
+
+expect_ok "compare --quick --scaling small" "$DT" compare --quick --quiet --threads 2 --steps 20 --seeds 1 \
+    --tasks none --data "$CORPUS" --out "$S/scaling" --scaling small &&
     out_has "the report fits loss against size" "$S/scaling/REPORT.md" "## Loss against model size" "\| tiny \|" \
         "\| small \|" "fitted exponent b"
 check "report.json lists both sizes" "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if [s['preset'] for s in j['sizes']]==['tiny','small'] else 1)" "$S/scaling/report.json"
-expect_fail "--scaling with an unknown preset" "--scaling: .*huge" "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling huge
+expect_fail "--scaling with an unknown preset" "huge" "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling huge
 
 # ---------------------------------------------------------------- --quick --needle
 
 N=$S/needle
-expect_ok "compare --quick --needle" "$DT" compare --quick --needle --quiet --threads 2 --data "$CORPUS" --out "$N"
+expect_ok "compare --quick --needle" "$DT" compare --quick --needle --quiet --threads 2 --seeds 1 --tasks none \
+    --data "$CORPUS" --out "$N"
 check "needle test set" test -s "$N/needle/test.jsonl"
 check "training text with the needle set appended" test -s "$N/train.txt"
 check "train.txt starts with the corpus" cmp -n "$(wc -c <"$CORPUS")" "$CORPUS" "$N/train.txt"
@@ -79,7 +101,7 @@ if [ -n "$PY" ]; then
     check "report.json has needle and allocation numbers" "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-for m in r["models"]:
+for m in r["runs"]:
     assert m["needle"]["total"] > 0 and "answer_share" in m["allocation"]
 ' "$N/report.json"
 fi
@@ -91,8 +113,8 @@ expect_fail "missing --out" "--out" "$DT" compare --quick --data "$CORPUS"
 expect_fail "bad --steps" "--steps 'abc'" "$DT" compare --quick --steps abc --data "$CORPUS" --out "$S/x"
 expect_fail "zero --steps" "--steps 0" "$DT" compare --quick --steps 0 --data "$CORPUS" --out "$S/x"
 expect_fail "missing data file" "$S/nope.txt" "$DT" compare --quick --data "$S/nope.txt" --out "$S/x"
-expect_fail "unknown preset" "--preset" "$DT" compare --quick --preset huge --data "$CORPUS" --out "$S/x"
-expect_fail "--seq beyond the context" "--seq 100000" "$DT" compare --quick --seq 100000 --data "$CORPUS" --out "$S/x"
+expect_fail "unknown preset" "huge" "$DT" compare --quick --preset huge --data "$CORPUS" --out "$S/x"
+expect_fail "--seq beyond the context" "seq 100000" "$DT" compare --quick --seq 100000 --data "$CORPUS" --out "$S/x"
 expect_fail "unexpected argument" "unexpected argument 'extra'" "$DT" compare --quick --data "$CORPUS" --out "$S/x" extra
 
 finish cli_compare

@@ -202,24 +202,73 @@ static void test_quantize_loss(void **state) {
     free(tok);
 }
 
-/* Teacher-forced exact match equals needle_eval's greedy exact match, unquantised. */
+/* A model that only looks at the current byte (attention and MLP outputs zeroed): after ' ' it
+ * predicts '1', after digit d the digit d + 1 (mod 10), and nothing else matters. */
+static void rig_digit_chain(dt_model *m) {
+    const dt_config *c = &m->cfg;
+    const int C = c->hidden_size;
+    memset(m->w.embed_tokens, 0, (size_t)c->vocab_size * C * sizeof(float));
+    memset(m->w.lm_head, 0, (size_t)c->vocab_size * C * sizeof(float));
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        memset(m->w.layers[l].o_proj, 0, (size_t)C * c->num_attention_heads * c->head_dim * sizeof(float));
+        memset(m->w.layers[l].down_proj, 0, (size_t)C * c->intermediate_size * sizeof(float));
+    }
+    m->w.embed_tokens[(size_t)' ' * C + 0] = 1;
+    m->w.lm_head[(size_t)'1' * C + 0] = 10;
+    for (int d = 0; d < 10; d++) {
+        m->w.embed_tokens[(size_t)('0' + d) * C + 1 + d] = 1;
+        m->w.lm_head[(size_t)('0' + (d + 1) % 10) * C + 1 + d] = 10;
+    }
+}
+
+/* Writes value into both places of a needle's value: its sentence and the answer of its query. */
+static void set_value(needle_sample *s, int q, const char *value) {
+    needle_needle *nd = &s->needles[s->queries[q].needle];
+    int len = (int)strlen(value);
+    assert_int_equal(len, nd->value_length);
+    memcpy(s->text + nd->value_offset, value, (size_t)len);
+    memcpy(s->text + s->queries[q].prompt_end_offset, value, (size_t)len);
+    memcpy(nd->value, value, (size_t)len);
+}
+
+/* Teacher-forced exact match equals needle_eval's greedy exact match, unquantised, on a model that
+ * answers some queries right and others wrong (so the two could disagree in either count). */
 static void test_needle_exact_matches_greedy(void **state) {
     (void)state;
     needle_testset ts;
     make_testset(&ts, 3);
+    /* "12345" is the rigged model's chain from ' '; "12945" breaks it at the third byte, "92345" at the first */
+    const char *values[3][2] = {{"12345", "12945"}, {"12345", "12345"}, {"92345", "12346"}};
+    int want = 0;
+    for (int i = 0; i < ts.n; i++)
+        for (int q = 0; q < ts.samples[i].n_queries; q++) {
+            assert_int_equal(ts.samples[i].text[ts.samples[i].queries[q].prompt_end_offset - 1], ' ');
+            set_value(&ts.samples[i], q, values[i][q]);
+            want += strcmp(values[i][q], "12345") == 0;
+        }
     dt_model m;
-    tiny_model(&m, DT_ARCH_DIFF, 5);
-    /* rig the model towards copying: does not matter for the equivalence, which must hold anyway */
+    dt_config cfg;
     dt_error err;
-    needle_results r;
-    assert_int_equal(needle_eval(&m, &ts, &r, NULL, NULL, &err), 0);
+    for (int arch = 0; arch < 2; arch++) {
+        assert_int_equal(dt_config_preset(&cfg, "tiny", (dt_arch)arch, &err), 0);
+        cfg.tie_word_embeddings = 0;
+        assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
+        dt_model_init_random(&m, 5);
+        rig_digit_chain(&m);
+        needle_results r;
+        assert_int_equal(needle_eval(&m, &ts, &r, NULL, NULL, &err), 0);
+        int correct = -1, total = -1;
+        dt_run_options o = {0};
+        assert_int_equal(an_needle_exact(&m, &o, &ts, 0, &correct, &total, &err), 0);
+        assert_int_equal(total, 6);
+        assert_int_equal(r.total, 6);
+        assert_int_equal(r.correct, want); /* 3 of 6: the known answer, not just agreement */
+        assert_int_equal(correct, want);
+        needle_results_free(&r);
+        dt_model_free(&m);
+    }
     int correct = -1, total = -1;
     dt_run_options o = {0};
-    assert_int_equal(an_needle_exact(&m, &o, &ts, 0, &correct, &total, &err), 0);
-    assert_int_equal(total, r.total);
-    assert_int_equal(correct, r.correct);
-    needle_results_free(&r);
-    dt_model_free(&m);
 
     /* a sample longer than the model's context is refused, naming the set */
     tiny_model(&m, DT_ARCH_LLAMA, 5);

@@ -13,14 +13,24 @@
 #include "analysis/analyze.h"
 #include "analysis/icl.h"
 #include "analysis/needle.h"
+#include "analysis/tasks.h"
 #include "difftrans.h"
 
 #define RP_MAX_BITS 8
-#define RP_MAX_SIZES 5 /* the main preset and up to four --scaling presets */
+#define RP_MAX_SIZES 5    /* the main preset and up to four --scaling presets */
+#define RP_MAX_VARIANTS 8 /* models compared side by side */
+#define RP_MAX_SEEDS 16   /* runs per variant */
+#define RP_MAX_CURVE 64   /* points of a task learning curve */
+
+/* Task accuracy of one run at one training step (NAN for tasks not measured). */
+typedef struct {
+    int step;
+    double accuracy[TK_N_TASKS];
+} rp_curve_point;
 
 /* One trained model and everything measured on it. */
 typedef struct {
-    char name[32];   /* "DIFF" or "Transformer" */
+    char name[32];   /* the variant's display name, e.g. "DIFF" or "Transformer" */
     char dir[4096];  /* its run / checkpoint directory */
     dt_config cfg;
     size_t n_params;
@@ -34,6 +44,10 @@ typedef struct {
     an_allocation allocation;
     icl_params icl_setup;
     icl_result icl;  /* in-context classification over orders of the examples */
+    int tasks;       /* bit mask of the tasks in task[] */
+    tk_result task[TK_N_TASKS];
+    int n_curve;     /* task accuracy during training */
+    rp_curve_point curve[RP_MAX_CURVE];
 } rp_model;
 
 typedef struct {
@@ -44,7 +58,8 @@ typedef struct {
     int bits[RP_MAX_BITS];
     const needle_testset *needle; /* NULL: no needle analyses */
     int allocation_samples;       /* <= 0: all */
-    int quiet;                    /* no progress lines on stderr */
+    int tasks;                    /* bit mask of tk_kind to evaluate */
+    tk_eval_options task_eval;    /* their evaluation sets (max_len is taken from the model) */
 } rp_analysis_options;
 
 /* Loads the checkpoint in dir and runs every analysis on it; fills *out (zeroed first). */
@@ -53,19 +68,34 @@ void rp_model_free(rp_model *m);
 
 typedef struct {
     const char *command;     /* the command line that reproduces the report */
-    uint64_t seed;
+    uint64_t seed;           /* of the first run of each variant; run s used seed + s */
     const char *preset, *data, *train_text, *needle_dir; /* needle_dir NULL without --needle */
     int steps, batch, seq;
     size_t heldout_bytes;    /* bytes of the held-out tail the analyses used */
     int windows;
     int needle_context, needle_needles, needle_queries;
-    rp_model *diff, *base;
-    int n_sizes;             /* runs per kind for the loss-against-size fit (1: no fit) */
+    int tasks;               /* bit mask of the tasks mixed into training */
+    double task_ratio;       /* fraction of steps that were task batches */
+    int n_variants, n_seeds;
+    const char *variant_key[RP_MAX_VARIANTS]; /* e.g. "diff", "transformer" */
+    rp_model *runs;          /* [n_variants × n_seeds], variant-major: runs[v * n_seeds + s] */
+    int diff, base;          /* indices of the "diff" and "transformer" variants, -1 when absent */
+    int n_sizes;             /* runs per kind for the loss-against-size fit (1: no fit); seed 0 only */
     const char *size_names[RP_MAX_SIZES];
     double size_params[RP_MAX_SIZES][2], size_loss[RP_MAX_SIZES][2]; /* [size][0 = DIFF, 1 = Transformer] */
 } rp_report;
 
-/* Writes out_dir/REPORT.md and out_dir/report.json (atomically), and out_dir/plots/ (*.dat, *.gp and
- * the PNGs) when gnuplot is on PATH. A failing gnuplot is noted in REPORT.md, not an error. */
+static inline const rp_model *rp_run(const rp_report *r, int variant, int seed) {
+    return &r->runs[variant * r->n_seeds + seed];
+}
+
+/* Writes out_dir/REPORT.md and out_dir/report.json (atomically) and out_dir/plots/ (plots.c:
+ * *.dat, plots.gp, and the PNGs when gnuplot is on PATH; a failing gnuplot is noted in REPORT.md,
+ * not an error). */
 int rp_write(const rp_report *r, const char *out_dir, dt_error *err);
+
+/* report_md.c / report_json.c: the two renderings of one report. plots: 1 when the PNGs exist;
+ * plot_note says why not otherwise. */
+char *rp_markdown(const rp_report *r, int plots, const char *plot_note); /* malloc'd; NULL: out of memory */
+struct cJSON *rp_json(const rp_report *r, int plots);
 #endif

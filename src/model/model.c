@@ -104,6 +104,17 @@ void dt_weights_view(const dt_model *m, float *buf, dt_weights *w, dt_layer_weig
     w->lm_head = c->tie_word_embeddings ? w->embed_tokens : buf + (t++)->offset;
 }
 
+size_t dt_config_param_count(const dt_config *cfg) {
+    dt_error err;
+    layout_builder lb = {0};
+    if (dt_config_validate(cfg, "config", &err) != 0 || build_layout(cfg, &lb) != 0) {
+        free(lb.t);
+        return 0;
+    }
+    free(lb.t);
+    return lb.offset;
+}
+
 int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
     memset(m, 0, sizeof *m);
     if (dt_config_validate(cfg, "config", err) != 0) return -1;

@@ -55,6 +55,8 @@ void dt_train_defaults(dt_train_options *o) {
     o->val_fraction = 0.1f;
 }
 
+size_t dt_train_split(size_t n, float val_fraction) { return n - (size_t)((double)n * val_fraction); }
+
 typedef struct {
     dt_model model;
     train_step ts;               /* gradients, optimizer state and the micro-batch run state */
@@ -458,7 +460,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
         if (tr->tokens[i] >= c->vocab_size)
             return dt_fail(err, "%s: byte %d at offset %zu is outside the model's vocabulary of %d", o->data_path,
                            tr->tokens[i], i, c->vocab_size);
-    tr->n_train = tr->n_tokens - (size_t)((double)tr->n_tokens * o->val_fraction);
+    tr->n_train = dt_train_split(tr->n_tokens, o->val_fraction);
     if (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1)
         return dt_fail(err, "%s: %zu bytes is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
                        o->data_path, tr->n_tokens, T, 100.0 * o->val_fraction,
@@ -550,6 +552,10 @@ int dt_train(dt_train_options *o, dt_error *err) {
     while (tr.step < o->steps) {
         double t0 = now_seconds();
         sample_batch(&tr, B, T);
+        if (o->batch_hook) {
+            const int lo = tr.rank * B / tr.ranks, hi = (tr.rank + 1) * B / tr.ranks;
+            o->batch_hook(o->batch_ctx, tr.step, o->steps, tr.in, tr.tg, lo, hi - lo, B, T, &tr.rng);
+        }
         const float lr = lr_schedule(tr.step, o->steps, o->warmup, o->lr, o->min_lr_ratio);
         train_step_stats st;
         if (train_step_run(&tr.ts, tr.in, tr.tg, tr.step + 1, lr, o->stop && *o->stop, &st, err) != 0) {
@@ -575,6 +581,10 @@ int dt_train(dt_train_options *o, dt_error *err) {
         int last = tr.step == o->steps;
         if ((o->eval_interval > 0 && tr.step % o->eval_interval == 0) || last || tr.step == 1) {
             if (evaluate(&tr, o, &val_loss, err) != 0) {
+                rc = -1;
+                break;
+            }
+            if (o->eval_hook && o->eval_hook(o->eval_ctx, tr.step, &tr.model, err) != 0) {
                 rc = -1;
                 break;
             }

@@ -1,0 +1,231 @@
+/* plots.c — see plots.h. Files in out_dir/plots: metrics_KEY.dat and val_KEY.dat (the first run of
+ * each variant: step, train loss, gradient norm, λ per layer; step, validation loss), quant_KEY.dat
+ * and curve_TASK.dat (means over runs), outliers.dat, plots.gp; gnuplot writes NAME.png.tmp, renamed
+ * here to NAME.png. */
+#include "analysis/plots.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "analysis/stats.h"
+#include "analysis/textbuf.h"
+
+static int have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+int pl_names(const rp_report *r, const char **names, int cap) {
+    static const char *fixed[] = {"loss", "lambda", "grad_norm", "quantisation", "outliers"};
+    static const char *curves[TK_N_TASKS] = {"curve_recall", "curve_depth", "curve_icl"};
+    int n = 0;
+    for (int i = 0; i < 5 && n < cap; i++)
+        if (i != 1 || r->diff >= 0) names[n++] = fixed[i];
+    for (int k = 0; k < TK_N_TASKS && n < cap; k++)
+        if (r->tasks & (1 << k)) names[n++] = curves[k];
+    return n;
+}
+
+/* metrics.jsonl of a run → plots/metrics_KEY.dat and plots/val_KEY.dat */
+static int metrics_dat(const rp_model *m, const char *key, const char *plots, int *n_lambda, dt_error *err) {
+    char path[4200], name[128], mpath[4400], vpath[4400];
+    if (tb_path(path, sizeof path, m->dir, "metrics.jsonl", err)) return -1;
+    snprintf(name, sizeof name, "metrics_%s.dat", key);
+    if (tb_path(mpath, sizeof mpath, plots, name, err)) return -1;
+    snprintf(name, sizeof name, "val_%s.dat", key);
+    if (tb_path(vpath, sizeof vpath, plots, name, err)) return -1;
+    FILE *f = fopen(path, "r");
+    if (!f) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    textbuf a = {0}, v = {0};
+    char line[65536];
+    *n_lambda = 0;
+    tb_printf(&a, "# step train_loss grad_norm lambda_0..\n");
+    tb_printf(&v, "# step val_loss\n");
+    while (fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        if (!j) continue;
+        cJSON *st = cJSON_GetObjectItem(j, "step"), *tl = cJSON_GetObjectItem(j, "train_loss"),
+              *gn = cJSON_GetObjectItem(j, "grad_norm"), *vl = cJSON_GetObjectItem(j, "val_loss"),
+              *lam = cJSON_GetObjectItem(j, "lambda");
+        if (cJSON_IsNumber(st) && cJSON_IsNumber(tl) && cJSON_IsNumber(gn)) {
+            tb_printf(&a, "%d %.6g %.6g", st->valueint, tl->valuedouble, gn->valuedouble);
+            int k = 0;
+            cJSON *e;
+            cJSON_ArrayForEach(e, lam) {
+                if (cJSON_IsNumber(e)) tb_printf(&a, " %.6g", e->valuedouble), k++;
+            }
+            *n_lambda = k;
+            tb_printf(&a, "\n");
+            if (cJSON_IsNumber(vl)) tb_printf(&v, "%d %.6g\n", st->valueint, vl->valuedouble);
+        }
+        cJSON_Delete(j);
+    }
+    int bad = ferror(f);
+    fclose(f);
+    int rc = bad ? dt_fail(err, "%s: read error", path) : tb_write(mpath, &a, err);
+    if (rc == 0) rc = tb_write(vpath, &v, err);
+    free(a.s);
+    free(v.s);
+    return rc;
+}
+
+static int write_dat(const char *plots, const char *name, textbuf *b, dt_error *err) {
+    char path[4400];
+    int rc = tb_path(path, sizeof path, plots, name, err);
+    if (rc == 0) rc = tb_write(path, b, err);
+    free(b->s);
+    *b = (textbuf){0};
+    return rc;
+}
+
+/* mean over the runs of a variant of f(run) */
+static double mean_over_seeds(const rp_report *r, int v, double (*f)(const rp_model *, int), int arg) {
+    double x[RP_MAX_SEEDS];
+    for (int s = 0; s < r->n_seeds; s++) x[s] = f(rp_run(r, v, s), arg);
+    return st_mean_ci(x, r->n_seeds).mean;
+}
+static double quant_loss(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].loss : NAN; }
+static double logit_top1(const rp_model *m, int unused) { return m->outliers.logits.top1; }
+static double logit_top10(const rp_model *m, int unused) { return m->outliers.logits.top10; }
+static double hidden_top1(const rp_model *m, int unused) { return m->outliers.hidden.top1; }
+static double hidden_top10(const rp_model *m, int unused) { return m->outliers.hidden.top10; }
+
+/* The data files and plots.gp; returns 0 or -1. */
+static int write_data(const rp_report *r, const char *plots, int cairo, dt_error *err) {
+    int nlam = 0;
+    const char *lc[RP_MAX_VARIANTS];
+    static const char *colors[RP_MAX_VARIANTS] = {"1", "2", "3", "4", "6", "7", "8", "9"};
+    for (int v = 0; v < r->n_variants; v++) {
+        int n = 0;
+        lc[v] = colors[v];
+        if (metrics_dat(rp_run(r, v, 0), r->variant_key[v], plots, &n, err) != 0) return -1;
+        if (v == r->diff) nlam = n;
+    }
+    textbuf b = {0};
+    char name[128];
+    for (int v = 0; v < r->n_variants; v++) {
+        const rp_model *m0 = rp_run(r, v, 0);
+        tb_printf(&b, "# bits loss (32 = unquantised fp32), mean over %d run(s)\n", r->n_seeds);
+        for (int i = m0->n_quant - 1; i >= 0; i--)
+            tb_printf(&b, "%d %.6g\n", m0->quant[i].bits ? m0->quant[i].bits : 32, mean_over_seeds(r, v, quant_loss, i));
+        snprintf(name, sizeof name, "quant_%s.dat", r->variant_key[v]);
+        if (write_dat(plots, name, &b, err)) return -1;
+    }
+    tb_printf(&b, "# measure, then the mean over runs of each variant\n");
+    static const char *labels[4] = {"logit top-1", "logit top-10", "hidden top-1", "hidden top-10"};
+    double (*fs[4])(const rp_model *, int) = {logit_top1, logit_top10, hidden_top1, hidden_top10};
+    for (int i = 0; i < 4; i++) {
+        tb_printf(&b, "\"%s\"", labels[i]);
+        for (int v = 0; v < r->n_variants; v++) tb_printf(&b, " %.6g", mean_over_seeds(r, v, fs[i], 0));
+        tb_printf(&b, "\n");
+    }
+    if (write_dat(plots, "outliers.dat", &b, err)) return -1;
+    for (int k = 0; k < TK_N_TASKS; k++) {
+        if (!(r->tasks & (1 << k))) continue;
+        tb_printf(&b, "# step, then per variant the mean %s accuracy over runs\n", tk_name((tk_kind)k));
+        const rp_model *m0 = rp_run(r, 0, 0);
+        for (int p = 0; p < m0->n_curve; p++) {
+            tb_printf(&b, "%d", m0->curve[p].step);
+            for (int v = 0; v < r->n_variants; v++) {
+                double x[RP_MAX_SEEDS];
+                for (int s = 0; s < r->n_seeds; s++) {
+                    const rp_model *m = rp_run(r, v, s);
+                    x[s] = p < m->n_curve ? m->curve[p].accuracy[k] : NAN;
+                }
+                tb_printf(&b, " %.6g", st_mean_ci(x, r->n_seeds).mean);
+            }
+            tb_printf(&b, "\n");
+        }
+        snprintf(name, sizeof name, "curve_%s.dat", tk_name((tk_kind)k));
+        if (write_dat(plots, name, &b, err)) return -1;
+    }
+
+    textbuf g = {0};
+    const char *title[RP_MAX_VARIANTS];
+    for (int v = 0; v < r->n_variants; v++) title[v] = rp_run(r, v, 0)->name;
+    tb_printf(&g, "# plots.gp — run from this directory: gnuplot plots.gp\n");
+    tb_printf(&g, "set terminal %s size 900,540\nset grid\nset key top right\n", cairo ? "pngcairo" : "png");
+    tb_printf(&g, "set output 'loss.png.tmp'\nset title 'Loss (nats/byte), first run of each model'\nset xlabel "
+                  "'step'\nset ylabel 'loss'\nplot ");
+    for (int v = 0; v < r->n_variants; v++)
+        tb_printf(&g, "%s'metrics_%s.dat' u 1:2 w l lc %s t '%s train', 'val_%s.dat' u 1:2 w lp lc %s dt 2 pt 7 t '%s val'",
+                  v ? ", " : "", r->variant_key[v], lc[v], title[v], r->variant_key[v], lc[v], title[v]);
+    tb_printf(&g, "\n");
+    if (r->diff >= 0) {
+        tb_printf(&g, "set output 'lambda.png.tmp'\nset title 'lambda per layer (DIFF, first run)'\nset ylabel "
+                      "'lambda'\nplot ");
+        for (int l = 0; l < nlam; l++)
+            tb_printf(&g, "%s'metrics_%s.dat' u 1:%d w l t 'layer %d'", l ? ", " : "", r->variant_key[r->diff], 4 + l, l);
+        if (nlam == 0) tb_printf(&g, "0 t 'no lambda recorded'");
+        tb_printf(&g, "\n");
+    }
+    tb_printf(&g, "set output 'grad_norm.png.tmp'\nset title 'Gradient norm before clipping (first run)'\nset ylabel "
+                  "'norm'\nplot ");
+    for (int v = 0; v < r->n_variants; v++)
+        tb_printf(&g, "%s'metrics_%s.dat' u 1:3 w l lc %s t '%s'", v ? ", " : "", r->variant_key[v], lc[v], title[v]);
+    tb_printf(&g, "\nset output 'quantisation.png.tmp'\nset title 'Held-out loss vs attention-logit bits (32 = fp32), "
+                  "mean over runs'\nset xlabel 'bits'\nset ylabel 'loss'\nset logscale x 2\nplot ");
+    for (int v = 0; v < r->n_variants; v++)
+        tb_printf(&g, "%s'quant_%s.dat' u 1:2 w lp lc %s pt 7 t '%s'", v ? ", " : "", r->variant_key[v], lc[v], title[v]);
+    tb_printf(&g, "\nunset logscale x\nset output 'outliers.png.tmp'\nset title 'Largest activations (|x|, log scale), "
+                  "mean over runs'\nset xlabel ''\nset ylabel '|x|'\nset logscale y\nset style data histograms\n"
+                  "set style histogram clustered\nset style fill solid 0.8\nset boxwidth 0.9\nplot ");
+    for (int v = 0; v < r->n_variants; v++)
+        tb_printf(&g, "%s'outliers.dat' u %d%s lc %s t '%s'", v ? ", " : "", 2 + v, v ? "" : ":xtic(1)", lc[v], title[v]);
+    tb_printf(&g, "\nunset logscale y\nset style data lines\n");
+    for (int k = 0; k < TK_N_TASKS; k++) {
+        if (!(r->tasks & (1 << k))) continue;
+        tb_printf(&g, "set output 'curve_%s.png.tmp'\nset title '%s task accuracy during training (mean over %d "
+                      "run(s))'\nset xlabel 'step'\nset ylabel 'accuracy'\nset yrange [0:1]\nset key bottom right\nplot ",
+                  tk_name((tk_kind)k), tk_name((tk_kind)k), r->n_seeds);
+        for (int v = 0; v < r->n_variants; v++)
+            tb_printf(&g, "%s'curve_%s.dat' u 1:%d w lp lc %s pt 7 t '%s'", v ? ", " : "", tk_name((tk_kind)k), 2 + v,
+                      lc[v], title[v]);
+        tb_printf(&g, "\nset autoscale y\nset key top right\n");
+    }
+    tb_printf(&g, "unset output\n");
+    return write_dat(plots, "plots.gp", &g, err);
+}
+
+int pl_write(const rp_report *r, const char *out_dir, char *note, size_t note_n, dt_error *err) {
+    char plots[4200];
+    if (tb_path(plots, sizeof plots, out_dir, "plots", err)) return -1;
+    if (mkdir(plots, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create: %s", plots, strerror(errno));
+    const int gnuplot = have_gnuplot();
+    const int cairo = gnuplot && system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
+    if (write_data(r, plots, cairo, err) != 0) return -1;
+    if (!gnuplot) {
+        snprintf(note, note_n, "gnuplot is not on PATH, so no plots were made (install gnuplot, e.g. the Debian "
+                               "package gnuplot-nox, and run `gnuplot plots.gp` in %s).", plots);
+        return 0;
+    }
+    /* single-quote the directory for the shell */
+    textbuf c = {0};
+    tb_printf(&c, "cd '");
+    for (const char *p = plots; *p; p++)
+        if (*p == '\'')
+            tb_printf(&c, "'\\''");
+        else
+            tb_printf(&c, "%c", *p);
+    tb_printf(&c, "' && gnuplot plots.gp >gnuplot.log 2>&1");
+    int st = c.oom ? -1 : system(c.s);
+    free(c.s);
+    if (st != 0) {
+        snprintf(note, note_n, "gnuplot failed (status %d); see %s/gnuplot.log — plots skipped", st, plots);
+        return 0;
+    }
+    const char *names[16];
+    int n = pl_names(r, names, 16);
+    for (int i = 0; i < n; i++) {
+        char tmp[4400], fin[4400];
+        snprintf(tmp, sizeof tmp, "%s/%s.png.tmp", plots, names[i]);
+        snprintf(fin, sizeof fin, "%s/%s.png", plots, names[i]);
+        if (rename(tmp, fin) != 0) {
+            snprintf(note, note_n, "gnuplot did not write %s (%s) — plots skipped", tmp, strerror(errno));
+            return 0;
+        }
+    }
+    return 1;
+}

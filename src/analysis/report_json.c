@@ -1,0 +1,266 @@
+/* report_json.c — report.json of a comparison: the setup, every run with every number measured on
+ * it (per layer, per cell, per bit width, learning curves), and a summary of the headline measures
+ * per variant (mean, 95% interval over runs) with the verdict against the Transformer. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "analysis/report.h"
+#include "analysis/stats.h"
+
+static void add_num(cJSON *o, const char *k, double v) {
+    if (isnan(v))
+        cJSON_AddNullToObject(o, k);
+    else
+        cJSON_AddNumberToObject(o, k, v);
+}
+
+static cJSON *model_json(const rp_model *m) {
+    cJSON *e = cJSON_CreateObject();
+    const int L = m->cfg.num_hidden_layers;
+    cJSON_AddStringToObject(e, "name", m->name);
+    cJSON_AddStringToObject(e, "dir", m->dir);
+    cJSON_AddNumberToObject(e, "parameters", (double)m->n_params);
+    cJSON_AddNumberToObject(e, "layers", L);
+    cJSON_AddNumberToObject(e, "attention_heads", m->cfg.num_attention_heads);
+    cJSON_AddNumberToObject(e, "head_dim", m->cfg.head_dim);
+    if (m->lambda) cJSON_AddItemToObject(e, "lambda_final", cJSON_CreateDoubleArray(m->lambda, L));
+    cJSON *tr = cJSON_AddObjectToObject(e, "training");
+    const an_training *t = &m->training;
+    cJSON_AddNumberToObject(tr, "steps_logged", t->n_steps);
+    add_num(tr, "final_train_loss", t->final_train_loss);
+    add_num(tr, "final_val_loss", t->final_val_loss);
+    cJSON_AddNumberToObject(tr, "final_val_step", t->final_val_step);
+    add_num(tr, "grad_norm_mean", t->gn_mean);
+    add_num(tr, "grad_norm_std", t->gn_std);
+    add_num(tr, "grad_norm_max", t->gn_max);
+    cJSON_AddNumberToObject(tr, "spikes", t->spikes);
+    cJSON_AddItemToObject(tr, "spike_steps", cJSON_CreateIntArray(t->spike_steps ? t->spike_steps : (int[]){0}, t->spikes));
+    if (t->n_layers > 0 && t->lambda_first) {
+        cJSON_AddItemToObject(tr, "lambda_first", cJSON_CreateDoubleArray(t->lambda_first, t->n_layers));
+        cJSON_AddItemToObject(tr, "lambda_last", cJSON_CreateDoubleArray(t->lambda_last, t->n_layers));
+        cJSON_AddItemToObject(tr, "lambda_min", cJSON_CreateDoubleArray(t->lambda_min, t->n_layers));
+        cJSON_AddItemToObject(tr, "lambda_max", cJSON_CreateDoubleArray(t->lambda_max, t->n_layers));
+    }
+    cJSON *ic = cJSON_AddObjectToObject(e, "icl");
+    cJSON_AddNumberToObject(ic, "shots", m->icl_setup.shots);
+    cJSON_AddNumberToObject(ic, "queries", m->icl_setup.queries);
+    if (m->icl.accuracy) cJSON_AddItemToObject(ic, "accuracy", cJSON_CreateDoubleArray(m->icl.accuracy, m->icl.permutations));
+    add_num(ic, "mean", m->icl.mean);
+    add_num(ic, "std", m->icl.std);
+    cJSON *ou = cJSON_AddObjectToObject(e, "outliers");
+    cJSON_AddNumberToObject(ou, "windows", m->outliers.windows);
+    cJSON_AddNumberToObject(ou, "seq", m->outliers.seq);
+    cJSON_AddItemToObject(ou, "attention_logits", an_abs_stats_json(&m->outliers.logits));
+    cJSON_AddItemToObject(ou, "hidden_states", an_abs_stats_json(&m->outliers.hidden));
+    if (m->outliers.layer_logit_max) {
+        cJSON_AddItemToObject(ou, "layer_logit_max", cJSON_CreateDoubleArray(m->outliers.layer_logit_max, m->outliers.n_layers));
+        cJSON_AddItemToObject(ou, "layer_hidden_max",
+                              cJSON_CreateDoubleArray(m->outliers.layer_hidden_max, m->outliers.n_layers + 1));
+    }
+    cJSON *qa = cJSON_AddArrayToObject(e, "quantisation");
+    for (int i = 0; i < m->n_quant; i++) {
+        const an_quant_row *q = &m->quant[i];
+        cJSON *r = cJSON_CreateObject();
+        cJSON_AddItemToArray(qa, r);
+        cJSON_AddNumberToObject(r, "bits", q->bits);
+        add_num(r, "loss", q->loss);
+        add_num(r, "accuracy", q->accuracy);
+        cJSON_AddNumberToObject(r, "count", (double)q->count);
+        if (q->needle_total >= 0) {
+            cJSON_AddNumberToObject(r, "needle_correct", q->needle_correct);
+            cJSON_AddNumberToObject(r, "needle_total", q->needle_total);
+        }
+    }
+    if (m->have_needle) {
+        cJSON *n = cJSON_AddObjectToObject(e, "needle");
+        cJSON_AddNumberToObject(n, "correct", m->needle.correct);
+        cJSON_AddNumberToObject(n, "total", m->needle.total);
+        add_num(n, "accuracy", m->needle.total ? (double)m->needle.correct / m->needle.total : NAN);
+        cJSON *cells = cJSON_AddArrayToObject(n, "cells");
+        for (int c = 0; c < m->needle.n_cells; c++) {
+            const needle_cell *nc = &m->needle.cells[c];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddItemToArray(cells, o);
+            cJSON_AddNumberToObject(o, "context_length", nc->context_length);
+            cJSON_AddNumberToObject(o, "depth", nc->depth);
+            cJSON_AddNumberToObject(o, "samples", nc->samples);
+            cJSON_AddNumberToObject(o, "n", nc->n);
+            cJSON_AddNumberToObject(o, "correct", nc->correct);
+            cJSON_AddNumberToObject(o, "first_correct", nc->first_correct);
+        }
+        const an_allocation *a = &m->allocation;
+        cJSON *al = cJSON_AddObjectToObject(e, "allocation");
+        cJSON_AddNumberToObject(al, "heads", a->heads);
+        cJSON_AddNumberToObject(al, "samples", a->samples);
+        cJSON_AddNumberToObject(al, "rows", a->rows);
+        add_num(al, "answer_share", a->mean_answer_share);
+        add_num(al, "noise_share", a->mean_noise_share);
+        if (a->answer_share) {
+            cJSON_AddItemToObject(al, "layer_answer_share", cJSON_CreateDoubleArray(a->answer_share, a->n_layers));
+            cJSON_AddItemToObject(al, "layer_noise_share", cJSON_CreateDoubleArray(a->noise_share, a->n_layers));
+            cJSON_AddItemToObject(al, "layer_span_sum", cJSON_CreateDoubleArray(a->span, a->n_layers));
+            cJSON_AddItemToObject(al, "layer_span_abs_sum", cJSON_CreateDoubleArray(a->span_abs, a->n_layers));
+            cJSON_AddItemToObject(al, "layer_context_sum", cJSON_CreateDoubleArray(a->context, a->n_layers));
+            cJSON_AddItemToObject(al, "layer_context_abs_sum", cJSON_CreateDoubleArray(a->context_abs, a->n_layers));
+            cJSON_AddItemToObject(al, "layer_row_sum", cJSON_CreateDoubleArray(a->row, a->n_layers));
+        }
+    }
+    return e;
+}
+
+static cJSON *task_json(const tk_result *t) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "task", tk_name(t->kind));
+    cJSON_AddNumberToObject(o, "correct", t->correct);
+    cJSON_AddNumberToObject(o, "total", t->total);
+    add_num(o, "accuracy", t->accuracy);
+    if (t->kind == TK_ICL) add_num(o, "order_std", t->order_std);
+    cJSON *cells = cJSON_AddArrayToObject(o, "cells");
+    for (int c = 0; c < t->n_cells; c++) {
+        const tk_cell *tc = &t->cells[c];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(cells, e);
+        cJSON_AddNumberToObject(e, "length", tc->length);
+        if (t->kind == TK_RECALL) cJSON_AddNumberToObject(e, "pairs", tc->pairs);
+        if (t->kind == TK_DEPTH) cJSON_AddNumberToObject(e, "depth", tc->depth), cJSON_AddNumberToObject(e, "needles", tc->pairs);
+        if (t->kind == TK_ICL) cJSON_AddNumberToObject(e, "order", tc->order), cJSON_AddNumberToObject(e, "shots", tc->pairs);
+        cJSON_AddNumberToObject(e, "examples", tc->examples);
+        cJSON_AddNumberToObject(e, "correct", tc->correct);
+        cJSON_AddNumberToObject(e, "total", tc->total);
+        add_num(e, "accuracy", tc->accuracy);
+    }
+    return o;
+}
+
+static void add_tasks(cJSON *e, const rp_model *m) {
+    cJSON *ts = cJSON_AddObjectToObject(e, "tasks");
+    for (int k = 0; k < TK_N_TASKS; k++)
+        if (m->tasks & (1 << k)) cJSON_AddItemToObject(ts, tk_name((tk_kind)k), task_json(&m->task[k]));
+    cJSON *cv = cJSON_AddArrayToObject(e, "learning_curve");
+    for (int p = 0; p < m->n_curve; p++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(cv, o);
+        cJSON_AddNumberToObject(o, "step", m->curve[p].step);
+        for (int k = 0; k < TK_N_TASKS; k++)
+            if (!isnan(m->curve[p].accuracy[k])) cJSON_AddNumberToObject(o, tk_name((tk_kind)k), m->curve[p].accuracy[k]);
+    }
+}
+
+/* headline measures of the summary */
+static double s_val(const rp_model *m, int a) { return m->training.final_val_loss; }
+static double s_logit(const rp_model *m, int a) { return m->outliers.logits.top1; }
+static double s_hidden(const rp_model *m, int a) { return m->outliers.hidden.top1; }
+static double s_task(const rp_model *m, int k) { return m->tasks & (1 << k) ? m->task[k].accuracy : NAN; }
+static double s_icl(const rp_model *m, int a) { return m->icl.mean; }
+static double s_needle(const rp_model *m, int a) {
+    return m->have_needle && m->needle.total ? (double)m->needle.correct / m->needle.total : NAN;
+}
+static double s_share(const rp_model *m, int a) { return m->have_needle ? m->allocation.mean_answer_share : NAN; }
+
+static cJSON *interval_json(const st_interval *iv) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "n", iv->n);
+    add_num(o, "mean", iv->mean);
+    add_num(o, "ci95_low", iv->lo);
+    add_num(o, "ci95_high", iv->hi);
+    return o;
+}
+
+static cJSON *summary_json(const rp_report *r) {
+    struct {
+        const char *key;
+        double (*get)(const rp_model *, int);
+        int arg, lower;
+    } ms[] = {{"final_val_loss", s_val, 0, 1},     {"largest_attention_logit", s_logit, 0, 1},
+              {"largest_hidden_activation", s_hidden, 0, 1}, {"recall_accuracy", s_task, TK_RECALL, 0},
+              {"depth_accuracy", s_task, TK_DEPTH, 0},  {"icl_permuted_accuracy", s_task, TK_ICL, 0},
+              {"icl_fixed_label_accuracy", s_icl, 0, 0}, {"needle_accuracy", s_needle, 0, 0},
+              {"answer_share", s_share, 0, 0}};
+    cJSON *sum = cJSON_CreateObject();
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
+        cJSON *e = cJSON_AddObjectToObject(sum, ms[i].key);
+        cJSON_AddBoolToObject(e, "lower_is_better", ms[i].lower);
+        for (int v = 0; v < r->n_variants; v++) {
+            double x[RP_MAX_SEEDS], y[RP_MAX_SEEDS];
+            for (int s = 0; s < r->n_seeds; s++) {
+                x[s] = ms[i].get(rp_run(r, v, s), ms[i].arg);
+                if (r->base >= 0) y[s] = ms[i].get(rp_run(r, r->base, s), ms[i].arg);
+            }
+            st_interval iv = st_mean_ci(x, r->n_seeds);
+            cJSON *o = interval_json(&iv);
+            cJSON_AddItemToObject(e, r->variant_key[v], o);
+            if (r->base >= 0 && v != r->base) {
+                st_interval d = st_paired_diff_ci(x, y, r->n_seeds);
+                cJSON_AddItemToObject(o, "difference_to_transformer", interval_json(&d));
+                st_verdict w = st_verdict_of(&d, ms[i].lower);
+                cJSON_AddStringToObject(o, "verdict", w == ST_A_BETTER   ? "variant better"
+                                                      : w == ST_B_BETTER ? "Transformer better"
+                                                                         : "no difference this run can resolve");
+            }
+        }
+    }
+    return sum;
+}
+
+cJSON *rp_json(const rp_report *r, int plots) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "command", r->command);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)r->seed);
+    cJSON_AddStringToObject(root, "seed", seed); /* a string: JSON numbers lose 64-bit precision */
+    cJSON_AddNumberToObject(root, "seeds", r->n_seeds);
+    cJSON_AddStringToObject(root, "preset", r->preset);
+    cJSON_AddStringToObject(root, "data", r->data);
+    cJSON_AddStringToObject(root, "train_text", r->train_text);
+    cJSON_AddNumberToObject(root, "steps", r->steps);
+    cJSON_AddNumberToObject(root, "batch", r->batch);
+    cJSON_AddNumberToObject(root, "seq", r->seq);
+    cJSON_AddNumberToObject(root, "heldout_bytes", (double)r->heldout_bytes);
+    cJSON_AddNumberToObject(root, "windows", r->windows);
+    cJSON *tm = cJSON_AddArrayToObject(root, "tasks");
+    for (int k = 0; k < TK_N_TASKS; k++)
+        if (r->tasks & (1 << k)) cJSON_AddItemToArray(tm, cJSON_CreateString(tk_name((tk_kind)k)));
+    cJSON_AddNumberToObject(root, "task_ratio", r->task_ratio);
+    if (r->needle_dir) {
+        cJSON *n = cJSON_AddObjectToObject(root, "needle_set");
+        cJSON_AddStringToObject(n, "dir", r->needle_dir);
+        cJSON_AddNumberToObject(n, "context", r->needle_context);
+        cJSON_AddNumberToObject(n, "needles", r->needle_needles);
+        cJSON_AddNumberToObject(n, "queries", r->needle_queries);
+    } else
+        cJSON_AddNullToObject(root, "needle_set");
+    cJSON_AddBoolToObject(root, "plots", plots == 1);
+    cJSON *p = cJSON_AddObjectToObject(root, "paper");
+    cJSON_AddStringToObject(p, "largest_attention_logit", "DIFF 38.8, Transformer 318.0");
+    cJSON_AddStringToObject(p, "largest_hidden_activation", "DIFF 1688, Transformer 3609");
+    cJSON_AddStringToObject(p, "answer_span_attention", "DIFF 0.27-0.40, Transformer 0.03-0.09");
+    cJSON_AddStringToObject(p, "multi_needle_4k_6n_2q", "DIFF 0.85, Transformer 0.55");
+    cJSON_AddStringToObject(p, "logit_quantisation", "DIFF at 4 bits ~ Transformer at 6 bits");
+    cJSON *vs = cJSON_AddArrayToObject(root, "variants");
+    for (int v = 0; v < r->n_variants; v++) cJSON_AddItemToArray(vs, cJSON_CreateString(r->variant_key[v]));
+    cJSON_AddItemToObject(root, "summary", summary_json(r));
+    cJSON *ms = cJSON_AddArrayToObject(root, "runs");
+    for (int v = 0; v < r->n_variants; v++)
+        for (int s = 0; s < r->n_seeds; s++) {
+            const rp_model *m = rp_run(r, v, s);
+            cJSON *e = model_json(m);
+            cJSON_AddStringToObject(e, "variant", r->variant_key[v]);
+            snprintf(seed, sizeof seed, "%llu", (unsigned long long)(r->seed + (uint64_t)s));
+            cJSON_AddStringToObject(e, "seed", seed);
+            add_tasks(e, m);
+            cJSON_AddItemToArray(ms, e);
+        }
+    cJSON *sz = cJSON_AddArrayToObject(root, "sizes"); /* the loss-against-size points (first seed) */
+    for (int i = 0; i < r->n_sizes; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddItemToArray(sz, e);
+        cJSON_AddStringToObject(e, "preset", r->size_names[i]);
+        cJSON_AddNumberToObject(e, "diff_params", r->size_params[i][0]);
+        cJSON_AddNumberToObject(e, "transformer_params", r->size_params[i][1]);
+        add_num(e, "diff_val_loss", r->size_loss[i][0]);
+        add_num(e, "transformer_val_loss", r->size_loss[i][1]);
+    }
+    return root;
+}

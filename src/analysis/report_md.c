@@ -1,0 +1,511 @@
+/* report_md.c — REPORT.md of a comparison (see report.h).
+ *
+ * Every figure is a mean over the runs of a variant with its 95% confidence interval ("m ± h";
+ * one run: the number alone). Each comparison of a variant with the Transformer ends in one
+ * sentence that starts "X better" or "No difference this run can resolve", drawn from the 95%
+ * interval of the paired difference (over seeds; with one seed, over the examples of a task where
+ * those are the unit) and worded the same way whichever model wins. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "analysis/plots.h"
+#include "analysis/report.h"
+#include "analysis/scaling.h"
+#include "analysis/stats.h"
+#include "analysis/textbuf.h"
+
+/* ---------------------------------------------------------------- measures */
+
+/* A number read from one run; arg selects a layer, a bit width row, a task or a cell. */
+typedef double (*getter)(const rp_model *m, int arg);
+
+static double g_final_train(const rp_model *m, int a) { return m->training.final_train_loss; }
+static double g_final_val(const rp_model *m, int a) { return m->training.final_val_loss; }
+static double g_quant_loss(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].loss : NAN; }
+static double g_quant_acc(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].accuracy : NAN; }
+static double g_quant_delta(const rp_model *m, int row) {
+    return row < m->n_quant && m->n_quant ? m->quant[row].loss - m->quant[0].loss : NAN;
+}
+static double g_quant_needle(const rp_model *m, int row) {
+    return row < m->n_quant && m->quant[row].needle_total > 0
+               ? (double)m->quant[row].needle_correct / m->quant[row].needle_total
+               : NAN;
+}
+static double g_lambda(const rp_model *m, int l) { return m->lambda && l < m->cfg.num_hidden_layers ? m->lambda[l] : NAN; }
+static double g_logit_top1(const rp_model *m, int a) { return m->outliers.logits.top1; }
+static double g_logit_top10(const rp_model *m, int a) { return m->outliers.logits.top10; }
+static double g_logit_median(const rp_model *m, int a) { return m->outliers.logits.median; }
+static double g_hidden_top1(const rp_model *m, int a) { return m->outliers.hidden.top1; }
+static double g_hidden_top10(const rp_model *m, int a) { return m->outliers.hidden.top10; }
+static double g_hidden_median(const rp_model *m, int a) { return m->outliers.hidden.median; }
+static double g_icl_mean(const rp_model *m, int a) { return m->icl.mean; }
+static double g_icl_std(const rp_model *m, int a) { return m->icl.std; }
+static double g_icl_range(const rp_model *m, int a) { return m->icl.max - m->icl.min; }
+static double g_gn_mean(const rp_model *m, int a) { return m->training.gn_mean; }
+static double g_gn_std(const rp_model *m, int a) { return m->training.gn_std; }
+static double g_gn_max(const rp_model *m, int a) { return m->training.gn_max; }
+static double g_spikes(const rp_model *m, int a) { return m->training.spikes; }
+static double g_task(const rp_model *m, int k) { return m->tasks & (1 << k) ? m->task[k].accuracy : NAN; }
+static double g_task_cell(const rp_model *m, int kc) {
+    int k = kc / TK_MAX_CELLS, c = kc % TK_MAX_CELLS;
+    return m->tasks & (1 << k) && c < m->task[k].n_cells ? m->task[k].cells[c].accuracy : NAN;
+}
+static double g_order_std(const rp_model *m, int k) { return m->tasks & (1 << k) ? m->task[k].order_std : NAN; }
+static double g_needle(const rp_model *m, int a) {
+    return m->have_needle && m->needle.total ? (double)m->needle.correct / m->needle.total : NAN;
+}
+static double g_needle_cell(const rp_model *m, int c) {
+    return m->have_needle && c < m->needle.n_cells && m->needle.cells[c].n
+               ? (double)m->needle.cells[c].correct / m->needle.cells[c].n
+               : NAN;
+}
+static double g_answer_share(const rp_model *m, int a) { return m->have_needle ? m->allocation.mean_answer_share : NAN; }
+static double g_noise_share(const rp_model *m, int a) { return m->have_needle ? m->allocation.mean_noise_share : NAN; }
+static double g_layer_share(const rp_model *m, int l) {
+    return m->have_needle && l < m->allocation.n_layers ? m->allocation.answer_share[l] : NAN;
+}
+
+typedef struct {
+    const char *label, *paper_diff, *paper_base;
+    getter get;
+    int arg;
+    const char *fmt;
+    int lower_better;
+    const char *what;  /* non-NULL: a verdict sentence follows the table, about `what` */
+    int task;          /* ≥ 0: a task's overall accuracy (examples are the unit when there is one run) */
+} measure;
+
+static measure M(const char *label, const char *pd, const char *pt, getter g, int arg, const char *fmt, int lower,
+                 const char *what) {
+    return (measure){label, pd ? pd : "—", pt ? pt : "—", g, arg, fmt, lower, what, -1};
+}
+
+/* ---------------------------------------------------------------- intervals and verdicts */
+
+static st_interval over_seeds(const rp_report *r, int v, const measure *ms) {
+    double x[RP_MAX_SEEDS];
+    for (int s = 0; s < r->n_seeds; s++) x[s] = ms->get(rp_run(r, v, s), ms->arg);
+    return st_mean_ci(x, r->n_seeds);
+}
+
+static const char *cell(char *buf, size_t n, const st_interval *iv, const char *fmt) {
+    if (isnan(iv->mean)) return snprintf(buf, n, "—"), buf;
+    char a[48], h[48];
+    snprintf(a, sizeof a, fmt, iv->mean);
+    if (isnan(iv->half)) return snprintf(buf, n, "%s", a), buf;
+    snprintf(h, sizeof h, fmt, iv->half);
+    snprintf(buf, n, "%s ± %s", a, h);
+    return buf;
+}
+
+/* The paired difference variant − baseline: over seeds, or with one seed over a task's examples. */
+static st_interval paired(const rp_report *r, int v, int b, const measure *ms, char *unit, size_t unit_n) {
+    if (r->n_seeds >= 2) {
+        double x[RP_MAX_SEEDS], y[RP_MAX_SEEDS];
+        for (int s = 0; s < r->n_seeds; s++) x[s] = ms->get(rp_run(r, v, s), ms->arg), y[s] = ms->get(rp_run(r, b, s), ms->arg);
+        snprintf(unit, unit_n, "%d paired runs", r->n_seeds);
+        return st_paired_diff_ci(x, y, r->n_seeds);
+    }
+    const rp_model *a = rp_run(r, v, 0), *c = rp_run(r, b, 0);
+    if (ms->task >= 0 && (a->tasks & c->tasks & (1 << ms->task)) &&
+        a->task[ms->task].n_examples == c->task[ms->task].n_examples) {
+        const tk_result *ta = &a->task[ms->task], *tc = &c->task[ms->task];
+        snprintf(unit, unit_n, "%d paired examples of one run each", ta->n_examples);
+        return st_paired_diff_ci(ta->example_accuracy, tc->example_accuracy, ta->n_examples);
+    }
+    snprintf(unit, unit_n, "one run each, so no interval");
+    double x = ms->get(a, ms->arg) - ms->get(c, ms->arg);
+    return (st_interval){isnan(x) ? 0 : 1, x, NAN, NAN, NAN};
+}
+
+static void verdict(textbuf *b, const rp_report *r, int v, int base, const measure *ms) {
+    const rp_model *mv = rp_run(r, v, 0), *mb = rp_run(r, base, 0);
+    char unit[96], x[128], y[128], d[48], lo[48], hi[48];
+    st_interval iv = over_seeds(r, v, ms), ib = over_seeds(r, base, ms);
+    st_interval diff = paired(r, v, base, ms, unit, sizeof unit);
+    if (isnan(iv.mean) || isnan(ib.mean)) {
+        tb_printf(b, "\nNo difference this run can resolve on %s: a value is missing.\n", ms->what);
+        return;
+    }
+    st_verdict w = st_verdict_of(&diff, ms->lower_better);
+    cell(x, sizeof x, &iv, ms->fmt);
+    cell(y, sizeof y, &ib, ms->fmt);
+    snprintf(d, sizeof d, ms->fmt, diff.mean);
+    if (w == ST_UNRESOLVED)
+        tb_printf(b, "\nNo difference this run can resolve on %s: %s %s, %s %s", ms->what, mv->name, x, mb->name, y);
+    else
+        tb_printf(b, "\n%s better on %s: %s against %s for %s", w == ST_A_BETTER ? mv->name : mb->name, ms->what,
+                  w == ST_A_BETTER ? x : y, w == ST_A_BETTER ? y : x, w == ST_A_BETTER ? mb->name : mv->name);
+    if (isnan(diff.half))
+        tb_printf(b, " (difference %s; %s; %s is better).\n", d, unit, ms->lower_better ? "lower" : "higher");
+    else {
+        snprintf(lo, sizeof lo, ms->fmt, diff.lo);
+        snprintf(hi, sizeof hi, ms->fmt, diff.hi);
+        tb_printf(b, " (difference %s, 95%% CI %s to %s, over %s; %s is better).\n", d, lo, hi, unit,
+                  ms->lower_better ? "lower" : "higher");
+    }
+}
+
+/* ---------------------------------------------------------------- tables */
+
+static void table(textbuf *b, const rp_report *r, const char *first, const measure *ms, int n) {
+    const int paper = r->diff >= 0 && r->base >= 0;
+    tb_printf(b, "| %s |%s", first, paper ? " paper DIFF | paper Transformer |" : "");
+    for (int v = 0; v < r->n_variants; v++) tb_printf(b, " %s |", rp_run(r, v, 0)->name);
+    tb_printf(b, "\n| --- |%s", paper ? " --- | --- |" : "");
+    for (int v = 0; v < r->n_variants; v++) tb_printf(b, " --- |");
+    tb_printf(b, "\n");
+    for (int i = 0; i < n; i++) {
+        tb_printf(b, "| %s |", ms[i].label);
+        if (paper) tb_printf(b, " %s | %s |", ms[i].paper_diff, ms[i].paper_base);
+        for (int v = 0; v < r->n_variants; v++) {
+            char c[128];
+            st_interval iv = over_seeds(r, v, &ms[i]);
+            tb_printf(b, " %s |", cell(c, sizeof c, &iv, ms[i].fmt));
+        }
+        tb_printf(b, "\n");
+    }
+    for (int i = 0; i < n; i++) {
+        if (!ms[i].what || r->base < 0) continue;
+        for (int v = 0; v < r->n_variants; v++)
+            if (v != r->base) verdict(b, r, v, r->base, &ms[i]);
+    }
+    tb_printf(b, "\n");
+}
+
+/* Grid mode: one table per headline measure, the variants as rows with their parameter counts. */
+static void measure_table(textbuf *b, const rp_report *r, const measure *ms) {
+    tb_printf(b, "### %s\n\n| variant | parameters | mean%s | difference to the Transformer (95%% CI) | verdict |\n"
+                 "| --- | --- | --- | --- | --- |\n",
+              ms->what, r->n_seeds > 1 ? " ± 95% CI" : "");
+    for (int v = 0; v < r->n_variants; v++) {
+        char c[128], d[160] = "—", lo[48], hi[48], m[48], unit[96];
+        const char *word = "—";
+        st_interval iv = over_seeds(r, v, ms);
+        if (r->base >= 0 && v != r->base) {
+            st_interval diff = paired(r, v, r->base, ms, unit, sizeof unit);
+            snprintf(m, sizeof m, ms->fmt, diff.mean);
+            if (isnan(diff.half)) snprintf(d, sizeof d, "%s", isnan(diff.mean) ? "—" : m);
+            else {
+                snprintf(lo, sizeof lo, ms->fmt, diff.lo);
+                snprintf(hi, sizeof hi, ms->fmt, diff.hi);
+                snprintf(d, sizeof d, "%s (%s to %s)", m, lo, hi);
+            }
+            st_verdict w = st_verdict_of(&diff, ms->lower_better);
+            word = w == ST_A_BETTER ? "variant better" : w == ST_B_BETTER ? "Transformer better" : "no difference resolved";
+        }
+        tb_printf(b, "| %s | %zu | %s | %s | %s |\n", rp_run(r, v, 0)->name, rp_run(r, v, 0)->n_params,
+                  cell(c, sizeof c, &iv, ms->fmt), d, word);
+    }
+    tb_printf(b, "\n%s is better.\n\n", ms->lower_better ? "Lower" : "Higher");
+}
+
+/* ---------------------------------------------------------------- sections */
+
+static const char *task_text[TK_N_TASKS] = {
+    "Multi-query associative recall: K pairs `kv ` (key a–p, digit value) among distractor items `Xd ` (an uppercase "
+    "letter and a digit), then `;` and queries `kv `; the value after each queried key is scored (chance 0.1).",
+    "Retrieval at depth: 4 needles `@kv` in text cut from the training data, the queried one at the given depth, "
+    "then `\\n@k`: its value is scored (chance 0.1). Lengths beyond the training length test extrapolation.",
+    "In-context classification with labels permuted per prompt: letters a–m are one class and n–z the other; each "
+    "prompt draws its own two label letters, so only the demonstrations `x:L ` tell the answer. Scored between the "
+    "prompt's two labels (chance 0.5); the same demonstrations in 6 orders."};
+
+static void tasks_section(textbuf *b, const rp_report *r) {
+    if (!r->tasks) return;
+    tb_printf(b, "## Tasks learned in training\n\n");
+    tb_printf(b, "%.0f%% of the training steps were task batches (rows of one task example each, loss on the answers "
+                 "only; the tasks in turn; recall's distractors grow over the first half of training), the others "
+                 "plain text. Accuracy is teacher-forced argmax on held-out examples drawn from their own seed.\n\n",
+              100 * r->task_ratio);
+    const rp_model *m0 = rp_run(r, 0, 0);
+    char what[TK_N_TASKS][64];
+    for (int k = 0; k < TK_N_TASKS; k++) {
+        if (!(r->tasks & (1 << k)) || !(m0->tasks & (1 << k))) continue;
+        const tk_result *t0 = &m0->task[k];
+        measure ms[TK_MAX_CELLS + 2];
+        int n = 0;
+        char labels[TK_MAX_CELLS][96];
+        ms[n] = M("accuracy, all cells", NULL, NULL, g_task, k, "%.3f", 0, NULL);
+        ms[n].task = k;
+        snprintf(what[k], sizeof what[k], "%s accuracy", tk_name((tk_kind)k));
+        ms[n++].what = what[k];
+        if (k == TK_ICL)
+            ms[n++] = M("std of accuracy over orders", "much smaller", "larger", g_order_std, k, "%.3f", 1,
+                        "the spread of icl accuracy over orders");
+        for (int c = 0; c < t0->n_cells; c++) {
+            const tk_cell *tc = &t0->cells[c];
+            if (k == TK_RECALL) snprintf(labels[c], sizeof labels[c], "length %d, K = %d", tc->length, tc->pairs);
+            else if (k == TK_DEPTH) snprintf(labels[c], sizeof labels[c], "length %d, depth %.2f", tc->length, tc->depth);
+            else snprintf(labels[c], sizeof labels[c], "order %d", tc->order);
+            ms[n++] = M(labels[c], NULL, NULL, g_task_cell, k * TK_MAX_CELLS + c, "%.3f", 0, NULL);
+        }
+        tb_printf(b, "### %s\n\n%s %d examples per cell.\n\n", tk_name((tk_kind)k), task_text[k], t0->cells[0].examples);
+        table(b, r, "measure", ms, n);
+    }
+    /* learning curves: the mean over runs at each measured step */
+    if (m0->n_curve > 0) {
+        tb_printf(b, "### Learning curves\n\nTask accuracy during training (mean over runs; smaller evaluation sets "
+                     "than above).\n\n| step |");
+        for (int k = 0; k < TK_N_TASKS; k++)
+            if (r->tasks & (1 << k))
+                for (int v = 0; v < r->n_variants; v++) tb_printf(b, " %s %s |", tk_name((tk_kind)k), rp_run(r, v, 0)->name);
+        tb_printf(b, "\n| --- |");
+        for (int k = 0; k < TK_N_TASKS; k++)
+            if (r->tasks & (1 << k))
+                for (int v = 0; v < r->n_variants; v++) tb_printf(b, " --- |");
+        tb_printf(b, "\n");
+        for (int p = 0; p < m0->n_curve; p++) {
+            tb_printf(b, "| %d |", m0->curve[p].step);
+            for (int k = 0; k < TK_N_TASKS; k++) {
+                if (!(r->tasks & (1 << k))) continue;
+                for (int v = 0; v < r->n_variants; v++) {
+                    double x[RP_MAX_SEEDS];
+                    for (int s = 0; s < r->n_seeds; s++) {
+                        const rp_model *m = rp_run(r, v, s);
+                        x[s] = p < m->n_curve ? m->curve[p].accuracy[k] : NAN;
+                    }
+                    st_interval iv = st_mean_ci(x, r->n_seeds);
+                    char c[96];
+                    tb_printf(b, " %s |", cell(c, sizeof c, &iv, "%.2f"));
+                }
+            }
+            tb_printf(b, "\n");
+        }
+        tb_printf(b, "\n");
+    }
+}
+
+static int bits_row(const rp_model *m, int bits) {
+    for (int i = 0; i < m->n_quant; i++)
+        if (m->quant[i].bits == bits) return i;
+    return -1;
+}
+
+static void quant_section(textbuf *b, const rp_report *r) {
+    const rp_model *m0 = rp_run(r, 0, 0);
+    tb_printf(b, "## Attention-logit quantisation\n\nHeld-out loss (nats/byte) with the attention logits fake-quantised "
+                 "(symmetric, absmax per head map) before the softmax.\n\n");
+    measure ms[RP_MAX_BITS + 2];
+    char labels[RP_MAX_BITS + 1][32];
+    int n = 0;
+    for (int i = 0; i < m0->n_quant; i++) {
+        int bits = m0->quant[i].bits;
+        if (bits) snprintf(labels[i], sizeof labels[i], "%d bits", bits);
+        else snprintf(labels[i], sizeof labels[i], "fp32");
+        ms[n++] = M(labels[i], bits == 4 ? "≈ Transformer at 6 bits" : NULL, bits == 4 ? "drops sharply from 6 bits down" : NULL,
+                    g_quant_loss, i, "%.4f", 1, NULL);
+    }
+    int r4 = bits_row(m0, 4);
+    if (r4 >= 0) ms[n++] = M("loss increase at 4 bits over fp32", NULL, NULL, g_quant_delta, r4, "%.4f", 1,
+                             "the loss increase at 4 bits over fp32");
+    table(b, r, "bits", ms, n);
+    if (r4 < 0) tb_printf(b, "4 bits was not among the measured widths, so no model is named here.\n\n");
+    if (m0->n_quant && m0->quant[0].needle_total > 0) {
+        tb_printf(b, "Needle exact match (teacher-forced) with the same quantisation:\n\n");
+        n = 0;
+        for (int i = 0; i < m0->n_quant; i++)
+            ms[n++] = M(labels[i], NULL, NULL, g_quant_needle, i, "%.3f", 0, m0->quant[i].bits == 4 ? "needle exact match at 4 bits" : NULL);
+        table(b, r, "bits", ms, n);
+    }
+}
+
+static void scaling_section(textbuf *b, const rp_report *r) {
+    if (r->n_sizes < 2) return;
+    double px[RP_MAX_SIZES], ly[RP_MAX_SIZES];
+    sc_fit fit[2];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < r->n_sizes; i++) px[i] = r->size_params[i][k], ly[i] = r->size_loss[i][k];
+        fit[k] = sc_fit_power_law(px, ly, r->n_sizes);
+    }
+    int big = 0;
+    for (int i = 1; i < r->n_sizes; i++)
+        if (r->size_params[i][1] > r->size_params[big][1]) big = i;
+    double need = sc_params_for_loss(&fit[0], r->size_loss[big][1]), fraction = need / r->size_params[big][1];
+    tb_printf(b, "## Loss against model size\n\nBoth kinds at %d sizes with the same data, seed and token budget (the "
+                 "first seed only: one run per size, so no interval); log(final validation loss) = a + b·log(parameters) "
+                 "fitted per kind.\n\n| preset | DIFF parameters | Transformer parameters | DIFF val loss | Transformer "
+                 "val loss |\n| --- | --- | --- | --- | --- |\n",
+              r->n_sizes);
+    for (int i = 0; i < r->n_sizes; i++)
+        tb_printf(b, "| %s | %.0f | %.0f | %.4f | %.4f |\n", r->size_names[i], r->size_params[i][0], r->size_params[i][1],
+                  r->size_loss[i][0], r->size_loss[i][1]);
+    tb_printf(b, "\n| measure | paper DIFF | paper Transformer | ours DIFF | ours Transformer |\n| --- | --- | --- | --- | --- |\n");
+    tb_printf(b, "| fitted exponent b | — | — | %.4f | %.4f |\n", fit[0].b, fit[1].b);
+    tb_printf(b, "| DIFF parameters for the Transformer's loss at its largest size, as a fraction | ~0.65 | 1 | %.3f | 1 |\n\n",
+              fraction);
+    if (isnan(fraction))
+        tb_printf(b, "The DIFF fit cannot reach the Transformer's loss (its loss does not fall with size, or a value is "
+                     "missing), so no fraction is given.\n\n");
+    else
+        tb_printf(b, "From one run per size this fraction has no interval: read it as a point estimate (%s needs %s "
+                     "parameters for the same loss by this fit).\n\n",
+                  fraction < 1 ? "DIFF" : "the Transformer", fraction < 1 ? "fewer" : "fewer than DIFF");
+}
+
+static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot_note) {
+    const rp_model *d0 = rp_run(r, r->diff >= 0 ? r->diff : 0, 0);
+    tb_printf(b, "# %s\n\n", r->n_variants == 2 && r->diff >= 0 && r->base >= 0
+                                    ? "DIFF Transformer vs parameter-matched Transformer"
+                                    : "Model variants side by side");
+    tb_printf(b, "Reproduce this report with:\n\n```\n%s\n```\n\n", r->command);
+    tb_printf(b, "## Setup\n\n- data: `%s`; trained on `%s`\n", r->data, r->train_text);
+    tb_printf(b, "- preset `%s`: %d layers, hidden size %d\n", r->preset, d0->cfg.num_hidden_layers, d0->cfg.hidden_size);
+    for (int v = 0; v < r->n_variants; v++) {
+        const rp_model *m = rp_run(r, v, 0);
+        tb_printf(b, "- %s (`%s`): %zu parameters, %d %s of width %d\n", m->name, r->variant_key[v], m->n_params,
+                  m->cfg.arch == DT_ARCH_DIFF ? m->cfg.num_attention_heads / 2 : m->cfg.num_attention_heads,
+                  m->cfg.arch == DT_ARCH_DIFF ? "differential heads" : "heads",
+                  m->cfg.arch == DT_ARCH_DIFF ? 2 * m->cfg.head_dim : m->cfg.head_dim);
+    }
+    tb_printf(b, "- %d run(s) per model with seeds %llu..%llu (initialisation and data order; run s of every model "
+                 "shares seed s); every figure is the mean over runs ± the half-width of its 95%% confidence interval "
+                 "(Student's t over runs; no ± with one run)\n",
+              r->n_seeds, (unsigned long long)r->seed, (unsigned long long)(r->seed + (uint64_t)r->n_seeds - 1));
+    tb_printf(b, "- same data and token budget: %d steps × batch %d × %d bytes = %lld training tokens per run\n",
+              r->steps, r->batch, r->seq, (long long)r->steps * r->batch * r->seq);
+    tb_printf(b, "- outliers and quantisation: the held-out tail of the training text (the validation split, %zu "
+                 "bytes), %d window(s) of %d bytes\n",
+              r->heldout_bytes, r->windows, r->seq);
+    if (r->needle_dir)
+        tb_printf(b, "- needle set: `%s` (context %d bytes, %d needles, %d queries); its train.txt was appended to the "
+                     "training text\n",
+                  r->needle_dir, r->needle_context, r->needle_needles, r->needle_queries);
+    tb_printf(b, "- verdicts: \"X better\" when the 95%% interval of the paired difference (over runs; with one run, "
+                 "over a task's examples) excludes zero, otherwise \"no difference this run can resolve\"\n");
+    tb_printf(b, "- the paper's figures come from models of up to billions of parameters trained on up to 1T tokens; "
+                 "ours are tiny byte-level models, so the columns are not expected to agree in size, only perhaps in "
+                 "direction\n\n");
+
+    if (r->n_variants > 2 || r->diff < 0 || r->base < 0) {
+        tb_printf(b, "## Every variant, one table per measure\n\n");
+        const measure head[] = {
+            M(NULL, NULL, NULL, g_final_val, 0, "%.4f", 1, "final validation loss (nats/byte)"),
+            M(NULL, NULL, NULL, g_logit_top1, 0, "%.4g", 1, "largest attention logit"),
+            M(NULL, NULL, NULL, g_hidden_top1, 0, "%.4g", 1, "largest hidden-state activation"),
+        };
+        for (int i = 0; i < 3; i++) measure_table(b, r, &head[i]);
+        for (int k = 0; k < TK_N_TASKS; k++)
+            if (r->tasks & (1 << k)) {
+                char what[64];
+                snprintf(what, sizeof what, "%s accuracy", tk_name((tk_kind)k));
+                measure t = M(NULL, NULL, NULL, g_task, k, "%.3f", 0, what);
+                t.task = k;
+                measure_table(b, r, &t);
+            }
+    }
+
+    tasks_section(b, r);
+
+    tb_printf(b, "## Final losses\n\n");
+    {
+        measure ms[] = {M("final train loss (nats/byte)", NULL, NULL, g_final_train, 0, "%.4f", 1, NULL),
+                        M("final validation loss (nats/byte)", NULL, NULL, g_final_val, 0, "%.4f", 1,
+                          "the final validation loss"),
+                        M("held-out loss, fp32 attention (nats/byte)", NULL, NULL, g_quant_loss, 0, "%.4f", 1, NULL),
+                        M("held-out next-byte accuracy", NULL, NULL, g_quant_acc, 0, "%.4f", 0, NULL)};
+        table(b, r, "measure", ms, 4);
+    }
+
+    if (r->diff >= 0) {
+        tb_printf(b, "## λ per layer (DIFF)\n\n| layer | λinit | final |\n| --- | --- | --- |\n");
+        for (int l = 0; l < d0->cfg.num_hidden_layers; l++) {
+            measure ml = M(NULL, NULL, NULL, g_lambda, l, "%.4f", 0, NULL);
+            st_interval iv = over_seeds(r, r->diff, &ml);
+            char c[96];
+            tb_printf(b, "| %d | %.4f | %s |\n", l, (double)dt_lambda_init(l), cell(c, sizeof c, &iv, "%.4f"));
+        }
+        tb_printf(b, "\nλ exists only in the DIFF model, so this table compares neither model with the other; the paper "
+                     "reports no λ values. Its course over training: `plots/lambda.png` and report.json.\n\n");
+    }
+
+    tb_printf(b, "## Activation outliers\n\n");
+    {
+        measure ms[] = {
+            M("largest attention logit", "38.8", "318.0", g_logit_top1, 0, "%.4g", 1, "the largest attention logit"),
+            M("10th largest attention logit", NULL, NULL, g_logit_top10, 0, "%.4g", 1, NULL),
+            M("median \\|attention logit\\|", NULL, NULL, g_logit_median, 0, "%.4g", 1, NULL),
+            M("largest hidden-state activation", "1,688", "3,609", g_hidden_top1, 0, "%.4g", 1,
+              "the largest hidden-state activation"),
+            M("10th largest hidden-state activation", NULL, NULL, g_hidden_top10, 0, "%.4g", 1, NULL),
+            M("median \\|hidden state\\|", NULL, NULL, g_hidden_median, 0, "%.4g", 1, NULL)};
+        table(b, r, "measure", ms, 6);
+    }
+
+    quant_section(b, r);
+
+    tb_printf(b, "## In-context learning and the order of the examples (fixed labels)\n\n");
+    tb_printf(b, "A synthetic task never seen in training (words starting a–m are \"red\", n–z \"blue\"; chance 0.5): "
+                 "the same %d demonstrations in %d orders, %d queries each (`difftrans analyze icl`).\n\n",
+              d0->icl_setup.shots, d0->icl_setup.permutations, d0->icl_setup.queries);
+    {
+        measure ms[] = {M("mean accuracy over orders", NULL, NULL, g_icl_mean, 0, "%.3f", 0, "in-context accuracy"),
+                        M("std of accuracy over orders", "much smaller", "larger", g_icl_std, 0, "%.3f", 1, NULL),
+                        M("max − min over orders", NULL, NULL, g_icl_range, 0, "%.3f", 1, NULL)};
+        table(b, r, "measure", ms, 3);
+    }
+
+    scaling_section(b, r);
+
+    tb_printf(b, "## Training dynamics\n\n");
+    {
+        measure ms[] = {M("gradient norm mean", NULL, NULL, g_gn_mean, 0, "%.4g", 1, NULL),
+                        M("gradient norm std", NULL, NULL, g_gn_std, 0, "%.4g", 1, NULL),
+                        M("gradient norm max", NULL, NULL, g_gn_max, 0, "%.4g", 1, "the largest gradient norm"),
+                        M("gradient-norm spikes", NULL, NULL, g_spikes, 0, "%.3g", 1, NULL)};
+        table(b, r, "measure", ms, 4);
+    }
+
+    if (d0->have_needle) {
+        tb_printf(b, "## Multi-needle retrieval\n\nGreedy exact match of every queried value. The paper's figure is for "
+                     "4K contexts with 6 needles and 2 queries; ours uses %d-byte contexts, %d needles, %d %s.\n\n",
+                  r->needle_context, r->needle_needles, r->needle_queries, r->needle_queries == 1 ? "query" : "queries");
+        measure ms[NEEDLE_MAX_LIST * NEEDLE_MAX_LIST + 1];
+        char labels[NEEDLE_MAX_LIST * NEEDLE_MAX_LIST][64];
+        int n = 0;
+        ms[n++] = M("exact-match accuracy, all queries", "0.85", "0.55", g_needle, 0, "%.3f", 0,
+                    "needle exact-match accuracy");
+        for (int c = 0; c < d0->needle.n_cells && n < (int)(sizeof ms / sizeof *ms); c++) {
+            snprintf(labels[c], sizeof labels[c], "context %d, depth %.2f", d0->needle.cells[c].context_length,
+                     d0->needle.cells[c].depth);
+            ms[n++] = M(labels[c], NULL, NULL, g_needle_cell, c, "%.3f", 0, NULL);
+        }
+        table(b, r, "measure", ms, n);
+        tb_printf(b, "## Attention allocation on retrieval\n\nAttention of the position predicting the first answer "
+                     "byte; w = A (Transformer) or A1 − λ·A2 (DIFF). answer share = Σ w over the answer span / Σ |w| over "
+                     "the context; noise share = Σ |w| over the rest of the context / Σ |w| over the context.\n\n");
+        n = 0;
+        ms[n++] = M("answer share (mean over layers)", "0.27–0.40", "0.03–0.09", g_answer_share, 0, "%.4f", 0,
+                    "the answer share");
+        ms[n++] = M("noise share (mean over layers)", NULL, NULL, g_noise_share, 0, "%.4f", 1, NULL);
+        for (int l = 0; l < d0->allocation.n_layers && n < (int)(sizeof ms / sizeof *ms); l++) {
+            snprintf(labels[l], sizeof labels[l], "answer share, layer %d", l);
+            ms[n++] = M(labels[l], NULL, NULL, g_layer_share, l, "%.4f", 0, NULL);
+        }
+        table(b, r, "measure", ms, n);
+    } else
+        tb_printf(b, "## Long-form needle retrieval\n\nNo needle set (run with `--needle`): the paper-style multi-needle "
+                     "accuracy (paper 0.85 vs 0.55) and attention allocation (paper 0.27–0.40 vs 0.03–0.09) were not "
+                     "measured.\n\n");
+
+    tb_printf(b, "## Plots\n\n");
+    if (plots == 1) {
+        const char *names[16];
+        int n = pl_names(r, names, 16);
+        for (int i = 0; i < n; i++) tb_printf(b, "![%s](plots/%s.png)\n\n", names[i], names[i]);
+    } else
+        tb_printf(b, "%s\n\n", plot_note);
+    tb_printf(b, "All raw numbers, per run: `report.json`.\n");
+}
+
+char *rp_markdown(const rp_report *r, int plots, const char *plot_note) {
+    textbuf b = {0};
+    markdown(&b, r, plots, plot_note);
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

@@ -1,0 +1,53 @@
+/* textbuf.c — see textbuf.h. */
+#include "analysis/textbuf.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tb_printf(textbuf *b, const char *fmt, ...) {
+    if (b->oom) return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = b->cap - b->n;
+        int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? room : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) {
+            b->oom = 1;
+            return;
+        }
+        if (b->s && (size_t)k < room) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap - b->n <= (size_t)k) cap *= 2;
+        char *p = realloc(b->s, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->s = p;
+        b->cap = cap;
+    }
+}
+
+int tb_write(const char *path, const textbuf *b, dt_error *err) {
+    if (b->oom) return dt_fail(err, "%s: out of memory building the text", path);
+    dt_atomic_file f;
+    if (dt_atomic_open(&f, path, err) != 0) return -1;
+    if (b->n && fwrite(b->s, 1, b->n, (FILE *)f.fp) != b->n) {
+        dt_atomic_abort(&f);
+        return dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+    }
+    return dt_atomic_commit(&f, err);
+}
+
+int tb_path(char *path, size_t cap, const char *dir, const char *name, dt_error *err) {
+    int k = snprintf(path, cap, "%s/%s", dir, name);
+    if (k < 0 || (size_t)k >= cap) return dt_fail(err, "%s/%s: path too long (%zu bytes at most)", dir, name, cap - 1);
+    return 0;
+}
