@@ -208,7 +208,8 @@ static const char *task_text[TK_N_TASKS] = {
     "Multi-query associative recall: K pairs `kv ` (key a–p, digit value) among distractor items `Xd ` (an uppercase "
     "letter and a digit), then `;` and queries `kv `; the value after each queried key is scored (chance 0.1).",
     "Retrieval at depth: 4 needles `@kv` in text cut from the training data, the queried one at the given depth, "
-    "then `\\n@k`: its value is scored (chance 0.1). Lengths beyond the training length test extrapolation.",
+    "then `\\n@k`: its value is scored (chance 0.1; copying the value of a random one of the 4 needles, without "
+    "matching the key, scores 0.325). Lengths beyond the training length test extrapolation.",
     "In-context classification with labels permuted per prompt: letters a–m are one class and n–z the other; each "
     "prompt draws its own two label letters, so only the demonstrations `x:L ` tell the answer. Scored between the "
     "prompt's two labels (chance 0.5); the same demonstrations in 6 orders."};
