@@ -453,19 +453,12 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         if (isnan(loss[i])) rc = cli_error(cmd, "%s: its metrics.jsonl has no validation loss", dirs[i]);
     }
     if (rc == 0) {
-        /* split by kind; the fit wants each kind's points contiguous */
-        double *px = calloc((size_t)n, sizeof(double)), *ly = calloc((size_t)n, sizeof(double));
-        sc_fit fit[2];
-        double largest_base = 0, largest_base_loss = NAN;
-        for (int k = 0; k < 2 && px; k++) {
-            int m = 0;
-            for (int i = 0; i < n; i++)
-                if (arch[i] == k) px[m] = params[i], ly[m] = loss[i], m++;
-            fit[k] = sc_fit_power_law(px, ly, m);
-        }
-        for (int i = 0; i < n; i++)
-            if (arch[i] == DT_ARCH_LLAMA && params[i] > largest_base) largest_base = params[i], largest_base_loss = loss[i];
-        double need = sc_params_for_loss(&fit[DT_ARCH_DIFF], largest_base_loss), fraction = need / largest_base;
+        int *is_diff = malloc((size_t)n * sizeof *is_diff);
+        for (int i = 0; i < n && is_diff; i++) is_diff[i] = arch[i] == DT_ARCH_DIFF;
+        const sc_comparison sc = is_diff ? sc_compare(params, loss, is_diff, n) : (sc_comparison){0};
+        const sc_fit *fit = sc.fit;
+        const double largest_base = sc.base_params, largest_base_loss = sc.base_loss, need = sc.diff_params;
+        const double fraction = is_diff ? sc.fraction : NAN;
         printf("analyze scaling: log(val loss) = a + b*log(params) per kind\n");
         printf("%-28s %-11s %12s %10s\n", "run", "arch", "params", "val loss");
         for (int i = 0; i < n; i++) printf("%-28s %-11s %12.0f %10.4f\n", dirs[i], arch_name(arch[i]), params[i], loss[i]);
@@ -478,7 +471,7 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             printf("DIFF size for the baseline's loss at %.0f parameters (%.4f): %.0f parameters = %.2f of the "
                    "baseline's (paper: ~0.65)\n",
                    largest_base, largest_base_loss, need, fraction);
-        if (op->json && px) {
+        if (op->json && is_diff) {
             cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "runs");
             cJSON_AddStringToObject(root, "analysis", "scaling");
             for (int i = 0; i < n; i++) {
@@ -500,9 +493,8 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             rc = write_json(cmd, op->json, root);
             cJSON_Delete(root);
         }
-        if (!px || !ly) rc = cli_error(cmd, "out of memory");
-        free(px);
-        free(ly);
+        if (!is_diff) rc = cli_error(cmd, "out of memory");
+        free(is_diff);
     }
     free(params);
     free(loss);

@@ -42,7 +42,9 @@ static void help(void) {
            "  --scaling LIST     also train DIFF and Transformer at these presets (first seed) and fit loss\n"
            "                     against size (the fraction of the baseline's parameters DIFF needs; paper ~65%%)\n"
            "  --quick            smoke test: %d steps, batch %d, seq %d, %d seeds, %d examples per cell\n"
-           "  --threads N        OpenMP threads [all cores]\n"
+           "  --threads N        OpenMP threads of each training and of the analyses [all cores]\n"
+           "  --jobs N           trainings at once, each on one thread (tiny models use two cores\n"
+           "                     better as two single-threaded runs than as one two-threaded run) [1]\n"
            "  --quiet            no progress lines\n",
            d.preset, dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (unsigned long long)d.seed,
            d.seeds, d.task_ratio, cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples);
@@ -111,11 +113,12 @@ int cmd_compare(int argc, char **argv) {
         {"ablations", required_argument, 0, 'A'},  {"tasks", required_argument, 0, 'T'},
         {"task-ratio", required_argument, 0, 'R'}, {"lr", required_argument, 0, 'l'},
         {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
+        {"jobs", required_argument, 0, 'J'},
         {0, 0, 0, 0},
     };
     const char *cmd = "compare", *preset = NULL, *data = NULL, *out = NULL, *tasks = NULL;
     int steps = 0, batch = 0, seq = 0, seeds = 0, threads = 0, needle = 0, quick = 0, quiet = 0, n_sizes = 0;
-    int n_variants = 0;
+    int n_variants = 0, jobs = 0;
     float ratio = NAN, lr = NAN;
     char sizes[CMP_MAX_SIZES][32], variants[RP_MAX_VARIANTS][32];
     uint64_t seed = 0;
@@ -141,6 +144,7 @@ int cmd_compare(int argc, char **argv) {
         case 'T': tasks = optarg; break;
         case 'R': bad = parse_float(cmd, "--task-ratio", optarg, 0, 1, &ratio); break;
         case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-12, 10, &lr); break;
+        case 'J': bad = parse_int(cmd, "--jobs", optarg, 1, 64, &jobs); break;
         case 'Q': quick = 1; break;
         case 'q': quiet = 1; break;
         case 'h': help(); return 0;
@@ -161,6 +165,7 @@ int cmd_compare(int argc, char **argv) {
     if (batch) o.batch = batch;
     if (seq) o.seq = seq;
     if (seeds) o.seeds = seeds;
+    if (jobs) o.jobs = jobs;
     if (have_seed) o.seed = seed;
     if (!isnan(ratio)) o.task_ratio = ratio;
     if (!isnan(lr)) o.lr = lr;

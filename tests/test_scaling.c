@@ -25,6 +25,23 @@ static void test_exact_power_law(void **state) {
     assert_float_equal(need / n[2], 0.65, 1e-9);
 }
 
+/* sc_compare on interleaved runs of both kinds finds the planted 65% and the largest baseline. */
+static void test_compare_mixed_runs(void **state) {
+    (void)state;
+    double n[6] = {4e6, 1e6, 2e6, 1e6, 4e6, 2e6}, loss[6];
+    int is_diff[6] = {0, 1, 1, 0, 1, 0};
+    for (int i = 0; i < 6; i++) loss[i] = is_diff[i] ? 5 * pow(n[i] / 0.65, -0.1) : 5 * pow(n[i], -0.1);
+    sc_comparison c = sc_compare(n, loss, is_diff, 6);
+    assert_int_equal(c.fit[1].n, 3);
+    assert_int_equal(c.fit[0].n, 3);
+    assert_float_equal(c.base_params, 4e6, 0);
+    assert_float_equal(c.fraction, 0.65, 1e-9);
+    assert_float_equal(c.diff_params, 0.65 * 4e6, 1e-3);
+    /* no baseline run: no fraction */
+    int all_diff[6] = {1, 1, 1, 1, 1, 1};
+    assert_true(isnan(sc_compare(n, loss, all_diff, 6).fraction));
+}
+
 static void test_degenerate(void **state) {
     (void)state;
     const double n[2] = {1e6, 1e6}, l[2] = {2, 2.1}, up[2] = {1, 2};
@@ -39,6 +56,7 @@ static void test_degenerate(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_power_law),
+        cmocka_unit_test(test_compare_mixed_runs),
         cmocka_unit_test(test_degenerate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -11,6 +11,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,7 @@ void cmp_options_default(cmp_options *o, int quick) {
     o->task_examples = quick ? 4 : 32;
     o->curve_points = quick ? 3 : 10;
     o->quick = quick;
+    o->jobs = 1;
 }
 
 /* ---------------------------------------------------------------- variants */
@@ -77,9 +81,14 @@ int cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_
 
 /* ---------------------------------------------------------------- progress */
 
+/* Shared by concurrent trainings: every field below mu is guarded by it. */
 typedef struct {
     const cmp_options *o;
-    double done, total, t0;
+    double total, t0;
+    pthread_mutex_t mu;
+    double *job_done;    /* [n_jobs] steps done by each training */
+    int n_jobs;
+    double other_done;   /* analyses */
     char msg[4608];
 } progress;
 
@@ -89,82 +98,164 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void report_progress(progress *p) {
+/* Reports the state with msg; call with p->mu held. */
+static void report_locked(progress *p) {
     if (!p->o->progress) return;
+    double done = p->other_done;
+    for (int j = 0; j < p->n_jobs; j++) done += p->job_done[j];
     double el = now_s() - p->t0;
-    double eta = p->done > 0 ? el / p->done * (p->total - p->done) : NAN;
-    p->o->progress(p->o->progress_ctx, p->done, p->total, eta, p->msg);
+    double eta = done > 0 ? el / done * (p->total - done) : NAN;
+    p->o->progress(p->o->progress_ctx, done, p->total, eta, p->msg);
+}
+
+static void report_progress(progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report_progress(progress *p, const char *fmt, ...) {
+    pthread_mutex_lock(&p->mu);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->msg, sizeof p->msg, fmt, ap);
+    va_end(ap);
+    report_locked(p);
+    pthread_mutex_unlock(&p->mu);
 }
 
 /* An analysis pass over one run costs about this many training steps of time (measured roughly on
  * the small presets; only the ETA depends on it). */
 #define ANALYSIS_STEPS(o) ((o)->quick ? 20.0 : 150.0)
 
-/* ---------------------------------------------------------------- training one run */
+/* ---------------------------------------------------------------- trainings */
+
+/* One training: a variant × seed of the comparison, or a scaling run (no curve). */
+typedef struct {
+    dt_config cfg;
+    char dir[4400], what[128];
+    uint64_t seed;
+    int n_curve;
+    rp_curve_point curve[RP_MAX_CURVE];
+    int want_curve;
+    int rc;
+    dt_error err;
+} job;
 
 typedef struct {
+    const cmp_options *o;
+    const char *train_path;
+    const tk_mix *mix;
     progress *p;
-    rp_model *model;       /* where the curve goes */
-    tk_eval_options eval;  /* a smaller evaluation set than the final one */
-    int tasks, steps, every, last_step;
-    double base_done;      /* progress before this run */
+    job *jobs;
+    int n_jobs, next, threads_per_job;
+    volatile int stop;   /* set when a training fails: the others save and stop */
+} pool;
+
+typedef struct {
+    pool *pl;
+    int j;
+    tk_eval_options eval; /* a smaller evaluation set than the final one */
+    int every;
 } run_ctx;
 
 static int on_eval(void *ctx, int step, const dt_model *m, dt_error *err) {
     run_ctx *rc = ctx;
-    rc->p->done = rc->base_done + step;
-    report_progress(rc->p);
-    if (!rc->tasks || (step % rc->every != 0 && step != rc->steps) || rc->model->n_curve >= RP_MAX_CURVE) return 0;
-    rp_curve_point *pt = &rc->model->curve[rc->model->n_curve];
+    job *jb = &rc->pl->jobs[rc->j];
+    progress *p = rc->pl->p;
+    pthread_mutex_lock(&p->mu);
+    p->job_done[rc->j] = step;
+    snprintf(p->msg, sizeof p->msg, "training %s: step %d/%d", jb->what, step, rc->pl->o->steps);
+    report_locked(p);
+    pthread_mutex_unlock(&p->mu);
+    const int tasks = rc->pl->mix ? rc->pl->o->tasks : 0;
+    if (!jb->want_curve || !tasks || (step % rc->every != 0 && step != rc->pl->o->steps) || jb->n_curve >= RP_MAX_CURVE)
+        return 0;
+    rp_curve_point *pt = &jb->curve[jb->n_curve];
     pt->step = step;
     tk_eval_options eo = rc->eval;
     eo.max_len = m->cfg.max_position_embeddings;
     for (int k = 0; k < TK_N_TASKS; k++) {
         pt->accuracy[k] = NAN;
-        if (!(rc->tasks & (1 << k))) continue;
+        if (!(tasks & (1 << k))) continue;
         tk_result r;
         if (tk_evaluate(m, (tk_kind)k, &eo, &r, err) != 0) return -1;
         pt->accuracy[k] = r.accuracy;
         tk_result_free(&r);
     }
-    rc->model->n_curve++;
+    jb->n_curve++;
     return 0;
 }
 
-static int train_run(const cmp_options *o, const dt_config *cfg, const char *dir, uint64_t seed, const char *train_path,
-                     const tk_mix *mix, rp_model *curve_into, progress *p, dt_error *err) {
+static int train_job(pool *pl, int j) {
+    const cmp_options *o = pl->o;
+    job *jb = &pl->jobs[j];
     dt_train_options t;
     dt_train_defaults(&t);
-    t.data_path = train_path;
-    t.out_dir = dir;
-    t.cfg = *cfg;
+    t.data_path = pl->train_path;
+    t.out_dir = jb->dir;
+    t.cfg = jb->cfg;
     t.steps = o->steps;
     t.batch = o->batch;
     t.seq = o->seq;
-    t.seed = seed;
+    t.seed = jb->seed;
     t.lr = o->lr;
     t.warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
     t.eval_interval = o->steps / 20 > 0 ? o->steps / 20 : 1;
     t.eval_batches = o->quick ? 2 : 8;
     t.save_interval = 0;
     t.quiet = 1;
-    if (mix && o->tasks) {
+    t.stop = &pl->stop;
+    if (pl->mix && o->tasks) {
         t.batch_hook = tk_mix_batch;
-        t.batch_ctx = (void *)mix;
+        t.batch_ctx = (void *)pl->mix;
     }
-    run_ctx rc = {.p = p, .model = curve_into, .tasks = mix ? o->tasks : 0, .steps = o->steps, .base_done = p->done};
+    run_ctx rc = {.pl = pl, .j = j};
     int points = o->curve_points > 0 ? o->curve_points : 1;
-    /* curve points fall on evaluation steps: every k-th one */
-    int k = (20 + points - 1) / points;
+    int k = (20 + points - 1) / points; /* curve points fall on evaluation steps: every k-th one */
     rc.every = t.eval_interval * (k > 0 ? k : 1);
     rc.eval = (tk_eval_options){.train_len = o->seq, .per_cell = o->quick ? 2 : 8, .seed = o->seed ^ 0xC0A1ull,
-                                .filler = mix ? mix->filler : NULL, .filler_n = mix ? mix->filler_n : 0};
+                                .filler = pl->mix ? pl->mix->filler : NULL, .filler_n = pl->mix ? pl->mix->filler_n : 0};
     t.eval_hook = on_eval;
     t.eval_ctx = &rc;
-    if (curve_into) curve_into->n_curve = 0;
-    int r = dt_train(&t, err);
-    p->done = rc.base_done + o->steps;
-    return r;
+    jb->n_curve = 0;
+    return dt_train(&t, &jb->err);
+}
+
+static void *worker(void *arg) {
+    pool *pl = arg;
+    if (pl->threads_per_job > 0) omp_set_num_threads(pl->threads_per_job);
+    for (;;) {
+        pthread_mutex_lock(&pl->p->mu);
+        int j = pl->stop ? pl->n_jobs : pl->next++;
+        pthread_mutex_unlock(&pl->p->mu);
+        if (j >= pl->n_jobs) break;
+        pl->jobs[j].rc = train_job(pl, j);
+        pthread_mutex_lock(&pl->p->mu);
+        pl->p->job_done[j] = pl->o->steps;
+        if (pl->jobs[j].rc != 0) pl->stop = 1;
+        pthread_mutex_unlock(&pl->p->mu);
+    }
+    return NULL;
+}
+
+/* Runs every job, `jobs` at a time (each on one OpenMP thread when more than one runs). Returns the
+ * first failure's error. */
+static int run_jobs(pool *pl, int jobs, dt_error *err) {
+    for (int j = 0; j < pl->n_jobs; j++) pl->jobs[j].rc = -2; /* not run */
+    if (jobs > pl->n_jobs) jobs = pl->n_jobs;
+    if (jobs <= 1) {
+        pl->threads_per_job = 0;
+        worker(pl);
+    } else {
+        pthread_t th[64];
+        int started = 0;
+        pl->threads_per_job = 1;
+        for (; started < jobs && started < 64; started++)
+            if (pthread_create(&th[started], NULL, worker, pl) != 0) break;
+        if (started == 0) worker(pl); /* no thread could start: run them here */
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    }
+    for (int j = 0; j < pl->n_jobs; j++)
+        if (pl->jobs[j].rc == -1) return dt_fail(err, "%s", pl->jobs[j].err.msg);
+    for (int j = 0; j < pl->n_jobs; j++)
+        if (pl->jobs[j].rc != 0) return dt_fail(err, "%s: training did not run", pl->jobs[j].dir);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -269,19 +360,11 @@ static int check(const cmp_options *o, dt_config *cfgs, dt_error *err) {
     return 0;
 }
 
-int cmp_run(const cmp_options *o, dt_error *err) {
-    dt_config cfgs[RP_MAX_VARIANTS];
-    if (check(o, cfgs, err) != 0) return -1;
+/* cmp_run after the checks, with the progress state and the job table allocated. */
+static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p, job *jobs, dt_error *err) {
+    const int n_main = o->n_variants * o->seeds;
     int *tok = NULL;
     size_t n = 0;
-    if (dt_text_load(o->data, &tok, &n, err) != 0) return -1;
-    free(tok);
-    tok = NULL;
-    if (make_dir(o->out, err) != 0) return -1;
-
-    progress p = {.o = o, .t0 = now_s()};
-    const int n_runs = o->n_variants * o->seeds + 2 * o->n_sizes;
-    p.total = (double)n_runs * o->steps + (double)o->n_variants * o->seeds * ANALYSIS_STEPS(o);
 
     /* the training text: the data, plus the needle set's training samples with needle */
     char needle_dir[4200], needle_train[4300], train_txt[4200];
@@ -293,8 +376,7 @@ int cmp_run(const cmp_options *o, dt_error *err) {
             tb_path(needle_train, sizeof needle_train, needle_dir, "train.txt", err) ||
             tb_path(train_txt, sizeof train_txt, o->out, "train.txt", err))
             return -1;
-        snprintf(p.msg, sizeof p.msg, "writing the needle set into %s", needle_dir);
-        report_progress(&p);
+        report_progress(p, "writing the needle set into %s", needle_dir);
         dt_config c0;
         if (dt_config_preset(&c0, o->preset, DT_ARCH_DIFF, err) != 0 || needle_set(o, &c0, needle_dir, &np, err) != 0 ||
             concat_files(o->data, needle_train, train_txt, err) != 0 || needle_load_testset(&ts, needle_dir, err) != 0)
@@ -318,7 +400,7 @@ int cmp_run(const cmp_options *o, dt_error *err) {
     dt_train_defaults(&defaults);
     const size_t n_train = dt_train_split(n, defaults.val_fraction), tail = n - n_train;
     unsigned char *filler = malloc(n_train ? n_train : 1);
-    rp_model *runs = calloc((size_t)o->n_variants * o->seeds, sizeof *runs);
+    rp_model *runs = calloc((size_t)n_main, sizeof *runs);
     int rc = 0;
     if (!filler || !runs) rc = dt_fail(err, "out of memory for %zu bytes of training text", n);
     else if (tail < (size_t)o->seq + 1)
@@ -336,25 +418,48 @@ int cmp_run(const cmp_options *o, dt_error *err) {
                               .allocation_samples = o->quick ? 10 : 50, .tasks = o->tasks,
                               .task_eval = {.train_len = o->seq, .per_cell = o->task_examples, .seed = o->seed ^ 0x7E57ull,
                                             .filler = filler, .filler_n = n_train}};
+    /* the trainings: every variant × seed (seed-major, so that the pairs finish together), then the
+     * scaling sizes (DIFF and its baseline, first seed) */
+    for (int s = 0; s < o->seeds && rc == 0; s++)
+        for (int v = 0; v < o->n_variants && rc == 0; v++) {
+            job *jb = &jobs[v * o->seeds + s];
+            const variant *vr = find_variant(o->variants[v]);
+            jb->cfg = cfgs[v];
+            jb->seed = o->seed + (uint64_t)s;
+            jb->want_curve = 1;
+            snprintf(jb->what, sizeof jb->what, "%s run %d/%d", vr->display, s + 1, o->seeds);
+            rc = run_dir(jb->dir, sizeof jb->dir, o, vr->key, s, err);
+        }
+    for (int i = 0; i < o->n_sizes && rc == 0; i++) {
+        char sd[4200], name[96];
+        snprintf(name, sizeof name, "scaling-%s", o->sizes[i]);
+        if ((rc = tb_path(sd, sizeof sd, o->out, name, err)) != 0 || (rc = make_dir(sd, err)) != 0) break;
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            job *jb = &jobs[n_main + 2 * i + k];
+            jb->seed = o->seed;
+            snprintf(jb->what, sizeof jb->what, "%s at size %s", k ? "Transformer" : "DIFF", o->sizes[i]);
+            rc = cmp_variant_config(k ? "transformer" : "diff", o->sizes[i], &jb->cfg, err);
+            if (rc == 0) rc = tb_path(jb->dir, sizeof jb->dir, sd, k ? "transformer" : "diff", err);
+        }
+    }
+    pool pl = {.o = o, .train_path = train_path, .mix = &mix, .p = p, .jobs = jobs, .n_jobs = p->n_jobs};
+    if (rc == 0) {
+        report_progress(p, "training %d model(s), %d at a time", p->n_jobs, o->jobs > 1 ? o->jobs : 1);
+        rc = run_jobs(&pl, o->jobs, err);
+    }
+    /* the analyses, one run at a time */
     for (int s = 0; s < o->seeds && rc == 0; s++)
         for (int v = 0; v < o->n_variants && rc == 0; v++) {
             const variant *vr = find_variant(o->variants[v]);
             rp_model *m = &runs[v * o->seeds + s];
-            char dir[4200];
-            if ((rc = run_dir(dir, sizeof dir, o, vr->key, s, err)) != 0) break;
-            snprintf(p.msg, sizeof p.msg, "training %s, run %d/%d, into %s", vr->display, s + 1, o->seeds, dir);
-            report_progress(&p);
-            rp_curve_point curve[RP_MAX_CURVE];
-            rp_model tmp = {0};
-            if ((rc = train_run(o, &cfgs[v], dir, o->seed + (uint64_t)s, train_path, &mix, &tmp, &p, err)) != 0) break;
-            int n_curve = tmp.n_curve;
-            memcpy(curve, tmp.curve, sizeof curve);
-            snprintf(p.msg, sizeof p.msg, "analysing %s, run %d/%d", vr->display, s + 1, o->seeds);
-            report_progress(&p);
-            if ((rc = rp_analyze_model(m, dir, vr->display, &ao, err)) != 0) break;
-            m->n_curve = n_curve;
-            memcpy(m->curve, curve, sizeof curve);
-            p.done += ANALYSIS_STEPS(o);
+            const job *jb = &jobs[v * o->seeds + s];
+            report_progress(p, "analysing %s", jb->what);
+            if ((rc = rp_analyze_model(m, jb->dir, vr->display, &ao, err)) != 0) break;
+            m->n_curve = jb->n_curve;
+            memcpy(m->curve, jb->curve, sizeof m->curve);
+            pthread_mutex_lock(&p->mu);
+            p->other_done += ANALYSIS_STEPS(o);
+            pthread_mutex_unlock(&p->mu);
         }
 
     /* scaling: DIFF and its baseline at the other sizes, first seed, same budget and mix */
@@ -378,37 +483,52 @@ int cmp_run(const cmp_options *o, dt_error *err) {
         r.size_loss[0][k] = rp_run(&r, k ? r.base : r.diff, 0)->training.final_val_loss;
     }
     for (int i = 0; i < o->n_sizes && rc == 0; i++) {
-        char sd[4200];
-        dt_config c[2];
-        char name[96];
-        snprintf(name, sizeof name, "scaling-%s", o->sizes[i]);
-        if ((rc = tb_path(sd, sizeof sd, o->out, name, err)) != 0 || (rc = make_dir(sd, err)) != 0) break;
         r.size_names[1 + i] = o->sizes[i];
         for (int k = 0; k < 2 && rc == 0; k++) {
-            char d[4300];
+            const job *jb = &jobs[n_main + 2 * i + k];
             an_training t;
-            rc = cmp_variant_config(k ? "transformer" : "diff", o->sizes[i], &c[k], err);
-            if (rc == 0) rc = tb_path(d, sizeof d, sd, k ? "transformer" : "diff", err);
-            if (rc != 0) break;
-            snprintf(p.msg, sizeof p.msg, "training %s at size %s into %s", k ? "Transformer" : "DIFF", o->sizes[i], d);
-            report_progress(&p);
-            if ((rc = train_run(o, &c[k], d, o->seed, train_path, &mix, NULL, &p, err)) != 0) break;
-            r.size_params[1 + i][k] = (double)dt_config_param_count(&c[k]);
-            if ((rc = an_training_load(d, &t, err)) == 0) {
+            r.size_params[1 + i][k] = (double)dt_config_param_count(&jb->cfg);
+            if ((rc = an_training_load(jb->dir, &t, err)) == 0) {
                 r.size_loss[1 + i][k] = t.final_val_loss;
                 an_training_free(&t);
             }
         }
     }
     if (rc == 0) {
-        snprintf(p.msg, sizeof p.msg, "writing %s/REPORT.md, report.json and plots", o->out);
-        report_progress(&p);
+        report_progress(p, "writing %s/REPORT.md, report.json and plots", o->out);
         rc = rp_write(&r, o->out, err);
     }
-    for (int i = 0; runs && i < o->n_variants * o->seeds; i++) rp_model_free(&runs[i]);
+    for (int i = 0; runs && i < n_main; i++) rp_model_free(&runs[i]);
     free(runs);
     free(filler);
     free(tok);
     needle_testset_free(&ts);
+    return rc;
+}
+
+int cmp_run(const cmp_options *o, dt_error *err) {
+    dt_config cfgs[RP_MAX_VARIANTS];
+    if (check(o, cfgs, err) != 0) return -1;
+    int *tok = NULL;
+    size_t n = 0;
+    if (dt_text_load(o->data, &tok, &n, err) != 0) return -1;
+    free(tok);
+    tok = NULL;
+    if (make_dir(o->out, err) != 0) return -1;
+
+    const int n_main = o->n_variants * o->seeds, n_jobs = n_main + 2 * o->n_sizes;
+    progress p = {.o = o, .t0 = now_s(), .n_jobs = n_jobs};
+    p.total = (double)n_jobs * o->steps + (double)n_main * ANALYSIS_STEPS(o);
+    p.job_done = calloc((size_t)n_jobs, sizeof *p.job_done);
+    job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
+    if (!p.job_done || !jobs || pthread_mutex_init(&p.mu, NULL) != 0) {
+        free(p.job_done);
+        free(jobs);
+        return dt_fail(err, "out of memory for %d trainings", n_jobs);
+    }
+    int rc = compare_with(o, cfgs, &p, jobs, err);
+    pthread_mutex_destroy(&p.mu);
+    free(p.job_done);
+    free(jobs);
     return rc;
 }

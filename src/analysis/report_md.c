@@ -315,16 +315,14 @@ static void quant_section(textbuf *b, const rp_report *r) {
 
 static void scaling_section(textbuf *b, const rp_report *r) {
     if (r->n_sizes < 2) return;
-    double px[RP_MAX_SIZES], ly[RP_MAX_SIZES];
-    sc_fit fit[2];
-    for (int k = 0; k < 2; k++) {
-        for (int i = 0; i < r->n_sizes; i++) px[i] = r->size_params[i][k], ly[i] = r->size_loss[i][k];
-        fit[k] = sc_fit_power_law(px, ly, r->n_sizes);
-    }
-    int big = 0;
-    for (int i = 1; i < r->n_sizes; i++)
-        if (r->size_params[i][1] > r->size_params[big][1]) big = i;
-    double need = sc_params_for_loss(&fit[0], r->size_loss[big][1]), fraction = need / r->size_params[big][1];
+    double px[2 * RP_MAX_SIZES], ly[2 * RP_MAX_SIZES];
+    int kind[2 * RP_MAX_SIZES];
+    for (int i = 0; i < r->n_sizes; i++)
+        for (int k = 0; k < 2; k++)
+            px[2 * i + k] = r->size_params[i][k], ly[2 * i + k] = r->size_loss[i][k], kind[2 * i + k] = k == 0;
+    const sc_comparison sc = sc_compare(px, ly, kind, 2 * r->n_sizes);
+    const sc_fit fit[2] = {sc.fit[1], sc.fit[0]}; /* [0 = DIFF, 1 = Transformer], as the table */
+    const double fraction = sc.fraction;
     tb_printf(b, "## Loss against model size\n\nBoth kinds at %d sizes with the same data, seed and token budget (the "
                  "first seed only: one run per size, so no interval); log(final validation loss) = a + b·log(parameters) "
                  "fitted per kind.\n\n| preset | DIFF parameters | Transformer parameters | DIFF val loss | Transformer "
