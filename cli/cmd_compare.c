@@ -43,11 +43,11 @@ static void help(void) {
            "                     against size (the fraction of the baseline's parameters DIFF needs; paper ~65%%)\n"
            "  --quick            smoke test: %d steps, batch %d, seq %d, %d seeds, %d examples per cell\n"
            "  --threads N        OpenMP threads of each training and of the analyses [all cores]\n"
-           "  --jobs N           trainings at once, each on one thread (tiny models use two cores\n"
-           "                     better as two single-threaded runs than as one two-threaded run) [1]\n"
+           "  --jobs N           trainings at once, each on one thread; 1: one at a time on --threads\n"
+           "                     threads [%d]\n"
            "  --quiet            no progress lines\n",
            d.preset, dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (unsigned long long)d.seed,
-           d.seeds, d.task_ratio, cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples);
+           d.seeds, d.task_ratio, cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
 }
 
 /* argv joined with spaces; arguments with shell-special characters are single-quoted. */

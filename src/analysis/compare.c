@@ -41,7 +41,7 @@ void cmp_options_default(cmp_options *o, int quick) {
     o->task_examples = quick ? 4 : 32;
     o->curve_points = quick ? 3 : 10;
     o->quick = quick;
-    o->jobs = 1;
+    o->jobs = 2;
 }
 
 /* ---------------------------------------------------------------- variants */
@@ -418,8 +418,8 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
                               .allocation_samples = o->quick ? 10 : 50, .tasks = o->tasks,
                               .task_eval = {.train_len = o->seq, .per_cell = o->task_examples, .seed = o->seed ^ 0x7E57ull,
                                             .filler = filler, .filler_n = n_train}};
-    /* the trainings: every variant × seed (seed-major, so that the pairs finish together), then the
-     * scaling sizes (DIFF and its baseline, first seed) */
+    /* the trainings: every variant × seed (job v·seeds + s), then the scaling sizes (DIFF and its
+     * baseline, first seed) */
     for (int s = 0; s < o->seeds && rc == 0; s++)
         for (int v = 0; v < o->n_variants && rc == 0; v++) {
             job *jb = &jobs[v * o->seeds + s];

@@ -34,7 +34,7 @@ typedef struct {
     int curve_points;           /* task accuracy measured at this many points of training */
     int needle;                 /* also the long-form needle set (needle.h) and attention allocation */
     int quick;                  /* fewer evaluation windows and samples */
-    int jobs;                   /* trainings run at once (> 1: each on one thread) [1] */
+    int jobs;                   /* trainings run at once (> 1: each on one thread) [2] */
     int n_sizes;
     char sizes[CMP_MAX_SIZES][32]; /* --scaling presets */
     cmp_progress_fn progress;
