@@ -21,7 +21,6 @@
 /* A number read from one run; arg selects a layer, a bit width row, a task or a cell. */
 typedef double (*getter)(const rp_model *m, int arg);
 
-static double g_final_train(const rp_model *m, int a) { return m->training.final_train_loss; }
 static double g_final_val(const rp_model *m, int a) { return m->training.final_val_loss; }
 static double g_quant_loss(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].loss : NAN; }
 static double g_quant_acc(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].accuracy : NAN; }
@@ -400,12 +399,14 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
 
     tb_printf(b, "## Final losses\n\n");
     {
-        measure ms[] = {M("final train loss (nats/byte)", NULL, NULL, g_final_train, 0, "%.4f", 1, NULL),
-                        M("final validation loss (nats/byte)", NULL, NULL, g_final_val, 0, "%.4f", 1,
+        /* no final train loss: with tasks in the mix the last step may be a task batch, whose loss
+         * is over its answers only */
+        measure ms[] = {M("final validation loss (nats/byte)", NULL, NULL, g_final_val, 0, "%.4f", 1,
                           "the final validation loss"),
                         M("held-out loss, fp32 attention (nats/byte)", NULL, NULL, g_quant_loss, 0, "%.4f", 1, NULL),
                         M("held-out next-byte accuracy", NULL, NULL, g_quant_acc, 0, "%.4f", 0, NULL)};
-        table(b, r, "measure", ms, 4);
+        tb_printf(b, "The validation loss is next-byte loss on the held-out text (never on task examples).\n\n");
+        table(b, r, "measure", ms, 3);
     }
 
     if (r->diff >= 0) {
