@@ -45,4 +45,12 @@ int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
 void cli_print_system(FILE *f, const char *indent);
 /* The parameter counts of a config and of its matched model of the other architecture. */
 void cli_print_param_counts(const dt_config *cfg);
+/* `analyze quantize --schemes`: quantisation quality per scheme (cli/analyze_wquant.c). */
+typedef struct {
+    const char *data, *calib, *schemes, *needle, *json;
+    float alpha;
+    int seq, windows, calib_samples, lm_head, max_samples;
+    uint64_t seed;
+} cli_wquant_options;
+int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_options *o);
 #endif

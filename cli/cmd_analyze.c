@@ -31,6 +31,15 @@ static void help(void) {
         "      to each bit width, plus the unquantised row; windows as for outliers (--seq + 1 bytes each).\n"
         "      --needle DIR adds exact-match needle accuracy (teacher-forced: every answer byte must be the\n"
         "      argmax given the true earlier bytes — the same verdict as greedy decoding).\n"
+        "  analyze quantize MODEL_DIR... --data FILE.txt --schemes q8_0,q4_0,w8a8,... [--calib FILE]\n"
+        "                   [--calib-samples 300] [--smooth 0.5] [--lm-head] [--needle DIR]\n"
+        "      Post-training quantisation of the linear layers (see difftrans quantize --help): per scheme\n"
+        "      (q8_0, q4_0, w8a8, w8a8-dynamic, w8a8-smooth, w8a8-dynamic-smooth) the held-out loss (the last\n"
+        "      tenth of --data) and its increase over F32, the mean KL divergence of the next-byte distribution\n"
+        "      from F32's, top-1 agreement with F32, accuracy, needle accuracy, weight MB read per decoded\n"
+        "      token, and for calibrated w8a8 the activation outliers each quantised layer sees (per-channel\n"
+        "      absmax: largest, and largest / median) before and after smoothing. Calibration: --calib-samples\n"
+        "      windows of --seq from --calib FILE, or from the first nine tenths of --data.\n"
         "  analyze allocation MODEL_DIR... --needle DIR [--max-samples N]\n"
         "      Allocation: attention of the position predicting the first answer byte (the space of \"Answer: \")\n"
         "      on the needle's value bytes in the context vs. the rest of the context, per layer, averaged over\n"
@@ -71,6 +80,8 @@ typedef struct {
     int given_icl;
     int n_bits, bits[MAX_BITS];
     int given_data, given_seq, given_batches, given_bits, given_per_row, given_needle, given_max;
+    cli_wquant_options wq;       /* --schemes: weight / activation quantisation */
+    int given_wq;
 } options;
 
 static int parse_bits(const char *cmd, const char *s, options *o) {
@@ -614,10 +625,16 @@ int cmd_analyze(int argc, char **argv) {
         {"permutations", required_argument, 0, 'P'},
         {"queries", required_argument, 0, 'Q'},
         {"seed", required_argument, 0, 'e'},
+        {"schemes", required_argument, 0, 'W'},
+        {"calib", required_argument, 0, 'C'},
+        {"calib-samples", required_argument, 0, 'N'},
+        {"smooth", required_argument, 0, 'A'},
+        {"lm-head", no_argument, 0, 'L'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     options op = {.seq = 256, .batches = 4, .n_bits = 4, .bits = {16, 8, 6, 4}};
+    op.wq = (cli_wquant_options){.alpha = 0.5f, .calib_samples = 300, .seed = 1};
     icl_params_default(&op.icl);
     argc--;
     argv++;
@@ -661,6 +678,11 @@ int cmd_analyze(int argc, char **argv) {
         case 'P': bad = parse_int(cmd, "--permutations", optarg, 1, 1000, &op.icl.permutations), op.given_icl = 1; break;
         case 'Q': bad = parse_int(cmd, "--queries", optarg, 2, 100000, &op.icl.queries), op.given_icl = 1; break;
         case 'e': bad = parse_u64(cmd, "--seed", optarg, &op.icl.seed), op.given_icl = 1; break;
+        case 'W': op.wq.schemes = optarg; break;
+        case 'C': op.wq.calib = optarg, op.given_wq = 1; break;
+        case 'N': bad = parse_int(cmd, "--calib-samples", optarg, 1, 1 << 24, &op.wq.calib_samples), op.given_wq = 1; break;
+        case 'A': bad = parse_float(cmd, "--smooth", optarg, 0, 1, &op.wq.alpha), op.given_wq = 1; break;
+        case 'L': op.wq.lm_head = 1, op.given_wq = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -693,10 +715,21 @@ int cmd_analyze(int argc, char **argv) {
     if (k == 2 && !op.needle)
         return cli_error(cmd, "--needle DIR is required (a `difftrans needle generate` directory)");
     if (op.given_max && k == 1 && !op.needle) return cli_error(cmd, "--max-samples needs --needle DIR");
+    if (k == 1 && !op.wq.schemes && op.given_wq)
+        return cli_error(cmd, "--calib, --calib-samples, --smooth and --lm-head need --schemes");
+    if (k == 1 && op.wq.schemes && (op.given_bits || op.given_per_row))
+        return cli_error(cmd, "--bits / --per-row quantise attention logits; --schemes quantises weights: one at a time");
+    if (op.wq.schemes && k != 1) return cli_error(cmd, "--schemes does not apply to analyze %s", kind);
     cli_set_threads(op.threads);
     switch (k) {
     case 0: return run_outliers(cmd, dirs, n, &op);
-    case 1: return run_quantize(cmd, dirs, n, &op);
+    case 1:
+        if (op.wq.schemes) {
+            op.wq.data = op.data, op.wq.needle = op.needle, op.wq.json = op.json;
+            op.wq.seq = op.seq, op.wq.windows = op.batches, op.wq.max_samples = op.max_samples;
+            return cli_analyze_wquant(cmd, dirs, n, &op.wq);
+        }
+        return run_quantize(cmd, dirs, n, &op);
     case 2: return run_allocation(cmd, dirs, n, &op);
     case 3: return run_training(cmd, dirs, n, &op);
     case 4: return run_icl(cmd, dirs, n, &op);

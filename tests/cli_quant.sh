@@ -73,6 +73,37 @@ PYEOF
     expect_fail "scales disagree with shapes" "down_proj.scales.*has shape.*imply" "$DT" eval "$S/lying" --data "$S/short.txt"
     expect_fail "lying checkpoint in generate" "down_proj.scales" "$DT" generate "$S/lying" --prompt "a" -n 2
 fi
+# quality of each scheme, DIFF and baseline side by side
+check "a baseline" "$DT" train --data "$CORPUS" --out "$S/base" --arch transformer --preset tiny --steps 30 --batch 4 --seq 32 --quiet
+expect_ok "analyze quantize --schemes" "$DT" analyze quantize "$M" "$S/base" --data "$CORPUS" \
+    --schemes q8_0,q4_0,w8a8,w8a8-dynamic,w8a8-smooth --calib-samples 40 --seq 32 --batches 3 --json "$S/wq.json"
+out_has "the table" "$S/last.out" "DIFF +f32" "Transformer +q4_0" "w8a8-smooth +down_proj"
+if [ -n "$PY" ]; then
+    check "analysis JSON" "$PY" - "$S/wq.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["analysis"] == "quantize_weights" and len(r["models"]) == 2, r.keys()
+for m in r["models"]:
+    rows = {x["scheme"]: x for x in m["schemes"]}
+    assert list(rows) == ["f32", "q8_0", "q4_0", "w8a8", "w8a8-dynamic", "w8a8-smooth"], list(rows)
+    assert rows["f32"]["kl"] == 0 and rows["f32"]["top1_agreement"] == 1
+    for name, x in rows.items():
+        assert 0 <= x["top1_agreement"] <= 1 and x["kl"] >= 0 and x["count"] == 3 * 32, (name, x)
+        assert abs(x["loss"] - rows["f32"]["loss"] - x["loss_delta"]) < 1e-9
+    assert rows["q4_0"]["kl"] > 0                       # 4 bits do change the distribution
+    assert rows["q4_0"]["decode_weight_mb"] < rows["q8_0"]["decode_weight_mb"] < rows["f32"]["decode_weight_mb"]
+    sm = {o["layer_type"]: o for o in rows["w8a8-smooth"]["activation_outliers"]}
+    assert sm["down_proj"]["absmax_over_median_smoothed"] < sm["down_proj"]["absmax_over_median"]
+    assert len(rows["w8a8"]["layers"]) == 2 * 7 and "activation_outliers" not in rows["q8_0"]
+PYEOF
+fi
+expect_fail "unknown scheme in --schemes" "unknown quantisation scheme 'q5'" \
+    "$DT" analyze quantize "$M" --data "$CORPUS" --schemes q8_0,q5
+expect_fail "-smooth on q8_0" "only w8a8" "$DT" analyze quantize "$M" --data "$CORPUS" --schemes q8_0-smooth
+expect_fail "--bits with --schemes" "one at a time" "$DT" analyze quantize "$M" --data "$CORPUS" --schemes q8_0 --bits 8
+expect_fail "--calib without --schemes" "need --schemes" "$DT" analyze quantize "$M" --data "$CORPUS" --calib "$CORPUS"
+expect_fail "analysis calibration too short" "fewer than the 300 samples" \
+    "$DT" analyze quantize "$M" --data "$S/short.txt" --schemes w8a8 --seq 32 --batches 1
 expect_ok "help" "$DT" quantize --help
 out_has "help names every scheme" "$S/last.out" q8_0 q4_0 w8a8 --smooth --dynamic --calib-samples
 finish cli_quant
