@@ -54,7 +54,10 @@ static void help(void) {
            "  --profile         also break a training step down: matrix products by layer and kind, attention\n"
            "                    forward / backward (with the time threads waited in them), norms, RoPE, SwiGLU,\n"
            "                    LM head + loss, optimizer, and the start/stop cost of the parallel regions\n"
-           "                    (a table, and \"profile\" in the JSON line)\n\n"
+           "                    (a table, and \"profile\" in the JSON line)\n"
+           "  --quant LIST      also measure quantised copies of each model: f32,q8_0,q4_0,w8a8 (prefill and\n"
+           "                    decode only; weight bytes per token from the quantised layers) [f32]\n"
+           "  --quant-lm-head   quantise the LM head too (as `quantize --lm-head`)\n\n"
            "FLOPs of a training step = 6·P_mm·B·T + 3·L·B·H·a·T(T+1)/2, where P_mm counts every Linear\n"
            "weight (q, k, v, o, gate, up, down, lm_head; not the embedding lookup) and a is the forward\n"
            "cost of one causal (query, key) pair per query head: 4·hd (QKᵀ 2·hd + AV 2·hd) for both kinds\n"
@@ -101,6 +104,23 @@ typedef struct {
 } model_job;
 
 static const char *arch_name(const dt_config *c) { return c->arch == DT_ARCH_DIFF ? "diffllama" : "llama"; }
+
+/* --quant f32,q8_0,...: the schemes in the order given (f32 = DT_QUANT_NONE). */
+static int parse_quant_list(const char *s, dt_quant_scheme *out, int *n) {
+    char buf[128];
+    if (strlen(s) >= sizeof buf) return -(cli_error(CMD, "--quant '%s': too long", s) != 0);
+    snprintf(buf, sizeof buf, "%s", s);
+    *n = 0;
+    for (char *save = NULL, *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        dt_error err;
+        if (*n == 8) return -(cli_error(CMD, "--quant '%s': more than 8 schemes", s) != 0);
+        if (!strcmp(item, "f32")) out[(*n)++] = DT_QUANT_NONE;
+        else if (dt_quant_scheme_parse(item, &out[*n], &err) != 0) return -(cli_error(CMD, "--quant: %s", err.msg) != 0);
+        else (*n)++;
+    }
+    if (*n == 0) return -(cli_error(CMD, "--quant '%s': no scheme", s) != 0);
+    return 0;
+}
 
 static void show_progress(void *ctx, const char *phase, int done, int total) {
     if (done < 0) fprintf(stderr, "bench %s: %s warm-up ...\n", (const char *)ctx, phase);
@@ -247,6 +267,12 @@ static void print_json(const dt_config *c, const bench_options *o, int threads, 
     json_str("cpu", si.cpu);
     printf(",");
     json_str("kernels", si.path);
+    printf(",");
+    json_str("quant", o->quant ? dt_quant_scheme_name(o->quant) : "f32");
+    if (o->quant != DT_QUANT_NONE) {
+        printf(",");
+        json_str("quant_kernels", dt_quant_kernel_path());
+    }
     if (o->profile && r->prof_steps > 0) print_profile_json(c, r);
     printf("}\n");
 }
@@ -255,7 +281,8 @@ static void print_table(const dt_config *c, const bench_options *o, int threads,
                         const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
     const int H = c->num_attention_heads, hd = c->head_dim, B = o->batch, T = o->seq, L = c->num_hidden_layers;
     const int diff = c->arch == DT_ARCH_DIFF;
-    printf("\n%s: d_model %d, %d layers, ", arch_name(c), c->hidden_size, L);
+    printf("\n%s%s%s: d_model %d, %d layers, ", arch_name(c), o->quant ? " " : "",
+           o->quant ? dt_quant_scheme_name(o->quant) : "", c->hidden_size, L);
     if (diff) printf("%d query heads = %d differential heads of width %d", H, H / 2, 2 * hd);
     else printf("%d heads of width %d", H, hd);
     printf(", %d kv heads, head_dim %d, ffn %d, vocab %d: %zu parameters\n", c->num_key_value_heads, hd,
@@ -289,7 +316,7 @@ static void print_table(const dt_config *c, const bench_options *o, int threads,
 
 int cmd_bench(int argc, char **argv) {
     enum { O_ARCH = 256, O_DMODEL, O_LAYERS, O_HEADS, O_KV, O_HD, O_FFN, O_VOCAB, O_BATCH, O_SEQ, O_THREADS,
-           O_STEPS, O_DECODE, O_PREFILL, O_NOPREFILL, O_NOTRAIN, O_NODECODE, O_JSON, O_SEED, O_PROFILE };
+           O_STEPS, O_DECODE, O_PREFILL, O_NOPREFILL, O_NOTRAIN, O_NODECODE, O_JSON, O_SEED, O_PROFILE, O_QUANT, O_QLM };
     static const struct option opts[] = {
         {"arch", required_argument, 0, O_ARCH},
         {"d-model", required_argument, 0, O_DMODEL},
@@ -311,12 +338,15 @@ int cmd_bench(int argc, char **argv) {
         {"json-only", no_argument, 0, O_JSON},
         {"seed", required_argument, 0, O_SEED},
         {"profile", no_argument, 0, O_PROFILE},
+        {"quant", required_argument, 0, O_QUANT},
+        {"quant-lm-head", no_argument, 0, O_QLM},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     int which = -1; /* -1 both, else a dt_arch */
     int d_model = 256, layers = 4, heads = 8, kv_heads = 0, head_dim = 0, ffn = 704, vocab = 256;
-    int threads = 0, json_only = 0;
+    int threads = 0, json_only = 0, n_schemes = 1;
+    dt_quant_scheme schemes[8] = {DT_QUANT_NONE};
     uint64_t seed = 1234;
     bench_options o = {.batch = 8, .seq = 256, .steps = 5, .decode_tokens = 64, .train = 1, .prefill = 1, .decode = 1};
     optind = 1;
@@ -357,6 +387,8 @@ int cmd_bench(int argc, char **argv) {
         case O_JSON: json_only = 1; break;
         case O_SEED: bad = parse_u64(CMD, "--seed", optarg, &seed); break;
         case O_PROFILE: o.profile = 1; break;
+        case O_QUANT: bad = parse_quant_list(optarg, schemes, &n_schemes); break;
+        case O_QLM: o.quant_lm_head = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(CMD, argc, argv);
         }
@@ -424,8 +456,12 @@ int cmd_bench(int argc, char **argv) {
     }
 
     int rc = 0;
-    for (int i = 0; i < n_models; i++) {
+    if (!json_only && (n_schemes > 1 || schemes[0] != DT_QUANT_NONE))
+        printf("quantised kernels: %s\n", dt_quant_kernel_path());
+    for (int k = 0; k < n_models * n_schemes; k++) {
+        const int i = k / n_schemes;
         const dt_config *c = &cfgs[i];
+        o.quant = schemes[k % n_schemes];
         bench_options mo = o;
         mo.progress = show_progress;
         mo.progress_ctx = (void *)arch_name(c);

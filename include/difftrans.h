@@ -423,6 +423,9 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err);
 void dt_model_dequantize(dt_model *m);
 /* The scheme of a model (DT_QUANT_NONE for float) and the options it was quantised with. */
 dt_quant_scheme dt_model_quant_scheme(const dt_model *m, dt_quant_options *o);
+/* The path the quantised kernels take on this CPU (DT_ISA respected): "avx512 (int8: VNNI)",
+ * "avx512 (int8: AVX2)" on AVX-512 CPUs without VNNI, "avx2" or "portable". */
+const char *dt_quant_kernel_path(void);
 /* Bytes of weights one decoding step reads (every linear layer, the norms, the embedding row). */
 size_t dt_model_decode_bytes(const dt_model *m);
 

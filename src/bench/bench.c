@@ -206,6 +206,28 @@ int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, d
     r->params = s.m.n_params;
     r->train_flops_per_step = bench_train_flops(cfg, o->batch, o->seq);
     r->decode_weight_bytes_per_token = bench_decode_weight_bytes(cfg, s.m.n_params);
+    if (o->quant != DT_QUANT_NONE) {
+        const int T = cfg->max_position_embeddings < 64 ? cfg->max_position_embeddings : 64, n = 8 * T;
+        int *calib = malloc((size_t)n * sizeof(int));
+        uint64_t rng = o->seed ^ 0xC0FFEEull;
+        for (int i = 0; calib && i < n; i++) calib[i] = (int)(dt_rng_next(&rng) % (uint64_t)cfg->vocab_size);
+        dt_quant_options q;
+        dt_quant_defaults(&q);
+        q.scheme = o->quant;
+        q.lm_head = o->quant_lm_head;
+        q.calib_tokens = calib;
+        q.calib_n = (size_t)n;
+        q.calib_samples = 8;
+        q.calib_seq = T;
+        q.quiet = 1;
+        int rc = calib ? dt_model_quantize(&s.m, &q, err) : dt_fail(err, "out of memory");
+        free(calib);
+        if (rc != 0) {
+            bench_state_free(&s);
+            return -1;
+        }
+        r->decode_weight_bytes_per_token = (double)dt_model_decode_bytes(&s.m);
+    }
 
     int rc = 0;
     const size_t N = (size_t)o->batch * o->seq;
@@ -223,7 +245,7 @@ int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, d
     } else if (!(s.tokens = calloc(1, sizeof(int)))) {
         rc = dt_fail(err, "out of memory");
     }
-    if (rc == 0 && o->train) rc = measure_train(&s, o, r, err);
+    if (rc == 0 && o->train && o->quant == DT_QUANT_NONE) rc = measure_train(&s, o, r, err);
     if (rc == 0 && o->prefill) rc = measure_prefill(&s, o, r, err);
     if (rc == 0 && o->decode) rc = measure_decode(&s, o, r, err);
     bench_state_free(&s);

@@ -20,6 +20,10 @@ typedef struct {
     int train, prefill, decode;  /* which measurements to run */
     int profile;                 /* train: also where the time of a step goes (bench_result.prof) */
     uint64_t seed;
+    /* > DT_QUANT_NONE: quantise the random model with this scheme before measuring (training is
+     * then not measured); w8a8 calibrates static scales on a few windows of random tokens. */
+    dt_quant_scheme quant;
+    int quant_lm_head;           /* quantise the LM head too */
     /* Called outside the timed regions (may be NULL); phase is "training", "prefill" or "decode";
      * done = -1 before the warm-up, then the number of timed steps done out of total. */
     void (*progress)(void *ctx, const char *phase, int done, int total);

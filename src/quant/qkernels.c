@@ -113,3 +113,12 @@ const qkernels *qkernels_for(dt_isa isa) {
 }
 
 const qkernels *qkernels_active(void) { return qkernels_for(dt_isa_active()); }
+
+const char *dt_quant_kernel_path(void) {
+    switch (dt_isa_active()) {
+    case DT_ISA_AVX512: return dt_cpu()->avx512vnni ? "avx512 (int8: VNNI)" : "avx512 (int8: AVX2)";
+    case DT_ISA_AVX2: return "avx2";
+    case DT_ISA_PORTABLE: return "portable";
+    }
+    return "portable";
+}
