@@ -17,6 +17,9 @@ static void help(void) {
            "  --top-p X           nucleus sampling threshold, 1 = off [0.95]\n"
            "  --seed N            sampling seed [42]\n"
            "  --print-ids         print the generated token ids (one line) instead of text\n"
+           "  --kv-cache TYPE     f32 | f16 | int8: storage of the cached keys and values (f16 halves the\n"
+           "                      memory, int8 about quarters it: one scale per position and kv head);\n"
+           "                      its size is printed on stderr [f32]\n"
            "  --threads N         OpenMP threads [all cores]\n");
 }
 
@@ -55,9 +58,10 @@ int cmd_generate(int argc, char **argv) {
         {"top-k", required_argument, 0, 'k'},   {"top-p", required_argument, 0, 'u'},
         {"seed", required_argument, 0, 's'},    {"print-ids", no_argument, 0, 'I'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"kv-cache", required_argument, 0, 'K'}, {0, 0, 0, 0},
     };
     const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL;
+    dt_kv_dtype kv_dtype = DT_KV_F32;
     int n_gen = 200, threads = 0, print_ids = 0;
     dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f};
     uint64_t seed = 42;
@@ -75,6 +79,12 @@ int cmd_generate(int argc, char **argv) {
         case 'u': bad = parse_float(cmd, "--top-p", optarg, 0, 1, &sampler.top_p); break;
         case 's': bad = parse_u64(cmd, "--seed", optarg, &seed); break;
         case 'I': print_ids = 1; break;
+        case 'K':
+            if (!strcmp(optarg, "f32")) kv_dtype = DT_KV_F32;
+            else if (!strcmp(optarg, "f16")) kv_dtype = DT_KV_F16;
+            else if (!strcmp(optarg, "int8")) kv_dtype = DT_KV_INT8;
+            else bad = cli_error(cmd, "--kv-cache '%s': expected f32, f16 or int8", optarg);
+            break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
@@ -117,7 +127,11 @@ int cmd_generate(int argc, char **argv) {
     else if (total > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "prompt (%d tokens) + -n %d exceeds max_position_embeddings %d", n_prompt, n_gen,
                        m.cfg.max_position_embeddings);
-    else if (!(kc = dt_kvcache_create(&m, total, &err))) rc = cli_error(cmd, "%s", err.msg);
+    else if (!(kc = dt_kvcache_create_with(&m, total, kv_dtype, &err))) rc = cli_error(cmd, "%s", err.msg);
+    if (kc && kv_dtype != DT_KV_F32)
+        fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", total,
+                dt_kvcache_bytes(kc) / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
+                2.0 * m.cfg.num_hidden_layers * total * m.cfg.num_key_value_heads * m.cfg.head_dim * 4 / 1e6);
 
     if (rc == 0 && !print_ids && !prompt_ids) fwrite(prompt ? prompt : "", 1, prompt ? strlen(prompt) : 0, stdout);
     uint64_t rng = seed;

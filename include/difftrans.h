@@ -301,7 +301,13 @@ const float *dt_runstate_hidden(const dt_runstate *rs, int layer);
 
 typedef struct dt_kvcache dt_kvcache;
 
-dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err);
+dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err); /* F32 */
+/* Storage of the cached keys and values: F32; F16 (half the memory); INT8 (a quarter, plus one
+ * float scale per position and kv head: absmax / 127 of that head's row). */
+typedef enum { DT_KV_F32 = 0, DT_KV_F16 = 1, DT_KV_INT8 = 2 } dt_kv_dtype;
+dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtype dtype, dt_error *err);
+/* Bytes the cached keys and values (and their scales) take. */
+size_t dt_kvcache_bytes(const dt_kvcache *c);
 void dt_kvcache_free(dt_kvcache *c);
 /* Feed one token at position pos (0, 1, 2, ... in order); writes logits [V]. */
 int dt_decode_step(const dt_model *m, dt_kvcache *c, int token, int pos, float *logits, dt_error *err);

@@ -37,6 +37,13 @@ out_has "smoothed checkpoint" "$S/smooth/config.json" '"smoothquant_alpha":[[:sp
 expect_ok "needle generate" "$DT" needle generate --corpus "$CORPUS" --out "$S/needle" --context 128 --needles 2 --queries 1 --depths 0.5 --train 1 --test 2
 expect_ok "needle eval on q8_0" "$DT" needle eval "$S/q8_0" --data "$S/needle"
 
+# narrower KV caches, memory reported
+for kv in f16 int8; do
+    expect_ok "generate --kv-cache $kv" "$DT" generate "$S/q8_0" --prompt "The " -n 8 --temperature 0 --kv-cache "$kv"
+    out_has "KV cache memory ($kv)" "$S/last.err" "KV cache: 12 positions, .* MB \\($kv; f32 would take"
+done
+expect_fail "bad --kv-cache" "--kv-cache 'f8'" "$DT" generate "$M" --prompt "a" -n 2 --kv-cache f8
+
 # calibration is deterministic for a fixed seed
 expect_ok "quantize again" "$DT" quantize "$M" "$S/w8a8_again" --scheme w8a8 --calib "$CORPUS" --calib-samples 40 --seq 32
 check "same seed, same bytes" cmp "$S/w8a8/model.safetensors" "$S/w8a8_again/model.safetensors"

@@ -343,6 +343,40 @@ static void test_quantised_model_decode_and_checkpoint(void **state) {
     free(calib);
 }
 
+/* F16 and INT8 KV caches: the logits stay close to the F32 cache's (and are not identical, so
+ * the cache really is stored narrower), in half and about a quarter of the memory. */
+static void test_kv_cache_dtypes(void **state) {
+    (void)state;
+    for (int arch = 0; arch < 2; arch++) {
+        dt_model m;
+        dt_error err;
+        make_model(&m, arch ? DT_ARCH_DIFF : DT_ARCH_LLAMA, 40 + arch);
+        const int T = 24, V = m.cfg.vocab_size;
+        int tok[24];
+        for (int t = 0; t < T; t++) tok[t] = (t * 37 + 11) % V;
+        float *ref = fnew((size_t)T * V), *got = fnan((size_t)T * V);
+        size_t bytes[3];
+        for (int dt = 0; dt < 3; dt++) {
+            dt_kvcache *kc = dt_kvcache_create_with(&m, T, (dt_kv_dtype)dt, &err);
+            assert_non_null(kc);
+            bytes[dt] = dt_kvcache_bytes(kc);
+            for (int t = 0; t < T; t++)
+                assert_int_equal(dt_decode_step(&m, kc, tok[t], t, (dt ? got : ref) + (size_t)t * V, &err), 0);
+            dt_kvcache_free(kc);
+            if (dt == 0) continue;
+            const float d = tu_max_abs_diff(ref, got, (size_t)T * V), range = absmax_of(ref, T * V);
+            print_message("arch %d, KV cache %s: max logit difference %.3g of range %.3g\n", arch, dt == 1 ? "f16" : "int8",
+                          (double)d, (double)range);
+            assert_true(d > 0 && d < (dt == 1 ? 2e-3f : 5e-2f) * range);
+        }
+        assert_int_equal(bytes[1] * 2, bytes[0]);
+        assert_true(bytes[2] < bytes[1]); /* 1 byte a value + a 4-byte scale per hd values (10 here) */
+        assert_null(dt_kvcache_create_with(&m, T, (dt_kv_dtype)7, &err));
+        free(ref), free(got);
+        dt_model_free(&m);
+    }
+}
+
 static void test_calibration_deterministic(void **state) {
     (void)state;
     int *calib = text_tokens(4000, 8);
@@ -488,6 +522,7 @@ int main(void) {
         cmocka_unit_test(test_i8_gemm_extremes),
         cmocka_unit_test(test_qlinear_paths_agree),
         cmocka_unit_test(test_quantised_model_decode_and_checkpoint),
+        cmocka_unit_test(test_kv_cache_dtypes),
         cmocka_unit_test(test_calibration_deterministic),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_loss_on_real_text),

@@ -14,7 +14,13 @@
 
 struct dt_kvcache {
     int max_tokens;
-    float *k, *v;                /* [L, max_tokens, KV·hd] each, after RoPE for k */
+    dt_kv_dtype dtype;
+    size_t bytes;                /* of the cached keys and values (and their scales) */
+    float *k, *v;                /* F32: [L, max_tokens, KV·hd] each, after RoPE for k */
+    uint16_t *kh, *vh;           /* F16: the same as IEEE half floats */
+    int8_t *kq, *vq;             /* INT8: the same, symmetric with one scale per position and kv head */
+    float *kscale, *vscale;      /* INT8: [L, max_tokens, KV] */
+    float *knew;                 /* F16 / INT8: [2·KV·hd] this position's k and v before they are stored */
     float *x, *xn;               /* [C] residual stream and its normalised copy */
     float *q;                    /* [H·hd + 2·KV·hd]: q, k, v of the current position */
     float *scores;               /* [H, max_tokens] softmax maps of the current position */
@@ -25,7 +31,17 @@ struct dt_kvcache {
 };
 
 dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) {
+    return dt_kvcache_create_with(m, max_tokens, DT_KV_F32, err);
+}
+
+size_t dt_kvcache_bytes(const dt_kvcache *c) { return c->bytes; }
+
+dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtype dtype, dt_error *err) {
     const dt_config *c = &m->cfg;
+    if (dtype != DT_KV_F32 && dtype != DT_KV_F16 && dtype != DT_KV_INT8) {
+        dt_fail(err, "KV cache dtype %d: expected f32, f16 or int8", (int)dtype);
+        return NULL;
+    }
     if (max_tokens <= 0 || max_tokens > c->max_position_embeddings) {
         dt_fail(err, "cache of %d tokens: must be in 1..max_position_embeddings (%d)", max_tokens,
                 c->max_position_embeddings);
@@ -36,8 +52,30 @@ dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) 
     dt_kvcache *kc = calloc(1, sizeof *kc);
     if (!kc) goto oom;
     kc->max_tokens = max_tokens;
-    kc->k = calloc((size_t)c->num_hidden_layers * max_tokens * kvdim, sizeof(float));
-    kc->v = calloc((size_t)c->num_hidden_layers * max_tokens * kvdim, sizeof(float));
+    kc->dtype = dtype;
+    const size_t cells = (size_t)c->num_hidden_layers * max_tokens * kvdim;
+    const size_t scales = (size_t)c->num_hidden_layers * max_tokens * c->num_key_value_heads;
+    int cache_ok;
+    if (dtype == DT_KV_F32) {
+        kc->k = calloc(cells, sizeof(float));
+        kc->v = calloc(cells, sizeof(float));
+        cache_ok = kc->k && kc->v;
+        kc->bytes = 2 * cells * sizeof(float);
+    } else if (dtype == DT_KV_F16) {
+        kc->kh = calloc(cells, sizeof(uint16_t));
+        kc->vh = calloc(cells, sizeof(uint16_t));
+        kc->knew = calloc(2 * kvdim, sizeof(float));
+        cache_ok = kc->kh && kc->vh && kc->knew;
+        kc->bytes = 2 * cells * sizeof(uint16_t);
+    } else {
+        kc->kq = calloc(cells, 1);
+        kc->vq = calloc(cells, 1);
+        kc->kscale = calloc(scales, sizeof(float));
+        kc->vscale = calloc(scales, sizeof(float));
+        kc->knew = calloc(2 * kvdim, sizeof(float));
+        cache_ok = kc->kq && kc->vq && kc->kscale && kc->vscale && kc->knew;
+        kc->bytes = 2 * (cells + scales * sizeof(float));
+    }
     kc->x = calloc(C, sizeof(float));
     kc->xn = calloc(C, sizeof(float));
     kc->q = calloc(qdim + 2 * kvdim, sizeof(float)); /* q, then this position's k and v */
@@ -47,7 +85,7 @@ dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) 
     kc->up = kc->gate + F;
     kc->tmp = calloc(C > qdim ? C : qdim, sizeof(float)); /* o_proj output, or per-head norm outputs */
     kc->qscratch = malloc(model_linear_scratch_bytes(m, 1));
-    if (!kc->k || !kc->v || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate ||
+    if (!cache_ok || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate ||
         !kc->tmp || !kc->qscratch)
         goto oom;
     return kc;
@@ -61,6 +99,13 @@ void dt_kvcache_free(dt_kvcache *kc) {
     if (!kc) return;
     free(kc->k);
     free(kc->v);
+    free(kc->kh);
+    free(kc->vh);
+    free(kc->kq);
+    free(kc->vq);
+    free(kc->kscale);
+    free(kc->vscale);
+    free(kc->knew);
     free(kc->qscratch);
     free(kc->x);
     free(kc->xn);
@@ -72,13 +117,102 @@ void dt_kvcache_free(dt_kvcache *kc) {
     free(kc);
 }
 
+/* IEEE binary16 ↔ binary32 for the F16 cache: round to nearest even, overflow to ±inf. */
+static uint16_t float_to_half(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
+    if (ax >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0)); /* inf, NaN */
+    if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds past the largest half */
+    if (ax < 0x38800000u) { /* subnormal half (or zero): a multiple of 2^-24, rounded by the FPU */
+        float a;
+        memcpy(&a, &ax, sizeof a);
+        return (uint16_t)(sign | (uint32_t)lrintf(a * 0x1p24f));
+    }
+    const uint32_t mant = ax & 0x7FFFFFu, exp = (ax >> 23) - 112;
+    uint32_t h = (exp << 10) | (mant >> 13);
+    const uint32_t rest = mant & 0x1FFFu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++; /* carries into the exponent correctly */
+    return (uint16_t)(sign | h);
+}
+
+static float half_to_float(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+    float f;
+    if (exp == 0) {
+        f = (float)mant * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    uint32_t x = sign | (exp == 31 ? 0x7F800000u | (mant << 13) : ((exp + 112) << 23) | (mant << 13));
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* The cached rows of one layer and kv head, whatever their storage. */
+typedef struct {
+    const float *f;              /* F32: row s at f + s·kvdim */
+    const uint16_t *h;           /* F16 */
+    const int8_t *q;             /* INT8, with scale[s·KV] */
+    const float *scale;
+    int kvdim, kv_heads;
+} kv_view;
+
+static kv_view kv_view_of(const dt_kvcache *kc, int keys, int layer, int head, int kvdim, int kv_heads) {
+    const size_t row0 = (size_t)layer * kc->max_tokens * kvdim + (size_t)head * (kvdim / kv_heads);
+    const size_t s0 = (size_t)layer * kc->max_tokens * kv_heads + head;
+    kv_view v = {.kvdim = kvdim, .kv_heads = kv_heads};
+    if (kc->dtype == DT_KV_F32) v.f = (keys ? kc->k : kc->v) + row0;
+    else if (kc->dtype == DT_KV_F16) v.h = (keys ? kc->kh : kc->vh) + row0;
+    else {
+        v.q = (keys ? kc->kq : kc->vq) + row0;
+        v.scale = (keys ? kc->kscale : kc->vscale) + s0;
+    }
+    return v;
+}
+
+/* Row s as floats: the cache itself (F32) or converted into tmp[hd]. */
+static inline const float *kv_row(const kv_view *v, int s, float *tmp, int hd) {
+    if (v->f) return v->f + (size_t)s * v->kvdim;
+    if (v->h) {
+        const uint16_t *r = v->h + (size_t)s * v->kvdim;
+        for (int d = 0; d < hd; d++) tmp[d] = half_to_float(r[d]);
+    } else {
+        const int8_t *r = v->q + (size_t)s * v->kvdim;
+        const float sc = v->scale[(size_t)s * v->kv_heads];
+        for (int d = 0; d < hd; d++) tmp[d] = sc * (float)r[d];
+    }
+    return tmp;
+}
+
+/* Stores this position's k and v (kvdim each, from kc->knew) into an F16 or INT8 cache. */
+static void store_kv(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads) {
+    const size_t row = ((size_t)layer * kc->max_tokens + pos) * kvdim;
+    const int hd = kvdim / kv_heads;
+    for (int which = 0; which < 2; which++) {
+        const float *x = kc->knew + (size_t)which * kvdim;
+        if (kc->dtype == DT_KV_F16) {
+            uint16_t *dst = (which ? kc->vh : kc->kh) + row;
+            for (int i = 0; i < kvdim; i++) dst[i] = float_to_half(x[i]);
+            continue;
+        }
+        int8_t *dst = (which ? kc->vq : kc->kq) + row;
+        float *scale = (which ? kc->vscale : kc->kscale) + ((size_t)layer * kc->max_tokens + pos) * kv_heads;
+        for (int h = 0; h < kv_heads; h++) {
+            float mx = 0;
+            for (int d = 0; d < hd; d++) mx = fmaxf(mx, fabsf(x[h * hd + d]));
+            scale[h] = mx / 127.0f;
+            const float inv = mx > 0 ? 127.0f / mx : 0.0f;
+            for (int d = 0; d < hd; d++) dst[h * hd + d] = (int8_t)lrintf(fminf(fmaxf(x[h * hd + d] * inv, -127.0f), 127.0f));
+        }
+    }
+}
+
 /* scores[0..n) = softmax(q · k[s] / √hd) for one query head over the cached positions. */
-static void head_scores(float *restrict scores, const float *restrict q, const float *restrict kcache, int n,
-                        int kvdim, int hd) {
+static void head_scores(float *restrict scores, const float *restrict q, const kv_view *kv, int n, int hd) {
     const float scale = (float)(1.0 / sqrt((double)hd));
-    float mx = -INFINITY;
+    float mx = -INFINITY, tmp[hd];
     for (int s = 0; s < n; s++) {
-        const float *restrict k = kcache + (size_t)s * kvdim;
+        const float *restrict k = kv_row(kv, s, tmp, hd);
         float dot = 0;
         for (int d = 0; d < hd; d++) dot += q[d] * k[d];
         scores[s] = dot * scale;
@@ -91,11 +225,11 @@ static void head_scores(float *restrict scores, const float *restrict q, const f
 }
 
 /* out[0..hd) = Σ_s w[s] v[s] */
-static void weighted_values(float *restrict out, const float *restrict w, const float *restrict vcache, int n,
-                            int kvdim, int hd) {
+static void weighted_values(float *restrict out, const float *restrict w, const kv_view *kv, int n, int hd) {
+    float tmp[hd];
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int s = 0; s < n; s++) {
-        const float *restrict v = vcache + (size_t)s * kvdim;
+        const float *restrict v = kv_row(kv, s, tmp, hd);
         for (int d = 0; d < hd; d++) out[d] += w[s] * v[d];
     }
 }
@@ -106,16 +240,15 @@ static void weighted_values(float *restrict out, const float *restrict w, const 
 static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n) {
     const dt_config *c = &m->cfg;
     const int H = c->num_attention_heads, hd = c->head_dim, kvdim = c->num_key_value_heads * hd;
-    const int g = H / c->num_key_value_heads;
-    const float *kcache = kc->k + (size_t)layer * kc->max_tokens * kvdim;
-    const float *vcache = kc->v + (size_t)layer * kc->max_tokens * kvdim;
+    const int g = H / c->num_key_value_heads, KV = c->num_key_value_heads;
     const size_t stride = (size_t)kc->max_tokens;
     if (c->arch != DT_ARCH_DIFF) {
 #pragma omp parallel for schedule(static) if (n * hd > 4096)
         for (int i = 0; i < H; i++) {
             float *sc = kc->scores + i * stride;
-            head_scores(sc, kc->q + (size_t)i * hd, kcache + (size_t)(i / g) * hd, n, kvdim, hd);
-            weighted_values(kc->atty + (size_t)i * hd, sc, vcache + (size_t)(i / g) * hd, n, kvdim, hd);
+            const kv_view kv = kv_view_of(kc, 1, layer, i / g, kvdim, KV), vv = kv_view_of(kc, 0, layer, i / g, kvdim, KV);
+            head_scores(sc, kc->q + (size_t)i * hd, &kv, n, hd);
+            weighted_values(kc->atty + (size_t)i * hd, sc, &vv, n, hd);
         }
         return;
     }
@@ -125,12 +258,14 @@ static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n
 #pragma omp parallel for schedule(static) if (n * hd > 4096)
     for (int j = 0; j < Hd; j++) {
         float *d = kc->scores + j * stride, *a2 = kc->scores + (j + Hd) * stride;
-        head_scores(d, kc->q + (size_t)j * hd, kcache + (size_t)(j / g) * hd, n, kvdim, hd);
-        head_scores(a2, kc->q + (size_t)(j + Hd) * hd, kcache + (size_t)((j + Hd) / g) * hd, n, kvdim, hd);
+        const kv_view k1 = kv_view_of(kc, 1, layer, j / g, kvdim, KV), k2 = kv_view_of(kc, 1, layer, (j + Hd) / g, kvdim, KV);
+        const kv_view v1 = kv_view_of(kc, 0, layer, j / g, kvdim, KV), v2 = kv_view_of(kc, 0, layer, (j + Hd) / g, kvdim, KV);
+        head_scores(d, kc->q + (size_t)j * hd, &k1, n, hd);
+        head_scores(a2, kc->q + (size_t)(j + Hd) * hd, &k2, n, hd);
         for (int s = 0; s < n; s++) d[s] -= lambda * a2[s]; /* D_j = A_j − λ A_{j+Hd}, over A_j's row */
         float *u = kc->atty + (size_t)j * w2, *normed = kc->tmp + (size_t)j * w2;
-        weighted_values(u, d, vcache + (size_t)(j / g) * hd, n, kvdim, hd);
-        weighted_values(u + hd, d, vcache + (size_t)((j + Hd) / g) * hd, n, kvdim, hd);
+        weighted_values(u, d, &v1, n, hd);
+        weighted_values(u + hd, d, &v2, n, hd);
         float rstd;
         rmsnorm_forward(normed, &rstd, u, subln, 1, w2, c->rms_norm_eps);
         for (int e = 0; e < w2; e++) u[e] = normed[e] * scale;
@@ -152,8 +287,9 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
         const int fused_qkv = !m->quant && w->k_proj == w->q_proj + (size_t)qdim * C &&
                               w->v_proj == w->k_proj + (size_t)kvdim * C;
         const int fused_gate_up = !m->quant && w->up_proj == w->gate_proj + (size_t)F * C;
-        float *kslot = kc->k + ((size_t)l * kc->max_tokens + pos) * kvdim;
-        float *vslot = kc->v + ((size_t)l * kc->max_tokens + pos) * kvdim;
+        /* F32 writes straight into the cache; F16 / INT8 stage the new row and convert it after RoPE */
+        float *kslot = kc->k ? kc->k + ((size_t)l * kc->max_tokens + pos) * kvdim : kc->knew;
+        float *vslot = kc->k ? kc->v + ((size_t)l * kc->max_tokens + pos) * kvdim : kc->knew + kvdim;
         float rstd;
         rmsnorm_forward(kc->xn, &rstd, kc->x, w->input_layernorm, 1, C, c->rms_norm_eps);
         /* q_proj, k_proj, v_proj (and gate_proj, up_proj) lie back to back in the parameter buffer
@@ -169,6 +305,7 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
         }
         rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, m->rope_inv_freq, +1);
         rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, m->rope_inv_freq, +1);
+        if (!kc->k) store_kv(kc, l, pos, kvdim, c->num_key_value_heads);
         decode_attention(m, kc, l, pos + 1);
         model_linear(m, l, LIN_O, kc->tmp, kc->atty, 1, kc->qscratch);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
