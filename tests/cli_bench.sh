@@ -35,7 +35,7 @@ import json, math, sys
 keys = ["arch", "d_model", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "batch", "seq", "threads",
         "params", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
         "train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token",
-        "read_bandwidth_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels"]
+        "read_bandwidth_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels", "quant"]
 sizes = {"d_model": 64, "layers": 1, "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 64,
          "batch": 2, "seq": 16, "threads": 2}
 lines = open(sys.argv[1]).read().splitlines()
@@ -61,7 +61,9 @@ for line in lines:
             bad("%s: %s = %r, expected %r" % (j.get("arch"), k, j.get(k), v))
     if j.get("kernels") not in ("portable", "avx2", "avx512") or not isinstance(j.get("cpu"), str):
         bad("%s: kernels %r / cpu %r" % (j.get("arch"), j.get("kernels"), j.get("cpu")))
-    for k in keys[11:-2]:
+    if j.get("quant") != "f32":
+        bad("%s: quant %r, expected f32" % (j.get("arch"), j.get("quant")))
+    for k in keys[11:-3]:
         v = j.get(k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             bad("%s: %s = %r is not a positive number" % (j.get("arch"), k, v))
@@ -73,6 +75,25 @@ EOF
 else
     fail "tiny bench exited with status $?: $(tail -3 "$S/err.txt")"
 fi
+
+# ---- quantised copies: one line per scheme, the quantised kernels' path named
+if timeout 60 "$DT" bench --arch diff --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 1 --seq 16 \
+    --steps 1 --decode-tokens 4 --threads 2 --no-train --quant f32,q8_0,w8a8 >"$S/q.txt" 2>"$S/qerr.txt"; then
+    grep '^{' "$S/q.txt" >"$S/qjson.txt"
+    "$PY" - "$S/qjson.txt" <<'EOF' || fail "bench --quant JSON lines (stdout in $S/q.txt)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["quant"] for r in rows] == ["f32", "q8_0", "w8a8"], rows
+assert all(r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 for r in rows)
+assert rows[1]["decode_weight_bytes_per_token"] < rows[0]["decode_weight_bytes_per_token"]
+assert rows[1]["quant_kernels"].split()[0] in ("portable", "avx2", "avx512") and "quant_kernels" not in rows[0]
+EOF
+    grep -q '^quantised kernels: ' "$S/q.txt" || fail "bench --quant does not name the quantised kernels' path"
+else
+    fail "bench --quant exited with status $?: $(tail -3 "$S/qerr.txt")"
+fi
+"$DT" bench --quant q3 >/dev/null 2>"$S/bad.err" && fail "bench --quant q3 accepted"
+grep -q "unknown quantisation scheme 'q3'" "$S/bad.err" || fail "bench --quant q3: $(cat "$S/bad.err")"
 
 # ---- --help
 if "$DT" bench --help >"$S/help.txt" 2>&1; then
