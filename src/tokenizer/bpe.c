@@ -497,7 +497,7 @@ static int cache_store(tk_word_cache *wc, const char *s, size_t n, uint64_t h, c
     cache_entry *e = cache_find(wc, s, n, h);
     size_t key_off = wc->keys.n;
     if (tk_buf_put(&wc->keys, s, n) != 0) return -1;
-    memcpy(wc->ids + wc->n_ids, ids, k * sizeof *ids);
+    if (k) memcpy(wc->ids + wc->n_ids, ids, k * sizeof *ids);
     *e = (cache_entry){h, (uint32_t)key_off, (uint32_t)n, (uint32_t)wc->n_ids, (uint32_t)k};
     wc->n_ids += k;
     wc->used++;

@@ -255,15 +255,15 @@ int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int 
         if (!*ids) rc = -1;
         else {
             size_t k = 0;
-            if (add_special) {
+            if (add_special && tok->post.n_prefix) {
                 memcpy(*ids, tok->post.prefix, (size_t)tok->post.n_prefix * sizeof **ids);
                 k += (size_t)tok->post.n_prefix;
             }
             for (int t = 0; t < n_threads; t++) {
-                memcpy(*ids + k, ctxs[t].ids, ctxs[t].n_ids * sizeof **ids);
+                if (ctxs[t].n_ids) memcpy(*ids + k, ctxs[t].ids, ctxs[t].n_ids * sizeof **ids);
                 k += ctxs[t].n_ids;
             }
-            if (add_special) {
+            if (add_special && tok->post.n_suffix) {
                 memcpy(*ids + k, tok->post.suffix, (size_t)tok->post.n_suffix * sizeof **ids);
                 k += (size_t)tok->post.n_suffix;
             }

@@ -413,7 +413,7 @@ int dt_tok_encode(const dt_tok *tok, const char *text, size_t len, int add_speci
         *ids = malloc((n ? n : 1) * sizeof **ids);
         if (!*ids) rc = dt_fail(err, "%s: out of memory", tok->path);
         else {
-            memcpy(*ids, v, n * sizeof *v);
+            if (n) memcpy(*ids, v, n * sizeof *v);
             *n_ids = n;
         }
     }

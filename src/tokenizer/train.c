@@ -382,7 +382,7 @@ static int learn(word_table *t, symbols *s, int32_t n_merges, int64_t min_freque
             rc = -1;
             break;
         }
-        memcpy(ws, pm.where[slot], (size_t)nw * sizeof *ws);
+        if (nw) memcpy(ws, pm.where[slot], (size_t)nw * sizeof *ws);
         for (int32_t i = 0; i < nw && rc == 0; i++) {
             int32_t wi = ws[i];
             if (seen[wi]) continue;
