@@ -113,6 +113,13 @@ int cmd_info(int argc, char **argv) {
     for (int i = 0; i < c->special.n_eos; i++) printf(" %d", c->special.eos_token_id[i]);
     printf("%s\n", c->special.n_eos ? "" : " none");
     printf("parameters: %zu in %d tensors\n", m.n_params, m.n_tensors);
+    dt_quant_options qo;
+    const dt_quant_scheme qs = dt_model_quant_scheme(&m, &qo);
+    if (qs != DT_QUANT_NONE)
+        printf("quantised: %s%s%s%s | weights read per decoded token %.2f MB\n", dt_quant_scheme_name(qs),
+               qs == DT_QUANT_W8A8 ? (qo.dynamic_activations ? ", dynamic per-token activations" : ", static activation scales") : "",
+               qs == DT_QUANT_W8A8 && qo.smooth_alpha >= 0 ? ", smoothed" : "", qo.lm_head ? ", LM head too" : "",
+               dt_model_decode_bytes(&m) / 1e6);
     if (c->arch == DT_ARCH_DIFF) {
         printf("differential heads: %d of width %d | lambda_std_dev %g | subln weight %s\n", c->num_attention_heads / 2,
                2 * c->head_dim, (double)c->lambda_std_dev, c->use_subln_weight ? "yes" : "no");

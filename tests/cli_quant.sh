@@ -30,6 +30,9 @@ for scheme in q8_0 q4_0 w8a8; do
     expect_fail "export --hf $scheme refused" "quantised.*float model" "$DT" export "$Q" "$S/hf_$scheme" --hf
     check "no HF export left" test ! -e "$S/hf_$scheme"
 done
+expect_ok "info on a quantised model" "$DT" info "$S/w8a8"
+out_has "info names the scheme" "$S/last.out" "quantised: w8a8, static activation scales"
+expect_ok "analyze outliers on a quantised model" "$DT" analyze outliers "$S/q4_0" --data "$S/short.txt" --seq 32 --batches 2
 expect_ok "w8a8 dynamic, no calibration" "$DT" quantize "$M" "$S/dyn" --scheme w8a8 --dynamic
 out_has "dynamic config" "$S/dyn/config.json" 'int8-dynamic-per-token'
 expect_ok "w8a8 smoothed" "$DT" quantize "$M" "$S/smooth" --scheme w8a8 --smooth 0.5 --calib "$CORPUS" --calib-samples 20 --seq 32
