@@ -18,6 +18,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 

@@ -9,7 +9,9 @@
 static void help(void) {
     printf("usage: difftrans generate MODEL_DIR [--prompt TEXT | --prompt-ids \"3 1 4\"] [options]\n\n"
            "Continues a prompt one token at a time through a KV cache and streams the text.\n\n"
-           "  --prompt TEXT       prompt text (byte-level tokens) [\"\" → starts from byte '\\n']\n"
+           "  --prompt TEXT       prompt text, encoded with the model's tokenizer.json (BOS added as\n"
+           "                      transformers does), or as bytes for a byte-level model [\"\" → BOS, or\n"
+           "                      byte '\\n']; generation stops at an eos_token_id (generation_config.json)\n"
            "  --prompt-ids IDS    prompt as whitespace-separated token ids instead\n"
            "  -n, --tokens N      tokens to generate [200]\n"
            "  --temperature X     0 = greedy (argmax) [0.8]\n"
@@ -48,6 +50,74 @@ static int parse_ids(const char *s, int V, int **ids, int *n) {
     }
     *ids = out;
     *n = count;
+    return 0;
+}
+
+/* Text through the model's tokenizer, with its special tokens (BOS) as transformers adds them. */
+static int encode_prompt(const char *cmd, const dt_tok *tok, const char *text, int **ids, int *n) {
+    int32_t *t = NULL;
+    size_t nt = 0;
+    dt_error err;
+    if (dt_tok_encode(tok, text, strlen(text), 1, &t, &nt, &err) != 0)
+        return cli_error(cmd, "--prompt: %s", err.msg);
+    if (nt == 0 && dt_tok_bos_id(tok) >= 0) { /* an empty prompt starts from BOS */
+        free(t);
+        t = malloc(sizeof *t);
+        if (t) t[0] = dt_tok_bos_id(tok), nt = 1;
+    }
+    if (nt == 0) {
+        free(t);
+        return cli_error(cmd, "--prompt: empty, and the tokenizer has no BOS token to start from");
+    }
+    *ids = malloc(nt * sizeof **ids);
+    if (!*ids) {
+        free(t);
+        return cli_error(cmd, "out of memory");
+    }
+    for (size_t i = 0; i < nt; i++) (*ids)[i] = t[i];
+    *n = (int)nt;
+    free(t);
+    return 0;
+}
+
+/* Streams decoded text: after every token the whole sequence is decoded again (a token's text
+ * can depend on its neighbours) and what is new is printed, holding back a trailing U+FFFD, the
+ * mark of a character whose bytes are not all generated yet. */
+typedef struct {
+    const dt_tok *tok;
+    size_t base;                 /* length of the decoded prompt */
+    size_t printed;              /* of the decoded text, bytes shown */
+} text_stream;
+
+static int decode_all(const char *cmd, const text_stream *ts, const int32_t *ids, int n, char **text, size_t *len) {
+    dt_error err;
+    if (dt_tok_decode(ts->tok, ids, (size_t)n, 1, text, len, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    return 0;
+}
+
+static int stream_start(const char *cmd, text_stream *ts, const int32_t *ids, int n, const char *prompt) {
+    char *text;
+    size_t len;
+    if (decode_all(cmd, ts, ids, n, &text, &len) != 0) return 1;
+    /* the prompt as typed; ids given by number are shown decoded */
+    if (prompt) fwrite(prompt, 1, strlen(prompt), stdout);
+    else fwrite(text, 1, len, stdout);
+    ts->base = ts->printed = len;
+    free(text);
+    return 0;
+}
+
+static int stream_more(const char *cmd, text_stream *ts, const int32_t *ids, int n, int final) {
+    char *text;
+    size_t len;
+    if (decode_all(cmd, ts, ids, n, &text, &len) != 0) return 1;
+    size_t end = len;
+    while (!final && end >= ts->printed + 3 && memcmp(text + end - 3, "\xEF\xBF\xBD", 3) == 0) end -= 3;
+    if (end > ts->printed) {
+        fwrite(text + ts->printed, 1, end - ts->printed, stdout);
+        ts->printed = end;
+    }
+    free(text);
     return 0;
 }
 
@@ -99,30 +169,38 @@ int cmd_generate(int argc, char **argv) {
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
     const int V = m.cfg.vocab_size;
+    dt_tok *tok = NULL; /* the model's tokenizer.json; NULL for a byte-level model */
+    if (dt_model_tokenizer(&m, argv[optind], &tok, &err) < 0) {
+        dt_model_free(&m);
+        return cli_error(cmd, "%s", err.msg);
+    }
     int *ids = NULL, n_prompt = 0, rc = 0;
     if (prompt_ids) {
-        if (parse_ids(prompt_ids, V, &ids, &n_prompt) != 0) {
-            dt_model_free(&m);
-            return 1;
-        }
+        rc = parse_ids(prompt_ids, V, &ids, &n_prompt);
+    } else if (tok) {
+        rc = encode_prompt(cmd, tok, prompt ? prompt : "", &ids, &n_prompt);
     } else {
         const char *text = prompt && *prompt ? prompt : "\n";
         n_prompt = (int)strlen(text);
         ids = malloc((size_t)n_prompt * sizeof(int));
         for (int i = 0; ids && i < n_prompt; i++) ids[i] = (unsigned char)text[i];
-        for (int i = 0; ids && i < n_prompt; i++)
-            if (ids[i] >= V) {
-                free(ids);
-                dt_model_free(&m);
-                return cli_error(cmd, "--prompt: byte %d at offset %d is outside the model's vocabulary of %d", ids[i],
-                                 i, V);
-            }
+        for (int i = 0; ids && i < n_prompt && rc == 0; i++)
+            if (ids[i] >= V)
+                rc = cli_error(cmd, "--prompt: byte %d at offset %d is outside the model's vocabulary of %d", ids[i], i,
+                               V);
+    }
+    if (rc != 0) {
+        free(ids);
+        dt_tok_free(tok);
+        dt_model_free(&m);
+        return 1;
     }
     const int total = n_prompt + n_gen;
     float *logits = malloc((size_t)V * sizeof(float));
     dt_prob_index *scratch = malloc((size_t)V * sizeof *scratch);
+    int32_t *all = malloc((size_t)(total > 0 ? total : 1) * sizeof *all); /* prompt and generated ids */
     dt_kvcache *kc = NULL;
-    if (!ids || !logits || !scratch) rc = cli_error(cmd, "out of memory");
+    if (!ids || !logits || !scratch || !all) rc = cli_error(cmd, "out of memory");
     else if (n_prompt == 0) rc = cli_error(cmd, "--prompt-ids: no token ids given");
     else if (total > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "prompt (%d tokens) + -n %d exceeds max_position_embeddings %d", n_prompt, n_gen,
@@ -133,9 +211,15 @@ int cmd_generate(int argc, char **argv) {
                 dt_kvcache_bytes(kc) / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
                 2.0 * m.cfg.num_hidden_layers * total * m.cfg.num_key_value_heads * m.cfg.head_dim * 4 / 1e6);
 
-    if (rc == 0 && !print_ids && !prompt_ids) fwrite(prompt ? prompt : "", 1, prompt ? strlen(prompt) : 0, stdout);
+    /* the end-of-sequence ids: generation_config.json's, else the tokenizer's */
+    dt_special_ids stop = m.cfg.special;
+    if (stop.n_eos == 0 && tok && dt_tok_eos_id(tok) >= 0) stop.eos_token_id[stop.n_eos++] = dt_tok_eos_id(tok);
+    text_stream ts = {.tok = tok};
+    for (int i = 0; rc == 0 && i < n_prompt; i++) all[i] = ids[i];
+    if (rc == 0 && !print_ids && tok) rc = stream_start(cmd, &ts, all, n_prompt, prompt_ids ? NULL : prompt);
+    else if (rc == 0 && !print_ids && !prompt_ids) fwrite(prompt ? prompt : "", 1, prompt ? strlen(prompt) : 0, stdout);
     uint64_t rng = seed;
-    int token = ids ? ids[0] : 0;
+    int token = ids ? ids[0] : 0, n_all = n_prompt;
     for (int pos = 0; rc == 0 && pos < total - 1; pos++) {
         if (dt_decode_step(&m, kc, token, pos, logits, &err) != 0) {
             rc = cli_error(cmd, "%s", err.msg);
@@ -146,16 +230,26 @@ int cmd_generate(int argc, char **argv) {
             continue;
         }
         token = dt_sample(logits, V, &sampler, &rng, scratch);
+        int is_eos = 0;
+        for (int e = 0; e < stop.n_eos; e++) is_eos |= token == stop.eos_token_id[e];
         if (print_ids) printf("%s%d", pos + 1 == n_prompt ? "" : " ", token);
-        else if (prompt_ids && token > 255) printf("<%d>", token);
+        if (is_eos) break;
+        all[n_all++] = token;
+        if (print_ids) {
+        } else if (tok) {
+            rc = stream_more(cmd, &ts, all, n_all, 0);
+        } else if (prompt_ids && token > 255) printf("<%d>", token);
         else putchar(token < 256 ? token : '?');
         fflush(stdout);
     }
+    if (rc == 0 && tok && !print_ids) rc = stream_more(cmd, &ts, all, n_all, 1);
     if (rc == 0) putchar('\n');
     dt_kvcache_free(kc);
     free(ids);
+    free(all);
     free(logits);
     free(scratch);
+    dt_tok_free(tok);
     dt_model_free(&m);
     return rc;
 }

@@ -136,11 +136,12 @@ int cmd_info(int argc, char **argv) {
 
 int cmd_eval(int argc, char **argv) {
     static const struct option opts[] = {
-        {"data", required_argument, 0, 'd'},    {"seq", required_argument, 0, 't'},
-        {"batch", required_argument, 0, 'b'},   {"threads", required_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+        {"data", required_argument, 0, 'd'},    {"tokens", required_argument, 0, 'k'},
+        {"seq", required_argument, 0, 't'},     {"batch", required_argument, 0, 'b'},
+        {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
-    const char *cmd = "eval", *data = NULL;
+    const char *cmd = "eval", *data = NULL, *dataset = NULL;
     int seq = 256, batch = 8, threads = 0;
     optind = 1;
     opterr = 0;
@@ -149,40 +150,62 @@ int cmd_eval(int argc, char **argv) {
         int bad = 0;
         switch (ch) {
         case 'd': data = optarg; break;
+        case 'k': dataset = optarg; break;
         case 't': bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &seq); break;
         case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &batch); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'h':
-            printf("usage: difftrans eval MODEL_DIR --data FILE.txt [--seq N] [--batch N] [--threads N]\n\n"
-                   "Mean next-byte cross-entropy over the whole file in consecutive windows of --seq tokens\n"
-                   "(capped at max_position_embeddings and at the file's length) [256], --batch windows at\n"
-                   "a time [8]; prints loss, perplexity and bits per byte (one token is one byte).\n");
+            printf("usage: difftrans eval MODEL_DIR (--data FILE.txt | --tokens DATASET) [--seq N] [--batch N]\n"
+                   "                      [--threads N]\n\n"
+                   "Mean next-token cross-entropy in consecutive windows of --seq tokens (capped at\n"
+                   "max_position_embeddings and at the data's length) [256], --batch windows at a time [8].\n"
+                   "--data: the whole file, encoded with the model's tokenizer.json (bytes for a byte-level\n"
+                   "model); --tokens: the validation split of a token dataset. Prints the loss per token,\n"
+                   "perplexity, and bits per byte: the loss of the scored tokens in bits over the bytes of\n"
+                   "text they stand for (the data's bytes per token times the tokens scored), which compares\n"
+                   "models with different tokenizers.\n");
             return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
         if (bad) return 1;
     }
     if (optind != argc - 1) return cli_error(cmd, "expected one MODEL_DIR (see difftrans eval --help)");
-    if (!data) return cli_error(cmd, "--data FILE is required");
+    if (!data == !dataset) return cli_error(cmd, "give --data FILE or --tokens DATASET (see difftrans eval --help)");
     cli_set_threads(threads);
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
     int *tokens = NULL, rc = 0;
     size_t n = 0, scored = 0;
-    double loss = 0;
-    if (dt_text_load(data, &tokens, &n, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
-    else if (n < 2) rc = cli_error(cmd, "%s: too short to evaluate (%zu byte)", data, n);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        if (tokens[i] >= m.cfg.vocab_size)
-            rc = cli_error(cmd, "%s: byte %d at offset %zu is outside the vocabulary of %d", data, tokens[i], i,
-                           m.cfg.vocab_size);
+    double loss = 0, bytes_per_token = 1;
+    dt_tok *tok = NULL;
+    if (dt_model_tokenizer(&m, argv[optind], &tok, &err) < 0) rc = cli_error(cmd, "%s", err.msg);
+    else if (dataset) {
+        dt_tokens_summary ts;
+        if (dt_tokens_info(dataset, &ts, &err) != 0 || dt_tokens_load(dataset, "val", m.cfg.vocab_size, &tokens, &n, &err) != 0)
+            rc = cli_error(cmd, "%s", err.msg);
+        else bytes_per_token = (double)ts.bytes / (double)(ts.tokens[0] + ts.tokens[1]);
+    } else if (tok) {
+        size_t bytes = 0;
+        if (dt_text_encode(tok, data, &tokens, &n, &bytes, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        else bytes_per_token = n ? (double)bytes / (double)n : 1;
+    } else {
+        if (dt_text_load(data, &tokens, &n, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            if (tokens[i] >= m.cfg.vocab_size)
+                rc = cli_error(cmd, "%s: byte %d at offset %zu is outside the vocabulary of %d", data, tokens[i], i,
+                               m.cfg.vocab_size);
+    }
+    const char *what = dataset ? dataset : data;
+    if (rc == 0 && n < 2) rc = cli_error(cmd, "%s: too short to evaluate (%zu token%s)", what, n, n == 1 ? "" : "s");
     if (rc == 0 && dt_eval_tokens(&m, tokens, n, batch, seq, &loss, &scored, &err) != 0)
         rc = cli_error(cmd, "%s", err.msg);
     if (rc == 0)
-        printf("%s on %s: loss %.4f | perplexity %.3f | %.4f bits per byte | %zu bytes scored\n", argv[optind], data,
-               loss, exp(loss), loss / M_LN2, scored);
+        printf("%s on %s: loss %.4f per token | perplexity %.3f | %.4f bits per byte | %zu tokens scored "
+               "(%.3f bytes per token)\n",
+               argv[optind], what, loss, exp(loss), loss / M_LN2 / bytes_per_token, scored, bytes_per_token);
     free(tokens);
+    dt_tok_free(tok);
     dt_model_free(&m);
     return rc;
 }
@@ -228,7 +251,12 @@ int cmd_export(int argc, char **argv) {
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
-    int rc = dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
+    /* the tokenizer goes with the model */
+    dt_tok *tok = NULL;
+    int rc = dt_model_tokenizer(&m, argv[optind], &tok, &err) < 0 ? cli_error(cmd, "%s", err.msg) : 0;
+    if (tok) save.tokenizer_from = argv[optind];
+    dt_tok_free(tok);
+    if (rc == 0 && dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
     if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], save.hf_export ? " (Hugging Face layout)" : "");
     dt_model_free(&m);
     return rc;

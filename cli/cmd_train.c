@@ -18,9 +18,12 @@ static void on_signal(int sig) {
 static void help(void) {
     dt_train_options d;
     dt_train_defaults(&d);
-    printf("usage: difftrans train --data FILE.txt --out DIR [options]\n\n"
-           "Trains a byte-level language model on a text file and writes a checkpoint directory.\n"
-           "The last --val-fraction of the file is held out for validation.\n\n"
+    printf("usage: difftrans train (--data FILE.txt [--tokenizer PATH] | --tokens DATASET) --out DIR [options]\n\n"
+           "Trains a language model and writes a checkpoint directory. --data: a text file, as bytes or\n"
+           "encoded with --tokenizer (a tokenizer.json or its directory), the last --val-fraction held\n"
+           "out; --tokens: a dataset made by `difftrans tokenize` (its train and val splits). With a\n"
+           "tokenizer the model's vocab_size and bos/eos/pad ids are the tokenizer's (overriding the\n"
+           "preset or --config), and every checkpoint holds tokenizer.json and tokenizer_config.json.\n\n"
            "model:\n"
            "  --arch diff|transformer   DIFF Transformer (diffllama) or baseline (llama) [diff]\n"
            "  --preset NAME             size preset: %s [small]\n"
@@ -84,6 +87,7 @@ int cmd_train(int argc, char **argv) {
         {"grad-accum", required_argument, 0, 'K'}, {"resume", no_argument, 0, 'R'},          {"stop-at", required_argument, 0, 'A'},          {"quiet", no_argument, 0, 'q'},
         {"zero", required_argument, 0, 'Z'},      {"no-overlap", no_argument, 0, 'N'},
         {"comm-timeout", required_argument, 0, 'T'},
+        {"tokens", required_argument, 0, 'k'},    {"tokenizer", required_argument, 0, 'z'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     const char *cmd = "train", *preset = "small", *config_path = NULL;
@@ -99,6 +103,8 @@ int cmd_train(int argc, char **argv) {
         int bad = 0;
         switch (ch) {
         case 'd': o.data_path = optarg; break;
+        case 'k': o.tokens_path = optarg; break;
+        case 'z': o.tokenizer_path = optarg; break;
         case 'o': o.out_dir = optarg; break;
         case 'a':
             if (cli_parse_arch(cmd, optarg, &arch)) return 1;
@@ -135,7 +141,8 @@ int cmd_train(int argc, char **argv) {
     if (optind < argc) return cli_error(cmd, "unexpected argument '%s' (see difftrans train --help)", argv[optind]);
     if (!o.out_dir) return cli_error(cmd, "--out DIR is required (see difftrans train --help)");
     if (!o.resume) {
-        if (!o.data_path) return cli_error(cmd, "--data FILE is required (see difftrans train --help)");
+        if (!o.data_path && !o.tokens_path)
+            return cli_error(cmd, "--data FILE or --tokens DATASET is required (see difftrans train --help)");
         if (cli_config(cmd, config_path ? config_path : preset, arch, &o.cfg) != 0) return 1;
         if (o.cfg.arch == DT_ARCH_DIFF && subln) o.cfg.use_subln_weight = 1;
     } else {

@@ -27,6 +27,7 @@ static const struct {
     {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training"},
     {"quantize", cmd_quantize, "post-training quantisation: q8_0, q4_0 or w8a8 (calibrated) checkpoints"},
     {"compare", cmd_compare, "train DIFF and its matched baseline, analyse both, write REPORT.md"},
+    {"tokenize", cmd_tokenize, "tokenise text files into a token dataset (shards) for training"},
     {"tokenizer", cmd_tokenizer, "Hugging Face tokenizer.json: encode, decode, info, train a BPE"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])

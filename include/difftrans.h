@@ -240,6 +240,8 @@ typedef struct {
                                     torch_dtype says which */
     uint64_t max_shard_bytes;    /* 0: one model.safetensors; otherwise shards of at most this many
                                     bytes (a single larger tensor gets a shard of its own) */
+    const char *tokenizer_from;  /* a tokenizer.json (or its directory) copied into the checkpoint with
+                                    its tokenizer_config.json; NULL: a byte-level model */
 } dt_save_options;
 
 /* Checkpoint directory: config.json, generation_config.json, the weights (one file or shards),
@@ -356,6 +358,10 @@ int dt_comm_default_threads(const dt_comm *c);
 
 typedef struct {
     const char *data_path;       /* text file; the last val_fraction of it is held out */
+    const char *tokenizer_path;  /* with data_path: a tokenizer.json (or its directory) to encode it
+                                    with; NULL: bytes. The model's vocabulary is the tokenizer's */
+    const char *tokens_path;     /* instead of data_path: a token dataset (`difftrans tokenize`),
+                                    its train and val splits */
     const char *out_dir;         /* checkpoint directory (created) */
     dt_config cfg;               /* the model to create; with resume it is read from out_dir */
     int steps, batch, seq;
@@ -537,6 +543,55 @@ void dt_system(dt_system_info *out);
 /* 0 when DT_ISA is unset or names a path this CPU runs; else -1 with a message naming DT_ISA
  * (a path the CPU lacks is refused, never silently replaced). */
 int dt_system_check(dt_error *err);
+
+/* ---------------------------------------------------------------- real vocabularies */
+
+/* The tokenizer of a model directory: DIR/tokenizer.json when there (0), checked to fit the
+ * model's embedding (a larger embedding, padded, is fine; a larger vocabulary is refused naming
+ * the file); 1 and *tok = NULL for a byte-level model. */
+int dt_model_tokenizer(const dt_model *m, const char *dir, dt_tok **tok, dt_error *err);
+/* A whole text file encoded with tok (no special tokens added); *bytes gets its size. */
+int dt_text_encode(const dt_tok *tok, const char *path, int **tokens, size_t *n, size_t *bytes, dt_error *err);
+
+/* ---------------------------------------------------------------- token datasets */
+
+/* Text tokenised once into memory-mappable shards (README "Token datasets"): DIR/dataset.json,
+ * DIR/train-00000.tok ..., DIR/val-00000.tok ..., and a copy of the tokenizer. */
+typedef enum { DT_DOC_FILE = 0, DT_DOC_LINE = 1, DT_DOC_PARAGRAPH = 2 } dt_doc_split;
+
+typedef struct {
+    const char *tokenizer_path;  /* tokenizer.json or a directory holding one */
+    const char *const *inputs;   /* UTF-8 text files */
+    int n_inputs;
+    const char *out_dir;
+    float val_fraction;          /* documents held out, spread evenly [0.01]; 0 = none */
+    dt_doc_split doc_split;      /* what a document is [paragraph: text up to a blank line] */
+    int append_eos;              /* the tokenizer's EOS after each document (when it has one) [1] */
+    uint64_t shard_tokens;       /* tokens per shard [2^27] */
+    int quiet;                   /* no progress line on stderr */
+} dt_tokenize_options;
+
+typedef struct {
+    uint64_t bytes, tokens[2], documents[2]; /* [0] train, [1] validation */
+    int shards[2];
+    int32_t vocab_size;
+    int width;                   /* bytes per stored id: 2 or 4 */
+} dt_tokenize_stats;
+
+void dt_tokenize_defaults(dt_tokenize_options *o);
+int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error *err);
+
+typedef struct {
+    int64_t vocab_size;          /* every id is below it */
+    int eos_id;                  /* −1: none */
+    uint64_t bytes, tokens[2];
+} dt_tokens_summary;
+
+int dt_tokens_info(const char *dir, dt_tokens_summary *s, dt_error *err);
+/* All ids of a split ("train" or "val") into *tokens (malloc'd); every shard is checked (magic,
+ * version, width, count against the file size) and every id against vocab_limit, with a message
+ * naming the shard. */
+int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int **tokens, size_t *n, dt_error *err);
 
 /* ---------------------------------------------------------------- utilities */
 

@@ -26,6 +26,18 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
 /* config.c: bos_token_id / eos_token_id (an integer or a list) / pad_token_id of a JSON object
  * (config.json, generation_config.json) into s, keys that are absent leaving s as it is; and the
  * reverse. The cJSON types stay opaque here. */
+/* tokens.c: copy a tokenizer.json (from: the file or its directory) and the tokenizer_config.json
+ * beside it, when there, into dir, so that dir loads with AutoTokenizer.from_pretrained. */
+int tokenizer_copy_from(const char *from, const char *dir, dt_error *err);
+
+/* train/data.c: the data of a training run. A text file as bytes, or encoded with the tokenizer
+ * in tokenizer_dir (a tokenizer.json or its directory), every id checked against vocab; a token
+ * dataset's train split then its val split (*n_train marks the boundary), each long enough for
+ * windows of T + 1 tokens. The model's vocabulary and special ids from a tokenizer. */
+int train_text_load(const char *path, const char *tokenizer_dir, int vocab, int **tokens, size_t *n, dt_error *err);
+int train_tokens_load(const char *dir, int vocab, int T, int **tokens, size_t *n, size_t *n_train, dt_error *err);
+int train_vocab_from_tokenizer(dt_config *cfg, const char *tokenizer_path, dt_error *err);
+
 struct cJSON;
 /* A small JSON file (config.json and its kin, at most 16 MiB) that must be one JSON value; NULL
  * with a message naming the file and the line otherwise. Free with cJSON_Delete. */

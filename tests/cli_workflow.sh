@@ -245,7 +245,7 @@ def greedy_vs_forward(prompt, gen_path, fwd):
 def eval_line(path):
     text = open(path).read()
     import re
-    m = re.search(r"loss ([0-9.]+) \| perplexity ([0-9.]+) \| ([0-9.]+) bits per byte", text)
+    m = re.search(r"loss ([0-9.]+)(?: per token)? \| perplexity ([0-9.]+) \| ([0-9.]+) bits per byte", text)
     if not m:
         problems_exit(["no 'loss X | perplexity Y | Z bits per byte' in: %r" % text[:300]])
     loss, ppl, bpb = (float(x) for x in m.groups())

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "difftrans.h"
 #include "quant/quant.h"
@@ -291,6 +292,22 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     return rc;
 }
 
+/* The tokenizer files: a copy of tokenizer.json (+ tokenizer_config.json), or the byte-level
+ * marker; whichever is not written is removed, so that a directory never holds both. */
+static int save_tokenizer(const char *dir, const char *from, dt_error *err) {
+    char path[4200];
+    static const char *const bpe_files[] = {"tokenizer.json", "tokenizer_config.json"};
+    if (from) {
+        if (tokenizer_copy_from(from, dir, err) != 0) return -1;
+        if (join(path, sizeof path, dir, "difftrans_tokenizer.json", err) == 0) unlink(path);
+        return 0;
+    }
+    if (dt_tokenizer_save(dir, err) != 0) return -1;
+    for (int i = 0; i < 2; i++)
+        if (join(path, sizeof path, dir, bpe_files[i], err) == 0) unlink(path);
+    return 0;
+}
+
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err) {
     dt_save_options opt = {.hf_export = hf_export, .dtype = DT_F32, .max_shard_bytes = 0};
     return dt_model_save_with(m, dir, &opt, err);
@@ -349,7 +366,7 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
     if (rc == 0) rc = config_save_dtype(&cfg, path, opt->dtype, err);
     if (rc == 0) rc = join(path, sizeof path, dir, "generation_config.json", err);
     if (rc == 0) rc = generation_config_save(&cfg.special, path, err);
-    if (rc == 0) rc = dt_tokenizer_save(dir, err);
+    if (rc == 0) rc = save_tokenizer(dir, opt->tokenizer_from, err);
     free(entries);
     free(folded);
     return rc;

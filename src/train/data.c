@@ -92,3 +92,115 @@ int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T,
     free(tg);
     return rc;
 }
+
+/* ---------------------------------------------------------------- real vocabularies */
+
+int dt_model_tokenizer(const dt_model *m, const char *dir, dt_tok **tok, dt_error *err) {
+    *tok = NULL;
+    char path[4200];
+    if ((size_t)snprintf(path, sizeof path, "%s/tokenizer.json", dir) >= sizeof path)
+        return dt_fail(err, "%s: path too long", dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return 1; /* a byte-level model */
+    if (dt_tok_load(tok, path, err) != 0) return -1;
+    int32_t v = dt_tok_vocab_size(*tok);
+    if (v > m->cfg.vocab_size) {
+        dt_tok_free(*tok);
+        *tok = NULL;
+        return dt_fail(err, "%s: a vocabulary of %d tokens is larger than the model's embedding (vocab_size %d in "
+                            "%s/config.json)", path, (int)v, m->cfg.vocab_size, dir);
+    }
+    return 0;
+}
+
+int dt_text_encode(const dt_tok *tok, const char *path, int **tokens, size_t *n, size_t *bytes, dt_error *err) {
+    *tokens = NULL;
+    *n = 0;
+    int *raw = NULL;
+    size_t size = 0;
+    if (dt_text_load(path, &raw, &size, err) != 0) return -1; /* one int per byte: reuse its checks */
+    char *text = malloc(size + 1);
+    if (!text) {
+        free(raw);
+        return dt_fail(err, "%s: out of memory", path);
+    }
+    for (size_t i = 0; i < size; i++) text[i] = (char)raw[i];
+    free(raw);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    dt_error e;
+    int rc = dt_tok_encode(tok, text, size, 0, &ids, &n_ids, &e);
+    free(text);
+    if (rc != 0) return dt_fail(err, "%s: %s", path, e.msg);
+    int *out = malloc((n_ids ? n_ids : 1) * sizeof *out);
+    if (!out) {
+        free(ids);
+        return dt_fail(err, "%s: out of memory for %zu tokens", path, n_ids);
+    }
+    for (size_t i = 0; i < n_ids; i++) out[i] = ids[i];
+    free(ids);
+    *tokens = out;
+    *n = n_ids;
+    if (bytes) *bytes = size;
+    return 0;
+}
+
+int train_vocab_from_tokenizer(dt_config *cfg, const char *tokenizer_path, dt_error *err) {
+    dt_tok *tok;
+    if (dt_tok_load(&tok, tokenizer_path, err) != 0) return -1;
+    cfg->vocab_size = dt_tok_vocab_size(tok);
+    cfg->special = dt_special_ids_none();
+    cfg->special.bos_token_id = dt_tok_bos_id(tok);
+    cfg->special.pad_token_id = dt_tok_pad_id(tok);
+    if (dt_tok_eos_id(tok) >= 0) cfg->special.eos_token_id[cfg->special.n_eos++] = dt_tok_eos_id(tok);
+    dt_tok_free(tok);
+    return 0;
+}
+
+int train_text_load(const char *path, const char *tokenizer_dir, int vocab, int **tokens, size_t *n, dt_error *err) {
+    if (!tokenizer_dir) {
+        if (dt_text_load(path, tokens, n, err) != 0) return -1;
+        for (size_t i = 0; i < *n; i++)
+            if ((*tokens)[i] >= vocab)
+                return dt_fail(err, "%s: byte %d at offset %zu is outside the model's vocabulary of %d", path,
+                               (*tokens)[i], i, vocab);
+        return 0;
+    }
+    dt_tok *tok;
+    if (dt_tok_load(&tok, tokenizer_dir, err) != 0) return -1;
+    int rc = 0;
+    if (dt_tok_vocab_size(tok) > vocab)
+        rc = dt_fail(err, "%s: a vocabulary of %d tokens is larger than the model's embedding (%d)", dt_tok_path(tok),
+                     (int)dt_tok_vocab_size(tok), vocab);
+    if (rc == 0) rc = dt_text_encode(tok, path, tokens, n, NULL, err);
+    dt_tok_free(tok);
+    return rc;
+}
+
+int train_tokens_load(const char *dir, int vocab, int T, int **tokens, size_t *n, size_t *n_train, dt_error *err) {
+    int *train = NULL, *val = NULL;
+    size_t nt = 0, nv = 0;
+    if (dt_tokens_load(dir, "train", vocab, &train, &nt, err) != 0) return -1;
+    if (dt_tokens_load(dir, "val", vocab, &val, &nv, err) != 0) {
+        free(train);
+        return -1;
+    }
+    int rc = 0;
+    if (nt < (size_t)T + 2) rc = dt_fail(err, "%s: %zu training tokens is too few for --seq %d", dir, nt, T);
+    else if (nv < (size_t)T + 1)
+        rc = dt_fail(err, "%s: %zu validation tokens is too few for --seq %d (tokenize with a larger --val-fraction)",
+                     dir, nv, T);
+    int *all = rc == 0 ? realloc(train, (nt + nv) * sizeof *all) : NULL;
+    if (rc == 0 && !all) rc = dt_fail(err, "%s: out of memory for %zu tokens", dir, nt + nv);
+    if (rc != 0) {
+        free(train);
+        free(val);
+        return -1;
+    }
+    memcpy(all + nt, val, nv * sizeof *all);
+    free(val);
+    *tokens = all;
+    *n = nt + nv;
+    *n_train = nt;
+    return 0;
+}

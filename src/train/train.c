@@ -66,6 +66,8 @@ typedef struct {
     uint64_t rng;                /* data sampling state */
     int *tokens;
     size_t n_tokens, n_train;    /* tokens [0, n_train) train, [n_train, n_tokens) validation */
+    const char *tokenizer_dir;   /* its tokenizer.json goes into every checkpoint; NULL: bytes */
+    char tokenizer_buf[4200];
     int *in, *tg;                /* [B/N · T] this rank's rows of the batch */
     double elapsed;              /* seconds of training so far (for the metrics) */
     /* sums over the timed steps (all but the first) for the closing summary */
@@ -93,7 +95,9 @@ static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
     cJSON_AddNumberToObject(j, "step", tr->step);
     cJSON_AddStringToObject(j, "rng", rng); /* a string: JSON numbers lose 64-bit precision */
     cJSON_AddNumberToObject(j, "elapsed_seconds", tr->elapsed);
-    cJSON_AddStringToObject(j, "data", o->data_path);
+    if (o->data_path) cJSON_AddStringToObject(j, "data", o->data_path);
+    if (o->tokenizer_path) cJSON_AddStringToObject(j, "tokenizer", o->tokenizer_path);
+    if (o->tokens_path) cJSON_AddStringToObject(j, "tokens", o->tokens_path);
     cJSON_AddNumberToObject(j, "steps", o->steps);
     cJSON_AddNumberToObject(j, "batch", o->batch);
     cJSON_AddNumberToObject(j, "grad_accum", o->grad_accum);
@@ -193,10 +197,19 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     if (!bad && cJSON_GetObjectItemCaseSensitive(j, "grad_accum"))
         bad = json_int(j, "grad_accum", 1, 4096, &accum, path, err) != 0;
     if (o->grad_accum <= 0) o->grad_accum = accum; /* given on the command line, it may change */
+    /* the data: a text file (maybe with a tokenizer) or a token dataset */
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
+    const cJSON *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    const cJSON *tokz = cJSON_GetObjectItemCaseSensitive(j, "tokenizer");
+    if (!bad && cJSON_IsString(toks) && *toks->valuestring) data = toks;
     if (!bad && (!cJSON_IsString(data) || !*data->valuestring)) bad = dt_fail(err, "%s: missing 'data'", path) != 0;
+    if (!bad && tokz && (!cJSON_IsString(tokz) || !*tokz->valuestring))
+        bad = dt_fail(err, "%s: 'tokenizer' must be a path", path) != 0;
     if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
+        /* the tokenizer now lives in the run's directory, beside the model */
+        if (data == toks) o->tokens_path = data_path, o->data_path = NULL;
+        else if (tokz) o->tokenizer_path = o->out_dir;
         tr->elapsed = elapsed;
         if (o->steps <= 0) o->steps = steps;
         if (o->steps < tr->step)
@@ -210,7 +223,9 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
  * committed. */
 static int write_checkpoint(const dt_train_options *o, trainer *tr, const float *m, const float *v, dt_error *err) {
     char stage[4200], path[4400];
-    if (checkpoint_stage(o->out_dir, stage, sizeof stage, err) || dt_model_save(&tr->model, stage, 0, err)) return -1;
+    dt_save_options so = {.tokenizer_from = tr->tokenizer_dir};
+    if (checkpoint_stage(o->out_dir, stage, sizeof stage, err) || dt_model_save_with(&tr->model, stage, &so, err))
+        return -1;
     dt_st_entry e[2] = {
         {.name = "adam.m", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = m},
         {.name = "adam.v", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = v},
@@ -401,7 +416,10 @@ static void trainer_free(trainer *tr) {
 }
 
 static int validate_options(const dt_train_options *o, dt_error *err) {
-    if (!o->data_path) return dt_fail(err, "--data: a training text file is required");
+    if (!o->data_path && !o->tokens_path) return dt_fail(err, "--data: a training text file is required");
+    if (o->data_path && o->tokens_path) return dt_fail(err, "--data and --tokens: give one of them");
+    if (o->tokens_path && o->tokenizer_path)
+        return dt_fail(err, "--tokenizer: a token dataset brings its own (%s/tokenizer.json)", o->tokens_path);
     if (!o->out_dir) return dt_fail(err, "--out: an output directory is required");
     if (o->steps <= 0) return dt_fail(err, "--steps %d: must be positive", o->steps);
     if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "--batch %d: must be in 1..4096", o->batch);
@@ -444,9 +462,14 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     }
     /* checked before anything is allocated; a resumed run's options came from its state file */
     if (validate_options(o, err) != 0) return -1;
+    if (o->tokens_path || o->tokenizer_path) {
+        snprintf(tr->tokenizer_buf, sizeof tr->tokenizer_buf, "%s", o->tokens_path ? o->tokens_path : o->tokenizer_path);
+        tr->tokenizer_dir = tr->tokenizer_buf;
+    }
     if (o->resume) {
         if (dt_model_load(&tr->model, o->out_dir, err) != 0) return -1;
     } else {
+        if (tr->tokenizer_dir && train_vocab_from_tokenizer(&o->cfg, tr->tokenizer_dir, err) != 0) return -1;
         if (dt_model_create(&tr->model, &o->cfg, err) != 0) return -1;
         dt_model_init_random(&tr->model, o->seed);
         tr->rng = o->seed ^ 0xD1FF7A45ull; /* the data order's own stream, apart from the init's */
@@ -455,13 +478,15 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     const int B = o->batch, T = o->seq;
     if (T > c->max_position_embeddings)
         return dt_fail(err, "--seq %d exceeds the model's max_position_embeddings %d", T, c->max_position_embeddings);
-    if (dt_text_load(o->data_path, &tr->tokens, &tr->n_tokens, err) != 0) return -1;
-    for (size_t i = 0; i < tr->n_tokens; i++)
-        if (tr->tokens[i] >= c->vocab_size)
-            return dt_fail(err, "%s: byte %d at offset %zu is outside the model's vocabulary of %d", o->data_path,
-                           tr->tokens[i], i, c->vocab_size);
-    tr->n_train = dt_train_split(tr->n_tokens, o->val_fraction);
-    if (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1)
+    if (o->tokens_path) {
+        if (train_tokens_load(o->tokens_path, c->vocab_size, T, &tr->tokens, &tr->n_tokens, &tr->n_train, err) != 0)
+            return -1;
+    } else {
+        if (train_text_load(o->data_path, tr->tokenizer_dir, c->vocab_size, &tr->tokens, &tr->n_tokens, err) != 0)
+            return -1;
+        tr->n_train = dt_train_split(tr->n_tokens, o->val_fraction);
+    }
+    if (!o->tokens_path && (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1))
         return dt_fail(err, "%s: %zu bytes is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
                        o->data_path, tr->n_tokens, T, 100.0 * o->val_fraction,
                        (size_t)((double)(2 * T + 3) / (o->val_fraction < 0.5 ? o->val_fraction : 1 - o->val_fraction)) +
@@ -516,7 +541,7 @@ int dt_train(dt_train_options *o, dt_error *err) {
     tr.rank = dt_comm_rank(o->comm);
     tr.ranks = dt_comm_size(o->comm);
     const int quiet = o->quiet || tr.rank != 0; /* rank 0 speaks for the job */
-    char data_path[4096];
+    char data_path[4096] = "";
     /* an interrupted checkpoint commit is finished (or discarded) before any rank reads DIR */
     int rc = o->resume && o->out_dir && tr.rank == 0 ? checkpoint_recover(o->out_dir, err) : 0;
     if (comm_agree(tr.comm, rc, NULL, NULL, 0, err) != 0) return -1;

@@ -1,0 +1,666 @@
+/* tokens.c — token datasets: text files tokenised once into memory-mappable shards.
+ *
+ * A dataset is a directory:
+ *   dataset.json          the manifest: format, version, dtype, vocab_size, eos_id, the shards of
+ *                         each split with their token and document counts, the bytes read
+ *   train-00000.tok ...   shards of the training split
+ *   val-00000.tok ...     shards of the held-out split (whole documents, never cut)
+ *   tokenizer.json (+ tokenizer_config.json)   a copy of the tokenizer that made it
+ *
+ * A shard is a 64-byte little-endian header, then `count` token ids of `width` bytes each:
+ *   0  char[8]  magic "DTTOKENS"
+ *   8  u32      version (1)
+ *   12 u32      width: 2 (uint16 ids, when the vocabulary fits in 65536) or 4 (uint32)
+ *   16 u64      count: token ids in the shard; the file is exactly 64 + count·width bytes
+ *   24 u32      vocab_size: every id is below it
+ *   28 u32      zero
+ *   32 u64      documents that end in this shard
+ *   40 u8[24]   zero
+ *
+ * Tokenising streams: each file is read in blocks and cut into documents (a file, a line, or a
+ * paragraph ending in a blank line); a document longer than a block is encoded in pieces cut
+ * after a newline that is followed by a non-space character (a place where the GPT-2 / Llama-3
+ * pre-tokenizer regexes split anyway), so memory stays bounded whatever the size of the input.
+ * Pieces are encoded in parallel, one encoder per thread, and written in input order.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "difftrans.h"
+#include "internal.h"
+
+#define TOK_MAGIC "DTTOKENS"
+#define TOK_VERSION 1
+#define TOK_HEADER 64
+#define MANIFEST "dataset.json"
+#define BLOCK_BYTES ((size_t)4 << 20)     /* read size; also the longest piece encoded at once */
+#define BATCH_BYTES ((size_t)32 << 20)    /* text encoded in parallel before writing */
+#define MAX_SHARDS 100000
+
+static const char *const SPLIT_NAMES[2] = {"train", "val"};
+
+/* ---------------------------------------------------------------- shard writer */
+
+typedef struct {
+    const char *dir;
+    int split, width;
+    uint32_t vocab;
+    uint64_t shard_tokens;       /* tokens per shard */
+    dt_atomic_file *files;       /* finished shards, renamed into place only at the very end */
+    int n_files, cap;
+    FILE *fp;                    /* the shard being written (files[n_files - 1]) */
+    uint64_t in_shard, docs_in_shard, total, documents;
+} shard_writer;
+
+static void put_le32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_le64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+
+static uint64_t get_le64(const uint8_t *p) { return (uint64_t)get_le32(p) | ((uint64_t)get_le32(p + 4) << 32); }
+
+static void make_header(uint8_t *h, int width, uint64_t count, uint32_t vocab, uint64_t docs) {
+    memset(h, 0, TOK_HEADER);
+    memcpy(h, TOK_MAGIC, 8);
+    put_le32(h + 8, TOK_VERSION);
+    put_le32(h + 12, (uint32_t)width);
+    put_le64(h + 16, count);
+    put_le32(h + 24, vocab);
+    put_le64(h + 32, docs);
+}
+
+static void shard_file_name(char *out, size_t n, const char *dir, int split, int k) {
+    snprintf(out, n, "%s/%s-%05d.tok", dir, SPLIT_NAMES[split], k);
+}
+
+static int writer_close_shard(shard_writer *w, dt_error *err) {
+    if (!w->fp) return 0;
+    dt_atomic_file *f = &w->files[w->n_files - 1];
+    uint8_t h[TOK_HEADER];
+    make_header(h, w->width, w->in_shard, w->vocab, w->docs_in_shard);
+    if (fseek(w->fp, 0, SEEK_SET) != 0 || fwrite(h, 1, TOK_HEADER, w->fp) != TOK_HEADER)
+        return dt_fail(err, "%s: write failed: %s", f->path, strerror(errno));
+    w->fp = NULL;
+    return atomic_finish(f, err);
+}
+
+static int writer_open_shard(shard_writer *w, dt_error *err) {
+    if (w->n_files == MAX_SHARDS) return dt_fail(err, "%s: more than %d shards", w->dir, MAX_SHARDS);
+    if (w->n_files == w->cap) {
+        int cap = w->cap ? 2 * w->cap : 8;
+        dt_atomic_file *f = realloc(w->files, (size_t)cap * sizeof *f);
+        if (!f) return dt_fail(err, "%s: out of memory", w->dir);
+        w->files = f;
+        w->cap = cap;
+    }
+    char path[4200];
+    shard_file_name(path, sizeof path, w->dir, w->split, w->n_files);
+    if (dt_atomic_open(&w->files[w->n_files], path, err) != 0) return -1;
+    w->n_files++;
+    w->fp = w->files[w->n_files - 1].fp;
+    w->in_shard = w->docs_in_shard = 0;
+    uint8_t h[TOK_HEADER] = {0}; /* rewritten with the counts when the shard is closed */
+    if (fwrite(h, 1, TOK_HEADER, w->fp) != TOK_HEADER) return dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+    return 0;
+}
+
+static int writer_put(shard_writer *w, const int32_t *ids, size_t n, dt_error *err) {
+    uint8_t buf[8192];
+    while (n > 0) {
+        if (!w->fp || w->in_shard == w->shard_tokens) {
+            if (writer_close_shard(w, err) != 0 || writer_open_shard(w, err) != 0) return -1;
+        }
+        uint64_t room = w->shard_tokens - w->in_shard;
+        size_t k = n < sizeof buf / 4 ? n : sizeof buf / 4;
+        if (k > room) k = (size_t)room;
+        for (size_t i = 0; i < k; i++) {
+            if (w->width == 2) buf[2 * i] = (uint8_t)ids[i], buf[2 * i + 1] = (uint8_t)(ids[i] >> 8);
+            else put_le32(buf + 4 * i, (uint32_t)ids[i]);
+        }
+        if (fwrite(buf, (size_t)w->width, k, w->fp) != k)
+            return dt_fail(err, "%s: write failed: %s", w->files[w->n_files - 1].path, strerror(errno));
+        w->in_shard += k;
+        w->total += k;
+        ids += k;
+        n -= k;
+    }
+    return 0;
+}
+
+static void writer_abort(shard_writer *w) {
+    for (int i = 0; i < w->n_files; i++) dt_atomic_abort(&w->files[i]);
+    free(w->files);
+    w->files = NULL;
+    w->n_files = 0;
+    w->fp = NULL;
+}
+
+/* ---------------------------------------------------------------- pieces of documents */
+
+typedef struct {
+    char *text;                  /* owned */
+    size_t len;
+    uint64_t doc;                /* global document index */
+    int last;                    /* the document ends with this piece */
+    const char *file;
+    uint64_t offset;             /* of the piece in its file, for messages */
+    int32_t *ids;                /* encoded (owned) */
+    size_t n_ids;
+} piece;
+
+typedef struct {
+    const dt_tokenize_options *o;
+    const dt_tok *tok;
+    int32_t eos;
+    shard_writer w[2];
+    piece *pieces;
+    int n_pieces, cap;
+    size_t batch_bytes;
+    uint64_t next_doc, bytes_done, bytes_total;
+    double t0, last_report;
+} tokenize_run;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Documents are held out evenly: document i goes to validation when ⌊(i+1)·f⌋ > ⌊i·f⌋. */
+static int split_of(const tokenize_run *r, uint64_t doc) {
+    double f = r->o->val_fraction;
+    return floor((double)(doc + 1) * f) > floor((double)doc * f) ? 1 : 0;
+}
+
+static void progress(tokenize_run *r, int final) {
+    if (r->o->quiet) return;
+    double t = now_s();
+    if (!final && t - r->last_report < 0.5) return;
+    r->last_report = t;
+    double el = t - r->t0 > 1e-9 ? t - r->t0 : 1e-9;
+    fprintf(stderr, "\rtokenize: %5.1f%% | %.2f of %.2f MB | %" PRIu64 " tokens | %.2f MB/s   ",
+            r->bytes_total ? 100.0 * (double)r->bytes_done / (double)r->bytes_total : 100.0, r->bytes_done / 1e6,
+            r->bytes_total / 1e6, r->w[0].total + r->w[1].total, r->bytes_done / 1e6 / el);
+    if (final) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* Encode the batch in parallel, then write it in order. */
+static int flush_batch(tokenize_run *r, dt_error *err) {
+    int n = r->n_pieces, failed = 0;
+    dt_error first_err = {{0}};
+#pragma omp parallel
+    {
+        dt_tok_encoder *enc = dt_tok_encoder_new(r->tok);
+        dt_error e;
+#pragma omp for schedule(dynamic, 1)
+        for (int i = 0; i < n; i++) {
+            piece *p = &r->pieces[i];
+            const int32_t *ids = NULL;
+            size_t n_ids = 0;
+            int rc = enc ? dt_tok_encoder_encode(enc, p->text, p->len, 0, &ids, &n_ids, &e) : -1;
+            if (!enc) snprintf(e.msg, sizeof e.msg, "out of memory for an encoder");
+            if (rc == 0) {
+                p->ids = malloc((n_ids + 1) * sizeof *p->ids);
+                if (p->ids) memcpy(p->ids, ids, n_ids * sizeof *ids), p->n_ids = n_ids;
+                else rc = -1, snprintf(e.msg, sizeof e.msg, "out of memory");
+            }
+            if (rc != 0) {
+#pragma omp critical
+                if (!failed || i < failed - 1) {
+                    failed = i + 1;
+                    snprintf(first_err.msg, sizeof first_err.msg, "%.300s (the text from byte %" PRIu64 "): %.600s", p->file,
+                             p->offset, e.msg);
+                }
+            }
+        }
+        dt_tok_encoder_free(enc);
+    }
+    int rc = 0;
+    if (failed) {
+        *err = first_err;
+        rc = -1;
+    }
+    for (int i = 0; i < n && rc == 0; i++) {
+        piece *p = &r->pieces[i];
+        shard_writer *w = &r->w[split_of(r, p->doc)];
+        rc = writer_put(w, p->ids, p->n_ids, err);
+        if (rc == 0 && p->last && r->eos >= 0) rc = writer_put(w, &r->eos, 1, err);
+        if (rc == 0 && p->last) w->documents++, w->docs_in_shard++;
+    }
+    for (int i = 0; i < n; i++) free(r->pieces[i].text), free(r->pieces[i].ids);
+    r->n_pieces = 0;
+    r->batch_bytes = 0;
+    return rc;
+}
+
+static int add_piece(tokenize_run *r, const char *text, size_t len, int last, const char *file, uint64_t offset,
+                     dt_error *err) {
+    if (r->n_pieces == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 256;
+        piece *p = realloc(r->pieces, (size_t)cap * sizeof *p);
+        if (!p) return dt_fail(err, "out of memory");
+        r->pieces = p;
+        r->cap = cap;
+    }
+    piece *p = &r->pieces[r->n_pieces];
+    memset(p, 0, sizeof *p);
+    p->text = malloc(len + 1);
+    if (!p->text) return dt_fail(err, "out of memory");
+    memcpy(p->text, text, len);
+    p->text[len] = '\0';
+    p->len = len;
+    p->doc = r->next_doc;
+    p->last = last;
+    p->file = file;
+    p->offset = offset;
+    r->n_pieces++;
+    r->batch_bytes += len;
+    if (last) r->next_doc++;
+    if (r->batch_bytes >= BATCH_BYTES || r->n_pieces >= 4096) return flush_batch(r, err);
+    return 0;
+}
+
+/* The end of the first document in buf[0..n), or 0 when none ends there (more text may follow). */
+static size_t document_end(const char *buf, size_t n, dt_doc_split mode) {
+    if (mode == DT_DOC_FILE) return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] != '\n') continue;
+        if (mode == DT_DOC_LINE) return i + 1;
+        /* paragraph: a newline, optional blanks, another newline; the run of newlines belongs to it */
+        size_t j = i + 1;
+        while (j < n && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\r')) j++;
+        if (j < n && buf[j] == '\n') {
+            while (j < n && (buf[j] == '\n' || buf[j] == '\r')) j++;
+            if (j < n) return j; /* the run may continue in the next block otherwise */
+            return 0;
+        }
+    }
+    return 0;
+}
+
+/* Where to cut a long document: after the last newline followed by a non-space, else after the
+ * last space, else at the last UTF-8 character boundary. */
+static size_t piece_end(const char *buf, size_t n) {
+    for (size_t i = n - 1; i > 0; i--)
+        if (buf[i - 1] == '\n' && buf[i] != '\n' && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r') return i;
+    for (size_t i = n - 1; i > 0; i--)
+        if (buf[i] == ' ' && buf[i - 1] != ' ') return i;
+    size_t i = n;
+    while (i > 1 && ((unsigned char)buf[i - 1] & 0xC0) == 0x80) i--;
+    return i > 1 ? i - 1 : n;
+}
+
+static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    const size_t cap = 2 * BLOCK_BYTES;
+    char *buf = malloc(cap);
+    if (!buf) {
+        fclose(fp);
+        return dt_fail(err, "%s: out of memory", path);
+    }
+    size_t pos = 0, len = 0;  /* unconsumed text is buf[pos, len) */
+    uint64_t base = 0;        /* file offset of buf[0] */
+    int rc = 0, eof = 0;
+    while (rc == 0 && !(eof && pos == len)) {
+        if (!eof && len - pos < BLOCK_BYTES) { /* top up: move the rest to the front once per block */
+            memmove(buf, buf + pos, len - pos);
+            base += pos;
+            len -= pos;
+            pos = 0;
+            size_t got = fread(buf + len, 1, cap - len, fp);
+            if (ferror(fp)) {
+                rc = dt_fail(err, "%s: read failed: %s", path, strerror(errno));
+                break;
+            }
+            eof = got == 0;
+            len += got;
+            r->bytes_done += got;
+            progress(r, 0);
+            continue;
+        }
+        size_t avail = len - pos, end = document_end(buf + pos, avail, r->o->doc_split);
+        int last = 1;
+        if (end == 0) {
+            if (eof) end = avail;
+            else end = piece_end(buf + pos, avail < BLOCK_BYTES ? avail : BLOCK_BYTES), last = 0;
+        }
+        rc = add_piece(r, buf + pos, end, last, path, base + pos, err);
+        pos += end;
+    }
+    free(buf);
+    fclose(fp);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- manifest and the tokenizer copy */
+
+static int add_split_json(cJSON *splits, const shard_writer *w) {
+    cJSON *s = cJSON_AddObjectToObject(splits, SPLIT_NAMES[w->split]);
+    cJSON *list = s ? cJSON_AddArrayToObject(s, "shards") : NULL;
+    int ok = list != NULL;
+    for (int i = 0; ok && i < w->n_files; i++) {
+        const char *name = strrchr(w->files[i].path, '/');
+        ok = cJSON_AddItemToArray(list, cJSON_CreateString(name ? name + 1 : w->files[i].path));
+    }
+    char num[32];
+    snprintf(num, sizeof num, "%" PRIu64, w->total);
+    ok = ok && cJSON_AddRawToObject(s, "tokens", num);
+    snprintf(num, sizeof num, "%" PRIu64, w->documents);
+    ok = ok && cJSON_AddRawToObject(s, "documents", num);
+    return ok ? 0 : -1;
+}
+
+static int write_manifest(const tokenize_run *r, const char *tok_path, dt_error *err) {
+    static const char *const modes[] = {"file", "line", "paragraph"};
+    cJSON *root = cJSON_CreateObject();
+    char num[32];
+    snprintf(num, sizeof num, "%" PRIu64, r->bytes_total);
+    int ok = root && cJSON_AddStringToObject(root, "format", "difftrans-tokens");
+    ok = ok && cJSON_AddNumberToObject(root, "version", TOK_VERSION);
+    ok = ok && cJSON_AddStringToObject(root, "dtype", r->w[0].width == 2 ? "uint16" : "uint32");
+    ok = ok && cJSON_AddNumberToObject(root, "vocab_size", r->w[0].vocab);
+    ok = ok && cJSON_AddNumberToObject(root, "eos_id", r->eos);
+    ok = ok && cJSON_AddStringToObject(root, "documents", modes[r->o->doc_split]);
+    char frac[32];
+    snprintf(frac, sizeof frac, "%g", (double)r->o->val_fraction);
+    ok = ok && cJSON_AddRawToObject(root, "val_fraction", frac);
+    ok = ok && cJSON_AddRawToObject(root, "bytes", num);
+    ok = ok && cJSON_AddStringToObject(root, "tokenizer_source", tok_path);
+    cJSON *splits = ok ? cJSON_AddObjectToObject(root, "splits") : NULL;
+    ok = splits && add_split_json(splits, &r->w[0]) == 0 && add_split_json(splits, &r->w[1]) == 0;
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", r->o->out_dir, MANIFEST);
+    if (!text) return dt_fail(err, "%s: out of memory", path);
+    int rc = write_text_atomic(path, text, err);
+    cJSON_free(text);
+    return rc;
+}
+
+/* Copies one file into dir under the same base name (atomically); absent sources are skipped
+ * when optional. */
+static int copy_into(const char *src, const char *dir, const char *name, int optional, dt_error *err) {
+    FILE *in = fopen(src, "rb");
+    if (!in) {
+        if (optional && errno == ENOENT) return 0;
+        return dt_fail(err, "%s: cannot open: %s", src, strerror(errno));
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    dt_atomic_file f;
+    if (dt_atomic_open(&f, path, err) != 0) {
+        fclose(in);
+        return -1;
+    }
+    char buf[65536];
+    size_t got;
+    int rc = 0;
+    while (rc == 0 && (got = fread(buf, 1, sizeof buf, in)) > 0)
+        if (fwrite(buf, 1, got, f.fp) != got) rc = dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+    if (rc == 0 && ferror(in)) rc = dt_fail(err, "%s: read failed", src);
+    fclose(in);
+    if (rc != 0) {
+        dt_atomic_abort(&f);
+        return -1;
+    }
+    return dt_atomic_commit(&f, err);
+}
+
+int tokenizer_copy_from(const char *from, const char *dir, dt_error *err) {
+    char json[4200], cfg[4200], dst[4200];
+    struct stat sb;
+    if (stat(from, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(json, sizeof json, "%s/tokenizer.json", from);
+    else snprintf(json, sizeof json, "%s", from);
+    snprintf(cfg, sizeof cfg, "%s", json);
+    char *slash = strrchr(cfg, '/');
+    size_t at = slash ? (size_t)(slash + 1 - cfg) : 0;
+    snprintf(cfg + at, sizeof cfg - at, "tokenizer_config.json");
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+    struct stat a, b;
+    if (stat(json, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+        return 0; /* the same file already */
+    if (copy_into(json, dir, "tokenizer.json", 0, err) != 0) return -1;
+    return copy_into(cfg, dir, "tokenizer_config.json", 1, err);
+}
+
+/* ---------------------------------------------------------------- dt_tokenize */
+
+void dt_tokenize_defaults(dt_tokenize_options *o) {
+    memset(o, 0, sizeof *o);
+    o->val_fraction = 0.01f;
+    o->doc_split = DT_DOC_PARAGRAPH;
+    o->append_eos = 1;
+    o->shard_tokens = (uint64_t)1 << 27;
+}
+
+static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error *err) {
+    if (!o->tokenizer_path) return dt_fail(err, "tokenize: no tokenizer given");
+    if (!o->out_dir) return dt_fail(err, "tokenize: no output directory given");
+    if (o->n_inputs <= 0) return dt_fail(err, "tokenize: no input files given");
+    if (!(o->val_fraction >= 0 && o->val_fraction < 1))
+        return dt_fail(err, "tokenize: val_fraction %g must be in [0, 1)", (double)o->val_fraction);
+    if (o->doc_split != DT_DOC_FILE && o->doc_split != DT_DOC_LINE && o->doc_split != DT_DOC_PARAGRAPH)
+        return dt_fail(err, "tokenize: unknown document split %d", (int)o->doc_split);
+    if (o->shard_tokens == 0) return dt_fail(err, "tokenize: shard_tokens must be > 0");
+    *total = 0;
+    for (int i = 0; i < o->n_inputs; i++) {
+        struct stat sb;
+        if (stat(o->inputs[i], &sb) != 0) return dt_fail(err, "%s: %s", o->inputs[i], strerror(errno));
+        if (!S_ISREG(sb.st_mode)) return dt_fail(err, "%s: not a regular file", o->inputs[i]);
+        if (sb.st_size == 0) return dt_fail(err, "%s: data file is empty", o->inputs[i]);
+        *total += (uint64_t)sb.st_size;
+    }
+    return 0;
+}
+
+/* Shards of an earlier dataset in dir that this one did not write. */
+static void remove_stale_shards(const char *dir, const int *n_files) {
+    for (int s = 0; s < 2; s++)
+        for (int k = n_files[s];; k++) {
+            char path[4200];
+            shard_file_name(path, sizeof path, dir, s, k);
+            if (unlink(path) != 0) break;
+        }
+}
+
+int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error *err) {
+    tokenize_run r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    if (check_options(o, &r.bytes_total, err) != 0) return -1;
+    dt_tok *tok = NULL;
+    if (dt_tok_load(&tok, o->tokenizer_path, err) != 0) return -1;
+    r.tok = tok;
+    r.eos = o->append_eos ? dt_tok_eos_id(tok) : -1;
+    const int32_t vocab = dt_tok_vocab_size(tok);
+    const int width = vocab <= 65536 ? 2 : 4;
+    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+        dt_tok_free(tok);
+        return dt_fail(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+    }
+    for (int s = 0; s < 2; s++)
+        r.w[s] = (shard_writer){.dir = o->out_dir, .split = s, .width = width, .vocab = (uint32_t)vocab,
+                                .shard_tokens = o->shard_tokens};
+    r.t0 = r.last_report = now_s();
+    int rc = 0;
+    for (int i = 0; i < o->n_inputs && rc == 0; i++) rc = tokenize_file(&r, o->inputs[i], err);
+    if (rc == 0) rc = flush_batch(&r, err);
+    for (int s = 0; s < 2 && rc == 0; s++) rc = writer_close_shard(&r.w[s], err);
+    if (rc == 0 && o->val_fraction > 0 && r.w[1].total == 0)
+        rc = dt_fail(err, "%s: %" PRIu64 " documents are too few to hold out %g of them (lower --val-fraction, or "
+                          "cut finer documents)", o->inputs[0], r.next_doc, (double)o->val_fraction);
+    if (rc == 0 && r.w[0].total == 0) rc = dt_fail(err, "%s: no training tokens", o->inputs[0]);
+    /* every shard is complete: only now do they take their names, then the manifest */
+    for (int s = 0; s < 2 && rc == 0; s++)
+        for (int i = 0; i < r.w[s].n_files && rc == 0; i++) rc = atomic_rename(&r.w[s].files[i], err);
+    if (rc == 0) rc = tokenizer_copy_from(dt_tok_path(tok), o->out_dir, err);
+    if (rc == 0) rc = write_manifest(&r, dt_tok_path(tok), err);
+    if (rc == 0) {
+        int n_files[2] = {r.w[0].n_files, r.w[1].n_files};
+        remove_stale_shards(o->out_dir, n_files);
+        progress(&r, 1);
+        if (stats) {
+            memset(stats, 0, sizeof *stats);
+            stats->bytes = r.bytes_total;
+            stats->vocab_size = vocab;
+            stats->width = width;
+            for (int s = 0; s < 2; s++) {
+                stats->tokens[s] = r.w[s].total;
+                stats->documents[s] = r.w[s].documents;
+                stats->shards[s] = r.w[s].n_files;
+            }
+        }
+    } else if (!o->quiet) {
+        fputc('\n', stderr);
+    }
+    for (int s = 0; s < 2; s++) writer_abort(&r.w[s]); /* unlinks only temporaries still there */
+    for (int i = 0; i < r.n_pieces; i++) free(r.pieces[i].text), free(r.pieces[i].ids);
+    free(r.pieces);
+    dt_tok_free(tok);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- reading */
+
+static int manifest_load(const char *dir, cJSON **root, dt_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
+    *root = json_load_file(path, err);
+    if (!*root) return -1;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(*root, "format");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "difftrans-tokens") != 0) {
+        cJSON_Delete(*root);
+        return dt_fail(err, "%s: not a difftrans token dataset (format is not \"difftrans-tokens\")", path);
+    }
+    return 0;
+}
+
+int dt_tokens_info(const char *dir, dt_tokens_summary *s, dt_error *err) {
+    cJSON *root;
+    if (manifest_load(dir, &root, err) != 0) return -1;
+    memset(s, 0, sizeof *s);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
+    const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_id");
+    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(root, "bytes");
+    int rc = 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 4294967295.0)
+        rc = dt_fail(err, "%s/%s: vocab_size missing or out of range", dir, MANIFEST);
+    else {
+        s->vocab_size = (int64_t)v->valuedouble;
+        s->eos_id = cJSON_IsNumber(eos) ? (int)eos->valuedouble : -1;
+        s->bytes = cJSON_IsNumber(bytes) ? (uint64_t)bytes->valuedouble : 0;
+        const cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
+        for (int k = 0; k < 2; k++) {
+            const cJSON *sp = cJSON_GetObjectItemCaseSensitive(splits, SPLIT_NAMES[k]);
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(sp, "tokens");
+            s->tokens[k] = cJSON_IsNumber(t) ? (uint64_t)t->valuedouble : 0;
+        }
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* One shard, validated, appended to out[*n...]. */
+static int load_shard(const char *path, int64_t vocab_limit, int **out, size_t *n, size_t *cap, dt_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return dt_fail(err, "%s: not a regular file", path);
+    }
+    size_t size = (size_t)sb.st_size;
+    if (size < TOK_HEADER) {
+        close(fd);
+        return dt_fail(err, "%s: truncated: %zu bytes, shorter than the %d-byte header", path, size, TOK_HEADER);
+    }
+    const uint8_t *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return dt_fail(err, "%s: cannot mmap: %s", path, strerror(errno));
+    int rc = 0;
+    uint32_t version = get_le32(map + 8), width = get_le32(map + 12), vocab = get_le32(map + 24);
+    uint64_t count = get_le64(map + 16);
+    if (memcmp(map, TOK_MAGIC, 8) != 0) rc = dt_fail(err, "%s: bad magic (not a difftrans token shard)", path);
+    else if (version != TOK_VERSION) rc = dt_fail(err, "%s: version %u (this build reads %d)", path, version, TOK_VERSION);
+    else if (width != 2 && width != 4) rc = dt_fail(err, "%s: token width %u (must be 2 or 4)", path, width);
+    else if (count > (size - TOK_HEADER) / width || TOK_HEADER + count * width != size)
+        rc = dt_fail(err, "%s: header count %" PRIu64 " disagrees with the file size %zu (%" PRIu64 " tokens of %u bytes"
+                          " + %d)", path, count, size, (uint64_t)(size - TOK_HEADER) / width, width, TOK_HEADER);
+    else if ((int64_t)vocab > vocab_limit)
+        rc = dt_fail(err, "%s: ids of a %u-token vocabulary, larger than the model's %" PRId64, path, vocab, vocab_limit);
+    if (rc == 0 && *n + count > *cap) {
+        size_t want = *n + (size_t)count;
+        int *p = realloc(*out, (want ? want : 1) * sizeof *p);
+        if (!p) rc = dt_fail(err, "%s: out of memory for %" PRIu64 " tokens", path, count);
+        else *out = p, *cap = want;
+    }
+    const uint8_t *d = map + TOK_HEADER;
+    for (uint64_t i = 0; rc == 0 && i < count; i++) {
+        uint32_t id = width == 2 ? (uint32_t)(d[2 * i] | (d[2 * i + 1] << 8)) : get_le32(d + 4 * i);
+        if ((int64_t)id >= vocab_limit) {
+            rc = dt_fail(err, "%s: token id %u at index %" PRIu64 " is outside the model's vocabulary of %" PRId64, path,
+                         id, i, vocab_limit);
+            break;
+        }
+        (*out)[(*n)++] = (int)id;
+    }
+    munmap((void *)map, size);
+    return rc;
+}
+
+int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int **tokens, size_t *n, dt_error *err) {
+    *tokens = NULL;
+    *n = 0;
+    cJSON *root;
+    if (manifest_load(dir, &root, err) != 0) return -1;
+    const cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
+    const cJSON *sp = cJSON_GetObjectItemCaseSensitive(splits, split);
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(sp, "shards");
+    const cJSON *want = cJSON_GetObjectItemCaseSensitive(sp, "tokens");
+    int rc = 0;
+    size_t cap = 0;
+    if (!cJSON_IsArray(list)) rc = dt_fail(err, "%s/%s: no shard list for split '%s'", dir, MANIFEST, split);
+    const cJSON *item;
+    cJSON_ArrayForEach(item, list) {
+        if (rc != 0) break;
+        if (!cJSON_IsString(item) || strchr(item->valuestring, '/')) {
+            rc = dt_fail(err, "%s/%s: bad shard name in split '%s'", dir, MANIFEST, split);
+            break;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, item->valuestring);
+        rc = load_shard(path, vocab_limit, tokens, n, &cap, err);
+    }
+    if (rc == 0 && cJSON_IsNumber(want) && (double)*n != want->valuedouble)
+        rc = dt_fail(err, "%s/%s: split '%s' should hold %.0f tokens but its shards hold %zu", dir, MANIFEST, split,
+                     want->valuedouble, *n);
+    cJSON_Delete(root);
+    if (rc != 0) {
+        free(*tokens);
+        *tokens = NULL;
+        *n = 0;
+    }
+    return rc;
+}

@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# cli_vocab.sh — real vocabularies end to end: a byte-level BPE tokenizer learned from the test
+# corpus (tests/make_bpe_tokenizer.py), `difftrans tokenize` into a token dataset, training on it,
+# a checkpoint that carries its tokenizer, generation through the tokenizer, evaluation in bits
+# per byte, sharded and reloaded checkpoints generating the same tokens, and the refusals.
+#
+# usage: bash tests/cli_vocab.sh PATH_TO_difftrans SCRATCH_DIR
+set -u
+. "$(dirname "$0")/cli_lib.sh" "$@"
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [ -z "$PY" ]; then
+    echo "cli_vocab: python3 is needed to make the test tokenizer"
+    exit 1
+fi
+TEXT2=/usr/share/common-licenses/Apache-2.0
+[ -s "$TEXT2" ] || TEXT2=$CORPUS
+
+check "make a BPE tokenizer" "$PY" "$HERE/make_bpe_tokenizer.py" "$CORPUS" "$S/tok" 200
+
+# ---------------------------------------------------------------- tokenize
+expect_ok "tokenize two files" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" "$TEXT2" --out "$S/ds" \
+    --val-fraction 0.05 --quiet &&
+    out_has "summary: tokens, bytes per token, dtype" "$S/last.out" "tokens \(.* train in 1 shard, .* validation" \
+        "bytes per token" "uint16 ids, vocabulary 457"
+check "dataset files" test -f "$S/ds/dataset.json" -a -f "$S/ds/train-00000.tok" -a -f "$S/ds/val-00000.tok" \
+    -a -f "$S/ds/tokenizer.json" -a -f "$S/ds/tokenizer_config.json"
+check "shard headers: magic, version, width, count = size, vocabulary; val holds whole documents" "$PY" - "$S/ds" <<'PYEOF'
+import json, os, struct, sys
+d = sys.argv[1]
+man = json.load(open(os.path.join(d, "dataset.json")))
+assert man["format"] == "difftrans-tokens" and man["dtype"] == "uint16" and man["vocab_size"] == 457, man
+for split in ("train", "val"):
+    total = 0
+    for name in man["splits"][split]["shards"]:
+        raw = open(os.path.join(d, name), "rb").read()
+        magic, version, width, count, vocab = struct.unpack("<8sIIQI", raw[:28])
+        assert magic == b"DTTOKENS" and version == 1 and width == 2 and vocab == 457, (magic, version, width, vocab)
+        assert len(raw) == 64 + 2 * count, (len(raw), count)
+        ids = struct.unpack("<%dH" % count, raw[64:])
+        assert max(ids) < 457
+        assert ids[-1] == 456, "a shard ends with a document's EOS"
+        total += count
+    assert total == man["splits"][split]["tokens"], (split, total)
+assert man["splits"]["val"]["documents"] >= 1
+PYEOF
+# nothing lost or repeated: all of the text, in order, decodes back from one split without EOS
+expect_ok "tokenize --val-fraction 0 --no-eos --documents line" "$DT" tokenize --tokenizer "$S/tok/tokenizer.json" \
+    --data "$CORPUS" --out "$S/ds_all" --val-fraction 0 --no-eos --documents line --shard-tokens 5000 --quiet
+check "several shards of at most --shard-tokens" test -f "$S/ds_all/train-00002.tok"
+"$PY" - "$S/ds_all" >"$S/all_ids.txt" <<'PYEOF'
+import json, os, struct, sys
+d = sys.argv[1]
+man = json.load(open(os.path.join(d, "dataset.json")))
+ids = []
+for name in man["splits"]["train"]["shards"]:
+    raw = open(os.path.join(d, name), "rb").read()
+    count = struct.unpack("<Q", raw[16:24])[0]
+    assert count <= 5000
+    ids += struct.unpack("<%dH" % count, raw[64:])
+print(" ".join(map(str, ids)))
+PYEOF
+expect_ok "decode the dataset" "$DT" tokenizer decode --tokenizer "$S/tok" <"$S/all_ids.txt"
+"$DT" tokenizer decode --tokenizer "$S/tok" <"$S/all_ids.txt" >"$S/decoded.txt" 2>/dev/null
+check "the decoded dataset is the input, byte for byte" cmp "$S/decoded.txt" "$CORPUS"
+
+# ---------------------------------------------------------------- train, checkpoint, generate, eval
+expect_ok "train --tokens" "$DT" train --tokens "$S/ds" --out "$S/m" --preset tiny --steps 30 --batch 4 --seq 32 \
+    --lr 3e-3 --eval-interval 15 --threads 2 --quiet
+check "the checkpoint carries its tokenizer, not the byte marker" test -f "$S/m/tokenizer.json" \
+    -a -f "$S/m/tokenizer_config.json" -a ! -e "$S/m/difftrans_tokenizer.json"
+out_has "vocab_size and eos from the tokenizer" "$S/m/config.json" '"vocab_size":[[:space:]]*457' \
+    '"eos_token_id":[[:space:]]*456'
+out_has "generation_config.json eos" "$S/m/generation_config.json" '"eos_token_id":[[:space:]]*456'
+expect_ok "generate --prompt through the tokenizer" "$DT" generate "$S/m" --prompt "The GNU" -n 12 --temperature 0
+out_has "the prompt then text" "$S/last.out" "^The GNU"
+expect_ok "generate --print-ids" "$DT" generate "$S/m" --prompt "The GNU" -n 12 --temperature 0 --print-ids
+cp "$S/last.out" "$S/ids_a.txt"
+check "12 ids (no EOS among them)" test "$(wc -w <"$S/ids_a.txt")" -eq 12
+expect_ok "eval --data: loss per token, bits per byte" "$DT" eval "$S/m" --data "$CORPUS" --seq 32 &&
+    out_has "eval output" "$S/last.out" "per token" "bits per byte" "bytes per token"
+expect_ok "eval --tokens (the held-out split)" "$DT" eval "$S/m" --tokens "$S/ds" --seq 32
+expect_ok "train --data --tokenizer" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/m2" --preset tiny \
+    --steps 4 --batch 2 --seq 32 --threads 2 --quiet
+check "its checkpoint carries the tokenizer" test -f "$S/m2/tokenizer.json"
+
+# generation stops at an EOS id: make the third greedy token an end of sequence (with an id the
+# model never produces beside it, as generation_config.json lists may)
+third=$(cut -d' ' -f3 "$S/ids_a.txt")
+want=$("$PY" -c 'import sys; ids = sys.argv[1].split(); print(" ".join(ids[:ids.index(sys.argv[2]) + 1]))' \
+    "$(cat "$S/ids_a.txt")" "$third")
+mkdir -p "$S/m_eos" && cp "$S/m"/*.json "$S/m"/model.safetensors "$S/m_eos/"
+printf '{"eos_token_id": [0, %s]}\n' "$third" >"$S/m_eos/generation_config.json"
+expect_ok "generate stops at eos_token_id" "$DT" generate "$S/m_eos" --prompt "The GNU" -n 12 --temperature 0 --print-ids
+check "the ids up to the first EOS, then nothing" test "$(tr -s ' \n' ' ' <"$S/last.out" | sed 's/ $//')" = "$want"
+
+# saved, sharded, reloaded: the same tokens
+expect_ok "export --max-shard-size" "$DT" export "$S/m" "$S/m_sh" --max-shard-size 20KB
+check "sharded, with the tokenizer" test -f "$S/m_sh/model.safetensors.index.json" -a -f "$S/m_sh/tokenizer.json"
+expect_ok "generate from the sharded copy" "$DT" generate "$S/m_sh" --prompt "The GNU" -n 12 --temperature 0 --print-ids
+check "the sharded copy generates the same tokens" cmp "$S/last.out" "$S/ids_a.txt"
+
+# an embedding larger than the vocabulary (padded) works; a vocabulary larger than it is refused
+sed -e 's/"vocab_size":[[:space:]]*457/"vocab_size": 512/' "$S/m/config.json" >"$S/cfg512.json"
+expect_ok "init with a padded embedding" "$DT" init --config "$S/cfg512.json" --out "$S/pad"
+cp "$S/tok/tokenizer.json" "$S/tok/tokenizer_config.json" "$S/pad/"
+rm -f "$S/pad/difftrans_tokenizer.json"
+expect_ok "generate with a padded embedding" "$DT" generate "$S/pad" --prompt "The" -n 5 --temperature 0
+expect_ok "init a byte-level model" "$DT" init --preset tiny --out "$S/small"
+cp "$S/tok/tokenizer.json" "$S/small/"
+rm -f "$S/small/difftrans_tokenizer.json"
+expect_fail "tokenizer larger than the embedding" "small/tokenizer\.json: a vocabulary of 457 tokens is larger than the model's embedding" \
+    "$DT" generate "$S/small" --prompt "The" -n 5
+
+# ---------------------------------------------------------------- bad datasets
+bad_copy() { rm -rf "$S/$1" && cp -r "$S/ds" "$S/$1"; }
+bad_copy bad_trunc && head -c 1000 "$S/ds/train-00000.tok" >"$S/bad_trunc/train-00000.tok"
+expect_fail "truncated shard" "bad_trunc/train-00000\.tok: header count .* disagrees with the file size" \
+    "$DT" train --tokens "$S/bad_trunc" --out "$S/x" --preset tiny --steps 1 --batch 2 --seq 16 --quiet
+bad_copy bad_short && head -c 40 "$S/ds/train-00000.tok" >"$S/bad_short/train-00000.tok"
+expect_fail "shard shorter than its header" "bad_short/train-00000\.tok: truncated" \
+    "$DT" train --tokens "$S/bad_short" --out "$S/x" --preset tiny --steps 1 --batch 2 --seq 16 --quiet
+bad_copy bad_magic && printf 'XXTOKENS' | dd of="$S/bad_magic/val-00000.tok" conv=notrunc status=none
+expect_fail "bad magic" "bad_magic/val-00000\.tok: bad magic" \
+    "$DT" eval "$S/m" --tokens "$S/bad_magic"
+bad_copy bad_id && printf '\xd0\x07' | dd of="$S/bad_id/train-00000.tok" bs=1 seek=100 conv=notrunc status=none
+expect_fail "an id past the model's vocabulary" "bad_id/train-00000\.tok: token id 2000 at index 18 is outside the model's vocabulary of 457" \
+    "$DT" train --tokens "$S/bad_id" --out "$S/x" --preset tiny --steps 1 --batch 2 --seq 16 --quiet
+expect_ok "init another byte-level model" "$DT" init --preset tiny --out "$S/bytes"
+expect_fail "a dataset of a larger vocabulary than the model" "val-00000\.tok: ids of a 457-token vocabulary, larger than the model's 256" \
+    "$DT" eval "$S/bytes" --tokens "$S/ds"
+check "nothing written by the refused runs" test ! -e "$S/x"
+expect_fail "tokenize: missing input" "nowhere\.txt" "$DT" tokenize --tokenizer "$S/tok" --data "$S/nowhere.txt" --out "$S/y"
+: >"$S/empty.txt"
+expect_fail "tokenize: empty input" "empty\.txt: data file is empty" "$DT" tokenize --tokenizer "$S/tok" --data "$S/empty.txt" --out "$S/y"
+printf 'ok \xff\xfe bad\n\nmore\n' >"$S/bad_utf8.txt"
+expect_fail "tokenize: invalid UTF-8 named with its file" "bad_utf8\.txt" "$DT" tokenize --tokenizer "$S/tok" --data "$S/bad_utf8.txt" --out "$S/y" --val-fraction 0 --quiet
+expect_fail "tokenize: too few documents to hold out" "too few to hold out" "$DT" tokenize --tokenizer "$S/tok" \
+    --data "$CORPUS" --out "$S/y" --documents file --quiet
+check "no dataset written by the refusals" test ! -e "$S/y/dataset.json"
+
+finish cli_vocab
