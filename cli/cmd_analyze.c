@@ -114,10 +114,17 @@ static int write_json(const char *cmd, const char *path, cJSON *o) {
     return 0;
 }
 
-/* Loads every model; on failure frees the ones loaded. */
-static int load_models(const char *cmd, char **dirs, int n, dt_model *models, int seq_needed, int *seq) {
+/* Loads every model; on failure frees the ones loaded. bytes_only: the task's prompts and answers
+ * are bytes, so a model with a tokenizer.json is refused. */
+static int load_models(const char *cmd, char **dirs, int n, dt_model *models, int seq_needed, int bytes_only,
+                       int *seq) {
     dt_error err;
     for (int i = 0; i < n; i++) {
+        if (bytes_only && dt_model_has_tokenizer(dirs[i])) {
+            for (int j = 0; j < i; j++) dt_model_free(&models[j]);
+            return -(cli_error(cmd, "%s has a tokenizer.json: this task's prompts and answers are bytes (token id = "
+                                    "byte), so it runs on byte-level models only", dirs[i]) != 0);
+        }
         if (dt_model_load(&models[i], dirs[i], &err) != 0) {
             for (int j = 0; j < i; j++) dt_model_free(&models[j]);
             return -(cli_error(cmd, "%s", err.msg) != 0);
@@ -136,17 +143,18 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
     int *tok = NULL;
     size_t ntok = 0;
     dt_error err;
-    if (dt_text_load(op->data, &tok, &ntok, &err) != 0) return cli_error(cmd, "--data: %s", err.msg);
+    if (dt_models_text((const char *const *)dirs, n, op->data, &tok, &ntok, &err) != 0)
+        return cli_error(cmd, "--data: %s", err.msg);
     if (ntok < (size_t)op->seq) {
         free(tok);
-        return cli_error(cmd, "--data %s: %zu bytes, fewer than --seq %d", op->data, ntok, op->seq);
+        return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq %d", op->data, ntok, op->seq);
     }
     dt_model *models = calloc((size_t)n, sizeof *models);
     an_outliers *res = calloc((size_t)n, sizeof *res);
     int seq = op->seq, rc = 0, done = 0;
     if (!models || !res)
         rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 1, &seq) != 0)
+    else if (load_models(cmd, dirs, n, models, 1, 0, &seq) != 0)
         rc = 1;
     else {
         for (; done < n; done++)
@@ -155,7 +163,7 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
                 break;
             }
         if (rc == 0) {
-            printf("analyze outliers: %s, %d window(s) of %d bytes\n", op->data, res[0].windows, seq);
+            printf("analyze outliers: %s, %d window(s) of %d tokens\n", op->data, res[0].windows, seq);
             printf("%-28s %-11s | %12s %12s %10s | %12s %12s %10s\n", "model", "arch", "logit top1", "logit top10",
                    "median", "hidden top1", "hidden top10", "median");
             for (int i = 0; i < n; i++)
@@ -197,10 +205,11 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     int *tok = NULL;
     size_t ntok = 0;
     dt_error err;
-    if (dt_text_load(op->data, &tok, &ntok, &err) != 0) return cli_error(cmd, "--data: %s", err.msg);
+    if (dt_models_text((const char *const *)dirs, n, op->data, &tok, &ntok, &err) != 0)
+        return cli_error(cmd, "--data: %s", err.msg);
     if (ntok < (size_t)op->seq + 1) {
         free(tok);
-        return cli_error(cmd, "--data %s: %zu bytes, fewer than --seq + 1 = %d", op->data, ntok, op->seq + 1);
+        return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq + 1 = %d", op->data, ntok, op->seq + 1);
     }
     needle_testset ts = {0};
     if (op->needle && needle_load_testset(&ts, op->needle, &err) != 0) {
@@ -213,7 +222,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     int seq = op->seq, rc = 0;
     if (!models || !rows)
         rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 1, &seq) != 0)
+    else if (load_models(cmd, dirs, n, models, 1, op->needle != NULL, &seq) != 0)
         rc = 1;
     else {
         for (int i = 0; i < n && rc == 0; i++)
@@ -305,7 +314,7 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
     int rc = 0, seq = 0;
     if (!models || !res)
         rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 0, &seq) != 0)
+    else if (load_models(cmd, dirs, n, models, 0, 1, &seq) != 0)
         rc = 1;
     else {
         for (int i = 0; i < n && rc == 0; i++)
@@ -390,7 +399,7 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     icl_result *res = calloc((size_t)n, sizeof *res);
     int rc = 0, seq = 0;
     if (!models || !res) rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 0, &seq) != 0) {
+    else if (load_models(cmd, dirs, n, models, 0, 1, &seq) != 0) {
         free(models);
         models = NULL;
         rc = 1;

@@ -264,6 +264,9 @@ static int needle_evaluate(int argc, char **argv) {
     const char *model_dir = argv[optind];
     cli_set_threads(threads);
 
+    if (dt_model_has_tokenizer(model_dir))
+        return cli_error(cmd, "%s has a tokenizer.json: the needle task's offsets, prompts and answers are bytes "
+                              "(token id = byte), so it runs on byte-level models only", model_dir);
     dt_error err;
     needle_testset ts;
     if (needle_load_testset(&ts, data, &err) != 0) return cli_error(cmd, "%s", err.msg);

@@ -552,6 +552,11 @@ int dt_system_check(dt_error *err);
 int dt_model_tokenizer(const dt_model *m, const char *dir, dt_tok **tok, dt_error *err);
 /* A whole text file encoded with tok (no special tokens added); *bytes gets its size. */
 int dt_text_encode(const dt_tok *tok, const char *path, int **tokens, size_t *n, size_t *bytes, dt_error *err);
+/* 1 when the model directory has a tokenizer.json (a real vocabulary), 0 for a byte-level model. */
+int dt_model_has_tokenizer(const char *dir);
+/* A text file as the models in dirs read text: encoded with their tokenizer.json (which must be
+ * the same file content for all), or as bytes when none has one; refuses a mix naming the dirs. */
+int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err);
 
 /* ---------------------------------------------------------------- token datasets */
 

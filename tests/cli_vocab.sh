@@ -111,6 +111,18 @@ rm -f "$S/small/difftrans_tokenizer.json"
 expect_fail "tokenizer larger than the embedding" "small/tokenizer\.json: a vocabulary of 457 tokens is larger than the model's embedding" \
     "$DT" generate "$S/small" --prompt "The" -n 5
 
+expect_ok "init another byte-level model" "$DT" init --preset tiny --out "$S/bytes"
+# the analyses read --data through the model's tokenizer; the byte-level tasks refuse it
+expect_ok "analyze outliers on a BPE model" "$DT" analyze outliers "$S/m" --data "$CORPUS" --seq 32 --threads 2 &&
+    out_has "windows of tokens" "$S/last.out" "window\(s\) of 32 tokens"
+expect_fail "analyze: models reading text differently" "read text differently" \
+    "$DT" analyze outliers "$S/m" "$S/bytes" --data "$CORPUS" --seq 32
+expect_ok "needle set" "$DT" needle generate --corpus "$CORPUS" --out "$S/needle" --context 256
+expect_fail "needle eval on a BPE model" "m has a tokenizer\.json: the needle task.* byte-level models only" \
+    "$DT" needle eval "$S/m" --data "$S/needle"
+expect_fail "analyze allocation on a BPE model" "m has a tokenizer\.json: .*byte-level models only" \
+    "$DT" analyze allocation "$S/m" --needle "$S/needle"
+
 # ---------------------------------------------------------------- bad datasets
 bad_copy() { rm -rf "$S/$1" && cp -r "$S/ds" "$S/$1"; }
 bad_copy bad_trunc && head -c 1000 "$S/ds/train-00000.tok" >"$S/bad_trunc/train-00000.tok"
@@ -125,7 +137,6 @@ expect_fail "bad magic" "bad_magic/val-00000\.tok: bad magic" \
 bad_copy bad_id && printf '\xd0\x07' | dd of="$S/bad_id/train-00000.tok" bs=1 seek=100 conv=notrunc status=none
 expect_fail "an id past the model's vocabulary" "bad_id/train-00000\.tok: token id 2000 at index 18 is outside the model's vocabulary of 457" \
     "$DT" train --tokens "$S/bad_id" --out "$S/x" --preset tiny --steps 1 --batch 2 --seq 16 --quiet
-expect_ok "init another byte-level model" "$DT" init --preset tiny --out "$S/bytes"
 expect_fail "a dataset of a larger vocabulary than the model" "val-00000\.tok: ids of a 457-token vocabulary, larger than the model's 256" \
     "$DT" eval "$S/bytes" --tokens "$S/ds"
 check "nothing written by the refused runs" test ! -e "$S/x"

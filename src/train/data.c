@@ -204,3 +204,60 @@ int train_tokens_load(const char *dir, int vocab, int T, int **tokens, size_t *n
     *n_train = nt;
     return 0;
 }
+
+int dt_model_has_tokenizer(const char *dir) {
+    char path[4200];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    return stat(path, &sb) == 0;
+}
+
+/* Whole small file (a tokenizer.json) for comparing two of them. */
+static char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    struct stat sb;
+    char *buf = NULL;
+    if (fstat(fileno(f), &sb) == 0 && (buf = malloc((size_t)sb.st_size + 1)) != NULL &&
+        fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    *n = buf ? (size_t)sb.st_size : 0;
+    return buf;
+}
+
+int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err) {
+    const int first = n > 0 && dt_model_has_tokenizer(dirs[0]);
+    char p0[4200], pi[4200];
+    size_t n0 = 0, ni = 0;
+    char *t0 = NULL;
+    if (first) {
+        snprintf(p0, sizeof p0, "%s/tokenizer.json", dirs[0]);
+        if (!(t0 = slurp(p0, &n0))) return dt_fail(err, "%s: cannot read", p0);
+    }
+    for (int i = 1; i < n; i++) {
+        if (dt_model_has_tokenizer(dirs[i]) != first) {
+            free(t0);
+            return dt_fail(err, "%s and %s read text differently (one has a tokenizer.json, the other is byte-level)",
+                           dirs[0], dirs[i]);
+        }
+        if (!first) continue;
+        snprintf(pi, sizeof pi, "%s/tokenizer.json", dirs[i]);
+        char *ti = slurp(pi, &ni);
+        int same = ti && ni == n0 && memcmp(ti, t0, n0) == 0;
+        free(ti);
+        if (!same) {
+            free(t0);
+            return dt_fail(err, "%s and %s differ: the models must share one tokenizer", p0, pi);
+        }
+    }
+    free(t0);
+    if (!first) return dt_text_load(path, tokens, count, err);
+    dt_tok *tok;
+    if (dt_tok_load(&tok, p0, err) != 0) return -1;
+    int rc = dt_text_encode(tok, path, tokens, count, NULL, err);
+    dt_tok_free(tok);
+    return rc;
+}
