@@ -20,6 +20,8 @@ static void help(void) {
            "  --val-fraction X       fraction of documents held out, spread evenly; 0 = none [0.01]\n"
            "  --no-eos               do not append the tokenizer's EOS token after each document\n"
            "  --shard-tokens N       tokens per shard [134217728]\n"
+           "  --block-size SIZE      bytes read at a time, and the longest piece of a document encoded\n"
+           "                         at once (cut after a newline before a non-space) [4MiB]\n"
            "  --threads N            encoding threads [all cores]\n"
            "  --quiet                no progress line\n");
 }
@@ -31,6 +33,7 @@ int cmd_tokenize(int argc, char **argv) {
         {"val-fraction", required_argument, 0, 'v'}, {"no-eos", no_argument, 0, 'E'},
         {"shard-tokens", required_argument, 0, 's'}, {"threads", required_argument, 0, 'j'},
         {"quiet", no_argument, 0, 'q'},           {"help", no_argument, 0, 'h'},
+        {"block-size", required_argument, 0, 'B'},
         {0, 0, 0, 0},
     };
     const char *cmd = "tokenize";
@@ -68,6 +71,7 @@ int cmd_tokenize(int argc, char **argv) {
         }
         case 'j': rc = parse_int(cmd, "--threads", optarg, 1, 1024, &threads) ? 1 : 0; break;
         case 'q': o.quiet = 1; break;
+        case 'B': rc = cli_parse_size(cmd, "--block-size", optarg, &o.block_bytes) ? 1 : 0; break;
         case 'h': help(); free(inputs); return 0;
         default: rc = cli_bad_option(cmd, argc, argv);
         }

@@ -63,6 +63,22 @@ expect_ok "decode the dataset" "$DT" tokenizer decode --tokenizer "$S/tok" <"$S/
 "$DT" tokenizer decode --tokenizer "$S/tok" <"$S/all_ids.txt" >"$S/decoded.txt" 2>/dev/null
 check "the decoded dataset is the input, byte for byte" cmp "$S/decoded.txt" "$CORPUS"
 
+# streamed in 4 KB blocks, one document cut into pieces: the same ids as encoding the whole file
+expect_ok "tokenize in 4 KB blocks" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/ds_blocks" \
+    --documents file --block-size 4096 --no-eos --val-fraction 0 --quiet
+"$PY" - "$S/ds_blocks" >"$S/block_ids.txt" <<'PYEOF'
+import json, os, struct, sys
+d = sys.argv[1]
+ids = []
+for name in json.load(open(os.path.join(d, "dataset.json")))["splits"]["train"]["shards"]:
+    raw = open(os.path.join(d, name), "rb").read()
+    count = struct.unpack("<Q", raw[16:24])[0]
+    ids += struct.unpack("<%dH" % count, raw[64:])
+print(" ".join(map(str, ids)))
+PYEOF
+"$DT" tokenizer encode --tokenizer "$S/tok" <"$CORPUS" >"$S/whole_ids.txt" 2>/dev/null
+check "pieces cut after a newline encode exactly as the whole file" cmp "$S/block_ids.txt" "$S/whole_ids.txt"
+
 # ---------------------------------------------------------------- train, checkpoint, generate, eval
 expect_ok "train --tokens" "$DT" train --tokens "$S/ds" --out "$S/m" --preset tiny --steps 30 --batch 4 --seq 32 \
     --lr 3e-3 --eval-interval 15 --threads 2 --quiet

@@ -45,7 +45,7 @@
 #define TOK_VERSION 1
 #define TOK_HEADER 64
 #define MANIFEST "dataset.json"
-#define BLOCK_BYTES ((size_t)4 << 20)     /* read size; also the longest piece encoded at once */
+#define BLOCK_BYTES ((size_t)4 << 20)     /* default read size; also the longest piece encoded at once */
 #define BATCH_BYTES ((size_t)32 << 20)    /* text encoded in parallel before writing */
 #define MAX_SHARDS 100000
 
@@ -313,7 +313,7 @@ static size_t piece_end(const char *buf, size_t n) {
 static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    const size_t cap = 2 * BLOCK_BYTES;
+    const size_t block = r->o->block_bytes ? (size_t)r->o->block_bytes : BLOCK_BYTES, cap = 2 * block;
     char *buf = malloc(cap);
     if (!buf) {
         fclose(fp);
@@ -323,7 +323,7 @@ static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
     uint64_t base = 0;        /* file offset of buf[0] */
     int rc = 0, eof = 0;
     while (rc == 0 && !(eof && pos == len)) {
-        if (!eof && len - pos < BLOCK_BYTES) { /* top up: move the rest to the front once per block */
+        if (!eof && len - pos < block) { /* top up: move the rest to the front once per block */
             memmove(buf, buf + pos, len - pos);
             base += pos;
             len -= pos;
@@ -343,7 +343,7 @@ static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
         int last = 1;
         if (end == 0) {
             if (eof) end = avail;
-            else end = piece_end(buf + pos, avail < BLOCK_BYTES ? avail : BLOCK_BYTES), last = 0;
+            else end = piece_end(buf + pos, avail < block ? avail : block), last = 0;
         }
         rc = add_piece(r, buf + pos, end, last, path, base + pos, err);
         pos += end;
@@ -464,6 +464,8 @@ static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error
     if (o->doc_split != DT_DOC_FILE && o->doc_split != DT_DOC_LINE && o->doc_split != DT_DOC_PARAGRAPH)
         return dt_fail(err, "tokenize: unknown document split %d", (int)o->doc_split);
     if (o->shard_tokens == 0) return dt_fail(err, "tokenize: shard_tokens must be > 0");
+    if (o->block_bytes != 0 && (o->block_bytes < 64 || o->block_bytes > ((uint64_t)1 << 32)))
+        return dt_fail(err, "tokenize: block size %llu must be in 64..2^32 bytes", (unsigned long long)o->block_bytes);
     *total = 0;
     for (int i = 0; i < o->n_inputs; i++) {
         struct stat sb;
