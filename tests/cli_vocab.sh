@@ -98,6 +98,11 @@ expect_ok "eval --tokens (the held-out split)" "$DT" eval "$S/m" --tokens "$S/ds
 expect_ok "train --data --tokenizer" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/m2" --preset tiny \
     --steps 4 --batch 2 --seq 32 --threads 2 --quiet
 check "its checkpoint carries the tokenizer" test -f "$S/m2/tokenizer.json"
+mkdir -p "$S/bare" && cp "$S/tok/tokenizer.json" "$S/bare/"
+expect_ok "train with a bare tokenizer.json" "$DT" train --data "$CORPUS" --tokenizer "$S/bare/tokenizer.json" \
+    --out "$S/m3" --preset tiny --steps 2 --batch 2 --seq 32 --threads 2 --quiet
+out_has "a tokenizer_config.json is written for AutoTokenizer" "$S/m3/tokenizer_config.json" \
+    '"tokenizer_class":[[:space:]]*"PreTrainedTokenizerFast"'
 
 # generation stops at an EOS id: make the third greedy token an end of sequence (with an id the
 # model never produces beside it, as generation_config.json lists may)

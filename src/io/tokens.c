@@ -428,6 +428,39 @@ static int copy_into(const char *src, const char *dir, const char *name, int opt
     return dt_atomic_commit(&f, err);
 }
 
+/* A tokenizer.json without a tokenizer_config.json beside it: write the smallest one with which
+ * transformers' AutoTokenizer loads the fast tokenizer and knows its special tokens. */
+static int write_tokenizer_config(const char *json, const char *dir, dt_error *err) {
+    dt_tok *tok;
+    if (dt_tok_load(&tok, json, err) != 0) return -1;
+    cJSON *root = cJSON_CreateObject();
+    int ok = root && cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
+    static const char *const keys[] = {"bos_token", "eos_token", "pad_token"};
+    const int32_t ids[] = {dt_tok_bos_id(tok), dt_tok_eos_id(tok), dt_tok_pad_id(tok)};
+    for (int i = 0; i < 3 && ok; i++) {
+        size_t len = 0;
+        const char *name = ids[i] >= 0 ? dt_tok_id_to_token(tok, ids[i], &len) : NULL;
+        if (!name) continue;
+        char *copy = malloc(len + 1);
+        ok = copy != NULL;
+        if (ok) {
+            memcpy(copy, name, len);
+            copy[len] = '\0';
+            ok = cJSON_AddStringToObject(root, keys[i], copy) != NULL;
+            free(copy);
+        }
+    }
+    char *text = ok ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    dt_tok_free(tok);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (!text) return dt_fail(err, "%s: out of memory", path);
+    int rc = write_text_atomic(path, text, err);
+    cJSON_free(text);
+    return rc;
+}
+
 int tokenizer_copy_from(const char *from, const char *dir, dt_error *err) {
     char json[4200], cfg[4200], dst[4200];
     struct stat sb;
@@ -442,7 +475,8 @@ int tokenizer_copy_from(const char *from, const char *dir, dt_error *err) {
     if (stat(json, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
         return 0; /* the same file already */
     if (copy_into(json, dir, "tokenizer.json", 0, err) != 0) return -1;
-    return copy_into(cfg, dir, "tokenizer_config.json", 1, err);
+    if (stat(cfg, &sb) == 0) return copy_into(cfg, dir, "tokenizer_config.json", 0, err);
+    return write_tokenizer_config(json, dir, err);
 }
 
 /* ---------------------------------------------------------------- dt_tokenize */
