@@ -79,6 +79,40 @@ PYEOF
 "$DT" tokenizer encode --tokenizer "$S/tok" <"$CORPUS" >"$S/whole_ids.txt" 2>/dev/null
 check "pieces cut after a newline encode exactly as the whole file" cmp "$S/block_ids.txt" "$S/whole_ids.txt"
 
+# more than 65536 tokens: uint32 ids (the same text, EOS now 70000)
+"$PY" - "$S/tok" "$S/tok_big" <<'PYEOF'
+import json, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+t = json.load(open(os.path.join(src, "tokenizer.json"), encoding="utf-8"))
+v = t["model"]["vocab"]
+for i in range(len(v), 70000):
+    v["<unused%d>" % i] = i
+t["added_tokens"][0]["id"] = 70000
+os.makedirs(dst, exist_ok=True)
+json.dump(t, open(os.path.join(dst, "tokenizer.json"), "w", encoding="utf-8"), ensure_ascii=False)
+open(os.path.join(dst, "tokenizer_config.json"), "w").write(open(os.path.join(src, "tokenizer_config.json")).read())
+PYEOF
+expect_ok "tokenize with a 70001-token vocabulary" "$DT" tokenize --tokenizer "$S/tok_big" --data "$CORPUS" \
+    --out "$S/ds_big" --val-fraction 0.05 --quiet --documents line
+expect_ok "the same with 457 tokens" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" \
+    --out "$S/ds_457" --val-fraction 0.05 --quiet --documents line
+check "uint32 shards hold the uint16 dataset's ids (EOS 456 → 70000)" "$PY" - "$S/ds_big" "$S/ds_457" <<'PYEOF'
+import json, os, struct, sys
+def read(d):
+    man = json.load(open(os.path.join(d, "dataset.json")))
+    out = []
+    for split in ("train", "val"):
+        for name in man["splits"][split]["shards"]:
+            raw = open(os.path.join(d, name), "rb").read()
+            width, count = struct.unpack("<IQ", raw[12:24])
+            out += struct.unpack("<%d%s" % (count, "H" if width == 2 else "I"), raw[64:])
+    return man, out
+big_man, big = read(sys.argv[1])
+small_man, small = read(sys.argv[2])
+assert big_man["dtype"] == "uint32" and small_man["dtype"] == "uint16"
+assert big == [70000 if i == 456 else i for i in small]
+PYEOF
+
 # ---------------------------------------------------------------- train, checkpoint, generate, eval
 expect_ok "train --tokens" "$DT" train --tokens "$S/ds" --out "$S/m" --preset tiny --steps 30 --batch 4 --seq 32 \
     --lr 3e-3 --eval-interval 15 --threads 2 --quiet
