@@ -95,6 +95,11 @@ int cmd_info(int argc, char **argv) {
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[1], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    dt_tok *tok = NULL;
+    if (dt_model_tokenizer(&m, argv[1], &tok, &err) < 0) {
+        dt_model_free(&m);
+        return cli_error(cmd, "%s", err.msg);
+    }
     const dt_config *c = &m.cfg;
     printf("model:      %s\n", argv[1]);
     printf("model_type: %s\n", c->arch == DT_ARCH_DIFF ? "diffllama (DIFF Transformer)" : "llama (Transformer)");
@@ -109,6 +114,10 @@ int cmd_info(int argc, char **argv) {
     if (rs->type == DT_ROPE_LLAMA3)
         printf("rope_scaling llama3 | factor %g | low_freq_factor %g | high_freq_factor %g | original context %d\n",
                rs->factor, rs->low_freq_factor, rs->high_freq_factor, rs->original_max_position_embeddings);
+    if (tok) printf("tokenizer:  %s (%d tokens; the embedding has %d rows)\n", dt_tok_path(tok),
+                    (int)dt_tok_vocab_size(tok), c->vocab_size);
+    else printf("tokenizer:  byte-level (token id = byte)\n");
+    dt_tok_free(tok);
     printf("special tokens: bos %d | pad %d | eos", c->special.bos_token_id, c->special.pad_token_id);
     for (int i = 0; i < c->special.n_eos; i++) printf(" %d", c->special.eos_token_id[i]);
     printf("%s\n", c->special.n_eos ? "" : " none");
