@@ -487,7 +487,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
         tr->n_train = dt_train_split(tr->n_tokens, o->val_fraction);
     }
     if (!o->tokens_path && (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1))
-        return dt_fail(err, "%s: %zu bytes is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
+        return dt_fail(err, "%s: %zu tokens is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
                        o->data_path, tr->n_tokens, T, 100.0 * o->val_fraction,
                        (size_t)((double)(2 * T + 3) / (o->val_fraction < 0.5 ? o->val_fraction : 1 - o->val_fraction)) +
                            1);
@@ -563,7 +563,7 @@ int dt_train(dt_train_options *o, dt_error *err) {
     const int tty = isatty(STDERR_FILENO) && !quiet;
     const int log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
     if (!quiet) {
-        fprintf(stderr, "%s %s: %zu parameters, %zu train / %zu validation bytes, %d steps of %d × %d tokens\n",
+        fprintf(stderr, "%s %s: %zu parameters, %zu train / %zu validation tokens, %d steps of %d × %d tokens\n",
                 o->resume ? "resuming" : "training", c->arch == DT_ARCH_DIFF ? "diffllama" : "llama",
                 tr.model.n_params, tr.n_train, tr.n_tokens - tr.n_train, o->steps, B, T);
         if (tr.ranks > 1)
