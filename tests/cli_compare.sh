@@ -41,7 +41,8 @@ out_has "REPORT.md has the command line, seeds, tables and verdicts" "$Q/REPORT.
     "## Tasks learned in training" "### recall" "### depth" "### icl" "### Learning curves" \
     "(DIFF better|Transformer better|No difference this run can resolve) on recall accuracy" \
     "In-context learning and the order of the examples" "std of accuracy over orders \\| much smaller" \
-    "final validation loss" "λ per layer" "No needle set"
+    "final validation loss" "λ per layer" "No needle set" "Post-training quantisation of weights and activations" \
+    "\| w8a8-smooth: KL from F32 \|"
 if [ -n "$PY" ]; then
     check "report.json parses and holds every run" "$PY" -c '
 import json, sys
@@ -53,6 +54,8 @@ for m in r["runs"]:
     assert m["quantisation"][0]["bits"] == 0 and len(m["quantisation"]) == 7
     assert m["outliers"]["attention_logits"]["top1"] > 0
     assert m["training"]["final_val_loss"] is not None
+    wq = [x["scheme"] for x in m["weight_quantisation"]]
+    assert wq == ["f32", "q8_0", "q4_0", "w8a8", "w8a8-smooth"], wq
     assert set(m["tasks"]) == {"recall", "depth", "icl"}
     assert len(m["learning_curve"]) >= 2 and "recall" in m["learning_curve"][-1]
 assert len(r["runs"][0]["lambda_final"]) == r["runs"][0]["layers"]

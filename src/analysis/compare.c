@@ -417,7 +417,8 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
                               .bits = {16, 8, 6, 5, 4, 3}, .needle = o->needle ? &ts : NULL,
                               .allocation_samples = o->quick ? 10 : 50, .tasks = o->tasks,
                               .task_eval = {.train_len = o->seq, .per_cell = o->task_examples, .seed = o->seed ^ 0x7E57ull,
-                                            .filler = filler, .filler_n = n_train}};
+                                            .filler = filler, .filler_n = n_train},
+                              .calib_tokens = tok, .calib_n = n_train, .calib_samples = o->quick ? 16 : 300};
     /* the trainings: every variant × seed (job v·seeds + s), then the scaling sizes (DIFF and its
      * baseline, first seed) */
     for (int s = 0; s < o->seeds && rc == 0; s++)

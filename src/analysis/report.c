@@ -19,6 +19,7 @@ void rp_model_free(rp_model *m) {
     needle_results_free(&m->needle);
     an_allocation_free(&m->allocation);
     icl_result_free(&m->icl);
+    if (m->n_wq) an_wq_rows_free(m->wq, m->n_wq - 1);
     for (int k = 0; k < TK_N_TASKS; k++) tk_result_free(&m->task[k]);
     memset(m, 0, sizeof *m);
 }
@@ -50,6 +51,20 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         if (rc == 0 && o->needle)
             rc = an_needle_exact(&m, &ro, o->needle, o->allocation_samples, &q->needle_correct, &q->needle_total, err);
         if (rc == 0) out->n_quant = b + 1;
+    }
+    if (rc == 0 && o->calib_tokens) {
+        /* the linear layers quantised (difftrans quantize), scored against F32 on the held-out text;
+         * as many calibration windows as the training text holds, up to calib_samples */
+        const size_t fit = o->calib_n / (size_t)o->seq, want = (size_t)(o->calib_samples > 0 ? o->calib_samples : 300);
+        an_wq_params p = {.eval_tokens = o->tokens, .eval_n = o->n, .seq = o->seq, .windows = o->windows,
+                          .calib_tokens = o->calib_tokens, .calib_n = o->calib_n,
+                          .calib_samples = (int)(fit < want ? fit : want), .calib_seq = o->seq, .seed = 1};
+        an_wq_scheme schemes[AN_WQ_MAX_SCHEMES];
+        int ns = 0;
+        if (p.calib_samples < 1) rc = dt_fail(err, "the training text is shorter than one calibration window of %d", o->seq);
+        if (rc == 0) rc = an_wq_parse_schemes("q8_0,q4_0,w8a8,w8a8-smooth", 0.5f, schemes, &ns, err);
+        if (rc == 0) rc = an_wq_run(&m, &p, schemes, ns, out->wq, err);
+        if (rc == 0) out->n_wq = ns + 1;
     }
     if (rc == 0 && o->needle) {
         out->have_needle = 1;

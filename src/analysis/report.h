@@ -14,6 +14,7 @@
 #include "analysis/icl.h"
 #include "analysis/needle.h"
 #include "analysis/tasks.h"
+#include "analysis/wquant.h"
 #include "difftrans.h"
 
 #define RP_MAX_BITS 8
@@ -48,6 +49,8 @@ typedef struct {
     tk_result task[TK_N_TASKS];
     int n_curve;     /* task accuracy during training */
     rp_curve_point curve[RP_MAX_CURVE];
+    int n_wq;        /* post-training quantisation rows: F32 first, then each scheme (0: not run) */
+    an_wq_row wq[AN_WQ_MAX_SCHEMES + 1];
 } rp_model;
 
 typedef struct {
@@ -60,6 +63,9 @@ typedef struct {
     int allocation_samples;       /* <= 0: all */
     int tasks;                    /* bit mask of tk_kind to evaluate */
     tk_eval_options task_eval;    /* their evaluation sets (max_len is taken from the model) */
+    const int *calib_tokens;      /* post-training quantisation: calibration text (the training part); */
+    size_t calib_n;               /* NULL: that analysis is skipped */
+    int calib_samples;            /* calibration windows (fewer when the training text has fewer) */
 } rp_analysis_options;
 
 /* Loads the checkpoint in dir and runs every analysis on it; fills *out (zeroed first). */

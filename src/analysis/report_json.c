@@ -59,6 +59,7 @@ static cJSON *model_json(const rp_model *m) {
         cJSON_AddItemToObject(ou, "layer_hidden_max",
                               cJSON_CreateDoubleArray(m->outliers.layer_hidden_max, m->outliers.n_layers + 1));
     }
+    if (m->n_wq) cJSON_AddItemToObject(e, "weight_quantisation", an_wq_rows_json(m->wq, m->n_wq - 1));
     cJSON *qa = cJSON_AddArrayToObject(e, "quantisation");
     for (int i = 0; i < m->n_quant; i++) {
         const an_quant_row *q = &m->quant[i];
