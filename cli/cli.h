@@ -33,6 +33,8 @@ int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(print
 int cli_bad_option(const char *cmd, int argc, char **argv);
 /* --arch diff|diffllama|transformer|llama; prints the error and returns -1 otherwise. */
 int cli_parse_arch(const char *cmd, const char *s, dt_arch *arch);
+/* --ablation a,b,...: applies the named ablations (dt_ablation_names) to cfg in order. */
+int cli_apply_ablations(const char *cmd, const char *list, dt_config *cfg);
 /* --threads N → OpenMP (and so OpenBLAS) thread count. */
 void cli_set_threads(int n);
 /* --dtype f32|bf16|f16 (also F32, float32, bfloat16, float16). */

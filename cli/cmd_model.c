@@ -9,14 +9,16 @@
 /* ---------------------------------------------------------------- init */
 
 static void init_help(void) {
-    printf("usage: difftrans init --out DIR [--arch diff|transformer] [--preset NAME | --config FILE]\n"
-           "                      [--subln] [--seed N] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n\n"
+    printf("usage: difftrans init --out DIR [--arch diff|transformer|v2] [--preset NAME | --config FILE]\n"
+           "                      [--subln] [--ablation LIST] [--seed N] [--dtype f32|bf16|f16]\n"
+           "                      [--max-shard-size SIZE]\n\n"
            "Writes a freshly initialised checkpoint (normal(0, 0.02) matrices, N(0, lambda_std_dev) λ\n"
            "vectors, ones for norm weights) and prints the parameter counts of the DIFF model and its\n"
            "matched Transformer (H/2 differential heads of width 2·hd ↔ H heads of width hd).\n"
            "--dtype and --max-shard-size as for `difftrans export`.\n"
-           "presets: %s [small]\n",
-           dt_config_preset_names());
+           "presets: %s [small]\n"
+           "--ablation: comma-separated model variants applied in order: %s\n",
+           dt_config_preset_names(), dt_ablation_names());
 }
 
 int cmd_init(int argc, char **argv) {
@@ -25,9 +27,9 @@ int cmd_init(int argc, char **argv) {
         {"preset", required_argument, 0, 'p'}, {"config", required_argument, 0, 'c'},
         {"subln", no_argument, 0, 'S'},        {"seed", required_argument, 0, 's'},
         {"dtype", required_argument, 0, 'D'},  {"max-shard-size", required_argument, 0, 'M'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"ablation", required_argument, 0, 'X'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    const char *cmd = "init", *out = NULL, *spec = "small";
+    const char *cmd = "init", *out = NULL, *spec = "small", *ablations = NULL;
     dt_save_options save = {0};
     dt_arch arch = DT_ARCH_DIFF;
     int subln = 0;
@@ -44,6 +46,7 @@ int cmd_init(int argc, char **argv) {
         case 'p':
         case 'c': spec = optarg; break;
         case 'S': subln = 1; break;
+        case 'X': ablations = optarg; break;
         case 's':
             if (parse_u64(cmd, "--seed", optarg, &seed)) return 1;
             break;
@@ -62,13 +65,16 @@ int cmd_init(int argc, char **argv) {
     dt_config cfg;
     if (cli_config(cmd, spec, arch, &cfg) != 0) return 1;
     if (subln && cfg.arch == DT_ARCH_DIFF) cfg.use_subln_weight = 1;
+    if (ablations && cli_apply_ablations(cmd, ablations, &cfg) != 0) return 1;
     dt_model m;
     dt_error err;
     if (dt_model_create(&m, &cfg, &err) != 0) return cli_error(cmd, "%s", err.msg);
     dt_model_init_random(&m, seed);
     int rc = dt_model_save_with(&m, out, &save, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
     if (rc == 0) {
-        printf("wrote %s (%s, %zu parameters)\n", out, cfg.arch == DT_ARCH_DIFF ? "diffllama" : "llama", m.n_params);
+        char what[96];
+        dt_config_describe(&cfg, what, sizeof what);
+        printf("wrote %s (%s, %zu parameters)\n", out, what, m.n_params);
         cli_print_param_counts(&cfg);
     }
     dt_model_free(&m);
@@ -102,7 +108,12 @@ int cmd_info(int argc, char **argv) {
     }
     const dt_config *c = &m.cfg;
     printf("model:      %s\n", argv[1]);
-    printf("model_type: %s\n", c->arch == DT_ARCH_DIFF ? "diffllama (DIFF Transformer)" : "llama (Transformer)");
+    static const char *const kinds[] = {"llama (Transformer)", "diffllama (DIFF Transformer)",
+                                        "difftrans_v2 (DIFF Transformer V2)"};
+    char what[96];
+    dt_config_describe(c, what, sizeof what);
+    printf("model_type: %s\n", kinds[c->arch]);
+    printf("variant:    %s\n", what);
     printf("vocab %d | hidden %d | intermediate %d | layers %d | heads %d (kv %d) | head_dim %d\n", c->vocab_size,
            c->hidden_size, c->intermediate_size, c->num_hidden_layers, c->num_attention_heads,
            c->num_key_value_heads, c->head_dim);
@@ -129,6 +140,9 @@ int cmd_info(int argc, char **argv) {
                qs == DT_QUANT_W8A8 ? (qo.dynamic_activations ? ", dynamic per-token activations" : ", static activation scales") : "",
                qs == DT_QUANT_W8A8 && qo.smooth_alpha >= 0 ? ", smoothed" : "", qo.lm_head ? ", LM head too" : "",
                dt_model_decode_bytes(&m) / 1e6);
+    if (c->arch == DT_ARCH_DIFF_V2)
+        printf("output heads: %d of width %d, each from query heads 2j, 2j+1 with a per-token λ = sigmoid(W_λ x)\n",
+               c->num_attention_heads / 2, c->head_dim);
     if (c->arch == DT_ARCH_DIFF) {
         printf("differential heads: %d of width %d | lambda_std_dev %g | subln weight %s\n", c->num_attention_heads / 2,
                2 * c->head_dim, (double)c->lambda_std_dev, c->use_subln_weight ? "yes" : "no");

@@ -25,10 +25,11 @@ static void help(void) {
            "tokenizer the model's vocab_size and bos/eos/pad ids are the tokenizer's (overriding the\n"
            "preset or --config), and every checkpoint holds tokenizer.json and tokenizer_config.json.\n\n"
            "model:\n"
-           "  --arch diff|transformer   DIFF Transformer (diffllama) or baseline (llama) [diff]\n"
+           "  --arch diff|transformer|v2  DIFF Transformer (diffllama), baseline (llama) or DIFF V2 [diff]\n"
            "  --preset NAME             size preset: %s [small]\n"
            "  --config FILE             a config.json instead of a preset (its model_type wins)\n"
            "  --subln                   learnable per-head norm weight (subln.weight) for DIFF\n"
+           "  --ablation LIST           model variants, comma-separated, applied in order: %s\n"
            "training:\n"
            "  --steps N                 optimizer steps [%d]\n"
            "  --batch N                 sequences per step [%d]\n"
@@ -67,7 +68,7 @@ static void help(void) {
            "Faults: a rank that dies ends the job at once (mpirun reports it and stops the others);\n"
            "a rank that hangs ends it within --comm-timeout S seconds (rank 0 names the ranks that did\n"
            "not arrive; the others give up after 1.5·S + 2 s). The last checkpoint stays intact.\n",
-           dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (double)d.min_lr_ratio, d.warmup,
+           dt_config_preset_names(), dt_ablation_names(), d.steps, d.batch, d.seq, (double)d.lr, (double)d.min_lr_ratio, d.warmup,
            (double)d.weight_decay, (double)d.grad_clip, (unsigned long long)d.seed, (double)d.val_fraction,
            d.eval_interval, d.eval_batches, d.save_interval, DEFAULT_COMM_TIMEOUT);
 }
@@ -77,6 +78,7 @@ int cmd_train(int argc, char **argv) {
         {"data", required_argument, 0, 'd'},      {"out", required_argument, 0, 'o'},
         {"arch", required_argument, 0, 'a'},      {"preset", required_argument, 0, 'p'},
         {"config", required_argument, 0, 'c'},    {"subln", no_argument, 0, 'S'},
+        {"ablation", required_argument, 0, 'X'},
         {"steps", required_argument, 0, 's'},     {"batch", required_argument, 0, 'b'},
         {"seq", required_argument, 0, 't'},       {"lr", required_argument, 0, 'l'},
         {"min-lr-ratio", required_argument, 0, 'm'}, {"warmup", required_argument, 0, 'w'},
@@ -90,7 +92,7 @@ int cmd_train(int argc, char **argv) {
         {"tokens", required_argument, 0, 'k'},    {"tokenizer", required_argument, 0, 'z'},
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
-    const char *cmd = "train", *preset = "small", *config_path = NULL;
+    const char *cmd = "train", *preset = "small", *config_path = NULL, *ablations = NULL;
     dt_arch arch = DT_ARCH_DIFF;
     int threads = 0, subln = 0, steps_given = 0, accum_given = 0;
     float comm_timeout = (float)DEFAULT_COMM_TIMEOUT;
@@ -112,6 +114,7 @@ int cmd_train(int argc, char **argv) {
         case 'p': preset = optarg; break;
         case 'c': config_path = optarg; break;
         case 'S': subln = 1; break;
+        case 'X': ablations = optarg; break;
         case 's': bad = parse_int(cmd, "--steps", optarg, 1, 100000000, &o.steps), steps_given = 1; break;
         case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &o.batch); break;
         case 'K': bad = parse_int(cmd, "--grad-accum", optarg, 1, 4096, &o.grad_accum), accum_given = 1; break;
@@ -145,6 +148,7 @@ int cmd_train(int argc, char **argv) {
             return cli_error(cmd, "--data FILE or --tokens DATASET is required (see difftrans train --help)");
         if (cli_config(cmd, config_path ? config_path : preset, arch, &o.cfg) != 0) return 1;
         if (o.cfg.arch == DT_ARCH_DIFF && subln) o.cfg.use_subln_weight = 1;
+        if (ablations && cli_apply_ablations(cmd, ablations, &o.cfg) != 0) return 1;
     } else {
         if (!steps_given) o.steps = 0; /* take the saved run's step count */
         if (!accum_given) o.grad_accum = 0; /* and its gradient accumulation */

@@ -130,7 +130,19 @@ int parse_float(const char *cmd, const char *name, const char *s, double lo, dou
 int cli_parse_arch(const char *cmd, const char *s, dt_arch *arch) {
     if (!strcmp(s, "diff") || !strcmp(s, "diffllama")) *arch = DT_ARCH_DIFF;
     else if (!strcmp(s, "transformer") || !strcmp(s, "llama")) *arch = DT_ARCH_LLAMA;
-    else return -(cli_error(cmd, "--arch '%s': expected diff or transformer", s) != 0);
+    else if (!strcmp(s, "v2") || !strcmp(s, "diff-v2") || !strcmp(s, "difftrans_v2")) *arch = DT_ARCH_DIFF_V2;
+    else return -(cli_error(cmd, "--arch '%s': expected diff, transformer or v2", s) != 0);
+    return 0;
+}
+
+int cli_apply_ablations(const char *cmd, const char *list, dt_config *cfg) {
+    char buf[512];
+    if (snprintf(buf, sizeof buf, "%s", list) >= (int)sizeof buf)
+        return -(cli_error(cmd, "--ablation: list too long") != 0);
+    for (char *save = NULL, *name = strtok_r(buf, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        dt_error err;
+        if (dt_config_ablation(cfg, cfg, name, &err) != 0) return -(cli_error(cmd, "--ablation: %s", err.msg) != 0);
+    }
     return 0;
 }
 
@@ -178,11 +190,15 @@ int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) 
 
 void cli_print_param_counts(const dt_config *cfg) {
     dt_config other = dt_config_matched(cfg);
-    const dt_config *diff = cfg->arch == DT_ARCH_DIFF ? cfg : &other;
-    const dt_config *base = cfg->arch == DT_ARCH_DIFF ? &other : cfg;
+    const dt_config *diff = cfg->arch != DT_ARCH_LLAMA ? cfg : &other;
+    const dt_config *base = cfg->arch != DT_ARCH_LLAMA ? &other : cfg;
     size_t nd = dt_config_param_count(diff), nb = dt_config_param_count(base);
-    printf("parameters: DIFF %zu (%d differential heads of width %d) | matched Transformer %zu (%d heads of width %d)"
-           " | difference %+lld\n",
-           nd, diff->num_attention_heads / 2, 2 * diff->head_dim, nb, base->num_attention_heads, base->head_dim,
-           (long long)nd - (long long)nb);
+    if (diff->arch == DT_ARCH_DIFF_V2)
+        printf("parameters: DIFF V2 %zu (%d heads of width %d from %d query heads)", nd, diff->num_attention_heads / 2,
+               diff->head_dim, diff->num_attention_heads);
+    else
+        printf("parameters: DIFF %zu (%d differential heads of width %d)", nd, diff->num_attention_heads / 2,
+               2 * diff->head_dim);
+    printf(" | matched Transformer %zu (%d heads of width %d) | difference %+lld\n", nb, base->num_attention_heads,
+           base->head_dim, (long long)nd - (long long)nb);
 }

@@ -31,7 +31,17 @@ int dt_fail(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2
 
 /* ---------------------------------------------------------------- config */
 
-typedef enum { DT_ARCH_LLAMA = 0, DT_ARCH_DIFF = 1 } dt_arch;
+/* DT_ARCH_DIFF_V2 (ours, model_type "difftrans_v2"; Hugging Face cannot load it): DIFF V2 —
+ * H = 2h query heads of width hd (GQA over KV heads), each an ordinary causal softmax head a_i;
+ * h output heads o_j = a_{2j} − λ_{t,j}·a_{2j+1} with a per-token, per-head
+ * λ_{t,j} = sigmoid((W_λ x_t)_j), W_λ [h, C]; no per-head norm, no (1 − λinit); o_proj [C, h·hd]. */
+typedef enum { DT_ARCH_LLAMA = 0, DT_ARCH_DIFF = 1, DT_ARCH_DIFF_V2 = 2 } dt_arch;
+
+/* Position encoding (ours: "difftrans": {"position": "rope" | "alibi" | "none"}). ALiBi adds
+ * −m·(t − s) to the score of query t on key s; the slopes m follow Press et al. over the model's
+ * OUTPUT heads (baseline: H heads; DIFF: H/2 differential heads, both maps of a head sharing its
+ * slope; DIFF V2: h heads, both query heads of an output head sharing it). */
+typedef enum { DT_POS_ROPE = 0, DT_POS_ALIBI = 1, DT_POS_NONE = 2 } dt_position;
 
 /* config.json "rope_scaling" (HF semantics; the position ids are untouched, only the inverse
  * frequencies change): none, "linear" (inv_freq / factor) or "llama3" (low frequencies divided
@@ -72,6 +82,11 @@ typedef struct {
     int use_subln_weight;        /* DIFF: learnable per-head norm weight `subln.weight` (ours) */
     dt_rope_scaling rope_scaling;
     dt_special_ids special;
+    /* Ablations (ours, under "difftrans" in config.json; 0 everywhere is the paper's model): */
+    dt_position position;        /* "position": RoPE (default), ALiBi or none */
+    int softmax1;                /* "softmax1": exp(s_i) / (1 + Σ exp(s_j)), may attend to nothing */
+    int no_head_norm;            /* DIFF: "head_norm": false — out_j = (1 − λinit)·u_j, no RMSNorm */
+    int fixed_lambda;            /* DIFF: "fixed_lambda": true — λ = λinit, no λ vectors */
 } dt_config;
 
 /* Fill a config from a named preset ("tiny", "small", ...) for an architecture. A DIFF preset
@@ -87,13 +102,27 @@ int dt_config_load(dt_config *cfg, const char *path, dt_error *err);
 dt_special_ids dt_special_ids_none(void);
 int dt_config_save(const dt_config *cfg, const char *path, dt_error *err);
 /* The parameter-matched model of the other architecture: same sizes, H/2 differential heads
- * ↔ H baseline heads of the same head_dim. */
+ * ↔ H baseline heads of the same head_dim; DIFF V2 with H = 2h query heads → the baseline with
+ * h heads. Ablation options carry over where they apply to the target (position, softmax1). */
 dt_config dt_config_matched(const dt_config *cfg);
 /* λinit = 0.8 − 0.6·exp(−0.3·l), l counted from 0. */
 float dt_lambda_init(int layer);
 /* RoPE inverse frequencies inv_freq[head_dim/2] exactly as transformers computes them in float32
  * (rope_theta^(−2i/hd), then the config's rope_scaling). */
 void dt_rope_inv_freq(const dt_config *cfg, float *inv_freq);
+/* Architecture name as in config.json's model_type: "llama", "diffllama", "difftrans_v2". */
+const char *dt_arch_name(dt_arch arch);
+
+/* Named ablations, short and stable (for `compare --ablations`): "rope", "alibi", "nope" (no
+ * position encoding), "softmax1", "nonorm" (DIFF without the per-head norm), "fixedlambda" (DIFF
+ * with λ = λinit), "v2" (DIFF V2 with h = the base's head count of the matched Transformer, i.e.
+ * 2h query heads of the same head_dim). dt_config_ablation writes into *out the variant of
+ * `base` the name describes (everything else unchanged); a name that does not apply to the
+ * base's architecture (nonorm on a Transformer) is an error naming both. */
+const char *dt_ablation_names(void);
+int dt_config_ablation(dt_config *out, const dt_config *base, const char *name, dt_error *err);
+/* A short description of cfg's architecture and ablations, e.g. "diffllama+alibi+nonorm". */
+void dt_config_describe(const dt_config *cfg, char *buf, size_t n);
 
 /* ---------------------------------------------------------------- safetensors */
 
@@ -186,8 +215,9 @@ typedef struct {
     float *q_proj;               /* [H*hd, C] */
     float *k_proj;               /* [KV*hd, C] */
     float *v_proj;               /* [KV*hd, C] */
-    float *o_proj;               /* [C, H*hd] */
-    float *lambda_q1, *lambda_k1, *lambda_q2, *lambda_k2; /* [hd] each, DIFF only */
+    float *o_proj;               /* [C, H*hd]; DIFF V2: [C, H/2*hd] */
+    float *lambda_q1, *lambda_k1, *lambda_q2, *lambda_k2; /* [hd] each, DIFF without fixed_lambda */
+    float *lambda_proj;          /* [H/2, C] W_λ, DIFF V2 only */
     float *subln;                /* [2*hd], DIFF with use_subln_weight only */
     float *post_attention_layernorm; /* [C] */
     float *gate_proj;            /* [F, C] */
@@ -226,7 +256,8 @@ void dt_model_init_random(dt_model *m, uint64_t seed);
 /* Make `views` point into `buf` (a buffer laid out like m->params), e.g. for gradients. */
 void dt_weights_view(const dt_model *m, float *buf, dt_weights *views, dt_layer_weights *layer_views);
 const dt_tensor *dt_model_find(const dt_model *m, const char *name);
-/* λ of a layer from the current weights (DIFF), 0 for the baseline. */
+/* λ of a layer from the current weights (DIFF; λinit with fixed_lambda), 0 for the baseline and
+ * for DIFF V2 (whose λ depends on the token). */
 float dt_model_lambda(const dt_model *m, int layer);
 
 /* Checkpoint directory: config.json, model.safetensors, difftrans_tokenizer.json. */
@@ -296,6 +327,10 @@ const float *dt_runstate_attention(const dt_runstate *rs, int layer);
 /* The scaled (and quantised) attention scores of a layer [B, H, T, T], zero above the diagonal;
  * NULL unless the run state keeps them (keep_logits). */
 const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer);
+/* DIFF V2: the per-token λ of a layer's last forward, [B, T, h] (λ_{t,j} = sigmoid((W_λ x_t)_j),
+ * output head j subtracting query head 2j + 1 from 2j), *n = B·T·h values (n may be NULL); NULL
+ * for the other architectures. */
+const float *dt_runstate_token_lambda(const dt_runstate *rs, int layer, size_t *n);
 /* The residual stream entering layer `layer` [B, T, C]; layer L is the input of the final norm. */
 const float *dt_runstate_hidden(const dt_runstate *rs, int layer);
 

@@ -101,6 +101,11 @@ typedef struct {
     int null_grads; /* 1: dq and dk NULL; 2: dv NULL */
 } fcase;
 
+/* the ablations of a case (no_norm: DIFF only) */
+typedef struct {
+    int alibi, softmax1, no_norm;
+} fablation;
+
 /* log-sum-exp of the scaled causal scores, in double from q and k directly */
 static void lse_double(float *lse, const float *q, const float *k, const attention_shape *s) {
     const int T = s->T, H = s->H, KV = s->KV, hd = s->hd, G = H / KV;
@@ -109,16 +114,18 @@ static void lse_double(float *lse, const float *q, const float *k, const attenti
         for (int i = 0; i < H; i++)
             for (int t = 0; t < T; t++) {
                 const float *qt = q + ((size_t)b * T + t) * H * hd + (size_t)i * hd;
-                double mx = -INFINITY, sum = 0.0;
+                /* softmax1: a virtual key of score 0 joins the max and the sum */
+                double mx = s->softmax1 ? 0.0 : -INFINITY, sum = 0.0;
                 double *sc = malloc(sizeof(double) * (size_t)(t + 1));
                 assert_non_null(sc);
                 for (int u = 0; u <= t; u++) {
                     const float *ku = k + ((size_t)b * T + u) * KV * hd + (size_t)(i / G) * hd;
                     double d = 0.0;
                     for (int c = 0; c < hd; c++) d += (double)qt[c] * ku[c];
-                    sc[u] = d * scale;
+                    sc[u] = d * scale - (s->alibi ? (double)s->alibi[i] * (t - u) : 0.0);
                     mx = sc[u] > mx ? sc[u] : mx;
                 }
+                if (s->softmax1) sum = exp(-mx);
                 for (int u = 0; u <= t; u++) sum += exp(sc[u] - mx);
                 lse[((size_t)b * H + i) * T + t] = (float)(mx + log(sum));
                 free(sc);
@@ -157,29 +164,35 @@ static double dlambda_magnitude(const float *dout, const float *pre, const float
             double r = rstd[n * Hd + j], m = 0.0;
             for (int c = 0; c < w2; c++) m += (s->subln ? s->subln[c] : 1.0) * dy[c] * u[c];
             for (int c = 0; c < w2; c++) {
-                double du = alpha * r * ((s->subln ? s->subln[c] : 1.0) * dy[c] - r * r * m / w2 * u[c]);
+                double du = s->no_norm ? alpha * dy[c]
+                                       : alpha * r * ((s->subln ? s->subln[c] : 1.0) * dy[c] - r * r * m / w2 * u[c]);
                 total += fabs(du * o2[c]);
             }
         }
     return total;
 }
 
-static void run_case(const fcase *c, uint64_t seed) {
+static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
     uint64_t rng = seed;
     const int B = c->B, T = c->T, H = c->H, KV = c->KV, hd = c->hd, Hd = H / 2, w2 = 2 * hd;
     const size_t nq = (size_t)B * T * H * hd, nk = (size_t)B * T * KV * hd, nmap = (size_t)B * H * T * T;
     const size_t nrs = (size_t)B * T * (H / 2 > 0 ? H / 2 : 1), no12 = (size_t)B * T * Hd * 2 * w2;
     char label[200];
-    snprintf(label, sizeof label, "B%d T%d H%d KV%d hd%d %s%s lambda %g init %g qk %g null %d", B, T, H, KV, hd,
-             c->diff ? "diff" : "base", c->subln ? " subln" : "", c->lambda, c->lambda_init, c->qk_std,
+    snprintf(label, sizeof label, "B%d T%d H%d KV%d hd%d %s%s%s%s%s lambda %g init %g qk %g null %d", B, T, H, KV,
+             hd, c->diff ? "diff" : "base", c->subln ? " subln" : "", a->alibi ? " alibi" : "",
+             a->softmax1 ? " softmax1" : "", a->no_norm ? " no-norm" : "", c->lambda, c->lambda_init, c->qk_std,
              c->null_grads);
 
     float *q = frand(nq, c->qk_std, &rng), *k = frand(nk, c->qk_std, &rng), *v = frand(nk, 1.0f, &rng);
     float *subln = c->subln ? frand(w2, 0.5f, &rng) : NULL;
     if (subln)
         for (int i = 0; i < w2; i++) subln[i] += 1.0f;
+    /* ALiBi: a different slope for every query head (from 2^-8 to 1), so that a wrong index shows */
+    float *slopes = a->alibi ? fnew((size_t)H) : NULL;
+    for (int i = 0; slopes && i < H; i++) slopes[i] = ldexpf(1.0f, -8 + (8 * i) / (H > 1 ? H - 1 : 1));
     attention_shape s = {.B = B, .T = T, .H = H, .KV = KV, .hd = hd, .diff = c->diff, .lambda = c->lambda,
-                         .lambda_init = c->lambda_init, .eps = 1e-5f, .subln = subln};
+                         .lambda_init = c->lambda_init, .eps = 1e-5f, .subln = subln, .alibi = slopes,
+                         .softmax1 = a->softmax1, .no_norm = a->no_norm};
 
     /* reference */
     float *out_r = fnan(nq), *att = fnan(nmap), *pre_r = fnan(nq), *rstd_r = fnan(nrs);
@@ -281,10 +294,13 @@ static void run_case(const fcase *c, uint64_t seed) {
     free(keep_out), free(keep_dq), free(keep_dk), free(keep_dv);
     }
     omp_set_num_threads(2);
+    free(slopes);
     free(q), free(k), free(v), free(subln), free(out_r), free(att), free(pre_r), free(rstd_r);
     free(dout), free(dout_copy), free(dq0), free(dk0), free(dv0), free(dsub0);
     free(dq_r), free(dk_r), free(dv_r), free(dsub_r), free(lse_d), free(o12_r);
 }
+
+static void run_case(const fcase *c, uint64_t seed) { run_case_with(c, &(fablation){0}, seed); }
 
 static void run_cases(const fcase *cases, int n, uint64_t seed) {
     for (int i = 0; i < n; i++) run_case(&cases[i], seed + 7919u * (uint64_t)i);
@@ -401,6 +417,26 @@ static void test_tile_boundaries(void **state) {
     report_margin(__func__);
 }
 
+/* the ablations: ALiBi, softmax1 and (DIFF) no per-head norm, alone and together, across the
+ * tiles, with GQA, peaky maps and a length where ALiBi's biases reach hundreds */
+static void test_ablations(void **state) {
+    (void)state;
+    static const struct {
+        fcase c;
+        fablation a;
+    } cases[] = {
+        {{2, 130, 4, 2, 16, 0, 0, 0, 0, 1.0f, 0}, {1, 0, 0}},       {{1, 97, 4, 1, 8, 0, 0, 0, 0, 1.0f, 0}, {0, 1, 0}},
+        {{2, 150, 8, 2, 32, 0, 0, 0, 0, 3.0f, 0}, {1, 1, 0}},       {{1, 49, 3, 3, 5, 0, 0, 0, 0, 1.0f, 0}, {1, 1, 0}},
+        {{2, 130, 4, 2, 16, 1, 1, 0.8f, 0.3f, 1.0f, 0}, {1, 0, 0}}, {{1, 97, 4, 1, 8, 1, 1, 0.5f, 0.5f, 1.0f, 0}, {0, 1, 0}},
+        {{2, 100, 4, 2, 16, 1, 0, 0.8f, 0.2f, 1.0f, 0}, {0, 0, 1}}, {{1, 129, 6, 3, 8, 1, 0, 0.6f, 0.4f, 2.0f, 0}, {1, 1, 1}},
+        {{2, 70, 4, 2, 12, 1, 0, 0.8f, 0.5f, 1.0f, 1}, {1, 1, 1}},  {{2, 70, 4, 2, 12, 0, 0, 0, 0, 1.0f, 2}, {1, 1, 0}},
+        {{1, 1, 2, 1, 8, 1, 0, 0.8f, 0.8f, 1.0f, 0}, {1, 1, 1}},    {{1, 600, 2, 1, 16, 0, 0, 0, 0, 1.0f, 0}, {1, 1, 0}},
+        {{1, 400, 2, 2, 16, 1, 0, 0.8f, 0.5f, 1.0f, 0}, {1, 0, 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case_with(&cases[i].c, &cases[i].a, 79 + 7919u * i);
+    report_margin(__func__);
+}
+
 /* gradient outputs that are NULL are skipped, the others still right */
 static void test_null_grads(void **state) {
     (void)state;
@@ -447,7 +483,7 @@ int main(void) {
         cmocka_unit_test(test_exp_accuracy),   cmocka_unit_test(test_base_small),
         cmocka_unit_test(test_base_gqa_peaky), cmocka_unit_test(test_diff_small),
         cmocka_unit_test(test_diff_gqa_peaky), cmocka_unit_test(test_tile_boundaries),
-        cmocka_unit_test(test_null_grads),
+        cmocka_unit_test(test_null_grads),     cmocka_unit_test(test_ablations),
         cmocka_unit_test(test_long),           cmocka_unit_test(test_scratch_independent_of_T),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

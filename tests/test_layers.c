@@ -16,12 +16,15 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <omp.h>
 
 #include "difftrans.h"
 #include "layers/layers.h"
 #include "testutil.h"
 
 /* ------------------------------------------------------------------ helpers */
+
+static int omp_threads_for_test(void) { return omp_get_max_threads(); }
 
 static double dot_d(const float *a, const float *b, size_t n) {
     double s = 0.0;
@@ -378,7 +381,13 @@ typedef struct {
     float *q, *k, *v, *r;
     float *out, *att, *pre, *rstd;
     float *sub; /* subln weights when used (s.subln points here) */
+    float *slopes; /* ALiBi slopes when used (s.alibi points here) */
 } attn_ctx;
+
+/* the ablation options of a test case */
+typedef struct {
+    int alibi, softmax1, no_norm;
+} attn_opts;
 
 static size_t nq(const attention_shape *s) { return (size_t)s->B * s->T * s->H * s->hd; }
 static size_t nkv(const attention_shape *s) { return (size_t)s->B * s->T * s->KV * s->hd; }
@@ -390,11 +399,16 @@ static double attn_loss(void *p) {
     return dot_d(c->out, c->r, nq(&c->s));
 }
 
-static void attn_init(attn_ctx *c, int B, int T, int H, int KV, int hd, int diff, int subln, float lambda,
-                      uint64_t seed) {
+static void attn_init_opts(attn_ctx *c, int B, int T, int H, int KV, int hd, int diff, int subln, float lambda,
+                           uint64_t seed, const attn_opts *o) {
     memset(c, 0, sizeof *c);
     c->s = (attention_shape){.B = B, .T = T, .H = H, .KV = KV, .hd = hd, .diff = diff, .lambda = lambda,
-                             .lambda_init = 0.35f, .eps = 1e-5f};
+                             .lambda_init = 0.35f, .eps = 1e-5f, .softmax1 = o->softmax1, .no_norm = o->no_norm};
+    if (o->alibi) { /* a different slope for every query head, so that a wrong head index shows */
+        c->slopes = fnew((size_t)H);
+        for (int i = 0; i < H; i++) c->slopes[i] = 0.05f + 0.15f * (float)i;
+        c->s.alibi = c->slopes;
+    }
     uint64_t rng = seed;
     c->q = frand(nq(&c->s), 1, &rng);
     c->k = frand(nkv(&c->s), 1, &rng);
@@ -411,9 +425,14 @@ static void attn_init(attn_ctx *c, int B, int T, int H, int KV, int hd, int diff
     }
 }
 
+static void attn_init(attn_ctx *c, int B, int T, int H, int KV, int hd, int diff, int subln, float lambda,
+                      uint64_t seed) {
+    attn_init_opts(c, B, T, H, KV, hd, diff, subln, lambda, seed, &(attn_opts){0});
+}
+
 static void attn_free(attn_ctx *c) {
     free(c->q), free(c->k), free(c->v), free(c->r), free(c->out), free(c->att), free(c->pre), free(c->rstd);
-    free(c->sub);
+    free(c->sub), free(c->slopes);
 }
 
 /* The forward written straight from the definition, in double, one output element at a time
@@ -430,13 +449,15 @@ static void attn_check_forward(attn_ctx *c) {
     for (int b = 0; b < B; b++) {
         for (int i = 0; i < H; i++)
             for (int t = 0; t < T; t++) {
-                double *a = A + ((size_t)i * T + t) * T, mx = -INFINITY, sum = 0;
+                /* softmax1: a virtual key of score 0 joins the max and the sum */
+                double *a = A + ((size_t)i * T + t) * T, mx = s->softmax1 ? 0.0 : -INFINITY, sum = 0;
                 for (int u_ = 0; u_ <= t; u_++) {
                     double d = 0;
                     for (int e = 0; e < hd; e++) d += (double)Q(b, t, i, e) * K(b, u_, i / G, e);
-                    a[u_] = d / sqrt(hd);
+                    a[u_] = d / sqrt(hd) - (s->alibi ? (double)s->alibi[i] * (t - u_) : 0.0);
                     mx = fmax(mx, a[u_]);
                 }
+                if (s->softmax1) sum = exp(-mx);
                 for (int u_ = 0; u_ <= t; u_++) sum += (a[u_] = exp(a[u_] - mx));
                 for (int u_ = 0; u_ < T; u_++) {
                     a[u_] = u_ <= t ? a[u_] / sum : 0.0;
@@ -468,7 +489,7 @@ static void attn_check_forward(attn_ctx *c) {
                     ss += u[e] * u[e];
                     assert_true(fabs(c->pre[(((size_t)b * T + t) * Hd + j) * 2 * hd + e] - u[e]) < 1e-5);
                 }
-                double r = 1.0 / sqrt(ss / (2 * hd) + s->eps);
+                double r = s->no_norm ? 1.0 : 1.0 / sqrt(ss / (2 * hd) + s->eps);
                 assert_true(fabs(c->rstd[((size_t)b * T + t) * Hd + j] - r) <= 1e-5 * r);
                 for (int e = 0; e < 2 * hd; e++) {
                     double y = (1.0 - s->lambda_init) * u[e] * r * (s->subln ? s->subln[e] : 1.0);
@@ -484,12 +505,14 @@ static void attn_check_forward(attn_ctx *c) {
 }
 
 /* forward against the double reference, then dq, dk, dv (and DIFF: dλ, dsubln) against FD */
-static void attn_check(int B, int T, int H, int KV, int hd, int diff, int subln, uint64_t seed) {
+static void attn_check_opts(int B, int T, int H, int KV, int hd, int diff, int subln, uint64_t seed,
+                            const attn_opts *o) {
     attn_ctx c;
-    attn_init(&c, B, T, H, KV, hd, diff, subln, 0.6f, seed);
-    char tag[96];
-    snprintf(tag, sizeof tag, "%s B%d T%d H%d KV%d hd%d%s", diff ? "diff" : "base", B, T, H, KV, hd,
-             subln ? " subln" : "");
+    attn_init_opts(&c, B, T, H, KV, hd, diff, subln, 0.6f, seed, o);
+    char tag[128];
+    snprintf(tag, sizeof tag, "%s B%d T%d H%d KV%d hd%d%s%s%s%s", diff ? "diff" : "base", B, T, H, KV, hd,
+             subln ? " subln" : "", o->alibi ? " alibi" : "", o->softmax1 ? " softmax1" : "",
+             o->no_norm ? " no-norm" : "");
     print_message("attention %s\n", tag);
     attn_loss(&c);
     attn_check_forward(&c);
@@ -521,6 +544,214 @@ static void attn_check(int B, int T, int H, int KV, int hd, int diff, int subln,
     }
     free(dq0), free(dk0), free(dv0), free(dq), free(dk), free(dv), free(ds0), free(ds), free(scratch), free(rcopy);
     attn_free(&c);
+}
+
+static void attn_check(int B, int T, int H, int KV, int hd, int diff, int subln, uint64_t seed) {
+    attn_check_opts(B, T, H, KV, hd, diff, subln, seed, &(attn_opts){0});
+}
+
+/* the ablations in the reference kernel, alone and together, for both kinds */
+static void test_attention_ablations(void **state) {
+    (void)state;
+    for (int diff = 0; diff < 2; diff++) {
+        attn_check_opts(2, 7, 4, 2, 8, diff, 0, 61 + diff, &(attn_opts){.alibi = 1});
+        attn_check_opts(2, 7, 4, 1, 8, diff, diff, 63 + diff, &(attn_opts){.softmax1 = 1});
+        attn_check_opts(2, 6, 4, 2, 8, diff, 0, 65 + diff, &(attn_opts){.alibi = 1, .softmax1 = 1, .no_norm = diff});
+    }
+    attn_check_opts(2, 7, 4, 2, 8, 1, 0, 67, &(attn_opts){.no_norm = 1});
+    attn_check_opts(2, 9, 6, 3, 4, 1, 0, 68, &(attn_opts){.no_norm = 1, .alibi = 1});
+}
+
+/* softmax1 can attend to nothing: with every score far below 0 the row's weights vanish, where
+ * the softmax would still sum to 1 */
+static void test_softmax1_attends_to_nothing(void **state) {
+    (void)state;
+    attn_ctx c;
+    attn_init_opts(&c, 1, 5, 2, 1, 8, 0, 0, 0, 69, &(attn_opts){.softmax1 = 1});
+    for (int e = 0; e < 8; e++) c.q[e] = c.q[16 + e] = 0; /* rows 0, 1 of head 0 */
+    for (size_t i = 0; i < nkv(&c.s); i++) c.k[i] = 0;
+    c.q[0] = 40.0f, c.k[0] = -1.0f; /* query 0 on key 0: score −40/√8 */
+    attn_loss(&c);
+    assert_true(c.att[0] < 1e-5f);
+    /* query 1 sees two scores of 0 and the virtual one: weights 1/3 each */
+    assert_true(fabsf(c.att[5] - 1.0f / 3) < 1e-6f && fabsf(c.att[6] - 1.0f / 3) < 1e-6f);
+    attn_free(&c);
+}
+
+static void test_alibi_slopes(void **state) {
+    (void)state;
+    float s[12];
+    alibi_slopes(s, 8); /* 2^-1 ... 2^-8 */
+    for (int k = 0; k < 8; k++) assert_true(s[k] == ldexpf(1.0f, -(k + 1)));
+    alibi_slopes(s, 6); /* 4 heads: 2^-2, 2^-4, 2^-6, 2^-8; then 2^-1, 2^-3 from 8 heads */
+    static const int want6[] = {2, 4, 6, 8, 1, 3};
+    for (int k = 0; k < 6; k++) assert_true(s[k] == ldexpf(1.0f, -want6[k]));
+    alibi_slopes(s, 1);
+    assert_true(s[0] == ldexpf(1.0f, -8));
+    /* the query heads of one output head share its slope */
+    alibi_query_slopes(s, DT_ARCH_DIFF, 8); /* 4 differential heads: j and j + 4 */
+    for (int j = 0; j < 4; j++) assert_true(s[j] == ldexpf(1.0f, -2 * (j + 1)) && s[j + 4] == s[j]);
+    alibi_query_slopes(s, DT_ARCH_DIFF_V2, 12); /* 6 output heads: 2j and 2j + 1 */
+    for (int j = 0; j < 6; j++) assert_true(s[2 * j] == ldexpf(1.0f, -want6[j]) && s[2 * j + 1] == s[2 * j]);
+    alibi_query_slopes(s, DT_ARCH_LLAMA, 8);
+    for (int k = 0; k < 8; k++) assert_true(s[k] == ldexpf(1.0f, -(k + 1)));
+}
+
+/* ------------------------------------------------------------------ DIFF V2 */
+
+typedef struct {
+    float *a, *z, *out, *lam, *r;
+    int N, h, hd;
+} combine_ctx;
+
+static double combine_loss(void *p) {
+    combine_ctx *c = p;
+    diffv2_combine_forward(c->out, c->lam, c->z, c->a, c->N, c->h, c->hd);
+    return dot_d(c->out, c->r, (size_t)c->N * c->h * c->hd);
+}
+
+static void test_diffv2_combine(void **state) {
+    (void)state;
+    uint64_t rng = 71;
+    combine_ctx c = {.N = 5, .h = 3, .hd = 4};
+    const size_t na = (size_t)c.N * 2 * c.h * c.hd, nz = (size_t)c.N * c.h, no = nz * c.hd;
+    c.a = frand(na, 1, &rng), c.z = frand(nz, 2, &rng), c.r = frand(no, 1, &rng);
+    c.out = fnan(no), c.lam = fnan(nz);
+    combine_loss(&c);
+    for (int n = 0; n < c.N; n++)
+        for (int j = 0; j < c.h; j++) {
+            double l = 1.0 / (1.0 + exp(-(double)c.z[n * c.h + j]));
+            assert_true(fabs(c.lam[n * c.h + j] - l) < 1e-6);
+            for (int e = 0; e < c.hd; e++) {
+                double want = c.a[((size_t)n * 2 * c.h + 2 * j) * c.hd + e] - l * c.a[((size_t)n * 2 * c.h + 2 * j + 1) * c.hd + e];
+                assert_true(fabs(c.out[((size_t)n * c.h + j) * c.hd + e] - want) < 1e-5);
+            }
+        }
+    float *da0 = frand(na, 1, &rng), *dz0 = frand(nz, 1, &rng), *da = fcopy(da0, na), *dz = fcopy(dz0, nz);
+    diffv2_combine_backward(da, dz, c.r, c.a, c.lam, c.N, c.h, c.hd);
+    sub_start(da, da0, na);
+    sub_start(dz, dz0, nz);
+    check_grad("v2 combine da", c.a, na, da, combine_loss, &c, 1e-3f, 1e-2, 2e-3);
+    check_grad("v2 combine dz", c.z, nz, dz, combine_loss, &c, 1e-3f, 1e-2, 2e-3);
+    free(c.a), free(c.z), free(c.r), free(c.out), free(c.lam), free(da0), free(dz0), free(da), free(dz);
+}
+
+/* The whole DIFF V2 attention block from its definition, in double: x [N, C] (the normalised
+ * input) → q = x W_qᵀ (2h heads), k, v (KV heads), RoPE, a_i = softmax(q_i k_gᵀ/√hd) v_g with
+ * g = ⌊i·KV/(2h)⌋, λ_{t,j} = sigmoid((W_λ x_t)_j), o_j = a_{2j} − λ_{t,j}·a_{2j+1}, y = o W_oᵀ.
+ * Against the library's layers composed as the model composes them, with both attention kernels. */
+static void check_diffv2_block(int B, int T, int C, int h, int KV, int hd, uint64_t seed) {
+    const int H = 2 * h, N = B * T;
+    uint64_t rng = seed;
+    float *x = frand((size_t)N * C, 1, &rng), *wq = frand((size_t)H * hd * C, 0.3f, &rng);
+    float *wk = frand((size_t)KV * hd * C, 0.3f, &rng), *wv = frand((size_t)KV * hd * C, 0.3f, &rng);
+    float *wl = frand((size_t)h * C, 0.5f, &rng), *wo = frand((size_t)C * h * hd, 0.3f, &rng);
+    /* double definition */
+    double *y = calloc((size_t)N * C, sizeof(double));
+    double *q = malloc(sizeof(double) * N * H * hd), *k = malloc(sizeof(double) * N * KV * hd);
+    double *v = malloc(sizeof(double) * N * KV * hd), *a = malloc(sizeof(double) * N * H * hd);
+    assert_non_null(y), assert_non_null(q), assert_non_null(k), assert_non_null(v), assert_non_null(a);
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < H * hd; o++) {
+            double acc = 0;
+            for (int c = 0; c < C; c++) acc += (double)wq[(size_t)o * C + c] * x[(size_t)n * C + c];
+            q[(size_t)n * H * hd + o] = acc;
+        }
+        for (int o = 0; o < KV * hd; o++) {
+            double ak = 0, av = 0;
+            for (int c = 0; c < C; c++) {
+                ak += (double)wk[(size_t)o * C + c] * x[(size_t)n * C + c];
+                av += (double)wv[(size_t)o * C + c] * x[(size_t)n * C + c];
+            }
+            k[(size_t)n * KV * hd + o] = ak, v[(size_t)n * KV * hd + o] = av;
+        }
+        /* RoPE, rotate_half convention, position t = n mod T */
+        const int t = n % T;
+        for (int which = 0; which < 2; which++) {
+            double *base = which ? k + (size_t)n * KV * hd : q + (size_t)n * H * hd;
+            for (int hh = 0; hh < (which ? KV : H); hh++)
+                for (int i = 0; i < hd / 2; i++) {
+                    double ang = t * pow(10000.0, -2.0 * i / hd), c0 = cos(ang), s0 = sin(ang);
+                    double *p = base + (size_t)hh * hd, x0 = p[i], x1 = p[i + hd / 2];
+                    p[i] = x0 * c0 - x1 * s0, p[i + hd / 2] = x1 * c0 + x0 * s0;
+                }
+        }
+    }
+    double *sc = malloc(sizeof(double) * T);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < H; i++)
+            for (int t = 0; t < T; t++) {
+                const int g = i * KV / H;
+                const double *qi = q + ((size_t)(b * T + t) * H + i) * hd;
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    const double *ku = k + ((size_t)(b * T + u) * KV + g) * hd;
+                    double d = 0;
+                    for (int e = 0; e < hd; e++) d += qi[e] * ku[e];
+                    sc[u] = d / sqrt(hd);
+                    mx = fmax(mx, sc[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += (sc[u] = exp(sc[u] - mx));
+                for (int e = 0; e < hd; e++) {
+                    double acc = 0;
+                    for (int u = 0; u <= t; u++) acc += sc[u] / sum * v[((size_t)(b * T + u) * KV + g) * hd + e];
+                    a[((size_t)(b * T + t) * H + i) * hd + e] = acc;
+                }
+            }
+    for (int n = 0; n < N; n++) {
+        double *o = malloc(sizeof(double) * h * hd);
+        for (int j = 0; j < h; j++) {
+            double zl = 0;
+            for (int c = 0; c < C; c++) zl += (double)wl[(size_t)j * C + c] * x[(size_t)n * C + c];
+            double lam = 1.0 / (1.0 + exp(-zl));
+            for (int e = 0; e < hd; e++)
+                o[j * hd + e] = a[((size_t)n * H + 2 * j) * hd + e] - lam * a[((size_t)n * H + 2 * j + 1) * hd + e];
+        }
+        for (int c = 0; c < C; c++)
+            for (int e = 0; e < h * hd; e++) y[(size_t)n * C + c] += (double)wo[(size_t)c * h * hd + e] * o[e];
+        free(o);
+    }
+    /* the library's layers, with each kernel */
+    attention_shape s = {.B = B, .T = T, .H = H, .KV = KV, .hd = hd};
+    float *fq = fnew((size_t)N * H * hd), *fk = fnew((size_t)N * KV * hd), *fv = fnew((size_t)N * KV * hd);
+    float *fa = fnan((size_t)N * H * hd), *att = fnan((size_t)B * H * T * T), *lse = fnan((size_t)B * H * T);
+    float *lam = fnan((size_t)N * h), *fo = fnan((size_t)N * h * hd), *fy = fnan((size_t)N * C);
+    float *scratch = fnan(flash_attention_scratch_floats(&s, omp_threads_for_test()));
+    linear_forward(fq, x, wq, N, C, H * hd);
+    linear_forward(fk, x, wk, N, C, KV * hd);
+    linear_forward(fv, x, wv, N, C, KV * hd);
+    float inv_freq[64];
+    dt_config rc;
+    dt_error err;
+    assert_int_equal(dt_config_preset(&rc, "tiny", DT_ARCH_LLAMA, &err), 0);
+    rc.head_dim = hd; /* default RoPE, θ = 10000 */
+    dt_rope_inv_freq(&rc, inv_freq);
+    rope_apply(fq, B, T, H, hd, 0, inv_freq, +1);
+    rope_apply(fk, B, T, KV, hd, 0, inv_freq, +1);
+    for (int fused = 0; fused < 2; fused++) {
+        if (fused) flash_attention_forward(fa, lse, NULL, NULL, NULL, fq, fk, fv, scratch, &s);
+        else attention_forward(fa, att, NULL, NULL, fq, fk, fv, &s);
+        linear_forward(lam, x, wl, N, C, h);
+        diffv2_combine_forward(fo, lam, lam, fa, N, h, hd);
+        linear_forward(fy, fo, wo, N, h * hd, C);
+        double worst = 0, scale = 0;
+        for (size_t i = 0; i < (size_t)N * C; i++) {
+            scale = fmax(scale, fabs(y[i]));
+            worst = fmax(worst, isnan(fy[i]) ? INFINITY : fabs(fy[i] - y[i]));
+        }
+        print_message("  V2 block B%d T%d h%d KV%d hd%d (%s kernel): max |error| %.3g of max |y| %.3g\n", B, T, h, KV, hd,
+                      fused ? "fused" : "reference", worst, scale);
+        assert_true(worst <= 2e-5 * fmax(scale, 1.0));
+    }
+    free(x), free(wq), free(wk), free(wv), free(wl), free(wo), free(y), free(q), free(k), free(v), free(a), free(sc);
+    free(fq), free(fk), free(fv), free(fa), free(att), free(lse), free(lam), free(fo), free(fy), free(scratch);
+}
+
+static void test_diffv2_block(void **state) {
+    (void)state;
+    check_diffv2_block(2, 7, 12, 2, 2, 8, 81); /* query heads 0,1 → kv 0; 2,3 → kv 1 */
+    check_diffv2_block(1, 13, 10, 3, 3, 4, 82); /* KV = h: each output head's pair shares one kv head */
+    check_diffv2_block(2, 5, 12, 2, 1, 8, 83);  /* one kv head for all */
 }
 
 static void test_attention_baseline(void **state) {
@@ -629,6 +860,11 @@ int main(void) {
         cmocka_unit_test(test_attention_causal_rows),
         cmocka_unit_test(test_diff_map),
         cmocka_unit_test(test_attention_t1),
+        cmocka_unit_test(test_attention_ablations),
+        cmocka_unit_test(test_softmax1_attends_to_nothing),
+        cmocka_unit_test(test_alibi_slopes),
+        cmocka_unit_test(test_diffv2_combine),
+        cmocka_unit_test(test_diffv2_block),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,48 +102,11 @@ static void test_kvcache_equals_forward(void **state) {
     check_decode_matches_forward(DT_ARCH_DIFF, 1, 0, 1);
 }
 
-/* loss(params) in double for finite differences */
-static double model_loss(dt_model *m, dt_runstate *rs, const int *tok, const int *tgt, int B, int T) {
-    float loss;
-    dt_error err;
-    assert_int_equal(dt_forward(m, rs, tok, tgt, B, T, &loss, &err), 0);
-    return loss;
-}
-
 static void check_model_gradients(dt_arch arch, int kv, int tied, int subln) {
     dt_model m;
-    dt_error err;
     make_model(&m, arch, kv, tied, subln, 3);
-    const int B = 2, T = 6, V = m.cfg.vocab_size;
-    int tok[12], tgt[12];
-    random_tokens(tok, B * T, V, 9);
-    random_tokens(tgt, B * T, V, 10);
-    tgt[3] = -1; /* an ignored position */
-    dt_runstate *rs = dt_runstate_create(&m, B, T, &err);
-    assert_non_null(rs);
-    float *g = calloc(m.n_params, sizeof(float));
-    model_loss(&m, rs, tok, tgt, B, T);
-    dt_backward(&m, rs, g);
-    uint64_t rng = 77;
-    for (int i = 0; i < m.n_tensors; i++) {
-        const dt_tensor *t = &m.tensors[i];
-        for (int probe = 0; probe < 4; probe++) {
-            size_t j = t->offset + (size_t)(dt_rng_next(&rng) % t->numel);
-            const float eps = 1e-2f, saved = m.params[j];
-            m.params[j] = saved + eps;
-            double lp = model_loss(&m, rs, tok, tgt, B, T);
-            m.params[j] = saved - eps;
-            double lm = model_loss(&m, rs, tok, tgt, B, T);
-            m.params[j] = saved;
-            double fd = (lp - lm) / (2.0 * eps);
-            double diff = fabs(fd - g[j]), tol = 2e-3 + 5e-2 * fabs(fd);
-            if (diff > tol)
-                fail_msg("arch %d: %s[%zu]: backward %g vs finite difference %g", arch, t->name, j - t->offset,
-                         (double)g[j], fd);
-        }
-    }
-    free(g);
-    dt_runstate_free(rs);
+    char msg[512];
+    if (tu_model_gradient_check(&m, DT_ATTENTION_FUSED, 4, msg, sizeof msg) != 0) fail_msg("arch %d: %s", arch, msg);
     dt_model_free(&m);
 }
 
@@ -159,40 +122,9 @@ static void test_model_gradients(void **state) {
  * logits, loss and every gradient. */
 static void check_fused_matches_reference(dt_arch arch, int kv, int tied, int subln, int T) {
     dt_model m;
-    dt_error err;
     make_model(&m, arch, kv, tied, subln, 17);
-    const int B = 2, V = m.cfg.vocab_size;
-    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
-    random_tokens(tok, B * T, V, 12);
-    random_tokens(tgt, B * T, V, 13);
-    dt_runstate *fused = dt_runstate_create_with(&m, B, T, &(dt_run_options){.kernel = DT_ATTENTION_FUSED}, &err);
-    dt_runstate *ref = dt_runstate_create_with(&m, B, T, &(dt_run_options){.kernel = DT_ATTENTION_REFERENCE}, &err);
-    assert_non_null(fused);
-    assert_non_null(ref);
-    assert_null(dt_runstate_attention(fused, 0));
-    float lf, lr;
-    assert_int_equal(dt_forward(&m, fused, tok, tgt, B, T, &lf, &err), 0);
-    assert_int_equal(dt_forward(&m, ref, tok, tgt, B, T, &lr, &err), 0);
-    float d = tu_max_rel_diff(dt_runstate_logits(fused), dt_runstate_logits(ref), (size_t)B * T * V, 1.0f);
-    if (d > 1e-5f) fail_msg("arch %d T %d: fused logits differ from the reference by %g", arch, T, d);
-    assert_float_equal(lf, lr, 1e-5 * fabs(lr));
-    float *gf = calloc(m.n_params, sizeof(float)), *gr = calloc(m.n_params, sizeof(float));
-    dt_backward(&m, fused, gf);
-    dt_backward(&m, ref, gr);
-    for (int i = 0; i < m.n_tensors; i++) {
-        const dt_tensor *t = &m.tensors[i];
-        float scale = 0;
-        for (size_t j = 0; j < t->numel; j++) scale = fmaxf(scale, fabsf(gr[t->offset + j]));
-        float diff = tu_max_abs_diff(gf + t->offset, gr + t->offset, t->numel);
-        if (diff > 1e-4f * scale + 1e-7f)
-            fail_msg("arch %d T %d: gradient of %s differs by %g (scale %g)", arch, T, t->name, diff, scale);
-    }
-    free(gf);
-    free(gr);
-    free(tok);
-    free(tgt);
-    dt_runstate_free(fused);
-    dt_runstate_free(ref);
+    char msg[512];
+    if (tu_fused_matches_reference(&m, 2, T, msg, sizeof msg) != 0) fail_msg("arch %d: %s", arch, msg);
     dt_model_free(&m);
 }
 
@@ -271,15 +203,7 @@ static void test_hf_export_same_logits(void **state) {
     assert_int_equal(dt_model_load(&e, dir, &err), 0);
     assert_int_equal(e.cfg.use_subln_weight, 0);
     assert_null(dt_model_find(&e, "model.layers.0.self_attn.subln.weight"));
-    const int T = 9, V = m.cfg.vocab_size;
-    int tok[9];
-    random_tokens(tok, T, V, 4);
-    dt_runstate *a = dt_runstate_create(&m, 1, T, &err), *b = dt_runstate_create(&e, 1, T, &err);
-    assert_int_equal(dt_forward(&m, a, tok, NULL, 1, T, NULL, &err), 0);
-    assert_int_equal(dt_forward(&e, b, tok, NULL, 1, T, NULL, &err), 0);
-    assert_true(tu_max_rel_diff(dt_runstate_logits(a), dt_runstate_logits(b), (size_t)T * V, 1.0f) < 1e-5f);
-    dt_runstate_free(a);
-    dt_runstate_free(b);
+    assert_true(tu_logits_max_diff(&m, &e, 9, 4, 1) < 1e-5f);
     dt_model_free(&e);
     dt_model_free(&m);
 }

@@ -105,3 +105,125 @@ float tu_max_rel_diff(const float *a, const float *b, size_t n, float floor) {
     }
     return m;
 }
+
+/* ---------------------------------------------------------------- whole-model checks */
+
+static void tu_random_tokens(int *t, int n, int V, uint64_t seed) {
+    for (int i = 0; i < n; i++) t[i] = (int)(dt_rng_next(&seed) % (uint64_t)V);
+}
+
+static double tu_loss(dt_model *m, dt_runstate *rs, const int *tok, const int *tgt, int B, int T) {
+    float loss = NAN;
+    dt_error err;
+    if (dt_forward(m, rs, tok, tgt, B, T, &loss, &err) != 0) return NAN;
+    return loss;
+}
+
+int tu_model_gradient_check(dt_model *m, dt_attention_kernel kernel, int probes, char *msg, size_t n) {
+    enum { B = 2, T = 6 };
+    const int V = m->cfg.vocab_size;
+    int tok[B * T], tgt[B * T];
+    tu_random_tokens(tok, B * T, V, 9);
+    tu_random_tokens(tgt, B * T, V, 10);
+    tgt[3] = -1; /* an ignored position */
+    dt_error err;
+    dt_runstate *rs = dt_runstate_create_with(m, B, T, &(dt_run_options){.kernel = kernel}, &err);
+    float *g = calloc(m->n_params, sizeof(float));
+    int rc = 0;
+    if (!rs || !g) {
+        snprintf(msg, n, "setup failed: %s", rs ? "out of memory" : err.msg);
+        rc = -1;
+    } else {
+        tu_loss(m, rs, tok, tgt, B, T);
+        dt_backward(m, rs, g);
+    }
+    uint64_t rng = 77;
+    for (int i = 0; i < m->n_tensors && rc == 0; i++) {
+        const dt_tensor *t = &m->tensors[i];
+        for (int probe = 0; probe < probes && rc == 0; probe++) {
+            size_t j = t->offset + (size_t)(dt_rng_next(&rng) % t->numel);
+            const float eps = 1e-2f, saved = m->params[j];
+            m->params[j] = saved + eps;
+            double lp = tu_loss(m, rs, tok, tgt, B, T);
+            m->params[j] = saved - eps;
+            double lm = tu_loss(m, rs, tok, tgt, B, T);
+            m->params[j] = saved;
+            double fd = (lp - lm) / (2.0 * eps);
+            if (!(fabs(fd - g[j]) <= 2e-3 + 5e-2 * fabs(fd))) {
+                snprintf(msg, n, "%s[%zu]: backward %g vs finite difference %g", t->name, j - t->offset, (double)g[j],
+                         fd);
+                rc = -1;
+            }
+        }
+    }
+    free(g);
+    dt_runstate_free(rs);
+    return rc;
+}
+
+int tu_fused_matches_reference(dt_model *m, int B, int T, char *msg, size_t n) {
+    const int V = m->cfg.vocab_size;
+    int *tok = malloc(sizeof(int) * B * T), *tgt = malloc(sizeof(int) * B * T);
+    dt_error err;
+    dt_runstate *fused = dt_runstate_create_with(m, B, T, &(dt_run_options){.kernel = DT_ATTENTION_FUSED}, &err);
+    dt_runstate *ref = dt_runstate_create_with(m, B, T, &(dt_run_options){.kernel = DT_ATTENTION_REFERENCE}, &err);
+    float *gf = calloc(m->n_params, sizeof(float)), *gr = calloc(m->n_params, sizeof(float));
+    int rc = 0;
+    float lf = NAN, lr = NAN;
+    if (!tok || !tgt || !fused || !ref || !gf || !gr) {
+        snprintf(msg, n, "setup failed: %s", err.msg);
+        rc = -1;
+    } else {
+        tu_random_tokens(tok, B * T, V, 12);
+        tu_random_tokens(tgt, B * T, V, 13);
+        if (dt_forward(m, fused, tok, tgt, B, T, &lf, &err) || dt_forward(m, ref, tok, tgt, B, T, &lr, &err)) {
+            snprintf(msg, n, "forward failed: %s", err.msg);
+            rc = -1;
+        }
+    }
+    if (rc == 0 && dt_runstate_attention(fused, 0) != NULL) {
+        snprintf(msg, n, "the fused kernel kept attention maps: the reference kernel ran");
+        rc = -1;
+    }
+    float d = rc == 0 ? tu_max_rel_diff(dt_runstate_logits(fused), dt_runstate_logits(ref), (size_t)B * T * V, 1.0f) : 0;
+    if (rc == 0 && !(d <= 1e-5f && fabsf(lf - lr) <= 1e-5f * fabsf(lr))) {
+        snprintf(msg, n, "T %d: fused logits differ from the reference by %g (loss %g vs %g)", T, d, lf, lr);
+        rc = -1;
+    }
+    if (rc == 0) {
+        dt_backward(m, fused, gf);
+        dt_backward(m, ref, gr);
+    }
+    for (int i = 0; i < m->n_tensors && rc == 0; i++) {
+        const dt_tensor *t = &m->tensors[i];
+        float scale = 0;
+        for (size_t j = 0; j < t->numel; j++) scale = fmaxf(scale, fabsf(gr[t->offset + j]));
+        float diff = tu_max_abs_diff(gf + t->offset, gr + t->offset, t->numel);
+        if (!(diff <= 1e-4f * scale + 1e-7f)) {
+            snprintf(msg, n, "T %d: gradient of %s differs by %g (scale %g)", T, t->name, diff, scale);
+            rc = -1;
+        }
+    }
+    free(gf), free(gr), free(tok), free(tgt);
+    dt_runstate_free(fused);
+    dt_runstate_free(ref);
+    return rc;
+}
+
+float tu_logits_max_diff(const dt_model *a, const dt_model *b, int T, uint64_t seed, int relative) {
+    const int V = a->cfg.vocab_size;
+    int *tok = malloc(sizeof(int) * T);
+    dt_error err;
+    dt_runstate *ra = dt_runstate_create(a, 1, T, &err), *rb = dt_runstate_create(b, 1, T, &err);
+    float d = INFINITY;
+    if (tok && ra && rb && b->cfg.vocab_size == V) {
+        tu_random_tokens(tok, T, V, seed);
+        if (dt_forward(a, ra, tok, NULL, 1, T, NULL, &err) == 0 && dt_forward(b, rb, tok, NULL, 1, T, NULL, &err) == 0)
+            d = relative ? tu_max_rel_diff(dt_runstate_logits(ra), dt_runstate_logits(rb), (size_t)T * V, 1.0f)
+                         : tu_max_abs_diff(dt_runstate_logits(ra), dt_runstate_logits(rb), (size_t)T * V);
+    }
+    free(tok);
+    dt_runstate_free(ra);
+    dt_runstate_free(rb);
+    return d;
+}

@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "difftrans.h"
+
 /* A per-test scratch directory (from $DT_TEST_TMP, created if needed). */
 const char *tu_tmpdir(void);
 /* out = tmpdir/name */
@@ -24,4 +26,15 @@ int tu_file_exists(const char *path);
 float tu_max_abs_diff(const float *a, const float *b, size_t n);
 /* max over i of |a−b| / max(|a|, |b|, floor); +inf when any element of either side is NaN */
 float tu_max_rel_diff(const float *a, const float *b, size_t n, float floor);
+
+/* Whole-model checks shared by the model tests; each returns 0, or −1 with what failed in msg. */
+/* A few entries of every parameter tensor: the backward on `kernel` against central finite
+ * differences of the loss (B = 2, T = 6 random tokens, one ignored target). */
+int tu_model_gradient_check(dt_model *m, dt_attention_kernel kernel, int probes, char *msg, size_t n);
+/* The fused attention kernel against the reference one through the whole model: logits, loss and
+ * every gradient, on B × T random tokens. */
+int tu_fused_matches_reference(dt_model *m, int B, int T, char *msg, size_t n);
+/* The logits of two models on the same T random tokens: max relative (floor 1) or absolute
+ * difference; +inf when either forward fails. */
+float tu_logits_max_diff(const dt_model *a, const dt_model *b, int T, uint64_t seed, int relative);
 #endif

@@ -47,25 +47,27 @@ static void quantize_scores(float *a, int T, const attention_shape *s) {
     }
 }
 
-/* att_bi[T, T] = causal softmax(q_i·k_gᵀ·scale); q_i, k_g are strided [T, hd] heads.
- * The upper triangle is written as exact zeros: the saved map is the real probability matrix,
- * and the backward products can then run over the full square. With s->logits the scaled
- * (and, with s->logit_bits, quantised) scores are copied to `logits` first. */
-static void causal_softmax_scores(float *a, float *logits, const float *qi, int ldq, const float *kg, int ldk,
+/* att_bi[T, T] = causal softmax(q_i·k_gᵀ·scale − slope·(t − c)) of query head i; q_i, k_g are
+ * strided [T, hd] heads. The upper triangle is written as exact zeros: the saved map is the real
+ * probability matrix, and the backward products can then run over the full square. With
+ * s->logits the scaled, biased (and, with s->logit_bits, quantised) scores are copied to `logits`
+ * first. With s->softmax1 the row is normalised by 1 + Σ exp: a virtual key of score 0. */
+static void causal_softmax_scores(float *a, float *logits, int i, const float *qi, int ldq, const float *kg, int ldk,
                                   int T, int hd, float scale, const attention_shape *s) {
+    const float slope = s->alibi ? s->alibi[i] : 0.0f;
     /* scores without the scale, which is applied below as HF does: (q·kᵀ)·scale */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, qi, ldq, kg, ldk, 0.0f, a, T);
     for (int t = 0; t < T; t++)
-        for (int c = 0; c <= t; c++) a[(size_t)t * T + c] *= scale;
+        for (int c = 0; c <= t; c++) a[(size_t)t * T + c] = a[(size_t)t * T + c] * scale - slope * (float)(t - c);
     if (s->logit_bits > 0) quantize_scores(a, T, s);
     if (logits)
         for (int t = 0; t < T; t++)
             for (int c = 0; c < T; c++) logits[(size_t)t * T + c] = c <= t ? a[(size_t)t * T + c] : 0.0f;
     for (int t = 0; t < T; t++) {
         float *row = a + (size_t)t * T;
-        float mx = -INFINITY;
+        float mx = s->softmax1 ? 0.0f : -INFINITY;
         for (int c = 0; c <= t; c++) mx = row[c] > mx ? row[c] : mx;
-        float sum = 0.0f;
+        float sum = s->softmax1 ? expf(-mx) : 0.0f;
         for (int c = 0; c <= t; c++) {
             row[c] = expf(row[c] - mx);
             sum += row[c];
@@ -91,8 +93,8 @@ void attention_forward(float *out, float *att, float *pre, float *rstd, const fl
                 const float *kg = k + (size_t)b * T * ldk + (size_t)(i / G) * hd;
                 const float *vg = v + (size_t)b * T * ldk + (size_t)(i / G) * hd;
                 float *a = att + ((size_t)b * H + i) * T * T;
-                causal_softmax_scores(a, s->logits ? s->logits + ((size_t)b * H + i) * T * T : NULL, qi, ldq, kg, ldk,
-                                      T, hd, scale, s);
+                causal_softmax_scores(a, s->logits ? s->logits + ((size_t)b * H + i) * T * T : NULL, i, qi, ldq, kg,
+                                      ldk, T, hd, scale, s);
                 /* out_i[T, hd] = A_i[T, T] · v_g[T, hd], written straight into its columns of out */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, a, T, vg, ldk, 0.0f,
                             out + (size_t)b * T * ldq + (size_t)i * hd, ldq);
@@ -109,10 +111,10 @@ void attention_forward(float *out, float *att, float *pre, float *rstd, const fl
         for (int j = 0; j < Hd; j++) {
             float *a1 = att + ((size_t)b * H + j) * T * T;
             float *a2 = att + ((size_t)b * H + j + Hd) * T * T;
-            causal_softmax_scores(a1, s->logits ? s->logits + ((size_t)b * H + j) * T * T : NULL,
+            causal_softmax_scores(a1, s->logits ? s->logits + ((size_t)b * H + j) * T * T : NULL, j,
                                   q + (size_t)b * T * ldq + (size_t)j * hd, ldq,
                                   k + (size_t)b * T * ldk + (size_t)(j / G) * hd, ldk, T, hd, scale, s);
-            causal_softmax_scores(a2, s->logits ? s->logits + ((size_t)b * H + j + Hd) * T * T : NULL,
+            causal_softmax_scores(a2, s->logits ? s->logits + ((size_t)b * H + j + Hd) * T * T : NULL, j + Hd,
                                   q + (size_t)b * T * ldq + (size_t)(j + Hd) * hd, ldq,
                                   k + (size_t)b * T * ldk + (size_t)((j + Hd) / G) * hd, ldk, T, hd, scale, s);
             /* u_j = A_j·V_j − λ·A_{j+Hd}·V_j, one half of V_j (one kv head) at a time. Two products
@@ -130,6 +132,11 @@ void attention_forward(float *out, float *att, float *pre, float *rstd, const fl
             for (int t = 0; t < T; t++) {
                 const float *ut = u + (size_t)t * ldq;
                 float *ot = out + ((size_t)b * T + t) * ldq + (size_t)j * w2;
+                if (s->no_norm) { /* the ablation: the scale alone */
+                    rstd[((size_t)b * T + t) * Hd + j] = 1.0f;
+                    for (int c = 0; c < w2; c++) ot[c] = alpha * ut[c];
+                    continue;
+                }
                 double ss = 0.0;
                 for (int c = 0; c < w2; c++) ss += (double)ut[c] * ut[c];
                 float r = 1.0f / sqrtf((float)(ss / w2) + s->eps);
@@ -161,7 +168,8 @@ static void softmax_backward(float *ds, const float *dp, const float *p, int T, 
 
 /* DIFF: columns [c0, c0 + w) of dU_j[T, 2hd] = d(loss)/d(u_j) for batch b, into dst (leading
  * dimension w). With y_c = α·w_c·u_c·r and r = (Σu²/2hd + eps)^(-1/2):
- *   dU_c = α·r·(w_c·dy_c − r²·u_c·m/2hd),  m = Σ_c w_c·dy_c·u_c.
+ *   dU_c = α·r·(w_c·dy_c − r²·u_c·m/2hd),  m = Σ_c w_c·dy_c·u_c;
+ * without the norm (s->no_norm) y = α·u and dU = α·dy.
  * Built a column block at a time because the contract gives no [T, 2hd] buffer: a block of width
  * w ≤ T fits in one [T, T] slice of scratch. */
 static void diff_du_block(float *dst, int b, int j, int c0, int w, const float *dout, const float *pre,
@@ -171,6 +179,10 @@ static void diff_du_block(float *dst, int b, int j, int c0, int w, const float *
     for (int t = 0; t < T; t++) {
         const float *ut = pre + ((size_t)b * T + t) * ld + (size_t)j * w2;
         const float *dy = dout + ((size_t)b * T + t) * ld + (size_t)j * w2;
+        if (s->no_norm) {
+            for (int c = c0; c < c0 + w; c++) dst[(size_t)t * w + (c - c0)] = alpha * dy[c];
+            continue;
+        }
         float r = rstd[((size_t)b * T + t) * Hd + j];
         float m = 0.0f;
         for (int c = 0; c < w2; c++) m += (s->subln ? s->subln[c] : 1.0f) * dy[c] * ut[c];

@@ -6,6 +6,12 @@
  * only `scratch`, which holds per thread a few BK × BQ and BQ × hd tiles
  * (flash_attention_scratch_floats); nothing depends on T.
  *
+ * Ablations (attention_shape): ALiBi biases a raw score tile in place before its softmax
+ * (alibi_tile), so the online softmax and the probabilities of the backward see biased scores
+ * with scale 1; softmax1 is a virtual key of score 0 and value 0, present from the start as the
+ * initial running max 0 and sum 1 (it enters lse, so the backward needs nothing else: its dP is
+ * 0); without the per-head norm the DIFF output is α·u and dU = α·dy.
+ *
  * Tiles. Queries are cut into aligned blocks of BQ rows, keys into aligned tiles of BK rows
  * (BK divides BQ; the last block/tile may be short). Query block [q0, q0 + nq) visits the key
  * tiles that start before q0 + nq, in increasing order; only tiles reaching past q0 (the last

@@ -244,6 +244,33 @@ static void softmax_tile(float *restrict St, int nk, int nqv, int q0, int k0, in
     }
 }
 
+/* ALiBi, in place on a raw score tile: St[c][r] = scale·St[c][r] − slope·(q0 + r − k0 − c), the
+ * biased scores softmax_tile / probs_tile then take with scale 1. The distances are integers,
+ * exact in float, so every score rounds as the reference kernel's (q·k)·scale − slope·(t − s).
+ * Masked entries get garbage as before, which the diag masks discard. */
+static void alibi_tile(float *restrict St, int nk, int nqv, int q0, int k0, float scale, float slope) {
+    vf lane;
+    for (int e = 0; e < VW; e++) lane[e] = (float)e;
+    const vf vs = vbc(scale), vm = vbc(slope);
+    for (int c = 0; c < nk; c++)
+        for (int r = 0; r < nqv; r += VW) {
+            float *p = St + (size_t)c * BQ + r;
+            vst(p, vld(p) * vs - vm * (vbc((float)(q0 + r - k0 - c)) + lane));
+        }
+}
+
+/* The online softmax of one key tile with the optional ALiBi slope (0: none). */
+static void softmax_tile(float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale,
+                         float *restrict m, float *restrict l, float *restrict corr);
+static void scores_softmax_tile(float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale,
+                                float slope, float *restrict m, float *restrict l, float *restrict corr) {
+    if (slope != 0.0f) {
+        alibi_tile(St, nk, nqv, q0, k0, scale, slope);
+        scale = 1.0f;
+    }
+    softmax_tile(St, nk, nqv, q0, k0, diag, scale, m, l, corr);
+}
+
 /* Backward: St[c][r] = exp(scale·St − lse[r]), 0 where masked (diag). */
 static void probs_tile(float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale,
                        const float *restrict lse) {
@@ -257,6 +284,16 @@ static void probs_tile(float *restrict St, int nk, int nqv, int q0, int k0, int 
             vst(St + (size_t)c * BQ + r, p);
         }
     }
+}
+
+/* probs_tile with the optional ALiBi slope (0: none) */
+static void scores_probs_tile(float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale, float slope,
+                              const float *restrict lse) {
+    if (slope != 0.0f) {
+        alibi_tile(St, nk, nqv, q0, k0, scale, slope);
+        scale = 1.0f;
+    }
+    probs_tile(St, nk, nqv, q0, k0, diag, scale, lse);
 }
 
 /* dSt[c][r] = mult · Pt[c][r] · (dPt[c][r] − delta[r]) (dst may be Pt or dPt), and exactly 0
@@ -402,7 +439,10 @@ static void fwd_base_task(const fwd_ctx *x, int b, int i, int qt, float *ws) {
     assert(ws <= ws0 + per_thread_floats(s));
 
     load_transposed(Qt, qi, ldq, nq, hd);
-    for (int r = 0; r < BQ; r++) m[r] = -INFINITY, l[r] = 0.0f;
+    /* softmax1: the virtual key of score 0 (and value 0) is in the running max and sum from the start */
+    const float m_init = s->softmax1 ? 0.0f : -INFINITY, l_init = s->softmax1 ? 1.0f : 0.0f;
+    const float slope = s->alibi ? s->alibi[i] : 0.0f;
+    for (int r = 0; r < BQ; r++) m[r] = m_init, l[r] = l_init;
     memset(O, 0, sizeof(float) * (size_t)nq * hd);
     for (int kt = 0; kt * BK < q0 + nq; kt++) {
         const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
@@ -411,7 +451,7 @@ static void fwd_base_task(const fwd_ctx *x, int b, int i, int qt, float *ws) {
         prefetch_tile(kg, ldk, k0 + BK, q0 + nq, hd);
         prefetch_tile(vg, ldk, k0 + BK, q0 + nq, hd);
         mm(St, BQ, Kp, hd, 1, Qt, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
-        softmax_tile(St, nk, nqv, q0, k0, diag, x->scale, m, l, corr);
+        scores_softmax_tile(St, nk, nqv, q0, k0, diag, x->scale, slope, m, l, corr);
         if (kt) rescale_rows(O, hd, hd, nq, corr);
         mm(O, hd, St, 1, BQ, Vp, hd, nq, hd, nk, 1.0f, 1, CZ_KHI, q0 - k0);
     }
@@ -449,7 +489,9 @@ static void fwd_diff_task(const fwd_ctx *x, int b, int j, int qt, float *ws) {
 
     load_transposed(Q1t, q1, ldq, nq, hd);
     load_transposed(Q2t, q2, ldq, nq, hd);
-    for (int r = 0; r < BQ; r++) m1[r] = m2[r] = -INFINITY, l1[r] = l2[r] = 0.0f;
+    const float m_init = s->softmax1 ? 0.0f : -INFINITY, l_init = s->softmax1 ? 1.0f : 0.0f; /* as fwd_base_task */
+    const float slope1 = s->alibi ? s->alibi[j] : 0.0f, slope2 = s->alibi ? s->alibi[j + Hd] : 0.0f;
+    for (int r = 0; r < BQ; r++) m1[r] = m2[r] = m_init, l1[r] = l2[r] = l_init;
     memset(O1, 0, sizeof(float) * (size_t)nq * w2);
     memset(O2, 0, sizeof(float) * (size_t)nq * w2);
     for (int kt = 0; kt * BK < q0 + nq; kt++) {
@@ -457,8 +499,8 @@ static void fwd_diff_task(const fwd_ctx *x, int b, int j, int qt, float *ws) {
         load_diff_kv_tile(Ka, Kb, Vj, ka, kb, va, vb, gb == ga, ldk, hd, k0, nk, q0 + nq);
         mm(S1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
         mm(S2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
-        softmax_tile(S1, nk, nqv, q0, k0, diag, x->scale, m1, l1, c1);
-        softmax_tile(S2, nk, nqv, q0, k0, diag, x->scale, m2, l2, c2);
+        scores_softmax_tile(S1, nk, nqv, q0, k0, diag, x->scale, slope1, m1, l1, c1);
+        scores_softmax_tile(S2, nk, nqv, q0, k0, diag, x->scale, slope2, m2, l2, c2);
         if (kt) {
             rescale_rows(O1, w2, w2, nq, c1);
             rescale_rows(O2, w2, w2, nq, c2);
@@ -487,6 +529,13 @@ static void fwd_diff_task(const fwd_ctx *x, int b, int j, int qt, float *ws) {
             o1[c] = a1[c] / li1;
             o2[c] = a2[c] / li2;
             u[c] = o1[c] - lambda * o2[c];
+        }
+        if (s->no_norm) { /* the ablation: the fixed scale alone */
+            x->rstd[row * Hd + j] = 1.0f;
+            for (c = 0; c < w2; c++) ot[c] = alpha * u[c];
+            lse1[r] = m1[r] + logf(li1);
+            lse2[r] = m2[r] + logf(li2);
+            continue;
         }
         /* the per-head RMSNorm as attention_forward: Σu² in double, then the same float steps */
         float rs = 1.0f / sqrtf((float)(vsumsq_double(u, w2) / w2) + s->eps);
@@ -583,7 +632,7 @@ static void bwd_base_task(const bwd_ctx *x, int b, int g, float *ws) {
                 prefetch_tile(kg, ldk, k0 + BK, q0 + nq, hd);
                 if (need_ds) prefetch_tile(vg, ldk, k0 + BK, q0 + nq, hd);
                 mm(St, BQ, Kp, hd, 1, Qt, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
-                probs_tile(St, nk, nqv, q0, k0, diag, scale, ls);
+                scores_probs_tile(St, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[i] : 0.0f, ls);
                 /* dv_g += Pᵀ·dO_i */
                 if (dvg) mm(dvg + ko, ldk, St, BQ, 1, dOp, hd, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
                 if (!need_ds) continue;
@@ -646,7 +695,8 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
                 for (; c + VW <= w2; c += VW) vm = vfma(w ? vld(w + c) * vld(dy + c) : vld(dy + c), vld(ut + c), vm);
                 float msum = vsum(vm);
                 for (; c < w2; c++) msum += (w ? w[c] : 1.0f) * dy[c] * ut[c];
-                const float kk = rr * rr * msum / (float)w2, ar = alpha * rr;
+                /* without the norm (s->no_norm) y = α·u: dU = α·dy */
+                const float kk = s->no_norm ? 0.0f : rr * rr * msum / (float)w2, ar = s->no_norm ? alpha : alpha * rr;
                 for (c = 0; c + VW <= w2; c += VW) {
                     vf wdy = w ? vld(w + c) * vld(dy + c) : vld(dy + c);
                     vst(du + c, vbc(ar) * (wdy - vbc(kk) * vld(ut + c)));
@@ -684,8 +734,8 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
                 load_diff_kv_tile(Ka, Kb, Vj, ka, kb, va, vb, gb == ga, ldk, hd, k0, nk, q0 + nq);
                 mm(S1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
                 mm(S2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
-                probs_tile(S1, nk, nqv, q0, k0, diag, scale, ls1);
-                probs_tile(S2, nk, nqv, q0, k0, diag, scale, ls2);
+                scores_probs_tile(S1, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[j] : 0.0f, ls1);
+                scores_probs_tile(S2, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[j + Hd] : 0.0f, ls2);
                 /* dPᵀ = V_j·dUᵀ (shared by both maps: dA1 = dP, dA2 = −λ·dP) */
                 mm(dPt, BQ, Vj, w2, 1, dUt, BQ, nk, nqv, w2, 1.0f, 0, CZ_COLS, k0 - q0);
                 if (dva) {

@@ -70,6 +70,10 @@ typedef struct {
     float lambda_init;           /* DIFF: λinit of this layer, the (1 − λinit) output scale */
     float eps;                   /* DIFF: RMSNorm eps of the per-head norm */
     const float *subln;          /* DIFF: [2·hd] norm weight or NULL */
+    /* Ablations (both kernels): */
+    const float *alibi;          /* [H] ALiBi slope m_i of every query head, or NULL: score(t, s) −= m_i·(t − s) */
+    int softmax1;                /* softmax with +1 in the denominator: a virtual key of score 0 and value 0 */
+    int no_norm;                 /* DIFF: out_j = (1 − λinit)·u_j, no per-head RMSNorm (rstd is set to 1) */
     /* Reference kernel only, for the analyses: */
     int logit_bits;              /* > 0: fake-quantise the scaled scores to this many bits before the
                                     softmax (symmetric, absmax scale); the backward treats it as identity */
@@ -94,6 +98,23 @@ void attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *
                         const float *att, const float *pre, const float *rstd, const float *q, const float *k,
                         const float *v, float *scratch, const attention_shape *s);
 
+
+/* ALiBi slopes of Press et al. for n heads: 2^(−8k/n), k = 1..n, for n a power of two; otherwise
+ * those of the power of two p below n, then every other slope of 2p. out[n]. */
+void alibi_slopes(float *out, int n);
+/* The slope of every query head [H] for an architecture (0 llama, 1 DIFF, 2 DIFF V2; the numbers
+ * of dt_arch): slopes go to the output heads, and the query heads of an output head share its
+ * slope (DIFF: heads j and j + H/2; V2: heads 2j and 2j + 1). */
+void alibi_query_slopes(float *out, int arch, int H);
+
+/* ---- diff_v2.c: DIFF V2's combination of its 2h softmax heads into h output heads ---- */
+
+/* lam[N, h] = sigmoid(z) (z, lam may alias); out[N, h·hd]: out_j = a_{2j} − lam_j·a_{2j+1},
+ * a [N, 2h·hd] the attention output of the 2h query heads */
+void diffv2_combine_forward(float *out, float *lam, const float *z, const float *a, int N, int h, int hd);
+/* da[N, 2h·hd] += ..., dz[N, h] += d(loss)/dz (through the sigmoid) */
+void diffv2_combine_backward(float *da, float *dz, const float *dout, const float *a, const float *lam, int N, int h,
+                             int hd);
 
 /* ---- flash_attention.c: the fused kernels (FlashAttention-style online softmax, no [T, T]
  * buffers), tested against the reference kernel above ---- */

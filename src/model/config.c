@@ -49,7 +49,8 @@ static const preset PRESETS[] = {
 const char *dt_config_preset_names(void) { return "tiny,small,medium,base"; }
 
 int dt_config_preset(dt_config *cfg, const char *name, dt_arch arch, dt_error *err) {
-    if (arch != DT_ARCH_LLAMA && arch != DT_ARCH_DIFF) return dt_fail(err, "preset: unknown architecture %d", (int)arch);
+    if (arch != DT_ARCH_LLAMA && arch != DT_ARCH_DIFF && arch != DT_ARCH_DIFF_V2)
+        return dt_fail(err, "preset: unknown architecture %d", (int)arch);
     if (!name) return dt_fail(err, "preset: no name given (choose from %s)", dt_config_preset_names());
     for (int i = 0; i < N_PRESETS; i++) {
         const preset *p = &PRESETS[i];
@@ -70,6 +71,9 @@ int dt_config_preset(dt_config *cfg, const char *name, dt_arch arch, dt_error *e
         cfg->lambda_std_dev = 0.1f;
         cfg->use_subln_weight = 0;
         cfg->special = dt_special_ids_none();
+        /* DIFF V2 matches the preset's Transformer of `heads` heads: that many output heads, each
+         * fed by two query heads of the same width */
+        if (arch == DT_ARCH_DIFF_V2) cfg->num_attention_heads = 2 * p->heads;
         return 0;
     }
     return dt_fail(err, "unknown preset '%s' (choose from %s)", name, dt_config_preset_names());
@@ -77,10 +81,23 @@ int dt_config_preset(dt_config *cfg, const char *name, dt_arch arch, dt_error *e
 
 dt_config dt_config_matched(const dt_config *cfg) {
     dt_config m = *cfg;
-    m.arch = cfg->arch == DT_ARCH_DIFF ? DT_ARCH_LLAMA : DT_ARCH_DIFF;
-    /* subln.weight is our extension; the matched model is the plain HF one. */
+    m.arch = cfg->arch == DT_ARCH_LLAMA ? DT_ARCH_DIFF : DT_ARCH_LLAMA;
+    if (cfg->arch == DT_ARCH_DIFF_V2) m.num_attention_heads = cfg->num_attention_heads / 2;
+    /* subln.weight is our extension; the matched model is the plain HF one, with the ablations
+     * that apply to both kinds (position encoding, softmax1) kept and the DIFF-only ones dropped */
     m.use_subln_weight = 0;
+    m.no_head_norm = 0;
+    m.fixed_lambda = 0;
     return m;
+}
+
+const char *dt_arch_name(dt_arch arch) {
+    switch (arch) {
+    case DT_ARCH_LLAMA: return "llama";
+    case DT_ARCH_DIFF: return "diffllama";
+    case DT_ARCH_DIFF_V2: return "difftrans_v2";
+    }
+    return "unknown";
 }
 
 float dt_lambda_init(int layer) { return (float)(0.8 - 0.6 * exp(-0.3 * (double)layer)); }
@@ -110,9 +127,10 @@ static int check_heads(const dt_config *c, const char *where, dt_error *err) {
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return dt_fail(err, "%s: heads not divisible by kv heads (num_attention_heads %d, num_key_value_heads %d)",
                        where, c->num_attention_heads, c->num_key_value_heads);
-    /* Query heads pair up into differential heads (i with i + H/2). */
-    if (c->arch == DT_ARCH_DIFF && c->num_attention_heads % 2 != 0)
-        return dt_fail(err, "%s: diffllama needs an even num_attention_heads (got %d)", where, c->num_attention_heads);
+    /* Query heads pair up into differential heads (DIFF: i with i + H/2; V2: 2j with 2j + 1). */
+    if (c->arch != DT_ARCH_LLAMA && c->num_attention_heads % 2 != 0)
+        return dt_fail(err, "%s: %s needs an even num_attention_heads (got %d)", where, dt_arch_name(c->arch),
+                       c->num_attention_heads);
     return 0;
 }
 
@@ -133,6 +151,23 @@ static int check_flags(const dt_config *c, const char *where, dt_error *err) {
         return dt_fail(err, "%s: use_subln_weight must be 0 or 1 (got %d)", where, c->use_subln_weight);
     if (c->use_subln_weight && c->arch != DT_ARCH_DIFF)
         return dt_fail(err, "%s: subln_weight only exists for diffllama", where);
+    if (c->position != DT_POS_ROPE && c->position != DT_POS_ALIBI && c->position != DT_POS_NONE)
+        return dt_fail(err, "%s: unknown position encoding %d", where, (int)c->position);
+    if (c->softmax1 != 0 && c->softmax1 != 1)
+        return dt_fail(err, "%s: softmax1 must be 0 or 1 (got %d)", where, c->softmax1);
+    if (c->no_head_norm != 0 && c->no_head_norm != 1)
+        return dt_fail(err, "%s: head_norm must be true or false", where);
+    if (c->fixed_lambda != 0 && c->fixed_lambda != 1)
+        return dt_fail(err, "%s: fixed_lambda must be 0 or 1 (got %d)", where, c->fixed_lambda);
+    /* DIFF V2 has neither a per-head norm nor a per-layer λ: these two are DIFF (V1) ablations */
+    if (c->no_head_norm && c->arch != DT_ARCH_DIFF)
+        return dt_fail(err, "%s: head_norm = false only applies to diffllama (%s has no per-head norm option)", where,
+                       dt_arch_name(c->arch));
+    if (c->fixed_lambda && c->arch != DT_ARCH_DIFF)
+        return dt_fail(err, "%s: fixed_lambda only applies to diffllama (not %s)", where, dt_arch_name(c->arch));
+    if (c->no_head_norm && c->use_subln_weight)
+        return dt_fail(err, "%s: subln_weight is the per-head norm's weight: it cannot go with head_norm = false",
+                       where);
     return 0;
 }
 
@@ -140,11 +175,14 @@ static int check_flags(const dt_config *c, const char *where, dt_error *err) {
 static double param_count(const dt_config *c) {
     double C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
     double H = c->num_attention_heads, KV = c->num_key_value_heads;
+    double heads_out = c->arch == DT_ARCH_DIFF_V2 ? H / 2 : H; /* o_proj's input width / hd */
     double layer = 2 * C                 /* the two RMSNorm weights */
-                   + H * hd * C * 2      /* q_proj, o_proj */
+                   + H * hd * C          /* q_proj */
+                   + heads_out * hd * C  /* o_proj */
                    + KV * hd * C * 2     /* k_proj, v_proj */
                    + 3 * F * C;          /* gate, up, down */
-    if (c->arch == DT_ARCH_DIFF) layer += 4 * hd + (c->use_subln_weight ? 2 * hd : 0);
+    if (c->arch == DT_ARCH_DIFF) layer += (c->fixed_lambda ? 0 : 4 * hd) + (c->use_subln_weight ? 2 * hd : 0);
+    if (c->arch == DT_ARCH_DIFF_V2) layer += H / 2 * C; /* W_λ */
     return V * C * (c->tie_word_embeddings ? 1 : 2) + C + c->num_hidden_layers * layer;
 }
 
@@ -196,7 +234,7 @@ dt_special_ids dt_special_ids_none(void) {
 
 int dt_config_validate(const dt_config *cfg, const char *where, dt_error *err) {
     if (!where) where = "config";
-    if (cfg->arch != DT_ARCH_LLAMA && cfg->arch != DT_ARCH_DIFF)
+    if (cfg->arch != DT_ARCH_LLAMA && cfg->arch != DT_ARCH_DIFF && cfg->arch != DT_ARCH_DIFF_V2)
         return dt_fail(err, "%s: unknown architecture %d", where, (int)cfg->arch);
     if (check_sizes(cfg, where, err) || check_heads(cfg, where, err) || check_reals(cfg, where, err) ||
         check_flags(cfg, where, err) || check_rope_scaling(cfg, where, err) || check_special(cfg, where, err))
@@ -260,7 +298,10 @@ static int parse_arch(const cJSON *root, dt_arch *arch, const char *path, dt_err
     if (!cJSON_IsString(v)) return dt_fail(err, "%s: key 'model_type' must be a string", path);
     if (strcmp(v->valuestring, "diffllama") == 0) *arch = DT_ARCH_DIFF;
     else if (strcmp(v->valuestring, "llama") == 0) *arch = DT_ARCH_LLAMA;
-    else return dt_fail(err, "%s: model_type '%s' is not supported (expected diffllama or llama)", path, v->valuestring);
+    else if (strcmp(v->valuestring, "difftrans_v2") == 0) *arch = DT_ARCH_DIFF_V2;
+    else
+        return dt_fail(err, "%s: model_type '%s' is not supported (expected diffllama, llama or difftrans_v2)", path,
+                       v->valuestring);
     return 0;
 }
 
@@ -415,7 +456,23 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
     const cJSON *ours = get_key(root, "difftrans");
     if (!ours) return 0;
     if (!cJSON_IsObject(ours)) return dt_fail(err, "%s: key 'difftrans' must be an object", path);
-    if (json_bool(ours, "subln_weight", &c->use_subln_weight, path, err) < 0) return -1;
+    int head_norm = 1;
+    if (json_bool(ours, "subln_weight", &c->use_subln_weight, path, err) < 0 ||
+        json_bool(ours, "softmax1", &c->softmax1, path, err) < 0 ||
+        json_bool(ours, "head_norm", &head_norm, path, err) < 0 ||
+        json_bool(ours, "fixed_lambda", &c->fixed_lambda, path, err) < 0)
+        return -1;
+    c->no_head_norm = !head_norm;
+    const cJSON *pos = get_key(ours, "position");
+    if (pos) {
+        if (!cJSON_IsString(pos)) return dt_fail(err, "%s: key 'difftrans.position' must be a string", path);
+        if (strcmp(pos->valuestring, "rope") == 0) c->position = DT_POS_ROPE;
+        else if (strcmp(pos->valuestring, "alibi") == 0) c->position = DT_POS_ALIBI;
+        else if (strcmp(pos->valuestring, "none") == 0) c->position = DT_POS_NONE;
+        else
+            return dt_fail(err, "%s: difftrans.position '%s' is not supported (expected rope, alibi or none)", path,
+                           pos->valuestring);
+    }
     return 0;
 }
 
@@ -581,10 +638,10 @@ int special_ids_add(cJSON *root, const dt_special_ids *s) {
 static cJSON *config_to_json(const dt_config *c, dt_dtype dtype) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
-    int diff = c->arch == DT_ARCH_DIFF;
+    static const char *const class_names[] = {"LlamaForCausalLM", "DiffLlamaForCausalLM", "DiffTransV2ForCausalLM"};
     cJSON *archs = cJSON_AddArrayToObject(root, "architectures");
-    int ok = archs && cJSON_AddItemToArray(archs, cJSON_CreateString(diff ? "DiffLlamaForCausalLM" : "LlamaForCausalLM"));
-    ok = ok && cJSON_AddStringToObject(root, "model_type", diff ? "diffllama" : "llama");
+    int ok = archs && cJSON_AddItemToArray(archs, cJSON_CreateString(class_names[c->arch]));
+    ok = ok && cJSON_AddStringToObject(root, "model_type", dt_arch_name(c->arch));
     ok = ok && cJSON_AddNumberToObject(root, "vocab_size", c->vocab_size);
     ok = ok && cJSON_AddNumberToObject(root, "hidden_size", c->hidden_size);
     ok = ok && cJSON_AddNumberToObject(root, "intermediate_size", c->intermediate_size);
@@ -605,10 +662,17 @@ static cJSON *config_to_json(const dt_config *c, dt_dtype dtype) {
     ok = ok && add_rope_scaling(root, &c->rope_scaling) == 0;
     ok = ok && special_ids_add(root, &c->special) == 0;
     /* Our own section only when one of our extensions is in use, so that a plain model (and an
-     * HF export, which folds subln away) is a pure Hugging Face config; absent means false. */
-    if (ok && c->use_subln_weight) {
+     * HF export, which folds subln away) is a pure Hugging Face config; absent means the default
+     * (the paper's model). */
+    if (ok && (c->use_subln_weight || c->position != DT_POS_ROPE || c->softmax1 || c->no_head_norm || c->fixed_lambda)) {
+        static const char *const positions[] = {"rope", "alibi", "none"};
         cJSON *ours = cJSON_AddObjectToObject(root, "difftrans");
-        ok = ours && cJSON_AddBoolToObject(ours, "subln_weight", 1);
+        ok = ours != NULL;
+        if (ok && c->use_subln_weight) ok = cJSON_AddBoolToObject(ours, "subln_weight", 1) != NULL;
+        if (ok && c->position != DT_POS_ROPE) ok = cJSON_AddStringToObject(ours, "position", positions[c->position]) != NULL;
+        if (ok && c->softmax1) ok = cJSON_AddBoolToObject(ours, "softmax1", 1) != NULL;
+        if (ok && c->no_head_norm) ok = cJSON_AddBoolToObject(ours, "head_norm", 0) != NULL;
+        if (ok && c->fixed_lambda) ok = cJSON_AddBoolToObject(ours, "fixed_lambda", 1) != NULL;
     }
     if (!ok) {
         cJSON_Delete(root);

@@ -27,8 +27,10 @@ typedef struct {
     float *logits;               /* keep_logits: [B, H, T, T] scaled attention scores */
     float *lse;                  /* fused kernel: [B, H, T] log-sum-exp of every score row */
     float *o12;                  /* fused kernel, DIFF: [N, H/2, 2, 2·hd] the two maps' outputs */
-    float *pre, *head_rstd;      /* DIFF: [N, H/2, 2·hd], [N, H/2] */
-    float *atty;                 /* [N, H·hd] attention output before o_proj */
+    float *pre, *head_rstd;      /* DIFF: [N, H/2, 2·hd], [N, H/2]; DIFF V2: pre [N, H, hd] the query
+                                    heads' softmax attention before they are combined */
+    float *vlam;                 /* DIFF V2: [N, H/2] the per-token λ */
+    float *atty;                 /* [N, H·hd] attention output before o_proj (DIFF V2: [N, H/2·hd]) */
     float *resid_mid;            /* [N, C] residual after attention */
     float *ln2, *ln2_rstd;       /* [N, C], [N] */
     float *gate, *up, *hact;     /* [N, F] each */
@@ -41,6 +43,7 @@ struct dt_runstate {
     int threads;                 /* OpenMP threads the fused kernel's scratch was sized for */
     size_t qscratch_bytes;
     int B, T, has_targets, count;
+    int heads_out;               /* DIFF V2: h, the output heads (the width of its token λ) */
     int *tokens, *targets;       /* [N] */
     float **resid;               /* [L+1] × [N, C]: input of each layer; resid[L] feeds the final norm */
     layer_acts *acts;            /* [L] */
@@ -55,6 +58,8 @@ struct dt_runstate {
     float *datty, *dq, *dk, *dv; /* [N, H·hd], [N, H·hd], [N, KV·hd] × 2 */
     float *dgate, *dup, *dh;     /* [N, F] */
     float *attn_scratch;         /* reference: [B, H, T, T]; fused: per-thread tiles */
+    float *dpre, *dz;            /* DIFF V2: [N, H·hd], [N, H/2] */
+    float *slopes;               /* ALiBi: [H] slope of every query head */
     float *lambdas;              /* [L] λ used by the last forward */
     float *rope_cos, *rope_sin;  /* [Tmax, hd/2] for positions 0..Tmax−1 (rope_tables) */
     float *rope_inv_freq;        /* [hd/2] the frequencies the tables were made from */
@@ -79,7 +84,7 @@ static float *carve(carver *cv, size_t n) {
 static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     const size_t N = (size_t)rs->Bmax * rs->Tmax, C = c->hidden_size, F = c->intermediate_size;
     const size_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
-    const int diff = c->arch == DT_ARCH_DIFF, fused = rs->kernel == DT_ATTENTION_FUSED;
+    const int diff = c->arch == DT_ARCH_DIFF, v2 = c->arch == DT_ARCH_DIFF_V2, fused = rs->kernel == DT_ATTENTION_FUSED;
     const size_t maps = fused ? 0 : (size_t)rs->Bmax * H * rs->Tmax * rs->Tmax;
     for (int l = 0; l <= c->num_hidden_layers; l++) rs->resid[l] = carve(cv, N * C);
     for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -93,8 +98,9 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
         a->logits = rs->opt.keep_logits ? carve(cv, maps) : NULL;
         a->lse = fused ? carve(cv, N * H) : NULL;
         a->o12 = fused && diff ? carve(cv, 2 * N * H * hd) : NULL;
-        a->pre = diff ? carve(cv, N * H * hd) : NULL;
+        a->pre = diff || v2 ? carve(cv, N * H * hd) : NULL;
         a->head_rstd = diff ? carve(cv, N * H / 2) : NULL;
+        a->vlam = v2 ? carve(cv, N * H / 2) : NULL;
         a->atty = carve(cv, N * H * hd);
         a->resid_mid = carve(cv, N * C);
         a->ln2 = carve(cv, N * C);
@@ -127,6 +133,9 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     rs->rope_sin = carve(cv, (size_t)rs->Tmax * (hd / 2));
     rs->rope_inv_freq = carve(cv, hd / 2);
     rs->qscratch = carve(cv, (rs->qscratch_bytes + sizeof(float) - 1) / sizeof(float));
+    rs->dpre = v2 ? carve(cv, N * H * hd) : NULL;
+    rs->dz = v2 ? carve(cv, N * H / 2) : NULL;
+    rs->slopes = c->position == DT_POS_ALIBI ? carve(cv, H) : NULL;
 }
 
 /* The RoPE tables for m's frequencies: made with the run state, and again if it is used with a
@@ -157,6 +166,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     if (!rs) goto oom;
     rs->Bmax = B;
     rs->Tmax = T;
+    rs->heads_out = c->num_attention_heads / 2;
     if (opt) rs->opt = *opt;
     if (rs->opt.logit_bits < 0 || rs->opt.logit_bits > 24) {
         dt_fail(err, "attention logit quantisation to %d bits: must be 0 (off) or 1..24", rs->opt.logit_bits);
@@ -188,6 +198,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     cv = (carver){rs->block, 0};
     layout_runstate(rs, c, &cv);
     refresh_rope_tables(m, rs);
+    if (rs->slopes) alibi_query_slopes(rs->slopes, (int)c->arch, c->num_attention_heads);
     return rs;
 oom:
     dt_runstate_free(rs);
@@ -223,6 +234,11 @@ const float *dt_runstate_attention(const dt_runstate *rs, int layer) {
 }
 const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer) { return rs->acts[layer].logits; }
 const float *dt_runstate_hidden(const dt_runstate *rs, int layer) { return rs->resid[layer]; }
+const float *dt_runstate_token_lambda(const dt_runstate *rs, int layer, size_t *n) {
+    const float *lam = rs->acts[layer].vlam;
+    if (n) *n = lam ? (size_t)rs->B * rs->T * rs->heads_out : 0;
+    return lam;
+}
 
 static attention_shape attention_shape_of(const dt_model *m, const dt_runstate *rs, int layer, int B, int T,
                                           float lambda) {
@@ -231,6 +247,7 @@ static attention_shape attention_shape_of(const dt_model *m, const dt_runstate *
         .B = B, .T = T, .H = c->num_attention_heads, .KV = c->num_key_value_heads, .hd = c->head_dim,
         .diff = c->arch == DT_ARCH_DIFF, .lambda = lambda, .lambda_init = dt_lambda_init(layer),
         .eps = c->rms_norm_eps, .subln = m->w.layers[layer].subln,
+        .alibi = rs->slopes, .softmax1 = c->softmax1, .no_norm = c->no_head_norm,
         .logit_bits = rs->opt.logit_bits, .logit_per_row = rs->opt.logit_per_row, .logits = rs->acts[layer].logits,
     };
     return s;
@@ -244,16 +261,20 @@ static int limit_threads(const dt_runstate *rs) {
     return before;
 }
 
-static void fused_attention_forward(dt_runstate *rs, layer_acts *a, const attention_shape *s) {
+/* The attention kernels' output: DIFF V2 runs them as softmax attention over its 2h query heads
+ * into `pre`, and combines the heads afterwards. */
+static float *kernel_out(const layer_acts *a, const dt_config *c) { return c->arch == DT_ARCH_DIFF_V2 ? a->pre : a->atty; }
+
+static void fused_attention_forward(dt_runstate *rs, layer_acts *a, float *out, const attention_shape *s) {
     int threads = limit_threads(rs);
-    flash_attention_forward(a->atty, a->lse, a->o12, a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, s);
+    flash_attention_forward(out, a->lse, a->o12, a->pre, a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, s);
     omp_set_num_threads(threads);
 }
 
-static void fused_attention_backward(dt_runstate *rs, const layer_acts *a, float *dsubln, float *dlambda,
-                                     const attention_shape *s) {
+static void fused_attention_backward(dt_runstate *rs, const layer_acts *a, const float *dout, const float *out,
+                                     float *dsubln, float *dlambda, const attention_shape *s) {
     int threads = limit_threads(rs);
-    flash_attention_backward(rs->dq, rs->dk, rs->dv, dlambda, dsubln, rs->datty, a->atty, a->lse, a->o12, a->pre,
+    flash_attention_backward(rs->dq, rs->dk, rs->dv, dlambda, dsubln, dout, out, a->lse, a->o12, a->pre,
                              a->head_rstd, a->q, a->k, a->v, rs->attn_scratch, s);
     omp_set_num_threads(threads);
 }
@@ -311,6 +332,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
                float *loss, dt_error *err) {
     const dt_config *c = &m->cfg;
     const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
+    const int v2 = c->arch == DT_ARCH_DIFF_V2, h2 = c->num_attention_heads / 2;
     const int N = B * T;
     if (B <= 0 || T <= 0 || B > rs->Bmax || T > rs->Tmax)
         return dt_fail(err, "batch %d × %d does not fit the run state (%d × %d)", B, T, rs->Bmax, rs->Tmax);
@@ -353,12 +375,18 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         lin(m, rs, l, LIN_K, a->k, a->ln1, N);
         lin(m, rs, l, LIN_V, a->v, a->ln1, N);
         profile_lap_mm(prof, l, MM_QKV, 0, 3, &t);
-        rope_apply_table(a->q, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
-        rope_apply_table(a->k, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
+        if (c->position == DT_POS_ROPE) {
+            rope_apply_table(a->q, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
+            rope_apply_table(a->k, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
+        }
         profile_lap(prof, PROF_ROPE, 2, &t);
         if (rs->kernel == DT_ATTENTION_FUSED)
-            fused_attention_forward(rs, a, &s);
-        else attention_forward(a->atty, a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
+            fused_attention_forward(rs, a, kernel_out(a, c), &s);
+        else attention_forward(kernel_out(a, c), a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
+        if (v2) { /* λ_t = sigmoid(W_λ x_t), then o_j = a_{2j} − λ_{t,j}·a_{2j+1} */
+            linear_forward(a->vlam, a->ln1, w->lambda_proj, N, C, h2);
+            diffv2_combine_forward(a->atty, a->vlam, a->vlam, a->pre, N, h2, c->head_dim);
+        }
         profile_lap(prof, PROF_ATTN_FWD, 1, &t);
         lin(m, rs, l, LIN_O, rs->dln, a->atty, N);
         profile_lap_mm(prof, l, MM_O, 0, 1, &t);
@@ -420,6 +448,7 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
     const int B = rs->B, T = rs->T, N = B * T;
     const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     const int qdim = c->num_attention_heads * c->head_dim, kvdim = c->num_key_value_heads * c->head_dim;
+    const int v2 = c->arch == DT_ARCH_DIFF_V2, odim = v2 ? qdim / 2 : qdim, h2 = c->num_attention_heads / 2;
     if (!rs->has_targets) return;
 
     dt_weights g; /* the gradient buffer seen with the weights' layout */
@@ -471,27 +500,38 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
         profile_lap(prof, PROF_NORM, 2, &t);
 
         /* Attention block: resid_mid = resid[l] + o_proj(attention(rope(q), rope(k), v)) */
-        memset(rs->datty, 0, (size_t)N * qdim * sizeof(float));
+        memset(rs->datty, 0, (size_t)N * odim * sizeof(float));
         profile_lap(prof, PROF_ZERO, 0, &t);
-        linear_backward(rs->datty, gw->o_proj, rs->dresid, a->atty, w->o_proj, N, qdim, C);
+        linear_backward(rs->datty, gw->o_proj, rs->dresid, a->atty, w->o_proj, N, odim, C);
         profile_lap_mm(prof, l, MM_O, 1, 2, &t);
+        /* the kernels' output gradient: DIFF V2's goes back through the head combination first */
+        const float *dkernel = rs->datty;
+        if (v2) {
+            memset(rs->dpre, 0, (size_t)N * qdim * sizeof(float));
+            memset(rs->dz, 0, (size_t)N * h2 * sizeof(float));
+            diffv2_combine_backward(rs->dpre, rs->dz, rs->datty, a->pre, a->vlam, N, h2, c->head_dim);
+            dkernel = rs->dpre;
+        }
         memset(rs->dq, 0, (size_t)N * qdim * sizeof(float));
         memset(rs->dk, 0, (size_t)N * kvdim * sizeof(float));
         memset(rs->dv, 0, (size_t)N * kvdim * sizeof(float));
         profile_lap(prof, PROF_ZERO, 0, &t);
         float dlambda = 0;
         if (rs->kernel == DT_ATTENTION_FUSED)
-            fused_attention_backward(rs, a, gw->subln, &dlambda, &s);
+            fused_attention_backward(rs, a, dkernel, kernel_out(a, c), gw->subln, &dlambda, &s);
         else
-            attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, rs->datty, a->att, a->pre, a->head_rstd,
+            attention_backward(rs->dq, rs->dk, rs->dv, &dlambda, gw->subln, dkernel, a->att, a->pre, a->head_rstd,
                                a->q, a->k, a->v, rs->attn_scratch, &s);
-        if (s.diff) lambda_backward(gw, w, c->head_dim, dlambda);
+        if (s.diff && !c->fixed_lambda) lambda_backward(gw, w, c->head_dim, dlambda);
         profile_lap(prof, PROF_ATTN_BWD, 1, &t);
-        rope_apply_table(rs->dq, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
-        rope_apply_table(rs->dk, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
+        if (c->position == DT_POS_ROPE) {
+            rope_apply_table(rs->dq, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
+            rope_apply_table(rs->dk, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
+        }
         profile_lap(prof, PROF_ROPE, 2, &t);
         memset(rs->dln, 0, (size_t)N * C * sizeof(float));
         profile_lap(prof, PROF_ZERO, 0, &t);
+        if (v2) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2);
         linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim);
         linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim);
         linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim);

@@ -28,6 +28,8 @@ struct dt_kvcache {
     float *gate, *up;            /* [F] each, one block */
     float *tmp;                  /* [max(C, H·hd)] */
     void *qscratch;              /* quantised linear layers' scratch for one row */
+    float *vlam;                 /* DIFF V2: [H/2] this position's λ */
+    float *slopes;               /* ALiBi: [H] slope of every query head */
 };
 
 dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) {
@@ -85,9 +87,12 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
     kc->up = kc->gate + F;
     kc->tmp = calloc(C > qdim ? C : qdim, sizeof(float)); /* o_proj output, or per-head norm outputs */
     kc->qscratch = malloc(model_linear_scratch_bytes(m, 1));
+    kc->vlam = calloc((size_t)c->num_attention_heads, sizeof(float));
+    kc->slopes = calloc((size_t)c->num_attention_heads, sizeof(float));
     if (!cache_ok || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate ||
-        !kc->tmp || !kc->qscratch)
+        !kc->tmp || !kc->qscratch || !kc->vlam || !kc->slopes)
         goto oom;
+    if (c->position == DT_POS_ALIBI) alibi_query_slopes(kc->slopes, (int)c->arch, c->num_attention_heads);
     return kc;
 oom:
     dt_kvcache_free(kc);
@@ -114,6 +119,8 @@ void dt_kvcache_free(dt_kvcache *kc) {
     free(kc->atty);
     free(kc->gate); /* up lives in the same block */
     free(kc->tmp);
+    free(kc->vlam);
+    free(kc->slopes);
     free(kc);
 }
 
@@ -207,18 +214,20 @@ static void store_kv(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads
     }
 }
 
-/* scores[0..n) = softmax(q · k[s] / √hd) for one query head over the cached positions. */
-static void head_scores(float *restrict scores, const float *restrict q, const kv_view *kv, int n, int hd) {
+/* scores[0..n) = softmax(q · k[s] / √hd − slope·(n − 1 − s)) for one query head over the cached
+ * positions; softmax1 adds 1 to the denominator (a virtual key of score 0). */
+static void head_scores(float *restrict scores, const float *restrict q, const kv_view *kv, int n, int hd, float slope,
+                        int softmax1) {
     const float scale = (float)(1.0 / sqrt((double)hd));
-    float mx = -INFINITY, tmp[hd];
+    float mx = softmax1 ? 0.0f : -INFINITY, tmp[hd];
     for (int s = 0; s < n; s++) {
         const float *restrict k = kv_row(kv, s, tmp, hd);
         float dot = 0;
         for (int d = 0; d < hd; d++) dot += q[d] * k[d];
-        scores[s] = dot * scale;
+        scores[s] = dot * scale - slope * (float)(n - 1 - s);
         mx = fmaxf(mx, scores[s]);
     }
-    float sum = 0;
+    float sum = softmax1 ? expf(-mx) : 0.0f;
     for (int s = 0; s < n; s++) sum += (scores[s] = expf(scores[s] - mx));
     const float inv = 1.0f / sum;
     for (int s = 0; s < n; s++) scores[s] *= inv;
@@ -236,19 +245,22 @@ static void weighted_values(float *restrict out, const float *restrict w, const 
 
 /* Attention of the newest position over one layer's cache, straight from the cached K/V (GQA
  * heads share their kv head's rows, nothing is copied). One task per output head: a query head
- * for the baseline, a differential head (both of its maps) for DIFF. */
+ * for the baseline, a differential head (both of its maps) for DIFF. DIFF V2: the baseline's
+ * heads into `out` (kc->tmp); the caller combines them. */
 static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n) {
     const dt_config *c = &m->cfg;
     const int H = c->num_attention_heads, hd = c->head_dim, kvdim = c->num_key_value_heads * hd;
     const int g = H / c->num_key_value_heads, KV = c->num_key_value_heads;
     const size_t stride = (size_t)kc->max_tokens;
+    const float *slopes = c->position == DT_POS_ALIBI ? kc->slopes : NULL;
     if (c->arch != DT_ARCH_DIFF) {
+        float *out = c->arch == DT_ARCH_DIFF_V2 ? kc->tmp : kc->atty;
 #pragma omp parallel for schedule(static) if (n * hd > 4096)
         for (int i = 0; i < H; i++) {
             float *sc = kc->scores + i * stride;
             const kv_view kv = kv_view_of(kc, 1, layer, i / g, kvdim, KV), vv = kv_view_of(kc, 0, layer, i / g, kvdim, KV);
-            head_scores(sc, kc->q + (size_t)i * hd, &kv, n, hd);
-            weighted_values(kc->atty + (size_t)i * hd, sc, &vv, n, hd);
+            head_scores(sc, kc->q + (size_t)i * hd, &kv, n, hd, slopes ? slopes[i] : 0.0f, c->softmax1);
+            weighted_values(out + (size_t)i * hd, sc, &vv, n, hd);
         }
         return;
     }
@@ -260,12 +272,16 @@ static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n
         float *d = kc->scores + j * stride, *a2 = kc->scores + (j + Hd) * stride;
         const kv_view k1 = kv_view_of(kc, 1, layer, j / g, kvdim, KV), k2 = kv_view_of(kc, 1, layer, (j + Hd) / g, kvdim, KV);
         const kv_view v1 = kv_view_of(kc, 0, layer, j / g, kvdim, KV), v2 = kv_view_of(kc, 0, layer, (j + Hd) / g, kvdim, KV);
-        head_scores(d, kc->q + (size_t)j * hd, &k1, n, hd);
-        head_scores(a2, kc->q + (size_t)(j + Hd) * hd, &k2, n, hd);
+        head_scores(d, kc->q + (size_t)j * hd, &k1, n, hd, slopes ? slopes[j] : 0.0f, c->softmax1);
+        head_scores(a2, kc->q + (size_t)(j + Hd) * hd, &k2, n, hd, slopes ? slopes[j + Hd] : 0.0f, c->softmax1);
         for (int s = 0; s < n; s++) d[s] -= lambda * a2[s]; /* D_j = A_j − λ A_{j+Hd}, over A_j's row */
         float *u = kc->atty + (size_t)j * w2, *normed = kc->tmp + (size_t)j * w2;
         weighted_values(u, d, &v1, n, hd);
         weighted_values(u + hd, d, &v2, n, hd);
+        if (c->no_head_norm) {
+            for (int e = 0; e < w2; e++) u[e] *= scale;
+            continue;
+        }
         float rstd;
         rmsnorm_forward(normed, &rstd, u, subln, 1, w2, c->rms_norm_eps);
         for (int e = 0; e < w2; e++) u[e] = normed[e] * scale;
@@ -276,6 +292,7 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
     const dt_config *c = &m->cfg;
     const int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
     const int qdim = c->num_attention_heads * hd, kvdim = c->num_key_value_heads * hd;
+    const int v2 = c->arch == DT_ARCH_DIFF_V2;
     if (token < 0 || token >= c->vocab_size)
         return dt_fail(err, "token id %d at position %d is out of range [0, %d)", token, pos, c->vocab_size);
     if (pos < 0 || pos >= kc->max_tokens)
@@ -303,10 +320,16 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
             model_linear(m, l, LIN_K, kslot, kc->xn, 1, kc->qscratch);
             model_linear(m, l, LIN_V, vslot, kc->xn, 1, kc->qscratch);
         }
-        rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, m->rope_inv_freq, +1);
-        rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, m->rope_inv_freq, +1);
+        if (c->position == DT_POS_ROPE) {
+            rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, m->rope_inv_freq, +1);
+            rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, m->rope_inv_freq, +1);
+        }
         if (!kc->k) store_kv(kc, l, pos, kvdim, c->num_key_value_heads);
         decode_attention(m, kc, l, pos + 1);
+        if (v2) {
+            linear_forward(kc->vlam, kc->xn, w->lambda_proj, 1, C, c->num_attention_heads / 2);
+            diffv2_combine_forward(kc->atty, kc->vlam, kc->vlam, kc->tmp, 1, c->num_attention_heads / 2, hd);
+        }
         model_linear(m, l, LIN_O, kc->tmp, kc->atty, 1, kc->qscratch);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
 

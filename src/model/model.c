@@ -45,6 +45,8 @@ static int layout_add(layout_builder *lb, const char *name, int64_t d0, int64_t 
 static int build_layout(const dt_config *c, layout_builder *lb) {
     const int C = c->hidden_size, F = c->intermediate_size, hd = c->head_dim;
     const int qdim = c->num_attention_heads * hd, kvdim = c->num_key_value_heads * hd;
+    /* DIFF V2: o_proj reads the h = H/2 combined heads */
+    const int odim = c->arch == DT_ARCH_DIFF_V2 ? qdim / 2 : qdim;
     char name[96];
     int rc = layout_add(lb, "model.embed_tokens.weight", c->vocab_size, C, 1);
     for (int l = 0; l < c->num_hidden_layers && rc == 0; l++) {
@@ -57,14 +59,17 @@ static int build_layout(const dt_config *c, layout_builder *lb) {
         ADD("self_attn.q_proj.weight", qdim, C, 1);
         ADD("self_attn.k_proj.weight", kvdim, C, 1);
         ADD("self_attn.v_proj.weight", kvdim, C, 1);
-        ADD("self_attn.o_proj.weight", C, qdim, 1);
+        ADD("self_attn.o_proj.weight", C, odim, 1);
         if (c->arch == DT_ARCH_DIFF) {
-            ADD("self_attn.lambda_q1", hd, 0, 0);
-            ADD("self_attn.lambda_k1", hd, 0, 0);
-            ADD("self_attn.lambda_q2", hd, 0, 0);
-            ADD("self_attn.lambda_k2", hd, 0, 0);
+            if (!c->fixed_lambda) {
+                ADD("self_attn.lambda_q1", hd, 0, 0);
+                ADD("self_attn.lambda_k1", hd, 0, 0);
+                ADD("self_attn.lambda_q2", hd, 0, 0);
+                ADD("self_attn.lambda_k2", hd, 0, 0);
+            }
             if (c->use_subln_weight) ADD("self_attn.subln.weight", 2 * hd, 0, 0);
         }
+        if (c->arch == DT_ARCH_DIFF_V2) ADD("self_attn.lambda_proj.weight", c->num_attention_heads / 2, C, 1);
         ADD("post_attention_layernorm.weight", C, 0, 0);
         ADD("mlp.gate_proj.weight", F, C, 1);
         ADD("mlp.up_proj.weight", F, C, 1);
@@ -90,12 +95,15 @@ void dt_weights_view(const dt_model *m, float *buf, dt_weights *w, dt_layer_weig
         lw->v_proj = buf + (t++)->offset;
         lw->o_proj = buf + (t++)->offset;
         if (c->arch == DT_ARCH_DIFF) {
-            lw->lambda_q1 = buf + (t++)->offset;
-            lw->lambda_k1 = buf + (t++)->offset;
-            lw->lambda_q2 = buf + (t++)->offset;
-            lw->lambda_k2 = buf + (t++)->offset;
+            if (!c->fixed_lambda) {
+                lw->lambda_q1 = buf + (t++)->offset;
+                lw->lambda_k1 = buf + (t++)->offset;
+                lw->lambda_q2 = buf + (t++)->offset;
+                lw->lambda_k2 = buf + (t++)->offset;
+            }
             if (c->use_subln_weight) lw->subln = buf + (t++)->offset;
         }
+        if (c->arch == DT_ARCH_DIFF_V2) lw->lambda_proj = buf + (t++)->offset;
         lw->post_attention_layernorm = buf + (t++)->offset;
         lw->gate_proj = buf + (t++)->offset;
         lw->up_proj = buf + (t++)->offset;
@@ -178,6 +186,7 @@ void dt_model_init_random(dt_model *m, uint64_t seed) {
 
 float dt_model_lambda(const dt_model *m, int layer) {
     if (m->cfg.arch != DT_ARCH_DIFF) return 0.0f;
+    if (m->cfg.fixed_lambda) return dt_lambda_init(layer);
     const dt_layer_weights *lw = &m->w.layers[layer];
     float d1 = 0, d2 = 0;
     for (int i = 0; i < m->cfg.head_dim; i++) {
@@ -308,6 +317,16 @@ static int save_tokenizer(const char *dir, const char *from, dt_error *err) {
     return 0;
 }
 
+/* The first of cfg's options that transformers' llama / diffllama cannot express, or NULL. */
+static const char *hf_unsupported_option(const dt_config *c) {
+    if (c->arch == DT_ARCH_DIFF_V2) return "model_type difftrans_v2 (DIFF V2)";
+    if (c->position == DT_POS_ALIBI) return "difftrans.position = alibi";
+    if (c->position == DT_POS_NONE) return "difftrans.position = none";
+    if (c->softmax1) return "difftrans.softmax1";
+    if (c->no_head_norm) return "difftrans.head_norm = false";
+    return NULL;
+}
+
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err) {
     dt_save_options opt = {.hf_export = hf_export, .dtype = DT_F32, .max_shard_bytes = 0};
     return dt_model_save_with(m, dir, &opt, err);
@@ -323,6 +342,10 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
                             "was made from", dir, dt_quant_scheme_name(m->quant->opt.scheme));
     if (m->quant) return quant_save(m, dir, err);
     struct stat sb;
+    const char *unsupported = hf_export ? hf_unsupported_option(&m->cfg) : NULL;
+    if (unsupported)
+        return dt_fail(err, "%s: cannot export for Hugging Face: transformers has no equivalent of %s", dir,
+                       unsupported);
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: exists and is not a directory", dir);
     dt_config cfg = m->cfg;
@@ -344,8 +367,16 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
         params = folded;
         cfg.use_subln_weight = 0;
     }
-    dt_st_entry *entries = calloc((size_t)m->n_tensors, sizeof *entries);
-    if (!entries) {
+    /* fixed λ = λinit is diffllama with λ vectors of zeros: exp(0) − exp(0) + λinit */
+    const int zero_lambdas = hf_export && cfg.arch == DT_ARCH_DIFF && cfg.fixed_lambda;
+    const int n_extra = zero_lambdas ? 4 * cfg.num_hidden_layers : 0;
+    dt_st_entry *entries = calloc((size_t)m->n_tensors + n_extra, sizeof *entries);
+    char(*extra_names)[96] = n_extra ? calloc((size_t)n_extra, sizeof *extra_names) : NULL;
+    float *zeros = n_extra ? calloc((size_t)cfg.head_dim, sizeof(float)) : NULL;
+    if (!entries || (n_extra && (!extra_names || !zeros))) {
+        free(entries);
+        free(extra_names);
+        free(zeros);
         free(folded);
         return dt_fail(err, "out of memory");
     }
@@ -361,6 +392,13 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
         entries[n].dtype = opt->dtype;
         n++;
     }
+    for (int i = 0; i < n_extra; i++) {
+        static const char *const which[] = {"q1", "k1", "q2", "k2"};
+        snprintf(extra_names[i], sizeof extra_names[i], "model.layers.%d.self_attn.lambda_%s", i / 4, which[i % 4]);
+        entries[n] = (dt_st_entry){.name = extra_names[i], .ndim = 1, .shape = {cfg.head_dim}, .data = zeros, .dtype = opt->dtype};
+        n++;
+    }
+    if (zero_lambdas) cfg.fixed_lambda = 0;
     int rc = dt_st_write_dir(dir, entries, n, opt->max_shard_bytes, err);
     if (rc == 0) rc = join(path, sizeof path, dir, "config.json", err);
     if (rc == 0) rc = config_save_dtype(&cfg, path, opt->dtype, err);
@@ -368,6 +406,8 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
     if (rc == 0) rc = generation_config_save(&cfg.special, path, err);
     if (rc == 0) rc = save_tokenizer(dir, opt->tokenizer_from, err);
     free(entries);
+    free(extra_names);
+    free(zeros);
     free(folded);
     return rc;
 }

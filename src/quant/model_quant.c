@@ -28,7 +28,7 @@ void model_linear_shape(const dt_model *m, int layer, int which, int *out, int *
     case LIN_Q: *out = qdim, *in = C; break;
     case LIN_K:
     case LIN_V: *out = kvdim, *in = C; break;
-    case LIN_O: *out = C, *in = qdim; break;
+    case LIN_O: *out = C, *in = c->arch == DT_ARCH_DIFF_V2 ? qdim / 2 : qdim; break; /* V2: h = H/2 heads */
     case LIN_GATE:
     case LIN_UP: *out = F, *in = C; break;
     default: *out = C, *in = F; break; /* LIN_DOWN */

@@ -364,8 +364,18 @@ static void write_metrics(FILE *mf, const trainer *tr, float loss, double val_lo
     if (!isnan(val_loss)) fprintf(mf, ",\"val_loss\":%.6f", val_loss);
     fprintf(mf, ",\"lr\":%.6g,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f,\"lambda\":[", lr, gnorm,
             tps, tr->elapsed);
-    for (int l = 0; l < tr->model.cfg.num_hidden_layers; l++)
-        fprintf(mf, "%s%.6f", l ? "," : "", dt_model_lambda(&tr->model, l));
+    for (int l = 0; l < tr->model.cfg.num_hidden_layers; l++) {
+        /* DIFF V2's λ depends on the token: the mean over the last forward's tokens and heads */
+        size_t n = 0;
+        const float *tl = dt_runstate_token_lambda(tr->ts.rs, l, &n);
+        double lam = dt_model_lambda(&tr->model, l);
+        if (tl && n) {
+            lam = 0;
+            for (size_t i = 0; i < n; i++) lam += tl[i];
+            lam /= (double)n;
+        }
+        fprintf(mf, "%s%.6f", l ? "," : "", lam);
+    }
     fprintf(mf, "]}\n");
     fflush(mf);
 }
@@ -401,7 +411,8 @@ static void fingerprints(const dt_train_options *o, const trainer *tr, uint64_t 
     const double cfg[] = {c->arch, c->vocab_size, c->hidden_size, c->intermediate_size, c->num_hidden_layers,
                           c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->max_position_embeddings,
                           c->rms_norm_eps, c->rope_theta, c->tie_word_embeddings, c->lambda_std_dev,
-                          c->use_subln_weight, o->grad_accum, o->zero};
+                          c->use_subln_weight, c->position, c->softmax1, c->no_head_norm, c->fixed_lambda,
+                          o->grad_accum, o->zero};
     fp[1] = fnv1a(fnv1a(FNV_START, cfg, sizeof cfg), text ? text : "", text ? strlen(text) : 0);
     cJSON_free(text);
     fp[2] = fnv1a(FNV_START, tr->tokens, tr->n_tokens * sizeof(int));
@@ -564,7 +575,7 @@ int dt_train(dt_train_options *o, dt_error *err) {
     const int log_every = o->steps / 20 > 0 ? o->steps / 20 : 1;
     if (!quiet) {
         fprintf(stderr, "%s %s: %zu parameters, %zu train / %zu validation tokens, %d steps of %d × %d tokens\n",
-                o->resume ? "resuming" : "training", c->arch == DT_ARCH_DIFF ? "diffllama" : "llama",
+                o->resume ? "resuming" : "training", dt_arch_name(c->arch),
                 tr.model.n_params, tr.n_train, tr.n_tokens - tr.n_train, o->steps, B, T);
         if (tr.ranks > 1)
             fprintf(stderr, "data parallel: %d ranks × %d rows × %d micro-batch%s%s\n", tr.ranks,
