@@ -26,8 +26,13 @@ static int read_ids(const char *cmd, const char *path, int V, int **out, int *B,
     int *ids = malloc(cap * sizeof(int)), rows = 0, cols = -1, rc = 0, lineno = 0;
     char *line = NULL;
     size_t line_cap = 0;
-    while (rc == 0 && ids && getline(&line, &line_cap, f) != -1) {
+    ssize_t got;
+    while (rc == 0 && ids && (got = getline(&line, &line_cap, f)) != -1) {
         lineno++;
+        if (memchr(line, '\0', (size_t)got)) { /* the parser below would stop there and accept the rest */
+            rc = cli_error(cmd, "%s:%d: a NUL byte inside the line (not a text file of token ids?)", path, lineno);
+            break;
+        }
         int count = 0;
         char *s = line;
         for (;;) {
@@ -65,6 +70,7 @@ static int read_ids(const char *cmd, const char *path, int V, int **out, int *B,
         cols = count;
         rows++;
     }
+    if (rc == 0 && ferror(f)) rc = cli_error(cmd, "%s: read failed: %s", path, strerror(errno));
     free(line);
     fclose(f);
     if (!ids && rc == 0) rc = cli_error(cmd, "out of memory reading %s", path);

@@ -308,6 +308,9 @@ typedef struct {
     void *observe_ctx;
 } dt_run_options;
 
+/* The most tokens (B·T) one run state holds: rows are indexed as int inside the forward. */
+#define DT_MAX_BATCH_TOKENS (1 << 26)
+
 dt_runstate *dt_runstate_create(const dt_model *m, int B, int T, dt_error *err); /* fused, no extras */
 dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_run_options *opt, dt_error *err);
 void dt_runstate_free(dt_runstate *rs);
@@ -641,6 +644,9 @@ uint64_t dt_rng_next(uint64_t *state);      /* splitmix64 */
 float dt_rng_uniform(uint64_t *state);      /* [0, 1) */
 float dt_rng_normal(uint64_t *state);       /* N(0, 1) */
 
+/* snprintf of a file path into out[n]; a path that does not fit is an error, never truncated. */
+int dt_pathf(char *out, size_t n, dt_error *err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 /* Write-to-temp-then-rename helpers: dt_atomic_open gives a FILE* on "<path>.tmp.<pid>". */
 typedef struct {
     char path[4096];
@@ -648,7 +654,7 @@ typedef struct {
     void *fp;                    /* FILE* */
 } dt_atomic_file;
 int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err);
-int dt_atomic_commit(dt_atomic_file *f, dt_error *err);  /* fflush, fsync, close, rename */
+int dt_atomic_commit(dt_atomic_file *f, dt_error *err);  /* fflush, fsync, close, rename, fsync dir */
 void dt_atomic_abort(dt_atomic_file *f);                  /* close, unlink temp */
 
 #ifdef __cplusplus

@@ -50,4 +50,7 @@ int generation_config_save(const dt_special_ids *s, const char *path, dt_error *
 int config_save_dtype(const dt_config *cfg, const char *path, dt_dtype dtype, dt_error *err);
 int special_ids_parse(const struct cJSON *root, dt_special_ids *s, const char *path, dt_error *err);
 int special_ids_add(struct cJSON *root, const dt_special_ids *s);
+/* A whole regular file of at most max_bytes into a NUL-terminated buffer (*len excludes the NUL);
+ * `what` names the kind of file in the message for a larger one ("a config"). Free with free(). */
+int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err);
 #endif

@@ -1,8 +1,11 @@
 /* util.c — errors, the random number generator and atomic file writes. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -17,6 +20,16 @@ int dt_fail(dt_error *err, const char *fmt, ...) {
         va_end(ap);
     }
     return -1;
+}
+
+int dt_pathf(char *out, size_t n, dt_error *err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(out, n, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= n)
+        return dt_fail(err, "%.200s...: path too long (%d bytes, limit %zu)", out, k, n - 1);
+    return 0;
 }
 
 /* splitmix64: tiny, fast, and its whole state is one integer we can checkpoint. */
@@ -46,6 +59,21 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
     return 0;
 }
 
+/* The rename is durable only once the directory entry is on disk: fsync the directory. */
+static int sync_parent_dir(const char *path, dt_error *err) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == path) snprintf(dir, sizeof dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path); /* path fits: dt_atomic_open checked */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return dt_fail(err, "%s: cannot open its directory to sync it: %s", path, strerror(errno));
+    int rc = fsync(fd), saved = errno;
+    close(fd);
+    if (rc != 0) return dt_fail(err, "%s: written, but syncing its directory failed: %s", path, strerror(saved));
+    return 0;
+}
+
 int atomic_finish(dt_atomic_file *f, dt_error *err) {
     FILE *fp = f->fp;
     f->fp = NULL;
@@ -71,7 +99,7 @@ int atomic_rename(dt_atomic_file *f, dt_error *err) {
         unlink(f->tmp);
         return dt_fail(err, "%s: cannot rename into place: %s", f->path, strerror(saved));
     }
-    return 0;
+    return sync_parent_dir(f->path, err);
 }
 
 void dt_atomic_abort(dt_atomic_file *f) {
@@ -89,4 +117,41 @@ int write_text_atomic(const char *path, const char *text, dt_error *err) {
         return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
     }
     return dt_atomic_commit(&f, err);
+}
+
+int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    const char *problem = NULL;
+    if (fstat(fileno(fp), &sb) != 0) problem = strerror(errno);
+    else if (!S_ISREG(sb.st_mode)) problem = "not a regular file";
+    if (problem) {
+        fclose(fp);
+        return dt_fail(err, "%s: %s", path, problem);
+    }
+    if ((uintmax_t)sb.st_size > max_bytes) {
+        fclose(fp);
+        return dt_fail(err, "%s: %lld bytes is too large for %s (limit %zu bytes)", path, (long long)sb.st_size, what,
+                       max_bytes);
+    }
+    size_t n = (size_t)sb.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(fp);
+        return dt_fail(err, "%s: out of memory for %zu bytes", path, n);
+    }
+    size_t got = fread(buf, 1, n, fp);
+    /* one more byte read must hit the end: a file that grew while we read is not trusted either */
+    int bad = ferror(fp) || got != n || fgetc(fp) != EOF || ferror(fp);
+    int saved = errno;
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        return dt_fail(err, "%s: read failed: %s", path, got != n || !saved ? "file changed while reading" : strerror(saved));
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
 }

@@ -401,12 +401,16 @@ corruption_cases() {
     cfg_case cfg_hidden_2pow40 'hidden_size.*(range|large)' hidden_size=1099511627776
     cfg_case cfg_heads_odd_diff 'even.*num_attention_heads|num_attention_heads.*even' \
         num_attention_heads=3 num_key_value_heads=3 head_dim=16
+    cfg_case cfg_head_dim_odd 'head_dim must be even' head_dim=15
     cfg_case cfg_heads_kv_indivisible 'divisible|num_key_value_heads' num_key_value_heads=3
     cfg_case cfg_heads_indivisible_hidden 'divisible' -head_dim num_attention_heads=6 num_key_value_heads=6
     cfg_case cfg_eps_zero 'rms_norm_eps' rms_norm_eps=0
     cfg_case cfg_rope_scaling_yarn "rope_scaling type 'yarn' is not supported" 'rope_scaling={"type": "yarn", "factor": 2.0}'
     cfg_case cfg_rope_llama3_incomplete 'llama3.*needs.*low_freq_factor' 'rope_scaling={"rope_type": "llama3", "factor": 8.0}'
     cfgw_case cfg_more_layers_than_weights 'missing.*model\.layers\.2\.' num_hidden_layers=3
+    # a 135-byte config claiming 4194304 × 400 embeddings: the tensors are compared with it before
+    # the 13 GB of parameters it implies are allocated, so the real error shows, not an OOM
+    absurd_case cfg_claims_huge_model 'embed_tokens.*shape' vocab_size=4194304 hidden_size=400 num_hidden_layers=1
     cfgw_case cfg_wider_than_weights 'gate_proj.*shape.*config' intermediate_size=192
     # difftrans_tokenizer.json
     tok_case tok_bpe 'unsupported|bpe' 'type="bpe"'
@@ -488,6 +492,8 @@ fw_case ragged 'ragged|same length|length' '1 2 3 4\n5 6 7\n'
 fw_case empty 'empty' ''
 fw_case blank_lines 'empty' '\n  \n\n'
 fw_case missing 'no such file|cannot open' '-'
+# a NUL byte must not end the line early (the ids after it were silently dropped)
+fw_case nul_byte ':1: a NUL byte' '1 2\0 9 9\n'
 long=$(seq -s ' ' 1 257 | awk '{for (i = 1; i <= NF; i++) printf "%d ", $i % 256; print ""}')
 fw_case too_long 'max_position_embeddings|too long|exceed' "$long\n"
 

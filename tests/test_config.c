@@ -365,6 +365,8 @@ static void test_bad_sizes(void **state) {
     expect_extra_fails("\"head_dim\": -1", "head_dim must be > 0");
     expect_extra_fails("\"max_position_embeddings\": 2000000", "max_position_embeddings = 2000000 is absurdly large");
     expect_extra_fails("\"head_dim\": 8192", "head_dim = 8192 is absurdly large");
+    /* RoPE rotates pairs of channels: an odd head_dim would leave one unrotated */
+    expect_extra_fails("\"head_dim\": 15", "head_dim must be even for RoPE (got 15)");
     expect_extra_fails("\"num_key_value_heads\": 2048", "is absurdly large");
 
     /* required keys with bad values: rebuild the JSON by hand */

@@ -743,22 +743,20 @@ int needle_write_dataset(const needle_params *p, const needle_corpus *corpus, co
     char path[4200];
     dt_atomic_file f;
     size_t bytes;
-    snprintf(path, sizeof path, "%s/train.txt", dir);
-    if (dt_atomic_open(&f, path, err) != 0) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/train.txt", dir) || dt_atomic_open(&f, path, err) != 0) return -1;
     if (write_set(p, corpus, tr, p->n_train, 0, f.fp, path, &bytes, err) != 0) {
         dt_atomic_abort(&f);
         return -1;
     }
     if (dt_atomic_commit(&f, err) != 0) return -1;
-    snprintf(path, sizeof path, "%s/test.jsonl", dir);
-    if (dt_atomic_open(&f, path, err) != 0) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/test.jsonl", dir) || dt_atomic_open(&f, path, err) != 0) return -1;
     if (write_set(p, corpus, te, p->n_test, 1, f.fp, path, &bytes, err) != 0) {
         dt_atomic_abort(&f);
         return -1;
     }
     if (dt_atomic_commit(&f, err) != 0) return -1;
 
-    snprintf(path, sizeof path, "%s/needle.json", dir);
+    if (dt_pathf(path, sizeof path, err, "%s/needle.json", dir)) return -1;
     cJSON *o = params_json(p, corpus, corpus_path);
     char *json = o ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);

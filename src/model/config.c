@@ -127,6 +127,9 @@ static int check_heads(const dt_config *c, const char *where, dt_error *err) {
     if (c->num_attention_heads % c->num_key_value_heads != 0)
         return dt_fail(err, "%s: heads not divisible by kv heads (num_attention_heads %d, num_key_value_heads %d)",
                        where, c->num_attention_heads, c->num_key_value_heads);
+    /* RoPE rotates channel pairs (i, i + hd/2): an odd head_dim would leave one channel without
+     * a position, and Hugging Face cannot build such a model. */
+    if (c->head_dim % 2 != 0) return dt_fail(err, "%s: head_dim must be even for RoPE (got %d)", where, c->head_dim);
     /* Query heads pair up into differential heads (DIFF: i with i + H/2; V2: 2j with 2j + 1). */
     if (c->arch != DT_ARCH_LLAMA && c->num_attention_heads % 2 != 0)
         return dt_fail(err, "%s: %s needs an even num_attention_heads (got %d)", where, dt_arch_name(c->arch),
@@ -487,38 +490,6 @@ static int parse_config(const cJSON *root, dt_config *c, const char *path, dt_er
     return 0;
 }
 
-/* Whole small file into a NUL-terminated buffer; *len excludes the NUL. */
-static int read_text_file(const char *path, char **out, size_t *len, dt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    const char *problem = NULL;
-    if (fstat(fileno(fp), &sb) != 0) problem = strerror(errno);
-    else if (!S_ISREG(sb.st_mode)) problem = "not a regular file";
-    else if (sb.st_size > (off_t)MAX_CONFIG_BYTES) problem = "file too large for a config";
-    if (problem) {
-        fclose(fp);
-        return dt_fail(err, "%s: %s", path, problem);
-    }
-    size_t n = (size_t)sb.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        fclose(fp);
-        return dt_fail(err, "%s: out of memory", path);
-    }
-    size_t got = fread(buf, 1, n, fp);
-    int bad = ferror(fp) || got != n;
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        return dt_fail(err, "%s: read failed (file changed while reading?)", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 static int line_of(const char *text, const char *pos) {
     int line = 1;
     for (const char *p = text; p < pos; p++) line += *p == '\n';
@@ -528,7 +499,7 @@ static int line_of(const char *text, const char *pos) {
 cJSON *json_load_file(const char *path, dt_error *err) {
     char *text = NULL;
     size_t len = 0;
-    if (read_text_file(path, &text, &len, err) != 0) return NULL;
+    if (read_text_file(path, MAX_CONFIG_BYTES, "a config", &text, &len, err) != 0) return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     /* cJSON stops after the first value; trailing text means the file is not one JSON value */

@@ -69,15 +69,22 @@ struct dt_runstate {
     dt_profile *prof;            /* bench --profile: where the step's time goes, or NULL */
 };
 
-/* Carves float buffers out of one block: first pass counts, second pass assigns. */
+/* Carves float buffers out of one block: first pass counts, second pass assigns. The count
+ * saturates: a layout whose size does not fit in size_t sets `overflow` instead of wrapping. */
 typedef struct {
     float *base;
     size_t used;
+    int overflow;
 } carver;
 
 static float *carve(carver *cv, size_t n) {
     float *p = cv->base ? cv->base + cv->used : NULL;
-    cv->used += (n + 15) & ~(size_t)15; /* 64-byte aligned slices */
+    size_t slice;
+    if (n > SIZE_MAX - 15 || __builtin_add_overflow(cv->used, (n + 15) & ~(size_t)15, &slice)) { /* 64-byte slices */
+        cv->overflow = 1;
+        return NULL;
+    }
+    cv->used = slice;
     return p;
 }
 
@@ -162,6 +169,12 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
         dt_fail(err, "sequence length %d exceeds max_position_embeddings %d", T, c->max_position_embeddings);
         return NULL;
     }
+    /* B·T indexes rows as int throughout the forward and backward: cap it where it is chosen */
+    if ((int64_t)B * T > DT_MAX_BATCH_TOKENS) {
+        dt_fail(err, "batch %d × sequence %d = %lld tokens: more than one run state holds (limit %d)", B, T,
+                (long long)B * T, DT_MAX_BATCH_TOKENS);
+        return NULL;
+    }
     dt_runstate *rs = calloc(1, sizeof *rs);
     if (!rs) goto oom;
     rs->Bmax = B;
@@ -188,6 +201,11 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     carver cv = {0};
     layout_runstate(rs, c, &cv);
     size_t total = cv.used;
+    if (cv.overflow || total > SIZE_MAX / sizeof(float)) {
+        dt_runstate_free(rs);
+        dt_fail(err, "activations for batch %d × %d do not fit in memory's address space", B, T);
+        return NULL;
+    }
     rs->block = aligned_alloc(64, total * sizeof(float));
     if (!rs->block) {
         dt_runstate_free(rs);
@@ -195,7 +213,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
         return NULL;
     }
     memset(rs->block, 0, total * sizeof(float));
-    cv = (carver){rs->block, 0};
+    cv = (carver){.base = rs->block};
     layout_runstate(rs, c, &cv);
     refresh_rope_tables(m, rs);
     if (rs->slopes) alibi_query_slopes(rs->slopes, (int)c->arch, c->num_attention_heads);
@@ -333,9 +351,9 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
     const dt_config *c = &m->cfg;
     const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     const int v2 = c->arch == DT_ARCH_DIFF_V2, h2 = c->num_attention_heads / 2;
-    const int N = B * T;
     if (B <= 0 || T <= 0 || B > rs->Bmax || T > rs->Tmax)
         return dt_fail(err, "batch %d × %d does not fit the run state (%d × %d)", B, T, rs->Bmax, rs->Tmax);
+    const int N = B * T; /* ≤ Bmax·Tmax ≤ DT_MAX_BATCH_TOKENS */
     for (int i = 0; i < N; i++) {
         if (tokens[i] < 0 || tokens[i] >= V)
             return dt_fail(err, "token id %d at sequence %d position %d is out of range [0, %d)", tokens[i], i / T,

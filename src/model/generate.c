@@ -255,7 +255,7 @@ static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n
     const float *slopes = c->position == DT_POS_ALIBI ? kc->slopes : NULL;
     if (c->arch != DT_ARCH_DIFF) {
         float *out = c->arch == DT_ARCH_DIFF_V2 ? kc->tmp : kc->atty;
-#pragma omp parallel for schedule(static) if (n * hd > 4096)
+#pragma omp parallel for schedule(static) if ((size_t)n * hd > 4096)
         for (int i = 0; i < H; i++) {
             float *sc = kc->scores + i * stride;
             const kv_view kv = kv_view_of(kc, 1, layer, i / g, kvdim, KV), vv = kv_view_of(kc, 0, layer, i / g, kvdim, KV);
@@ -267,7 +267,7 @@ static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n
     const int Hd = H / 2, w2 = 2 * hd;
     const float lambda = dt_model_lambda(m, layer), scale = 1.0f - dt_lambda_init(layer);
     const float *subln = m->w.layers[layer].subln;
-#pragma omp parallel for schedule(static) if (n * hd > 4096)
+#pragma omp parallel for schedule(static) if ((size_t)n * hd > 4096)
     for (int j = 0; j < Hd; j++) {
         float *d = kc->scores + j * stride, *a2 = kc->scores + (j + Hd) * stride;
         const kv_view k1 = kv_view_of(kc, 1, layer, j / g, kvdim, KV), k2 = kv_view_of(kc, 1, layer, (j + Hd) / g, kvdim, KV);

@@ -124,7 +124,8 @@ size_t dt_config_param_count(const dt_config *cfg) {
     return lb.offset;
 }
 
-int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
+/* The tensor table of cfg (names, shapes, offsets) without the parameters themselves. */
+static int model_layout(dt_model *m, const dt_config *cfg, dt_error *err) {
     memset(m, 0, sizeof *m);
     if (dt_config_validate(cfg, "config", err) != 0) return -1;
     m->cfg = *cfg;
@@ -136,17 +137,28 @@ int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
     m->tensors = lb.t;
     m->n_tensors = lb.n;
     m->n_params = lb.offset;
+    return 0;
+}
+
+/* Zeroed parameters for a model whose layout is built; frees the model on failure. */
+static int model_alloc(dt_model *m, dt_error *err) {
+    const dt_config *cfg = &m->cfg;
     m->params = calloc(m->n_params, sizeof(float));
     m->w.layers = calloc((size_t)cfg->num_hidden_layers, sizeof(dt_layer_weights));
     m->rope_inv_freq = malloc((size_t)(cfg->head_dim / 2 + 1) * sizeof(float));
     if (!m->params || !m->w.layers || !m->rope_inv_freq) {
+        size_t n = m->n_params;
         dt_model_free(m);
-        return dt_fail(err, "out of memory allocating %zu parameters (%.1f MB)", lb.offset,
-                       (double)lb.offset * 4 / 1e6);
+        return dt_fail(err, "out of memory allocating %zu parameters (%.1f MB)", n, (double)n * 4 / 1e6);
     }
     dt_weights_view(m, m->params, &m->w, m->w.layers);
     dt_rope_inv_freq(cfg, m->rope_inv_freq);
     return 0;
+}
+
+int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
+    if (model_layout(m, cfg, err) != 0) return -1;
+    return model_alloc(m, err);
 }
 
 void dt_model_free(dt_model *m) {
@@ -217,6 +229,35 @@ static void format_shape(char *out, size_t n, int ndim, const int64_t *shape) {
     if (used < n) snprintf(out + used, n - used, "]");
 }
 
+/* A tensor of the checkpoint against the layout config.json implies. */
+static int check_tensor(const dt_st_set *set, const dt_tensor *t, const char *dir, dt_error *err) {
+    const dt_safetensors *file = NULL;
+    const dt_st_tensor *s = dt_st_set_find(set, t->name, &file);
+    if (!s) {
+        if (set->sharded) return dt_fail(err, "%s/model.safetensors.index.json: missing tensor '%s'", dir, t->name);
+        return dt_fail(err, "%s: missing tensor '%s'", set->files[0].path, t->name);
+    }
+    if (!tensor_shape_matches(s, t)) {
+        char want[64], got[64];
+        format_shape(want, sizeof want, t->ndim, t->shape);
+        format_shape(got, sizeof got, s->ndim, s->shape);
+        return dt_fail(err, "%s: tensor '%s' has shape %s but config.json implies %s", file->path, t->name, got, want);
+    }
+    return 0;
+}
+
+/* Its values (checked by check_tensor) into p, all finite. */
+static int read_tensor(const dt_st_set *set, const dt_tensor *t, float *p, dt_error *err) {
+    const dt_safetensors *file = NULL;
+    const dt_st_tensor *s = dt_st_set_find(set, t->name, &file);
+    dt_st_read_f32(file, s, p);
+    for (size_t j = 0; j < t->numel; j++)
+        if (!isfinite(p[j]))
+            return dt_fail(err, "%s: tensor '%s' holds a non-finite value (%g) at index %zu", file->path, t->name,
+                           (double)p[j], j);
+    return 0;
+}
+
 int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     char path[4200];
     dt_config cfg;
@@ -241,38 +282,22 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
             for (int i = 0; i < set.files[f].n; i++)
                 if (strstr(set.files[f].tensors[i].name, ".self_attn.subln.weight")) cfg.use_subln_weight = 1;
     }
-    if (dt_model_create(m, &cfg, err) != 0) {
+    /* Every tensor is checked against config.json before the parameters are allocated: a config
+     * that lies about the sizes gets its real error, not an out-of-memory from its claimed size. */
+    if (model_layout(m, &cfg, err) != 0) {
         dt_st_set_close(&set);
         return -1;
     }
     int rc = 0;
-    for (int i = 0; i < m->n_tensors && rc == 0; i++) {
-        const dt_tensor *t = &m->tensors[i];
-        if (quant_replaces_tensor(&quant, t->name)) continue; /* its float slot stays zero and untouched */
-        
-        const dt_safetensors *file = NULL;
-        const dt_st_tensor *s = dt_st_set_find(&set, t->name, &file);
-        if (!s) {
-            if (set.sharded) rc = dt_fail(err, "%s/model.safetensors.index.json: missing tensor '%s'", dir, t->name);
-            else rc = dt_fail(err, "%s: missing tensor '%s'", set.files[0].path, t->name);
-            break;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        if (pass == 1 && model_alloc(m, err) != 0) {
+            dt_st_set_close(&set);
+            return -1;
         }
-        snprintf(path, sizeof path, "%s", file->path);
-        if (!tensor_shape_matches(s, t)) {
-            char want[64], got[64];
-            format_shape(want, sizeof want, t->ndim, t->shape);
-            format_shape(got, sizeof got, s->ndim, s->shape);
-            rc = dt_fail(err, "%s: tensor '%s' has shape %s but config.json implies %s", path, t->name, got, want);
-            break;
-        }
-        float *p = m->params + t->offset;
-        dt_st_read_f32(file, s, p);
-        for (size_t j = 0; j < t->numel; j++) {
-            if (!isfinite(p[j])) {
-                rc = dt_fail(err, "%s: tensor '%s' holds a non-finite value (%g) at index %zu", path, t->name,
-                             (double)p[j], j);
-                break;
-            }
+        for (int i = 0; i < m->n_tensors && rc == 0; i++) {
+            const dt_tensor *t = &m->tensors[i];
+            if (quant_replaces_tensor(&quant, t->name)) continue; /* its float slot stays zero and untouched */
+            rc = pass == 0 ? check_tensor(&set, t, dir, err) : read_tensor(&set, t, m->params + t->offset, err);
         }
     }
     if (rc == 0 && quant.scheme != DT_QUANT_NONE) {

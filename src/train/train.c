@@ -32,6 +32,9 @@
 #include "dist/comm.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
+
+/* train_state.json is about 600 bytes; the data path in it is at most 4 KiB. */
+#define MAX_TRAIN_STATE_BYTES (64u << 10)
 #include "train/step.h"
 
 void dt_train_defaults(dt_train_options *o) {
@@ -162,13 +165,15 @@ static int json_u64(const cJSON *j, const char *key, uint64_t *out, const char *
  * *o) overrides the saved one so that a run can be extended. */
 static int load_train_state(const char *path, dt_train_options *o, trainer *tr, char *data_path, size_t data_cap,
                             dt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(err, "%s: cannot open (is this a training output directory?): %s", path, strerror(errno));
-    char buf[65536];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    cJSON *j = cJSON_Parse(buf);
+    char *text;
+    size_t len;
+    if (read_text_file(path, MAX_TRAIN_STATE_BYTES, "a training state", &text, &len, err) != 0) {
+        if (access(path, F_OK) != 0)
+            dt_fail(err, "%s: cannot open (is this a training output directory?): %s", path, strerror(errno));
+        return -1;
+    }
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return dt_fail(err, "%s: not valid JSON", path);
@@ -205,6 +210,9 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     if (!bad && (!cJSON_IsString(data) || !*data->valuestring)) bad = dt_fail(err, "%s: missing 'data'", path) != 0;
     if (!bad && tokz && (!cJSON_IsString(tokz) || !*tokz->valuestring))
         bad = dt_fail(err, "%s: 'tokenizer' must be a path", path) != 0;
+    if (!bad && strlen(data->valuestring) >= data_cap)
+        bad = dt_fail(err, "%s: 'data' is a path of %zu bytes (limit %zu)", path, strlen(data->valuestring),
+                      data_cap - 1) != 0;
     if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
         /* the tokenizer now lives in the run's directory, beside the model */
@@ -359,7 +367,9 @@ static void format_duration(char *out, size_t n, double s) {
     else snprintf(out, n, "%dh%02dm", (int)s / 3600, ((int)s % 3600) / 60);
 }
 
-static void write_metrics(FILE *mf, const trainer *tr, float loss, double val_loss, float lr, float gnorm, double tps) {
+/* One metrics line; a failed write (a full disk) is an error, not a silently shorter file. */
+static int write_metrics(FILE *mf, const char *dir, const trainer *tr, float loss, double val_loss, float lr,
+                         float gnorm, double tps, dt_error *err) {
     fprintf(mf, "{\"step\":%d,\"train_loss\":%.6f", tr->step, loss);
     if (!isnan(val_loss)) fprintf(mf, ",\"val_loss\":%.6f", val_loss);
     fprintf(mf, ",\"lr\":%.6g,\"grad_norm\":%.6f,\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f,\"lambda\":[", lr, gnorm,
@@ -377,7 +387,8 @@ static void write_metrics(FILE *mf, const trainer *tr, float loss, double val_lo
         fprintf(mf, "%s%.6f", l ? "," : "", lam);
     }
     fprintf(mf, "]}\n");
-    fflush(mf);
+    if (fflush(mf) != 0 || ferror(mf)) return dt_fail(err, "%s/metrics.jsonl: write failed: %s", dir, strerror(errno));
+    return 0;
 }
 
 /* FNV-1a, 64 bits: fingerprints that tell ranks apart, not a cryptographic hash. */
@@ -545,7 +556,18 @@ static void print_summary(const dt_train_options *o, const trainer *tr) {
             train_step_optimizer_bytes(&tr->ts) / 1e6, (double)o->batch * o->seq / step);
 }
 
+static int train_run(dt_train_options *o, dt_error *err);
+
 int dt_train(dt_train_options *o, dt_error *err) {
+    /* A resumed run without --data reads its data path into train_run's own buffer: never leave
+     * the caller's options pointing at that dead stack memory. */
+    const char *caller_data = o->data_path;
+    int rc = train_run(o, err);
+    o->data_path = caller_data;
+    return rc;
+}
+
+static int train_run(dt_train_options *o, dt_error *err) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
     tr.comm = o->comm;
@@ -625,7 +647,10 @@ int dt_train(dt_train_options *o, dt_error *err) {
                 break;
             }
         }
-        if (mf) write_metrics(mf, &tr, loss, val_loss, lr, gnorm, tps);
+        if (mf && write_metrics(mf, o->out_dir, &tr, loss, val_loss, lr, gnorm, tps, err) != 0) {
+            rc = -1;
+            break;
+        }
         if (!quiet) {
             double rate = (now_seconds() - t_start) / (tr.step - start_step);
             char eta[32], comm[64] = "";
@@ -647,7 +672,8 @@ int dt_train(dt_train_options *o, dt_error *err) {
         }
         if (stopped) break;
     }
-    if (mf) fclose(mf);
+    if (mf && fclose(mf) != 0 && rc == 0)
+        rc = dt_fail(err, "%s/metrics.jsonl: write failed: %s", o->out_dir, strerror(errno));
     if (rc == 0 && !quiet) {
         if (tty) fputc('\n', stderr);
         print_summary(o, &tr);

@@ -1,0 +1,263 @@
+/* test_hardening.c — the review's findings (issue 11), each with the test that would have caught
+ * it: B·T overflow, odd head_dim, a config that lies about the model's size, a train state longer
+ * than the old fixed buffer, a metrics write that fails, the caller's options pointing at
+ * dt_train's stack, and path truncation. */
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "testutil.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+static void expect_msg(const dt_error *err, const char *want) {
+    if (!strstr(err->msg, want)) fail_msg("expected an error containing \"%s\", got \"%s\"", want, err->msg);
+}
+
+static void tiny_config(dt_config *c) {
+    dt_error err;
+    assert_int_equal(dt_config_preset(c, "tiny", DT_ARCH_DIFF, &err), 0);
+    c->hidden_size = 16;
+    c->intermediate_size = 32;
+    c->num_hidden_layers = 1;
+    c->num_attention_heads = 2;
+    c->num_key_value_heads = 2;
+    c->head_dim = 8;
+}
+
+/* A text file of a few KB in the scratch directory for training runs. */
+static const char *text_file(void) {
+    static char path[1024];
+    tu_path(path, sizeof path, "text.txt");
+    char buf[6000];
+    size_t n = 0;
+    while (n + 64 < sizeof buf)
+        n += (size_t)snprintf(buf + n, sizeof buf - n, "the quick brown fox %zu jumps over the lazy dog. ", n % 97);
+    tu_write_file(path, buf, n);
+    return path;
+}
+
+static void train_opts(dt_train_options *o, const char *out, int steps) {
+    dt_train_defaults(o);
+    tiny_config(&o->cfg);
+    o->data_path = text_file();
+    o->out_dir = out;
+    o->steps = steps;
+    o->batch = 2;
+    o->seq = 16;
+    o->warmup = 1;
+    o->eval_interval = 0;
+    o->eval_batches = 1;
+    o->save_interval = 0;
+    o->quiet = 1;
+}
+
+/* B·T was `int N = B*T` in dt_forward, computed before the size check, and B·T was never capped:
+ * 65536 × 65536 wrapped to 0 (UBSan reports it). The run state now caps B·T and dt_forward checks
+ * the batch against it before multiplying. */
+static void test_batch_tokens_capped(void **state) {
+    (void)state;
+    dt_config c;
+    tiny_config(&c);
+    c.max_position_embeddings = 1 << 20;
+    dt_model m;
+    dt_error err;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    assert_null(dt_runstate_create(&m, 4096, 1 << 20, &err));
+    expect_msg(&err, "4294967296 tokens");
+    assert_null(dt_runstate_create(&m, 1 << 14, 1 << 13, &err)); /* 2^27 > DT_MAX_BATCH_TOKENS */
+    expect_msg(&err, "limit");
+    dt_runstate *rs = dt_runstate_create(&m, 1, 4, &err);
+    assert_non_null(rs);
+    int tokens[4] = {1, 2, 3, 4};
+    assert_int_equal(dt_forward(&m, rs, tokens, NULL, 65536, 65536, NULL, &err), -1);
+    expect_msg(&err, "does not fit the run state");
+    assert_int_equal(dt_forward(&m, rs, tokens, tokens, 1, 4, NULL, &err), 0);
+    dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
+/* RoPE rotates channel pairs: an odd head_dim left a channel unrotated and HF cannot load it. */
+static void test_odd_head_dim_refused(void **state) {
+    (void)state;
+    dt_config c;
+    dt_error err;
+    tiny_config(&c);
+    c.head_dim = 7;
+    assert_int_equal(dt_config_validate(&c, "cfg", &err), -1);
+    expect_msg(&err, "head_dim must be even");
+    dt_model m;
+    assert_int_equal(dt_model_create(&m, &c, &err), -1);
+    c.head_dim = 6;
+    assert_int_equal(dt_config_validate(&c, "cfg", &err), 0);
+}
+
+/* A tiny checkpoint whose config.json then claims vocab 4194304 × hidden 400 (13.4 GB of
+ * parameters). Loading must compare the tensors with the config before allocating: under a
+ * 1 GiB address-space cap the user gets the shape mismatch, not "out of memory". */
+static void test_load_checks_before_allocating(void **state) {
+    (void)state;
+    char dir[1024], cfg[1100];
+    tu_path(dir, sizeof dir, "liar");
+    dt_config c;
+    tiny_config(&c);
+    dt_model m;
+    dt_error err;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    dt_model_init_random(&m, 1);
+    assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+    dt_model_free(&m);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    const char *liar = "{\"model_type\":\"llama\",\"vocab_size\":4194304,\"hidden_size\":400,"
+                       "\"intermediate_size\":16,\"num_hidden_layers\":1,\"num_attention_heads\":4}";
+    tu_write_file(cfg, liar, strlen(liar));
+    if (UNDER_ASAN) {
+        /* ASan reserves terabytes of shadow address space: no address-space cap is possible */
+        print_message("skipping the 1 GiB address-space cap under AddressSanitizer; checking the message only\n");
+        assert_int_equal(dt_model_load(&m, dir, &err), -1);
+        expect_msg(&err, "model.embed_tokens.weight' has shape [256, 16] but config.json implies [4194304, 400]");
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = {1ul << 30, 1ul << 30};
+        setrlimit(RLIMIT_AS, &lim);
+        dt_model mm;
+        int rc = dt_model_load(&mm, dir, &err);
+        _exit(rc == -1 && strstr(err.msg, "has shape [256, 16] but config.json implies [4194304, 400]") ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* The train state used to be read into a 64 KB stack buffer without ferror: a longer file came
+ * out as "not valid JSON". It must say that it is too large. */
+static void test_train_state_too_large(void **state) {
+    (void)state;
+    char dir[1024], path[1100];
+    tu_path(dir, sizeof dir, "state_large");
+    dt_train_options o;
+    dt_error err;
+    train_opts(&o, dir, 2);
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    snprintf(path, sizeof path, "%s/train_state.json", dir);
+    size_t n;
+    char *text = tu_read_file(path, &n);
+    size_t pad = 100000, big_n = n + pad + 16;
+    char *big = malloc(big_n);
+    assert_non_null(big);
+    char *close = strrchr(text, '}');
+    assert_non_null(close);
+    size_t head = (size_t)(close - text);
+    memcpy(big, text, head);
+    size_t k = head;
+    k += (size_t)snprintf(big + k, big_n - k, ",\"pad\":\"");
+    memset(big + k, 'x', pad);
+    k += pad;
+    k += (size_t)snprintf(big + k, big_n - k, "\"}");
+    tu_write_file(path, big, k);
+    free(big);
+    free(text);
+    dt_train_options r;
+    memset(&r, 0, sizeof r);
+    r.out_dir = dir;
+    r.resume = 1;
+    r.quiet = 1;
+    assert_int_equal(dt_train(&r, &err), -1);
+    expect_msg(&err, "train_state.json: ");
+    expect_msg(&err, "too large for a training state");
+}
+
+/* dt_train used to store a pointer to its own stack buffer (the data path read from the train
+ * state) in the caller's options. */
+static void test_resume_leaves_caller_options_clean(void **state) {
+    (void)state;
+    char dir[1024];
+    tu_path(dir, sizeof dir, "state_ptr");
+    dt_train_options o;
+    dt_error err;
+    train_opts(&o, dir, 2);
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    dt_train_options r;
+    memset(&r, 0, sizeof r);
+    r.out_dir = dir;
+    r.resume = 1;
+    r.quiet = 1;
+    r.steps = 3;
+    if (dt_train(&r, &err) != 0) fail_msg("%s", err.msg);
+    assert_null(r.data_path);
+    assert_int_equal(r.steps, 3);
+}
+
+/* Metrics writes and their fclose were unchecked: a full disk lost metrics silently. A 2 KB file
+ * size limit stands in for the full disk (EFBIG instead of ENOSPC). */
+static void test_metrics_write_failure_reported(void **state) {
+    (void)state;
+    char dir[1024];
+    tu_path(dir, sizeof dir, "metrics_full");
+    dt_train_options o;
+    dt_error err;
+    train_opts(&o, dir, 40);
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = 2048;
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    int rc = dt_train(&o, &err);
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    assert_int_equal(rc, -1);
+    expect_msg(&err, "metrics.jsonl: write failed");
+}
+
+/* Built paths that do not fit are errors, never silently shortened names. */
+static void test_path_truncation_refused(void **state) {
+    (void)state;
+    char out[32];
+    dt_error err;
+    assert_int_equal(dt_pathf(out, sizeof out, &err, "%s/%s", "dir", "file.json"), 0);
+    assert_string_equal(out, "dir/file.json");
+    assert_int_equal(dt_pathf(out, sizeof out, &err, "%s/%s", "a-directory-name-of-some-length", "x"), -1);
+    expect_msg(&err, "path too long");
+    char full[31 + 1];
+    memset(full, 'a', 31);
+    full[31] = '\0';
+    assert_int_equal(dt_pathf(out, sizeof out, &err, "%s", full), 0); /* exactly fits */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_tokens_capped),
+        cmocka_unit_test(test_odd_head_dim_refused),
+        cmocka_unit_test(test_load_checks_before_allocating),
+        cmocka_unit_test(test_train_state_too_large),
+        cmocka_unit_test(test_resume_leaves_caller_options_clean),
+        cmocka_unit_test(test_metrics_write_failure_reported),
+        cmocka_unit_test(test_path_truncation_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
