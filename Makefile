@@ -1,8 +1,16 @@
-# Thin wrapper over CMake: `make`, `make test`, `make demo`. See README.md.
+# Thin wrapper over CMake: `make`, `make test`, `make demo`, `make check-asan`, `make fuzz`. See README.md.
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, clang for libFuzzer)
+ASAN_BUILD ?= build-asan
+SAN_CC ?= clang-14
+FUZZ_SECONDS ?= 60
+# `make test` also runs the suite under the sanitizers, without what only costs time there: the
+# 5-minute compare run, the multi-process MPI run and the repeats on the portable kernel path
+# (`make check-asan` runs every test)
+ASAN_QUICK_SKIP ?= ^cli_compare$$|^cli_mpi$$|_portable$$
 
-.PHONY: all build test demo clean deps
+.PHONY: all build test demo clean deps asan-build check-asan fuzz
 
 all: build
 
@@ -15,6 +23,26 @@ test:
 	@scripts/check-deps.sh --install test
 	@$(MAKE) --no-print-directory build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory asan-build
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS) -E '$(ASAN_QUICK_SKIP)'
+
+asan-build:
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=$(SAN_CC) -DDT_SANITIZE=ON -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+check-asan:
+	@scripts/check-deps.sh --install test
+	@$(MAKE) --no-print-directory asan-build
+	cd $(ASAN_BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# every libFuzzer harness for FUZZ_SECONDS on its seed corpus (fuzz/corpus), one after another
+fuzz:
+	@scripts/check-deps.sh --install test
+	@$(MAKE) --no-print-directory asan-build
+	@for f in $(ASAN_BUILD)/fuzz/fuzz_*; do \
+	  name=$${f##*/fuzz_}; \
+	  fuzz/run.sh $$f fuzz/corpus/$$name $(ASAN_BUILD)/fuzz/work_$$name $(FUZZ_SECONDS) || exit 1; \
+	done
 
 demo:
 	@scripts/check-deps.sh --install demo
@@ -22,4 +50,4 @@ demo:
 	@scripts/demo.sh $(BUILD)/difftrans
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD)

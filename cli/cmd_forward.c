@@ -1,6 +1,5 @@
 /* cmd_forward.c — `difftrans forward`: the interop surface. A batch of token ids in, logits,
  * loss and (optionally) every parameter's gradient out, as a safetensors file. */
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,73 +15,6 @@ static void help(void) {
            "           loss    F32 []  mean cross-entropy of token t+1 given tokens <= t over B×(T−1)\n"
            "and with --grads  grad.<tensor name>  for every parameter of the checkpoint.\n\n"
            "  --threads N   OpenMP threads [all cores]\n");
-}
-
-/* Reads the id matrix; every problem names the file, line and token. */
-static int read_ids(const char *cmd, const char *path, int V, int **out, int *B, int *T) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_error(cmd, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1024, n = 0;
-    int *ids = malloc(cap * sizeof(int)), rows = 0, cols = -1, rc = 0, lineno = 0;
-    char *line = NULL;
-    size_t line_cap = 0;
-    ssize_t got;
-    while (rc == 0 && ids && (got = getline(&line, &line_cap, f)) != -1) {
-        lineno++;
-        if (memchr(line, '\0', (size_t)got)) { /* the parser below would stop there and accept the rest */
-            rc = cli_error(cmd, "%s:%d: a NUL byte inside the line (not a text file of token ids?)", path, lineno);
-            break;
-        }
-        int count = 0;
-        char *s = line;
-        for (;;) {
-            while (isspace((unsigned char)*s)) s++;
-            if (!*s) break;
-            char *end;
-            errno = 0;
-            long v = strtol(s, &end, 10);
-            if (end == s || errno || (*end && !isspace((unsigned char)*end))) {
-                int len = 0;
-                while (s[len] && !isspace((unsigned char)s[len]) && len < 20) len++;
-                rc = cli_error(cmd, "%s:%d: '%.*s' is not a token id", path, lineno, len, s);
-                break;
-            }
-            if (v < 0 || v >= V) {
-                rc = cli_error(cmd, "%s:%d: token id %ld is out of range [0, %d)", path, lineno, v, V);
-                break;
-            }
-            if (n == cap) {
-                int *grown = realloc(ids, (cap *= 2) * sizeof(int));
-                if (!grown) {
-                    rc = cli_error(cmd, "out of memory reading %s", path);
-                    break;
-                }
-                ids = grown;
-            }
-            ids[n++] = (int)v;
-            count++;
-            s = end;
-        }
-        if (rc) break;
-        if (count == 0) continue; /* blank lines separate nothing */
-        if (cols >= 0 && count != cols)
-            rc = cli_error(cmd, "%s:%d: ragged batch: %d ids, but earlier lines have %d", path, lineno, count, cols);
-        cols = count;
-        rows++;
-    }
-    if (rc == 0 && ferror(f)) rc = cli_error(cmd, "%s: read failed: %s", path, strerror(errno));
-    free(line);
-    fclose(f);
-    if (!ids && rc == 0) rc = cli_error(cmd, "out of memory reading %s", path);
-    if (rc == 0 && rows == 0) rc = cli_error(cmd, "%s: empty batch: no token ids", path);
-    if (rc) {
-        free(ids);
-        return rc;
-    }
-    *out = ids;
-    *B = rows;
-    *T = cols;
-    return 0;
 }
 
 int cmd_forward(int argc, char **argv) {
@@ -115,7 +47,8 @@ int cmd_forward(int argc, char **argv) {
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
-    int *ids = NULL, B = 0, T = 0, rc = read_ids(cmd, input, m.cfg.vocab_size, &ids, &B, &T);
+    int *ids = NULL, B = 0, T = 0, rc = 0;
+    if (dt_ids_read(input, m.cfg.vocab_size, &ids, &B, &T, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
     if (rc == 0 && T > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "%s: sequences of %d tokens exceed max_position_embeddings %d", input, T,
                        m.cfg.max_position_embeddings);

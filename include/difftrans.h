@@ -370,6 +370,11 @@ int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_
 
 /* ---------------------------------------------------------------- data, training, evaluation */
 
+/* A matrix of token ids from a text file: one sequence per line of whitespace-separated ids in
+ * [0, vocab), every line the same length, blank lines ignored. *ids gets rows × cols ids (free
+ * with free()); every problem names the file, the line and the token. */
+int dt_ids_read(const char *path, int vocab, int **ids, int *rows, int *cols, dt_error *err);
+
 /* Read a whole text file as byte tokens; an empty or missing file is an error naming it. */
 int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err);
 

@@ -17,13 +17,16 @@
 #   nodejs, npm                     tests (optional): npm installs the tokenizer references (the Rust
 #                                   `tokenizers` library's Node binding, published tokenizer.json
 #                                   files); wanted only when no npm is on the PATH already
+#   clang-14, libclang-rt-14-dev,   `make test` / `make check-asan` / `make fuzz`: the sanitizer build
+#   libomp-14-dev                   (ASan + UBSan) and the libFuzzer harnesses in fuzz/; clang's
+#                                   OpenMP runtime for that build
 # Optional too: python3-torch, with which the tests also regenerate the golden files.
 install=0
 if [ "${1:-}" = "--install" ]; then install=1; shift; fi
 purpose=${1:-build}
 required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin libpcre2-dev libutf8proc-dev"
 case "$purpose" in
-test) required="$required python3-numpy" ;;
+test) required="$required python3-numpy clang-14 libclang-rt-14-dev libomp-14-dev" ;;
 demo) required="$required fortunes" ;;
 esac
 wanted="$required python3-numpy fortunes gnuplot-nox"

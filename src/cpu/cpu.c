@@ -42,12 +42,13 @@ static void detect(void) {
     g_cpu.avx512dq = __builtin_cpu_supports("avx512dq") != 0;
     g_cpu.avx512vnni = __builtin_cpu_supports("avx512vnni") != 0;
     g_cpu.avx512bf16 = __builtin_cpu_supports("avx512bf16") != 0;
-    g_cpu.avxvnni = __builtin_cpu_supports("avxvnni") != 0;
     /* F16C (CPUID.1:ECX bit 29) is not among the names every GCC accepts; read it directly,
      * and only trust it when AVX itself is usable. */
     unsigned int a, b, c, d;
     if (__get_cpuid(1, &a, &b, &c, &d)) g_cpu.f16c = (c >> 29) & 1u;
     if (!__builtin_cpu_supports("avx")) g_cpu.f16c = 0;
+    /* AVX-VNNI (CPUID.(7,1):EAX bit 4): clang 14 has no __builtin_cpu_supports name for it */
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) g_cpu.avxvnni = ((a >> 4) & 1u) && g_cpu.avx2;
     read_brand(g_cpu.model, sizeof g_cpu.model);
 }
 

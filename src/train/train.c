@@ -94,31 +94,36 @@ static int path_join(char *out, size_t n, const char *dir, const char *file, dt_
 static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
     cJSON *j = cJSON_CreateObject();
     char rng[32];
+    int ok = j != NULL;
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)tr->rng);
-    cJSON_AddNumberToObject(j, "step", tr->step);
-    cJSON_AddStringToObject(j, "rng", rng); /* a string: JSON numbers lose 64-bit precision */
-    cJSON_AddNumberToObject(j, "elapsed_seconds", tr->elapsed);
-    if (o->data_path) cJSON_AddStringToObject(j, "data", o->data_path);
-    if (o->tokenizer_path) cJSON_AddStringToObject(j, "tokenizer", o->tokenizer_path);
-    if (o->tokens_path) cJSON_AddStringToObject(j, "tokens", o->tokens_path);
-    cJSON_AddNumberToObject(j, "steps", o->steps);
-    cJSON_AddNumberToObject(j, "batch", o->batch);
-    cJSON_AddNumberToObject(j, "grad_accum", o->grad_accum);
-    cJSON_AddNumberToObject(j, "seq", o->seq);
-    cJSON_AddNumberToObject(j, "lr", o->lr);
-    cJSON_AddNumberToObject(j, "min_lr_ratio", o->min_lr_ratio);
-    cJSON_AddNumberToObject(j, "warmup", o->warmup);
-    cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
-    cJSON_AddNumberToObject(j, "grad_clip", o->grad_clip);
-    cJSON_AddNumberToObject(j, "beta1", o->beta1);
-    cJSON_AddNumberToObject(j, "beta2", o->beta2);
-    cJSON_AddNumberToObject(j, "adam_eps", o->adam_eps);
+    ok = ok && cJSON_AddNumberToObject(j, "step", tr->step);
+    ok = ok && cJSON_AddStringToObject(j, "rng", rng); /* a string: JSON numbers lose 64-bit precision */
+    ok = ok && cJSON_AddNumberToObject(j, "elapsed_seconds", tr->elapsed);
+    ok = ok && (!o->data_path || cJSON_AddStringToObject(j, "data", o->data_path));
+    ok = ok && (!o->tokenizer_path || cJSON_AddStringToObject(j, "tokenizer", o->tokenizer_path));
+    ok = ok && (!o->tokens_path || cJSON_AddStringToObject(j, "tokens", o->tokens_path));
+    ok = ok && cJSON_AddNumberToObject(j, "steps", o->steps);
+    ok = ok && cJSON_AddNumberToObject(j, "batch", o->batch);
+    ok = ok && cJSON_AddNumberToObject(j, "grad_accum", o->grad_accum);
+    ok = ok && cJSON_AddNumberToObject(j, "seq", o->seq);
+    ok = ok && cJSON_AddNumberToObject(j, "lr", o->lr);
+    ok = ok && cJSON_AddNumberToObject(j, "min_lr_ratio", o->min_lr_ratio);
+    ok = ok && cJSON_AddNumberToObject(j, "warmup", o->warmup);
+    ok = ok && cJSON_AddNumberToObject(j, "weight_decay", o->weight_decay);
+    ok = ok && cJSON_AddNumberToObject(j, "grad_clip", o->grad_clip);
+    ok = ok && cJSON_AddNumberToObject(j, "beta1", o->beta1);
+    ok = ok && cJSON_AddNumberToObject(j, "beta2", o->beta2);
+    ok = ok && cJSON_AddNumberToObject(j, "adam_eps", o->adam_eps);
     snprintf(rng, sizeof rng, "%llu", (unsigned long long)o->seed);
-    cJSON_AddStringToObject(j, "seed", rng);
-    cJSON_AddNumberToObject(j, "eval_interval", o->eval_interval);
-    cJSON_AddNumberToObject(j, "eval_batches", o->eval_batches);
-    cJSON_AddNumberToObject(j, "save_interval", o->save_interval);
-    cJSON_AddNumberToObject(j, "val_fraction", o->val_fraction);
+    ok = ok && cJSON_AddStringToObject(j, "seed", rng);
+    ok = ok && cJSON_AddNumberToObject(j, "eval_interval", o->eval_interval);
+    ok = ok && cJSON_AddNumberToObject(j, "eval_batches", o->eval_batches);
+    ok = ok && cJSON_AddNumberToObject(j, "save_interval", o->save_interval);
+    ok = ok && cJSON_AddNumberToObject(j, "val_fraction", o->val_fraction);
+    if (!ok) { /* a state file without one of its keys would not resume: no file at all */
+        cJSON_Delete(j);
+        return NULL;
+    }
     return j;
 }
 
@@ -472,8 +477,10 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     if (o->resume) {
         if (!o->out_dir) return dt_fail(err, "--resume needs --out DIR, the directory of the run to continue");
         dt_quant_options q;
-        if (path_join(path, sizeof path, o->out_dir, "config.json", err) == 0 && quant_config_read(path, &q, err) == 0 &&
-            q.scheme != DT_QUANT_NONE)
+        /* (a missing config.json is left to the train-state and model loaders to report) */
+        if (path_join(path, sizeof path, o->out_dir, "config.json", err)) return -1;
+        if (access(path, F_OK) == 0 && quant_config_read(path, &q, err) != 0) return -1;
+        if (access(path, F_OK) == 0 && q.scheme != DT_QUANT_NONE)
             return dt_fail(err, "%s is a quantised checkpoint (%s): quantised weights cannot be trained; train the "
                                 "float model it was made from and quantise again", o->out_dir,
                            dt_quant_scheme_name(q.scheme));

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make_seeds.sh DIFFTRANS [CORPUS_DIR] — the fuzzers' seed corpora, made by the project's own
+# commands (init, train, forward) on deliberately small models so that the committed seeds stay
+# small (about 20 KB each). Writes CORPUS_DIR/<harness>/<name> (default: fuzz/corpus next to
+# this script). The inputs that stand for a checkpoint directory are config.json, the separator
+# of fuzz_seps.h, then model.safetensors.
+set -eu
+dt=${1:?usage: make_seeds.sh PATH_TO_difftrans [CORPUS_DIR]}
+here=$(cd "$(dirname "$0")" && pwd)
+out=${2:-$here/corpus}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+sep=$'\n==model.safetensors==\n' # FUZZ_CKPT_SEP in fuzz_seps.h
+mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state}
+
+# a text corpus the training run reads (any text will do; this one is in every Debian install)
+data=/usr/share/common-licenses/GPL-3
+cat >"$work/small.json" <<'JSON'
+{"model_type": "diffllama", "vocab_size": 256, "hidden_size": 8, "intermediate_size": 16,
+ "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 4,
+ "max_position_embeddings": 16}
+JSON
+sed 's/diffllama/llama/; s/"num_key_value_heads": 2/"num_key_value_heads": 1/' "$work/small.json" >"$work/gqa.json"
+
+"$dt" init --config "$work/small.json" --out "$work/diff" >/dev/null
+"$dt" init --config "$work/small.json" --subln --out "$work/subln" >/dev/null
+"$dt" init --config "$work/gqa.json" --arch transformer --out "$work/gqa" >/dev/null
+"$dt" train --config "$work/small.json" --data "$data" --out "$work/run" --steps 2 --batch 2 --seq 8 \
+    --eval-batches 1 --threads 1 --quiet
+printf '1 2 3 4\n5 6 7 8\n' >"$work/ids.txt"
+"$dt" forward "$work/diff" --input "$work/ids.txt" --output "$work/fw.safetensors" --threads 1
+
+for m in diff subln gqa; do
+    cp "$work/$m/config.json" "$out/config/$m.json"
+    cp "$work/$m/model.safetensors" "$out/safetensors/$m.safetensors"
+    { cat "$work/$m/config.json"; printf '%s' "$sep"; cat "$work/$m/model.safetensors"; } >"$out/checkpoint/$m"
+done
+cp "$work/run/optimizer.safetensors" "$out/safetensors/optimizer.safetensors"
+cp "$work/fw.safetensors" "$out/safetensors/forward.safetensors"
+cp "$work/run/train_state.json" "$out/train_state/run.json"
+cp "$work/ids.txt" "$out/ids/two_rows.txt"
+printf '0\n' >"$out/ids/one.txt"
+printf '  1 2\n\n3 4  \n' >"$out/ids/blank_lines.txt"
+echo "seeds written to $out: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1)"

@@ -1,0 +1,407 @@
+/* test_faults.c — SQLite-style fault injection: the n-th allocation, or the n-th write, made by
+ * the library fails, for every n that a call makes, and each time the call must fail with a
+ * message, free everything it allocated, and leave the files on disk as they were.
+ *
+ * How: this program is linked with -Wl,--wrap for the allocation and write functions (see
+ * tests/CMakeLists.txt), so every call the library makes to malloc, fwrite, ... comes here first.
+ * The hook is explicitly armed and per thread (_Thread_local): it exists only in this test
+ * program, and the library itself keeps no state for it (two models in one process are unaffected).
+ * Allocations by cJSON go through the same counter (cJSON_InitHooks). Under `make check-asan`,
+ * LeakSanitizer also checks that nothing leaks; the live-allocation count below checks it in
+ * every build. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <execinfo.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- the hook */
+
+typedef enum { FAULT_ALLOC, FAULT_WRITE } fault_kind;
+static _Thread_local struct {
+    int armed;
+    fault_kind kind;
+    long target;      /* the target-th counted call of `kind` fails */
+    long seen[2];     /* counted calls since arming */
+    int fired;
+    long live;        /* allocations minus frees since arming */
+} hook;
+
+static void fault_arm(fault_kind kind, long target) {
+    memset(&hook, 0, sizeof hook);
+    hook.armed = 1;
+    hook.kind = kind;
+    hook.target = target;
+}
+static void fault_disarm(void) { hook.armed = 0; }
+
+/* 1 when this call must fail */
+static int fault_hit(fault_kind kind) {
+    if (!hook.armed) return 0;
+    if (++hook.seen[kind] == hook.target && hook.kind == kind) {
+        hook.fired = 1;
+        if (getenv("DT_FAULT_TRACE")) { /* where the injected failure happens */
+            void *frames[12];
+            hook.armed = 0;
+            backtrace_symbols_fd(frames, backtrace(frames, 12), 2);
+            hook.armed = 1;
+        }
+        return 1;
+    }
+    return 0;
+}
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void *__real_aligned_alloc(size_t a, size_t n);
+void __real_free(void *p);
+size_t __real_fwrite(const void *p, size_t s, size_t n, FILE *f);
+int __real_fputs(const char *s, FILE *f);
+int __real_fputc(int c, FILE *f);
+int __real_fflush(FILE *f);
+int __real_fsync(int fd);
+int __real_rename(const char *a, const char *b);
+FILE *__real_fopen(const char *path, const char *mode);
+
+static void *counted(void *p) {
+    if (p && hook.armed) hook.live++;
+    return p;
+}
+void *__wrap_malloc(size_t n) { return fault_hit(FAULT_ALLOC) ? NULL : counted(__real_malloc(n)); }
+void *__wrap_calloc(size_t k, size_t n) { return fault_hit(FAULT_ALLOC) ? NULL : counted(__real_calloc(k, n)); }
+void *__wrap_aligned_alloc(size_t a, size_t n) {
+    return fault_hit(FAULT_ALLOC) ? NULL : counted(__real_aligned_alloc(a, n));
+}
+void *__wrap_realloc(void *p, size_t n) {
+    if (fault_hit(FAULT_ALLOC)) return NULL;
+    void *q = __real_realloc(p, n);
+    if (!p) counted(q);
+    return q;
+}
+void __wrap_free(void *p) {
+    if (p && hook.armed) hook.live--;
+    __real_free(p);
+}
+static int write_fails(void) {
+    if (!fault_hit(FAULT_WRITE)) return 0;
+    errno = ENOSPC;
+    return 1;
+}
+/* A stream whose write failed has its error indicator set, as a real failure leaves it
+ * (glibc's _IO_ERR_SEEN), so that ferror() sees it. */
+static int stream_fails(FILE *f) {
+    if (!write_fails()) return 0;
+#ifdef __GLIBC__
+    f->_flags |= 0x20;
+#endif
+    return 1;
+}
+size_t __wrap_fwrite(const void *p, size_t s, size_t n, FILE *f) { return stream_fails(f) ? 0 : __real_fwrite(p, s, n, f); }
+int __wrap_fputs(const char *s, FILE *f) { return stream_fails(f) ? EOF : __real_fputs(s, f); }
+int __wrap_fputc(int c, FILE *f) { return stream_fails(f) ? EOF : __real_fputc(c, f); }
+int __wrap_fflush(FILE *f) { return f && stream_fails(f) ? EOF : __real_fflush(f); }
+int __wrap_fsync(int fd) { return write_fails() ? -1 : __real_fsync(fd); }
+int __wrap_rename(const char *a, const char *b) { return write_fails() ? -1 : __real_rename(a, b); }
+/* opening a file for writing is where a full directory or a quota shows first */
+FILE *__wrap_fopen(const char *path, const char *mode) {
+    if (strpbrk(mode, "wa") && write_fails()) return NULL;
+    return __real_fopen(path, mode);
+}
+int __wrap_fprintf(FILE *f, const char *fmt, ...) {
+    if (f != stderr && f != stdout && stream_fails(f)) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    int r = vfprintf(f, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+/* Every file of a directory, names and contents, as one string (to compare before / after). */
+static char *snapshot(const char *dir) {
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    assert_true(n >= 0);
+    size_t cap = 1 << 16, len = 0;
+    char *s = __real_malloc(cap);
+    for (int i = 0; i < n; i++) {
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+        if (names[i]->d_name[0] != '.' && strcmp(names[i]->d_name, "metrics.jsonl") != 0) {
+            size_t fn;
+            char *data = tu_read_file(path, &fn);
+            size_t need = len + strlen(path) + fn + 8;
+            if (need > cap) s = __real_realloc(s, cap = 2 * need);
+            len += (size_t)sprintf(s + len, "%s\n", names[i]->d_name);
+            memcpy(s + len, data, fn);
+            len += fn;
+            free(data);
+        } else if (strstr(names[i]->d_name, ".tmp.")) {
+            fail_msg("a temporary file was left behind: %s", path);
+        }
+        free(names[i]);
+    }
+    free(names);
+    s[len] = '\0';
+    return s;
+}
+
+static const char *text_file(void) {
+    static char path[1024];
+    tu_path(path, sizeof path, "text.txt");
+    char buf[4000];
+    size_t n = 0;
+    while (n + 64 < sizeof buf) n += (size_t)snprintf(buf + n, sizeof buf - n, "a small corpus, line %zu. ", n % 89);
+    tu_write_file(path, buf, n);
+    return path;
+}
+
+static void tiny_config(dt_config *c) {
+    dt_error err;
+    assert_int_equal(dt_config_preset(c, "tiny", DT_ARCH_DIFF, &err), 0);
+    c->hidden_size = 16;
+    c->intermediate_size = 32;
+    c->num_hidden_layers = 1;
+    c->num_attention_heads = 2;
+    c->num_key_value_heads = 2;
+    c->head_dim = 8;
+}
+
+static void train_opts(dt_train_options *o, const char *out, int steps) {
+    dt_train_defaults(o);
+    tiny_config(&o->cfg);
+    o->data_path = text_file();
+    o->out_dir = out;
+    o->steps = steps;
+    o->batch = 2;
+    o->seq = 8;
+    o->warmup = 1;
+    o->eval_interval = 0;
+    o->eval_batches = 1;
+    o->save_interval = 1;
+    o->quiet = 1;
+}
+
+typedef int (*operation)(void *ctx, dt_error *err);
+
+/* Runs op with the n-th call of `kind` failing, for n = 1, 2, ... until op makes fewer calls
+ * than n. Each failing run must return -1 with a message and free all it allocated; `check`
+ * (when given) then looks at the files. Returns how many n were walked. */
+static long walk(const char *what, fault_kind kind, operation op, void *ctx, void (*check)(void *ctx)) {
+    long n;
+    for (n = 1;; n++) {
+        dt_error err;
+        err.msg[0] = '\0';
+        fault_arm(kind, n);
+        int rc = op(ctx, &err);
+        fault_disarm();
+        if (!hook.fired) {
+            if (rc != 0) fail_msg("%s: fails without an injected fault: %s", what, err.msg);
+            break;
+        }
+        if (rc == 0) {
+            /* a failure the call may absorb: only allocations in optional work (none so far) */
+            fail_msg("%s: %s #%ld failed but the call reported success", what, kind == FAULT_ALLOC ? "allocation" : "write", n);
+        }
+        if (!err.msg[0]) fail_msg("%s: %s #%ld failed without a message", what, kind == FAULT_ALLOC ? "allocation" : "write", n);
+        if (hook.live != 0)
+            fail_msg("%s: after %s #%ld failed, %ld allocation(s) were not freed (%s)", what,
+                     kind == FAULT_ALLOC ? "allocation" : "write", n, hook.live, err.msg);
+        if (check) check(ctx);
+    }
+    print_message("%s: %ld %s walked\n", what, n - 1, kind == FAULT_ALLOC ? "allocations" : "writes");
+    return n - 1;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+typedef struct {
+    char dir[1024];
+    char *before;
+    dt_model m;
+} ckpt_ctx;
+
+static int op_load(void *p, dt_error *err) {
+    ckpt_ctx *c = p;
+    dt_model m;
+    if (dt_model_load(&m, c->dir, err) != 0) return -1;
+    dt_model_free(&m);
+    return 0;
+}
+
+static void check_same(const char *dir, const char *before) {
+    char *now = snapshot(dir);
+    if (strcmp(now, before) != 0) fail_msg("%s changed after a failed call", dir);
+    __real_free(now);
+}
+
+static void check_unchanged(void *p) {
+    ckpt_ctx *c = p;
+    check_same(c->dir, c->before);
+}
+
+static void make_checkpoint(ckpt_ctx *c, const char *name) {
+    dt_config cfg;
+    dt_error err;
+    tiny_config(&cfg);
+    tu_path(c->dir, sizeof c->dir, name);
+    assert_int_equal(dt_model_create(&c->m, &cfg, &err), 0);
+    dt_model_init_random(&c->m, 5);
+    assert_int_equal(dt_model_save(&c->m, c->dir, 0, &err), 0);
+    c->before = snapshot(c->dir);
+}
+
+static void test_load_faults(void **state) {
+    (void)state;
+    ckpt_ctx c;
+    make_checkpoint(&c, "load");
+    assert_true(walk("load", FAULT_ALLOC, op_load, &c, check_unchanged) > 5);
+    dt_model_free(&c.m);
+    __real_free(c.before);
+}
+
+/* ---------------------------------------------------------------- saving over a checkpoint */
+
+static int op_save(void *p, dt_error *err) {
+    ckpt_ctx *c = p;
+    return dt_model_save(&c->m, c->dir, 0, err);
+}
+
+static void test_save_faults(void **state) {
+    (void)state;
+    ckpt_ctx c;
+    make_checkpoint(&c, "save");
+    /* new weights: a failed save must leave the old ones, a successful one the new ones */
+    for (size_t i = 0; i < c.m.n_params; i++) c.m.params[i] *= 0.5f;
+    assert_true(walk("save", FAULT_ALLOC, op_save, &c, check_unchanged) > 3);
+    /* the walk ended with a successful save: restore the old files for the write walk */
+    __real_free(c.before);
+    for (size_t i = 0; i < c.m.n_params; i++) c.m.params[i] *= 2.0f;
+    dt_error err;
+    assert_int_equal(dt_model_save(&c.m, c.dir, 0, &err), 0);
+    c.before = snapshot(c.dir);
+    for (size_t i = 0; i < c.m.n_params; i++) c.m.params[i] *= 0.5f;
+    assert_true(walk("save", FAULT_WRITE, op_save, &c, check_unchanged) > 3);
+    dt_model_free(&c.m);
+    __real_free(c.before);
+}
+
+/* ---------------------------------------------------------------- a training step */
+
+/* The run directory is restored from `pristine` (a run at step 2) before every attempt. A failed
+ * attempt must leave the step-2 files as they were, unless it failed inside the commit of the new
+ * checkpoint (DIR/.next/train_state.json exists): then the next resume finishes that commit and
+ * the directory holds exactly the new checkpoint. */
+typedef struct {
+    char dir[1024], pristine[1024];
+    char *before;      /* the step-2 files */
+    char *after_model; /* model.safetensors of a clean step 3 */
+    size_t after_n;
+} run_ctx;
+
+static void sh(const char *fmt, const char *a, const char *b) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, fmt, a, b);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* dir = a fresh copy of pristine */
+static void restore(const run_ctx *c) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", c->dir, c->pristine, c->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static int resume_to(const char *dir, int steps, dt_error *err) {
+    dt_train_options o;
+    memset(&o, 0, sizeof o);
+    o.out_dir = dir;
+    o.resume = 1;
+    o.quiet = 1;
+    o.steps = steps;
+    return dt_train(&o, err);
+}
+
+static int op_train_step(void *p, dt_error *err) {
+    run_ctx *c = p;
+    return resume_to(c->dir, 3, err); /* one step past the checkpoint at step 2, then its checkpoint */
+}
+
+static void check_run(void *p) {
+    run_ctx *c = p;
+    char state[1100], model[1100];
+    snprintf(state, sizeof state, "%s/.next/train_state.json", c->dir);
+    if (!tu_file_exists(state)) {
+        check_same(c->dir, c->before);
+    } else { /* failed inside the commit: the next resume completes it */
+        dt_error err;
+        if (resume_to(c->dir, 3, &err) != 0) fail_msg("resume after a failed commit: %s", err.msg);
+        snprintf(model, sizeof model, "%s/model.safetensors", c->dir);
+        size_t n;
+        char *m = tu_read_file(model, &n);
+        if (n != c->after_n || memcmp(m, c->after_model, n) != 0)
+            fail_msg("%s: after a failed commit and its recovery, the model is not the new checkpoint's", c->dir);
+        free(m);
+    }
+    restore(c);
+}
+
+static void run_walk(fault_kind kind) {
+    run_ctx c;
+    tu_path(c.dir, sizeof c.dir, "run");
+    tu_path(c.pristine, sizeof c.pristine, "run_step2");
+    dt_train_options o;
+    dt_error err;
+    sh("rm -rf '%s' '%s'", c.dir, c.pristine);
+    train_opts(&o, c.pristine, 2);
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    /* the new checkpoint a clean step 3 writes */
+    restore(&c);
+    if (resume_to(c.dir, 3, &err) != 0) fail_msg("%s", err.msg);
+    char model[1100];
+    snprintf(model, sizeof model, "%s/model.safetensors", c.dir);
+    c.after_model = tu_read_file(model, &c.after_n);
+    restore(&c);
+    c.before = snapshot(c.dir);
+    walk("training step", kind, op_train_step, &c, check_run);
+    __real_free(c.before);
+    free(c.after_model);
+}
+
+static void test_train_step_alloc_faults(void **state) {
+    (void)state;
+    run_walk(FAULT_ALLOC);
+}
+
+static void test_train_step_write_faults(void **state) {
+    (void)state;
+    run_walk(FAULT_WRITE);
+}
+
+static void *hook_malloc(size_t n) { return __wrap_malloc(n); }
+static void hook_free(void *p) { __wrap_free(p); }
+
+int main(void) {
+    cJSON_Hooks h = {hook_malloc, hook_free};
+    cJSON_InitHooks(&h);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_load_faults),
+        cmocka_unit_test(test_save_faults),
+        cmocka_unit_test(test_train_step_alloc_faults),
+        cmocka_unit_test(test_train_step_write_faults),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
