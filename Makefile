@@ -6,9 +6,10 @@ ASAN_BUILD ?= build-asan
 SAN_CC ?= clang-14
 FUZZ_SECONDS ?= 60
 # `make test` also runs the suite under the sanitizers, without what only costs time there: the
-# 5-minute compare run, the multi-process MPI run and the repeats on the portable kernel path
+# 5-minute compare run, the multi-process MPI run, the quantisation kernels (3 minutes under
+# ASan) and the repeats on the portable kernel path
 # (`make check-asan` runs every test)
-ASAN_QUICK_SKIP ?= ^cli_compare$$|^cli_mpi$$|_portable$$
+ASAN_QUICK_SKIP ?= ^cli_compare$$|^cli_mpi$$|^test_quant$$|_portable$$
 
 .PHONY: all build test demo clean deps asan-build check-asan fuzz
 

@@ -3,4 +3,8 @@
 #ifndef DT_FUZZ_SEPS_H
 #define DT_FUZZ_SEPS_H
 #define FUZZ_CKPT_SEP "\n==model.safetensors==\n"
+/* sharded weights: model.safetensors.index.json, then the two shards it may name */
+#define FUZZ_SHARD_SEP "\n==shard==\n"
+#define FUZZ_SHARD_1 "model-00001-of-00002.safetensors"
+#define FUZZ_SHARD_2 "model-00002-of-00002.safetensors"
 #endif

@@ -11,7 +11,8 @@ out=${2:-$here/corpus}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 sep=$'\n==model.safetensors==\n' # FUZZ_CKPT_SEP in fuzz_seps.h
-mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state}
+shard_sep=$'\n==shard==\n'      # FUZZ_SHARD_SEP
+mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state,shards}
 
 # a text corpus the training run reads (any text will do; this one is in every Debian install)
 data=/usr/share/common-licenses/GPL-3
@@ -27,14 +28,20 @@ sed 's/diffllama/llama/; s/"num_key_value_heads": 2/"num_key_value_heads": 1/' "
 "$dt" init --config "$work/gqa.json" --arch transformer --out "$work/gqa" >/dev/null
 "$dt" train --config "$work/small.json" --data "$data" --out "$work/run" --steps 2 --batch 2 --seq 8 \
     --eval-batches 1 --threads 1 --quiet
+"$dt" init --config "$work/small.json" --max-shard-size 12KB --out "$work/sharded" >/dev/null
+"$dt" quantize "$work/diff" "$work/q8" --scheme q8_0 --threads 1 >/dev/null 2>&1
 printf '1 2 3 4\n5 6 7 8\n' >"$work/ids.txt"
 "$dt" forward "$work/diff" --input "$work/ids.txt" --output "$work/fw.safetensors" --threads 1
 
-for m in diff subln gqa; do
+for m in diff subln gqa q8; do
     cp "$work/$m/config.json" "$out/config/$m.json"
     cp "$work/$m/model.safetensors" "$out/safetensors/$m.safetensors"
     { cat "$work/$m/config.json"; printf '%s' "$sep"; cat "$work/$m/model.safetensors"; } >"$out/checkpoint/$m"
 done
+ls "$work/sharded"/model-0000[12]-of-00002.safetensors >/dev/null # exactly two shards
+{ cat "$work/sharded/model.safetensors.index.json"; printf '%s' "$shard_sep"
+  cat "$work/sharded/model-00001-of-00002.safetensors"; printf '%s' "$shard_sep"
+  cat "$work/sharded/model-00002-of-00002.safetensors"; } >"$out/shards/two"
 cp "$work/run/optimizer.safetensors" "$out/safetensors/optimizer.safetensors"
 cp "$work/fw.safetensors" "$out/safetensors/forward.safetensors"
 cp "$work/run/train_state.json" "$out/train_state/run.json"
