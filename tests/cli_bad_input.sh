@@ -23,6 +23,7 @@ set -u
 }
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 TMO=$((30 * ${DT_TEST_TIMEOUT_SCALE:-1})) # seconds before a command counts as hung (scaled on a loaded machine)
+[ -n "${DT_ASAN:-}" ] && TMO=$((4 * TMO)) # sanitizer builds start and run several times slower
 OUT=$S/out      # where outputs would go; must stay empty of them
 mkdir -p "$OUT"
 
