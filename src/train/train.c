@@ -568,9 +568,11 @@ static int train_run(dt_train_options *o, dt_error *err);
 int dt_train(dt_train_options *o, dt_error *err) {
     /* A resumed run without --data reads its data path into train_run's own buffer: never leave
      * the caller's options pointing at that dead stack memory. */
-    const char *caller_data = o->data_path;
+    const char *caller_data = o->data_path, *caller_tokens = o->tokens_path, *caller_tokenizer = o->tokenizer_path;
     int rc = train_run(o, err);
     o->data_path = caller_data;
+    o->tokens_path = caller_tokens;
+    o->tokenizer_path = caller_tokenizer;
     return rc;
 }
 
