@@ -67,15 +67,41 @@ static const variant *find_variant(const char *name) {
     return NULL;
 }
 
-const char *cmp_variant_names(void) { return "diff, transformer, diff-subln"; }
+const char *cmp_variant_names(void) {
+    return "diff, transformer, diff-subln, or diff+ABLATION / transformer+ABLATION / ABLATION (on DIFF) with "
+           "ABLATION one of dt_config_ablation's names";
+}
+
+/* The report's name of a variant: the table's, else the name as given. */
+static const char *variant_display(const char *name) {
+    const variant *v = find_variant(name);
+    return v ? v->display : name;
+}
 
 int cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_error *err) {
-    const variant *v = find_variant(name);
-    if (!v) return dt_fail(err, "variant '%s': unknown (known: %s)", name, cmp_variant_names());
     dt_config c;
     if (dt_config_preset(&c, preset, DT_ARCH_DIFF, err) != 0) return -1;
-    *out = v->arch == DT_ARCH_DIFF ? c : dt_config_matched(&c);
-    if (v->modify) v->modify(out);
+    const variant *v = find_variant(name);
+    if (v) {
+        *out = v->arch == DT_ARCH_DIFF ? c : dt_config_matched(&c);
+        if (v->modify) v->modify(out);
+        return dt_config_validate(out, name, err);
+    }
+    /* BASE+ABLATION (BASE diff or transformer), or an ablation of the DIFF preset */
+    dt_config base = c;
+    const char *ablation = name, *plus = strchr(name, '+');
+    if (plus) {
+        size_t len = (size_t)(plus - name);
+        if (len == 11 && strncmp(name, "transformer", 11) == 0) base = dt_config_matched(&c);
+        else if (!(len == 4 && strncmp(name, "diff", 4) == 0))
+            return dt_fail(err, "variant '%s': unknown base (diff or transformer before '+')", name);
+        ablation = plus + 1;
+    }
+    dt_error why;
+    if (dt_config_ablation(out, &base, ablation, &why) != 0)
+        return dt_fail(err, "variant '%s': unknown (known: diff, transformer, diff-subln, or diff+A / transformer+A "
+                            "/ A with A one of %s): %s",
+                       name, dt_ablation_names(), why.msg);
     return dt_config_validate(out, name, err);
 }
 
@@ -424,12 +450,11 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
     for (int s = 0; s < o->seeds && rc == 0; s++)
         for (int v = 0; v < o->n_variants && rc == 0; v++) {
             job *jb = &jobs[v * o->seeds + s];
-            const variant *vr = find_variant(o->variants[v]);
             jb->cfg = cfgs[v];
             jb->seed = o->seed + (uint64_t)s;
             jb->want_curve = 1;
-            snprintf(jb->what, sizeof jb->what, "%s run %d/%d", vr->display, s + 1, o->seeds);
-            rc = run_dir(jb->dir, sizeof jb->dir, o, vr->key, s, err);
+            snprintf(jb->what, sizeof jb->what, "%s run %d/%d", variant_display(o->variants[v]), s + 1, o->seeds);
+            rc = run_dir(jb->dir, sizeof jb->dir, o, o->variants[v], s, err);
         }
     for (int i = 0; i < o->n_sizes && rc == 0; i++) {
         char sd[4200], name[96];
@@ -451,11 +476,10 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
     /* the analyses, one run at a time */
     for (int s = 0; s < o->seeds && rc == 0; s++)
         for (int v = 0; v < o->n_variants && rc == 0; v++) {
-            const variant *vr = find_variant(o->variants[v]);
             rp_model *m = &runs[v * o->seeds + s];
             const job *jb = &jobs[v * o->seeds + s];
             report_progress(p, "analysing %s", jb->what);
-            if ((rc = rp_analyze_model(m, jb->dir, vr->display, &ao, err)) != 0) break;
+            if ((rc = rp_analyze_model(m, jb->dir, variant_display(o->variants[v]), &ao, err)) != 0) break;
             m->n_curve = jb->n_curve;
             memcpy(m->curve, jb->curve, sizeof m->curve);
             pthread_mutex_lock(&p->mu);
