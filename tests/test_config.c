@@ -306,7 +306,7 @@ static void test_unknown_keys_ignored(void **state) {
                  "\"bos_token_id\": 1, \"initializer_range\": 0.02, \"transformers_version\": \"4.48.0\","
                  " \"architectures\": [\"DiffLlamaForCausalLM\"], \"nested\": {\"a\": [1, {\"b\": null}]},"
                  " \"hidden_act\": \"silu\", \"rope_scaling\": null, \"attention_bias\": false,"
-                 " \"mlp_bias\": false, \"head_dim\": null, \"difftrans\": {\"future\": 3}");
+                 " \"mlp_bias\": false, \"head_dim\": null, \"difftrans\": {\"position\": \"rope\"}");
     expect_load_ok(json, &c);
     assert_int_equal(c.head_dim, 16);
     /* whitespace around the value is fine */
@@ -469,6 +469,9 @@ static void test_wrong_types(void **state) {
     expect_extra_fails("\"tie_word_embeddings\": 1", "key 'tie_word_embeddings' must be true or false");
     expect_extra_fails("\"difftrans\": true", "key 'difftrans' must be an object");
     expect_extra_fails("\"difftrans\": {\"subln_weight\": \"yes\"}", "key 'subln_weight' must be true or false");
+    /* a misspelt option of ours must not silently give the default model */
+    expect_extra_fails("\"difftrans\": {\"fixed_lamda\": true}", "difftrans.fixed_lamda is not an option");
+    expect_extra_fails("\"difftrans\": {\"future\": 3}", "difftrans.future is not an option");
     expect_extra_fails("\"hidden_act\": 1", "key 'hidden_act' must be a string");
     expect_extra_fails("\"attention_bias\": \"no\"", "key 'attention_bias' must be true or false");
 }

@@ -459,6 +459,19 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
     const cJSON *ours = get_key(root, "difftrans");
     if (!ours) return 0;
     if (!cJSON_IsObject(ours)) return dt_fail(err, "%s: key 'difftrans' must be an object", path);
+    /* Every key here changes what the model computes, so one this version does not know (a typo,
+     * or a variant of a newer version) is refused: running the default model instead would be silent
+     * misbehaviour. Keys outside "difftrans" are Hugging Face's and stay ignored. */
+    static const char *const known[] = {"subln_weight", "softmax1", "head_norm", "fixed_lambda", "position"};
+    for (const cJSON *k = ours->child; k; k = k->next) {
+        size_t i = 0;
+        while (i < sizeof known / sizeof known[0] && strcmp(k->string, known[i]) != 0) i++;
+        if (i == sizeof known / sizeof known[0])
+            return dt_fail(err,
+                           "%s: difftrans.%s is not an option of this version (known: subln_weight, softmax1, "
+                           "head_norm, fixed_lambda, position)",
+                           path, k->string);
+    }
     int head_norm = 1;
     if (json_bool(ours, "subln_weight", &c->use_subln_weight, path, err) < 0 ||
         json_bool(ours, "softmax1", &c->softmax1, path, err) < 0 ||
