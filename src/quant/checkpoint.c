@@ -19,30 +19,20 @@
 
 #include <cjson/cJSON.h>
 
+#include "internal.h"
 #include "quant/quant.h"
 
 static const char *const activation_names[] = {"float32", "int8-static-per-tensor", "int8-dynamic-per-token"};
 
 /* ---------------------------------------------------------------- config */
 
+/* config.json of a quantised checkpoint: the shared bounded reader (size checked before allocating,
+ * short reads and read errors reported). */
 static char *read_file(const char *path, dt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        dt_fail(err, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    long n = -1;
-    if (fseek(fp, 0, SEEK_END) == 0) n = ftell(fp);
-    if (n >= 0 && n < (1 << 24) && fseek(fp, 0, SEEK_SET) == 0 && (buf = malloc((size_t)n + 1))) {
-        if (fread(buf, 1, (size_t)n, fp) != (size_t)n) {
-            free(buf);
-            buf = NULL;
-        } else buf[n] = '\0';
-    }
-    fclose(fp);
-    if (!buf) dt_fail(err, "%s: cannot read", path);
-    return buf;
+    char *text = NULL;
+    size_t len = 0;
+    if (read_text_file(path, 16u << 20, "a config", &text, &len, err) != 0) return NULL;
+    return text;
 }
 
 int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "difftrans.h"
+#include "internal.h"
 #include "train/optim.h"
 
 int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err) {
@@ -212,21 +213,8 @@ int dt_model_has_tokenizer(const char *dir) {
     return stat(path, &sb) == 0;
 }
 
-/* Whole small file (a tokenizer.json) for comparing two of them. */
-static char *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    struct stat sb;
-    char *buf = NULL;
-    if (fstat(fileno(f), &sb) == 0 && (buf = malloc((size_t)sb.st_size + 1)) != NULL &&
-        fread(buf, 1, (size_t)sb.st_size, f) != (size_t)sb.st_size) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *n = buf ? (size_t)sb.st_size : 0;
-    return buf;
-}
+/* Published tokenizer.json files are up to tens of MB; the models' copies are compared whole. */
+#define MAX_TOKENIZER_BYTES ((size_t)1 << 30)
 
 int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err) {
     const int first = n > 0 && dt_model_has_tokenizer(dirs[0]);
@@ -235,7 +223,7 @@ int dt_models_text(const char *const *dirs, int n, const char *path, int **token
     char *t0 = NULL;
     if (first) {
         snprintf(p0, sizeof p0, "%s/tokenizer.json", dirs[0]);
-        if (!(t0 = slurp(p0, &n0))) return dt_fail(err, "%s: cannot read", p0);
+        if (read_text_file(p0, MAX_TOKENIZER_BYTES, "a tokenizer.json", &t0, &n0, err) != 0) return -1;
     }
     for (int i = 1; i < n; i++) {
         if (dt_model_has_tokenizer(dirs[i]) != first) {
@@ -245,8 +233,12 @@ int dt_models_text(const char *const *dirs, int n, const char *path, int **token
         }
         if (!first) continue;
         snprintf(pi, sizeof pi, "%s/tokenizer.json", dirs[i]);
-        char *ti = slurp(pi, &ni);
-        int same = ti && ni == n0 && memcmp(ti, t0, n0) == 0;
+        char *ti = NULL;
+        if (read_text_file(pi, MAX_TOKENIZER_BYTES, "a tokenizer.json", &ti, &ni, err) != 0) {
+            free(t0);
+            return -1;
+        }
+        int same = ni == n0 && memcmp(ti, t0, n0) == 0;
         free(ti);
         if (!same) {
             free(t0);
