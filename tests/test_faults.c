@@ -169,20 +169,9 @@ static const char *text_file(void) {
     return path;
 }
 
-static void tiny_config(dt_config *c) {
-    dt_error err;
-    assert_int_equal(dt_config_preset(c, "tiny", DT_ARCH_DIFF, &err), 0);
-    c->hidden_size = 16;
-    c->intermediate_size = 32;
-    c->num_hidden_layers = 1;
-    c->num_attention_heads = 2;
-    c->num_key_value_heads = 2;
-    c->head_dim = 8;
-}
-
 static void train_opts(dt_train_options *o, const char *out, int steps) {
     dt_train_defaults(o);
-    tiny_config(&o->cfg);
+    tu_tiny_diff_config(&o->cfg);
     o->data_path = text_file();
     o->out_dir = out;
     o->steps = steps;
@@ -256,7 +245,7 @@ static void check_unchanged(void *p) {
 static void make_checkpoint(ckpt_ctx *c, const char *name) {
     dt_config cfg;
     dt_error err;
-    tiny_config(&cfg);
+    tu_tiny_diff_config(&cfg);
     tu_path(c->dir, sizeof c->dir, name);
     assert_int_equal(dt_model_create(&c->m, &cfg, &err), 0);
     dt_model_init_random(&c->m, 5);

@@ -33,17 +33,6 @@ static void expect_msg(const dt_error *err, const char *want) {
     if (!strstr(err->msg, want)) fail_msg("expected an error containing \"%s\", got \"%s\"", want, err->msg);
 }
 
-static void tiny_config(dt_config *c) {
-    dt_error err;
-    assert_int_equal(dt_config_preset(c, "tiny", DT_ARCH_DIFF, &err), 0);
-    c->hidden_size = 16;
-    c->intermediate_size = 32;
-    c->num_hidden_layers = 1;
-    c->num_attention_heads = 2;
-    c->num_key_value_heads = 2;
-    c->head_dim = 8;
-}
-
 /* A text file of a few KB in the scratch directory for training runs. */
 static const char *text_file(void) {
     static char path[1024];
@@ -58,7 +47,7 @@ static const char *text_file(void) {
 
 static void train_opts(dt_train_options *o, const char *out, int steps) {
     dt_train_defaults(o);
-    tiny_config(&o->cfg);
+    tu_tiny_diff_config(&o->cfg);
     o->data_path = text_file();
     o->out_dir = out;
     o->steps = steps;
@@ -77,7 +66,7 @@ static void train_opts(dt_train_options *o, const char *out, int steps) {
 static void test_batch_tokens_capped(void **state) {
     (void)state;
     dt_config c;
-    tiny_config(&c);
+    tu_tiny_diff_config(&c);
     c.max_position_embeddings = 1 << 20;
     dt_model m;
     dt_error err;
@@ -101,7 +90,7 @@ static void test_odd_head_dim_refused(void **state) {
     (void)state;
     dt_config c;
     dt_error err;
-    tiny_config(&c);
+    tu_tiny_diff_config(&c);
     c.head_dim = 7;
     assert_int_equal(dt_config_validate(&c, "cfg", &err), -1);
     expect_msg(&err, "head_dim must be even");
@@ -119,7 +108,7 @@ static void test_load_checks_before_allocating(void **state) {
     char dir[1024], cfg[1100];
     tu_path(dir, sizeof dir, "liar");
     dt_config c;
-    tiny_config(&c);
+    tu_tiny_diff_config(&c);
     dt_model m;
     dt_error err;
     assert_int_equal(dt_model_create(&m, &c, &err), 0);

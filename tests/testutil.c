@@ -227,3 +227,17 @@ float tu_logits_max_diff(const dt_model *a, const dt_model *b, int T, uint64_t s
     dt_runstate_free(rb);
     return d;
 }
+
+void tu_tiny_diff_config(dt_config *c) {
+    dt_error err;
+    if (dt_config_preset(c, "tiny", DT_ARCH_DIFF, &err) != 0) {
+        fprintf(stderr, "tu_tiny_diff_config: %s\n", err.msg);
+        abort();
+    }
+    c->hidden_size = 16;
+    c->intermediate_size = 32;
+    c->num_hidden_layers = 1;
+    c->num_attention_heads = 2;
+    c->num_key_value_heads = 2;
+    c->head_dim = 8;
+}

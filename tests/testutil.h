@@ -22,6 +22,10 @@ void tu_write_file(const char *path, const void *data, size_t n);
  * Aborts when the file cannot be read. */
 char *tu_read_file(const char *path, size_t *n);
 int tu_file_exists(const char *path);
+/* A one-layer DIFF model of width 16 (2 heads of 8), small enough to walk every allocation and
+ * write of a training run; aborts if the preset is missing. */
+void tu_tiny_diff_config(dt_config *c);
+
 /* max over i of |a−b|; +inf when any element of either side is NaN */
 float tu_max_abs_diff(const float *a, const float *b, size_t n);
 /* max over i of |a−b| / max(|a|, |b|, floor); +inf when any element of either side is NaN */
