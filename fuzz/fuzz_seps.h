@@ -7,4 +7,10 @@
 #define FUZZ_SHARD_SEP "\n==shard==\n"
 #define FUZZ_SHARD_1 "model-00001-of-00002.safetensors"
 #define FUZZ_SHARD_2 "model-00002-of-00002.safetensors"
+/* a tokenizer directory: tokenizer.json, then tokenizer_config.json */
+#define FUZZ_TOKCFG_SEP "\n==tokenizer_config.json==\n"
+/* a token dataset: dataset.json, then the shards it may name */
+#define FUZZ_TOKENS_SEP "\n==tok==\n"
+#define FUZZ_TOKENS_TRAIN "train-00000.tok"
+#define FUZZ_TOKENS_VAL "val-00000.tok"
 #endif

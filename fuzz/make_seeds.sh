@@ -12,7 +12,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 sep=$'\n==model.safetensors==\n' # FUZZ_CKPT_SEP in fuzz_seps.h
 shard_sep=$'\n==shard==\n'      # FUZZ_SHARD_SEP
-mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state,shards}
+tokcfg_sep=$'\n==tokenizer_config.json==\n' # FUZZ_TOKCFG_SEP
+tokens_sep=$'\n==tok==\n'       # FUZZ_TOKENS_SEP
+mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state,shards,tokenizer,tokens}
 
 # a text corpus the training run reads (any text will do; this one is in every Debian install)
 data=/usr/share/common-licenses/GPL-3
@@ -30,10 +32,13 @@ sed 's/diffllama/llama/; s/"num_key_value_heads": 2/"num_key_value_heads": 1/' "
     --eval-batches 1 --threads 1 --quiet
 "$dt" init --config "$work/small.json" --max-shard-size 12KB --out "$work/sharded" >/dev/null
 "$dt" quantize "$work/diff" "$work/q8" --scheme q8_0 --threads 1 >/dev/null 2>&1
+"$dt" quantize "$work/diff" "$work/q4" --scheme q4_0 --lm-head --threads 1 >/dev/null 2>&1
+"$dt" quantize "$work/subln" "$work/w8a8" --scheme w8a8 --calib "$data" --calib-samples 4 --seq 8 --smooth 0.5 \
+    --threads 1 >/dev/null 2>&1
 printf '1 2 3 4\n5 6 7 8\n' >"$work/ids.txt"
 "$dt" forward "$work/diff" --input "$work/ids.txt" --output "$work/fw.safetensors" --threads 1
 
-for m in diff subln gqa q8; do
+for m in diff subln gqa q8 q4 w8a8; do
     cp "$work/$m/config.json" "$out/config/$m.json"
     cp "$work/$m/model.safetensors" "$out/safetensors/$m.safetensors"
     { cat "$work/$m/config.json"; printf '%s' "$sep"; cat "$work/$m/model.safetensors"; } >"$out/checkpoint/$m"
@@ -47,5 +52,27 @@ cp "$work/fw.safetensors" "$out/safetensors/forward.safetensors"
 cp "$work/run/train_state.json" "$out/train_state/run.json"
 cp "$work/ids.txt" "$out/ids/two_rows.txt"
 printf '0\n' >"$out/ids/one.txt"
+
+# tokenizers learned by `tokenizer train` (both pre-tokenizer patterns; small vocabularies), and
+# a few of the committed test fixtures for the components training does not produce
+head -c 6000 "$data" >"$work/text.txt"
+"$dt" tokenizer train --data "$work/text.txt" --vocab-size 300 --pattern llama3 --out "$work/tok_llama3" --quiet
+"$dt" tokenizer train --data "$work/text.txt" --vocab-size 280 --pattern gpt2 --bos '' --pad '' \
+    --eos '<|endoftext|>' --out "$work/tok_gpt2" --quiet
+for t in llama3 gpt2; do
+    { cat "$work/tok_$t/tokenizer.json"; printf '%s' "$tokcfg_sep"; cat "$work/tok_$t/tokenizer_config.json"; } \
+        >"$out/tokenizer/trained_$t"
+done
+cp "$work/tok_llama3/tokenizer.json" "$out/tokenizer/trained_no_config.json"
+for f in llama2_like metaspace_first subword_affixes digits_lowercase split_isolated_invert; do
+    cp "$here/../tests/tokenizer/fixtures/$f.json" "$out/tokenizer/fixture_$f.json"
+done
+
+# a token dataset written by `tokenize` (one train and one val shard) with that tokenizer
+"$dt" tokenize --tokenizer "$work/tok_llama3" --data "$work/text.txt" --out "$work/ds" --documents paragraph \
+    --val-fraction 0.3 --threads 1 --quiet >/dev/null
+ls "$work/ds"/train-00000.tok "$work/ds"/val-00000.tok >/dev/null
+{ cat "$work/ds/dataset.json"; printf '%s' "$tokens_sep"; cat "$work/ds/train-00000.tok"; printf '%s' "$tokens_sep"
+  cat "$work/ds/val-00000.tok"; } >"$out/tokens/paragraphs"
 printf '  1 2\n\n3 4  \n' >"$out/ids/blank_lines.txt"
 echo "seeds written to $out: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1)"

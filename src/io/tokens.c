@@ -593,6 +593,13 @@ static int manifest_load(const char *dir, cJSON **root, dt_error *err) {
     return 0;
 }
 
+/* A count in the manifest (bytes, tokens): 0 unless a number in [0, 2^64) — converting anything
+ * else to an integer is undefined. */
+static uint64_t count_of(const cJSON *j) {
+    return cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble < 18446744073709551616.0 ? (uint64_t)j->valuedouble
+                                                                                                : 0;
+}
+
 int dt_tokens_info(const char *dir, dt_tokens_summary *s, dt_error *err) {
     cJSON *root;
     if (manifest_load(dir, &root, err) != 0) return -1;
@@ -605,21 +612,26 @@ int dt_tokens_info(const char *dir, dt_tokens_summary *s, dt_error *err) {
         rc = dt_fail(err, "%s/%s: vocab_size missing or out of range", dir, MANIFEST);
     else {
         s->vocab_size = (int64_t)v->valuedouble;
-        s->eos_id = cJSON_IsNumber(eos) ? (int)eos->valuedouble : -1;
-        s->bytes = cJSON_IsNumber(bytes) ? (uint64_t)bytes->valuedouble : 0;
+        s->eos_id = -1;
+        if (eos && !cJSON_IsNull(eos) &&
+            !(cJSON_IsNumber(eos) && eos->valuedouble >= -1 && eos->valuedouble < (double)s->vocab_size))
+            rc = dt_fail(err, "%s/%s: eos_id is not -1 or an id below vocab_size %" PRId64, dir, MANIFEST, s->vocab_size);
+        else if (cJSON_IsNumber(eos)) s->eos_id = (int)eos->valuedouble;
+        s->bytes = count_of(bytes);
         const cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
         for (int k = 0; k < 2; k++) {
             const cJSON *sp = cJSON_GetObjectItemCaseSensitive(splits, SPLIT_NAMES[k]);
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(sp, "tokens");
-            s->tokens[k] = cJSON_IsNumber(t) ? (uint64_t)t->valuedouble : 0;
+            s->tokens[k] = count_of(cJSON_GetObjectItemCaseSensitive(sp, "tokens"));
         }
     }
     cJSON_Delete(root);
     return rc;
 }
 
-/* One shard, validated, appended to out[*n...]. */
-static int load_shard(const char *path, int64_t vocab_limit, int **out, size_t *n, size_t *cap, dt_error *err) {
+/* One shard, validated, appended to out[*n...]; with a manifest count (want >= 0) the split may
+ * not grow past it (checked before allocating). */
+static int load_shard(const char *path, int64_t vocab_limit, double want, int **out, size_t *n, size_t *cap,
+                      dt_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
@@ -646,6 +658,9 @@ static int load_shard(const char *path, int64_t vocab_limit, int **out, size_t *
                           " + %d)", path, count, size, (uint64_t)(size - TOK_HEADER) / width, width, TOK_HEADER);
     else if ((int64_t)vocab > vocab_limit)
         rc = dt_fail(err, "%s: ids of a %u-token vocabulary, larger than the model's %" PRId64, path, vocab, vocab_limit);
+    if (rc == 0 && want >= 0 && (double)*n + (double)count > want)
+        rc = dt_fail(err, "%s: its %" PRIu64 " tokens take the split past the %.0f tokens its manifest declares", path,
+                     count, want);
     if (rc == 0 && *n + count > *cap) {
         size_t want = *n + (size_t)count;
         int *p = realloc(*out, (want ? want : 1) * sizeof *p);
@@ -678,6 +693,8 @@ int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int 
     int rc = 0;
     size_t cap = 0;
     if (!cJSON_IsArray(list)) rc = dt_fail(err, "%s/%s: no shard list for split '%s'", dir, MANIFEST, split);
+    else if (cJSON_GetArraySize(list) > MAX_SHARDS)
+        rc = dt_fail(err, "%s/%s: more than %d shards in split '%s'", dir, MANIFEST, MAX_SHARDS, split);
     const cJSON *item;
     cJSON_ArrayForEach(item, list) {
         if (rc != 0) break;
@@ -685,9 +702,17 @@ int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int 
             rc = dt_fail(err, "%s/%s: bad shard name in split '%s'", dir, MANIFEST, split);
             break;
         }
+        /* a shard read twice would count its tokens twice (and memory grows with each repeat) */
+        for (const cJSON *before = list->child; before != item; before = before->next)
+            if (strcmp(before->valuestring, item->valuestring) == 0) {
+                rc = dt_fail(err, "%s/%s: shard %s is listed twice in split '%s'", dir, MANIFEST, item->valuestring,
+                             split);
+                break;
+            }
+        if (rc != 0) break;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, item->valuestring);
-        rc = load_shard(path, vocab_limit, tokens, n, &cap, err);
+        rc = load_shard(path, vocab_limit, cJSON_IsNumber(want) ? want->valuedouble : -1, tokens, n, &cap, err);
     }
     if (rc == 0 && cJSON_IsNumber(want) && (double)*n != want->valuedouble)
         rc = dt_fail(err, "%s/%s: split '%s' should hold %.0f tokens but its shards hold %zu", dir, MANIFEST, split,

@@ -67,7 +67,8 @@ void tk_pieces_clear(tk_pieces *p);
 void tk_pieces_free(tk_pieces *p);
 /* Appends a piece whose bytes are s[0..n) (copied into the arena). */
 int tk_pieces_add(tk_pieces *p, const char *s, size_t n, int32_t id, int origin);
-static inline const char *tk_piece_str(const tk_pieces *p, size_t i) { return p->text.p + p->v[i].off; }
+/* An arena that never received a byte has no buffer: its (empty) pieces read as "". */
+static inline const char *tk_piece_str(const tk_pieces *p, size_t i) { return p->text.p ? p->text.p + p->v[i].off : ""; }
 
 /* ---------------------------------------------------------------- regexes (regex.c) */
 

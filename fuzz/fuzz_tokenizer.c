@@ -1,0 +1,82 @@
+/* fuzz_tokenizer.c — a tokenizer.json from anyone (and the tokenizer_config.json beside it, after
+ * FUZZ_TOKCFG_SEP when the input has one). dt_tok_load must refuse it or give a tokenizer that
+ * encodes a few texts into ids of its vocabulary, the same ids through a reusable encoder, and
+ * decodes every id it produced; ids outside the vocabulary are refused by decode. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "difftrans.h"
+#include "fuzz_seps.h"
+#include "fuzz_util.h"
+
+static const char *const texts[] = {
+    "",
+    "Hello world! It's 2025: the DIFF Transformer.",
+    "  leading spaces,\ttabs\nand\n\nnewlines   ",
+    "caf\xc3\xa9 na\xc3\xafve \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x99\x82 \xd0\x9f\xd1\x80\xd0\xb8",
+    "<|endoftext|><s></s>[CLS] 12345 ...!!! aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+};
+
+static void check_decodes(const dt_tok *tok, const int32_t *ids, size_t n) {
+    dt_error err;
+    for (int skip = 0; skip < 2; skip++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (dt_tok_decode(tok, ids, n, skip, &text, &len, &err) != 0) abort(); /* its own ids are tokens */
+        if (strlen(text) > len) abort();                                       /* NUL-terminated at len */
+        free(text);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
+    size_t n1, n2;
+    const uint8_t *p2;
+    fz_split(data, n, FUZZ_TOKCFG_SEP, sizeof FUZZ_TOKCFG_SEP - 1, &n1, &p2, &n2);
+    fz_write("tokenizer.json", data, n1);
+    char cfg[1024];
+    fz_path(cfg, sizeof cfg, "tokenizer_config.json");
+    if (p2 != data + n1) fz_write("tokenizer_config.json", p2, n2);
+    else unlink(cfg);
+    dt_tok *tok;
+    dt_error err;
+    if (dt_tok_load(&tok, fz_dir(), &err) != 0) return 0;
+    const int32_t vocab = dt_tok_vocab_size(tok);
+    if (vocab < 1) abort();
+    dt_tok_encoder *enc = dt_tok_encoder_new(tok);
+    if (!enc) abort();
+    for (size_t t = 0; t < sizeof texts / sizeof texts[0]; t++)
+        for (int special = 0; special < 2; special++) {
+            int32_t *ids = NULL;
+            size_t n_ids = 0;
+            const int32_t *ids2 = NULL;
+            size_t n_ids2 = 0;
+            const size_t len = strlen(texts[t]);
+            /* a tokenizer may be unable to encode a text (no unk token): refused, not a crash */
+            const int rc = dt_tok_encode(tok, texts[t], len, special, &ids, &n_ids, &err);
+            const int rc2 = dt_tok_encoder_encode(enc, texts[t], len, special, &ids2, &n_ids2, &err);
+            if (rc != rc2) abort();
+            if (rc != 0) continue;
+            if (n_ids != n_ids2 || (n_ids && memcmp(ids, ids2, n_ids * sizeof *ids) != 0)) abort();
+            for (size_t i = 0; i < n_ids; i++)
+                if (ids[i] < 0 || ids[i] >= vocab || !dt_tok_id_to_token(tok, ids[i], NULL)) abort();
+            check_decodes(tok, ids, n_ids);
+            free(ids);
+        }
+    dt_tok_encoder_free(enc);
+    /* every id of a small vocabulary (the first 64 of a large one), then ids that are not tokens */
+    int32_t all[64];
+    size_t n_all = 0;
+    for (int32_t id = 0; id < vocab && n_all < 64; id++)
+        if (dt_tok_id_to_token(tok, id, NULL)) all[n_all++] = id;
+    check_decodes(tok, all, n_all);
+    const int32_t bad[] = {-1, vocab};
+    for (int i = 0; i < 2; i++) {
+        char *text = NULL;
+        size_t len;
+        if (dt_tok_decode(tok, &bad[i], 1, 0, &text, &len, &err) == 0) abort();
+        if (text) abort();
+    }
+    dt_tok_free(tok);
+    return 0;
+}
