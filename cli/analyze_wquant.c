@@ -41,10 +41,11 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
     if (an_wq_parse_schemes(o->schemes, o->alpha, schemes, &ns, &err) != 0) return cli_error(cmd, "--schemes: %s", err.msg);
     int *tok = NULL, *cal = NULL;
     size_t ntok = 0, ncal = 0;
-    if (dt_text_load(o->data, &tok, &ntok, &err) != 0) return cli_error(cmd, "--data: %s", err.msg);
+    if (dt_models_text((const char *const *)dirs, n, o->data, &tok, &ntok, &err) != 0)
+        return cli_error(cmd, "--data: %s", err.msg);
     /* held out: the last tenth of --data (what `train` holds out); calibration: the rest, or --calib */
     const size_t split = ntok - ntok / 10;
-    if (o->calib && dt_text_load(o->calib, &cal, &ncal, &err) != 0) {
+    if (o->calib && dt_models_text((const char *const *)dirs, n, o->calib, &cal, &ncal, &err) != 0) {
         free(tok);
         return cli_error(cmd, "--calib: %s", err.msg);
     }
@@ -59,7 +60,7 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
         else p.needle = &ts;
     }
     if (rc == 0 && ntok - split < (size_t)o->seq + 1)
-        rc = cli_error(cmd, "--data %s: its held-out last tenth has %zu bytes, fewer than --seq + 1 = %d", o->data,
+        rc = cli_error(cmd, "--data %s: its held-out last tenth has %zu tokens, fewer than --seq + 1 = %d", o->data,
                        ntok - split, o->seq + 1);
     dt_model *models = calloc((size_t)n, sizeof *models);
     an_wq_row *rows = calloc((size_t)n * (ns + 1), sizeof *rows);
@@ -77,9 +78,13 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
             rc = cli_error(cmd, "--seq %d: more than %s's max_position_embeddings %d", o->seq, dirs[loaded],
                            models[loaded].cfg.max_position_embeddings);
         else {
+            dt_tok *vocab = NULL; /* the needle texts go through the model's tokenizer */
             fprintf(stderr, "analyze quantize: %s (%d scheme(s))\n", dirs[loaded], ns);
-            if (an_wq_run(&models[loaded], &p, schemes, ns, &rows[(size_t)loaded * (ns + 1)], &err) != 0)
+            if (dt_model_tokenizer(&models[loaded], dirs[loaded], &vocab, &err) < 0) rc = cli_error(cmd, "%s", err.msg);
+            p.needle_tok = vocab;
+            if (rc == 0 && an_wq_run(&models[loaded], &p, schemes, ns, &rows[(size_t)loaded * (ns + 1)], &err) != 0)
                 rc = cli_error(cmd, "%s: %s", dirs[loaded], err.msg);
+            dt_tok_free(vocab);
         }
         if (rc != 0) {
             loaded++; /* free this one too */

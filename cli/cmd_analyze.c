@@ -45,7 +45,8 @@ static void help(void) {
         "      on the needle's value bytes in the context vs. the rest of the context, per layer, averaged over\n"
         "      heads, queries and samples. DIFF uses D = A_i - lambda*A_(i+H/2) per differential head. answer\n"
         "      share = sum(D over span) / sum(|D| over context); noise share = sum(|D| over context outside the\n"
-        "      span) / sum(|D| over context). Raw sums are in the JSON.\n"
+        "      span) / sum(|D| over context). Raw sums are in the JSON. A model with a tokenizer.json reads the\n"
+        "      sample through it: the row is the prompt's last token, the span the tokens overlapping the value.\n"
         "  analyze training RUN_DIR...\n"
         "      From metrics.jsonl: lambda per layer (first, last, min, max), gradient norm mean/std/max and\n"
         "      spikes (grad_norm > mean + 3 std, or > 3x the median, of the preceding <= 50 steps; needs 10 earlier\n"
@@ -55,7 +56,8 @@ static void help(void) {
         "      synthetic task (words whose first letter is a-m are \"red\", n-z \"blue\"): --shots balanced\n"
         "      demonstrations \"Input: WORD\\nLabel: LABEL\\n\\n\", then a query; the answer is the label with\n"
         "      the higher log-probability. The same demonstrations in --permutations orders, each scored on\n"
-        "      the same --queries: accuracy per order, mean, std, min, max (chance is 0.5).\n"
+        "      the same --queries: accuracy per order, mean, std, min, max (chance is 0.5). With a tokenizer.json\n"
+        "      the label's score is that of the tokens after those prompt+\"red\" and prompt+\"blue\" share.\n"
         "  analyze scaling RUN_DIR...\n"
         "      The paper's \"~65%% of the parameters for the same loss\": give `difftrans train` runs of both\n"
         "      kinds at several sizes with one token budget; fits log(final val loss) = a + b*log(params) per\n"
@@ -114,20 +116,24 @@ static int write_json(const char *cmd, const char *path, cJSON *o) {
     return 0;
 }
 
-/* Loads every model; on failure frees the ones loaded. bytes_only: the task's prompts and answers
- * are bytes, so a model with a tokenizer.json is refused. */
-static int load_models(const char *cmd, char **dirs, int n, dt_model *models, int seq_needed, int bytes_only,
-                       int *seq) {
+static void free_tokenizers(dt_tok **toks, int n) {
+    for (int i = 0; toks && i < n; i++) dt_tok_free(toks[i]);
+    free(toks);
+}
+
+/* Loads every model and, when toks is given, its tokenizer (NULL for a byte-level model) — the
+ * needle and in-context tasks are text read through it; on failure frees what it loaded. */
+static int load_models(const char *cmd, char **dirs, int n, dt_model *models, dt_tok **toks, int seq_needed, int *seq) {
     dt_error err;
     for (int i = 0; i < n; i++) {
-        if (bytes_only && dt_model_has_tokenizer(dirs[i])) {
-            for (int j = 0; j < i; j++) dt_model_free(&models[j]);
-            return -(cli_error(cmd, "%s has a tokenizer.json: this task's prompts and answers are bytes (token id = "
-                                    "byte), so it runs on byte-level models only", dirs[i]) != 0);
-        }
         if (dt_model_load(&models[i], dirs[i], &err) != 0) {
             for (int j = 0; j < i; j++) dt_model_free(&models[j]);
             return -(cli_error(cmd, "%s", err.msg) != 0);
+        }
+        if (toks && dt_model_tokenizer(&models[i], dirs[i], &toks[i], &err) < 0) {
+            cli_error(cmd, "%s", err.msg);
+            for (int j = 0; j <= i; j++) dt_model_free(&models[j]);
+            return -1;
         }
         if (seq_needed && *seq > models[i].cfg.max_position_embeddings) {
             cli_error(cmd, "--seq %d: more than %s's max_position_embeddings %d", *seq, dirs[i],
@@ -154,7 +160,7 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
     int seq = op->seq, rc = 0, done = 0;
     if (!models || !res)
         rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 1, 0, &seq) != 0)
+    else if (load_models(cmd, dirs, n, models, NULL, 1, &seq) != 0)
         rc = 1;
     else {
         for (; done < n; done++)
@@ -219,10 +225,11 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     const int R = op->n_bits + 1; /* row 0: unquantised */
     dt_model *models = calloc((size_t)n, sizeof *models);
     an_quant_row *rows = calloc((size_t)n * R, sizeof *rows);
+    dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int seq = op->seq, rc = 0;
-    if (!models || !rows)
+    if (!models || !rows || !toks)
         rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 1, op->needle != NULL, &seq) != 0)
+    else if (load_models(cmd, dirs, n, models, toks, 1, &seq) != 0)
         rc = 1;
     else {
         for (int i = 0; i < n && rc == 0; i++)
@@ -235,7 +242,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                 if (an_eval_text(&models[i], &o, tok, ntok, seq, op->batches, &q->loss, &q->accuracy, &q->count,
                                  &err) != 0)
                     rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
-                else if (op->needle && an_needle_exact(&models[i], &o, &ts, op->max_samples, &q->needle_correct,
+                else if (op->needle && an_needle_exact(&models[i], toks[i], &o, &ts, op->max_samples, &q->needle_correct,
                                                        &q->needle_total, &err) != 0)
                     rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
             }
@@ -298,6 +305,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
         }
         for (int i = 0; i < n; i++) dt_model_free(&models[i]);
     }
+    free_tokenizers(toks, n);
     free(rows);
     free(models);
     free(tok);
@@ -311,18 +319,19 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
     if (needle_load_testset(&ts, op->needle, &err) != 0) return cli_error(cmd, "--needle: %s", err.msg);
     dt_model *models = calloc((size_t)n, sizeof *models);
     an_allocation *res = calloc((size_t)n, sizeof *res);
+    dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
-    if (!models || !res)
+    if (!models || !res || !toks)
         rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 0, 1, &seq) != 0)
+    else if (load_models(cmd, dirs, n, models, toks, 0, &seq) != 0)
         rc = 1;
     else {
         for (int i = 0; i < n && rc == 0; i++)
-            if (an_allocation_run(&models[i], &ts, op->max_samples, &res[i], &err) != 0)
+            if (an_allocation_run(&models[i], toks[i], &ts, op->max_samples, &res[i], &err) != 0)
                 rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
         if (rc == 0) {
             printf("analyze allocation: %s, %d sample(s), %d query row(s) (the position predicting the first answer "
-                   "byte)\n",
+                   "byte or token)\n",
                    ts.path, res[0].samples, res[0].rows);
             printf("answer share = sum(w, answer span) / sum(|w|, context); noise = sum(|w|, context outside span) / "
                    "sum(|w|, context);\nw = A (baseline) or A1 - lambda*A2 (DIFF); means over layers, heads and "
@@ -343,7 +352,8 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
                 cJSON_AddStringToObject(root, "analysis", "allocation");
                 cJSON_AddStringToObject(root, "needle", ts.path);
                 cJSON_AddStringToObject(root, "query_position",
-                                        "prompt_end_offset - 1 (predicts the first answer byte)");
+                                        "the last token ending at or before prompt_end_offset (for bytes: prompt_end_offset - 1); "
+                                        "it predicts the answer's first token");
                 cJSON_AddStringToObject(root, "answer_share", "sum(w over answer span) / sum(|w| over context)");
                 cJSON_AddStringToObject(root, "noise_share",
                                         "sum(|w| over context outside the span) / sum(|w| over context)");
@@ -380,6 +390,7 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
         for (int i = 0; i < n; i++) dt_model_free(&models[i]);
     }
     for (int i = 0; i < n && res; i++) an_allocation_free(&res[i]);
+    free_tokenizers(toks, n);
     free(res);
     free(models);
     needle_testset_free(&ts);
@@ -397,9 +408,10 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     dt_model *models = calloc((size_t)n, sizeof *models);
     icl_result *res = calloc((size_t)n, sizeof *res);
+    dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
-    if (!models || !res) rc = cli_error(cmd, "out of memory");
-    else if (load_models(cmd, dirs, n, models, 0, 1, &seq) != 0) {
+    if (!models || !res || !toks) rc = cli_error(cmd, "out of memory");
+    else if (load_models(cmd, dirs, n, models, toks, 0, &seq) != 0) {
         free(models);
         models = NULL;
         rc = 1;
@@ -408,7 +420,7 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     for (; rc == 0 && done < n; done++) {
         fprintf(stderr, "analyze icl: %s (%d orders × %d queries)\n", dirs[done], op->icl.permutations,
                 op->icl.queries);
-        if (icl_run(&models[done], &op->icl, &res[done], &err) != 0) rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
+        if (icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0) rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
     }
     if (rc == 0) {
         printf("analyze icl: %d shots, %d orders, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,
@@ -443,6 +455,7 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     }
     for (int i = 0; i < done; i++) icl_result_free(&res[i]);
     for (int i = 0; models && i < n; i++) dt_model_free(&models[i]);
+    free_tokenizers(toks, n);
     free(models);
     free(res);
     return rc;

@@ -57,7 +57,10 @@ static void help_eval(void) {
            "For every test sample and question, feeds the sample's text up to the end of \"Answer: \" (earlier\n"
            "questions with their true answers) through the model's KV cache and decodes the answer's length in\n"
            "bytes greedily (argmax). A query is correct when every byte matches. Prints accuracy per (context\n"
-           "length, depth) cell and overall; first-query is the accuracy of the question at the cell's depth.\n\n"
+           "length, depth) cell and overall; first-query is the accuracy of the question at the cell's depth.\n"
+           "A model with a tokenizer.json reads the text through it: the prompt is the tokens that end before\n"
+           "the answer, and the answer the tokens that overlap it (\" 12345\" when the space joins the value);\n"
+           "the greedy tokens must be exactly those (so they decode to the answer text).\n\n"
            "  --data PATH       a directory from `needle generate` or its test.jsonl (required)\n"
            "  --json OUT.json   also write the cells and every answer as JSON\n"
            "  --threads N       OpenMP threads [all cores]\n"
@@ -176,7 +179,8 @@ static void show_progress(void *ctx, int done, int total, int correct, int score
 
 static double ratio(int a, int b) { return b ? (double)a / b : 0.0; }
 
-static cJSON *results_json(const char *model_dir, const needle_testset *ts, const needle_results *r) {
+/* tok: the model's tokenizer (the predicted text is the ids decoded); NULL: bytes, printable ASCII shown. */
+static cJSON *results_json(const char *model_dir, const dt_tok *tok, const needle_testset *ts, const needle_results *r) {
     cJSON *o = cJSON_CreateObject(), *cells = NULL, *items = NULL;
     int ok = o && cJSON_AddStringToObject(o, "model", model_dir) && cJSON_AddStringToObject(o, "data", ts->path) &&
              cJSON_AddNumberToObject(o, "samples", ts->n) && cJSON_AddNumberToObject(o, "queries", r->total) &&
@@ -199,11 +203,19 @@ static cJSON *results_json(const char *model_dir, const needle_testset *ts, cons
         const needle_item *it = &r->items[i];
         const needle_sample *s = &ts->samples[it->sample];
         const needle_needle *nd = &s->needles[s->queries[it->query].needle];
-        char shown[NEEDLE_VALUE_CAP + 1];
+        char bytes[NEEDLE_VALUE_CAP + 1], *decoded = NULL, *shown = bytes;
+        size_t n_decoded = 0;
+        dt_error err;
         for (int k = 0; k < it->n_predicted; k++)
-            shown[k] = it->predicted[k] >= 32 && it->predicted[k] < 127 ? (char)it->predicted[k] : '?';
-        shown[it->n_predicted] = '\0';
-        cJSON *e = cJSON_CreateObject(), *ids = NULL;
+            bytes[k] = it->predicted[k] >= 32 && it->predicted[k] < 127 ? (char)it->predicted[k] : '?';
+        bytes[it->n_predicted] = '\0';
+        if (tok) {
+            int32_t ids32[NEEDLE_VALUE_CAP];
+            for (int k = 0; k < it->n_predicted; k++) ids32[k] = it->predicted[k];
+            if (dt_tok_decode(tok, ids32, (size_t)it->n_predicted, 0, &decoded, &n_decoded, &err) != 0) ok = 0;
+            shown = decoded;
+        }
+        cJSON *e = ok ? cJSON_CreateObject() : NULL, *ids = NULL;
         ok = e && cJSON_AddItemToArray(items, e);
         if (!ok) cJSON_Delete(e);
         ok = ok && cJSON_AddNumberToObject(e, "id", (double)s->id) && cJSON_AddNumberToObject(e, "query", it->query) &&
@@ -213,6 +225,7 @@ static cJSON *results_json(const char *model_dir, const needle_testset *ts, cons
              (ids = cJSON_CreateIntArray(it->predicted, it->n_predicted)) && cJSON_AddItemToObject(e, "predicted_ids", ids);
         if (!ok && ids && !cJSON_GetObjectItemCaseSensitive(e, "predicted_ids")) cJSON_Delete(ids);
         ok = ok && cJSON_AddBoolToObject(e, "correct", it->correct);
+        free(decoded);
     }
     if (!ok) {
         cJSON_Delete(o);
@@ -264,21 +277,24 @@ static int needle_evaluate(int argc, char **argv) {
     const char *model_dir = argv[optind];
     cli_set_threads(threads);
 
-    if (dt_model_has_tokenizer(model_dir))
-        return cli_error(cmd, "%s has a tokenizer.json: the needle task's offsets, prompts and answers are bytes "
-                              "(token id = byte), so it runs on byte-level models only", model_dir);
     dt_error err;
     needle_testset ts;
     if (needle_load_testset(&ts, data, &err) != 0) return cli_error(cmd, "%s", err.msg);
     dt_model m;
+    dt_tok *tok = NULL; /* the model's tokenizer; NULL: a byte-level model */
     if (dt_model_load(&m, model_dir, &err) != 0) {
+        needle_testset_free(&ts);
+        return cli_error(cmd, "%s", err.msg);
+    }
+    if (dt_model_tokenizer(&m, model_dir, &tok, &err) < 0) {
+        dt_model_free(&m);
         needle_testset_free(&ts);
         return cli_error(cmd, "%s", err.msg);
     }
     progress_state ps = {.tty = isatty(2), .last_tenth = 0};
     needle_results r;
     int rc = 0;
-    if (needle_eval(&m, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (needle_eval(&m, tok, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
     if (rc == 0) {
         int n_queries = 0;
         for (int i = 0; i < ts.n; i++) n_queries += ts.samples[i].n_queries;
@@ -292,13 +308,14 @@ static int needle_evaluate(int argc, char **argv) {
         }
         printf("%8s %6s %8d %8d %8d %9.3f\n", "overall", "", ts.n, r.total, r.correct, ratio(r.correct, r.total));
         if (json) {
-            cJSON *o = results_json(model_dir, &ts, &r);
+            cJSON *o = results_json(model_dir, tok, &ts, &r);
             if (!o) rc = cli_error(cmd, "%s: out of memory", json);
             else rc = write_json(cmd, json, o);
             cJSON_Delete(o);
         }
         needle_results_free(&r);
     }
+    dt_tok_free(tok);
     dt_model_free(&m);
     needle_testset_free(&ts);
     return rc;

@@ -172,11 +172,72 @@ expect_ok "analyze outliers on a BPE model" "$DT" analyze outliers "$S/m" --data
     out_has "windows of tokens" "$S/last.out" "window\(s\) of 32 tokens"
 expect_fail "analyze: models reading text differently" "read text differently" \
     "$DT" analyze outliers "$S/m" "$S/bytes" --data "$CORPUS" --seq 32
-expect_ok "needle set" "$DT" needle generate --corpus "$CORPUS" --out "$S/needle" --context 256
-expect_fail "needle eval on a BPE model" "m has a tokenizer\.json: the needle task.* byte-level models only" \
-    "$DT" needle eval "$S/m" --data "$S/needle"
-expect_fail "analyze allocation on a BPE model" "m has a tokenizer\.json: .*byte-level models only" \
-    "$DT" analyze allocation "$S/m" --needle "$S/needle"
+# the needle, allocation and in-context tasks are text: a BPE model reads it through its tokenizer
+expect_ok "needle set" "$DT" needle generate --corpus "$CORPUS" --out "$S/needle" --context 160 --needles 2 \
+    --queries 2 --train 4 --test 6
+expect_ok "needle eval on a BPE model" "$DT" needle eval "$S/m" --data "$S/needle" --json "$S/needle_eval.json" --quiet &&
+    out_has "cells and the overall row" "$S/last.out" "^ +160 +0 +" "^ *overall +6 +12 +"
+# every answer's tokens: as many as the tokens of the text that overlap the value, and the
+# "predicted" text is those ids decoded
+check "needle eval JSON: answers as the tokenizer splits them, predicted text decoded" "$PY" - "$DT" "$S/tok" \
+    "$S/needle_eval.json" "$S/needle/test.jsonl" <<'PYEOF'
+import json, subprocess, sys
+dt, tok, res, test = sys.argv[1:5]
+def enc(text):
+    out = subprocess.run([dt, "tokenizer", "encode", "--tokenizer", tok], input=text.encode(), capture_output=True, check=True)
+    return [int(x) for x in out.stdout.split()]
+def dec(ids):
+    out = subprocess.run([dt, "tokenizer", "decode", "--tokenizer", tok], input=" ".join(map(str, ids)).encode(),
+                         capture_output=True, check=True)
+    return out.stdout.decode()
+samples = [json.loads(l) for l in open(test)]
+r = json.load(open(res))
+assert r["queries"] == 12 and len(r["items"]) == 12, r["queries"]
+checked = 0
+for it in r["items"]:
+    s = samples[it["id"]]
+    q = s["queries"][it["query"]]
+    text = s["text"].encode()
+    pe, alen = q["prompt_end_offset"], q["answer_length"]
+    # the tokens of the text up to the answer's end that are not tokens of the prompt's prefix
+    whole = enc(text[:pe + alen].decode())
+    cut = 0
+    while cut < len(whole) and len(dec(whole[:cut + 1]).encode()) <= pe and dec(whole[:cut + 1]).encode() == text[:len(dec(whole[:cut + 1]).encode())]:
+        cut += 1
+    want = whole[cut:]
+    assert dec(want).encode().endswith(it["expected"].encode()), (dec(want), it["expected"])
+    assert len(it["predicted_ids"]) == len(want), (it, want)
+    assert it["predicted"] == dec(it["predicted_ids"]), it
+    assert it["correct"] == (it["predicted_ids"] == want), it
+    checked += 1
+assert checked == 12
+PYEOF
+expect_ok "analyze quantize --needle on a BPE model (teacher-forced)" "$DT" analyze quantize "$S/m" --data "$CORPUS" \
+    --needle "$S/needle" --bits 8 --seq 32 --json "$S/q.json"
+check "teacher-forced needle accuracy = greedy needle eval's" "$PY" - "$S/q.json" "$S/needle_eval.json" <<'PYEOF'
+import json, sys
+q = json.load(open(sys.argv[1]))
+e = json.load(open(sys.argv[2]))
+row = q["models"][0]["rows"][0]
+assert row["bits"] == 0 and row["needle_total"] == 12, row
+assert row["needle_correct"] == e["correct"], (row, e["correct"])
+PYEOF
+expect_ok "analyze allocation on a BPE model" "$DT" analyze allocation "$S/m" --needle "$S/needle" --json "$S/alloc.json"
+check "allocation: 12 query rows, shares in range" "$PY" - "$S/alloc.json" <<'PYEOF'
+import json, sys
+a = json.load(open(sys.argv[1]))["models"][0]
+assert a["rows"] == 12 and a["samples"] == 6, a
+for ans, noise, span, ctx in zip(a["layer_answer_share"], a["layer_noise_share"], a["layer_span_abs_sum"],
+                                 a["layer_context_abs_sum"]):
+    assert -1 <= ans <= 1 and 0 <= noise <= 1 and ans + noise <= 1 + 1e-9, a
+    assert 0 < span < ctx, a  # the answer span is found and is part of the context
+PYEOF
+expect_ok "analyze icl on a BPE model" "$DT" analyze icl "$S/m" --shots 4 --permutations 2 --queries 4 --json "$S/icl.json"
+check "icl: an accuracy per order, each a multiple of 1/4 in [0, 1]" "$PY" - "$S/icl.json" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))["models"][0]
+assert len(m["accuracy"]) == 2 and all(0 <= a <= 1 and (4 * a) % 1 == 0 for a in m["accuracy"]), m
+PYEOF
 
 # ---------------------------------------------------------------- bad datasets
 bad_copy() { rm -rf "$S/$1" && cp -r "$S/ds" "$S/$1"; }

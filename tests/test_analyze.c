@@ -256,10 +256,10 @@ static void test_needle_exact_matches_greedy(void **state) {
         dt_model_init_random(&m, 5);
         rig_digit_chain(&m);
         needle_results r;
-        assert_int_equal(needle_eval(&m, &ts, &r, NULL, NULL, &err), 0);
+        assert_int_equal(needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err), 0);
         int correct = -1, total = -1;
         dt_run_options o = {0};
-        assert_int_equal(an_needle_exact(&m, &o, &ts, 0, &correct, &total, &err), 0);
+        assert_int_equal(an_needle_exact(&m, NULL, &o, &ts, 0, &correct, &total, &err), 0);
         assert_int_equal(total, 6);
         assert_int_equal(r.total, 6);
         assert_int_equal(r.correct, want); /* 3 of 6: the known answer, not just agreement */
@@ -273,7 +273,7 @@ static void test_needle_exact_matches_greedy(void **state) {
     /* a sample longer than the model's context is refused, naming the set */
     tiny_model(&m, DT_ARCH_LLAMA, 5);
     m.cfg.max_position_embeddings = 100;
-    assert_int_equal(an_needle_exact(&m, &o, &ts, 0, &correct, &total, &err), -1);
+    assert_int_equal(an_needle_exact(&m, NULL, &o, &ts, 0, &correct, &total, &err), -1);
     assert_non_null(strstr(err.msg, "handmade"));
     assert_non_null(strstr(err.msg, "max_position_embeddings"));
     dt_model_free(&m);
@@ -330,7 +330,7 @@ static void test_allocation_run(void **state) {
         tiny_model(&m, (dt_arch)arch, 9);
         an_allocation a;
         dt_error err;
-        assert_int_equal(an_allocation_run(&m, &ts, 2, &a, &err), 0);
+        assert_int_equal(an_allocation_run(&m, NULL, &ts, 2, &a, &err), 0);
         assert_int_equal(a.samples, 2);
         assert_int_equal(a.rows, 4); /* 2 samples × 2 queries */
         assert_int_equal(a.heads, arch == DT_ARCH_DIFF ? m.cfg.num_attention_heads / 2 : m.cfg.num_attention_heads);
@@ -387,7 +387,7 @@ static void test_allocation_rigged_model(void **state) {
         rig_digit_attention(&m);
         an_allocation a;
         dt_error err;
-        assert_int_equal(an_allocation_run(&m, &ts, 0, &a, &err), 0);
+        assert_int_equal(an_allocation_run(&m, NULL, &ts, 0, &a, &err), 0);
         for (int l = 0; l < a.n_layers; l++) {
             double want_answer = 1.0, want_noise = 0.0;
             if (arch == DT_ARCH_DIFF) { /* A1 = 1/5 on each answer byte, A2 uniform over the row */

@@ -95,8 +95,8 @@ static void test_run_on_a_model(void **state) {
     for (size_t i = 0; i < m.n_params; i++) m.params[i] *= 20.0f; /* an opinionated random model */
     icl_params p = {.shots = 4, .permutations = 3, .queries = 6, .seed = 9};
     icl_result r1, r2;
-    assert_int_equal(icl_run(&m, &p, &r1, &err), 0);
-    assert_int_equal(icl_run(&m, &p, &r2, &err), 0);
+    assert_int_equal(icl_run(&m, NULL, &p, &r1, &err), 0);
+    assert_int_equal(icl_run(&m, NULL, &p, &r2, &err), 0);
     assert_int_equal(r1.permutations, 3);
     for (int i = 0; i < 3; i++) {
         assert_true(r1.accuracy[i] >= 0 && r1.accuracy[i] <= 1);
@@ -106,10 +106,10 @@ static void test_run_on_a_model(void **state) {
     icl_result_free(&r1);
     icl_result_free(&r2);
     p.shots = 3;
-    assert_int_equal(icl_run(&m, &p, &r1, &err), -1);
+    assert_int_equal(icl_run(&m, NULL, &p, &r1, &err), -1);
     assert_non_null(strstr(err.msg, "--shots"));
     p.shots = 64; /* prompts past the tiny preset's 256 positions */
-    assert_int_equal(icl_run(&m, &p, &r1, &err), -1);
+    assert_int_equal(icl_run(&m, NULL, &p, &r1, &err), -1);
     assert_non_null(strstr(err.msg, "max_position_embeddings"));
     dt_model_free(&m);
 }

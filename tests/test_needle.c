@@ -583,7 +583,7 @@ static void test_eval_matches_greedy(void **state) {
         needle_testset ts;
         make_testset(&ts, &c, 3, 80, 2, 2);
         needle_results r;
-        if (needle_eval(&m, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
+        if (needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
         assert_int_equal(r.n_items, 6);
         assert_int_equal(r.total, 6);
         for (int i = 0; i < r.n_items; i++) {
@@ -641,7 +641,7 @@ static void test_eval_counts(void **state) {
     set_value(&ts.samples[2], ts.samples[2].queries[1].needle, "77777");
     set_value(&ts.samples[3], ts.samples[3].queries[0].needle, "77778");
     needle_results r;
-    if (needle_eval(&m, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
+    if (needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(r.total, 10);
     assert_int_equal(r.correct, 4);
     assert_int_equal(r.n_cells, 5);
@@ -660,7 +660,7 @@ static void test_eval_counts(void **state) {
 
     /* a sample longer than max_position_embeddings is refused, naming the file and the sample */
     m.cfg.max_position_embeddings = ts.samples[3].text_length - 1;
-    expect_error(needle_eval(&m, &ts, &r, NULL, NULL, &err), &err, "memory.jsonl: sample");
+    expect_error(needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err), &err, "memory.jsonl: sample");
     assert_non_null(strstr(err.msg, "max_position_embeddings"));
     assert_null(r.cells);
     needle_testset_free(&ts);

@@ -39,7 +39,10 @@
  * For each test sample and each of its queries, one query row: the position that predicts the
  * first answer byte, i.e. prompt_end_offset − 1 (the space ending "Answer: "). Context = bytes
  * [0, context_length); answer span = the queried needle's value bytes [value_offset,
- * value_offset + value_length) inside the context. For each layer and head, the signed weight of
+ * value_offset + value_length) inside the context. For a model with a real vocabulary these are
+ * token positions (textmap.h): the row is the last token ending at or before prompt_end_offset,
+ * the context the tokens ending within context_length bytes, the span the tokens overlapping the
+ * value's bytes (" 12345" counts whole when the value is "12345"). For each layer and head, the signed weight of
  * column j is
  *     baseline:   w_j = A_i[row, j]                    (softmax of query head i; row sums to 1)
  *     DIFF:       w_j = A_i[row, j] − λ·A_{i+H/2}[row, j]   (differential head i < H/2; row sums to 1 − λ)
@@ -281,61 +284,59 @@ int an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens
     return 0;
 }
 
-static int check_needle_lengths(const dt_model *m, const needle_testset *ts, int ns, int *tmax, dt_error *err) {
-    int T = 1;
-    for (int s = 0; s < ns; s++) {
-        const needle_sample *sm = &ts->samples[s];
-        if (sm->text_length > m->cfg.max_position_embeddings)
-            return dt_fail(err,
-                           "%s: sample %ld (line %d) has %d bytes, more than the model's max_position_embeddings %d",
-                           ts->path, sm->id, sm->line, sm->text_length, m->cfg.max_position_embeddings);
-        if (sm->text_length > T) T = sm->text_length;
+/* The first ns samples as the model reads them: *enc (free with needle_encoded_free) and the
+ * longest in tokens. */
+static int encode_needle_set(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int ns, an_tokens **enc,
+                             int *tmax, dt_error *err) {
+    *enc = calloc((size_t)ns, sizeof **enc);
+    if (!*enc) return dt_fail(err, "out of memory for %d samples", ns);
+    if (needle_encode_testset(m, tok, ts, ns, *enc, tmax, err) != 0) {
+        needle_encoded_free(*enc, ns);
+        *enc = NULL;
+        return -1;
     }
-    *tmax = T;
+    if (*tmax < 1) *tmax = 1;
     return 0;
 }
 
-int an_needle_exact(const dt_model *m, const dt_run_options *opt, const needle_testset *ts, int max_samples,
-                    int *correct, int *total, dt_error *err) {
+int an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *opt, const needle_testset *ts,
+                    int max_samples, int *correct, int *total, dt_error *err) {
     const int V = m->cfg.vocab_size;
     int ns = max_samples > 0 && max_samples < ts->n ? max_samples : ts->n;
     if (ns == 0) return dt_fail(err, "%s: no test samples", ts->path);
     int T;
-    if (check_needle_lengths(m, ts, ns, &T, err) != 0) return -1;
+    an_tokens *enc;
+    if (encode_needle_set(m, tok, ts, ns, &enc, &T, err) != 0) return -1;
     dt_run_options o = opt ? *opt : (dt_run_options){0};
     o.kernel = DT_ATTENTION_REFERENCE;
     dt_runstate *rs = dt_runstate_create_with(m, 1, T, &o, err);
-    int *tok = malloc((size_t)T * sizeof *tok);
-    if (!rs || !tok) {
-        if (rs && !tok) dt_fail(err, "out of memory");
-        dt_runstate_free(rs);
-        free(tok);
+    if (!rs) {
+        needle_encoded_free(enc, ns);
         return -1;
     }
     int ok = 0, all = 0;
     for (int s = 0; s < ns; s++) {
         const needle_sample *sm = &ts->samples[s];
-        int len = sm->text_length;
-        for (int i = 0; i < len; i++) tok[i] = (unsigned char)sm->text[i];
-        if (dt_forward(m, rs, tok, NULL, 1, len, NULL, err) != 0) {
+        const an_tokens *e = &enc[s];
+        if (dt_forward(m, rs, e->ids, NULL, 1, e->n, NULL, err) != 0) {
             dt_runstate_free(rs);
-            free(tok);
+            needle_encoded_free(enc, ns);
             return -1;
         }
         const float *lg = dt_runstate_logits(rs);
         for (int r = 0; r < sm->n_queries; r++) {
             const needle_query *q = &sm->queries[r];
+            int first = an_tokens_before(e, q->prompt_end_offset);
+            int stop = an_tokens_covering(e, q->prompt_end_offset + q->answer_length);
             int good = 1;
-            for (int i = 0; i < q->answer_length && good; i++) {
-                int pos = q->prompt_end_offset - 1 + i;
-                good = argmax_of(lg + (size_t)pos * V, V) == tok[pos + 1];
-            }
+            for (int pos = first - 1; pos < stop - 1 && good; pos++)
+                good = argmax_of(lg + (size_t)pos * V, V) == e->ids[pos + 1];
             ok += good;
             all++;
         }
     }
     dt_runstate_free(rs);
-    free(tok);
+    needle_encoded_free(enc, ns);
     *correct = ok;
     *total = all;
     return 0;
@@ -377,7 +378,8 @@ void an_allocation_free(an_allocation *a) {
     memset(a, 0, sizeof *a);
 }
 
-int an_allocation_run(const dt_model *m, const needle_testset *ts, int max_samples, an_allocation *out, dt_error *err) {
+int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int max_samples,
+                      an_allocation *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     const dt_config *c = &m->cfg;
     const int L = c->num_hidden_layers, H = c->num_attention_heads, diff = c->arch == DT_ARCH_DIFF;
@@ -385,14 +387,17 @@ int an_allocation_run(const dt_model *m, const needle_testset *ts, int max_sampl
     int ns = max_samples > 0 && max_samples < ts->n ? max_samples : ts->n;
     if (ns == 0) return dt_fail(err, "%s: no test samples", ts->path);
     int T;
-    if (check_needle_lengths(m, ts, ns, &T, err) != 0) return -1;
+    an_tokens *enc;
+    if (encode_needle_set(m, tok, ts, ns, &enc, &T, err) != 0) return -1;
     dt_run_options o = {.kernel = DT_ATTENTION_REFERENCE};
     dt_runstate *rs = dt_runstate_create_with(m, 1, T, &o, err);
-    if (!rs) return -1;
-    int *tok = malloc((size_t)T * sizeof *tok);
+    if (!rs) {
+        needle_encoded_free(enc, ns);
+        return -1;
+    }
     double **fields[] = {&out->answer_share, &out->noise_share, &out->span, &out->span_abs,
                          &out->context,      &out->context_abs, &out->row};
-    int bad = !tok;
+    int bad = 0;
     for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
         bad |= !(*fields[f] = calloc((size_t)L, sizeof(double)));
     if (bad) {
@@ -405,13 +410,16 @@ int an_allocation_run(const dt_model *m, const needle_testset *ts, int max_sampl
     long nrows = 0;
     for (int s = 0; s < ns; s++) {
         const needle_sample *sm = &ts->samples[s];
-        int len = sm->text_length;
-        for (int i = 0; i < len; i++) tok[i] = (unsigned char)sm->text[i];
-        if (dt_forward(m, rs, tok, NULL, 1, len, NULL, err) != 0) goto fail;
+        const an_tokens *e = &enc[s];
+        const int len = e->n, ctx_len = an_tokens_before(e, sm->context_length);
+        if (dt_forward(m, rs, e->ids, NULL, 1, len, NULL, err) != 0) goto fail;
         for (int r = 0; r < sm->n_queries; r++) {
             const needle_query *q = &sm->queries[r];
             const needle_needle *nd = &sm->needles[q->needle];
-            int row = q->prompt_end_offset - 1;
+            /* in tokens: the row predicting the answer's first token, the tokens overlapping the value */
+            const int row = an_tokens_before(e, q->prompt_end_offset) - 1;
+            const int span0 = an_tokens_before(e, nd->value_offset);
+            const int span_len = an_tokens_covering(e, nd->value_offset + nd->value_length) - span0;
             for (int l = 0; l < L; l++) {
                 const float *att = dt_runstate_attention(rs, l);
                 float lambda = diff ? dt_model_lambda(m, l) : 0.0f;
@@ -419,8 +427,7 @@ int an_allocation_run(const dt_model *m, const needle_testset *ts, int max_sampl
                     const float *a1 = att + (size_t)h * len * len;
                     const float *a2 = diff ? att + (size_t)(h + heads) * len * len : NULL;
                     an_alloc_sums sums;
-                    an_alloc_row(a1, a2, lambda, len, row, sm->context_length, nd->value_offset, nd->value_length,
-                                 &sums);
+                    an_alloc_row(a1, a2, lambda, len, row, ctx_len, span0, span_len, &sums);
                     out->answer_share[l] += an_alloc_answer_share(&sums);
                     out->noise_share[l] += an_alloc_noise_share(&sums);
                     out->span[l] += sums.span;
@@ -440,11 +447,11 @@ int an_allocation_run(const dt_model *m, const needle_testset *ts, int max_sampl
         out->mean_answer_share += out->answer_share[l] / L;
         out->mean_noise_share += out->noise_share[l] / L;
     }
-    free(tok);
+    needle_encoded_free(enc, ns);
     dt_runstate_free(rs);
     return 0;
 fail:
-    free(tok);
+    needle_encoded_free(enc, ns);
     dt_runstate_free(rs);
     an_allocation_free(out);
     return -1;

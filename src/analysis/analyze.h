@@ -73,10 +73,12 @@ int an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens
                  double *loss, double *accuracy, size_t *count, dt_error *err);
 
 /* Teacher-forced exact match on a needle test set: each sample's whole text (every question with its
- * true answer) goes through one forward; query r is correct when the argmax at every position
- * prompt_end_offset − 1 + i (i < answer_length) is the answer's byte i. max_samples <= 0: all. */
-int an_needle_exact(const dt_model *m, const dt_run_options *opt, const needle_testset *ts, int max_samples,
-                    int *correct, int *total, dt_error *err);
+ * true answer) goes through one forward as the model reads it (tok: its tokenizer, NULL for bytes;
+ * the prompt and answer tokens of needle_eval); query r is correct when the argmax at every position
+ * from the prompt's last token on predicts the answer's next token — the same verdict as greedy
+ * decoding. max_samples <= 0: all. */
+int an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *opt, const needle_testset *ts,
+                    int max_samples, int *correct, int *total, dt_error *err);
 
 /* ---------------------------------------------------------------- allocation */
 
@@ -108,7 +110,12 @@ typedef struct {
     double mean_answer_share, mean_noise_share;            /* means over layers */
 } an_allocation;
 
-int an_allocation_run(const dt_model *m, const needle_testset *ts, int max_samples, an_allocation *out, dt_error *err);
+/* Per sample, one forward over its text as the model reads it (tok: its tokenizer, NULL for bytes).
+ * In tokens (textmap.h): the row is the prompt's last token (it predicts the answer's first token),
+ * the context the tokens that end within the sample's context_length bytes, the answer span the
+ * tokens that overlap the queried needle's value bytes. */
+int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int max_samples,
+                      an_allocation *out, dt_error *err);
 void an_allocation_free(an_allocation *a);
 
 /* ---------------------------------------------------------------- training dynamics */

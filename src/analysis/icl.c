@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "analysis/textmap.h"
+
 static const char *const label_names[2] = {"red", "blue"};
 
 void icl_params_default(icl_params *p) { *p = (icl_params){.shots = 8, .permutations = 6, .queries = 32, .seed = 1}; }
@@ -43,9 +45,9 @@ static void order_of(const icl_params *p, int perm, int *order) {
 }
 
 int icl_prompt(const icl_params *p, int perm, int q, char *out, int cap, int *query_label) {
-    int order[256], len = 0, label;
+    int order[ICL_MAX_SHOTS], len = 0, label;
     char w[ICL_MAX_WORD];
-    if (p->shots > 256) return -1;
+    if (p->shots > ICL_MAX_SHOTS) return -1;
     order_of(p, perm, order);
     for (int i = 0; i < p->shots; i++) {
         item(p, 0, order[i], w, &label);
@@ -73,70 +75,104 @@ void icl_summarize(const double *acc, int n, double *mean, double *std, double *
     *max = n ? hi : NAN;
 }
 
-/* Σ log p(label bytes | prompt) from logits of a [T] sequence: positions len−1+i predict byte i. */
-static double label_logprob(const float *logits, int V, int len, const char *label) {
+/* Σ log p(ids[i + 1] | ids[0..i]) for i in [from - 1, n - 1) from the logits of a [T] sequence. */
+static double continuation_logprob(const float *logits, int V, const int *ids, int from, int n) {
     double total = 0;
-    for (int i = 0; label[i]; i++) {
-        const float *row = logits + (size_t)(len - 1 + i) * V;
+    for (int i = from - 1; i < n - 1; i++) {
+        const float *row = logits + (size_t)i * V;
         float mx = row[0];
         for (int v = 1; v < V; v++) mx = fmaxf(mx, row[v]);
         double z = 0;
         for (int v = 0; v < V; v++) z += exp((double)row[v] - mx);
-        total += (double)row[(unsigned char)label[i]] - mx - log(z);
+        total += (double)row[ids[i + 1]] - mx - log(z);
     }
     return total;
 }
 
-int icl_run(const dt_model *m, const icl_params *p, icl_result *out, dt_error *err) {
+/* The prompt followed by each label, as the model reads it (textmap.h); *common gets the tokens
+ * the two share (for bytes: the prompt), after which each label's own tokens are scored. */
+static int encode_candidates(const dt_model *m, const dt_tok *tok, const char *text, int len, an_tokens cand[2],
+                             int *common, dt_error *err) {
+    char buf[ICL_MAX_PROMPT + 8];
+    for (int b = 0; b < 2; b++) {
+        const char *lab = icl_label_name(b);
+        int n = snprintf(buf, sizeof buf, "%.*s%s", len, text, lab);
+        if (n < 0 || n >= (int)sizeof buf) return dt_fail(err, "internal: prompt longer than %d bytes", ICL_MAX_PROMPT);
+        if (an_tokens_encode(tok, buf, n, "the in-context prompt", &cand[b], err) != 0) return -1;
+        for (int i = 0; i < cand[b].n; i++)
+            if (cand[b].ids[i] >= m->cfg.vocab_size)
+                return dt_fail(err, "the in-context prompt: token %d is outside the model's vocabulary of %d",
+                               cand[b].ids[i], m->cfg.vocab_size);
+    }
+    int c = 0;
+    while (c < cand[0].n && c < cand[1].n && cand[0].ids[c] == cand[1].ids[c]) c++;
+    if (c < 1 || c == cand[0].n || c == cand[1].n)
+        return dt_fail(err, "the in-context prompt: the tokenizer leaves no shared prompt before the labels");
+    *common = c;
+    return 0;
+}
+
+int icl_run(const dt_model *m, const dt_tok *tok, const icl_params *p, icl_result *out, dt_error *err) {
     memset(out, 0, sizeof *out);
-    if (p->shots < 2 || p->shots > 256 || p->shots % 2)
-        return dt_fail(err, "--shots %d: must be even, in 2..256", p->shots);
+    if (p->shots < 2 || p->shots > ICL_MAX_SHOTS || p->shots % 2)
+        return dt_fail(err, "--shots %d: must be even, in 2..%d", p->shots, ICL_MAX_SHOTS);
     if (p->queries < 2 || p->queries % 2) return dt_fail(err, "--queries %d: must be even and >= 2", p->queries);
     if (p->permutations < 1) return dt_fail(err, "--permutations %d: must be positive", p->permutations);
-    if (m->cfg.vocab_size < 256) return dt_fail(err, "the task needs a byte-level vocabulary (>= 256 tokens)");
+    if (!tok && m->cfg.vocab_size < 256) return dt_fail(err, "the task needs a byte-level vocabulary (>= 256 tokens)");
     /* a demonstration takes at most 7 + 7 + 8 + 4 + 2 = 28 bytes, the query 7 + 7 + 8 = 22 */
     const int longest = p->shots * 28 + 22, cap = longest + 1, V = m->cfg.vocab_size;
-    const int T = longest + 4; /* plus the longer label ("blue") */
-    if (T > m->cfg.max_position_embeddings)
+    const int max_pos = m->cfg.max_position_embeddings;
+    if (!tok && longest + 4 > max_pos)
         return dt_fail(err, "--shots %d makes prompts of up to %d tokens, more than max_position_embeddings %d",
-                       p->shots, T, m->cfg.max_position_embeddings);
+                       p->shots, longest + 4, max_pos);
     char *text = malloc((size_t)cap);
-    int *tokens = malloc(sizeof(int) * 2 * T);
+    int *tokens = NULL, T = 0;
     out->accuracy = calloc((size_t)p->permutations, sizeof(double));
     dt_runstate *rs = NULL;
     int rc = 0;
-    if (!text || !tokens || !out->accuracy) rc = dt_fail(err, "out of memory");
+    if (!text || !out->accuracy) rc = dt_fail(err, "out of memory");
     for (int perm = 0; rc == 0 && perm < p->permutations; perm++) {
         int correct = 0;
         for (int q = 0; rc == 0 && q < p->queries; q++) {
-            int truth, len = icl_prompt(p, perm, q, text, cap, &truth);
+            int truth, len = icl_prompt(p, perm, q, text, cap, &truth), common = 0;
             if (len < 0) {
                 rc = dt_fail(err, "internal: prompt longer than %d bytes", cap);
                 break;
             }
-            /* both candidate labels in one batch of two sequences; the shorter one is padded with
-             * a space after its label, which no scored position can see (causal) */
-            const int Tq = len + 4;
-            if (!rs && !(rs = dt_runstate_create(m, 2, T, err))) {
+            an_tokens cand[2] = {{0}, {0}};
+            if (encode_candidates(m, tok, text, len, cand, &common, err) != 0) {
+                an_tokens_free(&cand[0]);
+                an_tokens_free(&cand[1]);
                 rc = -1;
                 break;
             }
-            for (int b = 0; b < 2; b++) {
-                const char *lab = icl_label_name(b);
-                for (int t = 0; t < Tq; t++) {
-                    int li = t - len;
-                    tokens[b * Tq + t] = t < len ? (unsigned char)text[t] : li < (int)strlen(lab) ? (unsigned char)lab[li] : ' ';
-                }
+            /* both candidates in one batch of two sequences; the shorter one is padded by repeating
+             * its last token, which no scored position can see (causal) */
+            const int Tq = cand[0].n > cand[1].n ? cand[0].n : cand[1].n;
+            if (Tq > max_pos)
+                rc = dt_fail(err, "--shots %d makes prompts of %d tokens, more than max_position_embeddings %d",
+                             p->shots, Tq, max_pos);
+            if (rc == 0 && Tq > T) { /* the runstate grows with the longest prompt so far */
+                dt_runstate_free(rs);
+                free(tokens);
+                T = tok ? (Tq + 16 < max_pos ? Tq + 16 : max_pos) : longest + 4;
+                tokens = malloc(sizeof(int) * 2 * (size_t)T);
+                if (!tokens) rc = dt_fail(err, "out of memory");
+                else if (!(rs = dt_runstate_create(m, 2, T, err))) rc = -1;
             }
-            if (dt_forward(m, rs, tokens, NULL, 2, Tq, NULL, err) != 0) {
-                rc = -1;
-                break;
+            for (int b = 0; rc == 0 && b < 2; b++)
+                for (int t = 0; t < Tq; t++)
+                    tokens[b * Tq + t] = cand[b].ids[t < cand[b].n ? t : cand[b].n - 1];
+            if (rc == 0 && dt_forward(m, rs, tokens, NULL, 2, Tq, NULL, err) != 0) rc = -1;
+            if (rc == 0) {
+                if (out->prompt_tokens < Tq) out->prompt_tokens = Tq;
+                const float *logits = dt_runstate_logits(rs);
+                double lp_red = continuation_logprob(logits, V, cand[0].ids, common, cand[0].n);
+                double lp_blue = continuation_logprob(logits + (size_t)Tq * V, V, cand[1].ids, common, cand[1].n);
+                correct += (lp_blue > lp_red ? 1 : 0) == truth;
             }
-            if (out->prompt_tokens < Tq) out->prompt_tokens = Tq;
-            const float *logits = dt_runstate_logits(rs);
-            double lp_red = label_logprob(logits, V, len, label_names[0]);
-            double lp_blue = label_logprob(logits + (size_t)Tq * V, V, len, label_names[1]);
-            correct += (lp_blue > lp_red ? 1 : 0) == truth;
+            an_tokens_free(&cand[0]);
+            an_tokens_free(&cand[1]);
         }
         out->accuracy[perm] = (double)correct / p->queries;
     }

@@ -6,7 +6,9 @@
  * A prompt holds `shots` demonstrations (half of each label), then one query:
  *     Input: WORD\nLabel: LABEL\n\n   (× shots)   Input: QUERY\nLabel: 
  * The model's answer is the label whose bytes have the higher total log-probability after the
- * prompt (teacher-forced; no sampling). The same demonstrations are shown in `permutations`
+ * prompt (teacher-forced; no sampling). A model with a real vocabulary reads prompt + label through
+ * its tokenizer (textmap.h); the two encodings share their first tokens, and each label's score is
+ * that of its remaining tokens (" red" when the space before it joins the label's token). The same demonstrations are shown in `permutations`
  * random orders, each scored on the same `queries` (half of each label), so chance is 0.5 and
  * the spread of accuracy across orders is the measure of order sensitivity.
  * Everything is deterministic from the seed. */
@@ -17,6 +19,8 @@
 #include "difftrans.h"
 
 #define ICL_MAX_WORD 8
+#define ICL_MAX_SHOTS 256
+#define ICL_MAX_PROMPT (ICL_MAX_SHOTS * 28 + 22) /* bytes: 28 per demonstration at most, 22 for the query */
 
 typedef struct {
     int shots;          /* demonstrations per prompt (even) */
@@ -40,6 +44,7 @@ const char *icl_label_name(int label);
 int icl_prompt(const icl_params *p, int perm, int q, char *out, int cap, int *query_label);
 /* mean, std, min, max of acc[0..n) */
 void icl_summarize(const double *acc, int n, double *mean, double *std, double *min, double *max);
-int icl_run(const dt_model *m, const icl_params *p, icl_result *out, dt_error *err);
+/* tok: the model's tokenizer, NULL for a byte-level model. */
+int icl_run(const dt_model *m, const dt_tok *tok, const icl_params *p, icl_result *out, dt_error *err);
 void icl_result_free(icl_result *r);
 #endif

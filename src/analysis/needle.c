@@ -869,30 +869,65 @@ static int by_cell(const void *a, const void *b) {
     return x->depth < y->depth ? -1 : x->depth > y->depth;
 }
 
-int needle_eval(const dt_model *m, const needle_testset *ts, needle_results *r, needle_progress_fn progress,
-                void *progress_ctx, dt_error *err) {
-    memset(r, 0, sizeof *r);
+int needle_encode_testset(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int ns, an_tokens *enc,
+                          int *longest, dt_error *err) {
     const int V = m->cfg.vocab_size, max_pos = m->cfg.max_position_embeddings;
-    int longest = 0, n_items = 0;
-    for (int i = 0; i < ts->n; i++) {
+    *longest = 0;
+    for (int i = 0; i < ns; i++) {
         const needle_sample *s = &ts->samples[i];
-        if (s->text_length > max_pos)
-            return dt_fail(err, "%s: sample %ld (line %d) is %d bytes, longer than the model's max_position_embeddings %d",
-                           ts->path, s->id, s->line, s->text_length, max_pos);
-        for (int k = 0; k < s->text_length; k++)
-            if ((unsigned char)s->text[k] >= V)
-                return dt_fail(err, "%s: sample %ld (line %d): byte %d at offset %d is outside the model's vocabulary of %d",
-                               ts->path, s->id, s->line, (unsigned char)s->text[k], k, V);
-        if (s->text_length > longest) longest = s->text_length;
-        n_items += s->n_queries;
+        char what[4200];
+        snprintf(what, sizeof what, "%s: sample %ld (line %d)", ts->path, s->id, s->line);
+        if (an_tokens_encode(tok, s->text, s->text_length, what, &enc[i], err) != 0) return -1;
+        const an_tokens *e = &enc[i];
+        if (e->n > max_pos)
+            return dt_fail(err, "%s is %d %s, longer than the model's max_position_embeddings %d", what, e->n,
+                           tok ? "tokens" : "bytes", max_pos);
+        for (int k = 0; k < e->n; k++)
+            if (e->ids[k] >= V)
+                return dt_fail(err, "%s: %s %d at offset %d is outside the model's vocabulary of %d", what,
+                               tok ? "token" : "byte", e->ids[k], k, V);
+        for (int q = 0; q < s->n_queries; q++) {
+            const needle_query *qu = &s->queries[q];
+            int first = an_tokens_before(e, qu->prompt_end_offset);
+            int stop = an_tokens_covering(e, qu->prompt_end_offset + qu->answer_length);
+            if (first < 1 || stop - first > NEEDLE_VALUE_CAP)
+                return dt_fail(err, "%s: query %d's answer is %d tokens after a prompt of %d (need 1..%d after a "
+                                    "non-empty prompt)", what, q, stop - first, first, NEEDLE_VALUE_CAP);
+        }
+        if (e->n > *longest) *longest = e->n;
     }
-    if (ts->n == 0 || longest == 0) return dt_fail(err, "%s: no samples to evaluate", ts->path);
+    return 0;
+}
+
+void needle_encoded_free(an_tokens *enc, int n) {
+    for (int i = 0; enc && i < n; i++) an_tokens_free(&enc[i]);
+    free(enc);
+}
+
+int needle_eval(const dt_model *m, const dt_tok *tok, const needle_testset *ts, needle_results *r,
+                needle_progress_fn progress, void *progress_ctx, dt_error *err) {
+    memset(r, 0, sizeof *r);
+    const int V = m->cfg.vocab_size;
+    int longest = 0, n_items = 0;
+    if (ts->n == 0) return dt_fail(err, "%s: no samples to evaluate", ts->path);
+    an_tokens *enc = calloc((size_t)ts->n, sizeof *enc);
+    if (!enc) return dt_fail(err, "out of memory for %d samples", ts->n);
+    if (needle_encode_testset(m, tok, ts, ts->n, enc, &longest, err) != 0) {
+        needle_encoded_free(enc, ts->n);
+        return -1;
+    }
+    for (int i = 0; i < ts->n; i++) n_items += ts->samples[i].n_queries;
+    if (longest == 0) {
+        needle_encoded_free(enc, ts->n);
+        return dt_fail(err, "%s: no samples to evaluate", ts->path);
+    }
 
     r->cells = calloc((size_t)ts->n, sizeof *r->cells); /* at most one cell per sample */
     r->items = calloc((size_t)n_items, sizeof *r->items);
     float *logits = malloc((size_t)V * sizeof(float));
     if (!r->cells || !r->items || !logits) {
         free(logits);
+        needle_encoded_free(enc, ts->n);
         needle_results_free(r);
         return dt_fail(err, "out of memory for %d samples", ts->n);
     }
@@ -906,21 +941,25 @@ int needle_eval(const dt_model *m, const needle_testset *ts, needle_results *r, 
     dt_kvcache *kc = dt_kvcache_create(m, longest, err);
     if (!kc) {
         free(logits);
+        needle_encoded_free(enc, ts->n);
         needle_results_free(r);
         return -1;
     }
     int rc = 0;
     for (int i = 0; rc == 0 && i < ts->n; i++) {
         const needle_sample *s = &ts->samples[i];
+        const an_tokens *e = &enc[i];
         needle_cell *cell = &r->cells[cell_index(r, s->context_length, s->depth)];
         cell->samples++;
-        int cursor = 0; /* the next position to feed with the true text */
+        int cursor = 0; /* the next position to feed with the true text's tokens */
         for (int q = 0; rc == 0 && q < s->n_queries; q++) {
             const needle_query *qu = &s->queries[q];
-            const needle_needle *nd = &s->needles[qu->needle];
-            const int pe = qu->prompt_end_offset, len = qu->answer_length;
+            /* the prompt: the tokens that end before the answer; the answer: the tokens that overlap it
+             * (for bytes, exactly the value's bytes) */
+            const int pe = an_tokens_before(e, qu->prompt_end_offset);
+            const int len = an_tokens_covering(e, qu->prompt_end_offset + qu->answer_length) - pe;
             for (; cursor < pe; cursor++)
-                if (dt_decode_step(m, kc, (unsigned char)s->text[cursor], cursor, logits, err) != 0) {
+                if (dt_decode_step(m, kc, e->ids[cursor], cursor, logits, err) != 0) {
                     rc = -1;
                     break;
                 }
@@ -933,11 +972,11 @@ int needle_eval(const dt_model *m, const needle_testset *ts, needle_results *r, 
                 else it->predicted[k] = argmax(logits, V);
             }
             if (rc) break;
-            /* The greedy bytes sit in the cache at pe..; the next query's prompt feeds the true answer
+            /* The greedy tokens sit in the cache at pe..; the next query's prompt feeds the true answer
              * over them (a decode step at position t only reads positions ≤ t). */
             cursor = pe;
             it->correct = 1;
-            for (int k = 0; k < len; k++) it->correct &= it->predicted[k] == (unsigned char)nd->value[k];
+            for (int k = 0; k < len; k++) it->correct &= it->predicted[k] == e->ids[pe + k];
             r->n_items++;
             r->total++;
             r->correct += it->correct;
@@ -955,6 +994,7 @@ int needle_eval(const dt_model *m, const needle_testset *ts, needle_results *r, 
     }
     dt_kvcache_free(kc);
     free(logits);
+    needle_encoded_free(enc, ts->n);
     if (rc) needle_results_free(r);
     return rc;
 }

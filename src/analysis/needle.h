@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "analysis/textmap.h"
 #include "difftrans.h"
 
 #define NEEDLE_GENERATOR_VERSION 1
@@ -139,7 +140,7 @@ typedef struct {
     int sample, query;               /* indices into the test set and into the sample's queries */
     int correct;
     int n_predicted;
-    int predicted[NEEDLE_VALUE_CAP]; /* the greedy token ids (answer_length of them) */
+    int predicted[NEEDLE_VALUE_CAP]; /* the greedy token ids (as many as the answer has tokens) */
 } needle_item;
 
 typedef struct {
@@ -153,11 +154,22 @@ typedef struct {
 /* Called after each sample (may be NULL in needle_eval_options). */
 typedef void (*needle_progress_fn)(void *ctx, int done, int total, int correct_so_far, int scored_so_far);
 
-/* Greedy decoding through a KV cache: for each query the model reads the sample's text up to
- * prompt_end_offset (earlier questions come with their true answers) and its argmax continuation of
- * answer_length bytes is compared with the value. Refuses (before decoding anything) any sample
- * longer than the model's max_position_embeddings, naming the file and the sample. */
-int needle_eval(const dt_model *m, const needle_testset *ts, needle_results *r, needle_progress_fn progress,
-                void *progress_ctx, dt_error *err);
+/* The first ns samples' texts as the model reads them (tok: its tokenizer, NULL for bytes; see
+ * textmap.h) into enc[0, ns) (zeroed by the caller), each checked to fit the model's context and
+ * vocabulary and every answer to fit NEEDLE_VALUE_CAP tokens; *longest gets the most tokens.
+ * On failure the caller still frees enc with needle_encoded_free. */
+int needle_encode_testset(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int ns, an_tokens *enc,
+                          int *longest, dt_error *err);
+void needle_encoded_free(an_tokens *enc, int n);
+
+/* Greedy decoding through a KV cache. The model reads each sample's text as its tokens (tok: the
+ * model's tokenizer, NULL for a byte-level model; see textmap.h): for each query the prompt is the
+ * tokens that end at or before prompt_end_offset (earlier questions come with their true answers),
+ * the answer the tokens that overlap the value's bytes (for bytes: exactly them, answer_length of
+ * them). The argmax continuation of that many tokens is correct when it is exactly those tokens
+ * (so it decodes to the answer text). Refuses (before decoding anything) any sample longer than
+ * the model's max_position_embeddings, naming the file and the sample. */
+int needle_eval(const dt_model *m, const dt_tok *tok, const needle_testset *ts, needle_results *r,
+                needle_progress_fn progress, void *progress_ctx, dt_error *err);
 void needle_results_free(needle_results *r);
 #endif

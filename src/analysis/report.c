@@ -31,6 +31,11 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
     if (o->n_bits < 0 || o->n_bits > RP_MAX_BITS) return dt_fail(err, "report: %d bit widths (at most %d)", o->n_bits, RP_MAX_BITS);
     dt_model m;
     if (dt_model_load(&m, dir, err) != 0) return -1;
+    dt_tok *tok = NULL; /* the model's tokenizer; NULL: bytes */
+    if (dt_model_tokenizer(&m, dir, &tok, err) < 0) {
+        dt_model_free(&m);
+        return -1;
+    }
     out->cfg = m.cfg;
     out->n_params = m.n_params;
     const int L = m.cfg.num_hidden_layers;
@@ -49,7 +54,7 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         dt_run_options ro = {.kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits};
         rc = an_eval_text(&m, &ro, o->tokens, o->n, o->seq, o->windows, &q->loss, &q->accuracy, &q->count, err);
         if (rc == 0 && o->needle)
-            rc = an_needle_exact(&m, &ro, o->needle, o->allocation_samples, &q->needle_correct, &q->needle_total, err);
+            rc = an_needle_exact(&m, tok, &ro, o->needle, o->allocation_samples, &q->needle_correct, &q->needle_total, err);
         if (rc == 0) out->n_quant = b + 1;
     }
     if (rc == 0 && o->calib_tokens) {
@@ -68,15 +73,15 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
     }
     if (rc == 0 && o->needle) {
         out->have_needle = 1;
-        rc = needle_eval(&m, o->needle, &out->needle, NULL, NULL, err);
-        if (rc == 0) rc = an_allocation_run(&m, o->needle, o->allocation_samples, &out->allocation, err);
+        rc = needle_eval(&m, tok, o->needle, &out->needle, NULL, NULL, err);
+        if (rc == 0) rc = an_allocation_run(&m, tok, o->needle, o->allocation_samples, &out->allocation, err);
     }
     if (rc == 0) {
         /* as many demonstrations (up to 8) as the model's context holds */
         icl_params_default(&out->icl_setup);
         while (out->icl_setup.shots > 2 && out->icl_setup.shots * 28 + 26 > m.cfg.max_position_embeddings)
             out->icl_setup.shots -= 2;
-        rc = icl_run(&m, &out->icl_setup, &out->icl, err);
+        rc = icl_run(&m, tok, &out->icl_setup, &out->icl, err);
     }
     for (int k = 0; k < TK_N_TASKS && rc == 0; k++) {
         if (!(o->tasks & (1 << k))) continue;
@@ -85,6 +90,7 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         rc = tk_evaluate(&m, (tk_kind)k, &eo, &out->task[k], err);
         if (rc == 0) out->tasks |= 1 << k;
     }
+    dt_tok_free(tok);
     dt_model_free(&m);
     if (rc != 0) {
         char msg[sizeof err->msg];

@@ -167,7 +167,7 @@ int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *sche
     rows[0].top1_agree = 1;
     rows[0].decode_mb = dt_model_decode_bytes(m) / 1e6;
     const dt_run_options plain = {0};
-    if (p->needle && an_needle_exact(m, &plain, p->needle, p->max_samples, &rows[0].needle_correct,
+    if (p->needle && an_needle_exact(m, p->needle_tok, &plain, p->needle, p->max_samples, &rows[0].needle_correct,
                                      &rows[0].needle_total, err) != 0)
         return -1;
     for (int i = 0; i < n; i++) {
@@ -202,7 +202,7 @@ int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *sche
             }
         }
         if (rc == 0 && p->needle)
-            rc = an_needle_exact(&q, &plain, p->needle, p->max_samples, &r->needle_correct, &r->needle_total, err);
+            rc = an_needle_exact(&q, p->needle_tok, &plain, p->needle, p->max_samples, &r->needle_correct, &r->needle_total, err);
         dt_model_dequantize(&q);
         if (rc != 0) {
             an_wq_rows_free(rows, i + 1);

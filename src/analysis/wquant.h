@@ -29,6 +29,7 @@ typedef struct {
     uint64_t seed;
     int lm_head;                 /* quantise the LM head too */
     const needle_testset *needle; /* NULL: no needle accuracy */
+    const dt_tok *needle_tok;    /* the model's tokenizer the needle texts are read with; NULL: bytes */
     int max_samples;
 } an_wq_params;
 
