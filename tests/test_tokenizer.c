@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 
@@ -157,6 +158,18 @@ static void test_directory(void **state) {
     assert_int_equal(dt_tok_eos_id(tok), 5);
     assert_int_equal(dt_tok_pad_id(tok), -1);
     dt_tok_free(tok);
+    /* both files go through the shared bounded reader: anything but a regular file is refused by name */
+    char dir[1200], path[1300];
+    tu_path(dir, sizeof dir, "cfg_is_dir");
+    mkdir(dir, 0755);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    tu_write_file(path, TINY, strlen(TINY));
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    mkdir(path, 0755);
+    tok = NULL;
+    assert_int_equal(dt_tok_load(&tok, dir, &err), -1);
+    assert_null(tok);
+    if (!strstr(err.msg, "tokenizer_config.json: not a regular file")) fail_msg("message: %s", err.msg);
 }
 
 int main(void) {

@@ -52,30 +52,12 @@ int dt_tokenizer_save(const char *dir, dt_error *err) {
     return rc;
 }
 
-/* Reads the file into a NUL-terminated buffer. Returns 1 when it does not exist. */
+/* Reads the file (the shared bounded reader) into a NUL-terminated buffer. Returns 1 when it
+ * does not exist. */
 static int read_marker(const char *path, char **out, size_t *len, dt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        if (errno == ENOENT) return 1;
-        return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    }
     struct stat sb;
-    const char *problem = NULL;
-    if (fstat(fileno(fp), &sb) != 0) problem = strerror(errno);
-    else if (!S_ISREG(sb.st_mode)) problem = "not a regular file";
-    else if (sb.st_size > (off_t)TOKENIZER_MAX_BYTES) problem = "too large for a tokenizer description";
-    char *buf = problem ? NULL : malloc((size_t)sb.st_size + 1);
-    if (!problem && !buf) problem = "out of memory";
-    if (!problem && fread(buf, 1, (size_t)sb.st_size, fp) != (size_t)sb.st_size) problem = "read failed";
-    fclose(fp);
-    if (problem) {
-        free(buf);
-        return dt_fail(err, "%s: %s", path, problem);
-    }
-    buf[sb.st_size] = '\0';
-    *out = buf;
-    *len = (size_t)sb.st_size;
-    return 0;
+    if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
+    return read_text_file(path, TOKENIZER_MAX_BYTES, "a tokenizer description", out, len, err);
 }
 
 int dt_tokenizer_check(const char *dir, dt_error *err) {

@@ -1,11 +1,11 @@
 /* tokenizer.c — the public dt_tok API: loading a tokenizer.json, the encoding pipeline, decoding,
  * vocabulary queries. The components live in the other files of this folder. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "internal.h"
 #include "tokenizer/tok.h"
 
 #define TOKENIZER_MAX_BYTES ((size_t)1 << 30)
@@ -50,26 +50,10 @@ int tk_ids_push(tk_ctx *c, int32_t id) {
 
 /* ---------------------------------------------------------------- loading */
 
-static int read_file(const char *path, char **out, size_t *len, dt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    const char *problem = NULL;
-    if (fstat(fileno(fp), &sb) != 0) problem = strerror(errno);
-    else if (!S_ISREG(sb.st_mode)) problem = "not a regular file";
-    else if ((size_t)sb.st_size > TOKENIZER_MAX_BYTES) problem = "larger than 1 GiB";
-    char *buf = problem ? NULL : malloc((size_t)sb.st_size + 1);
-    if (!problem && !buf) problem = "out of memory";
-    if (!problem && fread(buf, 1, (size_t)sb.st_size, fp) != (size_t)sb.st_size) problem = "read failed";
-    fclose(fp);
-    if (problem) {
-        free(buf);
-        return dt_fail(err, "%s: %s", path, problem);
-    }
-    buf[sb.st_size] = '\0';
-    *out = buf;
-    *len = (size_t)sb.st_size;
-    return 0;
+/* tokenizer.json / tokenizer_config.json: the shared bounded reader (size checked before
+ * allocating, short reads, read errors and a file that grows while read are reported). */
+static int read_file(const char *path, const char *what, char **out, size_t *len, dt_error *err) {
+    return read_text_file(path, TOKENIZER_MAX_BYTES, what, out, len, err);
 }
 
 static int32_t token_to_id(const dt_tok *tok, const char *s, size_t n) {
@@ -171,7 +155,7 @@ static int read_special_ids(dt_tok *tok, dt_error *err) {
     if (stat(cfg_path, &sb) != 0) return 0;
     char *text = NULL;
     size_t len = 0;
-    if (read_file(cfg_path, &text, &len, err) != 0) return -1;
+    if (read_file(cfg_path, "a tokenizer config", &text, &len, err) != 0) return -1;
     cJSON *cfg = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(cfg)) {
@@ -253,7 +237,7 @@ int dt_tok_load(dt_tok **out, const char *path, dt_error *err) {
     }
     char *text = NULL;
     size_t len = 0;
-    if (read_file(tok->path, &text, &len, err) != 0) {
+    if (read_file(tok->path, "a tokenizer", &text, &len, err) != 0) {
         free(tok);
         return -1;
     }
