@@ -14,13 +14,16 @@ JSON line is parsed. Each (config, arch) is measured --reps times, the two sides
 (PyTorch first in even repetitions, difftrans first in odd ones), so that a busy moment of the
 machine falls on both sides; the tables show the best repetition of each side, the spread
 ((max − min) ÷ max) of each, and the range of the same-repetition ratios. Every table states the
-CPU model and the difftrans kernel path (`--isa` forces one through DT_ISA). Progress goes to
-stderr, the tables to stdout.
+CPU model, the difftrans kernel path (`--isa` forces one through DT_ISA) and the OpenBLAS core
+each side ran: both reach the same OpenBLAS (difftrans links it, Debian's torch calls it through
+libblas.so.3), which reads OPENBLAS_CORETYPE at load time; `--openblas-core` sets or removes that
+variable for both sides alike. Progress goes to stderr, the tables to stdout.
 
     /usr/bin/python3 bench/compare_torch.py --configs A,B,C --threads 2 --steps 5
     /usr/bin/python3 bench/compare_torch.py --quick            # a smoke test of a few seconds
     /usr/bin/python3 bench/compare_torch.py --configs D,E --markdown --json out.json
     /usr/bin/python3 bench/compare_torch.py --configs A --isa avx2 --reps 3   # the AVX2 path
+    /usr/bin/python3 bench/compare_torch.py --configs A --openblas-core auto    # OpenBLAS's own core
 
 See bench/README.md and docs/PERFORMANCE.md.
 """
@@ -331,6 +334,29 @@ def emit(d):
     sys.stdout.flush()
 
 
+def blas_core():
+    """The core of the BLAS torch calls, when it is OpenBLAS (Debian's torch reaches it through
+    libblas.so.3, already loaded in this process); None for another BLAS."""
+    import ctypes
+    try:
+        f = ctypes.CDLL("libblas.so.3").openblas_get_corename
+    except (OSError, AttributeError):
+        return None
+    f.restype = ctypes.c_char_p
+    name = f()
+    return name.decode("ascii", "replace") if name else None
+
+
+def side_env(args):
+    """The environment of both sides' subprocesses: the caller's, with --openblas-core applied."""
+    env = dict(os.environ)
+    if args.openblas_core == "auto":
+        env.pop("OPENBLAS_CORETYPE", None)
+    elif args.openblas_core:
+        env["OPENBLAS_CORETYPE"] = args.openblas_core
+    return env
+
+
 def worker(spec):
     """Measures one (config, arch, seq) in this process; prints one JSON line per phase."""
     threads = spec["threads"]
@@ -342,7 +368,7 @@ def worker(spec):
     B, T, V = spec["batch"], spec["seq"], spec["vocab"]
     n = max(1, spec["steps"])
     info = {"phase": "start", "params": sum(p.numel() for p in model.parameters()),
-            "base_rss_mb": base, "threads": torch.get_num_threads()}
+            "base_rss_mb": base, "threads": torch.get_num_threads(), "blas_core": blas_core()}
     emit(info)
 
     if spec["prefill"]:
@@ -520,7 +546,7 @@ def run_torch(args, c, T, arch, phases):
                 log("  PyTorch %s T=%d: %s skipped (%s)" % (arch, T, ph, res["skipped"][ph]))
     if not (spec["train"] or spec["prefill"] or spec["decode"]):
         return res
-    env = dict(os.environ)
+    env = side_env(args)
     for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[k] = str(args.threads)   # Debian's torch calls OpenBLAS (pthread build) for sgemm
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", json.dumps(spec)]
@@ -552,7 +578,7 @@ def run_difftrans(args, c, T, arch, phases):
     if not os.path.exists(args.difftrans):
         res["error"] = "%s not found (build it with `make`)" % args.difftrans
         return res
-    env = dict(os.environ)
+    env = side_env(args)
     if args.isa:
         env["DT_ISA"] = args.isa
     t0 = time.time()
@@ -647,6 +673,8 @@ def build_rows(results):
             row["rep_ratios_" + ph] = rr
         row["reps"] = len(r.get("difftrans_reps", []) or r.get("torch_reps", []))
         row["kernels"] = dt.get("kernels")
+        row["dt_blas_core"] = dt.get("blas_core")
+        row["pt_blas_core"] = pt.get("blas_core")
         row["pt_peak_rss_mb"] = pt.get("peak_rss_mb")
         row["pt_base_rss_mb"] = pt.get("base_rss_mb")
         for k in ("train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb",
@@ -761,6 +789,12 @@ def report(rows, pairs, meta, markdown):
                "per side." % (meta["cpu"], ", ".join(kernels) or "—",
                               " (forced with DT_ISA=%s)" % meta["isa"] if meta.get("isa") else "",
                               meta["threads"], meta["reps"]))
+    cores = {side: sorted({r[side + "_blas_core"] for r in rows if r.get(side + "_blas_core")})
+             for side in ("dt", "pt")}
+    out.append("OpenBLAS core: difftrans %s, PyTorch %s (%s)." % (
+        ", ".join(cores["dt"]) or "—", ", ".join(cores["pt"]) or "—",
+        "OPENBLAS_CORETYPE=%s for both" % meta["openblas_coretype"] if meta.get("openblas_coretype")
+        else "OPENBLAS_CORETYPE unset: OpenBLAS's own choice for this CPU"))
     out.append("")
     out.append("%sThroughput, tokens/s (difftrans ÷ PyTorch), best repetition of each side" % h)
     out.append("")
@@ -884,6 +918,9 @@ def main():
                     help="repetitions of every (config, arch), the two sides alternating (default 3)")
     ap.add_argument("--isa", choices=("portable", "avx2", "avx512"), default=None,
                     help="force difftrans's kernel path (DT_ISA); default: the widest the CPU supports")
+    ap.add_argument("--openblas-core", metavar="CORE", default=None,
+                    help="OPENBLAS_CORETYPE for both sides (e.g. Haswell, SkylakeX); 'auto' removes it so "
+                         "that OpenBLAS picks its kernels for the CPU; default: the environment as it is")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -923,6 +960,7 @@ def main():
             "cores": os.cpu_count(), "threads": args.threads, "steps": args.steps,
             "decode_tokens": args.decode_tokens, "quick": args.quick, "torch": torch.__version__,
             "reps": args.reps, "isa": args.isa,
+            "openblas_coretype": side_env(args).get("OPENBLAS_CORETYPE"),
             "mem_limit_mb": args.mem_limit_mb, "difftrans": args.difftrans}
     results = []
     for name in names:

@@ -29,9 +29,10 @@ static void help(void) {
            "           a 1-token prompt; weight bytes read per token, the bandwidth that implies, and its\n"
            "           fraction of the read bandwidth measured in the same run\n"
            "  memory   peak resident set size of the process that measured the model\n"
-           "Prints the CPU and the kernel path in use (as `difftrans info --system`; DT_ISA=portable|avx2|avx512\n"
-           "forces a path), a table per model and one JSON line per model (lines starting with '{', with \"cpu\"\n"
-           "and \"kernels\").\n\n"
+           "Prints the CPU, the kernel path in use and OpenBLAS's core (as `difftrans info --system`;\n"
+           "DT_ISA=portable|avx2|avx512 forces a path, OPENBLAS_CORETYPE an OpenBLAS core), a table per model\n"
+           "and one JSON line per model (lines starting with '{', with \"cpu\", \"kernels\", \"blas_core\" and\n"
+           "\"blas_core_forced\").\n\n"
            "model:\n"
            "  --arch A          diff | transformer | both: the DIFF model and its parameter-matched\n"
            "                    baseline of the same sizes [both]\n"
@@ -268,6 +269,8 @@ static void print_json(const dt_config *c, const bench_options *o, int threads, 
     printf(",");
     json_str("kernels", si.path);
     printf(",");
+    json_str("blas_core", si.blas_core);
+    printf(",\"blas_core_forced\":%s,", si.blas_core_env[0] ? "true" : "false");
     json_str("quant", o->quant ? dt_quant_scheme_name(o->quant) : "f32");
     if (o->quant != DT_QUANT_NONE) {
         printf(",");

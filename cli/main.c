@@ -78,8 +78,15 @@ void cli_print_system(FILE *f, const char *indent) {
             indent, si.avx2 ? "yes" : "no", si.fma ? "yes" : "no", si.avx512f ? "yes" : "no",
             si.avx512bw ? "yes" : "no", si.avx512vl ? "yes" : "no", si.avx512dq ? "yes" : "no",
             si.avx512vnni ? "yes" : "no", si.avx512bf16 ? "yes" : "no");
-    fprintf(f, "%smatrix products: OpenBLAS, core %s; %d threads\n", indent, si.blas_core[0] ? si.blas_core : "unknown",
-            si.threads);
+    fprintf(f, "%smatrix products: OpenBLAS, core %s (%s); %d threads\n", indent,
+            si.blas_core[0] ? si.blas_core : "unknown",
+            si.blas_core_env[0] ? "set by OPENBLAS_CORETYPE" : "OpenBLAS's choice for this CPU", si.threads);
+    if (si.blas_core_narrow && si.blas_core_env[0])
+        fprintf(f, "%snote: OPENBLAS_CORETYPE=%s keeps OpenBLAS off its AVX-512 kernels on this AVX-512 CPU; "
+                   "unset it to let OpenBLAS choose (see docs/PERFORMANCE.md)\n", indent, si.blas_core_env);
+    else if (si.blas_core_narrow)
+        fprintf(f, "%snote: this OpenBLAS does not use AVX-512 on this CPU; OPENBLAS_CORETYPE=SkylakeX in the "
+                   "environment selects its AVX-512 kernels (see docs/PERFORMANCE.md)\n", indent);
 }
 
 int cli_error(const char *cmd, const char *fmt, ...) {

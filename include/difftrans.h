@@ -573,13 +573,16 @@ void dt_tok_info(const dt_tok *tok, dt_tok_summary *s);
  * fused attention, exp and elementwise kernels exist for baseline x86-64 ("portable"), "avx2"
  * and "avx512" (16-wide), and the widest the CPU supports is chosen once at start-up. DT_ISA in
  * the environment forces one: portable | avx2 | avx512. Matrix products are OpenBLAS's, which
- * picks its own kernels for the CPU (blas_core names them when OpenBLAS reports it). */
+ * picks its own kernels for the CPU (blas_core names them when OpenBLAS reports it) unless
+ * OPENBLAS_CORETYPE names a core; the library never overrides that choice, it reports it. */
 typedef struct {
     char cpu[64];                /* the CPU's brand string ("" when it has none) */
     const char *path;            /* the kernel path in use */
     const char *best;            /* the widest path this CPU supports */
     int avx2, fma, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
     const char *blas_core;       /* OpenBLAS's core for this CPU, or "" when unknown */
+    const char *blas_core_env;   /* OPENBLAS_CORETYPE when set (it chose the core), else "" */
+    int blas_core_narrow;        /* 1: the CPU has AVX-512 but OpenBLAS's core uses no AVX-512 kernels */
     int threads;                 /* OpenMP threads (omp_get_max_threads) */
 } dt_system_info;
 void dt_system(dt_system_info *out);

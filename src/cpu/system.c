@@ -2,10 +2,20 @@
  * CPU's features, the kernel path the process uses (layers/kernels.h) and OpenBLAS's core. */
 #include <cblas.h>
 #include <omp.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "cpu/cpu.h"
 #include "layers/kernels.h"
+
+/* OpenBLAS's x86-64 cores with AVX-512 kernels (0.3.21 names; later versions add to the list) */
+static int blas_core_has_avx512(const char *core) {
+    static const char *const wide[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    for (size_t i = 0; i < sizeof wide / sizeof wide[0]; i++)
+        if (strcasecmp(core, wide[i]) == 0) return 1;
+    return 0;
+}
 
 void dt_system(dt_system_info *out) {
     const dt_cpu_info *c = dt_cpu();
@@ -19,6 +29,11 @@ void dt_system(dt_system_info *out) {
     out->avx512dq = c->avx512dq, out->avx512vnni = c->avx512vnni, out->avx512bf16 = c->avx512bf16;
     const char *core = openblas_get_corename();
     out->blas_core = core ? core : "";
+    /* OpenBLAS read OPENBLAS_CORETYPE when it was loaded, before main(); nothing here changes it */
+    const char *env = getenv("OPENBLAS_CORETYPE");
+    out->blas_core_env = env ? env : "";
+    out->blas_core_narrow = c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && core && *core &&
+                            !blas_core_has_avx512(core);
     out->threads = omp_get_max_threads();
 }
 
