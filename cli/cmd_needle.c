@@ -1,6 +1,7 @@
 /* cmd_needle.c — `difftrans needle`: the paper's multi-needle retrieval task.
  * `generate` writes a data set from a corpus, `eval` scores a checkpoint on its test set. The
- * task itself (format, placement, scoring) lives in src/analysis/needle.c. */
+ * task itself lives in src/analysis/: needle_generate.c (format, placement), needle_io.c (files),
+ * needle_score.c (scoring). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>

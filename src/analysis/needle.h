@@ -2,13 +2,14 @@
  *
  * N needles — "The magic number of <key> is <value>." with distinct keys and values — are hidden
  * in filler text cut from a corpus, and R of them are queried after the context. The exact sample
- * format, the placement rule and the JSON layout are written out at the top of needle.c.
+ * format and the placement rule are written out at the top of needle_generate.c, the files and
+ * their JSON layout at the top of needle_io.c; needle_score.c scores a model.
  *
  * Plain functions without global state, so that `difftrans needle` and a future `difftrans
  * compare` can both generate, load and score data sets:
  *
  *   needle_params_default / needle_params_validate   what to generate
- *   needle_corpus_load / needle_corpus_from_bytes    filler source (cleaned once, see needle.c)
+ *   needle_corpus_load / needle_corpus_from_bytes    filler source (cleaned once, see needle_generate.c)
  *   needle_generate_sample                           one sample from a 64-bit seed
  *   needle_write_dataset                             DIR/train.txt, DIR/test.jsonl, DIR/needle.json
  *   needle_load_testset                              test.jsonl back, every offset re-checked
@@ -36,6 +37,12 @@
 #define NEEDLE_MAX_CONTEXT (1 << 20) /* bytes of context per sample */
 #define NEEDLE_MAX_SAMPLES 10000000
 
+/* The fixed text of a needle sentence and of a question (see "the sample format" in needle_generate.c) */
+#define NEEDLE_SENTENCE_HEAD "The magic number of "
+#define NEEDLE_SENTENCE_MID " is "
+#define NEEDLE_QUESTION_HEAD "\nQuestion: What is the magic number of "
+#define NEEDLE_QUESTION_TAIL "?\nAnswer: "
+
 /* Bytes one inserted needle takes in the context at most: the sentence with the longest key,
  * plus its one separator byte. A context must hold `needles` of these. */
 #define NEEDLE_SENTENCE_FIXED 25     /* strlen("The magic number of ") + strlen(" is ") + strlen(".") */
@@ -56,7 +63,7 @@ void needle_params_default(needle_params *p);
 /* Ranges and consistency: R ≤ N, depths in [0, 1], every context ≥ N·NEEDLE_UNIT_MAX, ... */
 int needle_params_validate(const needle_params *p, dt_error *err);
 
-/* The filler source, cleaned (see "Corpus" in needle.c); never empty. */
+/* The filler source, cleaned (see "Corpus" in needle_generate.c); never empty. */
 typedef struct {
     unsigned char *bytes;
     size_t n;

@@ -2,7 +2,7 @@
  * and its parameter-matched baseline, written as REPORT.md (tables next to the paper's figures),
  * report.json (all raw numbers) and, when gnuplot is on PATH, PNG plots made by gnuplot.
  *
- * The analyses themselves live in analyze.c / needle.c; this file only collects and writes. Every
+ * The analyses themselves live in analyze.c / needle_*.c; this file only collects and writes. Every
  * function that can fail returns 0 or -1 with a message in *err naming the file or argument.
  */
 #ifndef DT_REPORT_H

@@ -1,0 +1,400 @@
+/* needle_io.c — the multi-needle task's files: the corpus file, samples as JSON, writing a data
+ * set, loading a test set back (every sample re-checked by needle_sample_check). The format of a
+ * sample is described in needle_generate.c.
+ *
+ * ---------------------------------------------------------------- files
+ *
+ * DIR/train.txt   the training samples' text, each followed by "\n\n" (for `difftrans train --data`).
+ * DIR/test.jsonl  one JSON object a line per test sample:
+ *     {"id", "context_length", "depth", "needle_depth", "seed" (string), "text_length",
+ *      "needles": [{"key", "value", "offset", "length", "value_offset", "value_length"}] by offset,
+ *      "queries": [{"key", "value", "needle" (index into needles), "question_offset",
+ *                   "prompt_end_offset", "answer_length"}] in asking order,
+ *      "text"}
+ *   offset/length: the needle sentence; value_offset/value_length: the value inside it, the
+ *   answer span for attention analyses; question_offset: the 'Q' of "Question:";
+ *   prompt_end_offset: where the expected answer begins.
+ * DIR/needle.json the parameters, the seeds, the generator version and the format strings.
+ */
+#include "analysis/needle.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ---------------------------------------------------------------- corpus file */
+
+int needle_corpus_load(needle_corpus *c, const char *path, dt_error *err) {
+    memset(c, 0, sizeof *c);
+    FILE *f = fopen(path, "rb");
+    if (!f) return dt_fail(err, "%s: cannot open corpus: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return dt_fail(err, "%s: corpus is not a regular file", path);
+    }
+    const size_t size = (size_t)sb.st_size;
+    unsigned char *raw = malloc(size ? size : 1);
+    if (!raw) {
+        fclose(f);
+        return dt_fail(err, "%s: out of memory reading %zu bytes", path, size);
+    }
+    if (size && fread(raw, 1, size, f) != size) {
+        int saved = errno;
+        free(raw);
+        fclose(f);
+        return dt_fail(err, "%s: cannot read %zu bytes: %s", path, size, strerror(saved));
+    }
+    fclose(f);
+    int rc = needle_corpus_from_bytes(c, raw, size, path, err);
+    free(raw);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- JSON */
+
+/* 64-bit seeds go into JSON as decimal strings. Returns 1 when added. */
+static int add_seed(cJSON *o, const char *key, uint64_t v) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%llu", (unsigned long long)v);
+    return cJSON_AddStringToObject(o, key, buf) != NULL;
+}
+
+char *needle_sample_to_json(const needle_sample *s) {
+    cJSON *o = cJSON_CreateObject(), *needles = NULL, *queries = NULL;
+    int ok = o && cJSON_AddNumberToObject(o, "id", (double)s->id) &&
+             cJSON_AddNumberToObject(o, "context_length", s->context_length) &&
+             cJSON_AddNumberToObject(o, "depth", s->depth) &&
+             cJSON_AddNumberToObject(o, "needle_depth", s->needle_depth) && add_seed(o, "seed", s->seed) &&
+             cJSON_AddNumberToObject(o, "text_length", s->text_length) &&
+         (needles = cJSON_AddArrayToObject(o, "needles")) && (queries = cJSON_AddArrayToObject(o, "queries"));
+    for (int i = 0; ok && i < s->n_needles; i++) {
+        const needle_needle *nd = &s->needles[i];
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(needles, e);
+        if (!ok) cJSON_Delete(e);
+        ok = ok && cJSON_AddStringToObject(e, "key", nd->key) && cJSON_AddStringToObject(e, "value", nd->value) &&
+             cJSON_AddNumberToObject(e, "offset", nd->offset) && cJSON_AddNumberToObject(e, "length", nd->length) &&
+             cJSON_AddNumberToObject(e, "value_offset", nd->value_offset) &&
+             cJSON_AddNumberToObject(e, "value_length", nd->value_length);
+    }
+    for (int r = 0; ok && r < s->n_queries; r++) {
+        const needle_query *q = &s->queries[r];
+        cJSON *e = cJSON_CreateObject();
+        ok = e && cJSON_AddItemToArray(queries, e);
+        if (!ok) cJSON_Delete(e);
+        ok = ok && cJSON_AddStringToObject(e, "key", s->needles[q->needle].key) &&
+             cJSON_AddStringToObject(e, "value", s->needles[q->needle].value) &&
+             cJSON_AddNumberToObject(e, "needle", q->needle) &&
+             cJSON_AddNumberToObject(e, "question_offset", q->question_offset) &&
+             cJSON_AddNumberToObject(e, "prompt_end_offset", q->prompt_end_offset) &&
+             cJSON_AddNumberToObject(e, "answer_length", q->answer_length);
+    }
+    ok = ok && cJSON_AddStringToObject(o, "text", s->text);
+    char *line = ok ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return line;
+}
+
+/* Getters: each names where and which key went wrong. */
+static int get_int(const cJSON *o, const char *key, long lo, long hi, long *out, const char *where, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return dt_fail(err, "%s: missing key '%s'", where, key);
+    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: key '%s' must be a number", where, key);
+    const double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d)) return dt_fail(err, "%s: key '%s' must be an integer (got %g)", where, key, d);
+    if (d < (double)lo || d > (double)hi)
+        return dt_fail(err, "%s: key '%s' = %.0f: must be in %ld..%ld", where, key, d, lo, hi);
+    *out = (long)d;
+    return 0;
+}
+
+static int get_i(const cJSON *o, const char *key, long lo, long hi, int *out, const char *where, dt_error *err) {
+    long v;
+    if (get_int(o, key, lo, hi, &v, where, err) != 0) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+static int get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *where, dt_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v) return dt_fail(err, "%s: missing key '%s'", where, key);
+    if (!cJSON_IsString(v) || !v->valuestring) return dt_fail(err, "%s: key '%s' must be a string", where, key);
+    const size_t len = strlen(v->valuestring);
+    if (len == 0 || len >= cap)
+        return dt_fail(err, "%s: key '%s': %zu bytes, must be 1..%zu", where, key, len, cap - 1);
+    memcpy(out, v->valuestring, len + 1);
+    return 0;
+}
+
+static int sample_from_json(const cJSON *o, needle_sample *s, const char *where, dt_error *err) {
+    char at[4300];
+    long id;
+    if (!cJSON_IsObject(o)) return dt_fail(err, "%s: expected a JSON object", where);
+    if (get_int(o, "id", 0, LONG_MAX / 2, &id, where, err) ||
+        get_i(o, "context_length", 1, NEEDLE_MAX_CONTEXT, &s->context_length, where, err))
+        return -1;
+    s->id = id;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "depth");
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0 && v->valuedouble <= 1.0))
+        return dt_fail(err, "%s: key 'depth' must be a number in [0, 1]", where);
+    s->depth = v->valuedouble;
+    v = cJSON_GetObjectItemCaseSensitive(o, "needle_depth");
+    s->needle_depth = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    v = cJSON_GetObjectItemCaseSensitive(o, "seed");
+    if (v) {
+        const char *str = cJSON_IsString(v) ? v->valuestring : NULL;
+        char *end = NULL;
+        errno = 0;
+        unsigned long long seed = str && *str >= '0' && *str <= '9' ? strtoull(str, &end, 10) : 0;
+        if (!str || !end || errno || *end) return dt_fail(err, "%s: key 'seed' must be a decimal string", where);
+        s->seed = seed;
+    }
+    v = cJSON_GetObjectItemCaseSensitive(o, "text");
+    if (!cJSON_IsString(v) || !v->valuestring) return dt_fail(err, "%s: key 'text' must be a string", where);
+    const size_t tlen = strlen(v->valuestring);
+    if (tlen > (size_t)INT_MAX / 2) return dt_fail(err, "%s: text of %zu bytes is too long", where, tlen);
+    if (!(s->text = malloc(tlen + 1))) return dt_fail(err, "%s: out of memory (%zu bytes of text)", where, tlen);
+    memcpy(s->text, v->valuestring, tlen + 1);
+    s->text_length = (int)tlen;
+    int declared;
+    if (get_i(o, "text_length", 0, INT_MAX, &declared, where, err)) return -1;
+    if (declared != s->text_length)
+        return dt_fail(err, "%s: text is %d bytes, but text_length says %d (a \\u0000 inside?)", where, s->text_length,
+                       declared);
+
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "needles");
+    if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: key 'needles' must be an array", where);
+    s->n_needles = cJSON_GetArraySize(arr);
+    if (s->n_needles < 1 || s->n_needles > NEEDLE_MAX_NEEDLES)
+        return dt_fail(err, "%s: %d needles: must be 1..%d", where, s->n_needles, NEEDLE_MAX_NEEDLES);
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr) {
+        needle_needle *nd = &s->needles[i];
+        snprintf(at, sizeof at, "%s needles[%d]", where, i);
+        if (!cJSON_IsObject(e)) return dt_fail(err, "%s: expected an object", at);
+        if (get_str(e, "key", nd->key, sizeof nd->key, at, err) ||
+            get_str(e, "value", nd->value, sizeof nd->value, at, err) ||
+            get_i(e, "offset", 0, INT_MAX, &nd->offset, at, err) || get_i(e, "length", 1, INT_MAX, &nd->length, at, err) ||
+            get_i(e, "value_offset", 0, INT_MAX, &nd->value_offset, at, err) ||
+            get_i(e, "value_length", 1, NEEDLE_VALUE_CAP, &nd->value_length, at, err))
+            return -1;
+        i++;
+    }
+    arr = cJSON_GetObjectItemCaseSensitive(o, "queries");
+    if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: key 'queries' must be an array", where);
+    s->n_queries = cJSON_GetArraySize(arr);
+    if (s->n_queries < 1 || s->n_queries > s->n_needles)
+        return dt_fail(err, "%s: %d queries: must be 1..needles (%d)", where, s->n_queries, s->n_needles);
+    i = 0;
+    cJSON_ArrayForEach(e, arr) {
+        needle_query *q = &s->queries[i];
+        char key[NEEDLE_KEY_CAP + 1], value[NEEDLE_VALUE_CAP + 1];
+        snprintf(at, sizeof at, "%s queries[%d]", where, i);
+        if (!cJSON_IsObject(e)) return dt_fail(err, "%s: expected an object", at);
+        if (get_str(e, "key", key, sizeof key, at, err) || get_str(e, "value", value, sizeof value, at, err) ||
+            get_i(e, "needle", 0, s->n_needles - 1, &q->needle, at, err) ||
+            get_i(e, "question_offset", 1, INT_MAX, &q->question_offset, at, err) ||
+            get_i(e, "prompt_end_offset", 1, INT_MAX, &q->prompt_end_offset, at, err) ||
+            get_i(e, "answer_length", 1, NEEDLE_VALUE_CAP, &q->answer_length, at, err))
+            return -1;
+        if (strcmp(key, s->needles[q->needle].key) || strcmp(value, s->needles[q->needle].value))
+            return dt_fail(err, "%s: key/value '%s'/'%s' differ from needles[%d] ('%s'/'%s')", at, key, value,
+                           q->needle, s->needles[q->needle].key, s->needles[q->needle].value);
+        i++;
+    }
+    return needle_sample_check(s, where, err);
+}
+
+/* ---------------------------------------------------------------- writing a data set */
+
+static int write_bytes(FILE *f, const void *data, size_t n, const char *path, dt_error *err) {
+    if (n && fwrite(data, 1, n, f) != n) return dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+    return 0;
+}
+
+/* Generates one set (train or test) into an open file. */
+static int write_set(const needle_params *p, const needle_corpus *corpus, uint64_t stream, int n, int jsonl, FILE *f,
+                     const char *path, size_t *bytes, dt_error *err) {
+    *bytes = 0;
+    for (int i = 0; i < n; i++) {
+        int context_length;
+        double depth;
+        needle_cell_of(p, i, &context_length, &depth);
+        needle_sample s;
+        const uint64_t seed = dt_rng_next(&stream);
+        if (needle_generate_sample(p, context_length, depth, seed, corpus, &s, err) != 0) return -1;
+        s.id = i;
+        int rc;
+        if (jsonl) {
+            char *line = needle_sample_to_json(&s);
+            rc = line ? write_bytes(f, line, strlen(line), path, err) || write_bytes(f, "\n", 1, path, err)
+                      : dt_fail(err, "%s: out of memory writing sample %d", path, i);
+            if (line) *bytes += strlen(line) + 1;
+            free(line);
+        } else {
+            rc = write_bytes(f, s.text, (size_t)s.text_length, path, err) || write_bytes(f, "\n\n", 2, path, err);
+            *bytes += (size_t)s.text_length + 2;
+        }
+        needle_sample_free(&s);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+static cJSON *params_json(const needle_params *p, const needle_corpus *corpus, const char *corpus_path) {
+    uint64_t tr, te;
+    needle_stream_seeds(p->seed, &tr, &te);
+    cJSON *o = cJSON_CreateObject(), *fmt = NULL, *ctx = NULL, *dep = NULL;
+    int ok = o && cJSON_AddStringToObject(o, "generator", "difftrans needle") &&
+             cJSON_AddNumberToObject(o, "version", NEEDLE_GENERATOR_VERSION) && add_seed(o, "seed", p->seed) &&
+             add_seed(o, "train_seed", tr) && add_seed(o, "test_seed", te) && (ctx = cJSON_AddArrayToObject(o, "contexts")) && (dep = cJSON_AddArrayToObject(o, "depths"));
+    for (int i = 0; ok && i < p->n_contexts; i++) {
+        cJSON *v = cJSON_CreateNumber(p->contexts[i]);
+        ok = v && cJSON_AddItemToArray(ctx, v);
+        if (!ok) cJSON_Delete(v);
+    }
+    for (int i = 0; ok && i < p->n_depths; i++) {
+        cJSON *v = cJSON_CreateNumber(p->depths[i]);
+        ok = v && cJSON_AddItemToArray(dep, v);
+        if (!ok) cJSON_Delete(v);
+    }
+    ok = ok && cJSON_AddNumberToObject(o, "needles", p->needles) && cJSON_AddNumberToObject(o, "queries", p->queries) &&
+         cJSON_AddNumberToObject(o, "train", p->n_train) && cJSON_AddNumberToObject(o, "test", p->n_test) &&
+         cJSON_AddStringToObject(o, "corpus", corpus_path ? corpus_path : "") &&
+         cJSON_AddNumberToObject(o, "corpus_bytes", (double)corpus->n) && (fmt = cJSON_AddObjectToObject(o, "format")) &&
+         cJSON_AddStringToObject(fmt, "needle", NEEDLE_SENTENCE_HEAD "{key}" NEEDLE_SENTENCE_MID "{value}.") &&
+         cJSON_AddStringToObject(fmt, "query", NEEDLE_QUESTION_HEAD "{key}" NEEDLE_QUESTION_TAIL "{value}") &&
+         cJSON_AddStringToObject(fmt, "keys", "lowercase a-z words of 4..8 letters, distinct within a sample") &&
+         cJSON_AddStringToObject(fmt, "values", "5-digit numbers 10000..99999, distinct within a sample") &&
+         cJSON_AddStringToObject(fmt, "depth",
+                                 "the first queried needle's sentence starts at the reachable offset (line or "
+                                 "sentence starts of the filler) nearest to round(depth*(context_length - "
+                                 "its length)); the other needles at random line or sentence starts") &&
+         cJSON_AddStringToObject(fmt, "train.txt", "sample text + \"\\n\\n\" per sample") &&
+         cJSON_AddStringToObject(fmt, "cells", "sample i: contexts[i / n_depths % n_contexts], depths[i % n_depths]");
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+int needle_write_dataset(const needle_params *p, const needle_corpus *corpus, const char *corpus_path,
+                         const char *dir, dt_error *err) {
+    if (needle_params_validate(p, err) != 0) return -1;
+    if (!corpus || !corpus->bytes || corpus->n == 0) return dt_fail(err, "corpus is empty");
+    struct stat sb;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: not a directory", dir);
+
+    uint64_t tr, te;
+    needle_stream_seeds(p->seed, &tr, &te);
+    char path[4200];
+    dt_atomic_file f;
+    size_t bytes;
+    if (dt_pathf(path, sizeof path, err, "%s/train.txt", dir) || dt_atomic_open(&f, path, err) != 0) return -1;
+    if (write_set(p, corpus, tr, p->n_train, 0, f.fp, path, &bytes, err) != 0) {
+        dt_atomic_abort(&f);
+        return -1;
+    }
+    if (dt_atomic_commit(&f, err) != 0) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/test.jsonl", dir) || dt_atomic_open(&f, path, err) != 0) return -1;
+    if (write_set(p, corpus, te, p->n_test, 1, f.fp, path, &bytes, err) != 0) {
+        dt_atomic_abort(&f);
+        return -1;
+    }
+    if (dt_atomic_commit(&f, err) != 0) return -1;
+
+    if (dt_pathf(path, sizeof path, err, "%s/needle.json", dir)) return -1;
+    cJSON *o = params_json(p, corpus, corpus_path);
+    char *json = o ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    if (!json) return dt_fail(err, "%s: out of memory", path);
+    if (dt_atomic_open(&f, path, err) != 0) {
+        free(json);
+        return -1;
+    }
+    int rc = write_bytes(f.fp, json, strlen(json), path, err) || write_bytes(f.fp, "\n", 1, path, err);
+    free(json);
+    if (rc) {
+        dt_atomic_abort(&f);
+        return -1;
+    }
+    return dt_atomic_commit(&f, err);
+}
+
+/* ---------------------------------------------------------------- loading a test set */
+
+void needle_testset_free(needle_testset *ts) {
+    for (int i = 0; ts->samples && i < ts->n; i++) needle_sample_free(&ts->samples[i]);
+    free(ts->samples);
+    memset(ts, 0, sizeof *ts);
+}
+
+int needle_load_testset(needle_testset *ts, const char *path, dt_error *err) {
+    memset(ts, 0, sizeof *ts);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return dt_fail(err, "%s: cannot open test set: %s", path, strerror(errno));
+    if (S_ISDIR(sb.st_mode)) {
+        if ((size_t)snprintf(ts->path, sizeof ts->path, "%s/test.jsonl", path) >= sizeof ts->path)
+            return dt_fail(err, "%s: path too long", path);
+    } else if ((size_t)snprintf(ts->path, sizeof ts->path, "%s", path) >= sizeof ts->path) {
+        return dt_fail(err, "%s: path too long", path);
+    }
+    FILE *f = fopen(ts->path, "rb");
+    if (!f) return dt_fail(err, "%s: cannot open test set: %s", ts->path, strerror(errno));
+    char *line = NULL, where[4200];
+    size_t cap_line = 0;
+    int cap = 0, lineno = 0, rc = 0;
+    ssize_t len;
+    errno = 0;
+    while (rc == 0 && (len = getline(&line, &cap_line, f)) != -1) {
+        lineno++;
+        ssize_t k = 0;
+        while (k < len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\n' || line[k] == '\r')) k++;
+        if (k == len) continue; /* blank line */
+        snprintf(where, sizeof where, "%s:%d", ts->path, lineno);
+        if (ts->n == NEEDLE_MAX_SAMPLES) {
+            rc = dt_fail(err, "%s: more than %d samples", where, NEEDLE_MAX_SAMPLES);
+            break;
+        }
+        if (ts->n == cap) {
+            int ncap = cap ? 2 * cap : 64;
+            needle_sample *grown = realloc(ts->samples, (size_t)ncap * sizeof *grown);
+            if (!grown) {
+                rc = dt_fail(err, "%s: out of memory", where);
+                break;
+            }
+            ts->samples = grown;
+            cap = ncap;
+        }
+        needle_sample *s = &ts->samples[ts->n];
+        memset(s, 0, sizeof *s);
+        ts->n++; /* counted now so that needle_testset_free releases its text on failure */
+        s->line = lineno;
+        cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
+        if (!o) rc = dt_fail(err, "%s: not valid JSON", where);
+        else rc = sample_from_json(o, s, where, err);
+        cJSON_Delete(o);
+    }
+    if (rc == 0 && ferror(f)) rc = dt_fail(err, "%s: read error: %s", ts->path, strerror(errno));
+    free(line);
+    fclose(f);
+    if (rc == 0 && ts->n == 0) rc = dt_fail(err, "%s: no samples", ts->path);
+    if (rc != 0) {
+        char keep[4096];
+        memcpy(keep, ts->path, sizeof keep);
+        needle_testset_free(ts);
+        memcpy(ts->path, keep, sizeof keep);
+        return -1;
+    }
+    return 0;
+}
+
