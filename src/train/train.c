@@ -555,7 +555,7 @@ static void print_summary(const dt_train_options *o, const trainer *tr) {
     const double n = tr->timed, step = tr->step_s / n;
     fprintf(stderr,
             "summary: %d rank%s × %d thread%s | step %.1f ms | compute %.1f ms (spread between ranks %.1f%%) | "
-            "communication %.1f ms/step = %.1f%% of the step (%.1f ms waiting after the backward, %.1f ms of it "
+            "communication %.2f ms/step = %.1f%% of the step (%.2f ms waiting after the backward, %.2f ms of it "
             "not for a slower rank), %.2f MB sent per rank per step | optimizer state %.2f MB per rank | %.0f tok/s\n",
             tr->ranks, tr->ranks > 1 ? "s" : "", omp_get_max_threads(), omp_get_max_threads() > 1 ? "s" : "",
             1e3 * step, 1e3 * tr->compute_s / n, 100 * tr->spread / n, 1e3 * tr->comm_s / n,
