@@ -116,6 +116,18 @@ static int write_json(const char *cmd, const char *path, cJSON *o) {
     return 0;
 }
 
+/* One model's (or run's) object in arr: {key: dir, "arch": ...}, the analysis adds the rest. */
+static cJSON *json_entry(cJSON *arr, const char *key, const char *dir, int arch) {
+    cJSON *e = cJSON_CreateObject();
+    if (!e || !cJSON_AddItemToArray(arr, e)) {
+        cJSON_Delete(e);
+        return NULL;
+    }
+    cJSON_AddStringToObject(e, key, dir);
+    cJSON_AddStringToObject(e, "arch", arch_name(arch));
+    return e;
+}
+
 static void free_tokenizers(dt_tok **toks, int n) {
     for (int i = 0; toks && i < n; i++) dt_tok_free(toks[i]);
     free(toks);
@@ -182,19 +194,10 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
                 cJSON_AddStringToObject(root, "data", op->data);
                 cJSON_AddNumberToObject(root, "seq", seq);
                 cJSON_AddNumberToObject(root, "windows", res[0].windows);
-                for (int i = 0; i < n; i++) {
-                    cJSON *e = cJSON_CreateObject();
-                    cJSON_AddItemToArray(arr, e);
-                    cJSON_AddStringToObject(e, "model", dirs[i]);
-                    cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
-                    cJSON_AddItemToObject(e, "attention_logits", an_abs_stats_json(&res[i].logits));
-                    cJSON_AddItemToObject(e, "hidden_states", an_abs_stats_json(&res[i].hidden));
-                    cJSON_AddItemToObject(e, "layer_logit_max",
-                                          cJSON_CreateDoubleArray(res[i].layer_logit_max, res[i].n_layers));
-                    cJSON_AddItemToObject(e, "layer_hidden_max",
-                                          cJSON_CreateDoubleArray(res[i].layer_hidden_max, res[i].n_layers + 1));
-                }
-                rc = write_json(cmd, op->json, root);
+                int ok = arr != NULL;
+                for (int i = 0; ok && i < n; i++)
+                    ok = an_outliers_add_json(json_entry(arr, "model", dirs[i], models[i].cfg.arch), &res[i]) == 0;
+                rc = write_json(cmd, op->json, ok ? root : NULL);
                 cJSON_Delete(root);
             }
         }
@@ -276,30 +279,14 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                 cJSON_AddStringToObject(root, "scale", op->per_row ? "per_row" : "per_head_map");
                 cJSON_AddNumberToObject(root, "seq", seq);
                 if (op->needle) cJSON_AddStringToObject(root, "needle", ts.path);
-                for (int i = 0; i < n; i++) {
-                    cJSON *e = cJSON_CreateObject(), *ra;
-                    cJSON_AddItemToArray(arr, e);
-                    cJSON_AddStringToObject(e, "model", dirs[i]);
-                    cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
-                    ra = cJSON_AddArrayToObject(e, "rows");
-                    for (int b = 0; b < R; b++) {
-                        const an_quant_row *q = &rows[(size_t)i * R + b];
-                        cJSON *r = cJSON_CreateObject();
-                        cJSON_AddItemToArray(ra, r);
-                        cJSON_AddNumberToObject(r, "bits", q->bits); /* 0 = unquantised */
-                        cJSON_AddNumberToObject(r, "loss", q->loss);
-                        cJSON_AddNumberToObject(r, "accuracy", q->accuracy);
-                        cJSON_AddNumberToObject(r, "count", (double)q->count);
-                        if (op->needle) {
-                            cJSON_AddNumberToObject(r, "needle_correct", q->needle_correct);
-                            cJSON_AddNumberToObject(r, "needle_total", q->needle_total);
-                            cJSON_AddNumberToObject(r, "needle_accuracy",
-                                                    q->needle_total > 0 ? (double)q->needle_correct / q->needle_total
-                                                                        : 0.0);
-                        }
-                    }
+                int ok = arr != NULL;
+                for (int i = 0; ok && i < n; i++) {
+                    cJSON *e = json_entry(arr, "model", dirs[i], models[i].cfg.arch);
+                    cJSON *ra = an_quant_rows_json(&rows[(size_t)i * R], R);
+                    ok = e && ra && cJSON_AddItemToObject(e, "rows", ra);
+                    if (!ok) cJSON_Delete(ra);
                 }
-                rc = write_json(cmd, op->json, root);
+                rc = write_json(cmd, op->json, ok ? root : NULL);
                 cJSON_Delete(root);
             }
         }
@@ -357,33 +344,18 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
                 cJSON_AddStringToObject(root, "answer_share", "sum(w over answer span) / sum(|w| over context)");
                 cJSON_AddStringToObject(root, "noise_share",
                                         "sum(|w| over context outside the span) / sum(|w| over context)");
-                for (int i = 0; i < n; i++) {
-                    const an_allocation *a = &res[i];
-                    const int L = a->n_layers;
-                    cJSON *e = cJSON_CreateObject();
-                    cJSON_AddItemToArray(arr, e);
-                    cJSON_AddStringToObject(e, "model", dirs[i]);
-                    cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
-                    cJSON_AddNumberToObject(e, "heads", a->heads);
-                    cJSON_AddNumberToObject(e, "samples", a->samples);
-                    cJSON_AddNumberToObject(e, "rows", a->rows);
-                    cJSON_AddNumberToObject(e, "answer_share", a->mean_answer_share);
-                    cJSON_AddNumberToObject(e, "noise_share", a->mean_noise_share);
-                    if (models[i].cfg.arch == DT_ARCH_DIFF) {
+                int ok = arr != NULL;
+                for (int i = 0; ok && i < n; i++) {
+                    cJSON *e = json_entry(arr, "model", dirs[i], models[i].cfg.arch);
+                    ok = an_allocation_add_json(e, &res[i]) == 0;
+                    if (ok && models[i].cfg.arch == DT_ARCH_DIFF) { /* λ of the model, beside its allocation */
                         double lam[256];
-                        int nl = L < 256 ? L : 256;
+                        int nl = res[i].n_layers < 256 ? res[i].n_layers : 256;
                         for (int l = 0; l < nl; l++) lam[l] = dt_model_lambda(&models[i], l);
-                        cJSON_AddItemToObject(e, "lambda", cJSON_CreateDoubleArray(lam, nl));
+                        ok = cJSON_AddItemToObject(e, "lambda", cJSON_CreateDoubleArray(lam, nl));
                     }
-                    cJSON_AddItemToObject(e, "layer_answer_share", cJSON_CreateDoubleArray(a->answer_share, L));
-                    cJSON_AddItemToObject(e, "layer_noise_share", cJSON_CreateDoubleArray(a->noise_share, L));
-                    cJSON_AddItemToObject(e, "layer_span_sum", cJSON_CreateDoubleArray(a->span, L));
-                    cJSON_AddItemToObject(e, "layer_span_abs_sum", cJSON_CreateDoubleArray(a->span_abs, L));
-                    cJSON_AddItemToObject(e, "layer_context_sum", cJSON_CreateDoubleArray(a->context, L));
-                    cJSON_AddItemToObject(e, "layer_context_abs_sum", cJSON_CreateDoubleArray(a->context_abs, L));
-                    cJSON_AddItemToObject(e, "layer_row_sum", cJSON_CreateDoubleArray(a->row, L));
                 }
-                rc = write_json(cmd, op->json, root);
+                rc = write_json(cmd, op->json, ok ? root : NULL);
                 cJSON_Delete(root);
             }
         }
@@ -438,18 +410,10 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
             cJSON_AddNumberToObject(root, "permutations", op->icl.permutations);
             cJSON_AddNumberToObject(root, "queries", op->icl.queries);
             cJSON_AddStringToObject(root, "seed", seed);
-            for (int i = 0; i < n; i++) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddItemToArray(arr, e);
-                cJSON_AddStringToObject(e, "model", dirs[i]);
-                cJSON_AddStringToObject(e, "arch", arch_name(models[i].cfg.arch));
-                cJSON_AddItemToObject(e, "accuracy", cJSON_CreateDoubleArray(res[i].accuracy, res[i].permutations));
-                cJSON_AddNumberToObject(e, "mean", res[i].mean);
-                cJSON_AddNumberToObject(e, "std", res[i].std);
-                cJSON_AddNumberToObject(e, "min", res[i].min);
-                cJSON_AddNumberToObject(e, "max", res[i].max);
-            }
-            rc = write_json(cmd, op->json, root);
+            int ok = arr != NULL;
+            for (int i = 0; ok && i < n; i++)
+                ok = icl_result_add_json(json_entry(arr, "model", dirs[i], models[i].cfg.arch), &res[i]) == 0;
+            rc = write_json(cmd, op->json, ok ? root : NULL);
             cJSON_Delete(root);
         }
     }
@@ -508,10 +472,7 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "runs");
             cJSON_AddStringToObject(root, "analysis", "scaling");
             for (int i = 0; i < n; i++) {
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddItemToArray(arr, e);
-                cJSON_AddStringToObject(e, "run", dirs[i]);
-                cJSON_AddStringToObject(e, "arch", arch_name(arch[i]));
+                cJSON *e = json_entry(arr, "run", dirs[i], arch[i]);
                 cJSON_AddNumberToObject(e, "params", params[i]);
                 cJSON_AddNumberToObject(e, "final_val_loss", loss[i]);
             }
@@ -576,34 +537,12 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
             cJSON_AddStringToObject(
                 root, "spike_rule",
                 "grad_norm > mean + 3*std or > 3*median of the preceding <= 50 steps; >= 10 earlier steps");
-            for (int i = 0; i < n; i++) {
-                const an_training *t = &res[i];
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddItemToArray(arr, e);
-                cJSON_AddStringToObject(e, "run", dirs[i]);
-                cJSON_AddStringToObject(e, "metrics", t->path);
-                cJSON_AddStringToObject(e, "arch", arch_name(t->arch));
-                cJSON_AddNumberToObject(e, "lines", t->n_steps);
-                cJSON_AddNumberToObject(e, "first_step", t->first_step);
-                cJSON_AddNumberToObject(e, "last_step", t->last_step);
-                cJSON_AddNumberToObject(e, "final_train_loss", t->final_train_loss);
-                if (isnan(t->final_val_loss))
-                    cJSON_AddNullToObject(e, "final_val_loss");
-                else {
-                    cJSON_AddNumberToObject(e, "final_val_loss", t->final_val_loss);
-                    cJSON_AddNumberToObject(e, "final_val_step", t->final_val_step);
-                }
-                cJSON_AddNumberToObject(e, "grad_norm_mean", t->gn_mean);
-                cJSON_AddNumberToObject(e, "grad_norm_std", t->gn_std);
-                cJSON_AddNumberToObject(e, "grad_norm_max", t->gn_max);
-                cJSON_AddNumberToObject(e, "spikes", t->spikes);
-                cJSON_AddItemToObject(e, "spike_steps", cJSON_CreateIntArray(t->spike_steps, t->spikes));
-                cJSON_AddItemToObject(e, "lambda_first", cJSON_CreateDoubleArray(t->lambda_first, t->n_layers));
-                cJSON_AddItemToObject(e, "lambda_last", cJSON_CreateDoubleArray(t->lambda_last, t->n_layers));
-                cJSON_AddItemToObject(e, "lambda_min", cJSON_CreateDoubleArray(t->lambda_min, t->n_layers));
-                cJSON_AddItemToObject(e, "lambda_max", cJSON_CreateDoubleArray(t->lambda_max, t->n_layers));
+            int ok = arr != NULL;
+            for (int i = 0; ok && i < n; i++) {
+                cJSON *e = json_entry(arr, "run", dirs[i], res[i].arch);
+                ok = e && cJSON_AddStringToObject(e, "metrics", res[i].path) && an_training_add_json(e, &res[i]) == 0;
             }
-            rc = write_json(cmd, op->json, root);
+            rc = write_json(cmd, op->json, ok ? root : NULL);
             cJSON_Delete(root);
         }
     }

@@ -61,7 +61,7 @@ json_ok "allocation JSON" "$S/a.json" \
 expect_ok "training" "$DT" analyze training "$S/run" --json "$S/t.json" &&
     out_has "training table" "$S/last.out" "spikes" "run +DIFF +5 " "L0 "
 json_ok "training JSON" "$S/t.json" \
-    "j['runs'][0]['lines']==5 and j['runs'][0]['spikes']==0 and len(j['runs'][0]['lambda_first'])==2 and j['runs'][0]['final_val_loss'] is not None"
+    "j['runs'][0]['steps_logged']==5 and j['runs'][0]['spikes']==0 and len(j['runs'][0]['lambda_first'])==2 and j['runs'][0]['final_val_loss'] is not None"
 
 expect_ok "icl" "$DT" analyze icl "$S/diff" "$S/base" --shots 4 --permutations 3 --queries 6 --json "$S/i.json" &&
     out_has "icl table" "$S/last.out" "4 shots, 3 orders" "DIFF" "Transformer" "spread"

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 #include <math.h>
 
 #include "analysis/analyze.h"
@@ -480,6 +481,44 @@ static void test_spikes_and_lambda(void **state) {
     assert_non_null(strstr(err.msg, "no_such_run"));
 }
 
+/* The one JSON form of each analysis (analyze --json and the compare report): a measure that
+ * could not be taken is null, not a number; needle columns only when a needle set was scored. */
+static void test_analysis_json(void **state) {
+    (void)state;
+    an_quant_row rows[2] = {{.bits = 0, .loss = 1.5, .accuracy = 0.25, .count = 100, .needle_total = -1, .needle_correct = -1},
+                            {.bits = 4, .loss = NAN, .accuracy = 0.5, .count = 100, .needle_total = 4, .needle_correct = 3}};
+    cJSON *a = an_quant_rows_json(rows, 2);
+    assert_non_null(a);
+    assert_int_equal(cJSON_GetArraySize(a), 2);
+    const cJSON *r0 = cJSON_GetArrayItem(a, 0), *r1 = cJSON_GetArrayItem(a, 1);
+    assert_null(cJSON_GetObjectItemCaseSensitive(r0, "needle_total"));
+    assert_true(cJSON_GetObjectItemCaseSensitive(r0, "loss")->valuedouble == 1.5);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(r1, "loss")));
+    assert_true(cJSON_GetObjectItemCaseSensitive(r1, "needle_accuracy")->valuedouble == 0.75);
+    cJSON_Delete(a);
+
+    double first[2] = {0.1, 0.2}, last[2] = {0.3, 0.4}, mn[2] = {0.1, 0.2}, mx[2] = {0.3, 0.4};
+    int spikes[1] = {7};
+    an_training t = {.n_steps = 9, .first_step = 1, .last_step = 9, .n_layers = 2, .lambda_first = first,
+                     .lambda_last = last, .lambda_min = mn, .lambda_max = mx, .spikes = 1, .spike_steps = spikes,
+                     .final_train_loss = 2.0, .final_val_loss = NAN};
+    cJSON *o = cJSON_CreateObject();
+    assert_int_equal(an_training_add_json(o, &t), 0);
+    assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "final_val_loss")));
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "steps_logged")->valueint, 9);
+    assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "lambda_last")), 2);
+    assert_true(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "lambda_last"), 1)->valuedouble == 0.4);
+    assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "spike_steps"), 0)->valueint, 7);
+    cJSON_Delete(o);
+    /* a baseline run logs no λ: no λ arrays */
+    t.n_layers = 0;
+    t.lambda_first = t.lambda_last = t.lambda_min = t.lambda_max = NULL;
+    o = cJSON_CreateObject();
+    assert_int_equal(an_training_add_json(o, &t), 0);
+    assert_null(cJSON_GetObjectItemCaseSensitive(o, "lambda_first"));
+    cJSON_Delete(o);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_abs_stats_planted_outlier),
@@ -490,6 +529,7 @@ int main(void) {
         cmocka_unit_test(test_allocation_run),
         cmocka_unit_test(test_allocation_rigged_model),
         cmocka_unit_test(test_spikes_and_lambda),
+        cmocka_unit_test(test_analysis_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -701,12 +701,3 @@ int an_write_json(const char *path, void *json, dt_error *err) {
     }
     return dt_atomic_commit(&f, err);
 }
-
-struct cJSON *an_abs_stats_json(const an_abs_stats *s) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "top1", s->top1);
-    cJSON_AddNumberToObject(o, "top10", s->top10);
-    cJSON_AddNumberToObject(o, "median", s->median);
-    cJSON_AddNumberToObject(o, "count", (double)s->count);
-    return o;
-}

@@ -15,6 +15,8 @@
 #include "analysis/needle.h"
 #include "difftrans.h"
 
+struct cJSON;
+
 /* ---------------------------------------------------------------- |x| statistics */
 
 /* top1 = largest |x|, top10 = the 10th largest |x| (the smallest |x| when fewer than 10 values),
@@ -35,9 +37,10 @@ int an_abs_acc_add(an_abs_acc *a, const float *x, size_t n, dt_error *err);
 void an_abs_acc_stats(an_abs_acc *a, an_abs_stats *out);
 void an_abs_acc_free(an_abs_acc *a);
 /* Convenience: statistics of one array (x is not modified). */
-/* {"top1", "top10", "median", "count"} as a cJSON object */
-struct cJSON *an_abs_stats_json(const an_abs_stats *s);
 int an_abs_stats_of(const float *x, size_t n, an_abs_stats *out, dt_error *err);
+/* {"top1", "top10", "median", "count"} as a cJSON object (analyze_json.c, like every *_json below:
+ * the one JSON form of each analysis, for `analyze --json` and the compare report) */
+struct cJSON *an_abs_stats_json(const an_abs_stats *s);
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -55,6 +58,9 @@ typedef struct {
 int an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int windows, an_outliers *out,
                     dt_error *err);
 void an_outliers_free(an_outliers *o);
+/* adds windows, seq, attention_logits, hidden_states, layer_logit_max, layer_hidden_max to o;
+ * 0, or -1 when out of memory */
+int an_outliers_add_json(struct cJSON *o, const an_outliers *r);
 
 /* ---------------------------------------------------------------- quantisation */
 
@@ -65,6 +71,10 @@ typedef struct {
     size_t count;                     /* predictions scored */
     int needle_total, needle_correct; /* -1 / -1 when no needle set was given */
 } an_quant_row;
+
+/* rows[0..n) as a JSON array: bits, loss, accuracy, count (and needle_correct, needle_total,
+ * needle_accuracy when a needle set was scored); NULL when out of memory */
+struct cJSON *an_quant_rows_json(const an_quant_row *rows, int n);
 
 /* Loss and next-byte accuracy over up to `windows` consecutive windows of seq + 1 tokens (input
  * seq, targets shifted by one), one window per forward, with the run options `opt` (the reference
@@ -117,6 +127,8 @@ typedef struct {
 int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int max_samples,
                       an_allocation *out, dt_error *err);
 void an_allocation_free(an_allocation *a);
+/* adds heads, samples, rows, answer_share, noise_share and the per-layer arrays to o; 0 or -1 */
+int an_allocation_add_json(struct cJSON *o, const an_allocation *a);
 
 /* ---------------------------------------------------------------- training dynamics */
 
@@ -144,6 +156,9 @@ typedef struct {
 /* path: a training run directory (its metrics.jsonl, and config.json when present) or a metrics file. */
 int an_training_load(const char *path, an_training *out, dt_error *err);
 void an_training_free(an_training *t);
+/* adds steps_logged, first/last step, the final losses, gradient-norm statistics and spikes, and
+ * λ per layer (first, last, min, max; when the run logs λ) to o; 0 or -1 */
+int an_training_add_json(struct cJSON *o, const an_training *t);
 
 /* Writes a cJSON tree (a `cJSON *`, not freed) to path atomically, naming path in errors. */
 int an_write_json(const char *path, void *json, dt_error *err);

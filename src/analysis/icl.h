@@ -18,6 +18,8 @@
 
 #include "difftrans.h"
 
+struct cJSON;
+
 #define ICL_MAX_WORD 8
 #define ICL_MAX_SHOTS 256
 #define ICL_MAX_PROMPT (ICL_MAX_SHOTS * 28 + 22) /* bytes: 28 per demonstration at most, 22 for the query */
@@ -47,4 +49,6 @@ void icl_summarize(const double *acc, int n, double *mean, double *std, double *
 /* tok: the model's tokenizer, NULL for a byte-level model. */
 int icl_run(const dt_model *m, const dt_tok *tok, const icl_params *p, icl_result *out, dt_error *err);
 void icl_result_free(icl_result *r);
+/* adds accuracy (per order), mean, std, min, max to o (analyze_json.c); 0, or -1 when out of memory */
+int icl_result_add_json(struct cJSON *o, const icl_result *r);
 #endif

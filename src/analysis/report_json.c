@@ -26,54 +26,14 @@ static cJSON *model_json(const rp_model *m) {
     cJSON_AddNumberToObject(e, "attention_heads", m->cfg.num_attention_heads);
     cJSON_AddNumberToObject(e, "head_dim", m->cfg.head_dim);
     if (m->lambda) cJSON_AddItemToObject(e, "lambda_final", cJSON_CreateDoubleArray(m->lambda, L));
-    cJSON *tr = cJSON_AddObjectToObject(e, "training");
-    const an_training *t = &m->training;
-    cJSON_AddNumberToObject(tr, "steps_logged", t->n_steps);
-    add_num(tr, "final_train_loss", t->final_train_loss);
-    add_num(tr, "final_val_loss", t->final_val_loss);
-    cJSON_AddNumberToObject(tr, "final_val_step", t->final_val_step);
-    add_num(tr, "grad_norm_mean", t->gn_mean);
-    add_num(tr, "grad_norm_std", t->gn_std);
-    add_num(tr, "grad_norm_max", t->gn_max);
-    cJSON_AddNumberToObject(tr, "spikes", t->spikes);
-    cJSON_AddItemToObject(tr, "spike_steps", cJSON_CreateIntArray(t->spike_steps ? t->spike_steps : (int[]){0}, t->spikes));
-    if (t->n_layers > 0 && t->lambda_first) {
-        cJSON_AddItemToObject(tr, "lambda_first", cJSON_CreateDoubleArray(t->lambda_first, t->n_layers));
-        cJSON_AddItemToObject(tr, "lambda_last", cJSON_CreateDoubleArray(t->lambda_last, t->n_layers));
-        cJSON_AddItemToObject(tr, "lambda_min", cJSON_CreateDoubleArray(t->lambda_min, t->n_layers));
-        cJSON_AddItemToObject(tr, "lambda_max", cJSON_CreateDoubleArray(t->lambda_max, t->n_layers));
-    }
+    an_training_add_json(cJSON_AddObjectToObject(e, "training"), &m->training);
     cJSON *ic = cJSON_AddObjectToObject(e, "icl");
     cJSON_AddNumberToObject(ic, "shots", m->icl_setup.shots);
     cJSON_AddNumberToObject(ic, "queries", m->icl_setup.queries);
-    if (m->icl.accuracy) cJSON_AddItemToObject(ic, "accuracy", cJSON_CreateDoubleArray(m->icl.accuracy, m->icl.permutations));
-    add_num(ic, "mean", m->icl.mean);
-    add_num(ic, "std", m->icl.std);
-    cJSON *ou = cJSON_AddObjectToObject(e, "outliers");
-    cJSON_AddNumberToObject(ou, "windows", m->outliers.windows);
-    cJSON_AddNumberToObject(ou, "seq", m->outliers.seq);
-    cJSON_AddItemToObject(ou, "attention_logits", an_abs_stats_json(&m->outliers.logits));
-    cJSON_AddItemToObject(ou, "hidden_states", an_abs_stats_json(&m->outliers.hidden));
-    if (m->outliers.layer_logit_max) {
-        cJSON_AddItemToObject(ou, "layer_logit_max", cJSON_CreateDoubleArray(m->outliers.layer_logit_max, m->outliers.n_layers));
-        cJSON_AddItemToObject(ou, "layer_hidden_max",
-                              cJSON_CreateDoubleArray(m->outliers.layer_hidden_max, m->outliers.n_layers + 1));
-    }
+    icl_result_add_json(ic, &m->icl);
+    an_outliers_add_json(cJSON_AddObjectToObject(e, "outliers"), &m->outliers);
     if (m->n_wq) cJSON_AddItemToObject(e, "weight_quantisation", an_wq_rows_json(m->wq, m->n_wq - 1));
-    cJSON *qa = cJSON_AddArrayToObject(e, "quantisation");
-    for (int i = 0; i < m->n_quant; i++) {
-        const an_quant_row *q = &m->quant[i];
-        cJSON *r = cJSON_CreateObject();
-        cJSON_AddItemToArray(qa, r);
-        cJSON_AddNumberToObject(r, "bits", q->bits);
-        add_num(r, "loss", q->loss);
-        add_num(r, "accuracy", q->accuracy);
-        cJSON_AddNumberToObject(r, "count", (double)q->count);
-        if (q->needle_total >= 0) {
-            cJSON_AddNumberToObject(r, "needle_correct", q->needle_correct);
-            cJSON_AddNumberToObject(r, "needle_total", q->needle_total);
-        }
-    }
+    cJSON_AddItemToObject(e, "quantisation", an_quant_rows_json(m->quant, m->n_quant));
     if (m->have_needle) {
         cJSON *n = cJSON_AddObjectToObject(e, "needle");
         cJSON_AddNumberToObject(n, "correct", m->needle.correct);
@@ -91,22 +51,7 @@ static cJSON *model_json(const rp_model *m) {
             cJSON_AddNumberToObject(o, "correct", nc->correct);
             cJSON_AddNumberToObject(o, "first_correct", nc->first_correct);
         }
-        const an_allocation *a = &m->allocation;
-        cJSON *al = cJSON_AddObjectToObject(e, "allocation");
-        cJSON_AddNumberToObject(al, "heads", a->heads);
-        cJSON_AddNumberToObject(al, "samples", a->samples);
-        cJSON_AddNumberToObject(al, "rows", a->rows);
-        add_num(al, "answer_share", a->mean_answer_share);
-        add_num(al, "noise_share", a->mean_noise_share);
-        if (a->answer_share) {
-            cJSON_AddItemToObject(al, "layer_answer_share", cJSON_CreateDoubleArray(a->answer_share, a->n_layers));
-            cJSON_AddItemToObject(al, "layer_noise_share", cJSON_CreateDoubleArray(a->noise_share, a->n_layers));
-            cJSON_AddItemToObject(al, "layer_span_sum", cJSON_CreateDoubleArray(a->span, a->n_layers));
-            cJSON_AddItemToObject(al, "layer_span_abs_sum", cJSON_CreateDoubleArray(a->span_abs, a->n_layers));
-            cJSON_AddItemToObject(al, "layer_context_sum", cJSON_CreateDoubleArray(a->context, a->n_layers));
-            cJSON_AddItemToObject(al, "layer_context_abs_sum", cJSON_CreateDoubleArray(a->context_abs, a->n_layers));
-            cJSON_AddItemToObject(al, "layer_row_sum", cJSON_CreateDoubleArray(a->row, a->n_layers));
-        }
+        an_allocation_add_json(cJSON_AddObjectToObject(e, "allocation"), &m->allocation);
     }
     return e;
 }
