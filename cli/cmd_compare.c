@@ -26,11 +26,16 @@ static void help(void) {
            "PATH, PNG plots in REPORT_DIR/plots.\n\n"
            "options:\n"
            "  --data FILE.txt    training text (required); its last 10%% is held out\n"
+           "  --tokenizer PATH   read --data through this tokenizer.json (or its directory): every run is a BPE\n"
+           "                     model of its vocabulary, the analyses and --needle read text through it; the\n"
+           "                     synthetic tasks are bytes, so they are off (--tasks none)\n"
+           "  --tokens DATASET   instead of --data: a `difftrans tokenize` dataset (train split trains, val split\n"
+           "                     is the held-out text); no tasks, no --needle\n"
            "  --out DIR          report directory (created)\n"
            "  --preset NAME      DIFF preset; the baseline is its matched model [%s] (%s)\n"
            "  --steps N          training steps per run [%d]\n"
            "  --batch B          sequences per step [%d]\n"
-           "  --seq T            bytes per sequence, also the analysis window [%d]\n"
+           "  --seq T            tokens (bytes) per sequence, also the analysis window [%d]\n"
            "  --lr LR            peak learning rate [%g]\n"
            "  --seed S           seed of the first run of each model; run k uses S + k [%llu]\n"
            "  --seeds K          runs per model (different initialisation and data order) [%d]\n"
@@ -113,10 +118,12 @@ int cmd_compare(int argc, char **argv) {
         {"ablations", required_argument, 0, 'A'},  {"tasks", required_argument, 0, 'T'},
         {"task-ratio", required_argument, 0, 'R'}, {"lr", required_argument, 0, 'l'},
         {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
-        {"jobs", required_argument, 0, 'J'},
+        {"jobs", required_argument, 0, 'J'},       {"tokenizer", required_argument, 0, 'z'},
+        {"tokens", required_argument, 0, 'D'},
         {0, 0, 0, 0},
     };
-    const char *cmd = "compare", *preset = NULL, *data = NULL, *out = NULL, *tasks = NULL;
+    const char *cmd = "compare", *preset = NULL, *data = NULL, *out = NULL, *tasks = NULL, *tokenizer = NULL,
+               *tokens = NULL;
     int steps = 0, batch = 0, seq = 0, seeds = 0, threads = 0, needle = 0, quick = 0, quiet = 0, n_sizes = 0;
     int n_variants = 0, jobs = 0;
     float ratio = NAN, lr = NAN;
@@ -130,6 +137,8 @@ int cmd_compare(int argc, char **argv) {
         int bad = 0;
         switch (ch) {
         case 'd': data = optarg; break;
+        case 'z': tokenizer = optarg; break;
+        case 'D': tokens = optarg; break;
         case 'o': out = optarg; break;
         case 'p': preset = optarg; break;
         case 's': bad = parse_int(cmd, "--steps", optarg, 1, 100000000, &steps); break;
@@ -153,12 +162,25 @@ int cmd_compare(int argc, char **argv) {
         if (bad) return 1;
     }
     if (optind < argc) return cli_error(cmd, "unexpected argument '%s' (see difftrans compare --help)", argv[optind]);
-    if (!data) return cli_error(cmd, "--data FILE.txt is required (see difftrans compare --help)");
+    if (!data && !tokens)
+        return cli_error(cmd, "--data FILE.txt (or --tokens DATASET) is required (see difftrans compare --help)");
+    if (data && tokens) return cli_error(cmd, "--data and --tokens: give one of them");
+    if (tokenizer && tokens)
+        return cli_error(cmd, "--tokenizer: the token dataset %s brings its own tokenizer.json", tokens);
+    if (tasks && strcmp(tasks, "none") != 0 && (tokenizer || tokens))
+        return cli_error(cmd, "--tasks %s: the synthetic tasks are byte sequences, for byte-level models only; with "
+                              "%s give --tasks none (the default there)", tasks, tokenizer ? "--tokenizer" : "--tokens");
+    if (needle && tokens)
+        return cli_error(cmd, "--needle: the needle set is made from text; give --data FILE.txt --tokenizer PATH "
+                              "instead of --tokens");
     if (!out) return cli_error(cmd, "--out REPORT_DIR is required (see difftrans compare --help)");
 
     cmp_options o;
     cmp_options_default(&o, quick);
     o.data = data;
+    o.tokenizer = tokenizer;
+    o.tokens = tokens;
+    if (tokenizer || tokens) o.tasks = 0; /* the tasks are bytes */
     o.out = out;
     if (preset) o.preset = preset;
     if (steps) o.steps = steps;

@@ -8,6 +8,8 @@
 #                      directories of both seeds, the PNGs when gnuplot is on PATH
 #   --ablations        three variants side by side, one table per measure with parameter counts
 #   --quick --needle   the needle set, DIR/train.txt and the retrieval / allocation tables
+#   --tokenizer        BPE runs (a tokenizer from tests/make_bpe_tokenizer.py) with --needle: every run
+#                      carries the tokenizer, the report counts tokens; --tokens (a token dataset) too
 #   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset,
 #                      variant or task: exit status 1 and a message naming the argument or the file
 # Prints a summary and exits 1 when any check failed.
@@ -113,6 +115,43 @@ r = json.load(open(sys.argv[1]))
 for m in r["runs"]:
     assert m["needle"]["total"] > 0 and "answer_share" in m["allocation"]
 ' "$N/report.json"
+fi
+
+# ---------------------------------------------------------------- real vocabularies
+
+if [ -n "$PY" ]; then
+    HERE=$(cd "$(dirname "$0")" && pwd)
+    check "make a BPE tokenizer" "$PY" "$HERE/make_bpe_tokenizer.py" "$CORPUS" "$S/tok" 200
+    B=$S/bpe
+    expect_ok "compare --tokenizer --needle" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 \
+        --tokenizer "$S/tok" --needle --data "$CORPUS" --out "$B"
+    check "every run carries the tokenizer" cmp "$B/diff/tokenizer.json" "$S/tok/tokenizer.json"
+    check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"
+    out_has "REPORT.md counts tokens" "$B/REPORT.md" "vocabulary: the BPE tokenizer of" "nats/token" \
+        "64 tokens = 2048 training tokens per run" "## Multi-needle retrieval"
+    check "report.json: BPE runs of the tokenizer's vocabulary, needle and allocation scored" "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["tokenizer"].endswith("tok"), r.get("tokenizer")
+cfg = json.load(open(sys.argv[2]))
+assert cfg["vocab_size"] == 457, cfg["vocab_size"]
+for m in r["runs"]:
+    assert m["needle"]["total"] > 0 and 0 <= m["allocation"]["answer_share"] <= 1
+    assert not m["tasks"], m["tasks"]
+' "$B/report.json" "$B/diff/config.json"
+    expect_ok "tokenize for compare --tokens" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/ds" \
+        --documents line --val-fraction 0.1 --quiet
+    expect_ok "compare --tokens" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 --tokens "$S/ds" \
+        --out "$S/bpe_tokens"
+    check "its runs trained on the dataset" test -f "$S/bpe_tokens/diff/tokenizer.json"
+    expect_fail "--tasks with a tokenizer" "--tasks recall: the synthetic tasks are byte sequences" \
+        "$DT" compare --quick --tasks recall --tokenizer "$S/tok" --data "$CORPUS" --out "$S/x"
+    expect_fail "--needle with --tokens" "--needle: the needle set is made from text" \
+        "$DT" compare --quick --needle --tokens "$S/ds" --out "$S/x"
+    expect_fail "--tokenizer with --tokens" "--tokenizer: the token dataset" \
+        "$DT" compare --quick --tokenizer "$S/tok" --tokens "$S/ds" --out "$S/x"
+    expect_fail "a missing tokenizer" "nowhere" \
+        "$DT" compare --quick --tokenizer "$S/nowhere" --data "$CORPUS" --out "$S/x"
 fi
 
 # ---------------------------------------------------------------- refusals

@@ -138,6 +138,21 @@ expect_ok "train with a bare tokenizer.json" "$DT" train --data "$CORPUS" --toke
 out_has "a tokenizer_config.json is written for AutoTokenizer" "$S/m3/tokenizer_config.json" \
     '"tokenizer_class":[[:space:]]*"PreTrainedTokenizerFast"'
 
+# AutoTokenizer.from_pretrained (transformers.js, a test reference from npm) loads what difftrans
+# writes — a trained tokenizer, a model checkpoint, an exported sharded copy — and encodes and
+# decodes hard strings exactly as difftrans does
+TOKREF=$(dirname "$S")/tokref/node_modules
+if [ -d "$TOKREF/@huggingface/transformers" ] && command -v node >/dev/null 2>&1; then
+    expect_ok "tokenizer train for AutoTokenizer" "$DT" tokenizer train --data "$CORPUS" --vocab-size 400 \
+        --out "$S/tok_trained" --quiet
+    expect_ok "AutoTokenizer.from_pretrained: the same ids and text as difftrans" node "$HERE/tokenizer/autotokenizer.mjs" \
+        "$TOKREF" "$DT" "$S/tok_trained" "$S/m"
+    out_has "both directories checked" "$S/last.out" "tok_trained: AutoTokenizer.from_pretrained loads it" \
+        "/m: AutoTokenizer.from_pretrained loads it"
+else
+    echo "SKIPPED: AutoTokenizer check (transformers.js from npm is not installed in $TOKREF, or no node)"
+fi
+
 # generation stops at an EOS id: make the third greedy token an end of sequence (with an id the
 # model never produces beside it, as generation_config.json lists may)
 third=$(cut -d' ' -f3 "$S/ids_a.txt")
@@ -151,6 +166,8 @@ check "the ids up to the first EOS, then nothing" test "$(tr -s ' \n' ' ' <"$S/l
 # saved, sharded, reloaded: the same tokens
 expect_ok "export --max-shard-size" "$DT" export "$S/m" "$S/m_sh" --max-shard-size 20KB
 check "sharded, with the tokenizer" test -f "$S/m_sh/model.safetensors.index.json" -a -f "$S/m_sh/tokenizer.json"
+check "export carries tokenizer.json and tokenizer_config.json unchanged (what AutoTokenizer loaded)" \
+    sh -c 'cmp "$1/tokenizer.json" "$2/tokenizer.json" && cmp "$1/tokenizer_config.json" "$2/tokenizer_config.json"' sh "$S/m" "$S/m_sh"
 expect_ok "generate from the sharded copy" "$DT" generate "$S/m_sh" --prompt "The GNU" -n 12 --temperature 0 --print-ids
 check "the sharded copy generates the same tokens" cmp "$S/last.out" "$S/ids_a.txt"
 

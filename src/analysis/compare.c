@@ -213,7 +213,9 @@ static int train_job(pool *pl, int j) {
     job *jb = &pl->jobs[j];
     dt_train_options t;
     dt_train_defaults(&t);
-    t.data_path = pl->train_path;
+    t.data_path = o->tokens ? NULL : pl->train_path;
+    t.tokens_path = o->tokens;
+    t.tokenizer_path = o->tokenizer;
     t.out_dir = jb->dir;
     t.cfg = jb->cfg;
     t.steps = o->steps;
@@ -358,7 +360,16 @@ static int run_dir(char *out, size_t cap, const cmp_options *o, const char *key,
 /* ---------------------------------------------------------------- the run */
 
 static int check(const cmp_options *o, dt_config *cfgs, dt_error *err) {
-    if (!o->data) return dt_fail(err, "data: a training text file is required");
+    if (!o->data && !o->tokens) return dt_fail(err, "data: a training text file (or a token dataset) is required");
+    if (o->data && o->tokens) return dt_fail(err, "data and tokens: give one of them");
+    if (o->tokens && o->tokenizer)
+        return dt_fail(err, "tokenizer: a token dataset brings its own (%s/tokenizer.json)", o->tokens);
+    if ((o->tokens || o->tokenizer) && o->tasks)
+        return dt_fail(err, "tasks: the synthetic tasks are byte sequences, trained and scored on byte-level models "
+                            "only; with a real vocabulary (%s) give no tasks", o->tokens ? o->tokens : o->tokenizer);
+    if (o->tokens && o->needle)
+        return dt_fail(err, "needle: the needle set is made from text; with a token dataset (%s) give the text and its "
+                            "tokenizer instead", o->tokens);
     if (!o->out) return dt_fail(err, "out: a report directory is required");
     if (o->steps < 1 || o->batch < 1 || o->seq < 2) return dt_fail(err, "steps, batch (≥ 1) and seq (≥ 2) are required");
     if (!(o->lr > 0) || !isfinite(o->lr)) return dt_fail(err, "lr %g: must be a positive number", (double)o->lr);
@@ -386,6 +397,47 @@ static int check(const cmp_options *o, dt_config *cfgs, dt_error *err) {
     return 0;
 }
 
+/* The training text as the models read it, *n_train of it the training part and the rest the
+ * held-out tail dt_train validates on: bytes, the text through the tokenizer, or the token
+ * dataset's train split followed by its val split. */
+static int load_training_tokens(const cmp_options *o, const char *train_path, int **tok, size_t *n, size_t *n_train,
+                                dt_error *err) {
+    dt_train_options defaults;
+    dt_train_defaults(&defaults);
+    if (o->tokens) {
+        int *train = NULL, *val = NULL;
+        size_t nt = 0, nv = 0;
+        if (dt_tokens_load(o->tokens, "train", INT32_MAX, &train, &nt, err) != 0) return -1;
+        if (dt_tokens_load(o->tokens, "val", INT32_MAX, &val, &nv, err) != 0) {
+            free(train);
+            return -1;
+        }
+        int *all = realloc(train, (nt + nv + 1) * sizeof *all);
+        if (!all) {
+            free(train);
+            free(val);
+            return dt_fail(err, "%s: out of memory for %zu tokens", o->tokens, nt + nv);
+        }
+        if (nv) memcpy(all + nt, val, nv * sizeof *all);
+        free(val);
+        *tok = all;
+        *n = nt + nv;
+        *n_train = nt;
+        return 0;
+    }
+    if (o->tokenizer) {
+        dt_tok *t = NULL;
+        size_t bytes = 0;
+        if (dt_tok_load(&t, o->tokenizer, err) != 0) return -1;
+        int rc = dt_text_encode(t, train_path, tok, n, &bytes, err);
+        dt_tok_free(t);
+        if (rc != 0) return -1;
+    } else if (dt_text_load(train_path, tok, n, err) != 0)
+        return -1;
+    *n_train = dt_train_split(*n, defaults.val_fraction);
+    return 0;
+}
+
 /* cmp_run after the checks, with the progress state and the job table allocated. */
 static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p, job *jobs, dt_error *err) {
     const int n_main = o->n_variants * o->seeds;
@@ -394,7 +446,7 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
 
     /* the training text: the data, plus the needle set's training samples with needle */
     char needle_dir[4200], needle_train[4300], train_txt[4200];
-    const char *train_path = o->data;
+    const char *train_path = o->data ? o->data : o->tokens;
     needle_testset ts = {0};
     needle_params np = {0};
     if (o->needle) {
@@ -418,20 +470,21 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
     }
 
     /* the held-out tail (dt_train's validation split) for the analyses, and the task filler (the training part) */
-    if (dt_text_load(train_path, &tok, &n, err) != 0) {
+    size_t n_train = 0;
+    if (load_training_tokens(o, train_path, &tok, &n, &n_train, err) != 0) {
         needle_testset_free(&ts);
         return -1;
     }
-    dt_train_options defaults;
-    dt_train_defaults(&defaults);
-    const size_t n_train = dt_train_split(n, defaults.val_fraction), tail = n - n_train;
+    const size_t tail = n - n_train;
     unsigned char *filler = malloc(n_train ? n_train : 1);
     rp_model *runs = calloc((size_t)n_main, sizeof *runs);
     int rc = 0;
-    if (!filler || !runs) rc = dt_fail(err, "out of memory for %zu bytes of training text", n);
+    if (!filler || !runs) rc = dt_fail(err, "out of memory for %zu tokens of training text", n);
     else if (tail < (size_t)o->seq + 1)
-        rc = dt_fail(err, "%s: the held-out tail is %zu bytes, fewer than seq + 1 = %d", train_path, tail, o->seq + 1);
-    for (size_t i = 0; rc == 0 && i < n_train; i++) filler[i] = (unsigned char)tok[i];
+        rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
+                     tail, o->seq + 1);
+    /* the tasks' filler is bytes (tasks run on byte-level models only) */
+    for (size_t i = 0; rc == 0 && o->tasks && i < n_train; i++) filler[i] = (unsigned char)tok[i];
     const tk_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = TK_MAX_PAIRS, .filler = filler,
                         .filler_n = n_train};
 
@@ -488,9 +541,9 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
         }
 
     /* scaling: DIFF and its baseline at the other sizes, first seed, same budget and mix */
-    rp_report r = {.command = o->command, .seed = o->seed, .preset = o->preset, .data = o->data,
+    rp_report r = {.command = o->command, .seed = o->seed, .preset = o->preset, .data = o->data ? o->data : o->tokens,
                    .train_text = train_path, .needle_dir = o->needle ? needle_dir : NULL, .steps = o->steps,
-                   .batch = o->batch, .seq = o->seq, .heldout_bytes = tail, .windows = windows,
+                   .batch = o->batch, .seq = o->seq, .heldout_bytes = tail, .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
                    .needle_context = np.contexts[0], .needle_needles = np.needles, .needle_queries = np.queries,
                    .tasks = o->tasks, .task_ratio = o->task_ratio, .n_variants = o->n_variants, .n_seeds = o->seeds,
                    .runs = runs, .diff = -1, .base = -1};
@@ -534,11 +587,20 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
 int cmp_run(const cmp_options *o, dt_error *err) {
     dt_config cfgs[RP_MAX_VARIANTS];
     if (check(o, cfgs, err) != 0) return -1;
-    int *tok = NULL;
-    size_t n = 0;
-    if (dt_text_load(o->data, &tok, &n, err) != 0) return -1;
-    free(tok);
-    tok = NULL;
+    if (o->tokens) {
+        dt_tokens_summary ts;
+        if (dt_tokens_info(o->tokens, &ts, err) != 0) return -1;
+    } else {
+        int *tok = NULL;
+        size_t n = 0;
+        if (dt_text_load(o->data, &tok, &n, err) != 0) return -1;
+        free(tok);
+    }
+    if (o->tokenizer) {
+        dt_tok *t = NULL;
+        if (dt_tok_load(&t, o->tokenizer, err) != 0) return -1;
+        dt_tok_free(t);
+    }
     if (make_dir(o->out, err) != 0) return -1;
 
     const int n_main = o->n_variants * o->seeds, n_jobs = n_main + 2 * o->n_sizes;

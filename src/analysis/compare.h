@@ -20,6 +20,10 @@ typedef void (*cmp_progress_fn)(void *ctx, double done, double total, double eta
 
 typedef struct {
     const char *data, *out;     /* training text; report directory (created) */
+    const char *tokenizer;      /* with data: a tokenizer.json (or its directory) every run reads the text
+                                   with (the models' vocabulary is its); NULL: bytes */
+    const char *tokens;         /* instead of data: a token dataset (`difftrans tokenize`): its train split
+                                   trains, its val split is the held-out text of the analyses */
     const char *command;        /* the command line recorded in the report */
     const char *preset;         /* the DIFF preset every variant starts from */
     int steps, batch, seq;
@@ -51,6 +55,8 @@ int cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_
 const char *cmp_variant_names(void);
 
 /* Checks the options (data readable, sizes fit) before anything is trained, then runs everything
- * and writes out/REPORT.md, out/report.json and out/plots. */
+ * and writes out/REPORT.md, out/report.json and out/plots. With a real vocabulary (tokenizer or
+ * tokens) the synthetic tasks, which are byte sequences, are refused (tasks must be 0), the needle
+ * set is read through the tokenizer and needs the text (data, not tokens). */
 int cmp_run(const cmp_options *o, dt_error *err);
 #endif

