@@ -16,8 +16,9 @@
  * fused backward ACCUMULATES; outputs and scratch start as NaN so that anything read before it is
  * written shows up; scratch is allocated at exactly flash_attention_scratch_floats(s, threads);
  * dout is checked to be unchanged; NULL gradient outputs are left alone. Every case runs the
- * fused kernel with 1 and with 2 OpenMP threads, and the two runs are also compared, on every
- * kernel path this CPU supports (portable, AVX2, AVX-512: layers/kernels.h).
+ * fused kernel with 1 and with 2 OpenMP threads (up to 4 in test_more_threads_than_groups, where
+ * the backward splits query blocks over threads), and the runs are also compared with the
+ * 1-thread one, on every kernel path this CPU supports (portable, AVX2, AVX-512: layers/kernels.h).
  * Each test prints its worst error/tolerance ratio (the margin left); FA_VERBOSE=1 prints them
  * all. */
 #include <math.h>
@@ -56,6 +57,9 @@ static float max_diff(const float *a, const float *b, size_t n) {
     }
     return m;
 }
+
+/* run_case_with runs every case on 1 .. this many OpenMP threads */
+static int max_threads_tested = 2;
 
 /* worst err / tol seen, forward and backward, printed by each test (how much margin is left) */
 static double worst_fwd, worst_bwd;
@@ -221,7 +225,7 @@ static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
     const dt_kernels *kern = kernels_for((dt_isa)isa);
     if (!kern) continue;
     float *keep_out = NULL, *keep_dq = NULL, *keep_dk = NULL, *keep_dv = NULL;
-    for (int threads = 1; threads <= 2; threads++) {
+    for (int threads = 1; threads <= max_threads_tested; threads++) {
         char lab[300];
         snprintf(lab, sizeof lab, "%s [%s, %d thread%s]", label, dt_isa_name((dt_isa)isa), threads,
                  threads > 1 ? "s" : "");
@@ -277,16 +281,16 @@ static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
             assert_memory_equal(dsub, dsub0, w2 * sizeof(float));
         }
 
-        /* 1 and 2 threads agree with each other to the same tolerance */
+        /* 1 and more threads agree with each other to the same tolerance */
         if (threads == 1) {
             keep_out = fcopy(out, nq), keep_dq = fcopy(dq, nq), keep_dk = fcopy(dk, nk), keep_dv = fcopy(dv, nk);
         } else {
-            check_forward_tensor("out (1 vs 2 threads)", lab, out, keep_out, nq);
+            check_forward_tensor("out (vs 1 thread)", lab, out, keep_out, nq);
             if (!no_qk) {
-                check_grad("dq (1 vs 2 threads)", lab, dq, keep_dq, dq0, nq);
-                check_grad("dk (1 vs 2 threads)", lab, dk, keep_dk, dk0, nk);
+                check_grad("dq (vs 1 thread)", lab, dq, keep_dq, dq0, nq);
+                check_grad("dk (vs 1 thread)", lab, dk, keep_dk, dk0, nk);
             }
-            if (!no_v) check_grad("dv (1 vs 2 threads)", lab, dv, keep_dv, dv0, nk);
+            if (!no_v) check_grad("dv (vs 1 thread)", lab, dv, keep_dv, dv0, nk);
         }
         free(scratch), free(out), free(lse), free(o12), free(pre), free(rstd);
         free(dq), free(dk), free(dv), free(dsub);
@@ -460,12 +464,47 @@ static void test_long(void **state) {
     report_margin(__func__);
 }
 
-/* scratch is per thread and tile-sized: it does not grow with T */
-static void test_scratch_independent_of_T(void **state) {
+/* Fewer (batch, ownership group) tasks than threads: the backward splits each group's query
+ * blocks over threads, with private dK/dV rows added up afterwards. Groups per batch row: the
+ * baseline's kv heads, DIFF's KV/2 (KV even) or 1 (KV odd). Run on 1..4 threads, so 2, 3 and 4
+ * parts and uneven splits (3 threads over 2 tasks: 1 part each) all occur, with T across several
+ * query blocks of 96 and one that is not a multiple of it. */
+static void test_more_threads_than_groups(void **state) {
+    (void)state;
+    const fcase cases[] = {
+        {1, 300, 4, 1, 32, 0, 0, 0, 0, 1.0f, 0},         /* baseline, 1 group: up to 4 parts */
+        {1, 383, 4, 2, 16, 0, 0, 0, 0, 2.0f, 0},         /* baseline GQA, 2 groups, peaky */
+        {1, 300, 4, 2, 32, 1, 1, 0.8f, 0.5f, 1.0f, 0},   /* DIFF KV even: 1 group (kv heads 0, 1) */
+        {1, 289, 8, 4, 16, 1, 1, 0.7f, 0.3f, 1.5f, 0},   /* DIFF KV 4: 2 groups of kv heads {g, g + 2} */
+        {2, 200, 6, 3, 8, 1, 0, 0.6f, 0.4f, 1.0f, 0},    /* DIFF KV odd: 1 group per batch row, B = 2 */
+        {1, 200, 2, 1, 16, 1, 1, 0.8f, 0.8f, 1.0f, 1},   /* only dv wanted */
+        {1, 200, 2, 1, 16, 0, 0, 0, 0, 1.0f, 2},         /* only dq, dk wanted */
+        {1, 50, 2, 1, 16, 1, 1, 0.8f, 0.8f, 1.0f, 0},    /* one query block: nothing to split */
+    };
+    max_threads_tested = 4;
+    run_cases(cases, (int)(sizeof cases / sizeof cases[0]), 83);
+    static const struct {
+        fcase c;
+        fablation a;
+    } ablated[] = {
+        {{1, 300, 4, 1, 16, 0, 0, 0, 0, 1.0f, 0}, {1, 1, 0}},
+        {{1, 300, 4, 2, 16, 1, 0, 0.8f, 0.3f, 1.0f, 0}, {1, 1, 1}},
+    };
+    for (size_t i = 0; i < sizeof ablated / sizeof ablated[0]; i++)
+        run_case_with(&ablated[i].c, &ablated[i].a, 89 + 7919u * i);
+    max_threads_tested = 2;
+    report_margin(__func__);
+}
+
+/* Scratch: per thread and tile-sized, the same for every T, while a batch row has at least as
+ * many ownership groups as threads; with more threads than groups, plus one private [2, T,
+ * group width] slot of dK/dV rows per thread, i.e. exactly linear in T. */
+static void test_scratch_size(void **state) {
     (void)state;
     for (int diff = 0; diff <= 1; diff++)
         for (int hd = 32; hd <= 128; hd *= 2) {
-            attention_shape s = {.B = 8, .T = 8192, .H = 8, .KV = 2, .hd = hd, .diff = diff, .lambda = 0.8f,
+            /* baseline: 4 groups (kv heads) ≥ 2 threads; DIFF with KV 4: 2 groups ≥ 2 threads */
+            attention_shape s = {.B = 8, .T = 8192, .H = 8, .KV = 4, .hd = hd, .diff = diff, .lambda = 0.8f,
                                  .lambda_init = 0.8f, .eps = 1e-5f, .subln = NULL};
             size_t n8192 = flash_attention_scratch_floats(&s, 2);
             s.T = 1;
@@ -474,8 +513,21 @@ static void test_scratch_independent_of_T(void **state) {
             size_t nbig = flash_attention_scratch_floats(&s, 2);
             assert_true(n8192 == n1 && nbig == n1);
             assert_true(n8192 * sizeof(float) < 8u * 1024 * 1024);
-            assert_true(flash_attention_scratch_floats(&s, 4) >= 2 * flash_attention_scratch_floats(&s, 2) - 16);
+            /* 8 threads > the groups: the slots, 2·T rows of the group's width per thread */
+            const size_t width = (size_t)hd * (diff ? 2 : 1); /* DIFF, KV even: kv heads g, g + KV/2 */
+            s.T = 1000;
+            size_t a = flash_attention_scratch_floats(&s, 8);
+            s.T = 2000;
+            size_t b = flash_attention_scratch_floats(&s, 8);
+            assert_true(b - a == 8 * 2 * 1000 * width);
+            s.T = 1;
+            assert_true(flash_attention_scratch_floats(&s, 8) >= 4 * n1);
         }
+    /* DIFF with KV odd: one group per batch row, so any 2 threads get slots as wide as every kv head */
+    attention_shape s = {.B = 8, .T = 1000, .H = 6, .KV = 3, .hd = 16, .diff = 1};
+    size_t a = flash_attention_scratch_floats(&s, 2);
+    s.T = 2000;
+    assert_true(flash_attention_scratch_floats(&s, 2) - a == 2 * 2 * 1000 * 3 * 16);
 }
 
 int main(void) {
@@ -484,7 +536,8 @@ int main(void) {
         cmocka_unit_test(test_base_gqa_peaky), cmocka_unit_test(test_diff_small),
         cmocka_unit_test(test_diff_gqa_peaky), cmocka_unit_test(test_tile_boundaries),
         cmocka_unit_test(test_null_grads),     cmocka_unit_test(test_ablations),
-        cmocka_unit_test(test_long),           cmocka_unit_test(test_scratch_independent_of_T),
+        cmocka_unit_test(test_long),           cmocka_unit_test(test_more_threads_than_groups),
+        cmocka_unit_test(test_scratch_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

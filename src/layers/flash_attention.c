@@ -4,7 +4,8 @@
  * Same results as the reference kernel in attention.c up to float rounding (layers.h has the
  * contract; tests/test_flash_attention.c the comparison). Memory: besides the caller's tensors,
  * only `scratch`, which holds per thread a few BK × BQ and BQ × hd tiles
- * (flash_attention_scratch_floats); nothing depends on T.
+ * (flash_attention_scratch_floats); nothing depends on T, except the backward's private dK/dV
+ * rows when a batch row has fewer ownership groups than threads (see the parallel schemes).
  *
  * Ablations (attention_shape): ALiBi biases a raw score tile in place before its softmax
  * (alibi_tile), so the online softmax and the probabilities of the backward see biased scores
@@ -62,8 +63,16 @@
  *     task, a query block's dq is summed over its key tiles in scratch and added to dq once.
  *     dλ and dsubln are sums over all tasks: each thread adds into its own partial in scratch,
  *     and the partials are added up in thread order after the parallel loop (static schedule:
- *     deterministic for a given thread count). Tasks are all the same size; with fewer tasks
- *     than threads (B = 1 and one group) the backward runs on one thread.
+ *     deterministic for a given thread count). Tasks are all the same size.
+ *     With fewer (b, group) tasks than threads (B·groups < threads: B = 1 with few kv heads), each
+ *     task's query blocks are split into P = min(threads ÷ tasks, query blocks) parts, dealt out
+ *     in rounds of P taken in alternating directions (0..P−1, then P−1..0, ...), which balances
+ *     the parts since block qt visits qt + 1 key tiles' worth of keys. A part owns dq of its
+ *     query blocks; its dk, dv go into a private zeroed slot of the group's columns
+ *     ([2, T, width], after the threads' tiles in scratch), and after the parallel loop the
+ *     slots of each group are added into dk, dv row by row in part order (deterministic for a
+ *     given thread count). Only then does scratch grow with T: by threads × 2·T·width floats,
+ *     allocated when threads > groups (B = 1 would need them).
  * The kernels run on omp_get_max_threads() threads (they must not be called from inside a
  * parallel region), so scratch must be sized for at least that many.
  */
@@ -71,7 +80,9 @@
 #include "layers/kernels.h"
 
 size_t flash_attention_scratch_floats(const attention_shape *s, int threads) {
-    return (size_t)(threads > 0 ? threads : 1) * per_thread_floats(s);
+    const size_t n = (size_t)(threads > 0 ? threads : 1);
+    /* one private dK/dV slot per thread when a batch row has fewer ownership groups than threads */
+    return n * per_thread_floats(s) + (threads > bwd_groups(s) ? n * bwd_slot_floats(s) : 0);
 }
 
 void flash_attention_forward(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,

@@ -592,16 +592,47 @@ typedef struct {
     float scale;
 } bwd_ctx;
 
-/* baseline: all query heads of kv head g, batch b (the task owns dq of those heads, dk/dv of g) */
-static void bwd_base_task(const bwd_ctx *x, int b, int g, float *ws) {
+/* Where a backward task adds dk and dv: kv head h's columns start at dk + ((h − base) / div)·hd,
+ * rows ld floats apart. Either dk, dv themselves (batch b's rows; base 0, div 1, ld KV·hd) or a
+ * split task's private slot holding only its group's columns (flash_attention.c). */
+typedef struct {
+    float *dk, *dv; /* NULL when that gradient is not wanted */
+    int ld, base, div;
+} kv_dst;
+
+static float *kv_col(float *p, const kv_dst *d, int h, int hd) {
+    return p ? p + (size_t)((h - d->base) / d->div) * hd : NULL;
+}
+
+/* the destination of task (b, group g): dk/dv, or (split) the private slot, zeroed by the caller */
+static kv_dst task_dst(const bwd_ctx *x, int b, int g, float *slot) {
+    const attention_shape *s = x->s;
+    if (!slot) {
+        const size_t o = (size_t)b * s->T * x->ldk;
+        return (kv_dst){x->dk ? x->dk + o : NULL, x->dv ? x->dv + o : NULL, x->ldk, 0, 1};
+    }
+    const size_t half = (size_t)s->T * bwd_group_width(s);
+    kv_dst d = {x->dk ? slot : NULL, x->dv ? slot + half : NULL, bwd_group_width(s), g, 1};
+    if (s->diff && s->KV % 2 == 0) d.div = s->KV / 2; /* kv heads g and g + KV/2 */
+    else if (s->diff) d.base = 0;                    /* KV odd: every kv head */
+    return d;
+}
+
+/* The n-th query block of part p of `parts`: rounds of `parts` blocks, taken in alternating
+ * directions so that the parts' work (block qt sees qt + 1 blocks of keys) is balanced. */
+static int part_block(int n, int p, int parts) { return n * parts + (n % 2 ? parts - 1 - p : p); }
+
+/* baseline: all query heads of kv head g, batch b, query blocks of part p (the task owns dq of
+ * those heads and blocks; it adds dk/dv of g into d) */
+static void bwd_base_task(const bwd_ctx *x, int b, int g, int p, int parts, const kv_dst *d, float *ws) {
     float *const ws0 = ws;
     const attention_shape *s = x->s;
     const int T = s->T, H = s->H, hd = s->hd, ldq = x->ldq, ldk = x->ldk, G = x->G;
     const float scale = x->scale;
     const float *kg = x->k + (size_t)b * T * ldk + (size_t)g * hd;
     const float *vg = x->v + (size_t)b * T * ldk + (size_t)g * hd;
-    float *dkg = x->dk ? x->dk + (size_t)b * T * ldk + (size_t)g * hd : NULL;
-    float *dvg = x->dv ? x->dv + (size_t)b * T * ldk + (size_t)g * hd : NULL;
+    float *dkg = kv_col(d->dk, d, g, hd), *dvg = kv_col(d->dv, d, g, hd);
+    const ptrdiff_t ldd = d->ld;
     const int need_ds = x->dq || x->dk;
     const size_t th = (size_t)BQ * hd;
     float *Qt = take(&ws, th), *dOt = take(&ws, th), *Qp = take(&ws, th), *dOp = take(&ws, th);
@@ -611,7 +642,9 @@ static void bwd_base_task(const bwd_ctx *x, int b, int g, float *ws) {
     assert(ws <= ws0 + per_thread_floats(s) - PARTIALS(2 * hd));
 
     for (int i = g * G; i < (g + 1) * G; i++) {
-        for (int qt = 0; qt < ntiles(T); qt++) {
+        for (int n = 0; n * parts < ntiles(T); n++) {
+            const int qt = part_block(n, p, parts);
+            if (qt >= ntiles(T)) continue;
             const int q0 = qt * BQ, nq = T - q0 < BQ ? T - q0 : BQ, nqv = (nq + VW - 1) & ~(VW - 1);
             const size_t qo = ((size_t)b * T + q0) * ldq + (size_t)i * hd;
             const float *qi = x->q + qo, *doi = x->dout + qo, *oi = x->out + qo;
@@ -627,14 +660,14 @@ static void bwd_base_task(const bwd_ctx *x, int b, int g, float *ws) {
             if (x->dq) memset(dQ, 0, sizeof(float) * (size_t)nq * hd);
             for (int kt = 0; kt * BK < q0 + nq; kt++) {
                 const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
-                const size_t ko = (size_t)k0 * ldk;
+                const size_t ko = (size_t)k0 * ldk, kd = (size_t)k0 * ldd;
                 pack_rows(Kp, kg + ko, ldk, nk, hd);
                 prefetch_tile(kg, ldk, k0 + BK, q0 + nq, hd);
                 if (need_ds) prefetch_tile(vg, ldk, k0 + BK, q0 + nq, hd);
                 mm(St, BQ, Kp, hd, 1, Qt, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
                 scores_probs_tile(St, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[i] : 0.0f, ls);
                 /* dv_g += Pᵀ·dO_i */
-                if (dvg) mm(dvg + ko, ldk, St, BQ, 1, dOp, hd, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
+                if (dvg) mm(dvg + kd, ldd, St, BQ, 1, dOp, hd, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
                 if (!need_ds) continue;
                 /* dPᵀ = v_g·dO_iᵀ, then dSᵀ = Pᵀ ⊙ (dPᵀ − δ) */
                 pack_rows(Vp, vg + ko, ldk, nk, hd);
@@ -643,7 +676,7 @@ static void bwd_base_task(const bwd_ctx *x, int b, int g, float *ws) {
                 /* S = scale·q·kᵀ: dq_i += scale·dS·k_g (summed over key tiles in dQ first),
                  * dk_g += scale·dSᵀ·q_i */
                 if (x->dq) mm(dQ, hd, dPt, 1, BQ, Kp, hd, nq, hd, nk, 1.0f, 1, CZ_KHI, q0 - k0);
-                if (dkg) mm(dkg + ko, ldk, dPt, BQ, 1, Qp, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
+                if (dkg) mm(dkg + kd, ldd, dPt, BQ, 1, Qp, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
             }
             if (x->dq)
                 for (int r = 0; r < nq; r++) axpy_row(x->dq + qo + (size_t)r * ldq, scale, dQ + (size_t)r * hd, hd);
@@ -651,8 +684,10 @@ static void bwd_base_task(const bwd_ctx *x, int b, int g, float *ws) {
     }
 }
 
-/* DIFF: differential heads [j0, j1) of batch b, closed over their kv heads (see the header) */
-static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, double *dl, float *dsub) {
+/* DIFF: differential heads [j0, j1) of batch b, closed over their kv heads (see the header), query
+ * blocks of part p; dk/dv go into d */
+static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int parts, const kv_dst *d, float *ws,
+                          double *dl, float *dsub) {
     float *const ws0 = ws;
     const attention_shape *s = x->s;
     const int T = s->T, H = s->H, hd = s->hd, ldq = x->ldq, ldk = x->ldk, G = x->G, Hd = H / 2, w2 = 2 * hd;
@@ -674,10 +709,13 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
         const size_t kvo = (size_t)b * T * ldk;
         const float *ka = x->k + kvo + (size_t)ga * hd, *kb = x->k + kvo + (size_t)gb * hd;
         const float *va = x->v + kvo + (size_t)ga * hd, *vb = x->v + kvo + (size_t)gb * hd;
-        float *dka = x->dk ? x->dk + kvo + (size_t)ga * hd : NULL, *dkb = x->dk ? x->dk + kvo + (size_t)gb * hd : NULL;
-        float *dva = x->dv ? x->dv + kvo + (size_t)ga * hd : NULL, *dvb = x->dv ? x->dv + kvo + (size_t)gb * hd : NULL;
+        float *dka = kv_col(d->dk, d, ga, hd), *dkb = kv_col(d->dk, d, gb, hd);
+        float *dva = kv_col(d->dv, d, ga, hd), *dvb = kv_col(d->dv, d, gb, hd);
+        const ptrdiff_t ldd = d->ld;
         float *Kb = ga == gb ? Ka : Kb0;
-        for (int qt = 0; qt < ntiles(T); qt++) {
+        for (int n = 0; n * parts < ntiles(T); n++) {
+            const int qt = part_block(n, p, parts);
+            if (qt >= ntiles(T)) continue;
             const int q0 = qt * BQ, nq = T - q0 < BQ ? T - q0 : BQ, nqv = (nq + VW - 1) & ~(VW - 1);
             const size_t qo = ((size_t)b * T + q0) * ldq + (size_t)j * hd;
             const float *q1 = x->q + qo, *q2 = q1 + (size_t)Hd * hd;
@@ -730,7 +768,7 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
             }
             for (int kt = 0; kt * BK < q0 + nq; kt++) {
                 const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
-                const size_t ko = (size_t)k0 * ldk;
+                const size_t kd = (size_t)k0 * ldd;
                 load_diff_kv_tile(Ka, Kb, Vj, ka, kb, va, vb, gb == ga, ldk, hd, k0, nk, q0 + nq);
                 mm(S1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
                 mm(S2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
@@ -746,8 +784,8 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
                             size_t o = (size_t)c * BQ + r;
                             vst(Dt + o, vld(S1 + o) - vl * vld(S2 + o));
                         }
-                    mm(dva + ko, ldk, Dt, BQ, 1, dU, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
-                    mm(dvb + ko, ldk, Dt, BQ, 1, dU + hd, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
+                    mm(dva + kd, ldd, Dt, BQ, 1, dU, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
+                    mm(dvb + kd, ldd, Dt, BQ, 1, dU + hd, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
                 }
                 if (!need_ds) continue;
                 /* dS1 = P1 ⊙ (dP − dU·o1); dS2 = −λ·P2 ⊙ (dP − dU·o2) — written over P1, P2 */
@@ -758,8 +796,8 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
                     mm(dQ2, hd, S2, 1, BQ, Kb, hd, nq, hd, nk, 1.0f, 1, CZ_KHI, q0 - k0);
                 }
                 if (dka) {
-                    mm(dka + ko, ldk, S1, BQ, 1, Q1p, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
-                    mm(dkb + ko, ldk, S2, BQ, 1, Q2p, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
+                    mm(dka + kd, ldd, S1, BQ, 1, Q1p, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
+                    mm(dkb + kd, ldd, S2, BQ, 1, Q2p, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
                 }
             }
             if (x->dq)
@@ -770,6 +808,37 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, float *ws, do
                 }
         }
     }
+}
+
+/* Split tasks (parts > 1): each group's private slots, added into dk and dv row by row in part
+ * order. Called by every thread of the team after the tasks (an orphaned worksharing loop). */
+static void add_slots(const bwd_ctx *x, float *slots, int ntask, int parts) {
+    const attention_shape *s = x->s;
+    const int T = s->T, hd = s->hd, groups = bwd_groups(s), width = bwd_group_width(s);
+    const size_t slot = bwd_slot_floats(s), half = (size_t)T * width;
+#pragma omp for schedule(static)
+    for (long r = 0; r < (long)ntask * T; r++) {
+        const int bg = (int)(r / T), row = (int)(r % T), b = bg / groups;
+        const kv_dst d = task_dst(x, b, bg % groups, slots); /* for its column map */
+        for (int c = 0; c < width; c += hd) {
+            const size_t at = ((size_t)b * T + row) * x->ldk + (size_t)(d.base + c / hd * d.div) * hd;
+            for (int p = 0; p < parts; p++) {
+                const float *src = slots + ((size_t)bg * parts + p) * slot + (size_t)row * width + c;
+                if (x->dk) axpy_row(x->dk + at, 1.0f, src, hd);
+                if (x->dv) axpy_row(x->dv + at, 1.0f, src + half, hd);
+            }
+        }
+    }
+}
+
+/* task t of ntask·parts: its destination, with its private slot zeroed when split */
+static kv_dst split_dst(const bwd_ctx *x, int b, int g, int parts, float *slots, int t) {
+    if (parts == 1) return task_dst(x, b, g, NULL);
+    kv_dst d = task_dst(x, b, g, slots + (size_t)t * bwd_slot_floats(x->s));
+    const size_t half = (size_t)x->s->T * bwd_group_width(x->s);
+    if (d.dk) memset(d.dk, 0, sizeof(float) * half);
+    if (d.dv) memset(d.dv, 0, sizeof(float) * half);
+    return d;
 }
 
 void DT_KSFX(flash_attention_backward)(float *dq, float *dk, float *dv, float *dlambda, float *dsubln, const float *dout,
@@ -784,24 +853,35 @@ void DT_KSFX(flash_attention_backward)(float *dq, float *dk, float *dv, float *d
                  .ldk = s->KV * s->hd, .scale = attn_scale(s->hd)};
     const size_t pt = per_thread_floats(s);
     const int w2 = 2 * s->hd;
+    /* fewer (b, group) tasks than threads: split each task's query blocks into parts (flash_attention.c) */
+    const int max_threads = omp_get_max_threads(), groups = bwd_groups(s), ntask = s->B * groups;
+    int parts = ntask < max_threads ? max_threads / ntask : 1;
+    if (parts > ntiles(s->T)) parts = ntiles(s->T);
+    const int nwork = ntask * parts;
+    float *slots = scratch + (size_t)max_threads * pt; /* sized by flash_attention_scratch_floats */
 
     if (!s->diff) {
         if (!dq && !dk && !dv) return;
-        const int ntask = s->B * s->KV;
 #pragma omp parallel
         {
             float *ws = scratch + (size_t)omp_get_thread_num() * pt;
             const double t0 = s->busy ? omp_get_wtime() : 0.0;
 #pragma omp for schedule(static) nowait
-            for (int t = 0; t < ntask; t++) bwd_base_task(&x, t / s->KV, t % s->KV, ws + PARTIALS(w2));
+            for (int t = 0; t < nwork; t++) {
+                const int bg = t / parts, b = bg / groups, g = bg % groups;
+                const kv_dst d = split_dst(&x, b, g, parts, slots, t);
+                bwd_base_task(&x, b, g, t % parts, parts, &d, ws + PARTIALS(w2));
+            }
+            if (parts > 1) {
+#pragma omp barrier
+                add_slots(&x, slots, ntask, parts);
+            }
             add_busy(s->busy, t0);
         }
         return;
     }
 
-    const int Hd = s->H / 2;
-    const int groups = s->KV % 2 == 0 ? s->KV / 2 : 1, per_group = Hd / groups;
-    const int ntask = s->B * groups;
+    const int Hd = s->H / 2, per_group = Hd / groups;
     const int want_sub = dsubln && s->subln;
     int nthreads = 1;
 #pragma omp parallel
@@ -815,11 +895,17 @@ void DT_KSFX(flash_attention_backward)(float *dq, float *dk, float *dv, float *d
         const double t0 = s->busy ? omp_get_wtime() : 0.0;
         if (want_sub) memset(dsub, 0, sizeof(float) * w2);
 #pragma omp for schedule(static) nowait
-        for (int t = 0; t < ntask; t++) {
-            int b = t / groups, g = t % groups;
-            bwd_diff_task(&x, b, g * per_group, (g + 1) * per_group, ws + PARTIALS(w2), &dl, want_sub ? dsub : NULL);
+        for (int t = 0; t < nwork; t++) {
+            const int bg = t / parts, b = bg / groups, g = bg % groups;
+            const kv_dst d = split_dst(&x, b, g, parts, slots, t);
+            bwd_diff_task(&x, b, g * per_group, (g + 1) * per_group, t % parts, parts, &d, ws + PARTIALS(w2), &dl,
+                          want_sub ? dsub : NULL);
         }
         memcpy(ws, &dl, sizeof dl);
+        if (parts > 1) {
+#pragma omp barrier
+            add_slots(&x, slots, ntask, parts);
+        }
         add_busy(s->busy, t0);
     }
     /* the threads' partials, added in thread order */

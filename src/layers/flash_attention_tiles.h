@@ -27,4 +27,21 @@ static inline size_t per_thread_floats(const attention_shape *s) {
     return (n + 15) & ~(size_t)15;
 }
 
+/* The backward's ownership groups per batch row (flash_attention.c): the kv heads with every
+ * query head that reads them, closed. */
+static inline int bwd_groups(const attention_shape *s) {
+    return s->diff ? (s->KV % 2 == 0 ? s->KV / 2 : 1) : s->KV;
+}
+/* Row width of one group's dK (and dV) columns: baseline one kv head; DIFF with KV even its two
+ * kv heads g and g + KV/2; DIFF with KV odd every kv head. */
+static inline int bwd_group_width(const attention_shape *s) {
+    return s->hd * (s->diff ? (s->KV % 2 == 0 ? 2 : s->KV) : 1);
+}
+/* Floats of one split task's private dK and dV rows, [2, T, group width] (the backward splits a
+ * group's query blocks over threads when B·groups < threads). */
+static inline size_t bwd_slot_floats(const attention_shape *s) {
+    size_t n = 2 * (size_t)(s->T > 0 ? s->T : 0) * (size_t)bwd_group_width(s);
+    return (n + 15) & ~(size_t)15;
+}
+
 #endif

@@ -119,7 +119,8 @@ void diffv2_combine_backward(float *da, float *dz, const float *dout, const floa
 /* ---- flash_attention.c: the fused kernels (FlashAttention-style online softmax, no [T, T]
  * buffers), tested against the reference kernel above ---- */
 
-/* Floats of scratch the fused kernels need for a shape when run on `threads` OpenMP threads. */
+/* Floats of scratch the fused kernels need for a shape (s->T the longest sequence they will see)
+ * when run on at most `threads` OpenMP threads. */
 size_t flash_attention_scratch_floats(const attention_shape *s, int threads);
 
 /* Same out / pre / rstd as attention_forward, but instead of the maps it saves per query head
