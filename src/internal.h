@@ -53,4 +53,12 @@ int special_ids_add(struct cJSON *root, const dt_special_ids *s);
 /* A whole regular file of at most max_bytes into a NUL-terminated buffer (*len excludes the NUL);
  * `what` names the kind of file in the message for a larger one ("a config"). Free with free(). */
 int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err);
+
+/* model/generate.c: the KV cache's sizes for max_tokens positions: *cells = L·max_tokens·KV·hd
+ * values each of K and V, *scales = L·max_tokens·KV (INT8's per-row scales), *bytes all of them
+ * take; -1 when a product does not fit in size_t (checked before anything is allocated). */
+int kvcache_size(const dt_config *c, int max_tokens, dt_kv_dtype dtype, size_t *cells, size_t *scales, size_t *bytes);
+/* One head's multiply-adds at a decode step over n cached positions, n·hd, in size_t: the
+ * largest context (2^20) times the largest head_dim (4096) overflows int. */
+size_t decode_head_work(int n, int hd);
 #endif

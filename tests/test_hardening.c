@@ -1,7 +1,9 @@
 /* test_hardening.c — the review's findings (issue 11), each with the test that would have caught
  * it: B·T overflow, odd head_dim, a config that lies about the model's size, a train state longer
  * than the old fixed buffer, a metrics write that fails, the caller's options pointing at
- * dt_train's stack, and path truncation. */
+ * dt_train's stack, path truncation, and the decode sizes (n·hd, the KV cache) computed without
+ * overflow. */
+#include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -16,6 +18,7 @@
 #include <cmocka.h>
 
 #include "difftrans.h"
+#include "internal.h"
 #include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -82,6 +85,53 @@ static void test_batch_tokens_capped(void **state) {
     expect_msg(&err, "does not fit the run state");
     assert_int_equal(dt_forward(&m, rs, tokens, tokens, 1, 4, NULL, &err), 0);
     dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
+/* Decoding multiplied n·hd in int for its threading threshold: the longest context validation
+ * accepts (2^20) times the largest head_dim (4096) is 2^32, which wraps int (to 0: no threads).
+ * A real run needs ~16 GB of KV cache, so the computation is tested directly, with the KV cache's
+ * sizes: what validation accepts fits size_t exactly, and past it the cache is refused with a
+ * message before anything is allocated. */
+static void test_decode_sizes_checked(void **state) {
+    (void)state;
+    assert_true(decode_head_work(1 << 20, 4096) == (size_t)1 << 32);
+    assert_true(decode_head_work(INT_MAX, INT_MAX) == (size_t)INT_MAX * (size_t)INT_MAX);
+    assert_true(decode_head_work(3, 4) == 12);
+    dt_config c;
+    tu_tiny_diff_config(&c);
+    size_t cells, scales, bytes;
+    /* the largest validated sizes: L 1024, KV heads 1024, head_dim 4096, 2^20 positions */
+    c.num_hidden_layers = 1024, c.num_key_value_heads = 1024, c.head_dim = 4096;
+    assert_int_equal(kvcache_size(&c, 1 << 20, DT_KV_INT8, &cells, &scales, &bytes), 0);
+    assert_true(cells == (size_t)1 << 52 && scales == (size_t)1 << 40);
+    assert_true(bytes == ((size_t)1 << 53) + ((size_t)1 << 43));
+    assert_int_equal(kvcache_size(&c, 1 << 20, DT_KV_F32, &cells, &scales, &bytes), 0);
+    assert_true(bytes == (size_t)1 << 55);
+    /* cells fit (2^61), their F32 bytes (2^64) do not; F16's (2^63) do */
+    c.num_hidden_layers = 1 << 9;
+    c.head_dim = 1 << 12 << 8;
+    c.num_key_value_heads = 1 << 12;
+    assert_int_equal(kvcache_size(&c, 1 << 20, DT_KV_F16, &cells, &scales, &bytes), 0);
+    assert_true(cells == (size_t)1 << 61 && bytes == (size_t)1 << 63);
+    assert_int_equal(kvcache_size(&c, 1 << 20, DT_KV_F32, &cells, &scales, &bytes), -1);
+    c.num_hidden_layers = c.num_key_value_heads = c.head_dim = INT_MAX;
+    assert_int_equal(kvcache_size(&c, INT_MAX, DT_KV_INT8, &cells, &scales, &bytes), -1);
+    /* the cache of a model whose config was altered past validation is refused by name, unallocated */
+    dt_model m;
+    dt_error err;
+    tu_tiny_diff_config(&c);
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    m.cfg.num_hidden_layers = m.cfg.num_key_value_heads = m.cfg.max_position_embeddings = INT_MAX;
+    m.cfg.head_dim = INT_MAX - 1;
+    assert_null(dt_kvcache_create_with(&m, INT_MAX, DT_KV_F32, &err));
+    expect_msg(&err, "KV cache of 2147483647 tokens");
+    expect_msg(&err, "does not fit");
+    m.cfg = c;
+    dt_kvcache *kc = dt_kvcache_create_with(&m, 8, DT_KV_INT8, &err);
+    assert_non_null(kc);
+    assert_true(kvcache_size(&c, 8, DT_KV_INT8, &cells, &scales, &bytes) == 0 && dt_kvcache_bytes(kc) == bytes);
+    dt_kvcache_free(kc);
     dt_model_free(&m);
 }
 
@@ -241,6 +291,7 @@ static void test_path_truncation_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_tokens_capped),
+        cmocka_unit_test(test_decode_sizes_checked),
         cmocka_unit_test(test_odd_head_dim_refused),
         cmocka_unit_test(test_load_checks_before_allocating),
         cmocka_unit_test(test_train_state_too_large),

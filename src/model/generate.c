@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "difftrans.h"
+#include "internal.h"
 #include "layers/layers.h"
 #include "quant/quant.h"
 
@@ -38,6 +39,22 @@ dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) 
 
 size_t dt_kvcache_bytes(const dt_kvcache *c) { return c->bytes; }
 
+int kvcache_size(const dt_config *c, int max_tokens, dt_kv_dtype dtype, size_t *cells, size_t *scales, size_t *bytes) {
+    const size_t per_cell = dtype == DT_KV_F32 ? sizeof(float) : dtype == DT_KV_F16 ? sizeof(uint16_t) : 1;
+    size_t rows, kvdim, data, scale_bytes = 0;
+    if (c->num_hidden_layers < 0 || max_tokens < 0 || c->num_key_value_heads < 0 || c->head_dim < 0) return -1;
+    if (__builtin_mul_overflow((size_t)c->num_hidden_layers, (size_t)max_tokens, &rows) ||
+        __builtin_mul_overflow((size_t)c->num_key_value_heads, (size_t)c->head_dim, &kvdim) ||
+        __builtin_mul_overflow(rows, kvdim, cells) || __builtin_mul_overflow(rows, (size_t)c->num_key_value_heads, scales) ||
+        __builtin_mul_overflow(*cells, 2 * per_cell, &data) ||
+        (dtype == DT_KV_INT8 && __builtin_mul_overflow(*scales, 2 * sizeof(float), &scale_bytes)) ||
+        __builtin_add_overflow(data, scale_bytes, bytes))
+        return -1;
+    return 0;
+}
+
+size_t decode_head_work(int n, int hd) { return (size_t)n * (size_t)hd; }
+
 dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtype dtype, dt_error *err) {
     const dt_config *c = &m->cfg;
     if (dtype != DT_KV_F32 && dtype != DT_KV_F16 && dtype != DT_KV_INT8) {
@@ -51,24 +68,26 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
     }
     const size_t kvdim = (size_t)c->num_key_value_heads * c->head_dim, qdim = (size_t)c->num_attention_heads * c->head_dim;
     const size_t C = c->hidden_size, F = c->intermediate_size;
+    size_t cells, scales, bytes;
+    if (kvcache_size(c, max_tokens, dtype, &cells, &scales, &bytes) != 0) {
+        dt_fail(err, "a KV cache of %d tokens for this model does not fit in the address space", max_tokens);
+        return NULL;
+    }
     dt_kvcache *kc = calloc(1, sizeof *kc);
     if (!kc) goto oom;
     kc->max_tokens = max_tokens;
     kc->dtype = dtype;
-    const size_t cells = (size_t)c->num_hidden_layers * max_tokens * kvdim;
-    const size_t scales = (size_t)c->num_hidden_layers * max_tokens * c->num_key_value_heads;
+    kc->bytes = bytes;
     int cache_ok;
     if (dtype == DT_KV_F32) {
         kc->k = calloc(cells, sizeof(float));
         kc->v = calloc(cells, sizeof(float));
         cache_ok = kc->k && kc->v;
-        kc->bytes = 2 * cells * sizeof(float);
     } else if (dtype == DT_KV_F16) {
         kc->kh = calloc(cells, sizeof(uint16_t));
         kc->vh = calloc(cells, sizeof(uint16_t));
         kc->knew = calloc(2 * kvdim, sizeof(float));
         cache_ok = kc->kh && kc->vh && kc->knew;
-        kc->bytes = 2 * cells * sizeof(uint16_t);
     } else {
         kc->kq = calloc(cells, 1);
         kc->vq = calloc(cells, 1);
@@ -76,7 +95,6 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
         kc->vscale = calloc(scales, sizeof(float));
         kc->knew = calloc(2 * kvdim, sizeof(float));
         cache_ok = kc->kq && kc->vq && kc->kscale && kc->vscale && kc->knew;
-        kc->bytes = 2 * (cells + scales * sizeof(float));
     }
     kc->x = calloc(C, sizeof(float));
     kc->xn = calloc(C, sizeof(float));
@@ -255,7 +273,7 @@ static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n
     const float *slopes = c->position == DT_POS_ALIBI ? kc->slopes : NULL;
     if (c->arch != DT_ARCH_DIFF) {
         float *out = c->arch == DT_ARCH_DIFF_V2 ? kc->tmp : kc->atty;
-#pragma omp parallel for schedule(static) if ((size_t)n * hd > 4096)
+#pragma omp parallel for schedule(static) if (decode_head_work(n, hd) > 4096)
         for (int i = 0; i < H; i++) {
             float *sc = kc->scores + i * stride;
             const kv_view kv = kv_view_of(kc, 1, layer, i / g, kvdim, KV), vv = kv_view_of(kc, 0, layer, i / g, kvdim, KV);
@@ -267,7 +285,7 @@ static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n
     const int Hd = H / 2, w2 = 2 * hd;
     const float lambda = dt_model_lambda(m, layer), scale = 1.0f - dt_lambda_init(layer);
     const float *subln = m->w.layers[layer].subln;
-#pragma omp parallel for schedule(static) if ((size_t)n * hd > 4096)
+#pragma omp parallel for schedule(static) if (decode_head_work(n, hd) > 4096)
     for (int j = 0; j < Hd; j++) {
         float *d = kc->scores + j * stride, *a2 = kc->scores + (j + Hd) * stride;
         const kv_view k1 = kv_view_of(kc, 1, layer, j / g, kvdim, KV), k2 = kv_view_of(kc, 1, layer, (j + Hd) / g, kvdim, KV);
