@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # netns_check.sh — a measured check of bench/comm_model.py: two ranks of `difftrans train`, each in
 # a network namespace of its own, joined by one veth pair whose two ends are rate-limited with tc
-# (tbf, or netem when the kernel has it and DELAYS asks for a delay); the communication time per
-# step is measured at several link rates and set against the α–β model's prediction.
+# (tbf); the communication time per step is measured at several link rates and one-way delays
+# and set against the α–β model's prediction.
 #
 # usage: bench/netns_check.sh [DIFFTRANS]          (as root; Linux network namespaces, veth, tc)
 #   env: RATES="50 200 1000" link rates, Mbit/s      PRESETS="tiny small"
 #        ALGORITHMS="default ring"  Open MPI's choice (binomial, for difftrans's in-place all-reduce)
 #                                   and the ring (--mca coll_libnbc_iallreduce_algorithm 1)
-#        DELAYS="0" one-way delays, ms, added on each side (anything but 0 needs the netem qdisc)
+#        DELAYS="0 5" one-way delays, ms: netem's delay on the veth where the kernel has netem;
+#                     otherwise bench/delay_line.py, a user-space delay line between two TAP devices
+#                     in the same namespaces (tbf on them for the rate), for the rows with a delay
 #        STEPS=6 (the first is not timed)  REPS=2 (best kept)  RUN_TIMEOUT=120 s per run
 #        TOTAL_TIMEOUT=900 s for the whole script  DATA=/usr/share/common-licenses/GPL-3
 #
 # Everything it creates — two namespaces (dtnc<pid>a, dtnc<pid>b), the veth pair inside them,
-# their qdiscs, a temporary directory — is removed on every exit path (trap); processes still
-# running in the two namespaces are killed first. Nothing is changed outside those namespaces.
+# their qdiscs, the delay line's process and TAP devices, a temporary directory — is removed on
+# every exit path (trap; the delay line also exits when this script's end of its stdin closes);
+# processes still running in the two namespaces are killed first. Nothing is changed outside
+# those namespaces.
 #
 # How two ranks run in two namespaces: Open MPI's launcher is told that the job has two hosts,
 # the two veth addresses. mpirun runs in namespace a, so it starts the rank of 10.213.0.1 itself;
@@ -27,18 +31,18 @@
 # (the wait for the gradient reduction + the exchange of losses that follows it) less the time
 # rank 0 only waited for the slower rank's backward. The exchange is needed: rank 0's own wait
 # ends when its last message is in the kernel's socket buffer, not when the peer has it.
-# α (per-message latency of the link as MPI over TCP sees it, any added delay included) comes from
-# runs of a one-bucket model of about 2,600 parameters (10 KB of gradients) on the link without a
-# rate limit: its 2 all-reduce messages + 1 loss exchange ≈ 3α (the median of 3 runs). The
-# prediction is comm_model.py's t(2) for the preset with that α and β = the tc rate, plus α for
-# the exchange of losses. Every other number is the best of REPS runs.
+# α (per-message latency) is the link's own, measured, plus the added delay: the link's own α comes
+# from runs of a one-bucket model of about 2,600 parameters (10 KB of gradients) on the link
+# without limits, whose 2 all-reduce messages + 1 loss exchange take ≈ 3α per step (the median of
+# 3 runs). The prediction is comm_model.py's t(2) for the preset with that α and β = the tc rate,
+# plus α for the exchange of losses. Every other number is the best of REPS runs.
 set -u
 DT=${1:-build/difftrans}
 RATES=${RATES:-"50 200 1000"} PRESETS=${PRESETS:-"tiny small"} ALGORITHMS=${ALGORITHMS:-"default ring"}
-DELAYS=${DELAYS:-0} STEPS=${STEPS:-6} REPS=${REPS:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+DELAYS=${DELAYS:-"0 5"} STEPS=${STEPS:-6} REPS=${REPS:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 TOTAL_TIMEOUT=${TOTAL_TIMEOUT:-900} MICRO_STEPS=21 DATA=${DATA:-/usr/share/common-licenses/GPL-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
-MODEL="$HERE/comm_model.py"
+MODEL="$HERE/comm_model.py" DELAY_LINE="$HERE/delay_line.py"
 
 die() { echo "netns_check.sh: $*" >&2; exit 2; }
 
@@ -63,10 +67,21 @@ for a in $ALGORITHMS; do
 done
 
 NS_A=dtnc$$a NS_B=dtnc$$b
-IP_A=10.213.0.1 IP_B=10.213.0.2 NET=10.213.0.0/24
+IP_A=10.213.0.1 IP_B=10.213.0.2 NET=10.213.0.0/24 TAP_NET=10.213.1.0/24
+DATA_NET=$NET # the subnet the ranks' traffic takes: the veth's, or the TAP devices' of the delay line
+DL_PID="" DL_IN=""
 TMP=$(mktemp -d /tmp/dt_netns.XXXXXX) || die "cannot create a temporary directory"
+stop_delay_line() {
+    if [ -n "$DL_PID" ]; then
+        exec {DL_IN}>&- # its stdin closes: it exits, and its TAP devices go with it
+        kill "$DL_PID" 2>/dev/null
+        wait "$DL_PID" 2>/dev/null
+        DL_PID=""
+    fi
+}
 cleanup() {
     local ns pid
+    stop_delay_line
     for ns in "$NS_A" "$NS_B"; do
         if ip netns list 2>/dev/null | grep -qw "$ns"; then
             for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null; done
@@ -94,21 +109,44 @@ tc -n "$NS_A" qdisc add dev veth_a root netem delay 1ms 2>"$TMP/netem.err" && HA
     tc -n "$NS_A" qdisc del dev veth_a root
 for d in $DELAYS; do
     if awk -v d="$d" 'BEGIN{exit !(d > 0)}' && [ $HAVE_NETEM = 0 ]; then
-        die "DELAYS=$DELAYS needs the netem qdisc, which this kernel lacks ($(head -1 "$TMP/netem.err")); run with DELAYS=0 (rate limits only)"
+        [ -r "$DELAY_LINE" ] && [ -c /dev/net/tun ] ||
+            die "DELAYS=$DELAYS: this kernel has no netem qdisc ($(head -1 "$TMP/netem.err")) and the user-space delay line needs $DELAY_LINE and /dev/net/tun; run with DELAYS=0 (rate limits only)"
     fi
 done
 
-# rate in Mbit/s (0: none), one-way delay in ms: the same limits on both ends (each end shapes what it sends).
+# start_delay_line MS: TAP devices tap_a, tap_b in the two namespaces, MS apart, addressed in TAP_NET.
+start_delay_line() {
+    stop_delay_line
+    : >"$TMP/delay_line.out"
+    # Its stdin is a pipe from this script: even a killed script cannot leave it running.
+    exec {DL_IN}> >(exec python3 "$DELAY_LINE" "$NS_A" tap_a "$NS_B" tap_b "$1" >"$TMP/delay_line.out" 2>&1)
+    DL_PID=$!
+    local _
+    for _ in $(seq 1 100); do
+        grep -q '^ready' "$TMP/delay_line.out" && break
+        kill -0 "$DL_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    grep -q '^ready' "$TMP/delay_line.out" || die "the delay line did not start: $(tail -1 "$TMP/delay_line.out")"
+    ip -n "$NS_A" addr add 10.213.1.1/24 dev tap_a && ip -n "$NS_B" addr add 10.213.1.2/24 dev tap_b &&
+        ip -n "$NS_A" link set tap_a mtu 9000 up && ip -n "$NS_B" link set tap_b mtu 9000 up ||
+        die "cannot set up the delay line's TAP devices"
+}
+
+# shape RATE DELAY: rate in Mbit/s (0: none), one-way delay in ms, the same on both ends (each end
+# shapes what it sends), on the veth (netem, or tbf without delay) or on the delay line's TAPs.
 shape() {
-    local rate=$1 delay=$2 ns dev burst
+    local rate=$1 delay=$2 ns dev burst use_tap=0
+    awk -v d="$delay" 'BEGIN{exit !(d > 0)}' && [ $HAVE_NETEM = 0 ] && use_tap=1
     for ns in "$NS_A" "$NS_B"; do
         dev=veth_${ns: -1}
+        [ $use_tap = 1 ] && dev=tap_${ns: -1}
         tc -n "$ns" qdisc del dev "$dev" root 2>/dev/null
         # tbf's burst must cover what the link sends between two timer wake-ups (HZ may be 250):
         # at least 1 ms of the rate, never under 32 KB.
         burst=$((rate * 1000 / 8))
         [ $burst -lt 32768 ] && burst=32768
-        if awk -v d="$delay" 'BEGIN{exit !(d > 0)}'; then
+        if awk -v d="$delay" 'BEGIN{exit !(d > 0)}' && [ $use_tap = 0 ]; then
             if [ "$rate" -gt 0 ]; then
                 tc -n "$ns" qdisc add dev "$dev" root netem delay "${delay}ms" rate "${rate}mbit" limit 100000
             else
@@ -153,7 +191,7 @@ run_once() {
     [ "$SECONDS" -lt "$TOTAL_TIMEOUT" ] || die "TOTAL_TIMEOUT=$TOTAL_TIMEOUT s reached; stopping"
     rm -rf "$TMP/run"
     ip netns exec "$NS_A" timeout -k 5 "$RUN_TIMEOUT" mpirun --allow-run-as-root --hostfile "$TMP/hosts" -np 2 \
-        --bind-to none --mca plm_rsh_agent "$TMP/agent.sh" --mca btl tcp,self --mca btl_tcp_if_include "$NET" \
+        --bind-to none --mca plm_rsh_agent "$TMP/agent.sh" --mca btl tcp,self --mca btl_tcp_if_include "$DATA_NET" \
         --mca oob_tcp_if_include "$NET" "${mca[@]}" -x OMP_WAIT_POLICY \
         "$DT" train --data "$DATA" --out "$TMP/run" "$@" --batch 4 --seq 64 --steps "$steps" --threads 1 \
         --no-overlap --eval-interval 0 --eval-batches 1 --save-interval 0 --comm-timeout 60 >"$TMP/last.log" 2>&1 &
@@ -184,15 +222,33 @@ run_reps() {
 }
 
 echo "netns_check.sh: ranks in $NS_A ($IP_A) and $NS_B ($IP_B), one veth pair; $REPS repetitions, best kept" >&2
-[ $HAVE_NETEM = 0 ] && echo "netns_check.sh: no netem qdisc in this kernel: rate limits (tbf) only, no added delay" >&2
-printf '| algorithm | delay ms | α µs | preset | Mbit/s | measured ms | predicted ms | measured / predicted |\n'
-printf '| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n'
-for delay in $DELAYS; do
-    shape 0 "$delay"
+[ $HAVE_NETEM = 0 ] && echo "netns_check.sh: no netem qdisc in this kernel: delays through bench/delay_line.py (TAP devices)" >&2
+printf '| link | algorithm | delay ms | α µs | preset | Mbit/s | measured ms | predicted ms | measured / predicted |\n'
+printf '| --- | --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n'
+# measure_alpha0: ALPHA0 = the link's own α in µs, without added delay or rate limit (the median of
+# 3 runs of the one-bucket model: 2 all-reduce messages + 1 loss exchange ≈ 3α per step).
+measure_alpha0() {
+    shape 0 0
     run_reps median 3 default "$MICRO_STEPS" --config "$TMP/micro.json"
-    micro=$RESULT
-    alpha_us=$(awk -v t="$micro" 'BEGIN{printf "%.0f", 1000 * t / 3}')
-    echo "netns_check.sh: delay $delay ms: 3α = $micro ms per step on the unlimited link (median of 3 runs) → α = $alpha_us µs" >&2
+    ALPHA0=$(awk -v t="$RESULT" 'BEGIN{printf "%.0f", 1000 * t / 3}')
+    echo "netns_check.sh: $link: 3α = $RESULT ms per step without limits (median of 3 runs) → α = $ALPHA0 µs" >&2
+}
+for delay in $DELAYS; do
+    link=veth DATA_NET=$NET
+    stop_delay_line
+    if awk -v d="$delay" 'BEGIN{exit !(d > 0)}' && [ $HAVE_NETEM = 0 ]; then
+        link="TAP, delay_line.py" DATA_NET=$TAP_NET
+        start_delay_line 0
+        measure_alpha0
+        start_delay_line "$delay"
+    else
+        [ -n "${ALPHA0_VETH:-}" ] || { measure_alpha0; ALPHA0_VETH=$ALPHA0; }
+        ALPHA0=$ALPHA0_VETH
+        awk -v d="$delay" 'BEGIN{exit !(d > 0)}' && link="veth, netem"
+    fi
+    # The added delay is known: α = the link's own α + the delay (a measured α would depend on how
+    # the two ranks' steps happen to interleave, which a delay of several ms makes visible).
+    alpha_us=$(awk -v a="$ALPHA0" -v d="$delay" 'BEGIN{printf "%.0f", a + 1000 * d}')
     for alg in $ALGORITHMS; do
         model_alg=$alg
         [ "$alg" = default ] && model_alg=binomial # libnbc's choice for an in-place all-reduce
@@ -205,7 +261,7 @@ for delay in $DELAYS; do
                     die "comm_model.py failed"
                 pred=$(awk -v p="$pred" -v a="$alpha_us" 'BEGIN{printf "%.2f", p + a / 1000}')
                 ratio=$(awk -v m="$meas" -v p="$pred" 'BEGIN{printf "%.2f", m / p}')
-                printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$alg" "$delay" "$alpha_us" "$preset" "$rate" \
+                printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$link" "$alg" "$delay" "$alpha_us" "$preset" "$rate" \
                     "$meas" "$pred" "$ratio"
             done
         done
