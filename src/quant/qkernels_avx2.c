@@ -23,22 +23,44 @@ static inline __m256 load8_i8(const int8_t *q) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
 }
 
+/* Σ q·x over one block of 32, as 8 float lanes. */
+static inline __m256 q8_block(const int8_t *q, const float *x) {
+    __m256 s = _mm256_mul_ps(load8_i8(q), _mm256_loadu_ps(x));
+    s = _mm256_fmadd_ps(load8_i8(q + 8), _mm256_loadu_ps(x + 8), s);
+    s = _mm256_fmadd_ps(load8_i8(q + 16), _mm256_loadu_ps(x + 16), s);
+    return _mm256_fmadd_ps(load8_i8(q + 24), _mm256_loadu_ps(x + 24), s);
+}
+
+/* The same for Q4_0: byte j of the block holds element j (low nibble) and j + 16 (high). */
+static inline __m256 q4_block(const uint8_t *qb, const float *x) {
+    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)qb);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, low), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight);
+    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x));
+    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), _mm256_loadu_ps(x + 8), s);
+    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16), s);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), _mm256_loadu_ps(x + 24), s);
+}
+
+/* Full blocks are summed into 4 accumulators in turn, so consecutive blocks' multiply-adds by
+ * their scales do not wait for each other (one accumulator was bound by that latency); the row
+ * is still read front to back, one stream for the prefetcher. The short last block, if any, in
+ * plain C. */
 static void q8_0_matvec_avx2(float *y, const int8_t *q, const float *scales, const float *x, int out, int in) {
     const int nb = q_blocks(in), full = in / QK;
 #pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
     for (int o = 0; o < out; o++) {
         const int8_t *row = q + (size_t)o * in;
         const float *d = scales + (size_t)o * nb;
-        __m256 acc = _mm256_setzero_ps();
-        for (int b = 0; b < full; b++) {
-            const int j0 = b * QK;
-            __m256 s = _mm256_mul_ps(load8_i8(row + j0), _mm256_loadu_ps(x + j0));
-            s = _mm256_fmadd_ps(load8_i8(row + j0 + 8), _mm256_loadu_ps(x + j0 + 8), s);
-            s = _mm256_fmadd_ps(load8_i8(row + j0 + 16), _mm256_loadu_ps(x + j0 + 16), s);
-            s = _mm256_fmadd_ps(load8_i8(row + j0 + 24), _mm256_loadu_ps(x + j0 + 24), s);
-            acc = _mm256_fmadd_ps(s, _mm256_set1_ps(d[b]), acc);
-        }
-        float total = hsum_ps(acc), tail = 0;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int b = 0;
+        for (; b + 4 <= full; b += 4)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                acc[u] = _mm256_fmadd_ps(q8_block(row + (b + u) * QK, x + (b + u) * QK), _mm256_set1_ps(d[b + u]), acc[u]);
+        for (; b < full; b++) acc[0] = _mm256_fmadd_ps(q8_block(row + b * QK, x + b * QK), _mm256_set1_ps(d[b]), acc[0]);
+        float total = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))), tail = 0;
         for (int j = full * QK; j < in; j++) tail += (float)row[j] * x[j];
         y[o] = total + (nb > full ? tail * d[full] : 0.0f);
     }
@@ -46,26 +68,20 @@ static void q8_0_matvec_avx2(float *y, const int8_t *q, const float *scales, con
 
 static void q4_0_matvec_avx2(float *y, const uint8_t *q, const float *scales, const float *x, int out, int in) {
     const int nb = q_blocks(in), full = in / QK;
-    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
 #pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
     for (int o = 0; o < out; o++) {
         const uint8_t *row = q + (size_t)o * nb * (QK / 2);
         const float *d = scales + (size_t)o * nb;
-        __m256 acc = _mm256_setzero_ps();
-        for (int b = 0; b < full; b++) {
-            const int j0 = b * QK;
-            const __m128i bytes = _mm_loadu_si128((const __m128i *)(row + (size_t)b * (QK / 2)));
-            const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, low), eight);
-            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight);
-            __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x + j0));
-            s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
-                                _mm256_loadu_ps(x + j0 + 8), s);
-            s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + j0 + 16), s);
-            s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))),
-                                _mm256_loadu_ps(x + j0 + 24), s);
-            acc = _mm256_fmadd_ps(s, _mm256_set1_ps(d[b]), acc);
-        }
-        float total = hsum_ps(acc), tail = 0;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int b = 0;
+        for (; b + 4 <= full; b += 4)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                acc[u] = _mm256_fmadd_ps(q4_block(row + (size_t)(b + u) * (QK / 2), x + (b + u) * QK),
+                                         _mm256_set1_ps(d[b + u]), acc[u]);
+        for (; b < full; b++)
+            acc[0] = _mm256_fmadd_ps(q4_block(row + (size_t)b * (QK / 2), x + b * QK), _mm256_set1_ps(d[b]), acc[0]);
+        float total = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))), tail = 0;
         const uint8_t *qb = row + (size_t)full * (QK / 2);
         for (int j = full * QK; j < in; j++) {
             const int r = j - full * QK;
