@@ -7,7 +7,8 @@
 #                      learning curves), report.json (python3: every run, the summary), the run
 #                      directories of both seeds, the PNGs when gnuplot is on PATH
 #   --ablations        three variants side by side, one table per measure with parameter counts
-#   --quick --needle   the needle set, DIR/train.txt and the retrieval / allocation tables
+#   --quick --needle   the needle set, DIR/train.txt, the retrieval / allocation tables and needle
+#                      accuracy per post-training quantisation scheme (REPORT.md, report.json)
 #   --tokenizer        BPE runs (a tokenizer from tests/make_bpe_tokenizer.py) with --needle: every run
 #                      carries the tokenizer, the report counts tokens; --tokens (a token dataset) too
 #   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset,
@@ -107,13 +108,17 @@ check "needle test set" test -s "$N/needle/test.jsonl"
 check "training text with the needle set appended" test -s "$N/train.txt"
 check "train.txt starts with the corpus" cmp -n "$(wc -c <"$CORPUS")" "$CORPUS" "$N/train.txt"
 out_has "REPORT.md has the retrieval tables" "$N/REPORT.md" "exact-match accuracy, all queries \| 0.85 \| 0.55" \
-    "answer share \(mean over layers\) \| 0.27–0.40 \| 0.03–0.09"
+    "answer share \(mean over layers\) \| 0.27–0.40 \| 0.03–0.09" \
+    "\| f32: needle exact match \| — \| — \| [0-9.]+ \| [0-9.]+ \|" "\| w8a8-smooth: needle exact match \|"
 if [ -n "$PY" ]; then
     check "report.json has needle and allocation numbers" "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 for m in r["runs"]:
     assert m["needle"]["total"] > 0 and "answer_share" in m["allocation"]
+    for row in m["weight_quantisation"]:
+        assert row["needle_total"] > 0 and 0 <= row["needle_accuracy"] <= 1, row
+assert "diff" in r["summary"]["needle_accuracy_w8a8"] and "transformer" in r["summary"]["needle_accuracy_w8a8"]
 ' "$N/report.json"
 fi
 

@@ -1,7 +1,8 @@
 /* test_report.c — rp_write on planted results of three runs per model (no training): means with 95%
  * intervals in the tables, the verdict sentence drawn from the paired interval reads the same
  * whichever model wins and names neither when the interval spans zero, missing numbers show as "—"
- * in REPORT.md and null in report.json, the paper figures sit in their columns, and a missing run
+ * in REPORT.md and null in report.json, the paper figures sit in their columns, needle accuracy per
+ * post-training quantisation scheme sits DIFF beside Transformer in both files, and a missing run
  * directory is an error naming the file. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,16 +47,8 @@ static void fake_model(rp_model *m, const char *name, const char *sub, double va
 
 enum { SEEDS = 3 };
 
-/* Two variants × SEEDS runs; DIFF's validation losses dval[s], the Transformer's tval[s]. */
-static char *write_report(const double *dval, const double *tval, const char *out_name) {
-    rp_model runs[2 * SEEDS];
-    for (int s = 0; s < SEEDS; s++) {
-        char sub[32];
-        snprintf(sub, sizeof sub, "%s_d%d", out_name, s);
-        fake_model(&runs[s], "DIFF", sub, dval[s], 38.8 + s);
-        snprintf(sub, sizeof sub, "%s_t%d", out_name, s);
-        fake_model(&runs[SEEDS + s], "Transformer", sub, tval[s], 318.0 + s);
-    }
+/* REPORT.md (returned, malloc'd) and report.json of two variants × SEEDS runs into OUT_NAME. */
+static char *report_of(rp_model *runs, const char *out_name) {
     char out[4200];
     tu_path(out, sizeof out, out_name);
     mkdir(out, 0755);
@@ -68,6 +61,19 @@ static char *write_report(const double *dval, const double *tval, const char *ou
     char path[4300];
     snprintf(path, sizeof path, "%s/REPORT.md", out);
     return tu_read_file(path, NULL);
+}
+
+/* Two variants × SEEDS runs; DIFF's validation losses dval[s], the Transformer's tval[s]. */
+static char *write_report(const double *dval, const double *tval, const char *out_name) {
+    rp_model runs[2 * SEEDS];
+    for (int s = 0; s < SEEDS; s++) {
+        char sub[32];
+        snprintf(sub, sizeof sub, "%s_d%d", out_name, s);
+        fake_model(&runs[s], "DIFF", sub, dval[s], 38.8 + s);
+        snprintf(sub, sizeof sub, "%s_t%d", out_name, s);
+        fake_model(&runs[SEEDS + s], "Transformer", sub, tval[s], 318.0 + s);
+    }
+    return report_of(runs, out_name);
 }
 
 /* The sentence of the final validation loss: from its first word to the end of the line. */
@@ -120,6 +126,66 @@ static void test_missing_values(void **state) {
     free(j);
 }
 
+/* Post-training quantisation rows f32, q8_0, w8a8 with the needle set: `correct` of 20 each. */
+static void plant_wq(rp_model *m, int f32, int q8, int w8a8) {
+    const char *names[] = {"f32", "q8_0", "w8a8"};
+    const int correct[] = {f32, q8, w8a8};
+    m->n_wq = 3;
+    for (int i = 0; i < 3; i++) {
+        snprintf(m->wq[i].name, sizeof m->wq[i].name, "%s", names[i]);
+        m->wq[i].loss = 2.0 + 0.01 * i;
+        m->wq[i].loss_delta = 0.01 * i;
+        m->wq[i].top1_agree = 1.0 - 0.01 * i;
+        m->wq[i].count = 100;
+        m->wq[i].needle_correct = correct[i];
+        m->wq[i].needle_total = 20;
+    }
+}
+
+static void test_wquant_needle_side_by_side(void **state) {
+    (void)state;
+    rp_model runs[2 * SEEDS];
+    /* DIFF keeps its needle accuracy under w8a8 (18, 17, 18 of 20), the Transformer loses it (10, 12, 9) */
+    const int diff_w8a8[SEEDS] = {18, 17, 18}, base_w8a8[SEEDS] = {10, 12, 9};
+    for (int s = 0; s < SEEDS; s++) {
+        char sub[32];
+        snprintf(sub, sizeof sub, "wq_d%d", s);
+        fake_model(&runs[s], "DIFF", sub, 1.0, 38.8);
+        plant_wq(&runs[s], 19, 19, diff_w8a8[s]);
+        snprintf(sub, sizeof sub, "wq_t%d", s);
+        fake_model(&runs[SEEDS + s], "Transformer", sub, 1.0, 318.0);
+        plant_wq(&runs[SEEDS + s], 19, 18, base_w8a8[s]);
+    }
+    char *md = report_of(runs, "wq");
+    assert_non_null(strstr(md, "## Post-training quantisation of weights and activations"));
+    assert_non_null(strstr(md, "| f32: needle exact match | — | — | 0.950 ± 0.000 | 0.950 ± 0.000 |"));
+    assert_non_null(strstr(md, "| q8_0: needle exact match | — | — | 0.950 ± 0.000 | 0.900 ± 0.000 |"));
+    assert_non_null(strstr(md, "| w8a8: needle exact match | — | — | 0.883 ± "));
+    assert_non_null(strstr(md, "DIFF better on needle exact match with static 8-bit activations (w8a8): 0.883 ± 0.072 against 0.517 ± 0.190"));
+    free(md);
+    char path[4300];
+    tu_path(path, sizeof path, "wq/report.json");
+    char *j = tu_read_file(path, NULL);
+    assert_non_null(strstr(j, "\"needle_accuracy_w8a8\""));
+    assert_non_null(strstr(j, "\"needle_accuracy\":\t0.9"));
+    /* the summary's w8a8 entry: DIFF's mean (0.883…) and its verdict against the Transformer */
+    const char *e = strstr(j, "\"needle_accuracy_w8a8\"");
+    assert_non_null(e);
+    assert_non_null(strstr(e, "0.88333"));
+    assert_non_null(strstr(e, "\"verdict\":\t\"variant better\""));
+    free(j);
+    /* without a needle set (needle_total −1) there is no needle table and no summary key */
+    for (int i = 0; i < 2 * SEEDS; i++)
+        for (int k = 0; k < 3; k++) runs[i].wq[k].needle_total = runs[i].wq[k].needle_correct = -1;
+    md = report_of(runs, "wq");
+    assert_non_null(strstr(md, "| w8a8: KL from F32 |"));
+    assert_null(strstr(md, ": needle exact match |"));
+    free(md);
+    j = tu_read_file(path, NULL);
+    assert_null(strstr(j, "needle_accuracy_"));
+    free(j);
+}
+
 static void test_missing_run_dir(void **state) {
     (void)state;
     rp_model m;
@@ -135,6 +201,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_verdict_symmetric),
         cmocka_unit_test(test_missing_values),
+        cmocka_unit_test(test_wquant_needle_side_by_side),
         cmocka_unit_test(test_missing_run_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

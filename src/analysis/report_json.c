@@ -114,6 +114,37 @@ static cJSON *interval_json(const st_interval *iv) {
     return o;
 }
 
+static double s_wq_needle(const rp_model *m, int row) {
+    return row < m->n_wq && m->wq[row].needle_total > 0 ? (double)m->wq[row].needle_correct / m->wq[row].needle_total
+                                                         : NAN;
+}
+
+/* One measure over the seeds of every variant, and each variant's paired difference to the
+ * Transformer with its verdict. */
+static void add_summary(cJSON *sum, const rp_report *r, const char *key, double (*get)(const rp_model *, int), int arg,
+                        int lower) {
+    cJSON *e = cJSON_AddObjectToObject(sum, key);
+    cJSON_AddBoolToObject(e, "lower_is_better", lower);
+    for (int v = 0; v < r->n_variants; v++) {
+        double x[RP_MAX_SEEDS], y[RP_MAX_SEEDS];
+        for (int s = 0; s < r->n_seeds; s++) {
+            x[s] = get(rp_run(r, v, s), arg);
+            if (r->base >= 0) y[s] = get(rp_run(r, r->base, s), arg);
+        }
+        st_interval iv = st_mean_ci(x, r->n_seeds);
+        cJSON *o = interval_json(&iv);
+        cJSON_AddItemToObject(e, r->variant_key[v], o);
+        if (r->base >= 0 && v != r->base) {
+            st_interval d = st_paired_diff_ci(x, y, r->n_seeds);
+            cJSON_AddItemToObject(o, "difference_to_transformer", interval_json(&d));
+            st_verdict w = st_verdict_of(&d, lower);
+            cJSON_AddStringToObject(o, "verdict", w == ST_A_BETTER   ? "variant better"
+                                                  : w == ST_B_BETTER ? "Transformer better"
+                                                                     : "no difference this run can resolve");
+        }
+    }
+}
+
 static cJSON *summary_json(const rp_report *r) {
     struct {
         const char *key;
@@ -125,27 +156,13 @@ static cJSON *summary_json(const rp_report *r) {
               {"icl_fixed_label_accuracy", s_icl, 0, 0}, {"needle_accuracy", s_needle, 0, 0},
               {"answer_share", s_share, 0, 0}};
     cJSON *sum = cJSON_CreateObject();
-    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) {
-        cJSON *e = cJSON_AddObjectToObject(sum, ms[i].key);
-        cJSON_AddBoolToObject(e, "lower_is_better", ms[i].lower);
-        for (int v = 0; v < r->n_variants; v++) {
-            double x[RP_MAX_SEEDS], y[RP_MAX_SEEDS];
-            for (int s = 0; s < r->n_seeds; s++) {
-                x[s] = ms[i].get(rp_run(r, v, s), ms[i].arg);
-                if (r->base >= 0) y[s] = ms[i].get(rp_run(r, r->base, s), ms[i].arg);
-            }
-            st_interval iv = st_mean_ci(x, r->n_seeds);
-            cJSON *o = interval_json(&iv);
-            cJSON_AddItemToObject(e, r->variant_key[v], o);
-            if (r->base >= 0 && v != r->base) {
-                st_interval d = st_paired_diff_ci(x, y, r->n_seeds);
-                cJSON_AddItemToObject(o, "difference_to_transformer", interval_json(&d));
-                st_verdict w = st_verdict_of(&d, ms[i].lower);
-                cJSON_AddStringToObject(o, "verdict", w == ST_A_BETTER   ? "variant better"
-                                                      : w == ST_B_BETTER ? "Transformer better"
-                                                                         : "no difference this run can resolve");
-            }
-        }
+    for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) add_summary(sum, r, ms[i].key, ms[i].get, ms[i].arg, ms[i].lower);
+    /* needle accuracy under each post-training quantisation scheme ("needle_accuracy_f32", ..._q8_0, ...) */
+    const rp_model *m0 = rp_run(r, 0, 0);
+    for (int i = 0; i < m0->n_wq && m0->wq[0].needle_total > 0; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "needle_accuracy_%s", m0->wq[i].name);
+        add_summary(sum, r, key, s_wq_needle, i, 0);
     }
     return sum;
 }

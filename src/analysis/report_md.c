@@ -35,6 +35,10 @@ static double g_quant_needle(const rp_model *m, int row) {
 static double g_wq_delta(const rp_model *m, int row) { return row < m->n_wq ? m->wq[row].loss_delta : NAN; }
 static double g_wq_kl(const rp_model *m, int row) { return row < m->n_wq ? m->wq[row].kl : NAN; }
 static double g_wq_top1(const rp_model *m, int row) { return row < m->n_wq ? m->wq[row].top1_agree : NAN; }
+static double g_wq_needle(const rp_model *m, int row) {
+    return row < m->n_wq && m->wq[row].needle_total > 0 ? (double)m->wq[row].needle_correct / m->wq[row].needle_total
+                                                         : NAN;
+}
 static double g_lambda(const rp_model *m, int l) { return m->lambda && l < m->cfg.num_hidden_layers ? m->lambda[l] : NAN; }
 static double g_logit_top1(const rp_model *m, int a) { return m->outliers.logits.top1; }
 static double g_logit_top10(const rp_model *m, int a) { return m->outliers.logits.top10; }
@@ -322,9 +326,10 @@ static void wquant_section(textbuf *b, const rp_report *r) {
     tb_printf(b, "## Post-training quantisation of weights and activations\n\n"
                  "Each model's linear layers quantised as `difftrans quantize` does (calibration: up to 300 windows "
                  "of the training text), scored on the held-out text against the same model in F32: loss increase "
-                 "(nats/%s), mean KL divergence of the next-%s distribution from F32's, and top-1 agreement "
-                 "with F32. The paper has no such table; its argument is that fewer activation outliers make "
-                 "8-bit activations cheaper for DIFF.\n\n", r->tokenizer ? "token" : "byte", r->tokenizer ? "token" : "byte");
+                 "(nats/%s), mean KL divergence of the next-%s distribution from F32's, top-1 agreement "
+                 "with F32, and (with `--needle`) needle exact match. The paper has no such table; its argument is "
+                 "that fewer activation outliers make 8-bit activations cheaper for DIFF.\n\n",
+              r->tokenizer ? "token" : "byte", r->tokenizer ? "token" : "byte");
     measure ms[3 * AN_WQ_MAX_SCHEMES];
     char labels[3 * AN_WQ_MAX_SCHEMES][64];
     int n = 0;
@@ -342,6 +347,17 @@ static void wquant_section(textbuf *b, const rp_report *r) {
         n++;
     }
     table(b, r, "scheme", ms, n);
+    if (m0->wq[0].needle_total > 0) {
+        tb_printf(b, "Needle exact match (teacher-forced, as in the bit-width table) with each scheme, F32 first:\n\n");
+        n = 0;
+        for (int i = 0; i < m0->n_wq && i < 3 * AN_WQ_MAX_SCHEMES; i++) {
+            const int w8a8 = !strcmp(m0->wq[i].name, "w8a8");
+            snprintf(labels[i], sizeof labels[i], "%s: needle exact match", m0->wq[i].name);
+            ms[n++] = M(labels[i], NULL, NULL, g_wq_needle, i, "%.3f", 0,
+                        w8a8 ? "needle exact match with static 8-bit activations (w8a8)" : NULL);
+        }
+        table(b, r, "scheme", ms, n);
+    }
 }
 
 static void scaling_section(textbuf *b, const rp_report *r) {
