@@ -22,79 +22,53 @@ static inline void q4_block_ps(const uint8_t *qb, __m512 *first, __m512 *second)
     *second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight)));
 }
 
-/* The products of one block of 32 (16 lanes), in float: Σ over the two halves of q·x. */
-static inline __m512 q8_block_ps(const int8_t *q, __m512 x0, __m512 x1) {
-    return _mm512_fmadd_ps(i8x16_ps(q + 16), x1, _mm512_mul_ps(i8x16_ps(q), x0));
+/* Σ q·x over block b of a Q8_0 or Q4_0 row (16 lanes of float), n ≤ 32 of its elements valid.
+ * A short Q4_0 block's bytes are all stored (padded with q = 0), so there only x is masked. */
+static inline __attribute__((always_inline)) __m512 block_dot(qformat fmt, const void *row, int b, const float *x,
+                                                              int n) {
+    const float *xb = x + b * QK;
+    const __m512 x0 = n >= QK ? _mm512_loadu_ps(xb) : _mm512_maskz_loadu_ps(lanes16(n), xb);
+    const __m512 x1 = n >= QK ? _mm512_loadu_ps(xb + 16) : _mm512_maskz_loadu_ps(lanes16(n - 16), xb + 16);
+    __m512 w0, w1;
+    if (fmt == QFMT_Q4_0) {
+        q4_block_ps((const uint8_t *)row + (size_t)b * (QK / 2), &w0, &w1);
+    } else {
+        const int8_t *q = (const int8_t *)row + (size_t)b * QK;
+        w0 = n >= QK ? i8x16_ps(q) : i8x16_ps_masked(q, n);
+        w1 = n >= QK ? i8x16_ps(q + 16) : i8x16_ps_masked(q + 16, n - 16);
+    }
+    return _mm512_fmadd_ps(w1, x1, _mm512_mul_ps(w0, x0));
 }
 
-/* One row, its blocks summed into 4 accumulators in turn: with one accumulator every block waited
- * for the previous block's multiply-add. The row is read front to back, one stream, which the
- * hardware prefetcher follows best (4 rows interleaved, sharing the loads of x, were slower). Per block: its 32 products in float, then one multiply-add by the block's scale. */
-static inline float q8_0_row(const int8_t *q, const float *d, const float *x, int in, int nb) {
+/* One row's dot product with x, its blocks summed into 4 accumulators in turn: with one
+ * accumulator every block waited for the previous block's multiply-add. The row is read front to
+ * back, one stream, which the hardware prefetcher follows best (4 rows interleaved, sharing the
+ * loads of x, were slower). Per block: its 32 products in float, then one multiply-add by the
+ * block's scale d[b]. */
+static inline __attribute__((always_inline)) float block_row(qformat fmt, const void *row, const float *d,
+                                                             const float *x, int in, int nb) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     const int full = in / QK;
     int b = 0;
-    for (; b + 4 <= full; b += 4) {
+    for (; b + 4 <= full; b += 4)
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            const int j0 = (b + u) * QK;
-            const __m512 s = q8_block_ps(q + j0, _mm512_loadu_ps(x + j0), _mm512_loadu_ps(x + j0 + 16));
-            acc[u] = _mm512_fmadd_ps(s, _mm512_set1_ps(d[b + u]), acc[u]);
-        }
-    }
-    for (; b < full; b++) {
-        const int j0 = b * QK;
-        acc[0] = _mm512_fmadd_ps(q8_block_ps(q + j0, _mm512_loadu_ps(x + j0), _mm512_loadu_ps(x + j0 + 16)),
-                                 _mm512_set1_ps(d[b]), acc[0]);
-    }
-    if (nb > full) { /* a short last block */
-        const int j0 = full * QK, n = in - j0;
-        const __m512 x0 = _mm512_maskz_loadu_ps(lanes16(n), x + j0), x1 = _mm512_maskz_loadu_ps(lanes16(n - 16), x + j0 + 16);
-        const __m512 s = _mm512_fmadd_ps(i8x16_ps_masked(q + j0 + 16, n - 16), x1, _mm512_mul_ps(i8x16_ps_masked(q + j0, n), x0));
-        acc[1] = _mm512_fmadd_ps(s, _mm512_set1_ps(d[full]), acc[1]);
-    }
+        for (int u = 0; u < 4; u++) acc[u] = _mm512_fmadd_ps(block_dot(fmt, row, b + u, x, QK), _mm512_set1_ps(d[b + u]), acc[u]);
+    for (; b < nb; b++) /* the last full blocks, and a short one */
+        acc[0] = _mm512_fmadd_ps(block_dot(fmt, row, b, x, in - b * QK), _mm512_set1_ps(d[b]), acc[0]);
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
 static void q8_0_matvec_avx512(float *y, const int8_t *q, const float *scales, const float *x, int out, int in) {
     const int nb = q_blocks(in);
 #pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
-    for (int o = 0; o < out; o++) y[o] = q8_0_row(q + (size_t)o * in, scales + (size_t)o * nb, x, in, nb);
-}
-
-/* As q8_0_row. A short last block's bytes are all stored (padded with q = 0), so only x is masked. */
-static inline __m512 q4_block_dot(const uint8_t *qb, __m512 x0, __m512 x1) {
-    __m512 w0, w1;
-    q4_block_ps(qb, &w0, &w1);
-    return _mm512_fmadd_ps(w1, x1, _mm512_mul_ps(w0, x0));
-}
-
-static inline float q4_0_row(const uint8_t *q, const float *d, const float *x, int in, int nb) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    const int full = in / QK;
-    int b = 0;
-    for (; b + 4 <= full; b += 4) {
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            const int j0 = (b + u) * QK;
-            const __m512 s = q4_block_dot(q + (size_t)(b + u) * (QK / 2), _mm512_loadu_ps(x + j0), _mm512_loadu_ps(x + j0 + 16));
-            acc[u] = _mm512_fmadd_ps(s, _mm512_set1_ps(d[b + u]), acc[u]);
-        }
-    }
-    for (; b < nb; b++) {
-        const int j0 = b * QK, n = in - j0;
-        const __m512 s = q4_block_dot(q + (size_t)b * (QK / 2), _mm512_maskz_loadu_ps(lanes16(n), x + j0),
-                                      _mm512_maskz_loadu_ps(lanes16(n - 16), x + j0 + 16));
-        acc[0] = _mm512_fmadd_ps(s, _mm512_set1_ps(d[b]), acc[0]);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    for (int o = 0; o < out; o++) y[o] = block_row(QFMT_Q8_0, q + (size_t)o * in, scales + (size_t)o * nb, x, in, nb);
 }
 
 static void q4_0_matvec_avx512(float *y, const uint8_t *q, const float *scales, const float *x, int out, int in) {
     const int nb = q_blocks(in);
     const size_t row_bytes = (size_t)nb * (QK / 2);
 #pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
-    for (int o = 0; o < out; o++) y[o] = q4_0_row(q + (size_t)o * row_bytes, scales + (size_t)o * nb, x, in, nb);
+    for (int o = 0; o < out; o++) y[o] = block_row(QFMT_Q4_0, q + (size_t)o * row_bytes, scales + (size_t)o * nb, x, in, nb);
 }
 
 /* An MR × NR tile of y from MR rows of xq and NR rows of wq. vpdpbusd multiplies unsigned by
