@@ -64,7 +64,7 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         an_wq_params p = {.eval_tokens = o->tokens, .eval_n = o->n, .seq = o->seq, .windows = o->windows,
                           .calib_tokens = o->calib_tokens, .calib_n = o->calib_n,
                           .calib_samples = (int)(fit < want ? fit : want), .calib_seq = o->seq, .seed = 1,
-                          .needle = o->needle, .max_samples = o->allocation_samples};
+                          .needle = o->needle, .needle_tok = tok, .max_samples = o->allocation_samples};
         an_wq_scheme schemes[AN_WQ_MAX_SCHEMES];
         int ns = 0;
         if (p.calib_samples < 1) rc = dt_fail(err, "the training text is shorter than one calibration window of %d", o->seq);
