@@ -155,16 +155,24 @@ typedef struct {
     size_t cap_staged;
 } work;
 
-static int work_add(work *w, const char *s, size_t n, int32_t id, int origin, int staged) {
-    if (w->pieces.n == w->cap_staged) {
-        size_t cap = w->cap_staged ? 2 * w->cap_staged : 1024;
+/* Marks pieces [from, w->pieces.n) as staged or not. */
+static int work_mark(work *w, size_t from, int staged) {
+    if (w->pieces.n > w->cap_staged) {
+        size_t cap = w->cap_staged ? w->cap_staged : 1024;
+        while (cap < w->pieces.n) cap *= 2;
         int *v = realloc(w->staged, cap * sizeof *v);
         if (!v) return -1;
         w->staged = v;
         w->cap_staged = cap;
     }
-    w->staged[w->pieces.n] = staged;
-    return tk_pieces_add(&w->pieces, s, n, id, origin);
+    for (size_t k = from; k < w->pieces.n; k++) w->staged[k] = staged;
+    return 0;
+}
+
+static int work_add(work *w, const char *s, size_t n, int32_t id, int origin) {
+    size_t from = w->pieces.n;
+    if (tk_pieces_add(&w->pieces, s, n, id, origin) != 0) return -1;
+    return work_mark(w, from, 0);
 }
 
 /* One thread's share: pieces [a, b) through the rest of the pre-tokenizer and the model. */
@@ -215,16 +223,16 @@ int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int 
         const tk_piece *p = &front.v[i];
         const char *s = tk_piece_str(&front, i);
         if (p->id >= 0 || !stage || p->len < 2 * CHUNK_BYTES) {
-            rc = work_add(&w, s, p->len, p->id, p->origin, 0);
+            rc = work_add(&w, s, p->len, p->id, p->origin);
             continue;
         }
-        tk_pieces staged = {0};
+        /* the regex stage's pieces go straight into the work list (one copy of the text, not two:
+         * this part runs on one thread) */
+        size_t from = w.pieces.n;
         rc = tk_pre_stage_subject(stage, s, p->len, &subject);
         if (rc == 0) rc = parallel_spans(&stage->re, subject.p, subject.n, n_threads, ctxs, &spans);
-        if (rc == 0) rc = tk_pre_stage_emit(stage, &spans, subject.p, p->origin, &staged);
-        for (size_t k = 0; k < staged.n && rc == 0; k++)
-            rc = work_add(&w, tk_piece_str(&staged, k), staged.v[k].len, staged.v[k].id, staged.v[k].origin, 1);
-        tk_pieces_free(&staged);
+        if (rc == 0) rc = tk_pre_stage_emit(stage, &spans, subject.p, p->origin, &w.pieces);
+        if (rc == 0) rc = work_mark(&w, from, 1);
     }
     tk_pieces_free(&front);
     tk_buf_free(&subject);

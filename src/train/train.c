@@ -669,7 +669,8 @@ static int train_run(dt_train_options *o, dt_error *err) {
                 fprintf(stderr, "%sstep %d/%d | loss %.4f | lr %.2e | grad norm %.3f | %.0f tok/s%s | ETA %s%s",
                         tty ? "\r\033[K" : "", tr.step, o->steps, loss, lr, gnorm, tps, comm, eta, tty ? "" : "\n");
             if (!isnan(val_loss))
-                fprintf(stderr, "%s  val loss %.4f (%.3f bits/byte)\n", tty ? "\n" : "", val_loss, val_loss / M_LN2);
+                fprintf(stderr, "%s  val loss %.4f (%.3f bits/%s)\n", tty ? "\n" : "", val_loss, val_loss / M_LN2,
+                        tr.tokenizer_dir ? "token; `difftrans eval` gives bits per byte" : "byte");
         }
         /* st.stop: a rank was asked to stop (Ctrl-C); every rank stops after the same step */
         stopped = st.stop || (o->stop_at > 0 && tr.step >= o->stop_at && !last);
