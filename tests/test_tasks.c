@@ -36,17 +36,15 @@ static void test_recall_format(void **state) {
         assert_int_equal(ex.length, len);
         assert_int_equal(ex.kind, TK_RECALL);
         assert_int_equal(ex.n_queries, q);
-        int semis = 0, lower = 0;
+        int semis = 0, keys = 0;
         for (int t = 0; t < len; t++) {
             int c = ex.tokens[t];
+            assert_false(c >= 'a' && c <= 'z'); /* keys are symbols, distractors uppercase */
             semis += c == ';';
-            if (c >= 'a' && c <= 'z') {
-                assert_true(c < 'a' + TK_KEYS);
-                if (semis == 0) lower++;
-            }
+            if (c && strchr(TK_KEY_SYMBOLS, c) && semis == 0) keys++;
         }
         assert_int_equal(semis, 1);
-        assert_int_equal(lower, pairs); /* every key once in the context */
+        assert_int_equal(keys, pairs); /* every key once in the context */
         for (int j = 0; j < q; j++) {
             const tk_query *qq = &ex.q[j];
             assert_true(qq->pos + 1 < len);
@@ -57,13 +55,27 @@ static void test_recall_format(void **state) {
             for (int k = 0; k < j; k++) assert_int_not_equal(ex.tokens[ex.q[k].pos], ex.tokens[qq->pos]);
         }
     }
+    /* more queries than pairs: every pair once first, then repeats, each answered by its pair */
+    for (int seed = 1; seed <= 20; seed++) {
+        int pairs = 1 + seed % 5, q = pairs + 3 + seed % 7;
+        assert_int_equal(tk_recall((uint64_t)seed, 200, pairs, q, -1, &ex, &err), 0);
+        assert_int_equal(ex.n_queries, q);
+        int asked[256] = {0};
+        for (int j = 0; j < q; j++) {
+            int key = ex.tokens[ex.q[j].pos];
+            if (j < pairs) assert_int_equal(asked[key], 0);
+            asked[key]++;
+            assert_int_equal(recall_value_of(&ex, key), ex.q[j].answer);
+            assert_int_equal(ex.tokens[ex.q[j].pos + 1], ex.q[j].answer);
+        }
+    }
     /* exact distractor count: the length follows */
     assert_int_equal(tk_recall(3, 0, 4, 4, 5, &ex, &err), 0);
     assert_int_equal(ex.length, 3 * (4 + 5 + 4) + 1);
     /* refusals */
     assert_int_equal(tk_recall(1, 20, 4, 4, -1, &ex, &err), -1);
     assert_non_null(strstr(err.msg, "recall"));
-    assert_int_equal(tk_recall(1, 100, 4, 5, -1, &ex, &err), -1);
+    assert_int_equal(tk_recall(1, 4000, 4, TK_MAX_QUERIES + 1, -1, &ex, &err), -1);
     assert_int_equal(tk_recall(1, 100, TK_MAX_PAIRS + 1, 1, -1, &ex, &err), -1);
 }
 
@@ -106,7 +118,13 @@ static void test_depth_format(void **state) {
     }
     assert_int_equal(tk_depth(1, 30, 0.5, 4, 1, NULL, 0, &ex, &err), -1);
     assert_int_equal(tk_depth(1, 100, 1.5, 4, 1, NULL, 0, &ex, &err), -1);
-    assert_int_equal(tk_depth(1, 100, 0.5, 4, 5, NULL, 0, &ex, &err), -1);
+    assert_int_equal(tk_depth(1, 1000, 0.5, 4, TK_MAX_QUERIES + 1, NULL, 0, &ex, &err), -1);
+    /* more queries than needles: needle 0, the others once, then repeats */
+    assert_int_equal(tk_depth(9, 200, 0.5, 4, 12, NULL, 0, &ex, &err), 0);
+    assert_int_equal(ex.n_queries, 12);
+    int once[256] = {0};
+    for (int j = 1; j < 4; j++) assert_int_equal(once[ex.tokens[ex.q[j].pos]]++, 0);
+    assert_int_equal(once[ex.tokens[ex.q[0].pos]], 0);
 }
 
 static void test_icl_format(void **state) {
@@ -337,6 +355,32 @@ static void test_mix(void **state) {
         assert_memory_equal(tg + 2 * T, tg2, (size_t)3 * T * sizeof(int));
         assert_true(r1 == r2);
     }
+    /* the curriculum: recall without distractors and depth with the least text at first, a full
+     * row of distractors / text at the end; recall's queries run to the end of the row */
+    mix.tasks = 1 << TK_RECALL | 1 << TK_DEPTH;
+    for (int phase = 0; phase < 2; phase++) {
+        int step = phase ? 99 : 0, uppercase = 0, text = 0;
+        uint64_t r3 = 11;
+        tk_mix_batch(&mix, step, 100, tok, tg, 0, B, B, T, &r3);
+        for (int b = 0; b < B; b++) {
+            const int *row = tok + b * T;
+            int answers = 0, semi = -1;
+            for (int t = 0; t < T; t++) {
+                answers += tg[b * T + t] >= 0;
+                if (row[t] == ';' && semi < 0) semi = t;
+            }
+            if (semi >= 0) { /* recall */
+                for (int t = 0; t < semi; t++) uppercase += row[t] >= 'A' && row[t] <= 'Z';
+                assert_true(answers >= (T - semi) / 3 - 1);
+            } else
+                for (int t = 0; t < T; t++) text += row[t] >= 'a' && row[t] <= 'z';
+        }
+        if (phase == 0) assert_int_equal(uppercase, 0);
+        else assert_true(uppercase > 0);
+        if (phase == 0) assert_true(text < B / 2 * 4 * 3 * 4);
+        else assert_true(text > B / 2 * 40);
+    }
+    mix.tasks = 7;
     /* ratio 0: the text batch stays */
     mix.ratio = 0;
     uint64_t r = 1;

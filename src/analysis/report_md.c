@@ -211,10 +211,11 @@ static void measure_table(textbuf *b, const rp_report *r, const measure *ms) {
 /* ---------------------------------------------------------------- sections */
 
 static const char *task_text[TK_N_TASKS] = {
-    "Multi-query associative recall: K pairs `kv ` (key a–p, digit value) among distractor items `Xd ` (an uppercase "
-    "letter and a digit), then `;` and queries `kv `; the value after each queried key is scored (chance 0.1).",
-    "Retrieval at depth: 4 needles `@kv` in text cut from the training data, the queried one at the given depth, "
-    "then `\\n@k`: its value is scored (chance 0.1; copying the value of a random one of the 4 needles, without "
+    "Multi-query associative recall: K pairs `kv ` (key one of the 16 symbols `" TK_KEY_SYMBOLS "`, digit value) "
+    "among distractor items `Xd ` (an uppercase letter and a digit), then `;` and queries `kv `; the value after each "
+    "queried key is scored (chance 0.1).",
+    "Retrieval at depth: 4 needles `@kv` (key one of the same symbols, which are taken out of the text) in text cut "
+    "from the training data, the queried one at the given depth, then `\\n@k`: its value is scored (chance 0.1; copying the value of a random one of the 4 needles, without "
     "matching the key, scores 0.325). Lengths beyond the training length test extrapolation.",
     "In-context classification with labels permuted per prompt: letters a–m are one class and n–z the other; each "
     "prompt draws its own two label letters, so only the demonstrations `x:L ` tell the answer. Scored between the "
@@ -224,8 +225,11 @@ static void tasks_section(textbuf *b, const rp_report *r) {
     if (!r->tasks) return;
     tb_printf(b, "## Tasks learned in training\n\n");
     tb_printf(b, "%.0f%% of the training steps were task batches (rows of one task example each, loss on the answers "
-                 "only; the tasks in turn; recall's distractors grow over the first half of training), the others "
-                 "plain text. Accuracy is teacher-forced argmax on held-out examples drawn from their own seed.\n\n",
+                 "only; the tasks in turn, recall and depth twice for each icl row), the others plain text. Recall "
+                 "rows ask a query every 3 bytes to the end of the row (each pair once, then repeats); depth rows "
+                 "ask 4-byte queries over 3/8 of the row. "
+                 "Curriculum: for the first fifth of training recall has no distractors and depth the least text "
+                 "its needles need; both then grow to a full row by three fifths. Accuracy is teacher-forced argmax on held-out examples drawn from their own seed.\n\n",
               100 * r->task_ratio);
     const rp_model *m0 = rp_run(r, 0, 0);
     char what[TK_N_TASKS][64];

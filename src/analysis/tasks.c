@@ -28,6 +28,15 @@ static void distinct(uint64_t *rng, int n, int k, int *out) {
     }
 }
 
+/* n queries over `count` items numbered first..first+count-1: each item once in random order, then
+ * (n > count) items drawn at random, repeats allowed */
+static void ask(uint64_t *rng, int count, int first, int n, int *out) {
+    const int once = n < count ? n : count;
+    distinct(rng, count, once, out);
+    for (int i = once; i < n; i++) out[i] = (int)below(rng, (uint64_t)count);
+    for (int i = 0; i < n; i++) out[i] += first;
+}
+
 static void start(tk_example *ex, tk_kind kind, int length) {
     ex->kind = kind;
     ex->length = length;
@@ -46,8 +55,8 @@ static void add_query(tk_example *ex, int pos, int answer) {
 
 int tk_recall(uint64_t seed, int length, int pairs, int n_queries, int distractors, tk_example *ex, dt_error *err) {
     if (pairs < 1 || pairs > TK_MAX_PAIRS) return dt_fail(err, "recall: %d pairs (1..%d)", pairs, TK_MAX_PAIRS);
-    if (n_queries < 1 || n_queries > pairs || n_queries > TK_MAX_QUERIES)
-        return dt_fail(err, "recall: %d queries for %d pairs (1..pairs)", n_queries, pairs);
+    if (n_queries < 1 || n_queries > TK_MAX_QUERIES)
+        return dt_fail(err, "recall: %d queries (1..%d)", n_queries, TK_MAX_QUERIES);
     if (distractors >= 0) length = 3 * (pairs + distractors + n_queries) + 1;
     if (length > TK_MAX_LEN || 3 * (pairs + n_queries) + 1 > length)
         return dt_fail(err, "recall: %d tokens cannot hold %d pairs and %d queries (need %d..%d)", length, pairs,
@@ -55,7 +64,7 @@ int tk_recall(uint64_t seed, int length, int pairs, int n_queries, int distracto
     uint64_t rng = seed;
     start(ex, TK_RECALL, length);
     ex->pairs = pairs;
-    int keys[TK_KEYS], values[TK_KEYS], asked[TK_KEYS];
+    int keys[TK_KEYS], values[TK_KEYS], asked[TK_MAX_QUERIES];
     distinct(&rng, TK_KEYS, pairs, keys);
     for (int i = 0; i < pairs; i++) values[i] = (int)below(&rng, 10);
     /* the context: `items` slots of 3 bytes, `pairs` of them (chosen at random) the pairs, the rest
@@ -67,7 +76,7 @@ int tk_recall(uint64_t seed, int length, int pairs, int n_queries, int distracto
     for (int s = 0; s < items; s++) {
         int is_pair = (int)below(&rng, (uint64_t)(items - s)) < left;
         if (is_pair) {
-            t[p++] = 'a' + keys[next];
+            t[p++] = TK_KEY_SYMBOLS[keys[next]];
             t[p++] = '0' + values[next];
             next++;
             left--;
@@ -78,9 +87,9 @@ int tk_recall(uint64_t seed, int length, int pairs, int n_queries, int distracto
         t[p++] = ' ';
     }
     t[p++] = ';';
-    distinct(&rng, pairs, n_queries, asked);
+    ask(&rng, pairs, 0, n_queries, asked);
     for (int i = 0; i < n_queries; i++) {
-        t[p] = 'a' + keys[asked[i]];
+        t[p] = TK_KEY_SYMBOLS[keys[asked[i]]];
         add_query(ex, p, '0' + values[asked[i]]);
         t[p + 1] = '0' + values[asked[i]];
         t[p + 2] = ' ';
@@ -94,7 +103,8 @@ int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries
     enum { NEEDLE = 3, QUERY = 4 }; /* "@kv", "\n@kv" */
     if (!(depth >= 0 && depth <= 1)) return dt_fail(err, "depth: %g is not in [0, 1]", depth);
     if (needles < 2 || needles > TK_KEYS) return dt_fail(err, "depth: %d needles (2..%d)", needles, TK_KEYS);
-    if (n_queries < 1 || n_queries > needles) return dt_fail(err, "depth: %d queries for %d needles", n_queries, needles);
+    if (n_queries < 1 || n_queries > TK_MAX_QUERIES)
+        return dt_fail(err, "depth: %d queries (1..%d)", n_queries, TK_MAX_QUERIES);
     const int context = length - QUERY * n_queries; /* filler with the needles inside */
     if (length > TK_MAX_LEN || context < 4 * NEEDLE * needles)
         return dt_fail(err, "depth: %d tokens for %d needles and %d queries (need %d..%d)", length, needles, n_queries,
@@ -108,11 +118,11 @@ int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries
         size_t off = (size_t)below(&rng, (uint64_t)(n - (size_t)context + 1));
         for (int i = 0; i < context; i++) {
             int c = filler[off + (size_t)i];
-            t[i] = c == '@' ? ' ' : c;
+            t[i] = c == '@' || strchr(TK_KEY_SYMBOLS, c) ? ' ' : c;
         }
     } else
         for (int i = 0; i < context; i++) t[i] = 'a' + (int)below(&rng, 26);
-    int keys[TK_KEYS], values[TK_KEYS], where[TK_KEYS], asked[TK_KEYS];
+    int keys[TK_KEYS], values[TK_KEYS], where[TK_KEYS], asked[TK_MAX_QUERIES];
     distinct(&rng, TK_KEYS, needles, keys);
     for (int i = 0; i < needles; i++) values[i] = (int)below(&rng, 10);
     /* needle 0 starts at `depth` of the room; the others anywhere they do not touch another */
@@ -129,21 +139,21 @@ int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries
     }
     for (int i = 0; i < needles; i++) {
         t[where[i]] = '@';
-        t[where[i] + 1] = 'a' + keys[i];
+        t[where[i] + 1] = TK_KEY_SYMBOLS[keys[i]];
         t[where[i] + 2] = '0' + values[i];
     }
-    /* queries: needle 0, then others in random order */
+    /* queries: needle 0, then the others in random order, then (more queries than needles) any */
     asked[0] = 0;
     if (n_queries > 1) {
-        int rest[TK_KEYS];
-        distinct(&rng, needles - 1, n_queries - 1, rest);
-        for (int i = 1; i < n_queries; i++) asked[i] = 1 + rest[i - 1];
+        const int others = n_queries - 1 < needles - 1 ? n_queries - 1 : needles - 1;
+        ask(&rng, needles - 1, 1, others, asked + 1);
+        for (int i = 1 + others; i < n_queries; i++) asked[i] = (int)below(&rng, (uint64_t)needles);
     }
     int p = context;
     for (int i = 0; i < n_queries; i++) {
         t[p++] = '\n';
         t[p++] = '@';
-        t[p] = 'a' + keys[asked[i]];
+        t[p] = TK_KEY_SYMBOLS[keys[asked[i]]];
         add_query(ex, p, '0' + values[asked[i]]);
         t[p + 1] = '0' + values[asked[i]];
         p += 2;

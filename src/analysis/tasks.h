@@ -31,6 +31,11 @@
 #define TK_MAX_QUERIES 64
 #define TK_KEYS 16          /* recall / depth keys: 'a' .. 'p' */
 #define TK_MAX_PAIRS TK_KEYS
+/* the keys of recall and depth: symbols, taken out of depth's filler so that a key occurs only in
+ * its needle (with letters for keys, every copy of the letter in the text matched the query too);
+ * one alphabet for both, so that both train one key-matching circuit */
+#define TK_KEY_SYMBOLS "#$%&*+<=>[]^_{|}"
+#define TK_MIX_PAIRS 8      /* recall: most pairs of a training example */
 
 typedef enum { TK_RECALL = 0, TK_DEPTH = 1, TK_ICL = 2, TK_N_TASKS = 3 } tk_kind;
 
@@ -128,8 +133,9 @@ int tk_evaluate(const dt_model *m, tk_kind kind, const tk_eval_options *o, tk_re
 typedef struct {
     double ratio;           /* fraction of training steps that are task batches [0.5] */
     int tasks;              /* bit mask of tasks in the mix: 1 << TK_RECALL | ... */
-    int curriculum_steps;   /* recall: distractors rise from none to a full row over these steps [steps / 2] */
-    int max_pairs;          /* recall: K drawn from 1..max_pairs in training (all queried) [16] */
+    int curriculum_start;   /* steps with no distractors (recall) and least text (depth); 0: steps / 5; < 0: none */
+    int curriculum_steps;   /* then both rise to a full row over these steps; 0: 2·steps / 5 */
+    int max_pairs;          /* recall: K drawn from 1..max_pairs in training; 0: TK_MIX_PAIRS */
     const unsigned char *filler; /* depth filler (the training text) */
     size_t filler_n;
 } tk_mix;

@@ -170,21 +170,31 @@ int tk_evaluate(const dt_model *m, tk_kind kind, const tk_eval_options *o, tk_re
 
 /* ---------------------------------------------------------------- the training mix */
 
+/* The rows' turn of tasks: recall and depth twice for each icl row (icl is learned in a few hundred
+ * steps; the retrieval tasks need every row they get). */
+static const int task_weight[TK_N_TASKS] = {2, 2, 1};
+#define MAX_TURN 5
+
 static int enabled(int mask, int *kinds) {
     int n = 0;
-    for (int k = 0; k < TK_N_TASKS; k++)
-        if (mask & (1 << k)) kinds[n++] = k;
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < TK_N_TASKS; k++)
+            if ((mask & (1 << k)) && task_weight[k] > round) kinds[n++] = k;
     return n;
 }
 
 void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *targets, int row0, int rows, int B, int T,
                   uint64_t *rng) {
     const tk_mix *mix = ctx;
-    int kinds[TK_N_TASKS], nk = enabled(mix->tasks, kinds);
+    int kinds[MAX_TURN], nk = enabled(mix->tasks, kinds);
     if (nk == 0 || !(dt_rng_uniform(rng) < mix->ratio) || T + 1 > TK_MAX_LEN) return;
-    const int ramp = mix->curriculum_steps > 0 ? mix->curriculum_steps : (total_steps / 2 > 0 ? total_steps / 2 : 1);
-    const double progress = step >= ramp ? 1.0 : (double)step / ramp;
-    const int kmax = mix->max_pairs < (T - 2) / 6 ? mix->max_pairs : (T - 2) / 6; /* K pairs and K queries fit */
+    /* the distractor curriculum: none for `hold` steps, then a rising share of a full row over `ramp` */
+    const int hold = mix->curriculum_start > 0 ? mix->curriculum_start : mix->curriculum_start < 0 ? 0 : total_steps / 5;
+    const int ramp_default = 2 * total_steps / 5 > 0 ? 2 * total_steps / 5 : 1;
+    const int ramp = mix->curriculum_steps > 0 ? mix->curriculum_steps : ramp_default;
+    const double progress = step < hold ? 0.0 : step - hold >= ramp ? 1.0 : (double)(step - hold) / ramp;
+    const int max_pairs = mix->max_pairs > 0 ? mix->max_pairs : TK_MIX_PAIRS;
+    const int kmax = max_pairs < (T - 2) / 6 ? max_pairs : (T - 2) / 6; /* K pairs and K queries fit */
     tk_example *ex = malloc(sizeof *ex);
     if (!ex) return; /* the text batch stays: a missing task batch only weakens the mix */
     dt_error err;
@@ -193,14 +203,23 @@ void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *target
         const uint64_t seed = dt_rng_next(rng);
         int rc = -1;
         if (kind == TK_RECALL && kmax >= 1) {
-            /* every pair queried; distractors grow with the curriculum up to a full row */
+            /* K pairs, distractors as the curriculum allows, then queries to the end of the row (every
+             * pair once, then repeats): an answer every 3 tokens */
             int k = 1 + (int)(dt_rng_next(rng) % (uint64_t)kmax), room = (T - 6 * k) / 3;
             int most = (int)(progress * room), d = most > 0 ? (int)(dt_rng_next(rng) % (uint64_t)(most + 1)) : 0;
-            rc = tk_recall(seed, 0, k, k, d, ex, &err);
-        } else if (kind == TK_DEPTH)
-            rc = tk_depth(seed, T + 1, dt_rng_uniform(rng), DEPTH_NEEDLES, DEPTH_NEEDLES, mix->filler, mix->filler_n, ex,
-                          &err);
-        else if (kind == TK_ICL) {
+            int q = (T - 3 * (k + d)) / 3;
+            if (q > TK_MAX_QUERIES) q = TK_MAX_QUERIES;
+            rc = tk_recall(seed, 0, k, q, d, ex, &err);
+        } else if (kind == TK_DEPTH) {
+            /* DEPTH_NEEDLES needles in text, then queries over 3/8 of the row (each needle, then
+             * repeats); the text grows with the curriculum from what the needles need to the row */
+            int q = 3 * (T + 1) / 32;
+            if (q < DEPTH_NEEDLES) q = DEPTH_NEEDLES;
+            if (q > TK_MAX_QUERIES) q = TK_MAX_QUERIES;
+            const int least = 4 * 3 * DEPTH_NEEDLES, most = T + 1 - 4 * q;
+            const int context = most > least ? least + (int)(progress * (most - least)) : least;
+            rc = tk_depth(seed, context + 4 * q, dt_rng_uniform(rng), DEPTH_NEEDLES, q, mix->filler, mix->filler_n, ex, &err);
+        } else if (kind == TK_ICL) {
             int shots = 8;
             while (shots > 2 && 4 * (shots + 1) > T + 1) shots -= 2;
             int q = (T + 1) / 4 - shots;
