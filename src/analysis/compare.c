@@ -37,7 +37,7 @@ void cmp_options_default(cmp_options *o, int quick) {
     o->variants[0] = "diff";
     o->variants[1] = "transformer";
     o->tasks = (1 << TK_RECALL) | (1 << TK_DEPTH) | (1 << TK_ICL);
-    o->task_ratio = 0.75;
+    o->task_ratio = 0.95;
     o->task_examples = quick ? 4 : 32;
     o->curve_points = quick ? 3 : 10;
     o->quick = quick;
@@ -485,7 +485,7 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
                      tail, o->seq + 1);
     /* the tasks' filler is bytes (tasks run on byte-level models only) */
     for (size_t i = 0; rc == 0 && o->tasks && i < n_train; i++) filler[i] = (unsigned char)tok[i];
-    const tk_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = TK_MAX_PAIRS, .filler = filler,
+    const tk_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = TK_MIX_PAIRS, .filler = filler,
                         .filler_n = n_train};
 
     /* every variant × seed: train, then analyse */

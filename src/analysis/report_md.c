@@ -225,7 +225,7 @@ static void tasks_section(textbuf *b, const rp_report *r) {
     if (!r->tasks) return;
     tb_printf(b, "## Tasks learned in training\n\n");
     tb_printf(b, "%.0f%% of the training steps were task batches (rows of one task example each, loss on the answers "
-                 "only; the tasks in turn, recall and depth twice for each icl row), the others plain text. Recall "
+                 "only; the tasks in turn, recall and depth six times for each icl row), the others plain text. Recall "
                  "rows ask a query every 3 bytes to the end of the row (each pair once, then repeats); depth rows "
                  "ask 4-byte queries over 3/8 of the row. "
                  "Curriculum: for the first fifth of training recall has no distractors and depth the least text "

@@ -4,12 +4,14 @@
  * Three tasks, each a deterministic generator (everything drawn from a splitmix64 stream started at
  * the example's seed), one teacher-forced scorer, and a place in the training mix:
  *
- *   recall  multi-query associative recall. K pairs "kv " (k a lowercase key a–p, distinct; v a digit)
- *           scattered among distractor items "Xd " (X an uppercase letter, d a digit), then ';' and
- *           queries "kv " of the pairs in random order. Answer: v after its key. Chance 0.1.
- *   depth   retrieval at depth. N needles "@kv" (distinct keys a–p, digit values) in filler cut from
- *           a text corpus ('@' removed from it), the first at the requested depth, the others
- *           anywhere, then queries "\n@kv": first the needle at depth, then others. Chance 0.1.
+ *   recall  multi-query associative recall. K pairs "kv " (k one of the 16 TK_KEY_SYMBOLS,
+ *           distinct; v a digit) scattered among distractor items "Xd " (X an uppercase letter, d a
+ *           digit), then ';' and queries "kv ": each pair once in random order, then (more queries
+ *           than pairs) any. Answer: v after its key. Chance 0.1.
+ *   depth   retrieval at depth. N needles "@kv" (distinct keys from TK_KEY_SYMBOLS, digit values) in
+ *           filler cut from a text corpus ('@' and the key symbols removed from it), the first at
+ *           the requested depth, the others anywhere, then queries "\n@kv": first the needle at
+ *           depth, then the others, then (more queries than needles) any. Chance 0.1.
  *   icl     in-context classification with label words permuted per prompt: two classes of letters
  *           (a–m, n–z); per prompt two distinct labels drawn from A–Z and assigned at random, so
  *           only the demonstrations "x:L " tell the answer. After `shots` demonstrations (half
@@ -26,7 +28,7 @@
 
 #include "difftrans.h"
 
-#define TK_GENERATOR_VERSION 1
+#define TK_GENERATOR_VERSION 2
 #define TK_MAX_LEN 4096     /* tokens of one example */
 #define TK_MAX_QUERIES 64
 #define TK_KEYS 16          /* recall / depth keys: 'a' .. 'p' */
@@ -141,7 +143,8 @@ typedef struct {
 } tk_mix;
 
 /* The dt_train batch hook: with probability mix->ratio the step's batch becomes task rows (one
- * example of seq + 1 tokens per row, tasks taken in turn, targets −1 except at answers);
+ * example of at most seq + 1 tokens per row, right-aligned after spaces; tasks taken in turn,
+ * recall and depth six rows for each icl row; targets −1 except at answers);
  * otherwise the text batch is left alone. tokens/targets hold rows [row0, row0 + rows) of the B
  * rows; the draws from *rng are those of all B rows. ctx is a const tk_mix *. */
 void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *targets, int row0, int rows, int B, int T,

@@ -170,14 +170,15 @@ int tk_evaluate(const dt_model *m, tk_kind kind, const tk_eval_options *o, tk_re
 
 /* ---------------------------------------------------------------- the training mix */
 
-/* The rows' turn of tasks: recall and depth twice for each icl row (icl is learned in a few hundred
- * steps; the retrieval tasks need every row they get). */
-static const int task_weight[TK_N_TASKS] = {2, 2, 1};
-#define MAX_TURN 5
+/* The rows' turn of tasks: recall and depth six times for each icl row (icl is learned in a few
+ * hundred steps; the retrieval tasks need every row they get: at half the rows each both are
+ * learned within 2000 steps, at a third neither). */
+static const int task_weight[TK_N_TASKS] = {6, 6, 1};
+#define MAX_TURN 13 /* the weights' sum */
 
 static int enabled(int mask, int *kinds) {
     int n = 0;
-    for (int round = 0; round < 2; round++)
+    for (int round = 0; round < MAX_TURN; round++)
         for (int k = 0; k < TK_N_TASKS; k++)
             if ((mask & (1 << k)) && task_weight[k] > round) kinds[n++] = k;
     return n;
