@@ -9,14 +9,12 @@
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    size_t n1, n2, n3, rest_n;
-    const uint8_t *p2, *p3, *rest;
-    fz_split(data, n, FUZZ_SHARD_SEP, sizeof FUZZ_SHARD_SEP - 1, &n1, &rest, &rest_n);
-    fz_split(rest, rest_n, FUZZ_SHARD_SEP, sizeof FUZZ_SHARD_SEP - 1, &n2, &p3, &n3);
-    p2 = rest;
-    fz_write("model.safetensors.index.json", data, n1);
-    fz_write(FUZZ_SHARD_1, p2, n2);
-    fz_write(FUZZ_SHARD_2, p3, n3);
+    const uint8_t *p[3];
+    size_t len[3];
+    fz_split3(data, n, FUZZ_SHARD_SEP, sizeof FUZZ_SHARD_SEP - 1, p, len);
+    fz_write("model.safetensors.index.json", p[0], len[0]);
+    fz_write(FUZZ_SHARD_1, p[1], len[1]);
+    fz_write(FUZZ_SHARD_2, p[2], len[2]);
     dt_st_set set;
     dt_error err;
     if (dt_st_set_open(&set, fz_dir(), &err) != 0) return 0;

@@ -10,14 +10,12 @@
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    size_t n1, n2, n3, rest_n;
-    const uint8_t *p2, *p3, *rest;
-    fz_split(data, n, FUZZ_TOKENS_SEP, sizeof FUZZ_TOKENS_SEP - 1, &n1, &rest, &rest_n);
-    fz_split(rest, rest_n, FUZZ_TOKENS_SEP, sizeof FUZZ_TOKENS_SEP - 1, &n2, &p3, &n3);
-    p2 = rest;
-    fz_write("dataset.json", data, n1);
-    fz_write(FUZZ_TOKENS_TRAIN, p2, n2);
-    fz_write(FUZZ_TOKENS_VAL, p3, n3);
+    const uint8_t *p[3];
+    size_t len[3];
+    fz_split3(data, n, FUZZ_TOKENS_SEP, sizeof FUZZ_TOKENS_SEP - 1, p, len);
+    fz_write("dataset.json", p[0], len[0]);
+    fz_write(FUZZ_TOKENS_TRAIN, p[1], len[1]);
+    fz_write(FUZZ_TOKENS_VAL, p[2], len[2]);
     dt_tokens_summary s;
     dt_error err;
     int64_t vocab = 300; /* a model's vocabulary: the byte-level one, a little more */
@@ -33,7 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
             if (tokens || n_tokens) abort(); /* nothing handed back on failure */
             continue;
         }
-        if (n_tokens > (n2 + n3) / 2) abort(); /* no more ids than the shards' bytes can hold */
+        if (n_tokens > (len[1] + len[2]) / 2) abort(); /* no more ids than the shards' bytes can hold */
         for (size_t i = 0; i < n_tokens; i++)
             if (tokens[i] < 0 || tokens[i] >= vocab) abort();
         free(tokens);

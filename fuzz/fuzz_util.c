@@ -46,3 +46,10 @@ void fz_split(const uint8_t *data, size_t n, const char *sep, size_t sep_n, size
     *p2 = data + n;
     *n2 = 0;
 }
+
+void fz_split3(const uint8_t *data, size_t n, const char *sep, size_t sep_n, const uint8_t *p[3], size_t len[3]) {
+    size_t rest_n;
+    p[0] = data;
+    fz_split(data, n, sep, sep_n, &len[0], &p[1], &rest_n);
+    fz_split(p[1], rest_n, sep, sep_n, &len[1], &p[2], &len[2]);
+}
