@@ -16,7 +16,8 @@
 static void help(void) {
     printf("usage: difftrans needle generate --corpus FILE.txt --out DIR [options]\n"
            "       difftrans needle eval MODEL_DIR --data DIR [options]\n\n"
-           "Multi-needle retrieval (as in the paper), byte-level. Each sample is a context of\n"
+           "Multi-needle retrieval (as in the paper). The data set is text, placed by bytes; `eval` reads it as the\n"
+           "model does (bytes, or through the model's tokenizer.json). Each sample is a context of\n"
            "exactly --context bytes of corpus filler with N needle sentences hidden in it,\n"
            "    The magic number of KEY is VALUE.\n"
            "followed by one question per queried needle, each with its answer:\n"

@@ -543,7 +543,8 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
     /* scaling: DIFF and its baseline at the other sizes, first seed, same budget and mix */
     rp_report r = {.command = o->command, .seed = o->seed, .preset = o->preset, .data = o->data ? o->data : o->tokens,
                    .train_text = train_path, .needle_dir = o->needle ? needle_dir : NULL, .steps = o->steps,
-                   .batch = o->batch, .seq = o->seq, .heldout_bytes = tail, .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
+                   .batch = o->batch, .seq = o->seq, .heldout_bytes = tail,
+                   .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
                    .needle_context = np.contexts[0], .needle_needles = np.needles, .needle_queries = np.queries,
                    .tasks = o->tasks, .task_ratio = o->task_ratio, .n_variants = o->n_variants, .n_seeds = o->seeds,
                    .runs = runs, .diff = -1, .base = -1};

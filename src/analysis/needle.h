@@ -1,4 +1,5 @@
-/* needle.h — the paper's multi-needle retrieval task, byte-level (internal).
+/* needle.h — the paper's multi-needle retrieval task (internal): text placed by byte offsets,
+ * read by a model as bytes or through its tokenizer (textmap.h).
  *
  * N needles — "The magic number of <key> is <value>." with distinct keys and values — are hidden
  * in filler text cut from a corpus, and R of them are queried after the context. The exact sample

@@ -24,9 +24,9 @@ static int token_ends(const dt_tok *tok, const char *text, int len, const char *
         int whole = is_prefix && n == (size_t)len;
         free(dec);
         if (k == t->n && !whole)
-            return dt_fail(err, "%s: the tokenizer %s does not decode its encoding of the text back to the same bytes "
-                                "(a normalizer changes the text), so the task's byte offsets cannot be placed in its tokens",
-                           what, dt_tok_path(tok));
+            return dt_fail(err, "%s: the tokenizer %s does not decode its encoding of the text back to the same "
+                                "bytes (a normalizer changes the text), so the task's byte offsets cannot be placed "
+                                "in its tokens", what, dt_tok_path(tok));
         pending++;
         if (!is_prefix) continue;
         for (int i = k - pending; i < k; i++) t->end[i] = (int)n;
