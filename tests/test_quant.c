@@ -94,7 +94,8 @@ typedef struct {
 } shape;
 
 static const shape shapes[] = {{1, 1, 1},  {1, 32, 1},  {3, 33, 2},   {5, 31, 3},    {7, 100, 5},
-                               {4, 64, 4}, {9, 65, 7},  {17, 257, 9}, {64, 1024, 1}, {33, 130, 13}};
+                               {4, 64, 4}, {9, 65, 7},  {17, 257, 9}, {64, 1024, 1}, {33, 130, 13},
+                               {7, 100, 1}, {9, 257, 1},  {5, 600, 1}}; /* one row of x: the decoding kernels */
 
 /* |y − reference| within rel of Σ|terms| (the reference sums in double). */
 static void assert_close_to_reference(const float *y, const float *ref, const float *mag, int n, float rel,

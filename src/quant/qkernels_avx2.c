@@ -130,9 +130,33 @@ static inline __attribute__((always_inline)) void avx2_tile(float *y, const int8
         }
 }
 
+/* One row of x against one row of W for decoding: the row read front to back into 4 accumulators
+ * in turn (as the float matrix-vector products; the 1 × 4 tile reads 4 rows interleaved). */
+static inline int32_t avx2_row(const int8_t *w, const int8_t *x, int in) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+    int k = 0;
+    for (; k + 128 <= in; k += 128)
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) {
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k + 32 * u));
+            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k + 32 * u));
+            const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(wv, xv));
+            acc[u] = _mm256_add_epi32(acc[u], _mm256_madd_epi16(p16, ones));
+        }
+    int32_t dot = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_add_epi32(acc[2], acc[3])));
+    for (; k < in; k++) dot += (int32_t)x[k] * w[k];
+    return dot;
+}
+
 static void i8_gemm_avx2(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws,
                          const int32_t *rs, int out, int in) {
     (void)rs;
+    if (N == 1) {
+#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
+        for (int o = 0; o < out; o++) y[o] = (float)avx2_row(wq + (size_t)o * in, xq, in) * xs[0] * ws[o];
+        return;
+    }
     const int oblocks = (out + 3) / 4;
 #pragma omp parallel for schedule(static) if ((size_t)N * out * in > 262144)
     for (int ob = 0; ob < oblocks; ob++) {
