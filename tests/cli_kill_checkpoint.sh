@@ -33,7 +33,12 @@ for round in $(seq 1 "$ROUNDS"); do
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
     expect_ok "round $round: the killed run's directory loads" "$DT" info "$run"
-    now=$("${PY:-python3}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$run/train_state.json" \
+    # the step a resume continues from: a complete stage (.next/train_state.json, written last) is
+    # committed by the resume before it reads anything, so a kill inside a commit can leave
+    # train_state.json one checkpoint behind the model files (src/train/checkpoint.h)
+    state=$run/train_state.json
+    [ -f "$run/.next/train_state.json" ] && state=$run/.next/train_state.json
+    now=$("${PY:-python3}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$state" \
         2>/dev/null || echo 0)
     if [ "$now" -lt "$steps" ]; then fail "round $round: the run went back from step $steps to $now"; else pass; fi
     steps=$((now + 1))
