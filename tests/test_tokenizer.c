@@ -138,6 +138,13 @@ static void test_bad_files(void **state) {
     expect_refused("\"dropout\": null", "\"dropout\": 0.1", "dropout");
     expect_refused("{\"id\": 7,", "{\"id\": 9,", "declares id 9");
     expect_refused("\"ids\": [7]", "\"ids\": [99]", "past the vocabulary");
+    /* a pattern that is not UTF-8 went to pcre2_compile with PCRE2_NO_UTF_CHECK: a crash (found
+     * by fuzz_tokenizer); other strings of the file become text the regexes scan unchecked */
+    expect_refused("\"normalizer\": null",
+                   "\"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"Regex\": \"(?i:'s|\xff\xff\xffm)\"},"
+                   " \"content\": \"a\"}",
+                   "pattern is not valid UTF-8 (byte 7)");
+    expect_refused("\"content\": \"<s>\"", "\"content\": \"<s\xc3>\"", "not valid UTF-8");
     dt_tok *tok = NULL;
     dt_error err = {{0}};
     char path[1200];

@@ -70,6 +70,9 @@ static int translate(const char *pat, size_t len, tk_buf *out, const char **bad)
 
 int tk_regex_compile(tk_regex *re, const char *pattern, size_t len, int literal, const char *where, dt_error *err) {
     memset(re, 0, sizeof *re);
+    /* compiled with PCRE2_NO_UTF_CHECK: an invalid pattern would be undefined behaviour there */
+    const size_t bad_at = tk_utf8_check(pattern, len);
+    if (bad_at != len) return dt_fail(err, "%s: pattern is not valid UTF-8 (byte %zu)", where, bad_at);
     re->source = malloc(len + 1);
     if (!re->source) return dt_fail(err, "%s: out of memory", where);
     memcpy(re->source, pattern, len);

@@ -228,6 +228,9 @@ int tk_json_string(const cJSON *obj, const char *key, const char **out, const ch
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsString(v)) return dt_fail(err, "%s: %s: \"%s\" must be a string", path, what, key);
+    /* these strings become text that the regexes scan without a UTF-8 check */
+    const size_t len = strlen(v->valuestring), bad_at = tk_utf8_check(v->valuestring, len);
+    if (bad_at != len) return dt_fail(err, "%s: %s: \"%s\" is not valid UTF-8 (byte %zu)", path, what, key, bad_at);
     *out = v->valuestring;
     return 0;
 }
