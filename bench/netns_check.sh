@@ -13,6 +13,9 @@
 #                     in the same namespaces (tbf on them for the rate), for the rows with a delay
 #        STEPS=6 (the first is not timed)  REPS=2 (best kept)  RUN_TIMEOUT=120 s per run
 #        TOTAL_TIMEOUT=900 s for the whole script  DATA=/usr/share/common-licenses/GPL-3
+#        OVERLAP=1   also measure what overlapping the reduction with the backward saves: each
+#                    rate × preset on the veth (no added delay, Open MPI's default algorithm) with
+#                    and without --no-overlap, the step time of both (best of REPS) in a second table
 #
 # Everything it creates — two namespaces (dtnc<pid>a, dtnc<pid>b), the veth pair inside them,
 # their qdiscs, the delay line's process and TAP devices, a temporary directory — is removed on
@@ -39,7 +42,7 @@
 set -u
 DT=${1:-build/difftrans}
 RATES=${RATES:-"50 200 1000"} PRESETS=${PRESETS:-"tiny small"} ALGORITHMS=${ALGORITHMS:-"default ring"}
-DELAYS=${DELAYS:-"0 5"} STEPS=${STEPS:-6} REPS=${REPS:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+OVERLAP=${OVERLAP:-0} DELAYS=${DELAYS:-"0 5"} STEPS=${STEPS:-6} REPS=${REPS:-2} RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 TOTAL_TIMEOUT=${TOTAL_TIMEOUT:-900} MICRO_STEPS=21 DATA=${DATA:-/usr/share/common-licenses/GPL-3}
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODEL="$HERE/comm_model.py" DELAY_LINE="$HERE/delay_line.py"
@@ -179,7 +182,9 @@ cat >"$TMP/micro.json" <<'EOF'
 EOF
 
 export OMP_WAIT_POLICY=PASSIVE
-# run_once ALGORITHM STEPS MODEL_ARGS... → RESULT = the communication ms per step ($TMP/last.log: the run's output).
+# run_once ALGORITHM STEPS MODEL_ARGS... → RESULT = the communication ms per step, STEP_MS = the step time
+# ($TMP/last.log: the run's output). OVERLAP_FLAG is --no-overlap except in the overlap table.
+OVERLAP_FLAG=--no-overlap
 # The run goes to the background and is waited for, so that a signal reaches the traps at once
 # (bash runs a trap only after a foreground command ends); no $(...) subshell runs it, so die and
 # exit leave through the cleanup.
@@ -194,7 +199,7 @@ run_once() {
         --bind-to none --mca plm_rsh_agent "$TMP/agent.sh" --mca btl tcp,self --mca btl_tcp_if_include "$DATA_NET" \
         --mca oob_tcp_if_include "$NET" "${mca[@]}" -x OMP_WAIT_POLICY \
         "$DT" train --data "$DATA" --out "$TMP/run" "$@" --batch 4 --seq 64 --steps "$steps" --threads 1 \
-        --no-overlap --eval-interval 0 --eval-batches 1 --save-interval 0 --comm-timeout 60 >"$TMP/last.log" 2>&1 &
+        $OVERLAP_FLAG --eval-interval 0 --eval-batches 1 --save-interval 0 --comm-timeout 60 >"$TMP/last.log" 2>&1 &
     if ! wait $!; then
         tail -5 "$TMP/last.log" >&2
         die "a run failed or passed RUN_TIMEOUT=$RUN_TIMEOUT s ($alg $*)"
@@ -205,6 +210,8 @@ run_once() {
     RESULT=$(sed -n 's/.*communication \([0-9.]*\) ms\/step.*(\([0-9.]*\) ms waiting after the backward, \([0-9.]*\) ms of it.*/\1 \2 \3/p' <<<"$line" |
         awk '{printf "%.2f\n", $1 - ($2 - $3)}')
     [ -n "$RESULT" ] || die "cannot read the communication times in: $line"
+    STEP_MS=$(sed -n 's/.*| step \([0-9.]*\) ms |.*/\1/p' <<<"$line")
+    [ -n "$STEP_MS" ] || die "cannot read the step time in: $line"
 }
 # run_reps HOW REPS ALGORITHM STEPS MODEL_ARGS... → RESULT = the best (HOW=min) or the median (HOW=median) of REPS runs
 run_reps() {
@@ -267,3 +274,23 @@ for delay in $DELAYS; do
         done
     done
 done
+if [ "$OVERLAP" = 1 ]; then
+    stop_delay_line
+    link=veth DATA_NET=$NET
+    printf '\n| preset | Mbit/s | step ms, reduction after the backward | step ms, overlapped | saved |\n'
+    printf '| --- | ---: | ---: | ---: | ---: |\n'
+    for rate in $RATES; do
+        shape "$rate" 0
+        for preset in $PRESETS; do
+            best_after= best_over=
+            for _ in $(seq 1 "$REPS"); do # alternating the two, best of each
+                OVERLAP_FLAG=--no-overlap run_once default "$STEPS" --preset "$preset"
+                best_after=$(printf '%s\n%s\n' "${best_after:-$STEP_MS}" "$STEP_MS" | sort -g | head -1)
+                OVERLAP_FLAG= run_once default "$STEPS" --preset "$preset"
+                best_over=$(printf '%s\n%s\n' "${best_over:-$STEP_MS}" "$STEP_MS" | sort -g | head -1)
+            done
+            saved=$(awk -v a="$best_after" -v o="$best_over" 'BEGIN{printf "%.1f%%", 100 * (a - o) / a}')
+            printf '| %s | %s | %s | %s | %s |\n' "$preset" "$rate" "$best_after" "$best_over" "$saved"
+        done
+    done
+fi
