@@ -27,12 +27,14 @@
 void cmp_options_default(cmp_options *o, int quick) {
     memset(o, 0, sizeof *o);
     o->preset = "tiny";
-    o->steps = quick ? 60 : 3000; /* the retrieval tasks are found between steps 1200 and 2700, if at all */
+    /* The retrieval tasks are found between steps 1200 and 2700 if at all; at 6000 steps 4 of 8
+     * runs of the tiny preset had found them (3 seeds left most runs on one side of that line). */
+    o->steps = quick ? 60 : 6000;
     o->batch = quick ? 8 : 16;
     o->seq = quick ? 64 : 128;
     o->lr = 3e-3f;
     o->seed = 1337;
-    o->seeds = quick ? 2 : 3;
+    o->seeds = quick ? 2 : 4;
     o->n_variants = 2;
     o->variants[0] = "diff";
     o->variants[1] = "transformer";
