@@ -9,12 +9,8 @@
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    const uint8_t *p[3];
-    size_t len[3];
-    fz_split3(data, n, FUZZ_SHARD_SEP, sizeof FUZZ_SHARD_SEP - 1, p, len);
-    fz_write("model.safetensors.index.json", p[0], len[0]);
-    fz_write(FUZZ_SHARD_1, p[1], len[1]);
-    fz_write(FUZZ_SHARD_2, p[2], len[2]);
+    static const char *const files[3] = {"model.safetensors.index.json", FUZZ_SHARD_1, FUZZ_SHARD_2};
+    fz_write3(data, n, FUZZ_SHARD_SEP, sizeof FUZZ_SHARD_SEP - 1, files, NULL);
     dt_st_set set;
     dt_error err;
     if (dt_st_set_open(&set, fz_dir(), &err) != 0) return 0;

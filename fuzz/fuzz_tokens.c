@@ -10,12 +10,9 @@
 #include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
-    const uint8_t *p[3];
+    static const char *const files[3] = {"dataset.json", FUZZ_TOKENS_TRAIN, FUZZ_TOKENS_VAL};
     size_t len[3];
-    fz_split3(data, n, FUZZ_TOKENS_SEP, sizeof FUZZ_TOKENS_SEP - 1, p, len);
-    fz_write("dataset.json", p[0], len[0]);
-    fz_write(FUZZ_TOKENS_TRAIN, p[1], len[1]);
-    fz_write(FUZZ_TOKENS_VAL, p[2], len[2]);
+    fz_write3(data, n, FUZZ_TOKENS_SEP, sizeof FUZZ_TOKENS_SEP - 1, files, len);
     dt_tokens_summary s;
     dt_error err;
     int64_t vocab = 300; /* a model's vocabulary: the byte-level one, a little more */

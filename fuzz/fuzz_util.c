@@ -47,9 +47,14 @@ void fz_split(const uint8_t *data, size_t n, const char *sep, size_t sep_n, size
     *n2 = 0;
 }
 
-void fz_split3(const uint8_t *data, size_t n, const char *sep, size_t sep_n, const uint8_t *p[3], size_t len[3]) {
-    size_t rest_n;
+void fz_write3(const uint8_t *data, size_t n, const char *sep, size_t sep_n, const char *const names[3], size_t *len) {
+    const uint8_t *p[3];
+    size_t part[3], rest_n;
     p[0] = data;
-    fz_split(data, n, sep, sep_n, &len[0], &p[1], &rest_n);
-    fz_split(p[1], rest_n, sep, sep_n, &len[1], &p[2], &len[2]);
+    fz_split(data, n, sep, sep_n, &part[0], &p[1], &rest_n);
+    fz_split(p[1], rest_n, sep, sep_n, &part[1], &p[2], &part[2]);
+    for (int k = 0; k < 3; k++) {
+        fz_write(names[k], p[k], part[k]);
+        if (len) len[k] = part[k];
+    }
 }

@@ -16,7 +16,8 @@ void fz_write(const char *name, const uint8_t *data, size_t n);
  * part 2 after; without one, everything is part 1 and part 2 is empty. */
 void fz_split(const uint8_t *data, size_t n, const char *sep, size_t sep_n, size_t *n1, const uint8_t **p2,
               size_t *n2);
-/* Splits data at the first two occurrences of sep into parts p[0..2] of n[0..2] bytes (later
- * parts empty when there are fewer separators). */
-void fz_split3(const uint8_t *data, size_t n, const char *sep, size_t sep_n, const uint8_t *p[3], size_t len[3]);
+/* Splits data at the first two occurrences of sep into three parts (later parts empty when there
+ * are fewer separators) and writes part k into the work directory's file names[k]; len (when not
+ * NULL) gets the parts' sizes. */
+void fz_write3(const uint8_t *data, size_t n, const char *sep, size_t sep_n, const char *const names[3], size_t *len);
 #endif

@@ -170,18 +170,8 @@ static const char *text_file(void) {
 }
 
 static void train_opts(dt_train_options *o, const char *out, int steps) {
-    dt_train_defaults(o);
-    tu_tiny_diff_config(&o->cfg);
-    o->data_path = text_file();
-    o->out_dir = out;
-    o->steps = steps;
-    o->batch = 2;
-    o->seq = 8;
-    o->warmup = 1;
-    o->eval_interval = 0;
-    o->eval_batches = 1;
+    tu_tiny_train_options(o, text_file(), out, steps, 8);
     o->save_interval = 1;
-    o->quiet = 1;
 }
 
 typedef int (*operation)(void *ctx, dt_error *err);

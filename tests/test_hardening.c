@@ -49,18 +49,7 @@ static const char *text_file(void) {
 }
 
 static void train_opts(dt_train_options *o, const char *out, int steps) {
-    dt_train_defaults(o);
-    tu_tiny_diff_config(&o->cfg);
-    o->data_path = text_file();
-    o->out_dir = out;
-    o->steps = steps;
-    o->batch = 2;
-    o->seq = 16;
-    o->warmup = 1;
-    o->eval_interval = 0;
-    o->eval_batches = 1;
-    o->save_interval = 0;
-    o->quiet = 1;
+    tu_tiny_train_options(o, text_file(), out, steps, 16);
 }
 
 /* B·T was `int N = B*T` in dt_forward, computed before the size check, and B·T was never capped:

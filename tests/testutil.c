@@ -241,3 +241,18 @@ void tu_tiny_diff_config(dt_config *c) {
     c->num_key_value_heads = 2;
     c->head_dim = 8;
 }
+
+void tu_tiny_train_options(dt_train_options *o, const char *data_path, const char *out, int steps, int seq) {
+    dt_train_defaults(o);
+    tu_tiny_diff_config(&o->cfg);
+    o->data_path = data_path;
+    o->out_dir = out;
+    o->steps = steps;
+    o->batch = 2;
+    o->seq = seq;
+    o->warmup = 1;
+    o->eval_interval = 0;
+    o->eval_batches = 1;
+    o->save_interval = 0;
+    o->quiet = 1;
+}

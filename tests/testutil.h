@@ -25,6 +25,9 @@ int tu_file_exists(const char *path);
 /* A one-layer DIFF model of width 16 (2 heads of 8), small enough to walk every allocation and
  * write of a training run; aborts if the preset is missing. */
 void tu_tiny_diff_config(dt_config *c);
+/* Training options for that model: `steps` steps of batch 2 × seq on data_path into out, one
+ * warm-up step, no evaluation, no periodic checkpoint, quiet. */
+void tu_tiny_train_options(dt_train_options *o, const char *data_path, const char *out, int steps, int seq);
 
 /* max over i of |a−b|; +inf when any element of either side is NaN */
 float tu_max_abs_diff(const float *a, const float *b, size_t n);
