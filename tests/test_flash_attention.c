@@ -155,6 +155,13 @@ static void o12_from_maps(float *o12, const float *att, const float *v, const at
                 }
 }
 
+/* a gradient written by set_grads: got + start against ref, which added onto start */
+static void check_set_grad(const char *what, const char *label, float *got, const float *ref, const float *start,
+                           size_t n) {
+    for (size_t i = 0; i < n; i++) got[i] += start[i];
+    check_grad(what, label, got, ref, start, n);
+}
+
 /* Σ over (b, t, j, c) of |dU_c · o2_c|, with dU from the per-head norm backward (in double) */
 static double dlambda_magnitude(const float *dout, const float *pre, const float *rstd, const float *o12,
                                 const attention_shape *s) {
@@ -212,6 +219,8 @@ static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
     attention_backward(no_qk ? NULL : dq_r, no_qk ? NULL : dk_r, no_v ? NULL : dv_r, &dl_r, dsub_r, dout, att,
                        pre_r, rstd_r, q, k, v, ref_scratch, &s);
     free(ref_scratch);
+    attention_shape set = s; /* the same with dq, dk, dv written instead of added */
+    set.set_grads = 1;
 
     float *lse_d = fnew((size_t)B * H * T);
     lse_double(lse_d, q, k, &s);
@@ -280,6 +289,23 @@ static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
             assert_true(dl == dl0);
             assert_memory_equal(dsub, dsub0, w2 * sizeof(float));
         }
+
+        /* set_grads: the same gradients written instead of added (NaN before: every element is
+         * written, none read); set + start against the reference's accumulation onto start, so
+         * with the same tolerance; dλ and dsubln exactly as without */
+        float *dq_s = fnan(nq), *dk_s = fnan(nk), *dv_s = fnan(nk), *dsub_s = fcopy(dsub0, w2);
+        float dl_s = dl0;
+        for (size_t i = 0; i < ns; i++) scratch[i] = NAN;
+        kern->attention_backward(no_qk ? NULL : dq_s, no_qk ? NULL : dk_s, no_v ? NULL : dv_s, &dl_s, dsub_s, dout,
+                                 out, lse, o12, pre, rstd, q, k, v, scratch, &set);
+        if (!no_qk) {
+            check_set_grad("dq (set_grads)", lab, dq_s, dq_r, dq0, nq);
+            check_set_grad("dk (set_grads)", lab, dk_s, dk_r, dk0, nk);
+        }
+        if (!no_v) check_set_grad("dv (set_grads)", lab, dv_s, dv_r, dv0, nk);
+        assert_memory_equal(dsub_s, dsub, w2 * sizeof(float));
+        assert_true(dl_s == dl);
+        free(dq_s), free(dk_s), free(dv_s), free(dsub_s);
 
         /* 1 and more threads agree with each other to the same tolerance */
         if (threads == 1) {

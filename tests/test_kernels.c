@@ -51,20 +51,6 @@ static void expect_close(const char *what, const char *path, int n, const float 
     expect_close_floor(what, path, n, got, ref, tol, 1e-30f);
 }
 
-/* accumulated outputs (start + term): relative to |start| + |term|, since the sum can cancel */
-static void expect_accum_close(const char *what, const char *path, int n, const float *got, const float *ref,
-                               const float *start, float tol) {
-    for (int i = 0; i < n; i++) {
-        double scale = fabs((double)start[i]) + fabs((double)ref[i] - start[i]);
-        double err = fabs((double)got[i] - ref[i]);
-        if (!(err <= tol * scale + 1e-30)) {
-            fprintf(stderr, "%s [%s, n %d] element %d: %g vs %g (start %g)\n", what, path, n, i, got[i], ref[i],
-                    start[i]);
-            fail();
-        }
-    }
-}
-
 /* each supported path, with its name */
 #define FOR_EACH_PATH(k)                                                                                         \
     for (int isa_ = 0; isa_ < DT_ISA_COUNT; isa_++)                                                              \
@@ -170,25 +156,26 @@ static void test_swiglu(void **state) {
         /* the tails of the exp: overflow of e^−g (g ≪ 0) and underflow (g ≫ 0) */
         static const float extreme[] = {-200.0f, -89.0f, -88.5f, -87.0f, 87.0f, 88.5f, 104.0f, 300.0f};
         for (int i = 0; i < n && i < 8; i++) g[n - 1 - i] = extreme[i];
-        float *dg0 = frand(n, 1.0f, &rng), *du0 = frand(n, 1.0f, &rng);
-        float *h_r = fnew(n), *dg_r = fcopy(dg0, n), *du_r = fcopy(du0, n);
+        /* the backward writes its outputs (never reads them): they start as NaN */
+        float *h_r = fnew(n), *dg_r = fnan(n), *du_r = fnan(n);
         ref->swiglu_forward(h_r, g, u, (size_t)n);
         ref->swiglu_backward(dg_r, du_r, dh, g, u, (size_t)n);
         FOR_EACH_PATH(k) {
             const char *p = dt_isa_name(k->isa);
-            float *h = fnan(n), *dg = fcopy(dg0, n), *du = fcopy(du0, n);
+            float *h = fnan(n), *dg = fnan(n), *du = fnan(n);
             k->swiglu_forward(h, g, u, (size_t)n);
             expect_close_floor("swiglu_forward", p, n, h, h_r, 0x1p-20f, 1e-20f);
             k->swiglu_backward(dg, du, dh, g, u, (size_t)n);
-            expect_accum_close("swiglu_backward dgate", p, n, dg, dg_r, dg0, 0x1p-16f);
-            expect_accum_close("swiglu_backward dup", p, n, du, du_r, du0, 0x1p-20f);
+            /* relative to the terms' size, |dh·up| ≤ 1 (silu' crosses zero near g = −1.28) */
+            expect_close_floor("swiglu_backward dgate", p, n, dg, dg_r, 0x1p-16f, 1.0f);
+            expect_close_floor("swiglu_backward dup", p, n, du, du_r, 0x1p-20f, 1.0f);
             /* a NULL output is skipped, the other still right */
-            float *du2 = fcopy(du0, n);
+            float *du2 = fnan(n);
             k->swiglu_backward(NULL, du2, dh, g, u, (size_t)n);
-            expect_accum_close("swiglu_backward dup alone", p, n, du2, du_r, du0, 0x1p-20f);
+            expect_close_floor("swiglu_backward dup alone", p, n, du2, du_r, 0x1p-20f, 1.0f);
             free(h), free(dg), free(du), free(du2);
         }
-        free(g), free(u), free(dh), free(dg0), free(du0), free(h_r), free(dg_r), free(du_r);
+        free(g), free(u), free(dh), free(h_r), free(dg_r), free(du_r);
     }
 }
 

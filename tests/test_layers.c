@@ -100,7 +100,7 @@ static void test_linear(void **state) {
 
     float *dx0 = frand(nx, 1, &rng), *dw0 = frand(nw, 1, &rng);
     float *dx = fcopy(dx0, nx), *dw = fcopy(dw0, nw);
-    linear_backward(dx, dw, c.r, c.x, c.w, c.N, c.in, c.out);
+    linear_backward(dx, dw, c.r, c.x, c.w, c.N, c.in, c.out, GRAD_ADD);
     sub_start(dx, dx0, nx);
     sub_start(dw, dw0, nw);
     check_grad("linear dx", c.x, nx, dx, linear_loss, &c, 1e-3f, 1e-2, 1e-3);
@@ -108,11 +108,24 @@ static void test_linear(void **state) {
 
     /* NULL gradient outputs are skipped */
     float *dw2 = fcopy(dw0, nw);
-    linear_backward(NULL, dw2, c.r, c.x, c.w, c.N, c.in, c.out);
+    linear_backward(NULL, dw2, c.r, c.x, c.w, c.N, c.in, c.out, GRAD_ADD);
     sub_start(dw2, dw0, nw);
     assert_true(tu_max_abs_diff(dw2, dw, nw) < 1e-5f);
 
+    /* GRAD_SET_*: the named outputs are written whatever they held (NaN here), the others added */
+    float *dx3 = fnan(nx), *dw3 = fcopy(dw0, nw);
+    linear_backward(dx3, dw3, c.r, c.x, c.w, c.N, c.in, c.out, GRAD_SET_DX);
+    sub_start(dw3, dw0, nw);
+    assert_true(tu_max_abs_diff(dx3, dx, nx) < 1e-5f);
+    assert_true(tu_max_abs_diff(dw3, dw, nw) < 1e-5f);
+    float *dx4 = fcopy(dx0, nx), *dw4 = fnan(nw);
+    linear_backward(dx4, dw4, c.r, c.x, c.w, c.N, c.in, c.out, GRAD_SET_DW);
+    sub_start(dx4, dx0, nx);
+    assert_true(tu_max_abs_diff(dx4, dx, nx) < 1e-5f);
+    assert_true(tu_max_abs_diff(dw4, dw, nw) < 1e-5f);
+
     free(c.x), free(c.w), free(c.r), free(c.y), free(dx0), free(dw0), free(dx), free(dw), free(dw2);
+    free(dx3), free(dw3), free(dx4), free(dw4);
 }
 
 /* ------------------------------------------------------------------ embedding */
@@ -307,13 +320,12 @@ static void test_swiglu(void **state) {
         double g = c.gate[i];
         assert_true(fabs(g / (1 + exp(-g)) * c.up[i] - c.h[i]) < 1e-5);
     }
-    float *dg0 = frand(n, 1, &rng), *du0 = frand(n, 1, &rng), *dg = fcopy(dg0, n), *du = fcopy(du0, n);
+    /* written, not accumulated: whatever the outputs held (NaN here) is overwritten */
+    float *dg = fnan(n), *du = fnan(n);
     swiglu_backward(dg, du, c.r, c.gate, c.up, c.N, c.F);
-    sub_start(dg, dg0, n);
-    sub_start(du, du0, n);
     check_grad("swiglu dgate", c.gate, n, dg, swiglu_loss, &c, 1e-3f, 1e-2, 1e-3);
     check_grad("swiglu dup", c.up, n, du, swiglu_loss, &c, 1e-3f, 1e-2, 1e-3);
-    free(c.gate), free(c.up), free(c.r), free(c.h), free(dg0), free(du0), free(dg), free(du);
+    free(c.gate), free(c.up), free(c.r), free(c.h), free(dg), free(du);
 }
 
 /* ------------------------------------------------------------------ cross-entropy */
@@ -542,6 +554,18 @@ static void attn_check_opts(int B, int T, int H, int KV, int hd, int diff, int s
         sub_start(ds, ds0, 2 * (size_t)hd);
         check_grad("dsubln", c.sub, 2 * (size_t)hd, ds, attn_loss, &c, 1e-3f, 1e-2, 2e-3);
     }
+    /* set_grads: dq, dk, dv written whatever they held (NaN here), the same gradients (the
+     * forward again first: the finite differences left perturbed activations) */
+    attn_loss(&c);
+    attention_shape set = c.s;
+    set.set_grads = 1;
+    float *dq2 = fnan(nq(s)), *dk2 = fnan(nkv(s)), *dv2 = fnan(nkv(s)), dl2 = 0;
+    attention_backward(dq2, dk2, dv2, diff ? &dl2 : NULL, NULL, c.r, c.att, c.pre, c.rstd, c.q, c.k, c.v, scratch,
+                       &set);
+    assert_true(tu_max_abs_diff(dq2, dq, nq(s)) < 1e-5f);
+    assert_true(tu_max_abs_diff(dk2, dk, nkv(s)) < 1e-5f);
+    assert_true(tu_max_abs_diff(dv2, dv, nkv(s)) < 1e-5f);
+    free(dq2), free(dk2), free(dv2);
     free(dq0), free(dk0), free(dv0), free(dq), free(dk), free(dv), free(ds0), free(ds), free(scratch), free(rcopy);
     attn_free(&c);
 }

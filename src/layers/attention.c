@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <cblas.h>
 #include <math.h>
+#include <string.h>
 #include <stddef.h>
 
 #include "layers/layers.h"
@@ -202,6 +203,11 @@ void attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *
     assert(H % KV == 0);
     /* Races: the G query heads of one kv head all add into that head's dk and dv, so every loop
      * that writes dk or dv runs in parallel over (b, kv head) and walks its query heads in turn. */
+    if (s->set_grads) { /* written, not accumulated: the sums below start from zero */
+        if (dq) memset(dq, 0, sizeof(float) * (size_t)B * T * ldq);
+        if (dk) memset(dk, 0, sizeof(float) * (size_t)B * T * ldk);
+        if (dv) memset(dv, 0, sizeof(float) * (size_t)B * T * ldk);
+    }
 
     if (!s->diff) {
 #pragma omp parallel for collapse(2)

@@ -79,25 +79,24 @@ void DT_KSFX(swiglu_forward)(float *restrict h, const float *restrict gate, cons
     }
 }
 
-/* dgate += dh·up·s·(1 + g·(1 − s)), dup += dh·g·s with s = sigmoid(g), on VW lanes */
+/* dgate = dh·up·s·(1 + g·(1 − s)), dup = dh·g·s with s = sigmoid(g), on VW lanes */
 static inline void swiglu_backward_vec(vf *dgate, vf *dup, vf dh, vf g, vf up) {
     const vf one = vbc(1.0f), s = one / (one + exp_neg(g));
-    *dgate += dh * up * s * (one + g * (one - s));
-    *dup += dh * g * s;
+    *dgate = dh * up * s * (one + g * (one - s));
+    *dup = dh * g * s;
 }
 
 void DT_KSFX(swiglu_backward)(float *restrict dgate, float *restrict dup, const float *restrict dh,
                               const float *restrict gate, const float *restrict up, size_t n) {
     size_t i = 0;
+    vf dg, du;
     for (; i + VW <= n; i += VW) {
-        vf dg = dgate ? vld(dgate + i) : (vf){0}, du = dup ? vld(dup + i) : (vf){0};
         swiglu_backward_vec(&dg, &du, vld(dh + i), vld(gate + i), vld(up + i));
         if (dgate) vst(dgate + i, dg);
         if (dup) vst(dup + i, du);
     }
     if (i < n) {
         const int r = (int)(n - i);
-        vf dg = dgate ? vld_part(dgate + i, r) : (vf){0}, du = dup ? vld_part(dup + i, r) : (vf){0};
         swiglu_backward_vec(&dg, &du, vld_part(dh + i, r), vld_part(gate + i, r), vld_part(up + i, r));
         if (dgate) vst_part(dgate + i, dg, r);
         if (dup) vst_part(dup + i, du, r);

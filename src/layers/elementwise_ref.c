@@ -49,8 +49,8 @@ static void swiglu_backward_ref(float *dgate, float *dup, const float *dh, const
                                 size_t n) {
     for (size_t i = 0; i < n; i++) {
         const float g = gate[i], s = 1.0f / (1.0f + expf(-g));
-        if (dgate) dgate[i] += dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
-        if (dup) dup[i] += dh[i] * g * s;
+        if (dgate) dgate[i] = dh[i] * up[i] * s * (1.0f + g * (1.0f - s));
+        if (dup) dup[i] = dh[i] * g * s;
     }
 }
 

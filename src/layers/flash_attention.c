@@ -61,6 +61,8 @@
  *     A task therefore owns dq of its query heads and dk, dv of its kv heads (rows of batch b):
  *     it is their only writer and adds into them in place, with no atomics or locks. Within a
  *     task, a query block's dq is summed over its key tiles in scratch and added to dq once.
+ *     With set_grads a task zeroes its own dk, dv rows first and writes dq instead of adding,
+ *     so that the model's backward need not zero the three buffers in a pass of its own.
  *     dλ and dsubln are sums over all tasks: each thread adds into its own partial in scratch,
  *     and the partials are added up in thread order after the parallel loop (static schedule:
  *     deterministic for a given thread count). Tasks are all the same size.

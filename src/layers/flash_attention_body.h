@@ -321,6 +321,16 @@ static inline void axpy_row(float *restrict y, float a, const float *restrict x,
     for (; d + VW <= n; d += VW) vst(y + d, vfma(vbc(a), vld(x + d), vld(y + d)));
     for (; d < n; d++) y[d] += a * x[d];
 }
+/* y = a·x when `set` (the first writer of y: the same bits as axpy_row onto zeros), else y += a·x */
+static inline void put_row(float *restrict y, float a, const float *restrict x, int n, int set) {
+    if (!set) {
+        axpy_row(y, a, x, n);
+        return;
+    }
+    int d = 0;
+    for (; d + VW <= n; d += VW) vst(y + d, vbc(a) * vld(x + d));
+    for (; d < n; d++) y[d] = a * x[d];
+}
 static inline float dot_row(const float *restrict x, const float *restrict y, int n) { /* Σ x·y */
     vf acc = {0};
     int d = 0;
@@ -604,6 +614,13 @@ static float *kv_col(float *p, const kv_dst *d, int h, int hd) {
     return p ? p + (size_t)((h - d->base) / d->div) * hd : NULL;
 }
 
+/* Group g's kv heads are base + c·div for c < bwd_group_width / hd */
+static void group_heads(const attention_shape *s, int g, int *base, int *div) {
+    *base = g, *div = 1;
+    if (s->diff && s->KV % 2 == 0) *div = s->KV / 2; /* kv heads g and g + KV/2 */
+    else if (s->diff) *base = 0;                    /* KV odd: every kv head */
+}
+
 /* the destination of task (b, group g): dk/dv, or (split) the private slot, zeroed by the caller */
 static kv_dst task_dst(const bwd_ctx *x, int b, int g, float *slot) {
     const attention_shape *s = x->s;
@@ -612,10 +629,24 @@ static kv_dst task_dst(const bwd_ctx *x, int b, int g, float *slot) {
         return (kv_dst){x->dk ? x->dk + o : NULL, x->dv ? x->dv + o : NULL, x->ldk, 0, 1};
     }
     const size_t half = (size_t)s->T * bwd_group_width(s);
-    kv_dst d = {x->dk ? slot : NULL, x->dv ? slot + half : NULL, bwd_group_width(s), g, 1};
-    if (s->diff && s->KV % 2 == 0) d.div = s->KV / 2; /* kv heads g and g + KV/2 */
-    else if (s->diff) d.base = 0;                    /* KV odd: every kv head */
+    kv_dst d = {x->dk ? slot : NULL, x->dv ? slot + half : NULL, bwd_group_width(s), 0, 1};
+    group_heads(s, g, &d.base, &d.div);
     return d;
+}
+
+/* set_grads: zero the dk, dv columns of group g in batch b's rows, which the task then adds into
+ * (done by the task itself, so that the rows are still in its cache when it adds) */
+static void zero_group_rows(const bwd_ctx *x, int b, int g) {
+    const attention_shape *s = x->s;
+    const int hd = s->hd, heads = bwd_group_width(s) / hd;
+    int base, div;
+    group_heads(s, g, &base, &div);
+    for (int t = 0; t < s->T; t++)
+        for (int c = 0; c < heads; c++) {
+            const size_t at = ((size_t)b * s->T + t) * x->ldk + (size_t)(base + c * div) * hd;
+            if (x->dk) memset(x->dk + at, 0, sizeof(float) * (size_t)hd);
+            if (x->dv) memset(x->dv + at, 0, sizeof(float) * (size_t)hd);
+        }
 }
 
 /* The n-th query block of part p of `parts`: rounds of `parts` blocks, taken in alternating
@@ -679,7 +710,8 @@ static void bwd_base_task(const bwd_ctx *x, int b, int g, int p, int parts, cons
                 if (dkg) mm(dkg + kd, ldd, dPt, BQ, 1, Qp, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
             }
             if (x->dq)
-                for (int r = 0; r < nq; r++) axpy_row(x->dq + qo + (size_t)r * ldq, scale, dQ + (size_t)r * hd, hd);
+                for (int r = 0; r < nq; r++)
+                    put_row(x->dq + qo + (size_t)r * ldq, scale, dQ + (size_t)r * hd, hd, s->set_grads);
         }
     }
 }
@@ -803,15 +835,15 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
             if (x->dq)
                 for (int r = 0; r < nq; r++) {
                     float *e1 = x->dq + qo + (size_t)r * ldq;
-                    axpy_row(e1, scale, dQ1 + (size_t)r * hd, hd);
-                    axpy_row(e1 + (size_t)Hd * hd, scale, dQ2 + (size_t)r * hd, hd);
+                    put_row(e1, scale, dQ1 + (size_t)r * hd, hd, s->set_grads);
+                    put_row(e1 + (size_t)Hd * hd, scale, dQ2 + (size_t)r * hd, hd, s->set_grads);
                 }
         }
     }
 }
 
 /* Split tasks (parts > 1): each group's private slots, added into dk and dv row by row in part
- * order. Called by every thread of the team after the tasks (an orphaned worksharing loop). */
+ * order (set_grads: the first part's written). Called by every thread of the team after the tasks (an orphaned worksharing loop). */
 static void add_slots(const bwd_ctx *x, float *slots, int ntask, int parts) {
     const attention_shape *s = x->s;
     const int T = s->T, hd = s->hd, groups = bwd_groups(s), width = bwd_group_width(s);
@@ -824,16 +856,21 @@ static void add_slots(const bwd_ctx *x, float *slots, int ntask, int parts) {
             const size_t at = ((size_t)b * T + row) * x->ldk + (size_t)(d.base + c / hd * d.div) * hd;
             for (int p = 0; p < parts; p++) {
                 const float *src = slots + ((size_t)bg * parts + p) * slot + (size_t)row * width + c;
-                if (x->dk) axpy_row(x->dk + at, 1.0f, src, hd);
-                if (x->dv) axpy_row(x->dv + at, 1.0f, src + half, hd);
+                const int set = s->set_grads && p == 0;
+                if (x->dk) put_row(x->dk + at, 1.0f, src, hd, set);
+                if (x->dv) put_row(x->dv + at, 1.0f, src + half, hd, set);
             }
         }
     }
 }
 
-/* task t of ntask·parts: its destination, with its private slot zeroed when split */
+/* task t of ntask·parts: its destination, with its private slot zeroed when split (and its own
+ * rows of dk, dv when not split and they are to be written) */
 static kv_dst split_dst(const bwd_ctx *x, int b, int g, int parts, float *slots, int t) {
-    if (parts == 1) return task_dst(x, b, g, NULL);
+    if (parts == 1) {
+        if (x->s->set_grads) zero_group_rows(x, b, g);
+        return task_dst(x, b, g, NULL);
+    }
     kv_dst d = task_dst(x, b, g, slots + (size_t)t * bwd_slot_floats(x->s));
     const size_t half = (size_t)x->s->T * bwd_group_width(x->s);
     if (d.dk) memset(d.dk, 0, sizeof(float) * half);

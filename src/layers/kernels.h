@@ -43,7 +43,7 @@ typedef struct {
     void (*rmsnorm_dw_row)(float *dw, const float *dy, const float *x, float r, int n);
     /* h[n] = silu(gate)·up */
     void (*swiglu_forward)(float *h, const float *gate, const float *up, size_t n);
-    /* dgate[n] += dh·up·silu'(gate), dup[n] += dh·silu(gate); either may be NULL */
+    /* dgate[n] = dh·up·silu'(gate), dup[n] = dh·silu(gate) (written, not added); either may be NULL */
     void (*swiglu_backward)(float *dgate, float *dup, const float *dh, const float *gate, const float *up, size_t n);
     /* RoPE on one token's nh heads of width hd, channels [i0, i0 + n) of the first half paired
      * with [half + i0, half + i0 + n): x_i ← x_i·cos − x_{i+half}·sin, x_{i+half} ← x_{i+half}·cos + x_i·sin,

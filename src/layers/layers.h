@@ -3,7 +3,11 @@
  * Rules for every function here:
  *   - shapes are in the one-line comment; N is the number of rows (B·T), row-major storage;
  *   - backward functions ACCUMULATE (+=) into their gradient outputs, so that a tensor used
- *     twice (tied embeddings, a residual) sums its gradients; a NULL gradient output is skipped;
+ *     twice (tied embeddings, a residual) sums its gradients; a NULL gradient output is skipped.
+ *     Where the model's backward is the first writer of a buffer, the few passes it calls there
+ *     can WRITE (=) instead, so that the buffer need not be zeroed first: linear_backward and
+ *     the attention backwards on request (GRAD_SET_*, attention_shape.set_grads), swiglu_backward
+ *     always (its outputs have no other writer);
  *   - no allocation; loops over rows are OpenMP-parallel; matrix products go through OpenBLAS.
  */
 #ifndef DT_LAYERS_H
@@ -18,9 +22,11 @@
 
 /* y[N, out] = x[N, in] · W[out, in]ᵀ  (PyTorch Linear layout, no bias) */
 void linear_forward(float *y, const float *x, const float *w, int N, int in, int out);
-/* dx[N, in] += dy[N, out] · W;  dw[out, in] += dyᵀ · x */
+/* linear_backward's `set`: the outputs it overwrites (=) instead of accumulating into (+=) */
+enum { GRAD_ADD = 0, GRAD_SET_DX = 1, GRAD_SET_DW = 2 };
+/* dx[N, in] += dy[N, out] · W;  dw[out, in] += dyᵀ · x  (= for the outputs named in `set`) */
 void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in,
-                     int out);
+                     int out, int set);
 
 /* out[N, C] = table[tokens[n], :] */
 void embedding_forward(float *out, const int *tokens, const float *table, int N, int C);
@@ -50,7 +56,8 @@ void rope_tables(float *cos, float *sin, int T, int hd, const float *inv_freq);
 
 /* h[N, F] = silu(gate) · up */
 void swiglu_forward(float *h, const float *gate, const float *up, int N, int F);
-/* dgate[N, F] += ..., dup[N, F] += ... */
+/* dgate[N, F] = dh·up·silu'(gate), dup[N, F] = dh·silu(gate): written, not accumulated (either
+ * may be NULL) */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int N, int F);
 
 /* Mean softmax cross-entropy over rows whose target is >= 0 (target −1 = ignore).
@@ -79,6 +86,9 @@ typedef struct {
                                     softmax (symmetric, absmax scale); the backward treats it as identity */
     int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
     float *logits;               /* optional [B, H, T, T]: receives the scaled (quantised) causal scores */
+    /* Backward: write dq, dk, dv (=) instead of adding into them (+=), so that the caller need
+     * not zero them; dλ and dsubln are still added into. */
+    int set_grads;
     /* Fused kernels only, for profiling: when set, *busy += the seconds each thread spent in its
      * tasks, summed over threads (threads × wall − that is time threads waited). */
     double *busy;
@@ -92,7 +102,7 @@ typedef struct {
  *   DIFF only: pre [B, T, H/2, 2·hd] the pre-norm head outputs, rstd [B, T, H/2]. */
 void attention_forward(float *out, float *att, float *pre, float *rstd, const float *q, const float *k,
                        const float *v, const attention_shape *s);
-/* dq [B, T, H, hd], dk, dv [B, T, KV, hd] accumulated; DIFF: *dlambda += d(loss)/dλ and
+/* dq [B, T, H, hd], dk, dv [B, T, KV, hd] accumulated (written with s->set_grads); DIFF: *dlambda += d(loss)/dλ and
  * dsubln[2·hd] += (may be NULL). scratch: [B, H, T, T] floats. dout is not modified. */
 void attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *dsubln, const float *dout,
                         const float *att, const float *pre, const float *rstd, const float *q, const float *k,
@@ -130,7 +140,8 @@ size_t flash_attention_scratch_floats(const attention_shape *s, int threads);
  * baseline. */
 void flash_attention_forward(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                              const float *k, const float *v, float *scratch, const attention_shape *s);
-/* Gradients as attention_backward (accumulated into dq, dk, dv, *dlambda, dsubln), recomputing
+/* Gradients as attention_backward (accumulated into dq, dk, dv — or written, s->set_grads — and
+ * into *dlambda, dsubln), recomputing
  * the maps tile by tile from q, k and lse. `out` is the forward output (the baseline needs
  * rowsum(dO ⊙ O)). */
 void flash_attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *dsubln, const float *dout,

@@ -17,10 +17,12 @@ void linear_forward(float *y, const float *x, const float *w, int N, int in, int
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);
 }
 
-/* dx[N, in] += dy[N, out] · W[out, in];  dw[out, in] += dy[N, out]ᵀ · x[N, in] */
+/* dx[N, in] (+)= dy[N, out] · W[out, in];  dw[out, in] (+)= dy[N, out]ᵀ · x[N, in] */
 void linear_backward(float *dx, float *dw, const float *dy, const float *x, const float *w, int N, int in,
-                     int out) {
-    /* beta = 1: gradients accumulate (tied weights, residual branches) */
-    if (dx) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, w, in, 1.0f, dx, in);
-    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dy, out, x, in, 1.0f, dw, in);
+                     int out, int set) {
+    /* beta = 1: gradients accumulate (tied weights, residual branches); beta = 0 lets the first
+     * writer of a buffer skip zeroing it (OpenBLAS never reads C then, so it may hold anything) */
+    const float beta_dx = set & GRAD_SET_DX ? 0.0f : 1.0f, beta_dw = set & GRAD_SET_DW ? 0.0f : 1.0f;
+    if (dx) cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, w, in, beta_dx, dx, in);
+    if (dw) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dy, out, x, in, beta_dw, dw, in);
 }

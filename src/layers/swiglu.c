@@ -18,7 +18,8 @@ void swiglu_forward(float *h, const float *gate, const float *up, int N, int F) 
     }
 }
 
-/* dgate[N, F] += dh·up·silu'(g), dup[N, F] += dh·silu(g) */
+/* dgate[N, F] = dh·up·silu'(g), dup[N, F] = dh·silu(g): the MLP's backward is their only writer,
+ * so they are written, not accumulated, and need no zeroing */
 void swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int N, int F) {
     const dt_kernels *k = kernels_active();
     const size_t n = (size_t)N * F;

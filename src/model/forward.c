@@ -327,7 +327,7 @@ static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int 
     return rs->count ? (float)(total / rs->count) : 0.0f;
 }
 
-/* dln += d(loss)/d(lnf) and g_lm_head += ..., recomputing each chunk's logits. */
+/* dln = d(loss)/d(lnf) and g_lm_head += ..., recomputing each chunk's logits. */
 static void chunked_loss_backward(const dt_model *m, dt_runstate *rs, float *g_lm_head, int N) {
     const int C = m->cfg.hidden_size, V = m->cfg.vocab_size;
     double t = profile_start(rs->prof);
@@ -340,7 +340,7 @@ static void chunked_loss_backward(const dt_model *m, dt_runstate *rs, float *g_l
         }
         crossentropy_backward(rs->logits, rs->logits, rs->targets + r0, rows, V, rs->count, 1.0f);
         profile_lap(rs->prof, PROF_LOSS, 1, &t);
-        linear_backward(rs->dln + (size_t)r0 * C, g_lm_head, rs->logits, x, m->w.lm_head, rows, C, V);
+        linear_backward(rs->dln + (size_t)r0 * C, g_lm_head, rs->logits, x, m->w.lm_head, rows, C, V, GRAD_SET_DX);
         profile_lap(rs->prof, PROF_LM_HEAD, 2, &t);
     }
     rs->logits_kept = 0; /* they are d(loss)/d(logits) now */
@@ -474,15 +474,16 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
     dt_profile *prof = rs->prof;
     double t = profile_start(prof);
 
-    memset(rs->dln, 0, (size_t)N * C * sizeof(float));
-    profile_lap(prof, PROF_ZERO, 0, &t);
+    /* The activation gradients (dln, dh, dgate, dup, datty, dq, dk, dv) are written by their
+     * first writer (GRAD_SET_DX, set_grads, swiglu_backward), never zeroed; only dresid, which
+     * every norm backward adds into, is. */
     if (rs->opt.chunked_loss) {
         chunked_loss_backward(m, rs, g.lm_head, N);
         t = profile_start(prof);
     } else {
         crossentropy_backward(rs->logits, rs->logits, rs->targets, N, V, rs->count, 1.0f);
         profile_lap(prof, PROF_LOSS, 1, &t);
-        linear_backward(rs->dln, g.lm_head, rs->logits, rs->lnf, m->w.lm_head, N, C, V);
+        linear_backward(rs->dln, g.lm_head, rs->logits, rs->lnf, m->w.lm_head, N, C, V, GRAD_SET_DX);
         profile_lap(prof, PROF_LM_HEAD, 2, &t);
     }
     memset(rs->dresid, 0, (size_t)N * C * sizeof(float));
@@ -497,30 +498,22 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
         layer_acts *a = &rs->acts[l];
         attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
         if (prof) s.busy = &prof->attn_busy[1];
+        s.set_grads = 1;
 
         /* MLP block: resid[l+1] = resid_mid + down(swiglu(gate(ln2), up(ln2))) */
-        memset(rs->dh, 0, (size_t)N * F * sizeof(float));
-        profile_lap(prof, PROF_ZERO, 0, &t);
-        linear_backward(rs->dh, gw->down_proj, rs->dresid, a->hact, w->down_proj, N, F, C);
+        linear_backward(rs->dh, gw->down_proj, rs->dresid, a->hact, w->down_proj, N, F, C, GRAD_SET_DX);
         profile_lap_mm(prof, l, MM_DOWN, 1, 2, &t);
-        memset(rs->dgate, 0, (size_t)N * F * sizeof(float));
-        memset(rs->dup, 0, (size_t)N * F * sizeof(float));
-        profile_lap(prof, PROF_ZERO, 0, &t);
         swiglu_backward(rs->dgate, rs->dup, rs->dh, a->gate, a->up, N, F);
         profile_lap(prof, PROF_SWIGLU, 1, &t);
-        memset(rs->dln, 0, (size_t)N * C * sizeof(float));
-        profile_lap(prof, PROF_ZERO, 0, &t);
-        linear_backward(rs->dln, gw->gate_proj, rs->dgate, a->ln2, w->gate_proj, N, C, F);
-        linear_backward(rs->dln, gw->up_proj, rs->dup, a->ln2, w->up_proj, N, C, F);
+        linear_backward(rs->dln, gw->gate_proj, rs->dgate, a->ln2, w->gate_proj, N, C, F, GRAD_SET_DX);
+        linear_backward(rs->dln, gw->up_proj, rs->dup, a->ln2, w->up_proj, N, C, F, GRAD_ADD);
         profile_lap_mm(prof, l, MM_GATE_UP, 1, 4, &t);
         rmsnorm_backward(rs->dresid, gw->post_attention_layernorm, rs->dln, a->resid_mid, a->ln2_rstd,
                          w->post_attention_layernorm, N, C);
         profile_lap(prof, PROF_NORM, 2, &t);
 
         /* Attention block: resid_mid = resid[l] + o_proj(attention(rope(q), rope(k), v)) */
-        memset(rs->datty, 0, (size_t)N * odim * sizeof(float));
-        profile_lap(prof, PROF_ZERO, 0, &t);
-        linear_backward(rs->datty, gw->o_proj, rs->dresid, a->atty, w->o_proj, N, odim, C);
+        linear_backward(rs->datty, gw->o_proj, rs->dresid, a->atty, w->o_proj, N, odim, C, GRAD_SET_DX);
         profile_lap_mm(prof, l, MM_O, 1, 2, &t);
         /* the kernels' output gradient: DIFF V2's goes back through the head combination first */
         const float *dkernel = rs->datty;
@@ -530,11 +523,8 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
             diffv2_combine_backward(rs->dpre, rs->dz, rs->datty, a->pre, a->vlam, N, h2, c->head_dim);
             dkernel = rs->dpre;
         }
-        memset(rs->dq, 0, (size_t)N * qdim * sizeof(float));
-        memset(rs->dk, 0, (size_t)N * kvdim * sizeof(float));
-        memset(rs->dv, 0, (size_t)N * kvdim * sizeof(float));
         profile_lap(prof, PROF_ZERO, 0, &t);
-        float dlambda = 0;
+        float dlambda = 0; /* dq, dk, dv: written by the kernel (s.set_grads) */
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_backward(rs, a, dkernel, kernel_out(a, c), gw->subln, &dlambda, &s);
         else
@@ -547,12 +537,10 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
             rope_apply_table(rs->dk, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
         }
         profile_lap(prof, PROF_ROPE, 2, &t);
-        memset(rs->dln, 0, (size_t)N * C * sizeof(float));
-        profile_lap(prof, PROF_ZERO, 0, &t);
-        if (v2) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2);
-        linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim);
-        linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim);
-        linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim);
+        if (v2) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2, GRAD_SET_DX);
+        linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim, v2 ? GRAD_ADD : GRAD_SET_DX);
+        linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim, GRAD_ADD);
+        linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim, GRAD_ADD);
         profile_lap_mm(prof, l, MM_QKV, 1, 6, &t);
         rmsnorm_backward(rs->dresid, gw->input_layernorm, rs->dln, rs->resid[l], a->ln1_rstd, w->input_layernorm, N,
                          C);
