@@ -27,15 +27,16 @@ static void help(void) {
            "options:\n"
            "  --data FILE.txt    training text (required); its last 10%% is held out\n"
            "  --tokenizer PATH   read --data through this tokenizer.json (or its directory): every run is a BPE\n"
-           "                     model of its vocabulary, the analyses and --needle read text through it; the\n"
-           "                     synthetic tasks are bytes, so they are off (--tasks none)\n"
+           "                     model of its vocabulary, the analyses and --needle read text through it, and\n"
+           "                     each symbol of the synthetic tasks is one token of it\n"
            "  --tokens DATASET   instead of --data: a `difftrans tokenize` dataset (train split trains, val split\n"
-           "                     is the held-out text); no tasks, no --needle\n"
+           "                     is the held-out text; tasks as with --tokenizer); no --needle\n"
            "  --out DIR          report directory (created)\n"
            "  --preset NAME      DIFF preset; the baseline is its matched model [%s] (%s)\n"
            "  --steps N          training steps per run [%d]\n"
            "  --batch B          sequences per step [%d]\n"
-           "  --seq T            tokens (bytes) per sequence, also the analysis window [%d]\n"
+           "  --seq T            tokens (bytes) per sequence, also the analysis window and the tasks'\n"
+           "                     training length [%d]\n"
            "  --lr LR            peak learning rate [%g]\n"
            "  --seed S           seed of the first run of each model; run k uses S + k [%llu]\n"
            "  --seeds K          runs per model (different initialisation and data order) [%d]\n"
@@ -167,9 +168,6 @@ int cmd_compare(int argc, char **argv) {
     if (data && tokens) return cli_error(cmd, "--data and --tokens: give one of them");
     if (tokenizer && tokens)
         return cli_error(cmd, "--tokenizer: the token dataset %s brings its own tokenizer.json", tokens);
-    if (tasks && strcmp(tasks, "none") != 0 && (tokenizer || tokens))
-        return cli_error(cmd, "--tasks %s: the synthetic tasks are byte sequences, for byte-level models only; with "
-                              "%s give --tasks none (the default there)", tasks, tokenizer ? "--tokenizer" : "--tokens");
     if (needle && tokens)
         return cli_error(cmd, "--needle: the needle set is made from text; give --data FILE.txt --tokenizer PATH "
                               "instead of --tokens");
@@ -180,7 +178,6 @@ int cmd_compare(int argc, char **argv) {
     o.data = data;
     o.tokenizer = tokenizer;
     o.tokens = tokens;
-    if (tokenizer || tokens) o.tasks = 0; /* the tasks are bytes */
     o.out = out;
     if (preset) o.preset = preset;
     if (steps) o.steps = steps;

@@ -9,8 +9,10 @@
 #   --ablations        three variants side by side, one table per measure with parameter counts
 #   --quick --needle   the needle set, DIR/train.txt, the retrieval / allocation tables and needle
 #                      accuracy per post-training quantisation scheme (REPORT.md, report.json)
-#   --tokenizer        BPE runs (a tokenizer from tests/make_bpe_tokenizer.py) with --needle: every run
-#                      carries the tokenizer, the report counts tokens; --tokens (a token dataset) too
+#   --tokenizer        BPE runs (a tokenizer from tests/make_bpe_tokenizer.py) with --needle and the
+#                      tasks: every run carries the tokenizer, the report counts tokens and has the task
+#                      tables (each symbol one token); --tokens (a token dataset) too; a tokenizer
+#                      without a token for a task symbol is refused naming it
 #   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset,
 #                      variant or task: exit status 1 and a message naming the argument or the file
 # Prints a summary and exits 1 when any check failed.
@@ -134,23 +136,33 @@ if [ -n "$PY" ]; then
     check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"
     out_has "REPORT.md counts tokens" "$B/REPORT.md" "vocabulary: the BPE tokenizer of" "nats/token" \
         "64 tokens = 2048 training tokens per run" "## Multi-needle retrieval"
-    check "report.json: BPE runs of the tokenizer's vocabulary, needle and allocation scored" "$PY" -c '
+    out_has "REPORT.md has the tasks, in tokens" "$B/REPORT.md" "## Tasks learned in training" \
+        "a query every 3 tokens" "every symbol of the formats below is one token" "### recall" "### depth" \
+        "### icl" "\| length 64, K = 2 \|" "### Learning curves"
+    check "report.json: BPE runs of the tokenizer's vocabulary, needle, allocation and tasks scored" "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["tokenizer"].endswith("tok"), r.get("tokenizer")
 cfg = json.load(open(sys.argv[2]))
 assert cfg["vocab_size"] == 457, cfg["vocab_size"]
+# make_bpe_tokenizer.py gives byte b the id b: space and newline are their GPT-2 stand-ins
+assert r["task_symbols"][" "] == 32 and r["task_symbols"]["\n"] == 10 and r["task_symbols"]["@"] == 64
+assert len(r["task_symbols"]) == 83 and r["tasks"] == ["recall", "depth", "icl"]
 for m in r["runs"]:
     assert m["needle"]["total"] > 0 and 0 <= m["allocation"]["answer_share"] <= 1
-    assert not m["tasks"], m["tasks"]
+    assert set(m["tasks"]) == {"recall", "depth", "icl"}, m["tasks"]
+    for t in m["tasks"].values():
+        assert t["total"] > 0 and 0 <= t["accuracy"] <= 1, t
+    assert len(m["learning_curve"]) >= 1 and "depth" in m["learning_curve"][-1]
 ' "$B/report.json" "$B/diff/config.json"
     expect_ok "tokenize for compare --tokens" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/ds" \
         --documents line --val-fraction 0.1 --quiet
     expect_ok "compare --tokens" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 --tokens "$S/ds" \
-        --out "$S/bpe_tokens"
+        --tasks recall --out "$S/bpe_tokens"
     check "its runs trained on the dataset" test -f "$S/bpe_tokens/diff/tokenizer.json"
-    expect_fail "--tasks with a tokenizer" "--tasks recall: the synthetic tasks are byte sequences" \
-        "$DT" compare --quick --tasks recall --tokenizer "$S/tok" --data "$CORPUS" --out "$S/x"
+    out_has "with the recall task in tokens" "$S/bpe_tokens/REPORT.md" "### recall" "a query every 3 tokens"
+    expect_fail "a tokenizer without a token for a task symbol" "the task symbol '.n' .newline. has no token.*metaspace_first.json|metaspace_first.json.*the task symbol '.n'" \
+        "$DT" compare --quick --tokenizer "$HERE/tokenizer/fixtures/metaspace_first.json" --data "$CORPUS" --out "$S/x"
     expect_fail "--needle with --tokens" "--needle: the needle set is made from text" \
         "$DT" compare --quick --needle --tokens "$S/ds" --out "$S/x"
     expect_fail "--tokenizer with --tokens" "--tokenizer: the token dataset" \

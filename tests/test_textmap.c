@@ -16,26 +16,6 @@
 #include "analysis/textmap.h"
 #include "testutil.h"
 
-/* GPT-2's printable stand-in for byte b (the ByteLevel alphabet), as UTF-8 into out. */
-static void byte_char(int b, char out[4]) {
-    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    int cp = b;
-    if (!printable) {
-        int k = 0; /* the k-th non-printable byte maps to 256 + k */
-        for (int c = 0; c < b; c++)
-            k += !((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF));
-        cp = 256 + k;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = '\0';
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        out[2] = '\0';
-    }
-}
-
 /* Byte-level BPE: id = byte for the 256 bytes, then the merges "Ġ 1" → 256, "Ġ1 2" → 257,
  * "T h" → 258, "Th e" → 259; `normalizer` is a JSON object or NULL. Returns the loaded tokenizer. */
 static dt_tok *handmade(const char *name, const char *normalizer) {
@@ -56,7 +36,7 @@ static dt_tok *handmade(const char *name, const char *normalizer) {
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab"), *ml = cJSON_AddArrayToObject(model, "merges");
     for (int b = 0; b < 256; b++) {
         char c[4];
-        byte_char(b, c);
+        tu_bytelevel_char(b, c);
         cJSON_AddNumberToObject(vocab, c, b);
     }
     for (int i = 0; i < 4; i++) {

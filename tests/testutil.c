@@ -256,3 +256,23 @@ void tu_tiny_train_options(dt_train_options *o, const char *data_path, const cha
     o->save_interval = 0;
     o->quiet = 1;
 }
+
+/* GPT-2's printable stand-in for byte b (the ByteLevel alphabet), as UTF-8 into out. */
+void tu_bytelevel_char(int b, char out[4]) {
+    int printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    int cp = b;
+    if (!printable) {
+        int k = 0; /* the k-th non-printable byte maps to 256 + k */
+        for (int c = 0; c < b; c++)
+            k += !((c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF));
+        cp = 256 + k;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = '\0';
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6));
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        out[2] = '\0';
+    }
+}

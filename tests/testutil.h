@@ -18,6 +18,9 @@ float *frand(size_t n, float std, uint64_t *rng);
 float *fnan(size_t n);
 float *fcopy(const float *x, size_t n);
 void tu_write_file(const char *path, const void *data, size_t n);
+/* GPT-2's printable stand-in for byte b (the ByteLevel alphabet), as UTF-8 into out: how a
+ * byte-level tokenizer.json spells the byte. */
+void tu_bytelevel_char(int b, char out[4]);
 /* The whole file, NUL-terminated (free with free()); *n gets its length when n is not NULL.
  * Aborts when the file cannot be read. */
 char *tu_read_file(const char *path, size_t *n);

@@ -242,7 +242,8 @@ static int train_job(pool *pl, int j) {
     int k = (20 + points - 1) / points; /* curve points fall on evaluation steps: every k-th one */
     rc.every = t.eval_interval * (k > 0 ? k : 1);
     rc.eval = (tk_eval_options){.train_len = o->seq, .per_cell = o->quick ? 2 : 8, .seed = o->seed ^ 0xC0A1ull,
-                                .filler = pl->mix ? pl->mix->filler : NULL, .filler_n = pl->mix ? pl->mix->filler_n : 0};
+                                .filler = pl->mix ? pl->mix->filler : NULL, .filler_n = pl->mix ? pl->mix->filler_n : 0,
+                                .symbols = pl->mix ? pl->mix->symbols : NULL};
     t.eval_hook = on_eval;
     t.eval_ctx = &rc;
     jb->n_curve = 0;
@@ -368,9 +369,6 @@ static int check(const cmp_options *o, dt_config *cfgs, dt_error *err) {
     if (o->data && o->tokens) return dt_fail(err, "data and tokens: give one of them");
     if (o->tokens && o->tokenizer)
         return dt_fail(err, "tokenizer: a token dataset brings its own (%s/tokenizer.json)", o->tokens);
-    if ((o->tokens || o->tokenizer) && o->tasks)
-        return dt_fail(err, "tasks: the synthetic tasks are byte sequences, trained and scored on byte-level models "
-                            "only; with a real vocabulary (%s) give no tasks", o->tokens ? o->tokens : o->tokenizer);
     if (o->tokens && o->needle)
         return dt_fail(err, "needle: the needle set is made from text; with a token dataset (%s) give the text and its "
                             "tokenizer instead", o->tokens);
@@ -443,7 +441,8 @@ static int load_training_tokens(const cmp_options *o, const char *train_path, in
 }
 
 /* cmp_run after the checks, with the progress state and the job table allocated. */
-static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p, job *jobs, dt_error *err) {
+static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_symbols *symbols, progress *p, job *jobs,
+                        dt_error *err) {
     const int n_main = o->n_variants * o->seeds;
     int *tok = NULL;
     size_t n = 0;
@@ -480,17 +479,15 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
         return -1;
     }
     const size_t tail = n - n_train;
-    unsigned char *filler = malloc(n_train ? n_train : 1);
     rp_model *runs = calloc((size_t)n_main, sizeof *runs);
     int rc = 0;
-    if (!filler || !runs) rc = dt_fail(err, "out of memory for %zu tokens of training text", n);
+    if (!runs) rc = dt_fail(err, "out of memory for %d runs", n_main);
     else if (tail < (size_t)o->seq + 1)
         rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
                      tail, o->seq + 1);
-    /* the tasks' filler is bytes (tasks run on byte-level models only) */
-    for (size_t i = 0; rc == 0 && o->tasks && i < n_train; i++) filler[i] = (unsigned char)tok[i];
-    const tk_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = TK_MIX_PAIRS, .filler = filler,
-                        .filler_n = n_train};
+    /* depth's filler: the training part, in the runs' tokens (bytes, or ids of the vocabulary) */
+    const tk_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = TK_MIX_PAIRS, .filler = tok,
+                        .filler_n = n_train, .symbols = symbols};
 
     /* every variant × seed: train, then analyse */
     int windows = o->quick ? 4 : 8;
@@ -500,7 +497,7 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
                               .bits = {16, 8, 6, 5, 4, 3}, .needle = o->needle ? &ts : NULL,
                               .allocation_samples = o->quick ? 10 : 50, .tasks = o->tasks,
                               .task_eval = {.train_len = o->seq, .per_cell = o->task_examples, .seed = o->seed ^ 0x7E57ull,
-                                            .filler = filler, .filler_n = n_train},
+                                            .filler = tok, .filler_n = n_train, .symbols = symbols},
                               .calib_tokens = tok, .calib_n = n_train, .calib_samples = o->quick ? 16 : 300};
     /* the trainings: every variant × seed (job v·seeds + s), then the scaling sizes (DIFF and its
      * baseline, first seed) */
@@ -550,8 +547,8 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
                    .batch = o->batch, .seq = o->seq, .heldout_bytes = tail,
                    .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
                    .needle_context = np.contexts[0], .needle_needles = np.needles, .needle_queries = np.queries,
-                   .tasks = o->tasks, .task_ratio = o->task_ratio, .n_variants = o->n_variants, .n_seeds = o->seeds,
-                   .runs = runs, .diff = -1, .base = -1};
+                   .tasks = o->tasks, .task_ratio = o->task_ratio, .task_symbols = symbols, .n_variants = o->n_variants,
+                   .n_seeds = o->seeds, .runs = runs, .diff = -1, .base = -1};
     for (int v = 0; v < o->n_variants; v++) {
         r.variant_key[v] = o->variants[v];
         if (strcmp(o->variants[v], "diff") == 0) r.diff = v;
@@ -583,7 +580,6 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, progress *p
     }
     for (int i = 0; runs && i < n_main; i++) rp_model_free(&runs[i]);
     free(runs);
-    free(filler);
     free(tok);
     needle_testset_free(&ts);
     return rc;
@@ -601,26 +597,35 @@ int cmp_run(const cmp_options *o, dt_error *err) {
         if (dt_text_load(o->data, &tok, &n, err) != 0) return -1;
         free(tok);
     }
-    if (o->tokenizer) {
+    /* a real vocabulary: the tokens of the tasks' symbols, before any work (a symbol without one is refused) */
+    tk_symbols symbols = {0}, *sym = NULL;
+    if (o->tokenizer || o->tokens) {
         dt_tok *t = NULL;
-        if (dt_tok_load(&t, o->tokenizer, err) != 0) return -1;
+        if (dt_tok_load(&t, o->tokenizer ? o->tokenizer : o->tokens, err) != 0) return -1;
+        int rc = o->tasks ? tk_symbols_from_tokenizer(&symbols, t, err) : 0;
         dt_tok_free(t);
+        if (rc != 0) return -1;
+        if (o->tasks) sym = &symbols;
     }
-    if (make_dir(o->out, err) != 0) return -1;
+    if (make_dir(o->out, err) != 0) {
+        tk_symbols_free(&symbols);
+        return -1;
+    }
 
     const int n_main = o->n_variants * o->seeds, n_jobs = n_main + 2 * o->n_sizes;
     progress p = {.o = o, .t0 = now_s(), .n_jobs = n_jobs};
     p.total = (double)n_jobs * o->steps + (double)n_main * ANALYSIS_STEPS(o);
     p.job_done = calloc((size_t)n_jobs, sizeof *p.job_done);
     job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
-    if (!p.job_done || !jobs || pthread_mutex_init(&p.mu, NULL) != 0) {
-        free(p.job_done);
-        free(jobs);
-        return dt_fail(err, "out of memory for %d trainings", n_jobs);
+    int rc = 0;
+    if (!p.job_done || !jobs || pthread_mutex_init(&p.mu, NULL) != 0)
+        rc = dt_fail(err, "out of memory for %d trainings", n_jobs);
+    else {
+        rc = compare_with(o, cfgs, sym, &p, jobs, err);
+        pthread_mutex_destroy(&p.mu);
     }
-    int rc = compare_with(o, cfgs, &p, jobs, err);
-    pthread_mutex_destroy(&p.mu);
     free(p.job_done);
     free(jobs);
+    tk_symbols_free(&symbols);
     return rc;
 }

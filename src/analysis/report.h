@@ -83,6 +83,7 @@ typedef struct {
     int needle_context, needle_needles, needle_queries;
     int tasks;               /* bit mask of the tasks mixed into training */
     double task_ratio;       /* fraction of steps that were task batches */
+    const tk_symbols *task_symbols; /* the tasks' symbols as tokens of the runs' vocabulary; NULL: bytes */
     int n_variants, n_seeds;
     const char *variant_key[RP_MAX_VARIANTS]; /* e.g. "diff", "transformer" */
     rp_model *runs;          /* [n_variants × n_seeds], variant-major: runs[v * n_seeds + s] */

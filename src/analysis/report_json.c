@@ -187,6 +187,13 @@ cJSON *rp_json(const rp_report *r, int plots) {
     for (int k = 0; k < TK_N_TASKS; k++)
         if (r->tasks & (1 << k)) cJSON_AddItemToArray(tm, cJSON_CreateString(tk_name((tk_kind)k)));
     cJSON_AddNumberToObject(root, "task_ratio", r->task_ratio);
+    if (r->task_symbols) { /* each symbol of the tasks' formats: its token id */
+        cJSON *ts = cJSON_AddObjectToObject(root, "task_symbols");
+        for (const char *c = TK_SYMBOLS; *c; c++) {
+            const char name[2] = {*c, 0};
+            cJSON_AddNumberToObject(ts, name, r->task_symbols->id[(int)*c]);
+        }
+    }
     if (r->needle_dir) {
         cJSON *n = cJSON_AddObjectToObject(root, "needle_set");
         cJSON_AddStringToObject(n, "dir", r->needle_dir);

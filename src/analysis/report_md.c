@@ -224,13 +224,22 @@ static const char *task_text[TK_N_TASKS] = {
 static void tasks_section(textbuf *b, const rp_report *r) {
     if (!r->tasks) return;
     tb_printf(b, "## Tasks learned in training\n\n");
+    const char *unit = r->task_symbols ? "token" : "byte";
     tb_printf(b, "%.0f%% of the training steps were task batches (rows of one task example each, loss on the answers "
                  "only; the tasks in turn, recall and depth six times for each icl row), the others plain text. Recall "
-                 "rows ask a query every 3 bytes to the end of the row (each pair once, then repeats); depth rows "
-                 "ask 4-byte queries over 3/8 of the row. "
+                 "rows ask a query every 3 %ss to the end of the row (each pair once, then repeats); depth rows "
+                 "ask 4-%s queries over 3/8 of the row. "
                  "Curriculum: for the first fifth of training recall has no distractors and depth the least text "
                  "its needles need; both then grow to a full row by three fifths. Accuracy is teacher-forced argmax on held-out examples drawn from their own seed.\n\n",
-              100 * r->task_ratio);
+              100 * r->task_ratio, unit, unit);
+    if (r->task_symbols) {
+        const tk_symbols *s = r->task_symbols;
+        tb_printf(b, "On the BPE vocabulary every symbol of the formats below is one token (the one that stands for "
+                     "exactly that character; e.g. space %d, newline %d, `@` %d, `a` %d; report.json lists them all), "
+                     "so lengths, positions and answers count tokens; depth's text is the training text's own tokens, "
+                     "those holding `@` or a key symbol replaced by the space's token.\n\n",
+                  s->id[' '], s->id['\n'], s->id['@'], s->id['a']);
+    }
     const rp_model *m0 = rp_run(r, 0, 0);
     char what[TK_N_TASKS][64];
     for (int k = 0; k < TK_N_TASKS; k++) {

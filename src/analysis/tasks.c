@@ -1,6 +1,9 @@
-/* tasks.c — the generators of tasks.h: recall, depth, icl. Formats are written out in tasks.h. */
+/* tasks.c — the generators of tasks.h (recall, depth, icl; formats are written out in tasks.h) and
+ * the tokens of their symbols in a real vocabulary. */
 #include "analysis/tasks.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const names[TK_N_TASKS] = {"recall", "depth", "icl"};
@@ -11,6 +14,16 @@ int tk_kind_parse(const char *name) {
     for (int i = 0; i < TK_N_TASKS; i++)
         if (strcmp(name, names[i]) == 0) return i;
     return -1;
+}
+
+/* symbol c as a token of sym (NULL: the byte c) */
+static int sym_id(const tk_symbols *sym, int c) { return sym ? sym->id[c] : c; }
+#define S(c) sym_id(sym, (c))
+
+/* whether a filler token stays in depth's filler ('@', the keys and, as ever, NUL become spaces) */
+static int filler_keeps(const tk_symbols *sym, int token) {
+    if (sym) return token >= 0 && token < sym->vocab && !sym->no_filler[token];
+    return token > 0 && token < 256 && token != '@' && !strchr(TK_KEY_SYMBOLS, token);
 }
 
 static uint64_t below(uint64_t *rng, uint64_t n) { return dt_rng_next(rng) % n; }
@@ -53,7 +66,8 @@ static void add_query(tk_example *ex, int pos, int answer) {
     q->n_candidates = 0;
 }
 
-int tk_recall(uint64_t seed, int length, int pairs, int n_queries, int distractors, tk_example *ex, dt_error *err) {
+int tk_recall(const tk_symbols *sym, uint64_t seed, int length, int pairs, int n_queries, int distractors,
+              tk_example *ex, dt_error *err) {
     if (pairs < 1 || pairs > TK_MAX_PAIRS) return dt_fail(err, "recall: %d pairs (1..%d)", pairs, TK_MAX_PAIRS);
     if (n_queries < 1 || n_queries > TK_MAX_QUERIES)
         return dt_fail(err, "recall: %d queries (1..%d)", n_queries, TK_MAX_QUERIES);
@@ -71,35 +85,35 @@ int tk_recall(uint64_t seed, int length, int pairs, int n_queries, int distracto
      * distractors; leading spaces pad it to the exact length */
     const int context = length - 1 - 3 * n_queries, items = context / 3, pad = context - 3 * items;
     int *t = ex->tokens, p = 0;
-    for (int i = 0; i < pad; i++) t[p++] = ' ';
+    for (int i = 0; i < pad; i++) t[p++] = S(' ');
     int left = pairs, next = 0;
     for (int s = 0; s < items; s++) {
         int is_pair = (int)below(&rng, (uint64_t)(items - s)) < left;
         if (is_pair) {
-            t[p++] = TK_KEY_SYMBOLS[keys[next]];
-            t[p++] = '0' + values[next];
+            t[p++] = S(TK_KEY_SYMBOLS[keys[next]]);
+            t[p++] = S('0' + values[next]);
             next++;
             left--;
         } else {
-            t[p++] = 'A' + (int)below(&rng, 26);
-            t[p++] = '0' + (int)below(&rng, 10);
+            t[p++] = S('A' + (int)below(&rng, 26));
+            t[p++] = S('0' + (int)below(&rng, 10));
         }
-        t[p++] = ' ';
+        t[p++] = S(' ');
     }
-    t[p++] = ';';
+    t[p++] = S(';');
     ask(&rng, pairs, 0, n_queries, asked);
     for (int i = 0; i < n_queries; i++) {
-        t[p] = TK_KEY_SYMBOLS[keys[asked[i]]];
-        add_query(ex, p, '0' + values[asked[i]]);
-        t[p + 1] = '0' + values[asked[i]];
-        t[p + 2] = ' ';
+        t[p] = S(TK_KEY_SYMBOLS[keys[asked[i]]]);
+        add_query(ex, p, S('0' + values[asked[i]]));
+        t[p + 1] = S('0' + values[asked[i]]);
+        t[p + 2] = S(' ');
         p += 3;
     }
     return 0;
 }
 
-int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries, const unsigned char *filler,
-             size_t n, tk_example *ex, dt_error *err) {
+int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int needles, int n_queries,
+             const int *filler, size_t n, tk_example *ex, dt_error *err) {
     enum { NEEDLE = 3, QUERY = 4 }; /* "@kv", "\n@kv" */
     if (!(depth >= 0 && depth <= 1)) return dt_fail(err, "depth: %g is not in [0, 1]", depth);
     if (needles < 2 || needles > TK_KEYS) return dt_fail(err, "depth: %d needles (2..%d)", needles, TK_KEYS);
@@ -118,10 +132,10 @@ int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries
         size_t off = (size_t)below(&rng, (uint64_t)(n - (size_t)context + 1));
         for (int i = 0; i < context; i++) {
             int c = filler[off + (size_t)i];
-            t[i] = c == '@' || strchr(TK_KEY_SYMBOLS, c) ? ' ' : c;
+            t[i] = filler_keeps(sym, c) ? c : S(' ');
         }
     } else
-        for (int i = 0; i < context; i++) t[i] = 'a' + (int)below(&rng, 26);
+        for (int i = 0; i < context; i++) t[i] = S('a' + (int)below(&rng, 26));
     int keys[TK_KEYS], values[TK_KEYS], where[TK_KEYS], asked[TK_MAX_QUERIES];
     distinct(&rng, TK_KEYS, needles, keys);
     for (int i = 0; i < needles; i++) values[i] = (int)below(&rng, 10);
@@ -138,9 +152,9 @@ int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries
         } while (!ok); /* terminates: the needles take at most a third of the room */
     }
     for (int i = 0; i < needles; i++) {
-        t[where[i]] = '@';
-        t[where[i] + 1] = TK_KEY_SYMBOLS[keys[i]];
-        t[where[i] + 2] = '0' + values[i];
+        t[where[i]] = S('@');
+        t[where[i] + 1] = S(TK_KEY_SYMBOLS[keys[i]]);
+        t[where[i] + 2] = S('0' + values[i]);
     }
     /* queries: needle 0, then the others in random order, then (more queries than needles) any */
     asked[0] = 0;
@@ -151,17 +165,17 @@ int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries
     }
     int p = context;
     for (int i = 0; i < n_queries; i++) {
-        t[p++] = '\n';
-        t[p++] = '@';
-        t[p] = TK_KEY_SYMBOLS[keys[asked[i]]];
-        add_query(ex, p, '0' + values[asked[i]]);
-        t[p + 1] = '0' + values[asked[i]];
+        t[p++] = S('\n');
+        t[p++] = S('@');
+        t[p] = S(TK_KEY_SYMBOLS[keys[asked[i]]]);
+        add_query(ex, p, S('0' + values[asked[i]]));
+        t[p + 1] = S('0' + values[asked[i]]);
         p += 2;
     }
     return 0;
 }
 
-int tk_icl(uint64_t seed, int shots, int n_queries, int order, tk_example *ex, dt_error *err) {
+int tk_icl(const tk_symbols *sym, uint64_t seed, int shots, int n_queries, int order, tk_example *ex, dt_error *err) {
     if (shots < 2 || shots % 2 || shots > 16) return dt_fail(err, "icl: %d demonstrations (an even number 2..16)", shots);
     if (n_queries < 1 || n_queries > 26 - shots || n_queries > TK_MAX_QUERIES)
         return dt_fail(err, "icl: %d queries (1..%d)", n_queries, 26 - shots);
@@ -195,23 +209,120 @@ int tk_icl(uint64_t seed, int shots, int n_queries, int order, tk_example *ex, d
     int *t = ex->tokens, p = 0;
     for (int i = 0; i < shots; i++) {
         int x = letters[perm[i]];
-        t[p++] = 'a' + x;
-        t[p++] = ':';
-        t[p++] = 'A' + labels[x / 13];
-        t[p++] = ' ';
+        t[p++] = S('a' + x);
+        t[p++] = S(':');
+        t[p++] = S('A' + labels[x / 13]);
+        t[p++] = S(' ');
     }
     for (int i = 0; i < n_queries; i++) {
         int y = q_letters[i];
-        t[p++] = 'a' + y;
-        t[p] = ':';
-        add_query(ex, p, 'A' + labels[y / 13]);
+        t[p++] = S('a' + y);
+        t[p] = S(':');
+        add_query(ex, p, S('A' + labels[y / 13]));
         tk_query *q = &ex->q[ex->n_queries - 1];
         q->n_candidates = 2;
-        q->candidates[0] = 'A' + labels[0];
-        q->candidates[1] = 'A' + labels[1];
-        t[p + 1] = 'A' + labels[y / 13];
-        t[p + 2] = ' ';
+        q->candidates[0] = S('A' + labels[0]);
+        q->candidates[1] = S('A' + labels[1]);
+        t[p + 1] = S('A' + labels[y / 13]);
+        t[p + 2] = S(' ');
         p += 3;
     }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- symbols as tokens */
+
+/* The character token `id` stands for: c when three of it decode to two of it and then c; -1 when
+ * it stands for no one character. (Alone is not enough: decoders strip a leading space, and
+ * Llama's "▁▁" alone decodes to " ".) One id stands for at most one character, so two symbols
+ * never share a token. */
+static int stands_for(const dt_tok *tok, int32_t id) {
+    if (id < 0) return -1;
+    const int32_t ids[3] = {id, id, id};
+    char *two = NULL, *three = NULL;
+    size_t n2 = 0, n3 = 0;
+    dt_error ignored;
+    int c = -1;
+    if (dt_tok_decode(tok, ids, 2, 0, &two, &n2, &ignored) == 0 &&
+        dt_tok_decode(tok, ids, 3, 0, &three, &n3, &ignored) == 0 && n3 == n2 + 1 && memcmp(two, three, n2) == 0)
+        c = (unsigned char)three[n2];
+    free(two);
+    free(three);
+    return c;
+}
+
+/* The token of symbol c found without a scan of the vocabulary: the token spelled c, one of the
+ * tokens of c encoded alone, or <0xNN>; -1 when none stands for c, -2 when encoding failed. */
+static int32_t symbol_token(const dt_tok *tok, char c, dt_error *err) {
+    int32_t id = dt_tok_token_to_id(tok, &c, 1);
+    if (stands_for(tok, id) == c) return id;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (dt_tok_encode(tok, &c, 1, 0, &ids, &n, err) != 0) return -2;
+    id = -1;
+    for (size_t i = 0; i < n && id < 0; i++)
+        if (stands_for(tok, ids[i]) == c) id = ids[i];
+    free(ids);
+    if (id >= 0) return id;
+    char byte[8];
+    snprintf(byte, sizeof byte, "<0x%02X>", (unsigned char)c);
+    id = dt_tok_token_to_id(tok, byte, strlen(byte));
+    return stands_for(tok, id) == c ? id : -1;
+}
+
+static const char *symbol_name(char c, char *buf, size_t cap) {
+    if (c == ' ') return "' ' (space)";
+    if (c == '\n') return "'\\n' (newline)";
+    snprintf(buf, cap, "'%c'", c);
+    return buf;
+}
+
+void tk_symbols_free(tk_symbols *s) {
+    free(s->no_filler);
+    s->no_filler = NULL;
+}
+
+int tk_symbols_from_tokenizer(tk_symbols *s, const dt_tok *tok, dt_error *err) {
+    memset(s, 0, sizeof *s);
+    for (int c = 0; c < 128; c++) s->id[c] = -1;
+    const char *path = dt_tok_path(tok);
+    int missing = 0;
+    for (const char *p = TK_SYMBOLS; *p; p++) {
+        const int32_t id = symbol_token(tok, *p, err);
+        if (id == -2) return -1;
+        s->id[(int)*p] = id;
+        missing += id < 0;
+    }
+    /* one pass over the vocabulary: the filler's excluded tokens, and any token standing for a
+     * symbol still without one (a ByteLevel tokenizer whose prefix space merges with "\n") */
+    s->vocab = dt_tok_vocab_size(tok);
+    s->no_filler = malloc(s->vocab > 0 ? (size_t)s->vocab : 1);
+    if (!s->no_filler) return dt_fail(err, "%s: out of memory for %d tokens", path, s->vocab);
+    for (int32_t id = 0; id < s->vocab; id++) {
+        char *text = NULL;
+        size_t len = 0;
+        dt_error ignored;
+        int out = dt_tok_decode(tok, &id, 1, 0, &text, &len, &ignored) != 0 || memchr(text, '@', len) ||
+                  memchr(text, '\0', len);
+        for (const char *k = TK_KEY_SYMBOLS; *k && !out; k++) out = memchr(text, *k, len) != NULL;
+        s->no_filler[id] = (unsigned char)out;
+        if (missing && text && len <= 1) {
+            const int c = stands_for(tok, id);
+            if (c > 0 && c < 128 && strchr(TK_SYMBOLS, c) && s->id[c] < 0) {
+                s->id[c] = id;
+                missing--;
+            }
+        }
+        free(text);
+    }
+    for (const char *p = TK_SYMBOLS; *p && missing; p++)
+        if (s->id[(int)*p] < 0) {
+            char name[8];
+            tk_symbols_free(s);
+            return dt_fail(err, "%s: the task symbol %s has no token of its own (no token stands for exactly that "
+                                "character: none is spelled so, none is <0x%02X>, none comes out of encoding it "
+                                "alone or decodes to it); the synthetic tasks need one token per symbol",
+                           path, symbol_name(*p, name, sizeof name), (unsigned char)*p);
+        }
     return 0;
 }

@@ -20,7 +20,12 @@
  *           spread over orders.
  *
  * Every answer is one token, predicted at position `pos` (the token before it). In training only
- * the answers carry a loss (every other target is −1). */
+ * the answers carry a loss (every other target is −1).
+ *
+ * The formats are sequences of symbols (the ASCII characters above), one symbol one position. A
+ * byte-level model reads each symbol as its byte (symbols NULL below); a model with a real
+ * vocabulary reads each as one token of it (tk_symbols_from_tokenizer), so lengths, positions and
+ * answers count tokens either way, and depth's filler is the training text's own tokens. */
 #ifndef DT_TASKS_H
 #define DT_TASKS_H
 #include <stddef.h>
@@ -40,6 +45,25 @@
 #define TK_MIX_PAIRS 8      /* recall: most pairs of a training example */
 
 typedef enum { TK_RECALL = 0, TK_DEPTH = 1, TK_ICL = 2, TK_N_TASKS = 3 } tk_kind;
+
+/* Every symbol the formats use. */
+#define TK_SYMBOLS " \n;:@" TK_KEY_SYMBOLS "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+/* The tasks' symbols as token ids of a vocabulary. */
+typedef struct {
+    int id[128];            /* the token of each symbol of TK_SYMBOLS; -1 for other characters */
+    int vocab;              /* the tokenizer's ids are 0..vocab-1 */
+    unsigned char *no_filler; /* [vocab]: 1 for the tokens whose text holds '@', a key symbol or NUL
+                             * (and ids that are no token): depth's filler has the space's token instead */
+} tk_symbols;
+
+/* Each symbol's token is one that stands for exactly that character (three of it decode to two of
+ * it and the character): the vocabulary's token spelled as the character, else one of the tokens
+ * the tokenizer makes of the character alone (a prefix space may come before it), else its
+ * byte-fallback token <0xNN>. A symbol without one, or two symbols on one token, is refused naming
+ * the symbol and the tokenizer file. Free with tk_symbols_free. */
+int tk_symbols_from_tokenizer(tk_symbols *s, const dt_tok *tok, dt_error *err);
+void tk_symbols_free(tk_symbols *s);
 
 const char *tk_name(tk_kind k);              /* "recall", "depth", "icl" */
 int tk_kind_parse(const char *name);         /* -1 when unknown */
@@ -62,18 +86,22 @@ typedef struct {
     int tokens[TK_MAX_LEN];
 } tk_example;
 
-/* K pairs, n_queries of them queried (≤ K), `length` tokens in all (enough for the pairs and the
+/* The generators write tokens of `sym` (NULL: bytes; the same rows as before symbols existed).
+ *
+ * K pairs, n_queries of them queried (≤ K), `length` tokens in all (enough for the pairs and the
  * queries: 3·(K + n_queries) + 1 ≤ length). distractors < 0: fill the context with distractor items;
  * else exactly that many (length is then 3·(K + distractors + n_queries) + 1, whatever `length` says). */
-int tk_recall(uint64_t seed, int length, int pairs, int n_queries, int distractors, tk_example *ex, dt_error *err);
+int tk_recall(const tk_symbols *sym, uint64_t seed, int length, int pairs, int n_queries, int distractors,
+              tk_example *ex, dt_error *err);
 /* `needles` needles (2..TK_KEYS), the first at `depth`; `n_queries` (1..needles) asked, the first
- * the one at depth, then others in random order. filler: text (any bytes; '@' is replaced); NULL or
- * n < length draws filler from lowercase letters. */
-int tk_depth(uint64_t seed, int length, double depth, int needles, int n_queries, const unsigned char *filler,
-             size_t n, tk_example *ex, dt_error *err);
+ * the one at depth, then others in random order. filler: text as tokens of `sym` (bytes 0..255 when
+ * sym is NULL; '@', the key symbols and any token holding them become spaces); NULL or n < length
+ * draws filler from lowercase letters. */
+int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int needles, int n_queries,
+             const int *filler, size_t n, tk_example *ex, dt_error *err);
 /* `seed` fixes the labels, the demonstrations and the queries; `order` (0 = as drawn) permutes the
  * demonstrations only. n_queries letters not among the demonstrations. */
-int tk_icl(uint64_t seed, int shots, int n_queries, int order, tk_example *ex, dt_error *err);
+int tk_icl(const tk_symbols *sym, uint64_t seed, int shots, int n_queries, int order, tk_example *ex, dt_error *err);
 
 /* ---------------------------------------------------------------- scoring */
 
@@ -120,8 +148,9 @@ typedef struct {
     int max_len;                    /* the model's context: no example is longer */
     int per_cell;                   /* examples per cell */
     uint64_t seed;                  /* evaluation seed (apart from the training stream) */
-    const unsigned char *filler;    /* depth filler text (may be NULL) */
+    const int *filler;              /* depth filler text, tokens of `symbols` (may be NULL) */
     size_t filler_n;
+    const tk_symbols *symbols;      /* the model's vocabulary; NULL: bytes */
 } tk_eval_options;
 
 /* Builds the task's evaluation set (as tk_eval_options says), scores it, fills *r. The grid:
@@ -138,14 +167,15 @@ typedef struct {
     int curriculum_start;   /* steps with no distractors (recall) and least text (depth); 0: steps / 5; < 0: none */
     int curriculum_steps;   /* then both rise to a full row over these steps; 0: 2·steps / 5 */
     int max_pairs;          /* recall: K drawn from 1..max_pairs in training; 0: TK_MIX_PAIRS */
-    const unsigned char *filler; /* depth filler (the training text) */
+    const int *filler;      /* depth filler: the training text, tokens of `symbols` */
     size_t filler_n;
+    const tk_symbols *symbols; /* the run's vocabulary; NULL: bytes */
 } tk_mix;
 
 /* The dt_train batch hook: with probability mix->ratio the step's batch becomes task rows (one
- * example of at most seq + 1 tokens per row, right-aligned after spaces; tasks taken in turn,
- * recall and depth six rows for each icl row; targets −1 except at answers);
- * otherwise the text batch is left alone. tokens/targets hold rows [row0, row0 + rows) of the B
+ * example of at most seq + 1 tokens per row, right-aligned after space tokens; tasks taken in
+ * turn, recall and depth six rows for each icl row; targets −1 except at answers); otherwise the
+ * text batch is left alone. tokens/targets hold rows [row0, row0 + rows) of the B
  * rows; the draws from *rng are those of all B rows. ctx is a const tk_mix *. */
 void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *targets, int row0, int rows, int B, int T,
                   uint64_t *rng);

@@ -115,9 +115,10 @@ static int make_example(const tk_cell *c, const tk_eval_options *o, int index, t
     uint64_t cell_id = c->kind == TK_ICL ? 0 : (uint64_t)c->length * 131 + (uint64_t)c->pairs * 7 + (uint64_t)(c->depth * 4);
     uint64_t seed = mix64(mix64(o->seed, (uint64_t)c->kind * 1000003u + cell_id), (uint64_t)index);
     switch (c->kind) {
-    case TK_RECALL: return tk_recall(seed, c->length, c->pairs, c->pairs < 4 ? c->pairs : 4, -1, ex, err);
-    case TK_DEPTH: return tk_depth(seed, c->length, c->depth, DEPTH_NEEDLES, 1, o->filler, o->filler_n, ex, err);
-    default: return tk_icl(seed, c->pairs, ICL_QUERIES, c->order, ex, err);
+    case TK_RECALL: return tk_recall(o->symbols, seed, c->length, c->pairs, c->pairs < 4 ? c->pairs : 4, -1, ex, err);
+    case TK_DEPTH:
+        return tk_depth(o->symbols, seed, c->length, c->depth, DEPTH_NEEDLES, 1, o->filler, o->filler_n, ex, err);
+    default: return tk_icl(o->symbols, seed, c->pairs, ICL_QUERIES, c->order, ex, err);
     }
 }
 
@@ -210,7 +211,7 @@ void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *target
             int most = (int)(progress * room), d = most > 0 ? (int)(dt_rng_next(rng) % (uint64_t)(most + 1)) : 0;
             int q = (T - 3 * (k + d)) / 3;
             if (q > TK_MAX_QUERIES) q = TK_MAX_QUERIES;
-            rc = tk_recall(seed, 0, k, q, d, ex, &err);
+            rc = tk_recall(mix->symbols, seed, 0, k, q, d, ex, &err);
         } else if (kind == TK_DEPTH) {
             /* DEPTH_NEEDLES needles in text, then queries over 3/8 of the row (each needle, then
              * repeats); the text grows with the curriculum from what the needles need to the row */
@@ -219,20 +220,21 @@ void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *target
             if (q > TK_MAX_QUERIES) q = TK_MAX_QUERIES;
             const int least = 4 * 3 * DEPTH_NEEDLES, most = T + 1 - 4 * q;
             const int context = most > least ? least + (int)(progress * (most - least)) : least;
-            rc = tk_depth(seed, context + 4 * q, dt_rng_uniform(rng), DEPTH_NEEDLES, q, mix->filler, mix->filler_n, ex, &err);
+            rc = tk_depth(mix->symbols, seed, context + 4 * q, dt_rng_uniform(rng), DEPTH_NEEDLES, q, mix->filler,
+                          mix->filler_n, ex, &err);
         } else if (kind == TK_ICL) {
             int shots = 8;
             while (shots > 2 && 4 * (shots + 1) > T + 1) shots -= 2;
             int q = (T + 1) / 4 - shots;
             if (q > 26 - shots) q = 26 - shots;
-            if (q >= 1) rc = tk_icl(seed, shots, q, 0, ex, &err);
+            if (q >= 1) rc = tk_icl(mix->symbols, seed, shots, q, 0, ex, &err);
         }
         if (rc != 0 || b < row0 || b >= row0 + rows) continue; /* keeps its text, or is another rank's */
         /* right-align the example in the row of T + 1 tokens; spaces before it carry no loss */
-        const int pad = T + 1 - ex->length;
+        const int pad = T + 1 - ex->length, space = mix->symbols ? mix->symbols->id[' '] : ' ';
         int *in = tokens + (size_t)(b - row0) * T, *tg = targets + (size_t)(b - row0) * T;
         for (int t = 0; t < T; t++) {
-            in[t] = t < pad ? ' ' : ex->tokens[t - pad];
+            in[t] = t < pad ? space : ex->tokens[t - pad];
             tg[t] = -1;
         }
         for (int j = 0; j < ex->n_queries; j++) tg[pad + ex->q[j].pos] = ex->q[j].answer;
