@@ -98,6 +98,32 @@ static void test_tiny_bytelevel(void **state) {
     dt_tok_free(tok);
 }
 
+/* Published vocabularies leave ids unused (cl100k, o200k): the reference loads them, the id table
+ * spans the largest id, an unused id decodes to nothing and is refused, and an added token that is
+ * not in the vocabulary gets the number of entries as its id (Rust's AddedVocabulary), not 1 + the
+ * largest id. */
+static void test_vocab_with_holes(void **state) {
+    (void)state;
+    const char *from = "\"c\": 2", *at = strstr(TINY, from);
+    assert_non_null(at);
+    char json[4096];
+    snprintf(json, sizeof json, "%.*s\"c\": 12%s", (int)(at - TINY), TINY, at + strlen(from));
+    dt_tok *tok = NULL;
+    dt_error err = {{0}};
+    if (dt_tok_load(&tok, write_tok("holes.json", json), &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(dt_tok_vocab_size(tok), 13);
+    assert_int_equal(dt_tok_token_to_id(tok, "<s>", 3), 7);
+    assert_int_equal(dt_tok_token_to_id(tok, "c", 1), 12);
+    expect_ids(tok, "abc ab c", 1, (const int32_t[]){7, 5, 3, 4, 3, 12}, 6);
+    expect_text(tok, (const int32_t[]){12, 7, 4}, 3, 0, "c<s>ab");
+    char *text = NULL;
+    size_t len;
+    assert_int_equal(dt_tok_decode(tok, (const int32_t[]){4, 9}, 2, 0, &text, &len, &err), -1);
+    assert_non_null(strstr(err.msg, "ids[1] = 9"));
+    assert_null(text);
+    dt_tok_free(tok);
+}
+
 /* Loads `json` after replacing the first occurrence of `from` in TINY with `to`; expects a
  * refusal whose message names the file and holds `problem`. */
 static void expect_refused(const char *from, const char *to, const char *problem) {
@@ -123,7 +149,9 @@ static void test_bad_files(void **state) {
     expect_refused("\"model\": {", "\"modelx\": {", "no \"model\"");
     expect_refused("\"a b\"", "\"a q\"", "not in the vocabulary");
     expect_refused("\"c\": 2", "\"c\": 1", "duplicate id 1");
-    expect_refused("\"c\": 2", "\"c\": 70", "past the vocabulary");
+    expect_refused("\"c\": 2", "\"c\": 7000", "past the vocabulary"); /* holes may not outgrow the vocabulary */
+    /* with a hole at 2 there are 7 entries, so the new added token <s> gets id 7: c's */
+    expect_refused("\"c\": 2", "\"c\": 7", "which the vocabulary gives to another token");
     expect_refused("\"type\": \"BPE\"", "\"type\": \"Unigram\"", "model type \"Unigram\" is not supported");
     expect_refused("\"normalizer\": null", "\"normalizer\": {\"type\": \"BertNormalizer\"}",
                    "normalizer \"BertNormalizer\" is not supported");
@@ -182,6 +210,7 @@ static void test_directory(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_bytelevel),
+        cmocka_unit_test(test_vocab_with_holes),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_directory),
     };

@@ -7,6 +7,8 @@
 
 #include "tokenizer/tok.h"
 
+#define VOCAB_HOLE_SLACK 1024 /* unused ids allowed beyond twice the number of vocab entries */
+
 /* ---------------------------------------------------------------- vocabulary map */
 
 static size_t pow2_at_least(size_t n) {
@@ -92,9 +94,15 @@ static int parse_vocab(tk_bpe *m, const cJSON *vocab, const char *path, dt_error
         n++;
     }
     if (n == 0) return dt_fail(err, "%s: model.vocab is empty", path);
-    if (max_id >= n)
-        return dt_fail(err, "%s: model.vocab: id %d is past the vocabulary of %d tokens (ids must be 0..%d)", path,
-                       max_id, n, n - 1);
+    /* Published vocabularies may leave ids unused (cl100k and o200k have holes below their special
+     * tokens), and the reference accepts them; the id table is sized by the largest id, so a few
+     * entries must not be able to claim gigabytes of it. */
+    const int64_t max_allowed = 2 * (int64_t)n + VOCAB_HOLE_SLACK;
+    if (max_id > max_allowed)
+        return dt_fail(err,
+                       "%s: model.vocab: id %d is past the vocabulary of %d tokens (ids may leave holes, but must "
+                       "stay below 2 x %d + %d = %lld)",
+                       path, max_id, n, n, VOCAB_HOLE_SLACK, (long long)max_allowed + 1);
     m->n_vocab = max_id + 1;
     m->n_entries = n;
     m->strings = malloc(bytes);

