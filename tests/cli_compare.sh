@@ -52,7 +52,7 @@ if [ -n "$PY" ]; then
     check "report.json parses and holds every run" "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["seed"] == "7" and r["seeds"] == 2, (r["seed"], r["seeds"])
+assert r["seed"] == "7" and r["seeds"] == 2 and r["unit"] == "byte", (r["seed"], r["seeds"], r["unit"])
 runs = [(m["variant"], m["seed"]) for m in r["runs"]]
 assert runs == [("diff", "7"), ("diff", "8"), ("transformer", "7"), ("transformer", "8")], runs
 for m in r["runs"]:
@@ -142,7 +142,7 @@ if [ -n "$PY" ]; then
     check "report.json: BPE runs of the tokenizer's vocabulary, needle, allocation and tasks scored" "$PY" -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-assert r["tokenizer"].endswith("tok"), r.get("tokenizer")
+assert r["tokenizer"].endswith("tok") and r["unit"] == "token", (r.get("tokenizer"), r.get("unit"))
 cfg = json.load(open(sys.argv[2]))
 assert cfg["vocab_size"] == 457, cfg["vocab_size"]
 # make_bpe_tokenizer.py gives byte b the id b: space and newline are their GPT-2 stand-ins

@@ -181,6 +181,8 @@ cJSON *rp_json(const rp_report *r, int plots) {
     cJSON_AddNumberToObject(root, "batch", r->batch);
     cJSON_AddNumberToObject(root, "seq", r->seq);
     cJSON_AddNumberToObject(root, "heldout_bytes", (double)r->heldout_bytes);
+    /* what seq, heldout_bytes, windows and the task lengths count */
+    cJSON_AddStringToObject(root, "unit", r->tokenizer ? "token" : "byte");
     if (r->tokenizer) cJSON_AddStringToObject(root, "tokenizer", r->tokenizer);
     cJSON_AddNumberToObject(root, "windows", r->windows);
     cJSON *tm = cJSON_AddArrayToObject(root, "tasks");
