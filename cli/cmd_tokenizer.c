@@ -234,7 +234,9 @@ static int cmd_tok_info(int argc, char **argv) {
     printf("model          BPE: %d tokens, %d merges%s%s%s%s\n", s.model_vocab, s.n_merges,
            s.byte_fallback ? ", byte_fallback" : "", s.ignore_merges ? ", ignore_merges" : "",
            s.unk_token ? ", unk " : "", s.unk_token ? s.unk_token : "");
-    printf("vocab size     %d (with %d added tokens, %d special)\n", s.vocab_size, s.n_added, s.n_special);
+    printf("vocab size     %d (with %d added tokens, %d special", s.vocab_size, s.n_added, s.n_special);
+    if (s.n_unused) printf("; %d ids below it unused", s.n_unused);
+    printf(")\n");
     printf("normalizer     %s\npre-tokenizer  %s\ndecoder        %s\n", s.normalizer, s.pre_tokenizer, s.decoder);
     printf("post-processor %d special id(s) before, %d after the text\n", s.n_prefix, s.n_suffix);
     const char *names[] = {"bos", "eos", "pad"};

@@ -560,6 +560,7 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
 
 typedef struct {
     int32_t vocab_size, model_vocab, n_merges, n_added, n_special;
+    int32_t n_unused;                                    /* ids below vocab_size with no token */
     int byte_fallback, ignore_merges;
     const char *unk_token;                               /* NULL when none */
     const char *normalizer, *pre_tokenizer, *decoder;    /* top-level component types, or "none" */

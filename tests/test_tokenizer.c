@@ -120,7 +120,11 @@ static void test_vocab_with_holes(void **state) {
     size_t len;
     assert_int_equal(dt_tok_decode(tok, (const int32_t[]){4, 9}, 2, 0, &text, &len, &err), -1);
     assert_non_null(strstr(err.msg, "ids[1] = 9"));
+    assert_non_null(strstr(err.msg, "unused"));
     assert_null(text);
+    dt_tok_summary sum;
+    dt_tok_info(tok, &sum);
+    assert_int_equal(sum.n_unused, 13 - 8); /* 8 tokens (7 in the vocabulary, <s>) over ids 0..12 */
     dt_tok_free(tok);
 }
 

@@ -451,8 +451,10 @@ int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_spec
     *len = 0;
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= tok->vocab_size || !dt_tok_id_to_token(tok, ids[i], NULL))
-            return dt_fail(err, "ids[%zu] = %d: not a token of %s (vocabulary size %d)", i, ids[i], tok->path,
-                           tok->vocab_size);
+            return dt_fail(err, "ids[%zu] = %d: not a token of %s (%s; ids are 0..%d)", i, ids[i], tok->path,
+                           ids[i] >= 0 && ids[i] < tok->vocab_size ? "an id the vocabulary leaves unused"
+                                                                     : "outside the vocabulary",
+                           tok->vocab_size - 1);
     tk_ctx c;
     if (tk_ctx_init(&c) != 0) return dt_fail(err, "%s: out of memory", tok->path);
     int rc = 0;
@@ -510,6 +512,7 @@ void dt_tok_info(const dt_tok *tok, dt_tok_summary *s) {
     s->n_merges = (int32_t)tok->model.n_merges;
     s->n_added = tok->n_added;
     for (int i = 0; i < tok->n_added; i++) s->n_special += tok->added[i].special;
+    for (int32_t id = 0; id < tok->vocab_size; id++) s->n_unused += !dt_tok_id_to_token(tok, id, NULL);
     s->byte_fallback = tok->model.byte_fallback;
     s->ignore_merges = tok->model.ignore_merges;
     s->unk_token = tok->model.unk_token;
