@@ -1,8 +1,10 @@
 /* cmd_tokenizer.c — `difftrans tokenizer encode|decode|info|train`: Hugging Face tokenizer.json. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
@@ -35,6 +37,9 @@ static double now_s(void) {
 /* All of a stream, byte-exact. */
 static int read_all(FILE *fp, char **out, size_t *len) {
     size_t cap = 1 << 16, n = 0;
+    struct stat sb; /* a file on stdin: its size at once (the loop below still reads to the end) */
+    if (fstat(fileno(fp), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 && (uint64_t)sb.st_size < SIZE_MAX / 2)
+        cap = (size_t)sb.st_size + 1;
     char *buf = malloc(cap);
     if (!buf) return -1;
     for (;;) {
@@ -67,20 +72,37 @@ static int load(const char *cmd, const char *path, dt_tok **tok) {
     return 0;
 }
 
+/* Decimal digits of v (not negative) ending at end; returns where they start. */
+static char *format_id(char *end, uint32_t v) {
+    do {
+        *--end = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    return end;
+}
+
 static int write_ids(const int32_t *ids, size_t n) {
-    /* one buffered line; printf per id is the slow part on large files */
-    char buf[1 << 16];
+    /* one line through a large buffer, one fwrite per buffer: printing is a large part of the
+     * time on large files, snprintf per id most of it */
+    enum { BUF = 1 << 20, MAX_ID = 12 };
+    char *buf = malloc(BUF);
+    if (!buf) return -1;
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (k > sizeof buf - 16) {
-            if (fwrite(buf, 1, k, stdout) != k) return -1;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (k > BUF - MAX_ID) {
+            if (fwrite(buf, 1, k, stdout) != k) rc = -1;
             k = 0;
         }
-        k += (size_t)snprintf(buf + k, 16, i ? " %d" : "%d", ids[i]);
+        if (i) buf[k++] = ' ';
+        char tmp[MAX_ID], *d = format_id(tmp + MAX_ID, (uint32_t)ids[i]); /* ids are never negative */
+        memcpy(buf + k, d, (size_t)(tmp + MAX_ID - d));
+        k += (size_t)(tmp + MAX_ID - d);
     }
     buf[k++] = '\n';
-    if (fwrite(buf, 1, k, stdout) != k) return -1;
-    return fflush(stdout);
+    if (rc == 0 && fwrite(buf, 1, k, stdout) != k) rc = -1;
+    free(buf);
+    return rc == 0 ? fflush(stdout) : -1;
 }
 
 static int cmd_encode(int argc, char **argv) {

@@ -41,6 +41,9 @@ int tk_added_set_build(tk_added_set *set, const tk_added *added, int n, int norm
         set->first[b] = j;
     }
     set->first[256] = k;
+    set->only_first = -1;
+    if (k > 0 && (unsigned char)added[set->order[0]].match[0] == (unsigned char)added[set->order[k - 1]].match[0])
+        set->only_first = (unsigned char)added[set->order[0]].match[0];
     return 0;
 }
 
@@ -83,20 +86,35 @@ static int32_t match_at(const tk_added *added, const tk_added_set *set, const ch
     return -1;
 }
 
-static int split_one(const tk_added *added, const tk_added_set *set, const char *s, size_t n, int origin,
-                     tk_pieces *out) {
-    size_t start_offset = 0;
-    for (size_t i = 0; i < n;) {
-        int32_t a = set->first[(unsigned char)s[i]] < set->first[(unsigned char)s[i] + 1]
-                        ? match_at(added, set, s, n, i)
-                        : -1;
-        if (a < 0) {
-            i++;
+/* Candidates: every position of [from, to) where an added token of the set starts, with the
+ * longest such token ({start, raw end, index into added}). A pure function of the position, so
+ * disjoint ranges can be searched on different threads and concatenated. */
+int tk_added_candidates(const tk_added *added, const tk_added_set *set, const char *s, size_t n, size_t from,
+                        size_t to, tk_added_hits *out) {
+    for (size_t i = from; i < to; i++) {
+        if (set->only_first >= 0) { /* all tokens start with one byte (Llama-3: '<'): memchr to it */
+            const char *p = memchr(s + i, set->only_first, to - i);
+            if (!p) break;
+            i = (size_t)(p - s);
+        } else if (set->first[(unsigned char)s[i]] == set->first[(unsigned char)s[i] + 1])
             continue;
-        }
-        const tk_added *t = &added[a];
-        size_t start = i, stop = i + t->match_len;
-        i = stop; /* the automaton goes on after the match, whether it is kept or not */
+        int32_t a = match_at(added, set, s, n, i);
+        if (a >= 0 && tk_added_hits_push(out, i, i + added[a].match_len, a) != 0) return -1;
+    }
+    return 0;
+}
+
+/* The automaton's walk over the candidates of s[0..n) (in order): it takes a candidate at or
+ * after where the previous one it took ended, whether that one is then kept or not; then
+ * single_word, lstrip and rstrip as AddedVocabulary::find_matches applies them. Rewrites h in
+ * place into the kept tokens ({start, end, token id}). */
+void tk_added_resolve(const tk_added *added, const char *s, size_t n, tk_added_hits *h) {
+    size_t i = 0, k = 0, start_offset = 0;
+    for (size_t c = 0; c < h->n; c++) {
+        if (h->v[c].start < i) continue;
+        const tk_added *t = &added[h->v[c].id];
+        size_t start = h->v[c].start, stop = h->v[c].stop;
+        i = stop;
         if (t->single_word) {
             int start_space = start == 0 || !ends_with_word(s, start);
             int stop_space = stop == n || !starts_with_word(s + stop, n - stop);
@@ -107,39 +125,73 @@ static int split_one(const tk_added *added, const tk_added_set *set, const char 
             while (ns > 0) {
                 size_t p = ns - 1;
                 while (p > 0 && ((unsigned char)s[p] & 0xC0) == 0x80) p--;
-                int k;
-                if (!tk_is_white_space(tk_utf8_decode(s + p, &k))) break;
+                int len;
+                if (!tk_is_white_space(tk_utf8_decode(s + p, &len))) break;
                 ns = p;
             }
             start = ns > start_offset ? ns : start_offset;
         }
         if (t->rstrip) {
             while (stop < n) {
-                int k;
-                if (!tk_is_white_space(tk_utf8_decode(s + stop, &k))) break;
-                stop += (size_t)k;
+                int len;
+                if (!tk_is_white_space(tk_utf8_decode(s + stop, &len))) break;
+                stop += (size_t)len;
             }
         }
-        if (start_offset < start &&
-            tk_pieces_add(out, s + start_offset, start - start_offset, -1, origin && start_offset == 0) != 0)
-            return -1;
-        if (tk_pieces_add(out, s + start, stop - start, t->id, origin && start == 0) != 0) return -1;
+        h->v[k++] = (tk_added_hit){start, stop, t->id};
         start_offset = stop;
     }
-    if (start_offset < n && tk_pieces_add(out, s + start_offset, n - start_offset, -1, origin && start_offset == 0) != 0)
+    h->n = k;
+}
+
+int tk_added_emit(const tk_added_hits *h, const char *s, size_t n, int origin, tk_emit_fn emit, void *sink) {
+    size_t start_offset = 0;
+    for (size_t k = 0; k < h->n; k++) {
+        size_t start = h->v[k].start, stop = h->v[k].stop;
+        if (start_offset < start &&
+            emit(sink, s + start_offset, start - start_offset, -1, origin && start_offset == 0) != 0)
+            return -1;
+        if (emit(sink, s + start, stop - start, h->v[k].id, origin && start == 0) != 0) return -1;
+        start_offset = stop;
+    }
+    if (start_offset < n && emit(sink, s + start_offset, n - start_offset, -1, origin && start_offset == 0) != 0)
         return -1;
     return 0;
 }
 
-int tk_added_split(const tk_added *added, const tk_added_set *set, const tk_pieces *in, tk_pieces *out) {
+int tk_added_hits_push(tk_added_hits *h, size_t start, size_t stop, int32_t id) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 64;
+        tk_added_hit *v = realloc(h->v, cap * sizeof *v);
+        if (!v) return -1;
+        h->v = v;
+        h->cap = cap;
+    }
+    h->v[h->n++] = (tk_added_hit){start, stop, id};
+    return 0;
+}
+
+static int emit_piece(void *sink, const char *s, size_t n, int32_t id, int origin) {
+    return tk_pieces_add(sink, s, n, id, origin);
+}
+
+int tk_added_split(const tk_added *added, const tk_added_set *set, const tk_pieces *in, tk_pieces *out,
+                   tk_added_hits *scratch) {
     tk_pieces_clear(out);
     for (size_t i = 0; i < in->n; i++) {
         const tk_piece *p = &in->v[i];
-        const char *s = in->text.p + p->off;
+        const char *s = tk_piece_str(in, i);
         int rc;
         if (p->id >= 0) rc = tk_pieces_add(out, s, p->len, p->id, p->origin);
         else if (set->first[256] == 0) rc = p->len ? tk_pieces_add(out, s, p->len, -1, p->origin) : 0;
-        else rc = split_one(added, set, s, p->len, p->origin, out);
+        else {
+            scratch->n = 0;
+            rc = tk_added_candidates(added, set, s, p->len, 0, p->len, scratch);
+            if (rc == 0) {
+                tk_added_resolve(added, s, p->len, scratch);
+                rc = tk_added_emit(scratch, s, p->len, p->origin, emit_piece, out);
+            }
+        }
         if (rc != 0) return -1;
     }
     return 0;

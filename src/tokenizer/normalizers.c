@@ -140,7 +140,7 @@ static int replace(const tk_norm *n, tk_ctx *c, const char *s, size_t len, tk_bu
     return 0;
 }
 
-static int apply_one(const tk_norm *n, tk_ctx *c, const char *s, size_t len, tk_buf *out) {
+static int apply_one(const tk_norm *n, tk_ctx *c, const char *s, size_t len, int first, tk_buf *out) {
     switch (n->kind) {
     case TK_NORM_NFC: case TK_NORM_NFD: case TK_NORM_NFKC: case TK_NORM_NFKD:
         return unicode_form(n->kind, s, len, out);
@@ -149,7 +149,7 @@ static int apply_one(const tk_norm *n, tk_ctx *c, const char *s, size_t len, tk_
     case TK_NORM_STRIP:
         return strip(n, s, len, out);
     case TK_NORM_PREPEND:
-        if (len > 0 && tk_buf_put(out, n->content, n->content_len) != 0) return -1;
+        if (first && len > 0 && tk_buf_put(out, n->content, n->content_len) != 0) return -1;
         return tk_buf_put(out, s, len);
     case TK_NORM_REPLACE:
         return replace(n, c, s, len, out);
@@ -159,7 +159,7 @@ static int apply_one(const tk_norm *n, tk_ctx *c, const char *s, size_t len, tk_
         int rc = tk_buf_put(&a, s, len);
         for (int i = 0; i < n->n_items && rc == 0; i++) {
             b.n = 0;
-            rc = apply_one(&n->items[i], c, a.p ? a.p : "", a.n, &b);
+            rc = apply_one(&n->items[i], c, a.p ? a.p : "", a.n, first, &b);
             tk_buf t = a;
             a = b;
             b = t;
@@ -175,5 +175,31 @@ static int apply_one(const tk_norm *n, tk_ctx *c, const char *s, size_t len, tk_
 
 int tk_norm_apply(const tk_norm *n, tk_ctx *c, const char *s, size_t len, tk_buf *out) {
     out->n = 0;
-    return apply_one(n, c, s, len, out);
+    return apply_one(n, c, s, len, 1, out);
+}
+
+int tk_norm_apply_part(const tk_norm *n, tk_ctx *c, const char *s, size_t len, int first, tk_buf *out) {
+    out->n = 0;
+    return apply_one(n, c, s, len, first, out);
+}
+
+/* Between two ASCII characters: the Unicode forms never compose two ASCII characters, an ASCII
+ * character (a starter without decomposition) blocks composition and reordering across it, and
+ * each of these normalisers maps ASCII to one ASCII character, so after every step of a
+ * Sequence the place is again between two ASCII characters; Prepend touches only the start of
+ * the first part (no part is empty, before or after these normalisers). Strip and Replace look
+ * at more than one character and are not cut. */
+int tk_norm_cut_ok(const tk_norm *n) {
+    switch (n->kind) {
+    case TK_NORM_NFC: case TK_NORM_NFD: case TK_NORM_NFKC: case TK_NORM_NFKD:
+    case TK_NORM_LOWERCASE: case TK_NORM_PREPEND:
+        return 1;
+    case TK_NORM_SEQUENCE:
+        for (int i = 0; i < n->n_items; i++)
+            if (!tk_norm_cut_ok(&n->items[i])) return 0;
+        return 1;
+    case TK_NORM_STRIP: case TK_NORM_REPLACE:
+        return 0;
+    }
+    return 0;
 }

@@ -1,22 +1,240 @@
 /* parallel.c — encoding a large text on several threads with exactly the ids of one thread.
  *
- * Added tokens and normalisation run first, on one thread (they are cheap). Then each text piece
- * goes through the pre-tokenizer and the model; pieces are independent, so they are shared out.
- * A large piece whose pre-tokenizer starts with a regex scan (Split, ByteLevel's regex) is cut:
- * chunk k scans from its cut point q_k over the whole piece (so look-ahead sees past the cut)
- * until a match ends at or after q_{k+1}. The match iteration's state after a match is just the
- * match's end, so once the scan that came from the left accepts a match ending where chunk k's
- * scan also had a match end, everything after is identical: the chunks are spliced there, and
- * where no such point exists the left scan simply goes on (on one thread) until it finds one.
- * The result is the sequential scan's list of matches, whatever the cut points. */
+ * The text is checked, cut around added tokens and normalised (every part of it that is a pure
+ * function of a position runs on the threads: the UTF-8 check, the search for added tokens; what
+ * stays on one thread — the automaton's walk over the found tokens, a normaliser that cannot be
+ * cut — touches only a few bytes or is absent from byte-level tokenizers). The resulting segments
+ * are independent. A large segment whose pre-tokenizer starts with a regex scan (Split,
+ * ByteLevel's regex) is cut: chunk k scans from its cut point q_k over the whole segment (so
+ * look-ahead sees past the cut) until a match ends at or after q_{k+1}. The match iteration's
+ * state after a match is just the match's end, so once the scan that came from the left accepts a
+ * match ending where chunk k's scan also had a match end, everything after is identical: the
+ * chunks are spliced there, and where no such point exists the left scan simply goes on (on one
+ * thread) until it finds one. The result is the sequential scan's list of matches, whatever the
+ * cut points: a list of runs (chunk k's matches from the splice point on, or the ones the left
+ * scan found), each of which becomes a unit of work.
+ *
+ * A unit turns its stretch of the match list into pieces, takes them through the rest of the
+ * pre-tokenizer and the model, into its own ids. The stage's behaviour may merge a span with its
+ * neighbour (MergedWithPrevious, MergedWithNext, Contiguous), so a unit starts and ends where the
+ * sequential pieces are cut anyway (tk_pre_stage_cut_ok): at the first such place at or after
+ * the end of the previous run's last match. Pieces are independent of each other from there on,
+ * so the units' ids, concatenated in order, are the sequential ids. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/tok.h"
 
-#define CHUNK_BYTES ((size_t)1 << 18)   /* a piece is cut into chunks of about this size */
-#define PARALLEL_MIN ((size_t)1 << 16)  /* below this, one thread */
+void tk_par_defaults(tk_par *p) {
+    p->chunk_bytes = (size_t)1 << 18;  /* a segment is cut into chunks of about this size */
+    p->parallel_min = (size_t)1 << 16; /* below this, one thread */
+}
+
+/* q[0..n_chunks]: cut points of s[0..n) about chunk_bytes apart, moved forward to the start of a
+ * character (for valid UTF-8); q[0] = 0, q[n_chunks] = n, non-decreasing. */
+static size_t *cut_points(const char *s, size_t n, size_t chunk_bytes, size_t *n_chunks) {
+    size_t nc = n / chunk_bytes + 1;
+    size_t *q = malloc((nc + 1) * sizeof *q);
+    if (!q) return NULL;
+    for (size_t k = 0; k < nc; k++) {
+        size_t p = n * k / nc;
+        while (p < n && ((unsigned char)s[p] & 0xC0) == 0x80) p++;
+        q[k] = p;
+    }
+    q[nc] = n;
+    *n_chunks = nc;
+    return q;
+}
+
+/* tk_utf8_check on the threads: valid pieces concatenate to valid text; when a chunk is not
+ * valid, the sequential check finds the first bad byte. */
+static size_t utf8_check(const char *s, size_t n, const size_t *q, size_t n_chunks, int n_threads) {
+    int bad = 0;
+#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) reduction(| : bad)
+    for (long k = 0; k < (long)n_chunks; k++)
+        if (tk_utf8_check(s + q[k], q[k + 1] - q[k]) != q[k + 1] - q[k]) bad = 1;
+    return bad ? tk_utf8_check(s, n) : n;
+}
+
+/* ---------------------------------------------------------------- segments */
+
+/* A part of the text after added tokens and normalisation: a view into the input or into a
+ * normalised copy, or an added token (id >= 0). */
+typedef struct {
+    const char *s;
+    size_t len;
+    int32_t id;
+    int origin;
+} segment;
+
+typedef struct {
+    segment *v;
+    size_t n, cap;
+} segments;
+
+static int segment_push(void *sink, const char *s, size_t n, int32_t id, int origin) {
+    segments *g = sink;
+    if (g->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 64;
+        segment *v = realloc(g->v, cap * sizeof *v);
+        if (!v) return -1;
+        g->v = v;
+        g->cap = cap;
+    }
+    g->v[g->n++] = (segment){s, n, id, origin};
+    return 0;
+}
+
+/* The shared state of one encoding. */
+typedef struct {
+    const dt_tok *tok;
+    int n_threads;
+    tk_par par;
+    tk_ctx *ctxs;         /* [n_threads] */
+    char **owned;         /* normalised copies the segments point into */
+    size_t n_owned;
+} job;
+
+static int own(job *jb, char *p) {
+    char **v = realloc(jb->owned, (jb->n_owned + 1) * sizeof *v);
+    if (!v) return -1;
+    jb->owned = v;
+    jb->owned[jb->n_owned++] = p;
+    return 0;
+}
+
+/* Cuts the text segments of `in` around the added tokens of `set` into out. The search runs on
+ * the threads over chunks of a large segment. */
+static int split_added(job *jb, const tk_added_set *set, const segments *in, segments *out) {
+    const dt_tok *tok = jb->tok;
+    tk_added_hits *hits = &jb->ctxs[0].hits;
+    int rc = 0;
+    out->n = 0;
+    for (size_t i = 0; i < in->n && rc == 0; i++) {
+        const segment *g = &in->v[i];
+        if (g->id >= 0) {
+            rc = segment_push(out, g->s, g->len, g->id, g->origin);
+            continue;
+        }
+        hits->n = 0;
+        size_t n_chunks = 1, *q = NULL;
+        if (g->len >= jb->par.parallel_min && !(q = cut_points(g->s, g->len, jb->par.chunk_bytes, &n_chunks))) rc = -1;
+        if (rc == 0 && n_chunks > 1) {
+            tk_added_hits *part = calloc(n_chunks, sizeof *part);
+            if (!part) rc = -1;
+            int failed = 0;
+#pragma omp parallel for num_threads(jb->n_threads) schedule(dynamic, 1) reduction(| : failed)
+            for (long k = 0; k < (long)(part ? n_chunks : 0); k++)
+                if (tk_added_candidates(tok->added, set, g->s, g->len, q[k], q[k + 1], &part[k]) != 0) failed = 1;
+            if (failed) rc = -1;
+            for (size_t k = 0; k < (part ? n_chunks : 0); k++) {
+                for (size_t j = 0; j < part[k].n && rc == 0; j++)
+                    rc = tk_added_hits_push(hits, part[k].v[j].start, part[k].v[j].stop, part[k].v[j].id);
+                free(part[k].v);
+            }
+            free(part);
+        } else if (rc == 0)
+            rc = tk_added_candidates(tok->added, set, g->s, g->len, 0, g->len, hits);
+        free(q);
+        if (rc == 0) {
+            tk_added_resolve(tok->added, g->s, g->len, hits);
+            rc = tk_added_emit(hits, g->s, g->len, g->origin, segment_push, out);
+        }
+    }
+    return rc;
+}
+
+/* One part of a text segment for the normaliser: its bytes [a, b), whether it is the segment's
+ * first part, and what the normaliser made of it. */
+typedef struct {
+    size_t seg, a, b;
+    int first;
+    tk_buf out;
+} norm_part;
+
+/* The normaliser over every text segment (segments that become empty are dropped), on the
+ * threads: each segment a part, a large one cut into parts where tk_norm_cut_ok says the parts
+ * normalise independently (between two ASCII characters). */
+static int normalize(job *jb, const segments *in, segments *out) {
+    const tk_norm *norm = jb->tok->normalizer;
+    int cut_ok = tk_norm_cut_ok(norm);
+    norm_part *parts = NULL;
+    size_t n_parts = 0, cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < in->n && rc == 0; i++) {
+        const segment *g = &in->v[i];
+        if (g->id >= 0) continue;
+        size_t nq = 1, *q = NULL;
+        if (cut_ok && g->len >= jb->par.parallel_min && !(q = cut_points(g->s, g->len, jb->par.chunk_bytes, &nq)))
+            rc = -1;
+        size_t from = 0;
+        for (size_t j = 1; j <= nq && rc == 0; j++) {
+            size_t p = j < nq ? q[j] : g->len, end = j < nq ? q[j + 1] : g->len;
+            if (j < nq) { /* a cut between two ASCII characters in [q_j, q_{j+1}), or none */
+                if (p <= from) p = from + 1;
+                while (p < end && !((unsigned char)g->s[p - 1] < 0x80 && (unsigned char)g->s[p] < 0x80)) p++;
+                if (p >= end) continue;
+            }
+            if (n_parts == cap) {
+                cap = cap ? 2 * cap : 64;
+                norm_part *v = realloc(parts, cap * sizeof *v);
+                if (!v) {
+                    rc = -1;
+                    break;
+                }
+                parts = v;
+            }
+            parts[n_parts++] = (norm_part){i, from, p, from == 0, {0}};
+            from = p;
+        }
+        free(q);
+    }
+    int failed = rc != 0;
+#pragma omp parallel for num_threads(jb->n_threads) schedule(dynamic, 1) reduction(| : failed)
+    for (long k = 0; k < (long)(rc == 0 ? n_parts : 0); k++) {
+        norm_part *p = &parts[k];
+        if (tk_norm_apply_part(norm, &jb->ctxs[omp_get_thread_num()], in->v[p->seg].s + p->a, p->b - p->a, p->first,
+                               &p->out) != 0)
+            failed = 1;
+    }
+    rc = failed ? -1 : 0;
+    /* in order: added tokens as they are, each text segment's parts joined */
+    out->n = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < in->n && rc == 0; i++) {
+        const segment *g = &in->v[i];
+        if (g->id >= 0) {
+            rc = segment_push(out, g->s, g->len, g->id, g->origin);
+            continue;
+        }
+        size_t k_end = k, total = 0;
+        for (; k_end < n_parts && parts[k_end].seg == i; k_end++) total += parts[k_end].out.n;
+        char *text = NULL;
+        if (total > 0 && k_end - k == 1) { /* the normaliser's buffer becomes the segment's text */
+            text = parts[k].out.p;
+            parts[k].out.p = NULL;
+        } else if (total > 0 && (text = malloc(total))) {
+            size_t at = 0;
+            for (size_t j = k; j < k_end; j++) {
+                memcpy(text + at, parts[j].out.p, parts[j].out.n);
+                at += parts[j].out.n;
+            }
+        }
+        k = k_end;
+        if (total == 0) continue;
+        if (!text || own(jb, text) != 0) {
+            free(text);
+            rc = -1;
+        } else
+            rc = segment_push(out, text, total, -1, g->origin);
+    }
+    for (size_t j = 0; j < n_parts; j++) tk_buf_free(&parts[j].out);
+    free(parts);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the regex stage on chunks */
 
 typedef struct {
     size_t start;                /* q_k */
@@ -74,214 +292,449 @@ static long sync_index(const chunk *c, size_t e) {
     return lo < c->n && c->me[lo] == e ? (long)lo + 1 : -1;
 }
 
-/* The sequential scan's spans of subject s[0..n), computed on n_threads threads. */
-static int parallel_spans(const tk_regex *re, const char *s, size_t n, int n_threads, tk_ctx *ctxs, tk_spans *out) {
-    size_t n_chunks = n / CHUNK_BYTES + 1;
-    chunk *ch = calloc(n_chunks, sizeof *ch);
-    if (!ch) return -1;
-    for (size_t k = 0; k < n_chunks; k++) {
-        size_t q = n * k / n_chunks;
-        while (q < n && ((unsigned char)s[q] & 0xC0) == 0x80) q++;
-        ch[k].start = q;
+/* Consecutive matches of the sequential scan: from chunk `src` (>= 0) or from the left scan's
+ * own list (src = -1), starting at index `first` there. */
+typedef struct {
+    long src;
+    size_t first, n;
+    const size_t *ms, *me;
+} run;
+
+/* A segment through the regex stage: its subject, the sequential list of matches as runs, and
+ * where the units start in it. A span id names the spans of the list: 2j is the gap before match
+ * j (absent when the match starts where the previous one ended), 2j + 1 is match j, 2M the gap
+ * after the last of the M matches (absent when that match ends the subject), 2M + 1 the end. */
+typedef struct {
+    const char *s;
+    size_t n;
+    int origin;
+    tk_buf copy;                 /* the subject when the stage prepends a space */
+    chunk *ch;
+    size_t n_chunks;
+    size_t *xs, *xe, nx, capx;   /* matches of the left scan */
+    run *runs;
+    size_t n_runs, cap_runs;
+    size_t *off;                 /* [n_runs + 1] index of each run's first match; off[n_runs] = M */
+    size_t *cut;                 /* [n_runs + 1] span id where unit r starts; cut[n_runs] = 2M + 1 */
+} staged;
+
+static void staged_free(staged *g) {
+    tk_buf_free(&g->copy);
+    for (size_t k = 0; k < g->n_chunks; k++) {
+        free(g->ch[k].ms);
+        free(g->ch[k].me);
     }
-    int failed = 0;
-#pragma omp parallel for num_threads(n_threads) schedule(dynamic, 1) reduction(| : failed)
-    for (long k = 0; k < (long)n_chunks; k++) {
-        tk_ctx *c = &ctxs[omp_get_thread_num()];
-        scan_chunk(re, &c->m, s, n, &ch[k], k + 1 < (long)n_chunks ? ch[k + 1].start : n + 1);
-        failed |= ch[k].failed;
+    free(g->ch);
+    free(g->xs);
+    free(g->xe);
+    free(g->runs);
+    free(g->off);
+    free(g->cut);
+}
+
+static int add_run(staged *g, long src, size_t first, size_t n) {
+    if (n == 0) return 0;
+    run *last = g->n_runs ? &g->runs[g->n_runs - 1] : NULL;
+    if (last && src < 0 && last->src < 0 && last->first + last->n == first) {
+        last->n += n;
+        return 0;
     }
-    /* Phase 2: splice, scanning on where a chunk does not continue the scan from the left. */
-    int rc = failed ? -1 : 0;
+    if (g->n_runs == g->cap_runs) {
+        size_t cap = g->cap_runs ? 2 * g->cap_runs : 64;
+        run *v = realloc(g->runs, cap * sizeof *v);
+        if (!v) return -1;
+        g->runs = v;
+        g->cap_runs = cap;
+    }
+    g->runs[g->n_runs++] = (run){src, first, n, NULL, NULL};
+    return 0;
+}
+
+/* A match found by the left scan. */
+static int add_own(staged *g, size_t ms, size_t me) {
+    if (g->nx == g->capx) {
+        size_t cap = g->capx ? 2 * g->capx : 256;
+        size_t *a = realloc(g->xs, cap * sizeof *a);
+        if (a) g->xs = a;
+        size_t *b = realloc(g->xe, cap * sizeof *b);
+        if (b) g->xe = b;
+        if (!a || !b) return -1;
+        g->capx = cap;
+    }
+    g->xs[g->nx] = ms;
+    g->xe[g->nx] = me;
+    return add_run(g, -1, g->nx++, 1);
+}
+
+/* Chunk k's matches from idx on join the list; the left scan's state moves to their end. */
+static int take(staged *g, size_t k, size_t idx, size_t *prev, tk_scan *st) {
+    const chunk *c = &g->ch[k];
+    if (idx >= c->n) return 0;
+    *prev = c->me[c->n - 1];
+    st->last_end = st->last_match_end = *prev;
+    return add_run(g, (long)k, idx, c->n - idx);
+}
+
+/* Phase 2: the splice, scanning on where a chunk does not continue the scan from the left. Only
+ * the places where the runs meet are computed here; the matches stay in the chunks. */
+static int splice(const tk_regex *re, tk_matcher *m, staged *g) {
+    const char *s = g->s;
+    size_t n = g->n, prev = 0, ms, me;
     tk_scan st = {0, (size_t)-1};
-    size_t prev = 0, ms, me;
-    out->n = 0;
-    int done = 0;
-    /* emits the matches idx.. of chunk k and moves the state to their end */
-#define TAKE(k, idx)                                                                                                   \
-    for (size_t i_ = (idx); i_ < ch[k].n && rc == 0; i_++) {                                                          \
-        if (prev != ch[k].ms[i_]) rc = tk_spans_push(out, prev, ch[k].ms[i_], 0);                                      \
-        if (rc == 0) rc = tk_spans_push(out, ch[k].ms[i_], ch[k].me[i_], 1);                                           \
-        prev = ch[k].me[i_];                                                                                           \
-        st.last_end = st.last_match_end = prev;                                                                       \
-    }                                                                                                                  \
-    done = ch[k].ran_out
-    TAKE(0, 0);
-    for (size_t k = 1; k < n_chunks && !done && rc == 0; k++) {
+    int rc = take(g, 0, 0, &prev, &st), done = g->ch[0].ran_out;
+    for (size_t k = 1; k < g->n_chunks && !done && rc == 0; k++) {
+        const chunk *c = &g->ch[k];
         for (;;) {
-            long idx = sync_index(&ch[k], prev);
+            long idx = sync_index(c, prev);
             if (idx >= 0) {
-                TAKE(k, (size_t)idx);
+                rc = take(g, k, (size_t)idx, &prev, &st);
+                done = c->ran_out;
                 break;
             }
-            size_t covered = ch[k].n ? ch[k].me[ch[k].n - 1] : ch[k].start;
-            if (!ch[k].ran_out && prev >= covered) break; /* chunk k cannot help: try the next one */
-            int r = tk_regex_next(re, &ctxs[0].m, s, n, &st, &ms, &me);
+            size_t covered = c->n ? c->me[c->n - 1] : c->start;
+            if (!c->ran_out && prev >= covered) break; /* chunk k cannot help: try the next one */
+            int r = tk_regex_next(re, m, s, n, &st, &ms, &me);
             if (r < 0) rc = -1;
             if (r <= 0) {
                 done = 1;
                 break;
             }
-            if (prev != ms) rc = tk_spans_push(out, prev, ms, 0);
-            if (rc == 0) rc = tk_spans_push(out, ms, me, 1);
+            rc = add_own(g, ms, me);
             prev = me;
         }
     }
-#undef TAKE
     while (!done && rc == 0) { /* the last chunks were overtaken: finish on this thread */
-        int r = tk_regex_next(re, &ctxs[0].m, s, n, &st, &ms, &me);
+        int r = tk_regex_next(re, m, s, n, &st, &ms, &me);
         if (r <= 0) {
             rc = r < 0 ? -1 : 0;
             break;
         }
-        if (prev != ms) rc = tk_spans_push(out, prev, ms, 0);
-        if (rc == 0) rc = tk_spans_push(out, ms, me, 1);
+        rc = add_own(g, ms, me);
         prev = me;
     }
-    if (rc == 0 && prev != n) rc = tk_spans_push(out, prev, n, 0);
-    if (rc == 0 && n == 0) rc = tk_spans_push(out, 0, 0, 0);
-    for (size_t k = 0; k < n_chunks; k++) {
-        free(ch[k].ms);
-        free(ch[k].me);
-    }
-    free(ch);
     return rc;
 }
 
-/* Work for the threads: pieces in order; `staged` pieces have been through the regex stage. */
+/* Match j of the list is runs[r].ms/me[i]. */
+static void locate(const staged *g, size_t j, size_t *r, size_t *i) {
+    size_t lo = 0, hi = g->n_runs; /* the last run whose off <= j */
+    while (hi - lo > 1) {
+        size_t mid = (lo + hi) / 2;
+        if (g->off[mid] <= j) lo = mid;
+        else hi = mid;
+    }
+    *r = lo;
+    *i = j - g->off[lo];
+}
+
+/* Walks the spans of the list by id: span h exists (1, its kind in *is_match, its bytes in
+ * [*a, *b)) or is absent (0). The walker keeps its place in the runs: calls go in order of h. */
 typedef struct {
-    tk_pieces pieces;
-    int *staged;
-    size_t cap_staged;
-} work;
+    const staged *g;
+    size_t r, i;                 /* the run and index of match h / 2 */
+    size_t prev;                 /* end of match h / 2 - 1 */
+} walker;
 
-/* Marks pieces [from, w->pieces.n) as staged or not. */
-static int work_mark(work *w, size_t from, int staged) {
-    if (w->pieces.n > w->cap_staged) {
-        size_t cap = w->cap_staged ? w->cap_staged : 1024;
-        while (cap < w->pieces.n) cap *= 2;
-        int *v = realloc(w->staged, cap * sizeof *v);
+static void walker_at(walker *w, const staged *g, size_t h) {
+    w->g = g;
+    size_t j = h / 2, M = g->off[g->n_runs];
+    w->prev = 0;
+    if (j > 0) {
+        size_t r, i;
+        locate(g, j - 1, &r, &i);
+        w->prev = g->runs[r].me[i];
+    }
+    if (j < M) locate(g, j, &w->r, &w->i);
+    else w->r = g->n_runs, w->i = 0;
+}
+
+static int walker_span(walker *w, size_t h, size_t *a, size_t *b, int *is_match) {
+    const staged *g = w->g;
+    if (h / 2 == g->off[g->n_runs]) { /* the gap after the last match, or the end */
+        *a = w->prev;
+        *b = g->n;
+        *is_match = 0;
+        return h % 2 == 0 && w->prev != g->n;
+    }
+    size_t ms = g->runs[w->r].ms[w->i], me = g->runs[w->r].me[w->i];
+    if (h % 2 == 0) {
+        *a = w->prev;
+        *b = ms;
+        *is_match = 0;
+        return ms != w->prev;
+    }
+    *a = ms;
+    *b = me;
+    *is_match = 1;
+    w->prev = me;
+    if (++w->i == g->runs[w->r].n) {
+        w->r++;
+        w->i = 0;
+    }
+    return 1;
+}
+
+/* cut[r]: the first place at or after the start of run r where the stage's pieces are cut. The
+ * span before the start of run r > 0 is the previous run's last match. */
+static void find_cuts(const tk_pre *stage, staged *g) {
+    size_t R = g->n_runs ? g->n_runs : 1, end = 2 * g->off[g->n_runs] + 1;
+    g->cut[0] = 0;
+    g->cut[R] = end;
+    for (size_t r = R - 1; r >= 1; r--) {
+        size_t h = 2 * g->off[r], stop = r + 1 < R ? 2 * g->off[r + 1] : end;
+        walker w;
+        walker_at(&w, g, h);
+        int left = 1;
+        g->cut[r] = g->cut[r + 1]; /* when none is found in run r */
+        for (; h < stop; h++) {
+            size_t a, b;
+            int m;
+            if (!walker_span(&w, h, &a, &b, &m)) continue;
+            if (tk_pre_stage_cut_ok(stage, left, m)) {
+                g->cut[r] = h;
+                break;
+            }
+            left = m;
+        }
+    }
+}
+
+/* The subject of segment seg through phase 1 (threads), phase 2 (this thread) and the cuts. */
+static int stage_segment(job *jb, const tk_pre *stage, const segment *seg, staged *g) {
+    memset(g, 0, sizeof *g);
+    g->origin = seg->origin;
+    g->s = tk_pre_stage_subject(stage, seg->s, seg->len, &g->copy, &g->n);
+    if (!g->s) return -1;
+    size_t *q = cut_points(g->s, g->n, jb->par.chunk_bytes, &g->n_chunks);
+    if (!q) return -1;
+    g->ch = calloc(g->n_chunks, sizeof *g->ch);
+    if (!g->ch) {
+        free(q);
+        g->n_chunks = 0;
+        return -1;
+    }
+    int failed = 0;
+#pragma omp parallel for num_threads(jb->n_threads) schedule(dynamic, 1) reduction(| : failed)
+    for (long k = 0; k < (long)g->n_chunks; k++) {
+        chunk *c = &g->ch[k];
+        c->start = q[k];
+        scan_chunk(&stage->re, &jb->ctxs[omp_get_thread_num()].m, g->s, g->n, c,
+                   k + 1 < (long)g->n_chunks ? q[k + 1] : g->n + 1);
+        failed |= c->failed;
+    }
+    free(q);
+    if (failed || splice(&stage->re, &jb->ctxs[0].m, g) != 0) return -1;
+    g->off = malloc((g->n_runs + 2) * sizeof *g->off);
+    g->cut = malloc((g->n_runs + 2) * sizeof *g->cut);
+    if (!g->off || !g->cut) return -1;
+    size_t total = 0;
+    for (size_t r = 0; r < g->n_runs; r++) {
+        run *u = &g->runs[r];
+        u->ms = (u->src >= 0 ? g->ch[u->src].ms : g->xs) + u->first;
+        u->me = (u->src >= 0 ? g->ch[u->src].me : g->xe) + u->first;
+        g->off[r] = total;
+        total += u->n;
+    }
+    g->off[g->n_runs] = total;
+    find_cuts(stage, g);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- units of work */
+
+/* Segments [a, b) through the whole pre-tokenizer, or spans [h0, h1) of a staged segment. */
+typedef struct {
+    size_t a, b;
+    const staged *g;
+    size_t h0, h1;
+    int32_t *ids;
+    size_t n_ids;
+} unit;
+
+typedef struct {
+    unit *v;
+    size_t n, cap;
+} units;
+
+static int unit_push(units *u, unit x) {
+    if (u->n == u->cap) {
+        size_t cap = u->cap ? 2 * u->cap : 64;
+        unit *v = realloc(u->v, cap * sizeof *v);
         if (!v) return -1;
-        w->staged = v;
-        w->cap_staged = cap;
+        u->v = v;
+        u->cap = cap;
     }
-    for (size_t k = from; k < w->pieces.n; k++) w->staged[k] = staged;
+    u->v[u->n++] = x;
     return 0;
 }
 
-static int work_add(work *w, const char *s, size_t n, int32_t id, int origin) {
-    size_t from = w->pieces.n;
-    if (tk_pieces_add(&w->pieces, s, n, id, origin) != 0) return -1;
-    return work_mark(w, from, 0);
-}
-
-/* One thread's share: pieces [a, b) through the rest of the pre-tokenizer and the model. */
-static int encode_range(const dt_tok *tok, const tk_pre *rest, int n_rest, const work *w, size_t a, size_t b,
-                        tk_ctx *c) {
+static int run_unit(const dt_tok *tok, const tk_pre *stage, const tk_pre *rest, int n_rest, const segments *sg,
+                    unit *u, tk_ctx *c) {
     c->n_ids = 0;
-    for (size_t i = a; i < b;) {
-        /* a run of pieces of the same kind goes through the pipeline together */
-        size_t j = i;
-        while (j < b && w->staged[j] == w->staged[i]) j++;
-        tk_pieces_clear(&c->a);
-        for (size_t k = i; k < j; k++)
-            if (tk_pieces_add(&c->a, tk_piece_str(&w->pieces, k), w->pieces.v[k].len, w->pieces.v[k].id,
-                              w->pieces.v[k].origin) != 0)
+    tk_pieces_clear(&c->a);
+    int rc = 0;
+    if (u->g) {
+        c->spans.n = 0;
+        walker w;
+        walker_at(&w, u->g, u->h0);
+        for (size_t h = u->h0; h < u->h1 && rc == 0; h++) {
+            size_t a, b;
+            int m;
+            if (walker_span(&w, h, &a, &b, &m)) rc = tk_spans_push(&c->spans, a, b, m);
+        }
+        if (rc == 0) rc = tk_pre_stage_emit(stage, &c->spans, u->g->s, u->g->origin, &c->a);
+        if (rc == 0) rc = tk_pre_apply_items(rest, n_rest, c);
+    } else {
+        for (size_t i = u->a; i < u->b && rc == 0; i++)
+            rc = tk_pieces_add(&c->a, sg->v[i].s, sg->v[i].len, sg->v[i].id, sg->v[i].origin);
+        if (rc == 0 && tok->pre) rc = tk_pre_apply(tok->pre, c);
+    }
+    if (rc == 0) rc = tk_encode_model(tok, c);
+    if (rc != 0) return rc;
+    u->ids = malloc((c->n_ids ? c->n_ids : 1) * sizeof *u->ids);
+    if (!u->ids) return -1;
+    if (c->n_ids) memcpy(u->ids, c->ids, c->n_ids * sizeof *u->ids);
+    u->n_ids = c->n_ids;
+    return 0;
+}
+
+/* The segments as units in order: large ones with a regex stage cut into runs (their staged
+ * state in stg), the others grouped to about chunk_bytes. */
+static int make_units(job *jb, const tk_pre *stage, const segments *sg, staged **stg, size_t *n_stg, units *out) {
+    size_t n_big = 0;
+    for (size_t i = 0; i < sg->n; i++)
+        n_big += stage && sg->v[i].id < 0 && sg->v[i].len >= 2 * jb->par.chunk_bytes;
+    *stg = calloc(n_big ? n_big : 1, sizeof **stg);
+    if (!*stg) return -1;
+    size_t group_bytes = 0;
+    for (size_t i = 0; i < sg->n; i++) {
+        const segment *seg = &sg->v[i];
+        if (!(stage && seg->id < 0 && seg->len >= 2 * jb->par.chunk_bytes)) {
+            unit *last = out->n ? &out->v[out->n - 1] : NULL;
+            if (last && !last->g && last->b == i && group_bytes < jb->par.chunk_bytes) last->b = i + 1;
+            else {
+                if (unit_push(out, (unit){i, i + 1, NULL, 0, 0, NULL, 0}) != 0) return -1;
+                group_bytes = 0;
+            }
+            group_bytes += seg->len;
+            continue;
+        }
+        staged *g = &(*stg)[(*n_stg)++];
+        if (stage_segment(jb, stage, seg, g) != 0) return -1;
+        size_t R = g->n_runs ? g->n_runs : 1;
+        for (size_t r = 0; r < R; r++)
+            if (g->cut[r] < g->cut[r + 1] && unit_push(out, (unit){0, 0, g, g->cut[r], g->cut[r + 1], NULL, 0}) != 0)
                 return -1;
-        int rc = w->staged[i] ? tk_pre_apply_items(rest, n_rest, c) : tok->pre ? tk_pre_apply(tok->pre, c) : 0;
-        if (rc == 0) rc = tk_encode_model(tok, c);
-        if (rc != 0) return rc;
-        i = j;
     }
     return 0;
 }
 
-int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
-                           int32_t **ids, size_t *n_ids, dt_error *err) {
-    if (n_threads <= 1 || len < PARALLEL_MIN) return dt_tok_encode(tok, text, len, add_special, ids, n_ids, err);
-    *ids = NULL;
-    *n_ids = 0;
-    size_t bad = tk_utf8_check(text, len);
-    if (bad != len) return dt_fail(err, "text: invalid UTF-8 at byte %zu", bad);
-    tk_ctx *ctxs = calloc((size_t)n_threads, sizeof *ctxs);
-    if (!ctxs) return dt_fail(err, "%s: out of memory", tok->path);
-    int rc = 0, n_init = 0;
-    for (; n_init < n_threads && rc == 0; n_init++)
-        if (tk_ctx_init(&ctxs[n_init]) != 0) rc = -1;
+/* ---------------------------------------------------------------- the encoder */
+
+static int encode(job *jb, const char *text, size_t len, int add_special, int32_t **ids, size_t *n_ids) {
+    const dt_tok *tok = jb->tok;
     const tk_pre *rest = NULL;
     int n_rest = 0;
     const tk_pre *stage = tk_pre_regex_stage(tok->pre, &rest, &n_rest);
-    work w = {0};
-    tk_buf subject = {0};
-    tk_spans spans = {0};
-    tk_ctx *c0 = &ctxs[0];
-    if (rc == 0) rc = tk_encode_front(tok, c0, text, len);
-    /* the front's pieces, with the large ones cut by the regex stage in parallel */
-    tk_pieces front = c0->a;
-    memset(&c0->a, 0, sizeof c0->a);
-    for (size_t i = 0; i < front.n && rc == 0; i++) {
-        const tk_piece *p = &front.v[i];
-        const char *s = tk_piece_str(&front, i);
-        if (p->id >= 0 || !stage || p->len < 2 * CHUNK_BYTES) {
-            rc = work_add(&w, s, p->len, p->id, p->origin);
-            continue;
-        }
-        /* the regex stage's pieces go straight into the work list (one copy of the text, not two:
-         * this part runs on one thread) */
-        size_t from = w.pieces.n;
-        rc = tk_pre_stage_subject(stage, s, p->len, &subject);
-        if (rc == 0) rc = parallel_spans(&stage->re, subject.p, subject.n, n_threads, ctxs, &spans);
-        if (rc == 0) rc = tk_pre_stage_emit(stage, &spans, subject.p, p->origin, &w.pieces);
-        if (rc == 0) rc = work_mark(&w, from, 1);
+    segments sa = {0}, sb = {0};
+    staged *stg = NULL;
+    size_t n_stg = 0;
+    units un = {0};
+    int rc = 0;
+    /* the front: added tokens (raw), the normaliser, added tokens (normalised) */
+    if (len) rc = segment_push(&sa, text, len, -1, 1);
+    if (rc == 0 && tok->raw_set.first[256]) {
+        rc = split_added(jb, &tok->raw_set, &sa, &sb);
+        segments t = sa;
+        sa = sb;
+        sb = t;
     }
-    tk_pieces_free(&front);
-    tk_buf_free(&subject);
-    free(spans.v);
-    /* share the pieces out by bytes, in order */
-    size_t *cut = calloc((size_t)n_threads + 1, sizeof *cut);
-    if (!cut && rc == 0) rc = -1;
+    if (rc == 0 && tok->normalizer) {
+        rc = normalize(jb, &sa, &sb);
+        segments t = sa;
+        sa = sb;
+        sb = t;
+    }
+    if (rc == 0 && tok->norm_set.first[256]) {
+        rc = split_added(jb, &tok->norm_set, &sa, &sb);
+        segments t = sa;
+        sa = sb;
+        sb = t;
+    }
+    if (rc == 0) rc = make_units(jb, stage, &sa, &stg, &n_stg, &un);
     if (rc == 0) {
-        size_t total = w.pieces.text.n, acc = 0, t = 1;
-        for (size_t i = 0; i < w.pieces.n && t < (size_t)n_threads; i++) {
-            acc += w.pieces.v[i].len;
-            while (t < (size_t)n_threads && acc >= total * t / (size_t)n_threads) cut[t++] = i + 1;
-        }
-        for (; t <= (size_t)n_threads; t++) cut[t] = w.pieces.n;
         int failed = 0;
-#pragma omp parallel for num_threads(n_threads) schedule(static, 1) reduction(min : failed)
-        for (int t2 = 0; t2 < n_threads; t2++) {
-            int r = encode_range(tok, rest, n_rest, &w, cut[t2], cut[t2 + 1], &ctxs[t2]);
+#pragma omp parallel for num_threads(jb->n_threads) schedule(dynamic, 1) reduction(min : failed)
+        for (long k = 0; k < (long)un.n; k++) {
+            int r = run_unit(tok, stage, rest, n_rest, &sa, &un.v[k], &jb->ctxs[omp_get_thread_num()]);
             if (r < failed) failed = r;
         }
         rc = failed;
     }
+    size_t n_pre = add_special ? (size_t)tok->post.n_prefix : 0, n_post = add_special ? (size_t)tok->post.n_suffix : 0;
+    size_t *at = rc == 0 ? malloc((un.n + 1) * sizeof *at) : NULL;
+    if (rc == 0 && !at) rc = -1;
     if (rc == 0) {
-        size_t total = 0;
-        for (int t = 0; t < n_threads; t++) total += ctxs[t].n_ids;
-        total += (size_t)(tok->post.n_prefix + tok->post.n_suffix);
-        *ids = malloc((total ? total : 1) * sizeof **ids);
+        size_t total = n_pre;
+        for (size_t k = 0; k < un.n; k++) {
+            at[k] = total;
+            total += un.v[k].n_ids;
+        }
+        at[un.n] = total;
+        *ids = malloc((total + n_post ? total + n_post : 1) * sizeof **ids);
         if (!*ids) rc = -1;
         else {
-            size_t k = 0;
-            if (add_special && tok->post.n_prefix) {
-                memcpy(*ids, tok->post.prefix, (size_t)tok->post.n_prefix * sizeof **ids);
-                k += (size_t)tok->post.n_prefix;
-            }
-            for (int t = 0; t < n_threads; t++) {
-                if (ctxs[t].n_ids) memcpy(*ids + k, ctxs[t].ids, ctxs[t].n_ids * sizeof **ids);
-                k += ctxs[t].n_ids;
-            }
-            if (add_special && tok->post.n_suffix) {
-                memcpy(*ids + k, tok->post.suffix, (size_t)tok->post.n_suffix * sizeof **ids);
-                k += (size_t)tok->post.n_suffix;
-            }
-            *n_ids = k;
+            if (n_pre) memcpy(*ids, tok->post.prefix, n_pre * sizeof **ids);
+#pragma omp parallel for num_threads(jb->n_threads) schedule(dynamic, 4)
+            for (long k = 0; k < (long)un.n; k++)
+                if (un.v[k].n_ids) memcpy(*ids + at[k], un.v[k].ids, un.v[k].n_ids * sizeof **ids);
+            if (n_post) memcpy(*ids + total, tok->post.suffix, n_post * sizeof **ids);
+            *n_ids = total + n_post;
         }
     }
-    free(cut);
-    tk_pieces_free(&w.pieces);
-    free(w.staged);
-    for (int t = 0; t < n_init; t++) tk_ctx_free(&ctxs[t]);
-    free(ctxs);
+    free(at);
+    for (size_t k = 0; k < un.n; k++) free(un.v[k].ids);
+    free(un.v);
+    for (size_t k = 0; k < n_stg; k++) staged_free(&stg[k]);
+    free(stg);
+    free(sa.v);
+    free(sb.v);
+    return rc;
+}
+
+int tk_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
+                       const tk_par *par, int32_t **ids, size_t *n_ids, dt_error *err) {
+    if (n_threads <= 1 || len < par->parallel_min) return dt_tok_encode(tok, text, len, add_special, ids, n_ids, err);
+    *ids = NULL;
+    *n_ids = 0;
+    job jb = {tok, n_threads, *par, NULL, NULL, 0};
+    if (jb.par.chunk_bytes < 1) jb.par.chunk_bytes = 1;
+    size_t n_chunks, *q = cut_points(text, len, jb.par.chunk_bytes, &n_chunks);
+    if (!q) return dt_fail(err, "%s: out of memory", tok->path);
+    size_t bad = utf8_check(text, len, q, n_chunks, n_threads);
+    free(q);
+    if (bad != len) return dt_fail(err, "text: invalid UTF-8 at byte %zu", bad);
+    jb.ctxs = calloc((size_t)n_threads, sizeof *jb.ctxs);
+    if (!jb.ctxs) return dt_fail(err, "%s: out of memory", tok->path);
+    int rc = 0, n_init = 0;
+    for (; n_init < n_threads && rc == 0; n_init++)
+        if (tk_ctx_init(&jb.ctxs[n_init]) != 0) rc = -1;
+    if (rc == 0) rc = encode(&jb, text, len, add_special, ids, n_ids);
+    if (rc != 0) {
+        free(*ids);
+        *ids = NULL;
+        *n_ids = 0;
+    }
+    for (size_t k = 0; k < jb.n_owned; k++) free(jb.owned[k]);
+    free(jb.owned);
+    for (int t = 0; t < n_init; t++) tk_ctx_free(&jb.ctxs[t]);
+    free(jb.ctxs);
     return rc == 0 ? 0 : tk_encode_error(tok, rc, err);
+}
+
+int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
+                           int32_t **ids, size_t *n_ids, dt_error *err) {
+    tk_par par;
+    tk_par_defaults(&par);
+    return tk_encode_parallel(tok, text, len, add_special, n_threads, &par, ids, n_ids, err);
 }

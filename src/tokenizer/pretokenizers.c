@@ -390,12 +390,32 @@ const tk_pre *tk_pre_regex_stage(const tk_pre *p, const tk_pre **rest, int *n_re
     return NULL;
 }
 
-int tk_pre_stage_subject(const tk_pre *stage, const char *s, size_t n, tk_buf *buf) {
+const char *tk_pre_stage_subject(const tk_pre *stage, const char *s, size_t n, tk_buf *buf, size_t *len) {
+    *len = n;
+    if (!(stage->kind == TK_PRE_BYTELEVEL && stage->add_prefix_space && n > 0 && s[0] != ' ')) return s;
     buf->n = 0;
-    if (stage->kind == TK_PRE_BYTELEVEL && stage->add_prefix_space && n > 0 && s[0] != ' ' &&
-        tk_buf_put(buf, " ", 1) != 0)
-        return -1;
-    return tk_buf_put(buf, s, n);
+    if (tk_buf_put(buf, " ", 1) != 0 || tk_buf_put(buf, s, n) != 0) return NULL;
+    *len = buf->n;
+    return buf->p;
+}
+
+/* Read off emit_split: where a merge joins span i to span i + 1 (after invert), and ByteLevel,
+ * whose every span is a piece of its own. */
+int tk_pre_stage_cut_ok(const tk_pre *stage, int left_is_match, int right_is_match) {
+    if (stage->kind != TK_PRE_SPLIT) return 1;
+    int l = !!left_is_match ^ !!stage->invert, r = !!right_is_match ^ !!stage->invert;
+    switch (stage->behavior) {
+    case TK_SPLIT_REMOVED:
+    case TK_SPLIT_ISOLATED:
+        return 1;
+    case TK_SPLIT_CONTIGUOUS:
+        return l != r;
+    case TK_SPLIT_MERGED_WITH_PREVIOUS:
+        return !(r && !l);
+    case TK_SPLIT_MERGED_WITH_NEXT:
+        return !(l && !r);
+    }
+    return 0;
 }
 
 int tk_pre_stage_emit(const tk_pre *stage, tk_spans *spans, const char *s, int origin, tk_pieces *out) {

@@ -116,6 +116,20 @@ int tk_spans_push(tk_spans *o, size_t s, size_t e, int is_match);
  * string gives one empty gap). Returns -1 on a regex failure or when out of memory. */
 int tk_regex_find_matches(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk_spans *out);
 
+/* Added tokens found in a text: [start, stop) and an id (an index into the added tokens while
+ * they are candidates, the token's id once resolved). */
+typedef struct {
+    size_t start, stop;
+    int32_t id;
+} tk_added_hit;
+
+typedef struct {
+    tk_added_hit *v;
+    size_t n, cap;
+} tk_added_hits;
+
+int tk_added_hits_push(tk_added_hits *h, size_t start, size_t stop, int32_t id);
+
 /* ---------------------------------------------------------------- per-thread context */
 
 typedef struct tk_word_cache tk_word_cache;
@@ -125,6 +139,7 @@ typedef struct {
     tk_spans spans;
     tk_pieces a, b;              /* ping-pong buffers of the pipeline */
     tk_buf t1, t2;               /* normaliser scratch */
+    tk_added_hits hits;          /* added tokens found in a piece */
     tk_word_cache *cache;        /* BPE results of recent pieces */
     int32_t *ids;                /* output ids */
     size_t n_ids, cap_ids;
@@ -154,6 +169,10 @@ int tk_norm_parse(tk_norm *n, const cJSON *j, const char *path, dt_error *err);
 void tk_norm_free(tk_norm *n);
 /* out = normalise(s[0..len)); out is cleared first. */
 int tk_norm_apply(const tk_norm *n, tk_ctx *c, const char *s, size_t len, tk_buf *out);
+/* The same on a part of a text: Prepend only when it is the first part. */
+int tk_norm_apply_part(const tk_norm *n, tk_ctx *c, const char *s, size_t len, int first, tk_buf *out);
+/* Whether a text cut between two ASCII characters normalises as the parts do, joined. */
+int tk_norm_cut_ok(const tk_norm *n);
 
 /* ---------------------------------------------------------------- pre-tokenizers (pretokenizers.c) */
 
@@ -253,10 +272,21 @@ typedef struct {
 typedef struct {
     int32_t *order;              /* indices into the added array, by first byte then longest first */
     int32_t first[257];          /* order[first[b] .. first[b+1]) start with byte b */
+    int only_first;              /* the first byte of every token when they share one, else -1 */
 } tk_added_set;
 
-/* Cuts every piece of `in` with id < 0 around the added tokens of `set`, appending to out. */
-int tk_added_split(const tk_added *added, const tk_added_set *set, const tk_pieces *in, tk_pieces *out);
+/* Cuts every piece of `in` with id < 0 around the added tokens of `set`, appending to out
+ * (scratch: the context's list of hits). */
+int tk_added_split(const tk_added *added, const tk_added_set *set, const tk_pieces *in, tk_pieces *out,
+                   tk_added_hits *scratch);
+/* The steps of tk_added_split, for the parallel encoder: candidates in [from, to) of s[0..n)
+ * (appended to out), the automaton's walk over all of s's candidates, and the pieces it gives:
+ * emit(sink, text, len, id, origin) for each, in order. */
+int tk_added_candidates(const tk_added *added, const tk_added_set *set, const char *s, size_t n, size_t from,
+                        size_t to, tk_added_hits *out);
+void tk_added_resolve(const tk_added *added, const char *s, size_t n, tk_added_hits *h);
+typedef int (*tk_emit_fn)(void *sink, const char *s, size_t n, int32_t id, int origin);
+int tk_added_emit(const tk_added_hits *h, const char *s, size_t n, int origin, tk_emit_fn emit, void *sink);
 int tk_added_set_build(tk_added_set *set, const tk_added *added, int n, int normalized);
 void tk_added_set_free(tk_added_set *set);
 
@@ -338,12 +368,28 @@ int tk_encode_error(const struct dt_tok *tok, int rc, dt_error *err);
  * which is what the parallel encoder cuts into chunks; NULL otherwise. *rest / *n_rest: the
  * stages after it. */
 const tk_pre *tk_pre_regex_stage(const tk_pre *p, const tk_pre **rest, int *n_rest);
-/* The text the regex stage scans for a piece (ByteLevel may prepend a space): into buf. */
-int tk_pre_stage_subject(const tk_pre *stage, const char *s, size_t n, tk_buf *buf);
-/* Turns the stage's match/gap spans of subject s into pieces (behaviour, byte mapping). */
+/* The text the regex stage scans for a piece: s itself, or a copy in buf when ByteLevel prepends
+ * a space (NULL when out of memory); its length in *len. */
+const char *tk_pre_stage_subject(const tk_pre *stage, const char *s, size_t n, tk_buf *buf, size_t *len);
+/* Turns the stage's match/gap spans of subject s into pieces (behaviour, byte mapping). A run of
+ * spans may be emitted on its own when it starts and ends where tk_pre_stage_cut_ok says the
+ * pieces of the whole list are cut anyway (the text's ends are such places). */
 int tk_pre_stage_emit(const tk_pre *stage, tk_spans *spans, const char *s, int origin, tk_pieces *out);
+/* Whether the pieces of the stage end between a span of kind left_is_match and the span after
+ * it of kind right_is_match (1), or the behaviour may merge the two spans into one piece (0). */
+int tk_pre_stage_cut_ok(const tk_pre *stage, int left_is_match, int right_is_match);
 /* Runs stages items[0..n) over c->a. */
 int tk_pre_apply_items(const tk_pre *items, int n, tk_ctx *c);
+
+/* The parallel encoder (parallel.c): a text of at least parallel_min bytes goes to the threads,
+ * cut into chunks of about chunk_bytes (tk_par_defaults; tests make both small to put many cuts
+ * into small texts). The ids are those of dt_tok_encode. */
+typedef struct {
+    size_t chunk_bytes, parallel_min;
+} tk_par;
+void tk_par_defaults(tk_par *p);
+int tk_encode_parallel(const struct dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
+                       const tk_par *par, int32_t **ids, size_t *n_ids, dt_error *err);
 
 int tk_ctx_init(tk_ctx *c);
 void tk_ctx_free(tk_ctx *c);

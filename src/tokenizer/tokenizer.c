@@ -30,6 +30,7 @@ void tk_ctx_free(tk_ctx *c) {
     tk_pieces_free(&c->b);
     tk_buf_free(&c->t1);
     tk_buf_free(&c->t2);
+    free(c->hits.v);
     tk_word_cache_free(c->cache);
     free(c->ids);
     tk_bpe_scratch_free(c->bpe_scratch);
@@ -340,10 +341,10 @@ int tk_encode_front(const dt_tok *tok, tk_ctx *c, const char *text, size_t len) 
     tk_pieces_clear(&c->a);
     c->n_ids = 0;
     if (len && tk_pieces_add(&c->a, text, len, -1, 1) != 0) return -1;
-    if (tok->raw_set.first[256] && (tk_added_split(tok->added, &tok->raw_set, &c->a, &c->b) != 0 || swap_after(c)))
+    if (tok->raw_set.first[256] && (tk_added_split(tok->added, &tok->raw_set, &c->a, &c->b, &c->hits) != 0 || swap_after(c)))
         return -1;
     if (tok->normalizer && normalize_pieces(tok->normalizer, c) != 0) return -1;
-    if (tok->norm_set.first[256] && (tk_added_split(tok->added, &tok->norm_set, &c->a, &c->b) != 0 || swap_after(c)))
+    if (tok->norm_set.first[256] && (tk_added_split(tok->added, &tok->norm_set, &c->a, &c->b, &c->hits) != 0 || swap_after(c)))
         return -1;
     return 0;
 }
