@@ -311,7 +311,7 @@ typedef struct {
     tk_buf copy;                 /* the subject when the stage prepends a space */
     chunk *ch;
     size_t n_chunks;
-    size_t *xs, *xe, nx, capx;   /* matches of the left scan */
+    chunk own;                   /* matches of the left scan */
     run *runs;
     size_t n_runs, cap_runs;
     size_t *off;                 /* [n_runs + 1] index of each run's first match; off[n_runs] = M */
@@ -325,8 +325,8 @@ static void staged_free(staged *g) {
         free(g->ch[k].me);
     }
     free(g->ch);
-    free(g->xs);
-    free(g->xe);
+    free(g->own.ms);
+    free(g->own.me);
     free(g->runs);
     free(g->off);
     free(g->cut);
@@ -352,18 +352,8 @@ static int add_run(staged *g, long src, size_t first, size_t n) {
 
 /* A match found by the left scan. */
 static int add_own(staged *g, size_t ms, size_t me) {
-    if (g->nx == g->capx) {
-        size_t cap = g->capx ? 2 * g->capx : 256;
-        size_t *a = realloc(g->xs, cap * sizeof *a);
-        if (a) g->xs = a;
-        size_t *b = realloc(g->xe, cap * sizeof *b);
-        if (b) g->xe = b;
-        if (!a || !b) return -1;
-        g->capx = cap;
-    }
-    g->xs[g->nx] = ms;
-    g->xe[g->nx] = me;
-    return add_run(g, -1, g->nx++, 1);
+    if (chunk_push(&g->own, ms, me) != 0) return -1;
+    return add_run(g, -1, g->own.n - 1, 1);
 }
 
 /* Chunk k's matches from idx on join the list; the left scan's state moves to their end. */
@@ -530,8 +520,9 @@ static int stage_segment(job *jb, const tk_pre *stage, const segment *seg, stage
     size_t total = 0;
     for (size_t r = 0; r < g->n_runs; r++) {
         run *u = &g->runs[r];
-        u->ms = (u->src >= 0 ? g->ch[u->src].ms : g->xs) + u->first;
-        u->me = (u->src >= 0 ? g->ch[u->src].me : g->xe) + u->first;
+        const chunk *c = u->src >= 0 ? &g->ch[u->src] : &g->own;
+        u->ms = c->ms + u->first;
+        u->me = c->me + u->first;
         g->off[r] = total;
         total += u->n;
     }
