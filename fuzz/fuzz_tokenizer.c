@@ -1,7 +1,8 @@
 /* fuzz_tokenizer.c — a tokenizer.json from anyone (and the tokenizer_config.json beside it, after
  * FUZZ_TOKCFG_SEP when the input has one). dt_tok_load must refuse it or give a tokenizer that
  * encodes a few texts into ids of its vocabulary, the same ids through a reusable encoder, and
- * decodes every id it produced; ids outside the vocabulary are refused by decode. */
+ * decodes every id it produced; ids outside the vocabulary are refused by decode. The parallel
+ * encoder, with chunks of a few bytes, gives the ids of one thread. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -9,6 +10,7 @@
 #include "difftrans.h"
 #include "fuzz_seps.h"
 #include "fuzz_util.h"
+#include "tokenizer/tok.h"
 
 static const char *const texts[] = {
     "",
@@ -61,6 +63,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
             for (size_t i = 0; i < n_ids; i++)
                 if (ids[i] < 0 || ids[i] >= vocab || !dt_tok_id_to_token(tok, ids[i], NULL)) abort();
             check_decodes(tok, ids, n_ids);
+            for (size_t chunk = 1; chunk <= 4; chunk += 3) {
+                const tk_par par = {chunk, 0};
+                int32_t *ids3 = NULL;
+                size_t n_ids3 = 0;
+                if (tk_encode_parallel(tok, texts[t], len, special, 2, &par, &ids3, &n_ids3, &err) != 0) abort();
+                if (n_ids3 != n_ids || (n_ids && memcmp(ids, ids3, n_ids * sizeof *ids) != 0)) abort();
+                free(ids3);
+            }
             free(ids);
         }
     dt_tok_encoder_free(enc);

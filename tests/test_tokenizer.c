@@ -126,6 +126,15 @@ static void test_vocab_with_holes(void **state) {
     dt_tok_info(tok, &sum);
     assert_int_equal(sum.n_unused, 13 - 8); /* 8 tokens (7 in the vocabulary, <s>) over ids 0..12 */
     dt_tok_free(tok);
+    /* a post-processor that adds an unused id is refused (found by fuzz_tokenizer: encode gave an
+     * id that is not a token) */
+    char *ids_at = strstr(json, "\"ids\": [7]");
+    assert_non_null(ids_at);
+    ids_at[8] = '9';
+    tok = NULL;
+    assert_int_equal(dt_tok_load(&tok, write_tok("holes.json", json), &err), -1);
+    assert_null(tok);
+    if (!strstr(err.msg, "post_processor adds id 9, which is not a token")) fail_msg("message: %s", err.msg);
 }
 
 /* Loads `json` after replacing the first occurrence of `from` in TINY with `to`; expects a

@@ -540,6 +540,7 @@ int tk_bpe_tokenize(const tk_bpe *m, tk_ctx *c, const char *s, size_t n) {
     size_t first = c->n_ids;
     for (int32_t i = w->n_sym ? 0 : -1; i >= 0; i = w->sym[i].next)
         if (tk_ids_push(c, w->sym[i].c) != 0) return -1;
-    if (wc && cache_store(wc, s, n, h, c->ids + first, c->n_ids - first) != 0) return -1;
+    /* a word may give no ids at all (characters outside the vocabulary), c->ids then still NULL */
+    if (wc && cache_store(wc, s, n, h, c->n_ids > first ? c->ids + first : NULL, c->n_ids - first) != 0) return -1;
     return 0;
 }

@@ -230,6 +230,8 @@ static int parse_tokenizer(dt_tok *tok, const cJSON *root, tk_ctx *c, dt_error *
             if (v[i] >= tok->vocab_size)
                 return dt_fail(err, "%s: post_processor adds id %d, past the vocabulary of %d", path, v[i],
                                tok->vocab_size);
+            else if (!dt_tok_id_to_token(tok, v[i], NULL)) /* found by fuzz_tokenizer */
+                return dt_fail(err, "%s: post_processor adds id %d, which is not a token", path, v[i]);
     }
     return read_special_ids(tok, err);
 }
