@@ -296,63 +296,6 @@ static void test_rope(void **state) {
     free(c.x), free(c.r), free(c.y), free(z), free(g), free(p0);
 }
 
-/* rope_qkv_table: bit for bit the separate passes it replaces (copying the parts of each row,
- * rope_apply_table on q and k), both ways, with RoPE and without; hd 160 takes two chunks of
- * channel pairs, and H ≠ KV puts k and v at different offsets than q */
-static void test_rope_qkv(void **state) {
-    (void)state;
-    static const int shapes[][4] = {{2, 5, 3, 8}, {1, 4, 4, 160}, {3, 2, 2, 6}}; /* B, T, KV, hd; H = 2·KV */
-    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-        const int B = shapes[si][0], T = shapes[si][1], KV = shapes[si][2], hd = shapes[si][3], H = 2 * KV;
-        const size_t N = (size_t)B * T, qdim = (size_t)H * hd, kvdim = (size_t)KV * hd, width = qdim + 2 * kvdim;
-        uint64_t rng = 77 + si;
-        float inv_freq[80], *cs = fnew((size_t)T * hd / 2), *sn = fnew((size_t)T * hd / 2);
-        dt_config cfg = {.head_dim = hd, .rope_theta = 10000.0f};
-        dt_rope_inv_freq(&cfg, inv_freq);
-        rope_tables(cs, sn, T, hd, inv_freq);
-        for (int with_rope = 0; with_rope <= 1; with_rope++) {
-            /* forward: qkv → q, k, v */
-            float *qkv = frand(N * width, 1, &rng), *qkv0 = fcopy(qkv, N * width);
-            float *q = fnan(N * qdim), *k = fnan(N * kvdim), *v = fnan(N * kvdim);
-            float *qr = fnew(N * qdim), *kr = fnew(N * kvdim), *vr = fnew(N * kvdim);
-            for (size_t n = 0; n < N; n++) {
-                memcpy(qr + n * qdim, qkv + n * width, qdim * sizeof(float));
-                memcpy(kr + n * kvdim, qkv + n * width + qdim, kvdim * sizeof(float));
-                memcpy(vr + n * kvdim, qkv + n * width + qdim + kvdim, kvdim * sizeof(float));
-            }
-            if (with_rope) {
-                rope_apply_table(qr, B, T, H, hd, cs, sn, +1);
-                rope_apply_table(kr, B, T, KV, hd, cs, sn, +1);
-            }
-            rope_qkv_table(qkv, q, k, v, B, T, H, KV, hd, with_rope ? cs : NULL, sn, 1);
-            assert_memory_equal(q, qr, N * qdim * sizeof(float));
-            assert_memory_equal(k, kr, N * kvdim * sizeof(float));
-            assert_memory_equal(v, vr, N * kvdim * sizeof(float));
-            assert_memory_equal(qkv, qkv0, N * width * sizeof(float)); /* the source is left alone */
-            /* backward: q, k, v → qkv, rotated back; q, k, v left alone */
-            float *back = fnan(N * width), *ref = fnew(N * width);
-            if (with_rope) {
-                rope_apply_table(qr, B, T, H, hd, cs, sn, -1);
-                rope_apply_table(kr, B, T, KV, hd, cs, sn, -1);
-            }
-            for (size_t n = 0; n < N; n++) {
-                memcpy(ref + n * width, qr + n * qdim, qdim * sizeof(float));
-                memcpy(ref + n * width + qdim, kr + n * kvdim, kvdim * sizeof(float));
-                memcpy(ref + n * width + qdim + kvdim, vr + n * kvdim, kvdim * sizeof(float));
-            }
-            float *q1 = fcopy(q, N * qdim);
-            rope_qkv_table(back, q, k, v, B, T, H, KV, hd, with_rope ? cs : NULL, sn, 0);
-            assert_memory_equal(back, ref, N * width * sizeof(float));
-            assert_memory_equal(q, q1, N * qdim * sizeof(float));
-            /* and the round trip is the identity up to rounding (with RoPE: a rotation and back) */
-            assert_true(tu_max_abs_diff(back, qkv0, N * width) < 1e-5f);
-            free(qkv), free(qkv0), free(q), free(k), free(v), free(qr), free(kr), free(vr), free(back), free(ref),
-                free(q1);
-        }
-        free(cs), free(sn);
-    }
-}
-
 /* ------------------------------------------------------------------ swiglu */
 
 typedef struct {
@@ -934,7 +877,6 @@ int main(void) {
         cmocka_unit_test(test_rmsnorm_no_weight),
         cmocka_unit_test(test_residual_rmsnorm),
         cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_rope_qkv),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_crossentropy),
         cmocka_unit_test(test_attention_baseline),

@@ -53,13 +53,6 @@ void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, const float *i
 void rope_apply_table(float *x, int B, int T, int nh, int hd, const float *cos, const float *sin, int sign);
 /* cos, sin [T, hd/2] for positions 0..T−1, in the float steps rope_apply takes */
 void rope_tables(float *cos, float *sin, int T, int hd, const float *inv_freq);
-/* Between qkv [B, T, (H + 2·KV)·hd], the output of one product by the stacked [W_q; W_k; W_v]
- * (its rows q | k | v), and q [B, T, H, hd], k, v [B, T, KV, hd], with RoPE from the tables on
- * the way (cos = NULL: none). to_parts = 1 (forward): q, k, v = the parts, q and k then rotated
- * as rope_apply_table(+1); to_parts = 0 (backward): qkv = [q | k | v] with its q and k parts
- * rotated back as rope_apply_table(−1). q, k, v are not modified by the backward. */
-void rope_qkv_table(float *qkv, float *q, float *k, float *v, int B, int T, int H, int KV, int hd, const float *cos,
-                    const float *sin, int to_parts);
 
 /* h[N, F] = silu(gate) · up */
 void swiglu_forward(float *h, const float *gate, const float *up, int N, int F);

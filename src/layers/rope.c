@@ -7,7 +7,6 @@
  * state (rope_tables, rope_apply_table). */
 #include <math.h>
 #include <stddef.h>
-#include <string.h>
 
 #include "layers/kernels.h"
 #include "layers/layers.h"
@@ -66,46 +65,6 @@ void rope_apply_table(float *x, int B, int T, int nh, int hd, const float *cos, 
             }
             for (int b = 0; b < B; b++)
                 k->rope_span(x + ((size_t)b * T + t) * (size_t)nh * hd, nh, hd, i0, n, cs + i0, s);
-        }
-    }
-}
-
-/* Row n of qkv is [q_n | k_n | v_n]; RoPE (cos ≠ NULL) rotates the q and k parts of the row in
- * place, by +angle after they are copied out (forward) or by −angle after they are copied in
- * (backward), while the row is in L1. */
-void rope_qkv_table(float *qkv, float *q, float *k, float *v, int B, int T, int H, int KV, int hd, const float *cos,
-                    const float *sin, int to_parts) {
-    const dt_kernels *kern = kernels_active();
-    const int half = hd / 2;
-    const size_t qdim = (size_t)H * hd, kvdim = (size_t)KV * hd, width = qdim + 2 * kvdim;
-#pragma omp parallel for if ((size_t)B * T * width >= LAYER_PARALLEL_MIN)
-    for (int t = 0; t < T; t++) {
-        float neg[ROPE_CHUNK];
-        for (int b = 0; b < B; b++) {
-            const size_t n = (size_t)b * T + t;
-            float *row = qkv + n * width, *qn = q + n * qdim, *kn = k + n * kvdim, *vn = v + n * kvdim;
-            if (to_parts) {
-                memcpy(qn, row, qdim * sizeof(float));
-                memcpy(kn, row + qdim, kvdim * sizeof(float));
-                memcpy(vn, row + qdim + kvdim, kvdim * sizeof(float));
-            }
-            /* rotate the separate q, k rows (forward) or the fused row's parts (backward) */
-            float *rq = to_parts ? qn : row, *rk = to_parts ? kn : row + qdim;
-            if (!to_parts) {
-                memcpy(rq, qn, qdim * sizeof(float));
-                memcpy(rk, kn, kvdim * sizeof(float));
-                memcpy(row + qdim + kvdim, vn, kvdim * sizeof(float));
-            }
-            for (int i0 = 0; cos && i0 < half; i0 += ROPE_CHUNK) {
-                const int len = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
-                const float *cs = cos + (size_t)t * half + i0, *sn = sin + (size_t)t * half + i0;
-                if (!to_parts) {
-                    for (int i = 0; i < len; i++) neg[i] = -sn[i];
-                    sn = neg;
-                }
-                kern->rope_span(rq, H, hd, i0, len, cs, sn);
-                kern->rope_span(rk, KV, hd, i0, len, cs, sn);
-            }
         }
     }
 }

@@ -59,8 +59,6 @@ struct dt_runstate {
     float *dgate, *dup, *dh;     /* [N, F] */
     float *attn_scratch;         /* reference: [B, H, T, T]; fused: per-thread tiles */
     float *dpre, *dz;            /* DIFF V2: [N, H·hd], [N, H/2] */
-    float *qkv;                  /* [N, (H + 2·KV)·hd]: the fused q|k|v product (forward) and its
-                                    gradient (backward), see stacked_qkv */
     float *slopes;               /* ALiBi: [H] slope of every query head */
     float *lambdas;              /* [L] λ used by the last forward */
     float *rope_cos, *rope_sin;  /* [Tmax, hd/2] for positions 0..Tmax−1 (rope_tables) */
@@ -143,7 +141,6 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     rs->rope_inv_freq = carve(cv, hd / 2);
     rs->qscratch = carve(cv, (rs->qscratch_bytes + sizeof(float) - 1) / sizeof(float));
     rs->dpre = v2 ? carve(cv, N * H * hd) : NULL;
-    rs->qkv = carve(cv, N * (H + 2 * KV) * hd);
     rs->dz = v2 ? carve(cv, N * H / 2) : NULL;
     rs->slopes = c->position == DT_POS_ALIBI ? carve(cv, H) : NULL;
 }
@@ -311,25 +308,6 @@ static void lin(const dt_model *m, dt_runstate *rs, int layer, int which, float 
     model_linear(m, layer, which, y, x, N, rs->qscratch);
 }
 
-/* Whether W_q, W_k, W_v (and gradients alike) lie one after another, [W_q; W_k; W_v] one
- * [(H + 2·KV)·hd, C] matrix: then q, k, v are one product (and so are their input and weight
- * gradients), which OpenBLAS runs faster than three a third as wide (config A's shapes:
- * docs/PERFORMANCE.md). The model's layout puts them so; a layout that did not would take the
- * three products. */
-static int stacked(const float *q, const float *k, const float *v, const dt_config *c) {
-    const size_t C = c->hidden_size, qn = (size_t)c->num_attention_heads * c->head_dim * C,
-                 kvn = (size_t)c->num_key_value_heads * c->head_dim * C;
-    return q && k == q + qn && v == k + kvn;
-}
-
-/* The forward's q, k, v of layer l as one product: float weights (not quantised) that are
- * stacked, and no observer that must see each linear layer's input (calibration). */
-static int stacked_qkv(const dt_model *m, const dt_runstate *rs, int l) {
-    const dt_layer_weights *w = &m->w.layers[l];
-    return !rs->opt.observe_linear && !model_qlinear(m, l, LIN_Q) && !model_qlinear(m, l, LIN_K) &&
-           !model_qlinear(m, l, LIN_V) && stacked(w->q_proj, w->k_proj, w->v_proj, &m->cfg);
-}
-
 /* The LM head and the cross-entropy over loss_chunk rows at a time (chunked_loss): the mean over
  * all counted rows, with rs->count set, and only one chunk of logits in memory. */
 static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int *targets, int N) {
@@ -373,7 +351,6 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
     const dt_config *c = &m->cfg;
     const int C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size;
     const int v2 = c->arch == DT_ARCH_DIFF_V2, h2 = c->num_attention_heads / 2;
-    const int qdim = c->num_attention_heads * c->head_dim, kvdim = c->num_key_value_heads * c->head_dim;
     if (B <= 0 || T <= 0 || B > rs->Bmax || T > rs->Tmax)
         return dt_fail(err, "batch %d × %d does not fit the run state (%d × %d)", B, T, rs->Bmax, rs->Tmax);
     const int N = B * T; /* ≤ Bmax·Tmax ≤ DT_MAX_BATCH_TOKENS */
@@ -412,24 +389,15 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         attention_shape s = attention_shape_of(m, rs, l, B, T, rs->lambdas[l]);
         if (prof) s.busy = &prof->attn_busy[0];
 
-        const int rope = c->position == DT_POS_ROPE;
-        if (stacked_qkv(m, rs, l)) { /* one product, then its rows split into q, k, v with RoPE */
-            linear_forward(rs->qkv, a->ln1, w->q_proj, N, C, qdim + 2 * kvdim);
-            profile_lap_mm(prof, l, MM_QKV, 0, 1, &t);
-            rope_qkv_table(rs->qkv, a->q, a->k, a->v, B, T, c->num_attention_heads, c->num_key_value_heads,
-                           c->head_dim, rope ? rs->rope_cos : NULL, rs->rope_sin, 1);
-            profile_lap(prof, PROF_ROPE, 1, &t);
-        } else {
-            lin(m, rs, l, LIN_Q, a->q, a->ln1, N);
-            lin(m, rs, l, LIN_K, a->k, a->ln1, N);
-            lin(m, rs, l, LIN_V, a->v, a->ln1, N);
-            profile_lap_mm(prof, l, MM_QKV, 0, 3, &t);
-            if (rope) {
-                rope_apply_table(a->q, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
-                rope_apply_table(a->k, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
-            }
-            profile_lap(prof, PROF_ROPE, 2, &t);
+        lin(m, rs, l, LIN_Q, a->q, a->ln1, N);
+        lin(m, rs, l, LIN_K, a->k, a->ln1, N);
+        lin(m, rs, l, LIN_V, a->v, a->ln1, N);
+        profile_lap_mm(prof, l, MM_QKV, 0, 3, &t);
+        if (c->position == DT_POS_ROPE) {
+            rope_apply_table(a->q, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
+            rope_apply_table(a->k, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, +1);
         }
+        profile_lap(prof, PROF_ROPE, 2, &t);
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_forward(rs, a, kernel_out(a, c), &s);
         else attention_forward(kernel_out(a, c), a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
@@ -564,27 +532,16 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
                                a->q, a->k, a->v, rs->attn_scratch, &s);
         if (s.diff && !c->fixed_lambda) lambda_backward(gw, w, c->head_dim, dlambda);
         profile_lap(prof, PROF_ATTN_BWD, 1, &t);
-        const int rope = c->position == DT_POS_ROPE, dln_set = v2 ? GRAD_ADD : GRAD_SET_DX;
-        if (stacked(w->q_proj, w->k_proj, w->v_proj, c) && stacked(gw->q_proj, gw->k_proj, gw->v_proj, c)) {
-            /* dq | dk | dv rotated back into one [N, (H + 2·KV)·hd] gradient, then one product each */
-            rope_qkv_table(rs->qkv, rs->dq, rs->dk, rs->dv, B, T, c->num_attention_heads, c->num_key_value_heads,
-                           c->head_dim, rope ? rs->rope_cos : NULL, rs->rope_sin, 0);
-            profile_lap(prof, PROF_ROPE, 1, &t);
-            if (v2) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2, GRAD_SET_DX);
-            linear_backward(rs->dln, gw->q_proj, rs->qkv, a->ln1, w->q_proj, N, C, qdim + 2 * kvdim, dln_set);
-            profile_lap_mm(prof, l, MM_QKV, 1, 2, &t);
-        } else {
-            if (rope) {
-                rope_apply_table(rs->dq, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
-                rope_apply_table(rs->dk, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
-            }
-            profile_lap(prof, PROF_ROPE, 2, &t);
-            if (v2) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2, GRAD_SET_DX);
-            linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim, dln_set);
-            linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim, GRAD_ADD);
-            linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim, GRAD_ADD);
-            profile_lap_mm(prof, l, MM_QKV, 1, 6, &t);
+        if (c->position == DT_POS_ROPE) {
+            rope_apply_table(rs->dq, B, T, c->num_attention_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
+            rope_apply_table(rs->dk, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
         }
+        profile_lap(prof, PROF_ROPE, 2, &t);
+        if (v2) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2, GRAD_SET_DX);
+        linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim, v2 ? GRAD_ADD : GRAD_SET_DX);
+        linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim, GRAD_ADD);
+        linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim, GRAD_ADD);
+        profile_lap_mm(prof, l, MM_QKV, 1, 6, &t);
         rmsnorm_backward(rs->dresid, gw->input_layernorm, rs->dln, rs->resid[l], a->ln1_rstd, w->input_layernorm, N,
                          C);
         profile_lap(prof, PROF_NORM, 2, &t);
