@@ -233,8 +233,36 @@ static void test_adamw(void **state) {
     }
 }
 
+/* Σ x² against the plain double sum: every length (the vector loops, the tails, several
+ * 1024-float blocks), values over 12 binades so that a float-only sum of a long span would lose
+ * the small ones; NaN propagates */
+static void test_sumsq(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 67;
+    for (int li = 0; li <= NLEN; li++) {
+        const int n = li < NLEN ? lengths[li] : (1 << 18) + 13;
+        float *x = frand(n, 1.0f, &rng);
+        for (int i = 0; i < n; i++) x[i] = ldexpf(x[i], (i * 5) % 12 - 6);
+        const double want = ref->sumsq(x, (size_t)n);
+        FOR_EACH_PATH(k) {
+            const double got = k->sumsq(x, (size_t)n);
+            if (!(fabs(got - want) <= 1e-6 * want)) {
+                fprintf(stderr, "sumsq [%s, n %d]: %.17g vs %.17g\n", dt_isa_name(k->isa), n, got, want);
+                fail();
+            }
+            const float keep = x[n / 2];
+            x[n / 2] = NAN;
+            assert_true(isnan(k->sumsq(x, (size_t)n)));
+            x[n / 2] = keep;
+        }
+        free(x);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sumsq),
         cmocka_unit_test(test_paths_exist), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rmsnorm_backward),
         cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_rope),    cmocka_unit_test(test_adamw),
     };

@@ -123,6 +123,31 @@ void DT_KSFX(rope_span)(float *row, int nh, int hd, int i0, int n, const float *
 }
 
 /* one AdamW update on VW parameters; dm: all ones on the lanes that get weight decay */
+/* Four vector accumulators (an FMA's latency hidden) over blocks of SUMSQ_BLOCK floats, each
+ * block's float sum then added in double: a float partial sums at most SUMSQ_BLOCK / (4·VW)
+ * squares, so its rounding stays ~2^-24 times that count. */
+#define SUMSQ_BLOCK 1024
+double DT_KSFX(sumsq)(const float *restrict x, size_t n) {
+    double total = 0.0;
+    size_t i = 0;
+    while (i < n) {
+        const size_t end = n - i > SUMSQ_BLOCK ? i + SUMSQ_BLOCK : n;
+        vf a0 = vbc(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        for (; i + 4 * VW <= end; i += 4 * VW) {
+            const vf x0 = vld(x + i), x1 = vld(x + i + VW), x2 = vld(x + i + 2 * VW), x3 = vld(x + i + 3 * VW);
+            a0 = vfma(x0, x0, a0);
+            a1 = vfma(x1, x1, a1);
+            a2 = vfma(x2, x2, a2);
+            a3 = vfma(x3, x3, a3);
+        }
+        for (; i + VW <= end; i += VW) a0 = vfma(vld(x + i), vld(x + i), a0);
+        float t = vsum((a0 + a1) + (a2 + a3));
+        for (; i < end; i++) t += x[i] * x[i];
+        total += (double)t;
+    }
+    return total;
+}
+
 static inline void adamw_vec(float *p, const float *g, float *m, float *v, vi dm, const adamw_coeffs *k) {
     const vf b1 = vbc(k->beta1), b2 = vbc(k->beta2), one = vbc(1.0f), gv = vld(g);
     const vf mv = b1 * vld(m) + (one - b1) * gv;

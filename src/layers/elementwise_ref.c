@@ -65,6 +65,12 @@ static void rope_span_ref(float *row, int nh, int hd, int i0, int n, const float
         }
 }
 
+static double sumsq_ref(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
 static void adamw_ref(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
                       const adamw_coeffs *k) {
     for (size_t i = 0; i < n; i++) {
@@ -80,7 +86,7 @@ static const dt_kernels reference = {
     .isa = DT_ISA_PORTABLE, .exp = exp_ref, .rmsnorm_row = rmsnorm_row_ref,
     .residual_rmsnorm_row = residual_rmsnorm_row_ref, .rmsnorm_backward_row = rmsnorm_backward_row_ref,
     .rmsnorm_dw_row = rmsnorm_dw_row_ref, .swiglu_forward = swiglu_forward_ref,
-    .swiglu_backward = swiglu_backward_ref, .rope_span = rope_span_ref, .adamw = adamw_ref,
+    .swiglu_backward = swiglu_backward_ref, .rope_span = rope_span_ref, .adamw = adamw_ref, .sumsq = sumsq_ref,
     .attention_forward = NULL, .attention_backward = NULL,
 };
 

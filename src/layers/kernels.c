@@ -11,7 +11,7 @@
         .isa = isa_value, .exp = flash_attention_exp_##sfx, .rmsnorm_row = rmsnorm_row_##sfx,           \
         .residual_rmsnorm_row = residual_rmsnorm_row_##sfx, .rmsnorm_backward_row = rmsnorm_backward_row_##sfx, \
         .rmsnorm_dw_row = rmsnorm_dw_row_##sfx, .swiglu_forward = swiglu_forward_##sfx,                 \
-        .swiglu_backward = swiglu_backward_##sfx, .rope_span = rope_span_##sfx, .adamw = adamw_##sfx,    \
+        .swiglu_backward = swiglu_backward_##sfx, .rope_span = rope_span_##sfx, .adamw = adamw_##sfx, .sumsq = sumsq_##sfx,    \
         .attention_forward = flash_attention_forward_##sfx,                                              \
         .attention_backward = flash_attention_backward_##sfx,                                            \
     }

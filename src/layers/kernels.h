@@ -49,6 +49,9 @@ typedef struct {
      * with [half + i0, half + i0 + n): x_i ← x_i·cos − x_{i+half}·sin, x_{i+half} ← x_{i+half}·cos + x_i·sin,
      * with cos[n], sin[n] the angles' values for those channels */
     void (*rope_span)(float *row, int nh, int hd, int i0, int n, const float *cos, const float *sin);
+    /* Σ x[i]² of n floats (the gradient norm): in double over blocks whose float partial sums
+     * stay short, so within ~1e-6 relative of the exact sum */
+    double (*sumsq)(const float *x, size_t n);
     /* one AdamW update of n parameters (decay[i]: weight decay on parameter i) */
     void (*adamw)(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
                   const adamw_coeffs *k);
@@ -88,6 +91,7 @@ const dt_kernels *kernels_reference(void);
     void swiglu_backward_##sfx(float *dgate, float *dup, const float *dh, const float *gate, const float *up,     \
                                size_t n);                                                                         \
     void rope_span_##sfx(float *row, int nh, int hd, int i0, int n, const float *cos, const float *sin);          \
+    double sumsq_##sfx(const float *x, size_t n);                                                                 \
     void adamw_##sfx(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,          \
                      const adamw_coeffs *k);                                                                      \
     void flash_attention_forward_##sfx(float *out, float *lse, float *o12, float *pre, float *rstd,               \

@@ -16,10 +16,23 @@ float lr_schedule(int step, int steps, int warmup, float lr, float min_lr_ratio)
     return (float)(min_lr + 0.5 * (1.0 + cos(M_PI * progress)) * ((double)lr - min_lr));
 }
 
+/* Each thread sums the squares of its span with the path's kernel; the partials are added in
+ * thread order (the same bits for a given thread count). */
 float grad_norm(const float *g, size_t n) {
-    double sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static)
-    for (size_t i = 0; i < n; i++) sum += (double)g[i] * g[i];
+    const dt_kernels *kern = kernels_active();
+    const int nt = omp_get_max_threads();
+    double part[nt];
+#pragma omp parallel num_threads(nt)
+    {
+        const int id = omp_get_thread_num(), team = omp_get_num_threads();
+        size_t lo, hi;
+        kernels_span(n, id, team, &lo, &hi);
+        part[id] = hi > lo ? kern->sumsq(g + lo, hi - lo) : 0.0;
+        if (id == 0)
+            for (int t = team; t < nt; t++) part[t] = 0.0; /* a smaller team than asked for */
+    }
+    double sum = 0.0;
+    for (int t = 0; t < nt; t++) sum += part[t];
     return (float)sqrt(sum);
 }
 
