@@ -38,7 +38,7 @@ expect_ok "tokenizer --help" "$DT" tokenizer --help
 out_has "help names the subcommands" "$S/last.out" "encode" "decode" "info" "train"
 
 # ---- --threads: the same ids as one thread on a large text whose long runs of spaces and
-#      newlines straddle the cut points
+#      newlines, and added tokens, straddle the cut points
 "$PY" - "$CORPUS" "$S/big.txt" <<'PYEOF'
 import random, sys
 random.seed(7)
@@ -47,6 +47,7 @@ out = []
 while sum(map(len, out)) < 1_500_000:
     r = random.random()
     out.append(" " * random.randint(1, 400) if r < 0.1 else "\n" * random.randint(1, 60) if r < 0.2
+               else random.choice(["<|begin_of_text|>", "<|eot_id|>", "<s>", "</s>"]) if r < 0.25
                else text[random.randint(0, len(text) - 1):][:random.randint(1, 3000)])
 open(sys.argv[2], "w", encoding="utf-8").write("".join(out))
 PYEOF
