@@ -93,13 +93,17 @@ typedef struct {
     tk_par par;
     tk_ctx *ctxs;         /* [n_threads] */
     char **owned;         /* normalised copies the segments point into */
-    size_t n_owned;
+    size_t n_owned, cap_owned;
 } job;
 
 static int own(job *jb, char *p) {
-    char **v = realloc(jb->owned, (jb->n_owned + 1) * sizeof *v);
-    if (!v) return -1;
-    jb->owned = v;
+    if (jb->n_owned == jb->cap_owned) {
+        size_t cap = jb->cap_owned ? 2 * jb->cap_owned : 64;
+        char **v = realloc(jb->owned, cap * sizeof *v);
+        if (!v) return -1;
+        jb->owned = v;
+        jb->cap_owned = cap;
+    }
     jb->owned[jb->n_owned++] = p;
     return 0;
 }
@@ -698,7 +702,7 @@ int tk_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_
     if (n_threads <= 1 || len < par->parallel_min) return dt_tok_encode(tok, text, len, add_special, ids, n_ids, err);
     *ids = NULL;
     *n_ids = 0;
-    job jb = {tok, n_threads, *par, NULL, NULL, 0};
+    job jb = {tok, n_threads, *par, NULL, NULL, 0, 0};
     if (jb.par.chunk_bytes < 1) jb.par.chunk_bytes = 1;
     size_t n_chunks, *q = cut_points(text, len, jb.par.chunk_bytes, &n_chunks);
     if (!q) return dt_fail(err, "%s: out of memory", tok->path);
