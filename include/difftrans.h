@@ -526,8 +526,8 @@ int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int a
                           size_t *n_ids, dt_error *err);
 /* Encodes a large text with n_threads threads (pieces between added tokens, and long pieces cut
  * where the pre-tokenizer's regex scan provably gives the same matches, each part pre-tokenized
- * and encoded on its own thread): the ids equal dt_tok_encode's. n_threads <= 1 or a short
- * text: dt_tok_encode. */
+ * and encoded on its own thread): the ids equal dt_tok_encode's, with less memory for a large
+ * text even on one thread. A short text: dt_tok_encode. */
 int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
                            int32_t **ids, size_t *n_ids, dt_error *err);
 /* *text is malloc'd and NUL-terminated (*len excludes the NUL). An id that is not a token is an

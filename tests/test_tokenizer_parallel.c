@@ -87,7 +87,7 @@ static void compare(const dt_tok *tok, const char *name, const char *what, const
         dt_error err = {{0}};
         if (dt_tok_encode(tok, t->p ? t->p : "", t->n, add, &want, &nw, &err) != 0) fail_msg("%s: %s", name, err.msg);
         for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
-            int threads = 2 + (int)(c % 3);
+            int threads = 1 + (int)(c % 4);
             tk_par par = {chunks[c], 0};
             if (tk_encode_parallel(tok, t->p ? t->p : "", t->n, add, threads, &par, &got, &ng, &err) != 0)
                 fail_msg("%s, %s, chunks of %zu: %s", name, what, chunks[c], err.msg);

@@ -699,7 +699,10 @@ static int encode(job *jb, const char *text, size_t len, int add_special, int32_
 
 int tk_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
                        const tk_par *par, int32_t **ids, size_t *n_ids, dt_error *err) {
-    if (n_threads <= 1 || len < par->parallel_min) return dt_tok_encode(tok, text, len, add_special, ids, n_ids, err);
+    /* one thread goes through the units too: each unit's buffers are reused, where the sequential
+     * pipeline holds the whole text's pieces at once (522 MB against 182 MB peak for 20 MB) */
+    if (len < par->parallel_min) return dt_tok_encode(tok, text, len, add_special, ids, n_ids, err);
+    if (n_threads < 1) n_threads = 1;
     *ids = NULL;
     *n_ids = 0;
     job jb = {tok, n_threads, *par, NULL, NULL, 0, 0};
