@@ -25,6 +25,7 @@
 
 #include "difftrans.h"
 #include "testutil.h"
+#include "tokenizer/tok.h"
 
 /* ---------------------------------------------------------------- the hook */
 
@@ -370,6 +371,49 @@ static void test_train_step_write_faults(void **state) {
     run_walk(FAULT_WRITE);
 }
 
+/* ---------------------------------------------------------------- the parallel tokenizer encoder */
+
+/* On one thread (the hook counts the calling thread's allocations), with chunks of 16 bytes: every
+ * step of the units pipeline (segments, normalised parts, chunks, runs, units, ids) meets a
+ * failure somewhere in the walk. */
+typedef struct {
+    dt_tok *tok;
+    const char *text;
+} tok_ctx;
+
+static int op_encode(void *p, dt_error *err) {
+    tok_ctx *c = p;
+    tk_par par = {16, 0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = tk_encode_parallel(c->tok, c->text, strlen(c->text), 1, 1, &par, &ids, &n, err);
+    if (rc != 0 && ids) fail_msg("a failed encode left its ids");
+    free(ids);
+    return rc;
+}
+
+static void test_tokenizer_encode_faults(void **state) {
+    (void)state;
+    const char *dir = getenv("DT_TOKENIZER_TESTS");
+    if (!dir) fail_msg("DT_TOKENIZER_TESTS is not set (run under ctest)");
+    /* a regex stage (Split, Isolated) with added tokens; NFKC + Lowercase with normalised ones
+     * (on ASCII text: utf8proc allocates with the real malloc, which the hook cannot count) */
+    static const char *const fixtures[] = {"llama3_like.json", "metaspace_first.json"};
+    static const char *const texts[] = {
+        "Hello <|begin_of_text|>world, it's 2025!\n\n   spaces   [Day] and <Mask>\tcaf\xc3\xa9 e\xcc\x81 "
+        "\xe4\xbd\xa0\xe5\xa5\xbd <|eot_id|><s>1234567 the end.   ",
+        "Hello World, IT'S 2025!\n\n   spaces   [Day] and <Mask>\tDay [day] <s>1234567 THE end.   "};
+    for (size_t i = 0; i < sizeof fixtures / sizeof *fixtures; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/fixtures/%s", dir, fixtures[i]);
+        tok_ctx c = {NULL, texts[i]};
+        dt_error err;
+        if (dt_tok_load(&c.tok, path, &err) != 0) fail_msg("%s", err.msg);
+        assert_true(walk(fixtures[i], FAULT_ALLOC, op_encode, &c, NULL) > 20);
+        dt_tok_free(c.tok);
+    }
+}
+
 static void *hook_malloc(size_t n) { return __wrap_malloc(n); }
 static void hook_free(void *p) { __wrap_free(p); }
 
@@ -378,6 +422,7 @@ int main(void) {
     cJSON_InitHooks(&h);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_faults),
+        cmocka_unit_test(test_tokenizer_encode_faults),
         cmocka_unit_test(test_save_faults),
         cmocka_unit_test(test_train_step_alloc_faults),
         cmocka_unit_test(test_train_step_write_faults),

@@ -393,7 +393,7 @@ static int splice(const tk_regex *re, tk_matcher *m, staged *g) {
                 done = 1;
                 break;
             }
-            rc = add_own(g, ms, me);
+            if ((rc = add_own(g, ms, me)) != 0) break;
             prev = me;
         }
     }
