@@ -54,7 +54,8 @@ static const char *const BITS[] = {
     "\xe2\x96\x81", "\xef\xbb\xbf", "\xc2\xa0",              /* ▁, BOM, no-break space */
     "\t", "\r\n", "\n", "\n\n\n", "  ", "     ", " ", "x=1;", "{}", "#",
     "<s>", "</s>", "<unk>", "<|endoftext|>", "<|begin_of_text|>", "<|eot_id|>", "[MASK]", " [MASK] ", "<sep>",
-    "[Day]", "[day]", "<Mask>", "<mask>", "[UNK]", "[CLS]", "<|im_start|>", "<|im_end|>", "<s><s>", "<|eot_id|><|eot_id|>",
+    "[Day]", "[day]", "<Mask>", "<mask>", "[UNK]", "[CLS]", "<|im_start|>", "<|im_end|>", "<s><s>",
+    "<|eot_id|><|eot_id|>",
 };
 
 static text mixed(uint64_t seed, size_t bytes) {

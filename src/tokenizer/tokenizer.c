@@ -343,10 +343,12 @@ int tk_encode_front(const dt_tok *tok, tk_ctx *c, const char *text, size_t len) 
     tk_pieces_clear(&c->a);
     c->n_ids = 0;
     if (len && tk_pieces_add(&c->a, text, len, -1, 1) != 0) return -1;
-    if (tok->raw_set.first[256] && (tk_added_split(tok->added, &tok->raw_set, &c->a, &c->b, &c->hits) != 0 || swap_after(c)))
+    if (tok->raw_set.first[256] &&
+        (tk_added_split(tok->added, &tok->raw_set, &c->a, &c->b, &c->hits) != 0 || swap_after(c)))
         return -1;
     if (tok->normalizer && normalize_pieces(tok->normalizer, c) != 0) return -1;
-    if (tok->norm_set.first[256] && (tk_added_split(tok->added, &tok->norm_set, &c->a, &c->b, &c->hits) != 0 || swap_after(c)))
+    if (tok->norm_set.first[256] &&
+        (tk_added_split(tok->added, &tok->norm_set, &c->a, &c->b, &c->hits) != 0 || swap_after(c)))
         return -1;
     return 0;
 }
