@@ -34,6 +34,7 @@
 #include <cmocka.h>
 
 #include "difftrans.h"
+#include "layers/flash_attention_tiles.h"
 #include "layers/kernels.h"
 #include "layers/layers.h"
 #include "testutil.h"
@@ -230,14 +231,21 @@ static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
         o12_from_maps(o12_r, att, v, &s);
     }
 
+    /* DIFF runs the fused kernels' default path for T, and the online path too where the default
+     * is the row-block path (T ≤ DIFF_ROWS_MAX_T) */
+    const int default_online = flash_attention_uses_o12(&s);
+    for (int path = 0; path <= (c->diff && !default_online); path++) {
+    s.diff_online = set.diff_online = path;
+    const int uses_o12 = flash_attention_uses_o12(&s);
+    assert_true(uses_o12 == (c->diff && (path || T > DIFF_ROWS_MAX_T)));
     for (int isa = 0; isa < DT_ISA_COUNT; isa++) {
     const dt_kernels *kern = kernels_for((dt_isa)isa);
     if (!kern) continue;
     float *keep_out = NULL, *keep_dq = NULL, *keep_dk = NULL, *keep_dv = NULL;
     for (int threads = 1; threads <= max_threads_tested; threads++) {
-        char lab[300];
-        snprintf(lab, sizeof lab, "%s [%s, %d thread%s]", label, dt_isa_name((dt_isa)isa), threads,
-                 threads > 1 ? "s" : "");
+        char lab[320];
+        snprintf(lab, sizeof lab, "%s [%s, %d thread%s%s]", label, dt_isa_name((dt_isa)isa), threads,
+                 threads > 1 ? "s" : "", !c->diff ? "" : uses_o12 ? ", online" : ", row blocks");
         omp_set_num_threads(threads);
         size_t ns = flash_attention_scratch_floats(&s, threads);
         float *scratch = fnan(ns);
@@ -250,7 +258,11 @@ static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
             /* pre is only defined on the Hd·2hd = H·hd columns, the whole row */
             check_forward_tensor("pre", lab, pre, pre_r, nq);
             check_forward_tensor("rstd", lab, rstd, rstd_r, nrs);
-            check_forward_tensor("o12", lab, o12, o12_r, no12);
+            if (uses_o12) {
+                check_forward_tensor("o12", lab, o12, o12_r, no12);
+            } else { /* the row-block path neither writes o12 nor (NaN gradients otherwise) reads it */
+                for (size_t i = 0; i < no12; i++) assert_true(isnan(o12[i]));
+            }
         }
 
         float *dq = fcopy(dq0, nq), *dk = fcopy(dk0, nk), *dv = fcopy(dv0, nk), *dsub = fcopy(dsub0, w2);
@@ -322,6 +334,7 @@ static void run_case_with(const fcase *c, const fablation *a, uint64_t seed) {
         free(dq), free(dk), free(dv), free(dsub);
     }
     free(keep_out), free(keep_dq), free(keep_dk), free(keep_dv);
+    }
     }
     omp_set_num_threads(2);
     free(slopes);
@@ -490,6 +503,27 @@ static void test_long(void **state) {
     report_margin(__func__);
 }
 
+/* DIFF on both sides of the row-block path's limit (T = DIFF_ROWS_MAX_T: row blocks, and
+ * online forced; T + 1: online), with GQA, KV = 1, KV odd, the ablations, peaky maps, T not a
+ * multiple of the query block, and null gradients */
+static void test_rows_edge(void **state) {
+    (void)state;
+    const int E = DIFF_ROWS_MAX_T;
+    /* (no_norm without subln: the model's configurations never have both) */
+    static const fablation none = {0, 0, 0}, all = {1, 1, 1}, alibi = {1, 0, 0}, sm1 = {0, 1, 1};
+    const struct {
+        fcase c;
+        const fablation *a;
+    } cases[] = {
+        {{1, E, 4, 2, 16, 1, 1, 0.8f, 0.5f, 1.0f, 0}, &none},   {{1, E + 1, 4, 2, 16, 1, 1, 0.8f, 0.5f, 1.0f, 0}, &none},
+        {{1, E, 2, 1, 8, 1, 0, 0.6f, 0.3f, 2.0f, 0}, &all},     {{1, E + 1, 2, 1, 8, 1, 0, 0.6f, 0.3f, 2.0f, 0}, &all},
+        {{1, E - 1, 6, 3, 8, 1, 1, 0.7f, 0.2f, 1.0f, 0}, &alibi}, {{1, E, 4, 4, 8, 1, 0, -0.4f, 0.8f, 1.5f, 1}, &sm1},
+        {{1, E, 4, 2, 8, 1, 0, 0.8f, 0.8f, 1.0f, 2}, &none},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case_with(&cases[i].c, cases[i].a, 101 + 7919u * i);
+    report_margin(__func__);
+}
+
 /* Fewer (batch, ownership group) tasks than threads: the backward splits each group's query
  * blocks over threads, with private dK/dV rows added up afterwards. Groups per batch row: the
  * baseline's kv heads, DIFF's KV/2 (KV even) or 1 (KV odd). Run on 1..4 threads, so 2, 3 and 4
@@ -531,7 +565,7 @@ static void test_scratch_size(void **state) {
         for (int hd = 32; hd <= 128; hd *= 2) {
             /* baseline: 4 groups (kv heads) ≥ 2 threads; DIFF with KV 4: 2 groups ≥ 2 threads */
             attention_shape s = {.B = 8, .T = 8192, .H = 8, .KV = 4, .hd = hd, .diff = diff, .lambda = 0.8f,
-                                 .lambda_init = 0.8f, .eps = 1e-5f, .subln = NULL};
+                                 .lambda_init = 0.8f, .eps = 1e-5f, .subln = NULL, .diff_online = 1};
             size_t n8192 = flash_attention_scratch_floats(&s, 2);
             s.T = 1;
             size_t n1 = flash_attention_scratch_floats(&s, 2);
@@ -548,9 +582,19 @@ static void test_scratch_size(void **state) {
             assert_true(b - a == 8 * 2 * 1000 * width);
             s.T = 1;
             assert_true(flash_attention_scratch_floats(&s, 8) >= 4 * n1);
+            /* DIFF's row-block path (T ≤ DIFF_ROWS_MAX_T): 3·T·BQ floats more per thread (the
+             * maps and dP of a query block against all its keys); above it, the online path's */
+            s.diff_online = 0;
+            s.T = DIFF_ROWS_MAX_T;
+            size_t rows_max = flash_attention_scratch_floats(&s, 2);
+            s.T = DIFF_ROWS_MAX_T + 1;
+            assert_true(flash_attention_scratch_floats(&s, 2) == n1);
+            assert_true(rows_max == n1 + (diff ? 2 * 3 * (size_t)DIFF_ROWS_MAX_T * BQ : 0));
+            s.T = 1;
+            assert_true(flash_attention_scratch_floats(&s, 2) == n1 + (diff ? 2 * 3 * (size_t)BQ : 0));
         }
     /* DIFF with KV odd: one group per batch row, so any 2 threads get slots as wide as every kv head */
-    attention_shape s = {.B = 8, .T = 1000, .H = 6, .KV = 3, .hd = 16, .diff = 1};
+    attention_shape s = {.B = 8, .T = 1000, .H = 6, .KV = 3, .hd = 16, .diff = 1, .diff_online = 1};
     size_t a = flash_attention_scratch_floats(&s, 2);
     s.T = 2000;
     assert_true(flash_attention_scratch_floats(&s, 2) - a == 2 * 2 * 1000 * 3 * 16);
@@ -562,7 +606,8 @@ int main(void) {
         cmocka_unit_test(test_base_gqa_peaky), cmocka_unit_test(test_diff_small),
         cmocka_unit_test(test_diff_gqa_peaky), cmocka_unit_test(test_tile_boundaries),
         cmocka_unit_test(test_null_grads),     cmocka_unit_test(test_ablations),
-        cmocka_unit_test(test_long),           cmocka_unit_test(test_more_threads_than_groups),
+        cmocka_unit_test(test_long),           cmocka_unit_test(test_rows_edge),
+        cmocka_unit_test(test_more_threads_than_groups),
         cmocka_unit_test(test_scratch_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -87,6 +87,8 @@ size_t flash_attention_scratch_floats(const attention_shape *s, int threads) {
     return n * per_thread_floats(s) + (threads > bwd_groups(s) ? n * bwd_slot_floats(s) : 0);
 }
 
+int flash_attention_uses_o12(const attention_shape *s) { return s->diff && !diff_rows(s); }
+
 void flash_attention_forward(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                              const float *k, const float *v, float *scratch, const attention_shape *s) {
     kernels_active()->attention_forward(out, lse, o12, pre, rstd, q, k, v, scratch, s);

@@ -309,6 +309,70 @@ static void dscores_tile(float *dst, const float *Pt, const float *restrict delt
         }
 }
 
+/* Row-block path (diff_rows): m[r] = max(m[r], scale · the max of column r over the tile's
+ * visible keys) — as softmax_tile's max, without touching St */
+static void tile_max(const float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale,
+                     float *restrict m) {
+    const vf vs = vbc(scale), ninf = vbc(-INFINITY);
+    for (int r = 0; r < nqv; r += VW) {
+        const vi qg = viota(q0 + r);
+        vf mraw = ninf;
+        for (int c = 0; c < nk; c++) {
+            vf x = vld(St + (size_t)c * BQ + r);
+            if (diag) x = vsel(vbci(k0 + c) > qg, ninf, x);
+            mraw = vmax(mraw, x);
+        }
+        vst(m + r, vmax(vld(m + r), mraw * vs));
+    }
+}
+
+/* Row-block path: St = exp(scale·St − m[r]) (0 where masked) in place, l[r] += its column sums */
+static void tile_exp_sum(float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale,
+                         const float *restrict m, float *restrict l) {
+    const vf vs = vbc(scale);
+    for (int r = 0; r < nqv; r += VW) {
+        const vi qg = viota(q0 + r);
+        const vf mx = vld(m + r);
+        vf sum = {0};
+        for (int c = 0; c < nk; c++) {
+            vf p = vexp(vld(St + (size_t)c * BQ + r) * vs - mx);
+            if (diag) p = vsel(vbci(k0 + c) > qg, (vf){0}, p);
+            vst(St + (size_t)c * BQ + r, p);
+            sum += p;
+        }
+        vst(l + r, vld(l + r) + sum);
+    }
+}
+
+/* Row-block path: E1 = E1 / l1[r] − λ·E2 / l2[r] in place (the two maps' exponentials: the
+ * combined map A1 − λ·A2; masked entries stay exactly 0) */
+static void combine_tile(float *restrict E1, const float *restrict E2, int nk, int nqv, const float *restrict l1,
+                         const float *restrict l2, float lambda) {
+    const vf vl = vbc(lambda);
+    for (int r = 0; r < nqv; r += VW) {
+        const vf i1 = vbc(1.0f) / vld(l1 + r), i2 = vl / vld(l2 + r);
+        for (int c = 0; c < nk; c++) {
+            const size_t o = (size_t)c * BQ + r;
+            vst(E1 + o, vld(E1 + o) * i1 - vld(E2 + o) * i2);
+        }
+    }
+}
+
+/* Row-block path: δ[r] += Σ_c Pt[c][r]·dPt[c][r], counting only entries with P ≠ 0 (dPt may be
+ * unwritten where masked: mm(CZ_COLS)) — rowsum(P ⊙ dP) = dU·(P·V), which the online path reads
+ * from o12 */
+static void delta_tile(float *restrict delta, const float *restrict Pt, const float *restrict dPt, int nk, int nqv) {
+    for (int r = 0; r < nqv; r += VW) {
+        vf acc = vld(delta + r);
+        for (int c = 0; c < nk; c++) {
+            const size_t o = (size_t)c * BQ + r;
+            const vf p = vld(Pt + o);
+            acc += (vf)((vi)(p * vld(dPt + o)) & (p != (vf){0}));
+        }
+        vst(delta + r, acc);
+    }
+}
+
 /* Row helpers, 8 lanes at a time then the tail (GCC's -O2 cost model leaves loops of unknown
  * length scalar, and never reorders a float reduction). */
 static inline void scal_row(float *restrict y, float a, int n) { /* y *= a */
@@ -426,6 +490,31 @@ static void add_busy(double *busy, double t0) {
 
 /* ------------------------------------------------------------------ forward */
 
+/* The DIFF output of one row from u = o1 − λ·o2 (2hd floats): the per-head RMSNorm as
+ * attention_forward (Σu² in double, then the same float steps) times subln and α = 1 − λ_init,
+ * its 1/rms into *rstd; the no_norm ablation: α·u, *rstd = 1. */
+static void diff_norm_row(const attention_shape *s, float *restrict ot, float *restrict rstd, const float *restrict u,
+                          int w2, float alpha) {
+    int c;
+    if (s->no_norm) {
+        *rstd = 1.0f;
+        for (c = 0; c < w2; c++) ot[c] = alpha * u[c];
+        return;
+    }
+    const float rs = 1.0f / sqrtf((float)(vsumsq_double(u, w2) / w2) + s->eps);
+    *rstd = rs;
+    for (c = 0; c + VW <= w2; c += VW) {
+        vf y = vld(u + c) * vbc(rs);
+        if (s->subln) y *= vld(s->subln + c);
+        vst(ot + c, vbc(alpha) * y);
+    }
+    for (; c < w2; c++) {
+        float y = u[c] * rs;
+        if (s->subln) y *= s->subln[c];
+        ot[c] = alpha * y;
+    }
+}
+
 typedef struct {
     const attention_shape *s;
     const float *q, *k, *v;
@@ -525,7 +614,6 @@ static void fwd_diff_task(const fwd_ctx *x, int b, int j, int qt, float *ws) {
         const size_t row = (size_t)b * T + q0 + r;
         float *o1 = x->o12 + (row * Hd + j) * 2 * w2, *o2 = o1 + w2;
         float *u = x->pre + row * ldq + (size_t)j * w2;
-        float *ot = x->out + row * ldq + (size_t)j * w2;
         const float *a1 = O1 + (size_t)r * w2, *a2 = O2 + (size_t)r * w2;
         const float li1 = l1[r], li2 = l2[r];
         int c = 0;
@@ -540,35 +628,95 @@ static void fwd_diff_task(const fwd_ctx *x, int b, int j, int qt, float *ws) {
             o2[c] = a2[c] / li2;
             u[c] = o1[c] - lambda * o2[c];
         }
-        if (s->no_norm) { /* the ablation: the fixed scale alone */
-            x->rstd[row * Hd + j] = 1.0f;
-            for (c = 0; c < w2; c++) ot[c] = alpha * u[c];
-            lse1[r] = m1[r] + logf(li1);
-            lse2[r] = m2[r] + logf(li2);
-            continue;
-        }
-        /* the per-head RMSNorm as attention_forward: Σu² in double, then the same float steps */
-        float rs = 1.0f / sqrtf((float)(vsumsq_double(u, w2) / w2) + s->eps);
-        x->rstd[row * Hd + j] = rs;
-        for (c = 0; c + VW <= w2; c += VW) {
-            vf y = vld(u + c) * vbc(rs);
-            if (s->subln) y *= vld(s->subln + c);
-            vst(ot + c, vbc(alpha) * y);
-        }
-        for (; c < w2; c++) {
-            float y = u[c] * rs;
-            if (s->subln) y *= s->subln[c];
-            ot[c] = alpha * y;
-        }
+        diff_norm_row(s, x->out + row * ldq + (size_t)j * w2, x->rstd + row * Hd + j, u, w2, alpha);
         lse1[r] = m1[r] + logf(li1);
         lse2[r] = m2[r] + logf(li2);
+    }
+}
+
+/* DIFF, row-block path (diff_rows: T ≤ DIFF_ROWS_MAX_T): differential head j, query block qt of
+ * batch b. The scores of both maps against every visible key come first (R1, R2: [keys, BQ], key
+ * tile kt at row k0, transposed as everywhere), so that each map's max and sum are exact before
+ * any product with V; then P = A1 − λ·A2 is formed once and u = P·V_j is ONE product of width
+ * 2·hd, where the online path (fwd_diff_task) needs two, P1·V_j and P2·V_j, and saves them as o12.
+ * The backward of this path gets rowsum(A_m ⊙ dA) from its own row blocks, so o12 is not written. */
+static void fwd_diff_rows_task(const fwd_ctx *x, int b, int j, int qt, float *ws) {
+    float *const ws0 = ws;
+    const attention_shape *s = x->s;
+    const int T = s->T, H = s->H, hd = s->hd, ldq = x->ldq, ldk = x->ldk, Hd = H / 2, w2 = 2 * hd;
+    const int q0 = qt * BQ, nq = T - q0 < BQ ? T - q0 : BQ, nqv = (nq + VW - 1) & ~(VW - 1), kend = q0 + nq;
+    const int ga = j / x->G, gb = (j + Hd) / x->G; /* kv heads of map 1 and map 2 (and V_j's halves) */
+    const size_t kvo = (size_t)b * T * ldk;
+    const float *q1 = x->q + ((size_t)b * T + q0) * ldq + (size_t)j * hd, *q2 = q1 + (size_t)Hd * hd;
+    const float *ka = x->k + kvo + (size_t)ga * hd, *kb = x->k + kvo + (size_t)gb * hd;
+    const float *va = x->v + kvo + (size_t)ga * hd, *vb = x->v + kvo + (size_t)gb * hd;
+    float *Q1t = take(&ws, (size_t)BQ * hd), *Q2t = take(&ws, (size_t)BQ * hd);
+    float *Ka = take(&ws, (size_t)BK * hd), *Kb = take(&ws, (size_t)BK * hd), *Vj = take(&ws, (size_t)BK * w2);
+    float *O = take(&ws, (size_t)BQ * w2);
+    float *m1 = take(&ws, BQ), *l1 = take(&ws, BQ), *m2 = take(&ws, BQ), *l2 = take(&ws, BQ);
+    float *R1 = take(&ws, (size_t)T * BQ), *R2 = take(&ws, (size_t)T * BQ);
+    assert(ws <= ws0 + per_thread_floats(s));
+    if (ga == gb) Kb = Ka; /* one kv head for both maps (KV = 1): pack it once */
+
+    load_transposed(Q1t, q1, ldq, nq, hd);
+    load_transposed(Q2t, q2, ldq, nq, hd);
+    const float m_init = s->softmax1 ? 0.0f : -INFINITY, l_init = s->softmax1 ? 1.0f : 0.0f; /* as fwd_base_task */
+    const float slope1 = s->alibi ? s->alibi[j] : 0.0f, slope2 = s->alibi ? s->alibi[j + Hd] : 0.0f;
+    /* ALiBi scales the scores itself (alibi_tile), the statistics then take them with scale 1 */
+    const float sc1 = slope1 != 0.0f ? 1.0f : x->scale, sc2 = slope2 != 0.0f ? 1.0f : x->scale;
+    for (int r = 0; r < BQ; r++) m1[r] = m2[r] = m_init;
+    for (int kt = 0; kt * BK < kend; kt++) {
+        const int k0 = kt * BK, nk = kend - k0 < BK ? kend - k0 : BK, diag = k0 + nk - 1 > q0;
+        float *s1 = R1 + (size_t)k0 * BQ, *s2 = R2 + (size_t)k0 * BQ;
+        pack_rows(Ka, ka + (size_t)k0 * ldk, ldk, nk, hd);
+        if (Kb != Ka) pack_rows(Kb, kb + (size_t)k0 * ldk, ldk, nk, hd);
+        prefetch_tile(ka, ldk, k0 + BK, kend, hd);
+        if (Kb != Ka) prefetch_tile(kb, ldk, k0 + BK, kend, hd);
+        mm(s1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
+        mm(s2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
+        if (slope1 != 0.0f) alibi_tile(s1, nk, nqv, q0, k0, x->scale, slope1);
+        if (slope2 != 0.0f) alibi_tile(s2, nk, nqv, q0, k0, x->scale, slope2);
+        tile_max(s1, nk, nqv, q0, k0, diag, sc1, m1);
+        tile_max(s2, nk, nqv, q0, k0, diag, sc2, m2);
+    }
+    /* softmax1's virtual key (score 0, value 0) enters the sums only */
+    for (int r = 0; r < nqv; r++) l1[r] = l_init * expf(m_init - m1[r]), l2[r] = l_init * expf(m_init - m2[r]);
+    for (int kt = 0; kt * BK < kend; kt++) {
+        const int k0 = kt * BK, nk = kend - k0 < BK ? kend - k0 : BK, diag = k0 + nk - 1 > q0;
+        tile_exp_sum(R1 + (size_t)k0 * BQ, nk, nqv, q0, k0, diag, sc1, m1, l1);
+        tile_exp_sum(R2 + (size_t)k0 * BQ, nk, nqv, q0, k0, diag, sc2, m2, l2);
+    }
+    const float lambda = s->lambda, alpha = 1.0f - s->lambda_init;
+    memset(O, 0, sizeof(float) * (size_t)nq * w2);
+    for (int kt = 0; kt * BK < kend; kt++) {
+        const int k0 = kt * BK, nk = kend - k0 < BK ? kend - k0 : BK;
+        const size_t ko = (size_t)k0 * ldk;
+        float *p = R1 + (size_t)k0 * BQ;
+        for (int c = 0; c < nk; c++) {
+            copy_row(Vj + (size_t)c * w2, va + ko + (size_t)c * ldk, hd);
+            copy_row(Vj + (size_t)c * w2 + hd, vb + ko + (size_t)c * ldk, hd);
+        }
+        prefetch_tile(va, ldk, k0 + BK, kend, hd);
+        prefetch_tile(vb, ldk, k0 + BK, kend, hd);
+        combine_tile(p, R2 + (size_t)k0 * BQ, nk, nqv, l1, l2, lambda);
+        /* u += (A1 − λ·A2)·V_j */
+        mm(O, w2, p, 1, BQ, Vj, w2, nq, w2, nk, 1.0f, 1, CZ_KHI, q0 - k0);
+    }
+    float *lse1 = x->lse + ((size_t)b * H + j) * T + q0, *lse2 = x->lse + ((size_t)b * H + j + Hd) * T + q0;
+    for (int r = 0; r < nq; r++) {
+        const size_t row = (size_t)b * T + q0 + r;
+        float *u = x->pre + row * ldq + (size_t)j * w2;
+        memcpy(u, O + (size_t)r * w2, sizeof(float) * (size_t)w2);
+        diff_norm_row(s, x->out + row * ldq + (size_t)j * w2, x->rstd + row * Hd + j, u, w2, alpha);
+        lse1[r] = m1[r] + logf(l1[r]);
+        lse2[r] = m2[r] + logf(l2[r]);
     }
 }
 
 void DT_KSFX(flash_attention_forward)(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                              const float *k, const float *v, float *scratch, const attention_shape *s) {
     assert(s->H % s->KV == 0);
-    assert(!s->diff || (s->H % 2 == 0 && o12 && pre && rstd));
+    assert(!s->diff || (s->H % 2 == 0 && (o12 || diff_rows(s)) && pre && rstd));
     if (s->B <= 0 || s->T <= 0) return;
     fwd_ctx x = {.s = s, .q = q, .k = k, .v = v, .out = out, .lse = lse, .o12 = o12, .pre = pre, .rstd = rstd,
                  .G = s->H / s->KV, .ldq = s->H * s->hd, .ldk = s->KV * s->hd, .scale = attn_scale(s->hd)};
@@ -583,7 +731,9 @@ void DT_KSFX(flash_attention_forward)(float *out, float *lse, float *o12, float 
         for (int t = 0; t < ntask; t++) {
             /* longest tasks (last query blocks) first */
             int qt = nqt - 1 - t / nbh, bh = t % nbh, b = bh / heads, h = bh % heads;
-            if (s->diff)
+            if (s->diff && diff_rows(s))
+                fwd_diff_rows_task(&x, b, h, qt, ws);
+            else if (s->diff)
                 fwd_diff_task(&x, b, h, qt, ws);
             else
                 fwd_base_task(&x, b, h, qt, ws);
@@ -726,14 +876,20 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
     const float scale = x->scale, lambda = s->lambda, alpha = 1.0f - s->lambda_init;
     const float *w = s->subln;
     const int need_ds = x->dq || x->dk, need_tiles = need_ds || x->dv;
+    /* row-block path (fwd_diff_rows_task): no o12; a first pass over a query block's keys keeps
+     * P1, P2 and dP in R1, R2, RP ([keys, BQ]) and sums the δs from them, the second takes them
+     * from there instead of recomputing */
+    const int rows = diff_rows(s);
     const size_t th = (size_t)BQ * hd;
     float *Q1t = take(&ws, th), *Q2t = take(&ws, th), *Q1p = take(&ws, th), *Q2p = take(&ws, th);
     float *dU = take(&ws, 2 * th), *dUt = take(&ws, 2 * th);
     float *Ka = take(&ws, th), *Kb0 = take(&ws, th), *Vj = take(&ws, 2 * th);
     float *dQ1 = take(&ws, th), *dQ2 = take(&ws, th);
-    float *S1 = take(&ws, BK * BQ), *S2 = take(&ws, BK * BQ), *dPt = take(&ws, BK * BQ),
+    float *S1b = take(&ws, BK * BQ), *S2b = take(&ws, BK * BQ), *dPb = take(&ws, BK * BQ),
           *Dt = take(&ws, BK * BQ);
     float *ls1 = take(&ws, BQ), *ls2 = take(&ws, BQ), *d1 = take(&ws, BQ), *d2 = take(&ws, BQ);
+    float *R1 = rows ? take(&ws, (size_t)T * BQ) : NULL, *R2 = rows ? take(&ws, (size_t)T * BQ) : NULL,
+          *RP = rows ? take(&ws, (size_t)T * BQ) : NULL;
     assert(ws <= ws0 + per_thread_floats(s) - PARTIALS(w2));
 
     for (int j = j0; j < j1; j++) {
@@ -751,12 +907,12 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
             const int q0 = qt * BQ, nq = T - q0 < BQ ? T - q0 : BQ, nqv = (nq + VW - 1) & ~(VW - 1);
             const size_t qo = ((size_t)b * T + q0) * ldq + (size_t)j * hd;
             const float *q1 = x->q + qo, *q2 = q1 + (size_t)Hd * hd;
-            /* dU rows from the per-head norm backward (as diff_du_block), the δs, dλ, dsubln */
+            /* dU rows from the per-head norm backward (as diff_du_block), dsubln, and (online
+             * path) the δs and dλ */
             for (int r = 0; r < nq; r++) {
                 const size_t row = (size_t)b * T + q0 + r;
                 const float *ut = x->pre + row * ldq + (size_t)j * w2;
                 const float *dy = x->dout + row * ldq + (size_t)j * w2;
-                const float *o1 = x->o12 + (row * Hd + j) * 2 * w2, *o2 = o1 + w2;
                 const float rr = x->rstd[row * Hd + j];
                 float *du = dU + (size_t)r * w2;
                 /* m = Σ w·dy·u; dU = α·r·(w·dy − (r²·m/2hd)·u); δ1 = dU·o1, δ2 = dU·o2 */
@@ -772,16 +928,19 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
                     vst(du + c, vbc(ar) * (wdy - vbc(kk) * vld(ut + c)));
                 }
                 for (; c < w2; c++) du[c] = ar * ((w ? w[c] : 1.0f) * dy[c] - kk * ut[c]);
-                d1[r] = dot_row(du, o1, w2);
-                d2[r] = dot_row(du, o2, w2);
-                *dl -= d2[r]; /* u = o1 − λ·o2: ∂L/∂λ = −Σ dU·o2 */
+                if (!rows) {
+                    const float *o1 = x->o12 + (row * Hd + j) * 2 * w2, *o2 = o1 + w2;
+                    d1[r] = dot_row(du, o1, w2);
+                    d2[r] = dot_row(du, o2, w2);
+                    *dl -= d2[r]; /* u = o1 − λ·o2: ∂L/∂λ = −Σ dU·o2 */
+                }
                 if (dsub) {
                     for (c = 0; c + VW <= w2; c += VW)
                         vst(dsub + c, vfma(vld(dy + c) * vld(ut + c), vbc(rr), vld(dsub + c)));
                     for (; c < w2; c++) dsub[c] += dy[c] * ut[c] * rr;
                 }
             }
-            if (!need_tiles) continue;
+            if (!need_tiles && !rows) continue;
             for (int r = nq; r < nqv; r++) d1[r] = d2[r] = 0.0f;
             for (int r = 0; r < nqv; r++) {
                 ls1[r] = r < nq ? x->lse[((size_t)b * H + j) * T + q0 + r] : 0.0f;
@@ -798,16 +957,43 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
                 memset(dQ1, 0, sizeof(float) * (size_t)nq * hd);
                 memset(dQ2, 0, sizeof(float) * (size_t)nq * hd);
             }
+            /* the maps and dP of one key tile (into R1, R2, RP at row k0 on the row-block path,
+             * else into the tile buffers) */
+#define DIFF_BWD_TILE(S1, S2, dPt)                                                                                     \
+    do {                                                                                                               \
+        load_diff_kv_tile(Ka, Kb, Vj, ka, kb, va, vb, gb == ga, ldk, hd, k0, nk, q0 + nq);                             \
+        mm(S1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);                                        \
+        mm(S2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);                                        \
+        scores_probs_tile(S1, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[j] : 0.0f, ls1);                       \
+        scores_probs_tile(S2, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[j + Hd] : 0.0f, ls2);                  \
+        /* dPᵀ = V_j·dUᵀ (shared by both maps: dA1 = dP, dA2 = −λ·dP) */                                              \
+        mm(dPt, BQ, Vj, w2, 1, dUt, BQ, nk, nqv, w2, 1.0f, 0, CZ_COLS, k0 - q0);                                       \
+    } while (0)
+            if (rows) {
+                for (int r = 0; r < nqv; r++) d1[r] = d2[r] = 0.0f;
+                for (int kt = 0; kt * BK < q0 + nq; kt++) {
+                    const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
+                    const size_t o = (size_t)k0 * BQ;
+                    DIFF_BWD_TILE(R1 + o, R2 + o, RP + o);
+                    delta_tile(d1, R1 + o, RP + o, nk, nqv);
+                    delta_tile(d2, R2 + o, RP + o, nk, nqv);
+                }
+                for (int r = 0; r < nq; r++) *dl -= d2[r]; /* ∂L/∂λ = −Σ dU·o2 = −Σ rowsum(A2 ⊙ dP) */
+                for (int r = nq; r < nqv; r++) d1[r] = d2[r] = 0.0f;
+                if (!need_tiles) continue;
+            }
             for (int kt = 0; kt * BK < q0 + nq; kt++) {
                 const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
-                const size_t kd = (size_t)k0 * ldd;
-                load_diff_kv_tile(Ka, Kb, Vj, ka, kb, va, vb, gb == ga, ldk, hd, k0, nk, q0 + nq);
-                mm(S1, BQ, Ka, hd, 1, Q1t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
-                mm(S2, BQ, Kb, hd, 1, Q2t, BQ, nk, nqv, hd, 1.0f, 0, CZ_COLS, k0 - q0);
-                scores_probs_tile(S1, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[j] : 0.0f, ls1);
-                scores_probs_tile(S2, nk, nqv, q0, k0, diag, scale, s->alibi ? s->alibi[j + Hd] : 0.0f, ls2);
-                /* dPᵀ = V_j·dUᵀ (shared by both maps: dA1 = dP, dA2 = −λ·dP) */
-                mm(dPt, BQ, Vj, w2, 1, dUt, BQ, nk, nqv, w2, 1.0f, 0, CZ_COLS, k0 - q0);
+                const size_t kd = (size_t)k0 * ldd, o = (size_t)k0 * BQ;
+                float *S1 = rows ? R1 + o : S1b, *S2 = rows ? R2 + o : S2b, *dPt = rows ? RP + o : dPb;
+                if (!rows)
+                    DIFF_BWD_TILE(S1, S2, dPt);
+                else if (x->dq) { /* dQ needs the key tiles again */
+                    pack_rows(Ka, ka + (size_t)k0 * ldk, ldk, nk, hd);
+                    if (Kb != Ka) pack_rows(Kb, kb + (size_t)k0 * ldk, ldk, nk, hd);
+                    prefetch_tile(ka, ldk, k0 + BK, q0 + nq, hd);
+                    if (Kb != Ka) prefetch_tile(kb, ldk, k0 + BK, q0 + nq, hd);
+                }
                 if (dva) {
                     /* dV_j += (A1 − λ·A2)ᵀ·dU, its halves to kv heads ga and gb */
                     const vf vl = vbc(lambda);
@@ -832,6 +1018,7 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
                     mm(dkb + kd, ldd, S2, BQ, 1, Q2p, hd, nk, hd, nq, scale, 1, CZ_KLO, k0 - q0);
                 }
             }
+#undef DIFF_BWD_TILE
             if (x->dq)
                 for (int r = 0; r < nq; r++) {
                     float *e1 = x->dq + qo + (size_t)r * ldq;
@@ -883,7 +1070,7 @@ void DT_KSFX(flash_attention_backward)(float *dq, float *dk, float *dv, float *d
                               const float *rstd, const float *q, const float *k, const float *v, float *scratch,
                               const attention_shape *s) {
     assert(s->H % s->KV == 0);
-    assert(!s->diff || (s->H % 2 == 0 && o12 && pre && rstd));
+    assert(!s->diff || (s->H % 2 == 0 && (o12 || diff_rows(s)) && pre && rstd));
     if (s->B <= 0 || s->T <= 0) return;
     bwd_ctx x = {.s = s, .dq = dq, .dk = dk, .dv = dv, .dout = dout, .out = out, .lse = lse, .o12 = o12,
                  .pre = pre, .rstd = rstd, .q = q, .k = k, .v = v, .G = s->H / s->KV, .ldq = s->H * s->hd,

@@ -89,6 +89,9 @@ typedef struct {
     /* Backward: write dq, dk, dv (=) instead of adding into them (+=), so that the caller need
      * not zero them; dλ and dsubln are still added into. */
     int set_grads;
+    /* Fused kernels, DIFF: take the online-softmax path (which saves o12) at every T, not only
+     * above the row-block path's limit (flash_attention.c); for tests and measurements. */
+    int diff_online;
     /* Fused kernels only, for profiling: when set, *busy += the seconds each thread spent in its
      * tasks, summed over threads (threads × wall − that is time threads waited). */
     double *busy;
@@ -134,10 +137,12 @@ void diffv2_combine_backward(float *da, float *dz, const float *dout, const floa
 size_t flash_attention_scratch_floats(const attention_shape *s, int threads);
 
 /* Same out / pre / rstd as attention_forward, but instead of the maps it saves per query head
- * and row the log-sum-exp of the scaled scores, lse [B, H, T]; DIFF also saves the two halves of
- * every differential head, o1 = A_j·V_j and o2 = A_{j+H/2}·V_j, into o12 [B, T, H/2, 2, 2·hd]
- * (the backward needs them: rowsum(dA ⊙ A) = dU·o and dλ = −Σ dU·o2). o12 is NULL for the
- * baseline. */
+ * and row the log-sum-exp of the scaled scores, lse [B, H, T]; DIFF on the online path also saves
+ * the two halves of every differential head, o1 = A_j·V_j and o2 = A_{j+H/2}·V_j, into o12
+ * [B, T, H/2, 2, 2·hd] (the backward needs them: rowsum(dA ⊙ A) = dU·o and dλ = −Σ dU·o2). o12
+ * is NULL for the baseline, and neither written nor read (it may be NULL) when
+ * flash_attention_uses_o12(s) is 0: DIFF on the row-block path (T ≤ 1024, not s->diff_online). */
+int flash_attention_uses_o12(const attention_shape *s);
 void flash_attention_forward(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                              const float *k, const float *v, float *scratch, const attention_shape *s);
 /* Gradients as attention_backward (accumulated into dq, dk, dv — or written, s->set_grads — and
