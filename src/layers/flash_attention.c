@@ -83,8 +83,12 @@
 
 size_t flash_attention_scratch_floats(const attention_shape *s, int threads) {
     const size_t n = (size_t)(threads > 0 ? threads : 1);
+    /* a thread's slice: the largest for any T up to s->T — DIFF's row-block path holds 3·T·BQ
+     * floats more, up to its limit, than the online path above it */
+    attention_shape widest = *s;
+    if (widest.T > DIFF_ROWS_MAX_T) widest.T = DIFF_ROWS_MAX_T;
     /* one private dK/dV slot per thread when a batch row has fewer ownership groups than threads */
-    return n * per_thread_floats(s) + (threads > bwd_groups(s) ? n * bwd_slot_floats(s) : 0);
+    return n * per_thread_floats(&widest) + (threads > bwd_groups(s) ? n * bwd_slot_floats(s) : 0);
 }
 
 int flash_attention_uses_o12(const attention_shape *s) { return s->diff && !diff_rows(s); }

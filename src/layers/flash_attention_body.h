@@ -969,12 +969,26 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
         /* dPᵀ = V_j·dUᵀ (shared by both maps: dA1 = dP, dA2 = −λ·dP) */                                              \
         mm(dPt, BQ, Vj, w2, 1, dUt, BQ, nk, nqv, w2, 1.0f, 0, CZ_COLS, k0 - q0);                                       \
     } while (0)
+            /* dV_j += (A1 − λ·A2)ᵀ·dU, its halves to kv heads ga and gb */
+#define DIFF_BWD_DV(S1, S2)                                                                                            \
+    do {                                                                                                               \
+        if (!dva) break;                                                                                               \
+        const vf vl = vbc(lambda);                                                                                     \
+        for (int c = 0; c < nk; c++)                                                                                   \
+            for (int r = 0; r < nqv; r += VW) {                                                                        \
+                size_t o_ = (size_t)c * BQ + r;                                                                        \
+                vst(Dt + o_, vld((S1) + o_) - vl * vld((S2) + o_));                                                    \
+            }                                                                                                          \
+        mm(dva + kd, ldd, Dt, BQ, 1, dU, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);                                    \
+        mm(dvb + kd, ldd, Dt, BQ, 1, dU + hd, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);                               \
+    } while (0)
             if (rows) {
                 for (int r = 0; r < nqv; r++) d1[r] = d2[r] = 0.0f;
                 for (int kt = 0; kt * BK < q0 + nq; kt++) {
                     const int k0 = kt * BK, nk = q0 + nq - k0 < BK ? q0 + nq - k0 : BK, diag = k0 + nk - 1 > q0;
-                    const size_t o = (size_t)k0 * BQ;
+                    const size_t o = (size_t)k0 * BQ, kd = (size_t)k0 * ldd;
                     DIFF_BWD_TILE(R1 + o, R2 + o, RP + o);
+                    DIFF_BWD_DV(R1 + o, R2 + o); /* while the maps are in L1 */
                     delta_tile(d1, R1 + o, RP + o, nk, nqv);
                     delta_tile(d2, R2 + o, RP + o, nk, nqv);
                 }
@@ -994,17 +1008,7 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
                     prefetch_tile(ka, ldk, k0 + BK, q0 + nq, hd);
                     if (Kb != Ka) prefetch_tile(kb, ldk, k0 + BK, q0 + nq, hd);
                 }
-                if (dva) {
-                    /* dV_j += (A1 − λ·A2)ᵀ·dU, its halves to kv heads ga and gb */
-                    const vf vl = vbc(lambda);
-                    for (int c = 0; c < nk; c++)
-                        for (int r = 0; r < nqv; r += VW) {
-                            size_t o = (size_t)c * BQ + r;
-                            vst(Dt + o, vld(S1 + o) - vl * vld(S2 + o));
-                        }
-                    mm(dva + kd, ldd, Dt, BQ, 1, dU, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
-                    mm(dvb + kd, ldd, Dt, BQ, 1, dU + hd, w2, nk, hd, nq, 1.0f, 1, CZ_KLO, k0 - q0);
-                }
+                if (!rows) DIFF_BWD_DV(S1, S2);
                 if (!need_ds) continue;
                 /* dS1 = P1 ⊙ (dP − dU·o1); dS2 = −λ·P2 ⊙ (dP − dU·o2) — written over P1, P2 */
                 dscores_tile(S1, S1, d1, nk, nqv, 1.0f, dPt);
@@ -1019,6 +1023,7 @@ static void bwd_diff_task(const bwd_ctx *x, int b, int j0, int j1, int p, int pa
                 }
             }
 #undef DIFF_BWD_TILE
+#undef DIFF_BWD_DV
             if (x->dq)
                 for (int r = 0; r < nq; r++) {
                     float *e1 = x->dq + qo + (size_t)r * ldq;

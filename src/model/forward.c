@@ -93,6 +93,9 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     const size_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
     const int diff = c->arch == DT_ARCH_DIFF, v2 = c->arch == DT_ARCH_DIFF_V2, fused = rs->kernel == DT_ATTENTION_FUSED;
     const size_t maps = fused ? 0 : (size_t)rs->Bmax * H * rs->Tmax * rs->Tmax;
+    const attention_shape longest = {.B = rs->Bmax, .T = rs->Tmax, .H = (int)H, .KV = (int)KV, .hd = (int)hd, .diff = diff};
+    /* o12 only for DIFF on the fused kernels' online path (a T above their row-block limit) */
+    const int keep_o12 = fused && flash_attention_uses_o12(&longest);
     for (int l = 0; l <= c->num_hidden_layers; l++) rs->resid[l] = carve(cv, N * C);
     for (int l = 0; l < c->num_hidden_layers; l++) {
         layer_acts *a = &rs->acts[l];
@@ -104,7 +107,7 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
         a->att = fused ? NULL : carve(cv, maps);
         a->logits = rs->opt.keep_logits ? carve(cv, maps) : NULL;
         a->lse = fused ? carve(cv, N * H) : NULL;
-        a->o12 = fused && diff ? carve(cv, 2 * N * H * hd) : NULL;
+        a->o12 = keep_o12 ? carve(cv, 2 * N * H * hd) : NULL;
         a->pre = diff || v2 ? carve(cv, N * H * hd) : NULL;
         a->head_rstd = diff ? carve(cv, N * H / 2) : NULL;
         a->vlam = v2 ? carve(cv, N * H / 2) : NULL;
@@ -130,8 +133,7 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     rs->dup = carve(cv, N * F);
     rs->dh = carve(cv, N * F);
     if (fused) {
-        attention_shape s = {.B = rs->Bmax, .T = rs->Tmax, .H = (int)H, .KV = (int)KV, .hd = (int)hd, .diff = diff};
-        rs->attn_scratch = carve(cv, flash_attention_scratch_floats(&s, rs->threads));
+        rs->attn_scratch = carve(cv, flash_attention_scratch_floats(&longest, rs->threads));
     } else {
         rs->attn_scratch = carve(cv, maps);
     }
