@@ -19,6 +19,20 @@
  * BQ/BK of them) need the causal mask, every later tile is skipped. Key tile 0 is visible to
  * every query, so after the first tile every running max is finite and a row that a later tile
  * masks completely just gets weight 0 and correction 1.
+ * DIFF row-block path (T ≤ DIFF_ROWS_MAX_T = 1024, flash_attention_tiles.h; s->diff_online turns
+ * it off). The online softmax cannot combine A1 − λ·A2 before the product with V_j, since each
+ * map's normaliser is known only at the end, so the online path multiplies both maps by the
+ * 2·hd-wide V_j and saves both results (o12) for the backward: 1.5× the baseline's forward
+ * products. The row-block path first computes a query block's scores of BOTH maps against all
+ * its keys ([keys, BQ] per map, kept in scratch), takes each map's exact max and sum (hence
+ * lse), forms P = A1 − λ·A2 and does ONE product P·V_j (the baseline's work). Its backward has
+ * no o12 for δ_m = dU·o_m = rowsum(A_m ⊙ dP): a first pass over the query block's keys computes
+ * P1, P2 and dP = dU·V_jᵀ (which the online backward computes anyway), keeps them in [keys, BQ]
+ * row blocks and sums the δs (and adds dV, while the maps are in L1); the second pass forms dS1,
+ * dS2 from the kept tiles for dQ and dK: no product more than the online backward. Scratch
+ * grows by 3·T·BQ floats per thread (1.2 MB at T = 1024); above the limit the online path, whose
+ * scratch does not depend on T, runs instead (at T = 2048 the row-block backward was measured
+ * 10% slower than the online one, the forward 27% faster).
  * Scores are computed TRANSPOSED, St[key c][query r] = k_c · q_r (row stride BQ), so that
  *   - the softmax statistics of a query (running max, sum, lse, δ) are per COLUMN of St: the
  *     online softmax and the softmax backward vectorise across the queries of a vector, with

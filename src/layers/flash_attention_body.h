@@ -212,23 +212,31 @@ static void load_transposed(float *restrict dst, const float *restrict src, ptrd
             for (int r = rows; r < rows_v; r++) dst[(size_t)d * BQ + r] = 0.0f;
 }
 
+/* The max over the tile's keys c < nk of St[c][r .. r + VW) (raw dots), keys past the queries
+ * qg = q0 + r + lane masked out when diag */
+static inline vf column_max(const float *restrict St, int nk, int r, vi qg, int k0, int diag) {
+    const vf ninf = vbc(-INFINITY);
+    vf mraw = ninf;
+    for (int c = 0; c < nk; c++) {
+        vf x = vld(St + (size_t)c * BQ + r);
+        if (diag) x = vsel(vbci(k0 + c) > qg, ninf, x);
+        mraw = vmax(mraw, x);
+    }
+    return mraw;
+}
+
 /* One key tile of the online softmax, in place on St[c][r] (raw dots k_c·q_r, c < nk, r < nqv):
  * St becomes exp(scale·St − m_new), with m_new the running max including this tile; m, l
  * (running sum) are updated and corr[r] = exp(m_old − m_new) is what earlier accumulators must be
  * multiplied by. diag: mask key k0 + c > query q0 + r. */
 static void softmax_tile(float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale,
                          float *restrict m, float *restrict l, float *restrict corr) {
-    const vf vs = vbc(scale), ninf = vbc(-INFINITY);
+    const vf vs = vbc(scale);
     for (int r = 0; r < nqv; r += VW) {
         const vi qg = viota(q0 + r);
         /* max of the raw dots, then scaled: scale > 0 and rounding is monotonic, so this is
          * exactly the max of the scaled scores */
-        vf mraw = ninf;
-        for (int c = 0; c < nk; c++) {
-            vf x = vld(St + (size_t)c * BQ + r);
-            if (diag) x = vsel(vbci(k0 + c) > qg, ninf, x);
-            mraw = vmax(mraw, x);
-        }
+        const vf mraw = column_max(St, nk, r, qg, k0, diag);
         const vf mo = vld(m + r), mx = vmax(mo, mraw * vs);
         vf sum = {0};
         for (int c = 0; c < nk; c++) {
@@ -313,17 +321,9 @@ static void dscores_tile(float *dst, const float *Pt, const float *restrict delt
  * visible keys) — as softmax_tile's max, without touching St */
 static void tile_max(const float *restrict St, int nk, int nqv, int q0, int k0, int diag, float scale,
                      float *restrict m) {
-    const vf vs = vbc(scale), ninf = vbc(-INFINITY);
-    for (int r = 0; r < nqv; r += VW) {
-        const vi qg = viota(q0 + r);
-        vf mraw = ninf;
-        for (int c = 0; c < nk; c++) {
-            vf x = vld(St + (size_t)c * BQ + r);
-            if (diag) x = vsel(vbci(k0 + c) > qg, ninf, x);
-            mraw = vmax(mraw, x);
-        }
-        vst(m + r, vmax(vld(m + r), mraw * vs));
-    }
+    const vf vs = vbc(scale);
+    for (int r = 0; r < nqv; r += VW)
+        vst(m + r, vmax(vld(m + r), column_max(St, nk, r, viota(q0 + r), k0, diag) * vs));
 }
 
 /* Row-block path: St = exp(scale·St − m[r]) (0 where masked) in place, l[r] += its column sums */

@@ -93,7 +93,8 @@ static void layout_runstate(dt_runstate *rs, const dt_config *c, carver *cv) {
     const size_t H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
     const int diff = c->arch == DT_ARCH_DIFF, v2 = c->arch == DT_ARCH_DIFF_V2, fused = rs->kernel == DT_ATTENTION_FUSED;
     const size_t maps = fused ? 0 : (size_t)rs->Bmax * H * rs->Tmax * rs->Tmax;
-    const attention_shape longest = {.B = rs->Bmax, .T = rs->Tmax, .H = (int)H, .KV = (int)KV, .hd = (int)hd, .diff = diff};
+    const attention_shape longest = {.B = rs->Bmax, .T = rs->Tmax, .H = (int)H, .KV = (int)KV, .hd = (int)hd,
+                                     .diff = diff};
     /* o12 only for DIFF on the fused kernels' online path (a T above their row-block limit) */
     const int keep_o12 = fused && flash_attention_uses_o12(&longest);
     for (int l = 0; l <= c->num_hidden_layers; l++) rs->resid[l] = carve(cv, N * C);
