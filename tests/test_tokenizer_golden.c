@@ -14,7 +14,6 @@
 
 #include <cjson/cJSON.h>
 #include <cmocka.h>
-#include <dirent.h>
 
 #include "difftrans.h"
 #include "testutil.h"
@@ -133,30 +132,17 @@ static int check_file(const char *golden_path) {
     return 1;
 }
 
-static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void test_goldens(void **state) {
     (void)state;
-    const char *dir = getenv("DT_TOKENIZER_TESTS");
-    if (!dir) fail_msg("DT_TOKENIZER_TESTS is not set (run under ctest)");
-    char gdir[4096];
-    snprintf(gdir, sizeof gdir, "%s/golden", dir);
-    DIR *d = opendir(gdir);
-    assert_non_null(d);
-    char *names[256];
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 256)
-        if (strstr(e->d_name, ".json")) names[n++] = strdup(e->d_name);
-    closedir(d);
-    qsort(names, (size_t)n, sizeof *names, by_name);
+    char gdir[4096], **names;
+    const int n = tu_tokenizer_test_files("golden", &names, gdir, sizeof gdir);
     int checked = 0;
     for (int i = 0; i < n; i++) {
         char p[8192];
         snprintf(p, sizeof p, "%s/%s", gdir, names[i]);
         checked += check_file(p);
-        free(names[i]);
     }
+    tu_free_names(names, n);
     printf("%d of %d golden files checked, %d mismatches\n", checked, n, n_mismatch);
     assert_true(n >= 10);
     assert_int_equal(n_mismatch, 0);

@@ -14,7 +14,6 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <dirent.h>
 
 #include "difftrans.h"
 #include "testutil.h"
@@ -143,22 +142,14 @@ static void check_tokenizer(const char *path, const char *name, size_t bytes) {
 
 static void test_fixtures(void **state) {
     (void)state;
-    const char *dir = getenv("DT_TOKENIZER_TESTS");
-    if (!dir) fail_msg("DT_TOKENIZER_TESTS is not set (run under ctest)");
-    char fdir[4096];
-    snprintf(fdir, sizeof fdir, "%s/fixtures", dir);
-    DIR *d = opendir(fdir);
-    assert_non_null(d);
-    struct dirent *e;
-    int n = 0;
-    while ((e = readdir(d))) {
-        if (!strstr(e->d_name, ".json")) continue;
+    char fdir[4096], **names;
+    const int n = tu_tokenizer_test_files("fixtures", &names, fdir, sizeof fdir);
+    for (int i = 0; i < n; i++) {
         char p[8192];
-        snprintf(p, sizeof p, "%s/%s", fdir, e->d_name);
-        check_tokenizer(p, e->d_name, 3000);
-        n++;
+        snprintf(p, sizeof p, "%s/%s", fdir, names[i]);
+        check_tokenizer(p, names[i], 3000);
     }
-    closedir(d);
+    tu_free_names(names, n);
     printf("%d fixtures, %d parallel encodings identical to one thread\n", n, n_cases);
     assert_true(n >= 10);
 }

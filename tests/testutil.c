@@ -1,5 +1,6 @@
 #include "testutil.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -275,4 +276,38 @@ void tu_bytelevel_char(int b, char out[4]) {
         out[1] = (char)(0x80 | (cp & 0x3F));
         out[2] = '\0';
     }
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+int tu_tokenizer_test_files(const char *sub, char ***names, char *dir_out, size_t dir_n) {
+    const char *root = getenv("DT_TOKENIZER_TESTS");
+    if (!root) {
+        fprintf(stderr, "tu_tokenizer_test_files: DT_TOKENIZER_TESTS is not set (run under ctest)\n");
+        abort();
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", root, sub);
+    if (dir_out) snprintf(dir_out, dir_n, "%s", dir);
+    DIR *d = opendir(dir);
+    char **list = calloc(256, sizeof *list);
+    if (!d || !list) {
+        fprintf(stderr, "tu_tokenizer_test_files: cannot read %s\n", dir);
+        abort();
+    }
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 256)
+        if (strstr(e->d_name, ".json")) {
+            if (!(list[n++] = strdup(e->d_name))) abort();
+        }
+    closedir(d);
+    qsort(list, (size_t)n, sizeof *list, by_name);
+    *names = list;
+    return n;
+}
+
+void tu_free_names(char **names, int n) {
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
 }

@@ -25,6 +25,11 @@ void tu_bytelevel_char(int b, char out[4]);
  * Aborts when the file cannot be read. */
 char *tu_read_file(const char *path, size_t *n);
 int tu_file_exists(const char *path);
+/* The names of the *.json files in folder `sub` of the tokenizer test data (DT_TOKENIZER_TESTS,
+ * set by ctest), sorted, at most 256; *dir_out (when not NULL) gets that folder's path. Free with
+ * tu_free_names. Aborts when the variable is unset or the folder cannot be read. */
+int tu_tokenizer_test_files(const char *sub, char ***names, char *dir_out, size_t dir_n);
+void tu_free_names(char **names, int n);
 /* A one-layer DIFF model of width 16 (2 heads of 8), small enough to walk every allocation and
  * write of a training run; aborts if the preset is missing. */
 void tu_tiny_diff_config(dt_config *c);
