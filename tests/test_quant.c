@@ -14,7 +14,7 @@
 
 #include "difftrans.h"
 #include "layers/layers.h"
-#include "quant/quant.h"
+#include "model/model_quant.h"
 #include "testutil.h"
 
 static float absmax_of(const float *x, int n) {

@@ -11,7 +11,7 @@
 #include "difftrans.h"
 #include "internal.h"
 #include "layers/layers.h"
-#include "quant/quant.h"
+#include "model/model_quant.h"
 #include "model/profile.h"
 
 /* Rows per chunk of the LM head + cross-entropy with chunked_loss, unless the options say: as many

@@ -11,7 +11,7 @@
 #include "difftrans.h"
 #include "internal.h"
 #include "layers/layers.h"
-#include "quant/quant.h"
+#include "model/model_quant.h"
 
 struct dt_kvcache {
     int max_tokens;

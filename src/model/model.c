@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "difftrans.h"
-#include "quant/quant.h"
+#include "model/model_quant.h"
 #include "internal.h"
 
 /* ---------------------------------------------------------------- layout */

@@ -89,37 +89,3 @@ int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, con
 void qlinear_free(qlinear *l);
 
 #endif
-
-/* ---- the model's linear layers (model_quant.c) ---- */
-
-/* Which linear layer of a transformer layer; LIN_LM_HEAD with layer = L. */
-enum { LIN_Q = 0, LIN_K, LIN_V, LIN_O, LIN_GATE, LIN_UP, LIN_DOWN, LIN_PER_LAYER, LIN_LM_HEAD = 0 };
-
-struct dt_quant {
-    dt_quant_options opt;        /* calib_path / calib_tokens cleared: they are not owned */
-    int n_linear;                /* L · 7, + 1 when the LM head is quantised */
-    qlinear *lin;                /* [n_linear], index layer · 7 + which; the LM head last */
-    dt_quant_act_stat *stats;    /* [n_linear] after a calibration in this process, else NULL */
-};
-
-/* The shape [out, in] of a linear layer (which = LIN_*; layer L is the LM head). */
-void model_linear_shape(const dt_model *m, int layer, int which, int *out, int *in);
-/* The HF name without ".weight", e.g. "model.layers.3.mlp.up_proj" or "lm_head". */
-void model_linear_name(char *buf, size_t n, int layer, int which, int n_layers);
-/* The quantised layer, or NULL when that layer is float. */
-const qlinear *model_qlinear(const dt_model *m, int layer, int which);
-/* y[N, out] = x[N, in] · Wᵀ for a float or quantised layer: the one call every forward pass uses.
- * scratch: model_linear_scratch_bytes(m, N) bytes (unused by float layers). */
-void model_linear(const dt_model *m, int layer, int which, float *y, const float *x, int N, void *scratch);
-size_t model_linear_scratch_bytes(const dt_model *m, int N);
-
-/* ---- quantised checkpoints (checkpoint.c) ---- */
-
-/* Reads config.json's quantization_config into o (scheme DT_QUANT_NONE when absent). */
-int quant_config_read(const char *config_path, dt_quant_options *o, dt_error *err);
-/* Whether the float tensor `name` is replaced by a quantised layer under o. */
-int quant_replaces_tensor(const dt_quant_options *o, const char *name);
-/* Builds m->quant from the integer tensors of st (after the float tensors were loaded). */
-int quant_load_tensors(dt_model *m, const dt_safetensors *st, const dt_quant_options *o, dt_error *err);
-/* Writes a quantised model as a new directory (built under a temporary name, then renamed). */
-int quant_save(const dt_model *m, const char *dir, dt_error *err);

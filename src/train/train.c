@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "difftrans.h"
-#include "quant/quant.h"
+#include "model/model_quant.h"
 #include "internal.h"
 #include "dist/comm.h"
 #include "train/checkpoint.h"

@@ -1,4 +1,4 @@
-/* checkpoint.c — quantised checkpoint directories (README "Quantisation").
+/* quant_checkpoint.c — quantised checkpoint directories (README "Quantisation").
  *
  * config.json is the float model's config plus a "quantization_config" object; model.safetensors
  * holds every float tensor that stays float (embedding, norms, λ vectors, subln, the LM head unless
@@ -20,7 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "internal.h"
-#include "quant/quant.h"
+#include "model/model_quant.h"
 
 static const char *const activation_names[] = {"float32", "int8-static-per-tensor", "int8-dynamic-per-token"};
 

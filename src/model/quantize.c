@@ -1,4 +1,4 @@
-/* model_quant.c — a model's linear layers as one abstraction (float or quantised), and the
+/* quantize.c — a model's linear layers as one abstraction (float or quantised), and the
  * post-training quantisation of a float model: calibration of activation ranges on sample text,
  * SmoothQuant-style scale migration, and the conversion itself. */
 #include <math.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "layers/layers.h"
-#include "quant/quant.h"
+#include "model/model_quant.h"
 
 static const char *const module_names[LIN_PER_LAYER] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                                         "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
