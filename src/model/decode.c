@@ -1,4 +1,4 @@
-/* generate.c — one-token-at-a-time decoding over a KV cache, and sampling.
+/* decode.c — one-token-at-a-time decoding over a KV cache, and sampling.
  *
  * The decode step is written independently of the batched forward (one position, plain loops
  * over the cache) and a test holds the two together: feeding tokens 0..T−1 one at a time gives
