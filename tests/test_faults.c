@@ -179,8 +179,15 @@ typedef int (*operation)(void *ctx, dt_error *err);
 
 /* Runs op with the n-th call of `kind` failing, for n = 1, 2, ... until op makes fewer calls
  * than n. Each failing run must return -1 with a message and free all it allocated; `check`
- * (when given) then looks at the files. Returns how many n were walked. */
-static long walk(const char *what, fault_kind kind, operation op, void *ctx, void (*check)(void *ctx)) {
+ * (when given) then looks at the files. The walk must have injected at least `min_injected`
+ * (> 0) failures: a walk that ends at once, because the wrappers are no longer linked in or the
+ * hook no longer fires, would otherwise pass having tested nothing, and a count far below what
+ * the operation is known to make means part of it no longer goes through the hook. Returns how
+ * many failures were injected. */
+static long walk(const char *what, fault_kind kind, operation op, void *ctx, void (*check)(void *ctx),
+                 long min_injected) {
+    assert_true(min_injected > 0);
+    long injected = 0;
     long n;
     for (n = 1;; n++) {
         dt_error err;
@@ -192,6 +199,7 @@ static long walk(const char *what, fault_kind kind, operation op, void *ctx, voi
             if (rc != 0) fail_msg("%s: fails without an injected fault: %s", what, err.msg);
             break;
         }
+        injected++;
         if (rc == 0) {
             /* a failure the call may absorb: only allocations in optional work (none so far) */
             fail_msg("%s: %s #%ld failed but the call reported success", what, kind == FAULT_ALLOC ? "allocation" : "write", n);
@@ -202,11 +210,18 @@ static long walk(const char *what, fault_kind kind, operation op, void *ctx, voi
                      kind == FAULT_ALLOC ? "allocation" : "write", n, hook.live, err.msg);
         if (check) check(ctx);
     }
-    print_message("%s: %ld %s walked\n", what, n - 1, kind == FAULT_ALLOC ? "allocations" : "writes");
-    return n - 1;
+    const char *calls = kind == FAULT_ALLOC ? "allocation" : "write";
+    print_message("%s: %ld %s failures injected (at least %ld expected)\n", what, injected, calls, min_injected);
+    if (injected < min_injected)
+        fail_msg("%s: only %ld %s failures were injected, at least %ld expected", what, injected, calls, min_injected);
+    return injected;
 }
 
 /* ---------------------------------------------------------------- loading */
+
+/* Each walk's minimum is about three quarters of the failures it injects today (the count beside
+ * it, also printed): room for the library to allocate or write a little less, none for a walk
+ * that stopped reaching the code under test. */
 
 typedef struct {
     char dir[1024];
@@ -248,7 +263,7 @@ static void test_load_faults(void **state) {
     (void)state;
     ckpt_ctx c;
     make_checkpoint(&c, "load");
-    assert_true(walk("load", FAULT_ALLOC, op_load, &c, check_unchanged) > 5);
+    walk("load", FAULT_ALLOC, op_load, &c, check_unchanged, 300); /* 416 on the tiny model */
     dt_model_free(&c.m);
     __real_free(c.before);
 }
@@ -266,7 +281,7 @@ static void test_save_faults(void **state) {
     make_checkpoint(&c, "save");
     /* new weights: a failed save must leave the old ones, a successful one the new ones */
     for (size_t i = 0; i < c.m.n_params; i++) c.m.params[i] *= 0.5f;
-    assert_true(walk("save", FAULT_ALLOC, op_save, &c, check_unchanged) > 3);
+    walk("save", FAULT_ALLOC, op_save, &c, check_unchanged, 250); /* 351 */
     /* the walk ended with a successful save: restore the old files for the write walk */
     __real_free(c.before);
     for (size_t i = 0; i < c.m.n_params; i++) c.m.params[i] *= 2.0f;
@@ -274,7 +289,7 @@ static void test_save_faults(void **state) {
     assert_int_equal(dt_model_save(&c.m, c.dir, 0, &err), 0);
     c.before = snapshot(c.dir);
     for (size_t i = 0; i < c.m.n_params; i++) c.m.params[i] *= 0.5f;
-    assert_true(walk("save", FAULT_WRITE, op_save, &c, check_unchanged) > 3);
+    walk("save", FAULT_WRITE, op_save, &c, check_unchanged, 30); /* 45 */
     dt_model_free(&c.m);
     __real_free(c.before);
 }
@@ -339,7 +354,7 @@ static void check_run(void *p) {
     restore(c);
 }
 
-static void run_walk(fault_kind kind) {
+static void run_walk(fault_kind kind, long min_injected) {
     run_ctx c;
     tu_path(c.dir, sizeof c.dir, "run");
     tu_path(c.pristine, sizeof c.pristine, "run_step2");
@@ -356,19 +371,19 @@ static void run_walk(fault_kind kind) {
     c.after_model = tu_read_file(model, &c.after_n);
     restore(&c);
     c.before = snapshot(c.dir);
-    walk("training step", kind, op_train_step, &c, check_run);
+    walk("training step", kind, op_train_step, &c, check_run, min_injected);
     __real_free(c.before);
     free(c.after_model);
 }
 
 static void test_train_step_alloc_faults(void **state) {
     (void)state;
-    run_walk(FAULT_ALLOC);
+    run_walk(FAULT_ALLOC, 800); /* 1043 on the tiny model */
 }
 
 static void test_train_step_write_faults(void **state) {
     (void)state;
-    run_walk(FAULT_WRITE);
+    run_walk(FAULT_WRITE, 60); /* 87 */
 }
 
 /* ---------------------------------------------------------------- the parallel tokenizer encoder */
@@ -399,6 +414,7 @@ static void test_tokenizer_encode_faults(void **state) {
     /* a regex stage (Split, Isolated) with added tokens; NFKC + Lowercase with normalised ones
      * (on ASCII text: utf8proc allocates with the real malloc, which the hook cannot count) */
     static const char *const fixtures[] = {"llama3_like.json", "metaspace_first.json"};
+    static const long min_injected[] = {40, 50}; /* 51 and 63 */
     static const char *const texts[] = {
         "Hello <|begin_of_text|>world, it's 2025!\n\n   spaces   [Day] and <Mask>\tcaf\xc3\xa9 e\xcc\x81 "
         "\xe4\xbd\xa0\xe5\xa5\xbd <|eot_id|><s>1234567 the end.   ",
@@ -409,7 +425,7 @@ static void test_tokenizer_encode_faults(void **state) {
         tok_ctx c = {NULL, texts[i]};
         dt_error err;
         if (dt_tok_load(&c.tok, path, &err) != 0) fail_msg("%s", err.msg);
-        assert_true(walk(fixtures[i], FAULT_ALLOC, op_encode, &c, NULL) > 20);
+        walk(fixtures[i], FAULT_ALLOC, op_encode, &c, NULL, min_injected[i]);
         dt_tok_free(c.tok);
     }
 }
