@@ -44,6 +44,9 @@ int cli_parse_dtype(const char *cmd, const char *s, dt_dtype *out);
 int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *out);
 /* Reads a config: a preset name ("small") or a path to a config.json. */
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
+/* cli_config, refusing a config.json whose model_type is not arch when --arch was given
+ * (arch_flag: its value as typed, NULL when not given); a preset takes arch as always. */
+int cli_config_arch(const char *cmd, const char *spec, const char *arch_flag, dt_arch arch, dt_config *cfg);
 /* The CPU, the kernel path in use, its features and OpenBLAS's core, one "key: value" per line. */
 void cli_print_system(FILE *f, const char *indent);
 /* The parameter counts of a config and of its matched model of the other architecture. */

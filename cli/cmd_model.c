@@ -29,7 +29,7 @@ int cmd_init(int argc, char **argv) {
         {"dtype", required_argument, 0, 'D'},  {"max-shard-size", required_argument, 0, 'M'},
         {"ablation", required_argument, 0, 'X'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
     };
-    const char *cmd = "init", *out = NULL, *spec = "small", *ablations = NULL;
+    const char *cmd = "init", *out = NULL, *spec = "small", *ablations = NULL, *arch_flag = NULL;
     dt_save_options save = {0};
     dt_arch arch = DT_ARCH_DIFF;
     int subln = 0;
@@ -42,6 +42,7 @@ int cmd_init(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 'a':
             if (cli_parse_arch(cmd, optarg, &arch)) return 1;
+            arch_flag = optarg;
             break;
         case 'p':
         case 'c': spec = optarg; break;
@@ -63,7 +64,7 @@ int cmd_init(int argc, char **argv) {
     if (optind < argc) return cli_error(cmd, "unexpected argument '%s'", argv[optind]);
     if (!out) return cli_error(cmd, "--out DIR is required (see difftrans init --help)");
     dt_config cfg;
-    if (cli_config(cmd, spec, arch, &cfg) != 0) return 1;
+    if (cli_config_arch(cmd, spec, arch_flag, arch, &cfg) != 0) return 1;
     if (subln && cfg.arch == DT_ARCH_DIFF) cfg.use_subln_weight = 1;
     if (ablations && cli_apply_ablations(cmd, ablations, &cfg) != 0) return 1;
     dt_model m;

@@ -187,11 +187,24 @@ int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *o
     return -(cli_error(cmd, "%s '%s': unknown unit (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", name, s) != 0);
 }
 
+/* A spec with a slash or ".json" in it is a config.json; anything else a preset's name. */
+static int config_spec_is_file(const char *spec) { return strchr(spec, '/') || strstr(spec, ".json"); }
+
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) {
     dt_error err;
-    int rc = strchr(spec, '/') || strstr(spec, ".json") ? dt_config_load(cfg, spec, &err)
-                                                        : dt_config_preset(cfg, spec, arch, &err);
+    int rc = config_spec_is_file(spec) ? dt_config_load(cfg, spec, &err) : dt_config_preset(cfg, spec, arch, &err);
     if (rc != 0) return -(cli_error(cmd, "%s", err.msg) != 0);
+    return 0;
+}
+
+int cli_config_arch(const char *cmd, const char *spec, const char *arch_flag, dt_arch arch, dt_config *cfg) {
+    if (cli_config(cmd, spec, arch, cfg) != 0) return -1;
+    /* a file's model_type says what the model is; an --arch that says otherwise is a mistake, and
+     * taking either one silently would build a model the user did not ask for */
+    if (arch_flag && config_spec_is_file(spec) && cfg->arch != arch)
+        return -(cli_error(cmd, "--arch %s (model_type \"%s\") disagrees with %s, whose model_type is \"%s\"; drop --arch "
+                           "or give a config of that architecture", arch_flag, dt_arch_name(arch), spec,
+                           dt_arch_name(cfg->arch)) != 0);
     return 0;
 }
 

@@ -651,6 +651,17 @@ expect_fail "init --out is a regular file" 'a_file' 'not a directory|exists|cann
 if [ "$(cat "$S/a_file")" = "keep me" ]; then pass; else fail "init --out a regular file changed the file"; fi
 expect_fail "init --config not json" -x "$OUT/init" 'cfg_not_json/config\.json' 'JSON' -- \
     "$DT" init --config "$S/cfg_not_json/config.json" --out "$OUT/init"
+# --arch and a config file's model_type that disagree: refused, naming both; when they agree, or
+# the config is a preset's name (which takes --arch), init writes the model.
+expect_fail "init --arch v2 --config a diffllama config.json" -x "$OUT/init" 'arch v2' 'good/config\.json' \
+    'model_type is "diffllama"' -- "$DT" init --arch v2 --config "$GOOD/config.json" --out "$OUT/init"
+expect_fail "init --arch transformer --config a diffllama config.json" -x "$OUT/init" 'arch transformer' \
+    'model_type is "diffllama"' -- "$DT" init --arch transformer --config "$GOOD/config.json" --out "$OUT/init"
+expect_ok "init --arch diff --config a diffllama config.json" "$DT" init --arch diff --config "$GOOD/config.json" \
+    --out "$S/init_arch_agrees"
+expect_ok "init --arch v2 --config tiny (a preset)" "$DT" init --arch v2 --config tiny --out "$S/init_v2_preset"
+if grep -qE '"model_type":[[:space:]]*"difftrans_v2"' "$S/init_v2_preset/config.json" 2>/dev/null; then pass
+else fail "init --arch v2 --config tiny did not write a difftrans_v2 model"; fi
 
 expect_fail "info without MODEL_DIR" 'MODEL_DIR' -- "$DT" info
 expect_fail "info with two directories" 'MODEL_DIR' -- "$DT" info "$GOOD" "$GOOD"
