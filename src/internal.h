@@ -3,6 +3,8 @@
 #define DT_INTERNAL_H
 #include "difftrans.h"
 
+/* The largest vocab_size a model may have (dt_config_validate); a token dataset's too. */
+#define DT_MAX_VOCAB 4194304
 /* Writes text plus a newline to path through a temporary file and a rename. */
 int write_text_atomic(const char *path, const char *text, dt_error *err);
 /* dt_atomic_commit in two steps, so that several files can be completed before any is renamed:

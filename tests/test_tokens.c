@@ -96,24 +96,74 @@ static void test_count_checked_before_growing(void **state) {
                       "train", "should hold 9 tokens");
 }
 
-static void test_manifest_numbers_out_of_range(void **state) {
-    (void)state;
-    /* converting 1e300 to an int is undefined behaviour (UBSan stops the ASan build's run) */
+/* dt_tokens_info on a manifest of the good dataset's splits with `fields` before them: refused
+ * with a message naming `key` */
+static void expect_info_refuses(const char *name, const char *fields, const char *key) {
+    char manifest[1024];
+    snprintf(manifest, sizeof manifest, "{\"format\": \"difftrans-tokens\", %s, \"splits\": {\"train\": {\"shards\":"
+             " [\"train-00000.tok\"], \"tokens\": 3}, \"val\": {\"shards\": [\"val-00000.tok\"], \"tokens\": 1}}}", fields);
+    const char *dir = dataset(name, manifest);
     dt_tokens_summary s;
     dt_error err = {{0}};
-    const char *dir = dataset("eos", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"eos_id\": 1e300}");
-    if (dt_tokens_info(dir, &s, &err) == 0) fail_msg("eos_id 1e300 accepted");
-    if (!strstr(err.msg, "eos_id")) fail_msg("message '%s' does not name eos_id", err.msg);
-    dir = dataset("eos_vocab", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"eos_id\": 300}");
-    if (dt_tokens_info(dir, &s, &err) == 0) fail_msg("eos_id past the vocabulary accepted");
-    /* negative or huge counts are not counts: reported as unknown (0) */
-    dir = dataset("counts", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"eos_id\": -1, \"bytes\": -5,"
-                            " \"splits\": {\"train\": {\"tokens\": 1e30}, \"val\": {\"tokens\": -1}}}");
-    if (dt_tokens_info(dir, &s, &err) != 0) fail_msg("info: %s", err.msg);
-    assert_int_equal(s.eos_id, -1);
+    if (dt_tokens_info(dir, &s, &err) == 0) fail_msg("%s: {%s} accepted", name, fields);
+    if (!strstr(err.msg, "dataset.json") || !strstr(err.msg, key))
+        fail_msg("%s: message '%s' does not name dataset.json and %s", name, err.msg, key);
+}
+
+static void test_manifest_numbers_out_of_range(void **state) {
+    (void)state;
+    /* every number is checked as a double before it becomes an integer: converting 2^31 to an int,
+     * or 1e300 or an infinity (cJSON reads 1e999 as one) to anything, is undefined behaviour (UBSan
+     * stops the ASan build's run); a fraction would be truncated silently */
+    expect_info_refuses("eos_2p31", "\"vocab_size\": 300, \"eos_id\": 2147483648", "eos_id");
+    expect_info_refuses("eos_1e300", "\"vocab_size\": 300, \"eos_id\": 1e300", "eos_id");
+    expect_info_refuses("eos_1e999", "\"vocab_size\": 300, \"eos_id\": 1e999", "eos_id");
+    expect_info_refuses("eos_-1e999", "\"vocab_size\": 300, \"eos_id\": -1e999", "eos_id");
+    expect_info_refuses("eos_frac", "\"vocab_size\": 300, \"eos_id\": 3.5", "eos_id");
+    expect_info_refuses("eos_-2", "\"vocab_size\": 300, \"eos_id\": -2", "eos_id");
+    expect_info_refuses("eos_vocab", "\"vocab_size\": 300, \"eos_id\": 300", "eos_id");
+    expect_info_refuses("eos_string", "\"vocab_size\": 300, \"eos_id\": \"2\"", "eos_id");
+    /* a vocabulary no model can have (dt_config_validate's limit, 4194304), even with an eos id inside it */
+    expect_info_refuses("vocab_2p31", "\"vocab_size\": 2147483649, \"eos_id\": 2147483648", "vocab_size");
+    expect_info_refuses("vocab_limit", "\"vocab_size\": 4194305", "vocab_size");
+    expect_info_refuses("vocab_1e999", "\"vocab_size\": 1e999", "vocab_size");
+    expect_info_refuses("vocab_frac", "\"vocab_size\": 300.5", "vocab_size");
+    expect_info_refuses("vocab_0", "\"vocab_size\": 0", "vocab_size");
+    expect_info_refuses("vocab_-1", "\"vocab_size\": -1", "vocab_size");
+    expect_info_refuses("vocab_missing", "\"eos_id\": 2", "vocab_size");
+    /* counts: whole numbers in [0, 2^53] when present */
+    expect_info_refuses("bytes_-5", "\"vocab_size\": 300, \"bytes\": -5", "bytes");
+    expect_info_refuses("bytes_1e300", "\"vocab_size\": 300, \"bytes\": 1e300", "bytes");
+    expect_info_refuses("bytes_frac", "\"vocab_size\": 300, \"bytes\": 40.25", "bytes");
+    dt_tokens_summary s;
+    dt_error err = {{0}};
+    const char *dir = dataset("tokens_1e30", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"splits\":"
+                                             " {\"train\": {\"shards\": [\"train-00000.tok\"], \"tokens\": 1e30}}}");
+    if (dt_tokens_info(dir, &s, &err) == 0 || !strstr(err.msg, "splits.train.tokens"))
+        fail_msg("train tokens 1e30: %s", err.msg);
+    expect_load_fails(dir, "train", "splits.train.tokens");
+    dir = dataset("tokens_-1", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"splits\":"
+                               " {\"val\": {\"shards\": [\"val-00000.tok\"], \"tokens\": -1}}}");
+    if (dt_tokens_info(dir, &s, &err) == 0 || !strstr(err.msg, "splits.val.tokens"))
+        fail_msg("val tokens -1: %s", err.msg);
+    expect_load_fails(dir, "val", "splits.val.tokens");
+    dir = dataset("tokens_frac", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"splits\":"
+                                 " {\"train\": {\"shards\": [\"train-00000.tok\"], \"tokens\": 2.5}}}");
+    expect_load_fails(dir, "train", "splits.train.tokens");
+    /* the edges are accepted: the largest vocabulary with its last id as eos, eos -1 or null (none),
+     * absent counts (unknown: 0) */
+    dir = dataset("edges", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 4194304, \"eos_id\": 4194303}");
+    if (dt_tokens_info(dir, &s, &err) != 0) fail_msg("edges: %s", err.msg);
+    assert_int_equal(s.vocab_size, 4194304);
+    assert_int_equal(s.eos_id, 4194303);
     assert_int_equal(s.bytes, 0);
     assert_int_equal(s.tokens[0], 0);
-    assert_int_equal(s.tokens[1], 0);
+    dir = dataset("eos_none", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"eos_id\": -1, \"bytes\": 0}");
+    if (dt_tokens_info(dir, &s, &err) != 0) fail_msg("eos -1: %s", err.msg);
+    assert_int_equal(s.eos_id, -1);
+    dir = dataset("eos_null", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"eos_id\": null}");
+    if (dt_tokens_info(dir, &s, &err) != 0) fail_msg("eos null: %s", err.msg);
+    assert_int_equal(s.eos_id, -1);
 }
 
 int main(void) {

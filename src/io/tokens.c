@@ -593,36 +593,52 @@ static int manifest_load(const char *dir, cJSON **root, dt_error *err) {
     return 0;
 }
 
-/* A count in the manifest (bytes, tokens): 0 unless a number in [0, 2^64) — converting anything
- * else to an integer is undefined. */
-static uint64_t count_of(const cJSON *j) {
-    return cJSON_IsNumber(j) && j->valuedouble >= 0 && j->valuedouble < 18446744073709551616.0 ? (uint64_t)j->valuedouble
-                                                                                                : 0;
+/* Largest count the manifest may give (tokens, bytes): every whole number up to 2^53 is a double
+ * exactly, so the comparisons with the shards' sizes stay exact. */
+#define MAX_COUNT 9007199254740992.0
+
+/* A whole number in [lo, hi] under `key` of the manifest into *out, or -1 naming the file and the
+ * key: converting a fraction, an infinity (cJSON reads 1e999 as one) or anything outside the
+ * target type to an integer would be undefined or silently wrong. */
+static int manifest_number(const cJSON *j, const char *dir, const char *key, double lo, double hi, double *out,
+                           dt_error *err) {
+    const double v = cJSON_IsNumber(j) ? j->valuedouble : NAN;
+    if (!(v >= lo && v <= hi && v == floor(v))) /* NaN fails every comparison */
+        return dt_fail(err, "%s/%s: %s must be a whole number in [%.0f, %.0f]", dir, MANIFEST, key, lo, hi);
+    *out = v;
+    return 0;
+}
+
+/* A count that may be absent (0: unknown); when present it must be one. */
+static int manifest_count(const cJSON *j, const char *dir, const char *key, uint64_t *out, dt_error *err) {
+    double v = 0;
+    if (j && manifest_number(j, dir, key, 0, MAX_COUNT, &v, err) != 0) return -1;
+    *out = (uint64_t)v;
+    return 0;
 }
 
 int dt_tokens_info(const char *dir, dt_tokens_summary *s, dt_error *err) {
     cJSON *root;
     if (manifest_load(dir, &root, err) != 0) return -1;
     memset(s, 0, sizeof *s);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, "vocab_size");
+    s->eos_id = -1;
     const cJSON *eos = cJSON_GetObjectItemCaseSensitive(root, "eos_id");
-    const cJSON *bytes = cJSON_GetObjectItemCaseSensitive(root, "bytes");
-    int rc = 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 1 || v->valuedouble > 4294967295.0)
-        rc = dt_fail(err, "%s/%s: vocab_size missing or out of range", dir, MANIFEST);
-    else {
-        s->vocab_size = (int64_t)v->valuedouble;
-        s->eos_id = -1;
-        if (eos && !cJSON_IsNull(eos) &&
-            !(cJSON_IsNumber(eos) && eos->valuedouble >= -1 && eos->valuedouble < (double)s->vocab_size))
-            rc = dt_fail(err, "%s/%s: eos_id is not -1 or an id below vocab_size %" PRId64, dir, MANIFEST, s->vocab_size);
-        else if (cJSON_IsNumber(eos)) s->eos_id = (int)eos->valuedouble;
-        s->bytes = count_of(bytes);
-        const cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
-        for (int k = 0; k < 2; k++) {
-            const cJSON *sp = cJSON_GetObjectItemCaseSensitive(splits, SPLIT_NAMES[k]);
-            s->tokens[k] = count_of(cJSON_GetObjectItemCaseSensitive(sp, "tokens"));
-        }
+    const cJSON *splits = cJSON_GetObjectItemCaseSensitive(root, "splits");
+    double vocab = 0, eos_id = -1;
+    /* the vocabulary a model can have (dt_config_validate's limit), so that every id fits an int */
+    int rc = manifest_number(cJSON_GetObjectItemCaseSensitive(root, "vocab_size"), dir, "vocab_size", 1, DT_MAX_VOCAB,
+                             &vocab, err);
+    if (rc == 0 && eos && !cJSON_IsNull(eos)) rc = manifest_number(eos, dir, "eos_id", -1, vocab - 1, &eos_id, err);
+    if (rc == 0) rc = manifest_count(cJSON_GetObjectItemCaseSensitive(root, "bytes"), dir, "bytes", &s->bytes, err);
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        char key[64];
+        snprintf(key, sizeof key, "splits.%s.tokens", SPLIT_NAMES[k]);
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(splits, SPLIT_NAMES[k]);
+        rc = manifest_count(cJSON_GetObjectItemCaseSensitive(sp, "tokens"), dir, key, &s->tokens[k], err);
+    }
+    if (rc == 0) {
+        s->vocab_size = (int64_t)vocab;
+        s->eos_id = (int)eos_id;
     }
     cJSON_Delete(root);
     return rc;
@@ -692,8 +708,14 @@ int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int 
     const cJSON *want = cJSON_GetObjectItemCaseSensitive(sp, "tokens");
     int rc = 0;
     size_t cap = 0;
-    if (!cJSON_IsArray(list)) rc = dt_fail(err, "%s/%s: no shard list for split '%s'", dir, MANIFEST, split);
-    else if (cJSON_GetArraySize(list) > MAX_SHARDS)
+    double declared = -1; /* the split's token count, -1 when the manifest gives none */
+    if (want) {
+        char key[96];
+        snprintf(key, sizeof key, "splits.%s.tokens", split);
+        rc = manifest_number(want, dir, key, 0, MAX_COUNT, &declared, err);
+    }
+    if (rc == 0 && !cJSON_IsArray(list)) rc = dt_fail(err, "%s/%s: no shard list for split '%s'", dir, MANIFEST, split);
+    else if (rc == 0 && cJSON_GetArraySize(list) > MAX_SHARDS)
         rc = dt_fail(err, "%s/%s: more than %d shards in split '%s'", dir, MANIFEST, MAX_SHARDS, split);
     const cJSON *item;
     cJSON_ArrayForEach(item, list) {
@@ -712,11 +734,11 @@ int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int 
         if (rc != 0) break;
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, item->valuestring);
-        rc = load_shard(path, vocab_limit, cJSON_IsNumber(want) ? want->valuedouble : -1, tokens, n, &cap, err);
+        rc = load_shard(path, vocab_limit, declared, tokens, n, &cap, err);
     }
-    if (rc == 0 && cJSON_IsNumber(want) && (double)*n != want->valuedouble)
+    if (rc == 0 && declared >= 0 && (double)*n != declared)
         rc = dt_fail(err, "%s/%s: split '%s' should hold %.0f tokens but its shards hold %zu", dir, MANIFEST, split,
-                     want->valuedouble, *n);
+                     declared, *n);
     cJSON_Delete(root);
     if (rc != 0) {
         free(*tokens);

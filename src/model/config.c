@@ -19,7 +19,6 @@
 #include "internal.h"
 
 /* Upper bounds, checked before anything is allocated from these numbers. */
-#define MAX_VOCAB 4194304
 #define MAX_HIDDEN 65536
 #define MAX_INTERMEDIATE 1048576
 #define MAX_LAYERS 1024
@@ -111,7 +110,7 @@ static int check_size(const char *where, const char *key, int v, int max, dt_err
 }
 
 static int check_sizes(const dt_config *c, const char *where, dt_error *err) {
-    if (check_size(where, "vocab_size", c->vocab_size, MAX_VOCAB, err) ||
+    if (check_size(where, "vocab_size", c->vocab_size, DT_MAX_VOCAB, err) ||
         check_size(where, "hidden_size", c->hidden_size, MAX_HIDDEN, err) ||
         check_size(where, "intermediate_size", c->intermediate_size, MAX_INTERMEDIATE, err) ||
         check_size(where, "num_hidden_layers", c->num_hidden_layers, MAX_LAYERS, err) ||
