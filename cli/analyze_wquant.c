@@ -78,13 +78,10 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
             rc = cli_error(cmd, "--seq %d: more than %s's max_position_embeddings %d", o->seq, dirs[loaded],
                            models[loaded].cfg.max_position_embeddings);
         else {
-            dt_tok *vocab = NULL; /* the needle texts go through the model's tokenizer */
             fprintf(stderr, "analyze quantize: %s (%d scheme(s))\n", dirs[loaded], ns);
-            if (dt_model_tokenizer(&models[loaded], dirs[loaded], &vocab, &err) < 0) rc = cli_error(cmd, "%s", err.msg);
-            p.needle_tok = vocab;
-            if (rc == 0 && an_wq_run(&models[loaded], &p, schemes, ns, &rows[(size_t)loaded * (ns + 1)], &err) != 0)
+            p.needle_tok = dt_model_tok(&models[loaded]); /* the needle texts go through the model's tokenizer */
+            if (an_wq_run(&models[loaded], &p, schemes, ns, &rows[(size_t)loaded * (ns + 1)], &err) != 0)
                 rc = cli_error(cmd, "%s: %s", dirs[loaded], err.msg);
-            dt_tok_free(vocab);
         }
         if (rc != 0) {
             loaded++; /* free this one too */

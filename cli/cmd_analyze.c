@@ -128,25 +128,16 @@ static cJSON *json_entry(cJSON *arr, const char *key, const char *dir, int arch)
     return e;
 }
 
-static void free_tokenizers(dt_tok **toks, int n) {
-    for (int i = 0; toks && i < n; i++) dt_tok_free(toks[i]);
-    free(toks);
-}
-
 /* Loads every model and, when toks is given, its tokenizer (NULL for a byte-level model) — the
  * needle and in-context tasks are text read through it; on failure frees what it loaded. */
-static int load_models(const char *cmd, char **dirs, int n, dt_model *models, dt_tok **toks, int seq_needed, int *seq) {
+static int load_models(const char *cmd, char **dirs, int n, dt_model *models, const dt_tok **toks, int seq_needed, int *seq) {
     dt_error err;
     for (int i = 0; i < n; i++) {
         if (dt_model_load(&models[i], dirs[i], &err) != 0) {
             for (int j = 0; j < i; j++) dt_model_free(&models[j]);
             return -(cli_error(cmd, "%s", err.msg) != 0);
         }
-        if (toks && dt_model_tokenizer(&models[i], dirs[i], &toks[i], &err) < 0) {
-            cli_error(cmd, "%s", err.msg);
-            for (int j = 0; j <= i; j++) dt_model_free(&models[j]);
-            return -1;
-        }
+        if (toks) toks[i] = dt_model_tok(&models[i]);
         if (seq_needed && *seq > models[i].cfg.max_position_embeddings) {
             cli_error(cmd, "--seq %d: more than %s's max_position_embeddings %d", *seq, dirs[i],
                       models[i].cfg.max_position_embeddings);
@@ -228,7 +219,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     const int R = op->n_bits + 1; /* row 0: unquantised */
     dt_model *models = calloc((size_t)n, sizeof *models);
     an_quant_row *rows = calloc((size_t)n * R, sizeof *rows);
-    dt_tok **toks = calloc((size_t)n, sizeof *toks);
+    const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int seq = op->seq, rc = 0;
     if (!models || !rows || !toks)
         rc = cli_error(cmd, "out of memory");
@@ -292,7 +283,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
         }
         for (int i = 0; i < n; i++) dt_model_free(&models[i]);
     }
-    free_tokenizers(toks, n);
+    free(toks);
     free(rows);
     free(models);
     free(tok);
@@ -306,7 +297,7 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
     if (needle_load_testset(&ts, op->needle, &err) != 0) return cli_error(cmd, "--needle: %s", err.msg);
     dt_model *models = calloc((size_t)n, sizeof *models);
     an_allocation *res = calloc((size_t)n, sizeof *res);
-    dt_tok **toks = calloc((size_t)n, sizeof *toks);
+    const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
     if (!models || !res || !toks)
         rc = cli_error(cmd, "out of memory");
@@ -362,7 +353,7 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
         for (int i = 0; i < n; i++) dt_model_free(&models[i]);
     }
     for (int i = 0; i < n && res; i++) an_allocation_free(&res[i]);
-    free_tokenizers(toks, n);
+    free(toks);
     free(res);
     free(models);
     needle_testset_free(&ts);
@@ -380,7 +371,7 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     dt_model *models = calloc((size_t)n, sizeof *models);
     icl_result *res = calloc((size_t)n, sizeof *res);
-    dt_tok **toks = calloc((size_t)n, sizeof *toks);
+    const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
     if (!models || !res || !toks) rc = cli_error(cmd, "out of memory");
     else if (load_models(cmd, dirs, n, models, toks, 0, &seq) != 0) {
@@ -419,7 +410,7 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     }
     for (int i = 0; i < done; i++) icl_result_free(&res[i]);
     for (int i = 0; models && i < n; i++) dt_model_free(&models[i]);
-    free_tokenizers(toks, n);
+    free(toks);
     free(models);
     free(res);
     return rc;

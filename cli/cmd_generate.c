@@ -53,64 +53,23 @@ static int parse_ids(const char *s, int V, int **ids, int *n) {
     return 0;
 }
 
-/* Text through the model's tokenizer, with its special tokens (BOS) as transformers adds them. */
-static int encode_prompt(const char *cmd, const dt_tok *tok, const char *text, int **ids, int *n) {
-    int32_t *t = NULL;
-    size_t nt = 0;
-    dt_error err;
-    if (dt_tok_encode(tok, text, strlen(text), 1, &t, &nt, &err) != 0)
-        return cli_error(cmd, "--prompt: %s", err.msg);
-    if (nt == 0 && dt_tok_bos_id(tok) >= 0) { /* an empty prompt starts from BOS */
-        free(t);
-        t = malloc(sizeof *t);
-        if (t) t[0] = dt_tok_bos_id(tok), nt = 1;
-    }
-    if (nt == 0) {
-        free(t);
-        return cli_error(cmd, "--prompt: empty, and the tokenizer has no BOS token to start from");
-    }
-    *ids = malloc(nt * sizeof **ids);
-    if (!*ids) {
-        free(t);
-        return cli_error(cmd, "out of memory");
-    }
-    for (size_t i = 0; i < nt; i++) (*ids)[i] = t[i];
-    *n = (int)nt;
-    free(t);
-    return 0;
-}
-
 /* Streams decoded text: after every token the whole sequence is decoded again (a token's text
  * can depend on its neighbours) and what is new is printed, holding back a trailing U+FFFD, the
- * mark of a character whose bytes are not all generated yet. */
+ * mark of a character whose bytes are not all generated yet. A byte-level model's bytes are
+ * printed as they come (ids past 255, possible with --prompt-ids, as <id>). */
 typedef struct {
-    const dt_tok *tok;
-    size_t base;                 /* length of the decoded prompt */
+    const dt_model *m;
+    int print_ids;
+    int first;                   /* no token printed yet */
     size_t printed;              /* of the decoded text, bytes shown */
+    dt_error err;
+    int failed;
 } text_stream;
 
-static int decode_all(const char *cmd, const text_stream *ts, const int32_t *ids, int n, char **text, size_t *len) {
-    dt_error err;
-    if (dt_tok_decode(ts->tok, ids, (size_t)n, 1, text, len, &err) != 0) return cli_error(cmd, "%s", err.msg);
-    return 0;
-}
-
-static int stream_start(const char *cmd, text_stream *ts, const int32_t *ids, int n, const char *prompt) {
+static int stream_text(text_stream *ts, const int *seq, int n, int final) {
     char *text;
     size_t len;
-    if (decode_all(cmd, ts, ids, n, &text, &len) != 0) return 1;
-    /* the prompt as typed; ids given by number are shown decoded */
-    if (prompt) fwrite(prompt, 1, strlen(prompt), stdout);
-    else fwrite(text, 1, len, stdout);
-    ts->base = ts->printed = len;
-    free(text);
-    return 0;
-}
-
-static int stream_more(const char *cmd, text_stream *ts, const int32_t *ids, int n, int final) {
-    char *text;
-    size_t len;
-    if (decode_all(cmd, ts, ids, n, &text, &len) != 0) return 1;
+    if (dt_model_decode(ts->m, seq, (size_t)n, 1, &text, &len, &ts->err) != 0) return ts->failed = 1;
     size_t end = len;
     while (!final && end >= ts->printed + 3 && memcmp(text + end - 3, "\xEF\xBF\xBD", 3) == 0) end -= 3;
     if (end > ts->printed) {
@@ -118,6 +77,19 @@ static int stream_more(const char *cmd, text_stream *ts, const int32_t *ids, int
         ts->printed = end;
     }
     free(text);
+    return 0;
+}
+
+static int on_token(void *ctx, int token, int is_stop, const int *seq, int n_seq) {
+    text_stream *ts = ctx;
+    if (ts->print_ids) printf("%s%d", ts->first ? "" : " ", token);
+    else if (is_stop) return 0;
+    else if (dt_model_tok(ts->m)) {
+        if (stream_text(ts, seq, n_seq, 0) != 0) return 1;
+    } else if (token > 255) printf("<%d>", token);
+    else putchar(token);
+    ts->first = 0;
+    fflush(stdout);
     return 0;
 }
 
@@ -168,88 +140,67 @@ int cmd_generate(int argc, char **argv) {
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
-    const int V = m.cfg.vocab_size;
-    dt_tok *tok = NULL; /* the model's tokenizer.json; NULL for a byte-level model */
-    if (dt_model_tokenizer(&m, argv[optind], &tok, &err) < 0) {
-        dt_model_free(&m);
-        return cli_error(cmd, "%s", err.msg);
-    }
+    const dt_tok *tok = dt_model_tok(&m); /* NULL for a byte-level model */
     int *ids = NULL, n_prompt = 0, rc = 0;
-    if (prompt_ids) {
-        rc = parse_ids(prompt_ids, V, &ids, &n_prompt);
-    } else if (tok) {
-        rc = encode_prompt(cmd, tok, prompt ? prompt : "", &ids, &n_prompt);
-    } else {
-        const char *text = prompt && *prompt ? prompt : "\n";
-        n_prompt = (int)strlen(text);
-        ids = malloc((size_t)n_prompt * sizeof(int));
-        for (int i = 0; ids && i < n_prompt; i++) ids[i] = (unsigned char)text[i];
-        for (int i = 0; ids && i < n_prompt && rc == 0; i++)
-            if (ids[i] >= V)
-                rc = cli_error(cmd, "--prompt: byte %d at offset %d is outside the model's vocabulary of %d", ids[i], i,
-                               V);
-    }
-    if (rc != 0) {
-        free(ids);
-        dt_tok_free(tok);
-        dt_model_free(&m);
-        return 1;
-    }
-    const int total = n_prompt + n_gen;
-    float *logits = malloc((size_t)V * sizeof(float));
-    dt_prob_index *scratch = malloc((size_t)V * sizeof *scratch);
-    int32_t *all = malloc((size_t)(total > 0 ? total : 1) * sizeof *all); /* prompt and generated ids */
-    dt_kvcache *kc = NULL;
-    if (!ids || !logits || !scratch || !all) rc = cli_error(cmd, "out of memory");
-    else if (n_prompt == 0) rc = cli_error(cmd, "--prompt-ids: no token ids given");
-    else if (total > m.cfg.max_position_embeddings)
+    size_t n = 0;
+    if (prompt_ids) rc = parse_ids(prompt_ids, m.cfg.vocab_size, &ids, &n_prompt);
+    else if (dt_model_encode_prompt(&m, prompt ? prompt : "", &ids, &n, &err) != 0) rc = cli_error(cmd, "--prompt: %s", err.msg);
+    else n_prompt = (int)n;
+    if (rc == 0 && n_prompt == 0) rc = cli_error(cmd, "--prompt-ids: no token ids given");
+    if (rc == 0 && (long)n_prompt + n_gen > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "prompt (%d tokens) + -n %d exceeds max_position_embeddings %d", n_prompt, n_gen,
                        m.cfg.max_position_embeddings);
-    else if (!(kc = dt_kvcache_create_with(&m, total, kv_dtype, &err))) rc = cli_error(cmd, "%s", err.msg);
-    if (kc && kv_dtype != DT_KV_F32)
-        fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", total,
-                dt_kvcache_bytes(kc) / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
-                2.0 * m.cfg.num_hidden_layers * total * m.cfg.num_key_value_heads * m.cfg.head_dim * 4 / 1e6);
-
-    /* the end-of-sequence ids: generation_config.json's, else the tokenizer's */
-    dt_special_ids stop = m.cfg.special;
-    if (stop.n_eos == 0 && tok && dt_tok_eos_id(tok) >= 0) stop.eos_token_id[stop.n_eos++] = dt_tok_eos_id(tok);
-    text_stream ts = {.tok = tok};
-    for (int i = 0; rc == 0 && i < n_prompt; i++) all[i] = ids[i];
-    if (rc == 0 && !print_ids && tok) rc = stream_start(cmd, &ts, all, n_prompt, prompt_ids ? NULL : prompt);
-    else if (rc == 0 && !print_ids && !prompt_ids) fwrite(prompt ? prompt : "", 1, prompt ? strlen(prompt) : 0, stdout);
-    uint64_t rng = seed;
-    int token = ids ? ids[0] : 0, n_all = n_prompt;
-    for (int pos = 0; rc == 0 && pos < total - 1; pos++) {
-        if (dt_decode_step(&m, kc, token, pos, logits, &err) != 0) {
-            rc = cli_error(cmd, "%s", err.msg);
-            break;
-        }
-        if (pos + 1 < n_prompt) {
-            token = ids[pos + 1];
-            continue;
-        }
-        token = dt_sample(logits, V, &sampler, &rng, scratch);
-        int is_eos = 0;
-        for (int e = 0; e < stop.n_eos; e++) is_eos |= token == stop.eos_token_id[e];
-        if (print_ids) printf("%s%d", pos + 1 == n_prompt ? "" : " ", token);
-        if (is_eos) break;
-        all[n_all++] = token;
-        if (print_ids) {
-        } else if (tok) {
-            rc = stream_more(cmd, &ts, all, n_all, 0);
-        } else if (prompt_ids && token > 255) printf("<%d>", token);
-        else putchar(token < 256 ? token : '?');
-        fflush(stdout);
+    if (rc == 0 && kv_dtype != DT_KV_F32) {
+        dt_kvcache *kc = dt_kvcache_create_with(&m, n_prompt + n_gen, kv_dtype, &err);
+        if (!kc) rc = cli_error(cmd, "%s", err.msg);
+        else
+            fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", n_prompt + n_gen,
+                    dt_kvcache_bytes(kc) / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
+                    2.0 * m.cfg.num_hidden_layers * (n_prompt + n_gen) * m.cfg.num_key_value_heads * m.cfg.head_dim *
+                        4 / 1e6);
+        dt_kvcache_free(kc);
     }
-    if (rc == 0 && tok && !print_ids) rc = stream_more(cmd, &ts, all, n_all, 1);
+    text_stream ts = {.m = &m, .print_ids = print_ids, .first = 1};
+    if (rc == 0 && !print_ids && tok) {
+        /* the prompt as typed; ids given by number are shown decoded */
+        char *text;
+        size_t len;
+        if (dt_model_decode(&m, ids, (size_t)n_prompt, 1, &text, &len, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        else {
+            if (prompt) fwrite(prompt, 1, strlen(prompt), stdout);
+            else fwrite(text, 1, len, stdout);
+            ts.printed = len; /* what follows the prompt's decoded text is new */
+            free(text);
+        }
+    } else if (rc == 0 && !print_ids && prompt) {
+        fwrite(prompt, 1, strlen(prompt), stdout);
+    }
+    dt_generate_options go;
+    dt_generate_defaults(&go);
+    go.max_new_tokens = n_gen;
+    go.sampler = sampler;
+    go.seed = seed;
+    go.kv_cache = kv_dtype;
+    go.on_token = on_token;
+    go.ctx = &ts;
+    int *out = rc == 0 ? malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof *out) : NULL;
+    dt_generate_result res;
+    if (rc == 0 && !out) rc = cli_error(cmd, "out of memory");
+    if (rc == 0 && dt_generate(&m, ids, n_prompt, &go, out, &res, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    else if (rc == 0 && ts.failed) rc = cli_error(cmd, "%s", ts.err.msg);
+    if (rc == 0 && tok && !print_ids) {
+        int *all = malloc((size_t)(n_prompt + res.n_generated) * sizeof *all);
+        if (!all) rc = cli_error(cmd, "out of memory");
+        else {
+            memcpy(all, ids, (size_t)n_prompt * sizeof *all);
+            memcpy(all + n_prompt, out, (size_t)res.n_generated * sizeof *all);
+            if (stream_text(&ts, all, n_prompt + res.n_generated, 1) != 0) rc = cli_error(cmd, "%s", ts.err.msg);
+            free(all);
+        }
+    }
     if (rc == 0) putchar('\n');
-    dt_kvcache_free(kc);
+    free(out);
     free(ids);
-    free(all);
-    free(logits);
-    free(scratch);
-    dt_tok_free(tok);
     dt_model_free(&m);
     return rc;
 }

@@ -102,11 +102,7 @@ int cmd_info(int argc, char **argv) {
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[1], &err) != 0) return cli_error(cmd, "%s", err.msg);
-    dt_tok *tok = NULL;
-    if (dt_model_tokenizer(&m, argv[1], &tok, &err) < 0) {
-        dt_model_free(&m);
-        return cli_error(cmd, "%s", err.msg);
-    }
+    const dt_tok *tok = dt_model_tok(&m); /* NULL: byte-level */
     const dt_config *c = &m.cfg;
     printf("model:      %s\n", argv[1]);
     static const char *const kinds[] = {"llama (Transformer)", "diffllama (DIFF Transformer)",
@@ -129,7 +125,6 @@ int cmd_info(int argc, char **argv) {
     if (tok) printf("tokenizer:  %s (%d tokens; the embedding has %d rows)\n", dt_tok_path(tok),
                     (int)dt_tok_vocab_size(tok), c->vocab_size);
     else printf("tokenizer:  byte-level (token id = byte)\n");
-    dt_tok_free(tok);
     printf("special tokens: bos %d | pad %d | eos", c->special.bos_token_id, c->special.pad_token_id);
     for (int i = 0; i < c->special.n_eos; i++) printf(" %d", c->special.eos_token_id[i]);
     printf("%s\n", c->special.n_eos ? "" : " none");
@@ -202,23 +197,15 @@ int cmd_eval(int argc, char **argv) {
     int *tokens = NULL, rc = 0;
     size_t n = 0, scored = 0;
     double loss = 0, bytes_per_token = 1;
-    dt_tok *tok = NULL;
-    if (dt_model_tokenizer(&m, argv[optind], &tok, &err) < 0) rc = cli_error(cmd, "%s", err.msg);
-    else if (dataset) {
+    if (dataset) {
         dt_tokens_summary ts;
         if (dt_tokens_info(dataset, &ts, &err) != 0 || dt_tokens_load(dataset, "val", m.cfg.vocab_size, &tokens, &n, &err) != 0)
             rc = cli_error(cmd, "%s", err.msg);
         else bytes_per_token = (double)ts.bytes / (double)(ts.tokens[0] + ts.tokens[1]);
-    } else if (tok) {
-        size_t bytes = 0;
-        if (dt_text_encode(tok, data, &tokens, &n, &bytes, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
-        else bytes_per_token = n ? (double)bytes / (double)n : 1;
     } else {
-        if (dt_text_load(data, &tokens, &n, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
-        for (size_t i = 0; rc == 0 && i < n; i++)
-            if (tokens[i] >= m.cfg.vocab_size)
-                rc = cli_error(cmd, "%s: byte %d at offset %zu is outside the vocabulary of %d", data, tokens[i], i,
-                               m.cfg.vocab_size);
+        size_t bytes = 0;
+        if (dt_model_text_tokens(&m, data, &tokens, &n, &bytes, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        else bytes_per_token = n ? (double)bytes / (double)n : 1;
     }
     const char *what = dataset ? dataset : data;
     if (rc == 0 && n < 2) rc = cli_error(cmd, "%s: too short to evaluate (%zu token%s)", what, n, n == 1 ? "" : "s");
@@ -229,7 +216,6 @@ int cmd_eval(int argc, char **argv) {
                "(%.3f bytes per token)\n",
                argv[optind], what, loss, exp(loss), loss / M_LN2 / bytes_per_token, scored, bytes_per_token);
     free(tokens);
-    dt_tok_free(tok);
     dt_model_free(&m);
     return rc;
 }
@@ -275,12 +261,8 @@ int cmd_export(int argc, char **argv) {
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
-    /* the tokenizer goes with the model */
-    dt_tok *tok = NULL;
-    int rc = dt_model_tokenizer(&m, argv[optind], &tok, &err) < 0 ? cli_error(cmd, "%s", err.msg) : 0;
-    if (tok) save.tokenizer_from = argv[optind];
-    dt_tok_free(tok);
-    if (rc == 0 && dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    int rc = 0; /* the vocabulary goes with the model */
+    if (dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
     if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], save.hf_export ? " (Hugging Face layout)" : "");
     dt_model_free(&m);
     return rc;

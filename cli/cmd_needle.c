@@ -283,16 +283,11 @@ static int needle_evaluate(int argc, char **argv) {
     needle_testset ts;
     if (needle_load_testset(&ts, data, &err) != 0) return cli_error(cmd, "%s", err.msg);
     dt_model m;
-    dt_tok *tok = NULL; /* the model's tokenizer; NULL: a byte-level model */
     if (dt_model_load(&m, model_dir, &err) != 0) {
         needle_testset_free(&ts);
         return cli_error(cmd, "%s", err.msg);
     }
-    if (dt_model_tokenizer(&m, model_dir, &tok, &err) < 0) {
-        dt_model_free(&m);
-        needle_testset_free(&ts);
-        return cli_error(cmd, "%s", err.msg);
-    }
+    const dt_tok *tok = dt_model_tok(&m); /* NULL: a byte-level model */
     progress_state ps = {.tty = isatty(2), .last_tenth = 0};
     needle_results r;
     int rc = 0;
@@ -317,7 +312,6 @@ static int needle_evaluate(int argc, char **argv) {
         }
         needle_results_free(&r);
     }
-    dt_tok_free(tok);
     dt_model_free(&m);
     needle_testset_free(&ts);
     return rc;

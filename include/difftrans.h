@@ -200,6 +200,21 @@ int dt_st_write_dir(const char *dir, const dt_st_entry *entries, int n, uint64_t
 
 /* ---------------------------------------------------------------- model */
 
+/* What a model's token ids mean: a Hugging Face tokenizer.json, or bytes (id = byte value, no
+ * special tokens). The model keeps the tokenizer files' contents as they were loaded, so that every
+ * checkpoint written from it (training checkpoints, quantised copies, exports) carries the same
+ * vocabulary without reading its source again. Filled by dt_model_load and
+ * dt_model_set_tokenizer; dt_model_create starts byte-level. */
+typedef struct dt_tok dt_tok;
+typedef struct {
+    dt_tok *tok;                 /* NULL: byte-level */
+    char *tokenizer_json;        /* tokenizer.json as loaded (NULL for byte-level) */
+    size_t tokenizer_json_len;
+    char *tokenizer_config;      /* tokenizer_config.json as loaded; NULL when there was none (one
+                                    naming the special tokens is written) */
+    size_t tokenizer_config_len;
+} dt_vocab;
+
 /* One named parameter tensor inside the model's single parameter buffer. */
 typedef struct {
     char name[96];               /* HF name, e.g. "model.layers.3.self_attn.q_proj.weight" */
@@ -243,6 +258,7 @@ typedef struct {
     struct dt_quant *quant;      /* NULL: float weights; else the quantised linear layers, which the
                                     forward passes use instead of their float slots in params */
     float *rope_inv_freq;        /* [head_dim/2], from cfg (dt_rope_inv_freq) */
+    dt_vocab vocab;              /* what the token ids mean; saved with every checkpoint of the model */
 } dt_model;
 
 /* Parameters of a model of this config, from its layout (nothing is allocated for them);
@@ -260,7 +276,11 @@ const dt_tensor *dt_model_find(const dt_model *m, const char *name);
  * for DIFF V2 (whose λ depends on the token). */
 float dt_model_lambda(const dt_model *m, int layer);
 
-/* Checkpoint directory: config.json, model.safetensors, difftrans_tokenizer.json. */
+/* Checkpoint directory: config.json (+ generation_config.json), the weights (one file or shards;
+ * integer tensors for a quantised checkpoint) and the vocabulary: difftrans_tokenizer.json marks a
+ * byte-level model (a tokenizer.json beside it is the Hugging Face view of those bytes), else
+ * tokenizer.json (+ tokenizer_config.json) is the model's tokenizer, else the model is byte-level.
+ * A tokenizer larger than the embedding, or special ids outside it, are refused naming the file. */
 int dt_model_load(dt_model *m, const char *dir, dt_error *err);
 /* hf_export: fold subln weights into o_proj columns and write only HF tensors. */
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err);
@@ -271,12 +291,13 @@ typedef struct {
                                     torch_dtype says which */
     uint64_t max_shard_bytes;    /* 0: one model.safetensors; otherwise shards of at most this many
                                     bytes (a single larger tensor gets a shard of its own) */
-    const char *tokenizer_from;  /* a tokenizer.json (or its directory) copied into the checkpoint with
-                                    its tokenizer_config.json; NULL: a byte-level model */
 } dt_save_options;
 
 /* Checkpoint directory: config.json, generation_config.json, the weights (one file or shards),
- * the tokenizer files. */
+ * the model's vocabulary (m->vocab: tokenizer.json + tokenizer_config.json, or the byte-level
+ * marker, plus, with hf_export, a tokenizer.json whose ids are the bytes so that AutoTokenizer
+ * loads the directory). A quantised model is written as a new directory (quantization_config in
+ * config.json, README "Quantisation"); hf_export refuses it. */
 int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err);
 
 /* ---------------------------------------------------------------- forward / backward */
@@ -368,6 +389,44 @@ typedef struct {
  * to the smallest set whose probability reaches top_p. scratch holds V entries. */
 int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch);
 
+/* Why dt_generate stopped. */
+typedef enum { DT_STOP_LENGTH = 0, DT_STOP_EOS = 1, DT_STOP_CALLBACK = 2, DT_STOP_CANCELLED = 3 } dt_stop_reason;
+
+typedef struct {
+    int max_new_tokens;          /* tokens to generate at most (0: none) [200] */
+    dt_sampler sampler;          /* [temperature 0.8, top_k 0, top_p 0.95] */
+    uint64_t seed;               /* the sampler's stream [42] */
+    dt_kv_dtype kv_cache;        /* storage of the cached keys and values [F32] */
+    /* Generation ends at any of these ids (not added to the sequence); n_stop < 0: the model's own
+     * (dt_model_stop_ids) [-1]; 0: none. */
+    const int *stop_ids;
+    int n_stop;
+    /* Called after every sampled token, with the sequence so far (prompt then generated, the new
+     * token last unless it is a stop id, which is_stop says); a nonzero return ends generation. */
+    int (*on_token)(void *ctx, int token, int is_stop, const int *seq, int n_seq);
+    void *ctx;
+    volatile int *cancel;        /* when it becomes nonzero (another thread, a signal), generation ends
+                                    before the next step */
+} dt_generate_options;
+
+typedef struct {
+    int n_generated;             /* tokens added after the prompt (a stop id is not counted) */
+    dt_stop_reason stop;
+    int stop_token;              /* the stop id that ended it (DT_STOP_EOS), else -1 */
+    double prefill_s, decode_s;  /* seconds for the prompt, then for the generated tokens */
+} dt_generate_result;
+
+void dt_generate_defaults(dt_generate_options *o);
+/* The model's end-of-sequence ids into ids[DT_MAX_EOS]: generation_config.json's eos_token_id,
+ * else its tokenizer's EOS; returns how many (0: none). */
+int dt_model_stop_ids(const dt_model *m, int *ids);
+/* Continues prompt[n_prompt] (every id checked against the vocabulary; prompt + max_new_tokens must
+ * fit max_position_embeddings): the prompt through a KV cache, then sampled tokens into
+ * out[max_new_tokens] (may be NULL) until a stop id, max_new_tokens, the callback or *cancel.
+ * Deterministic for a given seed. */
+int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_generate_options *o, int *out,
+                dt_generate_result *res, dt_error *err);
+
 /* ---------------------------------------------------------------- data, training, evaluation */
 
 /* A matrix of token ids from a text file: one sequence per line of whitespace-separated ids in
@@ -375,7 +434,8 @@ int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_
  * with free()); every problem names the file, the line and the token. */
 int dt_ids_read(const char *path, int vocab, int **ids, int *rows, int *cols, dt_error *err);
 
-/* Read a whole text file as byte tokens; an empty or missing file is an error naming it. */
+/* Read a whole text file as byte tokens (dt_vocab_text_tokens with a byte-level vocabulary); an
+ * empty or missing file is an error naming it. */
 int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err);
 
 /* Mean next-token cross-entropy over `tokens` in consecutive windows of T+1 tokens (B windows
@@ -472,10 +532,13 @@ void dt_quant_defaults(dt_quant_options *o);  /* 300 samples of 128 tokens, seed
 /* "q8_0" | "q4_0" | "w8a8"; -1 with a message naming the scheme otherwise. */
 int dt_quant_scheme_parse(const char *name, dt_quant_scheme *out, dt_error *err);
 const char *dt_quant_scheme_name(dt_quant_scheme s);
-/* Quantise m's linear layers in place (calibrating first when the scheme needs it); the float
+/* Quantise m's linear layers in place (calibrating first when the scheme needs it; calibration
+ * text, calib_path, is read through the model's vocabulary, dt_model_text_tokens); the float
  * weights stay in m->params, so dt_model_dequantize returns to the float model. */
 int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err);
-void dt_model_dequantize(dt_model *m);
+/* Back to the float model quantised in this process (0; nothing to do for a float model). A model
+ * loaded from a quantised checkpoint has no float weights to return to: refused (-1). */
+int dt_model_dequantize(dt_model *m, dt_error *err);
 /* The scheme of a model (DT_QUANT_NONE for float) and the options it was quantised with. */
 dt_quant_scheme dt_model_quant_scheme(const dt_model *m, dt_quant_options *o);
 /* The path the quantised kernels take on this CPU (DT_ISA respected): "avx512 (int8: VNNI)",
@@ -506,7 +569,6 @@ int dt_tokenizer_check(const char *dir, dt_error *err);
  * `tokenizers` library (normalizers, pre-tokenizers, added tokens, post-processor, decoder; see
  * README "Tokenizers"). Anything outside the supported components is refused by name at load.
  * A loaded dt_tok is read-only: any number of threads may use it, each with its own encoder. */
-typedef struct dt_tok dt_tok;
 typedef struct dt_tok_encoder dt_tok_encoder;
 
 /* path: a tokenizer.json, or a directory holding one (its tokenizer_config.json, when there,
@@ -594,16 +656,38 @@ int dt_system_check(dt_error *err);
 
 /* ---------------------------------------------------------------- real vocabularies */
 
-/* The tokenizer of a model directory: DIR/tokenizer.json when there (0), checked to fit the
- * model's embedding (a larger embedding, padded, is fine; a larger vocabulary is refused naming
- * the file); 1 and *tok = NULL for a byte-level model. */
-int dt_model_tokenizer(const dt_model *m, const char *dir, dt_tok **tok, dt_error *err);
-/* A whole text file encoded with tok (no special tokens added); *bytes gets its size. */
-int dt_text_encode(const dt_tok *tok, const char *path, int **tokens, size_t *n, size_t *bytes, dt_error *err);
-/* 1 when the model directory has a tokenizer.json (a real vocabulary), 0 for a byte-level model. */
-int dt_model_has_tokenizer(const char *dir);
-/* A text file as the models in dirs read text: encoded with their tokenizer.json (which must be
- * the same file content for all), or as bytes when none has one; refuses a mix naming the dirs. */
+/* Gives the model the tokenizer at path (a tokenizer.json or a directory holding one, with its
+ * tokenizer_config.json when there); NULL makes it byte-level. A vocabulary larger than the
+ * embedding (a larger embedding, padded, is fine) or special ids of m->cfg outside it are refused
+ * naming the file. The next dt_model_save writes it. */
+int dt_model_set_tokenizer(dt_model *m, const char *path, dt_error *err);
+/* The model's tokenizer; NULL for a byte-level model. */
+const dt_tok *dt_model_tok(const dt_model *m);
+/* 1 when two vocabularies read text the same way (both bytes, or the same tokenizer.json bytes). */
+int dt_vocab_same(const dt_vocab *a, const dt_vocab *b);
+/* Text into the model's ids: encoded by its tokenizer (add_special: the post-processor's BOS etc.,
+ * as encode(add_special_tokens=True)), or its bytes, each checked against vocab_size. *ids is
+ * malloc'd (free it; it holds at least one id). */
+int dt_model_encode(const dt_model *m, const char *text, size_t len, int add_special, int **ids, size_t *n,
+                    dt_error *err);
+/* A prompt as `generate` and the server read it: dt_model_encode with special tokens; an empty
+ * prompt is BOS (refused when the tokenizer has none), or a line break for a byte-level model. */
+int dt_model_encode_prompt(const dt_model *m, const char *text, int **ids, size_t *n, dt_error *err);
+/* Ids into text (*text malloc'd, NUL-terminated); skip_special leaves special tokens out. An id that
+ * is not a token (not a byte, for a byte-level model) is an error naming it. */
+int dt_model_decode(const dt_model *m, const int *ids, size_t n, int skip_special, char **text, size_t *len,
+                    dt_error *err);
+/* A whole text file as the model reads text (no special tokens added): what every command that
+ * reads text (eval, calibration, analyses, needle, compare, training) goes through. An empty file
+ * is an error naming it; *bytes (may be NULL) gets the file's size. */
+int dt_model_text_tokens(const dt_model *m, const char *path, int **tokens, size_t *n, size_t *bytes, dt_error *err);
+/* A vocabulary without a model (e.g. the one training will give its model): a tokenizer.json or its
+ * directory, or bytes for path NULL; and a text file through it, as dt_model_text_tokens. */
+int dt_vocab_load(dt_vocab *v, const char *path, dt_error *err);
+void dt_vocab_free(dt_vocab *v);
+int dt_vocab_text_tokens(const dt_vocab *v, const char *path, int **tokens, size_t *n, size_t *bytes, dt_error *err);
+/* The same for the models in dirs (their vocabularies, read from the directories, must be the same;
+ * a mix is refused naming the dirs). */
 int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err);
 
 /* ---------------------------------------------------------------- token datasets */

@@ -17,6 +17,14 @@ int atomic_rename(dt_atomic_file *f, dt_error *err);
 int st_check_entries(const char *path, const dt_st_entry *entries, int n, dt_error *err);
 #include <stdio.h>
 int st_write_stream(FILE *fp, const char *path, const dt_st_entry *entries, int n, dt_error *err);
+/* safetensors.c: 0 when path is a regular file; otherwise -1 naming it and what it is (a FIFO, a
+ * directory, ...), found with stat so that nothing is opened: opening a FIFO blocks. */
+int st_check_regular(const char *path, dt_error *err);
+/* shards.c: sorts entries into the order a transformers LlamaForCausalLM / DiffLlamaForCausalLM
+ * state_dict lists them (torch's rule: a module's own parameters in registration order, then its
+ * child modules in registration order; layers by number), the order save_pretrained shards in.
+ * Call it before dt_st_write_dir for a Hugging Face export. See shards.c for unknown names. */
+void st_entries_state_dict_order(dt_st_entry *entries, int n);
 
 /* dt_backward that tells `ready` as it goes which gradients are final: after ready(ctx, from), the
  * gradients of every parameter at offset >= from will not change any more in this backward. The
@@ -31,12 +39,20 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
 /* tokens.c: copy a tokenizer.json (from: the file or its directory) and the tokenizer_config.json
  * beside it, when there, into dir, so that dir loads with AutoTokenizer.from_pretrained. */
 int tokenizer_copy_from(const char *from, const char *dir, dt_error *err);
+/* The smallest tokenizer_config.json with which transformers' AutoTokenizer loads tok's
+ * tokenizer.json as a fast tokenizer and knows its bos / eos / pad tokens; NULL when out of
+ * memory. Free with cJSON_free. */
+char *tokenizer_config_text(const dt_tok *tok);
+/* tokenizer/train.c: the tokenizer.json and tokenizer_config.json of a byte-level model (ids = the
+ * 256 bytes in GPT-2's ByteLevel alphabet, no merges, no special tokens), for AutoTokenizer;
+ * -1 when out of memory. Free both with cJSON_free. */
+int tokenizer_bytes_json(char **json_text, char **config_text);
+/* Writes len bytes to path through a temporary file and a rename (nothing half-written). */
+int write_file_atomic(const char *path, const void *data, size_t len, dt_error *err);
 
-/* train/data.c: the data of a training run. A text file as bytes, or encoded with the tokenizer
- * in tokenizer_dir (a tokenizer.json or its directory), every id checked against vocab; a token
- * dataset's train split then its val split (*n_train marks the boundary), each long enough for
- * windows of T + 1 tokens. The model's vocabulary and special ids from a tokenizer. */
-int train_text_load(const char *path, const char *tokenizer_dir, int vocab, int **tokens, size_t *n, dt_error *err);
+/* train/data.c: the data of a training run: a token dataset's train split then its val split
+ * (*n_train marks the boundary), each long enough for windows of T + 1 tokens, every id checked
+ * against vocab; the model's vocabulary and special ids from a tokenizer. */
 int train_tokens_load(const char *dir, int vocab, int T, int **tokens, size_t *n, size_t *n_train, dt_error *err);
 int train_vocab_from_tokenizer(dt_config *cfg, const char *tokenizer_path, dt_error *err);
 
@@ -56,7 +72,16 @@ int special_ids_add(struct cJSON *root, const dt_special_ids *s);
  * `what` names the kind of file in the message for a larger one ("a config"). Free with free(). */
 int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err);
 
-/* model/generate.c: the KV cache's sizes for max_tokens positions: *cells = L·max_tokens·KV·hd
+/* model/vocab.c: a model's vocabulary. vocab_load_dir reads a checkpoint directory's (see
+ * dt_model_load) and checks cfg's special ids against it; vocab_load_tokenizer a tokenizer.json
+ * (or its directory) that must fit vocab_size ids; vocab_save writes it into dir (hf_export: a
+ * byte-level model also gets a tokenizer.json of its bytes), removing what would contradict it. */
+int vocab_load_dir(dt_vocab *v, const char *dir, const dt_config *cfg, dt_error *err);
+int vocab_load_tokenizer(dt_vocab *v, const char *path, int vocab_size, dt_error *err);
+int vocab_save(const dt_vocab *v, const char *dir, int hf_export, dt_error *err);
+void vocab_free(dt_vocab *v);
+
+/* model/decode.c: the KV cache's sizes for max_tokens positions: *cells = L·max_tokens·KV·hd
  * values each of K and V, *scales = L·max_tokens·KV (INT8's per-row scales), *bytes all of them
  * take; -1 when a product does not fit in size_t (checked before anything is allocated). */
 int kvcache_size(const dt_config *c, int max_tokens, dt_kv_dtype dtype, size_t *cells, size_t *scales, size_t *bytes);

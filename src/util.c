@@ -108,15 +108,23 @@ void dt_atomic_abort(dt_atomic_file *f) {
     if (f->tmp[0]) unlink(f->tmp);
 }
 
-int write_text_atomic(const char *path, const char *text, dt_error *err) {
+static int write_atomic(const char *path, const void *data, size_t len, int newline, dt_error *err) {
     dt_atomic_file f;
     if (dt_atomic_open(&f, path, err) != 0) return -1;
-    if (fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF) {
+    if ((len > 0 && fwrite(data, 1, len, f.fp) != len) || (newline && fputc('\n', f.fp) == EOF)) {
         int saved = errno;
         dt_atomic_abort(&f);
         return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
     }
     return dt_atomic_commit(&f, err);
+}
+
+int write_text_atomic(const char *path, const char *text, dt_error *err) {
+    return write_atomic(path, text, strlen(text), 1, err);
+}
+
+int write_file_atomic(const char *path, const void *data, size_t len, dt_error *err) {
+    return write_atomic(path, data, len, 0, err);
 }
 
 int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err) {

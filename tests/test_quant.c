@@ -448,7 +448,7 @@ static void test_refusals(void **state) {
     o.smooth_alpha = 0.5f;
     assert_int_equal(dt_model_quantize(&m, &o, &err), 0); /* exactly enough */
     assert_int_equal(dt_model_quantize(&m, &o, &err), -1); /* twice */
-    dt_model_dequantize(&m);
+    assert_int_equal(dt_model_dequantize(&m, &err), 0);
     o.scheme = DT_QUANT_Q8_0;
     assert_int_equal(dt_model_quantize(&m, &o, &err), -1); /* smoothing is for w8a8 */
     assert_null(m.quant);
@@ -510,7 +510,7 @@ static void test_loss_on_real_text(void **state) {
                       (double)cases[c].tol);
         assert_true(q - f32 < cases[c].tol);
         assert_true(q != f32);
-        dt_model_dequantize(&m);
+        assert_int_equal(dt_model_dequantize(&m, &err), 0);
     }
     dt_model_free(&m);
     free(tok);

@@ -427,15 +427,11 @@ static int load_training_tokens(const cmp_options *o, const char *train_path, in
         *n_train = nt;
         return 0;
     }
-    if (o->tokenizer) {
-        dt_tok *t = NULL;
-        size_t bytes = 0;
-        if (dt_tok_load(&t, o->tokenizer, err) != 0) return -1;
-        int rc = dt_text_encode(t, train_path, tok, n, &bytes, err);
-        dt_tok_free(t);
-        if (rc != 0) return -1;
-    } else if (dt_text_load(train_path, tok, n, err) != 0)
-        return -1;
+    dt_vocab v; /* the vocabulary the runs' models get */
+    if (dt_vocab_load(&v, o->tokenizer, err) != 0) return -1;
+    int rc = dt_vocab_text_tokens(&v, train_path, tok, n, NULL, err);
+    dt_vocab_free(&v);
+    if (rc != 0) return -1;
     *n_train = dt_train_split(*n, defaults.val_fraction);
     return 0;
 }

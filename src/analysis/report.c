@@ -31,11 +31,7 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
     if (o->n_bits < 0 || o->n_bits > RP_MAX_BITS) return dt_fail(err, "report: %d bit widths (at most %d)", o->n_bits, RP_MAX_BITS);
     dt_model m;
     if (dt_model_load(&m, dir, err) != 0) return -1;
-    dt_tok *tok = NULL; /* the model's tokenizer; NULL: bytes */
-    if (dt_model_tokenizer(&m, dir, &tok, err) < 0) {
-        dt_model_free(&m);
-        return -1;
-    }
+    const dt_tok *tok = dt_model_tok(&m); /* NULL: bytes */
     out->cfg = m.cfg;
     out->n_params = m.n_params;
     const int L = m.cfg.num_hidden_layers;
@@ -91,7 +87,6 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         rc = tk_evaluate(&m, (tk_kind)k, &eo, &out->task[k], err);
         if (rc == 0) out->tasks |= 1 << k;
     }
-    dt_tok_free(tok);
     dt_model_free(&m);
     if (rc != 0) {
         char msg[sizeof err->msg];

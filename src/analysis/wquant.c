@@ -203,7 +203,7 @@ int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *sche
         }
         if (rc == 0 && p->needle)
             rc = an_needle_exact(&q, p->needle_tok, &plain, p->needle, p->max_samples, &r->needle_correct, &r->needle_total, err);
-        dt_model_dequantize(&q);
+        if (dt_model_dequantize(&q, rc == 0 ? err : NULL) != 0) rc = -1; /* quantised here: cannot fail */
         if (rc != 0) {
             an_wq_rows_free(rows, i + 1);
             return -1;

@@ -428,11 +428,7 @@ static int copy_into(const char *src, const char *dir, const char *name, int opt
     return dt_atomic_commit(&f, err);
 }
 
-/* A tokenizer.json without a tokenizer_config.json beside it: write the smallest one with which
- * transformers' AutoTokenizer loads the fast tokenizer and knows its special tokens. */
-static int write_tokenizer_config(const char *json, const char *dir, dt_error *err) {
-    dt_tok *tok;
-    if (dt_tok_load(&tok, json, err) != 0) return -1;
+char *tokenizer_config_text(const dt_tok *tok) {
     cJSON *root = cJSON_CreateObject();
     int ok = root && cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
     static const char *const keys[] = {"bos_token", "eos_token", "pad_token"};
@@ -452,6 +448,15 @@ static int write_tokenizer_config(const char *json, const char *dir, dt_error *e
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
+    return text;
+}
+
+/* A tokenizer.json without a tokenizer_config.json beside it: write the smallest one with which
+ * transformers' AutoTokenizer loads the fast tokenizer and knows its special tokens. */
+static int write_tokenizer_config(const char *json, const char *dir, dt_error *err) {
+    dt_tok *tok;
+    if (dt_tok_load(&tok, json, err) != 0) return -1;
+    char *text = tokenizer_config_text(tok);
     dt_tok_free(tok);
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);

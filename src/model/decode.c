@@ -1,4 +1,4 @@
-/* decode.c — one-token-at-a-time decoding over a KV cache, and sampling.
+/* decode.c — one-token-at-a-time decoding over a KV cache.
  *
  * The decode step is written independently of the batched forward (one position, plain loops
  * over the cache) and a test holds the two together: feeding tokens 0..T−1 one at a time gives
@@ -366,49 +366,4 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
     rmsnorm_forward(kc->xn, &rstd, kc->x, m->w.norm, 1, C, c->rms_norm_eps);
     model_linear(m, c->num_hidden_layers, LIN_LM_HEAD, logits, kc->xn, 1, kc->qscratch);
     return 0;
-}
-
-static int by_prob_desc(const void *a, const void *b) {
-    const dt_prob_index *x = a, *y = b;
-    if (x->p != y->p) return x->p < y->p ? 1 : -1;
-    return x->id - y->id; /* ties broken by id so sampling is deterministic */
-}
-
-int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (s->temperature <= 0.0f) return best;
-
-    float sum = 0;
-    for (int i = 0; i < V; i++) {
-        scratch[i].p = expf((logits[i] - logits[best]) / s->temperature);
-        scratch[i].id = i;
-        sum += scratch[i].p;
-    }
-    int n = V;
-    if ((s->top_k > 0 && s->top_k < V) || s->top_p < 1.0f) {
-        qsort(scratch, (size_t)V, sizeof *scratch, by_prob_desc);
-        if (s->top_k > 0 && s->top_k < n) n = s->top_k;
-        if (s->top_p < 1.0f) {
-            float cum = 0;
-            for (int i = 0; i < n; i++) {
-                cum += scratch[i].p / sum;
-                if (cum >= s->top_p) {
-                    n = i + 1;
-                    break;
-                }
-            }
-        }
-        sum = 0;
-        for (int i = 0; i < n; i++) sum += scratch[i].p;
-    }
-    for (int i = 0; i < V; i++) logits[i] = 0;
-    for (int i = 0; i < n; i++) logits[scratch[i].id] = scratch[i].p / sum;
-    float r = dt_rng_uniform(rng) * sum, cum = 0;
-    for (int i = 0; i < n; i++) {
-        cum += scratch[i].p;
-        if (r < cum) return scratch[i].id;
-    }
-    return scratch[n - 1].id;
 }

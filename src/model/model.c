@@ -162,7 +162,8 @@ int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
 }
 
 void dt_model_free(dt_model *m) {
-    dt_model_dequantize(m);
+    model_quant_free(m);
+    vocab_free(&m->vocab);
     free(m->tensors);
     free(m->params);
     free(m->w.layers);
@@ -272,10 +273,14 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     if (join(path, sizeof path, dir, "generation_config.json", err) ||
         generation_config_load(&cfg.special, path, err) < 0 || dt_config_validate(&cfg, path, err) != 0)
         return -1;
-    if (dt_tokenizer_check(dir, err) != 0) return -1;
+    dt_vocab vocab; /* read before the weights: a vocabulary that does not fit is refused cheaply */
+    if (vocab_load_dir(&vocab, dir, &cfg, err) != 0) return -1;
 
     dt_st_set set;
-    if (dt_st_set_open(&set, dir, err) != 0) return -1;
+    if (dt_st_set_open(&set, dir, err) != 0) {
+        vocab_free(&vocab);
+        return -1;
+    }
     /* A checkpoint written by HF without our "difftrans" key may still carry subln weights. */
     if (cfg.arch == DT_ARCH_DIFF && !cfg.use_subln_weight) {
         for (int f = 0; f < set.n_files; f++)
@@ -286,8 +291,10 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
      * that lies about the sizes gets its real error, not an out-of-memory from its claimed size. */
     if (model_layout(m, &cfg, err) != 0) {
         dt_st_set_close(&set);
+        vocab_free(&vocab);
         return -1;
     }
+    m->vocab = vocab; /* dt_model_free frees it from here on */
     int rc = 0;
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         if (pass == 1 && model_alloc(m, err) != 0) {
@@ -324,22 +331,6 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     dt_st_set_close(&set);
     if (rc != 0) dt_model_free(m);
     return rc;
-}
-
-/* The tokenizer files: a copy of tokenizer.json (+ tokenizer_config.json), or the byte-level
- * marker; whichever is not written is removed, so that a directory never holds both. */
-static int save_tokenizer(const char *dir, const char *from, dt_error *err) {
-    char path[4200];
-    static const char *const bpe_files[] = {"tokenizer.json", "tokenizer_config.json"};
-    if (from) {
-        if (tokenizer_copy_from(from, dir, err) != 0) return -1;
-        if (join(path, sizeof path, dir, "difftrans_tokenizer.json", err) == 0) unlink(path);
-        return 0;
-    }
-    if (dt_tokenizer_save(dir, err) != 0) return -1;
-    for (int i = 0; i < 2; i++)
-        if (join(path, sizeof path, dir, bpe_files[i], err) == 0) unlink(path);
-    return 0;
 }
 
 /* The first of cfg's options that transformers' llama / diffllama cannot express, or NULL. */
@@ -429,7 +420,7 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
     if (rc == 0) rc = config_save_dtype(&cfg, path, opt->dtype, err);
     if (rc == 0) rc = join(path, sizeof path, dir, "generation_config.json", err);
     if (rc == 0) rc = generation_config_save(&cfg.special, path, err);
-    if (rc == 0) rc = save_tokenizer(dir, opt->tokenizer_from, err);
+    if (rc == 0) rc = vocab_save(&m->vocab, dir, hf_export, err);
     free(entries);
     free(extra_names);
     free(zeros);

@@ -16,7 +16,13 @@ struct dt_quant {
     int n_linear;                /* L · 7, + 1 when the LM head is quantised */
     qlinear *lin;                /* [n_linear], index layer · 7 + which; the LM head last */
     dt_quant_act_stat *stats;    /* [n_linear] after a calibration in this process, else NULL */
+    int floats_kept;             /* 1: quantised in this process, m->params still holds the float
+                                    weights (dt_model_dequantize returns to them); 0: loaded from a
+                                    quantised checkpoint, the float slots of quantised layers are empty */
 };
+
+/* Frees the quantised layers (the model's float slots stay as they are). */
+void model_quant_free(dt_model *m);
 
 /* The shape [out, in] of a linear layer (which = LIN_*; layer L is the LM head). */
 void model_linear_shape(const dt_model *m, int layer, int which, int *out, int *in);

@@ -230,9 +230,9 @@ int quant_load_tensors(dt_model *m, const dt_safetensors *st, const dt_quant_opt
         char base[96];
         model_linear_shape(m, layer, which, &out, &in);
         model_linear_name(base, sizeof base, layer, which, L);
-        q->n_linear = i + 1; /* so that dt_model_dequantize frees this one on failure */
+        q->n_linear = i + 1; /* so that model_quant_free frees this one on failure */
         if (load_linear(&q->lin[i], st, base, fmt, out, in, o, err) != 0) {
-            dt_model_dequantize(m);
+            model_quant_free(m);
             return -1;
         }
     }
@@ -242,9 +242,10 @@ int quant_load_tensors(dt_model *m, const dt_safetensors *st, const dt_quant_opt
 /* ---------------------------------------------------------------- saving */
 
 static void remove_tree(const char *dir) {
-    static const char *const files[] = {"model.safetensors", "config.json", "difftrans_tokenizer.json"};
+    static const char *const files[] = {"model.safetensors", "config.json", "generation_config.json",
+                                        "difftrans_tokenizer.json", "tokenizer.json", "tokenizer_config.json"};
     char path[4200];
-    for (int i = 0; i < 3; i++) {
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, files[i]);
         unlink(path);
     }
@@ -328,7 +329,9 @@ int quant_save(const dt_model *m, const char *dir, dt_error *err) {
     snprintf(path, sizeof path, "%s/config.json", tmp);
     if (rc == 0) rc = dt_config_save(&m->cfg, path, err);
     if (rc == 0) rc = add_quant_config(path, m->quant, err);
-    if (rc == 0) rc = dt_tokenizer_save(tmp, err);
+    snprintf(path, sizeof path, "%s/generation_config.json", tmp);
+    if (rc == 0) rc = generation_config_save(&m->cfg.special, path, err);
+    if (rc == 0) rc = vocab_save(&m->vocab, tmp, 0, err); /* the vocabulary the float model was trained with */
     if (rc == 0 && rename(tmp, dir) != 0) rc = dt_fail(err, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
     if (rc != 0) remove_tree(tmp);
     return rc;

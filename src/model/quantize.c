@@ -132,7 +132,7 @@ size_t dt_model_decode_bytes(const dt_model *m) {
     return bytes;
 }
 
-void dt_model_dequantize(dt_model *m) {
+void model_quant_free(dt_model *m) {
     struct dt_quant *q = m->quant;
     if (!q) return;
     for (int i = 0; i < q->n_linear; i++) qlinear_free(&q->lin[i]);
@@ -140,6 +140,16 @@ void dt_model_dequantize(dt_model *m) {
     free(q->stats);
     free(q);
     m->quant = NULL;
+}
+
+int dt_model_dequantize(dt_model *m, dt_error *err) {
+    if (!m->quant) return 0;
+    if (!m->quant->floats_kept)
+        return dt_fail(err, "the model was loaded from a quantised checkpoint (%s): its float weights are not known; "
+                            "load the float model it was made from",
+                       dt_quant_scheme_name(m->quant->opt.scheme));
+    model_quant_free(m);
+    return 0;
 }
 
 static int check_options(const dt_model *m, const dt_quant_options *o, dt_error *err) {
@@ -261,7 +271,7 @@ static void fill_stats(dt_quant_act_stat *st, const float *absmax, const float *
 
 /* ---------------------------------------------------------------- quantisation */
 
-static int calib_tokens(const dt_quant_options *o, int **owned, const int **tokens, size_t *n, const char **what,
+static int calib_tokens(const dt_model *m, const dt_quant_options *o, int **owned, const int **tokens, size_t *n, const char **what,
                         dt_error *err) {
     *owned = NULL;
     if (o->calib_tokens) {
@@ -274,7 +284,8 @@ static int calib_tokens(const dt_quant_options *o, int **owned, const int **toke
         return dt_fail(err, "w8a8 with %s needs calibration text (calib_path): static activation scales and "
                             "smoothing factors are measured on it",
                        o->dynamic_activations ? "smoothing" : "static activation scales");
-    if (dt_text_load(o->calib_path, owned, n, err) != 0) return -1;
+    /* through the model's vocabulary: a BPE model's calibration text is its tokens, not bytes */
+    if (dt_model_text_tokens(m, o->calib_path, owned, n, NULL, err) != 0) return -1;
     *tokens = *owned;
     *what = o->calib_path;
     return 0;
@@ -302,7 +313,7 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
         const int *tokens = NULL;
         size_t n = 0;
         const char *what = "";
-        rc = calib_tokens(o, &owned, &tokens, &n, &what, err);
+        rc = calib_tokens(m, o, &owned, &tokens, &n, &what, err);
         for (size_t i = 0; rc == 0 && i < n; i++)
             if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab_size)
                 rc = dt_fail(err, "%s: token %d at offset %zu is outside the vocabulary of %d", what, tokens[i], i,
@@ -342,10 +353,11 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
     if (rc != 0) {
         if (q) {
             m->quant = q;
-            dt_model_dequantize(m);
+            model_quant_free(m);
         }
         return -1;
     }
+    q->floats_kept = 1; /* m->params still holds the float weights */
     q->opt = *o;
     q->opt.calib_path = NULL;
     q->opt.calib_tokens = NULL;

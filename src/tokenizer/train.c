@@ -554,6 +554,56 @@ static int write_json(const char *dir, const char *name, cJSON *j, dt_error *err
     return rc;
 }
 
+/* tokenizer_config.json: the class AutoTokenizer needs and the special tokens (NULL / "": none). */
+static cJSON *tokenizer_config_json(const char *bos, const char *eos, const char *pad) {
+    cJSON *cfg = cJSON_CreateObject();
+    int ok = cfg && cJSON_AddStringToObject(cfg, "tokenizer_class", "PreTrainedTokenizerFast") &&
+             add_token_field(cfg, "bos_token", bos) && add_token_field(cfg, "eos_token", eos) &&
+             add_token_field(cfg, "pad_token", pad) && cJSON_AddFalseToObject(cfg, "clean_up_tokenization_spaces") &&
+             cJSON_AddNumberToObject(cfg, "model_max_length", 1e30);
+    if (ok) return cfg;
+    cJSON_Delete(cfg);
+    return NULL;
+}
+
+/* The 256 byte symbols first: id = byte value. */
+static int add_byte_symbols(symbols *s) {
+    for (int b = 0; b < 256; b++) {
+        char ch[4];
+        if (sym_new(s, ch, (size_t)tk_utf8_encode(tk_byte_to_char[b], ch)) < 0) return -1;
+    }
+    return 0;
+}
+
+static void symbols_free(symbols *s) {
+    tk_buf_free(&s->strings);
+    free(s->off);
+    free(s->len);
+    free(s->merges);
+}
+
+/* A byte-level model's ids as a tokenizer: what learning no merges from any text gives. */
+int tokenizer_bytes_json(char **json_text, char **config_text) {
+    *json_text = *config_text = NULL;
+    symbols s = {0};
+    dt_tok_train_options o;
+    dt_tok_train_defaults(&o);
+    o.pattern = "gpt2";
+    o.bos = o.eos = o.pad = NULL;
+    cJSON *tok = add_byte_symbols(&s) == 0 ? tokenizer_json(&s, &o, NULL, 0) : NULL;
+    cJSON *cfg = tokenizer_config_json(NULL, NULL, NULL);
+    *json_text = tok ? cJSON_PrintUnformatted(tok) : NULL;
+    *config_text = cfg ? cJSON_Print(cfg) : NULL;
+    cJSON_Delete(tok);
+    cJSON_Delete(cfg);
+    symbols_free(&s);
+    if (*json_text && *config_text) return 0;
+    cJSON_free(*json_text);
+    cJSON_free(*config_text);
+    *json_text = *config_text = NULL;
+    return -1;
+}
+
 void dt_tok_train_defaults(dt_tok_train_options *o) {
     memset(o, 0, sizeof *o);
     o->vocab_size = 8192;
@@ -603,11 +653,7 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
     tk_ctx_free(&c);
     tk_pre_free(&pre);
     if (rc == 0 && bytes == 0) rc = dt_fail(err, "%s: no text to learn from (empty data)", o->files[0]);
-    /* the 256 byte symbols first: id = byte value */
-    for (int b = 0; rc == 0 && b < 256; b++) {
-        char ch[4];
-        if (sym_new(&s, ch, (size_t)tk_utf8_encode(tk_byte_to_char[b], ch)) < 0) rc = dt_fail(err, "out of memory");
-    }
+    if (rc == 0 && add_byte_symbols(&s) != 0) rc = dt_fail(err, "out of memory");
     for (size_t i = 0; rc == 0 && i < t.n; i++) {
         const char *p = t.keys.p + t.key_off[i];
         size_t n = t.key_len[i], k = 0;
@@ -636,20 +682,13 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
         cJSON_Delete(tok);
     }
     if (rc == 0) {
-        cJSON *cfg = cJSON_CreateObject();
-        int ok = cfg && cJSON_AddStringToObject(cfg, "tokenizer_class", "PreTrainedTokenizerFast") &&
-                 add_token_field(cfg, "bos_token", o->bos) && add_token_field(cfg, "eos_token", o->eos) &&
-                 add_token_field(cfg, "pad_token", o->pad) && cJSON_AddFalseToObject(cfg, "clean_up_tokenization_spaces") &&
-                 cJSON_AddNumberToObject(cfg, "model_max_length", 1e30);
-        rc = write_json(out_dir, "tokenizer_config.json", ok ? cfg : NULL, err);
+        cJSON *cfg = tokenizer_config_json(o->bos, o->eos, o->pad);
+        rc = write_json(out_dir, "tokenizer_config.json", cfg, err);
         cJSON_Delete(cfg);
     }
     if (rc == 0 && !o->quiet)
         fprintf(stderr, "wrote %s/tokenizer.json: %d tokens (%d merges, %d special)\n", out_dir,
                 s.n + n_specials, s.n_merges, n_specials);
-    tk_buf_free(&s.strings);
-    free(s.off);
-    free(s.len);
-    free(s.merges);
+    symbols_free(&s);
     return rc;
 }

@@ -69,7 +69,8 @@ typedef struct {
     uint64_t rng;                /* data sampling state */
     int *tokens;
     size_t n_tokens, n_train;    /* tokens [0, n_train) train, [n_train, n_tokens) validation */
-    const char *tokenizer_dir;   /* its tokenizer.json goes into every checkpoint; NULL: bytes */
+    const char *tokenizer_dir;   /* the tokenizer a fresh run gives its model (NULL: bytes); the train
+                                    state records it */
     char tokenizer_buf[4200];
     int *in, *tg;                /* [B/N · T] this rank's rows of the batch */
     double elapsed;              /* seconds of training so far (for the metrics) */
@@ -236,7 +237,7 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
  * committed. */
 static int write_checkpoint(const dt_train_options *o, trainer *tr, const float *m, const float *v, dt_error *err) {
     char stage[4200], path[4400];
-    dt_save_options so = {.tokenizer_from = tr->tokenizer_dir};
+    dt_save_options so = {.dtype = DT_F32}; /* the vocabulary travels with the model */
     if (checkpoint_stage(o->out_dir, stage, sizeof stage, err) || dt_model_save_with(&tr->model, stage, &so, err))
         return -1;
     dt_st_entry e[2] = {
@@ -500,6 +501,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     } else {
         if (tr->tokenizer_dir && train_vocab_from_tokenizer(&o->cfg, tr->tokenizer_dir, err) != 0) return -1;
         if (dt_model_create(&tr->model, &o->cfg, err) != 0) return -1;
+        if (tr->tokenizer_dir && dt_model_set_tokenizer(&tr->model, tr->tokenizer_dir, err) != 0) return -1;
         dt_model_init_random(&tr->model, o->seed);
         tr->rng = o->seed ^ 0xD1FF7A45ull; /* the data order's own stream, apart from the init's */
     }
@@ -511,8 +513,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
         if (train_tokens_load(o->tokens_path, c->vocab_size, T, &tr->tokens, &tr->n_tokens, &tr->n_train, err) != 0)
             return -1;
     } else {
-        if (train_text_load(o->data_path, tr->tokenizer_dir, c->vocab_size, &tr->tokens, &tr->n_tokens, err) != 0)
-            return -1;
+        if (dt_model_text_tokens(&tr->model, o->data_path, &tr->tokens, &tr->n_tokens, NULL, err) != 0) return -1;
         tr->n_train = dt_train_split(tr->n_tokens, o->val_fraction);
     }
     if (!o->tokens_path && (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1))
@@ -670,7 +671,7 @@ static int train_run(dt_train_options *o, dt_error *err) {
                         tty ? "\r\033[K" : "", tr.step, o->steps, loss, lr, gnorm, tps, comm, eta, tty ? "" : "\n");
             if (!isnan(val_loss))
                 fprintf(stderr, "%s  val loss %.4f (%.3f bits/%s)\n", tty ? "\n" : "", val_loss, val_loss / M_LN2,
-                        tr.tokenizer_dir ? "token; `difftrans eval` gives bits per byte" : "byte");
+                        tr.model.vocab.tok ? "token; `difftrans eval` gives bits per byte" : "byte");
         }
         /* st.stop: a rank was asked to stop (Ctrl-C); every rank stops after the same step */
         stopped = st.stop || (o->stop_at > 0 && tr.step >= o->stop_at && !last);

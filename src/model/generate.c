@@ -1,0 +1,159 @@
+/* generate.c — sampling, and the generation loop every user of a model calls (the CLI's
+ * `generate`, the server): a prompt through the KV cache, then one sampled token at a time until a
+ * stop id, the length limit, the caller's callback or a cancellation ends it. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+static int by_prob_desc(const void *a, const void *b) {
+    const dt_prob_index *x = a, *y = b;
+    if (x->p != y->p) return x->p < y->p ? 1 : -1;
+    return x->id - y->id; /* ties broken by id so sampling is deterministic */
+}
+
+int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch) {
+    int best = 0;
+    for (int i = 1; i < V; i++)
+        if (logits[i] > logits[best]) best = i;
+    if (s->temperature <= 0.0f) return best;
+
+    float sum = 0;
+    for (int i = 0; i < V; i++) {
+        scratch[i].p = expf((logits[i] - logits[best]) / s->temperature);
+        scratch[i].id = i;
+        sum += scratch[i].p;
+    }
+    int n = V;
+    if ((s->top_k > 0 && s->top_k < V) || s->top_p < 1.0f) {
+        qsort(scratch, (size_t)V, sizeof *scratch, by_prob_desc);
+        if (s->top_k > 0 && s->top_k < n) n = s->top_k;
+        if (s->top_p < 1.0f) {
+            float cum = 0;
+            for (int i = 0; i < n; i++) {
+                cum += scratch[i].p / sum;
+                if (cum >= s->top_p) {
+                    n = i + 1;
+                    break;
+                }
+            }
+        }
+        sum = 0;
+        for (int i = 0; i < n; i++) sum += scratch[i].p;
+    }
+    for (int i = 0; i < V; i++) logits[i] = 0;
+    for (int i = 0; i < n; i++) logits[scratch[i].id] = scratch[i].p / sum;
+    float r = dt_rng_uniform(rng) * sum, cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += scratch[i].p;
+        if (r < cum) return scratch[i].id;
+    }
+    return scratch[n - 1].id;
+}
+
+void dt_generate_defaults(dt_generate_options *o) {
+    memset(o, 0, sizeof *o);
+    o->max_new_tokens = 200;
+    o->sampler = (dt_sampler){.temperature = 0.8f, .top_k = 0, .top_p = 0.95f};
+    o->seed = 42;
+    o->kv_cache = DT_KV_F32;
+    o->n_stop = -1;
+}
+
+int dt_model_stop_ids(const dt_model *m, int *ids) {
+    const dt_special_ids *s = &m->cfg.special;
+    int n = 0;
+    for (int i = 0; i < s->n_eos; i++) ids[n++] = s->eos_token_id[i];
+    if (n == 0 && m->vocab.tok && dt_tok_eos_id(m->vocab.tok) >= 0) ids[n++] = dt_tok_eos_id(m->vocab.tok);
+    return n;
+}
+
+static double seconds_since(const struct timespec *t0) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
+}
+
+static int check_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_generate_options *o,
+                          dt_error *err) {
+    const dt_config *c = &m->cfg;
+    if (n_prompt < 1) return dt_fail(err, "generate: the prompt has no tokens (at least one is needed to start from)");
+    if (o->max_new_tokens < 0) return dt_fail(err, "generate: max_new_tokens %d is negative", o->max_new_tokens);
+    if (o->n_stop > DT_MAX_EOS) return dt_fail(err, "generate: %d stop ids (at most %d)", o->n_stop, DT_MAX_EOS);
+    if (!(o->sampler.temperature >= 0) || !(o->sampler.top_p > 0 && o->sampler.top_p <= 1) || o->sampler.top_k < 0)
+        return dt_fail(err, "generate: sampler temperature %g, top_p %g, top_k %d: need temperature >= 0, top_p in "
+                            "(0, 1], top_k >= 0",
+                       (double)o->sampler.temperature, (double)o->sampler.top_p, o->sampler.top_k);
+    for (int i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
+            return dt_fail(err, "generate: prompt token %d at position %d is outside the vocabulary [0, %d)", prompt[i],
+                           i, c->vocab_size);
+    if ((long)n_prompt + o->max_new_tokens > c->max_position_embeddings)
+        return dt_fail(err, "generate: the prompt (%d tokens) + max_new_tokens %d exceeds max_position_embeddings %d",
+                       n_prompt, o->max_new_tokens, c->max_position_embeddings);
+    return 0;
+}
+
+int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_generate_options *o, int *out,
+                dt_generate_result *res, dt_error *err) {
+    dt_generate_result r = {.stop = DT_STOP_LENGTH, .stop_token = -1};
+    if (res) *res = r;
+    if (check_generate(m, prompt, n_prompt, o, err) != 0) return -1;
+    int stop_ids[DT_MAX_EOS], n_stop = o->n_stop;
+    if (n_stop < 0) n_stop = dt_model_stop_ids(m, stop_ids);
+    else memcpy(stop_ids, o->stop_ids, (size_t)n_stop * sizeof *stop_ids);
+    const int V = m->cfg.vocab_size, total = n_prompt + o->max_new_tokens;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    dt_prob_index *scratch = malloc((size_t)V * sizeof *scratch);
+    int *seq = malloc((size_t)total * sizeof *seq); /* the prompt, then what is generated */
+    dt_kvcache *kc = NULL;
+    int rc = 0;
+    if (!logits || !scratch || !seq) rc = dt_fail(err, "generate: out of memory for a vocabulary of %d", V);
+    else if (!(kc = dt_kvcache_create_with(m, total, o->kv_cache, err))) rc = -1;
+    if (rc == 0) memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
+    uint64_t rng = o->seed;
+    int n_seq = n_prompt;
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* the prompt's positions fill the cache; the last one's logits give the first new token */
+    const int steps = o->max_new_tokens > 0 ? n_prompt - 1 + o->max_new_tokens : 0;
+    for (int pos = 0; rc == 0 && pos < steps; pos++) {
+        if (o->cancel && *o->cancel) {
+            r.stop = DT_STOP_CANCELLED;
+            break;
+        }
+        if (dt_decode_step(m, kc, seq[pos], pos, logits, err) != 0) {
+            rc = -1;
+            break;
+        }
+        if (pos + 1 < n_prompt) continue;
+        if (pos + 1 == n_prompt) r.prefill_s = seconds_since(&t0);
+        const int token = dt_sample(logits, V, &o->sampler, &rng, scratch);
+        int is_stop = 0;
+        for (int e = 0; e < n_stop; e++) is_stop |= token == stop_ids[e];
+        if (!is_stop) {
+            seq[n_seq++] = token;
+            if (out) out[r.n_generated] = token;
+            r.n_generated++;
+        }
+        if (o->on_token && o->on_token(o->ctx, token, is_stop, seq, n_seq) != 0) {
+            r.stop = is_stop ? DT_STOP_EOS : DT_STOP_CALLBACK;
+            r.stop_token = is_stop ? token : -1;
+            break;
+        }
+        if (is_stop) {
+            r.stop = DT_STOP_EOS;
+            r.stop_token = token;
+            break;
+        }
+    }
+    r.decode_s = seconds_since(&t0) - r.prefill_s;
+    dt_kvcache_free(kc);
+    free(logits);
+    free(scratch);
+    free(seq);
+    if (res) *res = r;
+    return rc;
+}
