@@ -164,6 +164,7 @@ static int check_options(const dt_model *m, const dt_quant_options *o, dt_error 
         return dt_fail(err, "smooth_alpha: smoothing moves activation range into the weights, only for w8a8");
     if (o->smooth_alpha > 1 || isnan(o->smooth_alpha))
         return dt_fail(err, "smooth_alpha %g: must lie in [0, 1]", (double)o->smooth_alpha);
+    if (!(w8a8 && (!o->dynamic_activations || o->smooth_alpha >= 0))) return 0; /* no calibration to check */
     if (o->calib_samples <= 0) return dt_fail(err, "calib_samples %d: must be positive", o->calib_samples);
     if (o->calib_seq <= 0 || o->calib_seq > m->cfg.max_position_embeddings)
         return dt_fail(err, "calib_seq %d: must lie in [1, max_position_embeddings = %d]", o->calib_seq,

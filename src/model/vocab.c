@@ -140,6 +140,11 @@ int dt_model_set_tokenizer(dt_model *m, const char *path, dt_error *err) {
     }
     vocab_free(&m->vocab);
     m->vocab = v;
+    /* the ids the config leaves unset are the tokenizer's, as training sets them */
+    dt_special_ids *s = &m->cfg.special;
+    if (v.tok && s->bos_token_id < 0) s->bos_token_id = dt_tok_bos_id(v.tok);
+    if (v.tok && s->pad_token_id < 0) s->pad_token_id = dt_tok_pad_id(v.tok);
+    if (v.tok && s->n_eos == 0 && dt_tok_eos_id(v.tok) >= 0) s->eos_token_id[s->n_eos++] = dt_tok_eos_id(v.tok);
     return 0;
 }
 

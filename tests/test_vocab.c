@@ -1,0 +1,376 @@
+/* test_vocab.c — the model carries its vocabulary (a tokenizer.json, or bytes) through load, save,
+ * quantisation and export, text becomes a model's tokens one way, and dt_generate is the decode
+ * loop it claims to be. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "testutil.h"
+
+static const char *TEXT = "The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs.\n"
+                          "Another line of text, with words that repeat: the the the fox fox dog.\n";
+
+/* A trained BPE tokenizer of 300 tokens (256 bytes, 41 merges, bos / eos / pad = 297 / 298 / 299)
+ * in tmp/tok, and the text it learned from in tmp/text.txt. */
+static void make_tokenizer(char *dir, size_t n, char *text_path, size_t tn) {
+    tu_path(text_path, tn, "text.txt");
+    char text[4096] = "";
+    for (int i = 0; i < 20; i++) strcat(text, TEXT);
+    tu_write_file(text_path, text, strlen(text));
+    tu_path(dir, n, "tok");
+    dt_tok_train_options o;
+    dt_tok_train_defaults(&o);
+    const char *files[] = {text_path};
+    o.files = files;
+    o.n_files = 1;
+    o.vocab_size = 300;
+    o.min_frequency = 1;
+    o.quiet = 1;
+    dt_error err;
+    if (dt_tok_train(&o, dir, &err) != 0) fail_msg("%s", err.msg);
+}
+
+/* A quantised checkpoint goes to a new directory: clear what an earlier run of the test left. */
+static void fresh_dir(char *dir, size_t n, const char *name) {
+    tu_path(dir, n, name);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+static void make_model(dt_model *m, int vocab) {
+    dt_config c;
+    tu_tiny_diff_config(&c);
+    c.vocab_size = vocab;
+    c.max_position_embeddings = 64;
+    dt_error err;
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    dt_model_init_random(m, 3);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] *= 6.0f; /* attention far from uniform */
+}
+
+static void test_byte_level_model(void **state) {
+    (void)state;
+    dt_model m, back;
+    dt_error err;
+    char dir[512], hf[512], path[600];
+    make_model(&m, 256);
+    assert_null(dt_model_tok(&m));
+    tu_path(dir, sizeof dir, "bytes");
+    assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+    snprintf(path, sizeof path, "%s/difftrans_tokenizer.json", dir);
+    assert_true(tu_file_exists(path));
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    assert_false(tu_file_exists(path));
+    /* the export carries a tokenizer.json of the bytes beside the marker, and loads byte-level */
+    tu_path(hf, sizeof hf, "bytes_hf");
+    assert_int_equal(dt_model_save(&m, hf, 1, &err), 0);
+    snprintf(path, sizeof path, "%s/tokenizer.json", hf);
+    assert_true(tu_file_exists(path));
+    assert_int_equal(dt_model_load(&back, hf, &err), 0);
+    assert_null(dt_model_tok(&back));
+    dt_model_free(&back);
+    dt_tok *tok;
+    assert_int_equal(dt_tok_load(&tok, path, &err), 0);
+    const char *s = "h\xC3\xA9llo \xF0\x9F\xA4\x97\n\t~";
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(dt_tok_encode(tok, s, strlen(s), 1, &ids, &n, &err), 0);
+    assert_int_equal(n, strlen(s));
+    for (size_t i = 0; i < n; i++) assert_int_equal(ids[i], (unsigned char)s[i]);
+    char *text;
+    size_t len;
+    assert_int_equal(dt_tok_decode(tok, ids, n, 0, &text, &len, &err), 0);
+    assert_string_equal(text, s);
+    free(text);
+    free(ids);
+    dt_tok_free(tok);
+    /* the model's own encoding of text is its bytes, each checked against the embedding */
+    int *mids;
+    assert_int_equal(dt_model_encode(&m, s, strlen(s), 1, &mids, &n, &err), 0);
+    assert_int_equal(n, strlen(s));
+    assert_int_equal(mids[1], 0xC3);
+    free(mids);
+    dt_model_free(&m);
+    make_model(&m, 200);
+    assert_int_equal(dt_model_encode(&m, s, strlen(s), 1, &mids, &n, &err), -1);
+    assert_non_null(strstr(err.msg, "byte 240 at offset 7 is outside the model's vocabulary of 200"));
+    dt_model_free(&m);
+}
+
+static void test_bpe_vocabulary_travels(void **state) {
+    (void)state;
+    char tokdir[512], text[512], dir[512], qdir[512], path[600];
+    make_tokenizer(tokdir, sizeof tokdir, text, sizeof text);
+    dt_model m, back, q;
+    dt_error err;
+    make_model(&m, 300);
+    assert_int_equal(dt_model_set_tokenizer(&m, tokdir, &err), 0);
+    assert_non_null(dt_model_tok(&m));
+    tu_path(dir, sizeof dir, "bpe");
+    assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+    size_t n1, n2;
+    snprintf(path, sizeof path, "%s/tokenizer.json", tokdir);
+    char *a = tu_read_file(path, &n1);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    char *b = tu_read_file(path, &n2);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(a, b, n1); /* byte for byte what was loaded */
+    free(a);
+    free(b);
+    snprintf(path, sizeof path, "%s/difftrans_tokenizer.json", dir);
+    assert_false(tu_file_exists(path));
+    assert_int_equal(dt_model_load(&back, dir, &err), 0);
+    assert_true(dt_vocab_same(&m.vocab, &back.vocab));
+    /* quantised and saved: still this vocabulary, and text reads as the same tokens */
+    assert_int_equal(dt_model_load(&q, dir, &err), 0);
+    dt_quant_options qo;
+    dt_quant_defaults(&qo);
+    qo.scheme = DT_QUANT_Q8_0;
+    qo.quiet = 1;
+    if (dt_model_quantize(&q, &qo, &err) != 0) fail_msg("%s", err.msg);
+    fresh_dir(qdir, sizeof qdir, "bpe_q8");
+    assert_int_equal(dt_model_save(&q, qdir, 0, &err), 0);
+    dt_model_free(&q);
+    assert_int_equal(dt_model_load(&q, qdir, &err), 0);
+    assert_int_equal(dt_model_quant_scheme(&q, NULL), DT_QUANT_Q8_0);
+    assert_non_null(dt_model_tok(&q));
+    assert_true(dt_vocab_same(&m.vocab, &q.vocab));
+    assert_int_equal(q.cfg.special.bos_token_id, 297);
+    assert_int_equal(q.cfg.special.eos_token_id[0], 298);
+    int *t1, *t2;
+    size_t bytes;
+    assert_int_equal(dt_model_text_tokens(&back, text, &t1, &n1, &bytes, &err), 0);
+    assert_int_equal(dt_model_text_tokens(&q, text, &t2, &n2, NULL, &err), 0);
+    assert_int_equal(n1, n2);
+    assert_memory_equal(t1, t2, n1 * sizeof *t1);
+    assert_true(n1 < bytes / 2); /* merges were used: these are not bytes */
+    free(t1);
+    free(t2);
+    /* a byte-level model reads differently */
+    dt_model bytes_model;
+    make_model(&bytes_model, 300);
+    assert_false(dt_vocab_same(&m.vocab, &bytes_model.vocab));
+    dt_model_free(&bytes_model);
+    dt_model_free(&q);
+    dt_model_free(&back);
+    dt_model_free(&m);
+}
+
+static void test_vocabulary_must_fit(void **state) {
+    (void)state;
+    char tokdir[512], text[512];
+    make_tokenizer(tokdir, sizeof tokdir, text, sizeof text);
+    dt_model m;
+    dt_error err;
+    make_model(&m, 256);
+    assert_int_equal(dt_model_set_tokenizer(&m, tokdir, &err), -1);
+    assert_non_null(strstr(err.msg, "tok/tokenizer.json: a vocabulary of 300 tokens is larger than the model's embedding"));
+    assert_null(dt_model_tok(&m)); /* unchanged */
+    dt_model_free(&m);
+    /* a padded embedding is fine, a special id past the tokenizer's vocabulary is not */
+    make_model(&m, 320);
+    m.cfg.special.n_eos = 1;
+    m.cfg.special.eos_token_id[0] = 310;
+    assert_int_equal(dt_model_set_tokenizer(&m, tokdir, &err), -1);
+    assert_non_null(strstr(err.msg, "eos_token_id 310 is outside the model's vocabulary of 300 tokens"));
+    m.cfg.special.eos_token_id[0] = 298;
+    assert_int_equal(dt_model_set_tokenizer(&m, tokdir, &err), 0);
+    char dir[512], path[600];
+    tu_path(dir, sizeof dir, "padded");
+    assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+    /* a checkpoint whose generation config names an id the tokenizer lacks is refused at load */
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    tu_write_file(path, "{\"eos_token_id\": 305}", 21);
+    dt_model back;
+    assert_int_equal(dt_model_load(&back, dir, &err), -1);
+    assert_non_null(strstr(err.msg, "eos_token_id 305 is outside"));
+    dt_model_free(&m);
+}
+
+static void test_dequantize(void **state) {
+    (void)state;
+    dt_model m, q;
+    dt_error err;
+    make_model(&m, 256);
+    dt_quant_options qo;
+    dt_quant_defaults(&qo);
+    qo.scheme = DT_QUANT_Q4_0;
+    qo.quiet = 1;
+    if (dt_model_quantize(&m, &qo, &err) != 0) fail_msg("%s", err.msg);
+    char dir[512];
+    fresh_dir(dir, sizeof dir, "deq_q4");
+    assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+    assert_int_equal(dt_model_dequantize(&m, &err), 0); /* quantised here: back to the float weights */
+    assert_null(m.quant);
+    assert_int_equal(dt_model_load(&q, dir, &err), 0);
+    assert_int_equal(dt_model_dequantize(&q, &err), -1);
+    assert_non_null(strstr(err.msg, "float weights are not known"));
+    assert_non_null(q.quant); /* still the quantised model */
+    dt_model_free(&q);
+    dt_model_free(&m);
+}
+
+/* The greedy continuation by hand: the prompt through the cache, then argmax after argmax. */
+static void greedy_by_hand(const dt_model *m, const int *prompt, int np, int n, int *out) {
+    dt_error err;
+    dt_kvcache *kc = dt_kvcache_create(m, np + n, &err);
+    assert_non_null(kc);
+    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
+    int token = prompt[0];
+    for (int pos = 0; pos < np + n - 1; pos++) {
+        assert_int_equal(dt_decode_step(m, kc, token, pos, logits, &err), 0);
+        if (pos + 1 < np) {
+            token = prompt[pos + 1];
+            continue;
+        }
+        int best = 0;
+        for (int v = 1; v < m->cfg.vocab_size; v++)
+            if (logits[v] > logits[best]) best = v;
+        out[pos + 1 - np] = token = best;
+    }
+    free(logits);
+    dt_kvcache_free(kc);
+}
+
+typedef struct {
+    int calls, stop_after, last_n_seq;
+} counter;
+
+static int count_tokens(void *ctx, int token, int is_stop, const int *seq, int n_seq) {
+    counter *c = ctx;
+    (void)is_stop;
+    assert_int_equal(seq[n_seq - 1], token);
+    c->last_n_seq = n_seq;
+    return ++c->calls == c->stop_after;
+}
+
+static void test_generate(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, 256);
+    const int prompt[] = {72, 101, 108, 108, 111}, np = 5, N = 12;
+    int want[12], got[12];
+    greedy_by_hand(&m, prompt, np, N, want);
+    dt_generate_options o;
+    dt_generate_defaults(&o);
+    o.sampler.temperature = 0;
+    o.max_new_tokens = N;
+    o.n_stop = 0;
+    dt_generate_result r;
+    assert_int_equal(dt_generate(&m, prompt, np, &o, got, &r, &err), 0);
+    assert_int_equal(r.n_generated, N);
+    assert_int_equal(r.stop, DT_STOP_LENGTH);
+    assert_memory_equal(got, want, sizeof want);
+    /* a stop id ends it before that token is added: take the first token not seen before it */
+    int k = 1;
+    while (k < N) {
+        int seen = 0;
+        for (int i = 0; i < k; i++) seen |= want[i] == want[k];
+        if (!seen) break;
+        k++;
+    }
+    if (k < N) {
+        o.stop_ids = &want[k];
+        o.n_stop = 1;
+        assert_int_equal(dt_generate(&m, prompt, np, &o, got, &r, &err), 0);
+        assert_int_equal(r.n_generated, k);
+        assert_int_equal(r.stop, DT_STOP_EOS);
+        assert_int_equal(r.stop_token, want[k]);
+        assert_memory_equal(got, want, (size_t)k * sizeof *got);
+        o.n_stop = 0;
+    }
+    /* the callback sees every token with the sequence so far, and can end it */
+    counter c = {.stop_after = 3};
+    o.on_token = count_tokens;
+    o.ctx = &c;
+    assert_int_equal(dt_generate(&m, prompt, np, &o, got, &r, &err), 0);
+    assert_int_equal(c.calls, 3);
+    assert_int_equal(c.last_n_seq, np + 3);
+    assert_int_equal(r.n_generated, 3);
+    assert_int_equal(r.stop, DT_STOP_CALLBACK);
+    o.on_token = NULL;
+    volatile int cancel = 1;
+    o.cancel = &cancel;
+    assert_int_equal(dt_generate(&m, prompt, np, &o, got, &r, &err), 0);
+    assert_int_equal(r.n_generated, 0);
+    assert_int_equal(r.stop, DT_STOP_CANCELLED);
+    o.cancel = NULL;
+    /* sampling is deterministic for a seed */
+    int again[12];
+    o.sampler.temperature = 1.0f;
+    o.seed = 7;
+    assert_int_equal(dt_generate(&m, prompt, np, &o, got, &r, &err), 0);
+    assert_int_equal(dt_generate(&m, prompt, np, &o, again, &r, &err), 0);
+    assert_memory_equal(got, again, sizeof got);
+    /* refusals: each names the argument */
+    const int bad[] = {72, 256};
+    assert_int_equal(dt_generate(&m, bad, 2, &o, got, &r, &err), -1);
+    assert_non_null(strstr(err.msg, "prompt token 256 at position 1 is outside the vocabulary"));
+    o.max_new_tokens = 60;
+    assert_int_equal(dt_generate(&m, prompt, np, &o, NULL, &r, &err), -1);
+    assert_non_null(strstr(err.msg, "(5 tokens) + max_new_tokens 60 exceeds max_position_embeddings 64"));
+    assert_int_equal(dt_generate(&m, prompt, 0, &o, NULL, &r, &err), -1);
+    o.max_new_tokens = 0;
+    assert_int_equal(dt_generate(&m, prompt, np, &o, NULL, &r, &err), 0);
+    assert_int_equal(r.n_generated, 0);
+    dt_model_free(&m);
+}
+
+static void test_prompts_and_stop_ids(void **state) {
+    (void)state;
+    char tokdir[512], text[512];
+    make_tokenizer(tokdir, sizeof tokdir, text, sizeof text);
+    dt_model m;
+    dt_error err;
+    int *ids;
+    size_t n;
+    make_model(&m, 256);
+    assert_int_equal(dt_model_encode_prompt(&m, "", &ids, &n, &err), 0); /* bytes: a line break */
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], '\n');
+    free(ids);
+    int stop[DT_MAX_EOS];
+    assert_int_equal(dt_model_stop_ids(&m, stop), 0);
+    dt_model_free(&m);
+    make_model(&m, 300);
+    assert_int_equal(dt_model_set_tokenizer(&m, tokdir, &err), 0);
+    assert_int_equal(dt_model_encode_prompt(&m, "", &ids, &n, &err), 0); /* an empty prompt is BOS */
+    assert_int_equal(n, 1);
+    assert_int_equal(ids[0], 297);
+    free(ids);
+    assert_int_equal(dt_model_encode_prompt(&m, "The fox", &ids, &n, &err), 0);
+    assert_true(n >= 2);
+    assert_int_equal(ids[0], 297); /* the post-processor's BOS, as transformers adds it */
+    char *back;
+    size_t len;
+    assert_int_equal(dt_model_decode(&m, ids, n, 1, &back, &len, &err), 0);
+    assert_string_equal(back, "The fox");
+    free(back);
+    free(ids);
+    /* no eos in the config: the tokenizer's */
+    assert_int_equal(dt_model_stop_ids(&m, stop), 1);
+    assert_int_equal(stop[0], 298);
+    m.cfg.special.n_eos = 2;
+    m.cfg.special.eos_token_id[0] = 5;
+    m.cfg.special.eos_token_id[1] = 9;
+    assert_int_equal(dt_model_stop_ids(&m, stop), 2); /* the generation config's win */
+    assert_int_equal(stop[1], 9);
+    dt_model_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_byte_level_model),    cmocka_unit_test(test_bpe_vocabulary_travels),
+        cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_dequantize),
+        cmocka_unit_test(test_generate),            cmocka_unit_test(test_prompts_and_stop_ids),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
