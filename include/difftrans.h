@@ -6,7 +6,9 @@
  *
  * Conventions
  *   - Every function that can fail returns 0 on success and -1 on failure, with a message in
- *     the caller's dt_error naming the file or argument and the problem.
+ *     the caller's dt_error naming the file or argument and the problem, and a code saying
+ *     which kind of failure it is (dt_errcode). The library never exits the process, except
+ *     to end a data-parallel job whose ranks stopped responding (MPI_Abort, dt_comm_create).
  *   - No global state: two models (or two training runs) can live in one process.
  *   - Shapes are written [B, T, C] etc.; matrices use PyTorch Linear layout [out, in], row-major.
  */
@@ -22,12 +24,53 @@ extern "C" {
 
 /* ---------------------------------------------------------------- errors */
 
+/* What kind of failure an error is: what its caller can do about it, without reading the
+ * message. The values are stable (the CLI's exit status is the code, see README.md). */
+typedef enum {
+    DT_ERR_NONE = 0,        /* no failure */
+    DT_ERR_INVALID = 1,     /* an argument, option or value the caller gave is wrong: out of range, an
+                             * unknown name, inconsistent with another argument or with the model it
+                             * is used on (a token id outside the vocabulary, a sequence longer than
+                             * max_position_embeddings). Change the call. */
+    DT_ERR_FORMAT = 2,      /* a file is not what it should be: corrupt, truncated, or lying about itself
+                             * (a checkpoint, config.json, tokenizer.json, token dataset, training state,
+                             * needle or task file). Replace or regenerate the file. */
+    DT_ERR_IO = 3,          /* the operating system refused: a file that is missing, unreadable or not a
+                             * regular file, a failed write, sync or rename, a full disk; the message
+                             * carries the system's reason. Check the path, the permissions, the disk. */
+    DT_ERR_NOMEM = 4,       /* an allocation failed. A smaller model, batch, context or input, or more
+                             * memory. */
+    DT_ERR_UNSUPPORTED = 5, /* valid, but beyond this implementation or this machine: a tokenizer
+                             * component, a Hugging Face option or dtype difftrans cannot express, a
+                             * kernel path this CPU cannot run. */
+    DT_ERR_DIVERGED = 6,    /* training produced a non-finite loss or gradient: the inputs are valid, the
+                             * run is not (lower the learning rate; the last checkpoint is intact). */
+} dt_errcode;
+
+/* An error: its code and a message naming the file or argument and the problem. A function
+ * that fails fills both; one that succeeds leaves the dt_error as it was. */
 typedef struct {
     char msg[1024];
+    dt_errcode code;
 } dt_error;
 
-/* printf into err->msg; always returns -1 so that `return dt_fail(err, ...)` reads naturally. */
+/* printf into err->msg with the code DT_ERR_INVALID (a caller's argument is wrong: the common
+ * case of a check in the library); always returns -1 so that `return dt_fail(err, ...)` reads
+ * naturally. err may be NULL. */
 int dt_fail(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same with the given code; dt_fail_format, dt_fail_io and dt_fail_oom for the codes
+ * DT_ERR_FORMAT, DT_ERR_IO and DT_ERR_NOMEM. */
+int dt_fail_code(dt_error *err, dt_errcode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int dt_fail_format(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int dt_fail_io(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int dt_fail_oom(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Puts "PREFIX: " (printf-formatted) before the message already in err, keeping its code: for a
+ * caller that adds where a callee's failure happened ("model.safetensors: " + the callee's
+ * problem). Returns -1. */
+int dt_fail_prefix(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A short constant name of a code ("invalid", "format", "io", "nomem", "unsupported",
+ * "diverged", "none"; "unknown" for any other value). */
+const char *dt_errcode_name(dt_errcode code);
 
 /* ---------------------------------------------------------------- config */
 
@@ -448,7 +491,9 @@ int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T,
 /* The processes of one training job. Launched by mpirun (Open MPI, or another PMIx/PMI
  * launcher), dt_comm_create joins the MPI job (MPI_Init_thread); otherwise it gives a one-rank
  * communicator that never calls MPI. Every wait for the other ranks is bounded by timeout_s:
- * past it the job ends (MPI_Abort) with a message naming the ranks that did not arrive. */
+ * past it the job ends (MPI_Abort with error code 7, the one way the library ends a process:
+ * the collectives already posted cannot be taken back, so no rank could go on) with a message
+ * naming the ranks that did not arrive. */
 typedef struct dt_comm dt_comm;
 int dt_comm_create(dt_comm **out, double timeout_s, dt_error *err);
 void dt_comm_free(dt_comm *c);               /* MPI_Finalize when MPI was joined; NULL is fine */

@@ -1,4 +1,4 @@
-/* util.c — errors, the random number generator and atomic file writes. */
+/* util.c — paths, the random number generator and atomic file writes (errors: error.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -11,16 +11,6 @@
 
 #include "difftrans.h"
 #include "internal.h"
-
-int dt_fail(dt_error *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 int dt_pathf(char *out, size_t n, dt_error *err, const char *fmt, ...) {
     va_list ap;

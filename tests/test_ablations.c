@@ -192,7 +192,7 @@ static void test_config_round_trip(void **state) {
         tu_path(path, sizeof path, "bad.json");
         tu_write_file(path, bad[i][0], strlen(bad[i][0]));
         dt_config c;
-        dt_error err = {{0}};
+        dt_error err = {0};
         assert_int_equal(dt_config_load(&c, path, &err), -1);
         if (!strstr(err.msg, path) || !strstr(err.msg, bad[i][1])) fail_msg("expected '%s' in: %s", bad[i][1], err.msg);
     }

@@ -59,7 +59,7 @@ static void load_text(const char *json, dt_config *cfg, int want_rc, const char 
     char path[1200];
     tu_path(path, sizeof path, "config.json");
     tu_write_file(path, json, strlen(json));
-    dt_error err = {{0}};
+    dt_error err = {0};
     int rc = dt_config_load(cfg, path, &err);
     if (rc != want_rc) fail_msg("load returned %d (want %d) for %s: %s", rc, want_rc, json, err.msg);
     if (want_rc == 0) return;
@@ -106,7 +106,7 @@ static void test_presets(void **state) {
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         for (int arch = 0; arch < 2; arch++) {
             dt_config c;
-            dt_error err = {{0}};
+            dt_error err = {0};
             assert_int_equal(dt_config_preset(&c, want[i].name, (dt_arch)arch, &err), 0);
             assert_int_equal(c.arch, arch);
             assert_int_equal(c.vocab_size, 256);
@@ -130,7 +130,7 @@ static void test_presets(void **state) {
 static void test_unknown_preset(void **state) {
     (void)state;
     dt_config c;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_config_preset(&c, "huge", DT_ARCH_DIFF, &err), -1);
     assert_non_null(strstr(err.msg, "'huge'"));
     assert_non_null(strstr(err.msg, "tiny"));
@@ -141,7 +141,7 @@ static void test_unknown_preset(void **state) {
 static void test_matched(void **state) {
     (void)state;
     dt_config d, l;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_config_preset(&d, "small", DT_ARCH_DIFF, &err), 0);
     d.use_subln_weight = 1;
     l = dt_config_matched(&d);
@@ -175,7 +175,7 @@ static void test_lambda_init(void **state) {
 static void round_trip(const dt_config *c) {
     char path[1200];
     tu_path(path, sizeof path, "rt_config.json");
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_config_save(c, path, &err) != 0) fail_msg("%s", err.msg);
     dt_config back;
     if (dt_config_load(&back, path, &err) != 0) fail_msg("%s", err.msg);
@@ -189,7 +189,7 @@ static void test_round_trip_presets(void **state) {
     for (int i = 0; i < 4; i++)
         for (int arch = 0; arch < 2; arch++) {
             dt_config c;
-            assert_int_equal(dt_config_preset(&c, names[i], (dt_arch)arch, &(dt_error){{0}}), 0);
+            assert_int_equal(dt_config_preset(&c, names[i], (dt_arch)arch, &(dt_error){0}), 0);
             round_trip(&c);
         }
 }
@@ -197,7 +197,7 @@ static void test_round_trip_presets(void **state) {
 static void test_round_trip_odd_values(void **state) {
     (void)state;
     dt_config c;
-    assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &(dt_error){{0}}), 0);
+    assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &(dt_error){0}), 0);
     c.num_key_value_heads = 2;
     c.head_dim = 24; /* explicit, not hidden / heads */
     c.rms_norm_eps = 1e-6f;
@@ -220,8 +220,8 @@ static void test_saved_json(void **state) {
     char path[1200];
     tu_path(path, sizeof path, "saved.json");
     dt_config c;
-    assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &(dt_error){{0}}), 0);
-    dt_error err = {{0}};
+    assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &(dt_error){0}), 0);
+    dt_error err = {0};
     assert_int_equal(dt_config_save(&c, path, &err), 0);
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
@@ -609,7 +609,7 @@ static void test_missing_file(void **state) {
     char path[1200];
     tu_path(path, sizeof path, "nowhere/config.json");
     dt_config c;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_config_load(&c, path, &err), -1);
     assert_non_null(strstr(err.msg, path));
     assert_non_null(strstr(err.msg, "No such file"));
@@ -622,7 +622,7 @@ static void test_missing_file(void **state) {
 static void test_validate_where(void **state) {
     (void)state;
     dt_config c;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &err), 0);
     c.num_attention_heads = 5;
     c.num_key_value_heads = 5;
@@ -648,7 +648,7 @@ static void test_validate_where(void **state) {
 static void test_save_failures(void **state) {
     (void)state;
     dt_config c;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &err), 0);
     char path[1200];
     tu_path(path, sizeof path, "missing_dir/config.json");
@@ -673,7 +673,7 @@ static void test_tokenizer(void **state) {
     mkdir(dir, 0755);
     snprintf(file, sizeof file, "%s/difftrans_tokenizer.json", dir);
     remove(file);
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_tokenizer_check(dir, &err), 0); /* absent: byte-level default */
     assert_int_equal(dt_tokenizer_save(dir, &err), 0);
     assert_true(tu_file_exists(file));

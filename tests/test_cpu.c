@@ -27,7 +27,7 @@ static void test_supported_is_ordered(void **state) {
 
 static void test_forcing(void **state) {
     (void)state;
-    dt_error err = {{0}};
+    dt_error err = {0};
     unsetenv("DT_ISA");
     assert_int_equal(dt_isa_check(&err), 0);
     assert_int_equal(dt_isa_active(), dt_isa_best());

@@ -42,7 +42,7 @@ static void write_len_prefix(const char *path, uint64_t n, const char *rest) {
 /* dt_st_open must fail, leave the struct empty, and say "path: ...<problem>...". */
 static void expect_open_fails(const char *path, const char *problem) {
     dt_safetensors st;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_open(&st, path, &err), -1);
     assert_null(st.map);
     assert_null(st.tensors);
@@ -116,7 +116,7 @@ static void test_round_trip(void **state) {
         {.name = "empty", .ndim = 2, .shape = {0, 7}, .data = NULL},
         {.name = "quote\"back\\slash", .ndim = 1, .shape = {4}, .data = special},
     };
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_write_f32(path, e, 5, &err), 0);
     assert_int_equal((8 + file_u64_le(path)) % 8, 0); /* data section aligned */
     assert_int_equal(count_tmp_files(), 0);
@@ -160,7 +160,7 @@ static uint16_t *store_as(dt_dtype dtype, const float *x, size_t n) {
     char path[1200];
     tu_path(path, sizeof path, "narrow.safetensors");
     dt_st_entry e = {.name = "x", .ndim = 1, .shape = {(int64_t)n}, .data = x, .dtype = dtype};
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_st_write(path, &e, 1, &err) != 0) fail_msg("%s", err.msg);
     dt_safetensors st;
     if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
@@ -243,7 +243,7 @@ static void test_write_empty(void **state) {
     (void)state;
     char path[1200];
     tu_path(path, sizeof path, "empty_list.safetensors");
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_write_f32(path, NULL, 0, &err), 0);
     dt_safetensors st;
     assert_int_equal(dt_st_open(&st, path, &err), 0);
@@ -258,7 +258,7 @@ static void test_header_contents(void **state) {
     tu_path(path, sizeof path, "hdr.safetensors");
     float x[6] = {1, 2, 3, 4, 5, 6};
     dt_st_entry e[2] = {{.name = "w", .ndim = 2, .shape = {2, 3}, .data = x}, {.name = "b", .ndim = 0, .data = x}};
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_write_f32(path, e, 2, &err), 0);
     size_t n;
     uint8_t *buf = read_whole(path, &n);
@@ -304,7 +304,7 @@ static void test_f16(void **state) {
     write_raw(path, header, data, sizeof data);
 
     dt_safetensors st;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
     const dt_st_tensor *h = dt_st_find(&st, "h");
     assert_non_null(h);
@@ -341,7 +341,7 @@ static void test_bf16(void **state) {
              N / 2, 2 * N);
     write_raw(path, header, data, sizeof data);
     dt_safetensors st;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(st.n, 1);
     const dt_st_tensor *b = &st.tensors[0];
@@ -379,7 +379,7 @@ static void test_truncated_everywhere(void **state) {
     float x[10] = {0}, y[3] = {0};
     dt_st_entry e[2] = {{.name = "x", .ndim = 1, .shape = {10}, .data = x},
                         {.name = "y", .ndim = 2, .shape = {1, 3}, .data = y}};
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_write_f32(good, e, 2, &err), 0);
     size_t n;
     uint8_t *buf = read_whole(good, &n);
@@ -429,7 +429,7 @@ static void test_bad_json(void **state) {
     /* trailing space padding is fine */
     write_raw(path, "{}       ", NULL, 0);
     dt_safetensors st;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_open(&st, path, &err), 0);
     dt_st_close(&st);
     write_raw(path, "{\"__metadata__\":[1]}", NULL, 0);
@@ -564,7 +564,7 @@ static void test_bad_names(void **state) {
     snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", name);
     write_raw(path, header, zeros, 4);
     dt_safetensors st;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_open(&st, path, &err), 0);
     assert_int_equal(strlen(st.tensors[0].name), 255);
     dt_st_close(&st);
@@ -573,7 +573,7 @@ static void test_bad_names(void **state) {
 /* ---------------------------------------------------------------- writer failures */
 
 static void expect_write_fails(const char *path, const dt_st_entry *e, int n, const char *problem) {
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_st_write_f32(path, e, n, &err), -1);
     if (!strstr(err.msg, path)) fail_msg("message does not name the path: %s", err.msg);
     if (!strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
@@ -615,8 +615,8 @@ static void test_writer_failures(void **state) {
     expect_write_fails(path, NULL, 2, "invalid tensor list");
 
     /* a failed write leaves an existing file untouched */
-    assert_int_equal(dt_st_write_f32(path, &ok, 1, &(dt_error){{0}}), 0);
-    dt_error err = {{0}};
+    assert_int_equal(dt_st_write_f32(path, &ok, 1, &(dt_error){0}), 0);
+    dt_error err = {0};
     assert_int_equal(dt_st_write_f32(path, dup, 2, &err), -1);
     dt_safetensors st;
     assert_int_equal(dt_st_open(&st, path, &err), 0);

@@ -19,7 +19,7 @@
 
 static void tiny_model(dt_model *m) {
     dt_config c;
-    dt_error err = {{0}};
+    dt_error err = {0};
     assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &err), 0);
     c.vocab_size = 100;
     c.special.bos_token_id = 1;
@@ -50,7 +50,7 @@ static int count_files(const char *dir, const char *part) {
 
 static void save(const dt_model *m, const char *dir, dt_dtype dtype, uint64_t max_bytes) {
     dt_save_options o = {.dtype = dtype, .max_shard_bytes = max_bytes};
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_model_save_with(m, dir, &o, &err) != 0) fail_msg("%s", err.msg);
 }
 
@@ -89,7 +89,7 @@ static void test_sharded_round_trip(void **state) {
     free(index);
     assert_int_equal(count_files(dir, ".tmp."), 0);
 
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_model_load(&r, dir, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(r.n_params, m.n_params);
     assert_memory_equal(r.params, m.params, m.n_params * sizeof(float));
@@ -127,7 +127,7 @@ static void test_narrow_dtypes(void **state) {
         char *cfg = tu_read_file(path, NULL);
         assert_non_null(strstr(cfg, names[k]));
         free(cfg);
-        dt_error err = {{0}};
+        dt_error err = {0};
         if (dt_model_load(&r, dir, &err) != 0) fail_msg("%s", err.msg);
         /* rounded to nearest: within half a unit in the last place, and not a copy */
         assert_true(tu_max_rel_diff(r.params, m.params, m.n_params, 1e-3f) <= tol[k]);

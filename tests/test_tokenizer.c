@@ -43,7 +43,7 @@ static char *write_tok(const char *name, const char *json) {
 static void expect_ids(const dt_tok *tok, const char *text, int add_special, const int32_t *want, size_t n_want) {
     int32_t *ids = NULL;
     size_t n = 0;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_encode(tok, text, strlen(text), add_special, &ids, &n, &err) != 0) fail_msg("encode: %s", err.msg);
     if (n != n_want) fail_msg("'%s': %zu ids, want %zu", text, n, n_want);
     for (size_t i = 0; i < n; i++)
@@ -54,7 +54,7 @@ static void expect_ids(const dt_tok *tok, const char *text, int add_special, con
 static void expect_text(const dt_tok *tok, const int32_t *ids, size_t n, int skip, const char *want) {
     char *text = NULL;
     size_t len = 0;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_decode(tok, ids, n, skip, &text, &len, &err) != 0) fail_msg("decode: %s", err.msg);
     if (len != strlen(want) || memcmp(text, want, len) != 0) fail_msg("decoded '%s', want '%s'", text, want);
     free(text);
@@ -63,7 +63,7 @@ static void expect_text(const dt_tok *tok, const int32_t *ids, size_t n, int ski
 static void test_tiny_bytelevel(void **state) {
     (void)state;
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_load(&tok, write_tok("tokenizer.json", TINY), &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(dt_tok_vocab_size(tok), 8);
     assert_int_equal(dt_tok_token_to_id(tok, "<s>", 3), 7);
@@ -109,7 +109,7 @@ static void test_vocab_with_holes(void **state) {
     char json[4096];
     snprintf(json, sizeof json, "%.*s\"c\": 12%s", (int)(at - TINY), TINY, at + strlen(from));
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_load(&tok, write_tok("holes.json", json), &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(dt_tok_vocab_size(tok), 13);
     assert_int_equal(dt_tok_token_to_id(tok, "<s>", 3), 7);
@@ -149,7 +149,7 @@ static void expect_refused(const char *from, const char *to, const char *problem
     char *path = write_tok("bad.json", json);
     free(json);
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_load(&tok, path, &err) == 0) fail_msg("loaded although '%s' became '%s'", from, to);
     assert_null(tok);
     if (!strstr(err.msg, path)) fail_msg("message does not name the file: %s", err.msg);
@@ -187,7 +187,7 @@ static void test_bad_files(void **state) {
                    "pattern is not valid UTF-8 (byte 7)");
     expect_refused("\"content\": \"<s>\"", "\"content\": \"<s\xc3>\"", "not valid UTF-8");
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     char path[1200];
     tu_path(path, sizeof path, "missing.json");
     assert_int_equal(dt_tok_load(&tok, path, &err), -1);
@@ -200,7 +200,7 @@ static void test_directory(void **state) {
     write_tok("tokenizer.json", TINY);
     write_tok("tokenizer_config.json", "{\"bos_token\": {\"content\": \"<s>\"}, \"eos_token\": \"abc\"}");
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_load(&tok, tu_tmpdir(), &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(dt_tok_bos_id(tok), 7);
     assert_int_equal(dt_tok_eos_id(tok), 5);

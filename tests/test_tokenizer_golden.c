@@ -45,7 +45,7 @@ static void check_encode(const dt_tok *tok, dt_tok_encoder *enc, const char *nam
     int32_t *w = json_ids(want, &nw);
     const int32_t *ids;
     size_t n;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_encoder_encode(enc, text, strlen(text), special, &ids, &n, &err) != 0) {
         show(err.msg, name, text);
     } else if (n != nw || (n && memcmp(ids, w, n * sizeof *w) != 0)) {
@@ -73,7 +73,7 @@ static void check_decode(const dt_tok *tok, const char *name, const cJSON *ids_j
     int32_t *ids = json_ids(ids_json, &n);
     char *text = NULL;
     size_t len = 0;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_decode(tok, ids, n, skip, &text, &len, &err) != 0) show(err.msg, name, want);
     else if (len != strlen(want) || memcmp(text, want, len) != 0) {
         show(skip ? "decode (skip_special)" : "decode", name, want);
@@ -104,7 +104,7 @@ static int check_file(const char *golden_path) {
     } else
         fail_msg("%s: unknown source %s", golden_path, source);
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_load(&tok, path, &err) != 0) fail_msg("%s", err.msg);
     /* difftrans's vocabulary size is the id space (1 + the largest id), what an embedding must cover */
     assert_int_equal(dt_tok_vocab_size(tok), cJSON_GetObjectItem(g, "id_space")->valueint);

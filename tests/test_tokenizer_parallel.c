@@ -84,7 +84,7 @@ static void compare(const dt_tok *tok, const char *name, const char *what, const
     for (int add = 0; add < 2; add++) {
         int32_t *want = NULL, *got = NULL;
         size_t nw = 0, ng = 0;
-        dt_error err = {{0}};
+        dt_error err = {0};
         if (dt_tok_encode(tok, t->p ? t->p : "", t->n, add, &want, &nw, &err) != 0) fail_msg("%s: %s", name, err.msg);
         for (size_t c = 0; c < sizeof chunks / sizeof *chunks; c++) {
             int threads = 1 + (int)(c % 4);
@@ -112,7 +112,7 @@ static void compare(const dt_tok *tok, const char *name, const char *what, const
 
 static void check_tokenizer(const char *path, const char *name, size_t bytes) {
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_load(&tok, path, &err) != 0) fail_msg("%s", err.msg);
     text texts[] = {
         mixed(1, bytes), mixed(2, bytes / 3), mixed(3, 97),
@@ -182,7 +182,7 @@ static void test_invalid_utf8(void **state) {
     if (!dir) fail_msg("DT_TOKENIZER_TESTS is not set (run under ctest)");
     snprintf(p, sizeof p, "%s/fixtures/llama3_like.json", dir);
     dt_tok *tok = NULL;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tok_load(&tok, p, &err) != 0) fail_msg("%s", err.msg);
     text t = repeat("abc \xc3\xa9 ", 100, "");
     t.p[501] = (char)0xff;

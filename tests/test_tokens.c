@@ -47,7 +47,7 @@ static const char *dataset(const char *name, const char *manifest) {
 static void expect_load_fails(const char *dir, const char *split, const char *what) {
     int *tokens = (int *)&tokens;
     size_t n = 7;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tokens_load(dir, split, 300, &tokens, &n, &err) == 0) fail_msg("%s: loaded", dir);
     if (tokens || n) fail_msg("%s: failure left tokens behind", dir);
     if (!strstr(err.msg, what)) fail_msg("%s: message '%s' does not say '%s'", dir, err.msg, what);
@@ -59,7 +59,7 @@ static void test_good_dataset(void **state) {
                                       " \"bytes\": 40, \"splits\": {\"train\": {\"shards\": [\"train-00000.tok\"],"
                                       " \"tokens\": 3}, \"val\": {\"shards\": [\"val-00000.tok\"], \"tokens\": 1}}}");
     dt_tokens_summary s;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tokens_info(dir, &s, &err) != 0) fail_msg("info: %s", err.msg);
     assert_int_equal(s.vocab_size, 300);
     assert_int_equal(s.eos_id, 2);
@@ -104,7 +104,7 @@ static void expect_info_refuses(const char *name, const char *fields, const char
              " [\"train-00000.tok\"], \"tokens\": 3}, \"val\": {\"shards\": [\"val-00000.tok\"], \"tokens\": 1}}}", fields);
     const char *dir = dataset(name, manifest);
     dt_tokens_summary s;
-    dt_error err = {{0}};
+    dt_error err = {0};
     if (dt_tokens_info(dir, &s, &err) == 0) fail_msg("%s: {%s} accepted", name, fields);
     if (!strstr(err.msg, "dataset.json") || !strstr(err.msg, key))
         fail_msg("%s: message '%s' does not name dataset.json and %s", name, err.msg, key);
@@ -136,7 +136,7 @@ static void test_manifest_numbers_out_of_range(void **state) {
     expect_info_refuses("bytes_1e300", "\"vocab_size\": 300, \"bytes\": 1e300", "bytes");
     expect_info_refuses("bytes_frac", "\"vocab_size\": 300, \"bytes\": 40.25", "bytes");
     dt_tokens_summary s;
-    dt_error err = {{0}};
+    dt_error err = {0};
     const char *dir = dataset("tokens_1e30", "{\"format\": \"difftrans-tokens\", \"vocab_size\": 300, \"splits\":"
                                              " {\"train\": {\"shards\": [\"train-00000.tok\"], \"tokens\": 1e30}}}");
     if (dt_tokens_info(dir, &s, &err) == 0 || !strstr(err.msg, "splits.train.tokens"))

@@ -1,5 +1,5 @@
 /* system.c — the public view of the machine (dt_system, dt_system_check in difftrans.h): the
- * CPU's features, the kernel path the process uses (layers/kernels.h) and OpenBLAS's core. */
+ * CPU's features, the kernel path the process uses (dt_isa_active) and OpenBLAS's core. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdlib.h>
@@ -7,7 +7,6 @@
 #include <strings.h>
 
 #include "cpu/cpu.h"
-#include "layers/kernels.h"
 
 /* OpenBLAS's x86-64 cores with AVX-512 kernels (0.3.21 names; later versions add to the list) */
 static int blas_core_has_avx512(const char *core) {
@@ -22,7 +21,7 @@ void dt_system(dt_system_info *out) {
     memset(out, 0, sizeof *out);
     memcpy(out->cpu, c->model, sizeof out->cpu);
     out->cpu[sizeof out->cpu - 1] = '\0';
-    out->path = dt_isa_name(kernels_active()->isa);
+    out->path = dt_isa_name(dt_isa_active()); /* the path every kernel table is chosen by */
     out->best = dt_isa_name(dt_isa_best());
     out->avx2 = c->avx2, out->fma = c->fma;
     out->avx512f = c->avx512f, out->avx512bw = c->avx512bw, out->avx512vl = c->avx512vl;

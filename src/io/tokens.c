@@ -207,7 +207,7 @@ static void progress(tokenize_run *r, int final) {
 /* Encode the batch in parallel, then write it in order. */
 static int flush_batch(tokenize_run *r, dt_error *err) {
     int n = r->n_pieces, failed = 0;
-    dt_error first_err = {{0}};
+    dt_error first_err = {0};
 #pragma omp parallel
     {
         dt_tok_encoder *enc = dt_tok_encoder_new(r->tok);

@@ -26,8 +26,6 @@
 #define MAX_HEAD_DIM 4096
 #define MAX_POSITIONS 1048576
 #define MAX_PARAMS 4e9
-/* A config.json is a few hundred bytes; anything this large is not one. */
-#define MAX_CONFIG_BYTES (16u << 20)
 
 /* ---------------------------------------------------------------- presets */
 
@@ -500,28 +498,6 @@ static int parse_config(const cJSON *root, dt_config *c, const char *path, dt_er
         parse_flags(root, c, path, err) || special_ids_parse(root, &c->special, path, err))
         return -1;
     return 0;
-}
-
-static int line_of(const char *text, const char *pos) {
-    int line = 1;
-    for (const char *p = text; p < pos; p++) line += *p == '\n';
-    return line;
-}
-
-cJSON *json_load_file(const char *path, dt_error *err) {
-    char *text = NULL;
-    size_t len = 0;
-    if (read_text_file(path, MAX_CONFIG_BYTES, "a config", &text, &len, err) != 0) return NULL;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
-    /* cJSON stops after the first value; trailing text means the file is not one JSON value */
-    if (root && strspn(end, " \t\r\n") != (size_t)(text + len - end)) {
-        cJSON_Delete(root);
-        root = NULL;
-    }
-    if (!root) dt_fail(err, "%s is not valid JSON (line %d)", path, end ? line_of(text, end) : 0);
-    free(text);
-    return root;
 }
 
 int dt_config_load(dt_config *cfg, const char *path, dt_error *err) {
