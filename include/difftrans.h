@@ -194,6 +194,12 @@ typedef struct {
     dt_st_tensor *tensors;
 } dt_safetensors;
 
+/* Opens a regular file only (a FIFO, directory or device is refused naming it, without blocking)
+ * and accepts what the format's reference reads: a UTF-8 header of strict JSON (space padding
+ * after it is fine), tensors listed in any order whose bytes cover the data section exactly once
+ * (no two overlapping, no hole, no trailing bytes; a zero-size tensor takes none), and a
+ * __metadata__ of strings whose "format", as transformers insists, is pt, tf, flax or mlx. A
+ * refusal names the file and the tensors involved. */
 int dt_st_open(dt_safetensors *st, const char *path, dt_error *err);
 void dt_st_close(dt_safetensors *st);
 const dt_st_tensor *dt_st_find(const dt_safetensors *st, const char *name);
@@ -213,7 +219,9 @@ typedef struct {
     const void *raw;
 } dt_st_entry;
 
-/* Write tensors atomically (temporary file, then rename), each in its entry's dtype. */
+/* Write tensors atomically (temporary file, then rename), each in its entry's dtype, laid out as
+ * the safetensors library's serialize lays them out: by dtype (F32, BF16, F16, I8, U8), then by
+ * name; __metadata__ {"format": "pt"}. Names must be valid UTF-8. */
 int dt_st_write(const char *path, const dt_st_entry *entries, int n, dt_error *err);
 /* The same for entries that are all F32 or raw I8 / U8 (refuses F16 / BF16). */
 int dt_st_write_f32(const char *path, const dt_st_entry *entries, int n, dt_error *err);

@@ -10,6 +10,8 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <math.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "difftrans.h"
 #include "testutil.h"
@@ -124,10 +126,18 @@ static void test_round_trip(void **state) {
     dt_safetensors st;
     if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(st.n, 5);
+    /* laid out as the reference's serialize does: one dtype here, so by name, back to back */
+    const char *file_order[5] = {"cube", "empty", "model.vec", "quote\"back\\slash", "scalar"};
+    size_t at = 0;
     for (int i = 0; i < 5; i++) {
-        const dt_st_tensor *t = &st.tensors[i];
-        assert_string_equal(t->name, e[i].name); /* header order is preserved */
-        assert_ptr_equal(dt_st_find(&st, e[i].name), t);
+        assert_string_equal(st.tensors[i].name, file_order[i]);
+        assert_int_equal(st.tensors[i].begin, at);
+        at = st.tensors[i].end;
+    }
+    assert_int_equal(at, st.data_size);
+    for (int i = 0; i < 5; i++) {
+        const dt_st_tensor *t = dt_st_find(&st, e[i].name);
+        assert_non_null(t);
         assert_int_equal(t->dtype, DT_F32);
         assert_int_equal(t->ndim, e[i].ndim);
         size_t numel = 1;
@@ -264,15 +274,20 @@ static void test_header_contents(void **state) {
     uint8_t *buf = read_whole(path, &n);
     buf[n] = 0;
     const char *hdr = (const char *)buf + 8;
-    assert_non_null(strstr(hdr, "\"__metadata__\":{\"format\":\"pt\"}"));
-    assert_non_null(strstr(hdr, "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}"));
-    assert_non_null(strstr(hdr, "\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[24,28]}"));
-    assert_true(strstr(hdr, "\"w\"") < strstr(hdr, "\"b\""));
-    /* data little-endian: 1.0f = 00 00 80 3f */
+    /* what safetensors' serialize writes for {"w": .., "b": ..}: metadata first, then by name */
+    const char *want = "{\"__metadata__\":{\"format\":\"pt\"},"
+                       "\"b\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]},"
+                       "\"w\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[4,28]}}";
     uint64_t hl = file_u64_le(path);
+    assert_int_equal(hl % 8, 0);
+    assert_true(hl >= strlen(want) && hl < strlen(want) + 8);
+    assert_memory_equal(hdr, want, strlen(want));
+    for (size_t i = strlen(want); i < hl; i++) assert_int_equal(hdr[i], ' ');
+    /* data little-endian: b = 1.0f = 00 00 80 3f, then w from 1.0f */
     assert_int_equal(n, 8 + hl + 28);
     const uint8_t one[4] = {0x00, 0x00, 0x80, 0x3f};
     assert_memory_equal(buf + 8 + hl, one, 4);
+    assert_memory_equal(buf + 8 + hl + 4, one, 4);
     free(buf);
 }
 
@@ -336,7 +351,7 @@ static void test_bf16(void **state) {
     }
     char path[1200], header[256];
     tu_path(path, sizeof path, "bf16.safetensors");
-    snprintf(header, sizeof header, "{\"__metadata__\":{\"k\":\"v\"},\"b\":{\"dtype\":\"BF16\",\"shape\":[2,%d],"
+    snprintf(header, sizeof header, "{\"__metadata__\":{\"k\":\"v\",\"format\":\"pt\"},\"b\":{\"dtype\":\"BF16\",\"shape\":[2,%d],"
                                     "\"data_offsets\":[0,%d]}}",
              N / 2, 2 * N);
     write_raw(path, header, data, sizeof data);
@@ -416,7 +431,7 @@ static void test_bad_json(void **state) {
     (void)state;
     char path[1200];
     tu_path(path, sizeof path, "badjson.safetensors");
-    const char *not_json[] = {"", "{not json", "{\"a\":", "{} trailing", "\"unterminated", "{}\x01"};
+    const char *not_json[] = {"", "{not json", "{\"a\":", "{} trailing", "\"unterminated", "{}\x7f"};
     for (size_t i = 0; i < sizeof not_json / sizeof not_json[0]; i++) {
         write_raw(path, not_json[i], NULL, 0);
         expect_open_fails(path, "header is not JSON");
@@ -570,6 +585,231 @@ static void test_bad_names(void **state) {
     dt_st_close(&st);
 }
 
+/* ---------------------------------------------------------------- tensors tile the data */
+
+/* A file from a header and `data_len` bytes counting up from 1, so that each tensor's values
+ * show which bytes it was given. */
+static void write_counting(const char *path, const char *header, size_t data_len) {
+    uint8_t data[256];
+    assert_true(data_len <= sizeof data);
+    for (size_t i = 0; i < data_len; i++) data[i] = (uint8_t)(i + 1);
+    write_raw(path, header, data, data_len);
+}
+
+static void expect_layout_fails(const char *name, const char *header, size_t data_len, const char *part1,
+                                const char *part2) {
+    char path[1200];
+    tu_path(path, sizeof path, name);
+    write_counting(path, header, data_len);
+    expect_open_fails(path, part1);
+    dt_safetensors st;
+    dt_error err = {0};
+    assert_int_equal(dt_st_open(&st, path, &err), -1);
+    if (part2 && !strstr(err.msg, part2)) fail_msg("expected '%s' in: %s", part2, err.msg);
+}
+
+#define Q "\"model.layers.0.self_attn.q_proj.weight\""
+#define K "\"model.layers.0.self_attn.k_proj.weight\""
+#define U8T(b, e, n) "{\"dtype\":\"U8\",\"shape\":[" #n "],\"data_offsets\":[" #b "," #e "]}"
+
+static void test_overlap(void **state) {
+    (void)state;
+    /* k_proj's offsets point at q_proj's bytes (its own are still there): the reference refuses
+     * it; loaded, k_proj would silently be a copy of q_proj */
+    expect_layout_fails("ovl1.st", "{" Q ":" U8T(0, 16, 16) "," K ":" U8T(0, 16, 16) "}", 32,
+                        "tensors model.layers.0.self_attn.q_proj.weight [0, 16] and "
+                        "model.layers.0.self_attn.k_proj.weight [0, 16] overlap",
+                        NULL);
+    /* partly, listed in either order */
+    expect_layout_fails("ovl2.st", "{\"b\":" U8T(4, 12, 8) ",\"a\":" U8T(0, 8, 8) "}", 12,
+                        "tensors a [0, 8] and b [4, 12] overlap", NULL);
+    /* an empty tensor inside another one's bytes is refused too (the reference's offsets must
+     * follow each other) */
+    expect_layout_fails("ovl3.st", "{\"a\":" U8T(0, 8, 8) ",\"e\":" U8T(3, 3, 0) "}", 8,
+                        "tensors a [0, 8] and e [3, 3] overlap", NULL);
+}
+
+static void test_hole(void **state) {
+    (void)state;
+    expect_layout_fails("hole1.st", "{\"a\":" U8T(0, 4, 4) ",\"b\":" U8T(8, 12, 4) "}", 12,
+                        "data section bytes [4, 8) belong to no tensor", "between tensors a and b");
+    expect_layout_fails("hole2.st", "{\"a\":" U8T(4, 8, 4) "}", 8, "data section bytes [0, 4) belong to no tensor",
+                        "before tensor a");
+    /* a tensor dropped from the header but not from the data */
+    expect_layout_fails("hole3.st", "{\"c\":" U8T(8, 12, 4) ",\"a\":" U8T(0, 4, 4) "}", 12, "bytes [4, 8)",
+                        "between tensors a and c");
+}
+
+static void test_trailing(void **state) {
+    (void)state;
+    expect_layout_fails("trail1.st", "{\"a\":" U8T(0, 4, 4) "}", 6,
+                        "2 trailing bytes after the last tensor's data (tensor a ends at byte 4 of 6)", NULL);
+    expect_layout_fails("trail2.st", "{\"__metadata__\":{\"format\":\"pt\"}}", 3,
+                        "3 trailing bytes after the header, which lists no tensor data", NULL);
+    expect_layout_fails("trail3.st", "{\"z\":" U8T(0, 0, 0) "}", 1, "1 trailing bytes", NULL);
+}
+
+/* What transformers writes must keep loading: empty tensors anywhere (several at one offset), a
+ * header listing tensors in any order, a header padded with spaces. */
+static void test_legal_layouts(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "legal.st");
+    /* listed against their order in the data; the header padded to a multiple of 8 */
+    char header[512];
+    snprintf(header, sizeof header, "%s",
+             "{\"last\":" U8T(6, 6, 0) ",\"c\":" U8T(3, 6, 3) ",\"mid\":{\"dtype\":\"F32\",\"shape\":[2,0],"
+             "\"data_offsets\":[3,3]},\"b\":" U8T(1, 3, 2) ",\"first\":" U8T(0, 0, 0) ",\"a\":" U8T(0, 1, 1)
+             ",\"first2\":" U8T(0, 0, 0) ",\"__metadata__\":{\"format\":\"pt\"}}");
+    while ((8 + strlen(header)) % 8) strcat(header, " ");
+    write_counting(path, header, 6);
+    dt_safetensors st;
+    dt_error err = {0};
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(st.n, 7);
+    const char *names[] = {"a", "b", "c"};
+    const uint8_t want[3][3] = {{1}, {2, 3}, {4, 5, 6}};
+    for (int i = 0; i < 3; i++) {
+        const dt_st_tensor *t = dt_st_find(&st, names[i]);
+        assert_non_null(t);
+        assert_memory_equal(dt_st_data(&st, t), want[i], (size_t)i + 1);
+    }
+    const char *empty[] = {"first", "first2", "mid", "last"};
+    for (int i = 0; i < 4; i++) {
+        const dt_st_tensor *t = dt_st_find(&st, empty[i]);
+        assert_non_null(t);
+        assert_int_equal(t->numel, 0);
+    }
+    dt_st_close(&st);
+    /* nothing at all, and no __metadata__ (transformers checks the format only when there is one) */
+    write_raw(path, "{}", NULL, 0);
+    assert_int_equal(dt_st_open(&st, path, &err), 0);
+    dt_st_close(&st);
+    write_raw(path, "{\"__metadata__\":null,\"a\":" U8T(0, 1, 1) "}", "x", 1);
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    dt_st_close(&st);
+}
+
+static void test_metadata_format(void **state) {
+    (void)state;
+    char path[1200], header[256];
+    tu_path(path, sizeof path, "format.st");
+    const char *ok[] = {"pt", "tf", "flax", "mlx"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(header, sizeof header, "{\"__metadata__\":{\"format\":\"%s\",\"x\":\"y\"},\"a\":" U8T(0, 1, 1) "}",
+                 ok[i]);
+        write_raw(path, header, "x", 1);
+        dt_safetensors st;
+        dt_error err = {0};
+        if (dt_st_open(&st, path, &err) != 0) fail_msg("format %s: %s", ok[i], err.msg);
+        dt_st_close(&st);
+    }
+    write_raw(path, "{\"__metadata__\":{\"format\":\"np\"},\"a\":" U8T(0, 1, 1) "}", "x", 1);
+    expect_open_fails(path, "__metadata__ format \"np\" is not one transformers loads");
+    write_raw(path, "{\"__metadata__\":{\"format\":\"PT\"}}", NULL, 0);
+    expect_open_fails(path, "format \"PT\"");
+    write_raw(path, "{\"__metadata__\":{\"k\":\"v\"}}", NULL, 0);
+    expect_open_fails(path, "__metadata__ has no \"format\"");
+    write_raw(path, "{\"__metadata__\":{}}", NULL, 0);
+    expect_open_fails(path, "__metadata__ has no \"format\"");
+    /* the last of a repeated key counts, as in the reference's map */
+    write_raw(path, "{\"__metadata__\":{\"format\":\"pt\",\"format\":\"np\"}}", NULL, 0);
+    expect_open_fails(path, "format \"np\"");
+    write_raw(path, "{\"__metadata__\":{\"format\":\"pt\",\"n\":1}}", NULL, 0);
+    expect_open_fails(path, "__metadata__ value of \"n\" is not a string");
+    write_raw(path, "{\"__metadata__\":{\"format\":\"pt\"},\"__metadata__\":{\"format\":\"pt\"}}", NULL, 0);
+    expect_open_fails(path, "__metadata__ appears twice");
+}
+
+/* The header is UTF-8 of strict JSON, as the reference (serde_json over a Rust str) reads it. */
+static void test_header_text(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "text.st");
+    write_raw(path, "{\"caf\xc3\xa9\":" U8T(0, 1, 1) "}", "x", 1);
+    dt_safetensors st;
+    dt_error err = {0};
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_non_null(dt_st_find(&st, "caf\xc3\xa9"));
+    dt_st_close(&st);
+    const char *bad_utf8[] = {"{\"caf\xe9\":" U8T(0, 1, 1) "}", "{\"\xc0\xaf\":" U8T(0, 1, 1) "}",
+                              "{\"\xed\xa0\x80\":" U8T(0, 1, 1) "}", "{\"\xf4\x90\x80\x80\":" U8T(0, 1, 1) "}",
+                              "{\"a\":" U8T(0, 1, 1) "}\xe2\x82"};
+    for (size_t i = 0; i < sizeof bad_utf8 / sizeof bad_utf8[0]; i++) {
+        write_raw(path, bad_utf8[i], "x", 1);
+        expect_open_fails(path, "header is not valid UTF-8");
+    }
+    write_raw(path, "{\"a\tb\":" U8T(0, 1, 1) "}", "x", 1);
+    expect_open_fails(path, "header byte 3 is the control character 0x09");
+    write_raw(path, "{\x01\"a\":" U8T(0, 1, 1) "}", "x", 1);
+    expect_open_fails(path, "control character 0x01");
+    /* JSON whitespace outside strings, and an escaped tab inside one, are fine */
+    write_raw(path, "\t{\n\"a\\tb\" :\r" U8T(0, 1, 1) "}\n", "x", 1);
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_non_null(dt_st_find(&st, "a\tb"));
+    dt_st_close(&st);
+}
+
+/* ---------------------------------------------------------------- only regular files */
+
+/* A FIFO must be refused at once: opened for reading it would block until a writer came. The
+ * alarm turns a regression into a failure (SIGALRM ends the test) instead of a hang. */
+static void test_not_regular(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "fifo.safetensors");
+    unlink(path);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    alarm(20);
+    expect_open_fails(path, "not a regular file (a FIFO)");
+    alarm(0);
+    unlink(path);
+    expect_open_fails(tu_tmpdir(), "not a regular file (a directory)");
+    expect_open_fails("/dev/null", "not a regular file (a character device)");
+}
+
+/* ---------------------------------------------------------------- the writer's layout */
+
+/* The reference's serialize: tensors by dtype, widest first (F32, BF16, F16, I8, U8 in its enum
+ * order), then by name; each begins where the previous ended. */
+static void test_writer_order(void **state) {
+    (void)state;
+    char path[1200];
+    tu_path(path, sizeof path, "order.safetensors");
+    float f[4] = {1, 2, 3, 4};
+    int8_t i8[3] = {-1, 2, -3};
+    uint8_t u8[2] = {7, 8};
+    dt_st_entry e[] = {
+        {.name = "z", .ndim = 1, .shape = {1}, .data = f},
+        {.name = "u", .ndim = 1, .shape = {2}, .dtype = DT_U8, .raw = u8},
+        {.name = "a", .ndim = 1, .shape = {3}, .dtype = DT_BF16, .data = f},
+        {.name = "i", .ndim = 1, .shape = {3}, .dtype = DT_I8, .raw = i8},
+        {.name = "m", .ndim = 1, .shape = {2}, .dtype = DT_F16, .data = f},
+        {.name = "b", .ndim = 1, .shape = {4}, .data = f},
+        {.name = "c", .ndim = 1, .shape = {1}, .dtype = DT_BF16, .data = f},
+    };
+    const int n = (int)(sizeof e / sizeof e[0]);
+    dt_error err = {0};
+    if (dt_st_write(path, e, n, &err) != 0) fail_msg("%s", err.msg);
+    dt_safetensors st;
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("%s", err.msg);
+    const char *want[] = {"b", "z", "a", "c", "m", "i", "u"};
+    const size_t begin[] = {0, 16, 20, 26, 28, 32, 35}, end = 37;
+    assert_int_equal(st.n, n);
+    for (int i = 0; i < n; i++) {
+        assert_string_equal(st.tensors[i].name, want[i]);
+        assert_int_equal(st.tensors[i].begin, begin[i]);
+    }
+    assert_int_equal(st.data_size, end);
+    assert_memory_equal(dt_st_data(&st, dt_st_find(&st, "i")), i8, 3);
+    assert_memory_equal(dt_st_data(&st, dt_st_find(&st, "u")), u8, 2);
+    dt_st_close(&st);
+    /* a name the header could not carry */
+    dt_st_entry bad = {.name = "caf\xe9", .ndim = 1, .shape = {1}, .data = f};
+    assert_int_equal(dt_st_write(path, &bad, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "not valid UTF-8"));
+}
+
 /* ---------------------------------------------------------------- writer failures */
 
 static void expect_write_fails(const char *path, const dt_st_entry *e, int n, const char *problem) {
@@ -638,6 +878,10 @@ int main(void) {
         cmocka_unit_test(test_bad_shape),         cmocka_unit_test(test_overflow_shape),
         cmocka_unit_test(test_bad_offsets),       cmocka_unit_test(test_bad_names),
         cmocka_unit_test(test_writer_failures),
+        cmocka_unit_test(test_overlap),           cmocka_unit_test(test_hole),
+        cmocka_unit_test(test_trailing),          cmocka_unit_test(test_legal_layouts),
+        cmocka_unit_test(test_metadata_format),   cmocka_unit_test(test_header_text),
+        cmocka_unit_test(test_not_regular),       cmocka_unit_test(test_writer_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
