@@ -456,6 +456,55 @@ static void test_refusals(void **state) {
     dt_model_free(&m);
 }
 
+/* A quantised checkpoint whose layer is wider than the integer kernels can sum (a w8a8 down_proj
+ * of 65,568 inputs) is refused at load, as the quantiser refuses to write it. */
+static void test_too_wide_checkpoint_refused(void **state) {
+    (void)state;
+    dt_config c;
+    dt_error err;
+    assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &err), 0);
+    c.vocab_size = 64;
+    c.hidden_size = 16;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 2;
+    c.head_dim = 8;
+    c.num_hidden_layers = 1;
+    c.intermediate_size = QLINEAR_MAX_IN + 32;
+    dt_model m;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    dt_quant_options o;
+    dt_quant_defaults(&o);
+    o.scheme = DT_QUANT_W8A8;
+    o.dynamic_activations = 1;
+    o.quiet = 1;
+    assert_int_equal(dt_model_quantize(&m, &o, &err), -1);
+    assert_non_null(strstr(err.msg, "quantised layers need 0 < in"));
+    /* written by hand: every layer W8A8 with zero weights and unit scales */
+    struct dt_quant *q = calloc(1, sizeof *q);
+    q->opt = o;
+    q->floats_kept = 1;
+    q->n_linear = LIN_PER_LAYER;
+    q->lin = calloc(LIN_PER_LAYER, sizeof *q->lin);
+    for (int w = 0; w < LIN_PER_LAYER; w++) {
+        qlinear *l = &q->lin[w];
+        model_linear_shape(&m, 0, w, &l->out, &l->in);
+        l->fmt = QFMT_W8A8;
+        l->q8 = calloc((size_t)l->out * l->in, 1);
+        l->scales = malloc((size_t)l->out * sizeof(float));
+        l->row_sums = calloc((size_t)l->out, sizeof(int32_t));
+        for (int r = 0; r < l->out; r++) l->scales[r] = 1;
+    }
+    m.quant = q;
+    char dir[512], cmd[600];
+    tu_path(dir, sizeof dir, "too_wide");
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+    assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+    dt_model_free(&m);
+    assert_int_equal(dt_model_load(&m, dir, &err), -1);
+    assert_non_null(strstr(err.msg, "model.layers.0.mlp.down_proj has 65568 inputs; quantised layers take at most 65536"));
+}
+
 /* A model trained on real English text (the GPL-3 every Debian system ships) keeps its held-out
  * loss within a stated tolerance of F32: q8_0 +0.02, w8a8 +0.1, q4_0 +0.3 nats per byte. */
 static void test_loss_on_real_text(void **state) {
@@ -526,6 +575,7 @@ int main(void) {
         cmocka_unit_test(test_kv_cache_dtypes),
         cmocka_unit_test(test_calibration_deterministic),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_too_wide_checkpoint_refused),
         cmocka_unit_test(test_loss_on_real_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

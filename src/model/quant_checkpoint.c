@@ -41,7 +41,7 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);
     free(text);
-    if (!root) return dt_fail(err, "%s is not valid JSON", path);
+    if (!root) return dt_fail_format(err, "%s is not valid JSON", path);
     int rc = 0;
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (qc && !cJSON_IsNull(qc)) {
@@ -50,24 +50,24 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
         const cJSON *act = cJSON_GetObjectItemCaseSensitive(qc, "activations");
         const cJSON *lm = cJSON_GetObjectItemCaseSensitive(qc, "lm_head");
         const cJSON *alpha = cJSON_GetObjectItemCaseSensitive(qc, "smoothquant_alpha");
-        if (!cJSON_IsObject(qc)) rc = dt_fail(err, "%s: quantization_config must be an object", path);
+        if (!cJSON_IsObject(qc)) rc = dt_fail_format(err, "%s: quantization_config must be an object", path);
         else if (!cJSON_IsString(method) || strcmp(method->valuestring, "difftrans") != 0)
-            rc = dt_fail(err, "%s: quantization_config.quant_method must be \"difftrans\" (other methods are not read)",
+            rc = dt_fail_format(err, "%s: quantization_config.quant_method must be \"difftrans\" (other methods are not read)",
                          path);
-        else if (!cJSON_IsString(scheme)) rc = dt_fail(err, "%s: quantization_config.scheme must be a string", path);
+        else if (!cJSON_IsString(scheme)) rc = dt_fail_format(err, "%s: quantization_config.scheme must be a string", path);
         else if (dt_quant_scheme_parse(scheme->valuestring, &o->scheme, err) != 0) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
-            rc = dt_fail(err, "%s: quantization_config: %s", path, msg);
-        } else if (!cJSON_IsString(act)) rc = dt_fail(err, "%s: quantization_config.activations must be a string", path);
-        else if (lm && !cJSON_IsBool(lm)) rc = dt_fail(err, "%s: quantization_config.lm_head must be true or false", path);
+            rc = dt_fail_code(err, err->code, "%s: quantization_config: %s", path, msg);
+        } else if (!cJSON_IsString(act)) rc = dt_fail_format(err, "%s: quantization_config.activations must be a string", path);
+        else if (lm && !cJSON_IsBool(lm)) rc = dt_fail_format(err, "%s: quantization_config.lm_head must be true or false", path);
         else {
             int a = -1;
             for (int i = 0; i < 3; i++)
                 if (strcmp(act->valuestring, activation_names[i]) == 0) a = i;
             const int want_float = o->scheme != DT_QUANT_W8A8;
             if (a < 0 || (a == 0) != want_float)
-                rc = dt_fail(err, "%s: quantization_config.activations '%s' does not fit scheme %s", path,
+                rc = dt_fail_format(err, "%s: quantization_config.activations '%s' does not fit scheme %s", path,
                              act->valuestring, scheme->valuestring);
             o->dynamic_activations = a == 2;
             o->lm_head = cJSON_IsTrue(lm);
@@ -83,7 +83,7 @@ static int add_quant_config(const char *path, const struct dt_quant *q, dt_error
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);
     free(text);
-    if (!root) return dt_fail(err, "%s: cannot re-read the config just written", path);
+    if (!root) return dt_fail_io(err, "%s: cannot re-read the config just written", path);
     const dt_quant_options *o = &q->opt;
     const int w8a8 = o->scheme == DT_QUANT_W8A8;
     cJSON *qc = cJSON_AddObjectToObject(root, "quantization_config");
@@ -106,14 +106,14 @@ static int add_quant_config(const char *path, const struct dt_quant *q, dt_error
     }
     char *out = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    if (!out) return dt_fail(err, "%s: out of memory", path);
+    if (!out) return dt_fail_oom(err, "%s: out of memory", path);
     FILE *fp = fopen(path, "wb");
     int rc = 0;
-    if (!fp) rc = dt_fail(err, "%s: %s", path, strerror(errno));
+    if (!fp) rc = dt_fail_io(err, "%s: %s", path, strerror(errno));
     else {
         size_t len = strlen(out);
         int bad = fwrite(out, 1, len, fp) != len || fputc('\n', fp) == EOF;
-        if (fclose(fp) != 0 || bad) rc = dt_fail(err, "%s: write failed", path);
+        if (fclose(fp) != 0 || bad) rc = dt_fail_io(err, "%s: write failed", path);
     }
     cJSON_free(out);
     return rc;
@@ -140,19 +140,19 @@ static int find_tensor(const dt_safetensors *st, const char *base, const char *s
     char name[160];
     snprintf(name, sizeof name, "%s.%s", base, suffix);
     const dt_st_tensor *t = dt_st_find(st, name);
-    if (!t) return dt_fail(err, "%s: missing tensor '%s' of the quantised checkpoint", st->path, name);
+    if (!t) return dt_fail_format(err, "%s: missing tensor '%s' of the quantised checkpoint", st->path, name);
     static const char *const dn[] = {"F32", "F16", "BF16", "I8", "U8"};
     if (t->dtype != dtype)
-        return dt_fail(err, "%s: tensor '%s' is %s, expected %s", st->path, name, dn[t->dtype], dn[dtype]);
+        return dt_fail_format(err, "%s: tensor '%s' is %s, expected %s", st->path, name, dn[t->dtype], dn[dtype]);
     int ok = t->ndim == ndim && t->shape[0] == d0 && (ndim < 2 || t->shape[1] == d1);
     if (!ok) {
         char got[96] = "[";
         for (int d = 0; d < t->ndim && d < 4; d++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
         if (ndim == 2)
-            return dt_fail(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld, %lld]",
+            return dt_fail_format(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld, %lld]",
                            st->path, name, got, (long long)d0, (long long)d1);
-        return dt_fail(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld]", st->path,
+        return dt_fail_format(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld]", st->path,
                        name, got, (long long)d0);
     }
     *out = t;
@@ -166,7 +166,7 @@ static int copy_floats(float *dst, const dt_safetensors *st, const dt_st_tensor 
     dt_st_read_f32(st, t, dst);
     for (size_t i = 0; i < t->numel; i++)
         if (!isfinite(dst[i]) || (sign > 0 && !(dst[i] > 0)) || (sign == 0 && dst[i] < 0))
-            return dt_fail(err, "%s: tensor '%s' holds an invalid scale %g at index %zu (scales must be %s)", st->path,
+            return dt_fail_format(err, "%s: tensor '%s' holds an invalid scale %g at index %zu (scales must be %s)", st->path,
                            t->name, (double)dst[i], i, rule[sign + 1]);
     return 0;
 }
@@ -174,6 +174,9 @@ static int copy_floats(float *dst, const dt_safetensors *st, const dt_st_tensor 
 static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, qformat fmt, int out, int in,
                        const dt_quant_options *o, dt_error *err) {
     memset(l, 0, sizeof *l);
+    if (in > QLINEAR_MAX_IN) /* the integer products would overflow: what the quantiser refuses */
+        return dt_fail_format(err, "%s: %s has %d inputs; quantised layers take at most %d (config.json's sizes)", st->path,
+                       base, in, QLINEAR_MAX_IN);
     l->fmt = fmt;
     l->out = out;
     l->in = in;
@@ -197,12 +200,12 @@ static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, q
     if (fmt == QFMT_Q4_0) l->q4 = qdata;
     else l->q8 = (int8_t *)qdata;
     if (!qdata || !l->scales || (sm && !l->smooth) || (fmt == QFMT_W8A8 && !l->row_sums))
-        return dt_fail(err, "out of memory loading %s", base);
+        return dt_fail_oom(err, "out of memory loading %s", base);
     memcpy(qdata, dt_st_data(st, qw), qbytes);
     if (l->q8) /* −128 is outside the symmetric range the integer kernels rely on */
         for (size_t i = 0; i < qbytes; i++)
             if (l->q8[i] == -128)
-                return dt_fail(err, "%s: tensor '%s.qweight' holds −128 at index %zu (int8 weights lie in [−127, 127])",
+                return dt_fail_format(err, "%s: tensor '%s.qweight' holds −128 at index %zu (int8 weights lie in [−127, 127])",
                                st->path, base, i);
     if (copy_floats(l->scales, st, sc, fmt == QFMT_Q4_0 ? -1 : 0, err)) return -1;
     if (sm && copy_floats(l->smooth, st, sm, 1, err)) return -1;
@@ -219,7 +222,7 @@ int quant_load_tensors(dt_model *m, const dt_safetensors *st, const dt_quant_opt
     const int n_linear = L * LIN_PER_LAYER + (o->lm_head ? 1 : 0);
     if (!q || !(q->lin = calloc((size_t)n_linear, sizeof *q->lin))) {
         free(q);
-        return dt_fail(err, "out of memory");
+        return dt_fail_oom(err, "out of memory");
     }
     q->opt = *o;
     m->quant = q;
@@ -278,7 +281,7 @@ static int write_tensors(const dt_model *m, const char *path, dt_error *err) {
     if (!el.e || !el.names) {
         free(el.e);
         free(el.names);
-        return dt_fail(err, "out of memory");
+        return dt_fail_oom(err, "out of memory");
     }
     for (int i = 0; i < m->n_tensors; i++) {
         const dt_tensor *t = &m->tensors[i];
@@ -322,7 +325,7 @@ int quant_save(const dt_model *m, const char *dir, dt_error *err) {
     char tmp[4096], path[4200];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid()) >= sizeof tmp)
         return dt_fail(err, "%s: path too long", dir);
-    if (mkdir(tmp, 0755) != 0) return dt_fail(err, "%s: cannot create directory: %s", tmp, strerror(errno));
+    if (mkdir(tmp, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", tmp, strerror(errno));
     int rc = 0;
     snprintf(path, sizeof path, "%s/model.safetensors", tmp);
     rc = write_tensors(m, path, err);
@@ -332,7 +335,7 @@ int quant_save(const dt_model *m, const char *dir, dt_error *err) {
     snprintf(path, sizeof path, "%s/generation_config.json", tmp);
     if (rc == 0) rc = generation_config_save(&m->cfg.special, path, err);
     if (rc == 0) rc = vocab_save(&m->vocab, tmp, 0, err); /* the vocabulary the float model was trained with */
-    if (rc == 0 && rename(tmp, dir) != 0) rc = dt_fail(err, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, dir) != 0) rc = dt_fail_io(err, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
     if (rc != 0) remove_tree(tmp);
     return rc;
 }

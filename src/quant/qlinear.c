@@ -14,8 +14,6 @@
 #define PANEL 128
 /* Below this many rows the matrix-vector kernel per row beats dequantising for sgemm. */
 #define MATVEC_ROWS 4
-/* (x + 128)·w summed over a row must fit an int32 on the VNNI path: 255 · 127 · 65536 < 2^31. */
-#define MAX_IN 65536
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -91,8 +89,8 @@ int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, con
                    dt_error *err) {
     memset(l, 0, sizeof *l);
     if (fmt == QFMT_F32) return dt_fail(err, "qlinear_create: format must be a quantised one");
-    if (out <= 0 || in <= 0 || in > MAX_IN)
-        return dt_fail(err, "weight [%d, %d]: quantised layers need 0 < in ≤ %d", out, in, MAX_IN);
+    if (out <= 0 || in <= 0 || in > QLINEAR_MAX_IN)
+        return dt_fail(err, "weight [%d, %d]: quantised layers need 0 < in ≤ %d", out, in, QLINEAR_MAX_IN);
     l->fmt = fmt;
     l->out = out;
     l->in = in;
@@ -130,7 +128,7 @@ int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, con
     }
     if (!ok) {
         qlinear_free(l);
-        return dt_fail(err, "out of memory quantising a [%d, %d] weight", out, in);
+        return dt_fail_oom(err, "out of memory quantising a [%d, %d] weight", out, in);
     }
     return 0;
 }

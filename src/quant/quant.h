@@ -28,6 +28,10 @@ typedef enum { QFMT_F32 = 0, QFMT_Q8_0 = 1, QFMT_Q4_0 = 2, QFMT_W8A8 = 3 } qform
 
 static inline int q_blocks(int in) { return (in + QK - 1) / QK; }
 
+/* The widest input a quantised layer takes: (x + 128)·w summed over a row must fit an int32 on the
+ * VNNI path, 255 · 127 · 65536 < 2^31. The quantiser refuses wider layers and so does the loader. */
+#define QLINEAR_MAX_IN 65536
+
 /* One quantised linear layer (weights owned by the dt_quant that holds it). */
 typedef struct {
     qformat fmt;
