@@ -245,7 +245,10 @@ void dt_st_set_close(dt_st_set *s);
 /* The tensor called name, and (when file != NULL) the file that holds it; NULL when absent. */
 const dt_st_tensor *dt_st_set_find(const dt_st_set *s, const char *name, const dt_safetensors **file);
 /* Write entries into DIR as model.safetensors or, when they exceed max_shard_bytes (> 0), as
- * model-00001-of-0000N.safetensors shards plus the index, the way transformers splits them.
+ * model-00001-of-0000N.safetensors shards plus the index, the way save_pretrained splits them
+ * (huggingface_hub's split over the entries in the order given: pass them in state-dict order; a
+ * tensor larger than the limit gets a shard of its own while the current one keeps filling) and
+ * writes the index ("metadata": {"total_parameters", "total_size"}, json.dumps' layout).
  * Files of an earlier save that the new layout does not use are removed. */
 int dt_st_write_dir(const char *dir, const dt_st_entry *entries, int n, uint64_t max_shard_bytes, dt_error *err);
 

@@ -20,9 +20,6 @@ int st_write_stream(FILE *fp, const char *path, const dt_st_entry *entries, int 
 /* safetensors.c: 0 when path is a regular file; otherwise -1 naming it and what it is (a FIFO, a
  * directory, ...), found with stat so that nothing is opened: opening a FIFO blocks. */
 int st_check_regular(const char *path, dt_error *err);
-/* safetensors.c: 0 when path is a regular file; otherwise -1 naming it and what it is (a FIFO, a
- * directory, ...), found with stat so that nothing is opened: opening a FIFO blocks. */
-int st_check_regular(const char *path, dt_error *err);
 /* shards.c: sorts entries into the order a transformers LlamaForCausalLM / DiffLlamaForCausalLM
  * state_dict lists them (torch's rule: a module's own parameters in registration order, then its
  * child modules in registration order; layers by number), the order save_pretrained shards in.
