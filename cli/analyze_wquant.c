@@ -7,8 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/analyze.h"
-#include "analysis/wquant.h"
+#include "difftrans_analysis.h"
 #include "cli.h"
 
 static const char *arch_label(const dt_model *m) { return m->cfg.arch == DT_ARCH_DIFF ? "DIFF" : "Transformer"; }

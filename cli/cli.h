@@ -1,4 +1,6 @@
-/* cli.h — shared pieces of the difftrans command-line tool (a thin layer over difftrans.h). */
+/* cli.h — shared pieces of the difftrans command-line tool: option parsing and printing over the
+ * public API alone (difftrans.h, difftrans_analysis.h, difftrans_bench.h; the CLI is built
+ * without src/ on its include path). */
 #ifndef DT_CLI_H
 #define DT_CLI_H
 #include <getopt.h>

@@ -7,10 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/analyze.h"
-#include "analysis/icl.h"
-#include "analysis/scaling.h"
-#include "analysis/needle.h"
+#include "difftrans_analysis.h"
 #include "cli.h"
 
 #define MAX_BITS 16

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bench/bench.h"
+#include "difftrans_bench.h"
 #include "cli.h"
 
 #define CMD "bench"
@@ -130,22 +130,22 @@ static void show_progress(void *ctx, const char *phase, int done, int total) {
 
 /* ---- the step profile (--profile) */
 
-static const char *const part_names[PROF_PARTS] = {
-    [PROF_EMBED] = "embedding", [PROF_NORM] = "norms (+ fused residual adds)", [PROF_ROPE] = "RoPE",
-    [PROF_SWIGLU] = "SwiGLU", [PROF_ZERO] = "zeroing gradient buffers", [PROF_ATTN_FWD] = "attention forward",
-    [PROF_ATTN_BWD] = "attention backward", [PROF_LM_HEAD] = "LM head products", [PROF_LOSS] = "loss (cross-entropy)",
-    [PROF_GRAD_NORM] = "optimizer: gradient norm + clip", [PROF_ADAMW] = "optimizer: AdamW",
+static const char *const part_names[BENCH_PROF_PARTS] = {
+    [BENCH_PROF_EMBED] = "embedding", [BENCH_PROF_NORM] = "norms (+ fused residual adds)", [BENCH_PROF_ROPE] = "RoPE",
+    [BENCH_PROF_SWIGLU] = "SwiGLU", [BENCH_PROF_ZERO] = "zeroing gradient buffers", [BENCH_PROF_ATTN_FWD] = "attention forward",
+    [BENCH_PROF_ATTN_BWD] = "attention backward", [BENCH_PROF_LM_HEAD] = "LM head products", [BENCH_PROF_LOSS] = "loss (cross-entropy)",
+    [BENCH_PROF_GRAD_NORM] = "optimizer: gradient norm + clip", [BENCH_PROF_ADAMW] = "optimizer: AdamW",
 };
-static const char *const mm_names[MM_KINDS] = {"q/k/v", "o", "gate/up", "down"};
+static const char *const mm_names[BENCH_MM_KINDS] = {"q/k/v", "o", "gate/up", "down"};
 
 /* forward FLOPs of one layer's products of a kind (the backward does twice as many) */
 static double mm_flops(const dt_config *c, int kind, double rows) {
     const double C = c->hidden_size, F = c->intermediate_size, q = (double)c->num_attention_heads * c->head_dim,
                  kv = (double)c->num_key_value_heads * c->head_dim;
     switch (kind) {
-    case MM_QKV: return 2 * rows * C * (q + 2 * kv);
-    case MM_O: return 2 * rows * q * C;
-    case MM_GATE_UP: return 2 * rows * C * 2 * F;
+    case BENCH_MM_QKV: return 2 * rows * C * (q + 2 * kv);
+    case BENCH_MM_O: return 2 * rows * q * C;
+    case BENCH_MM_GATE_UP: return 2 * rows * C * 2 * F;
     default: return 2 * rows * F * C;
     }
 }
@@ -158,19 +158,19 @@ static void profile_line(const char *name, double s_per_step, double step_s, dou
 }
 
 static void print_profile(const dt_config *c, const bench_options *o, const bench_result *r, double sgemm) {
-    const dt_profile *p = &r->prof;
+    const bench_profile *p = &r->prof;
     const double n = r->prof_steps, step = r->prof_total_s / n, rows = (double)o->batch * o->seq;
-    const int L = c->num_hidden_layers, Lrows = L < PROFILE_MAX_LAYERS ? L : PROFILE_MAX_LAYERS;
+    const int L = c->num_hidden_layers, Lrows = L < BENCH_PROFILE_LAYERS ? L : BENCH_PROFILE_LAYERS;
     const double attn = (double)L * o->batch * c->num_attention_heads * 4.0 * c->head_dim * o->seq * (o->seq + 1.0) / 2;
     printf("  step profile: mean of %d timed steps, %.2f ms per step, %d threads (sgemm peak %.2f GFLOP/s)\n",
            r->prof_steps, 1e3 * step, r->prof_threads, sgemm);
     double mm_total = 0, accounted = 0;
     for (int l = 0; l < Lrows; l++)
-        for (int k = 0; k < MM_KINDS; k++) mm_total += p->mm[l][k][0] + p->mm[l][k][1];
-    profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * (mm_flops(c, MM_QKV, rows) +
-                 mm_flops(c, MM_O, rows) + mm_flops(c, MM_GATE_UP, rows) + mm_flops(c, MM_DOWN, rows)));
+        for (int k = 0; k < BENCH_MM_KINDS; k++) mm_total += p->mm[l][k][0] + p->mm[l][k][1];
+    profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * (mm_flops(c, BENCH_MM_QKV, rows) +
+                 mm_flops(c, BENCH_MM_O, rows) + mm_flops(c, BENCH_MM_GATE_UP, rows) + mm_flops(c, BENCH_MM_DOWN, rows)));
     accounted += mm_total / n;
-    for (int k = 0; k < MM_KINDS; k++)
+    for (int k = 0; k < BENCH_MM_KINDS; k++)
         for (int dir = 0; dir < 2; dir++) {
             double t = 0;
             for (int l = 0; l < Lrows; l++) t += p->mm[l][k][dir];
@@ -181,16 +181,16 @@ static void print_profile(const dt_config *c, const bench_options *o, const benc
     printf("      per layer, forward + backward ms:");
     for (int l = 0; l < Lrows; l++) {
         double t = 0;
-        for (int k = 0; k < MM_KINDS; k++) t += p->mm[l][k][0] + p->mm[l][k][1];
+        for (int k = 0; k < BENCH_MM_KINDS; k++) t += p->mm[l][k][0] + p->mm[l][k][1];
         printf(" %d: %.2f%s", l, 1e3 * t / n, l + 1 < Lrows ? "," : "\n");
     }
-    for (int part = 0; part < PROF_PARTS; part++) {
-        double flops = part == PROF_ATTN_FWD ? attn : part == PROF_ATTN_BWD ? 2 * attn
-                       : part == PROF_LM_HEAD ? 4 * 2 * rows * c->hidden_size * c->vocab_size : 0;
+    for (int part = 0; part < BENCH_PROF_PARTS; part++) {
+        double flops = part == BENCH_PROF_ATTN_FWD ? attn : part == BENCH_PROF_ATTN_BWD ? 2 * attn
+                       : part == BENCH_PROF_LM_HEAD ? 4 * 2 * rows * c->hidden_size * c->vocab_size : 0;
         profile_line(part_names[part], p->part[part] / n, step, flops);
         accounted += p->part[part] / n;
-        if (part == PROF_ATTN_FWD || part == PROF_ATTN_BWD) {
-            const double wait = r->prof_threads * p->part[part] - p->attn_busy[part == PROF_ATTN_BWD];
+        if (part == BENCH_PROF_ATTN_FWD || part == BENCH_PROF_ATTN_BWD) {
+            const double wait = r->prof_threads * p->part[part] - p->attn_busy[part == BENCH_PROF_ATTN_BWD];
             printf("      threads waiting in it: %.2f ms per step (%.1f%% of %d threads × its time)\n",
                    1e3 * wait / n, 100 * wait / (r->prof_threads * p->part[part]), r->prof_threads);
         }
@@ -202,20 +202,20 @@ static void print_profile(const dt_config *c, const bench_options *o, const benc
 
 /* the profile as JSON: ms per step of each part, of each kind of product, and of each layer's products */
 static void print_profile_json(const dt_config *c, const bench_result *r) {
-    const dt_profile *p = &r->prof;
+    const bench_profile *p = &r->prof;
     const double n = r->prof_steps;
-    static const char *const keys[PROF_PARTS] = {
-        [PROF_EMBED] = "embedding", [PROF_NORM] = "norms", [PROF_ROPE] = "rope", [PROF_SWIGLU] = "swiglu",
-        [PROF_ZERO] = "zeroing", [PROF_ATTN_FWD] = "attention_forward", [PROF_ATTN_BWD] = "attention_backward",
-        [PROF_LM_HEAD] = "lm_head", [PROF_LOSS] = "loss", [PROF_GRAD_NORM] = "grad_norm_clip", [PROF_ADAMW] = "adamw",
+    static const char *const keys[BENCH_PROF_PARTS] = {
+        [BENCH_PROF_EMBED] = "embedding", [BENCH_PROF_NORM] = "norms", [BENCH_PROF_ROPE] = "rope", [BENCH_PROF_SWIGLU] = "swiglu",
+        [BENCH_PROF_ZERO] = "zeroing", [BENCH_PROF_ATTN_FWD] = "attention_forward", [BENCH_PROF_ATTN_BWD] = "attention_backward",
+        [BENCH_PROF_LM_HEAD] = "lm_head", [BENCH_PROF_LOSS] = "loss", [BENCH_PROF_GRAD_NORM] = "grad_norm_clip", [BENCH_PROF_ADAMW] = "adamw",
     };
-    static const char *const mm_keys[MM_KINDS] = {"qkv", "o", "gate_up", "down"};
+    static const char *const mm_keys[BENCH_MM_KINDS] = {"qkv", "o", "gate_up", "down"};
     printf(",\"profile\":{\"step_ms\":%.6g,\"threads\":%d", 1e3 * r->prof_total_s / n, r->prof_threads);
-    for (int part = 0; part < PROF_PARTS; part++) printf(",\"%s_ms\":%.6g", keys[part], 1e3 * p->part[part] / n);
+    for (int part = 0; part < BENCH_PROF_PARTS; part++) printf(",\"%s_ms\":%.6g", keys[part], 1e3 * p->part[part] / n);
     printf(",\"attention_forward_busy_ms\":%.6g,\"attention_backward_busy_ms\":%.6g", 1e3 * p->attn_busy[0] / n,
            1e3 * p->attn_busy[1] / n);
-    const int L = c->num_hidden_layers < PROFILE_MAX_LAYERS ? c->num_hidden_layers : PROFILE_MAX_LAYERS;
-    for (int k = 0; k < MM_KINDS; k++)
+    const int L = c->num_hidden_layers < BENCH_PROFILE_LAYERS ? c->num_hidden_layers : BENCH_PROFILE_LAYERS;
+    for (int k = 0; k < BENCH_MM_KINDS; k++)
         for (int dir = 0; dir < 2; dir++) {
             printf(",\"mm_%s_%s_ms\":[", mm_keys[k], dir ? "backward" : "forward");
             for (int l = 0; l < L; l++) printf("%s%.6g", l ? "," : "", 1e3 * p->mm[l][k][dir] / n);

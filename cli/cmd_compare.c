@@ -6,8 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "analysis/compare.h"
-#include "analysis/tasks.h"
+#include "difftrans_analysis.h"
 #include "cli.h"
 
 static void help(void) {
@@ -128,7 +127,7 @@ int cmd_compare(int argc, char **argv) {
     int steps = 0, batch = 0, seq = 0, seeds = 0, threads = 0, needle = 0, quick = 0, quiet = 0, n_sizes = 0;
     int n_variants = 0, jobs = 0;
     float ratio = NAN, lr = NAN;
-    char sizes[CMP_MAX_SIZES][32], variants[RP_MAX_VARIANTS][32];
+    char sizes[CMP_MAX_SIZES][32], variants[CMP_MAX_VARIANTS][32];
     uint64_t seed = 0;
     int have_seed = 0;
     optind = 1;
@@ -146,11 +145,11 @@ int cmd_compare(int argc, char **argv) {
         case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &batch); break;
         case 't': bad = parse_int(cmd, "--seq", optarg, 2, 1 << 20, &seq); break;
         case 'r': bad = parse_u64(cmd, "--seed", optarg, &seed), have_seed = 1; break;
-        case 'K': bad = parse_int(cmd, "--seeds", optarg, 1, RP_MAX_SEEDS, &seeds); break;
+        case 'K': bad = parse_int(cmd, "--seeds", optarg, 1, CMP_MAX_SEEDS, &seeds); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'n': needle = 1; break;
         case 'S': bad = split_list(cmd, "--scaling", optarg, sizes, CMP_MAX_SIZES, &n_sizes); break;
-        case 'A': bad = split_list(cmd, "--ablations", optarg, variants, RP_MAX_VARIANTS, &n_variants); break;
+        case 'A': bad = split_list(cmd, "--ablations", optarg, variants, CMP_MAX_VARIANTS, &n_variants); break;
         case 'T': tasks = optarg; break;
         case 'R': bad = parse_float(cmd, "--task-ratio", optarg, 0, 1, &ratio); break;
         case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-12, 10, &lr); break;

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "analysis/needle.h"
+#include "difftrans_analysis.h"
 #include "cli.h"
 
 static void help(void) {

@@ -16,8 +16,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 
-#include "analysis/analyze.h"
-#include "analysis/needle.h"
+#include "difftrans_analysis.h"
 #include "difftrans.h"
 #include "testutil.h"
 

@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "analysis/icl.h"
+#include "difftrans_analysis.h"
 #include "testutil.h"
 
 /* Splits a prompt into its demonstration blocks (sorted) and checks each one's format and label. */

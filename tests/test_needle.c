@@ -13,7 +13,7 @@
 #include <math.h>
 #include <omp.h>
 
-#include "analysis/needle.h"
+#include "difftrans_analysis.h"
 #include "difftrans.h"
 #include "testutil.h"
 

@@ -6,7 +6,7 @@
 
 #include <cmocka.h>
 
-#include "analysis/scaling.h"
+#include "difftrans_analysis.h"
 
 static void test_exact_power_law(void **state) {
     (void)state;

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 #include <math.h>
 
-#include "analysis/stats.h"
+#include "difftrans_analysis.h"
 
 static void near(double got, double want, double tol) {
     if (!(fabs(got - want) <= tol)) fail_msg("got %.6f, want %.6f", got, want);

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 #include <math.h>
 
-#include "analysis/tasks.h"
+#include "difftrans_analysis.h"
 #include "difftrans.h"
 #include "testutil.h"
 

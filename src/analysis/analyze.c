@@ -67,7 +67,8 @@
  * min(i, 50) lines, or exceeds 3× their median. Every flagged line counts (a spike lasting two steps
  * counts twice). Final train loss = the last line's; final val loss = the last line carrying one.
  */
-#include "analysis/analyze.h"
+#include "analysis/needle.h"
+#include "difftrans_analysis.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

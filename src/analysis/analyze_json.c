@@ -6,8 +6,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 
-#include "analysis/analyze.h"
-#include "analysis/icl.h"
+#include "difftrans_analysis.h"
 
 static int add_num(cJSON *o, const char *k, double v) {
     return (isnan(v) ? cJSON_AddNullToObject(o, k) : cJSON_AddNumberToObject(o, k, v)) != NULL;

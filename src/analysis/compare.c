@@ -7,7 +7,7 @@
  *   scaling-PRESET/     diff/ and transformer/ at the other --scaling sizes (first seed)
  *   REPORT.md, report.json, plots/
  */
-#include "analysis/compare.h"
+#include "difftrans_analysis.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,7 +21,7 @@
 #include <time.h>
 
 #include "analysis/needle.h"
-#include "analysis/tasks.h"
+#include "analysis/report.h"
 #include "analysis/textbuf.h"
 
 void cmp_options_default(cmp_options *o, int quick) {

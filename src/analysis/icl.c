@@ -1,5 +1,5 @@
 /* icl.c — the in-context classification task of icl.h and its order-robustness measurement. */
-#include "analysis/icl.h"
+#include "difftrans_analysis.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "analysis/stats.h"
+#include "difftrans_analysis.h"
 #include "analysis/textbuf.h"
 
 static int have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }

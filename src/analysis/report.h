@@ -1,4 +1,4 @@
-/* report.h — the `difftrans compare` report (internal): every analysis of analyze.h on a DIFF model
+/* report.h — the `difftrans compare` report (internal): every analysis of difftrans_analysis.h on a DIFF model
  * and its parameter-matched baseline, written as REPORT.md (tables next to the paper's figures),
  * report.json (all raw numbers) and, when gnuplot is on PATH, PNG plots made by gnuplot.
  *
@@ -10,17 +10,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "analysis/analyze.h"
-#include "analysis/icl.h"
-#include "analysis/needle.h"
-#include "analysis/tasks.h"
-#include "analysis/wquant.h"
-#include "difftrans.h"
+#include "difftrans_analysis.h"
 
 #define RP_MAX_BITS 8
-#define RP_MAX_SIZES 5    /* the main preset and up to four --scaling presets */
-#define RP_MAX_VARIANTS 8 /* models compared side by side */
-#define RP_MAX_SEEDS 16   /* runs per variant */
+#define RP_MAX_SIZES (CMP_MAX_SIZES + 1) /* the main preset and the scaling presets */
+#define RP_MAX_VARIANTS CMP_MAX_VARIANTS /* models compared side by side */
+#define RP_MAX_SEEDS CMP_MAX_SEEDS       /* runs per variant */
 #define RP_MAX_CURVE 64   /* points of a task learning curve */
 
 /* Task accuracy of one run at one training step (NAN for tasks not measured). */

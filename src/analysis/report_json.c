@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "analysis/report.h"
-#include "analysis/stats.h"
+#include "difftrans_analysis.h"
 
 static void add_num(cJSON *o, const char *k, double v) {
     if (isnan(v))

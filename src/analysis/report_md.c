@@ -12,8 +12,7 @@
 
 #include "analysis/plots.h"
 #include "analysis/report.h"
-#include "analysis/scaling.h"
-#include "analysis/stats.h"
+#include "difftrans_analysis.h"
 #include "analysis/textbuf.h"
 
 /* ---------------------------------------------------------------- measures */

@@ -1,5 +1,5 @@
 /* scaling.c — power-law fits of loss against model size (scaling.h). */
-#include "analysis/scaling.h"
+#include "difftrans_analysis.h"
 
 #include <math.h>
 #include <stdlib.h>

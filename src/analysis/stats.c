@@ -1,5 +1,5 @@
 /* stats.c — see stats.h. */
-#include "analysis/stats.h"
+#include "difftrans_analysis.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -1,6 +1,6 @@
 /* tasks.c — the generators of tasks.h (recall, depth, icl; formats are written out in tasks.h) and
  * the tokens of their symbols in a real vocabulary. */
-#include "analysis/tasks.h"
+#include "difftrans_analysis.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/tasks.h"
+#include "difftrans_analysis.h"
 
 /* ---------------------------------------------------------------- scoring */
 

@@ -15,8 +15,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "analysis/analyze.h"
-#include "analysis/wquant.h"
+#include "difftrans_analysis.h"
 
 static const char *const type_names[8] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                                           "lm_head"};

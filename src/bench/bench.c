@@ -1,6 +1,6 @@
 /* bench.c — throughput of training, prefill and decoding for one randomly initialised model,
  * the machine's sgemm peak and memory read bandwidth to compare them with, and a fork helper
- * that runs each measurement in its own process (see bench.h for why). */
+ * that runs each measurement in its own process (see difftrans_bench.h for why). */
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -17,6 +17,7 @@
 #include <cblas.h>
 
 #include "bench/bench.h"
+#include "model/profile.h"
 #include "train/step.h"
 
 double bench_now(void) {
@@ -117,6 +118,38 @@ static void bench_state_free(bench_state *s) {
     if (s->have_model) dt_model_free(&s->m);
 }
 
+/* The internal step profile (model/profile.h) in the public layout of bench_profile. */
+static void profile_copy(const dt_profile *p, bench_profile *out) {
+    static const struct {
+        profile_part from;
+        bench_profile_part to;
+    } parts[] = {
+        {PROF_EMBED, BENCH_PROF_EMBED},       {PROF_NORM, BENCH_PROF_NORM},
+        {PROF_ROPE, BENCH_PROF_ROPE},         {PROF_SWIGLU, BENCH_PROF_SWIGLU},
+        {PROF_ZERO, BENCH_PROF_ZERO},         {PROF_ATTN_FWD, BENCH_PROF_ATTN_FWD},
+        {PROF_ATTN_BWD, BENCH_PROF_ATTN_BWD}, {PROF_LM_HEAD, BENCH_PROF_LM_HEAD},
+        {PROF_LOSS, BENCH_PROF_LOSS},         {PROF_GRAD_NORM, BENCH_PROF_GRAD_NORM},
+        {PROF_ADAMW, BENCH_PROF_ADAMW},
+    };
+    static const struct {
+        profile_mm_kind from;
+        bench_mm_kind to;
+    } kinds[] = {{MM_QKV, BENCH_MM_QKV}, {MM_O, BENCH_MM_O}, {MM_GATE_UP, BENCH_MM_GATE_UP}, {MM_DOWN, BENCH_MM_DOWN}};
+    _Static_assert(sizeof parts / sizeof parts[0] == PROF_PARTS && (int)PROF_PARTS == (int)BENCH_PROF_PARTS,
+                   "every part of the step profile has its public name");
+    _Static_assert(sizeof kinds / sizeof kinds[0] == MM_KINDS && (int)MM_KINDS == (int)BENCH_MM_KINDS,
+                   "every kind of product has its public name");
+    _Static_assert(PROFILE_MAX_LAYERS == BENCH_PROFILE_LAYERS, "the public profile has as many layer rows");
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) out->part[parts[i].to] = p->part[parts[i].from];
+    for (int l = 0; l < PROFILE_MAX_LAYERS; l++)
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+            for (int dir = 0; dir < 2; dir++) out->mm[l][kinds[k].to][dir] = p->mm[l][kinds[k].from][dir];
+    out->attn_busy[0] = p->attn_busy[0];
+    out->attn_busy[1] = p->attn_busy[1];
+    out->regions = p->regions;
+}
+
 /* 1 warm-up step, then o->steps timed steps of train_step_run(), the step dt_train runs (with
  * the default optimizer settings of dt_train_defaults and one micro-batch of [B, T]). */
 static int measure_train(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
@@ -138,7 +171,7 @@ static int measure_train(bench_state *s, const bench_options *o, bench_result *r
         progress(o, "training", step, o->steps);
     }
     if (o->profile) {
-        r->prof = *runstate_profile(s->ts.rs);
+        profile_copy(runstate_profile(s->ts.rs), &r->prof);
         r->prof_steps = o->steps;
         r->prof_total_s = 0;
         for (int i = 0; i < o->steps; i++) r->prof_total_s += s->times[i];
