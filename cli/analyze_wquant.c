@@ -12,9 +12,9 @@
 
 static const char *arch_label(const dt_model *m) { return m->cfg.arch == DT_ARCH_DIFF ? "DIFF" : "Transformer"; }
 
-static void print_rows(const char *dir, const dt_model *m, const an_wq_row *rows, int n, int needle) {
+static void print_rows(const char *dir, const dt_model *m, const dt_an_wq_row *rows, int n, int needle) {
     for (int r = 0; r <= n; r++) {
-        const an_wq_row *q = &rows[r];
+        const dt_an_wq_row *q = &rows[r];
         printf("%-24s %-11s %-20s | %8.4f %+9.4f %9.5f %8.4f %8.4f", dir, arch_label(m), q->name, q->loss,
                q->loss_delta, q->kl, q->top1_agree, q->accuracy);
         if (needle) printf(" %7.3f", q->needle_total > 0 ? (double)q->needle_correct / q->needle_total : 0.0);
@@ -22,11 +22,11 @@ static void print_rows(const char *dir, const dt_model *m, const an_wq_row *rows
     }
 }
 
-static void print_outliers(const char *dir, const dt_model *m, const an_wq_row *rows, int n) {
+static void print_outliers(const char *dir, const dt_model *m, const dt_an_wq_row *rows, int n) {
     for (int r = 1; r <= n; r++) {
-        const an_wq_row *q = &rows[r];
+        const dt_an_wq_row *q = &rows[r];
         for (int t = 0; t < q->n_types; t++) {
-            const an_wq_outliers *o = &q->types[t];
+            const dt_an_wq_outliers *o = &q->types[t];
             printf("%-24s %-11s %-20s %-10s | %10.4g %10.2f | %10.4g %10.2f\n", dir, arch_label(m), q->name, o->type,
                    o->absmax, o->ratio, o->absmax_smoothed, o->ratio_smoothed);
         }
@@ -35,9 +35,9 @@ static void print_outliers(const char *dir, const dt_model *m, const an_wq_row *
 
 int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_options *o) {
     dt_error err;
-    an_wq_scheme schemes[AN_WQ_MAX_SCHEMES];
+    dt_an_wq_scheme schemes[DT_AN_WQ_MAX_SCHEMES];
     int ns = 0;
-    if (an_wq_parse_schemes(o->schemes, o->alpha, schemes, &ns, &err) != 0) return cli_error(cmd, "--schemes: %s", err.msg);
+    if (dt_an_wq_parse_schemes(o->schemes, o->alpha, schemes, &ns, &err) != 0) return cli_error(cmd, "--schemes: %s", err.msg);
     int *tok = NULL, *cal = NULL;
     size_t ntok = 0, ncal = 0;
     if (dt_models_text((const char *const *)dirs, n, o->data, &tok, &ntok, &err) != 0)
@@ -48,21 +48,21 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
         free(tok);
         return cli_error(cmd, "--calib: %s", err.msg);
     }
-    an_wq_params p = {.eval_tokens = tok + split, .eval_n = ntok - split, .seq = o->seq, .windows = o->windows,
+    dt_an_wq_params p = {.eval_tokens = tok + split, .eval_n = ntok - split, .seq = o->seq, .windows = o->windows,
                       .calib_tokens = cal ? cal : tok, .calib_n = cal ? ncal : split,
                       .calib_samples = o->calib_samples, .calib_seq = o->seq, .seed = o->seed, .lm_head = o->lm_head,
                       .max_samples = o->max_samples};
-    needle_testset ts = {0};
+    dt_needle_testset ts = {0};
     int rc = 0;
     if (o->needle) {
-        if (needle_load_testset(&ts, o->needle, &err) != 0) rc = cli_error(cmd, "--needle: %s", err.msg);
+        if (dt_needle_load_testset(&ts, o->needle, &err) != 0) rc = cli_error(cmd, "--needle: %s", err.msg);
         else p.needle = &ts;
     }
     if (rc == 0 && ntok - split < (size_t)o->seq + 1)
         rc = cli_error(cmd, "--data %s: its held-out last tenth has %zu tokens, fewer than --seq + 1 = %d", o->data,
                        ntok - split, o->seq + 1);
     dt_model *models = calloc((size_t)n, sizeof *models);
-    an_wq_row *rows = calloc((size_t)n * (ns + 1), sizeof *rows);
+    dt_an_wq_row *rows = calloc((size_t)n * (ns + 1), sizeof *rows);
     int loaded = 0;
     if (rc == 0 && (!models || !rows)) rc = cli_error(cmd, "out of memory");
     for (; rc == 0 && loaded < n; loaded++) {
@@ -79,7 +79,7 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
         else {
             fprintf(stderr, "analyze quantize: %s (%d scheme(s))\n", dirs[loaded], ns);
             p.needle_tok = dt_model_tok(&models[loaded]); /* the needle texts go through the model's tokenizer */
-            if (an_wq_run(&models[loaded], &p, schemes, ns, &rows[(size_t)loaded * (ns + 1)], &err) != 0)
+            if (dt_an_wq_run(&models[loaded], &p, schemes, ns, &rows[(size_t)loaded * (ns + 1)], &err) != 0)
                 rc = cli_error(cmd, "%s: %s", dirs[loaded], err.msg);
         }
         if (rc != 0) {
@@ -108,23 +108,23 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
                      cJSON_AddNumberToObject(root, "calib_samples", o->calib_samples) &&
                      (o->alpha < 0 || cJSON_AddNumberToObject(root, "smooth_alpha", o->alpha));
             for (int i = 0; ok && i < n; i++) {
-                cJSON *e = cJSON_CreateObject(), *r = an_wq_rows_json(&rows[(size_t)i * (ns + 1)], ns);
+                cJSON *e = cJSON_CreateObject(), *r = dt_an_wq_rows_json(&rows[(size_t)i * (ns + 1)], ns);
                 ok = e && r && cJSON_AddItemToArray(arr, e) && cJSON_AddStringToObject(e, "model", dirs[i]) &&
                      cJSON_AddStringToObject(e, "arch", arch_label(&models[i])) && cJSON_AddItemToObject(e, "schemes", r);
             }
             if (!ok) rc = cli_error(cmd, "%s: out of memory building the JSON", o->json);
-            else if (an_write_json(o->json, root, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+            else if (dt_an_write_json(o->json, root, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
             cJSON_Delete(root);
         }
     }
     for (int i = 0; i < loaded; i++) {
-        an_wq_rows_free(&rows[(size_t)i * (ns + 1)], ns);
+        dt_an_wq_rows_free(&rows[(size_t)i * (ns + 1)], ns);
         dt_model_free(&models[i]);
     }
     free(rows);
     free(models);
     free(tok);
     free(cal);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
     return rc;
 }

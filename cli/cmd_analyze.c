@@ -75,7 +75,7 @@ static void help(void) {
 typedef struct {
     const char *data, *needle, *json;
     int seq, batches, per_row, max_samples, threads;
-    icl_params icl;
+    dt_icl_params icl;
     int given_icl;
     int n_bits, bits[MAX_BITS];
     int given_data, given_seq, given_batches, given_bits, given_per_row, given_needle, given_max;
@@ -109,7 +109,7 @@ static const char *arch_name(int arch) {
 static int write_json(const char *cmd, const char *path, cJSON *o) {
     dt_error err;
     if (!o) return cli_error(cmd, "%s: out of memory building the JSON", path);
-    if (an_write_json(path, o, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_an_write_json(path, o, &err) != 0) return cli_error(cmd, "%s", err.msg);
     return 0;
 }
 
@@ -156,7 +156,7 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
         return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq %d", op->data, ntok, op->seq);
     }
     dt_model *models = calloc((size_t)n, sizeof *models);
-    an_outliers *res = calloc((size_t)n, sizeof *res);
+    dt_an_outliers *res = calloc((size_t)n, sizeof *res);
     int seq = op->seq, rc = 0, done = 0;
     if (!models || !res)
         rc = cli_error(cmd, "out of memory");
@@ -164,7 +164,7 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
         rc = 1;
     else {
         for (; done < n; done++)
-            if (an_outliers_run(&models[done], tok, ntok, seq, op->batches, &res[done], &err) != 0) {
+            if (dt_an_outliers_run(&models[done], tok, ntok, seq, op->batches, &res[done], &err) != 0) {
                 rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
                 break;
             }
@@ -184,14 +184,14 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
                 cJSON_AddNumberToObject(root, "windows", res[0].windows);
                 int ok = arr != NULL;
                 for (int i = 0; ok && i < n; i++)
-                    ok = an_outliers_add_json(json_entry(arr, "model", dirs[i], models[i].cfg.arch), &res[i]) == 0;
+                    ok = dt_an_outliers_add_json(json_entry(arr, "model", dirs[i], models[i].cfg.arch), &res[i]) == 0;
                 rc = write_json(cmd, op->json, ok ? root : NULL);
                 cJSON_Delete(root);
             }
         }
         for (int i = 0; i < n; i++) dt_model_free(&models[i]);
     }
-    for (int i = 0; i < n && res; i++) an_outliers_free(&res[i]);
+    for (int i = 0; i < n && res; i++) dt_an_outliers_free(&res[i]);
     free(res);
     free(models);
     free(tok);
@@ -208,14 +208,14 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
         free(tok);
         return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq + 1 = %d", op->data, ntok, op->seq + 1);
     }
-    needle_testset ts = {0};
-    if (op->needle && needle_load_testset(&ts, op->needle, &err) != 0) {
+    dt_needle_testset ts = {0};
+    if (op->needle && dt_needle_load_testset(&ts, op->needle, &err) != 0) {
         free(tok);
         return cli_error(cmd, "--needle: %s", err.msg);
     }
     const int R = op->n_bits + 1; /* row 0: unquantised */
     dt_model *models = calloc((size_t)n, sizeof *models);
-    an_quant_row *rows = calloc((size_t)n * R, sizeof *rows);
+    dt_an_quant_row *rows = calloc((size_t)n * R, sizeof *rows);
     const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int seq = op->seq, rc = 0;
     if (!models || !rows || !toks)
@@ -225,15 +225,15 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     else {
         for (int i = 0; i < n && rc == 0; i++)
             for (int b = 0; b < R && rc == 0; b++) {
-                an_quant_row *q = &rows[(size_t)i * R + b];
+                dt_an_quant_row *q = &rows[(size_t)i * R + b];
                 q->bits = b == 0 ? 0 : op->bits[b - 1];
                 q->needle_total = q->needle_correct = -1;
                 dt_run_options o = {
                     .kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits, .logit_per_row = op->per_row};
-                if (an_eval_text(&models[i], &o, tok, ntok, seq, op->batches, &q->loss, &q->accuracy, &q->count,
+                if (dt_an_eval_text(&models[i], &o, tok, ntok, seq, op->batches, &q->loss, &q->accuracy, &q->count,
                                  &err) != 0)
                     rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
-                else if (op->needle && an_needle_exact(&models[i], toks[i], &o, &ts, op->max_samples, &q->needle_correct,
+                else if (op->needle && dt_an_needle_exact(&models[i], toks[i], &o, &ts, op->max_samples, &q->needle_correct,
                                                        &q->needle_total, &err) != 0)
                     rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
             }
@@ -248,7 +248,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
             printf(" | %10s\n", "loss delta");
             for (int i = 0; i < n; i++)
                 for (int b = 0; b < R; b++) {
-                    const an_quant_row *q = &rows[(size_t)i * R + b];
+                    const dt_an_quant_row *q = &rows[(size_t)i * R + b];
                     char bits[16];
                     if (q->bits)
                         snprintf(bits, sizeof bits, "%d", q->bits);
@@ -270,7 +270,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                 int ok = arr != NULL;
                 for (int i = 0; ok && i < n; i++) {
                     cJSON *e = json_entry(arr, "model", dirs[i], models[i].cfg.arch);
-                    cJSON *ra = an_quant_rows_json(&rows[(size_t)i * R], R);
+                    cJSON *ra = dt_an_quant_rows_json(&rows[(size_t)i * R], R);
                     ok = e && ra && cJSON_AddItemToObject(e, "rows", ra);
                     if (!ok) cJSON_Delete(ra);
                 }
@@ -284,16 +284,16 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     free(rows);
     free(models);
     free(tok);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
     return rc;
 }
 
 static int run_allocation(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
-    needle_testset ts = {0};
-    if (needle_load_testset(&ts, op->needle, &err) != 0) return cli_error(cmd, "--needle: %s", err.msg);
+    dt_needle_testset ts = {0};
+    if (dt_needle_load_testset(&ts, op->needle, &err) != 0) return cli_error(cmd, "--needle: %s", err.msg);
     dt_model *models = calloc((size_t)n, sizeof *models);
-    an_allocation *res = calloc((size_t)n, sizeof *res);
+    dt_an_allocation *res = calloc((size_t)n, sizeof *res);
     const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
     if (!models || !res || !toks)
@@ -302,7 +302,7 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
         rc = 1;
     else {
         for (int i = 0; i < n && rc == 0; i++)
-            if (an_allocation_run(&models[i], toks[i], &ts, op->max_samples, &res[i], &err) != 0)
+            if (dt_an_allocation_run(&models[i], toks[i], &ts, op->max_samples, &res[i], &err) != 0)
                 rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
         if (rc == 0) {
             printf("analyze allocation: %s, %d sample(s), %d query row(s) (the position predicting the first answer "
@@ -335,7 +335,7 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
                 int ok = arr != NULL;
                 for (int i = 0; ok && i < n; i++) {
                     cJSON *e = json_entry(arr, "model", dirs[i], models[i].cfg.arch);
-                    ok = an_allocation_add_json(e, &res[i]) == 0;
+                    ok = dt_an_allocation_add_json(e, &res[i]) == 0;
                     if (ok && models[i].cfg.arch == DT_ARCH_DIFF) { /* λ of the model, beside its allocation */
                         double lam[256];
                         int nl = res[i].n_layers < 256 ? res[i].n_layers : 256;
@@ -349,11 +349,11 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
         }
         for (int i = 0; i < n; i++) dt_model_free(&models[i]);
     }
-    for (int i = 0; i < n && res; i++) an_allocation_free(&res[i]);
+    for (int i = 0; i < n && res; i++) dt_an_allocation_free(&res[i]);
     free(toks);
     free(res);
     free(models);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
     return rc;
 }
 
@@ -367,7 +367,7 @@ static void print_num(double v) {
 static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     dt_model *models = calloc((size_t)n, sizeof *models);
-    icl_result *res = calloc((size_t)n, sizeof *res);
+    dt_icl_result *res = calloc((size_t)n, sizeof *res);
     const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
     if (!models || !res || !toks) rc = cli_error(cmd, "out of memory");
@@ -380,7 +380,7 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     for (; rc == 0 && done < n; done++) {
         fprintf(stderr, "analyze icl: %s (%d orders × %d queries)\n", dirs[done], op->icl.permutations,
                 op->icl.queries);
-        if (icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0) rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
+        if (dt_icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0) rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
     }
     if (rc == 0) {
         printf("analyze icl: %d shots, %d orders, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,
@@ -400,12 +400,12 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
             cJSON_AddStringToObject(root, "seed", seed);
             int ok = arr != NULL;
             for (int i = 0; ok && i < n; i++)
-                ok = icl_result_add_json(json_entry(arr, "model", dirs[i], models[i].cfg.arch), &res[i]) == 0;
+                ok = dt_icl_result_add_json(json_entry(arr, "model", dirs[i], models[i].cfg.arch), &res[i]) == 0;
             rc = write_json(cmd, op->json, ok ? root : NULL);
             cJSON_Delete(root);
         }
     }
-    for (int i = 0; i < done; i++) icl_result_free(&res[i]);
+    for (int i = 0; i < done; i++) dt_icl_result_free(&res[i]);
     for (int i = 0; models && i < n; i++) dt_model_free(&models[i]);
     free(toks);
     free(models);
@@ -419,7 +419,7 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
     int *arch = calloc((size_t)n, sizeof(int)), rc = 0;
     if (!params || !loss || !arch) rc = cli_error(cmd, "out of memory");
     for (int i = 0; rc == 0 && i < n; i++) {
-        an_training t;
+        dt_an_training t;
         char path[4200];
         dt_config c;
         snprintf(path, sizeof path, "%s/config.json", dirs[i]);
@@ -429,19 +429,19 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         }
         params[i] = (double)dt_config_param_count(&c);
         arch[i] = c.arch;
-        if (an_training_load(dirs[i], &t, &err) != 0) {
+        if (dt_an_training_load(dirs[i], &t, &err) != 0) {
             rc = cli_error(cmd, "%s", err.msg);
             break;
         }
         loss[i] = t.final_val_loss;
-        an_training_free(&t);
+        dt_an_training_free(&t);
         if (isnan(loss[i])) rc = cli_error(cmd, "%s: its metrics.jsonl has no validation loss", dirs[i]);
     }
     if (rc == 0) {
         int *is_diff = malloc((size_t)n * sizeof *is_diff);
         for (int i = 0; i < n && is_diff; i++) is_diff[i] = arch[i] == DT_ARCH_DIFF;
-        const sc_comparison sc = is_diff ? sc_compare(params, loss, is_diff, n) : (sc_comparison){0};
-        const sc_fit *fit = sc.fit;
+        const dt_scaling_comparison sc = is_diff ? dt_scaling_compare(params, loss, is_diff, n) : (dt_scaling_comparison){0};
+        const dt_scaling_fit *fit = sc.fit;
         const double largest_base = sc.base_params, largest_base_loss = sc.base_loss, need = sc.diff_params;
         const double fraction = is_diff ? sc.fraction : NAN;
         printf("analyze scaling: log(val loss) = a + b*log(params) per kind\n");
@@ -486,22 +486,22 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
 
 static int run_training(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
-    an_training *res = calloc((size_t)n, sizeof *res);
+    dt_an_training *res = calloc((size_t)n, sizeof *res);
     int rc = 0, done = 0;
     if (!res) return cli_error(cmd, "out of memory");
     for (; done < n; done++)
-        if (an_training_load(dirs[done], &res[done], &err) != 0) {
+        if (dt_an_training_load(dirs[done], &res[done], &err) != 0) {
             rc = cli_error(cmd, "%s", err.msg);
             break;
         }
     if (rc == 0) {
         printf("analyze training: spikes = grad_norm > mean + 3 std or > 3x median of the preceding <= %d steps (after "
                "%d)\n",
-               AN_SPIKE_WINDOW, AN_SPIKE_MIN_HISTORY);
+               DT_AN_SPIKE_WINDOW, DT_AN_SPIKE_MIN_HISTORY);
         printf("%-28s %-11s %6s %9s %9s | %9s %9s %9s %6s\n", "run", "arch", "steps", "train", "val", "gn mean",
                "gn std", "gn max", "spikes");
         for (int i = 0; i < n; i++) {
-            const an_training *t = &res[i];
+            const dt_an_training *t = &res[i];
             printf("%-28s %-11s %6d", dirs[i], arch_name(t->arch), t->n_steps);
             print_num(t->final_train_loss);
             print_num(t->final_val_loss);
@@ -509,7 +509,7 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
         }
         printf("lambda per layer: first -> last [min, max]\n");
         for (int i = 0; i < n; i++) {
-            const an_training *t = &res[i];
+            const dt_an_training *t = &res[i];
             printf("  %-26s", dirs[i]);
             if (t->arch == DT_ARCH_LLAMA)
                 printf(" (baseline: no lambda)");
@@ -528,13 +528,13 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
             int ok = arr != NULL;
             for (int i = 0; ok && i < n; i++) {
                 cJSON *e = json_entry(arr, "run", dirs[i], res[i].arch);
-                ok = e && cJSON_AddStringToObject(e, "metrics", res[i].path) && an_training_add_json(e, &res[i]) == 0;
+                ok = e && cJSON_AddStringToObject(e, "metrics", res[i].path) && dt_an_training_add_json(e, &res[i]) == 0;
             }
             rc = write_json(cmd, op->json, ok ? root : NULL);
             cJSON_Delete(root);
         }
     }
-    for (int i = 0; i < n; i++) an_training_free(&res[i]);
+    for (int i = 0; i < n; i++) dt_an_training_free(&res[i]);
     free(res);
     return rc;
 }
@@ -584,7 +584,7 @@ int cmd_analyze(int argc, char **argv) {
     };
     options op = {.seq = 256, .batches = 4, .n_bits = 4, .bits = {16, 8, 6, 4}};
     op.wq = (cli_wquant_options){.alpha = 0.5f, .calib_samples = 300, .seed = 1};
-    icl_params_default(&op.icl);
+    dt_icl_params_default(&op.icl);
     argc--;
     argv++;
     optind = 1;
@@ -618,7 +618,7 @@ int cmd_analyze(int argc, char **argv) {
             op.given_needle = 1;
             break;
         case 'm':
-            bad = parse_int(cmd, "--max-samples", optarg, 1, NEEDLE_MAX_SAMPLES, &op.max_samples);
+            bad = parse_int(cmd, "--max-samples", optarg, 1, DT_NEEDLE_MAX_SAMPLES, &op.max_samples);
             op.given_max = 1;
             break;
         case 'J': op.json = optarg; break;

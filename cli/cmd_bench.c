@@ -88,11 +88,11 @@ static int run_probes(void *arg, void *out, dt_error *err) {
     p->read_bytes = 0;
     if (q->sgemm) {
         fprintf(stderr, "bench: measuring the sgemm peak ...\n");
-        p->sgemm_gflops = bench_sgemm_peak(&p->sgemm_n);
+        p->sgemm_gflops = dt_bench_sgemm_peak(&p->sgemm_n);
     }
     if (q->bandwidth) {
         fprintf(stderr, "bench: measuring the memory read bandwidth ...\n");
-        p->read_gbs = bench_read_bandwidth(&p->read_bytes);
+        p->read_gbs = dt_bench_read_bandwidth(&p->read_bytes);
     }
     if ((q->sgemm && !isfinite(p->sgemm_gflops)) || (q->bandwidth && !isfinite(p->read_gbs)))
         return dt_fail(err, "out of memory for the machine probes");
@@ -101,7 +101,7 @@ static int run_probes(void *arg, void *out, dt_error *err) {
 
 typedef struct {
     const dt_config *cfg;
-    const bench_options *opt;
+    const dt_bench_options *opt;
 } model_job;
 
 static const char *arch_name(const dt_config *c) { return c->arch == DT_ARCH_DIFF ? "diffllama" : "llama"; }
@@ -130,22 +130,22 @@ static void show_progress(void *ctx, const char *phase, int done, int total) {
 
 /* ---- the step profile (--profile) */
 
-static const char *const part_names[BENCH_PROF_PARTS] = {
-    [BENCH_PROF_EMBED] = "embedding", [BENCH_PROF_NORM] = "norms (+ fused residual adds)", [BENCH_PROF_ROPE] = "RoPE",
-    [BENCH_PROF_SWIGLU] = "SwiGLU", [BENCH_PROF_ZERO] = "zeroing gradient buffers", [BENCH_PROF_ATTN_FWD] = "attention forward",
-    [BENCH_PROF_ATTN_BWD] = "attention backward", [BENCH_PROF_LM_HEAD] = "LM head products", [BENCH_PROF_LOSS] = "loss (cross-entropy)",
-    [BENCH_PROF_GRAD_NORM] = "optimizer: gradient norm + clip", [BENCH_PROF_ADAMW] = "optimizer: AdamW",
+static const char *const part_names[DT_BENCH_PROF_PARTS] = {
+    [DT_BENCH_PROF_EMBED] = "embedding", [DT_BENCH_PROF_NORM] = "norms (+ fused residual adds)", [DT_BENCH_PROF_ROPE] = "RoPE",
+    [DT_BENCH_PROF_SWIGLU] = "SwiGLU", [DT_BENCH_PROF_ZERO] = "zeroing gradient buffers", [DT_BENCH_PROF_ATTN_FWD] = "attention forward",
+    [DT_BENCH_PROF_ATTN_BWD] = "attention backward", [DT_BENCH_PROF_LM_HEAD] = "LM head products", [DT_BENCH_PROF_LOSS] = "loss (cross-entropy)",
+    [DT_BENCH_PROF_GRAD_NORM] = "optimizer: gradient norm + clip", [DT_BENCH_PROF_ADAMW] = "optimizer: AdamW",
 };
-static const char *const mm_names[BENCH_MM_KINDS] = {"q/k/v", "o", "gate/up", "down"};
+static const char *const mm_names[DT_BENCH_MM_KINDS] = {"q/k/v", "o", "gate/up", "down"};
 
 /* forward FLOPs of one layer's products of a kind (the backward does twice as many) */
 static double mm_flops(const dt_config *c, int kind, double rows) {
     const double C = c->hidden_size, F = c->intermediate_size, q = (double)c->num_attention_heads * c->head_dim,
                  kv = (double)c->num_key_value_heads * c->head_dim;
     switch (kind) {
-    case BENCH_MM_QKV: return 2 * rows * C * (q + 2 * kv);
-    case BENCH_MM_O: return 2 * rows * q * C;
-    case BENCH_MM_GATE_UP: return 2 * rows * C * 2 * F;
+    case DT_BENCH_MM_QKV: return 2 * rows * C * (q + 2 * kv);
+    case DT_BENCH_MM_O: return 2 * rows * q * C;
+    case DT_BENCH_MM_GATE_UP: return 2 * rows * C * 2 * F;
     default: return 2 * rows * F * C;
     }
 }
@@ -157,20 +157,20 @@ static void profile_line(const char *name, double s_per_step, double step_s, dou
     printf("\n");
 }
 
-static void print_profile(const dt_config *c, const bench_options *o, const bench_result *r, double sgemm) {
-    const bench_profile *p = &r->prof;
+static void print_profile(const dt_config *c, const dt_bench_options *o, const dt_bench_result *r, double sgemm) {
+    const dt_bench_profile *p = &r->prof;
     const double n = r->prof_steps, step = r->prof_total_s / n, rows = (double)o->batch * o->seq;
-    const int L = c->num_hidden_layers, Lrows = L < BENCH_PROFILE_LAYERS ? L : BENCH_PROFILE_LAYERS;
+    const int L = c->num_hidden_layers, Lrows = L < DT_BENCH_PROFILE_LAYERS ? L : DT_BENCH_PROFILE_LAYERS;
     const double attn = (double)L * o->batch * c->num_attention_heads * 4.0 * c->head_dim * o->seq * (o->seq + 1.0) / 2;
     printf("  step profile: mean of %d timed steps, %.2f ms per step, %d threads (sgemm peak %.2f GFLOP/s)\n",
            r->prof_steps, 1e3 * step, r->prof_threads, sgemm);
     double mm_total = 0, accounted = 0;
     for (int l = 0; l < Lrows; l++)
-        for (int k = 0; k < BENCH_MM_KINDS; k++) mm_total += p->mm[l][k][0] + p->mm[l][k][1];
-    profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * (mm_flops(c, BENCH_MM_QKV, rows) +
-                 mm_flops(c, BENCH_MM_O, rows) + mm_flops(c, BENCH_MM_GATE_UP, rows) + mm_flops(c, BENCH_MM_DOWN, rows)));
+        for (int k = 0; k < DT_BENCH_MM_KINDS; k++) mm_total += p->mm[l][k][0] + p->mm[l][k][1];
+    profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * (mm_flops(c, DT_BENCH_MM_QKV, rows) +
+                 mm_flops(c, DT_BENCH_MM_O, rows) + mm_flops(c, DT_BENCH_MM_GATE_UP, rows) + mm_flops(c, DT_BENCH_MM_DOWN, rows)));
     accounted += mm_total / n;
-    for (int k = 0; k < BENCH_MM_KINDS; k++)
+    for (int k = 0; k < DT_BENCH_MM_KINDS; k++)
         for (int dir = 0; dir < 2; dir++) {
             double t = 0;
             for (int l = 0; l < Lrows; l++) t += p->mm[l][k][dir];
@@ -181,16 +181,16 @@ static void print_profile(const dt_config *c, const bench_options *o, const benc
     printf("      per layer, forward + backward ms:");
     for (int l = 0; l < Lrows; l++) {
         double t = 0;
-        for (int k = 0; k < BENCH_MM_KINDS; k++) t += p->mm[l][k][0] + p->mm[l][k][1];
+        for (int k = 0; k < DT_BENCH_MM_KINDS; k++) t += p->mm[l][k][0] + p->mm[l][k][1];
         printf(" %d: %.2f%s", l, 1e3 * t / n, l + 1 < Lrows ? "," : "\n");
     }
-    for (int part = 0; part < BENCH_PROF_PARTS; part++) {
-        double flops = part == BENCH_PROF_ATTN_FWD ? attn : part == BENCH_PROF_ATTN_BWD ? 2 * attn
-                       : part == BENCH_PROF_LM_HEAD ? 4 * 2 * rows * c->hidden_size * c->vocab_size : 0;
+    for (int part = 0; part < DT_BENCH_PROF_PARTS; part++) {
+        double flops = part == DT_BENCH_PROF_ATTN_FWD ? attn : part == DT_BENCH_PROF_ATTN_BWD ? 2 * attn
+                       : part == DT_BENCH_PROF_LM_HEAD ? 4 * 2 * rows * c->hidden_size * c->vocab_size : 0;
         profile_line(part_names[part], p->part[part] / n, step, flops);
         accounted += p->part[part] / n;
-        if (part == BENCH_PROF_ATTN_FWD || part == BENCH_PROF_ATTN_BWD) {
-            const double wait = r->prof_threads * p->part[part] - p->attn_busy[part == BENCH_PROF_ATTN_BWD];
+        if (part == DT_BENCH_PROF_ATTN_FWD || part == DT_BENCH_PROF_ATTN_BWD) {
+            const double wait = r->prof_threads * p->part[part] - p->attn_busy[part == DT_BENCH_PROF_ATTN_BWD];
             printf("      threads waiting in it: %.2f ms per step (%.1f%% of %d threads × its time)\n",
                    1e3 * wait / n, 100 * wait / (r->prof_threads * p->part[part]), r->prof_threads);
         }
@@ -201,21 +201,21 @@ static void print_profile(const dt_config *c, const bench_options *o, const benc
 }
 
 /* the profile as JSON: ms per step of each part, of each kind of product, and of each layer's products */
-static void print_profile_json(const dt_config *c, const bench_result *r) {
-    const bench_profile *p = &r->prof;
+static void print_profile_json(const dt_config *c, const dt_bench_result *r) {
+    const dt_bench_profile *p = &r->prof;
     const double n = r->prof_steps;
-    static const char *const keys[BENCH_PROF_PARTS] = {
-        [BENCH_PROF_EMBED] = "embedding", [BENCH_PROF_NORM] = "norms", [BENCH_PROF_ROPE] = "rope", [BENCH_PROF_SWIGLU] = "swiglu",
-        [BENCH_PROF_ZERO] = "zeroing", [BENCH_PROF_ATTN_FWD] = "attention_forward", [BENCH_PROF_ATTN_BWD] = "attention_backward",
-        [BENCH_PROF_LM_HEAD] = "lm_head", [BENCH_PROF_LOSS] = "loss", [BENCH_PROF_GRAD_NORM] = "grad_norm_clip", [BENCH_PROF_ADAMW] = "adamw",
+    static const char *const keys[DT_BENCH_PROF_PARTS] = {
+        [DT_BENCH_PROF_EMBED] = "embedding", [DT_BENCH_PROF_NORM] = "norms", [DT_BENCH_PROF_ROPE] = "rope", [DT_BENCH_PROF_SWIGLU] = "swiglu",
+        [DT_BENCH_PROF_ZERO] = "zeroing", [DT_BENCH_PROF_ATTN_FWD] = "attention_forward", [DT_BENCH_PROF_ATTN_BWD] = "attention_backward",
+        [DT_BENCH_PROF_LM_HEAD] = "lm_head", [DT_BENCH_PROF_LOSS] = "loss", [DT_BENCH_PROF_GRAD_NORM] = "grad_norm_clip", [DT_BENCH_PROF_ADAMW] = "adamw",
     };
-    static const char *const mm_keys[BENCH_MM_KINDS] = {"qkv", "o", "gate_up", "down"};
+    static const char *const mm_keys[DT_BENCH_MM_KINDS] = {"qkv", "o", "gate_up", "down"};
     printf(",\"profile\":{\"step_ms\":%.6g,\"threads\":%d", 1e3 * r->prof_total_s / n, r->prof_threads);
-    for (int part = 0; part < BENCH_PROF_PARTS; part++) printf(",\"%s_ms\":%.6g", keys[part], 1e3 * p->part[part] / n);
+    for (int part = 0; part < DT_BENCH_PROF_PARTS; part++) printf(",\"%s_ms\":%.6g", keys[part], 1e3 * p->part[part] / n);
     printf(",\"attention_forward_busy_ms\":%.6g,\"attention_backward_busy_ms\":%.6g", 1e3 * p->attn_busy[0] / n,
            1e3 * p->attn_busy[1] / n);
-    const int L = c->num_hidden_layers < BENCH_PROFILE_LAYERS ? c->num_hidden_layers : BENCH_PROFILE_LAYERS;
-    for (int k = 0; k < BENCH_MM_KINDS; k++)
+    const int L = c->num_hidden_layers < DT_BENCH_PROFILE_LAYERS ? c->num_hidden_layers : DT_BENCH_PROFILE_LAYERS;
+    for (int k = 0; k < DT_BENCH_MM_KINDS; k++)
         for (int dir = 0; dir < 2; dir++) {
             printf(",\"mm_%s_%s_ms\":[", mm_keys[k], dir ? "backward" : "forward");
             for (int l = 0; l < L; l++) printf("%s%.6g", l ? "," : "", 1e3 * p->mm[l][k][dir] / n);
@@ -226,7 +226,7 @@ static void print_profile_json(const dt_config *c, const bench_result *r) {
 
 static int run_model(void *arg, void *out, dt_error *err) {
     const model_job *j = arg;
-    return bench_model(j->cfg, j->opt, out, err);
+    return dt_bench_model(j->cfg, j->opt, out, err);
 }
 
 /* A JSON number, or null for a measurement that did not run. */
@@ -245,7 +245,7 @@ static void json_str(const char *key, const char *v) {
     printf("\"");
 }
 
-static void print_json(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
+static void print_json(const dt_config *c, const dt_bench_options *o, int threads, const dt_bench_result *r,
                        const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
     dt_system_info si;
     dt_system(&si);
@@ -280,7 +280,7 @@ static void print_json(const dt_config *c, const bench_options *o, int threads, 
     printf("}\n");
 }
 
-static void print_table(const dt_config *c, const bench_options *o, int threads, const bench_result *r,
+static void print_table(const dt_config *c, const dt_bench_options *o, int threads, const dt_bench_result *r,
                         const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
     const int H = c->num_attention_heads, hd = c->head_dim, B = o->batch, T = o->seq, L = c->num_hidden_layers;
     const int diff = c->arch == DT_ARCH_DIFF;
@@ -293,7 +293,7 @@ static void print_table(const dt_config *c, const bench_options *o, int threads,
     if (o->train || o->prefill) printf("  batch %d × seq %d, %d threads\n", B, T, threads);
     else printf("  %d threads\n", threads);
     if (isfinite(r->train_tokens_per_s)) {
-        const double mm = bench_matmul_params(c), linear = 6 * mm * B * T;
+        const double mm = dt_bench_matmul_params(c), linear = 6 * mm * B * T;
         printf("  train    %12.1f tokens/s   median step %.2f ms over %d steps\n", r->train_tokens_per_s,
                r->train_step_ms, o->steps);
         printf("           %12.3f GFLOP/s = %.1f%% of the sgemm peak %.2f GFLOP/s (%d³)\n", r->train_gflops,
@@ -351,7 +351,7 @@ int cmd_bench(int argc, char **argv) {
     int threads = 0, json_only = 0, n_schemes = 1;
     dt_quant_scheme schemes[8] = {DT_QUANT_NONE};
     uint64_t seed = 1234;
-    bench_options o = {.batch = 8, .seq = 256, .steps = 5, .decode_tokens = 64, .train = 1, .prefill = 1, .decode = 1};
+    dt_bench_options o = {.batch = 8, .seq = 256, .steps = 5, .decode_tokens = 64, .train = 1, .prefill = 1, .decode = 1};
     optind = 1;
     opterr = 0;
     int ch;
@@ -447,7 +447,7 @@ int cmd_bench(int argc, char **argv) {
     dt_error err;
     probe_request q = {.sgemm = o.train, .bandwidth = o.decode};
     probe_result p = {.sgemm_gflops = NAN, .read_gbs = NAN};
-    if ((q.sgemm || q.bandwidth) && bench_isolated(run_probes, &q, &p, sizeof p, NULL, &err) != 0)
+    if ((q.sgemm || q.bandwidth) && dt_bench_isolated(run_probes, &q, &p, sizeof p, NULL, &err) != 0)
         return cli_error(CMD, "%s", err.msg);
     if (!json_only) {
         cli_print_system(stdout, "");
@@ -465,13 +465,13 @@ int cmd_bench(int argc, char **argv) {
         const int i = k / n_schemes;
         const dt_config *c = &cfgs[i];
         o.quant = schemes[k % n_schemes];
-        bench_options mo = o;
+        dt_bench_options mo = o;
         mo.progress = show_progress;
         mo.progress_ctx = (void *)arch_name(c);
         model_job job = {c, &mo};
-        bench_result r;
+        dt_bench_result r;
         double rss = NAN;
-        if (bench_isolated(run_model, &job, &r, sizeof r, &rss, &err) != 0) {
+        if (dt_bench_isolated(run_model, &job, &r, sizeof r, &rss, &err) != 0) {
             rc = cli_error(CMD, "%s: %s", arch_name(c), err.msg);
             continue;
         }

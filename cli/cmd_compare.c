@@ -1,4 +1,4 @@
-/* cmd_compare.c — `difftrans compare`: option parsing and progress printing over cmp_run
+/* cmd_compare.c — `difftrans compare`: option parsing and progress printing over dt_cmp_run
  * (src/analysis/compare.c), which trains the variants, runs the analyses and writes the report. */
 #include <math.h>
 #include <stdio.h>
@@ -10,9 +10,9 @@
 #include "cli.h"
 
 static void help(void) {
-    cmp_options d, q;
-    cmp_options_default(&d, 0);
-    cmp_options_default(&q, 1);
+    dt_cmp_options d, q;
+    dt_cmp_options_default(&d, 0);
+    dt_cmp_options_default(&q, 1);
     printf("usage: difftrans compare --data FILE.txt --out REPORT_DIR [options]\n\n"
            "Trains a DIFF Transformer and its parameter-matched Transformer (same preset sizes, data, seeds and\n"
            "token budget) --seeds times each, with synthetic tasks mixed into training (multi-query associative\n"
@@ -52,7 +52,7 @@ static void help(void) {
            "                     threads [%d]\n"
            "  --quiet            no progress lines\n",
            d.preset, dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (unsigned long long)d.seed,
-           d.seeds, d.task_ratio, cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
+           d.seeds, d.task_ratio, dt_cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
 }
 
 /* argv joined with spaces; arguments with shell-special characters are single-quoted. */
@@ -127,7 +127,7 @@ int cmd_compare(int argc, char **argv) {
     int steps = 0, batch = 0, seq = 0, seeds = 0, threads = 0, needle = 0, quick = 0, quiet = 0, n_sizes = 0;
     int n_variants = 0, jobs = 0;
     float ratio = NAN, lr = NAN;
-    char sizes[CMP_MAX_SIZES][32], variants[CMP_MAX_VARIANTS][32];
+    char sizes[DT_CMP_MAX_SIZES][32], variants[DT_CMP_MAX_VARIANTS][32];
     uint64_t seed = 0;
     int have_seed = 0;
     optind = 1;
@@ -145,11 +145,11 @@ int cmd_compare(int argc, char **argv) {
         case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &batch); break;
         case 't': bad = parse_int(cmd, "--seq", optarg, 2, 1 << 20, &seq); break;
         case 'r': bad = parse_u64(cmd, "--seed", optarg, &seed), have_seed = 1; break;
-        case 'K': bad = parse_int(cmd, "--seeds", optarg, 1, CMP_MAX_SEEDS, &seeds); break;
+        case 'K': bad = parse_int(cmd, "--seeds", optarg, 1, DT_CMP_MAX_SEEDS, &seeds); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'n': needle = 1; break;
-        case 'S': bad = split_list(cmd, "--scaling", optarg, sizes, CMP_MAX_SIZES, &n_sizes); break;
-        case 'A': bad = split_list(cmd, "--ablations", optarg, variants, CMP_MAX_VARIANTS, &n_variants); break;
+        case 'S': bad = split_list(cmd, "--scaling", optarg, sizes, DT_CMP_MAX_SIZES, &n_sizes); break;
+        case 'A': bad = split_list(cmd, "--ablations", optarg, variants, DT_CMP_MAX_VARIANTS, &n_variants); break;
         case 'T': tasks = optarg; break;
         case 'R': bad = parse_float(cmd, "--task-ratio", optarg, 0, 1, &ratio); break;
         case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-12, 10, &lr); break;
@@ -172,8 +172,8 @@ int cmd_compare(int argc, char **argv) {
                               "instead of --tokens");
     if (!out) return cli_error(cmd, "--out REPORT_DIR is required (see difftrans compare --help)");
 
-    cmp_options o;
-    cmp_options_default(&o, quick);
+    dt_cmp_options o;
+    dt_cmp_options_default(&o, quick);
     o.data = data;
     o.tokenizer = tokenizer;
     o.tokens = tokens;
@@ -191,11 +191,11 @@ int cmd_compare(int argc, char **argv) {
     if (tasks) {
         o.tasks = 0;
         if (strcmp(tasks, "none") != 0) {
-            char names[TK_N_TASKS][32];
+            char names[DT_N_TASKS][32];
             int n = 0;
-            if (split_list(cmd, "--tasks", tasks, names, TK_N_TASKS, &n) != 0) return 1;
+            if (split_list(cmd, "--tasks", tasks, names, DT_N_TASKS, &n) != 0) return 1;
             for (int i = 0; i < n; i++) {
-                int k = tk_kind_parse(names[i]);
+                int k = dt_task_kind_parse(names[i]);
                 if (k < 0) return cli_error(cmd, "--tasks: unknown task '%s' (recall, depth, icl or none)", names[i]);
                 o.tasks |= 1 << k;
             }
@@ -218,7 +218,7 @@ int cmd_compare(int argc, char **argv) {
     cli_set_threads(threads);
 
     dt_error err;
-    int rc = cmp_run(&o, &err);
+    int rc = dt_cmp_run(&o, &err);
     if (!quiet && ps.tty) fputc('\n', stderr);
     if (rc != 0) return cli_error(cmd, "%s", err.msg);
     printf("compare: wrote %s/REPORT.md and %s/report.json\n", out, out);

@@ -34,7 +34,7 @@ static void help(void) {
            "test.jsonl (one object per sample: text, byte offsets of every needle sentence and value, of every\n"
            "question and of every expected answer) and needle.json (parameters, seeds, generator version).\n\n"
            "difftrans needle generate --help and difftrans needle eval --help list the options.\n",
-           NEEDLE_UNIT_MAX, NEEDLE_UNIT_MAX);
+           DT_NEEDLE_UNIT_MAX, DT_NEEDLE_UNIT_MAX);
 }
 
 static void help_generate(void) {
@@ -93,7 +93,7 @@ static int parse_list(const char *cmd, const char *name, const char *s, int max,
 }
 
 static int parse_context_item(const char *cmd, const char *name, const char *item, void *out, int i) {
-    return parse_int(cmd, name, item, 1, NEEDLE_MAX_CONTEXT, (int *)out + i);
+    return parse_int(cmd, name, item, 1, DT_NEEDLE_MAX_CONTEXT, (int *)out + i);
 }
 
 /* A depth as a double (parse_float would round it to float and print 0.1 as 0.100000001). */
@@ -117,8 +117,8 @@ static int needle_generate(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     const char *cmd = "needle generate", *corpus_path = NULL, *out = NULL;
-    needle_params p;
-    needle_params_default(&p);
+    dt_needle_params p;
+    dt_needle_params_default(&p);
     optind = 1;
     opterr = 0;
     int ch;
@@ -128,13 +128,13 @@ static int needle_generate(int argc, char **argv) {
         case 'c': corpus_path = optarg; break;
         case 'o': out = optarg; break;
         case 'C':
-            bad = parse_list(cmd, "--context", optarg, NEEDLE_MAX_LIST, p.contexts, parse_context_item, &p.n_contexts);
+            bad = parse_list(cmd, "--context", optarg, DT_NEEDLE_MAX_LIST, p.contexts, parse_context_item, &p.n_contexts);
             break;
-        case 'N': bad = parse_int(cmd, "--needles", optarg, 1, NEEDLE_MAX_NEEDLES, &p.needles); break;
-        case 'R': bad = parse_int(cmd, "--queries", optarg, 1, NEEDLE_MAX_NEEDLES, &p.queries); break;
-        case 'd': bad = parse_list(cmd, "--depths", optarg, NEEDLE_MAX_LIST, p.depths, parse_depth_item, &p.n_depths); break;
-        case 't': bad = parse_int(cmd, "--train", optarg, 0, NEEDLE_MAX_SAMPLES, &p.n_train); break;
-        case 'e': bad = parse_int(cmd, "--test", optarg, 0, NEEDLE_MAX_SAMPLES, &p.n_test); break;
+        case 'N': bad = parse_int(cmd, "--needles", optarg, 1, DT_NEEDLE_MAX_NEEDLES, &p.needles); break;
+        case 'R': bad = parse_int(cmd, "--queries", optarg, 1, DT_NEEDLE_MAX_NEEDLES, &p.queries); break;
+        case 'd': bad = parse_list(cmd, "--depths", optarg, DT_NEEDLE_MAX_LIST, p.depths, parse_depth_item, &p.n_depths); break;
+        case 't': bad = parse_int(cmd, "--train", optarg, 0, DT_NEEDLE_MAX_SAMPLES, &p.n_train); break;
+        case 'e': bad = parse_int(cmd, "--test", optarg, 0, DT_NEEDLE_MAX_SAMPLES, &p.n_test); break;
         case 's': bad = parse_u64(cmd, "--seed", optarg, &p.seed); break;
         case 'h': help_generate(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
@@ -145,12 +145,12 @@ static int needle_generate(int argc, char **argv) {
     if (!corpus_path || !out) return cli_error(cmd, "--corpus FILE and --out DIR are required");
     if (p.queries > p.needles) return cli_error(cmd, "--queries %d: more than --needles %d", p.queries, p.needles);
     dt_error err;
-    if (needle_params_validate(&p, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_needle_params_validate(&p, &err) != 0) return cli_error(cmd, "%s", err.msg);
 
-    needle_corpus corpus;
-    if (needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_error(cmd, "%s", err.msg);
-    int rc = needle_write_dataset(&p, &corpus, corpus_path, out, &err);
-    needle_corpus_free(&corpus);
+    dt_needle_corpus corpus;
+    if (dt_needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    int rc = dt_needle_write_dataset(&p, &corpus, corpus_path, out, &err);
+    dt_needle_corpus_free(&corpus);
     if (rc != 0) return cli_error(cmd, "%s", err.msg);
     printf("wrote %s/train.txt (%d samples), %s/test.jsonl (%d samples), %s/needle.json\n", out, p.n_train, out,
            p.n_test, out);
@@ -182,7 +182,7 @@ static void show_progress(void *ctx, int done, int total, int correct, int score
 static double ratio(int a, int b) { return b ? (double)a / b : 0.0; }
 
 /* tok: the model's tokenizer (the predicted text is the ids decoded); NULL: bytes, printable ASCII shown. */
-static cJSON *results_json(const char *model_dir, const dt_tok *tok, const needle_testset *ts, const needle_results *r) {
+static cJSON *results_json(const char *model_dir, const dt_tok *tok, const dt_needle_testset *ts, const dt_needle_results *r) {
     cJSON *o = cJSON_CreateObject(), *cells = NULL, *items = NULL;
     int ok = o && cJSON_AddStringToObject(o, "model", model_dir) && cJSON_AddStringToObject(o, "data", ts->path) &&
              cJSON_AddNumberToObject(o, "samples", ts->n) && cJSON_AddNumberToObject(o, "queries", r->total) &&
@@ -190,7 +190,7 @@ static cJSON *results_json(const char *model_dir, const dt_tok *tok, const needl
              cJSON_AddNumberToObject(o, "accuracy", ratio(r->correct, r->total)) &&
              (cells = cJSON_AddArrayToObject(o, "cells")) && (items = cJSON_AddArrayToObject(o, "items"));
     for (int i = 0; ok && i < r->n_cells; i++) {
-        const needle_cell *c = &r->cells[i];
+        const dt_needle_cell *c = &r->cells[i];
         cJSON *e = cJSON_CreateObject();
         ok = e && cJSON_AddItemToArray(cells, e);
         if (!ok) cJSON_Delete(e);
@@ -202,17 +202,17 @@ static cJSON *results_json(const char *model_dir, const dt_tok *tok, const needl
              cJSON_AddNumberToObject(e, "first_query_accuracy", ratio(c->first_correct, c->samples));
     }
     for (int i = 0; ok && i < r->n_items; i++) {
-        const needle_item *it = &r->items[i];
-        const needle_sample *s = &ts->samples[it->sample];
-        const needle_needle *nd = &s->needles[s->queries[it->query].needle];
-        char bytes[NEEDLE_VALUE_CAP + 1], *decoded = NULL, *shown = bytes;
+        const dt_needle_item *it = &r->items[i];
+        const dt_needle_sample *s = &ts->samples[it->sample];
+        const dt_needle_needle *nd = &s->needles[s->queries[it->query].needle];
+        char bytes[DT_NEEDLE_VALUE_CAP + 1], *decoded = NULL, *shown = bytes;
         size_t n_decoded = 0;
         dt_error err;
         for (int k = 0; k < it->n_predicted; k++)
             bytes[k] = it->predicted[k] >= 32 && it->predicted[k] < 127 ? (char)it->predicted[k] : '?';
         bytes[it->n_predicted] = '\0';
         if (tok) {
-            int32_t ids32[NEEDLE_VALUE_CAP];
+            int32_t ids32[DT_NEEDLE_VALUE_CAP];
             for (int k = 0; k < it->n_predicted; k++) ids32[k] = it->predicted[k];
             if (dt_tok_decode(tok, ids32, (size_t)it->n_predicted, 0, &decoded, &n_decoded, &err) != 0) ok = 0;
             shown = decoded;
@@ -280,18 +280,18 @@ static int needle_evaluate(int argc, char **argv) {
     cli_set_threads(threads);
 
     dt_error err;
-    needle_testset ts;
-    if (needle_load_testset(&ts, data, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    dt_needle_testset ts;
+    if (dt_needle_load_testset(&ts, data, &err) != 0) return cli_error(cmd, "%s", err.msg);
     dt_model m;
     if (dt_model_load(&m, model_dir, &err) != 0) {
-        needle_testset_free(&ts);
+        dt_needle_testset_free(&ts);
         return cli_error(cmd, "%s", err.msg);
     }
     const dt_tok *tok = dt_model_tok(&m); /* NULL: a byte-level model */
     progress_state ps = {.tty = isatty(2), .last_tenth = 0};
-    needle_results r;
+    dt_needle_results r;
     int rc = 0;
-    if (needle_eval(&m, tok, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (dt_needle_eval(&m, tok, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
     if (rc == 0) {
         int n_queries = 0;
         for (int i = 0; i < ts.n; i++) n_queries += ts.samples[i].n_queries;
@@ -299,7 +299,7 @@ static int needle_evaluate(int argc, char **argv) {
         printf("%8s %6s %8s %8s %8s %9s %12s\n", "context", "depth", "samples", "queries", "correct", "accuracy",
                "first-query");
         for (int i = 0; i < r.n_cells; i++) {
-            const needle_cell *c = &r.cells[i];
+            const dt_needle_cell *c = &r.cells[i];
             printf("%8d %6.3g %8d %8d %8d %9.3f %12.3f\n", c->context_length, c->depth, c->samples, c->n, c->correct,
                    ratio(c->correct, c->n), ratio(c->first_correct, c->samples));
         }
@@ -310,10 +310,10 @@ static int needle_evaluate(int argc, char **argv) {
             else rc = write_json(cmd, json, o);
             cJSON_Delete(o);
         }
-        needle_results_free(&r);
+        dt_needle_results_free(&r);
     }
     dt_model_free(&m);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
     return rc;
 }
 

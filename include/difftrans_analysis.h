@@ -45,25 +45,25 @@ typedef struct {
     double mean;    /* NAN when n = 0 */
     double half;    /* 95% half-width; NAN when n < 2 */
     double lo, hi;  /* mean ∓ half (NAN when half is) */
-} st_interval;
+} dt_stats_interval;
 
 /* The 0.975 quantile of Student's t with df degrees of freedom (df ≥ 1). */
-double st_t975(int df);
+double dt_stats_t975(int df);
 /* The mean of x[0, n) and its 95% interval. */
-st_interval st_mean_ci(const double *x, int n);
+dt_stats_interval dt_stats_mean_ci(const double *x, int n);
 /* Paired: the interval of mean(a_i − b_i) over the i where both are numbers. */
-st_interval st_paired_diff_ci(const double *a, const double *b, int n);
+dt_stats_interval dt_stats_paired_diff_ci(const double *a, const double *b, int n);
 
 typedef enum {
-    ST_UNRESOLVED = 0, /* "no difference this run can resolve" */
-    ST_A_BETTER = 1,
-    ST_B_BETTER = 2,
-} st_verdict;
+    DT_STATS_UNRESOLVED = 0, /* "no difference this run can resolve" */
+    DT_STATS_A_BETTER = 1,
+    DT_STATS_B_BETTER = 2,
+} dt_stats_verdict;
 
 /* From the paired difference a − b: A is better when the whole interval lies on A's side
  * (below 0 when lower is better, above 0 otherwise), B likewise; anything else, including a
  * missing interval, is unresolved. */
-st_verdict st_verdict_of(const st_interval *diff, int lower_better);
+dt_stats_verdict dt_stats_verdict_of(const dt_stats_interval *diff, int lower_better);
 
 /* ---------------------------------------------------------------- multi-needle retrieval
  *
@@ -73,81 +73,81 @@ st_verdict st_verdict_of(const st_interval *diff, int lower_better);
  * rule are written out at the top of src/analysis/needle_generate.c, the files and their JSON
  * layout at the top of needle_io.c; needle_score.c scores a model.
  *
- *   needle_params_default / needle_params_validate   what to generate
- *   needle_corpus_load / needle_corpus_from_bytes    filler source (cleaned once)
- *   needle_generate_sample                           one sample from a 64-bit seed
- *   needle_write_dataset                             DIR/train.txt, DIR/test.jsonl, DIR/needle.json
- *   needle_load_testset                              test.jsonl back, every offset re-checked
- *   needle_eval                                      greedy exact-match accuracy per cell */
+ *   dt_needle_params_default / dt_needle_params_validate   what to generate
+ *   dt_needle_corpus_load / dt_needle_corpus_from_bytes    filler source (cleaned once)
+ *   dt_needle_generate_sample                           one sample from a 64-bit seed
+ *   dt_needle_write_dataset                             DIR/train.txt, DIR/test.jsonl, DIR/needle.json
+ *   dt_needle_load_testset                              test.jsonl back, every offset re-checked
+ *   dt_needle_eval                                      greedy exact-match accuracy per cell */
 
-#define NEEDLE_GENERATOR_VERSION 1
-#define NEEDLE_MAX_NEEDLES 64        /* needles (and so queries) per sample */
-#define NEEDLE_MAX_LIST 32           /* context lengths, and depths, per data set */
-#define NEEDLE_MIN_KEY 4             /* generated keys: lowercase words of 4..8 letters */
-#define NEEDLE_MAX_KEY 8
-#define NEEDLE_VALUE_DIGITS 5        /* generated values: 10000..99999 */
-#define NEEDLE_KEY_CAP 64            /* longest key a loaded test set may hold (bytes) */
-#define NEEDLE_VALUE_CAP 32          /* longest value a loaded test set may hold (bytes; and tokens of an answer) */
-#define NEEDLE_MAX_CONTEXT (1 << 20) /* bytes of context per sample */
-#define NEEDLE_MAX_SAMPLES 10000000  /* samples per set */
+#define DT_NEEDLE_GENERATOR_VERSION 1
+#define DT_NEEDLE_MAX_NEEDLES 64        /* needles (and so queries) per sample */
+#define DT_NEEDLE_MAX_LIST 32           /* context lengths, and depths, per data set */
+#define DT_NEEDLE_MIN_KEY 4             /* generated keys: lowercase words of 4..8 letters */
+#define DT_NEEDLE_MAX_KEY 8
+#define DT_NEEDLE_VALUE_DIGITS 5        /* generated values: 10000..99999 */
+#define DT_NEEDLE_KEY_CAP 64            /* longest key a loaded test set may hold (bytes) */
+#define DT_NEEDLE_VALUE_CAP 32          /* longest value a loaded test set may hold (bytes; and tokens of an answer) */
+#define DT_NEEDLE_MAX_CONTEXT (1 << 20) /* bytes of context per sample */
+#define DT_NEEDLE_MAX_SAMPLES 10000000  /* samples per set */
 
 /* The fixed text of a needle sentence and of a question (see "the sample format" in needle_generate.c) */
-#define NEEDLE_SENTENCE_HEAD "The magic number of "
-#define NEEDLE_SENTENCE_MID " is "
-#define NEEDLE_QUESTION_HEAD "\nQuestion: What is the magic number of "
-#define NEEDLE_QUESTION_TAIL "?\nAnswer: "
+#define DT_NEEDLE_SENTENCE_HEAD "The magic number of "
+#define DT_NEEDLE_SENTENCE_MID " is "
+#define DT_NEEDLE_QUESTION_HEAD "\nQuestion: What is the magic number of "
+#define DT_NEEDLE_QUESTION_TAIL "?\nAnswer: "
 
 /* Bytes one inserted needle takes in the context at most: the sentence with the longest key,
  * plus its one separator byte. A context must hold `needles` of these. */
-#define NEEDLE_SENTENCE_FIXED 25     /* strlen("The magic number of ") + strlen(" is ") + strlen(".") */
-#define NEEDLE_UNIT_MAX (NEEDLE_SENTENCE_FIXED + NEEDLE_MAX_KEY + NEEDLE_VALUE_DIGITS + 1)
+#define DT_NEEDLE_SENTENCE_FIXED 25     /* strlen("The magic number of ") + strlen(" is ") + strlen(".") */
+#define DT_NEEDLE_UNIT_MAX (DT_NEEDLE_SENTENCE_FIXED + DT_NEEDLE_MAX_KEY + DT_NEEDLE_VALUE_DIGITS + 1)
 
-/* What to generate; [defaults of needle_params_default]. */
+/* What to generate; [defaults of dt_needle_params_default]. */
 typedef struct {
     int n_contexts;
-    int contexts[NEEDLE_MAX_LIST];   /* context lengths in bytes [512, 1024] */
+    int contexts[DT_NEEDLE_MAX_LIST];   /* context lengths in bytes [512, 1024] */
     int n_depths;
-    double depths[NEEDLE_MAX_LIST];  /* depths of the first queried needle, each in [0, 1] [0,.25,.5,.75,1] */
+    double depths[DT_NEEDLE_MAX_LIST];  /* depths of the first queried needle, each in [0, 1] [0,.25,.5,.75,1] */
     int needles;                     /* N [6] */
     int queries;                     /* R ≤ N [2] */
     int n_train, n_test;             /* samples per set, spread round-robin over the cells [1000, 100] */
     uint64_t seed;                   /* [42] */
-} needle_params;
+} dt_needle_params;
 
 /* Fills p with the defaults above. */
-void needle_params_default(needle_params *p);
-/* Ranges and consistency: R ≤ N, depths in [0, 1], every context ≥ N·NEEDLE_UNIT_MAX, ...;
+void dt_needle_params_default(dt_needle_params *p);
+/* Ranges and consistency: R ≤ N, depths in [0, 1], every context ≥ N·DT_NEEDLE_UNIT_MAX, ...;
  * a refusal names the field (contexts, depths, needles, queries, n_train, n_test). */
-int needle_params_validate(const needle_params *p, dt_error *err);
+int dt_needle_params_validate(const dt_needle_params *p, dt_error *err);
 
 /* The filler source, cleaned (see "Corpus" in needle_generate.c); never empty. Owns bytes. */
 typedef struct {
     unsigned char *bytes;
     size_t n;
     int has_newline;
-} needle_corpus;
+} dt_needle_corpus;
 
 /* Reads and cleans the text file at path (a regular file). */
-int needle_corpus_load(needle_corpus *c, const char *path, dt_error *err);
+int dt_needle_corpus_load(dt_needle_corpus *c, const char *path, dt_error *err);
 /* The same from n bytes in memory (copied); `what` names the source in messages (a path, or
  * e.g. "corpus"). */
-int needle_corpus_from_bytes(needle_corpus *c, const void *data, size_t n, const char *what, dt_error *err);
+int dt_needle_corpus_from_bytes(dt_needle_corpus *c, const void *data, size_t n, const char *what, dt_error *err);
 /* Frees the bytes; safe on a zeroed corpus. */
-void needle_corpus_free(needle_corpus *c);
+void dt_needle_corpus_free(dt_needle_corpus *c);
 
 typedef struct {
-    char key[NEEDLE_KEY_CAP + 1];
-    char value[NEEDLE_VALUE_CAP + 1];
+    char key[DT_NEEDLE_KEY_CAP + 1];
+    char value[DT_NEEDLE_VALUE_CAP + 1];
     int offset, length;              /* the sentence "The magic number of K is V." in text (bytes) */
     int value_offset, value_length;  /* V inside that sentence: the answer span (bytes) */
-} needle_needle;
+} dt_needle_needle;
 
 typedef struct {
-    int needle;                      /* index into needle_sample.needles */
+    int needle;                      /* index into dt_needle_sample.needles */
     int question_offset;             /* the 'Q' of "Question: " (byte offset) */
     int prompt_end_offset;           /* where the answer (the value) begins: the prompt is text[0, this) */
     int answer_length;               /* bytes of the answer (= the needle's value_length) */
-} needle_query;
+} dt_needle_query;
 
 /* One sample: its text (owned) and where everything sits in it. */
 typedef struct {
@@ -155,49 +155,49 @@ typedef struct {
     int context_length;              /* bytes */
     double depth;                    /* requested depth of the first queried needle */
     double needle_depth;             /* where it landed: its sentence offset / (context_length − sentence length) */
-    uint64_t seed;                   /* needle_generate_sample(…, seed, …) rebuilds this sample */
+    uint64_t seed;                   /* dt_needle_generate_sample(…, seed, …) rebuilds this sample */
     int n_needles;
-    needle_needle needles[NEEDLE_MAX_NEEDLES]; /* in order of offset */
+    dt_needle_needle needles[DT_NEEDLE_MAX_NEEDLES]; /* in order of offset */
     int n_queries;
-    needle_query queries[NEEDLE_MAX_NEEDLES];  /* in the order they are asked; queries[0] is at `depth` */
+    dt_needle_query queries[DT_NEEDLE_MAX_NEEDLES];  /* in the order they are asked; queries[0] is at `depth` */
     char *text;                      /* text_length bytes + a NUL (no NUL inside) */
     int text_length;
     int line;                        /* loaded samples: line in the .jsonl file, else 0 */
-} needle_sample;
+} dt_needle_sample;
 
 /* Builds one sample of context_length bytes with its first queried needle at `depth`, drawing
  * everything from a splitmix64 stream started at `seed`. p supplies needles and queries. */
-int needle_generate_sample(const needle_params *p, int context_length, double depth, uint64_t seed,
-                           const needle_corpus *corpus, needle_sample *out, dt_error *err);
+int dt_needle_generate_sample(const dt_needle_params *p, int context_length, double depth, uint64_t seed,
+                           const dt_needle_corpus *corpus, dt_needle_sample *out, dt_error *err);
 /* Frees the text; safe on a zeroed sample. */
-void needle_sample_free(needle_sample *s);
+void dt_needle_sample_free(dt_needle_sample *s);
 /* Re-checks a sample's internal consistency (every offset, the sentence and answer bytes);
  * `where` prefixes messages (e.g. "test.jsonl:3"). */
-int needle_sample_check(const needle_sample *s, const char *where, dt_error *err);
+int dt_needle_sample_check(const dt_needle_sample *s, const char *where, dt_error *err);
 /* One line of test.jsonl (no newline); the caller frees it with free(). NULL when out of memory. */
-char *needle_sample_to_json(const needle_sample *s);
+char *dt_needle_sample_to_json(const dt_needle_sample *s);
 
 /* The two streams train and test samples draw their seeds from (different, both from seed). */
-void needle_stream_seeds(uint64_t seed, uint64_t *train_seed, uint64_t *test_seed);
+void dt_needle_stream_seeds(uint64_t seed, uint64_t *train_seed, uint64_t *test_seed);
 /* The cell (context length, depth) of sample i of a set: round-robin, depths varying fastest. */
-void needle_cell_of(const needle_params *p, long i, int *context_length, double *depth);
+void dt_needle_cell_of(const dt_needle_params *p, long i, int *context_length, double *depth);
 
 /* Writes dir/train.txt, dir/test.jsonl and dir/needle.json (each atomically; dir is created if
  * missing). corpus_path is only recorded in needle.json. */
-int needle_write_dataset(const needle_params *p, const needle_corpus *corpus, const char *corpus_path,
+int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path,
                          const char *dir, dt_error *err);
 
 /* A loaded test set; owns its samples. */
 typedef struct {
     char path[4096];                 /* the test.jsonl read */
     int n;
-    needle_sample *samples;
-} needle_testset;
+    dt_needle_sample *samples;
+} dt_needle_testset;
 
 /* path: a test.jsonl file, or a directory holding one. Every sample is re-checked. */
-int needle_load_testset(needle_testset *ts, const char *path, dt_error *err);
+int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *err);
 /* Frees every sample; safe on a zeroed set. */
-void needle_testset_free(needle_testset *ts);
+void dt_needle_testset_free(dt_needle_testset *ts);
 
 /* One cell of the evaluation grid. */
 typedef struct {
@@ -206,27 +206,27 @@ typedef struct {
     int samples;                     /* samples in the cell */
     int n, correct;                  /* queries scored (all of every sample), and answered exactly */
     int first_correct;               /* samples whose first query (the one at `depth`) was answered exactly */
-} needle_cell;
+} dt_needle_cell;
 
 /* One scored query. */
 typedef struct {
     int sample, query;               /* indices into the test set and into the sample's queries */
     int correct;
     int n_predicted;
-    int predicted[NEEDLE_VALUE_CAP]; /* the greedy token ids (as many as the answer has tokens) */
-} needle_item;
+    int predicted[DT_NEEDLE_VALUE_CAP]; /* the greedy token ids (as many as the answer has tokens) */
+} dt_needle_item;
 
-/* What needle_eval measured; owns cells and items. */
+/* What dt_needle_eval measured; owns cells and items. */
 typedef struct {
     int n_cells;
-    needle_cell *cells;              /* sorted by context length, then depth */
+    dt_needle_cell *cells;              /* sorted by context length, then depth */
     int n_items;
-    needle_item *items;              /* every (sample, query), in test-set order */
+    dt_needle_item *items;              /* every (sample, query), in test-set order */
     int total, correct;
-} needle_results;
+} dt_needle_results;
 
 /* Called after each sample: samples done of total, queries correct and scored so far. */
-typedef void (*needle_progress_fn)(void *ctx, int done, int total, int correct_so_far, int scored_so_far);
+typedef void (*dt_needle_progress_fn)(void *ctx, int done, int total, int correct_so_far, int scored_so_far);
 
 /* Greedy decoding through a KV cache. The model reads each sample's text as its tokens (tok: the
  * model's tokenizer, NULL for a byte-level model): for each query the prompt is the tokens that
@@ -235,10 +235,10 @@ typedef void (*needle_progress_fn)(void *ctx, int done, int total, int correct_s
  * them). The argmax continuation of that many tokens is correct when it is exactly those tokens
  * (so it decodes to the answer text). Refuses (before decoding anything) any sample longer than
  * the model's max_position_embeddings, naming the file and the sample. progress may be NULL. */
-int needle_eval(const dt_model *m, const dt_tok *tok, const needle_testset *ts, needle_results *r,
-                needle_progress_fn progress, void *progress_ctx, dt_error *err);
+int dt_needle_eval(const dt_model *m, const dt_tok *tok, const dt_needle_testset *ts, dt_needle_results *r,
+                dt_needle_progress_fn progress, void *progress_ctx, dt_error *err);
 /* Frees cells and items; safe on zeroed results. */
-void needle_results_free(needle_results *r);
+void dt_needle_results_free(dt_needle_results *r);
 
 /* ---------------------------------------------------------------- |x| statistics */
 
@@ -247,25 +247,25 @@ void needle_results_free(needle_results *r);
 typedef struct {
     double top1, top10, median;
     size_t count;
-} an_abs_stats;
+} dt_an_abs_stats;
 
 /* A growing collection of |x| values (exact statistics; 4 bytes per value); owns v. */
 typedef struct {
     float *v;
     size_t n, cap;
-} an_abs_acc;
+} dt_an_abs_acc;
 
 /* Adds |x[i]| for i in [0, n); -1 when out of memory or past 2^30 values. */
-int an_abs_acc_add(an_abs_acc *a, const float *x, size_t n, dt_error *err);
+int dt_an_abs_acc_add(dt_an_abs_acc *a, const float *x, size_t n, dt_error *err);
 /* Statistics of everything added; reorders the stored values. count = 0 gives all zeros. */
-void an_abs_acc_stats(an_abs_acc *a, an_abs_stats *out);
+void dt_an_abs_acc_stats(dt_an_abs_acc *a, dt_an_abs_stats *out);
 /* Frees the values; safe on a zeroed accumulator. */
-void an_abs_acc_free(an_abs_acc *a);
+void dt_an_abs_acc_free(dt_an_abs_acc *a);
 /* Statistics of one array (x is not modified). */
-int an_abs_stats_of(const float *x, size_t n, an_abs_stats *out, dt_error *err);
+int dt_an_abs_stats_of(const float *x, size_t n, dt_an_abs_stats *out, dt_error *err);
 /* {"top1", "top10", "median", "count"}; NULL when out of memory. The one JSON form of each
  * analysis (like every *_json below), for `analyze --json` and the compare report. */
-struct cJSON *an_abs_stats_json(const an_abs_stats *s);
+struct cJSON *dt_an_abs_stats_json(const dt_an_abs_stats *s);
 
 /* ---------------------------------------------------------------- outliers */
 
@@ -273,21 +273,21 @@ struct cJSON *an_abs_stats_json(const an_abs_stats *s);
 typedef struct {
     int n_layers;             /* L */
     int windows, seq;         /* windows of `seq` tokens that were run */
-    an_abs_stats logits;      /* |scaled attention scores|, causal entries, all layers and heads */
-    an_abs_stats hidden;      /* |residual stream|, layers 0..L (L = the final norm's input) */
+    dt_an_abs_stats logits;      /* |scaled attention scores|, causal entries, all layers and heads */
+    dt_an_abs_stats hidden;      /* |residual stream|, layers 0..L (L = the final norm's input) */
     double *layer_logit_max;  /* [L] */
     double *layer_hidden_max; /* [L + 1] */
-} an_outliers;
+} dt_an_outliers;
 
 /* Runs up to `windows` consecutive, non-overlapping windows of `seq` tokens from the start of
  * tokens[0, n) (as many as fit, at least one: n >= seq is required) one per forward. */
-int an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int windows, an_outliers *out,
+int dt_an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int windows, dt_an_outliers *out,
                     dt_error *err);
 /* Frees the per-layer arrays; safe on a zeroed struct. */
-void an_outliers_free(an_outliers *o);
+void dt_an_outliers_free(dt_an_outliers *o);
 /* Adds windows, seq, attention_logits, hidden_states, layer_logit_max, layer_hidden_max to o;
  * 0, or -1 when out of memory. */
-int an_outliers_add_json(struct cJSON *o, const an_outliers *r);
+int dt_an_outliers_add_json(struct cJSON *o, const dt_an_outliers *r);
 
 /* ---------------------------------------------------------------- attention-logit quantisation */
 
@@ -298,24 +298,24 @@ typedef struct {
     double accuracy;                  /* fraction of positions where argmax(logits) = target */
     size_t count;                     /* predictions scored */
     int needle_total, needle_correct; /* -1 / -1 when no needle set was given */
-} an_quant_row;
+} dt_an_quant_row;
 
 /* rows[0..n) as a JSON array: bits, loss, accuracy, count (and needle_correct, needle_total,
  * needle_accuracy when a needle set was scored); NULL when out of memory. */
-struct cJSON *an_quant_rows_json(const an_quant_row *rows, int n);
+struct cJSON *dt_an_quant_rows_json(const dt_an_quant_row *rows, int n);
 
 /* Loss and next-token accuracy over up to `windows` consecutive windows of seq + 1 tokens (input
  * seq, targets shifted by one), one window per forward, with the run options `opt` (the reference
  * kernel is always used, so bits = 0 and bits > 0 share one code path). */
-int an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens, size_t n, int seq, int windows,
+int dt_an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens, size_t n, int seq, int windows,
                  double *loss, double *accuracy, size_t *count, dt_error *err);
 
 /* Teacher-forced exact match on a needle test set: each sample's whole text (every question with its
  * true answer) goes through one forward as the model reads it (tok: its tokenizer, NULL for bytes;
- * the prompt and answer tokens of needle_eval); query r is correct when the argmax at every position
+ * the prompt and answer tokens of dt_needle_eval); query r is correct when the argmax at every position
  * from the prompt's last token on predicts the answer's next token — the same verdict as greedy
  * decoding. max_samples <= 0: all. */
-int an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *opt, const needle_testset *ts,
+int dt_an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *opt, const dt_needle_testset *ts,
                     int max_samples, int *correct, int *total, dt_error *err);
 
 /* ---------------------------------------------------------------- attention allocation */
@@ -328,16 +328,16 @@ typedef struct {
     double context;     /* Σ over the whole context of w */
     double context_abs; /* Σ over the whole context of |w| */
     double row;         /* Σ over the whole row (0 .. query position) of w */
-} an_alloc_sums;
+} dt_an_alloc_sums;
 
 /* One query row `row` of a [T, T] map `a1` (and, for DIFF, its partner map `a2` and λ; a2 = NULL
  * for the baseline). Context = columns [0, ctx_len), answer span = [span0, span0 + span_len). */
-void an_alloc_row(const float *a1, const float *a2, float lambda, int T, int row, int ctx_len, int span0, int span_len,
-                  an_alloc_sums *out);
+void dt_an_alloc_row(const float *a1, const float *a2, float lambda, int T, int row, int ctx_len, int span0, int span_len,
+                  dt_an_alloc_sums *out);
 /* answer share = span / context_abs; noise share = (context_abs − span_abs) / context_abs
  * (both 0 when context_abs = 0). */
-double an_alloc_answer_share(const an_alloc_sums *s);
-double an_alloc_noise_share(const an_alloc_sums *s);
+double dt_an_alloc_answer_share(const dt_an_alloc_sums *s);
+double dt_an_alloc_noise_share(const dt_an_alloc_sums *s);
 
 /* Attention allocation of a model on a needle set; owns the per-layer arrays. */
 typedef struct {
@@ -347,28 +347,28 @@ typedef struct {
     double *noise_share;  /* [L] mean of the noise share */
     double *span, *span_abs, *context, *context_abs, *row; /* [L] mean raw sums */
     double mean_answer_share, mean_noise_share;            /* means over layers */
-} an_allocation;
+} dt_an_allocation;
 
 /* Per sample, one forward over its text as the model reads it (tok: its tokenizer, NULL for bytes):
  * the row is the prompt's last token (it predicts the answer's first token), the context the
  * tokens that end within the sample's context_length bytes, the answer span the tokens that
  * overlap the queried needle's value bytes. max_samples <= 0: all. */
-int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int max_samples,
-                      an_allocation *out, dt_error *err);
+int dt_an_allocation_run(const dt_model *m, const dt_tok *tok, const dt_needle_testset *ts, int max_samples,
+                      dt_an_allocation *out, dt_error *err);
 /* Frees the per-layer arrays; safe on a zeroed struct. */
-void an_allocation_free(an_allocation *a);
+void dt_an_allocation_free(dt_an_allocation *a);
 /* Adds heads, samples, rows, answer_share, noise_share and the per-layer arrays to o; 0 or -1
  * when out of memory. */
-int an_allocation_add_json(struct cJSON *o, const an_allocation *a);
+int dt_an_allocation_add_json(struct cJSON *o, const dt_an_allocation *a);
 
 /* ---------------------------------------------------------------- training dynamics */
 
-#define AN_SPIKE_WINDOW 50      /* preceding steps a spike is judged against */
-#define AN_SPIKE_MIN_HISTORY 10 /* steps before the first one that can be a spike */
+#define DT_AN_SPIKE_WINDOW 50      /* preceding steps a spike is judged against */
+#define DT_AN_SPIKE_MIN_HISTORY 10 /* steps before the first one that can be a spike */
 
 /* flags[i] = 1 when g[i] is a spike: g[i] > mean + 3·std or > 3·median of the preceding
- * (at most AN_SPIKE_WINDOW, at least AN_SPIKE_MIN_HISTORY) values; returns the number of spikes. */
-int an_spikes(const double *g, int n, int *flags);
+ * (at most DT_AN_SPIKE_WINDOW, at least DT_AN_SPIKE_MIN_HISTORY) values; returns the number of spikes. */
+int dt_an_spikes(const double *g, int n, int *flags);
 
 /* A training run's metrics.jsonl, summarised; owns the arrays. */
 typedef struct {
@@ -384,18 +384,18 @@ typedef struct {
     double final_train_loss;
     double final_val_loss; /* NAN when no line has val_loss */
     int final_val_step;
-} an_training;
+} dt_an_training;
 
 /* path: a training run directory (its metrics.jsonl, and config.json when present) or a metrics file. */
-int an_training_load(const char *path, an_training *out, dt_error *err);
+int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err);
 /* Frees the arrays; safe on a zeroed struct. */
-void an_training_free(an_training *t);
+void dt_an_training_free(dt_an_training *t);
 /* Adds steps_logged, first/last step, the final losses, gradient-norm statistics and spikes, and
  * λ per layer (first, last, min, max; when the run logs λ) to o; 0 or -1 when out of memory. */
-int an_training_add_json(struct cJSON *o, const an_training *t);
+int dt_an_training_add_json(struct cJSON *o, const dt_an_training *t);
 
 /* Writes a cJSON tree (a `cJSON *`, not freed) to path atomically, naming path in errors. */
-int an_write_json(const char *path, void *json, dt_error *err);
+int dt_an_write_json(const char *path, void *json, dt_error *err);
 
 /* ---------------------------------------------------------------- post-training quantisation quality
  *
@@ -404,18 +404,18 @@ int an_write_json(const char *path, void *json, dt_error *err);
  * from F32's, top-1 agreement, needle accuracy, and the activation outlier statistics
  * (per-channel absmax of each quantised layer's input, before and after smoothing). */
 
-#define AN_WQ_MAX_SCHEMES 8
+#define DT_AN_WQ_MAX_SCHEMES 8
 
 typedef struct {
     char name[32];               /* "q8_0", "q4_0", "w8a8", "w8a8-dynamic", "w8a8-smooth", "w8a8-dynamic-smooth" */
     dt_quant_options opt;        /* scheme, dynamic_activations, smooth_alpha */
-} an_wq_scheme;
+} dt_an_wq_scheme;
 
-/* A comma-separated list of the names above (at most AN_WQ_MAX_SCHEMES) into out[*n];
+/* A comma-separated list of the names above (at most DT_AN_WQ_MAX_SCHEMES) into out[*n];
  * smoothing uses strength alpha. */
-int an_wq_parse_schemes(const char *list, float alpha, an_wq_scheme *out, int *n, dt_error *err);
+int dt_an_wq_parse_schemes(const char *list, float alpha, dt_an_wq_scheme *out, int *n, dt_error *err);
 
-/* What an_wq_run measures on; the token arrays are the caller's. */
+/* What dt_an_wq_run measures on; the token arrays are the caller's. */
 typedef struct {
     const int *eval_tokens;      /* held-out text: up to `windows` consecutive windows of seq + 1 */
     size_t eval_n;
@@ -425,17 +425,17 @@ typedef struct {
     int calib_samples, calib_seq;
     uint64_t seed;
     int lm_head;                 /* quantise the LM head too */
-    const needle_testset *needle; /* NULL: no needle accuracy */
+    const dt_needle_testset *needle; /* NULL: no needle accuracy */
     const dt_tok *needle_tok;    /* the model's tokenizer the needle texts are read with; NULL: bytes */
     int max_samples;             /* needle samples; <= 0: all */
-} an_wq_params;
+} dt_an_wq_params;
 
 /* Activation outliers of one layer type (q, k, v, o, gate, up, down, lm_head) over every layer:
  * the largest per-channel absmax, and the mean over layers of absmax / median channel absmax. */
 typedef struct {
     char type[16];
     double absmax, ratio, absmax_smoothed, ratio_smoothed;
-} an_wq_outliers;
+} dt_an_wq_outliers;
 
 /* One scheme's row; owns stats. */
 typedef struct {
@@ -445,19 +445,19 @@ typedef struct {
     int needle_correct, needle_total; /* -1 without a needle set */
     double decode_mb;            /* weights read per decoded token, MB (1e6 bytes) */
     int n_types;                 /* calibrated w8a8 rows: outliers per layer type (else 0) */
-    an_wq_outliers types[8];
+    dt_an_wq_outliers types[8];
     int n_stats;                 /* per quantised layer, from the calibration (else 0) */
     dt_quant_act_stat *stats;
-} an_wq_row;
+} dt_an_wq_row;
 
 /* rows[0] is F32, rows[1 + i] scheme i (rows has n + 1 entries); the model itself is left
  * unquantised. */
-int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *schemes, int n, an_wq_row *rows,
+int dt_an_wq_run(const dt_model *m, const dt_an_wq_params *p, const dt_an_wq_scheme *schemes, int n, dt_an_wq_row *rows,
               dt_error *err);
-/* Frees rows[0, n] (n + 1 rows, as an_wq_run fills); safe on zeroed rows. */
-void an_wq_rows_free(an_wq_row *rows, int n);
+/* Frees rows[0, n] (n + 1 rows, as dt_an_wq_run fills); safe on zeroed rows. */
+void dt_an_wq_rows_free(dt_an_wq_row *rows, int n);
 /* rows[0, n] as a cJSON array (NULL when out of memory). */
-struct cJSON *an_wq_rows_json(const an_wq_row *rows, int n);
+struct cJSON *dt_an_wq_rows_json(const dt_an_wq_row *rows, int n);
 
 /* ---------------------------------------------------------------- in-context learning
  *
@@ -475,42 +475,42 @@ struct cJSON *an_wq_rows_json(const an_wq_row *rows, int n);
  * `queries` (half of each label), so chance is 0.5 and the spread of accuracy across orders is
  * the measure of order sensitivity. Everything is deterministic from the seed. */
 
-#define ICL_MAX_WORD 8
-#define ICL_MAX_SHOTS 256
-#define ICL_MAX_PROMPT (ICL_MAX_SHOTS * 28 + 22) /* bytes: 28 per demonstration at most, 22 for the query */
+#define DT_ICL_MAX_WORD 8
+#define DT_ICL_MAX_SHOTS 256
+#define DT_ICL_MAX_PROMPT (DT_ICL_MAX_SHOTS * 28 + 22) /* bytes: 28 per demonstration at most, 22 for the query */
 
 typedef struct {
     int shots;          /* demonstrations per prompt (even) [8] */
     int permutations;   /* orders of the same demonstrations [6] */
     int queries;        /* scored queries per order (even) [32] */
     uint64_t seed;      /* [1] */
-} icl_params;
+} dt_icl_params;
 
-/* What icl_run measured; owns accuracy. */
+/* What dt_icl_run measured; owns accuracy. */
 typedef struct {
     int permutations, queries, prompt_tokens; /* prompt_tokens: the longest prompt + label */
     double *accuracy;                         /* [permutations] */
     double mean, std, min, max;               /* over the permutations; std is the population std */
-} icl_result;
+} dt_icl_result;
 
 /* Fills p with the defaults above. */
-void icl_params_default(icl_params *p);
+void dt_icl_params_default(dt_icl_params *p);
 /* 0 = "red", 1 = "blue" */
-int icl_label_of(const char *word);
+int dt_icl_label_of(const char *word);
 /* "red" or "blue" */
-const char *icl_label_name(int label);
+const char *dt_icl_label_name(int label);
 /* Writes the prompt of permutation `perm` for query `q` (without a label) into out (capacity
  * cap bytes); returns its length, or -1 when it does not fit. *query_label gets its label. */
-int icl_prompt(const icl_params *p, int perm, int q, char *out, int cap, int *query_label);
+int dt_icl_prompt(const dt_icl_params *p, int perm, int q, char *out, int cap, int *query_label);
 /* mean, std, min, max of acc[0..n) */
-void icl_summarize(const double *acc, int n, double *mean, double *std, double *min, double *max);
+void dt_icl_summarize(const double *acc, int n, double *mean, double *std, double *min, double *max);
 /* Scores the task (tok: the model's tokenizer, NULL for a byte-level model). A refusal names
  * the field of p (shots, queries, permutations) or the model's max_position_embeddings. */
-int icl_run(const dt_model *m, const dt_tok *tok, const icl_params *p, icl_result *out, dt_error *err);
+int dt_icl_run(const dt_model *m, const dt_tok *tok, const dt_icl_params *p, dt_icl_result *out, dt_error *err);
 /* Frees accuracy; safe on a zeroed result. */
-void icl_result_free(icl_result *r);
+void dt_icl_result_free(dt_icl_result *r);
 /* Adds accuracy (per order), mean, std, min, max to o; 0, or -1 when out of memory. */
-int icl_result_add_json(struct cJSON *o, const icl_result *r);
+int dt_icl_result_add_json(struct cJSON *o, const dt_icl_result *r);
 
 /* ---------------------------------------------------------------- scaling
  *
@@ -522,24 +522,24 @@ int icl_result_add_json(struct cJSON *o, const icl_result *r);
 typedef struct {
     int n;                  /* runs of this kind */
     double a, b;            /* log(loss) = a + b·log(params); NAN when n < 2 or all sizes equal */
-} sc_fit;
+} dt_scaling_fit;
 
 /* Least-squares fit of log(loss) on log(params) over n points (n >= 2, distinct sizes). */
-sc_fit sc_fit_power_law(const double *params, const double *loss, int n);
+dt_scaling_fit dt_scaling_fit_power_law(const double *params, const double *loss, int n);
 /* The parameters at which `fit` predicts `loss`; NAN when the fit is missing or flat (b >= 0). */
-double sc_params_for_loss(const sc_fit *fit, double loss);
+double dt_scaling_params_for_loss(const dt_scaling_fit *fit, double loss);
 
 typedef struct {
-    sc_fit fit[2];            /* [dt_arch]: fit[DT_ARCH_LLAMA] the baseline's, fit[DT_ARCH_DIFF] DIFF's */
+    dt_scaling_fit fit[2];            /* [dt_arch]: fit[DT_ARCH_LLAMA] the baseline's, fit[DT_ARCH_DIFF] DIFF's */
     double base_params;       /* the baseline's largest run */
     double base_loss;         /* its loss (NAN without a baseline run) */
     double diff_params;       /* the DIFF size the DIFF fit gives that loss (NAN when it cannot) */
     double fraction;          /* diff_params / base_params: the paper's ~0.65 */
-} sc_comparison;
+} dt_scaling_comparison;
 
 /* From n runs of either kind (is_diff[i] nonzero for DIFF): the fit per kind and the fraction of
  * the baseline's parameters DIFF needs for the baseline's loss at its largest run. */
-sc_comparison sc_compare(const double *params, const double *loss, const int *is_diff, int n);
+dt_scaling_comparison dt_scaling_compare(const double *params, const double *loss, const int *is_diff, int n);
 
 /* ---------------------------------------------------------------- synthetic tasks
  *
@@ -548,11 +548,11 @@ sc_comparison sc_compare(const double *params, const double *loss, const int *is
  * from a splitmix64 stream started at the example's seed), one teacher-forced scorer, and a
  * place in the training mix:
  *
- *   recall  multi-query associative recall. K pairs "kv " (k one of the 16 TK_KEY_SYMBOLS,
+ *   recall  multi-query associative recall. K pairs "kv " (k one of the 16 DT_TASK_KEY_SYMBOLS,
  *           distinct; v a digit) scattered among distractor items "Xd " (X an uppercase letter, d a
  *           digit), then ';' and queries "kv ": each pair once in random order, then (more queries
  *           than pairs) any. Answer: v after its key. Chance 0.1.
- *   depth   retrieval at depth. N needles "@kv" (distinct keys from TK_KEY_SYMBOLS, digit values) in
+ *   depth   retrieval at depth. N needles "@kv" (distinct keys from DT_TASK_KEY_SYMBOLS, digit values) in
  *           filler cut from a text corpus ('@' and the key symbols removed from it), the first at
  *           the requested depth, the others anywhere, then queries "\n@kv": first the needle at
  *           depth, then the others, then (more queries than needles) any. Chance 0.1.
@@ -568,46 +568,46 @@ sc_comparison sc_compare(const double *params, const double *loss, const int *is
  *
  * The formats are sequences of symbols (the ASCII characters above), one symbol one position. A
  * byte-level model reads each symbol as its byte (symbols NULL below); a model with a real
- * vocabulary reads each as one token of it (tk_symbols_from_tokenizer), so lengths, positions and
+ * vocabulary reads each as one token of it (dt_task_symbols_from_tokenizer), so lengths, positions and
  * answers count tokens either way, and depth's filler is the training text's own tokens. */
 
-#define TK_GENERATOR_VERSION 2
-#define TK_MAX_LEN 4096     /* tokens of one example */
-#define TK_MAX_QUERIES 64
-#define TK_KEYS 16          /* recall / depth keys */
-#define TK_MAX_PAIRS TK_KEYS
+#define DT_TASK_GENERATOR_VERSION 2
+#define DT_TASK_MAX_LEN 4096     /* tokens of one example */
+#define DT_TASK_MAX_QUERIES 64
+#define DT_TASK_KEYS 16          /* recall / depth keys */
+#define DT_TASK_MAX_PAIRS DT_TASK_KEYS
 /* the keys of recall and depth: symbols, taken out of depth's filler so that a key occurs only in
  * its needle (with letters for keys, every copy of the letter in the text matched the query too);
  * one alphabet for both, so that both train one key-matching circuit */
-#define TK_KEY_SYMBOLS "#$%&*+<=>[]^_{|}"
-#define TK_MIX_PAIRS 8      /* recall: most pairs of a training example */
+#define DT_TASK_KEY_SYMBOLS "#$%&*+<=>[]^_{|}"
+#define DT_TASK_MIX_PAIRS 8      /* recall: most pairs of a training example */
 
-typedef enum { TK_RECALL = 0, TK_DEPTH = 1, TK_ICL = 2, TK_N_TASKS = 3 } tk_kind;
+typedef enum { DT_TASK_RECALL = 0, DT_TASK_DEPTH = 1, DT_TASK_ICL = 2, DT_N_TASKS = 3 } dt_task_kind;
 
 /* Every symbol the formats use. */
-#define TK_SYMBOLS " \n;:@" TK_KEY_SYMBOLS "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+#define DT_TASK_SYMBOLS " \n;:@" DT_TASK_KEY_SYMBOLS "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 /* The tasks' symbols as token ids of a vocabulary; owns no_filler. */
 typedef struct {
-    int id[128];            /* the token of each symbol of TK_SYMBOLS; -1 for other characters */
+    int id[128];            /* the token of each symbol of DT_TASK_SYMBOLS; -1 for other characters */
     int vocab;              /* the tokenizer's ids are 0..vocab-1 */
     unsigned char *no_filler; /* [vocab]: 1 for the tokens whose text holds '@', a key symbol or NUL
                              * (and ids that are no token): depth's filler has the space's token instead */
-} tk_symbols;
+} dt_task_symbols;
 
 /* Each symbol's token is one that stands for exactly that character (three of it decode to two of
  * it and the character): the vocabulary's token spelled as the character, else one of the tokens
  * the tokenizer makes of the character alone (a prefix space may come before it), else its
  * byte-fallback token <0xNN>. A symbol without one, or two symbols on one token, is refused naming
- * the symbol and the tokenizer file. Free with tk_symbols_free. */
-int tk_symbols_from_tokenizer(tk_symbols *s, const dt_tok *tok, dt_error *err);
+ * the symbol and the tokenizer file. Free with dt_task_symbols_free. */
+int dt_task_symbols_from_tokenizer(dt_task_symbols *s, const dt_tok *tok, dt_error *err);
 /* Frees no_filler; safe on a zeroed struct. */
-void tk_symbols_free(tk_symbols *s);
+void dt_task_symbols_free(dt_task_symbols *s);
 
 /* "recall", "depth", "icl" */
-const char *tk_name(tk_kind k);
-/* The tk_kind of a name of tk_name; -1 when unknown. */
-int tk_kind_parse(const char *name);
+const char *dt_task_name(dt_task_kind k);
+/* The dt_task_kind of a name of dt_task_name; -1 when unknown. */
+int dt_task_kind_parse(const char *name);
 
 /* One query of an example. */
 typedef struct {
@@ -615,73 +615,73 @@ typedef struct {
     int answer;
     int n_candidates; /* 0: argmax over the vocabulary; else argmax over candidates[] */
     int candidates[2];
-} tk_query;
+} dt_task_query;
 
 /* One example: its tokens and its queries (no pointers: copy freely). */
 typedef struct {
-    tk_kind kind;
+    dt_task_kind kind;
     int length;     /* tokens */
     int pairs;      /* recall: K; depth: needles; icl: demonstrations */
     double depth;   /* depth: requested depth of the queried needle; else 0 */
     int order;      /* icl: which order of the demonstrations; else 0 */
     int n_queries;
-    tk_query q[TK_MAX_QUERIES];
-    int tokens[TK_MAX_LEN];
-} tk_example;
+    dt_task_query q[DT_TASK_MAX_QUERIES];
+    int tokens[DT_TASK_MAX_LEN];
+} dt_task_example;
 
 /* The generators write tokens of `sym` (NULL: bytes).
  *
  * K pairs, n_queries of them queried (≤ K), `length` tokens in all (enough for the pairs and the
  * queries: 3·(K + n_queries) + 1 ≤ length). distractors < 0: fill the context with distractor items;
  * else exactly that many (length is then 3·(K + distractors + n_queries) + 1, whatever `length` says). */
-int tk_recall(const tk_symbols *sym, uint64_t seed, int length, int pairs, int n_queries, int distractors,
-              tk_example *ex, dt_error *err);
-/* `needles` needles (2..TK_KEYS), the first at `depth`; `n_queries` (1..needles) asked, the first
+int dt_task_recall(const dt_task_symbols *sym, uint64_t seed, int length, int pairs, int n_queries, int distractors,
+              dt_task_example *ex, dt_error *err);
+/* `needles` needles (2..DT_TASK_KEYS), the first at `depth`; `n_queries` (1..needles) asked, the first
  * the one at depth, then others in random order. filler: text as tokens of `sym` (bytes 0..255 when
  * sym is NULL; '@', the key symbols and any token holding them become spaces); NULL or n < length
  * draws filler from lowercase letters. */
-int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int needles, int n_queries,
-             const int *filler, size_t n, tk_example *ex, dt_error *err);
+int dt_task_depth(const dt_task_symbols *sym, uint64_t seed, int length, double depth, int needles, int n_queries,
+             const int *filler, size_t n, dt_task_example *ex, dt_error *err);
 /* `seed` fixes the labels, the demonstrations and the queries; `order` (0 = as drawn) permutes the
  * demonstrations only. n_queries letters not among the demonstrations. */
-int tk_icl(const tk_symbols *sym, uint64_t seed, int shots, int n_queries, int order, tk_example *ex, dt_error *err);
+int dt_task_icl(const dt_task_symbols *sym, uint64_t seed, int shots, int n_queries, int order, dt_task_example *ex, dt_error *err);
 
 /* Per example: queries answered (argmax equals the answer) out of n_queries. */
 typedef struct {
     int correct, total;
-} tk_score;
+} dt_task_score;
 
 /* Scores one example from its logits [length, V] (row t predicts token t + 1). */
-tk_score tk_score_logits(const tk_example *ex, const float *logits, int V);
+dt_task_score dt_task_score_logits(const dt_task_example *ex, const float *logits, int V);
 /* Teacher-forced: one forward per example (batched by length), fused attention. Fills scores[n]. */
-int tk_score_examples(const dt_model *m, const tk_example *ex, int n, tk_score *scores, dt_error *err);
+int dt_task_score_examples(const dt_model *m, const dt_task_example *ex, int n, dt_task_score *scores, dt_error *err);
 
-#define TK_MAX_CELLS 32
+#define DT_TASK_MAX_CELLS 32
 
 /* One cell of a task's evaluation grid: examples that share length and K / depth / order. */
 typedef struct {
-    tk_kind kind;
+    dt_task_kind kind;
     int length, pairs, order;
     double depth;
     int examples;                   /* in the cell */
     int correct, total;             /* queries */
     double accuracy;                /* correct / total */
-} tk_cell;
+} dt_task_cell;
 
 /* A task's evaluation; owns example_accuracy. */
 typedef struct {
-    tk_kind kind;
+    dt_task_kind kind;
     int n_cells;
-    tk_cell cells[TK_MAX_CELLS];
+    dt_task_cell cells[DT_TASK_MAX_CELLS];
     int correct, total;             /* over all cells */
     double accuracy;
     double *example_accuracy;       /* [n_examples]: per-example fraction correct (for intervals over examples) */
     int n_examples;
     double order_std;               /* icl: std over orders of the per-order accuracy; else NAN */
-} tk_result;
+} dt_task_result;
 
 /* Frees example_accuracy; safe on a zeroed result. */
-void tk_result_free(tk_result *r);
+void dt_task_result_free(dt_task_result *r);
 
 /* What to evaluate: the grid of each task, sized to the model's context and the training length. */
 typedef struct {
@@ -691,33 +691,33 @@ typedef struct {
     uint64_t seed;                  /* evaluation seed (apart from the training stream) */
     const int *filler;              /* depth filler text, tokens of `symbols` (may be NULL) */
     size_t filler_n;
-    const tk_symbols *symbols;      /* the model's vocabulary; NULL: bytes */
-} tk_eval_options;
+    const dt_task_symbols *symbols;      /* the model's vocabulary; NULL: bytes */
+} dt_task_eval_options;
 
-/* Builds the task's evaluation set (as tk_eval_options says), scores it, fills *r. The grid:
+/* Builds the task's evaluation set (as dt_task_eval_options says), scores it, fills *r. The grid:
  *   recall: K ∈ {2, 4, 8} × length ∈ {train_len/2, train_len, 2·train_len (if it fits)}
  *   depth:  depth ∈ {0, .25, .5, .75, 1} × the same lengths
  *   icl:    8 shots (fewer if short), 6 orders of the same demonstrations, 4 queries */
-int tk_evaluate(const dt_model *m, tk_kind kind, const tk_eval_options *o, tk_result *r, dt_error *err);
+int dt_task_evaluate(const dt_model *m, dt_task_kind kind, const dt_task_eval_options *o, dt_task_result *r, dt_error *err);
 
-/* The training mix (the context of tk_mix_batch). */
+/* The training mix (the context of dt_task_mix_batch). */
 typedef struct {
     double ratio;           /* fraction of training steps that are task batches [0.5] */
-    int tasks;              /* bit mask of tasks in the mix: 1 << TK_RECALL | ... */
+    int tasks;              /* bit mask of tasks in the mix: 1 << DT_TASK_RECALL | ... */
     int curriculum_start;   /* steps with no distractors (recall) and least text (depth); 0: steps / 5; < 0: none */
     int curriculum_steps;   /* then both rise to a full row over these steps; 0: 2·steps / 5 */
-    int max_pairs;          /* recall: K drawn from 1..max_pairs in training; 0: TK_MIX_PAIRS */
+    int max_pairs;          /* recall: K drawn from 1..max_pairs in training; 0: DT_TASK_MIX_PAIRS */
     const int *filler;      /* depth filler: the training text, tokens of `symbols` */
     size_t filler_n;
-    const tk_symbols *symbols; /* the run's vocabulary; NULL: bytes */
-} tk_mix;
+    const dt_task_symbols *symbols; /* the run's vocabulary; NULL: bytes */
+} dt_task_mix;
 
 /* A dt_train_options.batch_hook: with probability mix->ratio the step's batch becomes task rows
  * (one example of at most seq + 1 tokens per row, right-aligned after space tokens; tasks taken
  * in turn, recall and depth six rows for each icl row; targets −1 except at answers); otherwise
  * the text batch is left alone. tokens/targets hold rows [row0, row0 + rows) of the B rows; the
- * draws from *rng are those of all B rows. ctx is a const tk_mix *. */
-void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *targets, int row0, int rows, int B, int T,
+ * draws from *rng are those of all B rows. ctx is a const dt_task_mix *. */
+void dt_task_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *targets, int row0, int rows, int B, int T,
                   uint64_t *rng);
 
 /* ---------------------------------------------------------------- compare
@@ -729,16 +729,16 @@ void tk_mix_batch(void *ctx, int step, int total_steps, int *tokens, int *target
  * The policy lives here: the needle set's size for the model's context, the held-out split (that
  * of dt_train), the task mix and evaluation grid, the scaling runs. Progress goes to a callback. */
 
-#define CMP_MAX_VARIANTS 8      /* models compared side by side */
-#define CMP_MAX_SEEDS 16        /* runs per variant */
-#define CMP_MAX_SIZES 4         /* scaling presets besides the main one */
+#define DT_CMP_MAX_VARIANTS 8      /* models compared side by side */
+#define DT_CMP_MAX_SEEDS 16        /* runs per variant */
+#define DT_CMP_MAX_SIZES 4         /* scaling presets besides the main one */
 
 /* done/total in "work units" (a training step is one; analyses are counted in steps' worth of
  * time), eta_s from the time taken so far, seconds (NAN before anything is done); msg says what
  * runs now. */
-typedef void (*cmp_progress_fn)(void *ctx, double done, double total, double eta_s, const char *msg);
+typedef void (*dt_cmp_progress_fn)(void *ctx, double done, double total, double eta_s, const char *msg);
 
-/* What to compare; every string is the caller's. [defaults of cmp_options_default] */
+/* What to compare; every string is the caller's. [defaults of dt_cmp_options_default] */
 typedef struct {
     const char *data, *out;     /* training text; report directory (created) */
     const char *tokenizer;      /* with data: a tokenizer.json (or its directory) every run reads the text
@@ -750,10 +750,10 @@ typedef struct {
     int steps, batch, seq;
     float lr;                   /* peak learning rate of every run */
     uint64_t seed;              /* seed of the first pair; pair s uses seed + s */
-    int seeds;                  /* pairs (runs per variant), at most CMP_MAX_SEEDS */
+    int seeds;                  /* pairs (runs per variant), at most DT_CMP_MAX_SEEDS */
     int n_variants;
-    const char *variants[CMP_MAX_VARIANTS]; /* names of cmp_variant_config; default "diff", "transformer" */
-    int tasks;                  /* bit mask over tk_kind: mixed into training and evaluated (0: none) */
+    const char *variants[DT_CMP_MAX_VARIANTS]; /* names of dt_cmp_variant_config; default "diff", "transformer" */
+    int tasks;                  /* bit mask over dt_task_kind: mixed into training and evaluated (0: none) */
     double task_ratio;          /* fraction of steps that are task batches */
     int task_examples;          /* evaluation examples per grid cell */
     int curve_points;           /* task accuracy measured at this many points of training */
@@ -761,25 +761,25 @@ typedef struct {
     int quick;                  /* fewer evaluation windows and samples */
     int jobs;                   /* trainings run at once (> 1: each on one thread) [2] */
     int n_sizes;
-    char sizes[CMP_MAX_SIZES][32]; /* scaling presets */
-    cmp_progress_fn progress;   /* may be NULL */
+    char sizes[DT_CMP_MAX_SIZES][32]; /* scaling presets */
+    dt_cmp_progress_fn progress;   /* may be NULL */
     void *progress_ctx;
-} cmp_options;
+} dt_cmp_options;
 
 /* The defaults of `difftrans compare` (quick: the smoke-test budget). */
-void cmp_options_default(cmp_options *o, int quick);
+void dt_cmp_options_default(dt_cmp_options *o, int quick);
 
 /* The config of a named variant built on the DIFF preset `preset`: "diff", "transformer" (the
  * matched baseline), "diff-subln" (a learnable per-head norm weight), "diff+A" / "transformer+A"
  * with A one of dt_ablation_names, or A alone (an ablation of the DIFF preset). */
-int cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_error *err);
+int dt_cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_error *err);
 /* Comma-separated variant names, for help texts. */
-const char *cmp_variant_names(void);
+const char *dt_cmp_variant_names(void);
 
 /* Checks the options (data readable, sizes fit) before anything is trained, then runs everything
  * and writes out/REPORT.md, out/report.json and out/plots. With a real vocabulary (tokenizer or
  * tokens) the needle set is read through the tokenizer and needs the text (data, not tokens). */
-int cmp_run(const cmp_options *o, dt_error *err);
+int dt_cmp_run(const dt_cmp_options *o, dt_error *err);
 
 #ifdef __cplusplus
 }

@@ -3,7 +3,7 @@
  * against, and the machine's sgemm peak and memory read bandwidth measured the same way.
  *
  * Conventions are those of difftrans.h, which this header includes. Every measurement that runs
- * OpenMP code is meant to run inside bench_isolated(): GNU libgomp is not fork-safe (a child
+ * OpenMP code is meant to run inside dt_bench_isolated(): GNU libgomp is not fork-safe (a child
  * forked after its parent ran a parallel region hangs at the first parallel region of its own),
  * so the process that forks must never run one itself. The same isolation makes each child's
  * peak resident memory the footprint of one model alone.
@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-/* Where the time of a training step goes (bench_options.profile). Each part is one contiguous
+/* Where the time of a training step goes (dt_bench_options.profile). Each part is one contiguous
  * stretch of the step, wall-clock seconds summed over the profiled steps, so the parts add up to
  * the steps' time minus the little between them:
  *   matrix products: per layer and kind, forward and backward (the backward is both the input
@@ -31,41 +31,41 @@ extern "C" {
  *     scratch: the elementwise passes; LM head (its products) and loss (softmax cross-entropy,
  *     forward and backward); optimizer: gradient norm + clipping, AdamW;
  *   regions: the parallel regions the step starts, which with the measured cost of an empty
- *     region (bench_result.region_us) estimates thread start/stop. */
-#define BENCH_PROFILE_LAYERS 64 /* layers beyond it are added into the last row */
+ *     region (dt_bench_result.region_us) estimates thread start/stop. */
+#define DT_BENCH_PROFILE_LAYERS 64 /* layers beyond it are added into the last row */
 
 typedef enum {
-    BENCH_PROF_EMBED,
-    BENCH_PROF_NORM,
-    BENCH_PROF_ROPE,
-    BENCH_PROF_SWIGLU,
-    BENCH_PROF_ZERO,
-    BENCH_PROF_ATTN_FWD,
-    BENCH_PROF_ATTN_BWD,
-    BENCH_PROF_LM_HEAD,
-    BENCH_PROF_LOSS,
-    BENCH_PROF_GRAD_NORM,
-    BENCH_PROF_ADAMW,
-    BENCH_PROF_PARTS
-} bench_profile_part;
+    DT_BENCH_PROF_EMBED,
+    DT_BENCH_PROF_NORM,
+    DT_BENCH_PROF_ROPE,
+    DT_BENCH_PROF_SWIGLU,
+    DT_BENCH_PROF_ZERO,
+    DT_BENCH_PROF_ATTN_FWD,
+    DT_BENCH_PROF_ATTN_BWD,
+    DT_BENCH_PROF_LM_HEAD,
+    DT_BENCH_PROF_LOSS,
+    DT_BENCH_PROF_GRAD_NORM,
+    DT_BENCH_PROF_ADAMW,
+    DT_BENCH_PROF_PARTS
+} dt_bench_profile_part;
 
 /* The products of a layer by kind: q/k/v projections, o, gate/up, down. */
-typedef enum { BENCH_MM_QKV, BENCH_MM_O, BENCH_MM_GATE_UP, BENCH_MM_DOWN, BENCH_MM_KINDS } bench_mm_kind;
+typedef enum { DT_BENCH_MM_QKV, DT_BENCH_MM_O, DT_BENCH_MM_GATE_UP, DT_BENCH_MM_DOWN, DT_BENCH_MM_KINDS } dt_bench_mm_kind;
 
 typedef struct {
-    double part[BENCH_PROF_PARTS];                     /* seconds */
-    double mm[BENCH_PROFILE_LAYERS][BENCH_MM_KINDS][2]; /* seconds, [layer][kind][0 forward, 1 backward] */
+    double part[DT_BENCH_PROF_PARTS];                     /* seconds */
+    double mm[DT_BENCH_PROFILE_LAYERS][DT_BENCH_MM_KINDS][2]; /* seconds, [layer][kind][0 forward, 1 backward] */
     double attn_busy[2];                               /* Σ over threads of task time, s: forward, backward */
     double regions;                                    /* parallel regions started */
-} bench_profile;
+} dt_bench_profile;
 
-/* What bench_model measures. */
+/* What dt_bench_model measures. */
 typedef struct {
     int batch, seq;              /* B, T of the training and prefill batches */
     int steps;                   /* timed training steps and prefill forwards (after 1 warm-up each) */
     int decode_tokens;           /* timed decode steps (one stream, after the 1-token prompt) */
     int train, prefill, decode;  /* which measurements to run */
-    int profile;                 /* train: also where the time of a step goes (bench_result.prof) */
+    int profile;                 /* train: also where the time of a step goes (dt_bench_result.prof) */
     uint64_t seed;               /* initialisation and token seed */
     /* > DT_QUANT_NONE: quantise the random model with this scheme before measuring (training is
      * then not measured); w8a8 calibrates static scales on a few windows of random tokens. */
@@ -75,58 +75,58 @@ typedef struct {
      * done = -1 before the warm-up, then the number of timed steps done out of total. */
     void (*progress)(void *ctx, const char *phase, int done, int total);
     void *progress_ctx;
-} bench_options;
+} dt_bench_options;
 
 /* One model's numbers (no pointers: it crosses a pipe); a measurement that did not run is NAN. */
 typedef struct {
     size_t params;
     double train_step_ms;            /* median over the timed steps */
     double train_tokens_per_s;       /* B·T / median step time */
-    double train_flops_per_step;     /* bench_train_flops() */
+    double train_flops_per_step;     /* dt_bench_train_flops() */
     double train_gflops;             /* train_flops_per_step / median step time / 1e9 */
     double prefill_tokens_per_s;     /* B·T / median forward time */
     double decode_tokens_per_s;      /* timed decode steps / their total time */
-    double decode_weight_bytes_per_token; /* bench_decode_weight_bytes(), or the quantised model's */
+    double decode_weight_bytes_per_token; /* dt_bench_decode_weight_bytes(), or the quantised model's */
     double peak_rss_mb;              /* ru_maxrss of the measuring process, MiB (filled by the caller) */
-    /* with bench_options.profile: the timed steps' profile (sums over prof_steps steps), their
+    /* with dt_bench_options.profile: the timed steps' profile (sums over prof_steps steps), their
      * total time (s), the thread count and the cost of one empty parallel region (µs, best of 3) */
-    bench_profile prof;
+    dt_bench_profile prof;
     int prof_steps, prof_threads;
     double prof_total_s, region_us;
-} bench_result;
+} dt_bench_result;
 
 /* The cost of starting and joining one empty OpenMP parallel region on all threads, µs (best of
  * 3 runs of 2000 regions). */
-double bench_region_cost_us(void);
+double dt_bench_region_cost_us(void);
 
 /* Parameters that sit in a matrix product: q, k, v, o, gate, up, down of every layer and
  * lm_head (V·C, counted even when tied); not the embedding lookup, norms or λ vectors. */
-double bench_matmul_params(const dt_config *c);
+double dt_bench_matmul_params(const dt_config *c);
 /* Model FLOPs of one training step (forward + backward) on B sequences of T tokens:
  * 6·P_mm·B·T + 3·L·B·H·4·hd·T(T+1)/2 (the derivation is at its definition in bench.c). */
-double bench_train_flops(const dt_config *c, int B, int T);
+double dt_bench_train_flops(const dt_config *c, int B, int T);
 /* Bytes of float32 weights one dt_decode_step reads: 4 · (every parameter except the embedding
  * table, which contributes the one row it looks up). */
-double bench_decode_weight_bytes(const dt_config *c, size_t n_params);
+double dt_bench_decode_weight_bytes(const dt_config *c, size_t n_params);
 
 /* Builds a randomly initialised model for cfg and runs the measurements o asks for; fills *r.
  * No allocation happens inside the timed loops beyond what the library itself does. */
-int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, dt_error *err);
+int dt_bench_model(const dt_config *cfg, const dt_bench_options *o, dt_bench_result *r, dt_error *err);
 
 /* Best-of-3 cblas_sgemm throughput, GFLOP/s (2·n³ per product), on n×n×n with n = 2048 or the
  * largest power of two below it whose product takes about 1 s or less; *n_out gets n. NAN when
  * out of memory. */
-double bench_sgemm_peak(int *n_out);
+double dt_bench_sgemm_peak(int *n_out);
 /* Best-of-3 read bandwidth, GB/s (1e9 bytes/s), summing a float array of max(1 GiB, 4 × the
  * last-level cache) (smaller only when free memory is short) with all OpenMP threads;
  * *bytes_out gets the array size. NAN when out of memory. */
-double bench_read_bandwidth(size_t *bytes_out);
+double dt_bench_read_bandwidth(size_t *bytes_out);
 
 /* Runs fn(arg, out, err) in a forked child process and copies its out_size bytes of result back
  * through a pipe (out must hold no pointers), with the child's peak resident set size in MiB in
  * *rss_mb (may be NULL). fn returns 0 or -1 with a message in err; a child that dies or exits
  * early is reported in err too. Returns fn's status. */
-int bench_isolated(int (*fn)(void *arg, void *out, dt_error *err), void *arg, void *out, size_t out_size,
+int dt_bench_isolated(int (*fn)(void *arg, void *out, dt_error *err), void *arg, void *out, size_t out_size,
                    double *rss_mb, dt_error *err);
 
 #ifdef __cplusplus

@@ -63,14 +63,14 @@ static int *text_tokens(size_t *n) {
     return t;
 }
 
-static void make_testset_n(needle_testset *ts, int n, int needles, int queries) {
+static void make_testset_n(dt_needle_testset *ts, int n, int needles, int queries) {
     static char corpus_text[4000];
     for (int i = 0; i < (int)sizeof corpus_text; i++) corpus_text[i] = "Some filler words. More of them\n"[i % 32];
-    needle_corpus c;
+    dt_needle_corpus c;
     dt_error err;
-    assert_int_equal(needle_corpus_from_bytes(&c, corpus_text, sizeof corpus_text, "corpus", &err), 0);
-    needle_params p;
-    needle_params_default(&p);
+    assert_int_equal(dt_needle_corpus_from_bytes(&c, corpus_text, sizeof corpus_text, "corpus", &err), 0);
+    dt_needle_params p;
+    dt_needle_params_default(&p);
     p.needles = needles;
     p.queries = queries;
     memset(ts, 0, sizeof *ts);
@@ -78,15 +78,15 @@ static void make_testset_n(needle_testset *ts, int n, int needles, int queries) 
     ts->samples = calloc((size_t)n, sizeof *ts->samples);
     assert_non_null(ts->samples);
     for (int i = 0; i < n; i++) {
-        if (needle_generate_sample(&p, 120, i / (double)(n > 1 ? n - 1 : 1), 1000 + i, &c, &ts->samples[i], &err) != 0)
+        if (dt_needle_generate_sample(&p, 120, i / (double)(n > 1 ? n - 1 : 1), 1000 + i, &c, &ts->samples[i], &err) != 0)
             fail_msg("%s", err.msg);
         ts->samples[i].id = i;
     }
     ts->n = n;
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 }
 
-static void make_testset(needle_testset *ts, int n) { make_testset_n(ts, n, 2, 2); }
+static void make_testset(dt_needle_testset *ts, int n) { make_testset_n(ts, n, 2, 2); }
 
 /* ---------------------------------------------------------------- |x| statistics */
 
@@ -95,9 +95,9 @@ static void test_abs_stats_planted_outlier(void **state) {
     float x[100];
     for (int i = 0; i < 100; i++) x[i] = (i % 2 ? -1.0f : 1.0f) * (float)(i + 1); /* |x| = 1..100 */
     x[37] = -5000.0f;                                                             /* replaces 38 */
-    an_abs_stats s;
+    dt_an_abs_stats s;
     dt_error err;
-    assert_int_equal(an_abs_stats_of(x, 100, &s, &err), 0);
+    assert_int_equal(dt_an_abs_stats_of(x, 100, &s, &err), 0);
     assert_int_equal(s.count, 100);
     assert_true(s.top1 == 5000.0);
     assert_true(s.top10 == 92.0);   /* 5000, 100, 99, ..., 92 */
@@ -105,20 +105,20 @@ static void test_abs_stats_planted_outlier(void **state) {
     assert_true(x[37] == -5000.0f); /* input untouched */
 
     /* odd count, added in pieces through the accumulator, with many ties */
-    an_abs_acc a = {0};
+    dt_an_abs_acc a = {0};
     float ones[50], twos[50], big = -7.0f;
     for (int i = 0; i < 50; i++) ones[i] = (i % 2) ? 1.0f : -1.0f, twos[i] = 2.0f;
-    assert_int_equal(an_abs_acc_add(&a, ones, 50, &err), 0);
-    assert_int_equal(an_abs_acc_add(&a, &big, 1, &err), 0);
-    assert_int_equal(an_abs_acc_add(&a, twos, 50, &err), 0);
-    an_abs_acc_stats(&a, &s);
+    assert_int_equal(dt_an_abs_acc_add(&a, ones, 50, &err), 0);
+    assert_int_equal(dt_an_abs_acc_add(&a, &big, 1, &err), 0);
+    assert_int_equal(dt_an_abs_acc_add(&a, twos, 50, &err), 0);
+    dt_an_abs_acc_stats(&a, &s);
     assert_int_equal(s.count, 101);
     assert_true(s.top1 == 7.0 && s.top10 == 2.0 && s.median == 2.0); /* 50 ones, 50 twos, one 7: middle = 2 */
-    an_abs_acc_free(&a);
+    dt_an_abs_acc_free(&a);
 
     /* fewer than 10 values: top10 is the smallest */
     float few[3] = {-3, 1, 2};
-    assert_int_equal(an_abs_stats_of(few, 3, &s, &err), 0);
+    assert_int_equal(dt_an_abs_stats_of(few, 3, &s, &err), 0);
     assert_true(s.top1 == 3.0 && s.top10 == 1.0 && s.median == 2.0);
 }
 
@@ -130,9 +130,9 @@ static void test_outliers_run(void **state) {
         dt_model m;
         tiny_model(&m, (dt_arch)arch, 7);
         sharpen(&m, 3.0f);
-        an_outliers o;
+        dt_an_outliers o;
         dt_error err;
-        assert_int_equal(an_outliers_run(&m, tok, n, 64, 3, &o, &err), 0);
+        assert_int_equal(dt_an_outliers_run(&m, tok, n, 64, 3, &o, &err), 0);
         assert_int_equal(o.windows, 3);
         const int L = m.cfg.num_hidden_layers, H = m.cfg.num_attention_heads, C = m.cfg.hidden_size, T = 64;
         /* the count: causal entries of every map, every residual stream entry */
@@ -155,9 +155,9 @@ static void test_outliers_run(void **state) {
         }
         assert_true(fabs(w0 - o.layer_logit_max[0]) < 1e-6);
         dt_runstate_free(rs);
-        an_outliers_free(&o);
+        dt_an_outliers_free(&o);
         /* too short a text is refused, naming the problem, and leaves nothing to free */
-        assert_int_equal(an_outliers_run(&m, tok, 10, 64, 1, &o, &err), -1);
+        assert_int_equal(dt_an_outliers_run(&m, tok, 10, 64, 1, &o, &err), -1);
         assert_non_null(strstr(err.msg, "fewer than --seq"));
         assert_null(o.layer_logit_max);
         dt_model_free(&m);
@@ -180,11 +180,11 @@ static void test_quantize_loss(void **state) {
         double l0, a0, l16, a16, l2, a2;
         size_t c0, c16, c2;
         dt_run_options o = {0};
-        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l0, &a0, &c0, &err), 0);
+        assert_int_equal(dt_an_eval_text(&m, &o, tok, n, 48, 3, &l0, &a0, &c0, &err), 0);
         o.logit_bits = 16;
-        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l16, &a16, &c16, &err), 0);
+        assert_int_equal(dt_an_eval_text(&m, &o, tok, n, 48, 3, &l16, &a16, &c16, &err), 0);
         o.logit_bits = 2;
-        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l2, &a2, &c2, &err), 0);
+        assert_int_equal(dt_an_eval_text(&m, &o, tok, n, 48, 3, &l2, &a2, &c2, &err), 0);
         assert_int_equal(c0, 3 * 48);
         assert_true(a0 >= 0 && a0 <= 1);
         double r16 = fabs(l16 - l0) / l0, r2 = fabs(l2 - l0) / l0;
@@ -195,7 +195,7 @@ static void test_quantize_loss(void **state) {
         /* per-row scale runs too and 16 bits stays close */
         o.logit_bits = 16;
         o.logit_per_row = 1;
-        assert_int_equal(an_eval_text(&m, &o, tok, n, 48, 3, &l16, &a16, &c16, &err), 0);
+        assert_int_equal(dt_an_eval_text(&m, &o, tok, n, 48, 3, &l16, &a16, &c16, &err), 0);
         assert_true(fabs(l16 - l0) / l0 < 1e-3);
         dt_model_free(&m);
     }
@@ -222,8 +222,8 @@ static void rig_digit_chain(dt_model *m) {
 }
 
 /* Writes value into both places of a needle's value: its sentence and the answer of its query. */
-static void set_value(needle_sample *s, int q, const char *value) {
-    needle_needle *nd = &s->needles[s->queries[q].needle];
+static void set_value(dt_needle_sample *s, int q, const char *value) {
+    dt_needle_needle *nd = &s->needles[s->queries[q].needle];
     int len = (int)strlen(value);
     assert_int_equal(len, nd->value_length);
     memcpy(s->text + nd->value_offset, value, (size_t)len);
@@ -231,11 +231,11 @@ static void set_value(needle_sample *s, int q, const char *value) {
     memcpy(nd->value, value, (size_t)len);
 }
 
-/* Teacher-forced exact match equals needle_eval's greedy exact match, unquantised, on a model that
+/* Teacher-forced exact match equals dt_needle_eval's greedy exact match, unquantised, on a model that
  * answers some queries right and others wrong (so the two could disagree in either count). */
 static void test_needle_exact_matches_greedy(void **state) {
     (void)state;
-    needle_testset ts;
+    dt_needle_testset ts;
     make_testset(&ts, 3);
     /* "12345" is the rigged model's chain from ' '; "12945" breaks it at the third byte, "92345" at the first */
     const char *values[3][2] = {{"12345", "12945"}, {"12345", "12345"}, {"92345", "12346"}};
@@ -255,16 +255,16 @@ static void test_needle_exact_matches_greedy(void **state) {
         assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
         dt_model_init_random(&m, 5);
         rig_digit_chain(&m);
-        needle_results r;
-        assert_int_equal(needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err), 0);
+        dt_needle_results r;
+        assert_int_equal(dt_needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err), 0);
         int correct = -1, total = -1;
         dt_run_options o = {0};
-        assert_int_equal(an_needle_exact(&m, NULL, &o, &ts, 0, &correct, &total, &err), 0);
+        assert_int_equal(dt_an_needle_exact(&m, NULL, &o, &ts, 0, &correct, &total, &err), 0);
         assert_int_equal(total, 6);
         assert_int_equal(r.total, 6);
         assert_int_equal(r.correct, want); /* 3 of 6: the known answer, not just agreement */
         assert_int_equal(correct, want);
-        needle_results_free(&r);
+        dt_needle_results_free(&r);
         dt_model_free(&m);
     }
     int correct = -1, total = -1;
@@ -273,11 +273,11 @@ static void test_needle_exact_matches_greedy(void **state) {
     /* a sample longer than the model's context is refused, naming the set */
     tiny_model(&m, DT_ARCH_LLAMA, 5);
     m.cfg.max_position_embeddings = 100;
-    assert_int_equal(an_needle_exact(&m, NULL, &o, &ts, 0, &correct, &total, &err), -1);
+    assert_int_equal(dt_an_needle_exact(&m, NULL, &o, &ts, 0, &correct, &total, &err), -1);
     assert_non_null(strstr(err.msg, "handmade"));
     assert_non_null(strstr(err.msg, "max_position_embeddings"));
     dt_model_free(&m);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
 }
 
 /* ---------------------------------------------------------------- allocation */
@@ -289,48 +289,48 @@ static void test_alloc_row_hand_maps(void **state) {
     /* baseline row 5; context [0, 4), answer span [1, 3) */
     const float base[T] = {0.1f, 0.3f, 0.2f, 0.1f, 0.2f, 0.1f};
     memcpy(A + 5 * T, base, sizeof base);
-    an_alloc_sums s;
-    an_alloc_row(A, NULL, 0.0f, T, 5, 4, 1, 2, &s);
+    dt_an_alloc_sums s;
+    dt_an_alloc_row(A, NULL, 0.0f, T, 5, 4, 1, 2, &s);
     assert_true(fabs(s.span - 0.5) < 1e-6 && fabs(s.context - 0.7) < 1e-6 && fabs(s.row - 1.0) < 1e-6);
-    assert_true(fabs(an_alloc_answer_share(&s) - 0.5 / 0.7) < 1e-6);
-    assert_true(fabs(an_alloc_noise_share(&s) - 0.2 / 0.7) < 1e-6);
+    assert_true(fabs(dt_an_alloc_answer_share(&s) - 0.5 / 0.7) < 1e-6);
+    assert_true(fabs(dt_an_alloc_noise_share(&s) - 0.2 / 0.7) < 1e-6);
 
     /* DIFF, λ = 0.5: w = [-0.05, 0.35, 0.05, 0.05 | 0.05, 0.05]; a negative weight outside the span */
     const float r1[T] = {0.1f, 0.4f, 0.2f, 0.1f, 0.1f, 0.1f}, r2[T] = {0.3f, 0.1f, 0.3f, 0.1f, 0.1f, 0.1f};
     memcpy(A1 + 5 * T, r1, sizeof r1);
     memcpy(A2 + 5 * T, r2, sizeof r2);
-    an_alloc_row(A1, A2, 0.5f, T, 5, 4, 1, 2, &s);
+    dt_an_alloc_row(A1, A2, 0.5f, T, 5, 4, 1, 2, &s);
     assert_true(fabs(s.row - 0.5) < 1e-6); /* 1 − λ */
     assert_true(fabs(s.span - 0.4) < 1e-6 && fabs(s.span_abs - 0.4) < 1e-6);
     assert_true(fabs(s.context - 0.4) < 1e-6 && fabs(s.context_abs - 0.5) < 1e-6);
-    assert_true(fabs(an_alloc_answer_share(&s) - 0.8) < 1e-6);
-    assert_true(fabs(an_alloc_noise_share(&s) - 0.2) < 1e-6);
+    assert_true(fabs(dt_an_alloc_answer_share(&s) - 0.8) < 1e-6);
+    assert_true(fabs(dt_an_alloc_noise_share(&s) - 0.2) < 1e-6);
 
     /* DIFF, λ = 0.4: w = [0.16, -0.15, 0.46, 0.01 | 0.06, 0.06]; a negative weight inside the span */
     const float q1[T] = {0.2f, 0.05f, 0.5f, 0.05f, 0.1f, 0.1f}, q2[T] = {0.1f, 0.5f, 0.1f, 0.1f, 0.1f, 0.1f};
     memcpy(A1 + 5 * T, q1, sizeof q1);
     memcpy(A2 + 5 * T, q2, sizeof q2);
-    an_alloc_row(A1, A2, 0.4f, T, 5, 4, 1, 2, &s);
+    dt_an_alloc_row(A1, A2, 0.4f, T, 5, 4, 1, 2, &s);
     assert_true(fabs(s.row - 0.6) < 1e-6);
     assert_true(fabs(s.span - 0.31) < 1e-6 && fabs(s.span_abs - 0.61) < 1e-6);
     assert_true(fabs(s.context_abs - 0.78) < 1e-6);
-    assert_true(fabs(an_alloc_answer_share(&s) - 0.31 / 0.78) < 1e-6);
-    assert_true(fabs(an_alloc_noise_share(&s) - 0.17 / 0.78) < 1e-6);
+    assert_true(fabs(dt_an_alloc_answer_share(&s) - 0.31 / 0.78) < 1e-6);
+    assert_true(fabs(dt_an_alloc_noise_share(&s) - 0.17 / 0.78) < 1e-6);
     /* answer + noise < 1 exactly by twice the negative span mass */
-    assert_true(fabs(an_alloc_answer_share(&s) + an_alloc_noise_share(&s) - (1 - 2 * 0.15 / 0.78)) < 1e-6);
+    assert_true(fabs(dt_an_alloc_answer_share(&s) + dt_an_alloc_noise_share(&s) - (1 - 2 * 0.15 / 0.78)) < 1e-6);
 }
 
 /* A real run: row sums are 1 (baseline) and 1 − λ (DIFF) in every layer; shares are consistent. */
 static void test_allocation_run(void **state) {
     (void)state;
-    needle_testset ts;
+    dt_needle_testset ts;
     make_testset(&ts, 3);
     for (int arch = 0; arch < 2; arch++) {
         dt_model m;
         tiny_model(&m, (dt_arch)arch, 9);
-        an_allocation a;
+        dt_an_allocation a;
         dt_error err;
-        assert_int_equal(an_allocation_run(&m, NULL, &ts, 2, &a, &err), 0);
+        assert_int_equal(dt_an_allocation_run(&m, NULL, &ts, 2, &a, &err), 0);
         assert_int_equal(a.samples, 2);
         assert_int_equal(a.rows, 4); /* 2 samples × 2 queries */
         assert_int_equal(a.heads, arch == DT_ARCH_DIFF ? m.cfg.num_attention_heads / 2 : m.cfg.num_attention_heads);
@@ -342,10 +342,10 @@ static void test_allocation_run(void **state) {
                         a.noise_share[l] <= 1);
             if (arch == DT_ARCH_LLAMA) assert_true(fabs(a.answer_share[l] + a.noise_share[l] - 1) < 1e-6);
         }
-        an_allocation_free(&a);
+        dt_an_allocation_free(&a);
         dt_model_free(&m);
     }
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
 }
 
 /* A model rigged so that the attending query heads put (almost) all their weight on digit bytes:
@@ -373,11 +373,11 @@ static void rig_digit_attention(dt_model *m) {
 
 static void test_allocation_rigged_model(void **state) {
     (void)state;
-    needle_testset ts;
+    dt_needle_testset ts;
     make_testset_n(&ts, 3, 1, 1);
     for (int i = 0; i < ts.n; i++) /* the context holds no digit but the answer's */
         for (int j = 0; j < ts.samples[i].context_length; j++) {
-            const needle_needle *nd = &ts.samples[i].needles[0];
+            const dt_needle_needle *nd = &ts.samples[i].needles[0];
             int in_span = j >= nd->value_offset && j < nd->value_offset + nd->value_length;
             assert_int_equal(ts.samples[i].text[j] >= '0' && ts.samples[i].text[j] <= '9', in_span);
         }
@@ -385,15 +385,15 @@ static void test_allocation_rigged_model(void **state) {
         dt_model m;
         tiny_model(&m, (dt_arch)arch, 21);
         rig_digit_attention(&m);
-        an_allocation a;
+        dt_an_allocation a;
         dt_error err;
-        assert_int_equal(an_allocation_run(&m, NULL, &ts, 0, &a, &err), 0);
+        assert_int_equal(dt_an_allocation_run(&m, NULL, &ts, 0, &a, &err), 0);
         for (int l = 0; l < a.n_layers; l++) {
             double want_answer = 1.0, want_noise = 0.0;
             if (arch == DT_ARCH_DIFF) { /* A1 = 1/5 on each answer byte, A2 uniform over the row */
                 double lam = dt_model_lambda(&m, l), sa = 0, sn = 0;
                 for (int i = 0; i < ts.n; i++) {
-                    const needle_sample *sm = &ts.samples[i];
+                    const dt_needle_sample *sm = &ts.samples[i];
                     int len = sm->needles[0].value_length, n = sm->queries[0].prompt_end_offset; /* row + 1 */
                     double span = len * (1.0 / len - lam / n), rest = (sm->context_length - len) * fabs(lam / n);
                     sa += span / (fabs(span) + rest) / ts.n;
@@ -409,10 +409,10 @@ static void test_allocation_rigged_model(void **state) {
                 fail_msg("layer %d: answer %g noise %g, expected %g and %g", l, a.answer_share[l], a.noise_share[l],
                          want_answer, want_noise);
         }
-        an_allocation_free(&a);
+        dt_an_allocation_free(&a);
         dt_model_free(&m);
     }
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
 }
 
 /* ---------------------------------------------------------------- training dynamics */
@@ -423,7 +423,7 @@ static void test_spikes_and_lambda(void **state) {
     double g[120];
     int flags[120];
     for (int i = 0; i < 120; i++) g[i] = 1.0;
-    assert_int_equal(an_spikes(g, 120, flags), 0);
+    assert_int_equal(dt_an_spikes(g, 120, flags), 0);
 
     char path[4096];
     tu_path(path, sizeof path, "metrics.jsonl");
@@ -442,9 +442,9 @@ static void test_spikes_and_lambda(void **state) {
                 gn, l0, l1);
     }
     fclose(f);
-    an_training t;
+    dt_an_training t;
     dt_error err;
-    assert_int_equal(an_training_load(path, &t, &err), 0);
+    assert_int_equal(dt_an_training_load(path, &t, &err), 0);
     assert_int_equal(t.n_steps, 100);
     assert_int_equal(t.first_step, 1);
     assert_int_equal(t.last_step, 100);
@@ -466,17 +466,17 @@ static void test_spikes_and_lambda(void **state) {
         mean += gn / 100;
     }
     assert_true(fabs(t.gn_mean - mean) < 1e-5);
-    an_training_free(&t);
+    dt_an_training_free(&t);
 
     /* a broken line is refused, naming the file and line */
     f = fopen(path, "a");
     fprintf(f, "{\"step\": 101, \"oops\": 1}\n");
     fclose(f);
-    assert_int_equal(an_training_load(path, &t, &err), -1);
+    assert_int_equal(dt_an_training_load(path, &t, &err), -1);
     assert_non_null(strstr(err.msg, "metrics.jsonl:101"));
     /* a missing run */
     tu_path(path, sizeof path, "no_such_run");
-    assert_int_equal(an_training_load(path, &t, &err), -1);
+    assert_int_equal(dt_an_training_load(path, &t, &err), -1);
     assert_non_null(strstr(err.msg, "no_such_run"));
 }
 
@@ -484,9 +484,9 @@ static void test_spikes_and_lambda(void **state) {
  * could not be taken is null, not a number; needle columns only when a needle set was scored. */
 static void test_analysis_json(void **state) {
     (void)state;
-    an_quant_row rows[2] = {{.bits = 0, .loss = 1.5, .accuracy = 0.25, .count = 100, .needle_total = -1, .needle_correct = -1},
+    dt_an_quant_row rows[2] = {{.bits = 0, .loss = 1.5, .accuracy = 0.25, .count = 100, .needle_total = -1, .needle_correct = -1},
                             {.bits = 4, .loss = NAN, .accuracy = 0.5, .count = 100, .needle_total = 4, .needle_correct = 3}};
-    cJSON *a = an_quant_rows_json(rows, 2);
+    cJSON *a = dt_an_quant_rows_json(rows, 2);
     assert_non_null(a);
     assert_int_equal(cJSON_GetArraySize(a), 2);
     const cJSON *r0 = cJSON_GetArrayItem(a, 0), *r1 = cJSON_GetArrayItem(a, 1);
@@ -498,11 +498,11 @@ static void test_analysis_json(void **state) {
 
     double first[2] = {0.1, 0.2}, last[2] = {0.3, 0.4}, mn[2] = {0.1, 0.2}, mx[2] = {0.3, 0.4};
     int spikes[1] = {7};
-    an_training t = {.n_steps = 9, .first_step = 1, .last_step = 9, .n_layers = 2, .lambda_first = first,
+    dt_an_training t = {.n_steps = 9, .first_step = 1, .last_step = 9, .n_layers = 2, .lambda_first = first,
                      .lambda_last = last, .lambda_min = mn, .lambda_max = mx, .spikes = 1, .spike_steps = spikes,
                      .final_train_loss = 2.0, .final_val_loss = NAN};
     cJSON *o = cJSON_CreateObject();
-    assert_int_equal(an_training_add_json(o, &t), 0);
+    assert_int_equal(dt_an_training_add_json(o, &t), 0);
     assert_true(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(o, "final_val_loss")));
     assert_int_equal(cJSON_GetObjectItemCaseSensitive(o, "steps_logged")->valueint, 9);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "lambda_last")), 2);
@@ -513,7 +513,7 @@ static void test_analysis_json(void **state) {
     t.n_layers = 0;
     t.lambda_first = t.lambda_last = t.lambda_min = t.lambda_max = NULL;
     o = cJSON_CreateObject();
-    assert_int_equal(an_training_add_json(o, &t), 0);
+    assert_int_equal(dt_an_training_add_json(o, &t), 0);
     assert_null(cJSON_GetObjectItemCaseSensitive(o, "lambda_first"));
     cJSON_Delete(o);
 }

@@ -27,8 +27,8 @@ static int demo_blocks(const char *prompt, char blocks[][64], int max, int *reds
         blocks[n][end - p] = '\0';
         char word[16], label[16];
         assert_int_equal(sscanf(blocks[n], "Input: %15[a-z]\nLabel: %15[a-z]", word, label), 2);
-        assert_string_equal(label, icl_label_name(icl_label_of(word)));
-        *reds += icl_label_of(word) == 0;
+        assert_string_equal(label, dt_icl_label_name(dt_icl_label_of(word)));
+        *reds += dt_icl_label_of(word) == 0;
         n++;
         p = end + 2;
     }
@@ -42,42 +42,42 @@ static int demo_blocks(const char *prompt, char blocks[][64], int max, int *reds
 
 static void test_prompts(void **state) {
     (void)state;
-    icl_params p;
-    icl_params_default(&p);
+    dt_icl_params p;
+    dt_icl_params_default(&p);
     char a[2048], b[2048], blocks_a[64][64], blocks_b[64][64];
     int la, lb, reds;
-    assert_string_equal(icl_label_name(icl_label_of("apple")), "red");
-    assert_string_equal(icl_label_name(icl_label_of("zebra")), "blue");
+    assert_string_equal(dt_icl_label_name(dt_icl_label_of("apple")), "red");
+    assert_string_equal(dt_icl_label_name(dt_icl_label_of("zebra")), "blue");
     int differs = 0;
     for (int perm = 0; perm < p.permutations; perm++) {
-        int n = icl_prompt(&p, perm, 3, a, sizeof a, &la);
+        int n = dt_icl_prompt(&p, perm, 3, a, sizeof a, &la);
         assert_true(n > 0 && n == (int)strlen(a));
         assert_int_equal(demo_blocks(a, blocks_a, 64, &reds), p.shots);
         assert_int_equal(reds, p.shots / 2); /* balanced demonstrations */
-        int nb = icl_prompt(&p, 0, 3, b, sizeof b, &lb);
+        int nb = dt_icl_prompt(&p, 0, 3, b, sizeof b, &lb);
         assert_int_equal(nb, (int)strlen(b));
         assert_int_equal(la, lb);                   /* the same query in every order */
         assert_int_equal(demo_blocks(b, blocks_b, 64, &reds), p.shots);
         assert_memory_equal(blocks_a, blocks_b, sizeof blocks_a[0] * p.shots); /* only reordered */
         differs += strcmp(a, b) != 0;
-        assert_int_equal(icl_prompt(&p, perm, 3, b, sizeof b, &lb), n); /* deterministic */
+        assert_int_equal(dt_icl_prompt(&p, perm, 3, b, sizeof b, &lb), n); /* deterministic */
         assert_string_equal(a, b);
     }
     assert_true(differs > 0);
     int labels[2] = {0, 0};
     for (int q = 0; q < p.queries; q++) {
-        icl_prompt(&p, 0, q, a, sizeof a, &la);
+        dt_icl_prompt(&p, 0, q, a, sizeof a, &la);
         labels[la]++;
     }
     assert_int_equal(labels[0], labels[1]); /* balanced queries: chance is 0.5 */
-    assert_int_equal(icl_prompt(&p, 0, 0, a, 40, &la), -1); /* too small a buffer */
+    assert_int_equal(dt_icl_prompt(&p, 0, 0, a, 40, &la), -1); /* too small a buffer */
 }
 
 static void test_summary(void **state) {
     (void)state;
     const double acc[3] = {0.5, 0.75, 1.0};
     double mean, std, lo, hi;
-    icl_summarize(acc, 3, &mean, &std, &lo, &hi);
+    dt_icl_summarize(acc, 3, &mean, &std, &lo, &hi);
     assert_float_equal(mean, 0.75, 1e-12);
     assert_float_equal(std, sqrt(0.125 / 3), 1e-12);
     assert_float_equal(lo, 0.5, 0);
@@ -93,23 +93,23 @@ static void test_run_on_a_model(void **state) {
     assert_int_equal(dt_model_create(&m, &c, &err), 0);
     dt_model_init_random(&m, 5);
     for (size_t i = 0; i < m.n_params; i++) m.params[i] *= 20.0f; /* an opinionated random model */
-    icl_params p = {.shots = 4, .permutations = 3, .queries = 6, .seed = 9};
-    icl_result r1, r2;
-    assert_int_equal(icl_run(&m, NULL, &p, &r1, &err), 0);
-    assert_int_equal(icl_run(&m, NULL, &p, &r2, &err), 0);
+    dt_icl_params p = {.shots = 4, .permutations = 3, .queries = 6, .seed = 9};
+    dt_icl_result r1, r2;
+    assert_int_equal(dt_icl_run(&m, NULL, &p, &r1, &err), 0);
+    assert_int_equal(dt_icl_run(&m, NULL, &p, &r2, &err), 0);
     assert_int_equal(r1.permutations, 3);
     for (int i = 0; i < 3; i++) {
         assert_true(r1.accuracy[i] >= 0 && r1.accuracy[i] <= 1);
         assert_float_equal(r1.accuracy[i] * 6, round(r1.accuracy[i] * 6), 1e-9);
         assert_float_equal(r1.accuracy[i], r2.accuracy[i], 0); /* deterministic */
     }
-    icl_result_free(&r1);
-    icl_result_free(&r2);
+    dt_icl_result_free(&r1);
+    dt_icl_result_free(&r2);
     p.shots = 3;
-    assert_int_equal(icl_run(&m, NULL, &p, &r1, &err), -1);
+    assert_int_equal(dt_icl_run(&m, NULL, &p, &r1, &err), -1);
     assert_non_null(strstr(err.msg, "--shots"));
     p.shots = 64; /* prompts past the tiny preset's 256 positions */
-    assert_int_equal(icl_run(&m, NULL, &p, &r1, &err), -1);
+    assert_int_equal(dt_icl_run(&m, NULL, &p, &r1, &err), -1);
     assert_non_null(strstr(err.msg, "max_position_embeddings"));
     dt_model_free(&m);
 }

@@ -20,16 +20,16 @@
 /* ---------------------------------------------------------------- helpers */
 
 /* A corpus of lines "abcdefghi\n": a line start every 10 bytes, no sentence ends. */
-static void lines_corpus(needle_corpus *c) {
+static void lines_corpus(dt_needle_corpus *c) {
     char buf[1000];
     for (int i = 0; i < 1000; i++) buf[i] = "abcdefghi\n"[i % 10];
     dt_error err;
-    assert_int_equal(needle_corpus_from_bytes(c, buf, sizeof buf, "lines", &err), 0);
+    assert_int_equal(dt_needle_corpus_from_bytes(c, buf, sizeof buf, "lines", &err), 0);
 }
 
-static needle_params params(int needles, int queries) {
-    needle_params p;
-    needle_params_default(&p);
+static dt_needle_params params(int needles, int queries) {
+    dt_needle_params p;
+    dt_needle_params_default(&p);
     p.needles = needles;
     p.queries = queries;
     return p;
@@ -40,15 +40,15 @@ static void expect_error(int rc, const dt_error *err, const char *problem) {
     if (!strstr(err->msg, problem)) fail_msg("expected '%s' in: %s", problem, err->msg);
 }
 
-/* Checks everything a sample promises, independently of needle_sample_check. */
-static void check_sample(const needle_sample *s, int context_length, int N, int R) {
+/* Checks everything a sample promises, independently of dt_needle_sample_check. */
+static void check_sample(const dt_needle_sample *s, int context_length, int N, int R) {
     assert_int_equal(s->context_length, context_length);
     assert_int_equal(s->n_needles, N);
     assert_int_equal(s->n_queries, R);
     assert_int_equal((int)strlen(s->text), s->text_length);
     int expect_len = context_length;
     for (int i = 0; i < N; i++) {
-        const needle_needle *nd = &s->needles[i];
+        const dt_needle_needle *nd = &s->needles[i];
         const size_t kl = strlen(nd->key);
         assert_true(kl >= 4 && kl <= 8);
         for (size_t k = 0; k < kl; k++) assert_true(nd->key[k] >= 'a' && nd->key[k] <= 'z');
@@ -69,8 +69,8 @@ static void check_sample(const needle_sample *s, int context_length, int N, int 
     }
     int at = context_length;
     for (int r = 0; r < R; r++) {
-        const needle_query *q = &s->queries[r];
-        const needle_needle *nd = &s->needles[q->needle];
+        const dt_needle_query *q = &s->queries[r];
+        const dt_needle_needle *nd = &s->needles[q->needle];
         char question[128];
         int ql = snprintf(question, sizeof question, "\nQuestion: What is the magic number of %s?\nAnswer: ", nd->key);
         assert_memory_equal(s->text + at, question, (size_t)ql);
@@ -85,92 +85,92 @@ static void check_sample(const needle_sample *s, int context_length, int N, int 
     }
     assert_int_equal(s->text_length, expect_len);
     dt_error err;
-    if (needle_sample_check(s, "sample", &err) != 0) fail_msg("%s", err.msg);
+    if (dt_needle_sample_check(s, "sample", &err) != 0) fail_msg("%s", err.msg);
 }
 
 /* ---------------------------------------------------------------- parameters */
 
 static void test_params(void **state) {
     (void)state;
-    needle_params p;
+    dt_needle_params p;
     dt_error err;
-    needle_params_default(&p);
-    assert_int_equal(needle_params_validate(&p, &err), 0);
+    dt_needle_params_default(&p);
+    assert_int_equal(dt_needle_params_validate(&p, &err), 0);
     assert_int_equal(p.needles, 6);
     assert_int_equal(p.queries, 2);
     assert_int_equal(p.n_depths, 5);
     assert_true(p.depths[4] == 1.0);
 
     p = params(2, 3);
-    expect_error(needle_params_validate(&p, &err), &err, "queries = 3");
+    expect_error(dt_needle_params_validate(&p, &err), &err, "queries = 3");
     p = params(0, 0);
-    expect_error(needle_params_validate(&p, &err), &err, "needles = 0");
+    expect_error(dt_needle_params_validate(&p, &err), &err, "needles = 0");
     p = params(6, 2);
     p.depths[1] = -0.1;
-    expect_error(needle_params_validate(&p, &err), &err, "depth -0.1");
+    expect_error(dt_needle_params_validate(&p, &err), &err, "depth -0.1");
     p.depths[1] = 1.5;
-    expect_error(needle_params_validate(&p, &err), &err, "depth 1.5");
+    expect_error(dt_needle_params_validate(&p, &err), &err, "depth 1.5");
     p.depths[1] = NAN;
-    expect_error(needle_params_validate(&p, &err), &err, "must be in [0, 1]");
+    expect_error(dt_needle_params_validate(&p, &err), &err, "must be in [0, 1]");
     p = params(6, 2);
-    p.contexts[0] = 6 * NEEDLE_UNIT_MAX - 1;
-    expect_error(needle_params_validate(&p, &err), &err, "too small to hold 6 needles");
-    p.contexts[0] = 6 * NEEDLE_UNIT_MAX; /* the documented minimum */
-    assert_int_equal(needle_params_validate(&p, &err), 0);
+    p.contexts[0] = 6 * DT_NEEDLE_UNIT_MAX - 1;
+    expect_error(dt_needle_params_validate(&p, &err), &err, "too small to hold 6 needles");
+    p.contexts[0] = 6 * DT_NEEDLE_UNIT_MAX; /* the documented minimum */
+    assert_int_equal(dt_needle_params_validate(&p, &err), 0);
     p = params(6, 2);
     p.depths[1] = 0;
-    expect_error(needle_params_validate(&p, &err), &err, "listed twice");
+    expect_error(dt_needle_params_validate(&p, &err), &err, "listed twice");
     p = params(6, 2);
     p.n_train = p.n_test = 0;
-    expect_error(needle_params_validate(&p, &err), &err, "nothing to generate");
-    assert_int_equal(NEEDLE_UNIT_MAX, 39); /* "The magic number of " + 8 + " is " + 5 + "." + separator */
+    expect_error(dt_needle_params_validate(&p, &err), &err, "nothing to generate");
+    assert_int_equal(DT_NEEDLE_UNIT_MAX, 39); /* "The magic number of " + 8 + " is " + 5 + "." + separator */
 }
 
 static void test_generate_refusals(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
-    needle_sample s;
+    dt_needle_sample s;
     dt_error err;
-    needle_params p = params(3, 4);
-    expect_error(needle_generate_sample(&p, 512, 0.5, 1, &c, &s, &err), &err, "queries = 4");
+    dt_needle_params p = params(3, 4);
+    expect_error(dt_needle_generate_sample(&p, 512, 0.5, 1, &c, &s, &err), &err, "queries = 4");
     assert_null(s.text);
     p = params(3, 2);
-    expect_error(needle_generate_sample(&p, 512, 1.01, 1, &c, &s, &err), &err, "depth 1.01");
-    expect_error(needle_generate_sample(&p, 512, -0.5, 1, &c, &s, &err), &err, "depth -0.5");
-    expect_error(needle_generate_sample(&p, 3 * 39 - 1, 0.5, 1, &c, &s, &err), &err, "context length 116");
-    needle_corpus empty = {0};
-    expect_error(needle_generate_sample(&p, 512, 0.5, 1, &empty, &s, &err), &err, "corpus is empty");
+    expect_error(dt_needle_generate_sample(&p, 512, 1.01, 1, &c, &s, &err), &err, "depth 1.01");
+    expect_error(dt_needle_generate_sample(&p, 512, -0.5, 1, &c, &s, &err), &err, "depth -0.5");
+    expect_error(dt_needle_generate_sample(&p, 3 * 39 - 1, 0.5, 1, &c, &s, &err), &err, "context length 116");
+    dt_needle_corpus empty = {0};
+    expect_error(dt_needle_generate_sample(&p, 512, 0.5, 1, &empty, &s, &err), &err, "corpus is empty");
     assert_null(s.text);
-    needle_sample_free(&s);
-    needle_corpus_free(&c);
+    dt_needle_sample_free(&s);
+    dt_needle_corpus_free(&c);
 }
 
 /* ---------------------------------------------------------------- corpus */
 
 static void test_corpus(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     dt_error err;
-    expect_error(needle_corpus_from_bytes(&c, "", 0, "empty.txt", &err), &err, "empty.txt: corpus is empty");
-    expect_error(needle_corpus_from_bytes(&c, "\0\r\0", 3, "nul.txt", &err), &err, "nul.txt: corpus is empty");
+    expect_error(dt_needle_corpus_from_bytes(&c, "", 0, "empty.txt", &err), &err, "empty.txt: corpus is empty");
+    expect_error(dt_needle_corpus_from_bytes(&c, "\0\r\0", 3, "nul.txt", &err), &err, "nul.txt: corpus is empty");
     assert_null(c.bytes);
     /* NUL and CR dropped, controls → ' ', malformed UTF-8 → ' ', well-formed kept */
     const char in[] = "a\0b\r\nc\x01" "d\xff" "e\xc3\xa9" "f\xe2\x82";
-    assert_int_equal(needle_corpus_from_bytes(&c, in, sizeof in - 1, "mixed", &err), 0);
+    assert_int_equal(dt_needle_corpus_from_bytes(&c, in, sizeof in - 1, "mixed", &err), 0);
     assert_int_equal(c.n, 13);
     assert_memory_equal(c.bytes, "ab\nc d e\xc3\xa9" "f  ", 13);
     assert_true(c.has_newline);
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
     assert_null(c.bytes);
 
     char path[1200];
     tu_path(path, sizeof path, "no_such_corpus.txt");
     remove(path);
-    expect_error(needle_corpus_load(&c, path, &err), &err, "no_such_corpus.txt: cannot open corpus");
+    expect_error(dt_needle_corpus_load(&c, path, &err), &err, "no_such_corpus.txt: cannot open corpus");
     tu_write_file(path, "", 0);
-    expect_error(needle_corpus_load(&c, path, &err), &err, "corpus is empty");
-    expect_error(needle_corpus_load(&c, tu_tmpdir(), &err), &err, "not a regular file");
+    expect_error(dt_needle_corpus_load(&c, path, &err), &err, "corpus is empty");
+    expect_error(dt_needle_corpus_load(&c, tu_tmpdir(), &err), &err, "not a regular file");
     remove(path);
 }
 
@@ -179,18 +179,18 @@ static void test_corpus(void **state) {
 /* One needle in the lines corpus: the whole text is rebuilt by hand from the rule. */
 static void test_hand_built(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
-    needle_params p = params(1, 1);
+    dt_needle_params p = params(1, 1);
     const double depths[] = {0, 0.25, 0.5, 0.75, 1};
     for (int di = 0; di < 5; di++)
         for (uint64_t seed = 1; seed <= 20; seed++) {
             const int C = 200;
-            needle_sample s;
+            dt_needle_sample s;
             dt_error err;
-            assert_int_equal(needle_generate_sample(&p, C, depths[di], seed, &c, &s, &err), 0);
+            assert_int_equal(dt_needle_generate_sample(&p, C, depths[di], seed, &c, &s, &err), 0);
             check_sample(&s, C, 1, 1);
-            const needle_needle *nd = &s.needles[0];
+            const dt_needle_needle *nd = &s.needles[0];
             const int F = C - nd->length - 1;
             /* boundaries of a filler that starts at a line start: multiples of 10, and F; the
              * sentence starts at the boundary, or one byte later at F when the filler ends inside a
@@ -221,30 +221,30 @@ static void test_hand_built(void **state) {
             if (depths[di] == 1) assert_true(nd->offset + nd->length == C || nd->offset + nd->length == C - 1);
             assert_true(fabs(s.needle_depth - (double)nd->offset / (C - nd->length)) < 1e-6);
             assert_true(s.seed == seed);
-            needle_sample_free(&s);
+            dt_needle_sample_free(&s);
         }
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 }
 
 /* Six needles, two queries, in real text: layout and the depth rule of the first queried needle. */
 static void test_many_needles(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
-    needle_params p = params(6, 2);
+    dt_needle_params p = params(6, 2);
     const double depths[] = {0, 0.3, 0.5, 0.9, 1};
     for (int di = 0; di < 5; di++)
         for (uint64_t seed = 100; seed < 130; seed++) {
             const int C = 512;
-            needle_sample s;
+            dt_needle_sample s;
             dt_error err;
-            assert_int_equal(needle_generate_sample(&p, C, depths[di], seed, &c, &s, &err), 0);
+            assert_int_equal(dt_needle_generate_sample(&p, C, depths[di], seed, &c, &s, &err), 0);
             check_sample(&s, C, 6, 2);
             /* The filler position of every other needle: its offset minus the needles before it
              * (sentence + 1 separator byte each) minus its leading space (the only ' ' in the text
              * of this corpus that precedes a sentence). */
             const int t = s.queries[0].needle;
-            const needle_needle *target = &s.needles[t];
+            const dt_needle_needle *target = &s.needles[t];
             int fp[6], unit[6], needle_bytes = 0;
             for (int i = 0; i < 6; i++) {
                 unit[i] = s.needles[i].length + 1;
@@ -277,9 +277,9 @@ static void test_many_needles(void **state) {
                 assert_true(target->offset + target->length == C || target->offset + target->length == C - 1);
             /* queries are asked in order after the context, each answer right after "Answer: " */
             assert_true(s.queries[0].prompt_end_offset < s.queries[1].question_offset);
-            needle_sample_free(&s);
+            dt_needle_sample_free(&s);
         }
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 }
 
 /* A corpus with sentences but no newlines: needles go after ". " with a ' ' separator. */
@@ -287,17 +287,17 @@ static void test_sentence_boundaries(void **state) {
     (void)state;
     char buf[600];
     for (int i = 0; i < 600; i++) buf[i] = "Lorem ipsum dolor. "[i % 19];
-    needle_corpus c;
+    dt_needle_corpus c;
     dt_error err;
-    assert_int_equal(needle_corpus_from_bytes(&c, buf, sizeof buf, "lorem", &err), 0);
+    assert_int_equal(dt_needle_corpus_from_bytes(&c, buf, sizeof buf, "lorem", &err), 0);
     assert_false(c.has_newline);
-    needle_params p = params(3, 3);
+    dt_needle_params p = params(3, 3);
     for (uint64_t seed = 0; seed < 20; seed++) {
-        needle_sample s;
-        assert_int_equal(needle_generate_sample(&p, 300, 0.5, seed, &c, &s, &err), 0);
+        dt_needle_sample s;
+        assert_int_equal(dt_needle_generate_sample(&p, 300, 0.5, seed, &c, &s, &err), 0);
         check_sample(&s, 300, 3, 3);
         for (int i = 0; i < 3; i++) {
-            const needle_needle *nd = &s.needles[i];
+            const dt_needle_needle *nd = &s.needles[i];
             /* at offset 0, after ". ", or after another needle's ". " */
             if (nd->offset > 0) assert_true(s.text[nd->offset - 1] == ' ' || s.text[nd->offset - 1] == '\n');
             if (nd->offset >= 2 && s.text[nd->offset - 1] == ' ' && s.text[nd->offset - 2] != '.') {
@@ -305,42 +305,42 @@ static void test_sentence_boundaries(void **state) {
                 assert_true(nd->offset + nd->length >= 299);
             }
         }
-        needle_sample_free(&s);
+        dt_needle_sample_free(&s);
     }
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 }
 
 static void test_determinism(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
-    needle_params p = params(4, 2);
-    needle_sample a, b, d;
+    dt_needle_params p = params(4, 2);
+    dt_needle_sample a, b, d;
     dt_error err;
-    assert_int_equal(needle_generate_sample(&p, 400, 0.25, 12345, &c, &a, &err), 0);
-    assert_int_equal(needle_generate_sample(&p, 400, 0.25, 12345, &c, &b, &err), 0);
-    assert_int_equal(needle_generate_sample(&p, 400, 0.25, 12346, &c, &d, &err), 0);
+    assert_int_equal(dt_needle_generate_sample(&p, 400, 0.25, 12345, &c, &a, &err), 0);
+    assert_int_equal(dt_needle_generate_sample(&p, 400, 0.25, 12345, &c, &b, &err), 0);
+    assert_int_equal(dt_needle_generate_sample(&p, 400, 0.25, 12346, &c, &d, &err), 0);
     assert_int_equal(a.text_length, b.text_length);
     assert_memory_equal(a.text, b.text, (size_t)a.text_length + 1);
     assert_memory_equal(a.needles, b.needles, sizeof a.needles);
     assert_memory_equal(a.queries, b.queries, sizeof a.queries);
     assert_true(a.text_length != d.text_length || memcmp(a.text, d.text, (size_t)a.text_length) != 0);
-    needle_sample_free(&a);
-    needle_sample_free(&b);
-    needle_sample_free(&d);
+    dt_needle_sample_free(&a);
+    dt_needle_sample_free(&b);
+    dt_needle_sample_free(&d);
     uint64_t tr, te, tr2, te2;
-    needle_stream_seeds(7, &tr, &te);
-    needle_stream_seeds(7, &tr2, &te2);
+    dt_needle_stream_seeds(7, &tr, &te);
+    dt_needle_stream_seeds(7, &tr2, &te2);
     assert_true(tr == tr2 && te == te2 && tr != te);
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 }
 
 /* ---------------------------------------------------------------- files */
 
-static void write_set(const char *name, uint64_t seed, needle_params *p, char *dir, size_t n) {
-    needle_corpus c;
+static void write_set(const char *name, uint64_t seed, dt_needle_params *p, char *dir, size_t n) {
+    dt_needle_corpus c;
     lines_corpus(&c);
-    needle_params_default(p);
+    dt_needle_params_default(p);
     p->n_contexts = 2;
     p->contexts[0] = 96;
     p->contexts[1] = 128;
@@ -355,14 +355,14 @@ static void write_set(const char *name, uint64_t seed, needle_params *p, char *d
     p->seed = seed;
     tu_path(dir, n, name);
     dt_error err;
-    if (needle_write_dataset(p, &c, "lines", dir, &err) != 0) fail_msg("%s", err.msg);
-    needle_corpus_free(&c);
+    if (dt_needle_write_dataset(p, &c, "lines", dir, &err) != 0) fail_msg("%s", err.msg);
+    dt_needle_corpus_free(&c);
 }
 
 static void test_dataset_files(void **state) {
     (void)state;
     char d1[1200], d2[1200], d3[1200], path[1300];
-    needle_params p;
+    dt_needle_params p;
     write_set("set1", 9, &p, d1, sizeof d1);
     write_set("set2", 9, &p, d2, sizeof d2);
     write_set("set3", 10, &p, d3, sizeof d3);
@@ -384,38 +384,38 @@ static void test_dataset_files(void **state) {
     }
 
     /* the loader gives back every sample, each rebuilt exactly from its recorded seed */
-    needle_testset ts;
+    dt_needle_testset ts;
     dt_error err;
-    if (needle_load_testset(&ts, d1, &err) != 0) fail_msg("%s", err.msg);
+    if (dt_needle_load_testset(&ts, d1, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(ts.n, 12);
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
     uint64_t tr, te;
-    needle_stream_seeds(9, &tr, &te);
+    dt_needle_stream_seeds(9, &tr, &te);
     for (int i = 0; i < ts.n; i++) {
-        const needle_sample *s = &ts.samples[i];
+        const dt_needle_sample *s = &ts.samples[i];
         int context_length;
         double depth;
-        needle_cell_of(&p, i, &context_length, &depth);
+        dt_needle_cell_of(&p, i, &context_length, &depth);
         assert_int_equal(s->id, i);
         assert_int_equal(s->line, i + 1);
         assert_int_equal(s->context_length, context_length);
         assert_true(s->depth == depth);
         assert_true(s->seed == dt_rng_next(&te));
-        needle_sample g;
-        assert_int_equal(needle_generate_sample(&p, context_length, depth, s->seed, &c, &g, &err), 0);
+        dt_needle_sample g;
+        assert_int_equal(dt_needle_generate_sample(&p, context_length, depth, s->seed, &c, &g, &err), 0);
         assert_string_equal(g.text, s->text);
         assert_memory_equal(g.needles, s->needles, sizeof g.needles);
         assert_memory_equal(g.queries, s->queries, sizeof g.queries);
         assert_true(fabs(g.needle_depth - s->needle_depth) < 1e-9);
         check_sample(s, context_length, 2, 2);
-        needle_sample_free(&g);
+        dt_needle_sample_free(&g);
     }
     /* cells round-robin: 12 samples over 2 × 3 cells */
     assert_int_equal(ts.samples[0].context_length, 96);
     assert_int_equal(ts.samples[3].context_length, 128);
     assert_true(ts.samples[4].depth == 0.5);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
 
     /* train.txt: the train stream's samples, each followed by "\n\n" */
     size_t n;
@@ -425,18 +425,18 @@ static void test_dataset_files(void **state) {
     for (int i = 0; i < 7; i++) {
         int context_length;
         double depth;
-        needle_cell_of(&p, i, &context_length, &depth);
-        needle_sample g;
-        assert_int_equal(needle_generate_sample(&p, context_length, depth, dt_rng_next(&tr), &c, &g, &err), 0);
+        dt_needle_cell_of(&p, i, &context_length, &depth);
+        dt_needle_sample g;
+        assert_int_equal(dt_needle_generate_sample(&p, context_length, depth, dt_rng_next(&tr), &c, &g, &err), 0);
         assert_true(at + (size_t)g.text_length + 2 <= n);
         assert_memory_equal(train + at, g.text, (size_t)g.text_length);
         assert_memory_equal(train + at + g.text_length, "\n\n", 2);
         at += (size_t)g.text_length + 2;
-        needle_sample_free(&g);
+        dt_needle_sample_free(&g);
     }
     assert_int_equal(at, n);
     free(train);
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 
     snprintf(path, sizeof path, "%s/needle.json", d1);
     char *meta = tu_read_file(path, &n);
@@ -450,9 +450,9 @@ static void expect_load_error(const char *content, const char *problem) {
     char path[1200];
     tu_path(path, sizeof path, "bad.jsonl");
     tu_write_file(path, content, strlen(content));
-    needle_testset ts;
+    dt_needle_testset ts;
     dt_error err;
-    int rc = needle_load_testset(&ts, path, &err);
+    int rc = dt_needle_load_testset(&ts, path, &err);
     if (rc != -1) fail_msg("loaded '%.80s...' without error", content);
     if (!strstr(err.msg, "bad.jsonl") || !strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
     assert_null(ts.samples);
@@ -469,13 +469,13 @@ static char *replace(const char *s, const char *from, const char *to) {
 
 static void test_load_errors(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
-    needle_params p = params(2, 2);
-    needle_sample s;
+    dt_needle_params p = params(2, 2);
+    dt_needle_sample s;
     dt_error err;
-    assert_int_equal(needle_generate_sample(&p, 100, 0.5, 3, &c, &s, &err), 0);
-    char *line = needle_sample_to_json(&s);
+    assert_int_equal(dt_needle_generate_sample(&p, 100, 0.5, 3, &c, &s, &err), 0);
+    char *line = dt_needle_sample_to_json(&s);
     assert_non_null(line);
     char good[8192];
     snprintf(good, sizeof good, "%s\n", line);
@@ -485,11 +485,11 @@ static void test_load_errors(void **state) {
     char two[16384];
     snprintf(two, sizeof two, "%s\n%s", good, good); /* a blank line in between is fine */
     tu_write_file(path, two, strlen(two));
-    needle_testset ts;
-    if (needle_load_testset(&ts, path, &err) != 0) fail_msg("%s", err.msg);
+    dt_needle_testset ts;
+    if (dt_needle_load_testset(&ts, path, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(ts.n, 2);
     assert_int_equal(ts.samples[1].line, 3);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
 
     expect_load_error("", "no samples");
     expect_load_error("{\"id\": 0,\n", ":1: not valid JSON");
@@ -526,31 +526,31 @@ static void test_load_errors(void **state) {
 
     tu_path(path, sizeof path, "missing.jsonl");
     remove(path);
-    expect_error(needle_load_testset(&ts, path, &err), &err, "missing.jsonl: cannot open test set");
+    expect_error(dt_needle_load_testset(&ts, path, &err), &err, "missing.jsonl: cannot open test set");
     free(line);
-    needle_sample_free(&s);
-    needle_corpus_free(&c);
+    dt_needle_sample_free(&s);
+    dt_needle_corpus_free(&c);
 }
 
 /* ---------------------------------------------------------------- evaluation */
 
-static void make_testset(needle_testset *ts, const needle_corpus *c, int n, int context, int needles, int queries) {
+static void make_testset(dt_needle_testset *ts, const dt_needle_corpus *c, int n, int context, int needles, int queries) {
     memset(ts, 0, sizeof *ts);
     snprintf(ts->path, sizeof ts->path, "memory.jsonl");
     ts->samples = calloc((size_t)n, sizeof *ts->samples);
     assert_non_null(ts->samples);
-    needle_params p = params(needles, queries);
+    dt_needle_params p = params(needles, queries);
     for (int i = 0; i < n; i++) {
         dt_error err;
-        assert_int_equal(needle_generate_sample(&p, context, 0.25 * (i % 5), 1000 + (uint64_t)i, c, &ts->samples[i], &err), 0);
+        assert_int_equal(dt_needle_generate_sample(&p, context, 0.25 * (i % 5), 1000 + (uint64_t)i, c, &ts->samples[i], &err), 0);
         ts->samples[i].id = i;
         ts->samples[i].line = i + 1;
         ts->n++;
     }
 }
 
-/* Plain greedy decoding from an empty cache for every query: what needle_eval must reproduce. */
-static void brute_force(const dt_model *m, const needle_sample *s, int q, int *out) {
+/* Plain greedy decoding from an empty cache for every query: what dt_needle_eval must reproduce. */
+static void brute_force(const dt_model *m, const dt_needle_sample *s, int q, int *out) {
     dt_error err;
     const int V = m->cfg.vocab_size, pe = s->queries[q].prompt_end_offset, len = s->queries[q].answer_length;
     dt_kvcache *kc = dt_kvcache_create(m, pe + len, &err);
@@ -571,7 +571,7 @@ static void brute_force(const dt_model *m, const needle_sample *s, int q, int *o
 
 static void test_eval_matches_greedy(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
     for (int arch = 0; arch < 2; arch++) {
         dt_config cfg;
@@ -580,24 +580,24 @@ static void test_eval_matches_greedy(void **state) {
         assert_int_equal(dt_config_preset(&cfg, "tiny", arch ? DT_ARCH_DIFF : DT_ARCH_LLAMA, &err), 0);
         assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
         dt_model_init_random(&m, 77);
-        needle_testset ts;
+        dt_needle_testset ts;
         make_testset(&ts, &c, 3, 80, 2, 2);
-        needle_results r;
-        if (needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
+        dt_needle_results r;
+        if (dt_needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
         assert_int_equal(r.n_items, 6);
         assert_int_equal(r.total, 6);
         for (int i = 0; i < r.n_items; i++) {
-            const needle_item *it = &r.items[i];
-            int want[NEEDLE_VALUE_CAP];
+            const dt_needle_item *it = &r.items[i];
+            int want[DT_NEEDLE_VALUE_CAP];
             brute_force(&m, &ts.samples[it->sample], it->query, want);
             assert_int_equal(it->n_predicted, 5);
             assert_memory_equal(it->predicted, want, 5 * sizeof(int));
         }
-        needle_results_free(&r);
-        needle_testset_free(&ts);
+        dt_needle_results_free(&r);
+        dt_needle_testset_free(&ts);
         dt_model_free(&m);
     }
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 }
 
 /* A model whose every prediction is '7': embeddings carry a constant channel, the layers add
@@ -614,8 +614,8 @@ static void rig_sevens(dt_model *m) {
     m->w.norm[0] = 1.0f;
 }
 
-static void set_value(needle_sample *s, int needle, const char *value) {
-    needle_needle *nd = &s->needles[needle];
+static void set_value(dt_needle_sample *s, int needle, const char *value) {
+    dt_needle_needle *nd = &s->needles[needle];
     memcpy(s->text + nd->value_offset, value, 5);
     snprintf(nd->value, sizeof nd->value, "%s", value);
     for (int r = 0; r < s->n_queries; r++)
@@ -624,7 +624,7 @@ static void set_value(needle_sample *s, int needle, const char *value) {
 
 static void test_eval_counts(void **state) {
     (void)state;
-    needle_corpus c;
+    dt_needle_corpus c;
     lines_corpus(&c);
     dt_config cfg;
     dt_model m;
@@ -632,7 +632,7 @@ static void test_eval_counts(void **state) {
     assert_int_equal(dt_config_preset(&cfg, "tiny", DT_ARCH_LLAMA, &err), 0);
     assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
     rig_sevens(&m);
-    needle_testset ts;
+    dt_needle_testset ts;
     make_testset(&ts, &c, 5, 80, 2, 2); /* depths 0, .25, .5, .75, 1 */
     /* sample 0: both answers 77777; sample 1: the first; sample 2: the second; others: none */
     set_value(&ts.samples[0], 0, "77777");
@@ -640,8 +640,8 @@ static void test_eval_counts(void **state) {
     set_value(&ts.samples[1], ts.samples[1].queries[0].needle, "77777");
     set_value(&ts.samples[2], ts.samples[2].queries[1].needle, "77777");
     set_value(&ts.samples[3], ts.samples[3].queries[0].needle, "77778");
-    needle_results r;
-    if (needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
+    dt_needle_results r;
+    if (dt_needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(r.total, 10);
     assert_int_equal(r.correct, 4);
     assert_int_equal(r.n_cells, 5);
@@ -656,16 +656,16 @@ static void test_eval_counts(void **state) {
     }
     for (int k = 0; k < 5; k++) assert_int_equal(r.items[6].predicted[k], '7');
     assert_false(r.items[6].correct); /* 77778 */
-    needle_results_free(&r);
+    dt_needle_results_free(&r);
 
     /* a sample longer than max_position_embeddings is refused, naming the file and the sample */
     m.cfg.max_position_embeddings = ts.samples[3].text_length - 1;
-    expect_error(needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err), &err, "memory.jsonl: sample");
+    expect_error(dt_needle_eval(&m, NULL, &ts, &r, NULL, NULL, &err), &err, "memory.jsonl: sample");
     assert_non_null(strstr(err.msg, "max_position_embeddings"));
     assert_null(r.cells);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
     dt_model_free(&m);
-    needle_corpus_free(&c);
+    dt_needle_corpus_free(&c);
 }
 
 int main(void) {

@@ -19,10 +19,10 @@
 #include "difftrans.h"
 #include "testutil.h"
 
-static tk_example ex, ex2;
+static dt_task_example ex, ex2;
 
 /* the value after key k in the context part of a recall example (before ';'), -1 if absent */
-static int recall_value_of(const tk_example *e, int key) {
+static int recall_value_of(const dt_task_example *e, int key) {
     for (int t = 0; t + 1 < e->length && e->tokens[t] != ';'; t++)
         if (e->tokens[t] == key && (t == 0 || e->tokens[t - 1] == ' ')) return e->tokens[t + 1];
     return -1;
@@ -33,21 +33,21 @@ static void test_recall_format(void **state) {
     dt_error err;
     for (int seed = 1; seed <= 50; seed++) {
         int pairs = 1 + seed % 8, q = 1 + seed % pairs, len = 64 + seed;
-        assert_int_equal(tk_recall(NULL, (uint64_t)seed, len, pairs, q, -1, &ex, &err), 0);
+        assert_int_equal(dt_task_recall(NULL, (uint64_t)seed, len, pairs, q, -1, &ex, &err), 0);
         assert_int_equal(ex.length, len);
-        assert_int_equal(ex.kind, TK_RECALL);
+        assert_int_equal(ex.kind, DT_TASK_RECALL);
         assert_int_equal(ex.n_queries, q);
         int semis = 0, keys = 0;
         for (int t = 0; t < len; t++) {
             int c = ex.tokens[t];
             assert_false(c >= 'a' && c <= 'z'); /* keys are symbols, distractors uppercase */
             semis += c == ';';
-            if (c && strchr(TK_KEY_SYMBOLS, c) && semis == 0) keys++;
+            if (c && strchr(DT_TASK_KEY_SYMBOLS, c) && semis == 0) keys++;
         }
         assert_int_equal(semis, 1);
         assert_int_equal(keys, pairs); /* every key once in the context */
         for (int j = 0; j < q; j++) {
-            const tk_query *qq = &ex.q[j];
+            const dt_task_query *qq = &ex.q[j];
             assert_true(qq->pos + 1 < len);
             assert_int_equal(ex.tokens[qq->pos + 1], qq->answer);
             assert_true(qq->answer >= '0' && qq->answer <= '9');
@@ -59,7 +59,7 @@ static void test_recall_format(void **state) {
     /* more queries than pairs: every pair once first, then repeats, each answered by its pair */
     for (int seed = 1; seed <= 20; seed++) {
         int pairs = 1 + seed % 5, q = pairs + 3 + seed % 7;
-        assert_int_equal(tk_recall(NULL, (uint64_t)seed, 200, pairs, q, -1, &ex, &err), 0);
+        assert_int_equal(dt_task_recall(NULL, (uint64_t)seed, 200, pairs, q, -1, &ex, &err), 0);
         assert_int_equal(ex.n_queries, q);
         int asked[256] = {0};
         for (int j = 0; j < q; j++) {
@@ -71,13 +71,13 @@ static void test_recall_format(void **state) {
         }
     }
     /* exact distractor count: the length follows */
-    assert_int_equal(tk_recall(NULL, 3, 0, 4, 4, 5, &ex, &err), 0);
+    assert_int_equal(dt_task_recall(NULL, 3, 0, 4, 4, 5, &ex, &err), 0);
     assert_int_equal(ex.length, 3 * (4 + 5 + 4) + 1);
     /* refusals */
-    assert_int_equal(tk_recall(NULL, 1, 20, 4, 4, -1, &ex, &err), -1);
+    assert_int_equal(dt_task_recall(NULL, 1, 20, 4, 4, -1, &ex, &err), -1);
     assert_non_null(strstr(err.msg, "recall"));
-    assert_int_equal(tk_recall(NULL, 1, 4000, 4, TK_MAX_QUERIES + 1, -1, &ex, &err), -1);
-    assert_int_equal(tk_recall(NULL, 1, 100, TK_MAX_PAIRS + 1, 1, -1, &ex, &err), -1);
+    assert_int_equal(dt_task_recall(NULL, 1, 4000, 4, DT_TASK_MAX_QUERIES + 1, -1, &ex, &err), -1);
+    assert_int_equal(dt_task_recall(NULL, 1, 100, DT_TASK_MAX_PAIRS + 1, 1, -1, &ex, &err), -1);
 }
 
 static void test_depth_format(void **state) {
@@ -90,7 +90,7 @@ static void test_depth_format(void **state) {
     for (int seed = 1; seed <= 40; seed++) {
         double depth = (seed % 5) / 4.0;
         int len = 64 + 8 * seed, needles = 2 + seed % 3, q = 1 + seed % needles;
-        assert_int_equal(tk_depth(NULL, (uint64_t)seed, len, depth, needles, q, seed % 2 ? filler : NULL, filler_n, &ex, &err), 0);
+        assert_int_equal(dt_task_depth(NULL, (uint64_t)seed, len, depth, needles, q, seed % 2 ? filler : NULL, filler_n, &ex, &err), 0);
         assert_int_equal(ex.length, len);
         assert_int_equal(ex.n_queries, q);
         const int context = len - 4 * q;
@@ -107,7 +107,7 @@ static void test_depth_format(void **state) {
         assert_int_equal(ex.tokens[ex.q[0].pos], ex.tokens[at + 1]);
         assert_int_equal(ex.q[0].answer, ex.tokens[at + 2]);
         for (int j = 0; j < q; j++) {
-            const tk_query *qq = &ex.q[j];
+            const dt_task_query *qq = &ex.q[j];
             assert_int_equal(ex.tokens[qq->pos - 2], '\n');
             assert_int_equal(ex.tokens[qq->pos - 1], '@');
             assert_int_equal(ex.tokens[qq->pos + 1], qq->answer);
@@ -118,11 +118,11 @@ static void test_depth_format(void **state) {
             assert_int_equal(found, qq->answer);
         }
     }
-    assert_int_equal(tk_depth(NULL, 1, 30, 0.5, 4, 1, NULL, 0, &ex, &err), -1);
-    assert_int_equal(tk_depth(NULL, 1, 100, 1.5, 4, 1, NULL, 0, &ex, &err), -1);
-    assert_int_equal(tk_depth(NULL, 1, 1000, 0.5, 4, TK_MAX_QUERIES + 1, NULL, 0, &ex, &err), -1);
+    assert_int_equal(dt_task_depth(NULL, 1, 30, 0.5, 4, 1, NULL, 0, &ex, &err), -1);
+    assert_int_equal(dt_task_depth(NULL, 1, 100, 1.5, 4, 1, NULL, 0, &ex, &err), -1);
+    assert_int_equal(dt_task_depth(NULL, 1, 1000, 0.5, 4, DT_TASK_MAX_QUERIES + 1, NULL, 0, &ex, &err), -1);
     /* more queries than needles: needle 0, the others once, then repeats */
-    assert_int_equal(tk_depth(NULL, 9, 200, 0.5, 4, 12, NULL, 0, &ex, &err), 0);
+    assert_int_equal(dt_task_depth(NULL, 9, 200, 0.5, 4, 12, NULL, 0, &ex, &err), 0);
     assert_int_equal(ex.n_queries, 12);
     int once[256] = {0};
     for (int j = 1; j < 4; j++) assert_int_equal(once[ex.tokens[ex.q[j].pos]]++, 0);
@@ -134,7 +134,7 @@ static void test_icl_format(void **state) {
     dt_error err;
     for (int seed = 1; seed <= 40; seed++) {
         int shots = 2 + 2 * (seed % 6), q = 1 + seed % 6;
-        assert_int_equal(tk_icl(NULL, (uint64_t)seed, shots, q, 0, &ex, &err), 0);
+        assert_int_equal(dt_task_icl(NULL, (uint64_t)seed, shots, q, 0, &ex, &err), 0);
         assert_int_equal(ex.length, 4 * (shots + q));
         /* each class's label from the demonstrations; both classes appear, with different labels */
         int label[2] = {0, 0}, count[2] = {0, 0}, seen[26] = {0};
@@ -151,7 +151,7 @@ static void test_icl_format(void **state) {
         assert_int_equal(count[1], shots / 2);
         assert_int_not_equal(label[0], label[1]);
         for (int j = 0; j < q; j++) {
-            const tk_query *qq = &ex.q[j];
+            const dt_task_query *qq = &ex.q[j];
             int y = ex.tokens[qq->pos - 1];
             assert_int_equal(ex.tokens[qq->pos], ':');
             assert_false(seen[y - 'a']); /* never one of the demonstrations */
@@ -160,7 +160,7 @@ static void test_icl_format(void **state) {
             assert_true((qq->candidates[0] == label[0] && qq->candidates[1] == label[1]));
         }
         /* another order: the same demonstrations (as a multiset) and the same queries */
-        assert_int_equal(tk_icl(NULL, (uint64_t)seed, shots, q, 3, &ex2, &err), 0);
+        assert_int_equal(dt_task_icl(NULL, (uint64_t)seed, shots, q, 3, &ex2, &err), 0);
         int a[256] = {0}, b[256] = {0}, moved = 0;
         for (int i = 0; i < shots; i++) {
             a[ex.tokens[4 * i]]++;
@@ -174,13 +174,13 @@ static void test_icl_format(void **state) {
     /* labels are drawn per prompt: many different label pairs over seeds */
     int pairs_seen[26][26] = {{0}}, distinct = 0;
     for (int seed = 1; seed <= 60; seed++) {
-        assert_int_equal(tk_icl(NULL, (uint64_t)seed, 4, 2, 0, &ex, &err), 0);
+        assert_int_equal(dt_task_icl(NULL, (uint64_t)seed, 4, 2, 0, &ex, &err), 0);
         int l0 = ex.q[0].candidates[0] - 'A', l1 = ex.q[0].candidates[1] - 'A';
         if (!pairs_seen[l0][l1]++) distinct++;
     }
     assert_true(distinct > 30);
-    assert_int_equal(tk_icl(NULL, 1, 3, 2, 0, &ex, &err), -1);
-    assert_int_equal(tk_icl(NULL, 1, 8, 19, 0, &ex, &err), -1);
+    assert_int_equal(dt_task_icl(NULL, 1, 3, 2, 0, &ex, &err), -1);
+    assert_int_equal(dt_task_icl(NULL, 1, 8, 19, 0, &ex, &err), -1);
 }
 
 static void test_determinism(void **state) {
@@ -189,9 +189,9 @@ static void test_determinism(void **state) {
     for (int k = 0; k < 3; k++) {
         for (int same = 0; same < 2; same++) {
             uint64_t s1 = 77, s2 = same ? 77 : 78;
-            if (k == 0) tk_recall(NULL, s1, 100, 6, 4, -1, &ex, &err), tk_recall(NULL, s2, 100, 6, 4, -1, &ex2, &err);
-            if (k == 1) tk_depth(NULL, s1, 100, 0.5, 4, 2, NULL, 0, &ex, &err), tk_depth(NULL, s2, 100, 0.5, 4, 2, NULL, 0, &ex2, &err);
-            if (k == 2) tk_icl(NULL, s1, 8, 4, 0, &ex, &err), tk_icl(NULL, s2, 8, 4, 0, &ex2, &err);
+            if (k == 0) dt_task_recall(NULL, s1, 100, 6, 4, -1, &ex, &err), dt_task_recall(NULL, s2, 100, 6, 4, -1, &ex2, &err);
+            if (k == 1) dt_task_depth(NULL, s1, 100, 0.5, 4, 2, NULL, 0, &ex, &err), dt_task_depth(NULL, s2, 100, 0.5, 4, 2, NULL, 0, &ex2, &err);
+            if (k == 2) dt_task_icl(NULL, s1, 8, 4, 0, &ex, &err), dt_task_icl(NULL, s2, 8, 4, 0, &ex2, &err);
             int equal = memcmp(ex.tokens, ex2.tokens, (size_t)ex.length * sizeof(int)) == 0;
             assert_int_equal(equal, same);
         }
@@ -201,15 +201,15 @@ static void test_determinism(void **state) {
 /* ---------------------------------------------------------------- scoring */
 
 enum { V = 256 };
-static float logits[TK_MAX_LEN * 8][V];
+static float logits[DT_TASK_MAX_LEN * 8][V];
 
 /* A rigged "model": at every query position the right answer (copy = 1), a uniformly random digit
  * (mode 1) or a random candidate (mode 2) gets the largest logit. */
-static void rig(const tk_example *e, int mode, uint64_t *rng) {
+static void rig(const dt_task_example *e, int mode, uint64_t *rng) {
     for (int t = 0; t < e->length; t++)
         for (int v = 0; v < V; v++) logits[t][v] = 0.01f * (float)((t * 31 + v * 17) % 7);
     for (int j = 0; j < e->n_queries; j++) {
-        const tk_query *q = &e->q[j];
+        const dt_task_query *q = &e->q[j];
         int pick = mode == 0   ? q->answer
                    : mode == 1 ? '0' + (int)(dt_rng_next(rng) % 10)
                                : q->candidates[dt_rng_next(rng) % 2];
@@ -224,21 +224,21 @@ static void test_score_rigged(void **state) {
     for (int k = 0; k < 3; k++) {
         int correct[3] = {0, 0, 0}, total = 0;
         for (int i = 0; i < 400; i++) {
-            if (k == 0) assert_int_equal(tk_recall(NULL, (uint64_t)i, 128, 8, 4, -1, &ex, &err), 0);
-            if (k == 1) assert_int_equal(tk_depth(NULL, (uint64_t)i, 128, (i % 5) / 4.0, 4, 1, NULL, 0, &ex, &err), 0);
-            if (k == 2) assert_int_equal(tk_icl(NULL, (uint64_t)i, 8, 4, 0, &ex, &err), 0);
+            if (k == 0) assert_int_equal(dt_task_recall(NULL, (uint64_t)i, 128, 8, 4, -1, &ex, &err), 0);
+            if (k == 1) assert_int_equal(dt_task_depth(NULL, (uint64_t)i, 128, (i % 5) / 4.0, 4, 1, NULL, 0, &ex, &err), 0);
+            if (k == 2) assert_int_equal(dt_task_icl(NULL, (uint64_t)i, 8, 4, 0, &ex, &err), 0);
             for (int mode = 0; mode < 3; mode++) {
                 if (mode == 2 && k != 2) continue;
                 if (mode == 1 && k == 2) continue;
                 rig(&ex, mode, &rng);
-                tk_score s = tk_score_logits(&ex, &logits[0][0], V);
+                dt_task_score s = dt_task_score_logits(&ex, &logits[0][0], V);
                 assert_int_equal(s.total, ex.n_queries);
                 correct[mode] += s.correct;
             }
             total += ex.n_queries;
         }
         double copy = (double)correct[0] / total, rnd = (double)correct[k == 2 ? 2 : 1] / total;
-        print_message("%s: copying model %.3f, random model %.3f over %d queries\n", tk_name((tk_kind)k), copy, rnd, total);
+        print_message("%s: copying model %.3f, random model %.3f over %d queries\n", dt_task_name((dt_task_kind)k), copy, rnd, total);
         assert_true(copy == 1.0);
         double chance = k == 2 ? 0.5 : 0.1, sd = sqrt(chance * (1 - chance) / total);
         assert_true(fabs(rnd - chance) < 4 * sd);
@@ -257,21 +257,21 @@ static void test_score_batched(void **state) {
     /* scale the head so that the argmax varies from position to position */
     for (size_t i = 0; i < (size_t)cfg.vocab_size * cfg.hidden_size; i++) m.w.lm_head[i] *= 20;
     enum { N = 11 };
-    static tk_example set[N];
+    static dt_task_example set[N];
     for (int i = 0; i < N; i++) {
-        int rc = i < 5 ? tk_recall(NULL, (uint64_t)i, 64, 3, 3, -1, &set[i], &err)
-                 : i < 9 ? tk_depth(NULL, (uint64_t)i, 96, 0.25 * (i - 5), 4, 2, NULL, 0, &set[i], &err)
-                         : tk_icl(NULL, (uint64_t)i, 8, 4, i, &set[i], &err);
+        int rc = i < 5 ? dt_task_recall(NULL, (uint64_t)i, 64, 3, 3, -1, &set[i], &err)
+                 : i < 9 ? dt_task_depth(NULL, (uint64_t)i, 96, 0.25 * (i - 5), 4, 2, NULL, 0, &set[i], &err)
+                         : dt_task_icl(NULL, (uint64_t)i, 8, 4, i, &set[i], &err);
         assert_int_equal(rc, 0);
     }
-    tk_score batched[N];
-    assert_int_equal(tk_score_examples(&m, set, N, batched, &err), 0);
+    dt_task_score batched[N];
+    assert_int_equal(dt_task_score_examples(&m, set, N, batched, &err), 0);
     int any_right = 0, any_wrong = 0;
     for (int i = 0; i < N; i++) {
         dt_runstate *rs = dt_runstate_create(&m, 1, set[i].length, &err);
         assert_non_null(rs);
         assert_int_equal(dt_forward(&m, rs, set[i].tokens, NULL, 1, set[i].length, NULL, &err), 0);
-        tk_score alone = tk_score_logits(&set[i], dt_runstate_logits(rs), cfg.vocab_size);
+        dt_task_score alone = dt_task_score_logits(&set[i], dt_runstate_logits(rs), cfg.vocab_size);
         dt_runstate_free(rs);
         assert_int_equal(alone.correct, batched[i].correct);
         assert_int_equal(alone.total, batched[i].total);
@@ -281,13 +281,13 @@ static void test_score_batched(void **state) {
     assert_true(any_wrong);
     (void)any_right;
     /* an example longer than the model's context is refused by name */
-    assert_int_equal(tk_recall(NULL, 1, cfg.max_position_embeddings + 1, 3, 3, -1, &set[0], &err), 0);
-    assert_int_equal(tk_score_examples(&m, set, 1, batched, &err), -1);
+    assert_int_equal(dt_task_recall(NULL, 1, cfg.max_position_embeddings + 1, 3, 3, -1, &set[0], &err), 0);
+    assert_int_equal(dt_task_score_examples(&m, set, 1, batched, &err), -1);
     assert_non_null(strstr(err.msg, "recall"));
     dt_model_free(&m);
 }
 
-/* tk_evaluate: cells as documented, counts add up, the same answer twice. */
+/* dt_task_evaluate: cells as documented, counts add up, the same answer twice. */
 static void test_evaluate(void **state) {
     (void)state;
     dt_config cfg;
@@ -296,11 +296,11 @@ static void test_evaluate(void **state) {
     assert_int_equal(dt_config_preset(&cfg, "tiny", DT_ARCH_LLAMA, &err), 0);
     assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
     dt_model_init_random(&m, 9);
-    tk_eval_options o = {.train_len = 64, .max_len = cfg.max_position_embeddings, .per_cell = 3, .seed = 4};
-    for (int k = 0; k < TK_N_TASKS; k++) {
-        tk_result a, b;
-        assert_int_equal(tk_evaluate(&m, (tk_kind)k, &o, &a, &err), 0);
-        assert_int_equal(tk_evaluate(&m, (tk_kind)k, &o, &b, &err), 0);
+    dt_task_eval_options o = {.train_len = 64, .max_len = cfg.max_position_embeddings, .per_cell = 3, .seed = 4};
+    for (int k = 0; k < DT_N_TASKS; k++) {
+        dt_task_result a, b;
+        assert_int_equal(dt_task_evaluate(&m, (dt_task_kind)k, &o, &a, &err), 0);
+        assert_int_equal(dt_task_evaluate(&m, (dt_task_kind)k, &o, &b, &err), 0);
         assert_int_equal(a.correct, b.correct);
         int total = 0;
         for (int c = 0; c < a.n_cells; c++) {
@@ -310,11 +310,11 @@ static void test_evaluate(void **state) {
         }
         assert_int_equal(total, a.total);
         assert_int_equal(a.n_examples, 3 * a.n_cells);
-        int want = k == TK_RECALL ? 8 /* K=8 does not fit 32 tokens */ : k == TK_DEPTH ? 10 : 6;
+        int want = k == DT_TASK_RECALL ? 8 /* K=8 does not fit 32 tokens */ : k == DT_TASK_DEPTH ? 10 : 6;
         assert_int_equal(a.n_cells, want);
-        if (k == TK_ICL) assert_false(isnan(a.order_std));
-        tk_result_free(&a);
-        tk_result_free(&b);
+        if (k == DT_TASK_ICL) assert_false(isnan(a.order_std));
+        dt_task_result_free(&a);
+        dt_task_result_free(&b);
     }
     dt_model_free(&m);
 }
@@ -328,12 +328,12 @@ static void test_mix(void **state) {
     static int filler[2000];
     const size_t filler_n = sizeof filler / sizeof *filler;
     for (size_t i = 0; i < filler_n; i++) filler[i] = (unsigned char)("some text. "[i % 11]);
-    tk_mix mix = {.ratio = 1.0, .tasks = 7, .max_pairs = 16, .filler = filler, .filler_n = filler_n};
+    dt_task_mix mix = {.ratio = 1.0, .tasks = 7, .max_pairs = 16, .filler = filler, .filler_n = filler_n};
     for (int step = 0; step < 20; step++) {
         uint64_t r1 = 100 + (uint64_t)step, r2 = r1;
         for (int i = 0; i < B * T; i++) tok[i] = tok2[i] = 'x', tg[i] = tg2[i] = 'y';
-        tk_mix_batch(&mix, step, 20, tok, tg, 0, B, B, T, &r1);
-        tk_mix_batch(&mix, step, 20, tok2, tg2, 0, B, B, T, &r2);
+        dt_task_mix_batch(&mix, step, 20, tok, tg, 0, B, B, T, &r1);
+        dt_task_mix_batch(&mix, step, 20, tok2, tg2, 0, B, B, T, &r2);
         assert_memory_equal(tok, tok2, sizeof tok);
         assert_memory_equal(tg, tg2, sizeof tg);
         assert_true(r1 == r2);
@@ -352,19 +352,19 @@ static void test_mix(void **state) {
     /* a rank's rows: the same rows as in the whole batch, and the same stream afterwards */
     for (int step = 0; step < 5; step++) {
         uint64_t r1 = 7 + (uint64_t)step, r2 = r1;
-        tk_mix_batch(&mix, step, 20, tok, tg, 0, B, B, T, &r1);
-        tk_mix_batch(&mix, step, 20, tok2, tg2, 2, 3, B, T, &r2);
+        dt_task_mix_batch(&mix, step, 20, tok, tg, 0, B, B, T, &r1);
+        dt_task_mix_batch(&mix, step, 20, tok2, tg2, 2, 3, B, T, &r2);
         assert_memory_equal(tok + 2 * T, tok2, (size_t)3 * T * sizeof(int));
         assert_memory_equal(tg + 2 * T, tg2, (size_t)3 * T * sizeof(int));
         assert_true(r1 == r2);
     }
     /* the curriculum: recall without distractors and depth with the least text at first, a full
      * row of distractors / text at the end; recall's queries run to the end of the row */
-    mix.tasks = 1 << TK_RECALL | 1 << TK_DEPTH;
+    mix.tasks = 1 << DT_TASK_RECALL | 1 << DT_TASK_DEPTH;
     for (int phase = 0; phase < 2; phase++) {
         int step = phase ? 99 : 0, uppercase = 0, text = 0;
         uint64_t r3 = 11;
-        tk_mix_batch(&mix, step, 100, tok, tg, 0, B, B, T, &r3);
+        dt_task_mix_batch(&mix, step, 100, tok, tg, 0, B, B, T, &r3);
         for (int b = 0; b < B; b++) {
             const int *row = tok + b * T;
             int answers = 0, semi = -1;
@@ -388,7 +388,7 @@ static void test_mix(void **state) {
     mix.ratio = 0;
     uint64_t r = 1;
     for (int i = 0; i < B * T; i++) tok[i] = 'x', tg[i] = 'y';
-    tk_mix_batch(&mix, 0, 20, tok, tg, 0, B, B, T, &r);
+    dt_task_mix_batch(&mix, 0, 20, tok, tg, 0, B, B, T, &r);
     for (int i = 0; i < B * T; i++) assert_true(tok[i] == 'x' && tg[i] == 'y');
 }
 
@@ -444,10 +444,10 @@ static dt_tok *bytelevel_permuted(char *path) {
 }
 
 /* That tokenizer and its symbols (asserted to load). */
-static dt_tok *permuted_symbols(tk_symbols *s, char *path) {
+static dt_tok *permuted_symbols(dt_task_symbols *s, char *path) {
     dt_error err;
     dt_tok *tok = bytelevel_permuted(path);
-    if (tk_symbols_from_tokenizer(s, tok, &err) != 0) fail_msg("%s", err.msg);
+    if (dt_task_symbols_from_tokenizer(s, tok, &err) != 0) fail_msg("%s", err.msg);
     return tok;
 }
 
@@ -458,17 +458,17 @@ static dt_tok *permuted_symbols(tk_symbols *s, char *path) {
 static void test_symbols(void **state) {
     (void)state;
     dt_error err;
-    tk_symbols s;
+    dt_task_symbols s;
     char path[4096];
     dt_tok *tok = permuted_symbols(&s, path);
-    for (const char *p = TK_SYMBOLS; *p; p++) assert_int_equal(s.id[(int)*p], PERM((unsigned char)*p));
+    for (const char *p = DT_TASK_SYMBOLS; *p; p++) assert_int_equal(s.id[(int)*p], PERM((unsigned char)*p));
     assert_int_equal(s.id[127], -1); /* DEL is no symbol */
     assert_int_equal(s.vocab, 261);
     /* the filler's excluded tokens: '@', the key symbols, NUL, and the merged " @" and " #" */
     for (int b = 0; b < 256; b++)
-        assert_int_equal(s.no_filler[PERM(b)], b == 0 || b == '@' || strchr(TK_KEY_SYMBOLS, b) != NULL);
+        assert_int_equal(s.no_filler[PERM(b)], b == 0 || b == '@' || strchr(DT_TASK_KEY_SYMBOLS, b) != NULL);
     for (int i = 0; i < 5; i++) assert_int_equal(s.no_filler[256 + i], i >= 3);
-    tk_symbols_free(&s);
+    dt_task_symbols_free(&s);
     dt_tok_free(tok);
 
     /* Llama-2 style: <unk>, the 256 <0xNN>, ▁, the lowercase letters and the digits */
@@ -490,23 +490,23 @@ static void test_symbols(void **state) {
                     "\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"},{\"type\":\"Strip\","
                     "\"content\":\" \",\"start\":1,\"stop\":0}]}",
                     1, path);
-    assert_int_equal(tk_symbols_from_tokenizer(&s, tok, &err), 0);
-    for (const char *p = TK_SYMBOLS; *p; p++) {
+    assert_int_equal(dt_task_symbols_from_tokenizer(&s, tok, &err), 0);
+    for (const char *p = DT_TASK_SYMBOLS; *p; p++) {
         const int c = (unsigned char)*p;
         const int want = c == ' ' ? 257 : c >= 'a' && c <= 'z' ? 258 + c - 'a' : c >= '0' && c <= '9' ? 284 + c - '0' : 1 + c;
         assert_int_equal(s.id[c], want);
     }
-    tk_symbols_free(&s);
+    dt_task_symbols_free(&s);
     dt_tok_free(tok);
 
     /* no '@' in the vocabulary, no byte fallback: refused, naming the symbol and the file */
     vocab = cJSON_CreateObject();
     cJSON_AddNumberToObject(vocab, "<unk>", 0);
     int id = 1;
-    for (const char *p = TK_SYMBOLS; *p; p++)
+    for (const char *p = DT_TASK_SYMBOLS; *p; p++)
         if (*p != '@') cJSON_AddNumberToObject(vocab, (char[]){*p, 0}, id++);
     tok = tokenizer("no_at.json", vocab, NULL, 0, NULL, NULL, "{\"type\":\"Fuse\"}", 0, path);
-    assert_int_equal(tk_symbols_from_tokenizer(&s, tok, &err), -1);
+    assert_int_equal(dt_task_symbols_from_tokenizer(&s, tok, &err), -1);
     print_message("refused: %s\n", err.msg);
     assert_non_null(strstr(err.msg, "'@'"));
     assert_non_null(strstr(err.msg, path));
@@ -528,7 +528,7 @@ static size_t encode(const dt_tok *tok, const char *text, int *out, size_t cap) 
 
 /* The text a row of tokens decodes to (NUL-terminated; free it). */
 static char *decode(const dt_tok *tok, const int *t, int n) {
-    int32_t ids[TK_MAX_LEN];
+    int32_t ids[DT_TASK_MAX_LEN];
     for (int i = 0; i < n; i++) ids[i] = t[i];
     char *text = NULL;
     size_t len = 0;
@@ -544,23 +544,23 @@ static char *decode(const dt_tok *tok, const int *t, int n) {
 static void test_symbols_rows(void **state) {
     (void)state;
     dt_error err;
-    tk_symbols s;
+    dt_task_symbols s;
     char path[4096];
     dt_tok *tok = permuted_symbols(&s, path);
     for (int seed = 1; seed <= 30; seed++)
         for (int k = 0; k < 3; k++) {
-            int rc1 = k == 0 ? tk_recall(NULL, (uint64_t)seed, 60 + seed, 1 + seed % 8, 1 + seed % 5, -1, &ex, &err)
-                      : k == 1 ? tk_depth(NULL, (uint64_t)seed, 80 + seed, (seed % 5) / 4.0, 2 + seed % 3, 1 + seed % 2,
+            int rc1 = k == 0 ? dt_task_recall(NULL, (uint64_t)seed, 60 + seed, 1 + seed % 8, 1 + seed % 5, -1, &ex, &err)
+                      : k == 1 ? dt_task_depth(NULL, (uint64_t)seed, 80 + seed, (seed % 5) / 4.0, 2 + seed % 3, 1 + seed % 2,
                                           NULL, 0, &ex, &err)
-                               : tk_icl(NULL, (uint64_t)seed, 2 + 2 * (seed % 6), 1 + seed % 4, seed % 3, &ex, &err);
-            int rc2 = k == 0 ? tk_recall(&s, (uint64_t)seed, 60 + seed, 1 + seed % 8, 1 + seed % 5, -1, &ex2, &err)
-                      : k == 1 ? tk_depth(&s, (uint64_t)seed, 80 + seed, (seed % 5) / 4.0, 2 + seed % 3, 1 + seed % 2,
+                               : dt_task_icl(NULL, (uint64_t)seed, 2 + 2 * (seed % 6), 1 + seed % 4, seed % 3, &ex, &err);
+            int rc2 = k == 0 ? dt_task_recall(&s, (uint64_t)seed, 60 + seed, 1 + seed % 8, 1 + seed % 5, -1, &ex2, &err)
+                      : k == 1 ? dt_task_depth(&s, (uint64_t)seed, 80 + seed, (seed % 5) / 4.0, 2 + seed % 3, 1 + seed % 2,
                                           NULL, 0, &ex2, &err)
-                               : tk_icl(&s, (uint64_t)seed, 2 + 2 * (seed % 6), 1 + seed % 4, seed % 3, &ex2, &err);
+                               : dt_task_icl(&s, (uint64_t)seed, 2 + 2 * (seed % 6), 1 + seed % 4, seed % 3, &ex2, &err);
             assert_int_equal(rc1, 0);
             assert_int_equal(rc2, 0);
             assert_int_equal(ex2.length, ex.length);
-            char bytes[TK_MAX_LEN + 1];
+            char bytes[DT_TASK_MAX_LEN + 1];
             for (int t = 0; t < ex.length; t++) {
                 bytes[t] = (char)ex.tokens[t];
                 assert_true(ex2.tokens[t] >= 0 && ex2.tokens[t] < s.vocab);
@@ -572,7 +572,7 @@ static void test_symbols_rows(void **state) {
             free(text);
             assert_int_equal(ex2.n_queries, ex.n_queries);
             for (int j = 0; j < ex.n_queries; j++) {
-                const tk_query *a = &ex.q[j], *b = &ex2.q[j];
+                const dt_task_query *a = &ex.q[j], *b = &ex2.q[j];
                 assert_int_equal(b->pos, a->pos);
                 assert_int_equal(b->answer, PERM(a->answer));
                 assert_int_equal(ex2.tokens[b->pos + 1], b->answer);
@@ -587,7 +587,7 @@ static void test_symbols_rows(void **state) {
     while (reps + n <= 4096 && reps < 1200) memcpy(filler + reps, filler, n * sizeof *filler), reps += n;
     int merged_the = 0;
     for (int seed = 1; seed <= 20; seed++) {
-        assert_int_equal(tk_depth(&s, (uint64_t)seed, 200, 0.5, 4, 2, filler, reps, &ex2, &err), 0);
+        assert_int_equal(dt_task_depth(&s, (uint64_t)seed, 200, 0.5, 4, 2, filler, reps, &ex2, &err), 0);
         const int context = 200 - 4 * 2;
         int ats = 0;
         for (int t = 0; t < context; t++) {
@@ -603,7 +603,7 @@ static void test_symbols_rows(void **state) {
         for (int j = 0; j < 2; j++) assert_int_equal(ex2.tokens[ex2.q[j].pos + 1], ex2.q[j].answer);
     }
     assert_true(merged_the > 20);
-    tk_symbols_free(&s);
+    dt_task_symbols_free(&s);
     dt_tok_free(tok);
 }
 
@@ -615,22 +615,22 @@ static void test_symbols_rows(void **state) {
 static void test_symbols_scoring(void **state) {
     (void)state;
     dt_error err;
-    tk_symbols s;
+    dt_task_symbols s;
     char path[4096];
     dt_tok *tok = permuted_symbols(&s, path);
     const int Vt = s.vocab;
-    float *lg = fnew((size_t)TK_MAX_LEN * Vt);
+    float *lg = fnew((size_t)DT_TASK_MAX_LEN * Vt);
     for (int k = 0; k < 3; k++) {
         int right = 0, bytewise = 0, total = 0;
         for (int i = 0; i < 40; i++) {
-            int rc = k == 0 ? tk_recall(&s, (uint64_t)i, 128, 4, 4, -1, &ex, &err)
-                     : k == 1 ? tk_depth(&s, (uint64_t)i, 128, (i % 5) / 4.0, 4, 2, NULL, 0, &ex, &err)
-                              : tk_icl(&s, (uint64_t)i, 8, 4, 0, &ex, &err);
+            int rc = k == 0 ? dt_task_recall(&s, (uint64_t)i, 128, 4, 4, -1, &ex, &err)
+                     : k == 1 ? dt_task_depth(&s, (uint64_t)i, 128, (i % 5) / 4.0, 4, 2, NULL, 0, &ex, &err)
+                              : dt_task_icl(&s, (uint64_t)i, 8, 4, 0, &ex, &err);
             assert_int_equal(rc, 0);
             for (int mode = 0; mode < 2; mode++) {
                 for (size_t x = 0; x < (size_t)ex.length * Vt; x++) lg[x] = 0.01f * (float)(x % 7);
                 for (int j = 0; j < ex.n_queries; j++) {
-                    const tk_query *q = &ex.q[j];
+                    const dt_task_query *q = &ex.q[j];
                     int byte = -1; /* the answer's character */
                     for (int c = 0; c < 128; c++)
                         if (s.id[c] == q->answer) byte = c;
@@ -639,7 +639,7 @@ static void test_symbols_scoring(void **state) {
                     if (mode == 1 && q->n_candidates) /* between the candidates: the other label */
                         lg[(size_t)q->pos * Vt + (q->candidates[0] == q->answer ? q->candidates[1] : q->candidates[0])] = 4;
                 }
-                tk_score sc = tk_score_logits(&ex, lg, Vt);
+                dt_task_score sc = dt_task_score_logits(&ex, lg, Vt);
                 *(mode == 0 ? &right : &bytewise) += sc.correct;
             }
             total += ex.n_queries;
@@ -651,12 +651,12 @@ static void test_symbols_scoring(void **state) {
 
     enum { B = 6, T = 96 };
     static int tok_rows[B * T], tg[B * T], byte_rows[B * T], byte_tg[B * T], filler[2000];
-    tk_mix bytes = {.ratio = 1.0, .tasks = 1 << TK_RECALL | 1 << TK_ICL}, spelled = bytes;
+    dt_task_mix bytes = {.ratio = 1.0, .tasks = 1 << DT_TASK_RECALL | 1 << DT_TASK_ICL}, spelled = bytes;
     spelled.symbols = &s;
     for (int step = 0; step < 12; step++) {
         uint64_t r1 = 3 + (uint64_t)step, r2 = r1;
-        tk_mix_batch(&bytes, step, 12, byte_rows, byte_tg, 0, B, B, T, &r1);
-        tk_mix_batch(&spelled, step, 12, tok_rows, tg, 0, B, B, T, &r2);
+        dt_task_mix_batch(&bytes, step, 12, byte_rows, byte_tg, 0, B, B, T, &r1);
+        dt_task_mix_batch(&spelled, step, 12, tok_rows, tg, 0, B, B, T, &r2);
         assert_true(r1 == r2);
         for (int i = 0; i < B * T; i++) {
             assert_int_equal(tok_rows[i], PERM(byte_rows[i]));
@@ -666,13 +666,13 @@ static void test_symbols_scoring(void **state) {
     const size_t n = encode(tok, "the cat sat on the mat. ", filler, 2000);
     size_t reps = n;
     while (reps + n <= 2000) memcpy(filler + reps, filler, n * sizeof *filler), reps += n;
-    tk_mix mix = {.ratio = 1.0, .tasks = 7, .filler = filler, .filler_n = reps, .symbols = &s};
+    dt_task_mix mix = {.ratio = 1.0, .tasks = 7, .filler = filler, .filler_n = reps, .symbols = &s};
     int answer_ok[512] = {0};
     for (int c = '0'; c <= '9'; c++) answer_ok[s.id[c]] = 1;
     for (int c = 'A'; c <= 'Z'; c++) answer_ok[s.id[c]] = 1;
     for (int step = 0; step < 12; step++) {
         uint64_t rng = 3 + (uint64_t)step;
-        tk_mix_batch(&mix, step, 12, tok_rows, tg, 0, B, B, T, &rng);
+        dt_task_mix_batch(&mix, step, 12, tok_rows, tg, 0, B, B, T, &rng);
         for (int b = 0; b < B; b++) {
             int answers = 0;
             for (int t = 0; t < T; t++) {
@@ -686,7 +686,7 @@ static void test_symbols_scoring(void **state) {
             assert_true(answers >= 1);
         }
     }
-    tk_symbols_free(&s);
+    dt_task_symbols_free(&s);
     dt_tok_free(tok);
 }
 

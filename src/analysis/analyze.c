@@ -63,7 +63,7 @@
  * metrics.jsonl (one object per step: step, train_loss, optional val_loss, grad_norm, lambda[L]).
  * λ: per layer the value of the first and the last line and the min/max over all lines.
  * Gradient norm: mean, population std and max over all lines. Spike: line i (with at least
- * AN_SPIKE_MIN_HISTORY = 10 earlier lines) whose grad_norm exceeds mean + 3·std of the preceding
+ * DT_AN_SPIKE_MIN_HISTORY = 10 earlier lines) whose grad_norm exceeds mean + 3·std of the preceding
  * min(i, 50) lines, or exceeds 3× their median. Every flagged line counts (a spike lasting two steps
  * counts twice). Final train loss = the last line's; final val loss = the last line carrying one.
  */
@@ -83,7 +83,7 @@
 
 /* ---------------------------------------------------------------- |x| statistics */
 
-int an_abs_acc_add(an_abs_acc *a, const float *x, size_t n, dt_error *err) {
+int dt_an_abs_acc_add(dt_an_abs_acc *a, const float *x, size_t n, dt_error *err) {
     if (a->n + n > a->cap) {
         size_t cap = a->cap ? a->cap : 4096;
         while (cap < a->n + n) cap *= 2;
@@ -138,7 +138,7 @@ static float max_of(const float *v, size_t n) {
     return m;
 }
 
-void an_abs_acc_stats(an_abs_acc *a, an_abs_stats *out) {
+void dt_an_abs_acc_stats(dt_an_abs_acc *a, dt_an_abs_stats *out) {
     memset(out, 0, sizeof *out);
     size_t n = a->n;
     out->count = n;
@@ -159,28 +159,28 @@ void an_abs_acc_stats(an_abs_acc *a, an_abs_stats *out) {
     }
 }
 
-void an_abs_acc_free(an_abs_acc *a) {
+void dt_an_abs_acc_free(dt_an_abs_acc *a) {
     free(a->v);
     memset(a, 0, sizeof *a);
 }
 
-int an_abs_stats_of(const float *x, size_t n, an_abs_stats *out, dt_error *err) {
-    an_abs_acc a = {0};
-    if (an_abs_acc_add(&a, x, n, err) != 0) return -1;
-    an_abs_acc_stats(&a, out);
-    an_abs_acc_free(&a);
+int dt_an_abs_stats_of(const float *x, size_t n, dt_an_abs_stats *out, dt_error *err) {
+    dt_an_abs_acc a = {0};
+    if (dt_an_abs_acc_add(&a, x, n, err) != 0) return -1;
+    dt_an_abs_acc_stats(&a, out);
+    dt_an_abs_acc_free(&a);
     return 0;
 }
 
 /* ---------------------------------------------------------------- outliers */
 
-void an_outliers_free(an_outliers *o) {
+void dt_an_outliers_free(dt_an_outliers *o) {
     free(o->layer_logit_max);
     free(o->layer_hidden_max);
     memset(o, 0, sizeof *o);
 }
 
-int an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int windows, an_outliers *out,
+int dt_an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int windows, dt_an_outliers *out,
                     dt_error *err) {
     memset(out, 0, sizeof *out);
     const dt_config *c = &m->cfg;
@@ -193,7 +193,7 @@ int an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int
     dt_run_options opt = {.kernel = DT_ATTENTION_REFERENCE, .keep_logits = 1};
     dt_runstate *rs = dt_runstate_create_with(m, 1, seq, &opt, err);
     if (!rs) return -1;
-    an_abs_acc la = {0}, ha = {0};
+    dt_an_abs_acc la = {0}, ha = {0};
     out->n_layers = L;
     out->seq = seq;
     out->windows = W;
@@ -215,7 +215,7 @@ int an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int
                         double v = fabs(r[j]);
                         if (v > out->layer_logit_max[l]) out->layer_logit_max[l] = v;
                     }
-                    if (an_abs_acc_add(&la, r, (size_t)t + 1, err) != 0) goto fail;
+                    if (dt_an_abs_acc_add(&la, r, (size_t)t + 1, err) != 0) goto fail;
                 }
         }
         for (int l = 0; l <= L; l++) {
@@ -225,20 +225,20 @@ int an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, int
                 double v = fabs(hs[i]);
                 if (v > out->layer_hidden_max[l]) out->layer_hidden_max[l] = v;
             }
-            if (an_abs_acc_add(&ha, hs, cnt, err) != 0) goto fail;
+            if (dt_an_abs_acc_add(&ha, hs, cnt, err) != 0) goto fail;
         }
     }
-    an_abs_acc_stats(&la, &out->logits);
-    an_abs_acc_stats(&ha, &out->hidden);
-    an_abs_acc_free(&la);
-    an_abs_acc_free(&ha);
+    dt_an_abs_acc_stats(&la, &out->logits);
+    dt_an_abs_acc_stats(&ha, &out->hidden);
+    dt_an_abs_acc_free(&la);
+    dt_an_abs_acc_free(&ha);
     dt_runstate_free(rs);
     return 0;
 fail:
-    an_abs_acc_free(&la);
-    an_abs_acc_free(&ha);
+    dt_an_abs_acc_free(&la);
+    dt_an_abs_acc_free(&ha);
     dt_runstate_free(rs);
-    an_outliers_free(out);
+    dt_an_outliers_free(out);
     return -1;
 }
 
@@ -251,7 +251,7 @@ static int argmax_of(const float *x, int n) {
     return best;
 }
 
-int an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens, size_t n, int seq, int windows,
+int dt_an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens, size_t n, int seq, int windows,
                  double *loss, double *accuracy, size_t *count, dt_error *err) {
     const int V = m->cfg.vocab_size;
     if (seq <= 0 || windows <= 0)
@@ -285,14 +285,14 @@ int an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tokens
     return 0;
 }
 
-/* The first ns samples as the model reads them: *enc (free with needle_encoded_free) and the
+/* The first ns samples as the model reads them: *enc (free with dt_needle_encoded_free) and the
  * longest in tokens. */
-static int encode_needle_set(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int ns, an_tokens **enc,
+static int encode_needle_set(const dt_model *m, const dt_tok *tok, const dt_needle_testset *ts, int ns, an_tokens **enc,
                              int *tmax, dt_error *err) {
     *enc = calloc((size_t)ns, sizeof **enc);
     if (!*enc) return dt_fail(err, "out of memory for %d samples", ns);
-    if (needle_encode_testset(m, tok, ts, ns, *enc, tmax, err) != 0) {
-        needle_encoded_free(*enc, ns);
+    if (dt_needle_encode_testset(m, tok, ts, ns, *enc, tmax, err) != 0) {
+        dt_needle_encoded_free(*enc, ns);
         *enc = NULL;
         return -1;
     }
@@ -300,7 +300,7 @@ static int encode_needle_set(const dt_model *m, const dt_tok *tok, const needle_
     return 0;
 }
 
-int an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *opt, const needle_testset *ts,
+int dt_an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *opt, const dt_needle_testset *ts,
                     int max_samples, int *correct, int *total, dt_error *err) {
     const int V = m->cfg.vocab_size;
     int ns = max_samples > 0 && max_samples < ts->n ? max_samples : ts->n;
@@ -312,21 +312,21 @@ int an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *
     o.kernel = DT_ATTENTION_REFERENCE;
     dt_runstate *rs = dt_runstate_create_with(m, 1, T, &o, err);
     if (!rs) {
-        needle_encoded_free(enc, ns);
+        dt_needle_encoded_free(enc, ns);
         return -1;
     }
     int ok = 0, all = 0;
     for (int s = 0; s < ns; s++) {
-        const needle_sample *sm = &ts->samples[s];
+        const dt_needle_sample *sm = &ts->samples[s];
         const an_tokens *e = &enc[s];
         if (dt_forward(m, rs, e->ids, NULL, 1, e->n, NULL, err) != 0) {
             dt_runstate_free(rs);
-            needle_encoded_free(enc, ns);
+            dt_needle_encoded_free(enc, ns);
             return -1;
         }
         const float *lg = dt_runstate_logits(rs);
         for (int r = 0; r < sm->n_queries; r++) {
-            const needle_query *q = &sm->queries[r];
+            const dt_needle_query *q = &sm->queries[r];
             int first = an_tokens_before(e, q->prompt_end_offset);
             int stop = an_tokens_covering(e, q->prompt_end_offset + q->answer_length);
             int good = 1;
@@ -337,7 +337,7 @@ int an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *
         }
     }
     dt_runstate_free(rs);
-    needle_encoded_free(enc, ns);
+    dt_needle_encoded_free(enc, ns);
     *correct = ok;
     *total = all;
     return 0;
@@ -345,8 +345,8 @@ int an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *
 
 /* ---------------------------------------------------------------- allocation */
 
-void an_alloc_row(const float *a1, const float *a2, float lambda, int T, int row, int ctx_len, int span0, int span_len,
-                  an_alloc_sums *out) {
+void dt_an_alloc_row(const float *a1, const float *a2, float lambda, int T, int row, int ctx_len, int span0, int span_len,
+                  dt_an_alloc_sums *out) {
     memset(out, 0, sizeof *out);
     const float *r1 = a1 + (size_t)row * T, *r2 = a2 ? a2 + (size_t)row * T : NULL;
     for (int j = 0; j <= row && j < T; j++) {
@@ -363,12 +363,12 @@ void an_alloc_row(const float *a1, const float *a2, float lambda, int T, int row
     }
 }
 
-double an_alloc_answer_share(const an_alloc_sums *s) { return s->context_abs > 0 ? s->span / s->context_abs : 0.0; }
-double an_alloc_noise_share(const an_alloc_sums *s) {
+double dt_an_alloc_answer_share(const dt_an_alloc_sums *s) { return s->context_abs > 0 ? s->span / s->context_abs : 0.0; }
+double dt_an_alloc_noise_share(const dt_an_alloc_sums *s) {
     return s->context_abs > 0 ? (s->context_abs - s->span_abs) / s->context_abs : 0.0;
 }
 
-void an_allocation_free(an_allocation *a) {
+void dt_an_allocation_free(dt_an_allocation *a) {
     free(a->answer_share);
     free(a->noise_share);
     free(a->span);
@@ -379,8 +379,8 @@ void an_allocation_free(an_allocation *a) {
     memset(a, 0, sizeof *a);
 }
 
-int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int max_samples,
-                      an_allocation *out, dt_error *err) {
+int dt_an_allocation_run(const dt_model *m, const dt_tok *tok, const dt_needle_testset *ts, int max_samples,
+                      dt_an_allocation *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     const dt_config *c = &m->cfg;
     const int L = c->num_hidden_layers, H = c->num_attention_heads, diff = c->arch == DT_ARCH_DIFF;
@@ -393,7 +393,7 @@ int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset
     dt_run_options o = {.kernel = DT_ATTENTION_REFERENCE};
     dt_runstate *rs = dt_runstate_create_with(m, 1, T, &o, err);
     if (!rs) {
-        needle_encoded_free(enc, ns);
+        dt_needle_encoded_free(enc, ns);
         return -1;
     }
     double **fields[] = {&out->answer_share, &out->noise_share, &out->span, &out->span_abs,
@@ -410,13 +410,13 @@ int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset
     out->samples = ns;
     long nrows = 0;
     for (int s = 0; s < ns; s++) {
-        const needle_sample *sm = &ts->samples[s];
+        const dt_needle_sample *sm = &ts->samples[s];
         const an_tokens *e = &enc[s];
         const int len = e->n, ctx_len = an_tokens_before(e, sm->context_length);
         if (dt_forward(m, rs, e->ids, NULL, 1, len, NULL, err) != 0) goto fail;
         for (int r = 0; r < sm->n_queries; r++) {
-            const needle_query *q = &sm->queries[r];
-            const needle_needle *nd = &sm->needles[q->needle];
+            const dt_needle_query *q = &sm->queries[r];
+            const dt_needle_needle *nd = &sm->needles[q->needle];
             /* in tokens: the row predicting the answer's first token, the tokens overlapping the value */
             const int row = an_tokens_before(e, q->prompt_end_offset) - 1;
             const int span0 = an_tokens_before(e, nd->value_offset);
@@ -427,10 +427,10 @@ int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset
                 for (int h = 0; h < heads; h++) {
                     const float *a1 = att + (size_t)h * len * len;
                     const float *a2 = diff ? att + (size_t)(h + heads) * len * len : NULL;
-                    an_alloc_sums sums;
-                    an_alloc_row(a1, a2, lambda, len, row, ctx_len, span0, span_len, &sums);
-                    out->answer_share[l] += an_alloc_answer_share(&sums);
-                    out->noise_share[l] += an_alloc_noise_share(&sums);
+                    dt_an_alloc_sums sums;
+                    dt_an_alloc_row(a1, a2, lambda, len, row, ctx_len, span0, span_len, &sums);
+                    out->answer_share[l] += dt_an_alloc_answer_share(&sums);
+                    out->noise_share[l] += dt_an_alloc_noise_share(&sums);
                     out->span[l] += sums.span;
                     out->span_abs[l] += sums.span_abs;
                     out->context[l] += sums.context;
@@ -448,13 +448,13 @@ int an_allocation_run(const dt_model *m, const dt_tok *tok, const needle_testset
         out->mean_answer_share += out->answer_share[l] / L;
         out->mean_noise_share += out->noise_share[l] / L;
     }
-    needle_encoded_free(enc, ns);
+    dt_needle_encoded_free(enc, ns);
     dt_runstate_free(rs);
     return 0;
 fail:
-    needle_encoded_free(enc, ns);
+    dt_needle_encoded_free(enc, ns);
     dt_runstate_free(rs);
-    an_allocation_free(out);
+    dt_an_allocation_free(out);
     return -1;
 }
 
@@ -465,13 +465,13 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-int an_spikes(const double *g, int n, int *flags) {
-    double win[AN_SPIKE_WINDOW];
+int dt_an_spikes(const double *g, int n, int *flags) {
+    double win[DT_AN_SPIKE_WINDOW];
     int count = 0;
     for (int i = 0; i < n; i++) {
         flags[i] = 0;
-        if (i < AN_SPIKE_MIN_HISTORY) continue;
-        int k = i < AN_SPIKE_WINDOW ? i : AN_SPIKE_WINDOW;
+        if (i < DT_AN_SPIKE_MIN_HISTORY) continue;
+        int k = i < DT_AN_SPIKE_WINDOW ? i : DT_AN_SPIKE_WINDOW;
         double mean = 0, var = 0;
         for (int j = 0; j < k; j++) {
             win[j] = g[i - k + j];
@@ -490,7 +490,7 @@ int an_spikes(const double *g, int n, int *flags) {
     return count;
 }
 
-void an_training_free(an_training *t) {
+void dt_an_training_free(dt_an_training *t) {
     free(t->lambda_first);
     free(t->lambda_last);
     free(t->lambda_min);
@@ -545,7 +545,7 @@ static int get_number(const cJSON *o, const char *name, double *v) {
     return 0;
 }
 
-int an_training_load(const char *path, an_training *out, dt_error *err) {
+int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     out->arch = -1;
     out->final_val_loss = NAN;
@@ -661,7 +661,7 @@ int an_training_load(const char *path, an_training *out, dt_error *err) {
         dt_fail(err, "out of memory");
         goto fail;
     }
-    out->spikes = an_spikes(gn, n, flags);
+    out->spikes = dt_an_spikes(gn, n, flags);
     out->spike_steps = malloc((size_t)(out->spikes > 0 ? out->spikes : 1) * sizeof(int));
     if (!out->spike_steps) {
         free(flags);
@@ -679,13 +679,13 @@ fail:
     free(gn);
     free(steps);
     free(text);
-    an_training_free(out);
+    dt_an_training_free(out);
     return -1;
 }
 
 /* ---------------------------------------------------------------- JSON */
 
-int an_write_json(const char *path, void *json, dt_error *err) {
+int dt_an_write_json(const char *path, void *json, dt_error *err) {
     char *s = cJSON_Print((cJSON *)json);
     if (!s) return dt_fail(err, "%s: out of memory formatting the JSON", path);
     dt_atomic_file f;

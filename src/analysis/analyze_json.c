@@ -2,7 +2,7 @@
  * `difftrans analyze ... --json` writes per model and what the compare report (report_json.c)
  * writes per run are the same objects. A NaN (a measure that could not be taken) becomes null.
  * Each function adds to the object it is given and returns 0, or -1 when out of memory.
- * (Weight quantisation's rows have theirs beside the analysis: an_wq_rows_json in wquant.c.) */
+ * (Weight quantisation's rows have theirs beside the analysis: dt_an_wq_rows_json in wquant.c.) */
 #include <cjson/cJSON.h>
 #include <math.h>
 
@@ -25,7 +25,7 @@ static int add_item(cJSON *o, const char *k, cJSON *item) {
     return 0;
 }
 
-cJSON *an_abs_stats_json(const an_abs_stats *s) {
+cJSON *dt_an_abs_stats_json(const dt_an_abs_stats *s) {
     cJSON *o = cJSON_CreateObject();
     int ok = o && add_num(o, "top1", s->top1) && add_num(o, "top10", s->top10) && add_num(o, "median", s->median) &&
              cJSON_AddNumberToObject(o, "count", (double)s->count);
@@ -33,21 +33,21 @@ cJSON *an_abs_stats_json(const an_abs_stats *s) {
     return ok ? o : NULL;
 }
 
-int an_outliers_add_json(cJSON *o, const an_outliers *r) {
+int dt_an_outliers_add_json(cJSON *o, const dt_an_outliers *r) {
     int ok = cJSON_AddNumberToObject(o, "windows", r->windows) && cJSON_AddNumberToObject(o, "seq", r->seq) &&
-             add_item(o, "attention_logits", an_abs_stats_json(&r->logits)) &&
-             add_item(o, "hidden_states", an_abs_stats_json(&r->hidden));
+             add_item(o, "attention_logits", dt_an_abs_stats_json(&r->logits)) &&
+             add_item(o, "hidden_states", dt_an_abs_stats_json(&r->hidden));
     if (ok && r->layer_logit_max)
         ok = add_array(o, "layer_logit_max", r->layer_logit_max, r->n_layers) &&
              add_array(o, "layer_hidden_max", r->layer_hidden_max, r->n_layers + 1);
     return ok ? 0 : -1;
 }
 
-cJSON *an_quant_rows_json(const an_quant_row *rows, int n) {
+cJSON *dt_an_quant_rows_json(const dt_an_quant_row *rows, int n) {
     cJSON *a = cJSON_CreateArray();
     int ok = a != NULL;
     for (int i = 0; ok && i < n; i++) {
-        const an_quant_row *q = &rows[i];
+        const dt_an_quant_row *q = &rows[i];
         cJSON *r = cJSON_CreateObject();
         ok = r && cJSON_AddItemToArray(a, r);
         if (!ok) cJSON_Delete(r);
@@ -62,7 +62,7 @@ cJSON *an_quant_rows_json(const an_quant_row *rows, int n) {
     return ok ? a : NULL;
 }
 
-int an_allocation_add_json(cJSON *o, const an_allocation *a) {
+int dt_an_allocation_add_json(cJSON *o, const dt_an_allocation *a) {
     int ok = cJSON_AddNumberToObject(o, "heads", a->heads) && cJSON_AddNumberToObject(o, "samples", a->samples) &&
              cJSON_AddNumberToObject(o, "rows", a->rows) && add_num(o, "answer_share", a->mean_answer_share) &&
              add_num(o, "noise_share", a->mean_noise_share);
@@ -76,7 +76,7 @@ int an_allocation_add_json(cJSON *o, const an_allocation *a) {
     return ok ? 0 : -1;
 }
 
-int an_training_add_json(cJSON *o, const an_training *t) {
+int dt_an_training_add_json(cJSON *o, const dt_an_training *t) {
     int ok = cJSON_AddNumberToObject(o, "steps_logged", t->n_steps) &&
              cJSON_AddNumberToObject(o, "first_step", t->first_step) &&
              cJSON_AddNumberToObject(o, "last_step", t->last_step) && add_num(o, "final_train_loss", t->final_train_loss) &&
@@ -93,7 +93,7 @@ int an_training_add_json(cJSON *o, const an_training *t) {
     return ok ? 0 : -1;
 }
 
-int icl_result_add_json(cJSON *o, const icl_result *r) {
+int dt_icl_result_add_json(cJSON *o, const dt_icl_result *r) {
     int ok = 1;
     if (r->accuracy) ok = add_array(o, "accuracy", r->accuracy, r->permutations);
     ok = ok && add_num(o, "mean", r->mean) && add_num(o, "std", r->std) && add_num(o, "min", r->min) &&

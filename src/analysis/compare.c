@@ -24,7 +24,7 @@
 #include "analysis/report.h"
 #include "analysis/textbuf.h"
 
-void cmp_options_default(cmp_options *o, int quick) {
+void dt_cmp_options_default(dt_cmp_options *o, int quick) {
     memset(o, 0, sizeof *o);
     o->preset = "tiny";
     /* The retrieval tasks are found between steps 1200 and 2700 if at all; at 6000 steps 4 of 8
@@ -38,7 +38,7 @@ void cmp_options_default(cmp_options *o, int quick) {
     o->n_variants = 2;
     o->variants[0] = "diff";
     o->variants[1] = "transformer";
-    o->tasks = (1 << TK_RECALL) | (1 << TK_DEPTH) | (1 << TK_ICL);
+    o->tasks = (1 << DT_TASK_RECALL) | (1 << DT_TASK_DEPTH) | (1 << DT_TASK_ICL);
     o->task_ratio = 0.95;
     o->task_examples = quick ? 4 : 32;
     o->curve_points = quick ? 3 : 10;
@@ -69,7 +69,7 @@ static const variant *find_variant(const char *name) {
     return NULL;
 }
 
-const char *cmp_variant_names(void) {
+const char *dt_cmp_variant_names(void) {
     return "diff, transformer, diff-subln, or diff+ABLATION / transformer+ABLATION / ABLATION (on DIFF) with "
            "ABLATION one of dt_config_ablation's names";
 }
@@ -80,7 +80,7 @@ static const char *variant_display(const char *name) {
     return v ? v->display : name;
 }
 
-int cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_error *err) {
+int dt_cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_error *err) {
     dt_config c;
     if (dt_config_preset(&c, preset, DT_ARCH_DIFF, err) != 0) return -1;
     const variant *v = find_variant(name);
@@ -111,7 +111,7 @@ int cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_
 
 /* Shared by concurrent trainings: every field below mu is guarded by it. */
 typedef struct {
-    const cmp_options *o;
+    const dt_cmp_options *o;
     double total, t0;
     pthread_mutex_t mu;
     double *job_done;    /* [n_jobs] steps done by each training */
@@ -168,9 +168,9 @@ typedef struct {
 } job;
 
 typedef struct {
-    const cmp_options *o;
+    const dt_cmp_options *o;
     const char *train_path;
-    const tk_mix *mix;
+    const dt_task_mix *mix;
     progress *p;
     job *jobs;
     int n_jobs, next, threads_per_job;
@@ -180,7 +180,7 @@ typedef struct {
 typedef struct {
     pool *pl;
     int j;
-    tk_eval_options eval; /* a smaller evaluation set than the final one */
+    dt_task_eval_options eval; /* a smaller evaluation set than the final one */
     int every;
 } run_ctx;
 
@@ -198,22 +198,22 @@ static int on_eval(void *ctx, int step, const dt_model *m, dt_error *err) {
         return 0;
     rp_curve_point *pt = &jb->curve[jb->n_curve];
     pt->step = step;
-    tk_eval_options eo = rc->eval;
+    dt_task_eval_options eo = rc->eval;
     eo.max_len = m->cfg.max_position_embeddings;
-    for (int k = 0; k < TK_N_TASKS; k++) {
+    for (int k = 0; k < DT_N_TASKS; k++) {
         pt->accuracy[k] = NAN;
         if (!(tasks & (1 << k))) continue;
-        tk_result r;
-        if (tk_evaluate(m, (tk_kind)k, &eo, &r, err) != 0) return -1;
+        dt_task_result r;
+        if (dt_task_evaluate(m, (dt_task_kind)k, &eo, &r, err) != 0) return -1;
         pt->accuracy[k] = r.accuracy;
-        tk_result_free(&r);
+        dt_task_result_free(&r);
     }
     jb->n_curve++;
     return 0;
 }
 
 static int train_job(pool *pl, int j) {
-    const cmp_options *o = pl->o;
+    const dt_cmp_options *o = pl->o;
     job *jb = &pl->jobs[j];
     dt_train_options t;
     dt_train_defaults(&t);
@@ -234,14 +234,14 @@ static int train_job(pool *pl, int j) {
     t.quiet = 1;
     t.stop = &pl->stop;
     if (pl->mix && o->tasks) {
-        t.batch_hook = tk_mix_batch;
+        t.batch_hook = dt_task_mix_batch;
         t.batch_ctx = (void *)pl->mix;
     }
     run_ctx rc = {.pl = pl, .j = j};
     int points = o->curve_points > 0 ? o->curve_points : 1;
     int k = (20 + points - 1) / points; /* curve points fall on evaluation steps: every k-th one */
     rc.every = t.eval_interval * (k > 0 ? k : 1);
-    rc.eval = (tk_eval_options){.train_len = o->seq, .per_cell = o->quick ? 2 : 8, .seed = o->seed ^ 0xC0A1ull,
+    rc.eval = (dt_task_eval_options){.train_len = o->seq, .per_cell = o->quick ? 2 : 8, .seed = o->seed ^ 0xC0A1ull,
                                 .filler = pl->mix ? pl->mix->filler : NULL, .filler_n = pl->mix ? pl->mix->filler_n : 0,
                                 .symbols = pl->mix ? pl->mix->symbols : NULL};
     t.eval_hook = on_eval;
@@ -328,18 +328,18 @@ static int concat_files(const char *a, const char *b, const char *out, dt_error 
 
 /* The long-form needle set sized for the model's context: a context of 5/8 of it (at most 4096
  * bytes), up to 6 needles and 2 queries of 64 bytes each in the rest. */
-static int needle_set(const cmp_options *o, const dt_config *c, const char *dir, needle_params *np, dt_error *err) {
+static int needle_set(const dt_cmp_options *o, const dt_config *c, const char *dir, dt_needle_params *np, dt_error *err) {
     const int maxp = c->max_position_embeddings;
     int ctx = maxp * 5 / 8;
     if (ctx > 4096) ctx = 4096;
-    int needles = ctx / NEEDLE_UNIT_MAX;
+    int needles = ctx / DT_NEEDLE_UNIT_MAX;
     if (needles > 6) needles = 6;
     int queries = (maxp - ctx) / 64;
     if (queries > 2) queries = 2;
     if (queries > needles) queries = needles;
     if (needles < 1 || queries < 1)
         return dt_fail(err, "needle: preset %s's context (%d bytes) is too short for a needle set", o->preset, maxp);
-    needle_params_default(np);
+    dt_needle_params_default(np);
     np->n_contexts = 1;
     np->contexts[0] = ctx;
     np->needles = needles;
@@ -347,15 +347,15 @@ static int needle_set(const cmp_options *o, const dt_config *c, const char *dir,
     np->n_train = o->quick ? 40 : 400;
     np->n_test = o->quick ? 10 : 50;
     np->seed = o->seed;
-    if (needle_params_validate(np, err) != 0) return -1;
-    needle_corpus corpus = {0};
-    if (needle_corpus_load(&corpus, o->data, err) != 0) return -1;
-    int rc = needle_write_dataset(np, &corpus, o->data, dir, err);
-    needle_corpus_free(&corpus);
+    if (dt_needle_params_validate(np, err) != 0) return -1;
+    dt_needle_corpus corpus = {0};
+    if (dt_needle_corpus_load(&corpus, o->data, err) != 0) return -1;
+    int rc = dt_needle_write_dataset(np, &corpus, o->data, dir, err);
+    dt_needle_corpus_free(&corpus);
     return rc;
 }
 
-static int run_dir(char *out, size_t cap, const cmp_options *o, const char *key, int s, dt_error *err) {
+static int run_dir(char *out, size_t cap, const dt_cmp_options *o, const char *key, int s, dt_error *err) {
     char name[96];
     if (s == 0) snprintf(name, sizeof name, "%s", key);
     else snprintf(name, sizeof name, "%s-seed%d", key, s);
@@ -364,7 +364,7 @@ static int run_dir(char *out, size_t cap, const cmp_options *o, const char *key,
 
 /* ---------------------------------------------------------------- the run */
 
-static int check(const cmp_options *o, dt_config *cfgs, dt_error *err) {
+static int check(const dt_cmp_options *o, dt_config *cfgs, dt_error *err) {
     if (!o->data && !o->tokens) return dt_fail(err, "data: a training text file (or a token dataset) is required");
     if (o->data && o->tokens) return dt_fail(err, "data and tokens: give one of them");
     if (o->tokens && o->tokenizer)
@@ -384,7 +384,7 @@ static int check(const cmp_options *o, dt_config *cfgs, dt_error *err) {
     for (int v = 0; v < o->n_variants; v++) {
         for (int w = 0; w < v; w++)
             if (strcmp(o->variants[v], o->variants[w]) == 0) return dt_fail(err, "variant '%s' is named twice", o->variants[v]);
-        if (cmp_variant_config(o->variants[v], o->preset, &cfgs[v], err) != 0) return -1;
+        if (dt_cmp_variant_config(o->variants[v], o->preset, &cfgs[v], err) != 0) return -1;
         if (o->seq > cfgs[v].max_position_embeddings)
             return dt_fail(err, "seq %d: more than preset %s's max_position_embeddings %d", o->seq, o->preset,
                            cfgs[v].max_position_embeddings);
@@ -402,7 +402,7 @@ static int check(const cmp_options *o, dt_config *cfgs, dt_error *err) {
 /* The training text as the models read it, *n_train of it the training part and the rest the
  * held-out tail dt_train validates on: bytes, the text through the tokenizer, or the token
  * dataset's train split followed by its val split. */
-static int load_training_tokens(const cmp_options *o, const char *train_path, int **tok, size_t *n, size_t *n_train,
+static int load_training_tokens(const dt_cmp_options *o, const char *train_path, int **tok, size_t *n, size_t *n_train,
                                 dt_error *err) {
     dt_train_options defaults;
     dt_train_defaults(&defaults);
@@ -436,8 +436,8 @@ static int load_training_tokens(const cmp_options *o, const char *train_path, in
     return 0;
 }
 
-/* cmp_run after the checks, with the progress state and the job table allocated. */
-static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_symbols *symbols, progress *p, job *jobs,
+/* dt_cmp_run after the checks, with the progress state and the job table allocated. */
+static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt_task_symbols *symbols, progress *p, job *jobs,
                         dt_error *err) {
     const int n_main = o->n_variants * o->seeds;
     int *tok = NULL;
@@ -446,8 +446,8 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_sy
     /* the training text: the data, plus the needle set's training samples with needle */
     char needle_dir[4200], needle_train[4300], train_txt[4200];
     const char *train_path = o->data ? o->data : o->tokens;
-    needle_testset ts = {0};
-    needle_params np = {0};
+    dt_needle_testset ts = {0};
+    dt_needle_params np = {0};
     if (o->needle) {
         if (tb_path(needle_dir, sizeof needle_dir, o->out, "needle", err) ||
             tb_path(needle_train, sizeof needle_train, needle_dir, "train.txt", err) ||
@@ -456,14 +456,14 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_sy
         report_progress(p, "writing the needle set into %s", needle_dir);
         dt_config c0;
         if (dt_config_preset(&c0, o->preset, DT_ARCH_DIFF, err) != 0 || needle_set(o, &c0, needle_dir, &np, err) != 0 ||
-            concat_files(o->data, needle_train, train_txt, err) != 0 || needle_load_testset(&ts, needle_dir, err) != 0)
+            concat_files(o->data, needle_train, train_txt, err) != 0 || dt_needle_load_testset(&ts, needle_dir, err) != 0)
             return -1;
         train_path = train_txt;
         for (int i = 0; i < ts.n; i++)
             if (ts.samples[i].text_length > c0.max_position_embeddings) {
                 dt_fail(err, "needle: %s sample %d is %d bytes, more than the model's context %d", ts.path, i,
                         ts.samples[i].text_length, c0.max_position_embeddings);
-                needle_testset_free(&ts);
+                dt_needle_testset_free(&ts);
                 return -1;
             }
     }
@@ -471,7 +471,7 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_sy
     /* the held-out tail (dt_train's validation split) for the analyses, and the task filler (the training part) */
     size_t n_train = 0;
     if (load_training_tokens(o, train_path, &tok, &n, &n_train, err) != 0) {
-        needle_testset_free(&ts);
+        dt_needle_testset_free(&ts);
         return -1;
     }
     const size_t tail = n - n_train;
@@ -482,7 +482,7 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_sy
         rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
                      tail, o->seq + 1);
     /* depth's filler: the training part, in the runs' tokens (bytes, or ids of the vocabulary) */
-    const tk_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = TK_MIX_PAIRS, .filler = tok,
+    const dt_task_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = DT_TASK_MIX_PAIRS, .filler = tok,
                         .filler_n = n_train, .symbols = symbols};
 
     /* every variant × seed: train, then analyse */
@@ -514,7 +514,7 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_sy
             job *jb = &jobs[n_main + 2 * i + k];
             jb->seed = o->seed;
             snprintf(jb->what, sizeof jb->what, "%s at size %s", k ? "Transformer" : "DIFF", o->sizes[i]);
-            rc = cmp_variant_config(k ? "transformer" : "diff", o->sizes[i], &jb->cfg, err);
+            rc = dt_cmp_variant_config(k ? "transformer" : "diff", o->sizes[i], &jb->cfg, err);
             if (rc == 0) rc = tb_path(jb->dir, sizeof jb->dir, sd, k ? "transformer" : "diff", err);
         }
     }
@@ -562,11 +562,11 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_sy
         r.size_names[1 + i] = o->sizes[i];
         for (int k = 0; k < 2 && rc == 0; k++) {
             const job *jb = &jobs[n_main + 2 * i + k];
-            an_training t;
+            dt_an_training t;
             r.size_params[1 + i][k] = (double)dt_config_param_count(&jb->cfg);
-            if ((rc = an_training_load(jb->dir, &t, err)) == 0) {
+            if ((rc = dt_an_training_load(jb->dir, &t, err)) == 0) {
                 r.size_loss[1 + i][k] = t.final_val_loss;
-                an_training_free(&t);
+                dt_an_training_free(&t);
             }
         }
     }
@@ -577,11 +577,11 @@ static int compare_with(const cmp_options *o, const dt_config *cfgs, const tk_sy
     for (int i = 0; runs && i < n_main; i++) rp_model_free(&runs[i]);
     free(runs);
     free(tok);
-    needle_testset_free(&ts);
+    dt_needle_testset_free(&ts);
     return rc;
 }
 
-int cmp_run(const cmp_options *o, dt_error *err) {
+int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     dt_config cfgs[RP_MAX_VARIANTS];
     if (check(o, cfgs, err) != 0) return -1;
     if (o->tokens) {
@@ -594,17 +594,17 @@ int cmp_run(const cmp_options *o, dt_error *err) {
         free(tok);
     }
     /* a real vocabulary: the tokens of the tasks' symbols, before any work (a symbol without one is refused) */
-    tk_symbols symbols = {0}, *sym = NULL;
+    dt_task_symbols symbols = {0}, *sym = NULL;
     if (o->tokenizer || o->tokens) {
         dt_tok *t = NULL;
         if (dt_tok_load(&t, o->tokenizer ? o->tokenizer : o->tokens, err) != 0) return -1;
-        int rc = o->tasks ? tk_symbols_from_tokenizer(&symbols, t, err) : 0;
+        int rc = o->tasks ? dt_task_symbols_from_tokenizer(&symbols, t, err) : 0;
         dt_tok_free(t);
         if (rc != 0) return -1;
         if (o->tasks) sym = &symbols;
     }
     if (make_dir(o->out, err) != 0) {
-        tk_symbols_free(&symbols);
+        dt_task_symbols_free(&symbols);
         return -1;
     }
 
@@ -622,6 +622,6 @@ int cmp_run(const cmp_options *o, dt_error *err) {
     }
     free(p.job_done);
     free(jobs);
-    tk_symbols_free(&symbols);
+    dt_task_symbols_free(&symbols);
     return rc;
 }

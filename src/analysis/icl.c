@@ -10,10 +10,10 @@
 
 static const char *const label_names[2] = {"red", "blue"};
 
-void icl_params_default(icl_params *p) { *p = (icl_params){.shots = 8, .permutations = 6, .queries = 32, .seed = 1}; }
+void dt_icl_params_default(dt_icl_params *p) { *p = (dt_icl_params){.shots = 8, .permutations = 6, .queries = 32, .seed = 1}; }
 
-int icl_label_of(const char *word) { return word[0] <= 'm' ? 0 : 1; }
-const char *icl_label_name(int label) { return label_names[label & 1]; }
+int dt_icl_label_of(const char *word) { return word[0] <= 'm' ? 0 : 1; }
+const char *dt_icl_label_name(int label) { return label_names[label & 1]; }
 
 /* A word of the given label, 3–7 letters. */
 static void make_word(uint64_t *rng, int label, char *w) {
@@ -25,7 +25,7 @@ static void make_word(uint64_t *rng, int label, char *w) {
 
 /* Demonstration d (0..shots) or query q of the task: alternate labels so each half is balanced;
  * every item has its own random stream derived from the seed. */
-static void item(const icl_params *p, int kind, int index, char *w, int *label) {
+static void item(const dt_icl_params *p, int kind, int index, char *w, int *label) {
     uint64_t rng = p->seed * 0x9E3779B97F4A7C15ull + (uint64_t)kind * 1000003u + (uint64_t)index;
     dt_rng_next(&rng);
     *label = index & 1;
@@ -33,7 +33,7 @@ static void item(const icl_params *p, int kind, int index, char *w, int *label) 
 }
 
 /* order[0..shots) of permutation perm: Fisher–Yates from the permutation's own stream. */
-static void order_of(const icl_params *p, int perm, int *order) {
+static void order_of(const dt_icl_params *p, int perm, int *order) {
     uint64_t rng = p->seed ^ (0xC0FFEEull + 7919u * (uint64_t)perm);
     for (int i = 0; i < p->shots; i++) order[i] = i;
     for (int i = p->shots - 1; i > 0; i--) {
@@ -44,14 +44,14 @@ static void order_of(const icl_params *p, int perm, int *order) {
     }
 }
 
-int icl_prompt(const icl_params *p, int perm, int q, char *out, int cap, int *query_label) {
-    int order[ICL_MAX_SHOTS], len = 0, label;
-    char w[ICL_MAX_WORD];
-    if (p->shots > ICL_MAX_SHOTS) return -1;
+int dt_icl_prompt(const dt_icl_params *p, int perm, int q, char *out, int cap, int *query_label) {
+    int order[DT_ICL_MAX_SHOTS], len = 0, label;
+    char w[DT_ICL_MAX_WORD];
+    if (p->shots > DT_ICL_MAX_SHOTS) return -1;
     order_of(p, perm, order);
     for (int i = 0; i < p->shots; i++) {
         item(p, 0, order[i], w, &label);
-        int k = snprintf(out + len, (size_t)(cap - len), "Input: %s\nLabel: %s\n\n", w, icl_label_name(label));
+        int k = snprintf(out + len, (size_t)(cap - len), "Input: %s\nLabel: %s\n\n", w, dt_icl_label_name(label));
         if (k < 0 || k >= cap - len) return -1;
         len += k;
     }
@@ -61,7 +61,7 @@ int icl_prompt(const icl_params *p, int perm, int q, char *out, int cap, int *qu
     return len + k;
 }
 
-void icl_summarize(const double *acc, int n, double *mean, double *std, double *min, double *max) {
+void dt_icl_summarize(const double *acc, int n, double *mean, double *std, double *min, double *max) {
     double s = 0, ss = 0, lo = INFINITY, hi = -INFINITY;
     for (int i = 0; i < n; i++) {
         s += acc[i];
@@ -93,11 +93,11 @@ static double continuation_logprob(const float *logits, int V, const int *ids, i
  * the two share (for bytes: the prompt), after which each label's own tokens are scored. */
 static int encode_candidates(const dt_model *m, const dt_tok *tok, const char *text, int len, an_tokens cand[2],
                              int *common, dt_error *err) {
-    char buf[ICL_MAX_PROMPT + 8];
+    char buf[DT_ICL_MAX_PROMPT + 8];
     for (int b = 0; b < 2; b++) {
-        const char *lab = icl_label_name(b);
+        const char *lab = dt_icl_label_name(b);
         int n = snprintf(buf, sizeof buf, "%.*s%s", len, text, lab);
-        if (n < 0 || n >= (int)sizeof buf) return dt_fail(err, "internal: prompt longer than %d bytes", ICL_MAX_PROMPT);
+        if (n < 0 || n >= (int)sizeof buf) return dt_fail(err, "internal: prompt longer than %d bytes", DT_ICL_MAX_PROMPT);
         if (an_tokens_encode(tok, buf, n, "the in-context prompt", &cand[b], err) != 0) return -1;
         for (int i = 0; i < cand[b].n; i++)
             if (cand[b].ids[i] >= m->cfg.vocab_size)
@@ -112,10 +112,10 @@ static int encode_candidates(const dt_model *m, const dt_tok *tok, const char *t
     return 0;
 }
 
-int icl_run(const dt_model *m, const dt_tok *tok, const icl_params *p, icl_result *out, dt_error *err) {
+int dt_icl_run(const dt_model *m, const dt_tok *tok, const dt_icl_params *p, dt_icl_result *out, dt_error *err) {
     memset(out, 0, sizeof *out);
-    if (p->shots < 2 || p->shots > ICL_MAX_SHOTS || p->shots % 2)
-        return dt_fail(err, "--shots %d: must be even, in 2..%d", p->shots, ICL_MAX_SHOTS);
+    if (p->shots < 2 || p->shots > DT_ICL_MAX_SHOTS || p->shots % 2)
+        return dt_fail(err, "--shots %d: must be even, in 2..%d", p->shots, DT_ICL_MAX_SHOTS);
     if (p->queries < 2 || p->queries % 2) return dt_fail(err, "--queries %d: must be even and >= 2", p->queries);
     if (p->permutations < 1) return dt_fail(err, "--permutations %d: must be positive", p->permutations);
     if (!tok && m->cfg.vocab_size < 256) return dt_fail(err, "the task needs a byte-level vocabulary (>= 256 tokens)");
@@ -134,7 +134,7 @@ int icl_run(const dt_model *m, const dt_tok *tok, const icl_params *p, icl_resul
     for (int perm = 0; rc == 0 && perm < p->permutations; perm++) {
         int correct = 0;
         for (int q = 0; rc == 0 && q < p->queries; q++) {
-            int truth, len = icl_prompt(p, perm, q, text, cap, &truth), common = 0;
+            int truth, len = dt_icl_prompt(p, perm, q, text, cap, &truth), common = 0;
             if (len < 0) {
                 rc = dt_fail(err, "internal: prompt longer than %d bytes", cap);
                 break;
@@ -180,16 +180,16 @@ int icl_run(const dt_model *m, const dt_tok *tok, const icl_params *p, icl_resul
     free(text);
     free(tokens);
     if (rc != 0) {
-        icl_result_free(out);
+        dt_icl_result_free(out);
         return -1;
     }
     out->permutations = p->permutations;
     out->queries = p->queries;
-    icl_summarize(out->accuracy, out->permutations, &out->mean, &out->std, &out->min, &out->max);
+    dt_icl_summarize(out->accuracy, out->permutations, &out->mean, &out->std, &out->min, &out->max);
     return 0;
 }
 
-void icl_result_free(icl_result *r) {
+void dt_icl_result_free(dt_icl_result *r) {
     free(r->accuracy);
     r->accuracy = NULL;
 }

@@ -21,7 +21,7 @@
  *   "The magic number of " KEY " is " VALUE "."
  *
  * plus one separator byte (see "Placement"), so it takes 26 + len(KEY) + len(VALUE) bytes of the
- * context, at most NEEDLE_UNIT_MAX = 39. The filler is the other F = context_length − Σ needle
+ * context, at most DT_NEEDLE_UNIT_MAX = 39. The filler is the other F = context_length − Σ needle
  * bytes: consecutive corpus bytes (see "Corpus").
  *
  * Keys: lowercase ASCII words of 4..8 letters (length and letters uniform) from the sample's
@@ -71,7 +71,7 @@
  *
  * splitmix64 (dt_rng_next) throughout. From --seed S: train_seed, test_seed = the first two
  * outputs of a stream at S. Sample i of a set gets seed_i = output i of its set's stream, and
- * needle_generate_sample(p, context, depth, seed_i, corpus) rebuilds it from that seed alone
+ * dt_needle_generate_sample(p, context, depth, seed_i, corpus) rebuilds it from that seed alone
  * (draw order: keys, values, filler start, positions of needles 1..N−1; the needle of interest is
  * placed without drawing). Sample i of a set has
  * the cell (contexts[i / n_depths mod n_contexts], depths[i mod n_depths]): round-robin over the
@@ -88,7 +88,7 @@
 
 /* ---------------------------------------------------------------- parameters */
 
-void needle_params_default(needle_params *p) {
+void dt_needle_params_default(dt_needle_params *p) {
     memset(p, 0, sizeof *p);
     p->n_contexts = 2;
     p->contexts[0] = 512;
@@ -102,23 +102,23 @@ void needle_params_default(needle_params *p) {
     p->seed = 42;
 }
 
-int needle_params_validate(const needle_params *p, dt_error *err) {
-    if (p->needles < 1 || p->needles > NEEDLE_MAX_NEEDLES)
-        return dt_fail(err, "needles = %d: must be in 1..%d", p->needles, NEEDLE_MAX_NEEDLES);
+int dt_needle_params_validate(const dt_needle_params *p, dt_error *err) {
+    if (p->needles < 1 || p->needles > DT_NEEDLE_MAX_NEEDLES)
+        return dt_fail(err, "needles = %d: must be in 1..%d", p->needles, DT_NEEDLE_MAX_NEEDLES);
     if (p->queries < 1 || p->queries > p->needles)
         return dt_fail(err, "queries = %d: must be in 1..needles (%d)", p->queries, p->needles);
-    if (p->n_contexts < 1 || p->n_contexts > NEEDLE_MAX_LIST)
-        return dt_fail(err, "%d context lengths: must be 1..%d", p->n_contexts, NEEDLE_MAX_LIST);
-    if (p->n_depths < 1 || p->n_depths > NEEDLE_MAX_LIST)
-        return dt_fail(err, "%d depths: must be 1..%d", p->n_depths, NEEDLE_MAX_LIST);
-    const int need = p->needles * NEEDLE_UNIT_MAX;
+    if (p->n_contexts < 1 || p->n_contexts > DT_NEEDLE_MAX_LIST)
+        return dt_fail(err, "%d context lengths: must be 1..%d", p->n_contexts, DT_NEEDLE_MAX_LIST);
+    if (p->n_depths < 1 || p->n_depths > DT_NEEDLE_MAX_LIST)
+        return dt_fail(err, "%d depths: must be 1..%d", p->n_depths, DT_NEEDLE_MAX_LIST);
+    const int need = p->needles * DT_NEEDLE_UNIT_MAX;
     for (int i = 0; i < p->n_contexts; i++) {
-        if (p->contexts[i] > NEEDLE_MAX_CONTEXT)
-            return dt_fail(err, "context length %d: at most %d bytes", p->contexts[i], NEEDLE_MAX_CONTEXT);
+        if (p->contexts[i] > DT_NEEDLE_MAX_CONTEXT)
+            return dt_fail(err, "context length %d: at most %d bytes", p->contexts[i], DT_NEEDLE_MAX_CONTEXT);
         if (p->contexts[i] < need)
             return dt_fail(err,
                            "context length %d is too small to hold %d needles of up to %d bytes each (needs >= %d)",
-                           p->contexts[i], p->needles, NEEDLE_UNIT_MAX, need);
+                           p->contexts[i], p->needles, DT_NEEDLE_UNIT_MAX, need);
         for (int j = 0; j < i; j++)
             if (p->contexts[j] == p->contexts[i]) return dt_fail(err, "context length %d is listed twice", p->contexts[i]);
     }
@@ -128,21 +128,21 @@ int needle_params_validate(const needle_params *p, dt_error *err) {
         for (int j = 0; j < i; j++)
             if (p->depths[j] == p->depths[i]) return dt_fail(err, "depth %g is listed twice", p->depths[i]);
     }
-    if (p->n_train < 0 || p->n_train > NEEDLE_MAX_SAMPLES)
-        return dt_fail(err, "train = %d: must be in 0..%d", p->n_train, NEEDLE_MAX_SAMPLES);
-    if (p->n_test < 0 || p->n_test > NEEDLE_MAX_SAMPLES)
-        return dt_fail(err, "test = %d: must be in 0..%d", p->n_test, NEEDLE_MAX_SAMPLES);
+    if (p->n_train < 0 || p->n_train > DT_NEEDLE_MAX_SAMPLES)
+        return dt_fail(err, "train = %d: must be in 0..%d", p->n_train, DT_NEEDLE_MAX_SAMPLES);
+    if (p->n_test < 0 || p->n_test > DT_NEEDLE_MAX_SAMPLES)
+        return dt_fail(err, "test = %d: must be in 0..%d", p->n_test, DT_NEEDLE_MAX_SAMPLES);
     if (p->n_train + p->n_test == 0) return dt_fail(err, "train = test = 0: nothing to generate");
     return 0;
 }
 
-void needle_stream_seeds(uint64_t seed, uint64_t *train_seed, uint64_t *test_seed) {
+void dt_needle_stream_seeds(uint64_t seed, uint64_t *train_seed, uint64_t *test_seed) {
     uint64_t s = seed;
     *train_seed = dt_rng_next(&s);
     *test_seed = dt_rng_next(&s);
 }
 
-void needle_cell_of(const needle_params *p, long i, int *context_length, double *depth) {
+void dt_needle_cell_of(const dt_needle_params *p, long i, int *context_length, double *depth) {
     *depth = p->depths[i % p->n_depths];
     *context_length = p->contexts[(i / p->n_depths) % p->n_contexts];
 }
@@ -188,7 +188,7 @@ static void utf8_sanitize(unsigned char *s, size_t n) {
     }
 }
 
-int needle_corpus_from_bytes(needle_corpus *c, const void *data, size_t n, const char *what, dt_error *err) {
+int dt_needle_corpus_from_bytes(dt_needle_corpus *c, const void *data, size_t n, const char *what, dt_error *err) {
     memset(c, 0, sizeof *c);
     const unsigned char *in = data;
     unsigned char *out = malloc(n ? n : 1);
@@ -211,7 +211,7 @@ int needle_corpus_from_bytes(needle_corpus *c, const void *data, size_t n, const
     return 0;
 }
 
-void needle_corpus_free(needle_corpus *c) {
+void dt_needle_corpus_free(dt_needle_corpus *c) {
     free(c->bytes);
     memset(c, 0, sizeof *c);
 }
@@ -232,37 +232,37 @@ static int nearest_boundary(const unsigned char *f, int F, int t) {
     }
 }
 
-void needle_sample_free(needle_sample *s) {
+void dt_needle_sample_free(dt_needle_sample *s) {
     free(s->text);
     memset(s, 0, sizeof *s);
 }
 
 static int sentence_length(const char *key, const char *value) {
-    return (int)(strlen(NEEDLE_SENTENCE_HEAD) + strlen(key) + strlen(NEEDLE_SENTENCE_MID) + strlen(value) + 1);
+    return (int)(strlen(DT_NEEDLE_SENTENCE_HEAD) + strlen(key) + strlen(DT_NEEDLE_SENTENCE_MID) + strlen(value) + 1);
 }
 
 static int question_length(const char *key) {
-    return (int)(strlen(NEEDLE_QUESTION_HEAD) + strlen(key) + strlen(NEEDLE_QUESTION_TAIL));
+    return (int)(strlen(DT_NEEDLE_QUESTION_HEAD) + strlen(key) + strlen(DT_NEEDLE_QUESTION_TAIL));
 }
 
-int needle_generate_sample(const needle_params *p, int context_length, double depth, uint64_t seed,
-                           const needle_corpus *corpus, needle_sample *out, dt_error *err) {
+int dt_needle_generate_sample(const dt_needle_params *p, int context_length, double depth, uint64_t seed,
+                           const dt_needle_corpus *corpus, dt_needle_sample *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     const int N = p->needles, R = p->queries;
-    if (N < 1 || N > NEEDLE_MAX_NEEDLES) return dt_fail(err, "needles = %d: must be in 1..%d", N, NEEDLE_MAX_NEEDLES);
+    if (N < 1 || N > DT_NEEDLE_MAX_NEEDLES) return dt_fail(err, "needles = %d: must be in 1..%d", N, DT_NEEDLE_MAX_NEEDLES);
     if (R < 1 || R > N) return dt_fail(err, "queries = %d: must be in 1..needles (%d)", R, N);
     if (!(depth >= 0.0 && depth <= 1.0)) return dt_fail(err, "depth %g: must be in [0, 1]", depth);
-    if (context_length < N * NEEDLE_UNIT_MAX || context_length > NEEDLE_MAX_CONTEXT)
+    if (context_length < N * DT_NEEDLE_UNIT_MAX || context_length > DT_NEEDLE_MAX_CONTEXT)
         return dt_fail(err, "context length %d: must be in %d..%d for %d needles", context_length,
-                       N * NEEDLE_UNIT_MAX, NEEDLE_MAX_CONTEXT, N);
+                       N * DT_NEEDLE_UNIT_MAX, DT_NEEDLE_MAX_CONTEXT, N);
     if (!corpus || !corpus->bytes || corpus->n == 0) return dt_fail(err, "corpus is empty");
 
     uint64_t rng = seed;
-    char keys[NEEDLE_MAX_NEEDLES][NEEDLE_MAX_KEY + 1], values[NEEDLE_MAX_NEEDLES][NEEDLE_VALUE_DIGITS + 1];
+    char keys[DT_NEEDLE_MAX_NEEDLES][DT_NEEDLE_MAX_KEY + 1], values[DT_NEEDLE_MAX_NEEDLES][DT_NEEDLE_VALUE_DIGITS + 1];
     for (int i = 0; i < N; i++) {
         int fresh;
         do {
-            int len = NEEDLE_MIN_KEY + (int)rng_below(&rng, NEEDLE_MAX_KEY - NEEDLE_MIN_KEY + 1);
+            int len = DT_NEEDLE_MIN_KEY + (int)rng_below(&rng, DT_NEEDLE_MAX_KEY - DT_NEEDLE_MIN_KEY + 1);
             for (int k = 0; k < len; k++) keys[i][k] = (char)('a' + rng_below(&rng, 26));
             keys[i][len] = '\0';
             fresh = 1;
@@ -277,9 +277,9 @@ int needle_generate_sample(const needle_params *p, int context_length, double de
             for (int j = 0; j < i && fresh; j++) fresh = strcmp(values[i], values[j]) != 0;
         } while (!fresh);
     }
-    int unit[NEEDLE_MAX_NEEDLES], needle_bytes = 0;
+    int unit[DT_NEEDLE_MAX_NEEDLES], needle_bytes = 0;
     for (int i = 0; i < N; i++) needle_bytes += unit[i] = sentence_length(keys[i], values[i]) + 1;
-    const int F = context_length - needle_bytes; /* ≥ 0: context_length ≥ N · NEEDLE_UNIT_MAX */
+    const int F = context_length - needle_bytes; /* ≥ 0: context_length ≥ N · DT_NEEDLE_UNIT_MAX */
 
     /* Filler: from a uniform start moved to the next line start, F bytes, wrapping around. */
     const size_t n = corpus->n;
@@ -293,7 +293,7 @@ int needle_generate_sample(const needle_params *p, int context_length, double de
 
     /* The other needles: uniform filler positions moved to the nearest boundary, in order of
      * position (generation order on ties). */
-    int pos[NEEDLE_MAX_NEEDLES], order[NEEDLE_MAX_NEEDLES], m = 0;
+    int pos[DT_NEEDLE_MAX_NEEDLES], order[DT_NEEDLE_MAX_NEEDLES], m = 0;
     for (int i = 1; i < N; i++) {
         pos[i] = nearest_boundary(filler, F, (int)rng_below(&rng, (uint64_t)F + 1));
         int j = m++;
@@ -332,7 +332,7 @@ int needle_generate_sample(const needle_params *p, int context_length, double de
         free(filler);
         return dt_fail(err, "out of memory building a sample of %d bytes", text_length);
     }
-    int at = 0, fi = 0, slot_of[NEEDLE_MAX_NEEDLES];
+    int at = 0, fi = 0, slot_of[DT_NEEDLE_MAX_NEEDLES];
     for (int k = 0; k < N; k++) {
         const int i = order[k], p_i = pos[i];
         memcpy(text + at, filler + fi, (size_t)(p_i - fi));
@@ -340,15 +340,15 @@ int needle_generate_sample(const needle_params *p, int context_length, double de
         fi = p_i;
         const int lead = p_i == F && glue_end;
         if (lead) text[at++] = ' ';
-        needle_needle *nd = &out->needles[k];
+        dt_needle_needle *nd = &out->needles[k];
         snprintf(nd->key, sizeof nd->key, "%s", keys[i]);
         snprintf(nd->value, sizeof nd->value, "%s", values[i]);
         nd->offset = at;
         nd->length = unit[i] - 1;
-        nd->value_offset = at + (int)(strlen(NEEDLE_SENTENCE_HEAD) + strlen(keys[i]) + strlen(NEEDLE_SENTENCE_MID));
+        nd->value_offset = at + (int)(strlen(DT_NEEDLE_SENTENCE_HEAD) + strlen(keys[i]) + strlen(DT_NEEDLE_SENTENCE_MID));
         nd->value_length = (int)strlen(values[i]);
         /* snprintf writes a NUL after the sentence: room is there, the separator overwrites it */
-        snprintf(text + at, (size_t)(text_length + 1 - at), NEEDLE_SENTENCE_HEAD "%s" NEEDLE_SENTENCE_MID "%s.", keys[i], values[i]);
+        snprintf(text + at, (size_t)(text_length + 1 - at), DT_NEEDLE_SENTENCE_HEAD "%s" DT_NEEDLE_SENTENCE_MID "%s.", keys[i], values[i]);
         at += nd->length;
         if (!lead) text[at++] = (p_i == 0 || filler[p_i - 1] == '\n') ? '\n' : ' ';
         slot_of[i] = k;
@@ -358,10 +358,10 @@ int needle_generate_sample(const needle_params *p, int context_length, double de
     free(filler);
 
     for (int r = 0; r < R; r++) {
-        needle_query *q = &out->queries[r];
+        dt_needle_query *q = &out->queries[r];
         q->needle = slot_of[r];
         q->question_offset = at + 1;
-        at += snprintf(text + at, (size_t)(text_length + 1 - at), NEEDLE_QUESTION_HEAD "%s" NEEDLE_QUESTION_TAIL, keys[r]);
+        at += snprintf(text + at, (size_t)(text_length + 1 - at), DT_NEEDLE_QUESTION_HEAD "%s" DT_NEEDLE_QUESTION_TAIL, keys[r]);
         q->prompt_end_offset = at;
         q->answer_length = (int)strlen(values[r]);
         memcpy(text + at, values[r], (size_t)q->answer_length);
@@ -374,7 +374,7 @@ int needle_generate_sample(const needle_params *p, int context_length, double de
     }
     out->context_length = context_length;
     out->depth = depth;
-    const needle_needle *target = &out->needles[slot_of[0]];
+    const dt_needle_needle *target = &out->needles[slot_of[0]];
     const int room = context_length - target->length;
     out->needle_depth = room > 0 ? floor((double)target->offset / room * 1e6 + 0.5) / 1e6 : 0.0;
     out->seed = seed;
@@ -387,7 +387,7 @@ int needle_generate_sample(const needle_params *p, int context_length, double de
 
 /* ---------------------------------------------------------------- consistency */
 
-int needle_sample_check(const needle_sample *s, const char *where, dt_error *err) {
+int dt_needle_sample_check(const dt_needle_sample *s, const char *where, dt_error *err) {
     if (!s->text) return dt_fail(err, "%s: no text", where);
     if (s->text_length != (int)strlen(s->text))
         return dt_fail(err, "%s: text is %zu bytes, text_length says %d", where, strlen(s->text), s->text_length);
@@ -395,20 +395,20 @@ int needle_sample_check(const needle_sample *s, const char *where, dt_error *err
         return dt_fail(err, "%s: context_length %d: must be in 1..text length %d", where, s->context_length,
                        s->text_length);
     if (!(s->depth >= 0.0 && s->depth <= 1.0)) return dt_fail(err, "%s: depth %g: must be in [0, 1]", where, s->depth);
-    if (s->n_needles < 1 || s->n_needles > NEEDLE_MAX_NEEDLES)
-        return dt_fail(err, "%s: %d needles: must be 1..%d", where, s->n_needles, NEEDLE_MAX_NEEDLES);
+    if (s->n_needles < 1 || s->n_needles > DT_NEEDLE_MAX_NEEDLES)
+        return dt_fail(err, "%s: %d needles: must be 1..%d", where, s->n_needles, DT_NEEDLE_MAX_NEEDLES);
     if (s->n_queries < 1 || s->n_queries > s->n_needles)
         return dt_fail(err, "%s: %d queries: must be 1..needles (%d)", where, s->n_queries, s->n_needles);
     char buf[256];
     int prev_end = 0;
     for (int i = 0; i < s->n_needles; i++) {
-        const needle_needle *nd = &s->needles[i];
+        const dt_needle_needle *nd = &s->needles[i];
         const size_t klen = strlen(nd->key), vlen = strlen(nd->value);
         if (klen == 0 || vlen == 0) return dt_fail(err, "%s: needles[%d]: empty key or value", where, i);
         for (int j = 0; j < i; j++)
             if (!strcmp(s->needles[j].key, nd->key))
                 return dt_fail(err, "%s: needles[%d] and needles[%d] share the key '%s'", where, j, i, nd->key);
-        const int len = snprintf(buf, sizeof buf, NEEDLE_SENTENCE_HEAD "%s" NEEDLE_SENTENCE_MID "%s.", nd->key, nd->value);
+        const int len = snprintf(buf, sizeof buf, DT_NEEDLE_SENTENCE_HEAD "%s" DT_NEEDLE_SENTENCE_MID "%s.", nd->key, nd->value);
         if (nd->length != len)
             return dt_fail(err, "%s: needles[%d]: length %d, but its sentence has %d bytes", where, i, nd->length, len);
         if (nd->offset < prev_end || nd->offset > s->context_length - len)
@@ -416,7 +416,7 @@ int needle_sample_check(const needle_sample *s, const char *where, dt_error *err
                            where, i, nd->offset, prev_end, s->context_length - len, i - 1);
         if (memcmp(s->text + nd->offset, buf, (size_t)len) != 0)
             return dt_fail(err, "%s: needles[%d]: the text at offset %d is not \"%s\"", where, i, nd->offset, buf);
-        const int voff = nd->offset + (int)(strlen(NEEDLE_SENTENCE_HEAD) + klen + strlen(NEEDLE_SENTENCE_MID));
+        const int voff = nd->offset + (int)(strlen(DT_NEEDLE_SENTENCE_HEAD) + klen + strlen(DT_NEEDLE_SENTENCE_MID));
         if (nd->value_offset != voff || nd->value_length != (int)vlen)
             return dt_fail(err, "%s: needles[%d]: value span %d+%d, but the value '%s' is at %d+%zu", where, i,
                            nd->value_offset, nd->value_length, nd->value, voff, vlen);
@@ -424,14 +424,14 @@ int needle_sample_check(const needle_sample *s, const char *where, dt_error *err
     }
     int prev = s->context_length;
     for (int r = 0; r < s->n_queries; r++) {
-        const needle_query *q = &s->queries[r];
+        const dt_needle_query *q = &s->queries[r];
         if (q->needle < 0 || q->needle >= s->n_needles)
             return dt_fail(err, "%s: queries[%d]: needle %d: must be in 0..%d", where, r, q->needle, s->n_needles - 1);
         for (int j = 0; j < r; j++)
             if (s->queries[j].needle == q->needle)
                 return dt_fail(err, "%s: queries[%d] and queries[%d] ask the same needle", where, j, r);
-        const needle_needle *nd = &s->needles[q->needle];
-        const int len = snprintf(buf, sizeof buf, NEEDLE_QUESTION_HEAD "%s" NEEDLE_QUESTION_TAIL, nd->key);
+        const dt_needle_needle *nd = &s->needles[q->needle];
+        const int len = snprintf(buf, sizeof buf, DT_NEEDLE_QUESTION_HEAD "%s" DT_NEEDLE_QUESTION_TAIL, nd->key);
         if (q->question_offset != prev + 1 || q->question_offset - 1 + len > s->text_length)
             return dt_fail(err, "%s: queries[%d]: question_offset %d: expected %d (right after %s)", where, r,
                            q->question_offset, prev + 1, r ? "the previous answer" : "the context");

@@ -1,5 +1,5 @@
 /* needle_io.c — the multi-needle task's files: the corpus file, samples as JSON, writing a data
- * set, loading a test set back (every sample re-checked by needle_sample_check). The format of a
+ * set, loading a test set back (every sample re-checked by dt_needle_sample_check). The format of a
  * sample is described in needle_generate.c.
  *
  * ---------------------------------------------------------------- files
@@ -29,7 +29,7 @@
 
 /* ---------------------------------------------------------------- corpus file */
 
-int needle_corpus_load(needle_corpus *c, const char *path, dt_error *err) {
+int dt_needle_corpus_load(dt_needle_corpus *c, const char *path, dt_error *err) {
     memset(c, 0, sizeof *c);
     FILE *f = fopen(path, "rb");
     if (!f) return dt_fail(err, "%s: cannot open corpus: %s", path, strerror(errno));
@@ -51,7 +51,7 @@ int needle_corpus_load(needle_corpus *c, const char *path, dt_error *err) {
         return dt_fail(err, "%s: cannot read %zu bytes: %s", path, size, strerror(saved));
     }
     fclose(f);
-    int rc = needle_corpus_from_bytes(c, raw, size, path, err);
+    int rc = dt_needle_corpus_from_bytes(c, raw, size, path, err);
     free(raw);
     return rc;
 }
@@ -65,7 +65,7 @@ static int add_seed(cJSON *o, const char *key, uint64_t v) {
     return cJSON_AddStringToObject(o, key, buf) != NULL;
 }
 
-char *needle_sample_to_json(const needle_sample *s) {
+char *dt_needle_sample_to_json(const dt_needle_sample *s) {
     cJSON *o = cJSON_CreateObject(), *needles = NULL, *queries = NULL;
     int ok = o && cJSON_AddNumberToObject(o, "id", (double)s->id) &&
              cJSON_AddNumberToObject(o, "context_length", s->context_length) &&
@@ -74,7 +74,7 @@ char *needle_sample_to_json(const needle_sample *s) {
              cJSON_AddNumberToObject(o, "text_length", s->text_length) &&
          (needles = cJSON_AddArrayToObject(o, "needles")) && (queries = cJSON_AddArrayToObject(o, "queries"));
     for (int i = 0; ok && i < s->n_needles; i++) {
-        const needle_needle *nd = &s->needles[i];
+        const dt_needle_needle *nd = &s->needles[i];
         cJSON *e = cJSON_CreateObject();
         ok = e && cJSON_AddItemToArray(needles, e);
         if (!ok) cJSON_Delete(e);
@@ -84,7 +84,7 @@ char *needle_sample_to_json(const needle_sample *s) {
              cJSON_AddNumberToObject(e, "value_length", nd->value_length);
     }
     for (int r = 0; ok && r < s->n_queries; r++) {
-        const needle_query *q = &s->queries[r];
+        const dt_needle_query *q = &s->queries[r];
         cJSON *e = cJSON_CreateObject();
         ok = e && cJSON_AddItemToArray(queries, e);
         if (!ok) cJSON_Delete(e);
@@ -132,12 +132,12 @@ static int get_str(const cJSON *o, const char *key, char *out, size_t cap, const
     return 0;
 }
 
-static int sample_from_json(const cJSON *o, needle_sample *s, const char *where, dt_error *err) {
+static int sample_from_json(const cJSON *o, dt_needle_sample *s, const char *where, dt_error *err) {
     char at[4300];
     long id;
     if (!cJSON_IsObject(o)) return dt_fail(err, "%s: expected a JSON object", where);
     if (get_int(o, "id", 0, LONG_MAX / 2, &id, where, err) ||
-        get_i(o, "context_length", 1, NEEDLE_MAX_CONTEXT, &s->context_length, where, err))
+        get_i(o, "context_length", 1, DT_NEEDLE_MAX_CONTEXT, &s->context_length, where, err))
         return -1;
     s->id = id;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "depth");
@@ -171,19 +171,19 @@ static int sample_from_json(const cJSON *o, needle_sample *s, const char *where,
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "needles");
     if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: key 'needles' must be an array", where);
     s->n_needles = cJSON_GetArraySize(arr);
-    if (s->n_needles < 1 || s->n_needles > NEEDLE_MAX_NEEDLES)
-        return dt_fail(err, "%s: %d needles: must be 1..%d", where, s->n_needles, NEEDLE_MAX_NEEDLES);
+    if (s->n_needles < 1 || s->n_needles > DT_NEEDLE_MAX_NEEDLES)
+        return dt_fail(err, "%s: %d needles: must be 1..%d", where, s->n_needles, DT_NEEDLE_MAX_NEEDLES);
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, arr) {
-        needle_needle *nd = &s->needles[i];
+        dt_needle_needle *nd = &s->needles[i];
         snprintf(at, sizeof at, "%s needles[%d]", where, i);
         if (!cJSON_IsObject(e)) return dt_fail(err, "%s: expected an object", at);
         if (get_str(e, "key", nd->key, sizeof nd->key, at, err) ||
             get_str(e, "value", nd->value, sizeof nd->value, at, err) ||
             get_i(e, "offset", 0, INT_MAX, &nd->offset, at, err) || get_i(e, "length", 1, INT_MAX, &nd->length, at, err) ||
             get_i(e, "value_offset", 0, INT_MAX, &nd->value_offset, at, err) ||
-            get_i(e, "value_length", 1, NEEDLE_VALUE_CAP, &nd->value_length, at, err))
+            get_i(e, "value_length", 1, DT_NEEDLE_VALUE_CAP, &nd->value_length, at, err))
             return -1;
         i++;
     }
@@ -194,22 +194,22 @@ static int sample_from_json(const cJSON *o, needle_sample *s, const char *where,
         return dt_fail(err, "%s: %d queries: must be 1..needles (%d)", where, s->n_queries, s->n_needles);
     i = 0;
     cJSON_ArrayForEach(e, arr) {
-        needle_query *q = &s->queries[i];
-        char key[NEEDLE_KEY_CAP + 1], value[NEEDLE_VALUE_CAP + 1];
+        dt_needle_query *q = &s->queries[i];
+        char key[DT_NEEDLE_KEY_CAP + 1], value[DT_NEEDLE_VALUE_CAP + 1];
         snprintf(at, sizeof at, "%s queries[%d]", where, i);
         if (!cJSON_IsObject(e)) return dt_fail(err, "%s: expected an object", at);
         if (get_str(e, "key", key, sizeof key, at, err) || get_str(e, "value", value, sizeof value, at, err) ||
             get_i(e, "needle", 0, s->n_needles - 1, &q->needle, at, err) ||
             get_i(e, "question_offset", 1, INT_MAX, &q->question_offset, at, err) ||
             get_i(e, "prompt_end_offset", 1, INT_MAX, &q->prompt_end_offset, at, err) ||
-            get_i(e, "answer_length", 1, NEEDLE_VALUE_CAP, &q->answer_length, at, err))
+            get_i(e, "answer_length", 1, DT_NEEDLE_VALUE_CAP, &q->answer_length, at, err))
             return -1;
         if (strcmp(key, s->needles[q->needle].key) || strcmp(value, s->needles[q->needle].value))
             return dt_fail(err, "%s: key/value '%s'/'%s' differ from needles[%d] ('%s'/'%s')", at, key, value,
                            q->needle, s->needles[q->needle].key, s->needles[q->needle].value);
         i++;
     }
-    return needle_sample_check(s, where, err);
+    return dt_needle_sample_check(s, where, err);
 }
 
 /* ---------------------------------------------------------------- writing a data set */
@@ -220,20 +220,20 @@ static int write_bytes(FILE *f, const void *data, size_t n, const char *path, dt
 }
 
 /* Generates one set (train or test) into an open file. */
-static int write_set(const needle_params *p, const needle_corpus *corpus, uint64_t stream, int n, int jsonl, FILE *f,
+static int write_set(const dt_needle_params *p, const dt_needle_corpus *corpus, uint64_t stream, int n, int jsonl, FILE *f,
                      const char *path, size_t *bytes, dt_error *err) {
     *bytes = 0;
     for (int i = 0; i < n; i++) {
         int context_length;
         double depth;
-        needle_cell_of(p, i, &context_length, &depth);
-        needle_sample s;
+        dt_needle_cell_of(p, i, &context_length, &depth);
+        dt_needle_sample s;
         const uint64_t seed = dt_rng_next(&stream);
-        if (needle_generate_sample(p, context_length, depth, seed, corpus, &s, err) != 0) return -1;
+        if (dt_needle_generate_sample(p, context_length, depth, seed, corpus, &s, err) != 0) return -1;
         s.id = i;
         int rc;
         if (jsonl) {
-            char *line = needle_sample_to_json(&s);
+            char *line = dt_needle_sample_to_json(&s);
             rc = line ? write_bytes(f, line, strlen(line), path, err) || write_bytes(f, "\n", 1, path, err)
                       : dt_fail(err, "%s: out of memory writing sample %d", path, i);
             if (line) *bytes += strlen(line) + 1;
@@ -242,18 +242,18 @@ static int write_set(const needle_params *p, const needle_corpus *corpus, uint64
             rc = write_bytes(f, s.text, (size_t)s.text_length, path, err) || write_bytes(f, "\n\n", 2, path, err);
             *bytes += (size_t)s.text_length + 2;
         }
-        needle_sample_free(&s);
+        dt_needle_sample_free(&s);
         if (rc) return -1;
     }
     return 0;
 }
 
-static cJSON *params_json(const needle_params *p, const needle_corpus *corpus, const char *corpus_path) {
+static cJSON *params_json(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path) {
     uint64_t tr, te;
-    needle_stream_seeds(p->seed, &tr, &te);
+    dt_needle_stream_seeds(p->seed, &tr, &te);
     cJSON *o = cJSON_CreateObject(), *fmt = NULL, *ctx = NULL, *dep = NULL;
     int ok = o && cJSON_AddStringToObject(o, "generator", "difftrans needle") &&
-             cJSON_AddNumberToObject(o, "version", NEEDLE_GENERATOR_VERSION) && add_seed(o, "seed", p->seed) &&
+             cJSON_AddNumberToObject(o, "version", DT_NEEDLE_GENERATOR_VERSION) && add_seed(o, "seed", p->seed) &&
              add_seed(o, "train_seed", tr) && add_seed(o, "test_seed", te) && (ctx = cJSON_AddArrayToObject(o, "contexts")) && (dep = cJSON_AddArrayToObject(o, "depths"));
     for (int i = 0; ok && i < p->n_contexts; i++) {
         cJSON *v = cJSON_CreateNumber(p->contexts[i]);
@@ -269,8 +269,8 @@ static cJSON *params_json(const needle_params *p, const needle_corpus *corpus, c
          cJSON_AddNumberToObject(o, "train", p->n_train) && cJSON_AddNumberToObject(o, "test", p->n_test) &&
          cJSON_AddStringToObject(o, "corpus", corpus_path ? corpus_path : "") &&
          cJSON_AddNumberToObject(o, "corpus_bytes", (double)corpus->n) && (fmt = cJSON_AddObjectToObject(o, "format")) &&
-         cJSON_AddStringToObject(fmt, "needle", NEEDLE_SENTENCE_HEAD "{key}" NEEDLE_SENTENCE_MID "{value}.") &&
-         cJSON_AddStringToObject(fmt, "query", NEEDLE_QUESTION_HEAD "{key}" NEEDLE_QUESTION_TAIL "{value}") &&
+         cJSON_AddStringToObject(fmt, "needle", DT_NEEDLE_SENTENCE_HEAD "{key}" DT_NEEDLE_SENTENCE_MID "{value}.") &&
+         cJSON_AddStringToObject(fmt, "query", DT_NEEDLE_QUESTION_HEAD "{key}" DT_NEEDLE_QUESTION_TAIL "{value}") &&
          cJSON_AddStringToObject(fmt, "keys", "lowercase a-z words of 4..8 letters, distinct within a sample") &&
          cJSON_AddStringToObject(fmt, "values", "5-digit numbers 10000..99999, distinct within a sample") &&
          cJSON_AddStringToObject(fmt, "depth",
@@ -286,16 +286,16 @@ static cJSON *params_json(const needle_params *p, const needle_corpus *corpus, c
     return o;
 }
 
-int needle_write_dataset(const needle_params *p, const needle_corpus *corpus, const char *corpus_path,
+int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path,
                          const char *dir, dt_error *err) {
-    if (needle_params_validate(p, err) != 0) return -1;
+    if (dt_needle_params_validate(p, err) != 0) return -1;
     if (!corpus || !corpus->bytes || corpus->n == 0) return dt_fail(err, "corpus is empty");
     struct stat sb;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
     if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: not a directory", dir);
 
     uint64_t tr, te;
-    needle_stream_seeds(p->seed, &tr, &te);
+    dt_needle_stream_seeds(p->seed, &tr, &te);
     char path[4200];
     dt_atomic_file f;
     size_t bytes;
@@ -332,13 +332,13 @@ int needle_write_dataset(const needle_params *p, const needle_corpus *corpus, co
 
 /* ---------------------------------------------------------------- loading a test set */
 
-void needle_testset_free(needle_testset *ts) {
-    for (int i = 0; ts->samples && i < ts->n; i++) needle_sample_free(&ts->samples[i]);
+void dt_needle_testset_free(dt_needle_testset *ts) {
+    for (int i = 0; ts->samples && i < ts->n; i++) dt_needle_sample_free(&ts->samples[i]);
     free(ts->samples);
     memset(ts, 0, sizeof *ts);
 }
 
-int needle_load_testset(needle_testset *ts, const char *path, dt_error *err) {
+int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *err) {
     memset(ts, 0, sizeof *ts);
     struct stat sb;
     if (stat(path, &sb) != 0) return dt_fail(err, "%s: cannot open test set: %s", path, strerror(errno));
@@ -361,13 +361,13 @@ int needle_load_testset(needle_testset *ts, const char *path, dt_error *err) {
         while (k < len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\n' || line[k] == '\r')) k++;
         if (k == len) continue; /* blank line */
         snprintf(where, sizeof where, "%s:%d", ts->path, lineno);
-        if (ts->n == NEEDLE_MAX_SAMPLES) {
-            rc = dt_fail(err, "%s: more than %d samples", where, NEEDLE_MAX_SAMPLES);
+        if (ts->n == DT_NEEDLE_MAX_SAMPLES) {
+            rc = dt_fail(err, "%s: more than %d samples", where, DT_NEEDLE_MAX_SAMPLES);
             break;
         }
         if (ts->n == cap) {
             int ncap = cap ? 2 * cap : 64;
-            needle_sample *grown = realloc(ts->samples, (size_t)ncap * sizeof *grown);
+            dt_needle_sample *grown = realloc(ts->samples, (size_t)ncap * sizeof *grown);
             if (!grown) {
                 rc = dt_fail(err, "%s: out of memory", where);
                 break;
@@ -375,9 +375,9 @@ int needle_load_testset(needle_testset *ts, const char *path, dt_error *err) {
             ts->samples = grown;
             cap = ncap;
         }
-        needle_sample *s = &ts->samples[ts->n];
+        dt_needle_sample *s = &ts->samples[ts->n];
         memset(s, 0, sizeof *s);
-        ts->n++; /* counted now so that needle_testset_free releases its text on failure */
+        ts->n++; /* counted now so that dt_needle_testset_free releases its text on failure */
         s->line = lineno;
         cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
         if (!o) rc = dt_fail(err, "%s: not valid JSON", where);
@@ -391,7 +391,7 @@ int needle_load_testset(needle_testset *ts, const char *path, dt_error *err) {
     if (rc != 0) {
         char keep[4096];
         memcpy(keep, ts->path, sizeof keep);
-        needle_testset_free(ts);
+        dt_needle_testset_free(ts);
         memcpy(ts->path, keep, sizeof keep);
         return -1;
     }

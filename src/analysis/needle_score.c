@@ -8,7 +8,7 @@
 
 /* ---------------------------------------------------------------- evaluation */
 
-void needle_results_free(needle_results *r) {
+void dt_needle_results_free(dt_needle_results *r) {
     free(r->cells);
     free(r->items);
     memset(r, 0, sizeof *r);
@@ -21,24 +21,24 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-static int cell_index(const needle_results *r, int context_length, double depth) {
+static int cell_index(const dt_needle_results *r, int context_length, double depth) {
     for (int i = 0; i < r->n_cells; i++)
         if (r->cells[i].context_length == context_length && r->cells[i].depth == depth) return i;
     return -1;
 }
 
 static int by_cell(const void *a, const void *b) {
-    const needle_cell *x = a, *y = b;
+    const dt_needle_cell *x = a, *y = b;
     if (x->context_length != y->context_length) return x->context_length < y->context_length ? -1 : 1;
     return x->depth < y->depth ? -1 : x->depth > y->depth;
 }
 
-int needle_encode_testset(const dt_model *m, const dt_tok *tok, const needle_testset *ts, int ns, an_tokens *enc,
+int dt_needle_encode_testset(const dt_model *m, const dt_tok *tok, const dt_needle_testset *ts, int ns, an_tokens *enc,
                           int *longest, dt_error *err) {
     const int V = m->cfg.vocab_size, max_pos = m->cfg.max_position_embeddings;
     *longest = 0;
     for (int i = 0; i < ns; i++) {
-        const needle_sample *s = &ts->samples[i];
+        const dt_needle_sample *s = &ts->samples[i];
         char what[4200];
         snprintf(what, sizeof what, "%s: sample %ld (line %d)", ts->path, s->id, s->line);
         if (an_tokens_encode(tok, s->text, s->text_length, what, &enc[i], err) != 0) return -1;
@@ -51,38 +51,38 @@ int needle_encode_testset(const dt_model *m, const dt_tok *tok, const needle_tes
                 return dt_fail(err, "%s: %s %d at offset %d is outside the model's vocabulary of %d", what,
                                tok ? "token" : "byte", e->ids[k], k, V);
         for (int q = 0; q < s->n_queries; q++) {
-            const needle_query *qu = &s->queries[q];
+            const dt_needle_query *qu = &s->queries[q];
             int first = an_tokens_before(e, qu->prompt_end_offset);
             int stop = an_tokens_covering(e, qu->prompt_end_offset + qu->answer_length);
-            if (first < 1 || stop - first > NEEDLE_VALUE_CAP)
+            if (first < 1 || stop - first > DT_NEEDLE_VALUE_CAP)
                 return dt_fail(err, "%s: query %d's answer is %d tokens after a prompt of %d (need 1..%d after a "
-                                    "non-empty prompt)", what, q, stop - first, first, NEEDLE_VALUE_CAP);
+                                    "non-empty prompt)", what, q, stop - first, first, DT_NEEDLE_VALUE_CAP);
         }
         if (e->n > *longest) *longest = e->n;
     }
     return 0;
 }
 
-void needle_encoded_free(an_tokens *enc, int n) {
+void dt_needle_encoded_free(an_tokens *enc, int n) {
     for (int i = 0; enc && i < n; i++) an_tokens_free(&enc[i]);
     free(enc);
 }
 
-int needle_eval(const dt_model *m, const dt_tok *tok, const needle_testset *ts, needle_results *r,
-                needle_progress_fn progress, void *progress_ctx, dt_error *err) {
+int dt_needle_eval(const dt_model *m, const dt_tok *tok, const dt_needle_testset *ts, dt_needle_results *r,
+                dt_needle_progress_fn progress, void *progress_ctx, dt_error *err) {
     memset(r, 0, sizeof *r);
     const int V = m->cfg.vocab_size;
     int longest = 0, n_items = 0;
     if (ts->n == 0) return dt_fail(err, "%s: no samples to evaluate", ts->path);
     an_tokens *enc = calloc((size_t)ts->n, sizeof *enc);
     if (!enc) return dt_fail(err, "out of memory for %d samples", ts->n);
-    if (needle_encode_testset(m, tok, ts, ts->n, enc, &longest, err) != 0) {
-        needle_encoded_free(enc, ts->n);
+    if (dt_needle_encode_testset(m, tok, ts, ts->n, enc, &longest, err) != 0) {
+        dt_needle_encoded_free(enc, ts->n);
         return -1;
     }
     for (int i = 0; i < ts->n; i++) n_items += ts->samples[i].n_queries;
     if (longest == 0) {
-        needle_encoded_free(enc, ts->n);
+        dt_needle_encoded_free(enc, ts->n);
         return dt_fail(err, "%s: no samples to evaluate", ts->path);
     }
 
@@ -91,33 +91,33 @@ int needle_eval(const dt_model *m, const dt_tok *tok, const needle_testset *ts, 
     float *logits = malloc((size_t)V * sizeof(float));
     if (!r->cells || !r->items || !logits) {
         free(logits);
-        needle_encoded_free(enc, ts->n);
-        needle_results_free(r);
+        dt_needle_encoded_free(enc, ts->n);
+        dt_needle_results_free(r);
         return dt_fail(err, "out of memory for %d samples", ts->n);
     }
     for (int i = 0; i < ts->n; i++) {
-        const needle_sample *s = &ts->samples[i];
+        const dt_needle_sample *s = &ts->samples[i];
         if (cell_index(r, s->context_length, s->depth) < 0)
-            r->cells[r->n_cells++] = (needle_cell){.context_length = s->context_length, .depth = s->depth};
+            r->cells[r->n_cells++] = (dt_needle_cell){.context_length = s->context_length, .depth = s->depth};
     }
     qsort(r->cells, (size_t)r->n_cells, sizeof *r->cells, by_cell);
 
     dt_kvcache *kc = dt_kvcache_create(m, longest, err);
     if (!kc) {
         free(logits);
-        needle_encoded_free(enc, ts->n);
-        needle_results_free(r);
+        dt_needle_encoded_free(enc, ts->n);
+        dt_needle_results_free(r);
         return -1;
     }
     int rc = 0;
     for (int i = 0; rc == 0 && i < ts->n; i++) {
-        const needle_sample *s = &ts->samples[i];
+        const dt_needle_sample *s = &ts->samples[i];
         const an_tokens *e = &enc[i];
-        needle_cell *cell = &r->cells[cell_index(r, s->context_length, s->depth)];
+        dt_needle_cell *cell = &r->cells[cell_index(r, s->context_length, s->depth)];
         cell->samples++;
         int cursor = 0; /* the next position to feed with the true text's tokens */
         for (int q = 0; rc == 0 && q < s->n_queries; q++) {
-            const needle_query *qu = &s->queries[q];
+            const dt_needle_query *qu = &s->queries[q];
             /* the prompt: the tokens that end before the answer; the answer: the tokens that overlap it
              * (for bytes, exactly the value's bytes) */
             const int pe = an_tokens_before(e, qu->prompt_end_offset);
@@ -127,7 +127,7 @@ int needle_eval(const dt_model *m, const dt_tok *tok, const needle_testset *ts, 
                     rc = -1;
                     break;
                 }
-            needle_item *it = &r->items[r->n_items];
+            dt_needle_item *it = &r->items[r->n_items];
             it->sample = i;
             it->query = q;
             it->n_predicted = len;
@@ -158,7 +158,7 @@ int needle_eval(const dt_model *m, const dt_tok *tok, const needle_testset *ts, 
     }
     dt_kvcache_free(kc);
     free(logits);
-    needle_encoded_free(enc, ts->n);
-    if (rc) needle_results_free(r);
+    dt_needle_encoded_free(enc, ts->n);
+    if (rc) dt_needle_results_free(r);
     return rc;
 }

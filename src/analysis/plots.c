@@ -19,11 +19,11 @@ static int have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&
 
 int pl_names(const rp_report *r, const char **names, int cap) {
     static const char *fixed[] = {"loss", "lambda", "grad_norm", "quantisation", "outliers"};
-    static const char *curves[TK_N_TASKS] = {"curve_recall", "curve_depth", "curve_icl"};
+    static const char *curves[DT_N_TASKS] = {"curve_recall", "curve_depth", "curve_icl"};
     int n = 0;
     for (int i = 0; i < 5 && n < cap; i++)
         if (i != 1 || r->diff >= 0) names[n++] = fixed[i];
-    for (int k = 0; k < TK_N_TASKS && n < cap; k++)
+    for (int k = 0; k < DT_N_TASKS && n < cap; k++)
         if (r->tasks & (1 << k)) names[n++] = curves[k];
     return n;
 }
@@ -84,7 +84,7 @@ static int write_dat(const char *plots, const char *name, textbuf *b, dt_error *
 static double mean_over_seeds(const rp_report *r, int v, double (*f)(const rp_model *, int), int arg) {
     double x[RP_MAX_SEEDS];
     for (int s = 0; s < r->n_seeds; s++) x[s] = f(rp_run(r, v, s), arg);
-    return st_mean_ci(x, r->n_seeds).mean;
+    return dt_stats_mean_ci(x, r->n_seeds).mean;
 }
 static double quant_loss(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].loss : NAN; }
 static double logit_top1(const rp_model *m, int unused) { return m->outliers.logits.top1; }
@@ -122,9 +122,9 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
         tb_printf(&b, "\n");
     }
     if (write_dat(plots, "outliers.dat", &b, err)) return -1;
-    for (int k = 0; k < TK_N_TASKS; k++) {
+    for (int k = 0; k < DT_N_TASKS; k++) {
         if (!(r->tasks & (1 << k))) continue;
-        tb_printf(&b, "# step, then per variant the mean %s accuracy over runs\n", tk_name((tk_kind)k));
+        tb_printf(&b, "# step, then per variant the mean %s accuracy over runs\n", dt_task_name((dt_task_kind)k));
         const rp_model *m0 = rp_run(r, 0, 0);
         for (int p = 0; p < m0->n_curve; p++) {
             tb_printf(&b, "%d", m0->curve[p].step);
@@ -134,11 +134,11 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
                     const rp_model *m = rp_run(r, v, s);
                     x[s] = p < m->n_curve ? m->curve[p].accuracy[k] : NAN;
                 }
-                tb_printf(&b, " %.6g", st_mean_ci(x, r->n_seeds).mean);
+                tb_printf(&b, " %.6g", dt_stats_mean_ci(x, r->n_seeds).mean);
             }
             tb_printf(&b, "\n");
         }
-        snprintf(name, sizeof name, "curve_%s.dat", tk_name((tk_kind)k));
+        snprintf(name, sizeof name, "curve_%s.dat", dt_task_name((dt_task_kind)k));
         if (write_dat(plots, name, &b, err)) return -1;
     }
 
@@ -175,13 +175,13 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
     for (int v = 0; v < r->n_variants; v++)
         tb_printf(&g, "%s'outliers.dat' u %d%s lc %s t '%s'", v ? ", " : "", 2 + v, v ? "" : ":xtic(1)", lc[v], title[v]);
     tb_printf(&g, "\nunset logscale y\nset style data lines\n");
-    for (int k = 0; k < TK_N_TASKS; k++) {
+    for (int k = 0; k < DT_N_TASKS; k++) {
         if (!(r->tasks & (1 << k))) continue;
         tb_printf(&g, "set output 'curve_%s.png.tmp'\nset title '%s task accuracy during training (mean over %d "
                       "run(s))'\nset xlabel 'step'\nset ylabel 'accuracy'\nset yrange [0:1]\nset key bottom right\nplot ",
-                  tk_name((tk_kind)k), tk_name((tk_kind)k), r->n_seeds);
+                  dt_task_name((dt_task_kind)k), dt_task_name((dt_task_kind)k), r->n_seeds);
         for (int v = 0; v < r->n_variants; v++)
-            tb_printf(&g, "%s'curve_%s.dat' u 1:%d w lp lc %s pt 7 t '%s'", v ? ", " : "", tk_name((tk_kind)k), 2 + v,
+            tb_printf(&g, "%s'curve_%s.dat' u 1:%d w lp lc %s pt 7 t '%s'", v ? ", " : "", dt_task_name((dt_task_kind)k), 2 + v,
                       lc[v], title[v]);
         tb_printf(&g, "\nset autoscale y\nset key top right\n");
     }

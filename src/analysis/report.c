@@ -14,13 +14,13 @@
 
 void rp_model_free(rp_model *m) {
     free(m->lambda);
-    an_training_free(&m->training);
-    an_outliers_free(&m->outliers);
-    needle_results_free(&m->needle);
-    an_allocation_free(&m->allocation);
-    icl_result_free(&m->icl);
-    if (m->n_wq) an_wq_rows_free(m->wq, m->n_wq - 1);
-    for (int k = 0; k < TK_N_TASKS; k++) tk_result_free(&m->task[k]);
+    dt_an_training_free(&m->training);
+    dt_an_outliers_free(&m->outliers);
+    dt_needle_results_free(&m->needle);
+    dt_an_allocation_free(&m->allocation);
+    dt_icl_result_free(&m->icl);
+    if (m->n_wq) dt_an_wq_rows_free(m->wq, m->n_wq - 1);
+    for (int k = 0; k < DT_N_TASKS; k++) dt_task_result_free(&m->task[k]);
     memset(m, 0, sizeof *m);
 }
 
@@ -41,50 +41,50 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         if (!out->lambda) rc = dt_fail(err, "%s: out of memory", dir);
         for (int l = 0; l < L && rc == 0; l++) out->lambda[l] = dt_model_lambda(&m, l);
     }
-    if (rc == 0) rc = an_training_load(dir, &out->training, err);
-    if (rc == 0) rc = an_outliers_run(&m, o->tokens, o->n, o->seq, o->windows, &out->outliers, err);
+    if (rc == 0) rc = dt_an_training_load(dir, &out->training, err);
+    if (rc == 0) rc = dt_an_outliers_run(&m, o->tokens, o->n, o->seq, o->windows, &out->outliers, err);
     for (int b = 0; b <= o->n_bits && rc == 0; b++) {
-        an_quant_row *q = &out->quant[b];
+        dt_an_quant_row *q = &out->quant[b];
         q->bits = b == 0 ? 0 : o->bits[b - 1];
         q->needle_total = q->needle_correct = -1;
         dt_run_options ro = {.kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits};
-        rc = an_eval_text(&m, &ro, o->tokens, o->n, o->seq, o->windows, &q->loss, &q->accuracy, &q->count, err);
+        rc = dt_an_eval_text(&m, &ro, o->tokens, o->n, o->seq, o->windows, &q->loss, &q->accuracy, &q->count, err);
         if (rc == 0 && o->needle)
-            rc = an_needle_exact(&m, tok, &ro, o->needle, o->allocation_samples, &q->needle_correct, &q->needle_total, err);
+            rc = dt_an_needle_exact(&m, tok, &ro, o->needle, o->allocation_samples, &q->needle_correct, &q->needle_total, err);
         if (rc == 0) out->n_quant = b + 1;
     }
     if (rc == 0 && o->calib_tokens) {
         /* the linear layers quantised (difftrans quantize), scored against F32 on the held-out text;
          * as many calibration windows as the training text holds, up to calib_samples */
         const size_t fit = o->calib_n / (size_t)o->seq, want = (size_t)(o->calib_samples > 0 ? o->calib_samples : 300);
-        an_wq_params p = {.eval_tokens = o->tokens, .eval_n = o->n, .seq = o->seq, .windows = o->windows,
+        dt_an_wq_params p = {.eval_tokens = o->tokens, .eval_n = o->n, .seq = o->seq, .windows = o->windows,
                           .calib_tokens = o->calib_tokens, .calib_n = o->calib_n,
                           .calib_samples = (int)(fit < want ? fit : want), .calib_seq = o->seq, .seed = 1,
                           .needle = o->needle, .needle_tok = tok, .max_samples = o->allocation_samples};
-        an_wq_scheme schemes[AN_WQ_MAX_SCHEMES];
+        dt_an_wq_scheme schemes[DT_AN_WQ_MAX_SCHEMES];
         int ns = 0;
         if (p.calib_samples < 1) rc = dt_fail(err, "the training text is shorter than one calibration window of %d", o->seq);
-        if (rc == 0) rc = an_wq_parse_schemes("q8_0,q4_0,w8a8,w8a8-smooth", 0.5f, schemes, &ns, err);
-        if (rc == 0) rc = an_wq_run(&m, &p, schemes, ns, out->wq, err);
+        if (rc == 0) rc = dt_an_wq_parse_schemes("q8_0,q4_0,w8a8,w8a8-smooth", 0.5f, schemes, &ns, err);
+        if (rc == 0) rc = dt_an_wq_run(&m, &p, schemes, ns, out->wq, err);
         if (rc == 0) out->n_wq = ns + 1;
     }
     if (rc == 0 && o->needle) {
         out->have_needle = 1;
-        rc = needle_eval(&m, tok, o->needle, &out->needle, NULL, NULL, err);
-        if (rc == 0) rc = an_allocation_run(&m, tok, o->needle, o->allocation_samples, &out->allocation, err);
+        rc = dt_needle_eval(&m, tok, o->needle, &out->needle, NULL, NULL, err);
+        if (rc == 0) rc = dt_an_allocation_run(&m, tok, o->needle, o->allocation_samples, &out->allocation, err);
     }
     if (rc == 0) {
         /* as many demonstrations (up to 8) as the model's context holds */
-        icl_params_default(&out->icl_setup);
+        dt_icl_params_default(&out->icl_setup);
         while (out->icl_setup.shots > 2 && out->icl_setup.shots * 28 + 26 > m.cfg.max_position_embeddings)
             out->icl_setup.shots -= 2;
-        rc = icl_run(&m, tok, &out->icl_setup, &out->icl, err);
+        rc = dt_icl_run(&m, tok, &out->icl_setup, &out->icl, err);
     }
-    for (int k = 0; k < TK_N_TASKS && rc == 0; k++) {
+    for (int k = 0; k < DT_N_TASKS && rc == 0; k++) {
         if (!(o->tasks & (1 << k))) continue;
-        tk_eval_options eo = o->task_eval;
+        dt_task_eval_options eo = o->task_eval;
         eo.max_len = m.cfg.max_position_embeddings;
-        rc = tk_evaluate(&m, (tk_kind)k, &eo, &out->task[k], err);
+        rc = dt_task_evaluate(&m, (dt_task_kind)k, &eo, &out->task[k], err);
         if (rc == 0) out->tasks |= 1 << k;
     }
     dt_model_free(&m);
@@ -109,7 +109,7 @@ int rp_write(const rp_report *r, const char *out_dir, dt_error *err) {
         return -1;
     }
     if (!root) return dt_fail(err, "%s: out of memory building the JSON", path);
-    int rc = an_write_json(path, root, err);
+    int rc = dt_an_write_json(path, root, err);
     cJSON_Delete(root);
     if (rc) return -1;
     char *md = rp_markdown(r, plots, note);

@@ -13,15 +13,15 @@
 #include "difftrans_analysis.h"
 
 #define RP_MAX_BITS 8
-#define RP_MAX_SIZES (CMP_MAX_SIZES + 1) /* the main preset and the scaling presets */
-#define RP_MAX_VARIANTS CMP_MAX_VARIANTS /* models compared side by side */
-#define RP_MAX_SEEDS CMP_MAX_SEEDS       /* runs per variant */
+#define RP_MAX_SIZES (DT_CMP_MAX_SIZES + 1) /* the main preset and the scaling presets */
+#define RP_MAX_VARIANTS DT_CMP_MAX_VARIANTS /* models compared side by side */
+#define RP_MAX_SEEDS DT_CMP_MAX_SEEDS       /* runs per variant */
 #define RP_MAX_CURVE 64   /* points of a task learning curve */
 
 /* Task accuracy of one run at one training step (NAN for tasks not measured). */
 typedef struct {
     int step;
-    double accuracy[TK_N_TASKS];
+    double accuracy[DT_N_TASKS];
 } rp_curve_point;
 
 /* One trained model and everything measured on it. */
@@ -31,21 +31,21 @@ typedef struct {
     dt_config cfg;
     size_t n_params;
     double *lambda;  /* [L] λ of the final weights (DIFF), NULL for the baseline */
-    an_training training;
-    an_outliers outliers;
+    dt_an_training training;
+    dt_an_outliers outliers;
     int n_quant;     /* rows: unquantised first, then each bit width */
-    an_quant_row quant[RP_MAX_BITS + 1];
+    dt_an_quant_row quant[RP_MAX_BITS + 1];
     int have_needle;
-    needle_results needle;
-    an_allocation allocation;
-    icl_params icl_setup;
-    icl_result icl;  /* in-context classification over orders of the examples */
+    dt_needle_results needle;
+    dt_an_allocation allocation;
+    dt_icl_params icl_setup;
+    dt_icl_result icl;  /* in-context classification over orders of the examples */
     int tasks;       /* bit mask of the tasks in task[] */
-    tk_result task[TK_N_TASKS];
+    dt_task_result task[DT_N_TASKS];
     int n_curve;     /* task accuracy during training */
     rp_curve_point curve[RP_MAX_CURVE];
     int n_wq;        /* post-training quantisation rows: F32 first, then each scheme (0: not run) */
-    an_wq_row wq[AN_WQ_MAX_SCHEMES + 1];
+    dt_an_wq_row wq[DT_AN_WQ_MAX_SCHEMES + 1];
 } rp_model;
 
 typedef struct {
@@ -54,10 +54,10 @@ typedef struct {
     int seq, windows;    /* windows of seq (+1) bytes */
     int n_bits;
     int bits[RP_MAX_BITS];
-    const needle_testset *needle; /* NULL: no needle analyses */
+    const dt_needle_testset *needle; /* NULL: no needle analyses */
     int allocation_samples;       /* <= 0: all */
-    int tasks;                    /* bit mask of tk_kind to evaluate */
-    tk_eval_options task_eval;    /* their evaluation sets (max_len is taken from the model) */
+    int tasks;                    /* bit mask of dt_task_kind to evaluate */
+    dt_task_eval_options task_eval;    /* their evaluation sets (max_len is taken from the model) */
     const int *calib_tokens;      /* post-training quantisation: calibration text (the training part); */
     size_t calib_n;               /* NULL: that analysis is skipped */
     int calib_samples;            /* calibration windows (fewer when the training text has fewer) */
@@ -78,7 +78,7 @@ typedef struct {
     int needle_context, needle_needles, needle_queries;
     int tasks;               /* bit mask of the tasks mixed into training */
     double task_ratio;       /* fraction of steps that were task batches */
-    const tk_symbols *task_symbols; /* the tasks' symbols as tokens of the runs' vocabulary; NULL: bytes */
+    const dt_task_symbols *task_symbols; /* the tasks' symbols as tokens of the runs' vocabulary; NULL: bytes */
     int n_variants, n_seeds;
     const char *variant_key[RP_MAX_VARIANTS]; /* e.g. "diff", "transformer" */
     rp_model *runs;          /* [n_variants × n_seeds], variant-major: runs[v * n_seeds + s] */

@@ -26,14 +26,14 @@ static cJSON *model_json(const rp_model *m) {
     cJSON_AddNumberToObject(e, "attention_heads", m->cfg.num_attention_heads);
     cJSON_AddNumberToObject(e, "head_dim", m->cfg.head_dim);
     if (m->lambda) cJSON_AddItemToObject(e, "lambda_final", cJSON_CreateDoubleArray(m->lambda, L));
-    an_training_add_json(cJSON_AddObjectToObject(e, "training"), &m->training);
+    dt_an_training_add_json(cJSON_AddObjectToObject(e, "training"), &m->training);
     cJSON *ic = cJSON_AddObjectToObject(e, "icl");
     cJSON_AddNumberToObject(ic, "shots", m->icl_setup.shots);
     cJSON_AddNumberToObject(ic, "queries", m->icl_setup.queries);
-    icl_result_add_json(ic, &m->icl);
-    an_outliers_add_json(cJSON_AddObjectToObject(e, "outliers"), &m->outliers);
-    if (m->n_wq) cJSON_AddItemToObject(e, "weight_quantisation", an_wq_rows_json(m->wq, m->n_wq - 1));
-    cJSON_AddItemToObject(e, "quantisation", an_quant_rows_json(m->quant, m->n_quant));
+    dt_icl_result_add_json(ic, &m->icl);
+    dt_an_outliers_add_json(cJSON_AddObjectToObject(e, "outliers"), &m->outliers);
+    if (m->n_wq) cJSON_AddItemToObject(e, "weight_quantisation", dt_an_wq_rows_json(m->wq, m->n_wq - 1));
+    cJSON_AddItemToObject(e, "quantisation", dt_an_quant_rows_json(m->quant, m->n_quant));
     if (m->have_needle) {
         cJSON *n = cJSON_AddObjectToObject(e, "needle");
         cJSON_AddNumberToObject(n, "correct", m->needle.correct);
@@ -41,7 +41,7 @@ static cJSON *model_json(const rp_model *m) {
         add_num(n, "accuracy", m->needle.total ? (double)m->needle.correct / m->needle.total : NAN);
         cJSON *cells = cJSON_AddArrayToObject(n, "cells");
         for (int c = 0; c < m->needle.n_cells; c++) {
-            const needle_cell *nc = &m->needle.cells[c];
+            const dt_needle_cell *nc = &m->needle.cells[c];
             cJSON *o = cJSON_CreateObject();
             cJSON_AddItemToArray(cells, o);
             cJSON_AddNumberToObject(o, "context_length", nc->context_length);
@@ -51,27 +51,27 @@ static cJSON *model_json(const rp_model *m) {
             cJSON_AddNumberToObject(o, "correct", nc->correct);
             cJSON_AddNumberToObject(o, "first_correct", nc->first_correct);
         }
-        an_allocation_add_json(cJSON_AddObjectToObject(e, "allocation"), &m->allocation);
+        dt_an_allocation_add_json(cJSON_AddObjectToObject(e, "allocation"), &m->allocation);
     }
     return e;
 }
 
-static cJSON *task_json(const tk_result *t) {
+static cJSON *task_json(const dt_task_result *t) {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "task", tk_name(t->kind));
+    cJSON_AddStringToObject(o, "task", dt_task_name(t->kind));
     cJSON_AddNumberToObject(o, "correct", t->correct);
     cJSON_AddNumberToObject(o, "total", t->total);
     add_num(o, "accuracy", t->accuracy);
-    if (t->kind == TK_ICL) add_num(o, "order_std", t->order_std);
+    if (t->kind == DT_TASK_ICL) add_num(o, "order_std", t->order_std);
     cJSON *cells = cJSON_AddArrayToObject(o, "cells");
     for (int c = 0; c < t->n_cells; c++) {
-        const tk_cell *tc = &t->cells[c];
+        const dt_task_cell *tc = &t->cells[c];
         cJSON *e = cJSON_CreateObject();
         cJSON_AddItemToArray(cells, e);
         cJSON_AddNumberToObject(e, "length", tc->length);
-        if (t->kind == TK_RECALL) cJSON_AddNumberToObject(e, "pairs", tc->pairs);
-        if (t->kind == TK_DEPTH) cJSON_AddNumberToObject(e, "depth", tc->depth), cJSON_AddNumberToObject(e, "needles", tc->pairs);
-        if (t->kind == TK_ICL) cJSON_AddNumberToObject(e, "order", tc->order), cJSON_AddNumberToObject(e, "shots", tc->pairs);
+        if (t->kind == DT_TASK_RECALL) cJSON_AddNumberToObject(e, "pairs", tc->pairs);
+        if (t->kind == DT_TASK_DEPTH) cJSON_AddNumberToObject(e, "depth", tc->depth), cJSON_AddNumberToObject(e, "needles", tc->pairs);
+        if (t->kind == DT_TASK_ICL) cJSON_AddNumberToObject(e, "order", tc->order), cJSON_AddNumberToObject(e, "shots", tc->pairs);
         cJSON_AddNumberToObject(e, "examples", tc->examples);
         cJSON_AddNumberToObject(e, "correct", tc->correct);
         cJSON_AddNumberToObject(e, "total", tc->total);
@@ -82,15 +82,15 @@ static cJSON *task_json(const tk_result *t) {
 
 static void add_tasks(cJSON *e, const rp_model *m) {
     cJSON *ts = cJSON_AddObjectToObject(e, "tasks");
-    for (int k = 0; k < TK_N_TASKS; k++)
-        if (m->tasks & (1 << k)) cJSON_AddItemToObject(ts, tk_name((tk_kind)k), task_json(&m->task[k]));
+    for (int k = 0; k < DT_N_TASKS; k++)
+        if (m->tasks & (1 << k)) cJSON_AddItemToObject(ts, dt_task_name((dt_task_kind)k), task_json(&m->task[k]));
     cJSON *cv = cJSON_AddArrayToObject(e, "learning_curve");
     for (int p = 0; p < m->n_curve; p++) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToArray(cv, o);
         cJSON_AddNumberToObject(o, "step", m->curve[p].step);
-        for (int k = 0; k < TK_N_TASKS; k++)
-            if (!isnan(m->curve[p].accuracy[k])) cJSON_AddNumberToObject(o, tk_name((tk_kind)k), m->curve[p].accuracy[k]);
+        for (int k = 0; k < DT_N_TASKS; k++)
+            if (!isnan(m->curve[p].accuracy[k])) cJSON_AddNumberToObject(o, dt_task_name((dt_task_kind)k), m->curve[p].accuracy[k]);
     }
 }
 
@@ -105,7 +105,7 @@ static double s_needle(const rp_model *m, int a) {
 }
 static double s_share(const rp_model *m, int a) { return m->have_needle ? m->allocation.mean_answer_share : NAN; }
 
-static cJSON *interval_json(const st_interval *iv) {
+static cJSON *interval_json(const dt_stats_interval *iv) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "n", iv->n);
     add_num(o, "mean", iv->mean);
@@ -131,15 +131,15 @@ static void add_summary(cJSON *sum, const rp_report *r, const char *key, double 
             x[s] = get(rp_run(r, v, s), arg);
             if (r->base >= 0) y[s] = get(rp_run(r, r->base, s), arg);
         }
-        st_interval iv = st_mean_ci(x, r->n_seeds);
+        dt_stats_interval iv = dt_stats_mean_ci(x, r->n_seeds);
         cJSON *o = interval_json(&iv);
         cJSON_AddItemToObject(e, r->variant_key[v], o);
         if (r->base >= 0 && v != r->base) {
-            st_interval d = st_paired_diff_ci(x, y, r->n_seeds);
+            dt_stats_interval d = dt_stats_paired_diff_ci(x, y, r->n_seeds);
             cJSON_AddItemToObject(o, "difference_to_transformer", interval_json(&d));
-            st_verdict w = st_verdict_of(&d, lower);
-            cJSON_AddStringToObject(o, "verdict", w == ST_A_BETTER   ? "variant better"
-                                                  : w == ST_B_BETTER ? "Transformer better"
+            dt_stats_verdict w = dt_stats_verdict_of(&d, lower);
+            cJSON_AddStringToObject(o, "verdict", w == DT_STATS_A_BETTER   ? "variant better"
+                                                  : w == DT_STATS_B_BETTER ? "Transformer better"
                                                                      : "no difference this run can resolve");
         }
     }
@@ -151,8 +151,8 @@ static cJSON *summary_json(const rp_report *r) {
         double (*get)(const rp_model *, int);
         int arg, lower;
     } ms[] = {{"final_val_loss", s_val, 0, 1},     {"largest_attention_logit", s_logit, 0, 1},
-              {"largest_hidden_activation", s_hidden, 0, 1}, {"recall_accuracy", s_task, TK_RECALL, 0},
-              {"depth_accuracy", s_task, TK_DEPTH, 0},  {"icl_permuted_accuracy", s_task, TK_ICL, 0},
+              {"largest_hidden_activation", s_hidden, 0, 1}, {"recall_accuracy", s_task, DT_TASK_RECALL, 0},
+              {"depth_accuracy", s_task, DT_TASK_DEPTH, 0},  {"icl_permuted_accuracy", s_task, DT_TASK_ICL, 0},
               {"icl_fixed_label_accuracy", s_icl, 0, 0}, {"needle_accuracy", s_needle, 0, 0},
               {"answer_share", s_share, 0, 0}};
     cJSON *sum = cJSON_CreateObject();
@@ -186,12 +186,12 @@ cJSON *rp_json(const rp_report *r, int plots) {
     if (r->tokenizer) cJSON_AddStringToObject(root, "tokenizer", r->tokenizer);
     cJSON_AddNumberToObject(root, "windows", r->windows);
     cJSON *tm = cJSON_AddArrayToObject(root, "tasks");
-    for (int k = 0; k < TK_N_TASKS; k++)
-        if (r->tasks & (1 << k)) cJSON_AddItemToArray(tm, cJSON_CreateString(tk_name((tk_kind)k)));
+    for (int k = 0; k < DT_N_TASKS; k++)
+        if (r->tasks & (1 << k)) cJSON_AddItemToArray(tm, cJSON_CreateString(dt_task_name((dt_task_kind)k)));
     cJSON_AddNumberToObject(root, "task_ratio", r->task_ratio);
     if (r->task_symbols) { /* each symbol of the tasks' formats: its token id */
         cJSON *ts = cJSON_AddObjectToObject(root, "task_symbols");
-        for (const char *c = TK_SYMBOLS; *c; c++) {
+        for (const char *c = DT_TASK_SYMBOLS; *c; c++) {
             const char name[2] = {*c, 0};
             cJSON_AddNumberToObject(ts, name, r->task_symbols->id[(int)*c]);
         }

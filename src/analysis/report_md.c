@@ -54,7 +54,7 @@ static double g_gn_max(const rp_model *m, int a) { return m->training.gn_max; }
 static double g_spikes(const rp_model *m, int a) { return m->training.spikes; }
 static double g_task(const rp_model *m, int k) { return m->tasks & (1 << k) ? m->task[k].accuracy : NAN; }
 static double g_task_cell(const rp_model *m, int kc) {
-    int k = kc / TK_MAX_CELLS, c = kc % TK_MAX_CELLS;
+    int k = kc / DT_TASK_MAX_CELLS, c = kc % DT_TASK_MAX_CELLS;
     return m->tasks & (1 << k) && c < m->task[k].n_cells ? m->task[k].cells[c].accuracy : NAN;
 }
 static double g_order_std(const rp_model *m, int k) { return m->tasks & (1 << k) ? m->task[k].order_std : NAN; }
@@ -89,13 +89,13 @@ static measure M(const char *label, const char *pd, const char *pt, getter g, in
 
 /* ---------------------------------------------------------------- intervals and verdicts */
 
-static st_interval over_seeds(const rp_report *r, int v, const measure *ms) {
+static dt_stats_interval over_seeds(const rp_report *r, int v, const measure *ms) {
     double x[RP_MAX_SEEDS];
     for (int s = 0; s < r->n_seeds; s++) x[s] = ms->get(rp_run(r, v, s), ms->arg);
-    return st_mean_ci(x, r->n_seeds);
+    return dt_stats_mean_ci(x, r->n_seeds);
 }
 
-static const char *cell(char *buf, size_t n, const st_interval *iv, const char *fmt) {
+static const char *cell(char *buf, size_t n, const dt_stats_interval *iv, const char *fmt) {
     if (isnan(iv->mean)) return snprintf(buf, n, "—"), buf;
     char a[48], h[48];
     snprintf(a, sizeof a, fmt, iv->mean);
@@ -106,43 +106,43 @@ static const char *cell(char *buf, size_t n, const st_interval *iv, const char *
 }
 
 /* The paired difference variant − baseline: over seeds, or with one seed over a task's examples. */
-static st_interval paired(const rp_report *r, int v, int b, const measure *ms, char *unit, size_t unit_n) {
+static dt_stats_interval paired(const rp_report *r, int v, int b, const measure *ms, char *unit, size_t unit_n) {
     if (r->n_seeds >= 2) {
         double x[RP_MAX_SEEDS], y[RP_MAX_SEEDS];
         for (int s = 0; s < r->n_seeds; s++) x[s] = ms->get(rp_run(r, v, s), ms->arg), y[s] = ms->get(rp_run(r, b, s), ms->arg);
         snprintf(unit, unit_n, "%d paired runs", r->n_seeds);
-        return st_paired_diff_ci(x, y, r->n_seeds);
+        return dt_stats_paired_diff_ci(x, y, r->n_seeds);
     }
     const rp_model *a = rp_run(r, v, 0), *c = rp_run(r, b, 0);
     if (ms->task >= 0 && (a->tasks & c->tasks & (1 << ms->task)) &&
         a->task[ms->task].n_examples == c->task[ms->task].n_examples) {
-        const tk_result *ta = &a->task[ms->task], *tc = &c->task[ms->task];
+        const dt_task_result *ta = &a->task[ms->task], *tc = &c->task[ms->task];
         snprintf(unit, unit_n, "%d paired examples of one run each", ta->n_examples);
-        return st_paired_diff_ci(ta->example_accuracy, tc->example_accuracy, ta->n_examples);
+        return dt_stats_paired_diff_ci(ta->example_accuracy, tc->example_accuracy, ta->n_examples);
     }
     snprintf(unit, unit_n, "one run each, so no interval");
     double x = ms->get(a, ms->arg) - ms->get(c, ms->arg);
-    return (st_interval){isnan(x) ? 0 : 1, x, NAN, NAN, NAN};
+    return (dt_stats_interval){isnan(x) ? 0 : 1, x, NAN, NAN, NAN};
 }
 
 static void verdict(textbuf *b, const rp_report *r, int v, int base, const measure *ms) {
     const rp_model *mv = rp_run(r, v, 0), *mb = rp_run(r, base, 0);
     char unit[96], x[128], y[128], d[48], lo[48], hi[48];
-    st_interval iv = over_seeds(r, v, ms), ib = over_seeds(r, base, ms);
-    st_interval diff = paired(r, v, base, ms, unit, sizeof unit);
+    dt_stats_interval iv = over_seeds(r, v, ms), ib = over_seeds(r, base, ms);
+    dt_stats_interval diff = paired(r, v, base, ms, unit, sizeof unit);
     if (isnan(iv.mean) || isnan(ib.mean)) {
         tb_printf(b, "\nNo difference this run can resolve on %s: a value is missing.\n", ms->what);
         return;
     }
-    st_verdict w = st_verdict_of(&diff, ms->lower_better);
+    dt_stats_verdict w = dt_stats_verdict_of(&diff, ms->lower_better);
     cell(x, sizeof x, &iv, ms->fmt);
     cell(y, sizeof y, &ib, ms->fmt);
     snprintf(d, sizeof d, ms->fmt, diff.mean);
-    if (w == ST_UNRESOLVED)
+    if (w == DT_STATS_UNRESOLVED)
         tb_printf(b, "\nNo difference this run can resolve on %s: %s %s, %s %s", ms->what, mv->name, x, mb->name, y);
     else
-        tb_printf(b, "\n%s better on %s: %s against %s for %s", w == ST_A_BETTER ? mv->name : mb->name, ms->what,
-                  w == ST_A_BETTER ? x : y, w == ST_A_BETTER ? y : x, w == ST_A_BETTER ? mb->name : mv->name);
+        tb_printf(b, "\n%s better on %s: %s against %s for %s", w == DT_STATS_A_BETTER ? mv->name : mb->name, ms->what,
+                  w == DT_STATS_A_BETTER ? x : y, w == DT_STATS_A_BETTER ? y : x, w == DT_STATS_A_BETTER ? mb->name : mv->name);
     if (isnan(diff.half))
         tb_printf(b, " (difference %s; %s; %s is better).\n", d, unit, ms->lower_better ? "lower" : "higher");
     else {
@@ -167,7 +167,7 @@ static void table(textbuf *b, const rp_report *r, const char *first, const measu
         if (paper) tb_printf(b, " %s | %s |", ms[i].paper_diff, ms[i].paper_base);
         for (int v = 0; v < r->n_variants; v++) {
             char c[128];
-            st_interval iv = over_seeds(r, v, &ms[i]);
+            dt_stats_interval iv = over_seeds(r, v, &ms[i]);
             tb_printf(b, " %s |", cell(c, sizeof c, &iv, ms[i].fmt));
         }
         tb_printf(b, "\n");
@@ -188,9 +188,9 @@ static void measure_table(textbuf *b, const rp_report *r, const measure *ms) {
     for (int v = 0; v < r->n_variants; v++) {
         char c[128], d[160] = "—", lo[48], hi[48], m[48], unit[96];
         const char *word = "—";
-        st_interval iv = over_seeds(r, v, ms);
+        dt_stats_interval iv = over_seeds(r, v, ms);
         if (r->base >= 0 && v != r->base) {
-            st_interval diff = paired(r, v, r->base, ms, unit, sizeof unit);
+            dt_stats_interval diff = paired(r, v, r->base, ms, unit, sizeof unit);
             snprintf(m, sizeof m, ms->fmt, diff.mean);
             if (isnan(diff.half)) snprintf(d, sizeof d, "%s", isnan(diff.mean) ? "—" : m);
             else {
@@ -198,8 +198,8 @@ static void measure_table(textbuf *b, const rp_report *r, const measure *ms) {
                 snprintf(hi, sizeof hi, ms->fmt, diff.hi);
                 snprintf(d, sizeof d, "%s (%s to %s)", m, lo, hi);
             }
-            st_verdict w = st_verdict_of(&diff, ms->lower_better);
-            word = w == ST_A_BETTER ? "variant better" : w == ST_B_BETTER ? "Transformer better" : "no difference resolved";
+            dt_stats_verdict w = dt_stats_verdict_of(&diff, ms->lower_better);
+            word = w == DT_STATS_A_BETTER ? "variant better" : w == DT_STATS_B_BETTER ? "Transformer better" : "no difference resolved";
         }
         tb_printf(b, "| %s | %zu | %s | %s | %s |\n", rp_run(r, v, 0)->name, rp_run(r, v, 0)->n_params,
                   cell(c, sizeof c, &iv, ms->fmt), d, word);
@@ -209,8 +209,8 @@ static void measure_table(textbuf *b, const rp_report *r, const measure *ms) {
 
 /* ---------------------------------------------------------------- sections */
 
-static const char *task_text[TK_N_TASKS] = {
-    "Multi-query associative recall: K pairs `kv ` (key one of the 16 symbols `" TK_KEY_SYMBOLS "`, digit value) "
+static const char *task_text[DT_N_TASKS] = {
+    "Multi-query associative recall: K pairs `kv ` (key one of the 16 symbols `" DT_TASK_KEY_SYMBOLS "`, digit value) "
     "among distractor items `Xd ` (an uppercase letter and a digit), then `;` and queries `kv `; the value after each "
     "queried key is scored (chance 0.1).",
     "Retrieval at depth: 4 needles `@kv` (key one of the same symbols, which are taken out of the text) in text cut "
@@ -232,7 +232,7 @@ static void tasks_section(textbuf *b, const rp_report *r) {
                  "its needles need; both then grow to a full row by three fifths. Accuracy is teacher-forced argmax on held-out examples drawn from their own seed.\n\n",
               100 * r->task_ratio, unit, unit);
     if (r->task_symbols) {
-        const tk_symbols *s = r->task_symbols;
+        const dt_task_symbols *s = r->task_symbols;
         tb_printf(b, "On the BPE vocabulary every symbol of the formats below is one token (the one that stands for "
                      "exactly that character; e.g. space %d, newline %d, `@` %d, `a` %d; report.json lists them all), "
                      "so lengths, positions and answers count tokens; depth's text is the training text's own tokens, "
@@ -240,45 +240,45 @@ static void tasks_section(textbuf *b, const rp_report *r) {
                   s->id[' '], s->id['\n'], s->id['@'], s->id['a']);
     }
     const rp_model *m0 = rp_run(r, 0, 0);
-    char what[TK_N_TASKS][64];
-    for (int k = 0; k < TK_N_TASKS; k++) {
+    char what[DT_N_TASKS][64];
+    for (int k = 0; k < DT_N_TASKS; k++) {
         if (!(r->tasks & (1 << k)) || !(m0->tasks & (1 << k))) continue;
-        const tk_result *t0 = &m0->task[k];
-        measure ms[TK_MAX_CELLS + 2];
+        const dt_task_result *t0 = &m0->task[k];
+        measure ms[DT_TASK_MAX_CELLS + 2];
         int n = 0;
-        char labels[TK_MAX_CELLS][96];
+        char labels[DT_TASK_MAX_CELLS][96];
         ms[n] = M("accuracy, all cells", NULL, NULL, g_task, k, "%.3f", 0, NULL);
         ms[n].task = k;
-        snprintf(what[k], sizeof what[k], "%s accuracy", tk_name((tk_kind)k));
+        snprintf(what[k], sizeof what[k], "%s accuracy", dt_task_name((dt_task_kind)k));
         ms[n++].what = what[k];
-        if (k == TK_ICL)
+        if (k == DT_TASK_ICL)
             ms[n++] = M("std of accuracy over orders", "much smaller", "larger", g_order_std, k, "%.3f", 1,
                         "the spread of icl accuracy over orders");
         for (int c = 0; c < t0->n_cells; c++) {
-            const tk_cell *tc = &t0->cells[c];
-            if (k == TK_RECALL) snprintf(labels[c], sizeof labels[c], "length %d, K = %d", tc->length, tc->pairs);
-            else if (k == TK_DEPTH) snprintf(labels[c], sizeof labels[c], "length %d, depth %.2f", tc->length, tc->depth);
+            const dt_task_cell *tc = &t0->cells[c];
+            if (k == DT_TASK_RECALL) snprintf(labels[c], sizeof labels[c], "length %d, K = %d", tc->length, tc->pairs);
+            else if (k == DT_TASK_DEPTH) snprintf(labels[c], sizeof labels[c], "length %d, depth %.2f", tc->length, tc->depth);
             else snprintf(labels[c], sizeof labels[c], "order %d", tc->order);
-            ms[n++] = M(labels[c], NULL, NULL, g_task_cell, k * TK_MAX_CELLS + c, "%.3f", 0, NULL);
+            ms[n++] = M(labels[c], NULL, NULL, g_task_cell, k * DT_TASK_MAX_CELLS + c, "%.3f", 0, NULL);
         }
-        tb_printf(b, "### %s\n\n%s %d examples per cell.\n\n", tk_name((tk_kind)k), task_text[k], t0->cells[0].examples);
+        tb_printf(b, "### %s\n\n%s %d examples per cell.\n\n", dt_task_name((dt_task_kind)k), task_text[k], t0->cells[0].examples);
         table(b, r, "measure", ms, n);
     }
     /* learning curves: the mean over runs at each measured step */
     if (m0->n_curve > 0) {
         tb_printf(b, "### Learning curves\n\nTask accuracy during training (mean over runs; smaller evaluation sets "
                      "than above).\n\n| step |");
-        for (int k = 0; k < TK_N_TASKS; k++)
+        for (int k = 0; k < DT_N_TASKS; k++)
             if (r->tasks & (1 << k))
-                for (int v = 0; v < r->n_variants; v++) tb_printf(b, " %s %s |", tk_name((tk_kind)k), rp_run(r, v, 0)->name);
+                for (int v = 0; v < r->n_variants; v++) tb_printf(b, " %s %s |", dt_task_name((dt_task_kind)k), rp_run(r, v, 0)->name);
         tb_printf(b, "\n| --- |");
-        for (int k = 0; k < TK_N_TASKS; k++)
+        for (int k = 0; k < DT_N_TASKS; k++)
             if (r->tasks & (1 << k))
                 for (int v = 0; v < r->n_variants; v++) tb_printf(b, " --- |");
         tb_printf(b, "\n");
         for (int p = 0; p < m0->n_curve; p++) {
             tb_printf(b, "| %d |", m0->curve[p].step);
-            for (int k = 0; k < TK_N_TASKS; k++) {
+            for (int k = 0; k < DT_N_TASKS; k++) {
                 if (!(r->tasks & (1 << k))) continue;
                 for (int v = 0; v < r->n_variants; v++) {
                     double x[RP_MAX_SEEDS];
@@ -286,7 +286,7 @@ static void tasks_section(textbuf *b, const rp_report *r) {
                         const rp_model *m = rp_run(r, v, s);
                         x[s] = p < m->n_curve ? m->curve[p].accuracy[k] : NAN;
                     }
-                    st_interval iv = st_mean_ci(x, r->n_seeds);
+                    dt_stats_interval iv = dt_stats_mean_ci(x, r->n_seeds);
                     char c[96];
                     tb_printf(b, " %s |", cell(c, sizeof c, &iv, "%.2f"));
                 }
@@ -342,10 +342,10 @@ static void wquant_section(textbuf *b, const rp_report *r) {
                  "with F32, and (with `--needle`) needle exact match. The paper has no such table; its argument is "
                  "that fewer activation outliers make 8-bit activations cheaper for DIFF.\n\n",
               r->tokenizer ? "token" : "byte", r->tokenizer ? "token" : "byte");
-    measure ms[3 * AN_WQ_MAX_SCHEMES];
-    char labels[3 * AN_WQ_MAX_SCHEMES][64];
+    measure ms[3 * DT_AN_WQ_MAX_SCHEMES];
+    char labels[3 * DT_AN_WQ_MAX_SCHEMES][64];
     int n = 0;
-    for (int i = 1; i < m0->n_wq && n + 3 <= 3 * AN_WQ_MAX_SCHEMES; i++) {
+    for (int i = 1; i < m0->n_wq && n + 3 <= 3 * DT_AN_WQ_MAX_SCHEMES; i++) {
         const int w8a8 = !strcmp(m0->wq[i].name, "w8a8");
         snprintf(labels[n], sizeof labels[n], "%s: loss increase", m0->wq[i].name);
         ms[n] = M(labels[n], NULL, NULL, g_wq_delta, i, "%.4f", 1,
@@ -362,7 +362,7 @@ static void wquant_section(textbuf *b, const rp_report *r) {
     if (m0->wq[0].needle_total > 0) {
         tb_printf(b, "Needle exact match (teacher-forced, as in the bit-width table) with each scheme, F32 first:\n\n");
         n = 0;
-        for (int i = 0; i < m0->n_wq && i < 3 * AN_WQ_MAX_SCHEMES; i++) {
+        for (int i = 0; i < m0->n_wq && i < 3 * DT_AN_WQ_MAX_SCHEMES; i++) {
             const int w8a8 = !strcmp(m0->wq[i].name, "w8a8");
             snprintf(labels[i], sizeof labels[i], "%s: needle exact match", m0->wq[i].name);
             ms[n++] = M(labels[i], NULL, NULL, g_wq_needle, i, "%.3f", 0,
@@ -379,8 +379,8 @@ static void scaling_section(textbuf *b, const rp_report *r) {
     for (int i = 0; i < r->n_sizes; i++)
         for (int k = 0; k < 2; k++)
             px[2 * i + k] = r->size_params[i][k], ly[2 * i + k] = r->size_loss[i][k], kind[2 * i + k] = k == 0;
-    const sc_comparison sc = sc_compare(px, ly, kind, 2 * r->n_sizes);
-    const sc_fit fit[2] = {sc.fit[1], sc.fit[0]}; /* [0 = DIFF, 1 = Transformer], as the table */
+    const dt_scaling_comparison sc = dt_scaling_compare(px, ly, kind, 2 * r->n_sizes);
+    const dt_scaling_fit fit[2] = {sc.fit[1], sc.fit[0]}; /* [0 = DIFF, 1 = Transformer], as the table */
     const double fraction = sc.fraction;
     tb_printf(b, "## Loss against model size\n\nBoth kinds at %d sizes with the same data, seed and token budget (the "
                  "first seed only: one run per size, so no interval); log(final validation loss) = a + b·log(parameters) "
@@ -450,10 +450,10 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
             M(NULL, NULL, NULL, g_hidden_top1, 0, "%.4g", 1, "largest hidden-state activation"),
         };
         for (int i = 0; i < 3; i++) measure_table(b, r, &head[i]);
-        for (int k = 0; k < TK_N_TASKS; k++)
+        for (int k = 0; k < DT_N_TASKS; k++)
             if (r->tasks & (1 << k)) {
                 char what[64];
-                snprintf(what, sizeof what, "%s accuracy", tk_name((tk_kind)k));
+                snprintf(what, sizeof what, "%s accuracy", dt_task_name((dt_task_kind)k));
                 measure t = M(NULL, NULL, NULL, g_task, k, "%.3f", 0, what);
                 t.task = k;
                 measure_table(b, r, &t);
@@ -482,7 +482,7 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
         tb_printf(b, "## λ per layer (DIFF)\n\n| layer | λinit | final |\n| --- | --- | --- |\n");
         for (int l = 0; l < d0->cfg.num_hidden_layers; l++) {
             measure ml = M(NULL, NULL, NULL, g_lambda, l, "%.4f", 0, NULL);
-            st_interval iv = over_seeds(r, r->diff, &ml);
+            dt_stats_interval iv = over_seeds(r, r->diff, &ml);
             char c[96];
             tb_printf(b, "| %d | %.4f | %s |\n", l, (double)dt_lambda_init(l), cell(c, sizeof c, &iv, "%.4f"));
         }
@@ -532,8 +532,8 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
         tb_printf(b, "## Multi-needle retrieval\n\nGreedy exact match of every queried value. The paper's figure is for "
                      "4K contexts with 6 needles and 2 queries; ours uses %d-byte contexts, %d needles, %d %s.\n\n",
                   r->needle_context, r->needle_needles, r->needle_queries, r->needle_queries == 1 ? "query" : "queries");
-        measure ms[NEEDLE_MAX_LIST * NEEDLE_MAX_LIST + 1];
-        char labels[NEEDLE_MAX_LIST * NEEDLE_MAX_LIST][64];
+        measure ms[DT_NEEDLE_MAX_LIST * DT_NEEDLE_MAX_LIST + 1];
+        char labels[DT_NEEDLE_MAX_LIST * DT_NEEDLE_MAX_LIST][64];
         int n = 0;
         ms[n++] = M("exact-match accuracy, all queries", "0.85", "0.55", g_needle, 0, "%.3f", 0,
                     "needle exact-match accuracy");

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stddef.h>
 
-double st_t975(int df) {
+double dt_stats_t975(int df) {
     /* two-sided 95% critical values of Student's t, df = 1..30 */
     static const double t[30] = {12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
                                  2.201,  2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
@@ -17,8 +17,8 @@ double st_t975(int df) {
 }
 
 /* the interval of the mean of f(i) over the i where f(i) is a number */
-static st_interval interval(const double *a, const double *b, int n) {
-    st_interval r = {0, NAN, NAN, NAN, NAN};
+static dt_stats_interval interval(const double *a, const double *b, int n) {
+    dt_stats_interval r = {0, NAN, NAN, NAN, NAN};
     double sum = 0;
     for (int i = 0; i < n; i++) {
         double v = b ? a[i] - b[i] : a[i];
@@ -32,18 +32,18 @@ static st_interval interval(const double *a, const double *b, int n) {
         double v = b ? a[i] - b[i] : a[i];
         if (!isnan(v)) ss += (v - r.mean) * (v - r.mean);
     }
-    r.half = st_t975(r.n - 1) * sqrt(ss / (r.n - 1) / r.n);
+    r.half = dt_stats_t975(r.n - 1) * sqrt(ss / (r.n - 1) / r.n);
     r.lo = r.mean - r.half;
     r.hi = r.mean + r.half;
     return r;
 }
 
-st_interval st_mean_ci(const double *x, int n) { return interval(x, NULL, n); }
-st_interval st_paired_diff_ci(const double *a, const double *b, int n) { return interval(a, b, n); }
+dt_stats_interval dt_stats_mean_ci(const double *x, int n) { return interval(x, NULL, n); }
+dt_stats_interval dt_stats_paired_diff_ci(const double *a, const double *b, int n) { return interval(a, b, n); }
 
-st_verdict st_verdict_of(const st_interval *diff, int lower_better) {
-    if (isnan(diff->lo) || isnan(diff->hi)) return ST_UNRESOLVED;
-    if (diff->hi < 0) return lower_better ? ST_A_BETTER : ST_B_BETTER;
-    if (diff->lo > 0) return lower_better ? ST_B_BETTER : ST_A_BETTER;
-    return ST_UNRESOLVED;
+dt_stats_verdict dt_stats_verdict_of(const dt_stats_interval *diff, int lower_better) {
+    if (isnan(diff->lo) || isnan(diff->hi)) return DT_STATS_UNRESOLVED;
+    if (diff->hi < 0) return lower_better ? DT_STATS_A_BETTER : DT_STATS_B_BETTER;
+    if (diff->lo > 0) return lower_better ? DT_STATS_B_BETTER : DT_STATS_A_BETTER;
+    return DT_STATS_UNRESOLVED;
 }

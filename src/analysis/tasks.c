@@ -6,24 +6,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const names[TK_N_TASKS] = {"recall", "depth", "icl"};
+static const char *const names[DT_N_TASKS] = {"recall", "depth", "icl"};
 
-const char *tk_name(tk_kind k) { return k >= 0 && k < TK_N_TASKS ? names[k] : "?"; }
+const char *dt_task_name(dt_task_kind k) { return k >= 0 && k < DT_N_TASKS ? names[k] : "?"; }
 
-int tk_kind_parse(const char *name) {
-    for (int i = 0; i < TK_N_TASKS; i++)
+int dt_task_kind_parse(const char *name) {
+    for (int i = 0; i < DT_N_TASKS; i++)
         if (strcmp(name, names[i]) == 0) return i;
     return -1;
 }
 
 /* symbol c as a token of sym (NULL: the byte c) */
-static int sym_id(const tk_symbols *sym, int c) { return sym ? sym->id[c] : c; }
+static int sym_id(const dt_task_symbols *sym, int c) { return sym ? sym->id[c] : c; }
 #define S(c) sym_id(sym, (c))
 
 /* whether a filler token stays in depth's filler ('@', the keys and, as ever, NUL become spaces) */
-static int filler_keeps(const tk_symbols *sym, int token) {
+static int filler_keeps(const dt_task_symbols *sym, int token) {
     if (sym) return token >= 0 && token < sym->vocab && !sym->no_filler[token];
-    return token > 0 && token < 256 && token != '@' && !strchr(TK_KEY_SYMBOLS, token);
+    return token > 0 && token < 256 && token != '@' && !strchr(DT_TASK_KEY_SYMBOLS, token);
 }
 
 static uint64_t below(uint64_t *rng, uint64_t n) { return dt_rng_next(rng) % n; }
@@ -50,7 +50,7 @@ static void ask(uint64_t *rng, int count, int first, int n, int *out) {
     for (int i = 0; i < n; i++) out[i] += first;
 }
 
-static void start(tk_example *ex, tk_kind kind, int length) {
+static void start(dt_task_example *ex, dt_task_kind kind, int length) {
     ex->kind = kind;
     ex->length = length;
     ex->pairs = 0;
@@ -59,27 +59,27 @@ static void start(tk_example *ex, tk_kind kind, int length) {
     ex->n_queries = 0;
 }
 
-static void add_query(tk_example *ex, int pos, int answer) {
-    tk_query *q = &ex->q[ex->n_queries++];
+static void add_query(dt_task_example *ex, int pos, int answer) {
+    dt_task_query *q = &ex->q[ex->n_queries++];
     q->pos = pos;
     q->answer = answer;
     q->n_candidates = 0;
 }
 
-int tk_recall(const tk_symbols *sym, uint64_t seed, int length, int pairs, int n_queries, int distractors,
-              tk_example *ex, dt_error *err) {
-    if (pairs < 1 || pairs > TK_MAX_PAIRS) return dt_fail(err, "recall: %d pairs (1..%d)", pairs, TK_MAX_PAIRS);
-    if (n_queries < 1 || n_queries > TK_MAX_QUERIES)
-        return dt_fail(err, "recall: %d queries (1..%d)", n_queries, TK_MAX_QUERIES);
+int dt_task_recall(const dt_task_symbols *sym, uint64_t seed, int length, int pairs, int n_queries, int distractors,
+              dt_task_example *ex, dt_error *err) {
+    if (pairs < 1 || pairs > DT_TASK_MAX_PAIRS) return dt_fail(err, "recall: %d pairs (1..%d)", pairs, DT_TASK_MAX_PAIRS);
+    if (n_queries < 1 || n_queries > DT_TASK_MAX_QUERIES)
+        return dt_fail(err, "recall: %d queries (1..%d)", n_queries, DT_TASK_MAX_QUERIES);
     if (distractors >= 0) length = 3 * (pairs + distractors + n_queries) + 1;
-    if (length > TK_MAX_LEN || 3 * (pairs + n_queries) + 1 > length)
+    if (length > DT_TASK_MAX_LEN || 3 * (pairs + n_queries) + 1 > length)
         return dt_fail(err, "recall: %d tokens cannot hold %d pairs and %d queries (need %d..%d)", length, pairs,
-                       n_queries, 3 * (pairs + n_queries) + 1, TK_MAX_LEN);
+                       n_queries, 3 * (pairs + n_queries) + 1, DT_TASK_MAX_LEN);
     uint64_t rng = seed;
-    start(ex, TK_RECALL, length);
+    start(ex, DT_TASK_RECALL, length);
     ex->pairs = pairs;
-    int keys[TK_KEYS], values[TK_KEYS], asked[TK_MAX_QUERIES];
-    distinct(&rng, TK_KEYS, pairs, keys);
+    int keys[DT_TASK_KEYS], values[DT_TASK_KEYS], asked[DT_TASK_MAX_QUERIES];
+    distinct(&rng, DT_TASK_KEYS, pairs, keys);
     for (int i = 0; i < pairs; i++) values[i] = (int)below(&rng, 10);
     /* the context: `items` slots of 3 bytes, `pairs` of them (chosen at random) the pairs, the rest
      * distractors; leading spaces pad it to the exact length */
@@ -90,7 +90,7 @@ int tk_recall(const tk_symbols *sym, uint64_t seed, int length, int pairs, int n
     for (int s = 0; s < items; s++) {
         int is_pair = (int)below(&rng, (uint64_t)(items - s)) < left;
         if (is_pair) {
-            t[p++] = S(TK_KEY_SYMBOLS[keys[next]]);
+            t[p++] = S(DT_TASK_KEY_SYMBOLS[keys[next]]);
             t[p++] = S('0' + values[next]);
             next++;
             left--;
@@ -103,7 +103,7 @@ int tk_recall(const tk_symbols *sym, uint64_t seed, int length, int pairs, int n
     t[p++] = S(';');
     ask(&rng, pairs, 0, n_queries, asked);
     for (int i = 0; i < n_queries; i++) {
-        t[p] = S(TK_KEY_SYMBOLS[keys[asked[i]]]);
+        t[p] = S(DT_TASK_KEY_SYMBOLS[keys[asked[i]]]);
         add_query(ex, p, S('0' + values[asked[i]]));
         t[p + 1] = S('0' + values[asked[i]]);
         t[p + 2] = S(' ');
@@ -112,19 +112,19 @@ int tk_recall(const tk_symbols *sym, uint64_t seed, int length, int pairs, int n
     return 0;
 }
 
-int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int needles, int n_queries,
-             const int *filler, size_t n, tk_example *ex, dt_error *err) {
+int dt_task_depth(const dt_task_symbols *sym, uint64_t seed, int length, double depth, int needles, int n_queries,
+             const int *filler, size_t n, dt_task_example *ex, dt_error *err) {
     enum { NEEDLE = 3, QUERY = 4 }; /* "@kv", "\n@kv" */
     if (!(depth >= 0 && depth <= 1)) return dt_fail(err, "depth: %g is not in [0, 1]", depth);
-    if (needles < 2 || needles > TK_KEYS) return dt_fail(err, "depth: %d needles (2..%d)", needles, TK_KEYS);
-    if (n_queries < 1 || n_queries > TK_MAX_QUERIES)
-        return dt_fail(err, "depth: %d queries (1..%d)", n_queries, TK_MAX_QUERIES);
+    if (needles < 2 || needles > DT_TASK_KEYS) return dt_fail(err, "depth: %d needles (2..%d)", needles, DT_TASK_KEYS);
+    if (n_queries < 1 || n_queries > DT_TASK_MAX_QUERIES)
+        return dt_fail(err, "depth: %d queries (1..%d)", n_queries, DT_TASK_MAX_QUERIES);
     const int context = length - QUERY * n_queries; /* filler with the needles inside */
-    if (length > TK_MAX_LEN || context < 4 * NEEDLE * needles)
+    if (length > DT_TASK_MAX_LEN || context < 4 * NEEDLE * needles)
         return dt_fail(err, "depth: %d tokens for %d needles and %d queries (need %d..%d)", length, needles, n_queries,
-                       4 * NEEDLE * needles + QUERY * n_queries, TK_MAX_LEN);
+                       4 * NEEDLE * needles + QUERY * n_queries, DT_TASK_MAX_LEN);
     uint64_t rng = seed;
-    start(ex, TK_DEPTH, length);
+    start(ex, DT_TASK_DEPTH, length);
     ex->pairs = needles;
     ex->depth = depth;
     int *t = ex->tokens;
@@ -136,8 +136,8 @@ int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int
         }
     } else
         for (int i = 0; i < context; i++) t[i] = S('a' + (int)below(&rng, 26));
-    int keys[TK_KEYS], values[TK_KEYS], where[TK_KEYS], asked[TK_MAX_QUERIES];
-    distinct(&rng, TK_KEYS, needles, keys);
+    int keys[DT_TASK_KEYS], values[DT_TASK_KEYS], where[DT_TASK_KEYS], asked[DT_TASK_MAX_QUERIES];
+    distinct(&rng, DT_TASK_KEYS, needles, keys);
     for (int i = 0; i < needles; i++) values[i] = (int)below(&rng, 10);
     /* needle 0 starts at `depth` of the room; the others anywhere they do not touch another */
     const int room = context - NEEDLE;
@@ -153,7 +153,7 @@ int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int
     }
     for (int i = 0; i < needles; i++) {
         t[where[i]] = S('@');
-        t[where[i] + 1] = S(TK_KEY_SYMBOLS[keys[i]]);
+        t[where[i] + 1] = S(DT_TASK_KEY_SYMBOLS[keys[i]]);
         t[where[i] + 2] = S('0' + values[i]);
     }
     /* queries: needle 0, then the others in random order, then (more queries than needles) any */
@@ -167,7 +167,7 @@ int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int
     for (int i = 0; i < n_queries; i++) {
         t[p++] = S('\n');
         t[p++] = S('@');
-        t[p] = S(TK_KEY_SYMBOLS[keys[asked[i]]]);
+        t[p] = S(DT_TASK_KEY_SYMBOLS[keys[asked[i]]]);
         add_query(ex, p, S('0' + values[asked[i]]));
         t[p + 1] = S('0' + values[asked[i]]);
         p += 2;
@@ -175,19 +175,19 @@ int tk_depth(const tk_symbols *sym, uint64_t seed, int length, double depth, int
     return 0;
 }
 
-int tk_icl(const tk_symbols *sym, uint64_t seed, int shots, int n_queries, int order, tk_example *ex, dt_error *err) {
+int dt_task_icl(const dt_task_symbols *sym, uint64_t seed, int shots, int n_queries, int order, dt_task_example *ex, dt_error *err) {
     if (shots < 2 || shots % 2 || shots > 16) return dt_fail(err, "icl: %d demonstrations (an even number 2..16)", shots);
-    if (n_queries < 1 || n_queries > 26 - shots || n_queries > TK_MAX_QUERIES)
+    if (n_queries < 1 || n_queries > 26 - shots || n_queries > DT_TASK_MAX_QUERIES)
         return dt_fail(err, "icl: %d queries (1..%d)", n_queries, 26 - shots);
     if (order < 0) return dt_fail(err, "icl: order %d is negative", order);
     uint64_t rng = seed;
-    start(ex, TK_ICL, 4 * (shots + n_queries));
+    start(ex, DT_TASK_ICL, 4 * (shots + n_queries));
     ex->pairs = shots;
     ex->order = order;
     int labels[2];
     distinct(&rng, 26, 2, labels); /* labels[c] is class c's label letter */
     /* demonstrations: shots/2 letters from each half; queries: from the letters left, alternating classes */
-    int half[2][13], letters[16], q_letters[TK_MAX_QUERIES];
+    int half[2][13], letters[16], q_letters[DT_TASK_MAX_QUERIES];
     distinct(&rng, 13, 13, half[0]);
     distinct(&rng, 13, 13, half[1]);
     for (int i = 0; i < shots; i++) {
@@ -219,7 +219,7 @@ int tk_icl(const tk_symbols *sym, uint64_t seed, int shots, int n_queries, int o
         t[p++] = S('a' + y);
         t[p] = S(':');
         add_query(ex, p, S('A' + labels[y / 13]));
-        tk_query *q = &ex->q[ex->n_queries - 1];
+        dt_task_query *q = &ex->q[ex->n_queries - 1];
         q->n_candidates = 2;
         q->candidates[0] = S('A' + labels[0]);
         q->candidates[1] = S('A' + labels[1]);
@@ -277,17 +277,17 @@ static const char *symbol_name(char c, char *buf, size_t cap) {
     return buf;
 }
 
-void tk_symbols_free(tk_symbols *s) {
+void dt_task_symbols_free(dt_task_symbols *s) {
     free(s->no_filler);
     s->no_filler = NULL;
 }
 
-int tk_symbols_from_tokenizer(tk_symbols *s, const dt_tok *tok, dt_error *err) {
+int dt_task_symbols_from_tokenizer(dt_task_symbols *s, const dt_tok *tok, dt_error *err) {
     memset(s, 0, sizeof *s);
     for (int c = 0; c < 128; c++) s->id[c] = -1;
     const char *path = dt_tok_path(tok);
     int missing = 0;
-    for (const char *p = TK_SYMBOLS; *p; p++) {
+    for (const char *p = DT_TASK_SYMBOLS; *p; p++) {
         const int32_t id = symbol_token(tok, *p, err);
         if (id == -2) return -1;
         s->id[(int)*p] = id;
@@ -304,21 +304,21 @@ int tk_symbols_from_tokenizer(tk_symbols *s, const dt_tok *tok, dt_error *err) {
         dt_error ignored;
         int out = dt_tok_decode(tok, &id, 1, 0, &text, &len, &ignored) != 0 || memchr(text, '@', len) ||
                   memchr(text, '\0', len);
-        for (const char *k = TK_KEY_SYMBOLS; *k && !out; k++) out = memchr(text, *k, len) != NULL;
+        for (const char *k = DT_TASK_KEY_SYMBOLS; *k && !out; k++) out = memchr(text, *k, len) != NULL;
         s->no_filler[id] = (unsigned char)out;
         if (missing && text && len <= 1) {
             const int c = stands_for(tok, id);
-            if (c > 0 && c < 128 && strchr(TK_SYMBOLS, c) && s->id[c] < 0) {
+            if (c > 0 && c < 128 && strchr(DT_TASK_SYMBOLS, c) && s->id[c] < 0) {
                 s->id[c] = id;
                 missing--;
             }
         }
         free(text);
     }
-    for (const char *p = TK_SYMBOLS; *p && missing; p++)
+    for (const char *p = DT_TASK_SYMBOLS; *p && missing; p++)
         if (s->id[(int)*p] < 0) {
             char name[8];
-            tk_symbols_free(s);
+            dt_task_symbols_free(s);
             return dt_fail(err, "%s: the task symbol %s has no token of its own (no token stands for exactly that "
                                 "character: none is spelled so, none is <0x%02X>, none comes out of encoding it "
                                 "alone or decodes to it); the synthetic tasks need one token per symbol",

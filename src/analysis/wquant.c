@@ -20,7 +20,7 @@
 static const char *const type_names[8] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                                           "lm_head"};
 
-int an_wq_parse_schemes(const char *list, float alpha, an_wq_scheme *out, int *n, dt_error *err) {
+int dt_an_wq_parse_schemes(const char *list, float alpha, dt_an_wq_scheme *out, int *n, dt_error *err) {
     *n = 0;
     const char *p = list;
     while (p && *p) {
@@ -28,10 +28,10 @@ int an_wq_parse_schemes(const char *list, float alpha, an_wq_scheme *out, int *n
         size_t len = comma ? (size_t)(comma - p) : strlen(p);
         char item[32];
         if (len == 0 || len >= sizeof item) return dt_fail(err, "schemes '%s': empty or overlong item", list);
-        if (*n == AN_WQ_MAX_SCHEMES) return dt_fail(err, "schemes '%s': more than %d", list, AN_WQ_MAX_SCHEMES);
+        if (*n == DT_AN_WQ_MAX_SCHEMES) return dt_fail(err, "schemes '%s': more than %d", list, DT_AN_WQ_MAX_SCHEMES);
         memcpy(item, p, len);
         item[len] = '\0';
-        an_wq_scheme *s = &out[*n];
+        dt_an_wq_scheme *s = &out[*n];
         dt_quant_defaults(&s->opt);
         snprintf(s->name, sizeof s->name, "%s", item);
         char base[32];
@@ -78,7 +78,7 @@ typedef struct {
 } sums;
 
 /* Runs every held-out window through the float model f and (when q != NULL) the quantised q. */
-static int score(const dt_model *f, const dt_model *q, const an_wq_params *p, sums *fs, sums *qs, dt_error *err) {
+static int score(const dt_model *f, const dt_model *q, const dt_an_wq_params *p, sums *fs, sums *qs, dt_error *err) {
     const int T = p->seq, V = f->cfg.vocab_size;
     size_t nw = (p->eval_n - 1) / (size_t)T;
     if ((size_t)p->windows < nw) nw = (size_t)p->windows;
@@ -119,7 +119,7 @@ static int score(const dt_model *f, const dt_model *q, const an_wq_params *p, su
     return rc;
 }
 
-static void fill_types(an_wq_row *r) {
+static void fill_types(dt_an_wq_row *r) {
     int counts[8] = {0};
     memset(r->types, 0, sizeof r->types);
     for (int i = 0; i < r->n_stats; i++) {
@@ -127,7 +127,7 @@ static void fill_types(an_wq_row *r) {
         int t = 7;
         for (int k = 0; k < 7; k++)
             if (strstr(s->name, type_names[k])) t = k;
-        an_wq_outliers *o = &r->types[t];
+        dt_an_wq_outliers *o = &r->types[t];
         o->absmax = fmax(o->absmax, s->absmax);
         o->absmax_smoothed = fmax(o->absmax_smoothed, s->absmax_smoothed);
         o->ratio += s->median > 0 ? s->absmax / s->median : 0;
@@ -137,7 +137,7 @@ static void fill_types(an_wq_row *r) {
     r->n_types = 0;
     for (int t = 0; t < 8; t++) {
         if (!counts[t]) continue;
-        an_wq_outliers o = r->types[t];
+        dt_an_wq_outliers o = r->types[t];
         snprintf(o.type, sizeof o.type, "%s", type_names[t]);
         o.ratio /= counts[t];
         o.ratio_smoothed /= counts[t];
@@ -145,7 +145,7 @@ static void fill_types(an_wq_row *r) {
     }
 }
 
-static void fill_row(an_wq_row *r, const sums *s, double f32_loss) {
+static void fill_row(dt_an_wq_row *r, const sums *s, double f32_loss) {
     r->loss = s->loss / (double)s->count;
     r->loss_delta = r->loss - f32_loss;
     r->kl = s->kl / (double)s->count;
@@ -154,7 +154,7 @@ static void fill_row(an_wq_row *r, const sums *s, double f32_loss) {
     r->count = s->count;
 }
 
-int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *schemes, int n, an_wq_row *rows,
+int dt_an_wq_run(const dt_model *m, const dt_an_wq_params *p, const dt_an_wq_scheme *schemes, int n, dt_an_wq_row *rows,
               dt_error *err) {
     memset(rows, 0, (size_t)(n + 1) * sizeof *rows);
     sums fs, qs;
@@ -166,11 +166,11 @@ int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *sche
     rows[0].top1_agree = 1;
     rows[0].decode_mb = dt_model_decode_bytes(m) / 1e6;
     const dt_run_options plain = {0};
-    if (p->needle && an_needle_exact(m, p->needle_tok, &plain, p->needle, p->max_samples, &rows[0].needle_correct,
+    if (p->needle && dt_an_needle_exact(m, p->needle_tok, &plain, p->needle, p->max_samples, &rows[0].needle_correct,
                                      &rows[0].needle_total, err) != 0)
         return -1;
     for (int i = 0; i < n; i++) {
-        an_wq_row *r = &rows[1 + i];
+        dt_an_wq_row *r = &rows[1 + i];
         snprintf(r->name, sizeof r->name, "%s", schemes[i].name);
         r->needle_correct = r->needle_total = -1;
         /* a shallow copy: the same float parameters, its own quantised layers (never dt_model_free it) */
@@ -185,7 +185,7 @@ int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *sche
         o.lm_head = p->lm_head;
         o.quiet = 1;
         if (dt_model_quantize(&q, &o, err) != 0) {
-            an_wq_rows_free(rows, i + 1);
+            dt_an_wq_rows_free(rows, i + 1);
             return -1;
         }
         int rc = score(m, &q, p, &fs, &qs, err);
@@ -201,17 +201,17 @@ int an_wq_run(const dt_model *m, const an_wq_params *p, const an_wq_scheme *sche
             }
         }
         if (rc == 0 && p->needle)
-            rc = an_needle_exact(&q, p->needle_tok, &plain, p->needle, p->max_samples, &r->needle_correct, &r->needle_total, err);
+            rc = dt_an_needle_exact(&q, p->needle_tok, &plain, p->needle, p->max_samples, &r->needle_correct, &r->needle_total, err);
         if (dt_model_dequantize(&q, rc == 0 ? err : NULL) != 0) rc = -1; /* quantised here: cannot fail */
         if (rc != 0) {
-            an_wq_rows_free(rows, i + 1);
+            dt_an_wq_rows_free(rows, i + 1);
             return -1;
         }
     }
     return 0;
 }
 
-void an_wq_rows_free(an_wq_row *rows, int n) {
+void dt_an_wq_rows_free(dt_an_wq_row *rows, int n) {
     for (int i = 0; i <= n; i++) {
         free(rows[i].stats);
         rows[i].stats = NULL;
@@ -219,11 +219,11 @@ void an_wq_rows_free(an_wq_row *rows, int n) {
     }
 }
 
-cJSON *an_wq_rows_json(const an_wq_row *rows, int n) {
+cJSON *dt_an_wq_rows_json(const dt_an_wq_row *rows, int n) {
     cJSON *arr = cJSON_CreateArray();
     int ok = arr != NULL;
     for (int i = 0; ok && i <= n; i++) {
-        const an_wq_row *r = &rows[i];
+        const dt_an_wq_row *r = &rows[i];
         cJSON *e = cJSON_CreateObject();
         ok = e && cJSON_AddItemToArray(arr, e) && cJSON_AddStringToObject(e, "scheme", r->name) &&
              cJSON_AddNumberToObject(e, "loss", r->loss) && cJSON_AddNumberToObject(e, "loss_delta", r->loss_delta) &&

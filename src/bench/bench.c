@@ -28,7 +28,7 @@ double bench_now(void) {
 
 /* ---------------------------------------------------------------- FLOP and byte counts */
 
-double bench_matmul_params(const dt_config *c) {
+double dt_bench_matmul_params(const dt_config *c) {
     const double C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
     const double H = c->num_attention_heads, KV = c->num_key_value_heads, L = c->num_hidden_layers;
     const double layer = H * hd * C          /* q_proj */
@@ -42,7 +42,7 @@ double bench_matmul_params(const dt_config *c) {
  *
  *   FLOPs = 6 · P_mm · B·T  +  3 · L · B · H · a · T(T+1)/2
  *
- * P_mm = bench_matmul_params(): every Linear weight (q, k, v, o, gate, up, down per layer, and
+ * P_mm = dt_bench_matmul_params(): every Linear weight (q, k, v, o, gate, up, down per layer, and
  * lm_head), not the embedding lookup. A product with an [out, in] weight costs 2·out·in FLOPs
  * per token forward and twice that backward (input and weight gradients): 6 per parameter.
  *
@@ -55,18 +55,18 @@ double bench_matmul_params(const dt_config *c) {
  * subtracting does more work and gets no credit for it. Backward costs twice the forward (two
  * products per forward product), hence the factor 3. Norms, RoPE, softmax, SwiGLU's
  * elementwise work, the cross-entropy and the optimizer are not counted. */
-double bench_train_flops(const dt_config *c, int B, int T) {
+double dt_bench_train_flops(const dt_config *c, int B, int T) {
     const double hd = c->head_dim, H = c->num_attention_heads, L = c->num_hidden_layers;
     const double pairs = (double)T * ((double)T + 1) / 2;
     const double a = 4 * hd;
-    return 6 * bench_matmul_params(c) * (double)B * T + 3 * L * (double)B * H * a * pairs;
+    return 6 * dt_bench_matmul_params(c) * (double)B * T + 3 * L * (double)B * H * a * pairs;
 }
 
 /* Bytes of weights one decode step reads: 4 · (every parameter except the embedding table,
  * which contributes the one row of C floats it looks up). That is all layer weights (norms and
  * λ vectors included), the final norm and lm_head. Tied, lm_head is the table, read in full.
  * The KV cache, activations and logits are not weights and are not counted. */
-double bench_decode_weight_bytes(const dt_config *c, size_t n_params) {
+double dt_bench_decode_weight_bytes(const dt_config *c, size_t n_params) {
     const double C = c->hidden_size, V = c->vocab_size;
     const double floats = c->tie_word_embeddings ? (double)n_params : (double)n_params - V * C + C;
     return 4 * floats;
@@ -91,11 +91,11 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
-static void progress(const bench_options *o, const char *phase, int done, int total) {
+static void progress(const dt_bench_options *o, const char *phase, int done, int total) {
     if (o->progress) o->progress(o->progress_ctx, phase, done, total);
 }
 
-/* Everything bench_model allocates, so that one exit path frees it. */
+/* Everything dt_bench_model allocates, so that one exit path frees it. */
 typedef struct {
     dt_model m;
     int have_model;
@@ -118,28 +118,28 @@ static void bench_state_free(bench_state *s) {
     if (s->have_model) dt_model_free(&s->m);
 }
 
-/* The internal step profile (model/profile.h) in the public layout of bench_profile. */
-static void profile_copy(const dt_profile *p, bench_profile *out) {
+/* The internal step profile (model/profile.h) in the public layout of dt_bench_profile. */
+static void profile_copy(const dt_profile *p, dt_bench_profile *out) {
     static const struct {
         profile_part from;
-        bench_profile_part to;
+        dt_bench_profile_part to;
     } parts[] = {
-        {PROF_EMBED, BENCH_PROF_EMBED},       {PROF_NORM, BENCH_PROF_NORM},
-        {PROF_ROPE, BENCH_PROF_ROPE},         {PROF_SWIGLU, BENCH_PROF_SWIGLU},
-        {PROF_ZERO, BENCH_PROF_ZERO},         {PROF_ATTN_FWD, BENCH_PROF_ATTN_FWD},
-        {PROF_ATTN_BWD, BENCH_PROF_ATTN_BWD}, {PROF_LM_HEAD, BENCH_PROF_LM_HEAD},
-        {PROF_LOSS, BENCH_PROF_LOSS},         {PROF_GRAD_NORM, BENCH_PROF_GRAD_NORM},
-        {PROF_ADAMW, BENCH_PROF_ADAMW},
+        {PROF_EMBED, DT_BENCH_PROF_EMBED},       {PROF_NORM, DT_BENCH_PROF_NORM},
+        {PROF_ROPE, DT_BENCH_PROF_ROPE},         {PROF_SWIGLU, DT_BENCH_PROF_SWIGLU},
+        {PROF_ZERO, DT_BENCH_PROF_ZERO},         {PROF_ATTN_FWD, DT_BENCH_PROF_ATTN_FWD},
+        {PROF_ATTN_BWD, DT_BENCH_PROF_ATTN_BWD}, {PROF_LM_HEAD, DT_BENCH_PROF_LM_HEAD},
+        {PROF_LOSS, DT_BENCH_PROF_LOSS},         {PROF_GRAD_NORM, DT_BENCH_PROF_GRAD_NORM},
+        {PROF_ADAMW, DT_BENCH_PROF_ADAMW},
     };
     static const struct {
         profile_mm_kind from;
-        bench_mm_kind to;
-    } kinds[] = {{MM_QKV, BENCH_MM_QKV}, {MM_O, BENCH_MM_O}, {MM_GATE_UP, BENCH_MM_GATE_UP}, {MM_DOWN, BENCH_MM_DOWN}};
-    _Static_assert(sizeof parts / sizeof parts[0] == PROF_PARTS && (int)PROF_PARTS == (int)BENCH_PROF_PARTS,
+        dt_bench_mm_kind to;
+    } kinds[] = {{MM_QKV, DT_BENCH_MM_QKV}, {MM_O, DT_BENCH_MM_O}, {MM_GATE_UP, DT_BENCH_MM_GATE_UP}, {MM_DOWN, DT_BENCH_MM_DOWN}};
+    _Static_assert(sizeof parts / sizeof parts[0] == PROF_PARTS && (int)PROF_PARTS == (int)DT_BENCH_PROF_PARTS,
                    "every part of the step profile has its public name");
-    _Static_assert(sizeof kinds / sizeof kinds[0] == MM_KINDS && (int)MM_KINDS == (int)BENCH_MM_KINDS,
+    _Static_assert(sizeof kinds / sizeof kinds[0] == MM_KINDS && (int)MM_KINDS == (int)DT_BENCH_MM_KINDS,
                    "every kind of product has its public name");
-    _Static_assert(PROFILE_MAX_LAYERS == BENCH_PROFILE_LAYERS, "the public profile has as many layer rows");
+    _Static_assert(PROFILE_MAX_LAYERS == DT_BENCH_PROFILE_LAYERS, "the public profile has as many layer rows");
     memset(out, 0, sizeof *out);
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) out->part[parts[i].to] = p->part[parts[i].from];
     for (int l = 0; l < PROFILE_MAX_LAYERS; l++)
@@ -152,7 +152,7 @@ static void profile_copy(const dt_profile *p, bench_profile *out) {
 
 /* 1 warm-up step, then o->steps timed steps of train_step_run(), the step dt_train runs (with
  * the default optimizer settings of dt_train_defaults and one micro-batch of [B, T]). */
-static int measure_train(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
+static int measure_train(bench_state *s, const dt_bench_options *o, dt_bench_result *r, dt_error *err) {
     const int B = o->batch, T = o->seq;
     dt_train_options d;
     dt_train_defaults(&d);
@@ -176,7 +176,7 @@ static int measure_train(bench_state *s, const bench_options *o, bench_result *r
         r->prof_total_s = 0;
         for (int i = 0; i < o->steps; i++) r->prof_total_s += s->times[i];
         r->prof_threads = omp_get_max_threads();
-        r->region_us = bench_region_cost_us();
+        r->region_us = dt_bench_region_cost_us();
     }
     double t = median(s->times, o->steps);
     r->train_step_ms = 1e3 * t;
@@ -186,7 +186,7 @@ static int measure_train(bench_state *s, const bench_options *o, bench_result *r
 }
 
 /* 1 warm-up forward, then o->steps timed forwards without targets on [B, T]. */
-static int measure_prefill(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
+static int measure_prefill(bench_state *s, const dt_bench_options *o, dt_bench_result *r, dt_error *err) {
     const int B = o->batch, T = o->seq;
     progress(o, "prefill", -1, o->steps);
     for (int step = 0; step <= o->steps; step++) {
@@ -203,7 +203,7 @@ static int measure_prefill(bench_state *s, const bench_options *o, bench_result 
 /* One stream: the 1-token prompt at position 0 (untimed; it also warms up), then
  * o->decode_tokens timed greedy steps at positions 1..decode_tokens, each feeding the argmax of
  * the previous logits. The cache holds decode_tokens + 1 positions. */
-static int measure_decode(bench_state *s, const bench_options *o, bench_result *r, dt_error *err) {
+static int measure_decode(bench_state *s, const dt_bench_options *o, dt_bench_result *r, dt_error *err) {
     const dt_model *m = &s->m;
     const int V = m->cfg.vocab_size, N = o->decode_tokens;
     if (!(s->kv = dt_kvcache_create(m, N + 1, err))) return -1;
@@ -222,8 +222,8 @@ static int measure_decode(bench_state *s, const bench_options *o, bench_result *
     return 0;
 }
 
-int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, dt_error *err) {
-    *r = (bench_result){.train_step_ms = NAN,
+int dt_bench_model(const dt_config *cfg, const dt_bench_options *o, dt_bench_result *r, dt_error *err) {
+    *r = (dt_bench_result){.train_step_ms = NAN,
                         .train_tokens_per_s = NAN,
                         .train_gflops = NAN,
                         .prefill_tokens_per_s = NAN,
@@ -237,8 +237,8 @@ int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, d
     s.have_model = 1;
     dt_model_init_random(&s.m, o->seed);
     r->params = s.m.n_params;
-    r->train_flops_per_step = bench_train_flops(cfg, o->batch, o->seq);
-    r->decode_weight_bytes_per_token = bench_decode_weight_bytes(cfg, s.m.n_params);
+    r->train_flops_per_step = dt_bench_train_flops(cfg, o->batch, o->seq);
+    r->decode_weight_bytes_per_token = dt_bench_decode_weight_bytes(cfg, s.m.n_params);
     if (o->quant != DT_QUANT_NONE) {
         const int T = cfg->max_position_embeddings < 64 ? cfg->max_position_embeddings : 64, n = 8 * T;
         int *calib = malloc((size_t)n * sizeof(int));
@@ -289,7 +289,7 @@ int bench_model(const dt_config *cfg, const bench_options *o, bench_result *r, d
 
 volatile int bench_region_sink; /* keeps the empty regions from being optimised away */
 
-double bench_region_cost_us(void) {
+double dt_bench_region_cost_us(void) {
     enum { REGIONS = 2000 };
     double best = INFINITY;
     for (int run = 0; run < 4; run++) { /* the first run warms the thread pool up */
@@ -315,7 +315,7 @@ static double time_sgemm(int n, const float *a, const float *b, float *c) {
     return bench_now() - t0;
 }
 
-double bench_sgemm_peak(int *n_out) {
+double dt_bench_sgemm_peak(int *n_out) {
     const int nmax = 2048;
     const size_t sz = (size_t)nmax * nmax;
     float *a = malloc(sz * sizeof(float)), *b = malloc(sz * sizeof(float)), *c = malloc(sz * sizeof(float));
@@ -379,7 +379,7 @@ static double sum_floats(const float *x, size_t n) {
 
 volatile double bench_sink; /* keeps the sums alive */
 
-double bench_read_bandwidth(size_t *bytes_out) {
+double dt_bench_read_bandwidth(size_t *bytes_out) {
     size_t bytes = (size_t)1 << 30;
     long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
     if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -440,7 +440,7 @@ typedef struct {
     dt_error err;
 } child_header;
 
-int bench_isolated(int (*fn)(void *arg, void *out, dt_error *err), void *arg, void *out, size_t out_size,
+int dt_bench_isolated(int (*fn)(void *arg, void *out, dt_error *err), void *arg, void *out, size_t out_size,
                    double *rss_mb, dt_error *err) {
     int fd[2];
     if (pipe(fd) != 0) return dt_fail(err, "bench: pipe: %s", strerror(errno));
