@@ -45,7 +45,7 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
     snprintf(f->path, sizeof f->path, "%s", path);
     snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid());
     f->fp = fopen(f->tmp, "wb");
-    if (!f->fp) return dt_fail(err, "%s: cannot create: %s", f->tmp, strerror(errno));
+    if (!f->fp) return dt_fail_io(err, "%s: cannot create: %s", f->tmp, strerror(errno));
     return 0;
 }
 
@@ -57,10 +57,10 @@ static int sync_parent_dir(const char *path, dt_error *err) {
     else if (slash == path) snprintf(dir, sizeof dir, "/");
     else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path); /* path fits: dt_atomic_open checked */
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return dt_fail(err, "%s: cannot open its directory to sync it: %s", path, strerror(errno));
+    if (fd < 0) return dt_fail_io(err, "%s: cannot open its directory to sync it: %s", path, strerror(errno));
     int rc = fsync(fd), saved = errno;
     close(fd);
-    if (rc != 0) return dt_fail(err, "%s: written, but syncing its directory failed: %s", path, strerror(saved));
+    if (rc != 0) return dt_fail_io(err, "%s: written, but syncing its directory failed: %s", path, strerror(saved));
     return 0;
 }
 
@@ -72,7 +72,7 @@ int atomic_finish(dt_atomic_file *f, dt_error *err) {
     if (fclose(fp) != 0) bad = 1;
     if (bad) {
         unlink(f->tmp);
-        return dt_fail(err, "%s: write failed: %s", f->path, strerror(saved));
+        return dt_fail_io(err, "%s: write failed: %s", f->path, strerror(saved));
     }
     return 0;
 }
@@ -87,7 +87,7 @@ int atomic_rename(dt_atomic_file *f, dt_error *err) {
     if (rename(f->tmp, f->path) != 0) {
         saved = errno;
         unlink(f->tmp);
-        return dt_fail(err, "%s: cannot rename into place: %s", f->path, strerror(saved));
+        return dt_fail_io(err, "%s: cannot rename into place: %s", f->path, strerror(saved));
     }
     return sync_parent_dir(f->path, err);
 }
@@ -104,7 +104,7 @@ static int write_atomic(const char *path, const void *data, size_t len, int newl
     if ((len > 0 && fwrite(data, 1, len, f.fp) != len) || (newline && fputc('\n', f.fp) == EOF)) {
         int saved = errno;
         dt_atomic_abort(&f);
-        return dt_fail(err, "%s: write failed: %s", path, strerror(saved));
+        return dt_fail_io(err, "%s: write failed: %s", path, strerror(saved));
     }
     return dt_atomic_commit(&f, err);
 }
@@ -130,14 +130,14 @@ int read_text_file(const char *path, size_t max_bytes, const char *what, char **
     }
     if ((uintmax_t)sb.st_size > max_bytes) {
         fclose(fp);
-        return dt_fail(err, "%s: %lld bytes is too large for %s (limit %zu bytes)", path, (long long)sb.st_size, what,
-                       max_bytes);
+        return dt_fail_format(err, "%s: %lld bytes is too large for %s (limit %zu bytes)", path, (long long)sb.st_size,
+                              what, max_bytes);
     }
     size_t n = (size_t)sb.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
         fclose(fp);
-        return dt_fail(err, "%s: out of memory for %zu bytes", path, n);
+        return dt_fail_oom(err, "%s: out of memory for %zu bytes", path, n);
     }
     size_t got = fread(buf, 1, n, fp);
     /* one more byte read must hit the end: a file that grew while we read is not trusted either */
@@ -146,7 +146,8 @@ int read_text_file(const char *path, size_t max_bytes, const char *what, char **
     fclose(fp);
     if (bad) {
         free(buf);
-        return dt_fail(err, "%s: read failed: %s", path, got != n || !saved ? "file changed while reading" : strerror(saved));
+        return dt_fail_io(err, "%s: read failed: %s", path,
+                          got != n || !saved ? "file changed while reading" : strerror(saved));
     }
     buf[n] = '\0';
     *out = buf;

@@ -21,14 +21,14 @@ static int parse_line(const char *path, int lineno, const char *s, int vocab, in
         if (end == s || errno || (*end && !isspace((unsigned char)*end))) {
             int len = 0;
             while (s[len] && !isspace((unsigned char)s[len]) && len < 20) len++;
-            return dt_fail(err, "%s:%d: '%.*s' is not a token id", path, lineno, len, s);
+            return dt_fail_format(err, "%s:%d: '%.*s' is not a token id", path, lineno, len, s);
         }
         if (v < 0 || v >= vocab) return dt_fail(err, "%s:%d: token id %ld is out of range [0, %d)", path, lineno, v, vocab);
         if (*n == *cap) {
             if (*cap > (size_t)DT_MAX_BATCH_TOKENS)
                 return dt_fail(err, "%s:%d: more than %d token ids", path, lineno, DT_MAX_BATCH_TOKENS);
             int *grown = realloc(*ids, (*cap *= 2) * sizeof(int));
-            if (!grown) return dt_fail(err, "%s: out of memory", path);
+            if (!grown) return dt_fail_oom(err, "%s: out of memory", path);
             *ids = grown;
         }
         (*ids)[(*n)++] = (int)v;
@@ -44,26 +44,27 @@ int dt_ids_read(const char *path, int vocab, int **out, int *rows_out, int *cols
     int *ids = malloc(cap * sizeof(int)), rows = 0, cols = -1, rc = 0, lineno = 0;
     char *line = NULL;
     ssize_t got;
-    if (!ids) rc = dt_fail(err, "%s: out of memory", path);
+    if (!ids) rc = dt_fail_oom(err, "%s: out of memory", path);
     while (rc == 0 && (got = getline(&line, &line_cap, f)) != -1) {
         lineno++;
         /* the parser stops at a NUL: the rest of the line would be silently dropped */
         if (memchr(line, '\0', (size_t)got)) {
-            rc = dt_fail(err, "%s:%d: a NUL byte inside the line (not a text file of token ids?)", path, lineno);
+            rc = dt_fail_format(err, "%s:%d: a NUL byte inside the line (not a text file of token ids?)", path, lineno);
             break;
         }
         int count;
         if ((rc = parse_line(path, lineno, line, vocab, &ids, &n, &cap, &count, err)) != 0) break;
         if (count == 0) continue; /* blank lines separate nothing */
         if (cols >= 0 && count != cols)
-            rc = dt_fail(err, "%s:%d: ragged batch: %d ids, but earlier lines have %d", path, lineno, count, cols);
+            rc = dt_fail_format(err, "%s:%d: ragged batch: %d ids, but earlier lines have %d", path, lineno, count,
+                                cols);
         cols = count;
         rows++;
     }
-    if (rc == 0 && ferror(f)) rc = dt_fail(err, "%s: read failed: %s", path, strerror(errno));
+    if (rc == 0 && ferror(f)) rc = dt_fail_io(err, "%s: read failed: %s", path, strerror(errno));
     free(line);
     fclose(f);
-    if (rc == 0 && rows == 0) rc = dt_fail(err, "%s: empty batch: no token ids", path);
+    if (rc == 0 && rows == 0) rc = dt_fail_format(err, "%s: empty batch: no token ids", path);
     if (rc) {
         free(ids);
         return rc;

@@ -27,7 +27,7 @@ cJSON *json_load_file(const char *path, dt_error *err) {
         cJSON_Delete(root);
         root = NULL;
     }
-    if (!root) dt_fail(err, "%s is not valid JSON (line %d)", path, end ? line_of(text, end) : 0);
+    if (!root) dt_fail_format(err, "%s is not valid JSON (line %d)", path, end ? line_of(text, end) : 0);
     free(text);
     return root;
 }

@@ -224,11 +224,12 @@ static int json_uint(const cJSON *item, uint64_t *out) {
 }
 
 static int parse_shape(const char *path, const char *name, const cJSON *shape, dt_st_tensor *t, dt_error *err) {
-    if (!cJSON_IsArray(shape)) return dt_fail_format(err, "%s: tensor %s: shape is missing or not an array", path, name);
+    if (!cJSON_IsArray(shape))
+        return dt_fail_format(err, "%s: tensor %s: shape is missing or not an array", path, name);
     int ndim = cJSON_GetArraySize(shape);
     if (ndim > DT_MAX_DIMS)
-        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: tensor %s: shape has %d dimensions (at most %d supported)", path, name, ndim,
-                       DT_MAX_DIMS);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: tensor %s: shape has %d dimensions (at most %d supported)",
+                            path, name, ndim, DT_MAX_DIMS);
     t->ndim = ndim;
     uint64_t numel = 1;
     int overflow = 0, i = 0;
@@ -253,19 +254,21 @@ static int parse_offsets(const char *path, const char *name, const cJSON *offs, 
     uint64_t b, e;
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || json_uint(cJSON_GetArrayItem(offs, 0), &b) != 0 ||
         json_uint(cJSON_GetArrayItem(offs, 1), &e) != 0)
-        return dt_fail_format(err, "%s: tensor %s: data_offsets must be [begin, end] of non-negative integers", path, name);
+        return dt_fail_format(err, "%s: tensor %s: data_offsets must be [begin, end] of non-negative integers", path,
+                              name);
     if (b > e)
         return dt_fail_format(err, "%s: tensor %s: data_offsets [%llu, %llu] has begin after end", path, name,
-                       (unsigned long long)b, (unsigned long long)e);
+                              (unsigned long long)b, (unsigned long long)e);
     if (e > data_size)
         return dt_fail_format(err,
-                       "%s: tensor %s: data_offsets [%llu, %llu] out of bounds: data section is %zu bytes "
-                       "(truncated file?)",
-                       path, name, (unsigned long long)b, (unsigned long long)e, data_size);
+                              "%s: tensor %s: data_offsets [%llu, %llu] out of bounds: data section is %zu bytes "
+                              "(truncated file?)",
+                              path, name, (unsigned long long)b, (unsigned long long)e, data_size);
     size_t want = t->numel * dtype_size(t->dtype); /* cannot overflow: parse_shape bounded numel */
     if (e - b != want)
-        return dt_fail_format(err, "%s: tensor %s: data_offsets [%llu, %llu] span %llu bytes but shape and dtype need %zu",
-                       path, name, (unsigned long long)b, (unsigned long long)e, (unsigned long long)(e - b), want);
+        return dt_fail_format(
+            err, "%s: tensor %s: data_offsets [%llu, %llu] span %llu bytes but shape and dtype need %zu", path, name,
+            (unsigned long long)b, (unsigned long long)e, (unsigned long long)(e - b), want);
     t->begin = (size_t)b;
     t->end = (size_t)e;
     return 0;
@@ -274,15 +277,17 @@ static int parse_offsets(const char *path, const char *name, const cJSON *offs, 
 static int parse_tensor(const char *path, const cJSON *item, size_t data_size, dt_st_tensor *t, dt_error *err) {
     const char *name = item->string;
     if (strlen(name) >= sizeof t->name)
-        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: tensor name too long (%zu bytes, limit %zu): %.64s...", path, strlen(name),
-                       sizeof t->name - 1, name);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: tensor name too long (%zu bytes, limit %zu): %.64s...", path,
+                            strlen(name), sizeof t->name - 1, name);
     memcpy(t->name, name, strlen(name) + 1);
     if (!cJSON_IsObject(item)) return dt_fail_format(err, "%s: tensor %s: entry is not a JSON object", path, name);
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
-    if (!cJSON_IsString(dtype)) return dt_fail_format(err, "%s: tensor %s: dtype is missing or not a string", path, name);
+    if (!cJSON_IsString(dtype))
+        return dt_fail_format(err, "%s: tensor %s: dtype is missing or not a string", path, name);
     if (dtype_parse(dtype->valuestring, &t->dtype) != 0)
-        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: tensor %s: unknown dtype %s (supported: F32, F16, BF16, I8, U8)", path, name,
-                       dtype->valuestring);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: tensor %s: unknown dtype %s (supported: F32, F16, BF16, I8, U8)", path, name,
+                            dtype->valuestring);
     if (parse_shape(path, name, cJSON_GetObjectItemCaseSensitive(item, "shape"), t, err) != 0) return -1;
     return parse_offsets(path, name, cJSON_GetObjectItemCaseSensitive(item, "data_offsets"), data_size, t, err);
 }
@@ -306,8 +311,9 @@ static int check_header_bytes(const dt_safetensors *st, const uint8_t *h, size_t
     for (size_t i = 0; i < n; i++) {
         uint8_t c = h[i];
         if (c < 0x20 && (in_string || (c != '\t' && c != '\n' && c != '\r')))
-            return dt_fail_format(err, "%s: header byte %zu is the control character 0x%02x, which JSON allows only escaped",
-                           st->path, i, c);
+            return dt_fail_format(err,
+                                  "%s: header byte %zu is the control character 0x%02x, which JSON allows only escaped",
+                                  st->path, i, c);
         if (!in_string) in_string = c == '"';
         else if (escaped) escaped = 0;
         else if (c == '\\') escaped = 1;
@@ -334,8 +340,8 @@ static cJSON *parse_header_json(const dt_safetensors *st, size_t n, dt_error *er
         root = NULL;
     }
     if (!root)
-        dt_fail_format(err, "%s: header is not JSON (error near byte %ld of %zu)", st->path, end ? (long)(end - text) : -1L,
-                n);
+        dt_fail_format(err, "%s: header is not JSON (error near byte %ld of %zu)", st->path,
+                       end ? (long)(end - text) : -1L, n);
     free(text);
     return root;
 }
@@ -353,16 +359,17 @@ static int check_metadata(const dt_safetensors *st, const cJSON *meta, dt_error 
     const char *format = NULL;
     const cJSON *kv;
     cJSON_ArrayForEach(kv, meta) {
-        if (!cJSON_IsString(kv)) return dt_fail_format(err, "%s: __metadata__ value of \"%s\" is not a string", st->path, kv->string);
+        if (!cJSON_IsString(kv))
+            return dt_fail_format(err, "%s: __metadata__ value of \"%s\" is not a string", st->path, kv->string);
         if (strcmp(kv->string, "format") == 0) format = kv->valuestring;
     }
     if (!format)
         return dt_fail_format(err, "%s: __metadata__ has no \"format\" (transformers loads only pt, tf, flax or mlx)",
-                       st->path);
+                              st->path);
     for (size_t i = 0; i < sizeof ST_FORMATS / sizeof ST_FORMATS[0]; i++)
         if (strcmp(format, ST_FORMATS[i]) == 0) return 0;
     return dt_fail_format(err, "%s: __metadata__ format \"%s\" is not one transformers loads (pt, tf, flax or mlx)",
-                   st->path, format);
+                          st->path, format);
 }
 
 static int count_tensors(const dt_safetensors *st, const cJSON *root, int *n, dt_error *err) {
@@ -423,19 +430,19 @@ static int check_coverage(const dt_safetensors *st, dt_error *err) {
         const dt_st_tensor *t = &st->tensors[k[i].index];
         if (t->begin < at) {
             const dt_st_tensor *p = &st->tensors[last];
-            rc = dt_fail_format(err, "%s: tensors %s [%zu, %zu] and %s [%zu, %zu] overlap in the data section", st->path,
-                         p->name, p->begin, p->end, t->name, t->begin, t->end);
+            rc = dt_fail_format(err, "%s: tensors %s [%zu, %zu] and %s [%zu, %zu] overlap in the data section",
+                                st->path, p->name, p->begin, p->end, t->name, t->begin, t->end);
         } else if (t->begin > at) {
             if (last < 0)
                 rc = dt_fail_format(err,
-                             "%s: data section bytes [%zu, %zu) belong to no tensor (a hole before tensor %s, "
-                             "the first)",
-                             st->path, at, t->begin, t->name);
+                                    "%s: data section bytes [%zu, %zu) belong to no tensor (a hole before tensor %s, "
+                                    "the first)",
+                                    st->path, at, t->begin, t->name);
             else
                 rc = dt_fail_format(err,
-                             "%s: data section bytes [%zu, %zu) belong to no tensor (a hole between tensors %s "
-                             "and %s)",
-                             st->path, at, t->begin, st->tensors[last].name, t->name);
+                                    "%s: data section bytes [%zu, %zu) belong to no tensor (a hole between tensors %s "
+                                    "and %s)",
+                                    st->path, at, t->begin, st->tensors[last].name, t->name);
         } else if (t->end > t->begin) {
             at = t->end;
             last = k[i].index;
@@ -444,10 +451,11 @@ static int check_coverage(const dt_safetensors *st, dt_error *err) {
     if (rc == 0 && at != st->data_size) {
         if (last < 0)
             rc = dt_fail_format(err, "%s: %zu trailing bytes after the header, which lists no tensor data", st->path,
-                         st->data_size - at);
+                                st->data_size - at);
         else
-            rc = dt_fail_format(err, "%s: %zu trailing bytes after the last tensor's data (tensor %s ends at byte %zu of %zu)",
-                         st->path, st->data_size - at, st->tensors[last].name, at, st->data_size);
+            rc = dt_fail_format(
+                err, "%s: %zu trailing bytes after the last tensor's data (tensor %s ends at byte %zu of %zu)",
+                st->path, st->data_size - at, st->tensors[last].name, at, st->data_size);
     }
     free(k);
     return rc;
@@ -473,11 +481,11 @@ static int parse_tensors(dt_safetensors *st, const cJSON *root, dt_error *err) {
 static int parse_header(dt_safetensors *st, dt_error *err) {
     uint64_t n = load_le64(st->map);
     if (n > ST_MAX_HEADER)
-        return dt_fail_format(err, "%s: header length %llu is absurdly large (limit %llu)", st->path, (unsigned long long)n,
-                       ST_MAX_HEADER);
+        return dt_fail_format(err, "%s: header length %llu is absurdly large (limit %llu)", st->path,
+                              (unsigned long long)n, ST_MAX_HEADER);
     if (n > st->size - 8)
-        return dt_fail_format(err, "%s: header length %llu past end of file (size %zu)", st->path, (unsigned long long)n,
-                       st->size);
+        return dt_fail_format(err, "%s: header length %llu past end of file (size %zu)", st->path,
+                              (unsigned long long)n, st->size);
     st->data = st->map + 8 + n;
     st->data_size = st->size - 8 - (size_t)n;
     cJSON *root = parse_header_json(st, (size_t)n, err);
@@ -527,7 +535,7 @@ static int map_file(dt_safetensors *st, dt_error *err) {
     if (sb.st_size < 8) {
         close(fd);
         return dt_fail_format(err, "%s: truncated: %lld bytes, too short for the 8-byte header length", st->path,
-                       (long long)sb.st_size);
+                              (long long)sb.st_size);
     }
     void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;

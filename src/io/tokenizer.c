@@ -46,7 +46,7 @@ int dt_tokenizer_save(const char *dir, dt_error *err) {
     cJSON *root = tokenizer_json();
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    if (!text) return dt_fail(err, "%s: out of memory", path);
+    if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
     return rc;
@@ -69,14 +69,15 @@ int dt_tokenizer_check(const char *dir, dt_error *err) {
     if (rc != 0) return rc < 0 ? -1 : 0; /* absent: byte-level is the default */
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);
-    if (!root) return dt_fail(err, "%s: not valid JSON", path);
+    if (!root) return dt_fail_format(err, "%s: not valid JSON", path);
     int is_obj = cJSON_IsObject(root);
     const cJSON *type = is_obj ? cJSON_GetObjectItemCaseSensitive(root, "type") : NULL;
     const cJSON *vocab = is_obj ? cJSON_GetObjectItemCaseSensitive(root, "vocab") : NULL;
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "bytes") != 0)
-        rc = dt_fail(err, "%s: unsupported tokenizer (only {\"type\": \"bytes\"} is implemented)", path);
+        rc = dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                          "%s: unsupported tokenizer (only {\"type\": \"bytes\"} is implemented)", path);
     else if (vocab && !(cJSON_IsNumber(vocab) && vocab->valuedouble == 256))
-        rc = dt_fail(err, "%s: byte-level tokenizer must have vocab 256", path);
+        rc = dt_fail_format(err, "%s: byte-level tokenizer must have vocab 256", path);
     cJSON_Delete(root);
     return rc;
 }

@@ -98,7 +98,7 @@ static int writer_close_shard(shard_writer *w, dt_error *err) {
     uint8_t h[TOK_HEADER];
     make_header(h, w->width, w->in_shard, w->vocab, w->docs_in_shard);
     if (fseek(w->fp, 0, SEEK_SET) != 0 || fwrite(h, 1, TOK_HEADER, w->fp) != TOK_HEADER)
-        return dt_fail(err, "%s: write failed: %s", f->path, strerror(errno));
+        return dt_fail_io(err, "%s: write failed: %s", f->path, strerror(errno));
     w->fp = NULL;
     return atomic_finish(f, err);
 }
@@ -108,7 +108,7 @@ static int writer_open_shard(shard_writer *w, dt_error *err) {
     if (w->n_files == w->cap) {
         int cap = w->cap ? 2 * w->cap : 8;
         dt_atomic_file *f = realloc(w->files, (size_t)cap * sizeof *f);
-        if (!f) return dt_fail(err, "%s: out of memory", w->dir);
+        if (!f) return dt_fail_oom(err, "%s: out of memory", w->dir);
         w->files = f;
         w->cap = cap;
     }
@@ -119,7 +119,8 @@ static int writer_open_shard(shard_writer *w, dt_error *err) {
     w->fp = w->files[w->n_files - 1].fp;
     w->in_shard = w->docs_in_shard = 0;
     uint8_t h[TOK_HEADER] = {0}; /* rewritten with the counts when the shard is closed */
-    if (fwrite(h, 1, TOK_HEADER, w->fp) != TOK_HEADER) return dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+    if (fwrite(h, 1, TOK_HEADER, w->fp) != TOK_HEADER)
+        return dt_fail_io(err, "%s: write failed: %s", path, strerror(errno));
     return 0;
 }
 
@@ -137,7 +138,7 @@ static int writer_put(shard_writer *w, const int32_t *ids, size_t n, dt_error *e
             else put_le32(buf + 4 * i, (uint32_t)ids[i]);
         }
         if (fwrite(buf, (size_t)w->width, k, w->fp) != k)
-            return dt_fail(err, "%s: write failed: %s", w->files[w->n_files - 1].path, strerror(errno));
+            return dt_fail_io(err, "%s: write failed: %s", w->files[w->n_files - 1].path, strerror(errno));
         w->in_shard += k;
         w->total += k;
         ids += k;
@@ -218,18 +219,18 @@ static int flush_batch(tokenize_run *r, dt_error *err) {
             const int32_t *ids = NULL;
             size_t n_ids = 0;
             int rc = enc ? dt_tok_encoder_encode(enc, p->text, p->len, 0, &ids, &n_ids, &e) : -1;
-            if (!enc) snprintf(e.msg, sizeof e.msg, "out of memory for an encoder");
+            if (!enc) dt_fail_oom(&e, "out of memory for an encoder");
             if (rc == 0) {
                 p->ids = malloc((n_ids + 1) * sizeof *p->ids);
                 if (p->ids) memcpy(p->ids, ids, n_ids * sizeof *ids), p->n_ids = n_ids;
-                else rc = -1, snprintf(e.msg, sizeof e.msg, "out of memory");
+                else rc = dt_fail_oom(&e, "out of memory");
             }
             if (rc != 0) {
 #pragma omp critical
                 if (!failed || i < failed - 1) {
                     failed = i + 1;
-                    snprintf(first_err.msg, sizeof first_err.msg, "%.300s (the text from byte %" PRIu64 "): %.600s", p->file,
-                             p->offset, e.msg);
+                    dt_fail_code(&first_err, e.code, "%.300s (the text from byte %" PRIu64 "): %.600s", p->file,
+                                 p->offset, e.msg);
                 }
             }
         }
@@ -258,14 +259,14 @@ static int add_piece(tokenize_run *r, const char *text, size_t len, int last, co
     if (r->n_pieces == r->cap) {
         int cap = r->cap ? 2 * r->cap : 256;
         piece *p = realloc(r->pieces, (size_t)cap * sizeof *p);
-        if (!p) return dt_fail(err, "out of memory");
+        if (!p) return dt_fail_oom(err, "out of memory");
         r->pieces = p;
         r->cap = cap;
     }
     piece *p = &r->pieces[r->n_pieces];
     memset(p, 0, sizeof *p);
     p->text = malloc(len + 1);
-    if (!p->text) return dt_fail(err, "out of memory");
+    if (!p->text) return dt_fail_oom(err, "out of memory");
     memcpy(p->text, text, len);
     p->text[len] = '\0';
     p->len = len;
@@ -317,7 +318,7 @@ static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
     char *buf = malloc(cap);
     if (!buf) {
         fclose(fp);
-        return dt_fail(err, "%s: out of memory", path);
+        return dt_fail_oom(err, "%s: out of memory", path);
     }
     size_t pos = 0, len = 0;  /* unconsumed text is buf[pos, len) */
     uint64_t base = 0;        /* file offset of buf[0] */
@@ -330,7 +331,7 @@ static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
             pos = 0;
             size_t got = fread(buf + len, 1, cap - len, fp);
             if (ferror(fp)) {
-                rc = dt_fail(err, "%s: read failed: %s", path, strerror(errno));
+                rc = dt_fail_io(err, "%s: read failed: %s", path, strerror(errno));
                 break;
             }
             eof = got == 0;
@@ -393,7 +394,7 @@ static int write_manifest(const tokenize_run *r, const char *tok_path, dt_error 
     cJSON_Delete(root);
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", r->o->out_dir, MANIFEST);
-    if (!text) return dt_fail(err, "%s: out of memory", path);
+    if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
     return rc;
@@ -418,8 +419,8 @@ static int copy_into(const char *src, const char *dir, const char *name, int opt
     size_t got;
     int rc = 0;
     while (rc == 0 && (got = fread(buf, 1, sizeof buf, in)) > 0)
-        if (fwrite(buf, 1, got, f.fp) != got) rc = dt_fail(err, "%s: write failed: %s", path, strerror(errno));
-    if (rc == 0 && ferror(in)) rc = dt_fail(err, "%s: read failed", src);
+        if (fwrite(buf, 1, got, f.fp) != got) rc = dt_fail_io(err, "%s: write failed: %s", path, strerror(errno));
+    if (rc == 0 && ferror(in)) rc = dt_fail_io(err, "%s: read failed", src);
     fclose(in);
     if (rc != 0) {
         dt_atomic_abort(&f);
@@ -460,7 +461,7 @@ static int write_tokenizer_config(const char *json, const char *dir, dt_error *e
     dt_tok_free(tok);
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (!text) return dt_fail(err, "%s: out of memory", path);
+    if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
     return rc;
@@ -508,9 +509,9 @@ static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error
     *total = 0;
     for (int i = 0; i < o->n_inputs; i++) {
         struct stat sb;
-        if (stat(o->inputs[i], &sb) != 0) return dt_fail(err, "%s: %s", o->inputs[i], strerror(errno));
-        if (!S_ISREG(sb.st_mode)) return dt_fail(err, "%s: not a regular file", o->inputs[i]);
-        if (sb.st_size == 0) return dt_fail(err, "%s: data file is empty", o->inputs[i]);
+        if (stat(o->inputs[i], &sb) != 0) return dt_fail_io(err, "%s: %s", o->inputs[i], strerror(errno));
+        if (!S_ISREG(sb.st_mode)) return dt_fail_io(err, "%s: not a regular file", o->inputs[i]);
+        if (sb.st_size == 0) return dt_fail_format(err, "%s: data file is empty", o->inputs[i]);
         *total += (uint64_t)sb.st_size;
     }
     return 0;
@@ -539,7 +540,7 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     const int width = vocab <= 65536 ? 2 : 4;
     if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
         dt_tok_free(tok);
-        return dt_fail(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+        return dt_fail_io(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
     }
     for (int s = 0; s < 2; s++)
         r.w[s] = (shard_writer){.dir = o->out_dir, .split = s, .width = width, .vocab = (uint32_t)vocab,
@@ -593,7 +594,7 @@ static int manifest_load(const char *dir, cJSON **root, dt_error *err) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(*root, "format");
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "difftrans-tokens") != 0) {
         cJSON_Delete(*root);
-        return dt_fail(err, "%s: not a difftrans token dataset (format is not \"difftrans-tokens\")", path);
+        return dt_fail_format(err, "%s: not a difftrans token dataset (format is not \"difftrans-tokens\")", path);
     }
     return 0;
 }
@@ -609,7 +610,7 @@ static int manifest_number(const cJSON *j, const char *dir, const char *key, dou
                            dt_error *err) {
     const double v = cJSON_IsNumber(j) ? j->valuedouble : NAN;
     if (!(v >= lo && v <= hi && v == floor(v))) /* NaN fails every comparison */
-        return dt_fail(err, "%s/%s: %s must be a whole number in [%.0f, %.0f]", dir, MANIFEST, key, lo, hi);
+        return dt_fail_format(err, "%s/%s: %s must be a whole number in [%.0f, %.0f]", dir, MANIFEST, key, lo, hi);
     *out = v;
     return 0;
 }
@@ -663,37 +664,42 @@ static int load_shard(const char *path, int64_t vocab_limit, double want, int **
     size_t size = (size_t)sb.st_size;
     if (size < TOK_HEADER) {
         close(fd);
-        return dt_fail(err, "%s: truncated: %zu bytes, shorter than the %d-byte header", path, size, TOK_HEADER);
+        return dt_fail_format(err, "%s: truncated: %zu bytes, shorter than the %d-byte header", path, size, TOK_HEADER);
     }
     const uint8_t *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
-    if (map == MAP_FAILED) return dt_fail(err, "%s: cannot mmap: %s", path, strerror(errno));
+    if (map == MAP_FAILED) return dt_fail_io(err, "%s: cannot mmap: %s", path, strerror(errno));
     int rc = 0;
     uint32_t version = get_le32(map + 8), width = get_le32(map + 12), vocab = get_le32(map + 24);
     uint64_t count = get_le64(map + 16);
-    if (memcmp(map, TOK_MAGIC, 8) != 0) rc = dt_fail(err, "%s: bad magic (not a difftrans token shard)", path);
-    else if (version != TOK_VERSION) rc = dt_fail(err, "%s: version %u (this build reads %d)", path, version, TOK_VERSION);
-    else if (width != 2 && width != 4) rc = dt_fail(err, "%s: token width %u (must be 2 or 4)", path, width);
+    if (memcmp(map, TOK_MAGIC, 8) != 0) rc = dt_fail_format(err, "%s: bad magic (not a difftrans token shard)", path);
+    else if (version != TOK_VERSION)
+        rc = dt_fail_format(err, "%s: version %u (this build reads %d)", path, version, TOK_VERSION);
+    else if (width != 2 && width != 4) rc = dt_fail_format(err, "%s: token width %u (must be 2 or 4)", path, width);
     else if (count > (size - TOK_HEADER) / width || TOK_HEADER + count * width != size)
-        rc = dt_fail(err, "%s: header count %" PRIu64 " disagrees with the file size %zu (%" PRIu64 " tokens of %u bytes"
-                          " + %d)", path, count, size, (uint64_t)(size - TOK_HEADER) / width, width, TOK_HEADER);
+        rc = dt_fail_format(err,
+                            "%s: header count %" PRIu64 " disagrees with the file size %zu (%" PRIu64
+                            " tokens of %u bytes"
+                            " + %d)",
+                            path, count, size, (uint64_t)(size - TOK_HEADER) / width, width, TOK_HEADER);
     else if ((int64_t)vocab > vocab_limit)
         rc = dt_fail(err, "%s: ids of a %u-token vocabulary, larger than the model's %" PRId64, path, vocab, vocab_limit);
     if (rc == 0 && want >= 0 && (double)*n + (double)count > want)
-        rc = dt_fail(err, "%s: its %" PRIu64 " tokens take the split past the %.0f tokens its manifest declares", path,
-                     count, want);
+        rc = dt_fail_format(err, "%s: its %" PRIu64 " tokens take the split past the %.0f tokens its manifest declares",
+                            path, count, want);
     if (rc == 0 && *n + count > *cap) {
         size_t want = *n + (size_t)count;
         int *p = realloc(*out, (want ? want : 1) * sizeof *p);
-        if (!p) rc = dt_fail(err, "%s: out of memory for %" PRIu64 " tokens", path, count);
+        if (!p) rc = dt_fail_oom(err, "%s: out of memory for %" PRIu64 " tokens", path, count);
         else *out = p, *cap = want;
     }
     const uint8_t *d = map + TOK_HEADER;
     for (uint64_t i = 0; rc == 0 && i < count; i++) {
         uint32_t id = width == 2 ? (uint32_t)(d[2 * i] | (d[2 * i + 1] << 8)) : get_le32(d + 4 * i);
         if ((int64_t)id >= vocab_limit) {
-            rc = dt_fail(err, "%s: token id %u at index %" PRIu64 " is outside the model's vocabulary of %" PRId64, path,
-                         id, i, vocab_limit);
+            rc = dt_fail_format(err,
+                                "%s: token id %u at index %" PRIu64 " is outside the model's vocabulary of %" PRId64,
+                                path, id, i, vocab_limit);
             break;
         }
         (*out)[(*n)++] = (int)id;
@@ -719,21 +725,22 @@ int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int 
         snprintf(key, sizeof key, "splits.%s.tokens", split);
         rc = manifest_number(want, dir, key, 0, MAX_COUNT, &declared, err);
     }
-    if (rc == 0 && !cJSON_IsArray(list)) rc = dt_fail(err, "%s/%s: no shard list for split '%s'", dir, MANIFEST, split);
+    if (rc == 0 && !cJSON_IsArray(list))
+        rc = dt_fail_format(err, "%s/%s: no shard list for split '%s'", dir, MANIFEST, split);
     else if (rc == 0 && cJSON_GetArraySize(list) > MAX_SHARDS)
-        rc = dt_fail(err, "%s/%s: more than %d shards in split '%s'", dir, MANIFEST, MAX_SHARDS, split);
+        rc = dt_fail_format(err, "%s/%s: more than %d shards in split '%s'", dir, MANIFEST, MAX_SHARDS, split);
     const cJSON *item;
     cJSON_ArrayForEach(item, list) {
         if (rc != 0) break;
         if (!cJSON_IsString(item) || strchr(item->valuestring, '/')) {
-            rc = dt_fail(err, "%s/%s: bad shard name in split '%s'", dir, MANIFEST, split);
+            rc = dt_fail_format(err, "%s/%s: bad shard name in split '%s'", dir, MANIFEST, split);
             break;
         }
         /* a shard read twice would count its tokens twice (and memory grows with each repeat) */
         for (const cJSON *before = list->child; before != item; before = before->next)
             if (strcmp(before->valuestring, item->valuestring) == 0) {
-                rc = dt_fail(err, "%s/%s: shard %s is listed twice in split '%s'", dir, MANIFEST, item->valuestring,
-                             split);
+                rc = dt_fail_format(err, "%s/%s: shard %s is listed twice in split '%s'", dir, MANIFEST,
+                                    item->valuestring, split);
                 break;
             }
         if (rc != 0) break;
@@ -742,8 +749,8 @@ int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int 
         rc = load_shard(path, vocab_limit, declared, tokens, n, &cap, err);
     }
     if (rc == 0 && declared >= 0 && (double)*n != declared)
-        rc = dt_fail(err, "%s/%s: split '%s' should hold %.0f tokens but its shards hold %zu", dir, MANIFEST, split,
-                     declared, *n);
+        rc = dt_fail_format(err, "%s/%s: split '%s' should hold %.0f tokens but its shards hold %zu", dir, MANIFEST,
+                            split, declared, *n);
     cJSON_Delete(root);
     if (rc != 0) {
         free(*tokens);

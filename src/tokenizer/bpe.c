@@ -75,34 +75,35 @@ static const char *const KEYS_BPE[] = {"type", "dropout", "unk_token", "continui
 static int dup_opt(const cJSON *j, const char *key, char **out, const char *path, dt_error *err) {
     const char *s = NULL;
     if (tk_json_string(j, key, &s, "model", path, err) != 0) return -1;
-    if (s && !(*out = tk_strdup(s))) return dt_fail(err, "%s: out of memory", path);
+    if (s && !(*out = tk_strdup(s))) return dt_fail_oom(err, "%s: out of memory", path);
     return 0;
 }
 
 static int parse_vocab(tk_bpe *m, const cJSON *vocab, const char *path, dt_error *err) {
-    if (!cJSON_IsObject(vocab)) return dt_fail(err, "%s: model.vocab is missing or not an object", path);
+    if (!cJSON_IsObject(vocab)) return dt_fail_format(err, "%s: model.vocab is missing or not an object", path);
     int32_t n = 0, max_id = -1;
     size_t bytes = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
         double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
         if (!cJSON_IsNumber(e) || v < 0 || v > INT_MAX - 1 || v != (double)(int32_t)v)
-            return dt_fail(err, "%s: model.vocab: token \"%.100s\" has an invalid id (ids are integers >= 0)", path,
-                           e->string);
+            return dt_fail_format(err, "%s: model.vocab: token \"%.100s\" has an invalid id (ids are integers >= 0)",
+                                  path, e->string);
         if ((int32_t)v > max_id) max_id = (int32_t)v;
         bytes += strlen(e->string) + 1;
         n++;
     }
-    if (n == 0) return dt_fail(err, "%s: model.vocab is empty", path);
+    if (n == 0) return dt_fail_format(err, "%s: model.vocab is empty", path);
     /* Published vocabularies may leave ids unused (cl100k and o200k have holes below their special
      * tokens), and the reference accepts them; the id table is sized by the largest id, so a few
      * entries must not be able to claim gigabytes of it. */
     const int64_t max_allowed = 2 * (int64_t)n + VOCAB_HOLE_SLACK;
     if (max_id > max_allowed)
-        return dt_fail(err,
-                       "%s: model.vocab: id %d is past the vocabulary of %d tokens (ids may leave holes, but must "
-                       "stay below 2 x %d + %d = %lld)",
-                       path, max_id, n, n, VOCAB_HOLE_SLACK, (long long)max_allowed + 1);
+        return dt_fail_format(
+            err,
+            "%s: model.vocab: id %d is past the vocabulary of %d tokens (ids may leave holes, but must "
+            "stay below 2 x %d + %d = %lld)",
+            path, max_id, n, n, VOCAB_HOLE_SLACK, (long long)max_allowed + 1);
     m->n_vocab = max_id + 1;
     m->n_entries = n;
     m->strings = malloc(bytes);
@@ -110,7 +111,7 @@ static int parse_vocab(tk_bpe *m, const cJSON *vocab, const char *path, dt_error
     m->tok_len = calloc((size_t)m->n_vocab, sizeof *m->tok_len);
     m->map_cap = pow2_at_least(2 * (size_t)n);
     m->map_slots = malloc(m->map_cap * sizeof *m->map_slots);
-    if (!m->strings || !m->tok_off || !m->tok_len || !m->map_slots) return dt_fail(err, "%s: out of memory", path);
+    if (!m->strings || !m->tok_off || !m->tok_len || !m->map_slots) return dt_fail_oom(err, "%s: out of memory", path);
     memset(m->tok_off, 0xFF, (size_t)m->n_vocab * sizeof *m->tok_off);
     memset(m->map_slots, 0xFF, m->map_cap * sizeof *m->map_slots);
     size_t off = 0;
@@ -118,10 +119,10 @@ static int parse_vocab(tk_bpe *m, const cJSON *vocab, const char *path, dt_error
         int32_t id = (int32_t)e->valuedouble;
         size_t len = strlen(e->string);
         if (m->tok_off[id] != UINT64_MAX)
-            return dt_fail(err, "%s: model.vocab: duplicate id %d (tokens \"%.100s\" and \"%.100s\")", path, id,
-                           tok_str(m, id), e->string);
+            return dt_fail_format(err, "%s: model.vocab: duplicate id %d (tokens \"%.100s\" and \"%.100s\")", path, id,
+                                  tok_str(m, id), e->string);
         if (tk_bpe_lookup(m, e->string, len) >= 0)
-            return dt_fail(err, "%s: model.vocab: token \"%.100s\" appears twice", path, e->string);
+            return dt_fail_format(err, "%s: model.vocab: token \"%.100s\" appears twice", path, e->string);
         memcpy(m->strings + off, e->string, len + 1);
         m->tok_off[id] = off;
         m->tok_len[id] = (uint32_t)len;
@@ -138,19 +139,19 @@ static int lookup_or_fail(const tk_bpe *m, const char *s, size_t n, int32_t *id,
                           dt_error *err) {
     *id = tk_bpe_lookup(m, s, n);
     if (*id < 0)
-        return dt_fail(err, "%s: model.merges[%d] names \"%.*s\", which is not in the vocabulary", path, rank,
-                       (int)(n > 100 ? 100 : n), s);
+        return dt_fail_format(err, "%s: model.merges[%d] names \"%.*s\", which is not in the vocabulary", path, rank,
+                              (int)(n > 100 ? 100 : n), s);
     return 0;
 }
 
 static int parse_merges(tk_bpe *m, const cJSON *merges, const char *path, dt_error *err) {
-    if (!cJSON_IsArray(merges)) return dt_fail(err, "%s: model.merges is missing or not an array", path);
+    if (!cJSON_IsArray(merges)) return dt_fail_format(err, "%s: model.merges is missing or not an array", path);
     size_t cnt = (size_t)cJSON_GetArraySize(merges);
     m->merge_cap = pow2_at_least(2 * cnt + 2);
     m->merge_keys = malloc(m->merge_cap * sizeof *m->merge_keys);
     m->merge_rank = malloc(m->merge_cap * sizeof *m->merge_rank);
     m->merge_new = malloc(m->merge_cap * sizeof *m->merge_new);
-    if (!m->merge_keys || !m->merge_rank || !m->merge_new) return dt_fail(err, "%s: out of memory", path);
+    if (!m->merge_keys || !m->merge_rank || !m->merge_new) return dt_fail_oom(err, "%s: out of memory", path);
     memset(m->merge_new, 0xFF, m->merge_cap * sizeof *m->merge_new);
     size_t prefix_len = m->prefix ? strlen(m->prefix) : 0;
     tk_buf joined = {0};
@@ -164,8 +165,8 @@ static int parse_merges(tk_bpe *m, const cJSON *merges, const char *path, dt_err
             a = e->valuestring;
             const char *sp = strchr(a, ' ');
             if (!sp || strchr(sp + 1, ' ')) {
-                rc = dt_fail(err, "%s: model.merges[%d] \"%.100s\" is not two tokens separated by one space", path,
-                             rank, a);
+                rc = dt_fail_format(err, "%s: model.merges[%d] \"%.100s\" is not two tokens separated by one space",
+                                    path, rank, a);
                 break;
             }
             la = (size_t)(sp - a);
@@ -178,7 +179,7 @@ static int parse_merges(tk_bpe *m, const cJSON *merges, const char *path, dt_err
             la = strlen(a);
             lb = strlen(b);
         } else {
-            rc = dt_fail(err, "%s: model.merges[%d] is neither \"a b\" nor [\"a\", \"b\"]", path, rank);
+            rc = dt_fail_format(err, "%s: model.merges[%d] is neither \"a b\" nor [\"a\", \"b\"]", path, rank);
             break;
         }
         int32_t ia, ib, inew;
@@ -187,13 +188,13 @@ static int parse_merges(tk_bpe *m, const cJSON *merges, const char *path, dt_err
             break;
         }
         if (lb < prefix_len) {
-            rc = dt_fail(err, "%s: model.merges[%d]: \"%.100s\" is shorter than continuing_subword_prefix", path,
-                         rank, b);
+            rc = dt_fail_format(err, "%s: model.merges[%d]: \"%.100s\" is shorter than continuing_subword_prefix", path,
+                                rank, b);
             break;
         }
         joined.n = 0;
         if (tk_buf_put(&joined, a, la) != 0 || tk_buf_put(&joined, b + prefix_len, lb - prefix_len) != 0) {
-            rc = dt_fail(err, "%s: out of memory", path);
+            rc = dt_fail_oom(err, "%s: out of memory", path);
             break;
         }
         if (lookup_or_fail(m, joined.p, joined.n, &inew, rank, path, err) != 0) {
@@ -211,17 +212,19 @@ int tk_bpe_parse(tk_bpe *m, const cJSON *j, const char *path, dt_error *err) {
     memset(m, 0, sizeof *m);
     m->unk_id = -1;
     for (int b = 0; b < 256; b++) m->byte_ids[b] = -1;
-    if (!cJSON_IsObject(j)) return dt_fail(err, "%s: \"model\" is missing or not an object", path);
+    if (!cJSON_IsObject(j)) return dt_fail_format(err, "%s: \"model\" is missing or not an object", path);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-    if (type && !cJSON_IsString(type)) return dt_fail(err, "%s: model.type is not a string", path);
+    if (type && !cJSON_IsString(type)) return dt_fail_format(err, "%s: model.type is not a string", path);
     if (type && strcmp(type->valuestring, "BPE") != 0)
-        return dt_fail(err, "%s: model type \"%s\" is not supported (only BPE)", path, type->valuestring);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: model type \"%s\" is not supported (only BPE)", path,
+                            type->valuestring);
     if (!type && !cJSON_GetObjectItemCaseSensitive(j, "merges"))
-        return dt_fail(err, "%s: model has no \"type\" and no merges (only BPE is supported)", path);
+        return dt_fail_format(err, "%s: model has no \"type\" and no merges (only BPE is supported)", path);
     if (tk_json_only(j, KEYS_BPE, "model BPE", path, err) != 0) return -1;
     const cJSON *dropout = cJSON_GetObjectItemCaseSensitive(j, "dropout");
     if (dropout && !cJSON_IsNull(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0))
-        return dt_fail(err, "%s: model BPE: dropout is not supported (encoding would be random)", path);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: model BPE: dropout is not supported (encoding would be random)", path);
     if (dup_opt(j, "unk_token", &m->unk_token, path, err) != 0 ||
         dup_opt(j, "continuing_subword_prefix", &m->prefix, path, err) != 0 ||
         dup_opt(j, "end_of_word_suffix", &m->suffix, path, err) != 0 ||

@@ -17,7 +17,7 @@ static int json_count(const cJSON *j, const char *key, int *out, const char *pat
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 1e6 || v->valuedouble != (int)v->valuedouble)
-        return dt_fail(err, "%s: decoder Strip: \"%s\" must be a count", path, key);
+        return dt_fail_format(err, "%s: decoder Strip: \"%s\" must be a count", path, key);
     *out = (int)v->valuedouble;
     return 0;
 }
@@ -27,7 +27,7 @@ static int one_char(const cJSON *j, const char *key, uint32_t *cp, const char *w
     if (tk_json_string(j, key, &s, what, path, err) != 0) return -1;
     int k = 0;
     if (s && *s) *cp = tk_utf8_decode(s, &k);
-    if (!s || !*s || s[k]) return dt_fail(err, "%s: %s: \"%s\" must be one character", path, what, key);
+    if (!s || !*s || s[k]) return dt_fail_format(err, "%s: %s: \"%s\" must be one character", path, what, key);
     return 0;
 }
 
@@ -51,7 +51,8 @@ int tk_dec_parse(tk_dec *d, const cJSON *j, const char *path, dt_error *err) {
             tk_json_bool(j, "add_prefix_space", &add_prefix_space, what, path, err) != 0)
             return -1;
         if (scheme && strcmp(scheme, "always") && strcmp(scheme, "first") && strcmp(scheme, "never"))
-            return dt_fail(err, "%s: %s: prepend_scheme \"%s\" is not supported", path, what, scheme);
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: %s: prepend_scheme \"%s\" is not supported", path, what,
+                                scheme);
         d->prepend_never = (scheme && !strcmp(scheme, "never")) || add_prefix_space == 0;
     } else if (!strcmp(type, "ByteFallback")) {
         d->kind = TK_DEC_BYTEFALLBACK;
@@ -68,25 +69,27 @@ int tk_dec_parse(tk_dec *d, const cJSON *j, const char *path, dt_error *err) {
         keys = KEYS_REPLACE;
         const char *content = NULL;
         if (tk_json_string(j, "content", &content, what, path, err) != 0) return -1;
-        if (!content) return dt_fail(err, "%s: %s lacks \"content\"", path, what);
-        if (!(d->content = tk_strdup(content))) return dt_fail(err, "%s: out of memory", path);
+        if (!content) return dt_fail_format(err, "%s: %s lacks \"content\"", path, what);
+        if (!(d->content = tk_strdup(content))) return dt_fail_oom(err, "%s: out of memory", path);
         d->content_len = strlen(content);
         if (tk_json_pattern(j, &d->re, what, path, err) != 0) return -1;
     } else if (!strcmp(type, "Sequence")) {
         d->kind = TK_DEC_SEQUENCE;
         keys = KEYS_SEQ;
         const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "decoders");
-        if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: decoder Sequence lacks the \"decoders\" array", path);
+        if (!cJSON_IsArray(arr)) return dt_fail_format(err, "%s: decoder Sequence lacks the \"decoders\" array", path);
         int cnt = cJSON_GetArraySize(arr);
         d->items = calloc(cnt ? (size_t)cnt : 1, sizeof *d->items);
-        if (!d->items) return dt_fail(err, "%s: out of memory", path);
+        if (!d->items) return dt_fail_oom(err, "%s: out of memory", path);
         const cJSON *it;
         cJSON_ArrayForEach(it, arr) {
             if (tk_dec_parse(&d->items[d->n_items++], it, path, err) != 0) return -1;
         }
     } else
-        return dt_fail(err, "%s: decoder \"%s\" is not supported (supported: ByteLevel, Metaspace, ByteFallback, "
-                            "Fuse, Strip, Replace, Sequence)", path, type);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: decoder \"%s\" is not supported (supported: ByteLevel, Metaspace, ByteFallback, "
+                            "Fuse, Strip, Replace, Sequence)",
+                            path, type);
     return tk_json_only(j, keys, what, path, err);
 }
 

@@ -37,26 +37,29 @@ int tk_norm_parse(tk_norm *n, const cJSON *j, const char *path, dt_error *err) {
         keys = prepend ? KEYS_PREPEND : KEYS_REPLACE;
         const char *content = NULL;
         if (tk_json_string(j, prepend ? "prepend" : "content", &content, what, path, err) != 0) return -1;
-        if (!content) return dt_fail(err, "%s: %s lacks \"%s\"", path, what, prepend ? "prepend" : "content");
+        if (!content) return dt_fail_format(err, "%s: %s lacks \"%s\"", path, what, prepend ? "prepend" : "content");
         n->content = tk_strdup(content);
-        if (!n->content) return dt_fail(err, "%s: out of memory", path);
+        if (!n->content) return dt_fail_oom(err, "%s: out of memory", path);
         n->content_len = strlen(content);
         if (!prepend && tk_json_pattern(j, &n->re, what, path, err) != 0) return -1;
     } else if (!strcmp(type, "Sequence")) {
         n->kind = TK_NORM_SEQUENCE;
         keys = KEYS_SEQUENCE;
         const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "normalizers");
-        if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: normalizer Sequence lacks the \"normalizers\" array", path);
+        if (!cJSON_IsArray(arr))
+            return dt_fail_format(err, "%s: normalizer Sequence lacks the \"normalizers\" array", path);
         int cnt = cJSON_GetArraySize(arr);
         n->items = calloc(cnt ? (size_t)cnt : 1, sizeof *n->items);
-        if (!n->items) return dt_fail(err, "%s: out of memory", path);
+        if (!n->items) return dt_fail_oom(err, "%s: out of memory", path);
         const cJSON *it;
         cJSON_ArrayForEach(it, arr) {
             if (tk_norm_parse(&n->items[n->n_items++], it, path, err) != 0) return -1;
         }
     } else
-        return dt_fail(err, "%s: normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, "
-                            "Strip, Prepend, Replace, Sequence)", path, type);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: normalizer \"%s\" is not supported (supported: NFC, NFD, NFKC, NFKD, Lowercase, "
+                            "Strip, Prepend, Replace, Sequence)",
+                            path, type);
     return tk_json_only(j, keys, what, path, err);
 }
 

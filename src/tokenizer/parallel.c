@@ -708,12 +708,12 @@ int tk_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_
     job jb = {tok, n_threads, *par, NULL, NULL, 0, 0};
     if (jb.par.chunk_bytes < 1) jb.par.chunk_bytes = 1;
     size_t n_chunks, *q = cut_points(text, len, jb.par.chunk_bytes, &n_chunks);
-    if (!q) return dt_fail(err, "%s: out of memory", tok->path);
+    if (!q) return dt_fail_oom(err, "%s: out of memory", tok->path);
     size_t bad = utf8_check(text, len, q, n_chunks, n_threads);
     free(q);
     if (bad != len) return dt_fail(err, "text: invalid UTF-8 at byte %zu", bad);
     jb.ctxs = calloc((size_t)n_threads, sizeof *jb.ctxs);
-    if (!jb.ctxs) return dt_fail(err, "%s: out of memory", tok->path);
+    if (!jb.ctxs) return dt_fail_oom(err, "%s: out of memory", tok->path);
     int rc = 0, n_init = 0;
     for (; n_init < n_threads && rc == 0; n_init++)
         if (tk_ctx_init(&jb.ctxs[n_init]) != 0) rc = -1;

@@ -19,16 +19,17 @@ static int template_ids(const cJSON *specials, const char *name, tk_post *p, int
     const cJSON *sp = cJSON_IsObject(specials) ? cJSON_GetObjectItemCaseSensitive(specials, name) : NULL;
     const cJSON *ids = cJSON_IsObject(sp) ? cJSON_GetObjectItemCaseSensitive(sp, "ids") : NULL;
     if (!cJSON_IsArray(ids))
-        return dt_fail(err, "%s: post_processor TemplateProcessing: special token \"%.100s\" is not in special_tokens",
-                       path, name);
+        return dt_fail_format(
+            err, "%s: post_processor TemplateProcessing: special token \"%.100s\" is not in special_tokens", path,
+            name);
     const cJSON *e;
     cJSON_ArrayForEach(e, ids) {
         if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 2147483647.0)
-            return dt_fail(err, "%s: post_processor TemplateProcessing: special token \"%.100s\" has a bad id", path,
-                           name);
+            return dt_fail_format(err, "%s: post_processor TemplateProcessing: special token \"%.100s\" has a bad id",
+                                  path, name);
         int rc = before ? push(&p->prefix, &p->n_prefix, (int32_t)e->valuedouble)
                         : push(&p->suffix, &p->n_suffix, (int32_t)e->valuedouble);
-        if (rc != 0) return dt_fail(err, "%s: out of memory", path);
+        if (rc != 0) return dt_fail_oom(err, "%s: out of memory", path);
     }
     return 0;
 }
@@ -37,7 +38,7 @@ static int parse_template(tk_post *p, const cJSON *j, const char *path, dt_error
     const cJSON *single = cJSON_GetObjectItemCaseSensitive(j, "single");
     const cJSON *specials = cJSON_GetObjectItemCaseSensitive(j, "special_tokens");
     if (!cJSON_IsArray(single))
-        return dt_fail(err, "%s: post_processor TemplateProcessing lacks the \"single\" template", path);
+        return dt_fail_format(err, "%s: post_processor TemplateProcessing lacks the \"single\" template", path);
     int seen_a = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, single) {
@@ -45,18 +46,23 @@ static int parse_template(tk_post *p, const cJSON *j, const char *path, dt_error
         const cJSON *sq = cJSON_GetObjectItemCaseSensitive(item, "Sequence");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(st ? st : sq, "id");
         if (!cJSON_IsString(id))
-            return dt_fail(err, "%s: post_processor TemplateProcessing: a \"single\" item is neither "
-                                "SpecialToken nor Sequence", path);
+            return dt_fail_format(err,
+                                  "%s: post_processor TemplateProcessing: a \"single\" item is neither "
+                                  "SpecialToken nor Sequence",
+                                  path);
         if (sq) {
             if (strcmp(id->valuestring, "A") != 0 || seen_a)
-                return dt_fail(err, "%s: post_processor TemplateProcessing: the \"single\" template must hold "
-                                    "sequence A once", path);
+                return dt_fail_format(err,
+                                      "%s: post_processor TemplateProcessing: the \"single\" template must hold "
+                                      "sequence A once",
+                                      path);
             seen_a = 1;
         } else if (template_ids(specials, id->valuestring, p, !seen_a, path, err) != 0)
             return -1;
     }
     if (!seen_a)
-        return dt_fail(err, "%s: post_processor TemplateProcessing: the \"single\" template lacks sequence A", path);
+        return dt_fail_format(err, "%s: post_processor TemplateProcessing: the \"single\" template lacks sequence A",
+                              path);
     return 0;
 }
 
@@ -65,7 +71,7 @@ static int pair_id(const cJSON *j, const char *key, int32_t *id, const char *wha
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) != 2 || !cJSON_IsNumber(v->child->next) ||
         v->child->next->valuedouble < 0)
-        return dt_fail(err, "%s: %s: \"%s\" must be [token, id]", path, what, key);
+        return dt_fail_format(err, "%s: %s: \"%s\" must be [token, id]", path, what, key);
     *id = (int32_t)v->child->next->valuedouble;
     return 0;
 }
@@ -90,7 +96,7 @@ int tk_post_parse(tk_post *p, const cJSON *j, const char *path, dt_error *err) {
             t.prefix = NULL;
         }
         tk_post_free(&t);
-        return rc == 0 ? 0 : dt_fail(err, "%s: out of memory", path);
+        return rc == 0 ? 0 : dt_fail_oom(err, "%s: out of memory", path);
     }
     if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
         int32_t cls, sep;
@@ -98,26 +104,28 @@ int tk_post_parse(tk_post *p, const cJSON *j, const char *path, dt_error *err) {
         snprintf(what, sizeof what, "post_processor %s", type);
         if (pair_id(j, "cls", &cls, what, path, err) != 0 || pair_id(j, "sep", &sep, what, path, err) != 0) return -1;
         int32_t *v = realloc(p->prefix, (size_t)(p->n_prefix + 1) * sizeof *v);
-        if (!v) return dt_fail(err, "%s: out of memory", path);
+        if (!v) return dt_fail_oom(err, "%s: out of memory", path);
         memmove(v + 1, v, (size_t)p->n_prefix * sizeof *v);
         v[0] = cls;
         p->prefix = v;
         p->n_prefix++;
-        if (push(&p->suffix, &p->n_suffix, sep) != 0) return dt_fail(err, "%s: out of memory", path);
+        if (push(&p->suffix, &p->n_suffix, sep) != 0) return dt_fail_oom(err, "%s: out of memory", path);
         return 0;
     }
     if (!strcmp(type, "ByteLevel")) return 0;
     if (!strcmp(type, "Sequence")) {
         const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "processors");
-        if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: post_processor Sequence lacks \"processors\"", path);
+        if (!cJSON_IsArray(arr)) return dt_fail_format(err, "%s: post_processor Sequence lacks \"processors\"", path);
         const cJSON *it;
         cJSON_ArrayForEach(it, arr) {
             if (tk_post_parse(p, it, path, err) != 0) return -1;
         }
         return 0;
     }
-    return dt_fail(err, "%s: post_processor \"%s\" is not supported (supported: TemplateProcessing, BertProcessing, "
-                        "RobertaProcessing, ByteLevel, Sequence)", path, type);
+    return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                        "%s: post_processor \"%s\" is not supported (supported: TemplateProcessing, BertProcessing, "
+                        "RobertaProcessing, ByteLevel, Sequence)",
+                        path, type);
 }
 
 void tk_post_free(tk_post *p) {

@@ -65,7 +65,7 @@ static int parse_behavior(const cJSON *j, tk_split_behavior *b, const char *what
     else if (!strcmp(s, "MergedWithPrevious")) *b = TK_SPLIT_MERGED_WITH_PREVIOUS;
     else if (!strcmp(s, "MergedWithNext")) *b = TK_SPLIT_MERGED_WITH_NEXT;
     else if (!strcmp(s, "Contiguous")) *b = TK_SPLIT_CONTIGUOUS;
-    else return dt_fail(err, "%s: %s: behavior \"%s\" is not supported", path, what, s);
+    else return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: %s: behavior \"%s\" is not supported", path, what, s);
     return 0;
 }
 
@@ -99,7 +99,7 @@ int tk_pre_parse(tk_pre *p, const cJSON *j, const char *path, dt_error *err) {
         keys = KEYS_SPLIT;
         p->behavior = TK_SPLIT_ISOLATED;
         if (!cJSON_GetObjectItemCaseSensitive(j, "behavior"))
-            return dt_fail(err, "%s: %s lacks \"behavior\"", path, what);
+            return dt_fail_format(err, "%s: %s lacks \"behavior\"", path, what);
         if (parse_behavior(j, &p->behavior, what, path, err) != 0 ||
             tk_json_bool(j, "invert", &p->invert, what, path, err) != 0 ||
             tk_json_pattern(j, &p->re, what, path, err) != 0)
@@ -116,15 +116,16 @@ int tk_pre_parse(tk_pre *p, const cJSON *j, const char *path, dt_error *err) {
             tk_json_bool(j, "add_prefix_space", &add_prefix_space, what, path, err) != 0)
             return -1;
         if (single_char(rep, &p->replacement) != 0)
-            return dt_fail(err, "%s: %s: \"replacement\" must be one character", path, what);
+            return dt_fail_format(err, "%s: %s: \"replacement\" must be one character", path, what);
         p->prepend_scheme = TK_PREPEND_ALWAYS;
         if (scheme && !strcmp(scheme, "first")) p->prepend_scheme = TK_PREPEND_FIRST;
         else if (scheme && !strcmp(scheme, "never")) p->prepend_scheme = TK_PREPEND_NEVER;
         else if (scheme && strcmp(scheme, "always") != 0)
-            return dt_fail(err, "%s: %s: prepend_scheme \"%s\" is not supported", path, what, scheme);
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: %s: prepend_scheme \"%s\" is not supported", path, what,
+                                scheme);
         if (add_prefix_space == 0) {
             if (p->prepend_scheme != TK_PREPEND_NEVER && scheme)
-                return dt_fail(err, "%s: %s: add_prefix_space does not match prepend_scheme", path, what);
+                return dt_fail_format(err, "%s: %s: add_prefix_space does not match prepend_scheme", path, what);
             p->prepend_scheme = TK_PREPEND_NEVER;
         }
     } else if (!strcmp(type, "Digits")) {
@@ -147,17 +148,19 @@ int tk_pre_parse(tk_pre *p, const cJSON *j, const char *path, dt_error *err) {
         keys = KEYS_SEQ;
         const cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, "pretokenizers");
         if (!cJSON_IsArray(arr))
-            return dt_fail(err, "%s: pre_tokenizer Sequence lacks the \"pretokenizers\" array", path);
+            return dt_fail_format(err, "%s: pre_tokenizer Sequence lacks the \"pretokenizers\" array", path);
         int cnt = cJSON_GetArraySize(arr);
         p->items = calloc(cnt ? (size_t)cnt : 1, sizeof *p->items);
-        if (!p->items) return dt_fail(err, "%s: out of memory", path);
+        if (!p->items) return dt_fail_oom(err, "%s: out of memory", path);
         const cJSON *it;
         cJSON_ArrayForEach(it, arr) {
             if (tk_pre_parse(&p->items[p->n_items++], it, path, err) != 0) return -1;
         }
     } else
-        return dt_fail(err, "%s: pre_tokenizer \"%s\" is not supported (supported: ByteLevel, Split, Metaspace, "
-                            "Digits, Whitespace, WhitespaceSplit, Punctuation, Sequence)", path, type);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: pre_tokenizer \"%s\" is not supported (supported: ByteLevel, Split, Metaspace, "
+                            "Digits, Whitespace, WhitespaceSplit, Punctuation, Sequence)",
+                            path, type);
     return tk_json_only(j, keys, what, path, err);
 }
 

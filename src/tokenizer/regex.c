@@ -72,9 +72,9 @@ int tk_regex_compile(tk_regex *re, const char *pattern, size_t len, int literal,
     memset(re, 0, sizeof *re);
     /* compiled with PCRE2_NO_UTF_CHECK: an invalid pattern would be undefined behaviour there */
     const size_t bad_at = tk_utf8_check(pattern, len);
-    if (bad_at != len) return dt_fail(err, "%s: pattern is not valid UTF-8 (byte %zu)", where, bad_at);
+    if (bad_at != len) return dt_fail_format(err, "%s: pattern is not valid UTF-8 (byte %zu)", where, bad_at);
     re->source = malloc(len + 1);
-    if (!re->source) return dt_fail(err, "%s: out of memory", where);
+    if (!re->source) return dt_fail_oom(err, "%s: out of memory", where);
     memcpy(re->source, pattern, len);
     re->source[len] = '\0';
     tk_buf tr = {0};
@@ -90,13 +90,14 @@ int tk_regex_compile(tk_regex *re, const char *pattern, size_t len, int literal,
     if (bad) {
         tk_buf_free(&tr);
         tk_regex_free(re);
-        return dt_fail(err, "%s: pattern \"%.200s\": %s is not supported", where, pattern, bad);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: pattern \"%.200s\": %s is not supported", where, pattern,
+                            bad);
     }
     pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
     if (!cc) {
         tk_buf_free(&tr);
         tk_regex_free(re);
-        return dt_fail(err, "%s: out of memory", where);
+        return dt_fail_oom(err, "%s: out of memory", where);
     }
     pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
     int code;
@@ -108,7 +109,7 @@ int tk_regex_compile(tk_regex *re, const char *pattern, size_t len, int literal,
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
         tk_regex_free(re);
-        return dt_fail(err, "%s: pattern \"%.200s\" does not compile: %s", where, pattern, (const char *)msg);
+        return dt_fail_format(err, "%s: pattern \"%.200s\" does not compile: %s", where, pattern, (const char *)msg);
     }
     /* Without JIT (some architectures) the interpreter gives the same matches, only slower. */
     pcre2_jit_compile(re->code, PCRE2_JIT_COMPLETE);

@@ -204,12 +204,12 @@ uint64_t tk_hash(const char *s, size_t n) {
 
 const char *tk_json_type(const cJSON *j, const char *what, const char *path, dt_error *err) {
     if (!cJSON_IsObject(j)) {
-        dt_fail(err, "%s: %s is not a JSON object", path, what);
+        dt_fail_format(err, "%s: %s is not a JSON object", path, what);
         return NULL;
     }
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
     if (!cJSON_IsString(t)) {
-        dt_fail(err, "%s: %s has no \"type\"", path, what);
+        dt_fail_format(err, "%s: %s has no \"type\"", path, what);
         return NULL;
     }
     return t->valuestring;
@@ -218,7 +218,7 @@ const char *tk_json_type(const cJSON *j, const char *what, const char *path, dt_
 int tk_json_bool(const cJSON *obj, const char *key, int *out, const char *what, const char *path, dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsBool(v)) return dt_fail(err, "%s: %s: \"%s\" must be true or false", path, what, key);
+    if (!cJSON_IsBool(v)) return dt_fail_format(err, "%s: %s: \"%s\" must be true or false", path, what, key);
     *out = cJSON_IsTrue(v);
     return 0;
 }
@@ -227,10 +227,11 @@ int tk_json_string(const cJSON *obj, const char *key, const char **out, const ch
                    dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsString(v)) return dt_fail(err, "%s: %s: \"%s\" must be a string", path, what, key);
+    if (!cJSON_IsString(v)) return dt_fail_format(err, "%s: %s: \"%s\" must be a string", path, what, key);
     /* these strings become text that the regexes scan without a UTF-8 check */
     const size_t len = strlen(v->valuestring), bad_at = tk_utf8_check(v->valuestring, len);
-    if (bad_at != len) return dt_fail(err, "%s: %s: \"%s\" is not valid UTF-8 (byte %zu)", path, what, key, bad_at);
+    if (bad_at != len)
+        return dt_fail_format(err, "%s: %s: \"%s\" is not valid UTF-8 (byte %zu)", path, what, key, bad_at);
     *out = v->valuestring;
     return 0;
 }
@@ -239,7 +240,9 @@ int tk_json_only(const cJSON *obj, const char *const *keys, const char *what, co
     for (const cJSON *m = obj->child; m; m = m->next) {
         int known = 0;
         for (int i = 0; keys[i] && !known; i++) known = !strcmp(m->string, keys[i]);
-        if (!known) return dt_fail(err, "%s: %s: option \"%s\" is not supported", path, what, m->string);
+        if (!known)
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: %s: option \"%s\" is not supported", path, what,
+                                m->string);
     }
     return 0;
 }
@@ -250,7 +253,7 @@ int tk_json_pattern(const cJSON *obj, tk_regex *re, const char *what, const char
     const cJSON *r = cJSON_IsObject(pat) ? cJSON_GetObjectItemCaseSensitive(pat, "Regex") : NULL;
     const cJSON *v = s ? s : r;
     if (!cJSON_IsString(v) || (s && r))
-        return dt_fail(err, "%s: %s: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}", path, what);
+        return dt_fail_format(err, "%s: %s: \"pattern\" must be {\"String\": ...} or {\"Regex\": ...}", path, what);
     char where[512];
     snprintf(where, sizeof where, "%s: %s", path, what);
     return tk_regex_compile(re, v->valuestring, strlen(v->valuestring), s != NULL, where, err);

@@ -72,10 +72,10 @@ static const char *const KEYS_ADDED[] = {"id", "content", "single_word", "lstrip
  * the file must agree. */
 static int parse_added(dt_tok *tok, const cJSON *arr, tk_ctx *c, const char *path, dt_error *err) {
     if (!arr || cJSON_IsNull(arr)) return 0;
-    if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: \"added_tokens\" is not an array", path);
+    if (!cJSON_IsArray(arr)) return dt_fail_format(err, "%s: \"added_tokens\" is not an array", path);
     int cnt = cJSON_GetArraySize(arr);
     tok->added = calloc(cnt ? (size_t)cnt : 1, sizeof *tok->added);
-    if (!tok->added) return dt_fail(err, "%s: out of memory", path);
+    if (!tok->added) return dt_fail_oom(err, "%s: out of memory", path);
     const int32_t entries = tok->model.n_entries;
     int32_t max_added = -1;
     int index = 0;
@@ -83,7 +83,7 @@ static int parse_added(dt_tok *tok, const cJSON *arr, tk_ctx *c, const char *pat
     cJSON_ArrayForEach(e, arr) {
         char what[64];
         snprintf(what, sizeof what, "added_tokens[%d]", index++);
-        if (!cJSON_IsObject(e)) return dt_fail(err, "%s: %s is not an object", path, what);
+        if (!cJSON_IsObject(e)) return dt_fail_format(err, "%s: %s is not an object", path, what);
         if (tk_json_only(e, KEYS_ADDED, what, path, err) != 0) return -1;
         const char *content = NULL;
         tk_added t = {0};
@@ -95,10 +95,10 @@ static int parse_added(dt_tok *tok, const cJSON *arr, tk_ctx *c, const char *pat
             tk_json_bool(e, "normalized", &t.normalized, what, path, err) != 0 ||
             tk_json_bool(e, "special", &t.special, what, path, err) != 0)
             return -1;
-        if (!content) return dt_fail(err, "%s: %s lacks \"content\"", path, what);
+        if (!content) return dt_fail_format(err, "%s: %s lacks \"content\"", path, what);
         if (!*content) continue; /* the Rust library ignores empty added tokens */
         size_t len = strlen(content);
-        if (tk_utf8_check(content, len) != len) return dt_fail(err, "%s: %s is not valid UTF-8", path, what);
+        if (tk_utf8_check(content, len) != len) return dt_fail_format(err, "%s: %s is not valid UTF-8", path, what);
         int existing = -1;
         for (int i = 0; i < tok->n_added && existing < 0; i++)
             if (tok->added[i].len == len && !memcmp(tok->added[i].content, content, len)) existing = i;
@@ -106,27 +106,29 @@ static int parse_added(dt_tok *tok, const cJSON *arr, tk_ctx *c, const char *pat
         if (id < 0) {
             id = max_added >= entries ? max_added + 1 : entries;
             if (id < tok->model.n_vocab && tok->model.tok_off[id] != UINT64_MAX)
-                return dt_fail(err, "%s: %s \"%.100s\" would get id %d, which the vocabulary gives to another token",
-                               path, what, content, id);
+                return dt_fail_format(err,
+                                      "%s: %s \"%.100s\" would get id %d, which the vocabulary gives to another token",
+                                      path, what, content, id);
         }
         if (id > max_added) max_added = id;
         const cJSON *declared = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (declared && (!cJSON_IsNumber(declared) || declared->valuedouble != (double)id))
-            return dt_fail(err, "%s: %s \"%.100s\" declares id %.0f, but its id is %d (%s)", path, what, content,
-                           cJSON_IsNumber(declared) ? declared->valuedouble : -1.0, id,
-                           existing >= 0 ? "it is listed twice" : tk_bpe_lookup(&tok->model, content, len) >= 0
-                                                                   ? "the model's vocabulary has it"
-                                                                   : "ids after the vocabulary go in order");
+            return dt_fail_format(err, "%s: %s \"%.100s\" declares id %.0f, but its id is %d (%s)", path, what, content,
+                                  cJSON_IsNumber(declared) ? declared->valuedouble : -1.0, id,
+                                  existing >= 0 ? "it is listed twice"
+                                  : tk_bpe_lookup(&tok->model, content, len) >= 0
+                                      ? "the model's vocabulary has it"
+                                      : "ids after the vocabulary go in order");
         t.id = id;
         t.len = len;
         t.content = tk_strdup(content);
-        if (!t.content) return dt_fail(err, "%s: out of memory", path);
+        if (!t.content) return dt_fail_oom(err, "%s: out of memory", path);
         if (t.normalized && tok->normalizer) {
             tk_buf nb = {0};
             if (tk_norm_apply(tok->normalizer, c, content, len, &nb) != 0 || tk_buf_put(&nb, "", 1) != 0) {
                 free(t.content);
                 tk_buf_free(&nb);
-                return dt_fail(err, "%s: %s: normalising \"%.100s\" failed", path, what, content);
+                return dt_fail_format(err, "%s: %s: normalising \"%.100s\" failed", path, what, content);
             }
             t.match = nb.p;
             t.match_len = nb.n - 1;
@@ -170,7 +172,7 @@ static int read_special_ids(dt_tok *tok, dt_error *err) {
     free(text);
     if (!cJSON_IsObject(cfg)) {
         cJSON_Delete(cfg);
-        return dt_fail(err, "%s: not a JSON object", cfg_path);
+        return dt_fail_format(err, "%s: not a JSON object", cfg_path);
     }
     int32_t id;
     if ((id = config_token(tok, cfg, "bos_token")) >= 0) tok->bos_id = id;
@@ -182,45 +184,46 @@ static int read_special_ids(dt_tok *tok, dt_error *err) {
 
 static int parse_tokenizer(dt_tok *tok, const cJSON *root, tk_ctx *c, dt_error *err) {
     const char *path = tok->path;
-    if (!cJSON_IsObject(root)) return dt_fail(err, "%s: not a JSON object", path);
+    if (!cJSON_IsObject(root)) return dt_fail_format(err, "%s: not a JSON object", path);
     const cJSON *version = cJSON_GetObjectItemCaseSensitive(root, "version");
     if (version && !(cJSON_IsString(version) && !strcmp(version->valuestring, "1.0")))
-        return dt_fail(err, "%s: unknown tokenizer version (expected \"1.0\")", path);
+        return dt_fail_format(err, "%s: unknown tokenizer version (expected \"1.0\")", path);
     const char *off[] = {"truncation", "padding"};
     for (int i = 0; i < 2; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, off[i]);
         if (v && !cJSON_IsNull(v))
-            return dt_fail(err, "%s: \"%s\" is set; it is not supported (make it null)", path, off[i]);
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: \"%s\" is set; it is not supported (make it null)", path,
+                                off[i]);
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
-    if (!model) return dt_fail(err, "%s: no \"model\"", path);
+    if (!model) return dt_fail_format(err, "%s: no \"model\"", path);
     if (tk_bpe_parse(&tok->model, model, path, err) != 0) return -1;
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (j && !cJSON_IsNull(j)) {
-        if (!(tok->normalizer = calloc(1, sizeof *tok->normalizer))) return dt_fail(err, "%s: out of memory", path);
+        if (!(tok->normalizer = calloc(1, sizeof *tok->normalizer))) return dt_fail_oom(err, "%s: out of memory", path);
         if (tk_norm_parse(tok->normalizer, j, path, err) != 0) return -1;
     }
     j = cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer");
     if (j && !cJSON_IsNull(j)) {
-        if (!(tok->pre = calloc(1, sizeof *tok->pre))) return dt_fail(err, "%s: out of memory", path);
+        if (!(tok->pre = calloc(1, sizeof *tok->pre))) return dt_fail_oom(err, "%s: out of memory", path);
         if (tk_pre_parse(tok->pre, j, path, err) != 0) return -1;
     }
     j = cJSON_GetObjectItemCaseSensitive(root, "post_processor");
     if (j && !cJSON_IsNull(j) && tk_post_parse(&tok->post, j, path, err) != 0) return -1;
     j = cJSON_GetObjectItemCaseSensitive(root, "decoder");
     if (j && !cJSON_IsNull(j)) {
-        if (!(tok->decoder = calloc(1, sizeof *tok->decoder))) return dt_fail(err, "%s: out of memory", path);
+        if (!(tok->decoder = calloc(1, sizeof *tok->decoder))) return dt_fail_oom(err, "%s: out of memory", path);
         if (tk_dec_parse(tok->decoder, j, path, err) != 0) return -1;
     }
     if (parse_added(tok, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), c, path, err) != 0) return -1;
     if (tk_added_set_build(&tok->raw_set, tok->added, tok->n_added, 0) != 0 ||
         tk_added_set_build(&tok->norm_set, tok->added, tok->n_added, 1) != 0)
-        return dt_fail(err, "%s: out of memory", path);
+        return dt_fail_oom(err, "%s: out of memory", path);
     tok->vocab_size = tok->model.n_vocab;
     for (int i = 0; i < tok->n_added; i++)
         if (tok->added[i].id >= tok->vocab_size) tok->vocab_size = tok->added[i].id + 1;
     tok->added_of_id = malloc((size_t)tok->vocab_size * sizeof *tok->added_of_id);
-    if (!tok->added_of_id) return dt_fail(err, "%s: out of memory", path);
+    if (!tok->added_of_id) return dt_fail_oom(err, "%s: out of memory", path);
     memset(tok->added_of_id, 0xFF, (size_t)tok->vocab_size * sizeof *tok->added_of_id);
     for (int i = 0; i < tok->n_added; i++) tok->added_of_id[tok->added[i].id] = i;
     /* ids in the post-processor must exist */
@@ -228,10 +231,10 @@ static int parse_tokenizer(dt_tok *tok, const cJSON *root, tk_ctx *c, dt_error *
         const int32_t *v = k ? tok->post.suffix : tok->post.prefix;
         for (int i = 0; i < (k ? tok->post.n_suffix : tok->post.n_prefix); i++)
             if (v[i] >= tok->vocab_size)
-                return dt_fail(err, "%s: post_processor adds id %d, past the vocabulary of %d", path, v[i],
-                               tok->vocab_size);
+                return dt_fail_format(err, "%s: post_processor adds id %d, past the vocabulary of %d", path, v[i],
+                                      tok->vocab_size);
             else if (!dt_tok_id_to_token(tok, v[i], NULL)) /* found by fuzz_tokenizer */
-                return dt_fail(err, "%s: post_processor adds id %d, which is not a token", path, v[i]);
+                return dt_fail_format(err, "%s: post_processor adds id %d, which is not a token", path, v[i]);
     }
     return read_special_ids(tok, err);
 }
@@ -239,7 +242,7 @@ static int parse_tokenizer(dt_tok *tok, const cJSON *root, tk_ctx *c, dt_error *
 int dt_tok_load(dt_tok **out, const char *path, dt_error *err) {
     *out = NULL;
     dt_tok *tok = calloc(1, sizeof *tok);
-    if (!tok) return dt_fail(err, "%s: out of memory", path);
+    if (!tok) return dt_fail_oom(err, "%s: out of memory", path);
     struct stat sb;
     int n = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? snprintf(tok->path, sizeof tok->path, "%s/tokenizer.json", path)
                                                           : snprintf(tok->path, sizeof tok->path, "%s", path);
@@ -257,8 +260,8 @@ int dt_tok_load(dt_tok **out, const char *path, dt_error *err) {
     free(text);
     tk_ctx c;
     int rc;
-    if (!root) rc = dt_fail(err, "%s: not valid JSON", tok->path);
-    else if (tk_ctx_init(&c) != 0) rc = dt_fail(err, "%s: out of memory", tok->path);
+    if (!root) rc = dt_fail_format(err, "%s: not valid JSON", tok->path);
+    else if (tk_ctx_init(&c) != 0) rc = dt_fail_oom(err, "%s: out of memory", tok->path);
     else {
         rc = parse_tokenizer(tok, root, &c, err);
         tk_ctx_free(&c);
@@ -381,9 +384,9 @@ static int encode_pipeline(const dt_tok *tok, tk_ctx *c, const char *text, size_
 
 int tk_encode_error(const dt_tok *tok, int rc, dt_error *err) {
     if (rc == -2)
-        return dt_fail(err, "%s: the model's unk_token \"%s\" is not in its vocabulary", tok->path,
-                       tok->model.unk_token);
-    return dt_fail(err, "%s: encoding failed (out of memory or a regex resource limit)", tok->path);
+        return dt_fail_format(err, "%s: the model's unk_token \"%s\" is not in its vocabulary", tok->path,
+                              tok->model.unk_token);
+    return dt_fail_oom(err, "%s: encoding failed (out of memory or a regex resource limit)", tok->path);
 }
 
 int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int add_special, const int32_t **ids,
@@ -403,13 +406,13 @@ int dt_tok_encode(const dt_tok *tok, const char *text, size_t len, int add_speci
     *ids = NULL;
     *n_ids = 0;
     dt_tok_encoder *e = dt_tok_encoder_new(tok);
-    if (!e) return dt_fail(err, "%s: out of memory", tok->path);
+    if (!e) return dt_fail_oom(err, "%s: out of memory", tok->path);
     const int32_t *v;
     size_t n;
     int rc = dt_tok_encoder_encode(e, text, len, add_special, &v, &n, err);
     if (rc == 0) {
         *ids = malloc((n ? n : 1) * sizeof **ids);
-        if (!*ids) rc = dt_fail(err, "%s: out of memory", tok->path);
+        if (!*ids) rc = dt_fail_oom(err, "%s: out of memory", tok->path);
         else {
             if (n) memcpy(*ids, v, n * sizeof *v);
             *n_ids = n;
@@ -461,7 +464,7 @@ int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_spec
                                                                      : "outside the vocabulary",
                            tok->vocab_size - 1);
     tk_ctx c;
-    if (tk_ctx_init(&c) != 0) return dt_fail(err, "%s: out of memory", tok->path);
+    if (tk_ctx_init(&c) != 0) return dt_fail_oom(err, "%s: out of memory", tok->path);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
         size_t l;
@@ -479,7 +482,7 @@ int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_spec
     tk_ctx_free(&c);
     if (rc != 0) {
         tk_buf_free(&out);
-        return dt_fail(err, "%s: decoding failed (out of memory)", tok->path);
+        return dt_fail_oom(err, "%s: decoding failed (out of memory)", tok->path);
     }
     *text = out.p;
     *len = out.n - 1;

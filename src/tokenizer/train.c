@@ -103,7 +103,7 @@ static int count_file(const char *path, const tk_pre *pre, tk_ctx *c, word_table
     char *buf = malloc(CHUNK_BYTES + 1);
     if (!buf) {
         fclose(fp);
-        return dt_fail(err, "%s: out of memory", path);
+        return dt_fail_oom(err, "%s: out of memory", path);
     }
     size_t keep = 0, offset = 0;
     int rc = 0;
@@ -112,7 +112,7 @@ static int count_file(const char *path, const tk_pre *pre, tk_ctx *c, word_table
         size_t have = keep + got;
         int last = got == 0 || feof(fp);
         if (ferror(fp)) {
-            rc = dt_fail(err, "%s: read failed", path);
+            rc = dt_fail_io(err, "%s: read failed", path);
             break;
         }
         if (have == 0) break;
@@ -125,7 +125,7 @@ static int count_file(const char *path, const tk_pre *pre, tk_ctx *c, word_table
         }
         size_t bad = tk_utf8_check(buf, cut);
         if (bad != cut && (last || cut - bad > 3)) {
-            rc = dt_fail(err, "%s: invalid UTF-8 at byte %zu", path, offset + bad);
+            rc = dt_fail_format(err, "%s: invalid UTF-8 at byte %zu", path, offset + bad);
             break;
         }
         if (bad != cut) cut = bad; /* a sequence cut by the chunk end: finish it next round */
@@ -134,7 +134,7 @@ static int count_file(const char *path, const tk_pre *pre, tk_ctx *c, word_table
         if (rc == 0 && tk_pre_apply(pre, c) != 0) rc = -1;
         for (size_t i = 0; rc == 0 && i < c->a.n; i++) rc = table_add(t, tk_piece_str(&c->a, i), c->a.v[i].len);
         if (rc != 0) {
-            rc = dt_fail(err, "%s: out of memory while counting words", path);
+            rc = dt_fail_oom(err, "%s: out of memory while counting words", path);
             break;
         }
         *bytes += cut;
@@ -143,7 +143,7 @@ static int count_file(const char *path, const tk_pre *pre, tk_ctx *c, word_table
         keep = have - cut;
         if (last && keep == 0) break;
         if (last && keep > 0 && got == 0) {
-            rc = dt_fail(err, "%s: invalid UTF-8 at byte %zu", path, offset);
+            rc = dt_fail_format(err, "%s: invalid UTF-8 at byte %zu", path, offset);
             break;
         }
     }
@@ -406,7 +406,7 @@ static int learn(word_table *t, symbols *s, int32_t n_merges, int64_t min_freque
     free(seen);
     free(h.v);
     pm_free(&pm);
-    return rc == 0 ? 0 : dt_fail(err, "out of memory while learning merges");
+    return rc == 0 ? 0 : dt_fail_oom(err, "out of memory while learning merges");
 }
 
 /* ---------------------------------------------------------------- writing */
@@ -548,7 +548,7 @@ static int write_json(const char *dir, const char *name, cJSON *j, dt_error *err
     char path[4096 + 64];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
-    if (!text) return dt_fail(err, "%s: out of memory", path);
+    if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
     return rc;
@@ -634,7 +634,7 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
                        o->vocab_size, n_specials);
     tk_pre pre;
     cJSON *pj = pre_tokenizer_json(o->pattern);
-    if (!pj) return dt_fail(err, "out of memory");
+    if (!pj) return dt_fail_oom(err, "out of memory");
     int rc = tk_pre_parse(&pre, pj, "tokenizer train", err);
     cJSON_Delete(pj);
     if (rc != 0) return -1;
@@ -643,7 +643,7 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
     symbols s = {0};
     if (tk_ctx_init(&c) != 0) {
         tk_pre_free(&pre);
-        return dt_fail(err, "out of memory");
+        return dt_fail_oom(err, "out of memory");
     }
     size_t bytes = 0;
     for (int f = 0; f < o->n_files && rc == 0; f++) {
@@ -652,15 +652,15 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
     }
     tk_ctx_free(&c);
     tk_pre_free(&pre);
-    if (rc == 0 && bytes == 0) rc = dt_fail(err, "%s: no text to learn from (empty data)", o->files[0]);
-    if (rc == 0 && add_byte_symbols(&s) != 0) rc = dt_fail(err, "out of memory");
+    if (rc == 0 && bytes == 0) rc = dt_fail_format(err, "%s: no text to learn from (empty data)", o->files[0]);
+    if (rc == 0 && add_byte_symbols(&s) != 0) rc = dt_fail_oom(err, "out of memory");
     for (size_t i = 0; rc == 0 && i < t.n; i++) {
         const char *p = t.keys.p + t.key_off[i];
         size_t n = t.key_len[i], k = 0;
         word *w = &t.w[i];
         w->sym = malloc((n ? n : 1) * sizeof *w->sym);
         if (!w->sym) {
-            rc = dt_fail(err, "out of memory");
+            rc = dt_fail_oom(err, "out of memory");
             break;
         }
         while (k < n) {
@@ -675,7 +675,7 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
     if (rc == 0) rc = learn(&t, &s, o->vocab_size - 256 - n_specials, o->min_frequency, o->quiet, err);
     table_free(&t);
     if (rc == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
-        rc = dt_fail(err, "%s: cannot create directory: %s", out_dir, strerror(errno));
+        rc = dt_fail_io(err, "%s: cannot create directory: %s", out_dir, strerror(errno));
     if (rc == 0) {
         cJSON *tok = tokenizer_json(&s, o, specials, n_specials);
         rc = write_json(out_dir, "tokenizer.json", tok, err);

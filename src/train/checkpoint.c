@@ -19,8 +19,8 @@ static int join(char *out, size_t n, const char *a, const char *b, dt_error *err
 
 static int sync_dir(const char *dir, dt_error *err) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) return dt_fail(err, "%s: cannot open directory: %s", dir, strerror(errno));
-    int rc = fsync(fd) == 0 || errno == EINVAL ? 0 : dt_fail(err, "%s: fsync: %s", dir, strerror(errno));
+    if (fd < 0) return dt_fail_io(err, "%s: cannot open directory: %s", dir, strerror(errno));
+    int rc = fsync(fd) == 0 || errno == EINVAL ? 0 : dt_fail_io(err, "%s: fsync: %s", dir, strerror(errno));
     close(fd);
     return rc;
 }
@@ -28,30 +28,30 @@ static int sync_dir(const char *dir, dt_error *err) {
 /* Removes every file of the stage directory, and the directory. */
 static int discard_stage(const char *stage, dt_error *err) {
     DIR *d = opendir(stage);
-    if (!d) return errno == ENOENT ? 0 : dt_fail(err, "%s: cannot open: %s", stage, strerror(errno));
+    if (!d) return errno == ENOENT ? 0 : dt_fail_io(err, "%s: cannot open: %s", stage, strerror(errno));
     char path[4400];
     struct dirent *e;
     int rc = 0;
     while (rc == 0 && (e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
             rc = join(path, sizeof path, stage, e->d_name, err);
-            if (rc == 0 && unlink(path) != 0) rc = dt_fail(err, "%s: cannot remove: %s", path, strerror(errno));
+            if (rc == 0 && unlink(path) != 0) rc = dt_fail_io(err, "%s: cannot remove: %s", path, strerror(errno));
         }
     closedir(d);
-    if (rc == 0 && rmdir(stage) != 0) rc = dt_fail(err, "%s: cannot remove: %s", stage, strerror(errno));
+    if (rc == 0 && rmdir(stage) != 0) rc = dt_fail_io(err, "%s: cannot remove: %s", stage, strerror(errno));
     return rc;
 }
 
 int checkpoint_stage(const char *dir, char *stage, size_t n, dt_error *err) {
     if (join(stage, n, dir, STAGE, err) != 0 || discard_stage(stage, err) != 0) return -1;
-    if (mkdir(stage, 0755) != 0) return dt_fail(err, "%s: cannot create directory: %s", stage, strerror(errno));
+    if (mkdir(stage, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", stage, strerror(errno));
     return 0;
 }
 
 static int move(const char *stage, const char *dir, const char *name, dt_error *err) {
     char from[4400], to[4400];
     if (join(from, sizeof from, stage, name, err) || join(to, sizeof to, dir, name, err)) return -1;
-    if (rename(from, to) != 0) return dt_fail(err, "%s: cannot rename to %s: %s", from, to, strerror(errno));
+    if (rename(from, to) != 0) return dt_fail_io(err, "%s: cannot rename to %s: %s", from, to, strerror(errno));
     return 0;
 }
 
@@ -59,7 +59,7 @@ int checkpoint_commit(const char *dir, dt_error *err) {
     char stage[4200];
     if (join(stage, sizeof stage, dir, STAGE, err) != 0 || sync_dir(stage, err) != 0) return -1;
     DIR *d = opendir(stage);
-    if (!d) return dt_fail(err, "%s: cannot open: %s", stage, strerror(errno));
+    if (!d) return dt_fail_io(err, "%s: cannot open: %s", stage, strerror(errno));
     struct dirent *e;
     int rc = 0;
     while (rc == 0 && (e = readdir(d)))

@@ -131,9 +131,9 @@ static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
 static int json_number(const cJSON *j, const char *key, double lo, double hi, double *out, const char *path,
                        dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: missing or non-numeric '%s'", path, key);
+    if (!cJSON_IsNumber(v)) return dt_fail_format(err, "%s: missing or non-numeric '%s'", path, key);
     if (!(v->valuedouble >= lo && v->valuedouble <= hi))
-        return dt_fail(err, "%s: '%s' is %g, outside [%g, %g]", path, key, v->valuedouble, lo, hi);
+        return dt_fail_format(err, "%s: '%s' is %g, outside [%g, %g]", path, key, v->valuedouble, lo, hi);
     *out = v->valuedouble;
     return 0;
 }
@@ -141,7 +141,7 @@ static int json_number(const cJSON *j, const char *key, double lo, double hi, do
 static int json_int(const cJSON *j, const char *key, int lo, int hi, int *out, const char *path, dt_error *err) {
     double d = 0;
     if (json_number(j, key, lo, hi, &d, path, err) != 0) return -1;
-    if (d != floor(d)) return dt_fail(err, "%s: '%s' is %g, not an integer", path, key, d);
+    if (d != floor(d)) return dt_fail_format(err, "%s: '%s' is %g, not an integer", path, key, d);
     *out = (int)d;
     return 0;
 }
@@ -157,11 +157,11 @@ static int json_float(const cJSON *j, const char *key, double lo, double hi, flo
 static int json_u64(const cJSON *j, const char *key, uint64_t *out, const char *path, dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
     char *end = NULL;
-    if (!cJSON_IsString(v) || !*v->valuestring) return dt_fail(err, "%s: missing '%s'", path, key);
+    if (!cJSON_IsString(v) || !*v->valuestring) return dt_fail_format(err, "%s: missing '%s'", path, key);
     errno = 0;
     unsigned long long x = strtoull(v->valuestring, &end, 10);
     if (errno || *end || v->valuestring[0] == '-')
-        return dt_fail(err, "%s: '%s' is not an unsigned integer", path, key);
+        return dt_fail_format(err, "%s: '%s' is not an unsigned integer", path, key);
     *out = x;
     return 0;
 }
@@ -175,14 +175,14 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     size_t len;
     if (read_text_file(path, MAX_TRAIN_STATE_BYTES, "a training state", &text, &len, err) != 0) {
         if (access(path, F_OK) != 0)
-            dt_fail(err, "%s: cannot open (is this a training output directory?): %s", path, strerror(errno));
+            dt_fail_io(err, "%s: cannot open (is this a training output directory?): %s", path, strerror(errno));
         return -1;
     }
     cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return dt_fail(err, "%s: not valid JSON", path);
+        return dt_fail_format(err, "%s: not valid JSON", path);
     }
     const int big = 100000000;
     int steps = 0;
@@ -213,12 +213,13 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
     const cJSON *tokz = cJSON_GetObjectItemCaseSensitive(j, "tokenizer");
     if (!bad && cJSON_IsString(toks) && *toks->valuestring) data = toks;
-    if (!bad && (!cJSON_IsString(data) || !*data->valuestring)) bad = dt_fail(err, "%s: missing 'data'", path) != 0;
+    if (!bad && (!cJSON_IsString(data) || !*data->valuestring))
+        bad = dt_fail_format(err, "%s: missing 'data'", path) != 0;
     if (!bad && tokz && (!cJSON_IsString(tokz) || !*tokz->valuestring))
-        bad = dt_fail(err, "%s: 'tokenizer' must be a path", path) != 0;
+        bad = dt_fail_format(err, "%s: 'tokenizer' must be a path", path) != 0;
     if (!bad && strlen(data->valuestring) >= data_cap)
-        bad = dt_fail(err, "%s: 'data' is a path of %zu bytes (limit %zu)", path, strlen(data->valuestring),
-                      data_cap - 1) != 0;
+        bad = dt_fail_format(err, "%s: 'data' is a path of %zu bytes (limit %zu)", path, strlen(data->valuestring),
+                             data_cap - 1) != 0;
     if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
         /* the tokenizer now lives in the run's directory, beside the model */
@@ -249,7 +250,7 @@ static int write_checkpoint(const dt_train_options *o, trainer *tr, const float 
     cJSON *j = options_to_json(o, tr);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
-    if (!text) return dt_fail(err, "out of memory");
+    if (!text) return dt_fail_oom(err, "out of memory");
     int rc = path_join(path, sizeof path, stage, "train_state.json", err);
     if (rc == 0) rc = write_text_atomic(path, text, err);
     cJSON_free(text);
@@ -265,7 +266,7 @@ static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err
     int rc = 0;
     if (tr->ts.opt.zero) {
         if (tr->rank == 0 && !(whole = malloc(2 * P * sizeof(float))))
-            rc = dt_fail(err, "out of memory gathering the optimizer state of %zu parameters", P);
+            rc = dt_fail_oom(err, "out of memory gathering the optimizer state of %zu parameters", P);
         if (comm_agree(tr->comm, rc, NULL, NULL, 0, err) != 0) return -1;
         comm_gatherv_f32(tr->comm, tr->ts.adam_m, whole, tr->ts.bounds, "gathering the optimizer state");
         comm_gatherv_f32(tr->comm, tr->ts.adam_v, whole + (tr->rank == 0 ? P : 0), tr->ts.bounds,
@@ -287,12 +288,13 @@ static int load_optimizer(const char *dir, trainer *tr, dt_error *err) {
     const char *names[2] = {"adam.m", "adam.v"};
     float *dst[2] = {tr->ts.adam_m, tr->ts.adam_v};
     float *whole = len == P ? NULL : malloc(P * sizeof(float));
-    int rc = len != P && !whole ? dt_fail(err, "out of memory reading %s", path) : 0;
+    int rc = len != P && !whole ? dt_fail_oom(err, "out of memory reading %s", path) : 0;
     for (int i = 0; i < 2 && rc == 0; i++) {
         const dt_st_tensor *t = dt_st_find(&st, names[i]);
-        if (!t) rc = dt_fail(err, "%s: missing tensor '%s'", path, names[i]);
+        if (!t) rc = dt_fail_format(err, "%s: missing tensor '%s'", path, names[i]);
         else if (t->numel != P)
-            rc = dt_fail(err, "%s: '%s' has %zu values but the model has %zu parameters", path, names[i], t->numel, P);
+            rc = dt_fail_format(err, "%s: '%s' has %zu values but the model has %zu parameters", path, names[i],
+                                t->numel, P);
         else if (!whole) dt_st_read_f32(&st, t, dst[i]);
         else {
             dt_st_read_f32(&st, t, whole);
@@ -346,7 +348,7 @@ static int evaluate(trainer *tr, const dt_train_options *o, double *val_loss, dt
     const size_t first = W * tr->rank / tr->ranks, end = W * (tr->rank + 1) / tr->ranks;
     double mine[2] = {0, 0}, *all = malloc((size_t)tr->ranks * sizeof mine);
     size_t scored = 0;
-    int rc = all ? 0 : dt_fail(err, "out of memory");
+    int rc = all ? 0 : dt_fail_oom(err, "out of memory");
     if (rc == 0)
         rc = eval_window_range(&tr->model, tr->ts.rs, tr->in, tr->tg, val, tr->ts.opt.micro_batch, T, first, end,
                                &mine[0], &scored, err);
@@ -393,7 +395,8 @@ static int write_metrics(FILE *mf, const char *dir, const trainer *tr, float los
         fprintf(mf, "%s%.6f", l ? "," : "", lam);
     }
     fprintf(mf, "]}\n");
-    if (fflush(mf) != 0 || ferror(mf)) return dt_fail(err, "%s/metrics.jsonl: write failed: %s", dir, strerror(errno));
+    if (fflush(mf) != 0 || ferror(mf))
+        return dt_fail_io(err, "%s/metrics.jsonl: write failed: %s", dir, strerror(errno));
     return 0;
 }
 
@@ -532,7 +535,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     if (train_step_init(&tr->ts, &tr->model, tr->comm, &so, err) != 0) return -1;
     tr->in = malloc((size_t)rows * T * sizeof(int));
     tr->tg = malloc((size_t)rows * T * sizeof(int));
-    if (!tr->in || !tr->tg) return dt_fail(err, "out of memory for a batch of %d × %d tokens", rows, T);
+    if (!tr->in || !tr->tg) return dt_fail_oom(err, "out of memory for a batch of %d × %d tokens", rows, T);
     if (o->resume && load_optimizer(o->out_dir, tr, err) != 0) return -1;
     return 0;
 }
@@ -541,13 +544,13 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
 static FILE *open_metrics(const dt_train_options *o, const trainer *tr, dt_error *err) {
     char path[4200];
     if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
-        dt_fail(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+        dt_fail_io(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
         return NULL;
     }
     if (path_join(path, sizeof path, o->out_dir, "metrics.jsonl", err)) return NULL;
     if (o->resume ? truncate_metrics(path, tr->step + 1, err) : (unlink(path), 0)) return NULL;
     FILE *mf = fopen(path, "a");
-    if (!mf) dt_fail(err, "%s: cannot open for writing: %s", path, strerror(errno));
+    if (!mf) dt_fail_io(err, "%s: cannot open for writing: %s", path, strerror(errno));
     return mf;
 }
 
@@ -684,7 +687,7 @@ static int train_run(dt_train_options *o, dt_error *err) {
         if (stopped) break;
     }
     if (mf && fclose(mf) != 0 && rc == 0)
-        rc = dt_fail(err, "%s/metrics.jsonl: write failed: %s", o->out_dir, strerror(errno));
+        rc = dt_fail_io(err, "%s/metrics.jsonl: write failed: %s", o->out_dir, strerror(errno));
     if (rc == 0 && !quiet) {
         if (tty) fputc('\n', stderr);
         print_summary(o, &tr);
