@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "difftrans.h"
+#include "internal.h"
 
 static int vfail(dt_error *err, dt_errcode code, const char *fmt, va_list ap) {
     if (err) {
@@ -74,6 +75,11 @@ int dt_fail_prefix(dt_error *err, const char *fmt, ...) {
     memcpy(err->msg + keep, ": ", 2);
     memcpy(err->msg + keep + 2, inner, n);
     err->msg[keep + 2 + n] = '\0';
+    return -1;
+}
+
+int fail_as_format(dt_error *err) {
+    if (err && err->code == DT_ERR_INVALID) err->code = DT_ERR_FORMAT;
     return -1;
 }
 

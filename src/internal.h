@@ -5,6 +5,9 @@
 
 /* The largest vocab_size a model may have (dt_config_validate); a token dataset's too. */
 #define DT_MAX_VOCAB 4194304
+/* error.c: for a check of the caller's kind (dt_config_validate) run on what a file said: its
+ * DT_ERR_INVALID becomes DT_ERR_FORMAT, the file being at fault; other codes stay. Returns -1. */
+int fail_as_format(dt_error *err);
 /* Writes text plus a newline to path through a temporary file and a rename. */
 int write_text_atomic(const char *path, const char *text, dt_error *err);
 /* dt_atomic_commit in two steps, so that several files can be completed before any is renamed:

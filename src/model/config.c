@@ -258,10 +258,11 @@ static const cJSON *get_key(const cJSON *obj, const char *key) {
 static int json_int(const cJSON *obj, const char *key, int *out, const char *path, dt_error *err) {
     const cJSON *v = get_key(obj, key);
     if (!v) return 0;
-    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: key '%s' must be a number", path, key);
+    if (!cJSON_IsNumber(v)) return dt_fail_format(err, "%s: key '%s' must be a number", path, key);
     double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d)) return dt_fail(err, "%s: key '%s' must be an integer (got %g)", path, key, d);
-    if (d < INT_MIN || d > INT_MAX) return dt_fail(err, "%s: key '%s' is out of range (got %g)", path, key, d);
+    if (!isfinite(d) || d != floor(d))
+        return dt_fail_format(err, "%s: key '%s' must be an integer (got %g)", path, key, d);
+    if (d < INT_MIN || d > INT_MAX) return dt_fail_format(err, "%s: key '%s' is out of range (got %g)", path, key, d);
     *out = (int)d;
     return 1;
 }
@@ -269,9 +270,10 @@ static int json_int(const cJSON *obj, const char *key, int *out, const char *pat
 static int json_float(const cJSON *obj, const char *key, float *out, const char *path, dt_error *err) {
     const cJSON *v = get_key(obj, key);
     if (!v) return 0;
-    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: key '%s' must be a number", path, key);
+    if (!cJSON_IsNumber(v)) return dt_fail_format(err, "%s: key '%s' must be a number", path, key);
     float f = (float)v->valuedouble;
-    if (!isfinite(f)) return dt_fail(err, "%s: key '%s' is out of float range (got %g)", path, key, v->valuedouble);
+    if (!isfinite(f))
+        return dt_fail_format(err, "%s: key '%s' is out of float range (got %g)", path, key, v->valuedouble);
     *out = f;
     return 1;
 }
@@ -279,14 +281,14 @@ static int json_float(const cJSON *obj, const char *key, float *out, const char 
 static int json_bool(const cJSON *obj, const char *key, int *out, const char *path, dt_error *err) {
     const cJSON *v = get_key(obj, key);
     if (!v) return 0;
-    if (!cJSON_IsBool(v)) return dt_fail(err, "%s: key '%s' must be true or false", path, key);
+    if (!cJSON_IsBool(v)) return dt_fail_format(err, "%s: key '%s' must be true or false", path, key);
     *out = cJSON_IsTrue(v) ? 1 : 0;
     return 1;
 }
 
 static int json_required_int(const cJSON *obj, const char *key, int *out, const char *path, dt_error *err) {
     int rc = json_int(obj, key, out, path, err);
-    if (rc == 0) return dt_fail(err, "%s: missing required key '%s'", path, key);
+    if (rc == 0) return dt_fail_format(err, "%s: missing required key '%s'", path, key);
     return rc < 0 ? -1 : 0;
 }
 
@@ -294,14 +296,15 @@ static int json_required_int(const cJSON *obj, const char *key, int *out, const 
 
 static int parse_arch(const cJSON *root, dt_arch *arch, const char *path, dt_error *err) {
     const cJSON *v = get_key(root, "model_type");
-    if (!v) return dt_fail(err, "%s: missing required key 'model_type'", path);
-    if (!cJSON_IsString(v)) return dt_fail(err, "%s: key 'model_type' must be a string", path);
+    if (!v) return dt_fail_format(err, "%s: missing required key 'model_type'", path);
+    if (!cJSON_IsString(v)) return dt_fail_format(err, "%s: key 'model_type' must be a string", path);
     if (strcmp(v->valuestring, "diffllama") == 0) *arch = DT_ARCH_DIFF;
     else if (strcmp(v->valuestring, "llama") == 0) *arch = DT_ARCH_LLAMA;
     else if (strcmp(v->valuestring, "difftrans_v2") == 0) *arch = DT_ARCH_DIFF_V2;
     else
-        return dt_fail(err, "%s: model_type '%s' is not supported (expected diffllama, llama or difftrans_v2)", path,
-                       v->valuestring);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: model_type '%s' is not supported (expected diffllama, llama or difftrans_v2)", path,
+                            v->valuestring);
     return 0;
 }
 
@@ -324,8 +327,8 @@ static int parse_sizes(const cJSON *root, dt_config *c, const char *path, dt_err
      * head count itself is bad, leave head_dim 0 and let validation report the head count. */
     if (!has_head_dim && c->num_attention_heads > 0) {
         if (c->hidden_size % c->num_attention_heads != 0)
-            return dt_fail(err, "%s: hidden_size %d is not divisible by num_attention_heads %d (set head_dim)", path,
-                           c->hidden_size, c->num_attention_heads);
+            return dt_fail_format(err, "%s: hidden_size %d is not divisible by num_attention_heads %d (set head_dim)",
+                                  path, c->hidden_size, c->num_attention_heads);
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     return 0;
@@ -346,14 +349,17 @@ static int parse_reals(const cJSON *root, dt_config *c, const char *path, dt_err
 /* Options that would change the model in ways we do not implement: refuse, never ignore. */
 static int parse_unsupported(const cJSON *root, const char *path, dt_error *err) {
     const cJSON *act = get_key(root, "hidden_act");
-    if (act && !cJSON_IsString(act)) return dt_fail(err, "%s: key 'hidden_act' must be a string", path);
+    if (act && !cJSON_IsString(act)) return dt_fail_format(err, "%s: key 'hidden_act' must be a string", path);
     if (act && strcmp(act->valuestring, "silu") != 0)
-        return dt_fail(err, "%s: hidden_act '%s' is not supported (only silu)", path, act->valuestring);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu)", path,
+                            act->valuestring);
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
         int on = 0;
         if (json_bool(root, biases[i], &on, path, err) < 0) return -1;
-        if (on) return dt_fail(err, "%s: %s = true is not supported (bias-free layers only)", path, biases[i]);
+        if (on)
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: %s = true is not supported (bias-free layers only)", path,
+                                biases[i]);
     }
     return 0;
 }
@@ -362,7 +368,7 @@ static int json_double(const cJSON *obj, const char *key, double *out, const cha
     const cJSON *v = get_key(obj, key);
     if (!v) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return dt_fail(err, "%s: key '%s' must be a finite number", path, key);
+        return dt_fail_format(err, "%s: key '%s' must be a finite number", path, key);
     *out = v->valuedouble;
     return 1;
 }
@@ -376,7 +382,7 @@ static int parse_rope_scaling(const cJSON *root, dt_config *c, const char *path,
     if (!rs) rs = get_key(root, key = "rope_parameters");
     memset(&c->rope_scaling, 0, sizeof c->rope_scaling);
     if (!rs) return 0;
-    if (!cJSON_IsObject(rs)) return dt_fail(err, "%s: key '%s' must be an object", path, key);
+    if (!cJSON_IsObject(rs)) return dt_fail_format(err, "%s: key '%s' must be an object", path, key);
     if (!strcmp(key, "rope_parameters")) {
         double theta = 0;
         int has = json_double(rs, "rope_theta", &theta, path, err);
@@ -385,23 +391,25 @@ static int parse_rope_scaling(const cJSON *root, dt_config *c, const char *path,
     }
     const cJSON *type = get_key(rs, "rope_type");
     if (!type) type = get_key(rs, "type");
-    if (!type) return dt_fail(err, "%s: %s has no rope_type", path, key);
-    if (!cJSON_IsString(type)) return dt_fail(err, "%s: %s.rope_type must be a string", path, key);
+    if (!type) return dt_fail_format(err, "%s: %s has no rope_type", path, key);
+    if (!cJSON_IsString(type)) return dt_fail_format(err, "%s: %s.rope_type must be a string", path, key);
     dt_rope_scaling *r = &c->rope_scaling;
     const char *t = type->valuestring;
     if (!strcmp(t, "default")) return 0;
     if (!strcmp(t, "linear")) r->type = DT_ROPE_LINEAR;
     else if (!strcmp(t, "llama3")) r->type = DT_ROPE_LLAMA3;
-    else return dt_fail(err, "%s: %s type '%s' is not supported (supported: linear, llama3)", path, key, t);
+    else
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: %s type '%s' is not supported (supported: linear, llama3)",
+                            path, key, t);
     int rc = json_double(rs, "factor", &r->factor, path, err);
-    if (rc == 0) return dt_fail(err, "%s: %s '%s' needs 'factor'", path, key, t);
+    if (rc == 0) return dt_fail_format(err, "%s: %s '%s' needs 'factor'", path, key, t);
     if (rc < 0 || r->type == DT_ROPE_LINEAR) return rc < 0 ? -1 : 0;
     static const char *const need[] = {"low_freq_factor", "high_freq_factor", "original_max_position_embeddings"};
     double *dst[] = {&r->low_freq_factor, &r->high_freq_factor, NULL};
     for (int i = 0; i < 3; i++) {
         rc = dst[i] ? json_double(rs, need[i], dst[i], path, err)
                     : json_int(rs, need[i], &r->original_max_position_embeddings, path, err);
-        if (rc == 0) return dt_fail(err, "%s: %s 'llama3' needs '%s'", path, key, need[i]);
+        if (rc == 0) return dt_fail_format(err, "%s: %s 'llama3' needs '%s'", path, key, need[i]);
         if (rc < 0) return -1;
     }
     return 0;
@@ -421,14 +429,15 @@ static int json_token_ids(const cJSON *obj, const char *key, int *ids, int max, 
         return 1;
     }
     if (!cJSON_IsArray(v) || max == 1)
-        return dt_fail(err, "%s: key '%s' must be an integer%s", path, key, max > 1 ? " or a list of integers" : "");
+        return dt_fail_format(err, "%s: key '%s' must be an integer%s", path, key,
+                              max > 1 ? " or a list of integers" : "");
     const cJSON *item;
     cJSON_ArrayForEach(item, v) {
         double d = cJSON_IsNumber(item) ? item->valuedouble : NAN;
         if (!(d == floor(d) && d >= INT_MIN && d <= INT_MAX))
-            return dt_fail(err, "%s: key '%s' must hold integer token ids", path, key);
+            return dt_fail_format(err, "%s: key '%s' must hold integer token ids", path, key);
         if (d < 0) continue;
-        if (*n == max) return dt_fail(err, "%s: key '%s' holds more than %d ids", path, key, max);
+        if (*n == max) return dt_fail_format(err, "%s: key '%s' holds more than %d ids", path, key, max);
         ids[(*n)++] = (int)d;
     }
     return 1;
@@ -455,7 +464,7 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
     if (json_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, path, err) < 0) return -1;
     const cJSON *ours = get_key(root, "difftrans");
     if (!ours) return 0;
-    if (!cJSON_IsObject(ours)) return dt_fail(err, "%s: key 'difftrans' must be an object", path);
+    if (!cJSON_IsObject(ours)) return dt_fail_format(err, "%s: key 'difftrans' must be an object", path);
     /* Every key here changes what the model computes, so one this version does not know (a typo,
      * or a variant of a newer version) is refused: running the default model instead would be silent
      * misbehaviour. Keys outside "difftrans" are Hugging Face's and stay ignored. */
@@ -464,10 +473,10 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
         size_t i = 0;
         while (i < sizeof known / sizeof known[0] && strcmp(k->string, known[i]) != 0) i++;
         if (i == sizeof known / sizeof known[0])
-            return dt_fail(err,
-                           "%s: difftrans.%s is not an option of this version (known: subln_weight, softmax1, "
-                           "head_norm, fixed_lambda, position)",
-                           path, k->string);
+            return dt_fail_format(err,
+                                  "%s: difftrans.%s is not an option of this version (known: subln_weight, softmax1, "
+                                  "head_norm, fixed_lambda, position)",
+                                  path, k->string);
     }
     int head_norm = 1;
     if (json_bool(ours, "subln_weight", &c->use_subln_weight, path, err) < 0 ||
@@ -478,19 +487,20 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
     c->no_head_norm = !head_norm;
     const cJSON *pos = get_key(ours, "position");
     if (pos) {
-        if (!cJSON_IsString(pos)) return dt_fail(err, "%s: key 'difftrans.position' must be a string", path);
+        if (!cJSON_IsString(pos)) return dt_fail_format(err, "%s: key 'difftrans.position' must be a string", path);
         if (strcmp(pos->valuestring, "rope") == 0) c->position = DT_POS_ROPE;
         else if (strcmp(pos->valuestring, "alibi") == 0) c->position = DT_POS_ALIBI;
         else if (strcmp(pos->valuestring, "none") == 0) c->position = DT_POS_NONE;
         else
-            return dt_fail(err, "%s: difftrans.position '%s' is not supported (expected rope, alibi or none)", path,
-                           pos->valuestring);
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                                "%s: difftrans.position '%s' is not supported (expected rope, alibi or none)", path,
+                                pos->valuestring);
     }
     return 0;
 }
 
 static int parse_config(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
-    if (!cJSON_IsObject(root)) return dt_fail(err, "%s: top level is not a JSON object", path);
+    if (!cJSON_IsObject(root)) return dt_fail_format(err, "%s: top level is not a JSON object", path);
     memset(c, 0, sizeof *c);
     c->special = dt_special_ids_none();
     if (parse_arch(root, &c->arch, path, err) || parse_sizes(root, c, path, err) || parse_reals(root, c, path, err) ||
@@ -506,7 +516,8 @@ int dt_config_load(dt_config *cfg, const char *path, dt_error *err) {
     dt_config c;
     int rc = parse_config(root, &c, path, err);
     cJSON_Delete(root);
-    if (rc != 0 || dt_config_validate(&c, path, err) != 0) return -1;
+    if (rc != 0) return -1;
+    if (dt_config_validate(&c, path, err) != 0) return fail_as_format(err);
     *cfg = c;
     return 0;
 }
@@ -518,7 +529,7 @@ int generation_config_load(dt_special_ids *s, const char *path, dt_error *err) {
     if (!root) return -1;
     dt_special_ids ids = *s;
     int rc = cJSON_IsObject(root) ? special_ids_parse(root, &ids, path, err)
-                                  : dt_fail(err, "%s: top level is not a JSON object", path);
+                                  : dt_fail_format(err, "%s: top level is not a JSON object", path);
     cJSON_Delete(root);
     if (rc == 0) *s = ids;
     return rc;
@@ -529,7 +540,7 @@ int generation_config_save(const dt_special_ids *s, const char *path, dt_error *
     int ok = root && special_ids_add(root, s) == 0;
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    if (!text) return dt_fail(err, "%s: out of memory", path);
+    if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
     return rc;
@@ -650,7 +661,7 @@ int config_save_dtype(const dt_config *cfg, const char *path, dt_dtype dtype, dt
     cJSON *root = config_to_json(cfg, dtype);
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
-    if (!text) return dt_fail(err, "%s: out of memory building config.json", path);
+    if (!text) return dt_fail_oom(err, "%s: out of memory building config.json", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
     return rc;

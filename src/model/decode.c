@@ -70,7 +70,7 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
     const size_t C = c->hidden_size, F = c->intermediate_size;
     size_t cells, scales, bytes;
     if (kvcache_size(c, max_tokens, dtype, &cells, &scales, &bytes) != 0) {
-        dt_fail(err, "a KV cache of %d tokens for this model does not fit in the address space", max_tokens);
+        dt_fail_oom(err, "a KV cache of %d tokens for this model does not fit in the address space", max_tokens);
         return NULL;
     }
     dt_kvcache *kc = calloc(1, sizeof *kc);
@@ -114,7 +114,7 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
     return kc;
 oom:
     dt_kvcache_free(kc);
-    dt_fail(err, "out of memory allocating a KV cache of %d tokens", max_tokens);
+    dt_fail_oom(err, "out of memory allocating a KV cache of %d tokens", max_tokens);
     return NULL;
 }
 

@@ -206,13 +206,13 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     size_t total = cv.used;
     if (cv.overflow || total > SIZE_MAX / sizeof(float)) {
         dt_runstate_free(rs);
-        dt_fail(err, "activations for batch %d × %d do not fit in memory's address space", B, T);
+        dt_fail_oom(err, "activations for batch %d × %d do not fit in memory's address space", B, T);
         return NULL;
     }
     rs->block = aligned_alloc(64, total * sizeof(float));
     if (!rs->block) {
         dt_runstate_free(rs);
-        dt_fail(err, "out of memory: activations for batch %d × %d need %.1f MB", B, T, (double)total * 4 / 1e6);
+        dt_fail_oom(err, "out of memory: activations for batch %d × %d need %.1f MB", B, T, (double)total * 4 / 1e6);
         return NULL;
     }
     memset(rs->block, 0, total * sizeof(float));
@@ -223,7 +223,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     return rs;
 oom:
     dt_runstate_free(rs);
-    dt_fail(err, "out of memory allocating the run state");
+    dt_fail_oom(err, "out of memory allocating the run state");
     return NULL;
 }
 
@@ -240,7 +240,8 @@ void dt_runstate_free(dt_runstate *rs) {
 }
 
 int runstate_profile_enable(dt_runstate *rs, dt_error *err) {
-    if (!rs->prof && !(rs->prof = malloc(sizeof *rs->prof))) return dt_fail(err, "out of memory for the step profile");
+    if (!rs->prof && !(rs->prof = malloc(sizeof *rs->prof)))
+        return dt_fail_oom(err, "out of memory for the step profile");
     runstate_profile_reset(rs);
     return 0;
 }

@@ -110,7 +110,7 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
     int *seq = malloc((size_t)total * sizeof *seq); /* the prompt, then what is generated */
     dt_kvcache *kc = NULL;
     int rc = 0;
-    if (!logits || !scratch || !seq) rc = dt_fail(err, "generate: out of memory for a vocabulary of %d", V);
+    if (!logits || !scratch || !seq) rc = dt_fail_oom(err, "generate: out of memory for a vocabulary of %d", V);
     else if (!(kc = dt_kvcache_create_with(m, total, o->kv_cache, err))) rc = -1;
     if (rc == 0) memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
     uint64_t rng = o->seed;

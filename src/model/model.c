@@ -132,7 +132,7 @@ static int model_layout(dt_model *m, const dt_config *cfg, dt_error *err) {
     layout_builder lb = {0};
     if (build_layout(cfg, &lb) != 0) {
         free(lb.t);
-        return dt_fail(err, "out of memory building the model layout");
+        return dt_fail_oom(err, "out of memory building the model layout");
     }
     m->tensors = lb.t;
     m->n_tensors = lb.n;
@@ -149,7 +149,7 @@ static int model_alloc(dt_model *m, dt_error *err) {
     if (!m->params || !m->w.layers || !m->rope_inv_freq) {
         size_t n = m->n_params;
         dt_model_free(m);
-        return dt_fail(err, "out of memory allocating %zu parameters (%.1f MB)", n, (double)n * 4 / 1e6);
+        return dt_fail_oom(err, "out of memory allocating %zu parameters (%.1f MB)", n, (double)n * 4 / 1e6);
     }
     dt_weights_view(m, m->params, &m->w, m->w.layers);
     dt_rope_inv_freq(cfg, m->rope_inv_freq);
@@ -235,14 +235,16 @@ static int check_tensor(const dt_st_set *set, const dt_tensor *t, const char *di
     const dt_safetensors *file = NULL;
     const dt_st_tensor *s = dt_st_set_find(set, t->name, &file);
     if (!s) {
-        if (set->sharded) return dt_fail(err, "%s/model.safetensors.index.json: missing tensor '%s'", dir, t->name);
-        return dt_fail(err, "%s: missing tensor '%s'", set->files[0].path, t->name);
+        if (set->sharded)
+            return dt_fail_format(err, "%s/model.safetensors.index.json: missing tensor '%s'", dir, t->name);
+        return dt_fail_format(err, "%s: missing tensor '%s'", set->files[0].path, t->name);
     }
     if (!tensor_shape_matches(s, t)) {
         char want[64], got[64];
         format_shape(want, sizeof want, t->ndim, t->shape);
         format_shape(got, sizeof got, s->ndim, s->shape);
-        return dt_fail(err, "%s: tensor '%s' has shape %s but config.json implies %s", file->path, t->name, got, want);
+        return dt_fail_format(err, "%s: tensor '%s' has shape %s but config.json implies %s", file->path, t->name, got,
+                              want);
     }
     return 0;
 }
@@ -254,8 +256,8 @@ static int read_tensor(const dt_st_set *set, const dt_tensor *t, float *p, dt_er
     dt_st_read_f32(file, s, p);
     for (size_t j = 0; j < t->numel; j++)
         if (!isfinite(p[j]))
-            return dt_fail(err, "%s: tensor '%s' holds a non-finite value (%g) at index %zu", file->path, t->name,
-                           (double)p[j], j);
+            return dt_fail_format(err, "%s: tensor '%s' holds a non-finite value (%g) at index %zu", file->path,
+                                  t->name, (double)p[j], j);
     return 0;
 }
 
@@ -264,15 +266,16 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     dt_config cfg;
     memset(m, 0, sizeof *m);
     struct stat sb;
-    if (stat(dir, &sb) != 0) return dt_fail(err, "%s: %s", dir, strerror(errno));
-    if (!S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: not a model directory", dir);
+    if (stat(dir, &sb) != 0) return dt_fail_io(err, "%s: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: not a model directory", dir);
     if (join(path, sizeof path, dir, "config.json", err) || dt_config_load(&cfg, path, err)) return -1;
     dt_quant_options quant; /* a quantised checkpoint: its linear layers are integer tensors */
     if (quant_config_read(path, &quant, err) != 0) return -1;
     /* generation_config.json's token ids take precedence over config.json's, as in transformers */
     if (join(path, sizeof path, dir, "generation_config.json", err) ||
-        generation_config_load(&cfg.special, path, err) < 0 || dt_config_validate(&cfg, path, err) != 0)
+        generation_config_load(&cfg.special, path, err) < 0)
         return -1;
+    if (dt_config_validate(&cfg, path, err) != 0) return fail_as_format(err);
     dt_vocab vocab; /* read before the weights: a vocabulary that does not fit is refused cheaply */
     if (vocab_load_dir(&vocab, dir, &cfg, err) != 0) return -1;
 
@@ -308,8 +311,9 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
         }
     }
     if (rc == 0 && quant.scheme != DT_QUANT_NONE) {
-        rc = set.sharded ? dt_fail(err, "%s: a quantised checkpoint is read from one model.safetensors, not shards", dir)
-                         : quant_load_tensors(m, &set.files[0], &quant, err);
+        rc = set.sharded
+                 ? dt_fail_format(err, "%s: a quantised checkpoint is read from one model.safetensors, not shards", dir)
+                 : quant_load_tensors(m, &set.files[0], &quant, err);
     }
     /* Tied checkpoints sometimes also store lm_head; accept it only if it equals the embedding. */
     if (rc == 0 && cfg.tie_word_embeddings && !quant.lm_head) {
@@ -318,12 +322,12 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
         if (s && tensor_shape_matches(s, dt_model_find(m, "model.embed_tokens.weight"))) {
             float *tmp = malloc(s->numel * sizeof(float));
             snprintf(path, sizeof path, "%s", file->path);
-            if (!tmp) rc = dt_fail(err, "out of memory");
+            if (!tmp) rc = dt_fail_oom(err, "out of memory");
             else {
                 dt_st_read_f32(file, s, tmp);
                 if (memcmp(tmp, m->w.embed_tokens, s->numel * sizeof(float)) != 0)
-                    rc = dt_fail(err, "%s: tie_word_embeddings is true but lm_head.weight differs from the embedding",
-                                 path);
+                    rc = dt_fail_format(
+                        err, "%s: tie_word_embeddings is true but lm_head.weight differs from the embedding", path);
                 free(tmp);
             }
         }
@@ -354,16 +358,20 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
         return dt_fail(err, "%s: cannot store weights as dtype %d", dir, (int)opt->dtype);
     char path[4200];
     if (m->quant && hf_export)
-        return dt_fail(err, "%s: a quantised model (%s) has no Hugging Face form here: export the float model it "
-                            "was made from", dir, dt_quant_scheme_name(m->quant->opt.scheme));
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: a quantised model (%s) has no Hugging Face form here: export the float model it "
+                            "was made from",
+                            dir, dt_quant_scheme_name(m->quant->opt.scheme));
     if (m->quant) return quant_save(m, dir, err);
     struct stat sb;
     const char *unsupported = hf_export ? hf_unsupported_option(&m->cfg) : NULL;
     if (unsupported)
-        return dt_fail(err, "%s: cannot export for Hugging Face: transformers has no equivalent of %s", dir,
-                       unsupported);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: exists and is not a directory", dir);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: cannot export for Hugging Face: transformers has no equivalent of %s", dir,
+                            unsupported);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dt_fail_io(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: exists and is not a directory", dir);
     dt_config cfg = m->cfg;
     const float *params = m->params;
     float *folded = NULL;
@@ -371,7 +379,7 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
         /* HF DiffLlama's per-head norm has no weight: o = W_o (s ⊙ u) = (W_o diag(s)) u, so fold
          * subln into o_proj's columns, repeated for every differential head. */
         folded = malloc(m->n_params * sizeof(float));
-        if (!folded) return dt_fail(err, "out of memory");
+        if (!folded) return dt_fail_oom(err, "out of memory");
         memcpy(folded, params, m->n_params * sizeof(float));
         const int C = cfg.hidden_size, width = cfg.num_attention_heads * cfg.head_dim, w2 = 2 * cfg.head_dim;
         for (int l = 0; l < cfg.num_hidden_layers; l++) {
@@ -394,7 +402,7 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
         free(extra_names);
         free(zeros);
         free(folded);
-        return dt_fail(err, "out of memory");
+        return dt_fail_oom(err, "out of memory");
     }
     int n = 0;
     for (int i = 0; i < m->n_tensors; i++) {

@@ -52,15 +52,18 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
         const cJSON *alpha = cJSON_GetObjectItemCaseSensitive(qc, "smoothquant_alpha");
         if (!cJSON_IsObject(qc)) rc = dt_fail_format(err, "%s: quantization_config must be an object", path);
         else if (!cJSON_IsString(method) || strcmp(method->valuestring, "difftrans") != 0)
-            rc = dt_fail_format(err, "%s: quantization_config.quant_method must be \"difftrans\" (other methods are not read)",
-                         path);
-        else if (!cJSON_IsString(scheme)) rc = dt_fail_format(err, "%s: quantization_config.scheme must be a string", path);
+            rc = dt_fail_format(
+                err, "%s: quantization_config.quant_method must be \"difftrans\" (other methods are not read)", path);
+        else if (!cJSON_IsString(scheme))
+            rc = dt_fail_format(err, "%s: quantization_config.scheme must be a string", path);
         else if (dt_quant_scheme_parse(scheme->valuestring, &o->scheme, err) != 0) {
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
             rc = dt_fail_code(err, err->code, "%s: quantization_config: %s", path, msg);
-        } else if (!cJSON_IsString(act)) rc = dt_fail_format(err, "%s: quantization_config.activations must be a string", path);
-        else if (lm && !cJSON_IsBool(lm)) rc = dt_fail_format(err, "%s: quantization_config.lm_head must be true or false", path);
+        } else if (!cJSON_IsString(act))
+            rc = dt_fail_format(err, "%s: quantization_config.activations must be a string", path);
+        else if (lm && !cJSON_IsBool(lm))
+            rc = dt_fail_format(err, "%s: quantization_config.lm_head must be true or false", path);
         else {
             int a = -1;
             for (int i = 0; i < 3; i++)
@@ -68,7 +71,7 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
             const int want_float = o->scheme != DT_QUANT_W8A8;
             if (a < 0 || (a == 0) != want_float)
                 rc = dt_fail_format(err, "%s: quantization_config.activations '%s' does not fit scheme %s", path,
-                             act->valuestring, scheme->valuestring);
+                                    act->valuestring, scheme->valuestring);
             o->dynamic_activations = a == 2;
             o->lm_head = cJSON_IsTrue(lm);
             if (cJSON_IsNumber(alpha)) o->smooth_alpha = (float)alpha->valuedouble;
@@ -150,10 +153,11 @@ static int find_tensor(const dt_safetensors *st, const char *base, const char *s
         for (int d = 0; d < t->ndim && d < 4; d++)
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", d ? ", " : "", (long long)t->shape[d]);
         if (ndim == 2)
-            return dt_fail_format(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld, %lld]",
-                           st->path, name, got, (long long)d0, (long long)d1);
-        return dt_fail_format(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld]", st->path,
-                       name, got, (long long)d0);
+            return dt_fail_format(err,
+                                  "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld, %lld]",
+                                  st->path, name, got, (long long)d0, (long long)d1);
+        return dt_fail_format(err, "%s: tensor '%s' has shape %s] but config.json and the scheme imply [%lld]",
+                              st->path, name, got, (long long)d0);
     }
     *out = t;
     return 0;
@@ -166,8 +170,8 @@ static int copy_floats(float *dst, const dt_safetensors *st, const dt_st_tensor 
     dt_st_read_f32(st, t, dst);
     for (size_t i = 0; i < t->numel; i++)
         if (!isfinite(dst[i]) || (sign > 0 && !(dst[i] > 0)) || (sign == 0 && dst[i] < 0))
-            return dt_fail_format(err, "%s: tensor '%s' holds an invalid scale %g at index %zu (scales must be %s)", st->path,
-                           t->name, (double)dst[i], i, rule[sign + 1]);
+            return dt_fail_format(err, "%s: tensor '%s' holds an invalid scale %g at index %zu (scales must be %s)",
+                                  st->path, t->name, (double)dst[i], i, rule[sign + 1]);
     return 0;
 }
 
@@ -175,8 +179,8 @@ static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, q
                        const dt_quant_options *o, dt_error *err) {
     memset(l, 0, sizeof *l);
     if (in > QLINEAR_MAX_IN) /* the integer products would overflow: what the quantiser refuses */
-        return dt_fail_format(err, "%s: %s has %d inputs; quantised layers take at most %d (config.json's sizes)", st->path,
-                       base, in, QLINEAR_MAX_IN);
+        return dt_fail_format(err, "%s: %s has %d inputs; quantised layers take at most %d (config.json's sizes)",
+                              st->path, base, in, QLINEAR_MAX_IN);
     l->fmt = fmt;
     l->out = out;
     l->in = in;
@@ -205,8 +209,9 @@ static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, q
     if (l->q8) /* −128 is outside the symmetric range the integer kernels rely on */
         for (size_t i = 0; i < qbytes; i++)
             if (l->q8[i] == -128)
-                return dt_fail_format(err, "%s: tensor '%s.qweight' holds −128 at index %zu (int8 weights lie in [−127, 127])",
-                               st->path, base, i);
+                return dt_fail_format(
+                    err, "%s: tensor '%s.qweight' holds −128 at index %zu (int8 weights lie in [−127, 127])", st->path,
+                    base, i);
     if (copy_floats(l->scales, st, sc, fmt == QFMT_Q4_0 ? -1 : 0, err)) return -1;
     if (sm && copy_floats(l->smooth, st, sm, 1, err)) return -1;
     if (is) {
@@ -335,7 +340,8 @@ int quant_save(const dt_model *m, const char *dir, dt_error *err) {
     snprintf(path, sizeof path, "%s/generation_config.json", tmp);
     if (rc == 0) rc = generation_config_save(&m->cfg.special, path, err);
     if (rc == 0) rc = vocab_save(&m->vocab, tmp, 0, err); /* the vocabulary the float model was trained with */
-    if (rc == 0 && rename(tmp, dir) != 0) rc = dt_fail_io(err, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, dir) != 0)
+        rc = dt_fail_io(err, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
     if (rc != 0) remove_tree(tmp);
     return rc;
 }

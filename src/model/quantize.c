@@ -200,7 +200,7 @@ static int pick_windows(size_t **starts, size_t n, const dt_quant_options *o, co
                        "asked for (give more text, fewer samples or shorter windows)",
                        what, n, windows, o->calib_seq, o->calib_samples);
     size_t *idx = malloc(windows * sizeof *idx);
-    if (!idx) return dt_fail(err, "out of memory choosing calibration windows");
+    if (!idx) return dt_fail_oom(err, "out of memory choosing calibration windows");
     for (size_t i = 0; i < windows; i++) idx[i] = i;
     uint64_t rng = o->seed ^ 0xCA11B8A7Eull;
     for (size_t i = 0; i < (size_t)o->calib_samples; i++) {
@@ -223,7 +223,7 @@ static int run_calibration(const dt_model *m, const int *tokens, size_t n, const
     dt_runstate *rs = dt_runstate_create_with(m, B, T, &ro, err);
     int *batch = malloc((size_t)B * T * sizeof(int));
     int rc = rs && batch ? 0 : -1;
-    if (rs && !batch) dt_fail(err, "out of memory");
+    if (rs && !batch) dt_fail_oom(err, "out of memory");
     for (int s0 = 0; rc == 0 && s0 < o->calib_samples; s0 += B) {
         const int b = o->calib_samples - s0 < B ? o->calib_samples - s0 : B;
         for (int i = 0; i < b; i++) memcpy(batch + (size_t)i * T, tokens + starts[s0 + i], (size_t)T * sizeof(int));
@@ -302,12 +302,12 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
     int in_max = 0, rc = 0;
     if (q) q->lin = calloc((size_t)n_linear, sizeof *q->lin);
     if (q && calibrate) q->stats = calloc((size_t)n_linear, sizeof *q->stats);
-    if (!q || !q->lin || !ctx.absmax || (calibrate && !q->stats)) rc = dt_fail(err, "out of memory");
+    if (!q || !q->lin || !ctx.absmax || (calibrate && !q->stats)) rc = dt_fail_oom(err, "out of memory");
     for (int i = 0; rc == 0 && i < n_linear; i++) {
         int out, in;
         model_linear_shape(m, i / LIN_PER_LAYER, i % LIN_PER_LAYER, &out, &in);
         if (in > in_max) in_max = in;
-        if (calibrate && !(ctx.absmax[i] = calloc((size_t)in, sizeof(float)))) rc = dt_fail(err, "out of memory");
+        if (calibrate && !(ctx.absmax[i] = calloc((size_t)in, sizeof(float)))) rc = dt_fail_oom(err, "out of memory");
     }
     if (rc == 0 && calibrate) {
         int *owned = NULL;
@@ -324,7 +324,7 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
     }
     float *smooth = rc == 0 ? malloc((size_t)(in_max > 0 ? in_max : 1) * sizeof(float)) : NULL;
     float *tmp = rc == 0 ? malloc((size_t)(in_max > 0 ? in_max : 1) * sizeof(float)) : NULL;
-    if (rc == 0 && (!smooth || !tmp)) rc = dt_fail(err, "out of memory");
+    if (rc == 0 && (!smooth || !tmp)) rc = dt_fail_oom(err, "out of memory");
     for (int i = 0; rc == 0 && i < n_linear; i++) {
         const int layer = i / LIN_PER_LAYER, which = i % LIN_PER_LAYER;
         int out, in;

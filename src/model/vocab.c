@@ -68,8 +68,8 @@ int vocab_load_tokenizer(dt_vocab *v, const char *path, int vocab_size, dt_error
                             &v->tokenizer_config_len, err);
     if (rc == 0 && !v->tokenizer_config) { /* transformers wants one: name the special tokens in it */
         char *text = tokenizer_config_text(v->tok);
-        if (!text) rc = dt_fail(err, "%s: out of memory", json);
-        else if (!(v->tokenizer_config = strdup(text))) rc = dt_fail(err, "%s: out of memory", json);
+        if (!text) rc = dt_fail_oom(err, "%s: out of memory", json);
+        else if (!(v->tokenizer_config = strdup(text))) rc = dt_fail_oom(err, "%s: out of memory", json);
         else v->tokenizer_config_len = strlen(text);
         cJSON_free(text);
     }
@@ -89,12 +89,14 @@ int vocab_load_dir(dt_vocab *v, const char *dir, const dt_config *cfg, dt_error 
     /* the marker wins: a tokenizer.json beside it is the export's view of the same bytes */
     if (file_exists(marker) || !file_exists(json)) {
         if (dt_tokenizer_check(dir, err) != 0) return -1;
-        return check_special_ids(v, cfg, dir, err);
+        return check_special_ids(v, cfg, dir, err) != 0 ? fail_as_format(err) : 0;
     }
-    if (vocab_load_tokenizer(v, json, cfg->vocab_size, err) != 0) return -1;
+    /* the checkpoint's own files disagreeing (a vocabulary larger than its embedding, special ids
+     * outside its tokenizer) is the checkpoint's fault */
+    if (vocab_load_tokenizer(v, json, cfg->vocab_size, err) != 0) return fail_as_format(err);
     if (check_special_ids(v, cfg, json, err) != 0) {
         vocab_free(v);
-        return -1;
+        return fail_as_format(err);
     }
     return 0;
 }
@@ -102,7 +104,7 @@ int vocab_load_dir(dt_vocab *v, const char *dir, const dt_config *cfg, dt_error 
 /* Removes path when it exists; a file that cannot be removed would leave the directory saying two
  * things about its vocabulary. */
 static int remove_file(const char *path, dt_error *err) {
-    if (unlink(path) != 0 && errno != ENOENT) return dt_fail(err, "%s: cannot remove: %s", path, strerror(errno));
+    if (unlink(path) != 0 && errno != ENOENT) return dt_fail_io(err, "%s: cannot remove: %s", path, strerror(errno));
     return 0;
 }
 
@@ -121,7 +123,7 @@ int vocab_save(const dt_vocab *v, const char *dir, int hf_export, dt_error *err)
     if (dt_tokenizer_save(dir, err) != 0) return -1;
     if (!hf_export) return remove_file(json, err) || remove_file(cfg, err) ? -1 : 0;
     char *bytes_json = NULL, *bytes_cfg = NULL;
-    if (tokenizer_bytes_json(&bytes_json, &bytes_cfg) != 0) return dt_fail(err, "%s: out of memory", json);
+    if (tokenizer_bytes_json(&bytes_json, &bytes_cfg) != 0) return dt_fail_oom(err, "%s: out of memory", json);
     int rc = write_text_atomic(json, bytes_json, err);
     if (rc == 0) rc = write_text_atomic(cfg, bytes_cfg, err);
     cJSON_free(bytes_json);
@@ -160,7 +162,7 @@ int dt_vocab_same(const dt_vocab *a, const dt_vocab *b) {
 static int bytes_to_ids(const unsigned char *p, size_t n, int vocab_size, const char *what, int **ids,
                         dt_error *err) {
     int *out = malloc((n ? n : 1) * sizeof *out);
-    if (!out) return dt_fail(err, "%s: out of memory for %zu tokens", what, n);
+    if (!out) return dt_fail_oom(err, "%s: out of memory for %zu tokens", what, n);
     for (size_t i = 0; i < n; i++) {
         if (p[i] >= vocab_size) {
             free(out);
@@ -175,7 +177,7 @@ static int bytes_to_ids(const unsigned char *p, size_t n, int vocab_size, const 
 
 static int tok_to_ids(const int32_t *t, size_t n, int **ids, const char *what, dt_error *err) {
     int *out = malloc((n ? n : 1) * sizeof *out);
-    if (!out) return dt_fail(err, "%s: out of memory for %zu tokens", what, n);
+    if (!out) return dt_fail_oom(err, "%s: out of memory for %zu tokens", what, n);
     for (size_t i = 0; i < n; i++) out[i] = t[i];
     *ids = out;
     return 0;
@@ -220,7 +222,7 @@ int dt_model_decode(const dt_model *m, const int *ids, size_t n, int skip_specia
     *len = 0;
     if (!m->vocab.tok) {
         char *out = malloc(n + 1);
-        if (!out) return dt_fail(err, "decode: out of memory for %zu bytes", n);
+        if (!out) return dt_fail_oom(err, "decode: out of memory for %zu bytes", n);
         for (size_t i = 0; i < n; i++) {
             if (ids[i] < 0 || ids[i] > 255) {
                 free(out);
@@ -234,7 +236,7 @@ int dt_model_decode(const dt_model *m, const int *ids, size_t n, int skip_specia
         return 0;
     }
     int32_t *t = malloc((n ? n : 1) * sizeof *t);
-    if (!t) return dt_fail(err, "decode: out of memory for %zu ids", n);
+    if (!t) return dt_fail_oom(err, "decode: out of memory for %zu ids", n);
     for (size_t i = 0; i < n; i++) t[i] = ids[i];
     int rc = dt_tok_decode(m->vocab.tok, t, n, skip_special, text, len, err);
     free(t);
@@ -251,7 +253,7 @@ static int vocab_text_tokens(const dt_vocab *v, int vocab_size, const char *path
     size_t size = 0;
     if (read_text_file(path, (size_t)1 << 40, "a data file", &text, &size, err) != 0) return -1;
     int rc = 0;
-    if (size == 0) rc = dt_fail(err, "%s: data file is empty", path);
+    if (size == 0) rc = dt_fail_format(err, "%s: data file is empty", path);
     else if (!v->tok) {
         rc = bytes_to_ids((const unsigned char *)text, size, vocab_size, path, tokens, err);
         if (rc == 0) *n = size;
@@ -260,7 +262,7 @@ static int vocab_text_tokens(const dt_vocab *v, int vocab_size, const char *path
         size_t n_ids = 0;
         dt_error e;
         rc = dt_tok_encode_parallel(v->tok, text, size, 0, 1, &ids, &n_ids, &e);
-        if (rc != 0) dt_fail(err, "%s: %s", path, e.msg);
+        if (rc != 0) dt_fail_code(err, e.code, "%s: %s", path, e.msg);
         if (rc == 0) rc = tok_to_ids(ids, n_ids, tokens, path, err);
         if (rc == 0) *n = n_ids;
         free(ids);
