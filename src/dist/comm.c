@@ -35,6 +35,9 @@ struct dt_comm {
     int *last;                   /* rank 0: [size][2] the last {waits, step} of every rank */
     double *heard;               /* rank 0: [size] when it last heard from every rank */
     MPI_Request *beat_recv;      /* rank 0: [size] */
+    /* allocated by dt_comm_create, so that no collective allocates (and none can fail for memory) */
+    int *counts;                 /* [2][size]: the counts and displacements of a v-collective */
+    struct agreement *agree;     /* [size]: comm_agree's gathered statuses */
 };
 
 static double now_s(void) {
@@ -47,11 +50,22 @@ static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
 
+#define MAX_FP 4
+
+/* comm_agree's message of one rank; code is the rank's dt_errcode when status != 0. */
+typedef struct agreement {
+    int status, code;
+    uint64_t fp[MAX_FP];
+    char msg[sizeof(((dt_error *)0)->msg)];
+} agreement;
+
+#define INITIAL_REQUESTS 64
+
 int dt_comm_create(dt_comm **out, double timeout_s, dt_error *err) {
     *out = NULL;
     if (!(timeout_s > 0)) return dt_fail(err, "communication timeout %g s: must be positive", timeout_s);
     dt_comm *c = calloc(1, sizeof *c);
-    if (!c) return dt_fail(err, "out of memory");
+    if (!c) return dt_fail_oom(err, "out of memory");
     c->size = c->local_size = 1;
     c->timeout_s = timeout_s;
     c->pulse = timeout_s / 4 < 1 ? timeout_s / 4 : 1;
@@ -64,7 +78,7 @@ int dt_comm_create(dt_comm **out, double timeout_s, dt_error *err) {
     /* Only the thread that runs the training loop calls MPI (OpenMP threads never do). */
     if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
         free(c);
-        return dt_fail(err, "MPI_Init_thread failed");
+        return dt_fail_io(err, "MPI_Init_thread failed");
     }
     c->mpi = 1;
     MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
@@ -75,14 +89,25 @@ int dt_comm_create(dt_comm **out, double timeout_s, dt_error *err) {
     MPI_Comm_split_type(c->world, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node);
     MPI_Comm_size(node, &c->local_size);
     MPI_Comm_free(&node);
+    c->counts = malloc(2 * (size_t)c->size * sizeof(int));
+    c->agree = malloc((size_t)c->size * sizeof *c->agree);
+    c->reqs = malloc(INITIAL_REQUESTS * sizeof *c->reqs);
+    c->cap_reqs = c->reqs ? INITIAL_REQUESTS : 0;
+    const int size = c->size;
+    if (!c->counts || !c->agree || !c->reqs) {
+        dt_comm_free(c);
+        return dt_fail_oom(err, "out of memory for the communicator of %d ranks", size);
+    }
     if (c->rank == 0) {
         c->beat_in = calloc(2 * (size_t)c->size, sizeof(int));
         c->last = calloc(2 * (size_t)c->size, sizeof(int));
         c->heard = calloc((size_t)c->size, sizeof(double));
         c->beat_recv = malloc((size_t)c->size * sizeof(MPI_Request));
         if (!c->beat_in || !c->last || !c->heard || !c->beat_recv) {
+            free(c->beat_recv); /* no receive was posted: nothing for dt_comm_free to cancel */
+            c->beat_recv = NULL;
             dt_comm_free(c);
-            return dt_fail(err, "out of memory");
+            return dt_fail_oom(err, "out of memory for the heartbeats of %d ranks", size);
         }
         c->beat_recv[0] = MPI_REQUEST_NULL;
         for (int r = 1; r < c->size; r++)
@@ -136,7 +161,11 @@ void comm_set_step(dt_comm *c, int step) {
     if (c) c->step = step;
 }
 
-/* Never returns: the job cannot go on without the missing ranks. Rank 0 names them. */
+/* Ends the job: the operations already posted cannot be withdrawn, so no rank can go on without
+ * the missing ones. Rank 0 names them. The one place the library ends a process (difftrans.h,
+ * dt_comm_create): MPI_Abort with error code COMM_ABORT_CODE, which mpirun passes on as its exit
+ * status; Open MPI's MPI_Abort does not return. */
+#define COMM_ABORT_CODE 7
 static void timed_out(dt_comm *c, const char *what, double waited) {
     char who[768] = "";
     size_t used = 0;
@@ -161,21 +190,32 @@ static void timed_out(dt_comm *c, const char *what, double waited) {
             "(the last checkpoint is intact)\n",
             c->rank, c->size, waited, what, c->step, who);
     fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 3);
-    exit(3);
+    MPI_Abort(MPI_COMM_WORLD, COMM_ABORT_CODE);
 }
+
+static double complete_posted(dt_comm *c, const char *what);
 
 static void add_request(dt_comm *c, MPI_Request r) {
     if (c->n_reqs == c->cap_reqs) {
-        int cap = c->cap_reqs ? 2 * c->cap_reqs : 64;
+        int cap = c->cap_reqs ? 2 * c->cap_reqs : INITIAL_REQUESTS;
         MPI_Request *p = realloc(c->reqs, (size_t)cap * sizeof *p);
-        if (!p) {
-            fprintf(stderr, "difftrans: rank %d: out of memory for MPI requests\n", c->rank);
-            MPI_Abort(MPI_COMM_WORLD, 3);
-            exit(3);
+        if (p) {
+            c->reqs = p;
+            c->cap_reqs = cap;
+        } else {
+            /* no memory to keep more pending: the operations are completed now instead of later
+             * (in the order every rank posted them), which costs only the overlap */
+            const char *what = "posted operations (no memory to keep more pending)";
+            if (c->n_reqs == 0) { /* not even the first one has a slot: complete it alone */
+                MPI_Request *keep = c->reqs;
+                c->reqs = &r;
+                c->n_reqs = 1;
+                complete_posted(c, what);
+                c->reqs = keep;
+                return;
+            }
+            complete_posted(c, what);
         }
-        c->reqs = p;
-        c->cap_reqs = cap;
     }
     c->reqs[c->n_reqs++] = r;
 }
@@ -207,10 +247,8 @@ void comm_progress(dt_comm *c) {
     collect_heartbeats(c);
 }
 
-double comm_wait(dt_comm *c, const char *what) {
-    if (!c || !c->mpi || c->n_reqs == 0) return 0;
-    c->waits++;
-    send_heartbeat(c);
+/* Completes every posted operation, bounded by the timeout; returns the seconds it waited. */
+static double complete_posted(dt_comm *c, const char *what) {
     /* Rank 0 gives up first, so that the message naming the missing ranks is the one printed. */
     const double limit = c->rank == 0 ? c->timeout_s : 1.5 * c->timeout_s + 2;
     const double t0 = now_s();
@@ -228,6 +266,13 @@ double comm_wait(dt_comm *c, const char *what) {
     }
     c->n_reqs = 0;
     return now_s() - t0;
+}
+
+double comm_wait(dt_comm *c, const char *what) {
+    if (!c || !c->mpi || c->n_reqs == 0) return 0;
+    c->waits++;
+    send_heartbeat(c);
+    return complete_posted(c, what);
 }
 
 void comm_allgather(dt_comm *c, const void *mine, void *all, size_t bytes, const char *what) {
@@ -249,25 +294,14 @@ static void slices(const dt_comm *c, const size_t *bounds, int *counts, int *dis
     }
 }
 
-static void *alloc_or_abort(const dt_comm *c, size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "difftrans: rank %d: out of memory\n", c->rank);
-        MPI_Abort(MPI_COMM_WORLD, 3);
-        exit(3);
-    }
-    return p;
-}
-
 void comm_allgatherv_f32(dt_comm *c, float *buf, const size_t *bounds, const char *what) {
     if (!c || !c->mpi || c->size == 1) return;
-    int *counts = alloc_or_abort(c, 2 * (size_t)c->size * sizeof(int)), *displs = counts + c->size;
+    int *counts = c->counts, *displs = counts + c->size;
     slices(c, bounds, counts, displs);
     MPI_Request r;
     MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, c->world, &r);
     add_request(c, r);
     comm_wait(c, what);
-    free(counts);
 }
 
 void comm_gatherv_f32(dt_comm *c, const float *mine, float *all, const size_t *bounds, const char *what) {
@@ -275,13 +309,12 @@ void comm_gatherv_f32(dt_comm *c, const float *mine, float *all, const size_t *b
         memcpy(all, mine, (bounds[1] - bounds[0]) * sizeof(float));
         return;
     }
-    int *counts = alloc_or_abort(c, 2 * (size_t)c->size * sizeof(int)), *displs = counts + c->size;
+    int *counts = c->counts, *displs = counts + c->size;
     slices(c, bounds, counts, displs);
     MPI_Request r;
     MPI_Igatherv(mine, counts[c->rank], MPI_FLOAT, all, counts, displs, MPI_FLOAT, 0, c->world, &r);
     add_request(c, r);
     comm_wait(c, what);
-    free(counts);
 }
 
 void comm_bcast(dt_comm *c, void *buf, size_t bytes, const char *what) {
@@ -292,21 +325,16 @@ void comm_bcast(dt_comm *c, void *buf, size_t bytes, const char *what) {
     comm_wait(c, what);
 }
 
-#define MAX_FP 4
-
-typedef struct {
-    int status, pad;
-    uint64_t fp[MAX_FP];
-    char msg[sizeof(((dt_error *)0)->msg)];
-} agreement;
-
 int comm_agree(dt_comm *c, int status, const uint64_t *fp, const char *const *fp_names, int n_fp, dt_error *err) {
     if (!c || !c->mpi || c->size == 1) return status;
     if (n_fp > MAX_FP) n_fp = MAX_FP;
     agreement mine = {.status = status};
     for (int i = 0; i < n_fp; i++) mine.fp[i] = fp[i];
-    if (status != 0) snprintf(mine.msg, sizeof mine.msg, "%s", err->msg);
-    agreement *all = alloc_or_abort(c, (size_t)c->size * sizeof *all);
+    if (status != 0) {
+        mine.code = err->code;
+        snprintf(mine.msg, sizeof mine.msg, "%s", err->msg);
+    }
+    agreement *all = c->agree;
     comm_allgather(c, &mine, all, sizeof mine, "the agreement between ranks");
     int failed = 0, differs = -1;
     for (int r = 0; r < c->size; r++) {
@@ -314,11 +342,16 @@ int comm_agree(dt_comm *c, int status, const uint64_t *fp, const char *const *fp
         for (int i = 0; i < n_fp && differs < 0; i++)
             if (all[r].fp[i] != all[0].fp[i]) differs = i;
     }
-    if (!failed && differs < 0) {
-        free(all);
-        return 0;
-    }
-    err->msg[0] = 0; /* rank 0 reports for everybody */
+    if (!failed && differs < 0) return 0;
+    /* rank 0 reports for everybody; every rank fails with the first failed rank's code (or, for
+     * ranks started differently, an invalid argument), so that every process exits alike */
+    err->msg[0] = 0;
+    err->code = DT_ERR_INVALID;
+    for (int r = 0; r < c->size; r++)
+        if (all[r].status != 0) {
+            err->code = (dt_errcode)all[r].code;
+            break;
+        }
     if (c->rank == 0) {
         int n_failed = 0, same = 1, first = -1;
         for (int r = 0; r < c->size; r++)
@@ -344,7 +377,6 @@ int comm_agree(dt_comm *c, int status, const uint64_t *fp, const char *const *fp
                                              (unsigned long long)all[r].fp[differs]);
         }
     }
-    free(all);
     return -1;
 }
 
@@ -380,6 +412,8 @@ void dt_comm_free(dt_comm *c) {
         MPI_Finalize();
     }
     free(c->reqs);
+    free(c->counts);
+    free(c->agree);
     free(c->beat_in);
     free(c->last);
     free(c->heard);

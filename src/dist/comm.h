@@ -2,8 +2,9 @@
  *
  * A dt_comm (public, opaque) is either an MPI job's world (the process was launched by mpirun)
  * or a single process that never touches MPI. Every wait here is bounded: a peer that does not
- * take part within the communicator's timeout ends the job (MPI_Abort) with a message naming the
- * rank(s) that did not reach the current step. Nothing here keeps global state.
+ * take part within the communicator's timeout ends the job (MPI_Abort, error code 7) with a
+ * message naming the rank(s) that did not reach the current step. No collective allocates (the
+ * buffers come with the dt_comm), so none fails for memory. Nothing here keeps global state.
  *
  * Non-blocking operations are posted with comm_i*() and completed together by comm_wait();
  * every rank must post the same operations in the same order. comm_progress() lets MPI advance
