@@ -92,7 +92,7 @@ int dt_an_abs_acc_add(dt_an_abs_acc *a, const float *x, size_t n, dt_error *err)
                            "outlier statistics: more than %zu values to keep (use a shorter --seq or fewer --batches)",
                            AN_MAX_VALUES);
         float *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return dt_fail(err, "out of memory keeping %zu values for the outlier statistics", cap);
+        if (!v) return dt_fail_oom(err, "out of memory keeping %zu values for the outlier statistics", cap);
         a->v = v;
         a->cap = cap;
     }
@@ -200,7 +200,7 @@ int dt_an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, 
     out->layer_logit_max = calloc((size_t)L, sizeof(double));
     out->layer_hidden_max = calloc((size_t)L + 1, sizeof(double));
     if (!out->layer_logit_max || !out->layer_hidden_max) {
-        dt_fail(err, "out of memory");
+        dt_fail_oom(err, "out of memory");
         goto fail;
     }
     for (int w = 0; w < W; w++) {
@@ -290,7 +290,7 @@ int dt_an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tok
 static int encode_needle_set(const dt_model *m, const dt_tok *tok, const dt_needle_testset *ts, int ns, an_tokens **enc,
                              int *tmax, dt_error *err) {
     *enc = calloc((size_t)ns, sizeof **enc);
-    if (!*enc) return dt_fail(err, "out of memory for %d samples", ns);
+    if (!*enc) return dt_fail_oom(err, "out of memory for %d samples", ns);
     if (dt_needle_encode_testset(m, tok, ts, ns, *enc, tmax, err) != 0) {
         dt_needle_encoded_free(*enc, ns);
         *enc = NULL;
@@ -304,7 +304,7 @@ int dt_an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_option
                     int max_samples, int *correct, int *total, dt_error *err) {
     const int V = m->cfg.vocab_size;
     int ns = max_samples > 0 && max_samples < ts->n ? max_samples : ts->n;
-    if (ns == 0) return dt_fail(err, "%s: no test samples", ts->path);
+    if (ns == 0) return dt_fail_format(err, "%s: no test samples", ts->path);
     int T;
     an_tokens *enc;
     if (encode_needle_set(m, tok, ts, ns, &enc, &T, err) != 0) return -1;
@@ -386,7 +386,7 @@ int dt_an_allocation_run(const dt_model *m, const dt_tok *tok, const dt_needle_t
     const int L = c->num_hidden_layers, H = c->num_attention_heads, diff = c->arch == DT_ARCH_DIFF;
     const int heads = diff ? H / 2 : H;
     int ns = max_samples > 0 && max_samples < ts->n ? max_samples : ts->n;
-    if (ns == 0) return dt_fail(err, "%s: no test samples", ts->path);
+    if (ns == 0) return dt_fail_format(err, "%s: no test samples", ts->path);
     int T;
     an_tokens *enc;
     if (encode_needle_set(m, tok, ts, ns, &enc, &T, err) != 0) return -1;
@@ -402,7 +402,7 @@ int dt_an_allocation_run(const dt_model *m, const dt_tok *tok, const dt_needle_t
     for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++)
         bad |= !(*fields[f] = calloc((size_t)L, sizeof(double)));
     if (bad) {
-        dt_fail(err, "out of memory");
+        dt_fail_oom(err, "out of memory");
         goto fail;
     }
     out->n_layers = L;
@@ -526,12 +526,12 @@ static char *read_text(const char *path, dt_error *err) {
     int rerr = ferror(f);
     fclose(f);
     if (!buf) {
-        dt_fail(err, "%s: out of memory reading it", path);
+        dt_fail_oom(err, "%s: out of memory reading it", path);
         return NULL;
     }
     if (rerr) {
         free(buf);
-        dt_fail(err, "%s: read error", path);
+        dt_fail_io(err, "%s: read error", path);
         return NULL;
     }
     buf[n] = '\0';
@@ -550,7 +550,7 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     out->arch = -1;
     out->final_val_loss = NAN;
     struct stat st;
-    if (stat(path, &st) != 0) return dt_fail(err, "%s: %s", path, strerror(errno));
+    if (stat(path, &st) != 0) return dt_fail_io(err, "%s: %s", path, strerror(errno));
     char cfgpath[4200] = "";
     if (S_ISDIR(st.st_mode)) {
         if (snprintf(out->path, sizeof out->path, "%s/metrics.jsonl", path) >= (int)sizeof out->path)
@@ -582,8 +582,8 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
         if (!o || !cJSON_IsObject(o) || get_number(o, "step", &step) || get_number(o, "train_loss", &loss) ||
             get_number(o, "grad_norm", &g) || !cJSON_IsArray(lam)) {
             cJSON_Delete(o);
-            dt_fail(err, "%s:%d: not a metrics line (needs step, train_loss, grad_norm and a lambda array)", out->path,
-                    lineno);
+            dt_fail_format(err, "%s:%d: not a metrics line (needs step, train_loss, grad_norm and a lambda array)",
+                           out->path, lineno);
             goto fail;
         }
         int nl = cJSON_GetArraySize(lam);
@@ -597,19 +597,19 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
             out->lambda_max = malloc(sz);
             if (!out->lambda_first || !out->lambda_last || !out->lambda_min || !out->lambda_max) {
                 cJSON_Delete(o);
-                dt_fail(err, "out of memory");
+                dt_fail_oom(err, "out of memory");
                 goto fail;
             }
         } else if (nl != L) {
             cJSON_Delete(o);
-            dt_fail(err, "%s:%d: %d λ values, but earlier lines have %d", out->path, lineno, nl, L);
+            dt_fail_format(err, "%s:%d: %d λ values, but earlier lines have %d", out->path, lineno, nl, L);
             goto fail;
         }
         for (int l = 0; l < L; l++) {
             const cJSON *x = cJSON_GetArrayItem(lam, l);
             if (!cJSON_IsNumber(x)) {
                 cJSON_Delete(o);
-                dt_fail(err, "%s:%d: lambda[%d] is not a number", out->path, lineno, l);
+                dt_fail_format(err, "%s:%d: lambda[%d] is not a number", out->path, lineno, l);
                 goto fail;
             }
             double v = x->valuedouble;
@@ -630,7 +630,7 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
             int *nst = realloc(steps, (size_t)cap * sizeof *steps);
             if (nst) steps = nst;
             if (!ng || !nst) {
-                dt_fail(err, "out of memory");
+                dt_fail_oom(err, "out of memory");
                 goto fail;
             }
         }
@@ -642,7 +642,7 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
         n++;
     }
     if (n == 0) {
-        dt_fail(err, "%s: no metrics lines", out->path);
+        dt_fail_format(err, "%s: no metrics lines", out->path);
         goto fail;
     }
     out->n_steps = n;
@@ -658,14 +658,14 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     out->gn_max = mx;
     int *flags = malloc((size_t)n * sizeof *flags);
     if (!flags) {
-        dt_fail(err, "out of memory");
+        dt_fail_oom(err, "out of memory");
         goto fail;
     }
     out->spikes = dt_an_spikes(gn, n, flags);
     out->spike_steps = malloc((size_t)(out->spikes > 0 ? out->spikes : 1) * sizeof(int));
     if (!out->spike_steps) {
         free(flags);
-        dt_fail(err, "out of memory");
+        dt_fail_oom(err, "out of memory");
         goto fail;
     }
     for (int i = 0, k = 0; i < n; i++)
@@ -687,7 +687,7 @@ fail:
 
 int dt_an_write_json(const char *path, void *json, dt_error *err) {
     char *s = cJSON_Print((cJSON *)json);
-    if (!s) return dt_fail(err, "%s: out of memory formatting the JSON", path);
+    if (!s) return dt_fail_oom(err, "%s: out of memory formatting the JSON", path);
     dt_atomic_file f;
     if (dt_atomic_open(&f, path, err) != 0) {
         free(s);
@@ -698,7 +698,7 @@ int dt_an_write_json(const char *path, void *json, dt_error *err) {
     free(s);
     if (bad) {
         dt_atomic_abort(&f);
-        return dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+        return dt_fail_io(err, "%s: write failed: %s", path, strerror(errno));
     }
     return dt_atomic_commit(&f, err);
 }

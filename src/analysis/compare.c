@@ -285,7 +285,7 @@ static int run_jobs(pool *pl, int jobs, dt_error *err) {
         for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
     }
     for (int j = 0; j < pl->n_jobs; j++)
-        if (pl->jobs[j].rc == -1) return dt_fail(err, "%s", pl->jobs[j].err.msg);
+        if (pl->jobs[j].rc == -1) return dt_fail_code(err, pl->jobs[j].err.code, "%s", pl->jobs[j].err.msg);
     for (int j = 0; j < pl->n_jobs; j++)
         if (pl->jobs[j].rc != 0) return dt_fail(err, "%s: training did not run", pl->jobs[j].dir);
     return 0;
@@ -294,9 +294,10 @@ static int run_jobs(pool *pl, int jobs, dt_error *err) {
 /* ---------------------------------------------------------------- helpers */
 
 static int make_dir(const char *path, dt_error *err) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create the directory: %s", path, strerror(errno));
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return dt_fail_io(err, "%s: cannot create the directory: %s", path, strerror(errno));
     struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_fail(err, "%s: not a directory", path);
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_fail_io(err, "%s: not a directory", path);
     return 0;
 }
 
@@ -320,7 +321,7 @@ static int concat_files(const char *a, const char *b, const char *out, dt_error 
         fclose(in);
         if (bad) {
             dt_atomic_abort(&f);
-            return dt_fail(err, "%s: %s failed", bad == 2 ? src[i] : out, bad == 2 ? "reading" : "writing");
+            return dt_fail_io(err, "%s: %s failed", bad == 2 ? src[i] : out, bad == 2 ? "reading" : "writing");
         }
     }
     return dt_atomic_commit(&f, err);
@@ -418,7 +419,7 @@ static int load_training_tokens(const dt_cmp_options *o, const char *train_path,
         if (!all) {
             free(train);
             free(val);
-            return dt_fail(err, "%s: out of memory for %zu tokens", o->tokens, nt + nv);
+            return dt_fail_oom(err, "%s: out of memory for %zu tokens", o->tokens, nt + nv);
         }
         if (nv) memcpy(all + nt, val, nv * sizeof *all);
         free(val);
@@ -477,7 +478,7 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     const size_t tail = n - n_train;
     rp_model *runs = calloc((size_t)n_main, sizeof *runs);
     int rc = 0;
-    if (!runs) rc = dt_fail(err, "out of memory for %d runs", n_main);
+    if (!runs) rc = dt_fail_oom(err, "out of memory for %d runs", n_main);
     else if (tail < (size_t)o->seq + 1)
         rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
                      tail, o->seq + 1);
@@ -615,7 +616,7 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
     int rc = 0;
     if (!p.job_done || !jobs || pthread_mutex_init(&p.mu, NULL) != 0)
-        rc = dt_fail(err, "out of memory for %d trainings", n_jobs);
+        rc = dt_fail_oom(err, "out of memory for %d trainings", n_jobs);
     else {
         rc = compare_with(o, cfgs, sym, &p, jobs, err);
         pthread_mutex_destroy(&p.mu);

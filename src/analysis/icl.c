@@ -130,7 +130,7 @@ int dt_icl_run(const dt_model *m, const dt_tok *tok, const dt_icl_params *p, dt_
     out->accuracy = calloc((size_t)p->permutations, sizeof(double));
     dt_runstate *rs = NULL;
     int rc = 0;
-    if (!text || !out->accuracy) rc = dt_fail(err, "out of memory");
+    if (!text || !out->accuracy) rc = dt_fail_oom(err, "out of memory");
     for (int perm = 0; rc == 0 && perm < p->permutations; perm++) {
         int correct = 0;
         for (int q = 0; rc == 0 && q < p->queries; q++) {
@@ -157,7 +157,7 @@ int dt_icl_run(const dt_model *m, const dt_tok *tok, const dt_icl_params *p, dt_
                 free(tokens);
                 T = tok ? (Tq + 16 < max_pos ? Tq + 16 : max_pos) : longest + 4;
                 tokens = malloc(sizeof(int) * 2 * (size_t)T);
-                if (!tokens) rc = dt_fail(err, "out of memory");
+                if (!tokens) rc = dt_fail_oom(err, "out of memory");
                 else if (!(rs = dt_runstate_create(m, 2, T, err))) rc = -1;
             }
             for (int b = 0; rc == 0 && b < 2; b++)

@@ -192,7 +192,7 @@ int dt_needle_corpus_from_bytes(dt_needle_corpus *c, const void *data, size_t n,
     memset(c, 0, sizeof *c);
     const unsigned char *in = data;
     unsigned char *out = malloc(n ? n : 1);
-    if (!out) return dt_fail(err, "%s: out of memory cleaning %zu bytes of corpus", what, n);
+    if (!out) return dt_fail_oom(err, "%s: out of memory cleaning %zu bytes of corpus", what, n);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char b = in[i];
@@ -202,7 +202,7 @@ int dt_needle_corpus_from_bytes(dt_needle_corpus *c, const void *data, size_t n,
     }
     if (m == 0) {
         free(out);
-        return dt_fail(err, "%s: corpus is empty%s", what, n ? " (after dropping NUL and CR bytes)" : "");
+        return dt_fail_format(err, "%s: corpus is empty%s", what, n ? " (after dropping NUL and CR bytes)" : "");
     }
     utf8_sanitize(out, m);
     c->bytes = out;
@@ -287,7 +287,7 @@ int dt_needle_generate_sample(const dt_needle_params *p, int context_length, dou
     if (corpus->has_newline)
         while (corpus->bytes[(start + n - 1) % n] != '\n') start = (start + 1) % n;
     unsigned char *filler = malloc((size_t)F + 1);
-    if (!filler) return dt_fail(err, "out of memory building a context of %d bytes", context_length);
+    if (!filler) return dt_fail_oom(err, "out of memory building a context of %d bytes", context_length);
     for (int i = 0; i < F; i++) filler[i] = corpus->bytes[(start + (size_t)i) % n];
     utf8_sanitize(filler, (size_t)F);
 
@@ -330,7 +330,7 @@ int dt_needle_generate_sample(const dt_needle_params *p, int context_length, dou
     char *text = malloc((size_t)text_length + 1);
     if (!text) {
         free(filler);
-        return dt_fail(err, "out of memory building a sample of %d bytes", text_length);
+        return dt_fail_oom(err, "out of memory building a sample of %d bytes", text_length);
     }
     int at = 0, fi = 0, slot_of[DT_NEEDLE_MAX_NEEDLES];
     for (int k = 0; k < N; k++) {
@@ -388,68 +388,74 @@ int dt_needle_generate_sample(const dt_needle_params *p, int context_length, dou
 /* ---------------------------------------------------------------- consistency */
 
 int dt_needle_sample_check(const dt_needle_sample *s, const char *where, dt_error *err) {
-    if (!s->text) return dt_fail(err, "%s: no text", where);
+    if (!s->text) return dt_fail_format(err, "%s: no text", where);
     if (s->text_length != (int)strlen(s->text))
-        return dt_fail(err, "%s: text is %zu bytes, text_length says %d", where, strlen(s->text), s->text_length);
+        return dt_fail_format(err, "%s: text is %zu bytes, text_length says %d", where, strlen(s->text),
+                              s->text_length);
     if (s->context_length < 1 || s->context_length > s->text_length)
-        return dt_fail(err, "%s: context_length %d: must be in 1..text length %d", where, s->context_length,
-                       s->text_length);
-    if (!(s->depth >= 0.0 && s->depth <= 1.0)) return dt_fail(err, "%s: depth %g: must be in [0, 1]", where, s->depth);
+        return dt_fail_format(err, "%s: context_length %d: must be in 1..text length %d", where, s->context_length,
+                              s->text_length);
+    if (!(s->depth >= 0.0 && s->depth <= 1.0))
+        return dt_fail_format(err, "%s: depth %g: must be in [0, 1]", where, s->depth);
     if (s->n_needles < 1 || s->n_needles > DT_NEEDLE_MAX_NEEDLES)
-        return dt_fail(err, "%s: %d needles: must be 1..%d", where, s->n_needles, DT_NEEDLE_MAX_NEEDLES);
+        return dt_fail_format(err, "%s: %d needles: must be 1..%d", where, s->n_needles, DT_NEEDLE_MAX_NEEDLES);
     if (s->n_queries < 1 || s->n_queries > s->n_needles)
-        return dt_fail(err, "%s: %d queries: must be 1..needles (%d)", where, s->n_queries, s->n_needles);
+        return dt_fail_format(err, "%s: %d queries: must be 1..needles (%d)", where, s->n_queries, s->n_needles);
     char buf[256];
     int prev_end = 0;
     for (int i = 0; i < s->n_needles; i++) {
         const dt_needle_needle *nd = &s->needles[i];
         const size_t klen = strlen(nd->key), vlen = strlen(nd->value);
-        if (klen == 0 || vlen == 0) return dt_fail(err, "%s: needles[%d]: empty key or value", where, i);
+        if (klen == 0 || vlen == 0) return dt_fail_format(err, "%s: needles[%d]: empty key or value", where, i);
         for (int j = 0; j < i; j++)
             if (!strcmp(s->needles[j].key, nd->key))
-                return dt_fail(err, "%s: needles[%d] and needles[%d] share the key '%s'", where, j, i, nd->key);
+                return dt_fail_format(err, "%s: needles[%d] and needles[%d] share the key '%s'", where, j, i, nd->key);
         const int len = snprintf(buf, sizeof buf, DT_NEEDLE_SENTENCE_HEAD "%s" DT_NEEDLE_SENTENCE_MID "%s.", nd->key, nd->value);
         if (nd->length != len)
-            return dt_fail(err, "%s: needles[%d]: length %d, but its sentence has %d bytes", where, i, nd->length, len);
+            return dt_fail_format(err, "%s: needles[%d]: length %d, but its sentence has %d bytes", where, i,
+                                  nd->length, len);
         if (nd->offset < prev_end || nd->offset > s->context_length - len)
-            return dt_fail(err, "%s: needles[%d]: offset %d: must be in %d..%d (inside the context, after needles[%d])",
-                           where, i, nd->offset, prev_end, s->context_length - len, i - 1);
+            return dt_fail_format(
+                err, "%s: needles[%d]: offset %d: must be in %d..%d (inside the context, after needles[%d])", where, i,
+                nd->offset, prev_end, s->context_length - len, i - 1);
         if (memcmp(s->text + nd->offset, buf, (size_t)len) != 0)
-            return dt_fail(err, "%s: needles[%d]: the text at offset %d is not \"%s\"", where, i, nd->offset, buf);
+            return dt_fail_format(err, "%s: needles[%d]: the text at offset %d is not \"%s\"", where, i, nd->offset,
+                                  buf);
         const int voff = nd->offset + (int)(strlen(DT_NEEDLE_SENTENCE_HEAD) + klen + strlen(DT_NEEDLE_SENTENCE_MID));
         if (nd->value_offset != voff || nd->value_length != (int)vlen)
-            return dt_fail(err, "%s: needles[%d]: value span %d+%d, but the value '%s' is at %d+%zu", where, i,
-                           nd->value_offset, nd->value_length, nd->value, voff, vlen);
+            return dt_fail_format(err, "%s: needles[%d]: value span %d+%d, but the value '%s' is at %d+%zu", where, i,
+                                  nd->value_offset, nd->value_length, nd->value, voff, vlen);
         prev_end = nd->offset + len;
     }
     int prev = s->context_length;
     for (int r = 0; r < s->n_queries; r++) {
         const dt_needle_query *q = &s->queries[r];
         if (q->needle < 0 || q->needle >= s->n_needles)
-            return dt_fail(err, "%s: queries[%d]: needle %d: must be in 0..%d", where, r, q->needle, s->n_needles - 1);
+            return dt_fail_format(err, "%s: queries[%d]: needle %d: must be in 0..%d", where, r, q->needle,
+                                  s->n_needles - 1);
         for (int j = 0; j < r; j++)
             if (s->queries[j].needle == q->needle)
-                return dt_fail(err, "%s: queries[%d] and queries[%d] ask the same needle", where, j, r);
+                return dt_fail_format(err, "%s: queries[%d] and queries[%d] ask the same needle", where, j, r);
         const dt_needle_needle *nd = &s->needles[q->needle];
         const int len = snprintf(buf, sizeof buf, DT_NEEDLE_QUESTION_HEAD "%s" DT_NEEDLE_QUESTION_TAIL, nd->key);
         if (q->question_offset != prev + 1 || q->question_offset - 1 + len > s->text_length)
-            return dt_fail(err, "%s: queries[%d]: question_offset %d: expected %d (right after %s)", where, r,
-                           q->question_offset, prev + 1, r ? "the previous answer" : "the context");
+            return dt_fail_format(err, "%s: queries[%d]: question_offset %d: expected %d (right after %s)", where, r,
+                                  q->question_offset, prev + 1, r ? "the previous answer" : "the context");
         if (memcmp(s->text + q->question_offset - 1, buf, (size_t)len) != 0)
-            return dt_fail(err, "%s: queries[%d]: the text at %d is not the question for '%s'", where, r,
-                           q->question_offset, nd->key);
+            return dt_fail_format(err, "%s: queries[%d]: the text at %d is not the question for '%s'", where, r,
+                                  q->question_offset, nd->key);
         if (q->prompt_end_offset != q->question_offset - 1 + len)
-            return dt_fail(err, "%s: queries[%d]: prompt_end_offset %d: expected %d (after \"Answer: \")", where, r,
-                           q->prompt_end_offset, q->question_offset - 1 + len);
+            return dt_fail_format(err, "%s: queries[%d]: prompt_end_offset %d: expected %d (after \"Answer: \")", where,
+                                  r, q->prompt_end_offset, q->question_offset - 1 + len);
         if (q->answer_length != nd->value_length || q->prompt_end_offset + q->answer_length > s->text_length ||
             memcmp(s->text + q->prompt_end_offset, nd->value, (size_t)nd->value_length) != 0)
-            return dt_fail(err, "%s: queries[%d]: the answer at %d is not the value '%s'", where, r,
-                           q->prompt_end_offset, nd->value);
+            return dt_fail_format(err, "%s: queries[%d]: the answer at %d is not the value '%s'", where, r,
+                                  q->prompt_end_offset, nd->value);
         prev = q->prompt_end_offset + q->answer_length;
     }
     if (prev != s->text_length)
-        return dt_fail(err, "%s: %d bytes of text after the last answer (the text ends with it)", where,
-                       s->text_length - prev);
+        return dt_fail_format(err, "%s: %d bytes of text after the last answer (the text ends with it)", where,
+                              s->text_length - prev);
     return 0;
 }
 

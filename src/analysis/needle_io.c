@@ -42,13 +42,13 @@ int dt_needle_corpus_load(dt_needle_corpus *c, const char *path, dt_error *err) 
     unsigned char *raw = malloc(size ? size : 1);
     if (!raw) {
         fclose(f);
-        return dt_fail(err, "%s: out of memory reading %zu bytes", path, size);
+        return dt_fail_oom(err, "%s: out of memory reading %zu bytes", path, size);
     }
     if (size && fread(raw, 1, size, f) != size) {
         int saved = errno;
         free(raw);
         fclose(f);
-        return dt_fail(err, "%s: cannot read %zu bytes: %s", path, size, strerror(saved));
+        return dt_fail_io(err, "%s: cannot read %zu bytes: %s", path, size, strerror(saved));
     }
     fclose(f);
     int rc = dt_needle_corpus_from_bytes(c, raw, size, path, err);
@@ -104,12 +104,13 @@ char *dt_needle_sample_to_json(const dt_needle_sample *s) {
 /* Getters: each names where and which key went wrong. */
 static int get_int(const cJSON *o, const char *key, long lo, long hi, long *out, const char *where, dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) return dt_fail(err, "%s: missing key '%s'", where, key);
-    if (!cJSON_IsNumber(v)) return dt_fail(err, "%s: key '%s' must be a number", where, key);
+    if (!v) return dt_fail_format(err, "%s: missing key '%s'", where, key);
+    if (!cJSON_IsNumber(v)) return dt_fail_format(err, "%s: key '%s' must be a number", where, key);
     const double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d)) return dt_fail(err, "%s: key '%s' must be an integer (got %g)", where, key, d);
+    if (!isfinite(d) || d != floor(d))
+        return dt_fail_format(err, "%s: key '%s' must be an integer (got %g)", where, key, d);
     if (d < (double)lo || d > (double)hi)
-        return dt_fail(err, "%s: key '%s' = %.0f: must be in %ld..%ld", where, key, d, lo, hi);
+        return dt_fail_format(err, "%s: key '%s' = %.0f: must be in %ld..%ld", where, key, d, lo, hi);
     *out = (long)d;
     return 0;
 }
@@ -123,11 +124,11 @@ static int get_i(const cJSON *o, const char *key, long lo, long hi, int *out, co
 
 static int get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *where, dt_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    if (!v) return dt_fail(err, "%s: missing key '%s'", where, key);
-    if (!cJSON_IsString(v) || !v->valuestring) return dt_fail(err, "%s: key '%s' must be a string", where, key);
+    if (!v) return dt_fail_format(err, "%s: missing key '%s'", where, key);
+    if (!cJSON_IsString(v) || !v->valuestring) return dt_fail_format(err, "%s: key '%s' must be a string", where, key);
     const size_t len = strlen(v->valuestring);
     if (len == 0 || len >= cap)
-        return dt_fail(err, "%s: key '%s': %zu bytes, must be 1..%zu", where, key, len, cap - 1);
+        return dt_fail_format(err, "%s: key '%s': %zu bytes, must be 1..%zu", where, key, len, cap - 1);
     memcpy(out, v->valuestring, len + 1);
     return 0;
 }
@@ -135,14 +136,14 @@ static int get_str(const cJSON *o, const char *key, char *out, size_t cap, const
 static int sample_from_json(const cJSON *o, dt_needle_sample *s, const char *where, dt_error *err) {
     char at[4300];
     long id;
-    if (!cJSON_IsObject(o)) return dt_fail(err, "%s: expected a JSON object", where);
+    if (!cJSON_IsObject(o)) return dt_fail_format(err, "%s: expected a JSON object", where);
     if (get_int(o, "id", 0, LONG_MAX / 2, &id, where, err) ||
         get_i(o, "context_length", 1, DT_NEEDLE_MAX_CONTEXT, &s->context_length, where, err))
         return -1;
     s->id = id;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "depth");
     if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0.0 && v->valuedouble <= 1.0))
-        return dt_fail(err, "%s: key 'depth' must be a number in [0, 1]", where);
+        return dt_fail_format(err, "%s: key 'depth' must be a number in [0, 1]", where);
     s->depth = v->valuedouble;
     v = cJSON_GetObjectItemCaseSensitive(o, "needle_depth");
     s->needle_depth = cJSON_IsNumber(v) ? v->valuedouble : NAN;
@@ -152,33 +153,33 @@ static int sample_from_json(const cJSON *o, dt_needle_sample *s, const char *whe
         char *end = NULL;
         errno = 0;
         unsigned long long seed = str && *str >= '0' && *str <= '9' ? strtoull(str, &end, 10) : 0;
-        if (!str || !end || errno || *end) return dt_fail(err, "%s: key 'seed' must be a decimal string", where);
+        if (!str || !end || errno || *end) return dt_fail_format(err, "%s: key 'seed' must be a decimal string", where);
         s->seed = seed;
     }
     v = cJSON_GetObjectItemCaseSensitive(o, "text");
-    if (!cJSON_IsString(v) || !v->valuestring) return dt_fail(err, "%s: key 'text' must be a string", where);
+    if (!cJSON_IsString(v) || !v->valuestring) return dt_fail_format(err, "%s: key 'text' must be a string", where);
     const size_t tlen = strlen(v->valuestring);
-    if (tlen > (size_t)INT_MAX / 2) return dt_fail(err, "%s: text of %zu bytes is too long", where, tlen);
-    if (!(s->text = malloc(tlen + 1))) return dt_fail(err, "%s: out of memory (%zu bytes of text)", where, tlen);
+    if (tlen > (size_t)INT_MAX / 2) return dt_fail_format(err, "%s: text of %zu bytes is too long", where, tlen);
+    if (!(s->text = malloc(tlen + 1))) return dt_fail_oom(err, "%s: out of memory (%zu bytes of text)", where, tlen);
     memcpy(s->text, v->valuestring, tlen + 1);
     s->text_length = (int)tlen;
     int declared;
     if (get_i(o, "text_length", 0, INT_MAX, &declared, where, err)) return -1;
     if (declared != s->text_length)
-        return dt_fail(err, "%s: text is %d bytes, but text_length says %d (a \\u0000 inside?)", where, s->text_length,
-                       declared);
+        return dt_fail_format(err, "%s: text is %d bytes, but text_length says %d (a \\u0000 inside?)", where,
+                              s->text_length, declared);
 
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(o, "needles");
-    if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: key 'needles' must be an array", where);
+    if (!cJSON_IsArray(arr)) return dt_fail_format(err, "%s: key 'needles' must be an array", where);
     s->n_needles = cJSON_GetArraySize(arr);
     if (s->n_needles < 1 || s->n_needles > DT_NEEDLE_MAX_NEEDLES)
-        return dt_fail(err, "%s: %d needles: must be 1..%d", where, s->n_needles, DT_NEEDLE_MAX_NEEDLES);
+        return dt_fail_format(err, "%s: %d needles: must be 1..%d", where, s->n_needles, DT_NEEDLE_MAX_NEEDLES);
     int i = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, arr) {
         dt_needle_needle *nd = &s->needles[i];
         snprintf(at, sizeof at, "%s needles[%d]", where, i);
-        if (!cJSON_IsObject(e)) return dt_fail(err, "%s: expected an object", at);
+        if (!cJSON_IsObject(e)) return dt_fail_format(err, "%s: expected an object", at);
         if (get_str(e, "key", nd->key, sizeof nd->key, at, err) ||
             get_str(e, "value", nd->value, sizeof nd->value, at, err) ||
             get_i(e, "offset", 0, INT_MAX, &nd->offset, at, err) || get_i(e, "length", 1, INT_MAX, &nd->length, at, err) ||
@@ -188,16 +189,16 @@ static int sample_from_json(const cJSON *o, dt_needle_sample *s, const char *whe
         i++;
     }
     arr = cJSON_GetObjectItemCaseSensitive(o, "queries");
-    if (!cJSON_IsArray(arr)) return dt_fail(err, "%s: key 'queries' must be an array", where);
+    if (!cJSON_IsArray(arr)) return dt_fail_format(err, "%s: key 'queries' must be an array", where);
     s->n_queries = cJSON_GetArraySize(arr);
     if (s->n_queries < 1 || s->n_queries > s->n_needles)
-        return dt_fail(err, "%s: %d queries: must be 1..needles (%d)", where, s->n_queries, s->n_needles);
+        return dt_fail_format(err, "%s: %d queries: must be 1..needles (%d)", where, s->n_queries, s->n_needles);
     i = 0;
     cJSON_ArrayForEach(e, arr) {
         dt_needle_query *q = &s->queries[i];
         char key[DT_NEEDLE_KEY_CAP + 1], value[DT_NEEDLE_VALUE_CAP + 1];
         snprintf(at, sizeof at, "%s queries[%d]", where, i);
-        if (!cJSON_IsObject(e)) return dt_fail(err, "%s: expected an object", at);
+        if (!cJSON_IsObject(e)) return dt_fail_format(err, "%s: expected an object", at);
         if (get_str(e, "key", key, sizeof key, at, err) || get_str(e, "value", value, sizeof value, at, err) ||
             get_i(e, "needle", 0, s->n_needles - 1, &q->needle, at, err) ||
             get_i(e, "question_offset", 1, INT_MAX, &q->question_offset, at, err) ||
@@ -205,8 +206,8 @@ static int sample_from_json(const cJSON *o, dt_needle_sample *s, const char *whe
             get_i(e, "answer_length", 1, DT_NEEDLE_VALUE_CAP, &q->answer_length, at, err))
             return -1;
         if (strcmp(key, s->needles[q->needle].key) || strcmp(value, s->needles[q->needle].value))
-            return dt_fail(err, "%s: key/value '%s'/'%s' differ from needles[%d] ('%s'/'%s')", at, key, value,
-                           q->needle, s->needles[q->needle].key, s->needles[q->needle].value);
+            return dt_fail_format(err, "%s: key/value '%s'/'%s' differ from needles[%d] ('%s'/'%s')", at, key, value,
+                                  q->needle, s->needles[q->needle].key, s->needles[q->needle].value);
         i++;
     }
     return dt_needle_sample_check(s, where, err);
@@ -215,7 +216,7 @@ static int sample_from_json(const cJSON *o, dt_needle_sample *s, const char *whe
 /* ---------------------------------------------------------------- writing a data set */
 
 static int write_bytes(FILE *f, const void *data, size_t n, const char *path, dt_error *err) {
-    if (n && fwrite(data, 1, n, f) != n) return dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+    if (n && fwrite(data, 1, n, f) != n) return dt_fail_io(err, "%s: write failed: %s", path, strerror(errno));
     return 0;
 }
 
@@ -235,7 +236,7 @@ static int write_set(const dt_needle_params *p, const dt_needle_corpus *corpus, 
         if (jsonl) {
             char *line = dt_needle_sample_to_json(&s);
             rc = line ? write_bytes(f, line, strlen(line), path, err) || write_bytes(f, "\n", 1, path, err)
-                      : dt_fail(err, "%s: out of memory writing sample %d", path, i);
+                      : dt_fail_oom(err, "%s: out of memory writing sample %d", path, i);
             if (line) *bytes += strlen(line) + 1;
             free(line);
         } else {
@@ -291,8 +292,9 @@ int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *c
     if (dt_needle_params_validate(p, err) != 0) return -1;
     if (!corpus || !corpus->bytes || corpus->n == 0) return dt_fail(err, "corpus is empty");
     struct stat sb;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create directory: %s", dir, strerror(errno));
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail(err, "%s: not a directory", dir);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+        return dt_fail_io(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: not a directory", dir);
 
     uint64_t tr, te;
     dt_needle_stream_seeds(p->seed, &tr, &te);
@@ -316,7 +318,7 @@ int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *c
     cJSON *o = params_json(p, corpus, corpus_path);
     char *json = o ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
-    if (!json) return dt_fail(err, "%s: out of memory", path);
+    if (!json) return dt_fail_oom(err, "%s: out of memory", path);
     if (dt_atomic_open(&f, path, err) != 0) {
         free(json);
         return -1;
@@ -341,7 +343,7 @@ void dt_needle_testset_free(dt_needle_testset *ts) {
 int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *err) {
     memset(ts, 0, sizeof *ts);
     struct stat sb;
-    if (stat(path, &sb) != 0) return dt_fail(err, "%s: cannot open test set: %s", path, strerror(errno));
+    if (stat(path, &sb) != 0) return dt_fail_io(err, "%s: cannot open test set: %s", path, strerror(errno));
     if (S_ISDIR(sb.st_mode)) {
         if ((size_t)snprintf(ts->path, sizeof ts->path, "%s/test.jsonl", path) >= sizeof ts->path)
             return dt_fail(err, "%s: path too long", path);
@@ -362,14 +364,14 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
         if (k == len) continue; /* blank line */
         snprintf(where, sizeof where, "%s:%d", ts->path, lineno);
         if (ts->n == DT_NEEDLE_MAX_SAMPLES) {
-            rc = dt_fail(err, "%s: more than %d samples", where, DT_NEEDLE_MAX_SAMPLES);
+            rc = dt_fail_format(err, "%s: more than %d samples", where, DT_NEEDLE_MAX_SAMPLES);
             break;
         }
         if (ts->n == cap) {
             int ncap = cap ? 2 * cap : 64;
             dt_needle_sample *grown = realloc(ts->samples, (size_t)ncap * sizeof *grown);
             if (!grown) {
-                rc = dt_fail(err, "%s: out of memory", where);
+                rc = dt_fail_oom(err, "%s: out of memory", where);
                 break;
             }
             ts->samples = grown;
@@ -380,14 +382,14 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
         ts->n++; /* counted now so that dt_needle_testset_free releases its text on failure */
         s->line = lineno;
         cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
-        if (!o) rc = dt_fail(err, "%s: not valid JSON", where);
+        if (!o) rc = dt_fail_format(err, "%s: not valid JSON", where);
         else rc = sample_from_json(o, s, where, err);
         cJSON_Delete(o);
     }
-    if (rc == 0 && ferror(f)) rc = dt_fail(err, "%s: read error: %s", ts->path, strerror(errno));
+    if (rc == 0 && ferror(f)) rc = dt_fail_io(err, "%s: read error: %s", ts->path, strerror(errno));
     free(line);
     fclose(f);
-    if (rc == 0 && ts->n == 0) rc = dt_fail(err, "%s: no samples", ts->path);
+    if (rc == 0 && ts->n == 0) rc = dt_fail_format(err, "%s: no samples", ts->path);
     if (rc != 0) {
         char keep[4096];
         memcpy(keep, ts->path, sizeof keep);

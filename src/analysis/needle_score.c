@@ -75,7 +75,7 @@ int dt_needle_eval(const dt_model *m, const dt_tok *tok, const dt_needle_testset
     int longest = 0, n_items = 0;
     if (ts->n == 0) return dt_fail(err, "%s: no samples to evaluate", ts->path);
     an_tokens *enc = calloc((size_t)ts->n, sizeof *enc);
-    if (!enc) return dt_fail(err, "out of memory for %d samples", ts->n);
+    if (!enc) return dt_fail_oom(err, "out of memory for %d samples", ts->n);
     if (dt_needle_encode_testset(m, tok, ts, ts->n, enc, &longest, err) != 0) {
         dt_needle_encoded_free(enc, ts->n);
         return -1;
@@ -93,7 +93,7 @@ int dt_needle_eval(const dt_model *m, const dt_tok *tok, const dt_needle_testset
         free(logits);
         dt_needle_encoded_free(enc, ts->n);
         dt_needle_results_free(r);
-        return dt_fail(err, "out of memory for %d samples", ts->n);
+        return dt_fail_oom(err, "out of memory for %d samples", ts->n);
     }
     for (int i = 0; i < ts->n; i++) {
         const dt_needle_sample *s = &ts->samples[i];
@@ -151,7 +151,7 @@ int dt_needle_eval(const dt_model *m, const dt_tok *tok, const dt_needle_testset
         if (rc) {
             char keep[sizeof err->msg];
             snprintf(keep, sizeof keep, "%s", err->msg);
-            dt_fail(err, "%s: sample %ld (line %d): %s", ts->path, s->id, s->line, keep);
+            dt_fail_code(err, err->code, "%s: sample %ld (line %d): %s", ts->path, s->id, s->line, keep);
             break;
         }
         if (progress) progress(progress_ctx, i + 1, ts->n, r->correct, r->total);

@@ -64,7 +64,7 @@ static int metrics_dat(const rp_model *m, const char *key, const char *plots, in
     }
     int bad = ferror(f);
     fclose(f);
-    int rc = bad ? dt_fail(err, "%s: read error", path) : tb_write(mpath, &a, err);
+    int rc = bad ? dt_fail_io(err, "%s: read error", path) : tb_write(mpath, &a, err);
     if (rc == 0) rc = tb_write(vpath, &v, err);
     free(a.s);
     free(v.s);
@@ -192,7 +192,8 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
 int pl_write(const rp_report *r, const char *out_dir, char *note, size_t note_n, dt_error *err) {
     char plots[4200];
     if (tb_path(plots, sizeof plots, out_dir, "plots", err)) return -1;
-    if (mkdir(plots, 0755) != 0 && errno != EEXIST) return dt_fail(err, "%s: cannot create: %s", plots, strerror(errno));
+    if (mkdir(plots, 0755) != 0 && errno != EEXIST)
+        return dt_fail_io(err, "%s: cannot create: %s", plots, strerror(errno));
     const int gnuplot = have_gnuplot();
     const int cairo = gnuplot && system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
     if (write_data(r, plots, cairo, err) != 0) return -1;

@@ -38,7 +38,7 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
     int rc = 0;
     if (m.cfg.arch == DT_ARCH_DIFF) {
         out->lambda = calloc((size_t)L, sizeof *out->lambda);
-        if (!out->lambda) rc = dt_fail(err, "%s: out of memory", dir);
+        if (!out->lambda) rc = dt_fail_oom(err, "%s: out of memory", dir);
         for (int l = 0; l < L && rc == 0; l++) out->lambda[l] = dt_model_lambda(&m, l);
     }
     if (rc == 0) rc = dt_an_training_load(dir, &out->training, err);
@@ -92,7 +92,7 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);
         rp_model_free(out);
-        return dt_fail(err, "%s (%s): %s", dir, name, msg);
+        return dt_fail_code(err, err->code, "%s (%s): %s", dir, name, msg);
     }
     return 0;
 }
@@ -108,12 +108,12 @@ int rp_write(const rp_report *r, const char *out_dir, dt_error *err) {
         cJSON_Delete(root);
         return -1;
     }
-    if (!root) return dt_fail(err, "%s: out of memory building the JSON", path);
+    if (!root) return dt_fail_oom(err, "%s: out of memory building the JSON", path);
     int rc = dt_an_write_json(path, root, err);
     cJSON_Delete(root);
     if (rc) return -1;
     char *md = rp_markdown(r, plots, note);
-    if (!md) return dt_fail(err, "%s/REPORT.md: out of memory building the text", out_dir);
+    if (!md) return dt_fail_oom(err, "%s/REPORT.md: out of memory building the text", out_dir);
     textbuf b = {.s = md, .n = strlen(md), .cap = strlen(md) + 1};
     rc = tb_path(path, sizeof path, out_dir, "REPORT.md", err);
     if (rc == 0) rc = tb_write(path, &b, err);

@@ -297,7 +297,7 @@ int dt_task_symbols_from_tokenizer(dt_task_symbols *s, const dt_tok *tok, dt_err
      * symbol still without one (a ByteLevel tokenizer whose prefix space merges with "\n") */
     s->vocab = dt_tok_vocab_size(tok);
     s->no_filler = malloc(s->vocab > 0 ? (size_t)s->vocab : 1);
-    if (!s->no_filler) return dt_fail(err, "%s: out of memory for %d tokens", path, s->vocab);
+    if (!s->no_filler) return dt_fail_oom(err, "%s: out of memory for %d tokens", path, s->vocab);
     for (int32_t id = 0; id < s->vocab; id++) {
         char *text = NULL;
         size_t len = 0;

@@ -48,7 +48,7 @@ int dt_task_score_examples(const dt_model *m, const dt_task_example *ex, int n, 
     if (!rs || !in) {
         dt_runstate_free(rs);
         free(in);
-        return rs ? dt_fail(err, "out of memory scoring %d examples", n) : -1;
+        return rs ? dt_fail_oom(err, "out of memory scoring %d examples", n) : -1;
     }
     int rc = 0;
     /* consecutive examples of one length go through one forward */
@@ -135,7 +135,8 @@ int dt_task_evaluate(const dt_model *m, dt_task_kind kind, const dt_task_eval_op
     dt_task_example *ex = malloc((size_t)n * sizeof *ex);
     dt_task_score *sc = malloc((size_t)n * sizeof *sc);
     r->example_accuracy = malloc((size_t)n * sizeof *r->example_accuracy);
-    int rc = ex && sc && r->example_accuracy ? 0 : dt_fail(err, "%s: out of memory for %d examples", dt_task_name(kind), n);
+    int rc =
+        ex && sc && r->example_accuracy ? 0 : dt_fail_oom(err, "%s: out of memory for %d examples", dt_task_name(kind), n);
     for (int c = 0; c < r->n_cells && rc == 0; c++)
         for (int i = 0; i < o->per_cell && rc == 0; i++) rc = make_example(&r->cells[c], o, i, &ex[c * o->per_cell + i], err);
     if (rc == 0) rc = dt_task_score_examples(m, ex, n, sc, err);

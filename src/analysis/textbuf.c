@@ -36,12 +36,12 @@ void tb_printf(textbuf *b, const char *fmt, ...) {
 }
 
 int tb_write(const char *path, const textbuf *b, dt_error *err) {
-    if (b->oom) return dt_fail(err, "%s: out of memory building the text", path);
+    if (b->oom) return dt_fail_oom(err, "%s: out of memory building the text", path);
     dt_atomic_file f;
     if (dt_atomic_open(&f, path, err) != 0) return -1;
     if (b->n && fwrite(b->s, 1, b->n, (FILE *)f.fp) != b->n) {
         dt_atomic_abort(&f);
-        return dt_fail(err, "%s: write failed: %s", path, strerror(errno));
+        return dt_fail_io(err, "%s: write failed: %s", path, strerror(errno));
     }
     return dt_atomic_commit(&f, err);
 }

@@ -44,7 +44,7 @@ int an_tokens_encode(const dt_tok *tok, const char *text, int len, const char *w
         if (dt_tok_encode(tok, text, (size_t)len, 0, &ids, &n, err) != 0) {
             char keep[sizeof err->msg];
             snprintf(keep, sizeof keep, "%s", err->msg);
-            return dt_fail(err, "%s: %s", what, keep);
+            return dt_fail_code(err, err->code, "%s: %s", what, keep);
         }
         if (n > (size_t)len * 4 + 16) { /* cannot happen for a sane tokenizer; keeps the int arithmetic safe */
             free(ids);
@@ -56,7 +56,7 @@ int an_tokens_encode(const dt_tok *tok, const char *text, int len, const char *w
     if (!out->ids || !out->end) {
         free(ids);
         an_tokens_free(out);
-        return dt_fail(err, "%s: out of memory for %zu tokens", what, n);
+        return dt_fail_oom(err, "%s: out of memory for %zu tokens", what, n);
     }
     out->n = (int)n;
     if (!tok) {

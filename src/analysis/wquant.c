@@ -86,7 +86,7 @@ static int score(const dt_model *f, const dt_model *q, const dt_an_wq_params *p,
     dt_runstate *rf = dt_runstate_create(f, 1, T, err), *rq = q ? dt_runstate_create(q, 1, T, err) : NULL;
     float *lp = malloc((size_t)V * sizeof(float)), *lq = malloc((size_t)V * sizeof(float));
     int rc = rf && (!q || rq) ? 0 : -1;
-    if (rc == 0 && (!lp || !lq)) rc = dt_fail(err, "out of memory");
+    if (rc == 0 && (!lp || !lq)) rc = dt_fail_oom(err, "out of memory");
     memset(fs, 0, sizeof *fs);
     if (qs) memset(qs, 0, sizeof *qs);
     for (size_t w = 0; rc == 0 && w < nw; w++) {

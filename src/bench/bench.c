@@ -207,7 +207,7 @@ static int measure_decode(bench_state *s, const dt_bench_options *o, dt_bench_re
     const dt_model *m = &s->m;
     const int V = m->cfg.vocab_size, N = o->decode_tokens;
     if (!(s->kv = dt_kvcache_create(m, N + 1, err))) return -1;
-    if (!(s->logits = malloc((size_t)V * sizeof(float)))) return dt_fail(err, "out of memory for %d logits", V);
+    if (!(s->logits = malloc((size_t)V * sizeof(float)))) return dt_fail_oom(err, "out of memory for %d logits", V);
     progress(o, "decode", 0, N);
     if (dt_decode_step(m, s->kv, s->tokens[0], 0, s->logits, err) != 0) return -1;
     int token = argmax(s->logits, V);
@@ -253,7 +253,7 @@ int dt_bench_model(const dt_config *cfg, const dt_bench_options *o, dt_bench_res
         q.calib_samples = 8;
         q.calib_seq = T;
         q.quiet = 1;
-        int rc = calib ? dt_model_quantize(&s.m, &q, err) : dt_fail(err, "out of memory");
+        int rc = calib ? dt_model_quantize(&s.m, &q, err) : dt_fail_oom(err, "out of memory");
         free(calib);
         if (rc != 0) {
             bench_state_free(&s);
@@ -268,7 +268,7 @@ int dt_bench_model(const dt_config *cfg, const dt_bench_options *o, dt_bench_res
         s.tokens = malloc(N * sizeof(int));
         s.targets = malloc(N * sizeof(int));
         s.times = malloc((size_t)o->steps * sizeof(double));
-        if (!s.tokens || !s.targets || !s.times) rc = dt_fail(err, "out of memory for a batch of %zu tokens", N);
+        if (!s.tokens || !s.targets || !s.times) rc = dt_fail_oom(err, "out of memory for a batch of %zu tokens", N);
         uint64_t rng = o->seed ^ 0x9e3779b97f4a7c15ull;
         for (size_t i = 0; rc == 0 && i < N; i++) {
             s.tokens[i] = (int)(dt_rng_next(&rng) % (uint64_t)cfg->vocab_size);
@@ -276,7 +276,7 @@ int dt_bench_model(const dt_config *cfg, const dt_bench_options *o, dt_bench_res
         }
         if (rc == 0 && o->prefill && !(s.rs = dt_runstate_create(&s.m, o->batch, o->seq, err))) rc = -1;
     } else if (!(s.tokens = calloc(1, sizeof(int)))) {
-        rc = dt_fail(err, "out of memory");
+        rc = dt_fail_oom(err, "out of memory");
     }
     if (rc == 0 && o->train && o->quant == DT_QUANT_NONE) rc = measure_train(&s, o, r, err);
     if (rc == 0 && o->prefill) rc = measure_prefill(&s, o, r, err);
@@ -443,13 +443,13 @@ typedef struct {
 int dt_bench_isolated(int (*fn)(void *arg, void *out, dt_error *err), void *arg, void *out, size_t out_size,
                    double *rss_mb, dt_error *err) {
     int fd[2];
-    if (pipe(fd) != 0) return dt_fail(err, "bench: pipe: %s", strerror(errno));
+    if (pipe(fd) != 0) return dt_fail_io(err, "bench: pipe: %s", strerror(errno));
     fflush(NULL); /* the child must not write the parent's buffered output a second time */
     pid_t pid = fork();
     if (pid < 0) {
         close(fd[0]);
         close(fd[1]);
-        return dt_fail(err, "bench: fork: %s", strerror(errno));
+        return dt_fail_io(err, "bench: fork: %s", strerror(errno));
     }
     if (pid == 0) {
         close(fd[0]);
@@ -468,13 +468,14 @@ int dt_bench_isolated(int (*fn)(void *arg, void *out, dt_error *err), void *arg,
     close(fd[0]);
     int ws;
     while (waitpid(pid, &ws, 0) < 0)
-        if (errno != EINTR) return dt_fail(err, "bench: waitpid: %s", strerror(errno));
+        if (errno != EINTR) return dt_fail_io(err, "bench: waitpid: %s", strerror(errno));
     if (WIFSIGNALED(ws))
-        return dt_fail(err, "bench: the measuring process was killed by signal %d (%s)%s", WTERMSIG(ws),
-                       strsignal(WTERMSIG(ws)), WTERMSIG(ws) == SIGKILL ? "; out of memory?" : "");
+        return dt_fail_code(err, WTERMSIG(ws) == SIGKILL ? DT_ERR_NOMEM : DT_ERR_IO,
+                            "bench: the measuring process was killed by signal %d (%s)%s", WTERMSIG(ws),
+                            strsignal(WTERMSIG(ws)), WTERMSIG(ws) == SIGKILL ? "; out of memory?" : "");
     if (!complete || !WIFEXITED(ws) || WEXITSTATUS(ws) != 0)
-        return dt_fail(err, "bench: the measuring process exited with status %d before reporting",
-                       WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+        return dt_fail_io(err, "bench: the measuring process exited with status %d before reporting",
+                          WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
     if (rss_mb) *rss_mb = h.rss_mb;
     if (h.status != 0) {
         *err = h.err;

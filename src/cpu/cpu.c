@@ -104,7 +104,8 @@ int dt_isa_check(dt_error *err) {
     int isa = dt_isa_parse(env);
     if (isa < 0) return dt_fail(err, "DT_ISA=%s: unknown kernel path (expected portable, avx2 or avx512)", env);
     if (!dt_isa_supported((dt_isa)isa))
-        return dt_fail(err, "DT_ISA=%s: this CPU (%s) cannot run that path; the best it supports is %s", env,
-                       dt_cpu()->model[0] ? dt_cpu()->model : "unknown", dt_isa_name(dt_isa_best()));
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "DT_ISA=%s: this CPU (%s) cannot run that path; the best it supports is %s", env,
+                            dt_cpu()->model[0] ? dt_cpu()->model : "unknown", dt_isa_name(dt_isa_best()));
     return 0;
 }

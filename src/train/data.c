@@ -55,7 +55,7 @@ int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T,
     int *in = malloc((size_t)B * T * sizeof(int)), *tg = malloc((size_t)B * T * sizeof(int));
     int rc = -1;
     if (rs && in && tg) rc = eval_windows(m, rs, in, tg, tokens, n, B, T, 0, mean_loss, count, err);
-    else if (rs) dt_fail(err, "out of memory");
+    else if (rs) dt_fail_oom(err, "out of memory");
     dt_runstate_free(rs);
     free(in);
     free(tg);
@@ -90,7 +90,7 @@ int train_tokens_load(const char *dir, int vocab, int T, int **tokens, size_t *n
         rc = dt_fail(err, "%s: %zu validation tokens is too few for --seq %d (tokenize with a larger --val-fraction)",
                      dir, nv, T);
     int *all = rc == 0 ? realloc(train, (nt + nv) * sizeof *all) : NULL;
-    if (rc == 0 && !all) rc = dt_fail(err, "%s: out of memory for %zu tokens", dir, nt + nv);
+    if (rc == 0 && !all) rc = dt_fail_oom(err, "%s: out of memory for %zu tokens", dir, nt + nv);
     if (rc != 0) {
         free(train);
         free(val);

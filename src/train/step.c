@@ -33,7 +33,7 @@ static int build_buckets(train_step *s, dt_error *err) {
     if (target > ((size_t)1 << 22)) target = (size_t)1 << 22;
     const size_t cap = P / target + 2 + ranks;
     s->buckets = malloc(cap * sizeof *s->buckets);
-    if (!s->buckets) return dt_fail(err, "out of memory");
+    if (!s->buckets) return dt_fail_oom(err, "out of memory");
     int owner = (int)ranks - 1;
     for (size_t end = P; end > 0;) {
         while (s->opt.zero && s->bounds[owner] >= end) owner--; /* skips empty shards */
@@ -87,7 +87,7 @@ int train_step_init(train_step *s, dt_model *m, dt_comm *comm, const train_step_
     return 0;
 oom:
     train_step_free(s);
-    return dt_fail(err, "out of memory for the gradients and optimizer state of %zu parameters", P);
+    return dt_fail_oom(err, "out of memory for the gradients and optimizer state of %zu parameters", P);
 }
 
 void train_step_free(train_step *s) {
@@ -185,8 +185,9 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     st->loss = (float)(loss / ranks);
     st->grad_norm = gnorm;
     if (!isfinite(st->loss) || !isfinite(gnorm))
-        return dt_fail(err, "step %d: loss %g, gradient norm %g — training diverged (try a lower --lr)", t,
-                       (double)st->loss, (double)gnorm);
+        return dt_fail_code(err, DT_ERR_DIVERGED,
+                            "step %d: loss %g, gradient norm %g — training diverged (try a lower --lr)", t,
+                            (double)st->loss, (double)gnorm);
     float scale = 1.0f / KN;
     if (s->opt.grad_clip > 0 && gnorm > s->opt.grad_clip) scale *= s->opt.grad_clip / gnorm;
     if (scale != 1.0f) grad_scale(g, shard, scale);
