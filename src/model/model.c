@@ -423,6 +423,8 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
         n++;
     }
     if (zero_lambdas) cfg.fixed_lambda = 0;
+    /* save_pretrained shards the state dict in its order: the same tensors go to the same shards */
+    if (hf_export) st_entries_state_dict_order(entries, n);
     int rc = dt_st_write_dir(dir, entries, n, opt->max_shard_bytes, err);
     if (rc == 0) rc = join(path, sizeof path, dir, "config.json", err);
     if (rc == 0) rc = config_save_dtype(&cfg, path, opt->dtype, err);
