@@ -76,7 +76,7 @@ after_training() {
     for e in f32 bf16 sharded; do
         local E=$M.hf_$e opts=(--hf)
         [ $e = bf16 ] && opts+=(--dtype bf16)
-        [ $e = sharded ] && opts+=(--max-shard-size 40KB)
+        [ $e = sharded ] && opts+=(--max-shard-size 40000)
         expect_ok "$name: export --hf $e" "$DT" export "$M" "$E" "${opts[@]}"
         check "$name export $e: vocabulary and special ids kept" same_vocab "$M" "$E"
         check "$name export $e: a tokenizer.json for AutoTokenizer" test -f "$E/tokenizer.json" -a -f "$E/tokenizer_config.json"
@@ -84,6 +84,43 @@ after_training() {
         check "$name export $e: scores as many tokens" test "$(scored "$S/last.out")" = "$n_float"
     done
     check "$name: the sharded export has shards" test -f "$M.hf_sharded/model.safetensors.index.json"
+    check "$name: shards assigned as save_pretrained assigns the state dict" "$PY" - "$M.hf_sharded" 40000 <<'PYEOF'
+import json, os, re, struct, sys
+d, limit = sys.argv[1], int(sys.argv[2])
+index = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+sizes = {}
+for shard in sorted(set(index["weight_map"].values())):
+    raw = open(os.path.join(d, shard), "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    for k, v in json.loads(raw[8:8 + n]).items():
+        if k != "__metadata__":
+            sizes[k] = v["data_offsets"][1] - v["data_offsets"][0]
+# torch's state_dict of (Diff)LlamaForCausalLM: a module's own parameters, then its children
+# in registration order: attention's lambdas before q/k/v/o, then mlp, then the two norms
+part = ["self_attn.lambda_q1", "self_attn.lambda_k1", "self_attn.lambda_q2", "self_attn.lambda_k2",
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight",
+        "input_layernorm.weight", "post_attention_layernorm.weight"]
+def key(name):
+    m = re.match(r"model\.layers\.(\d+)\.(.*)", name)
+    if name == "model.embed_tokens.weight": return (0, 0, 0)
+    if m: return (1, int(m.group(1)), part.index(m.group(2)))
+    return (2, ["model.norm.weight", "lm_head.weight"].index(name), 0)
+order = sorted(sizes, key=key)
+# huggingface_hub's split_state_dict_into_shards_factory
+shards, current, size = [], {}, 0
+for k in order:
+    if sizes[k] > limit:
+        shards.append([k])
+        continue
+    if size + sizes[k] > limit and current:
+        shards.append(list(current)); current, size = {}, 0
+    current[k] = 1; size += sizes[k]
+if current: shards.append(list(current))
+want = {k: "model-%05d-of-%05d.safetensors" % (i + 1, len(shards)) for i, s in enumerate(shards) for k in s}
+assert want == index["weight_map"], (want, index["weight_map"])
+assert index["metadata"]["total_size"] == sum(sizes.values())
+PYEOF
     expect_ok "$name: export of the export" "$DT" export "$M.hf_sharded" "$M.again"
     check "$name: vocabulary kept through two exports" same_vocab "$M" "$M.again"
 }
