@@ -47,8 +47,8 @@ typedef enum {
                              * run is not (lower the learning rate; the last checkpoint is intact). */
 } dt_errcode;
 
-/* An error: its code and a message naming the file or argument and the problem. A function
- * that fails fills both; one that succeeds leaves the dt_error as it was. */
+/* An error: a message naming the file or argument and the problem, and its code. A function
+ * that fails fills both. */
 typedef struct {
     char msg[1024];
     dt_errcode code;

@@ -1,0 +1,348 @@
+/* test_errors.c — every failure carries a code (dt_errcode, issue 17): the error functions
+ * themselves, and a representative refusal of each kind from the library — a missing file (IO), a
+ * truncated safetensors file and a lying config.json (FORMAT, where the same values given by the
+ * caller are INVALID), an option we do not implement (UNSUPPORTED), an allocation that cannot be
+ * made (NOMEM, under an address-space cap), a training run that diverges (DIVERGED). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "testutil.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+/* A failure (rc -1) with this code and a message containing want. */
+static void expect_err(int rc, const dt_error *err, dt_errcode code, const char *want) {
+    if (rc != -1) fail_msg("expected a failure (%s), got rc %d", dt_errcode_name(code), rc);
+    if (err->code != code)
+        fail_msg("expected code %s, got %s (%d): %s", dt_errcode_name(code), dt_errcode_name(err->code), (int)err->code,
+                 err->msg);
+    if (want && !strstr(err->msg, want)) fail_msg("expected \"%s\" in: %s", want, err->msg);
+}
+
+/* A dt_error that no call has touched yet: a stale code must not pass for the expected one. */
+static dt_error fresh(void) {
+    dt_error e;
+    memset(&e, 0, sizeof e);
+    e.code = (dt_errcode)99;
+    return e;
+}
+
+static void write_text(const char *path, const char *text) { tu_write_file(path, text, strlen(text)); }
+
+static void test_fail_functions(void **state) {
+    (void)state;
+    dt_error e = fresh();
+    assert_int_equal(dt_fail(&e, "a %d", 1), -1);
+    assert_int_equal(e.code, DT_ERR_INVALID);
+    assert_string_equal(e.msg, "a 1");
+    assert_int_equal(dt_fail_format(&e, "b"), -1);
+    assert_int_equal(e.code, DT_ERR_FORMAT);
+    assert_int_equal(dt_fail_io(&e, "c"), -1);
+    assert_int_equal(e.code, DT_ERR_IO);
+    assert_int_equal(dt_fail_oom(&e, "d"), -1);
+    assert_int_equal(e.code, DT_ERR_NOMEM);
+    assert_int_equal(dt_fail_code(&e, DT_ERR_UNSUPPORTED, "e %s", "x"), -1);
+    assert_int_equal(e.code, DT_ERR_UNSUPPORTED);
+    assert_string_equal(e.msg, "e x");
+    /* no dt_error to fill is allowed */
+    assert_int_equal(dt_fail(NULL, "x"), -1);
+    assert_int_equal(dt_fail_oom(NULL, "x"), -1);
+    assert_int_equal(dt_fail_prefix(NULL, "x"), -1);
+
+    /* the prefix goes before the callee's message, and the callee's code stays */
+    dt_fail_io(&e, "cannot open: No such file or directory");
+    assert_int_equal(dt_fail_prefix(&e, "%s (%d)", "model.safetensors", 3), -1);
+    assert_int_equal(e.code, DT_ERR_IO);
+    assert_string_equal(e.msg, "model.safetensors (3): cannot open: No such file or directory");
+    /* when both do not fit, the prefix gives way and the callee's problem survives whole */
+    char inner[700], prefix[900];
+    memset(inner, 'i', sizeof inner - 1);
+    inner[sizeof inner - 1] = '\0';
+    memset(prefix, 'p', sizeof prefix - 1);
+    prefix[sizeof prefix - 1] = '\0';
+    dt_fail_format(&e, "%s", inner);
+    dt_fail_prefix(&e, "%s", prefix);
+    assert_int_equal(e.code, DT_ERR_FORMAT);
+    assert_int_equal(strlen(e.msg), sizeof e.msg - 1);
+    assert_non_null(strstr(e.msg, inner));
+    assert_int_equal(e.msg[0], 'p');
+    /* an inner message that fills the buffer keeps 256 bytes of prefix, the rest of it cut */
+    char full[sizeof e.msg];
+    memset(full, 'f', sizeof full - 1);
+    full[sizeof full - 1] = '\0';
+    dt_fail_oom(&e, "%s", full);
+    dt_fail_prefix(&e, "where");
+    assert_int_equal(e.code, DT_ERR_NOMEM);
+    assert_int_equal(strncmp(e.msg, "where: fff", 10), 0);
+    assert_int_equal(strlen(e.msg), sizeof e.msg - 1);
+
+    const struct {
+        dt_errcode code;
+        const char *name;
+    } names[] = {{DT_ERR_NONE, "none"},         {DT_ERR_INVALID, "invalid"},         {DT_ERR_FORMAT, "format"},
+                 {DT_ERR_IO, "io"},             {DT_ERR_NOMEM, "nomem"},             {DT_ERR_UNSUPPORTED, "unsupported"},
+                 {DT_ERR_DIVERGED, "diverged"}, {(dt_errcode)12345, "unknown"}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        assert_string_equal(dt_errcode_name(names[i].code), names[i].name);
+    /* the values are the CLI's exit statuses (README.md): they must not move */
+    assert_int_equal(DT_ERR_INVALID, 1);
+    assert_int_equal(DT_ERR_FORMAT, 2);
+    assert_int_equal(DT_ERR_IO, 3);
+    assert_int_equal(DT_ERR_NOMEM, 4);
+    assert_int_equal(DT_ERR_UNSUPPORTED, 5);
+    assert_int_equal(DT_ERR_DIVERGED, 6);
+}
+
+/* A tiny model saved to tmp/name; its directory in dir. */
+static void save_tiny(const char *name, char *dir, size_t n) {
+    tu_path(dir, n, name);
+    dt_config c;
+    tu_tiny_diff_config(&c);
+    dt_model m;
+    dt_error err = fresh();
+    if (dt_model_create(&m, &c, &err) != 0) fail_msg("%s", err.msg);
+    dt_model_init_random(&m, 1);
+    if (dt_model_save(&m, dir, 0, &err) != 0) fail_msg("%s", err.msg);
+    dt_model_free(&m);
+}
+
+static void test_missing_file_is_io(void **state) {
+    (void)state;
+    char dir[1024], path[1200];
+    tu_path(dir, sizeof dir, "no_such_dir");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    dt_config c;
+    dt_model m;
+    dt_safetensors st;
+    dt_error err = fresh();
+    expect_err(dt_config_load(&c, path, &err), &err, DT_ERR_IO, "config.json");
+    err = fresh();
+    expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_IO, "no_such_dir");
+    err = fresh();
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    expect_err(dt_st_open(&st, path, &err), &err, DT_ERR_IO, "model.safetensors");
+    int *tokens = NULL;
+    size_t n = 0;
+    err = fresh();
+    expect_err(dt_text_load(path, &tokens, &n, &err), &err, DT_ERR_IO, "model.safetensors");
+    /* a checkpoint directory without its config.json */
+    save_tiny("no_config", dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    assert_int_equal(unlink(path), 0);
+    err = fresh();
+    expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_IO, "config.json");
+    /* writing where the directory does not exist */
+    float x[4] = {1, 2, 3, 4};
+    dt_st_entry e = {.name = "x", .ndim = 1, .shape = {4}, .dtype = DT_F32, .data = x};
+    tu_path(path, sizeof path, "no_such_dir/out.safetensors");
+    err = fresh();
+    expect_err(dt_st_write(path, &e, 1, &err), &err, DT_ERR_IO, "out.safetensors");
+}
+
+static void test_truncated_safetensors_is_format(void **state) {
+    (void)state;
+    char path[1024];
+    tu_path(path, sizeof path, "whole.safetensors");
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = (float)i;
+    dt_st_entry e = {.name = "x", .ndim = 2, .shape = {8, 8}, .dtype = DT_F32, .data = x};
+    dt_error err = fresh();
+    if (dt_st_write(path, &e, 1, &err) != 0) fail_msg("%s", err.msg);
+    size_t n;
+    char *bytes = tu_read_file(path, &n);
+    dt_safetensors st;
+    if (dt_st_open(&st, path, &err) != 0) fail_msg("the whole file: %s", err.msg);
+    dt_st_close(&st);
+    /* cut in the tensor data, in the header, and inside the 8-byte header length */
+    const size_t cuts[] = {n - 1, n / 2 > 8 ? 12 : n / 2, 4};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        tu_path(path, sizeof path, "cut.safetensors");
+        tu_write_file(path, bytes, cuts[i]);
+        err = fresh();
+        expect_err(dt_st_open(&st, path, &err), &err, DT_ERR_FORMAT, "cut.safetensors");
+    }
+    free(bytes);
+}
+
+/* The same bad value is the file's fault when config.json says it and the caller's when the
+ * caller's dt_config does: FORMAT and INVALID, from one validator. */
+static void test_lying_config_is_format(void **state) {
+    (void)state;
+    char path[1024];
+    tu_path(path, sizeof path, "lying_config.json");
+    write_text(path, "{\"model_type\": \"llama\", \"vocab_size\": 256, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                     " \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"num_key_value_heads\": 3}");
+    dt_config c;
+    dt_error err = fresh();
+    expect_err(dt_config_load(&c, path, &err), &err, DT_ERR_FORMAT, "lying_config.json");
+    expect_err(-1, &err, DT_ERR_FORMAT, "kv heads");
+
+    assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_LLAMA, &err), 0);
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 3;
+    err = fresh();
+    expect_err(dt_config_validate(&c, "the caller's config", &err), &err, DT_ERR_INVALID, "kv heads");
+    dt_model m;
+    err = fresh();
+    expect_err(dt_model_create(&m, &c, &err), &err, DT_ERR_INVALID, "kv heads");
+
+    /* a value of the wrong type */
+    write_text(path, "{\"model_type\": \"llama\", \"vocab_size\": \"many\", \"hidden_size\": 64}");
+    err = fresh();
+    expect_err(dt_config_load(&c, path, &err), &err, DT_ERR_FORMAT, "vocab_size");
+
+    /* a checkpoint whose config.json lies about the tensors beside it */
+    char dir[1024], cfg[1200];
+    save_tiny("lying_checkpoint", dir, sizeof dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    dt_config tiny;
+    tu_tiny_diff_config(&tiny);
+    char *text = tu_read_file(cfg, NULL);
+    const char *key = "\"intermediate_size\":";
+    char *at = strstr(text, key);
+    if (!at) fail_msg("%s has no %s: %s", cfg, key, text);
+    char *num = at + strlen(key);
+    while (*num == ' ' || *num == '\t') num++;
+    char *end = num;
+    while (*end >= '0' && *end <= '9') end++;
+    assert_int_equal(atoi(num), tiny.intermediate_size);
+    char out[8192];
+    snprintf(out, sizeof out, "%.*s%d%s", (int)(num - text), text, 2 * tiny.intermediate_size, end);
+    free(text);
+    write_text(cfg, out);
+    err = fresh();
+    expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_FORMAT, "config.json implies");
+
+    /* a generation_config.json whose eos id is outside the vocabulary: the checkpoint disagrees
+     * with itself (the validator's check, turned into FORMAT by the loader) */
+    save_tiny("lying_generation_config", dir, sizeof dir);
+    snprintf(cfg, sizeof cfg, "%s/generation_config.json", dir);
+    write_text(cfg, "{\"eos_token_id\": 100000}");
+    err = fresh();
+    expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_FORMAT, "100000");
+}
+
+static void test_unsupported(void **state) {
+    (void)state;
+    char path[1024];
+    tu_path(path, sizeof path, "gelu_config.json");
+    write_text(path, "{\"model_type\": \"llama\", \"vocab_size\": 256, \"hidden_size\": 64, \"intermediate_size\": 128,"
+                     " \"num_hidden_layers\": 1, \"num_attention_heads\": 4, \"hidden_act\": \"gelu\"}");
+    dt_config c;
+    dt_error err = fresh();
+    expect_err(dt_config_load(&c, path, &err), &err, DT_ERR_UNSUPPORTED, "gelu");
+    write_text(path, "{\"model_type\": \"mistral\", \"vocab_size\": 256}");
+    err = fresh();
+    expect_err(dt_config_load(&c, path, &err), &err, DT_ERR_UNSUPPORTED, "mistral");
+}
+
+static void test_invalid_argument(void **state) {
+    (void)state;
+    dt_config c;
+    dt_error err = fresh();
+    expect_err(dt_config_preset(&c, "no-such-preset", DT_ARCH_DIFF, &err), &err, DT_ERR_INVALID, "no-such-preset");
+    tu_tiny_diff_config(&c);
+    dt_model m;
+    if (dt_model_create(&m, &c, &err) != 0) fail_msg("%s", err.msg);
+    dt_model_init_random(&m, 2);
+    dt_runstate *rs = dt_runstate_create(&m, 1, 4, &err);
+    if (!rs) fail_msg("%s", err.msg);
+    const int tokens[4] = {1, 2, c.vocab_size, 3};
+    float loss;
+    err = fresh();
+    expect_err(dt_forward(&m, rs, tokens, NULL, 1, 4, &loss, &err), &err, DT_ERR_INVALID, "out of range");
+    dt_runstate_free(rs);
+    dt_model_free(&m);
+    dt_comm *comm = NULL;
+    err = fresh();
+    expect_err(dt_comm_create(&comm, 0, &err), &err, DT_ERR_INVALID, "timeout");
+    assert_null(comm);
+}
+
+/* A model of 2 × 10^6 × 256 parameters (2 GB of floats) under a 1 GiB address-space cap. */
+static void test_out_of_memory(void **state) {
+    (void)state;
+    dt_config c;
+    dt_error err = fresh();
+    assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_LLAMA, &err), 0);
+    c.vocab_size = 1000000;
+    c.hidden_size = 256;
+    c.head_dim = 256 / c.num_attention_heads;
+    c.tie_word_embeddings = 0;
+    if (dt_config_validate(&c, "big", &err) != 0) fail_msg("%s", err.msg);
+    if (UNDER_ASAN) {
+        /* ASan reserves terabytes of shadow address space: no address-space cap is possible */
+        print_message("skipping the 1 GiB address-space cap under AddressSanitizer\n");
+        return;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        struct rlimit lim = {1ul << 30, 1ul << 30};
+        setrlimit(RLIMIT_AS, &lim);
+        dt_model m;
+        int rc = dt_model_create(&m, &c, &err);
+        /* 0: NOMEM as expected; 2: it succeeded; 3: another code */
+        if (rc == 0) _exit(2);
+        if (err.code != DT_ERR_NOMEM || !strstr(err.msg, "out of memory")) {
+            fprintf(stderr, "code %s: %s\n", dt_errcode_name(err.code), err.msg);
+            _exit(3);
+        }
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+static void test_diverged(void **state) {
+    (void)state;
+    char data[1024], out[1024];
+    tu_path(data, sizeof data, "diverge.txt");
+    char text[4000];
+    size_t n = 0;
+    while (n + 64 < sizeof text) n += (size_t)snprintf(text + n, sizeof text - n, "a few words, %zu of them. ", n);
+    tu_write_file(data, text, n);
+    tu_path(out, sizeof out, "diverge_run");
+    dt_train_options o;
+    tu_tiny_train_options(&o, data, out, 20, 16);
+    o.lr = 1e30f; /* AdamW moves every weight by about lr: the logits overflow at once */
+    o.grad_clip = 0;
+    dt_error err = fresh();
+    expect_err(dt_train(&o, &err), &err, DT_ERR_DIVERGED, "diverged");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fail_functions),
+        cmocka_unit_test(test_missing_file_is_io),
+        cmocka_unit_test(test_truncated_safetensors_is_format),
+        cmocka_unit_test(test_lying_config_is_format),
+        cmocka_unit_test(test_unsupported),
+        cmocka_unit_test(test_invalid_argument),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_diverged),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
