@@ -19,6 +19,10 @@
 #define CMD "bench"
 
 static void help(void) {
+    dt_bench_sizes s;
+    dt_bench_options d;
+    dt_bench_sizes_default(&s);
+    dt_bench_defaults(&d);
     printf("usage: difftrans bench [options]\n\n"
            "Builds a randomly initialised model of the given sizes and measures, each in a process of its own:\n"
            "  train    tokens/s of full training steps (forward with targets, backward, gradient clipping,\n"
@@ -36,21 +40,21 @@ static void help(void) {
            "model:\n"
            "  --arch A          diff | transformer | both: the DIFF model and its parameter-matched\n"
            "                    baseline of the same sizes [both]\n"
-           "  --d-model N       hidden size C [256]\n"
-           "  --layers N        layers L [4]\n"
-           "  --heads N         query heads H; DIFF uses H/2 differential heads of width 2·head-dim [8]\n"
+           "  --d-model N       hidden size C [%d]\n"
+           "  --layers N        layers L [%d]\n"
+           "  --heads N         query heads H; DIFF uses H/2 differential heads of width 2·head-dim [%d]\n"
            "  --kv-heads N      key/value heads [= --heads]\n"
            "  --head-dim N      head width hd [d-model / heads]\n"
-           "  --ffn N           SwiGLU width F [704]\n"
-           "  --vocab N         vocabulary size V [256]\n"
+           "  --ffn N           SwiGLU width F [%d]\n"
+           "  --vocab N         vocabulary size V [%d]\n"
            "run:\n"
-           "  --batch N         sequences per step B [8]\n"
-           "  --seq N           tokens per sequence T [256]\n"
+           "  --batch N         sequences per step B [%d]\n"
+           "  --seq N           tokens per sequence T [%d]\n"
            "  --threads N       OpenMP and BLAS threads [all cores]\n"
-           "  --steps N         timed training steps and prefill forwards, after 1 warm-up each [5]\n"
-           "  --decode-tokens N timed decode steps [64]\n"
+           "  --steps N         timed training steps and prefill forwards, after 1 warm-up each [%d]\n"
+           "  --decode-tokens N timed decode steps [%d]\n"
            "  --prefill / --no-prefill, --no-train, --no-decode   choose measurements [all on]\n"
-           "  --seed N          initialisation and token seed [1234]\n"
+           "  --seed N          initialisation and token seed [%llu]\n"
            "  --json-only       print only the JSON lines on stdout\n"
            "  --profile         also break a training step down: matrix products by layer and kind, attention\n"
            "                    forward / backward (with the time threads waited in them), norms, RoPE, SwiGLU,\n"
@@ -66,7 +70,25 @@ static void help(void) {
            "Weight bytes per decoded token = 4·(all parameters − the embedding table + one row of C);\n"
            "the decode bound is read bandwidth ÷ those bytes. The sgemm peak (best of 3 on 2048³, or\n"
            "smaller to stay near 1 s) is measured only with training on, the read bandwidth (sum of a\n"
-           "1 GiB float array, best of 3) only with decoding on; a value not measured is null in JSON.\n");
+           "1 GiB float array, best of 3) only with decoding on; a value not measured is null in JSON.\n",
+           s.hidden_size, s.num_hidden_layers, s.num_attention_heads, s.intermediate_size, s.vocab_size, d.batch, d.seq,
+           d.steps, d.decode_tokens, (unsigned long long)d.seed);
+}
+
+/* The library names the config's keys in a refused config; the user typed flags: name those too. */
+static int config_error(const char *msg) {
+    static const struct {
+        const char *key, *flag;
+    } keys[] = {
+        {"hidden_size", "--d-model"},     {"num_hidden_layers", "--layers"},  {"num_attention_heads", "--heads"},
+        {"num_key_value_heads", "--kv-heads"}, {"head_dim", "--head-dim"}, {"intermediate_size", "--ffn"},
+        {"vocab_size", "--vocab"},        {"max_position_embeddings", "--seq, --decode-tokens"},
+    };
+    char flags[256] = "";
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && k < sizeof flags; i++)
+        if (strstr(msg, keys[i].key)) k += (size_t)snprintf(flags + k, sizeof flags - k, "%s%s", k ? ", " : "", keys[i].flag);
+    return k ? cli_error(CMD, "%s (%s)", msg, flags) : cli_error(CMD, "%s", msg);
 }
 
 typedef struct {
@@ -347,11 +369,12 @@ int cmd_bench(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     int which = -1; /* -1 both, else a dt_arch */
-    int d_model = 256, layers = 4, heads = 8, kv_heads = 0, head_dim = 0, ffn = 704, vocab = 256;
     int threads = 0, json_only = 0, n_schemes = 1;
     dt_quant_scheme schemes[8] = {DT_QUANT_NONE};
-    uint64_t seed = 1234;
-    dt_bench_options o = {.batch = 8, .seq = 256, .steps = 5, .decode_tokens = 64, .train = 1, .prefill = 1, .decode = 1};
+    dt_bench_sizes sz;
+    dt_bench_sizes_default(&sz);
+    dt_bench_options o;
+    dt_bench_defaults(&o);
     optind = 1;
     opterr = 0;
     int ch;
@@ -371,13 +394,13 @@ int cmd_bench(int argc, char **argv) {
                 if (!bad) which = (int)a;
             }
             break;
-        case O_DMODEL: bad = parse_int(CMD, "--d-model", optarg, 1, 65536, &d_model); break;
-        case O_LAYERS: bad = parse_int(CMD, "--layers", optarg, 1, 1024, &layers); break;
-        case O_HEADS: bad = parse_int(CMD, "--heads", optarg, 1, 1024, &heads); break;
-        case O_KV: bad = parse_int(CMD, "--kv-heads", optarg, 1, 1024, &kv_heads); break;
-        case O_HD: bad = parse_int(CMD, "--head-dim", optarg, 1, 4096, &head_dim); break;
-        case O_FFN: bad = parse_int(CMD, "--ffn", optarg, 1, 1048576, &ffn); break;
-        case O_VOCAB: bad = parse_int(CMD, "--vocab", optarg, 1, 4194304, &vocab); break;
+        case O_DMODEL: bad = parse_int(CMD, "--d-model", optarg, 1, 65536, &sz.hidden_size); break;
+        case O_LAYERS: bad = parse_int(CMD, "--layers", optarg, 1, 1024, &sz.num_hidden_layers); break;
+        case O_HEADS: bad = parse_int(CMD, "--heads", optarg, 1, 1024, &sz.num_attention_heads); break;
+        case O_KV: bad = parse_int(CMD, "--kv-heads", optarg, 1, 1024, &sz.num_key_value_heads); break;
+        case O_HD: bad = parse_int(CMD, "--head-dim", optarg, 1, 4096, &sz.head_dim); break;
+        case O_FFN: bad = parse_int(CMD, "--ffn", optarg, 1, 1048576, &sz.intermediate_size); break;
+        case O_VOCAB: bad = parse_int(CMD, "--vocab", optarg, 1, 4194304, &sz.vocab_size); break;
         case O_BATCH: bad = parse_int(CMD, "--batch", optarg, 1, 65536, &o.batch); break;
         case O_SEQ: bad = parse_int(CMD, "--seq", optarg, 1, 1048576, &o.seq); break;
         case O_THREADS: bad = parse_int(CMD, "--threads", optarg, 1, 1024, &threads); break;
@@ -388,7 +411,7 @@ int cmd_bench(int argc, char **argv) {
         case O_NOTRAIN: o.train = 0; break;
         case O_NODECODE: o.decode = 0; break;
         case O_JSON: json_only = 1; break;
-        case O_SEED: bad = parse_u64(CMD, "--seed", optarg, &seed); break;
+        case O_SEED: bad = parse_u64(CMD, "--seed", optarg, &o.seed); break;
         case O_PROFILE: o.profile = 1; break;
         case O_QUANT: bad = parse_quant_list(optarg, schemes, &n_schemes); break;
         case O_QLM: o.quant_lm_head = 1; break;
@@ -401,50 +424,18 @@ int cmd_bench(int argc, char **argv) {
     if (o.profile && !o.train) return cli_error(CMD, "--profile breaks down training steps: it needs training on");
     if (!o.train && !o.prefill && !o.decode)
         return cli_error(CMD, "--no-train, --no-prefill and --no-decode leave nothing to measure");
-    if (!kv_heads) kv_heads = heads;
-    if (!head_dim) {
-        if (heads > d_model) return cli_error(CMD, "--heads %d: more heads than --d-model %d", heads, d_model);
-        head_dim = d_model / heads;
-    }
-    if (heads % kv_heads != 0)
-        return cli_error(CMD, "--heads %d is not a multiple of --kv-heads %d", heads, kv_heads);
-    if (which != DT_ARCH_LLAMA && heads % 2 != 0)
-        return cli_error(CMD, "--heads %d: DIFF needs an even number of query heads (two per differential head)",
-                         heads);
-    o.seed = seed;
 
+    dt_error err;
     dt_config cfgs[2];
-    int n_models = 0;
-    dt_config base = {
-        .arch = which == DT_ARCH_LLAMA ? DT_ARCH_LLAMA : DT_ARCH_DIFF,
-        .vocab_size = vocab,
-        .hidden_size = d_model,
-        .intermediate_size = ffn,
-        .num_hidden_layers = layers,
-        .num_attention_heads = heads,
-        .num_key_value_heads = kv_heads,
-        .head_dim = head_dim,
-        .max_position_embeddings = o.seq > o.decode_tokens + 1 ? o.seq : o.decode_tokens + 1,
-        .rms_norm_eps = 1e-5f,
-        .rope_theta = 10000.0f,
-        .tie_word_embeddings = 0,
-        .lambda_std_dev = 0.1f,
-        .use_subln_weight = 0,
-    };
-    cfgs[n_models++] = base;
-    if (which == -1) cfgs[n_models++] = dt_config_matched(&base);
-    for (int i = 0; i < n_models; i++) {
-        dt_error err;
-        char where[64];
-        snprintf(where, sizeof where, "%s model", arch_name(&cfgs[i]));
-        if (dt_config_validate(&cfgs[i], where, &err) != 0) return cli_error(CMD, "%s", err.msg);
-    }
+    int n_models = 1;
+    if (dt_bench_config(which == DT_ARCH_LLAMA ? DT_ARCH_LLAMA : DT_ARCH_DIFF, &sz, &o, &cfgs[0], &err) != 0)
+        return config_error(err.msg);
+    if (which == -1) cfgs[n_models++] = dt_config_matched(&cfgs[0]); /* both: the DIFF model and its baseline */
 
     /* Sets the OpenMP ICV only (no threads start here); the children inherit it. */
     cli_set_threads(threads);
     const int n_threads = omp_get_max_threads();
 
-    dt_error err;
     probe_request q = {.sgemm = o.train, .bandwidth = o.decode};
     probe_result p = {.sgemm_gflops = NAN, .read_gbs = NAN};
     if ((q.sgemm || q.bandwidth) && dt_bench_isolated(run_probes, &q, &p, sizeof p, NULL, &err) != 0)

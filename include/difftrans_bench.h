@@ -95,6 +95,31 @@ typedef struct {
     double prof_total_s, region_us;
 } dt_bench_result;
 
+/* The sizes of the model dt_bench_config builds [defaults of dt_bench_sizes_default]. */
+typedef struct {
+    int hidden_size;             /* C [256] */
+    int num_hidden_layers;       /* L [4] */
+    int num_attention_heads;     /* H query heads; DIFF has H/2 differential heads of width 2·head_dim [8] */
+    int num_key_value_heads;     /* 0: num_attention_heads [0] */
+    int head_dim;                /* 0: hidden_size / num_attention_heads [0] */
+    int intermediate_size;       /* SwiGLU width F [704] */
+    int vocab_size;              /* [256] */
+} dt_bench_sizes;
+
+/* Fills s with the defaults above. */
+void dt_bench_sizes_default(dt_bench_sizes *s);
+/* The measurements' defaults: batch 8 × seq 256, 5 timed steps, 64 timed decode tokens, training,
+ * prefill and decoding all on, no profile, seed 1234, the float model, no progress callback. */
+void dt_bench_defaults(dt_bench_options *o);
+/* The config of the model dt_bench_model measures with o: arch (DT_ARCH_DIFF or DT_ARCH_LLAMA)
+ * of sizes s, every other field as the presets have it (dt_config_preset: rms_norm_eps, rope_theta,
+ * lambda_std_dev, untied embeddings, no special ids), max_position_embeddings the larger of
+ * o->seq and o->decode_tokens + 1 (the decoding stream's prompt and tokens). Refused, naming the
+ * config's keys, when head_dim cannot be derived (more heads than hidden_size) or
+ * dt_config_validate refuses the result (a DIFF model needs an even num_attention_heads, kv heads
+ * must divide it, head_dim must be even). The baseline of a DIFF config is dt_config_matched of it. */
+int dt_bench_config(dt_arch arch, const dt_bench_sizes *s, const dt_bench_options *o, dt_config *out, dt_error *err);
+
 /* The cost of starting and joining one empty OpenMP parallel region on all threads, µs (best of
  * 3 runs of 2000 regions). */
 double dt_bench_region_cost_us(void);

@@ -2,6 +2,7 @@
  * the machine's sgemm peak and memory read bandwidth to compare them with, and a fork helper
  * that runs each measurement in its own process (see difftrans_bench.h for why). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -70,6 +71,50 @@ double dt_bench_decode_weight_bytes(const dt_config *c, size_t n_params) {
     const double C = c->hidden_size, V = c->vocab_size;
     const double floats = c->tie_word_embeddings ? (double)n_params : (double)n_params - V * C + C;
     return 4 * floats;
+}
+
+/* ---------------------------------------------------------------- the model and the options */
+
+void dt_bench_sizes_default(dt_bench_sizes *s) {
+    *s = (dt_bench_sizes){.hidden_size = 256, .num_hidden_layers = 4, .num_attention_heads = 8,
+                          .intermediate_size = 704, .vocab_size = 256};
+}
+
+void dt_bench_defaults(dt_bench_options *o) {
+    *o = (dt_bench_options){.batch = 8, .seq = 256, .steps = 5, .decode_tokens = 64, .train = 1, .prefill = 1,
+                            .decode = 1, .seed = 1234, .quant = DT_QUANT_NONE};
+}
+
+int dt_bench_config(dt_arch arch, const dt_bench_sizes *s, const dt_bench_options *o, dt_config *out, dt_error *err) {
+    if (arch != DT_ARCH_DIFF && arch != DT_ARCH_LLAMA)
+        return dt_fail(err, "arch %s: the benchmark builds a diffllama or a llama model", dt_arch_name(arch));
+    /* a preset's config with the sizes replaced: every other field is what the presets give */
+    if (dt_config_preset(out, "tiny", arch, err) != 0) return -1;
+    const int heads = s->num_attention_heads;
+    int head_dim = s->head_dim;
+    if (head_dim == 0 && heads > 0) {
+        if (heads > s->hidden_size)
+            return dt_fail(err, "%s model: num_attention_heads %d is more than hidden_size %d: head_dim = hidden_size / "
+                                "num_attention_heads would be 0", dt_arch_name(arch), heads, s->hidden_size);
+        head_dim = s->hidden_size / heads;
+        /* RoPE rotates channel pairs; said here, where head_dim was derived, so that the message names
+         * what it was derived from */
+        if (head_dim % 2 != 0)
+            return dt_fail(err, "%s model: head_dim = hidden_size / num_attention_heads = %d / %d = %d is odd; RoPE "
+                                "needs an even head_dim", dt_arch_name(arch), s->hidden_size, heads, head_dim);
+    }
+    out->hidden_size = s->hidden_size;
+    out->num_hidden_layers = s->num_hidden_layers;
+    out->num_attention_heads = heads;
+    out->num_key_value_heads = s->num_key_value_heads ? s->num_key_value_heads : heads;
+    out->head_dim = head_dim;
+    out->intermediate_size = s->intermediate_size;
+    out->vocab_size = s->vocab_size;
+    const long positions = o->seq > (long)o->decode_tokens + 1 ? o->seq : (long)o->decode_tokens + 1;
+    out->max_position_embeddings = positions > INT_MAX ? INT_MAX : (int)positions;
+    char where[64];
+    snprintf(where, sizeof where, "%s model", dt_arch_name(arch));
+    return dt_config_validate(out, where, err);
 }
 
 /* ---------------------------------------------------------------- one model */

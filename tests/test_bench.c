@@ -1,0 +1,143 @@
+/* test_bench.c — the benchmark's model and options (dt_bench_config, dt_bench_defaults): the
+ * preset's fields around the given sizes, the derived widths, the context the measurements
+ * need, and refusals that name the config's keys. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "difftrans_bench.h"
+
+static void test_defaults(void **state) {
+    (void)state;
+    dt_bench_options o;
+    memset(&o, 0x5a, sizeof o); /* every field is set, none left over */
+    dt_bench_defaults(&o);
+    assert_int_equal(o.batch, 8);
+    assert_int_equal(o.seq, 256);
+    assert_int_equal(o.steps, 5);
+    assert_int_equal(o.decode_tokens, 64);
+    assert_true(o.train && o.prefill && o.decode);
+    assert_int_equal(o.profile, 0);
+    assert_int_equal(o.quant, DT_QUANT_NONE);
+    assert_int_equal(o.quant_lm_head, 0);
+    assert_true(o.seed == 1234);
+    assert_null(o.progress);
+    dt_bench_sizes s;
+    memset(&s, 0x5a, sizeof s);
+    dt_bench_sizes_default(&s);
+    assert_int_equal(s.hidden_size, 256);
+    assert_int_equal(s.num_hidden_layers, 4);
+    assert_int_equal(s.num_attention_heads, 8);
+    assert_int_equal(s.num_key_value_heads, 0);
+    assert_int_equal(s.head_dim, 0);
+    assert_int_equal(s.intermediate_size, 704);
+    assert_int_equal(s.vocab_size, 256);
+}
+
+/* The sizes given, the widths derived, everything else as a preset has it. */
+static void test_config_from_sizes(void **state) {
+    (void)state;
+    dt_bench_sizes s;
+    dt_bench_options o;
+    dt_bench_sizes_default(&s);
+    dt_bench_defaults(&o);
+    s.hidden_size = 96;
+    s.num_hidden_layers = 3;
+    s.num_attention_heads = 6;
+    s.intermediate_size = 200;
+    s.vocab_size = 300;
+    dt_config c, preset;
+    dt_error err;
+    if (dt_bench_config(DT_ARCH_DIFF, &s, &o, &c, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(dt_config_preset(&preset, "tiny", DT_ARCH_DIFF, &err), 0);
+    assert_int_equal(c.arch, DT_ARCH_DIFF);
+    assert_int_equal(c.hidden_size, 96);
+    assert_int_equal(c.num_hidden_layers, 3);
+    assert_int_equal(c.num_attention_heads, 6);
+    assert_int_equal(c.num_key_value_heads, 6); /* 0: as many as query heads */
+    assert_int_equal(c.head_dim, 16);           /* 0: hidden_size / heads */
+    assert_int_equal(c.intermediate_size, 200);
+    assert_int_equal(c.vocab_size, 300);
+    assert_int_equal(c.max_position_embeddings, 256); /* seq 256 > 64 decode tokens + 1 */
+    assert_true(c.rms_norm_eps == preset.rms_norm_eps);
+    assert_true(c.rope_theta == preset.rope_theta);
+    assert_true(c.lambda_std_dev == preset.lambda_std_dev);
+    assert_int_equal(c.tie_word_embeddings, preset.tie_word_embeddings);
+    assert_int_equal(c.special.bos_token_id, -1);
+    assert_int_equal(c.special.n_eos, 0);
+    /* given widths are kept */
+    s.num_key_value_heads = 2;
+    s.head_dim = 8;
+    if (dt_bench_config(DT_ARCH_LLAMA, &s, &o, &c, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(c.arch, DT_ARCH_LLAMA);
+    assert_int_equal(c.num_key_value_heads, 2);
+    assert_int_equal(c.head_dim, 8);
+}
+
+/* The context holds the prefill batch's sequences and the decoding stream, whichever is longer. */
+static void test_context_length(void **state) {
+    (void)state;
+    dt_bench_sizes s;
+    dt_bench_options o;
+    dt_bench_sizes_default(&s);
+    dt_bench_defaults(&o);
+    dt_config c;
+    dt_error err;
+    o.seq = 16;
+    o.decode_tokens = 100;
+    assert_int_equal(dt_bench_config(DT_ARCH_DIFF, &s, &o, &c, &err), 0);
+    assert_int_equal(c.max_position_embeddings, 101);
+    o.seq = 101;
+    assert_int_equal(dt_bench_config(DT_ARCH_DIFF, &s, &o, &c, &err), 0);
+    assert_int_equal(c.max_position_embeddings, 101);
+    o.seq = 102;
+    assert_int_equal(dt_bench_config(DT_ARCH_DIFF, &s, &o, &c, &err), 0);
+    assert_int_equal(c.max_position_embeddings, 102);
+}
+
+static void expect_refused(dt_arch arch, const dt_bench_sizes *s, const char *a, const char *b) {
+    dt_bench_options o;
+    dt_bench_defaults(&o);
+    dt_config c;
+    dt_error err = {{0}, 0};
+    assert_int_equal(dt_bench_config(arch, s, &o, &c, &err), -1);
+    if (!strstr(err.msg, a) || (b && !strstr(err.msg, b))) fail_msg("'%s' does not name %s and %s", err.msg, a, b ? b : "-");
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    dt_bench_sizes s;
+    dt_bench_sizes_default(&s);
+    s.num_attention_heads = 300; /* more heads than hidden_size 256: head_dim would be 0 */
+    expect_refused(DT_ARCH_DIFF, &s, "num_attention_heads 300", "hidden_size 256");
+    s.num_attention_heads = 3; /* 256 / 3 = 85: odd */
+    expect_refused(DT_ARCH_LLAMA, &s, "num_attention_heads", "85");
+    s.head_dim = 32; /* now even, but DIFF pairs its query heads */
+    expect_refused(DT_ARCH_DIFF, &s, "num_attention_heads", NULL);
+    dt_bench_options o;
+    dt_bench_defaults(&o);
+    dt_config c;
+    dt_error err;
+    if (dt_bench_config(DT_ARCH_LLAMA, &s, &o, &c, &err) != 0) fail_msg("3 heads of 32 for the baseline: %s", err.msg);
+    dt_bench_sizes_default(&s);
+    s.num_key_value_heads = 3; /* 8 heads in groups of 3 */
+    expect_refused(DT_ARCH_DIFF, &s, "num_key_value_heads", NULL);
+    dt_bench_sizes_default(&s);
+    s.vocab_size = 0;
+    expect_refused(DT_ARCH_DIFF, &s, "vocab_size", NULL);
+    dt_bench_sizes_default(&s);
+    expect_refused(DT_ARCH_DIFF_V2, &s, "difftrans_v2", NULL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_config_from_sizes),
+        cmocka_unit_test(test_context_length),
+        cmocka_unit_test(test_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
