@@ -37,16 +37,17 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
     dt_error err;
     dt_an_wq_scheme schemes[DT_AN_WQ_MAX_SCHEMES];
     int ns = 0;
-    if (dt_an_wq_parse_schemes(o->schemes, o->alpha, schemes, &ns, &err) != 0) return cli_error(cmd, "--schemes: %s", err.msg);
+    if (dt_an_wq_parse_schemes(o->schemes, o->alpha, schemes, &ns, &err) != 0)
+        return cli_error_code(cmd, err.code, "--schemes: %s", err.msg);
     int *tok = NULL, *cal = NULL;
     size_t ntok = 0, ncal = 0;
     if (dt_models_text((const char *const *)dirs, n, o->data, &tok, &ntok, &err) != 0)
-        return cli_error(cmd, "--data: %s", err.msg);
+        return cli_error_code(cmd, err.code, "--data: %s", err.msg);
     /* held out: the last tenth of --data (what `train` holds out); calibration: the rest, or --calib */
     const size_t split = ntok - ntok / 10;
     if (o->calib && dt_models_text((const char *const *)dirs, n, o->calib, &cal, &ncal, &err) != 0) {
         free(tok);
-        return cli_error(cmd, "--calib: %s", err.msg);
+        return cli_error_code(cmd, err.code, "--calib: %s", err.msg);
     }
     dt_an_wq_params p = {.eval_tokens = tok + split, .eval_n = ntok - split, .seq = o->seq, .windows = o->windows,
                       .calib_tokens = cal ? cal : tok, .calib_n = cal ? ncal : split,
@@ -55,7 +56,8 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
     dt_needle_testset ts = {0};
     int rc = 0;
     if (o->needle) {
-        if (dt_needle_load_testset(&ts, o->needle, &err) != 0) rc = cli_error(cmd, "--needle: %s", err.msg);
+        if (dt_needle_load_testset(&ts, o->needle, &err) != 0)
+            rc = cli_error_code(cmd, err.code, "--needle: %s", err.msg);
         else p.needle = &ts;
     }
     if (rc == 0 && ntok - split < (size_t)o->seq + 1)
@@ -64,10 +66,10 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
     dt_model *models = calloc((size_t)n, sizeof *models);
     dt_an_wq_row *rows = calloc((size_t)n * (ns + 1), sizeof *rows);
     int loaded = 0;
-    if (rc == 0 && (!models || !rows)) rc = cli_error(cmd, "out of memory");
+    if (rc == 0 && (!models || !rows)) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     for (; rc == 0 && loaded < n; loaded++) {
         if (dt_model_load(&models[loaded], dirs[loaded], &err) != 0) {
-            rc = cli_error(cmd, "%s", err.msg);
+            rc = cli_fail(cmd, &err);
             break;
         }
         if (dt_model_quant_scheme(&models[loaded], NULL) != DT_QUANT_NONE)
@@ -80,7 +82,7 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
             fprintf(stderr, "analyze quantize: %s (%d scheme(s))\n", dirs[loaded], ns);
             p.needle_tok = dt_model_tok(&models[loaded]); /* the needle texts go through the model's tokenizer */
             if (dt_an_wq_run(&models[loaded], &p, schemes, ns, &rows[(size_t)loaded * (ns + 1)], &err) != 0)
-                rc = cli_error(cmd, "%s: %s", dirs[loaded], err.msg);
+                rc = cli_error_code(cmd, err.code, "%s: %s", dirs[loaded], err.msg);
         }
         if (rc != 0) {
             loaded++; /* free this one too */
@@ -112,8 +114,8 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
                 ok = e && r && cJSON_AddItemToArray(arr, e) && cJSON_AddStringToObject(e, "model", dirs[i]) &&
                      cJSON_AddStringToObject(e, "arch", arch_label(&models[i])) && cJSON_AddItemToObject(e, "schemes", r);
             }
-            if (!ok) rc = cli_error(cmd, "%s: out of memory building the JSON", o->json);
-            else if (dt_an_write_json(o->json, root, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+            if (!ok) rc = cli_error_code(cmd, DT_ERR_NOMEM, "%s: out of memory building the JSON", o->json);
+            else if (dt_an_write_json(o->json, root, &err) != 0) rc = cli_fail(cmd, &err);
             cJSON_Delete(root);
         }
     }

@@ -29,8 +29,18 @@ int cmd_tokenizer(int argc, char **argv);
 int parse_int(const char *cmd, const char *name, const char *s, long lo, long hi, int *out);
 int parse_u64(const char *cmd, const char *name, const char *s, uint64_t *out);
 int parse_float(const char *cmd, const char *name, const char *s, double lo, double hi, float *out);
-/* Prints "difftrans CMD: message" to stderr and returns 1 (the exit status). */
+/* Exit statuses: 0 success; a failure exits with the code of the first library error reported
+ * through cli_fail / cli_error_code (DT_ERR_INVALID 1, FORMAT 2, IO 3, NOMEM 4, UNSUPPORTED 5,
+ * DIVERGED 6), or 1 (usage, a bad argument) when none was; 7 is a data-parallel job that
+ * MPI_Abort ended (dist/comm.c). README.md "Exit status" and `difftrans --help` say the same. */
+/* Prints "difftrans CMD: message" to stderr and returns 1 (the exit status of a bad argument). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The same for a failure of the given kind: the process exits with its status unless an earlier
+ * failure set one. Returns that code's status. */
+int cli_error_code(const char *cmd, dt_errcode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prints a library error ("difftrans CMD: err->msg"; nothing for an empty message, which another
+ * rank of a data-parallel job reported) and exits with its code, as cli_error_code. */
+int cli_fail(const char *cmd, const dt_error *err);
 /* Reports a getopt failure (unknown option, missing value) and returns 1. */
 int cli_bad_option(const char *cmd, int argc, char **argv);
 /* --arch diff|diffllama|transformer|llama; prints the error and returns -1 otherwise. */

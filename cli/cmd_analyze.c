@@ -108,8 +108,8 @@ static const char *arch_name(int arch) {
 
 static int write_json(const char *cmd, const char *path, cJSON *o) {
     dt_error err;
-    if (!o) return cli_error(cmd, "%s: out of memory building the JSON", path);
-    if (dt_an_write_json(path, o, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (!o) return cli_error_code(cmd, DT_ERR_NOMEM, "%s: out of memory building the JSON", path);
+    if (dt_an_write_json(path, o, &err) != 0) return cli_fail(cmd, &err);
     return 0;
 }
 
@@ -132,7 +132,7 @@ static int load_models(const char *cmd, char **dirs, int n, dt_model *models, co
     for (int i = 0; i < n; i++) {
         if (dt_model_load(&models[i], dirs[i], &err) != 0) {
             for (int j = 0; j < i; j++) dt_model_free(&models[j]);
-            return -(cli_error(cmd, "%s", err.msg) != 0);
+            return -(cli_fail(cmd, &err) != 0);
         }
         if (toks) toks[i] = dt_model_tok(&models[i]);
         if (seq_needed && *seq > models[i].cfg.max_position_embeddings) {
@@ -150,7 +150,7 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
     size_t ntok = 0;
     dt_error err;
     if (dt_models_text((const char *const *)dirs, n, op->data, &tok, &ntok, &err) != 0)
-        return cli_error(cmd, "--data: %s", err.msg);
+        return cli_error_code(cmd, err.code, "--data: %s", err.msg);
     if (ntok < (size_t)op->seq) {
         free(tok);
         return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq %d", op->data, ntok, op->seq);
@@ -159,13 +159,13 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
     dt_an_outliers *res = calloc((size_t)n, sizeof *res);
     int seq = op->seq, rc = 0, done = 0;
     if (!models || !res)
-        rc = cli_error(cmd, "out of memory");
+        rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     else if (load_models(cmd, dirs, n, models, NULL, 1, &seq) != 0)
         rc = 1;
     else {
         for (; done < n; done++)
             if (dt_an_outliers_run(&models[done], tok, ntok, seq, op->batches, &res[done], &err) != 0) {
-                rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
+                rc = cli_error_code(cmd, err.code, "%s: %s", dirs[done], err.msg);
                 break;
             }
         if (rc == 0) {
@@ -203,7 +203,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     size_t ntok = 0;
     dt_error err;
     if (dt_models_text((const char *const *)dirs, n, op->data, &tok, &ntok, &err) != 0)
-        return cli_error(cmd, "--data: %s", err.msg);
+        return cli_error_code(cmd, err.code, "--data: %s", err.msg);
     if (ntok < (size_t)op->seq + 1) {
         free(tok);
         return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq + 1 = %d", op->data, ntok, op->seq + 1);
@@ -211,7 +211,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     dt_needle_testset ts = {0};
     if (op->needle && dt_needle_load_testset(&ts, op->needle, &err) != 0) {
         free(tok);
-        return cli_error(cmd, "--needle: %s", err.msg);
+        return cli_error_code(cmd, err.code, "--needle: %s", err.msg);
     }
     const int R = op->n_bits + 1; /* row 0: unquantised */
     dt_model *models = calloc((size_t)n, sizeof *models);
@@ -219,7 +219,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int seq = op->seq, rc = 0;
     if (!models || !rows || !toks)
-        rc = cli_error(cmd, "out of memory");
+        rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     else if (load_models(cmd, dirs, n, models, toks, 1, &seq) != 0)
         rc = 1;
     else {
@@ -232,10 +232,10 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                     .kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits, .logit_per_row = op->per_row};
                 if (dt_an_eval_text(&models[i], &o, tok, ntok, seq, op->batches, &q->loss, &q->accuracy, &q->count,
                                  &err) != 0)
-                    rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
+                    rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
                 else if (op->needle && dt_an_needle_exact(&models[i], toks[i], &o, &ts, op->max_samples, &q->needle_correct,
                                                        &q->needle_total, &err) != 0)
-                    rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
+                    rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
             }
         if (rc == 0) {
             const char *scale = op->per_row ? "per query row" : "per head map";
@@ -291,19 +291,20 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
 static int run_allocation(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     dt_needle_testset ts = {0};
-    if (dt_needle_load_testset(&ts, op->needle, &err) != 0) return cli_error(cmd, "--needle: %s", err.msg);
+    if (dt_needle_load_testset(&ts, op->needle, &err) != 0)
+        return cli_error_code(cmd, err.code, "--needle: %s", err.msg);
     dt_model *models = calloc((size_t)n, sizeof *models);
     dt_an_allocation *res = calloc((size_t)n, sizeof *res);
     const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
     if (!models || !res || !toks)
-        rc = cli_error(cmd, "out of memory");
+        rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     else if (load_models(cmd, dirs, n, models, toks, 0, &seq) != 0)
         rc = 1;
     else {
         for (int i = 0; i < n && rc == 0; i++)
             if (dt_an_allocation_run(&models[i], toks[i], &ts, op->max_samples, &res[i], &err) != 0)
-                rc = cli_error(cmd, "%s: %s", dirs[i], err.msg);
+                rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
         if (rc == 0) {
             printf("analyze allocation: %s, %d sample(s), %d query row(s) (the position predicting the first answer "
                    "byte or token)\n",
@@ -370,7 +371,7 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     dt_icl_result *res = calloc((size_t)n, sizeof *res);
     const dt_tok **toks = calloc((size_t)n, sizeof *toks);
     int rc = 0, seq = 0;
-    if (!models || !res || !toks) rc = cli_error(cmd, "out of memory");
+    if (!models || !res || !toks) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     else if (load_models(cmd, dirs, n, models, toks, 0, &seq) != 0) {
         free(models);
         models = NULL;
@@ -380,7 +381,8 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     for (; rc == 0 && done < n; done++) {
         fprintf(stderr, "analyze icl: %s (%d orders × %d queries)\n", dirs[done], op->icl.permutations,
                 op->icl.queries);
-        if (dt_icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0) rc = cli_error(cmd, "%s: %s", dirs[done], err.msg);
+        if (dt_icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0)
+            rc = cli_error_code(cmd, err.code, "%s: %s", dirs[done], err.msg);
     }
     if (rc == 0) {
         printf("analyze icl: %d shots, %d orders, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,
@@ -417,20 +419,20 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     double *params = calloc((size_t)n, sizeof(double)), *loss = calloc((size_t)n, sizeof(double));
     int *arch = calloc((size_t)n, sizeof(int)), rc = 0;
-    if (!params || !loss || !arch) rc = cli_error(cmd, "out of memory");
+    if (!params || !loss || !arch) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     for (int i = 0; rc == 0 && i < n; i++) {
         dt_an_training t;
         char path[4200];
         dt_config c;
         snprintf(path, sizeof path, "%s/config.json", dirs[i]);
         if (dt_config_load(&c, path, &err) != 0) {
-            rc = cli_error(cmd, "%s", err.msg);
+            rc = cli_fail(cmd, &err);
             break;
         }
         params[i] = (double)dt_config_param_count(&c);
         arch[i] = c.arch;
         if (dt_an_training_load(dirs[i], &t, &err) != 0) {
-            rc = cli_error(cmd, "%s", err.msg);
+            rc = cli_fail(cmd, &err);
             break;
         }
         loss[i] = t.final_val_loss;
@@ -475,7 +477,7 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             rc = write_json(cmd, op->json, root);
             cJSON_Delete(root);
         }
-        if (!is_diff) rc = cli_error(cmd, "out of memory");
+        if (!is_diff) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
         free(is_diff);
     }
     free(params);
@@ -488,10 +490,10 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
     dt_error err;
     dt_an_training *res = calloc((size_t)n, sizeof *res);
     int rc = 0, done = 0;
-    if (!res) return cli_error(cmd, "out of memory");
+    if (!res) return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     for (; done < n; done++)
         if (dt_an_training_load(dirs[done], &res[done], &err) != 0) {
-            rc = cli_error(cmd, "%s", err.msg);
+            rc = cli_fail(cmd, &err);
             break;
         }
     if (rc == 0) {

@@ -117,7 +117,7 @@ static int run_probes(void *arg, void *out, dt_error *err) {
         p->read_gbs = dt_bench_read_bandwidth(&p->read_bytes);
     }
     if ((q->sgemm && !isfinite(p->sgemm_gflops)) || (q->bandwidth && !isfinite(p->read_gbs)))
-        return dt_fail(err, "out of memory for the machine probes");
+        return dt_fail_oom(err, "out of memory for the machine probes");
     return 0;
 }
 
@@ -138,7 +138,8 @@ static int parse_quant_list(const char *s, dt_quant_scheme *out, int *n) {
         dt_error err;
         if (*n == 8) return -(cli_error(CMD, "--quant '%s': more than 8 schemes", s) != 0);
         if (!strcmp(item, "f32")) out[(*n)++] = DT_QUANT_NONE;
-        else if (dt_quant_scheme_parse(item, &out[*n], &err) != 0) return -(cli_error(CMD, "--quant: %s", err.msg) != 0);
+        else if (dt_quant_scheme_parse(item, &out[*n], &err) != 0)
+            return -(cli_error_code(CMD, err.code, "--quant: %s", err.msg) != 0);
         else (*n)++;
     }
     if (*n == 0) return -(cli_error(CMD, "--quant '%s': no scheme", s) != 0);
@@ -439,7 +440,7 @@ int cmd_bench(int argc, char **argv) {
     probe_request q = {.sgemm = o.train, .bandwidth = o.decode};
     probe_result p = {.sgemm_gflops = NAN, .read_gbs = NAN};
     if ((q.sgemm || q.bandwidth) && dt_bench_isolated(run_probes, &q, &p, sizeof p, NULL, &err) != 0)
-        return cli_error(CMD, "%s", err.msg);
+        return cli_fail(CMD, &err);
     if (!json_only) {
         cli_print_system(stdout, "");
         printf("machine: %d threads", n_threads);
@@ -463,7 +464,7 @@ int cmd_bench(int argc, char **argv) {
         dt_bench_result r;
         double rss = NAN;
         if (dt_bench_isolated(run_model, &job, &r, sizeof r, &rss, &err) != 0) {
-            rc = cli_error(CMD, "%s: %s", arch_name(c), err.msg);
+            rc = cli_error_code(CMD, err.code, "%s: %s", arch_name(c), err.msg);
             continue;
         }
         r.peak_rss_mb = rss;

@@ -220,7 +220,7 @@ int cmd_compare(int argc, char **argv) {
     dt_error err;
     int rc = dt_cmp_run(&o, &err);
     if (!quiet && ps.tty) fputc('\n', stderr);
-    if (rc != 0) return cli_error(cmd, "%s", err.msg);
+    if (rc != 0) return cli_fail(cmd, &err);
     printf("compare: wrote %s/REPORT.md and %s/report.json\n", out, out);
     return 0;
 }

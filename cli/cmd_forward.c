@@ -46,9 +46,9 @@ int cmd_forward(int argc, char **argv) {
 
     dt_model m;
     dt_error err;
-    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);
     int *ids = NULL, B = 0, T = 0, rc = 0;
-    if (dt_ids_read(input, m.cfg.vocab_size, &ids, &B, &T, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (dt_ids_read(input, m.cfg.vocab_size, &ids, &B, &T, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0 && T > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "%s: sequences of %d tokens exceed max_position_embeddings %d", input, T,
                        m.cfg.max_position_embeddings);
@@ -67,12 +67,12 @@ int cmd_forward(int argc, char **argv) {
         logits = malloc(N * V * sizeof(float));
         g = grads ? calloc(m.n_params, sizeof(float)) : NULL;
         entries = calloc((size_t)m.n_tensors + 2, sizeof *entries);
-        if (!targets || !logits || (grads && !g) || !entries) rc = cli_error(cmd, "out of memory");
+        if (!targets || !logits || (grads && !g) || !entries) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     }
-    if (rc == 0 && !(rs = dt_runstate_create(&m, B, T, &err))) rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0 && !(rs = dt_runstate_create(&m, B, T, &err))) rc = cli_fail(cmd, &err);
     if (rc == 0) {
         for (size_t i = 0; i < N; i++) targets[i] = (i % T) + 1 < (size_t)T ? ids[i + 1] : -1;
-        if (dt_forward(&m, rs, ids, targets, B, T, &loss, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        if (dt_forward(&m, rs, ids, targets, B, T, &loss, &err) != 0) rc = cli_fail(cmd, &err);
     }
     if (rc == 0) {
         if (T < 2) loss = NAN; /* no position has a next token */
@@ -88,8 +88,8 @@ int cmd_forward(int argc, char **argv) {
             entries[n++] = (dt_st_entry){.name = names[i], .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
                                          .data = g + t->offset};
         }
-        if (grads && !names) rc = cli_error(cmd, "out of memory");
-        else if (dt_st_write_f32(output, entries, n, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        if (grads && !names) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
+        else if (dt_st_write_f32(output, entries, n, &err) != 0) rc = cli_fail(cmd, &err);
         free(names);
     }
     dt_runstate_free(rs);

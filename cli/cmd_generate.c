@@ -29,7 +29,7 @@ static void help(void) {
 static int parse_ids(const char *s, int V, int **ids, int *n) {
     size_t cap = strlen(s) / 2 + 1;
     int *out = malloc(cap * sizeof(int)), count = 0;
-    if (!out) return cli_error("generate", "out of memory");
+    if (!out) return cli_error_code("generate", DT_ERR_NOMEM, "out of memory");
     while (*s) {
         while (isspace((unsigned char)*s)) s++;
         if (!*s) break;
@@ -139,12 +139,13 @@ int cmd_generate(int argc, char **argv) {
 
     dt_model m;
     dt_error err;
-    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);
     const dt_tok *tok = dt_model_tok(&m); /* NULL for a byte-level model */
     int *ids = NULL, n_prompt = 0, rc = 0;
     size_t n = 0;
     if (prompt_ids) rc = parse_ids(prompt_ids, m.cfg.vocab_size, &ids, &n_prompt);
-    else if (dt_model_encode_prompt(&m, prompt ? prompt : "", &ids, &n, &err) != 0) rc = cli_error(cmd, "--prompt: %s", err.msg);
+    else if (dt_model_encode_prompt(&m, prompt ? prompt : "", &ids, &n, &err) != 0)
+        rc = cli_error_code(cmd, err.code, "--prompt: %s", err.msg);
     else n_prompt = (int)n;
     if (rc == 0 && n_prompt == 0) rc = cli_error(cmd, "--prompt-ids: no token ids given");
     if (rc == 0 && (long)n_prompt + n_gen > m.cfg.max_position_embeddings)
@@ -152,7 +153,7 @@ int cmd_generate(int argc, char **argv) {
                        m.cfg.max_position_embeddings);
     if (rc == 0 && kv_dtype != DT_KV_F32) {
         dt_kvcache *kc = dt_kvcache_create_with(&m, n_prompt + n_gen, kv_dtype, &err);
-        if (!kc) rc = cli_error(cmd, "%s", err.msg);
+        if (!kc) rc = cli_fail(cmd, &err);
         else
             fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", n_prompt + n_gen,
                     dt_kvcache_bytes(kc) / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
@@ -165,7 +166,7 @@ int cmd_generate(int argc, char **argv) {
         /* the prompt as typed; ids given by number are shown decoded */
         char *text;
         size_t len;
-        if (dt_model_decode(&m, ids, (size_t)n_prompt, 1, &text, &len, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        if (dt_model_decode(&m, ids, (size_t)n_prompt, 1, &text, &len, &err) != 0) rc = cli_fail(cmd, &err);
         else {
             if (prompt) fwrite(prompt, 1, strlen(prompt), stdout);
             else fwrite(text, 1, len, stdout);
@@ -185,16 +186,16 @@ int cmd_generate(int argc, char **argv) {
     go.ctx = &ts;
     int *out = rc == 0 ? malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof *out) : NULL;
     dt_generate_result res;
-    if (rc == 0 && !out) rc = cli_error(cmd, "out of memory");
-    if (rc == 0 && dt_generate(&m, ids, n_prompt, &go, out, &res, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
-    else if (rc == 0 && ts.failed) rc = cli_error(cmd, "%s", ts.err.msg);
+    if (rc == 0 && !out) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
+    if (rc == 0 && dt_generate(&m, ids, n_prompt, &go, out, &res, &err) != 0) rc = cli_fail(cmd, &err);
+    else if (rc == 0 && ts.failed) rc = cli_fail(cmd, &ts.err);
     if (rc == 0 && tok && !print_ids) {
         int *all = malloc((size_t)(n_prompt + res.n_generated) * sizeof *all);
-        if (!all) rc = cli_error(cmd, "out of memory");
+        if (!all) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
         else {
             memcpy(all, ids, (size_t)n_prompt * sizeof *all);
             memcpy(all + n_prompt, out, (size_t)res.n_generated * sizeof *all);
-            if (stream_text(&ts, all, n_prompt + res.n_generated, 1) != 0) rc = cli_error(cmd, "%s", ts.err.msg);
+            if (stream_text(&ts, all, n_prompt + res.n_generated, 1) != 0) rc = cli_fail(cmd, &ts.err);
             free(all);
         }
     }

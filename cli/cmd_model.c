@@ -69,9 +69,9 @@ int cmd_init(int argc, char **argv) {
     if (ablations && cli_apply_ablations(cmd, ablations, &cfg) != 0) return 1;
     dt_model m;
     dt_error err;
-    if (dt_model_create(&m, &cfg, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_model_create(&m, &cfg, &err) != 0) return cli_fail(cmd, &err);
     dt_model_init_random(&m, seed);
-    int rc = dt_model_save_with(&m, out, &save, &err) != 0 ? cli_error(cmd, "%s", err.msg) : 0;
+    int rc = dt_model_save_with(&m, out, &save, &err) != 0 ? cli_fail(cmd, &err) : 0;
     if (rc == 0) {
         char what[96];
         dt_config_describe(&cfg, what, sizeof what);
@@ -101,7 +101,7 @@ int cmd_info(int argc, char **argv) {
         return cli_error(cmd, "expected one MODEL_DIR or --system (see difftrans info --help)");
     dt_model m;
     dt_error err;
-    if (dt_model_load(&m, argv[1], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_model_load(&m, argv[1], &err) != 0) return cli_fail(cmd, &err);
     const dt_tok *tok = dt_model_tok(&m); /* NULL: byte-level */
     const dt_config *c = &m.cfg;
     printf("model:      %s\n", argv[1]);
@@ -193,24 +193,24 @@ int cmd_eval(int argc, char **argv) {
     cli_set_threads(threads);
     dt_model m;
     dt_error err;
-    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);
     int *tokens = NULL, rc = 0;
     size_t n = 0, scored = 0;
     double loss = 0, bytes_per_token = 1;
     if (dataset) {
         dt_tokens_summary ts;
         if (dt_tokens_info(dataset, &ts, &err) != 0 || dt_tokens_load(dataset, "val", m.cfg.vocab_size, &tokens, &n, &err) != 0)
-            rc = cli_error(cmd, "%s", err.msg);
+            rc = cli_fail(cmd, &err);
         else bytes_per_token = (double)ts.bytes / (double)(ts.tokens[0] + ts.tokens[1]);
     } else {
         size_t bytes = 0;
-        if (dt_model_text_tokens(&m, data, &tokens, &n, &bytes, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+        if (dt_model_text_tokens(&m, data, &tokens, &n, &bytes, &err) != 0) rc = cli_fail(cmd, &err);
         else bytes_per_token = n ? (double)bytes / (double)n : 1;
     }
     const char *what = dataset ? dataset : data;
     if (rc == 0 && n < 2) rc = cli_error(cmd, "%s: too short to evaluate (%zu token%s)", what, n, n == 1 ? "" : "s");
     if (rc == 0 && dt_eval_tokens(&m, tokens, n, batch, seq, &loss, &scored, &err) != 0)
-        rc = cli_error(cmd, "%s", err.msg);
+        rc = cli_fail(cmd, &err);
     if (rc == 0)
         printf("%s on %s: loss %.4f per token | perplexity %.3f | %.4f bits per byte | %zu tokens scored "
                "(%.3f bytes per token)\n",
@@ -260,9 +260,9 @@ int cmd_export(int argc, char **argv) {
     if (optind != argc - 2) return cli_error(cmd, "expected MODEL_DIR OUT_DIR (see difftrans export --help)");
     dt_model m;
     dt_error err;
-    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);
     int rc = 0; /* the vocabulary goes with the model */
-    if (dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], save.hf_export ? " (Hugging Face layout)" : "");
     dt_model_free(&m);
     return rc;

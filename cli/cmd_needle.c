@@ -145,13 +145,13 @@ static int needle_generate(int argc, char **argv) {
     if (!corpus_path || !out) return cli_error(cmd, "--corpus FILE and --out DIR are required");
     if (p.queries > p.needles) return cli_error(cmd, "--queries %d: more than --needles %d", p.queries, p.needles);
     dt_error err;
-    if (dt_needle_params_validate(&p, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_needle_params_validate(&p, &err) != 0) return cli_fail(cmd, &err);
 
     dt_needle_corpus corpus;
-    if (dt_needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_fail(cmd, &err);
     int rc = dt_needle_write_dataset(&p, &corpus, corpus_path, out, &err);
     dt_needle_corpus_free(&corpus);
-    if (rc != 0) return cli_error(cmd, "%s", err.msg);
+    if (rc != 0) return cli_fail(cmd, &err);
     printf("wrote %s/train.txt (%d samples), %s/test.jsonl (%d samples), %s/needle.json\n", out, p.n_train, out,
            p.n_test, out);
     printf("cells: %d context lengths x %d depths, %d needles, %d queries per sample, seed %llu\n", p.n_contexts,
@@ -238,15 +238,15 @@ static cJSON *results_json(const char *model_dir, const dt_tok *tok, const dt_ne
 
 static int write_json(const char *cmd, const char *path, cJSON *o) {
     char *text = cJSON_Print(o);
-    if (!text) return cli_error(cmd, "%s: out of memory", path);
+    if (!text) return cli_error_code(cmd, DT_ERR_NOMEM, "%s: out of memory", path);
     dt_atomic_file f;
     dt_error err;
     int rc = 0;
-    if (dt_atomic_open(&f, path, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (dt_atomic_open(&f, path, &err) != 0) rc = cli_fail(cmd, &err);
     else if (fputs(text, f.fp) == EOF || fputc('\n', f.fp) == EOF) {
-        rc = cli_error(cmd, "%s: write failed: %s", path, strerror(errno));
+        rc = cli_error_code(cmd, DT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
         dt_atomic_abort(&f);
-    } else if (dt_atomic_commit(&f, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    } else if (dt_atomic_commit(&f, &err) != 0) rc = cli_fail(cmd, &err);
     free(text);
     return rc;
 }
@@ -281,17 +281,17 @@ static int needle_evaluate(int argc, char **argv) {
 
     dt_error err;
     dt_needle_testset ts;
-    if (dt_needle_load_testset(&ts, data, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_needle_load_testset(&ts, data, &err) != 0) return cli_fail(cmd, &err);
     dt_model m;
     if (dt_model_load(&m, model_dir, &err) != 0) {
         dt_needle_testset_free(&ts);
-        return cli_error(cmd, "%s", err.msg);
+        return cli_fail(cmd, &err);
     }
     const dt_tok *tok = dt_model_tok(&m); /* NULL: a byte-level model */
     progress_state ps = {.tty = isatty(2), .last_tenth = 0};
     dt_needle_results r;
     int rc = 0;
-    if (dt_needle_eval(&m, tok, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (dt_needle_eval(&m, tok, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0) {
         int n_queries = 0;
         for (int i = 0; i < ts.n; i++) n_queries += ts.samples[i].n_queries;
@@ -306,7 +306,7 @@ static int needle_evaluate(int argc, char **argv) {
         printf("%8s %6s %8d %8d %8d %9.3f\n", "overall", "", ts.n, r.total, r.correct, ratio(r.correct, r.total));
         if (json) {
             cJSON *o = results_json(model_dir, tok, &ts, &r);
-            if (!o) rc = cli_error(cmd, "%s: out of memory", json);
+            if (!o) rc = cli_error_code(cmd, DT_ERR_NOMEM, "%s: out of memory", json);
             else rc = write_json(cmd, json, o);
             cJSON_Delete(o);
         }

@@ -63,7 +63,8 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (optind != argc - 2) return cli_error(cmd, "expected MODEL_DIR OUT_DIR (see difftrans quantize --help)");
     if (!scheme) return cli_error(cmd, "--scheme is required: q8_0, q4_0 or w8a8");
-    if (dt_quant_scheme_parse(scheme, &o.scheme, &err) != 0) return cli_error(cmd, "--scheme: %s", err.msg);
+    if (dt_quant_scheme_parse(scheme, &o.scheme, &err) != 0)
+        return cli_error_code(cmd, err.code, "--scheme: %s", err.msg);
     if (o.scheme != DT_QUANT_W8A8 && (o.dynamic_activations || o.smooth_alpha >= 0))
         return cli_error(cmd, "--dynamic and --smooth apply to w8a8 only (%s keeps activations float)", scheme);
     if (o.scheme == DT_QUANT_W8A8 && !o.calib_path && (!o.dynamic_activations || o.smooth_alpha >= 0))
@@ -72,14 +73,14 @@ int cmd_quantize(int argc, char **argv) {
     cli_set_threads(threads);
     const char *in = argv[optind], *out = argv[optind + 1];
     dt_model m;
-    if (dt_model_load(&m, in, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_model_load(&m, in, &err) != 0) return cli_fail(cmd, &err);
     int rc = 0;
     if (dt_model_quant_scheme(&m, NULL) != DT_QUANT_NONE)
         rc = cli_error(cmd, "%s is already quantised: quantise the float model it was made from", in);
     if (rc == 0 && !seq_given && o.calib_seq > m.cfg.max_position_embeddings) o.calib_seq = m.cfg.max_position_embeddings;
     const size_t before = dt_model_decode_bytes(&m);
-    if (rc == 0 && dt_model_quantize(&m, &o, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
-    if (rc == 0 && dt_model_save(&m, out, 0, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0 && dt_model_quantize(&m, &o, &err) != 0) rc = cli_fail(cmd, &err);
+    if (rc == 0 && dt_model_save(&m, out, 0, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0)
         printf("wrote %s: %s, weights read per decoded token %.2f MB (float32: %.2f MB, %.2fx smaller)\n", out,
                scheme, dt_model_decode_bytes(&m) / 1e6, before / 1e6, (double)before / dt_model_decode_bytes(&m));

@@ -40,7 +40,7 @@ int cmd_tokenize(int argc, char **argv) {
     dt_tokenize_options o;
     dt_tokenize_defaults(&o);
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    if (!inputs) return cli_error(cmd, "out of memory");
+    if (!inputs) return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     int n_inputs = 0, threads = 0, rc = 0;
     optind = 1;
     opterr = 0;
@@ -89,7 +89,7 @@ int cmd_tokenize(int argc, char **argv) {
     o.n_inputs = n_inputs;
     dt_tokenize_stats st;
     dt_error err;
-    if (dt_tokenize(&o, &st, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (dt_tokenize(&o, &st, &err) != 0) rc = cli_fail(cmd, &err);
     free(inputs);
     if (rc != 0) return rc;
     uint64_t total = st.tokens[0] + st.tokens[1];

@@ -68,7 +68,7 @@ static int read_all(FILE *fp, char **out, size_t *len) {
 static int load(const char *cmd, const char *path, dt_tok **tok) {
     dt_error err;
     if (!path) return cli_error(cmd, "--tokenizer PATH is required (see difftrans tokenizer --help)");
-    if (dt_tok_load(tok, path, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_tok_load(tok, path, &err) != 0) return cli_fail(cmd, &err);
     return 0;
 }
 
@@ -137,7 +137,7 @@ static int cmd_encode(int argc, char **argv) {
     size_t len;
     if (read_all(stdin, &text, &len) != 0) {
         dt_tok_free(tok);
-        return cli_error(cmd, "stdin: read failed: %s", strerror(errno));
+        return cli_error_code(cmd, DT_ERR_IO, "stdin: read failed: %s", strerror(errno));
     }
     dt_error err;
     int32_t *ids = NULL;
@@ -149,7 +149,9 @@ static int cmd_encode(int argc, char **argv) {
         fprintf(stderr, "{\"load_s\": %.4f, \"encode_s\": %.4f, \"bytes\": %zu, \"tokens\": %zu, \"threads\": %d, "
                         "\"mb_per_s\": %.2f}\n",
                 t_load, t_enc, len, n, threads, t_enc > 0 ? len / t_enc / 1e6 : 0.0);
-    if (rc != 0) rc = !strncmp(err.msg, "text:", 5) ? cli_error(cmd, "stdin%s", err.msg + 4) : cli_error(cmd, "%s", err.msg);
+    if (rc != 0)
+        rc =
+            !strncmp(err.msg, "text:", 5) ? cli_error_code(cmd, err.code, "stdin%s", err.msg + 4) : cli_fail(cmd, &err);
     else if (write_ids(ids, n) != 0) rc = cli_error(cmd, "stdout: write failed");
     free(ids);
     free(text);
@@ -161,7 +163,7 @@ static int cmd_encode(int argc, char **argv) {
 static int parse_ids(const char *cmd, const char *s, size_t len, int32_t **out, size_t *n_out) {
     size_t cap = 1024, n = 0;
     int32_t *ids = malloc(cap * sizeof *ids);
-    if (!ids) return cli_error(cmd, "out of memory");
+    if (!ids) return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     size_t i = 0;
     while (i < len) {
         while (i < len && (s[i] == ' ' || s[i] == '\n' || s[i] == '\t' || s[i] == '\r')) i++;
@@ -183,7 +185,7 @@ static int parse_ids(const char *cmd, const char *s, size_t len, int32_t **out, 
             int32_t *p = realloc(ids, 2 * cap * sizeof *p);
             if (!p) {
                 free(ids);
-                return cli_error(cmd, "out of memory");
+                return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
             }
             ids = p;
             cap *= 2;
@@ -223,7 +225,7 @@ static int cmd_decode(int argc, char **argv) {
     size_t len;
     if (read_all(stdin, &in, &len) != 0) {
         dt_tok_free(tok);
-        return cli_error(cmd, "stdin: read failed: %s", strerror(errno));
+        return cli_error_code(cmd, DT_ERR_IO, "stdin: read failed: %s", strerror(errno));
     }
     int32_t *ids = NULL;
     size_t n = 0;
@@ -232,7 +234,7 @@ static int cmd_decode(int argc, char **argv) {
     char *text = NULL;
     size_t tlen = 0;
     dt_error err;
-    if (rc == 0 && dt_tok_decode(tok, ids, n, skip, &text, &tlen, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0 && dt_tok_decode(tok, ids, n, skip, &text, &tlen, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0 && (fwrite(text, 1, tlen, stdout) != tlen || fflush(stdout) != 0))
         rc = cli_error(cmd, "stdout: write failed");
     free(text);
@@ -313,7 +315,7 @@ static int cmd_train_tok(int argc, char **argv) {
     dt_tok_train_options o;
     dt_tok_train_defaults(&o);
     const char **files = calloc((size_t)argc + 1, sizeof *files);
-    if (!files) return cli_error(cmd, "out of memory");
+    if (!files) return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     optind = 1;
     opterr = 0;
     int ch, rc = 0;
@@ -339,7 +341,7 @@ static int cmd_train_tok(int argc, char **argv) {
         rc = cli_error(cmd, "--pattern '%s': expected gpt2 or llama3", o.pattern);
     o.files = files;
     dt_error err;
-    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_error(cmd, "%s", err.msg);
+    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_fail(cmd, &err);
     free(files);
     return rc;
 }

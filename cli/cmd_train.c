@@ -155,7 +155,7 @@ int cmd_train(int argc, char **argv) {
     }
     dt_error err;
     dt_comm *comm = NULL;
-    if (dt_comm_create(&comm, comm_timeout, &err) != 0) return cli_error(cmd, "%s", err.msg);
+    if (dt_comm_create(&comm, comm_timeout, &err) != 0) return cli_fail(cmd, &err);
     /* in a job, each rank's share of the cores, unless --threads or OMP_NUM_THREADS says otherwise */
     if (threads == 0 && dt_comm_size(comm) > 1 && !getenv("OMP_NUM_THREADS"))
         threads = dt_comm_default_threads(comm);
@@ -174,6 +174,6 @@ int cmd_train(int argc, char **argv) {
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     /* in a job, rank 0 reports for every rank (the others' message is empty) */
-    if (rc != 0) return err.msg[0] ? cli_error(cmd, "%s", err.msg) : 1;
+    if (rc != 0) return cli_fail(cmd, &err);
     return 0; /* an interrupted run saved its checkpoint: that is a clean exit */
 }

@@ -37,6 +37,29 @@ static void usage(FILE *f) {
                "usage: difftrans COMMAND [options]   (difftrans COMMAND --help for each)\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\npresets: %s\n", dt_config_preset_names());
+    fprintf(f, "\nexit status (every command):\n"
+               "  0  success\n"
+               "  1  bad usage: an unknown option, a bad argument or value\n"
+               "  2  a file that is not what it should be: corrupt, truncated, or lying (checkpoint,\n"
+               "     config.json, tokenizer.json, token dataset, training state, ...)\n"
+               "  3  the system refused: a missing or unreadable file, a failed write or rename, a full disk\n"
+               "  4  out of memory\n"
+               "  5  valid but not supported here (a tokenizer component, an HF option, a kernel path)\n"
+               "  6  training diverged (a non-finite loss or gradient)\n"
+               "  7  a data-parallel job ended because a rank stopped responding (MPI_Abort)\n");
+}
+
+/* The exit status of the first failure reported with a code (cli_fail, cli_error_code); 0 while
+ * there is none, and a failing command then exits 1. The CLI is one command per process. */
+static int exit_status;
+
+static int status_of(dt_errcode code) {
+    return code >= DT_ERR_INVALID && code <= DT_ERR_DIVERGED ? (int)code : 1;
+}
+
+static int record(dt_errcode code) {
+    if (!exit_status) exit_status = status_of(code);
+    return status_of(code);
 }
 
 int main(int argc, char **argv) {
@@ -56,11 +79,11 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], commands[i].name)) {
             /* a forced kernel path the CPU cannot run is an error, before any work */
             dt_error err;
-            if (dt_system_check(&err) != 0) {
-                fprintf(stderr, "difftrans %s: %s\n", argv[1], err.msg);
-                return 1;
-            }
-            return commands[i].run(argc - 1, argv + 1);
+            if (dt_system_check(&err) != 0) return cli_fail(argv[1], &err);
+            /* a command returns nonzero on failure (1 or -1 from its helpers): the status is the
+             * code of the failure it reported */
+            if (commands[i].run(argc - 1, argv + 1) == 0) return 0;
+            return exit_status ? exit_status : 1;
         }
     fprintf(stderr, "difftrans: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
@@ -97,6 +120,21 @@ int cli_error(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fputc('\n', stderr);
     return 1;
+}
+
+int cli_error_code(const char *cmd, dt_errcode code, const char *fmt, ...) {
+    fprintf(stderr, "difftrans %s: ", cmd);
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return record(code);
+}
+
+int cli_fail(const char *cmd, const dt_error *err) {
+    if (err->msg[0]) fprintf(stderr, "difftrans %s: %s\n", cmd, err->msg);
+    return record(err->code);
 }
 
 int cli_bad_option(const char *cmd, int argc, char **argv) {
@@ -148,7 +186,8 @@ int cli_apply_ablations(const char *cmd, const char *list, dt_config *cfg) {
         return -(cli_error(cmd, "--ablation: list too long") != 0);
     for (char *save = NULL, *name = strtok_r(buf, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
         dt_error err;
-        if (dt_config_ablation(cfg, cfg, name, &err) != 0) return -(cli_error(cmd, "--ablation: %s", err.msg) != 0);
+        if (dt_config_ablation(cfg, cfg, name, &err) != 0)
+            return -(cli_error_code(cmd, err.code, "--ablation: %s", err.msg) != 0);
     }
     return 0;
 }
@@ -193,7 +232,7 @@ static int config_spec_is_file(const char *spec) { return strchr(spec, '/') || s
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) {
     dt_error err;
     int rc = config_spec_is_file(spec) ? dt_config_load(cfg, spec, &err) : dt_config_preset(cfg, spec, arch, &err);
-    if (rc != 0) return -(cli_error(cmd, "%s", err.msg) != 0);
+    if (rc != 0) return -(cli_fail(cmd, &err) != 0);
     return 0;
 }
 
