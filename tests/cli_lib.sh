@@ -6,7 +6,9 @@
 # change the default of 120). Then the checks, each counted in N_PASS / N_FAIL:
 #   check DESC CMD...            a helper command (not difftrans) that must succeed
 #   expect_ok DESC CMD...        status 0; stdout in $S/last.out, stderr in $S/last.err
-#   expect_fail DESC REGEX CMD... status 1 (a clean refusal, not a crash), stderr matching REGEX
+#   expect_fail DESC REGEX CMD... a clean refusal: one of the documented failure statuses 1..6
+#                                (README.md "Exit status"), not a crash or a hang; stderr matching REGEX
+#   expect_status DESC N REGEX CMD... exactly status N, stderr matching REGEX
 #   out_has DESC FILE REGEX...   FILE matches every REGEX
 #   finish NAME                  prints the summary and exits 1 when any check failed
 if [ $# -ne 2 ]; then
@@ -68,8 +70,20 @@ expect_fail() {
     shift 2
     timeout -k 5 "$TMO" "$@" >"$S/last.out" 2>"$S/last.err" </dev/null
     local rc=$?
-    if [ $rc -ne 1 ]; then
-        fail "$desc" "status $rc (expected 1)" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    if [ $rc -lt 1 ] || [ $rc -gt 6 ]; then
+        fail "$desc" "status $rc (expected a refusal, 1..6)" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    elif ! grep -qE -- "$re" "$S/last.err"; then
+        fail "$desc" "stderr lacks /$re/" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
+    else pass; fi
+}
+
+expect_status() {
+    local desc=$1 want=$2 re=$3
+    shift 3
+    timeout -k 5 "$TMO" "$@" >"$S/last.out" 2>"$S/last.err" </dev/null
+    local rc=$?
+    if [ $rc -ne "$want" ]; then
+        fail "$desc" "status $rc (expected $want)" "command: $*" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
     elif ! grep -qE -- "$re" "$S/last.err"; then
         fail "$desc" "stderr lacks /$re/" "stderr: $(head -c 800 "$S/last.err" | tr '\n' '|')"
     else pass; fi
