@@ -74,6 +74,17 @@ int special_ids_add(struct cJSON *root, const dt_special_ids *s);
 /* A whole regular file of at most max_bytes into a NUL-terminated buffer (*len excludes the NUL);
  * `what` names the kind of file in the message for a larger one ("a config"). Free with free(). */
 int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err);
+/* Opens path for reading only if it is a regular file: opened with O_NONBLOCK, so that a FIFO
+ * cannot block the open (waiting for a writer forever), checked with fstat on the opened
+ * descriptor (no gap between check and use), then made blocking again. Every reader of a file a
+ * user names, or of one in a directory a user names, opens it with these. On failure err says
+ * "PATH: cannot open: ..." or "PATH: not a regular file", and errno is that of the failed open
+ * (ENOENT: nothing is at path, which some callers accept) or EINVAL for a file that is not a
+ * regular one. */
+FILE *open_regular_file(const char *path, dt_error *err);
+struct stat;
+/* The same as a descriptor (close with close()); *sb (when not NULL) gets the file's fstat. */
+int open_regular_fd(const char *path, struct stat *sb, dt_error *err);
 
 /* model/vocab.c: a model's vocabulary. vocab_load_dir reads a checkpoint directory's (see
  * dt_model_load) and checks cfg's special ids against it; vocab_load_tokenizer a tokenizer.json

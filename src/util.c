@@ -117,16 +117,54 @@ int write_file_atomic(const char *path, const void *data, size_t len, dt_error *
     return write_atomic(path, data, len, 0, err);
 }
 
-int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
+int open_regular_fd(const char *path, struct stat *sb, dt_error *err) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        dt_fail_io(err, "%s: cannot open: %s", path, strerror(e));
+        errno = e;
+        return -1;
+    }
+    struct stat st;
     const char *problem = NULL;
-    if (fstat(fileno(fp), &sb) != 0) problem = strerror(errno);
-    else if (!S_ISREG(sb.st_mode)) problem = "not a regular file";
+    if (fstat(fd, &st) != 0) problem = strerror(errno);
+    else if (!S_ISREG(st.st_mode)) problem = "not a regular file";
+    else {
+        /* reads of a regular file do not block anyway; cleared so that the descriptor is a plain one */
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) problem = strerror(errno);
+    }
     if (problem) {
+        close(fd);
+        dt_fail_io(err, "%s: %s", path, problem);
+        errno = EINVAL;
+        return -1;
+    }
+    if (sb) *sb = st;
+    return fd;
+}
+
+FILE *open_regular_file(const char *path, dt_error *err) {
+    int fd = open_regular_fd(path, NULL, err);
+    if (fd < 0) return NULL;
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        int e = errno;
+        close(fd);
+        dt_fail_io(err, "%s: cannot open: %s", path, strerror(e));
+        errno = e;
+    }
+    return fp;
+}
+
+int read_text_file(const char *path, size_t max_bytes, const char *what, char **out, size_t *len, dt_error *err) {
+    FILE *fp = open_regular_file(path, err);
+    if (!fp) return -1;
+    struct stat sb;
+    if (fstat(fileno(fp), &sb) != 0) {
+        int e = errno;
         fclose(fp);
-        return dt_fail(err, "%s: %s", path, problem);
+        return dt_fail_io(err, "%s: cannot stat: %s", path, strerror(e));
     }
     if ((uintmax_t)sb.st_size > max_bytes) {
         fclose(fp);

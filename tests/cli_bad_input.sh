@@ -663,6 +663,15 @@ expect_ok "init --arch v2 --config tiny (a preset)" "$DT" init --arch v2 --confi
 if grep -qE '"model_type":[[:space:]]*"difftrans_v2"' "$S/init_v2_preset/config.json" 2>/dev/null; then pass
 else fail "init --arch v2 --config tiny did not write a difftrans_v2 model"; fi
 
+# A FIFO where a checkpoint file should be: opened for reading before it was checked, it blocked
+# `info` forever waiting for a writer.
+FIFO_CK=$S/fifo_ckpt
+rm -rf "$FIFO_CK" && cp -a "$GOOD" "$FIFO_CK" && rm -f "$FIFO_CK/generation_config.json" &&
+    mkfifo "$FIFO_CK/generation_config.json"
+expect_fail "info with a FIFO as generation_config.json" 'fifo_ckpt/generation_config\.json' 'not a regular file' -- \
+    timeout 20 "$DT" info "$FIFO_CK"
+rm -rf "$FIFO_CK"
+
 expect_fail "info without MODEL_DIR" 'MODEL_DIR' -- "$DT" info
 expect_fail "info with two directories" 'MODEL_DIR' -- "$DT" info "$GOOD" "$GOOD"
 expect_fail "info --bogus" 'bogus|MODEL_DIR' -- "$DT" info --bogus

@@ -2,7 +2,7 @@
  * it: B·T overflow, odd head_dim, a config that lies about the model's size, a train state longer
  * than the old fixed buffer, a metrics write that fails, the caller's options pointing at
  * dt_train's stack, path truncation, and the decode sizes (n·hd, the KV cache) computed without
- * overflow. */
+ * overflow; and (issue 17) a FIFO in a checkpoint or dataset directory, which hung the loaders. */
 #include <limits.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -277,6 +278,137 @@ static void test_path_truncation_refused(void **state) {
     assert_int_equal(dt_pathf(out, sizeof out, &err, "%s", full), 0); /* exactly fits */
 }
 
+/* ---------------------------------------------------------------- FIFOs */
+
+/* A FIFO where a loader expects a file: opening it for reading blocked until a writer came, so
+ * `difftrans info` on such a directory hung forever. Each loader must refuse it at once, naming
+ * it; alarm() turns a hang back into a failure (SIGALRM ends the test program). */
+typedef int (*fifo_loader)(const char *path, dt_error *err);
+
+static int load_model_dir(const char *dir, dt_error *err) {
+    dt_model m;
+    if (dt_model_load(&m, dir, err) != 0) return -1;
+    dt_model_free(&m);
+    return 0;
+}
+static int load_tokenizer(const char *path, dt_error *err) {
+    dt_tok *tok;
+    if (dt_tok_load(&tok, path, err) != 0) return -1;
+    dt_tok_free(tok);
+    return 0;
+}
+static int load_dataset_info(const char *dir, dt_error *err) {
+    dt_tokens_summary s;
+    return dt_tokens_info(dir, &s, err);
+}
+static int load_dataset_train(const char *dir, dt_error *err) {
+    int *tokens = NULL;
+    size_t n = 0;
+    int rc = dt_tokens_load(dir, "train", 1 << 20, &tokens, &n, err);
+    free(tokens);
+    return rc;
+}
+static int load_text(const char *path, dt_error *err) {
+    int *tokens = NULL;
+    size_t n = 0;
+    int rc = dt_text_load(path, &tokens, &n, err);
+    free(tokens);
+    return rc;
+}
+static int load_ids(const char *path, dt_error *err) {
+    int *ids = NULL, rows, cols;
+    int rc = dt_ids_read(path, 256, &ids, &rows, &cols, err);
+    free(ids);
+    return rc;
+}
+static int load_config(const char *path, dt_error *err) {
+    dt_config c;
+    return dt_config_load(&c, path, err);
+}
+
+/* A copy of dir `good` as `name` with its file `file` replaced by a FIFO; `load` on the copy (on
+ * the FIFO itself when on_file) must fail within 10 s with a message naming the file. */
+static void expect_fifo_refused(const char *good, const char *name, const char *file, fifo_loader load, int on_file,
+                                const char *what) {
+    char dir[1024], fifo[1200], cmd[3000];
+    tu_path(dir, sizeof dir, name);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -a '%s' '%s'", dir, good, dir);
+    assert_int_equal(system(cmd), 0);
+    snprintf(fifo, sizeof fifo, "%s/%s", dir, file);
+    unlink(fifo);
+    if (mkfifo(fifo, 0644) != 0) fail_msg("mkfifo %s failed", fifo);
+    dt_error err = {0};
+    alarm(10);
+    int rc = load(on_file ? fifo : dir, &err);
+    alarm(0);
+    if (rc == 0) fail_msg("%s: %s loaded with a FIFO as %s", name, what, file);
+    if (!strstr(err.msg, fifo) || !strstr(err.msg, "not a regular file"))
+        fail_msg("%s: %s: message \"%s\" does not say that %s is not a regular file", name, what, err.msg, fifo);
+    if (err.code != DT_ERR_IO) fail_msg("%s: %s: error code %d, not DT_ERR_IO", name, what, (int)err.code);
+}
+
+static void test_fifo_refused(void **state) {
+    (void)state;
+    dt_error err;
+    char tok_dir[1024], bpe[1024], bytes[1024], data[1024], files[1024];
+    /* a byte-level checkpoint, a BPE one (tokenizer.json, tokenizer_config.json) and its token dataset */
+    tu_path(tok_dir, sizeof tok_dir, "fifo_tok");
+    tu_path(bpe, sizeof bpe, "fifo_bpe");
+    tu_path(bytes, sizeof bytes, "fifo_bytes");
+    tu_path(data, sizeof data, "fifo_data");
+    tu_path(files, sizeof files, "fifo_files");
+    const char *text = text_file();
+    dt_tok_train_options to;
+    dt_tok_train_defaults(&to);
+    to.files = &text;
+    to.n_files = 1;
+    to.vocab_size = 280;
+    to.eos = "<|end|>";
+    to.quiet = 1;
+    if (dt_tok_train(&to, tok_dir, &err) != 0) fail_msg("%s", err.msg);
+    dt_config cfg;
+    tu_tiny_diff_config(&cfg);
+    cfg.vocab_size = 320;
+    dt_model m;
+    assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
+    dt_model_init_random(&m, 3);
+    if (dt_model_save(&m, bytes, 0, &err) != 0) fail_msg("%s", err.msg);
+    if (dt_model_set_tokenizer(&m, tok_dir, &err) != 0 || dt_model_save(&m, bpe, 0, &err) != 0) fail_msg("%s", err.msg);
+    dt_model_free(&m);
+    dt_tokenize_options ko;
+    dt_tokenize_defaults(&ko);
+    ko.tokenizer_path = tok_dir;
+    ko.inputs = &text;
+    ko.n_inputs = 1;
+    ko.out_dir = data;
+    ko.val_fraction = 0;
+    ko.quiet = 1;
+    dt_tokenize_stats st;
+    if (dt_tokenize(&ko, &st, &err) != 0) fail_msg("%s", err.msg);
+    /* the good ones load */
+    if (load_model_dir(bpe, &err) != 0 || load_model_dir(bytes, &err) != 0 || load_dataset_train(data, &err) != 0)
+        fail_msg("%s", err.msg);
+    char marker[1200];
+    snprintf(marker, sizeof marker, "%s/difftrans_tokenizer.json", bytes);
+    assert_true(tu_file_exists(marker));
+
+    expect_fifo_refused(bpe, "fifo_config", "config.json", load_model_dir, 0, "dt_model_load");
+    expect_fifo_refused(bpe, "fifo_config_file", "config.json", load_config, 1, "dt_config_load");
+    expect_fifo_refused(bpe, "fifo_generation", "generation_config.json", load_model_dir, 0, "dt_model_load");
+    expect_fifo_refused(bpe, "fifo_tokenizer", "tokenizer.json", load_model_dir, 0, "dt_model_load");
+    expect_fifo_refused(bpe, "fifo_tokenizer_dir", "tokenizer.json", load_tokenizer, 0, "dt_tok_load");
+    expect_fifo_refused(bpe, "fifo_tokenizer_config", "tokenizer_config.json", load_model_dir, 0, "dt_model_load");
+    expect_fifo_refused(bpe, "fifo_tokenizer_config_tok", "tokenizer_config.json", load_tokenizer, 0, "dt_tok_load");
+    expect_fifo_refused(bytes, "fifo_marker", "difftrans_tokenizer.json", load_model_dir, 0, "dt_model_load");
+    expect_fifo_refused(data, "fifo_dataset", "dataset.json", load_dataset_info, 0, "dt_tokens_info");
+    expect_fifo_refused(data, "fifo_dataset_load", "dataset.json", load_dataset_train, 0, "dt_tokens_load");
+    expect_fifo_refused(data, "fifo_shard", "train-00000.tok", load_dataset_train, 0, "dt_tokens_load");
+    /* files a user names: a text corpus, an ids file */
+    mkdir(files, 0755);
+    expect_fifo_refused(files, "fifo_text", "corpus.txt", load_text, 1, "dt_text_load");
+    expect_fifo_refused(files, "fifo_ids", "ids.txt", load_ids, 1, "dt_ids_read");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_tokens_capped),
@@ -287,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_resume_leaves_caller_options_clean),
         cmocka_unit_test(test_metrics_write_failure_reported),
         cmocka_unit_test(test_path_truncation_refused),
+        cmocka_unit_test(test_fifo_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

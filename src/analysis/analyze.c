@@ -79,6 +79,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h"
+
 #define AN_MAX_VALUES ((size_t)1 << 30) /* 4 GB of |x|: refuse beyond (shrink --seq / --batches) */
 
 /* ---------------------------------------------------------------- |x| statistics */
@@ -500,11 +502,8 @@ void dt_an_training_free(dt_an_training *t) {
 }
 
 static char *read_text(const char *path, dt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+    FILE *f = open_regular_file(path, err);
+    if (!f) return NULL;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     for (;;) {

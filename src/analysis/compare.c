@@ -23,6 +23,7 @@
 #include "analysis/needle.h"
 #include "analysis/report.h"
 #include "analysis/textbuf.h"
+#include "internal.h"
 
 void dt_cmp_options_default(dt_cmp_options *o, int quick) {
     memset(o, 0, sizeof *o);
@@ -307,10 +308,10 @@ static int concat_files(const char *a, const char *b, const char *out, dt_error 
     if (dt_atomic_open(&f, out, err) != 0) return -1;
     const char *src[2] = {a, b};
     for (int i = 0; i < 2; i++) {
-        FILE *in = fopen(src[i], "rb");
+        FILE *in = open_regular_file(src[i], err);
         if (!in) {
             dt_atomic_abort(&f);
-            return dt_fail(err, "%s: cannot open: %s", src[i], strerror(errno));
+            return -1;
         }
         char buf[65536];
         size_t got;

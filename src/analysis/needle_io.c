@@ -26,17 +26,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
 
 /* ---------------------------------------------------------------- corpus file */
 
 int dt_needle_corpus_load(dt_needle_corpus *c, const char *path, dt_error *err) {
     memset(c, 0, sizeof *c);
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(err, "%s: cannot open corpus: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        fclose(f);
-        return dt_fail(err, "%s: corpus is not a regular file", path);
+    dt_error why;
+    int fd = open_regular_fd(path, &sb, &why);
+    FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (!f) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        if (e == EINVAL) return *err = why, -1; /* not a regular file */
+        return dt_fail_io(err, "%s: cannot open corpus: %s", path, strerror(e));
     }
     const size_t size = (size_t)sb.st_size;
     unsigned char *raw = malloc(size ? size : 1);
@@ -350,8 +356,12 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
     } else if ((size_t)snprintf(ts->path, sizeof ts->path, "%s", path) >= sizeof ts->path) {
         return dt_fail(err, "%s: path too long", path);
     }
-    FILE *f = fopen(ts->path, "rb");
-    if (!f) return dt_fail(err, "%s: cannot open test set: %s", ts->path, strerror(errno));
+    dt_error why;
+    FILE *f = open_regular_file(ts->path, &why);
+    if (!f) {
+        if (errno == EINVAL) return *err = why, -1; /* not a regular file */
+        return dt_fail_io(err, "%s: cannot open test set: %s", ts->path, strerror(errno));
+    }
     char *line = NULL, where[4200];
     size_t cap_line = 0;
     int cap = 0, lineno = 0, rc = 0;

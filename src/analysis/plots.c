@@ -14,6 +14,7 @@
 
 #include "difftrans_analysis.h"
 #include "analysis/textbuf.h"
+#include "internal.h"
 
 static int have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
@@ -36,8 +37,8 @@ static int metrics_dat(const rp_model *m, const char *key, const char *plots, in
     if (tb_path(mpath, sizeof mpath, plots, name, err)) return -1;
     snprintf(name, sizeof name, "val_%s.dat", key);
     if (tb_path(vpath, sizeof vpath, plots, name, err)) return -1;
-    FILE *f = fopen(path, "r");
-    if (!f) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = open_regular_file(path, err);
+    if (!f) return -1;
     textbuf a = {0}, v = {0};
     char line[65536];
     *n_lambda = 0;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "difftrans.h"
+#include "internal.h"
 
 /* One line's ids appended to *ids (grown as needed); *count gets how many. */
 static int parse_line(const char *path, int lineno, const char *s, int vocab, int **ids, size_t *n, size_t *cap,
@@ -38,8 +39,8 @@ static int parse_line(const char *path, int lineno, const char *s, int vocab, in
 }
 
 int dt_ids_read(const char *path, int vocab, int **out, int *rows_out, int *cols_out, dt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f = open_regular_file(path, err);
+    if (!f) return -1;
     size_t cap = 1024, n = 0, line_cap = 0;
     int *ids = malloc(cap * sizeof(int)), rows = 0, cols = -1, rc = 0, lineno = 0;
     char *line = NULL;

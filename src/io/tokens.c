@@ -312,8 +312,8 @@ static size_t piece_end(const char *buf, size_t n) {
 }
 
 static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp = open_regular_file(path, err);
+    if (!fp) return -1;
     const size_t block = r->o->block_bytes ? (size_t)r->o->block_bytes : BLOCK_BYTES, cap = 2 * block;
     char *buf = malloc(cap);
     if (!buf) {
@@ -403,10 +403,12 @@ static int write_manifest(const tokenize_run *r, const char *tok_path, dt_error 
 /* Copies one file into dir under the same base name (atomically); absent sources are skipped
  * when optional. */
 static int copy_into(const char *src, const char *dir, const char *name, int optional, dt_error *err) {
-    FILE *in = fopen(src, "rb");
+    dt_error why;
+    FILE *in = open_regular_file(src, &why);
     if (!in) {
         if (optional && errno == ENOENT) return 0;
-        return dt_fail(err, "%s: cannot open: %s", src, strerror(errno));
+        *err = why;
+        return -1;
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -654,13 +656,9 @@ int dt_tokens_info(const char *dir, dt_tokens_summary *s, dt_error *err) {
  * not grow past it (checked before allocating). */
 static int load_shard(const char *path, int64_t vocab_limit, double want, int **out, size_t *n, size_t *cap,
                       dt_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return dt_fail(err, "%s: not a regular file", path);
-    }
+    int fd = open_regular_fd(path, &sb, err);
+    if (fd < 0) return -1;
     size_t size = (size_t)sb.st_size;
     if (size < TOK_HEADER) {
         close(fd);

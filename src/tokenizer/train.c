@@ -98,8 +98,8 @@ static void table_free(word_table *t) {
 
 /* Reads the file in chunks that end at a newline and counts its pieces. */
 static int count_file(const char *path, const tk_pre *pre, tk_ctx *c, word_table *t, size_t *bytes, dt_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return dt_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    FILE *fp = open_regular_file(path, err);
+    if (!fp) return -1;
     char *buf = malloc(CHUNK_BYTES + 1);
     if (!buf) {
         fclose(fp);

@@ -308,8 +308,13 @@ static int load_optimizer(const char *dir, trainer *tr, dt_error *err) {
 
 /* Keeps the metrics lines of steps before `step` (a resumed run rewrites what followed). */
 static int truncate_metrics(const char *path, int step, dt_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
+    dt_error why;
+    FILE *f = open_regular_file(path, &why);
+    if (!f) {
+        if (errno == ENOENT) return 0; /* no metrics yet */
+        *err = why;
+        return -1;
+    }
     dt_atomic_file af;
     if (dt_atomic_open(&af, path, err) != 0) {
         fclose(f);
@@ -410,7 +415,8 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
 #define FNV_START 0xcbf29ce484222325ull
 
 static uint64_t file_fingerprint(const char *path) {
-    FILE *f = fopen(path, "rb");
+    dt_error ignored; /* 0: unreadable, which the data's own loading reports */
+    FILE *f = open_regular_file(path, &ignored);
     uint64_t h = FNV_START;
     if (!f) return 0;
     unsigned char buf[65536];
