@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# cli_exit_codes.sh — the exit status tells failures apart (README.md "Exit status", issue 17):
+# a bad option or argument 1, a file that is not what it should be 2 (a truncated
+# model.safetensors, a config.json that lies about the tensors), the system refusing 3 (a missing
+# checkpoint or data file, an output directory that cannot be written), out of memory 4 (a model
+# too large for an address-space cap), not supported 5 (a config.json asking for gelu), training
+# diverged 6; and the message still names the file or argument.
+#
+# usage: bash tests/cli_exit_codes.sh PATH_TO_difftrans SCRATCH_DIR
+set -u
+. "$(dirname "$0")/cli_lib.sh" "$@"
+
+expect_ok "init" "$DT" init --out "$S/m" --preset tiny --seed 5
+for i in $(seq 1 300); do echo "Line $i of a small corpus. It has sentences, and it has lines."; done >"$S/text.txt"
+
+# ---------------------------------------------------------------- 1: usage, arguments
+expect_status "no command" 1 'usage: difftrans COMMAND' "$DT"
+expect_status "unknown command" 1 "unknown command 'frobnicate'" "$DT" frobnicate
+expect_status "unknown option" 1 "bad option.*--bogus" "$DT" init --bogus --out "$S/o"
+expect_status "a number that is not one" 1 "--steps 'many'" "$DT" train --data "$S/text.txt" --out "$S/r0" --steps many
+expect_status "an unknown preset" 1 "no-such-preset" "$DT" init --out "$S/p" --preset no-such-preset
+printf '1 2 300\n' >"$S/ids.txt"
+expect_status "a token id outside the vocabulary" 1 "300" \
+    "$DT" forward "$S/m" --input "$S/ids.txt" --output "$S/f.safetensors"
+
+# ---------------------------------------------------------------- 2: files that are not what they should be
+cp -r "$S/m" "$S/cut"
+head -c 200 "$S/m/model.safetensors" >"$S/cut/model.safetensors"
+expect_status "a truncated model.safetensors" 2 "cut/model.safetensors" "$DT" info "$S/cut"
+expect_status "eval of it" 2 "cut/model.safetensors" "$DT" eval "$S/cut" --data "$S/text.txt"
+cp -r "$S/m" "$S/liar"
+sed -E 's/"intermediate_size":[[:space:]]*[0-9]+/"intermediate_size": 4096/' "$S/m/config.json" >"$S/liar/config.json"
+check "the lying config.json was written" grep -q '"intermediate_size": 4096' "$S/liar/config.json"
+expect_status "a config.json that lies about the tensors" 2 "config.json implies" "$DT" info "$S/liar"
+cp -r "$S/m" "$S/badjson"
+printf '{"model_type": "diffllama", ' >"$S/badjson/config.json"
+expect_status "a config.json that is not JSON" 2 "badjson/config.json" "$DT" info "$S/badjson"
+
+# ---------------------------------------------------------------- 3: the system refuses
+expect_status "a missing checkpoint" 3 "no_such_model" "$DT" info "$S/no_such_model"
+expect_status "a missing data file" 3 "no_such.txt" "$DT" eval "$S/m" --data "$S/no_such.txt"
+rm -f "$S/m_noconf" && cp -r "$S/m" "$S/m_noconf" && rm "$S/m_noconf/config.json"
+expect_status "a checkpoint without its config.json" 3 "config.json" "$DT" info "$S/m_noconf"
+mkdir -p "$S/data_dir"
+expect_status "a directory given as the data file" 3 "data_dir" "$DT" eval "$S/m" --data "$S/data_dir"
+
+# ---------------------------------------------------------------- 4: out of memory
+# 2 × 10^6 × 256 float parameters (2 GB) under a 1.5 GB address-space cap
+cat >"$S/big.json" <<'EOF'
+{"model_type": "llama", "vocab_size": 1000000, "hidden_size": 256, "intermediate_size": 512,
+ "num_hidden_layers": 1, "num_attention_heads": 4, "tie_word_embeddings": false}
+EOF
+if [ -n "${DT_ASAN:-}" ]; then
+    echo "skipping the address-space cap under AddressSanitizer (it reserves terabytes of shadow memory)"
+else
+    expect_status "a model too large for the address space" 4 "out of memory" \
+        env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 bash -c 'ulimit -v 1500000 && exec "$0" "$@"' "$DT" init --config "$S/big.json" --out "$S/big"
+    check "nothing was written for it" test ! -e "$S/big"
+fi
+
+# ---------------------------------------------------------------- 5: valid, not supported here
+cp -r "$S/m" "$S/gelu"
+sed -E 's/"hidden_act":[[:space:]]*"silu"/"hidden_act": "gelu"/' "$S/m/config.json" >"$S/gelu/config.json"
+check "the gelu config.json was written" grep -q '"hidden_act": "gelu"' "$S/gelu/config.json"
+expect_status "hidden_act gelu" 5 "gelu" "$DT" info "$S/gelu"
+
+# ---------------------------------------------------------------- 6: training diverged
+expect_status "training at lr 10" 6 "diverged" \
+    "$DT" train --data "$S/text.txt" --out "$S/diverge" --preset tiny --lr 10 --warmup 1 --steps 200 \
+    --batch 2 --seq 32 --eval-interval 0 --threads 1
+
+finish cli_exit_codes
