@@ -43,26 +43,21 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
     size_t ntok = 0, ncal = 0;
     if (dt_models_text((const char *const *)dirs, n, o->data, &tok, &ntok, &err) != 0)
         return cli_error_code(cmd, err.code, "--data: %s", err.msg);
-    /* held out: the last tenth of --data (what `train` holds out); calibration: the rest, or --calib */
-    const size_t split = ntok - ntok / 10;
     if (o->calib && dt_models_text((const char *const *)dirs, n, o->calib, &cal, &ncal, &err) != 0) {
         free(tok);
         return cli_error_code(cmd, err.code, "--calib: %s", err.msg);
     }
-    dt_an_wq_params p = {.eval_tokens = tok + split, .eval_n = ntok - split, .seq = o->seq, .windows = o->windows,
-                      .calib_tokens = cal ? cal : tok, .calib_n = cal ? ncal : split,
-                      .calib_samples = o->calib_samples, .calib_seq = o->seq, .seed = o->seed, .lm_head = o->lm_head,
-                      .max_samples = o->max_samples};
+    dt_an_wq_params p = {.seq = o->seq, .windows = o->windows, .calib_samples = o->calib_samples, .calib_seq = o->seq,
+                         .seed = o->seed, .lm_head = o->lm_head, .max_samples = o->max_samples};
     dt_needle_testset ts = {0};
     int rc = 0;
-    if (o->needle) {
+    /* held out: what `train` holds out of --data; calibration: the rest, or --calib */
+    if (dt_an_wq_split(&p, tok, ntok, cal, ncal, &err) != 0) rc = cli_error_code(cmd, err.code, "--data %s: %s", o->data, err.msg);
+    if (rc == 0 && o->needle) {
         if (dt_needle_load_testset(&ts, o->needle, &err) != 0)
             rc = cli_error_code(cmd, err.code, "--needle: %s", err.msg);
         else p.needle = &ts;
     }
-    if (rc == 0 && ntok - split < (size_t)o->seq + 1)
-        rc = cli_error(cmd, "--data %s: its held-out last tenth has %zu tokens, fewer than --seq + 1 = %d", o->data,
-                       ntok - split, o->seq + 1);
     dt_model *models = calloc((size_t)n, sizeof *models);
     dt_an_wq_row *rows = calloc((size_t)n * (ns + 1), sizeof *rows);
     int loaded = 0;

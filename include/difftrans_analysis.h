@@ -430,6 +430,13 @@ typedef struct {
     int max_samples;             /* needle samples; <= 0: all */
 } dt_an_wq_params;
 
+/* The held-out and calibration texts of p from one text's tokens[0, n): held out is what dt_train
+ * holds out of it (the tail after dt_train_split with dt_train_defaults' val_fraction, the last
+ * tenth), calibration the part before it, or calib[0, n_calib) when calib is given (another text).
+ * The arrays stay the caller's. Refused when the held-out tail is shorter than one window of
+ * p->seq + 1 tokens (set seq first). */
+int dt_an_wq_split(dt_an_wq_params *p, const int *tokens, size_t n, const int *calib, size_t n_calib, dt_error *err);
+
 /* Activation outliers of one layer type (q, k, v, o, gate, up, down, lm_head) over every layer:
  * the largest per-channel absmax, and the mean over layers of absmax / median channel absmax. */
 typedef struct {

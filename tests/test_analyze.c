@@ -202,6 +202,35 @@ static void test_quantize_loss(void **state) {
     free(tok);
 }
 
+/* The held-out tail is what training holds out (dt_train_split), the calibration text the rest or
+ * the other text given; a tail shorter than one window is refused naming seq. */
+static void test_wq_split(void **state) {
+    (void)state;
+    int tok[1000], other[7];
+    dt_train_options d;
+    dt_train_defaults(&d);
+    const size_t split = dt_train_split(1000, d.val_fraction);
+    assert_true(split > 0 && split < 1000);
+    dt_error err;
+    dt_an_wq_params p = {.seq = 64};
+    assert_int_equal(dt_an_wq_split(&p, tok, 1000, NULL, 0, &err), 0);
+    assert_ptr_equal(p.eval_tokens, tok + split);
+    assert_int_equal(p.eval_n, 1000 - split);
+    assert_ptr_equal(p.calib_tokens, tok);
+    assert_int_equal(p.calib_n, split);
+    assert_int_equal(dt_an_wq_split(&p, tok, 1000, other, 7, &err), 0);
+    assert_ptr_equal(p.eval_tokens, tok + split);
+    assert_ptr_equal(p.calib_tokens, other);
+    assert_int_equal(p.calib_n, 7);
+    /* exactly one window of seq + 1 fits; one token fewer does not */
+    p.seq = (int)(1000 - split) - 1;
+    assert_int_equal(dt_an_wq_split(&p, tok, 1000, NULL, 0, &err), 0);
+    dt_an_wq_params q = {.seq = p.seq + 1};
+    assert_int_equal(dt_an_wq_split(&q, tok, 1000, NULL, 0, &err), -1);
+    assert_non_null(strstr(err.msg, "seq + 1"));
+    assert_null(q.eval_tokens); /* left alone */
+}
+
 /* A model that only looks at the current byte (attention and MLP outputs zeroed): after ' ' it
  * predicts '1', after digit d the digit d + 1 (mod 10), and nothing else matters. */
 static void rig_digit_chain(dt_model *m) {
@@ -523,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_abs_stats_planted_outlier),
         cmocka_unit_test(test_outliers_run),
         cmocka_unit_test(test_quantize_loss),
+        cmocka_unit_test(test_wq_split),
         cmocka_unit_test(test_needle_exact_matches_greedy),
         cmocka_unit_test(test_alloc_row_hand_maps),
         cmocka_unit_test(test_allocation_run),

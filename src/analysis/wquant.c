@@ -154,6 +154,21 @@ static void fill_row(dt_an_wq_row *r, const sums *s, double f32_loss) {
     r->count = s->count;
 }
 
+int dt_an_wq_split(dt_an_wq_params *p, const int *tokens, size_t n, const int *calib, size_t n_calib, dt_error *err) {
+    dt_train_options d;
+    dt_train_defaults(&d);
+    const size_t split = dt_train_split(n, d.val_fraction);
+    if (p->seq <= 0) return dt_fail(err, "seq %d: must be positive", p->seq);
+    if (n - split < (size_t)p->seq + 1)
+        return dt_fail(err, "the held-out part (the last %g) of %zu tokens has %zu, fewer than seq + 1 = %d",
+                       (double)d.val_fraction, n, n - split, p->seq + 1);
+    p->eval_tokens = tokens + split;
+    p->eval_n = n - split;
+    p->calib_tokens = calib ? calib : tokens;
+    p->calib_n = calib ? n_calib : split;
+    return 0;
+}
+
 int dt_an_wq_run(const dt_model *m, const dt_an_wq_params *p, const dt_an_wq_scheme *schemes, int n, dt_an_wq_row *rows,
               dt_error *err) {
     memset(rows, 0, (size_t)(n + 1) * sizeof *rows);
