@@ -223,20 +223,14 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     else if (load_models(cmd, dirs, n, models, toks, 1, &seq) != 0)
         rc = 1;
     else {
-        for (int i = 0; i < n && rc == 0; i++)
-            for (int b = 0; b < R && rc == 0; b++) {
-                dt_an_quant_row *q = &rows[(size_t)i * R + b];
-                q->bits = b == 0 ? 0 : op->bits[b - 1];
-                q->needle_total = q->needle_correct = -1;
-                dt_run_options o = {
-                    .kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits, .logit_per_row = op->per_row};
-                if (dt_an_eval_text(&models[i], &o, tok, ntok, seq, op->batches, &q->loss, &q->accuracy, &q->count,
-                                 &err) != 0)
-                    rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
-                else if (op->needle && dt_an_needle_exact(&models[i], toks[i], &o, &ts, op->max_samples, &q->needle_correct,
-                                                       &q->needle_total, &err) != 0)
-                    rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
-            }
+        for (int i = 0; i < n && rc == 0; i++) {
+            const dt_an_quant_params p = {.tokens = tok, .n = ntok, .seq = seq, .windows = op->batches,
+                                          .n_bits = op->n_bits, .bits = op->bits, .per_row = op->per_row,
+                                          .needle = op->needle ? &ts : NULL, .needle_tok = toks[i],
+                                          .max_samples = op->max_samples};
+            if (dt_an_quant_run(&models[i], &p, &rows[(size_t)i * R], &err) != 0)
+                rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
+        }
         if (rc == 0) {
             const char *scale = op->per_row ? "per query row" : "per head map";
             printf(

@@ -318,6 +318,25 @@ int dt_an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tok
 int dt_an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_options *opt, const dt_needle_testset *ts,
                     int max_samples, int *correct, int *total, dt_error *err);
 
+/* What dt_an_quant_run measures on; the arrays are the caller's. */
+typedef struct {
+    const int *tokens;               /* the text as the model's tokens */
+    size_t n;
+    int seq, windows;                /* up to `windows` windows of seq + 1 tokens, as dt_an_eval_text */
+    int n_bits;                      /* bit widths bits[0, n_bits), each 1..24 */
+    const int *bits;
+    int per_row;                     /* absmax scale per query row instead of per head map */
+    const dt_needle_testset *needle; /* NULL: no needle accuracy */
+    const dt_tok *needle_tok;        /* the model's tokenizer the needle texts are read with; NULL: bytes */
+    int max_samples;                 /* needle samples; <= 0: all */
+} dt_an_quant_params;
+
+/* The attention-logit quantisation table: rows[0] unquantised (bits 0), rows[1 + i] with the
+ * attention logits fake-quantised (symmetric, absmax scale) to p->bits[i]; each row the loss and
+ * accuracy of dt_an_eval_text and, with a needle set, the exact match of dt_an_needle_exact
+ * (else -1 / -1). rows has p->n_bits + 1 entries. */
+int dt_an_quant_run(const dt_model *m, const dt_an_quant_params *p, dt_an_quant_row *rows, dt_error *err);
+
 /* ---------------------------------------------------------------- attention allocation */
 
 /* Sums of one attention row over the context (signed weights w: A for the baseline, A1 − λ·A2 for

@@ -202,6 +202,45 @@ static void test_quantize_loss(void **state) {
     free(tok);
 }
 
+/* The logit-quantisation table is dt_an_eval_text (and dt_an_needle_exact) at each width: the same
+ * numbers, row 0 unquantised; widths outside 1..24 are refused before any work. */
+static void test_quant_run_rows(void **state) {
+    (void)state;
+    size_t n;
+    int *tok = text_tokens(&n);
+    dt_model m;
+    tiny_model(&m, DT_ARCH_DIFF, 11);
+    sharpen(&m, 6.0f);
+    const int bits[3] = {8, 3, 2};
+    dt_an_quant_row rows[4];
+    dt_error err;
+    for (int per_row = 0; per_row < 2; per_row++) {
+        const dt_an_quant_params p = {.tokens = tok, .n = n, .seq = 48, .windows = 2, .n_bits = 3, .bits = bits,
+                                      .per_row = per_row};
+        if (dt_an_quant_run(&m, &p, rows, &err) != 0) fail_msg("%s", err.msg);
+        for (int b = 0; b <= 3; b++) {
+            double loss, acc;
+            size_t count;
+            const dt_run_options o = {.logit_bits = b ? bits[b - 1] : 0, .logit_per_row = per_row};
+            assert_int_equal(dt_an_eval_text(&m, &o, tok, n, 48, 2, &loss, &acc, &count, &err), 0);
+            assert_int_equal(rows[b].bits, b ? bits[b - 1] : 0);
+            assert_true(rows[b].loss == loss);
+            assert_true(rows[b].accuracy == acc);
+            assert_int_equal(rows[b].count, count);
+            assert_int_equal(rows[b].needle_total, -1);
+            assert_int_equal(rows[b].needle_correct, -1);
+        }
+        /* 2 bits move the loss: the rows are not one measurement repeated */
+        assert_true(rows[3].loss != rows[0].loss);
+    }
+    const int bad[2] = {8, 25};
+    const dt_an_quant_params q = {.tokens = tok, .n = n, .seq = 48, .windows = 2, .n_bits = 2, .bits = bad};
+    assert_int_equal(dt_an_quant_run(&m, &q, rows, &err), -1);
+    assert_non_null(strstr(err.msg, "bits 25"));
+    dt_model_free(&m);
+    free(tok);
+}
+
 /* The held-out tail is what training holds out (dt_train_split), the calibration text the rest or
  * the other text given; a tail shorter than one window is refused naming seq. */
 static void test_wq_split(void **state) {
@@ -553,6 +592,7 @@ int main(void) {
         cmocka_unit_test(test_outliers_run),
         cmocka_unit_test(test_quantize_loss),
         cmocka_unit_test(test_wq_split),
+        cmocka_unit_test(test_quant_run_rows),
         cmocka_unit_test(test_needle_exact_matches_greedy),
         cmocka_unit_test(test_alloc_row_hand_maps),
         cmocka_unit_test(test_allocation_run),

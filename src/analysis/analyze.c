@@ -345,6 +345,28 @@ int dt_an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_option
     return 0;
 }
 
+int dt_an_quant_run(const dt_model *m, const dt_an_quant_params *p, dt_an_quant_row *rows, dt_error *err) {
+    if (p->n_bits < 0 || (p->n_bits > 0 && !p->bits))
+        return dt_fail(err, "logit quantisation: n_bits %d with bits %s", p->n_bits, p->bits ? "given" : "NULL");
+    for (int b = 0; b < p->n_bits; b++)
+        if (p->bits[b] < 1 || p->bits[b] > 24)
+            return dt_fail(err, "logit quantisation: bits %d: must be in 1..24", p->bits[b]);
+    for (int b = 0; b <= p->n_bits; b++) {
+        dt_an_quant_row *q = &rows[b];
+        memset(q, 0, sizeof *q);
+        q->bits = b == 0 ? 0 : p->bits[b - 1];
+        q->needle_total = q->needle_correct = -1;
+        const dt_run_options o = {.kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits, .logit_per_row = p->per_row};
+        if (dt_an_eval_text(m, &o, p->tokens, p->n, p->seq, p->windows, &q->loss, &q->accuracy, &q->count, err) != 0 ||
+            (p->needle && dt_an_needle_exact(m, p->needle_tok, &o, p->needle, p->max_samples, &q->needle_correct,
+                                             &q->needle_total, err) != 0)) {
+            memset(rows, 0, (size_t)(p->n_bits + 1) * sizeof *rows);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- allocation */
 
 void dt_an_alloc_row(const float *a1, const float *a2, float lambda, int T, int row, int ctx_len, int span0, int span_len,

@@ -43,15 +43,12 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
     }
     if (rc == 0) rc = dt_an_training_load(dir, &out->training, err);
     if (rc == 0) rc = dt_an_outliers_run(&m, o->tokens, o->n, o->seq, o->windows, &out->outliers, err);
-    for (int b = 0; b <= o->n_bits && rc == 0; b++) {
-        dt_an_quant_row *q = &out->quant[b];
-        q->bits = b == 0 ? 0 : o->bits[b - 1];
-        q->needle_total = q->needle_correct = -1;
-        dt_run_options ro = {.kernel = DT_ATTENTION_REFERENCE, .logit_bits = q->bits};
-        rc = dt_an_eval_text(&m, &ro, o->tokens, o->n, o->seq, o->windows, &q->loss, &q->accuracy, &q->count, err);
-        if (rc == 0 && o->needle)
-            rc = dt_an_needle_exact(&m, tok, &ro, o->needle, o->allocation_samples, &q->needle_correct, &q->needle_total, err);
-        if (rc == 0) out->n_quant = b + 1;
+    if (rc == 0) {
+        const dt_an_quant_params qp = {.tokens = o->tokens, .n = o->n, .seq = o->seq, .windows = o->windows,
+                                       .n_bits = o->n_bits, .bits = o->bits, .needle = o->needle, .needle_tok = tok,
+                                       .max_samples = o->allocation_samples};
+        rc = dt_an_quant_run(&m, &qp, out->quant, err);
+        if (rc == 0) out->n_quant = o->n_bits + 1;
     }
     if (rc == 0 && o->calib_tokens) {
         /* the linear layers quantised (difftrans quantize), scored against F32 on the held-out text;
