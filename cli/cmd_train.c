@@ -94,13 +94,18 @@ int cmd_train(int argc, char **argv) {
     };
     const char *cmd = "train", *preset = "small", *config_path = NULL, *ablations = NULL;
     dt_arch arch = DT_ARCH_DIFF;
-    int threads = 0, subln = 0, steps_given = 0, accum_given = 0;
+    int threads = 0, subln = 0;
     float comm_timeout = (float)DEFAULT_COMM_TIMEOUT;
-    dt_train_options o;
-    dt_train_defaults(&o);
+    /* --resume anywhere on the line decides what the other options start from: a new run's
+     * defaults or those of continuing the run in --out (the library's; the rest is read there) */
+    int resume = 0, ch;
     optind = 1;
     opterr = 0;
-    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) resume |= ch == 'R';
+    dt_train_options o;
+    if (resume) dt_train_resume_defaults(&o);
+    else dt_train_defaults(&o);
+    optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
         switch (ch) {
@@ -115,9 +120,9 @@ int cmd_train(int argc, char **argv) {
         case 'c': config_path = optarg; break;
         case 'S': subln = 1; break;
         case 'X': ablations = optarg; break;
-        case 's': bad = parse_int(cmd, "--steps", optarg, 1, 100000000, &o.steps), steps_given = 1; break;
+        case 's': bad = parse_int(cmd, "--steps", optarg, 1, 100000000, &o.steps); break;
         case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &o.batch); break;
-        case 'K': bad = parse_int(cmd, "--grad-accum", optarg, 1, 4096, &o.grad_accum), accum_given = 1; break;
+        case 'K': bad = parse_int(cmd, "--grad-accum", optarg, 1, 4096, &o.grad_accum); break;
         case 't': bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &o.seq); break;
         case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-12, 10, &o.lr); break;
         case 'm': bad = parse_float(cmd, "--min-lr-ratio", optarg, 0, 1, &o.min_lr_ratio); break;
@@ -130,7 +135,7 @@ int cmd_train(int argc, char **argv) {
         case 'e': bad = parse_int(cmd, "--eval-interval", optarg, 0, 100000000, &o.eval_interval); break;
         case 'E': bad = parse_int(cmd, "--eval-batches", optarg, 1, 100000, &o.eval_batches); break;
         case 'i': bad = parse_int(cmd, "--save-interval", optarg, 0, 100000000, &o.save_interval); break;
-        case 'R': o.resume = 1; break;
+        case 'R': break; /* read above */
         case 'A': bad = parse_int(cmd, "--stop-at", optarg, 1, 100000000, &o.stop_at); break;
         case 'q': o.quiet = 1; break;
         case 'Z': bad = parse_int(cmd, "--zero", optarg, 0, 1, &o.zero); break;
@@ -149,9 +154,6 @@ int cmd_train(int argc, char **argv) {
         if (cli_config(cmd, config_path ? config_path : preset, arch, &o.cfg) != 0) return 1;
         if (o.cfg.arch == DT_ARCH_DIFF && subln) o.cfg.use_subln_weight = 1;
         if (ablations && cli_apply_ablations(cmd, ablations, &o.cfg) != 0) return 1;
-    } else {
-        if (!steps_given) o.steps = 0; /* take the saved run's step count */
-        if (!accum_given) o.grad_accum = 0; /* and its gradient accumulation */
     }
     dt_error err;
     dt_comm *comm = NULL;

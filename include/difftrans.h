@@ -532,7 +532,8 @@ typedef struct {
     uint64_t seed;
     int eval_interval, eval_batches, save_interval;
     float val_fraction;
-    int resume;                  /* continue from out_dir's checkpoint and optimizer state */
+    int resume;                  /* continue from out_dir's checkpoint and optimizer state (see
+                                    dt_train_resume_defaults) */
     int stop_at;                 /* > 0: save and stop after this step; the schedule still spans `steps` */
     int quiet;                   /* no live progress line */
     volatile int *stop;          /* when *stop becomes nonzero: save a checkpoint and return */
@@ -558,6 +559,13 @@ typedef struct {
 } dt_train_options;
 
 void dt_train_defaults(dt_train_options *o);
+/* What continuing a run means: the options of resuming the run in out_dir (set out_dir after
+ * this). dt_train reads the model, the data and every option the run fixed from out_dir
+ * (config.json, train_state.json), whatever o holds for them; steps and grad_accum are 0 here,
+ * which takes the saved run's too. What a resume may change, set after this call: steps (more
+ * extends the run on its schedule), grad_accum (the micro-batching of the same batch), stop_at,
+ * quiet, stop, comm, zero, no_overlap and the hooks. */
+void dt_train_resume_defaults(dt_train_options *o);
 /* Tokens [0, n_train) of a data file of n tokens train; the rest is the validation split. */
 size_t dt_train_split(size_t n, float val_fraction);
 /* Returns 0 when the run finished or was stopped cleanly (checkpoint saved). */

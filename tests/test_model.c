@@ -319,6 +319,9 @@ static void load_params(const char *dir, dt_model *m) {
     if (dt_model_load(m, dir, &err) != 0) fail_msg("%s", err.msg);
 }
 
+/* A run resumed from dt_train_resume_defaults ends where the uninterrupted one does: its step count
+ * and micro-batching come from the saved run (a resume that kept the defaults' 1000 steps or one
+ * micro-batch would end elsewhere). */
 static void test_resume_equals_uninterrupted(void **state) {
     (void)state;
     omp_set_num_threads(1);
@@ -328,16 +331,20 @@ static void test_resume_equals_uninterrupted(void **state) {
     dt_train_options o;
     dt_error err;
     train_opts(&o, a, 12);
+    o.grad_accum = 2;
     if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
     train_opts(&o, b, 12);
+    o.grad_accum = 2;
     o.stop_at = 7; /* as if interrupted after step 7 */
     if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
     dt_train_options r;
-    memset(&r, 0, sizeof r);
+    dt_train_resume_defaults(&r);
+    assert_int_equal(r.resume, 1);
     r.out_dir = b;
-    r.resume = 1;
     r.quiet = 1;
     if (dt_train(&r, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(r.steps, 12);
+    assert_int_equal(r.grad_accum, 2);
     dt_model ma, mb;
     load_params(a, &ma);
     load_params(b, &mb);

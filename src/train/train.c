@@ -58,6 +58,13 @@ void dt_train_defaults(dt_train_options *o) {
     o->val_fraction = 0.1f;
 }
 
+void dt_train_resume_defaults(dt_train_options *o) {
+    dt_train_defaults(o);
+    o->resume = 1;
+    o->steps = 0;      /* the saved run's (load_train_state) */
+    o->grad_accum = 0; /* the saved run's */
+}
+
 size_t dt_train_split(size_t n, float val_fraction) { return n - (size_t)((double)n * val_fraction); }
 
 typedef struct {
