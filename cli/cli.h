@@ -41,6 +41,14 @@ int cli_error_code(const char *cmd, dt_errcode code, const char *fmt, ...) __att
 /* Prints a library error ("difftrans CMD: err->msg"; nothing for an empty message, which another
  * rank of a data-parallel job reported) and exits with its code, as cli_error_code. */
 int cli_fail(const char *cmd, const dt_error *err);
+/* A library field and the flag that sets it ({"grad_accum", "--grad-accum"}). */
+typedef struct {
+    const char *field, *flag;
+} cli_flag;
+/* cli_fail for a library error that names the library's own fields (batch, num_attention_heads,
+ * shots, ...): the flags of the fields the message names as whole words follow it, in the
+ * order of flags[0, n) ("... (--batch, --grad-accum)"), so that the user reads what they typed. */
+int cli_fail_flags(const char *cmd, const dt_error *err, const cli_flag *flags, int n);
 /* Reports a getopt failure (unknown option, missing value) and returns 1. */
 int cli_bad_option(const char *cmd, int argc, char **argv);
 /* --arch diff|diffllama|transformer|llama; prints the error and returns -1 otherwise. */

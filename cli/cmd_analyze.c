@@ -375,8 +375,12 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     for (; rc == 0 && done < n; done++) {
         fprintf(stderr, "analyze icl: %s (%d orders × %d queries)\n", dirs[done], op->icl.permutations,
                 op->icl.queries);
-        if (dt_icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0)
-            rc = cli_error_code(cmd, err.code, "%s: %s", dirs[done], err.msg);
+        if (dt_icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0) {
+            static const cli_flag icl_flags[] = {
+                {"shots", "--shots"}, {"queries", "--queries"}, {"permutations", "--permutations"}};
+            dt_fail_prefix(&err, "%s", dirs[done]);
+            rc = cli_fail_flags(cmd, &err, icl_flags, 3);
+        }
     }
     if (rc == 0) {
         printf("analyze icl: %d shots, %d orders, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,

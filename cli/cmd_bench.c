@@ -75,21 +75,12 @@ static void help(void) {
            d.steps, d.decode_tokens, (unsigned long long)d.seed);
 }
 
-/* The library names the config's keys in a refused config; the user typed flags: name those too. */
-static int config_error(const char *msg) {
-    static const struct {
-        const char *key, *flag;
-    } keys[] = {
-        {"hidden_size", "--d-model"},     {"num_hidden_layers", "--layers"},  {"num_attention_heads", "--heads"},
-        {"num_key_value_heads", "--kv-heads"}, {"head_dim", "--head-dim"}, {"intermediate_size", "--ffn"},
-        {"vocab_size", "--vocab"},        {"max_position_embeddings", "--seq, --decode-tokens"},
-    };
-    char flags[256] = "";
-    size_t k = 0;
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0] && k < sizeof flags; i++)
-        if (strstr(msg, keys[i].key)) k += (size_t)snprintf(flags + k, sizeof flags - k, "%s%s", k ? ", " : "", keys[i].flag);
-    return k ? cli_error(CMD, "%s (%s)", msg, flags) : cli_error(CMD, "%s", msg);
-}
+/* the config keys a refused benchmark model names, and the flags that set them */
+static const cli_flag config_flags[] = {
+    {"hidden_size", "--d-model"},         {"num_hidden_layers", "--layers"}, {"num_attention_heads", "--heads"},
+    {"num_key_value_heads", "--kv-heads"}, {"head_dim", "--head-dim"},     {"intermediate_size", "--ffn"},
+    {"vocab_size", "--vocab"},            {"max_position_embeddings", "--seq, --decode-tokens"},
+};
 
 typedef struct {
     int sgemm, bandwidth;
@@ -430,7 +421,7 @@ int cmd_bench(int argc, char **argv) {
     dt_config cfgs[2];
     int n_models = 1;
     if (dt_bench_config(which == DT_ARCH_LLAMA ? DT_ARCH_LLAMA : DT_ARCH_DIFF, &sz, &o, &cfgs[0], &err) != 0)
-        return config_error(err.msg);
+        return cli_fail_flags(CMD, &err, config_flags, (int)(sizeof config_flags / sizeof config_flags[0]));
     if (which == -1) cfgs[n_models++] = dt_config_matched(&cfgs[0]); /* both: the DIFF model and its baseline */
 
     /* Sets the OpenMP ICV only (no threads start here); the children inherit it. */

@@ -143,9 +143,12 @@ static int needle_generate(int argc, char **argv) {
     }
     if (optind != argc) return cli_error(cmd, "unexpected argument '%s' (see difftrans needle generate --help)", argv[optind]);
     if (!corpus_path || !out) return cli_error(cmd, "--corpus FILE and --out DIR are required");
-    if (p.queries > p.needles) return cli_error(cmd, "--queries %d: more than --needles %d", p.queries, p.needles);
     dt_error err;
-    if (dt_needle_params_validate(&p, &err) != 0) return cli_fail(cmd, &err);
+    static const cli_flag params_flags[] = {
+        {"needles", "--needles"}, {"queries", "--queries"}, {"context length", "--context"},
+        {"context lengths", "--context"}, {"depth", "--depths"}, {"depths", "--depths"}, {"train", "--train"},
+        {"test", "--test"}};
+    if (dt_needle_params_validate(&p, &err) != 0) return cli_fail_flags(cmd, &err, params_flags, 8);
 
     dt_needle_corpus corpus;
     if (dt_needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_fail(cmd, &err);

@@ -73,6 +73,17 @@ static void help(void) {
            d.eval_interval, d.eval_batches, d.save_interval, DEFAULT_COMM_TIMEOUT);
 }
 
+/* the options dt_train names in its refusals, and the flags that set them */
+static const cli_flag train_flags[] = {
+    {"steps", "--steps"},           {"batch", "--batch"},             {"grad_accum", "--grad-accum"},
+    {"seq", "--seq"},               {"lr", "--lr"},                   {"min_lr_ratio", "--min-lr-ratio"},
+    {"warmup", "--warmup"},         {"weight_decay", "--weight-decay"}, {"grad_clip", "--grad-clip"},
+    {"val_fraction", "--val-fraction"}, {"eval_interval", "--eval-interval"}, {"eval_batches", "--eval-batches"},
+    {"save_interval", "--save-interval"}, {"stop_at", "--stop-at"},   {"out_dir", "--out"},
+    {"data_path", "--data"},        {"tokens_path", "--tokens"},      {"tokenizer_path", "--tokenizer"},
+    {"resume", "--resume"},
+};
+
 int cmd_train(int argc, char **argv) {
     static const struct option opts[] = {
         {"data", required_argument, 0, 'd'},      {"out", required_argument, 0, 'o'},
@@ -172,10 +183,14 @@ int cmd_train(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int rc = dt_train(&o, &err);
+    const int rank = dt_comm_rank(comm);
     dt_comm_free(comm);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     /* in a job, rank 0 reports for every rank (the others' message is empty) */
-    if (rc != 0) return cli_fail(cmd, &err);
+    if (rc != 0) return cli_fail_flags(cmd, &err, train_flags, (int)(sizeof train_flags / sizeof train_flags[0]));
+    /* a run that stopped before its last step (the library said where it saved it) */
+    if (!o.quiet && rank == 0 && (stop_requested || (o.stop_at > 0 && o.stop_at < o.steps)))
+        fprintf(stderr, "continue with: difftrans train --resume --out %s\n", o.out_dir);
     return 0; /* an interrupted run saved its checkpoint: that is a clean exit */
 }

@@ -1,4 +1,5 @@
 /* main.c — `difftrans COMMAND ...`: dispatch and the helpers every command shares. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -134,6 +135,31 @@ int cli_error_code(const char *cmd, dt_errcode code, const char *fmt, ...) {
 
 int cli_fail(const char *cmd, const dt_error *err) {
     if (err->msg[0]) fprintf(stderr, "difftrans %s: %s\n", cmd, err->msg);
+    return record(err->code);
+}
+
+/* msg holds w with neither a letter, digit nor '_' on either side. */
+static int names_word(const char *msg, const char *w) {
+    const size_t n = strlen(w);
+    for (const char *p = strstr(msg, w); p; p = strstr(p + 1, w)) {
+        const int before = p > msg && (isalnum((unsigned char)p[-1]) || p[-1] == '_');
+        const int after = isalnum((unsigned char)p[n]) || p[n] == '_';
+        if (!before && !after) return 1;
+    }
+    return 0;
+}
+
+int cli_fail_flags(const char *cmd, const dt_error *err, const cli_flag *flags, int n) {
+    char hint[512] = "";
+    size_t k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!names_word(err->msg, flags[i].field) || strstr(hint, flags[i].flag)) continue;
+        const int w = snprintf(hint + k, sizeof hint - k, "%s%s", k ? ", " : "", flags[i].flag);
+        if (w < 0 || (size_t)w >= sizeof hint - k) break;
+        k += (size_t)w;
+    }
+    if (k == 0) return cli_fail(cmd, err);
+    fprintf(stderr, "difftrans %s: %s (%s)\n", cmd, err->msg, hint);
     return record(err->code);
 }
 

@@ -116,7 +116,7 @@ if [ -s "$S/last.err" ]; then fail "--quiet prints nothing on stderr" "$(head -c
 # ---------------------------------------------------------------- refusals
 
 G=(needle generate --corpus "$CORPUS" --out "$S/bad" --train 1 --test 1)
-expect_fail "queries > needles" "--queries 3.*--needles 2" "$DT" "${G[@]}" --needles 2 --queries 3
+expect_fail "queries > needles" "queries = 3: must be in 1..needles .2.*--needles, --queries" "$DT" "${G[@]}" --needles 2 --queries 3
 expect_fail "depth above 1" "--depths 1.5: must be in \[0, 1\]" "$DT" "${G[@]}" --depths 0,1.5
 expect_fail "depth below 0" "--depths -0.25: must be in \[0, 1\]" "$DT" "${G[@]}" --depths -0.25
 expect_fail "depth not a number" "--depths '0.5x': not a number" "$DT" "${G[@]}" --depths 0.5x

@@ -158,7 +158,7 @@ static void test_outliers_run(void **state) {
         dt_an_outliers_free(&o);
         /* too short a text is refused, naming the problem, and leaves nothing to free */
         assert_int_equal(dt_an_outliers_run(&m, tok, 10, 64, 1, &o, &err), -1);
-        assert_non_null(strstr(err.msg, "fewer than --seq"));
+        assert_non_null(strstr(err.msg, "fewer than seq"));
         assert_null(o.layer_logit_max);
         dt_model_free(&m);
     }

@@ -385,7 +385,7 @@ static void test_grad_accum_matches_whole_batch(void **state) {
     assert_true(apart < 1e-3 * moved);
     o.grad_accum = 3; /* does not divide --batch 4 */
     assert_int_equal(dt_train(&o, &err), -1);
-    assert_non_null(strstr(err.msg, "--grad-accum 3"));
+    assert_non_null(strstr(err.msg, "grad_accum 3"));
     dt_model_free(&ma);
     dt_model_free(&mb);
     dt_model_free(&m0);

@@ -81,7 +81,7 @@
 
 #include "internal.h"
 
-#define AN_MAX_VALUES ((size_t)1 << 30) /* 4 GB of |x|: refuse beyond (shrink --seq / --batches) */
+#define AN_MAX_VALUES ((size_t)1 << 30) /* 4 GB of |x|: refuse beyond (shrink seq / windows) */
 
 /* ---------------------------------------------------------------- |x| statistics */
 
@@ -91,7 +91,7 @@ int dt_an_abs_acc_add(dt_an_abs_acc *a, const float *x, size_t n, dt_error *err)
         while (cap < a->n + n) cap *= 2;
         if (cap > AN_MAX_VALUES)
             return dt_fail(err,
-                           "outlier statistics: more than %zu values to keep (use a shorter --seq or fewer --batches)",
+                           "outlier statistics: more than %zu values to keep (use a shorter seq or fewer windows)",
                            AN_MAX_VALUES);
         float *v = realloc(a->v, cap * sizeof *v);
         if (!v) return dt_fail_oom(err, "out of memory keeping %zu values for the outlier statistics", cap);
@@ -188,8 +188,8 @@ int dt_an_outliers_run(const dt_model *m, const int *tokens, size_t n, int seq, 
     const dt_config *c = &m->cfg;
     const int L = c->num_hidden_layers, H = c->num_attention_heads, C = c->hidden_size;
     if (seq <= 0 || windows <= 0)
-        return dt_fail(err, "outliers: --seq %d and --batches %d must be positive", seq, windows);
-    if (n < (size_t)seq) return dt_fail(err, "outliers: the text has %zu bytes, fewer than --seq %d", n, seq);
+        return dt_fail(err, "outliers: seq %d and windows %d must be positive", seq, windows);
+    if (n < (size_t)seq) return dt_fail(err, "outliers: the text has %zu tokens, fewer than seq %d", n, seq);
     size_t fit = n / (size_t)seq;
     int W = fit < (size_t)windows ? (int)fit : windows;
     dt_run_options opt = {.kernel = DT_ATTENTION_REFERENCE, .keep_logits = 1};
@@ -257,9 +257,9 @@ int dt_an_eval_text(const dt_model *m, const dt_run_options *opt, const int *tok
                  double *loss, double *accuracy, size_t *count, dt_error *err) {
     const int V = m->cfg.vocab_size;
     if (seq <= 0 || windows <= 0)
-        return dt_fail(err, "evaluation: --seq %d and --batches %d must be positive", seq, windows);
+        return dt_fail(err, "evaluation: seq %d and windows %d must be positive", seq, windows);
     if (n < (size_t)seq + 1)
-        return dt_fail(err, "evaluation: the text has %zu bytes, fewer than --seq + 1 = %d", n, seq + 1);
+        return dt_fail(err, "evaluation: the text has %zu tokens, fewer than seq + 1 = %d", n, seq + 1);
     size_t fit = (n - 1) / (size_t)seq;
     int W = fit < (size_t)windows ? (int)fit : windows;
     dt_run_options o = opt ? *opt : (dt_run_options){0};

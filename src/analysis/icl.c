@@ -115,15 +115,15 @@ static int encode_candidates(const dt_model *m, const dt_tok *tok, const char *t
 int dt_icl_run(const dt_model *m, const dt_tok *tok, const dt_icl_params *p, dt_icl_result *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     if (p->shots < 2 || p->shots > DT_ICL_MAX_SHOTS || p->shots % 2)
-        return dt_fail(err, "--shots %d: must be even, in 2..%d", p->shots, DT_ICL_MAX_SHOTS);
-    if (p->queries < 2 || p->queries % 2) return dt_fail(err, "--queries %d: must be even and >= 2", p->queries);
-    if (p->permutations < 1) return dt_fail(err, "--permutations %d: must be positive", p->permutations);
+        return dt_fail(err, "shots %d: must be even, in 2..%d", p->shots, DT_ICL_MAX_SHOTS);
+    if (p->queries < 2 || p->queries % 2) return dt_fail(err, "queries %d: must be even and >= 2", p->queries);
+    if (p->permutations < 1) return dt_fail(err, "permutations %d: must be positive", p->permutations);
     if (!tok && m->cfg.vocab_size < 256) return dt_fail(err, "the task needs a byte-level vocabulary (>= 256 tokens)");
     /* a demonstration takes at most 7 + 7 + 8 + 4 + 2 = 28 bytes, the query 7 + 7 + 8 = 22 */
     const int longest = p->shots * 28 + 22, cap = longest + 1, V = m->cfg.vocab_size;
     const int max_pos = m->cfg.max_position_embeddings;
     if (!tok && longest + 4 > max_pos)
-        return dt_fail(err, "--shots %d makes prompts of up to %d tokens, more than max_position_embeddings %d",
+        return dt_fail(err, "shots %d makes prompts of up to %d tokens, more than max_position_embeddings %d",
                        p->shots, longest + 4, max_pos);
     char *text = malloc((size_t)cap);
     int *tokens = NULL, T = 0;
@@ -150,7 +150,7 @@ int dt_icl_run(const dt_model *m, const dt_tok *tok, const dt_icl_params *p, dt_
              * its last token, which no scored position can see (causal) */
             const int Tq = cand[0].n > cand[1].n ? cand[0].n : cand[1].n;
             if (Tq > max_pos)
-                rc = dt_fail(err, "--shots %d makes prompts of %d tokens, more than max_position_embeddings %d",
+                rc = dt_fail(err, "shots %d makes prompts of %d tokens, more than max_position_embeddings %d",
                              p->shots, Tq, max_pos);
             if (rc == 0 && Tq > T) { /* the runstate grows with the longest prompt so far */
                 dt_runstate_free(rs);

@@ -339,7 +339,7 @@ static void wquant_section(textbuf *b, const rp_report *r) {
                  "Each model's linear layers quantised as `difftrans quantize` does (calibration: up to 300 windows "
                  "of the training text), scored on the held-out text against the same model in F32: loss increase "
                  "(nats/%s), mean KL divergence of the next-%s distribution from F32's, top-1 agreement "
-                 "with F32, and (with `--needle`) needle exact match. The paper has no such table; its argument is "
+                 "with F32, and (with a needle set) needle exact match. The paper has no such table; its argument is "
                  "that fewer activation outliers make 8-bit activations cheaper for DIFF.\n\n",
               r->tokenizer ? "token" : "byte", r->tokenizer ? "token" : "byte");
     measure ms[3 * DT_AN_WQ_MAX_SCHEMES];
@@ -557,7 +557,7 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
         }
         table(b, r, "measure", ms, n);
     } else
-        tb_printf(b, "## Long-form needle retrieval\n\nNo needle set (run with `--needle`): the paper-style multi-needle "
+        tb_printf(b, "## Long-form needle retrieval\n\nNo needle set (the comparison ran without its needle option): the paper-style multi-needle "
                      "accuracy (paper 0.85 vs 0.55) and attention allocation (paper 0.27–0.40 vs 0.03–0.09) were not "
                      "measured.\n\n");
 

@@ -553,7 +553,7 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     if (rc == 0) rc = flush_batch(&r, err);
     for (int s = 0; s < 2 && rc == 0; s++) rc = writer_close_shard(&r.w[s], err);
     if (rc == 0 && o->val_fraction > 0 && r.w[1].total == 0)
-        rc = dt_fail(err, "%s: %" PRIu64 " documents are too few to hold out %g of them (lower --val-fraction, or "
+        rc = dt_fail(err, "%s: %" PRIu64 " documents are too few to hold out %g of them (lower val_fraction, or "
                           "cut finer documents)", o->inputs[0], r.next_doc, (double)o->val_fraction);
     if (rc == 0 && r.w[0].total == 0) rc = dt_fail(err, "%s: no training tokens", o->inputs[0]);
     /* every shard is complete: only now do they take their names, then the manifest */

@@ -85,9 +85,9 @@ int train_tokens_load(const char *dir, int vocab, int T, int **tokens, size_t *n
         return -1;
     }
     int rc = 0;
-    if (nt < (size_t)T + 2) rc = dt_fail(err, "%s: %zu training tokens is too few for --seq %d", dir, nt, T);
+    if (nt < (size_t)T + 2) rc = dt_fail(err, "%s: %zu training tokens is too few for seq %d", dir, nt, T);
     else if (nv < (size_t)T + 1)
-        rc = dt_fail(err, "%s: %zu validation tokens is too few for --seq %d (tokenize with a larger --val-fraction)",
+        rc = dt_fail(err, "%s: %zu validation tokens is too few for seq %d (tokenize with a larger val_fraction)",
                      dir, nv, T);
     int *all = rc == 0 ? realloc(train, (nt + nv) * sizeof *all) : NULL;
     if (rc == 0 && !all) rc = dt_fail_oom(err, "%s: out of memory for %zu tokens", dir, nt + nv);

@@ -186,7 +186,7 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     st->grad_norm = gnorm;
     if (!isfinite(st->loss) || !isfinite(gnorm))
         return dt_fail_code(err, DT_ERR_DIVERGED,
-                            "step %d: loss %g, gradient norm %g — training diverged (try a lower --lr)", t,
+                            "step %d: loss %g, gradient norm %g — training diverged (try a lower lr)", t,
                             (double)st->loss, (double)gnorm);
     float scale = 1.0f / KN;
     if (s->opt.grad_clip > 0 && gnorm > s->opt.grad_clip) scale *= s->opt.grad_clip / gnorm;

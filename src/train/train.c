@@ -235,7 +235,7 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
         tr->elapsed = elapsed;
         if (o->steps <= 0) o->steps = steps;
         if (o->steps < tr->step)
-            bad = dt_fail(err, "--steps %d: the run in %s is already at step %d", o->steps, path, tr->step) != 0;
+            bad = dt_fail(err, "steps %d: the run in %s is already at step %d", o->steps, path, tr->step) != 0;
     }
     cJSON_Delete(j);
     return bad ? -1 : 0;
@@ -460,29 +460,29 @@ static void trainer_free(trainer *tr) {
 }
 
 static int validate_options(const dt_train_options *o, dt_error *err) {
-    if (!o->data_path && !o->tokens_path) return dt_fail(err, "--data: a training text file is required");
-    if (o->data_path && o->tokens_path) return dt_fail(err, "--data and --tokens: give one of them");
+    if (!o->data_path && !o->tokens_path) return dt_fail(err, "data_path or tokens_path: a training text file or token dataset is required");
+    if (o->data_path && o->tokens_path) return dt_fail(err, "data_path and tokens_path: give one of them");
     if (o->tokens_path && o->tokenizer_path)
-        return dt_fail(err, "--tokenizer: a token dataset brings its own (%s/tokenizer.json)", o->tokens_path);
-    if (!o->out_dir) return dt_fail(err, "--out: an output directory is required");
-    if (o->steps <= 0) return dt_fail(err, "--steps %d: must be positive", o->steps);
-    if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "--batch %d: must be in 1..4096", o->batch);
+        return dt_fail(err, "tokenizer_path: a token dataset brings its own (%s/tokenizer.json)", o->tokens_path);
+    if (!o->out_dir) return dt_fail(err, "out_dir: an output directory is required");
+    if (o->steps <= 0) return dt_fail(err, "steps %d: must be positive", o->steps);
+    if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "batch %d: must be in 1..4096", o->batch);
     const int ranks = dt_comm_size(o->comm);
     if (o->grad_accum <= 0 || o->batch % (o->grad_accum * ranks) != 0) {
         if (ranks == 1)
-            return dt_fail(err, "--grad-accum %d: must be positive and divide --batch %d", o->grad_accum, o->batch);
-        return dt_fail(err, "--batch %d: must be a multiple of ranks × --grad-accum = %d × %d", o->batch, ranks,
+            return dt_fail(err, "grad_accum %d: must be positive and divide batch %d", o->grad_accum, o->batch);
+        return dt_fail(err, "batch %d: must be a multiple of ranks × grad_accum = %d × %d", o->batch, ranks,
                        o->grad_accum);
     }
-    if (o->seq <= 0) return dt_fail(err, "--seq %d: must be positive", o->seq);
-    if (!(o->lr > 0) || !isfinite(o->lr)) return dt_fail(err, "--lr %g: must be a positive number", (double)o->lr);
-    if (o->warmup < 0) return dt_fail(err, "--warmup %d: must be >= 0", o->warmup);
-    if (!(o->weight_decay >= 0)) return dt_fail(err, "--weight-decay %g: must be >= 0", (double)o->weight_decay);
-    if (!(o->grad_clip >= 0)) return dt_fail(err, "--grad-clip %g: must be >= 0 (0 = off)", (double)o->grad_clip);
+    if (o->seq <= 0) return dt_fail(err, "seq %d: must be positive", o->seq);
+    if (!(o->lr > 0) || !isfinite(o->lr)) return dt_fail(err, "lr %g: must be a positive number", (double)o->lr);
+    if (o->warmup < 0) return dt_fail(err, "warmup %d: must be >= 0", o->warmup);
+    if (!(o->weight_decay >= 0)) return dt_fail(err, "weight_decay %g: must be >= 0", (double)o->weight_decay);
+    if (!(o->grad_clip >= 0)) return dt_fail(err, "grad_clip %g: must be >= 0 (0 = off)", (double)o->grad_clip);
     if (!(o->val_fraction > 0 && o->val_fraction < 1))
-        return dt_fail(err, "--val-fraction %g: must be in (0, 1)", (double)o->val_fraction);
+        return dt_fail(err, "val_fraction %g: must be in (0, 1)", (double)o->val_fraction);
     if (o->eval_interval < 0 || o->save_interval < 0 || o->eval_batches <= 0)
-        return dt_fail(err, "eval/save intervals must be >= 0 and --eval-batches positive");
+        return dt_fail(err, "eval_interval and save_interval must be >= 0 and eval_batches positive");
     return 0;
 }
 
@@ -492,7 +492,7 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
 static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_cap, dt_error *err) {
     char path[4200];
     if (o->resume) {
-        if (!o->out_dir) return dt_fail(err, "--resume needs --out DIR, the directory of the run to continue");
+        if (!o->out_dir) return dt_fail(err, "resume needs out_dir, the directory of the run to continue");
         dt_quant_options q;
         /* (a missing config.json is left to the train-state and model loaders to report) */
         if (path_join(path, sizeof path, o->out_dir, "config.json", err)) return -1;
@@ -524,7 +524,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     const dt_config *c = &tr->model.cfg;
     const int B = o->batch, T = o->seq;
     if (T > c->max_position_embeddings)
-        return dt_fail(err, "--seq %d exceeds the model's max_position_embeddings %d", T, c->max_position_embeddings);
+        return dt_fail(err, "seq %d exceeds the model's max_position_embeddings %d", T, c->max_position_embeddings);
     if (o->tokens_path) {
         if (train_tokens_load(o->tokens_path, c->vocab_size, T, &tr->tokens, &tr->n_tokens, &tr->n_train, err) != 0)
             return -1;
@@ -533,7 +533,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
         tr->n_train = dt_train_split(tr->n_tokens, o->val_fraction);
     }
     if (!o->tokens_path && (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1))
-        return dt_fail(err, "%s: %zu tokens is too short for --seq %d with a %.0f%% validation split (need at least %zu)",
+        return dt_fail(err, "%s: %zu tokens is too short for seq %d with a %.0f%% validation split (need at least %zu)",
                        o->data_path, tr->n_tokens, T, 100.0 * o->val_fraction,
                        (size_t)((double)(2 * T + 3) / (o->val_fraction < 0.5 ? o->val_fraction : 1 - o->val_fraction)) +
                            1);
@@ -705,11 +705,11 @@ static int train_run(dt_train_options *o, dt_error *err) {
         if (tty) fputc('\n', stderr);
         print_summary(o, &tr);
         if (stopped && o->stop_at > 0 && tr.step >= o->stop_at)
-            fprintf(stderr, "stopped at step %d/%d as asked: checkpoint saved in %s; continue with --resume --out %s\n",
-                    tr.step, o->steps, o->out_dir, o->out_dir);
+            fprintf(stderr, "stopped at step %d/%d as asked: checkpoint saved in %s; resuming from it continues the run\n",
+                    tr.step, o->steps, o->out_dir);
         else if (stopped)
-            fprintf(stderr, "interrupted at step %d/%d: checkpoint saved in %s; continue with --resume --out %s\n",
-                    tr.step, o->steps, o->out_dir, o->out_dir);
+            fprintf(stderr, "interrupted at step %d/%d: checkpoint saved in %s; resuming from it continues the run\n",
+                    tr.step, o->steps, o->out_dir);
         else if (tr.step > start_step) fprintf(stderr, "done: %d steps, model saved in %s\n", tr.step, o->out_dir);
     }
     trainer_free(&tr);
