@@ -121,6 +121,18 @@ def st_edit(src, dst, op, args):
     header = json.loads(raw[8:8 + n])
     data = bytearray(raw[8 + n:])
 
+    def resize(name, nbytes):       # the tensor's bytes become nbytes; the tensors after it move, so
+        b, e = header[name]["data_offsets"]  # the data stays covered exactly once (no hole, no overlap)
+        d = nbytes - (e - b)
+        if d < 0:
+            del data[b + nbytes:e]
+        else:
+            data[e:e] = bytes(d)
+        for k, t in header.items():
+            if k not in ("__metadata__", name) and t["data_offsets"][0] >= e:
+                t["data_offsets"] = [t["data_offsets"][0] + d, t["data_offsets"][1] + d]
+        header[name]["data_offsets"] = [b, b + nbytes]
+
     def write_header():
         text = json.dumps(header, separators=(",", ":")).encode()
         text += b" " * (-len(text) % 8)
@@ -148,11 +160,10 @@ def st_edit(src, dst, op, args):
         shape = json.loads(args[1])
         header[args[0]]["shape"] = shape
         if len(args) > 2:
-            b = header[args[0]]["data_offsets"][0]
             numel = 1
             for d in shape:
                 numel *= d
-            header[args[0]]["data_offsets"] = [b, b + 4 * numel]
+            resize(args[0], 4 * numel)
         write_header()
     elif op == "duplicate":         # NAME: the entry appears twice in the header
         text = json.dumps(header, separators=(",", ":"))
@@ -163,7 +174,8 @@ def st_edit(src, dst, op, args):
     elif op == "metadata":          # JSON: replace __metadata__
         header["__metadata__"] = json.loads(args[0])
         write_header()
-    elif op == "drop":              # NAME
+    elif op == "drop":              # NAME (its bytes go too)
+        resize(args[0], 0)
         del header[args[0]]
         write_header()
     elif op == "setfloat":          # NAME INDEX VALUE (nan, inf, -inf or a number)

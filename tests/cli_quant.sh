@@ -77,8 +77,8 @@ h = json.loads(b[8:8 + n])
 t = h["model.layers.0.mlp.down_proj.scales"]
 t["shape"] = [t["shape"][0] * t["shape"][1], 1]
 s = json.dumps(h, separators=(",", ":")).encode()
-assert len(s) <= n
-open(p, "wb").write(struct.pack("<Q", n) + s + b" " * (n - len(s)) + b[8 + n:])
+s += b" " * (-len(s) % 8)  # the header padded to 8 bytes, its length rewritten
+open(p, "wb").write(struct.pack("<Q", len(s)) + s + b[8 + n:])
 PYEOF
     expect_fail "scales disagree with shapes" "down_proj.scales.*has shape.*imply" "$DT" eval "$S/lying" --data "$S/short.txt"
     expect_fail "lying checkpoint in generate" "down_proj.scales" "$DT" generate "$S/lying" --prompt "a" -n 2
