@@ -1,4 +1,4 @@
-/* test_stats.c — means, 95% intervals and verdicts of stats.h on planted numbers worked out by hand. */
+/* test_stats.c — means, 95% intervals and verdicts of difftrans_analysis.h on planted numbers worked out by hand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* test_tasks.c — the synthetic tasks of tasks.h: each generator's format (read back independently
+/* test_tasks.c — the synthetic tasks of difftrans_analysis.h: each generator's format (read back independently
  * from the tokens), determinism from the seed, refusals; the scorer on rigged logits (a model that
  * copies the right value scores 1, random digits near 0.1, random labels near 0.5), the batched
  * scorer against one forward per example on a real model, and the training mix (targets only at

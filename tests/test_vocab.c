@@ -194,6 +194,43 @@ static void test_vocabulary_must_fit(void **state) {
     dt_model_free(&m);
 }
 
+/* w8a8 calibration text goes through the model's tokenizer: calibrating on the file gives the static
+ * scales of calibrating on the file's tokens, not those of its bytes (ids 0-255 are valid BPE ids
+ * too, so reading bytes would run silently on the wrong inputs). */
+static void test_calibration_reads_tokens(void **state) {
+    (void)state;
+    char tokdir[512], text[512];
+    make_tokenizer(tokdir, sizeof tokdir, text, sizeof text);
+    dt_error err;
+    float scales[3][64];
+    int n_stats = 0;
+    for (int k = 0; k < 3; k++) { /* the file; its tokens; its bytes */
+        dt_model m;
+        make_model(&m, 300);
+        assert_int_equal(dt_model_set_tokenizer(&m, tokdir, &err), 0);
+        int *ids = NULL;
+        size_t n = 0;
+        if (k == 1) assert_int_equal(dt_model_text_tokens(&m, text, &ids, &n, NULL, &err), 0);
+        if (k == 2) assert_int_equal(dt_text_load(text, &ids, &n, &err), 0);
+        dt_quant_options qo;
+        dt_quant_defaults(&qo);
+        qo.scheme = DT_QUANT_W8A8;
+        qo.calib_samples = 4;
+        qo.calib_seq = 16;
+        qo.quiet = 1;
+        if (k == 0) qo.calib_path = text;
+        else qo.calib_tokens = ids, qo.calib_n = n;
+        if (dt_model_quantize(&m, &qo, &err) != 0) fail_msg("%s", err.msg);
+        const dt_quant_act_stat *st = dt_model_quant_act_stats(&m, &n_stats);
+        assert_true(n_stats > 0 && n_stats <= 64);
+        for (int i = 0; i < n_stats; i++) scales[k][i] = st[i].input_scale;
+        free(ids);
+        dt_model_free(&m);
+    }
+    assert_memory_equal(scales[0], scales[1], (size_t)n_stats * sizeof(float));
+    assert_true(memcmp(scales[0], scales[2], (size_t)n_stats * sizeof(float)) != 0);
+}
+
 static void test_dequantize(void **state) {
     (void)state;
     dt_model m, q;
@@ -369,7 +406,8 @@ static void test_prompts_and_stop_ids(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_byte_level_model),    cmocka_unit_test(test_bpe_vocabulary_travels),
-        cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_dequantize),
+        cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_calibration_reads_tokens),
+        cmocka_unit_test(test_dequantize),
         cmocka_unit_test(test_generate),            cmocka_unit_test(test_prompts_and_stop_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

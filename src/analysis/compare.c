@@ -1,4 +1,4 @@
-/* compare.c — `difftrans compare` as a library call; see compare.h.
+/* compare.c — `difftrans compare` as a library call; see difftrans_analysis.h.
  *
  * Layout of the report directory:
  *   needle/             the long-form needle set (with needle only) and train.txt = data + its train.txt

@@ -1,4 +1,4 @@
-/* scaling.c — power-law fits of loss against model size (scaling.h). */
+/* scaling.c — power-law fits of loss against model size (difftrans_analysis.h). */
 #include "difftrans_analysis.h"
 
 #include <math.h>

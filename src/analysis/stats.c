@@ -1,4 +1,4 @@
-/* stats.c — see stats.h. */
+/* stats.c — means, 95% intervals and verdicts (difftrans_analysis.h). */
 #include "difftrans_analysis.h"
 
 #include <math.h>

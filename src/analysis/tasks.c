@@ -1,5 +1,5 @@
-/* tasks.c — the generators of tasks.h (recall, depth, icl; formats are written out in tasks.h) and
- * the tokens of their symbols in a real vocabulary. */
+/* tasks.c — the generators of the synthetic tasks (recall, depth, icl; formats are written out in
+ * difftrans_analysis.h) and the tokens of their symbols in a real vocabulary. */
 #include "difftrans_analysis.h"
 
 #include <stdio.h>

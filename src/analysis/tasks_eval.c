@@ -1,4 +1,4 @@
-/* tasks_eval.c — scoring the tasks of tasks.h, their evaluation grids, and the training mix. */
+/* tasks_eval.c — scoring the synthetic tasks (difftrans_analysis.h), their evaluation grids, and the training mix. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

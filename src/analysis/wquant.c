@@ -1,4 +1,4 @@
-/* wquant.c — post-training quantisation quality of one model (see wquant.h).
+/* wquant.c — post-training quantisation quality of one model (see difftrans_analysis.h).
  *
  * Definitions, over every position t of the held-out windows (input tokens ≤ t, target t + 1):
  *   loss        mean −log q(target), q the quantised model's softmax; loss_delta = loss − F32's loss
