@@ -8,6 +8,11 @@
 /* error.c: for a check of the caller's kind (dt_config_validate) run on what a file said: its
  * DT_ERR_INVALID becomes DT_ERR_FORMAT, the file being at fault; other codes stay. Returns -1. */
 int fail_as_format(dt_error *err);
+/* json_parse.c: 1 when text[len] is one JSON value (RFC 8259, after an optional UTF-8 BOM, white
+ * space around it) within cJSON's limits, else 0; allocates nothing. cJSON returns NULL for text
+ * that is not JSON and for an allocation that failed: after a NULL, valid text means the parser
+ * ran out of memory (DT_ERR_NOMEM), invalid text a file that is not JSON (DT_ERR_FORMAT). */
+int json_text_valid(const char *text, size_t len);
 /* Writes text plus a newline to path through a temporary file and a rename. */
 int write_text_atomic(const char *path, const char *text, dt_error *err);
 /* dt_atomic_commit in two steps, so that several files can be completed before any is renamed:

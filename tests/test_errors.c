@@ -2,7 +2,8 @@
  * themselves, and a representative refusal of each kind from the library — a missing file (IO), a
  * truncated safetensors file and a lying config.json (FORMAT, where the same values given by the
  * caller are INVALID), an option we do not implement (UNSUPPORTED), an allocation that cannot be
- * made (NOMEM, under an address-space cap), a training run that diverges (DIVERGED). */
+ * made (NOMEM, under an address-space cap), a training run that diverges (DIVERGED); and
+ * json_text_valid, which tells a JSON file that cJSON refused for memory from one that is not JSON. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +16,10 @@
 
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
+
 #include "difftrans.h"
+#include "internal.h"
 #include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -333,6 +337,74 @@ static void test_diverged(void **state) {
     expect_err(dt_train(&o, &err), &err, DT_ERR_DIVERGED, "diverged");
 }
 
+static int cjson_accepts(const char *text, size_t len) {
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    cJSON_Delete(j);
+    return j != NULL;
+}
+
+/* json_text_valid must never call text valid that cJSON refuses (a bad file would be reported as
+ * out of memory); it may be stricter than cJSON, which accepts some text that is not JSON. */
+static void test_json_text_valid(void **state) {
+    (void)state;
+    static const struct {
+        const char *text;
+        int valid;
+    } cases[] = {
+        {"{}", 1}, {" [ ] ", 1}, {"\xEF\xBB\xBF{\"a\": 1}", 1}, {"{\"a\": [1, -0.5e+3, true, false, null, \"x\"]}", 1},
+        {"\"\\u00e9\\ud83d\\ude00\\n\\\"\"", 1}, {"0", 1}, {"-0", 1}, {"1E9", 1},
+        {"", 0}, {"   ", 0}, {"{", 0}, {"[1,]", 0}, {"{\"a\":1,}", 0}, {"{,}", 0}, {"{\"a\" 1}", 0}, {"{1: 2}", 0},
+        {"[1] x", 0}, {"[1] [2]", 0}, {"01", 0}, {"1.", 0}, {".5", 0}, {"+1", 0}, {"1e", 0}, {"-", 0}, {"tru", 0},
+        {"nulls", 0}, {"\"abc", 0}, {"\"\\x\"", 0}, {"\"\\u12\"", 0}, {"\"\\udc00\"", 0}, {"\"\\ud800\"", 0},
+        {"\"\\ud800\\u0041\"", 0}, {"\"a\tb\"", 0}, {"[1,\n2]\n", 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *t = cases[i].text;
+        const int got = json_text_valid(t, strlen(t));
+        if (got != cases[i].valid) fail_msg("json_text_valid(%s) = %d, expected %d", t, got, cases[i].valid);
+        if (got && !cjson_accepts(t, strlen(t))) fail_msg("valid, but cJSON refuses: %s", t);
+    }
+    /* cJSON's limits: 1000 nested containers pass, 1001 do not; numbers of more than 63 bytes,
+     * which cJSON 1.7.15 as released refuses (Debian's reads them), are not valid here */
+    char deep[2100], num[80];
+    for (int depth = 999; depth <= 1001; depth++) {
+        memset(deep, '[', (size_t)depth);
+        memset(deep + depth, ']', (size_t)depth);
+        const size_t n = 2 * (size_t)depth;
+        assert_int_equal(json_text_valid(deep, n), depth <= 1000);
+        assert_int_equal(cjson_accepts(deep, n), depth <= 1000);
+    }
+    for (int len = 62; len <= 64; len++) { /* in an array: alone, cJSON ignores what follows its 63 bytes */
+        num[0] = '[';
+        memset(num + 1, '1', (size_t)len);
+        num[len + 1] = ']';
+        assert_int_equal(json_text_valid(num, (size_t)len + 2), len <= 63);
+        if (len <= 63) assert_true(cjson_accepts(num, (size_t)len + 2));
+    }
+    /* single-byte mutations of a config-like document: whatever json_text_valid accepts, cJSON
+     * parses (the direction a wrong answer would turn a bad file into "out of memory") */
+    const char *doc = "{\"model_type\": \"llama\", \"vocab\": {\"a\\u0062\": 1, \"\\ud83d\\ude00\": 2},"
+                      " \"ids\": [0, -1.5e-3, 7], \"ok\": true, \"none\": null}";
+    const size_t n = strlen(doc);
+    assert_true(json_text_valid(doc, n));
+    assert_true(cjson_accepts(doc, n));
+    static const char alphabet[] = "{}[]\":,\\ 0123456789-+.eEtrufalsn\t\nxu";
+    char m[256];
+    long valid = 0, checked = 0;
+    for (size_t at = 0; at < n; at++)
+        for (const char *c = alphabet; *c; c++) {
+            memcpy(m, doc, n);
+            m[at] = *c;
+            checked++;
+            if (json_text_valid(m, n)) {
+                valid++;
+                if (!cjson_accepts(m, n)) fail_msg("valid, but cJSON refuses: %.*s", (int)n, m);
+            }
+        }
+    print_message("%ld mutations, %ld of them valid JSON\n", checked, valid);
+    assert_true(valid > 0 && valid < checked);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fail_functions),
@@ -343,6 +415,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_argument),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_diverged),
+        cmocka_unit_test(test_json_text_valid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_faults.c — SQLite-style fault injection: the n-th allocation, or the n-th write, made by
  * the library fails, for every n that a call makes, and each time the call must fail with a
- * message, free everything it allocated, and leave the files on disk as they were.
+ * message and the code of what failed (DT_ERR_NOMEM, DT_ERR_IO), free everything it allocated,
+ * and leave the files on disk as they were.
  *
  * How: this program is linked with -Wl,--wrap for the allocation and write functions (see
  * tests/CMakeLists.txt), so every call the library makes to malloc, fwrite, ... comes here first.
@@ -205,6 +206,12 @@ static long walk(const char *what, fault_kind kind, operation op, void *ctx, voi
             fail_msg("%s: %s #%ld failed but the call reported success", what, kind == FAULT_ALLOC ? "allocation" : "write", n);
         }
         if (!err.msg[0]) fail_msg("%s: %s #%ld failed without a message", what, kind == FAULT_ALLOC ? "allocation" : "write", n);
+        /* and its code says what it was: out of memory, or the system refusing a write */
+        const dt_errcode want = kind == FAULT_ALLOC ? DT_ERR_NOMEM : DT_ERR_IO;
+        if (err.code != want)
+            fail_msg("%s: %s #%ld failed with code %s, not %s: %s", what,
+                     kind == FAULT_ALLOC ? "allocation" : "write", n, dt_errcode_name(err.code), dt_errcode_name(want),
+                     err.msg);
         if (hook.live != 0)
             fail_msg("%s: after %s #%ld failed, %ld allocation(s) were not freed (%s)", what,
                      kind == FAULT_ALLOC ? "allocation" : "write", n, hook.live, err.msg);

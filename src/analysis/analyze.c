@@ -598,6 +598,10 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
         while (*line == ' ' || *line == '\t' || *line == '\r') line++;
         if (!*line) continue;
         cJSON *o = cJSON_Parse(line);
+        if (!o && json_text_valid(line, strlen(line))) {
+            dt_fail_oom(err, "%s:%d: out of memory parsing the line", out->path, lineno);
+            goto fail;
+        }
         double step, loss, g, val;
         const cJSON *lam = o ? cJSON_GetObjectItemCaseSensitive(o, "lambda") : NULL;
         if (!o || !cJSON_IsObject(o) || get_number(o, "step", &step) || get_number(o, "train_loss", &loss) ||

@@ -392,7 +392,8 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
         ts->n++; /* counted now so that dt_needle_testset_free releases its text on failure */
         s->line = lineno;
         cJSON *o = cJSON_ParseWithLength(line, (size_t)len);
-        if (!o) rc = dt_fail_format(err, "%s: not valid JSON", where);
+        if (!o && json_text_valid(line, (size_t)len)) rc = dt_fail_oom(err, "%s: out of memory parsing it", where);
+        else if (!o) rc = dt_fail_format(err, "%s: not valid JSON", where);
         else rc = sample_from_json(o, s, where, err);
         cJSON_Delete(o);
     }

@@ -22,12 +22,14 @@ cJSON *json_load_file(const char *path, dt_error *err) {
     if (read_text_file(path, MAX_CONFIG_BYTES, "a config", &text, &len, err) != 0) return NULL;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    const int oom = !root && json_text_valid(text, len);
     /* cJSON stops after the first value; trailing text means the file is not one JSON value */
     if (root && strspn(end, " \t\r\n") != (size_t)(text + len - end)) {
         cJSON_Delete(root);
         root = NULL;
     }
-    if (!root) dt_fail_format(err, "%s is not valid JSON (line %d)", path, end ? line_of(text, end) : 0);
+    if (oom) dt_fail_oom(err, "%s: out of memory parsing its JSON", path);
+    else if (!root) dt_fail_format(err, "%s is not valid JSON (line %d)", path, end ? line_of(text, end) : 0);
     free(text);
     return root;
 }

@@ -335,11 +335,13 @@ static cJSON *parse_header_json(const dt_safetensors *st, size_t n, dt_error *er
     text[n] = '\0';
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, n, &end, 0);
+    const int oom = !root && json_text_valid(text, n);
     if (root && !only_whitespace(end, text + n)) {
         cJSON_Delete(root);
         root = NULL;
     }
-    if (!root)
+    if (oom) dt_fail_oom(err, "%s: out of memory parsing the %zu-byte header", st->path, n);
+    else if (!root)
         dt_fail_format(err, "%s: header is not JSON (error near byte %ld of %zu)", st->path,
                        end ? (long)(end - text) : -1L, n);
     free(text);

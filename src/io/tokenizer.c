@@ -68,7 +68,9 @@ int dt_tokenizer_check(const char *dir, dt_error *err) {
     int rc = read_marker(path, &text, &len, err);
     if (rc != 0) return rc < 0 ? -1 : 0; /* absent: byte-level is the default */
     cJSON *root = cJSON_ParseWithLength(text, len);
+    const int oom = !root && json_text_valid(text, len);
     free(text);
+    if (oom) return dt_fail_oom(err, "%s: out of memory parsing its JSON", path);
     if (!root) return dt_fail_format(err, "%s: not valid JSON", path);
     int is_obj = cJSON_IsObject(root);
     const cJSON *type = is_obj ? cJSON_GetObjectItemCaseSensitive(root, "type") : NULL;

@@ -40,7 +40,9 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
     char *text = read_file(path, err);
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);
+    const int oom = !root && json_text_valid(text, strlen(text));
     free(text);
+    if (oom) return dt_fail_oom(err, "%s: out of memory parsing its JSON", path);
     if (!root) return dt_fail_format(err, "%s is not valid JSON", path);
     int rc = 0;
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
@@ -85,7 +87,9 @@ static int add_quant_config(const char *path, const struct dt_quant *q, dt_error
     char *text = read_file(path, err);
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);
+    const int oom = !root && json_text_valid(text, strlen(text));
     free(text);
+    if (oom) return dt_fail_oom(err, "%s: out of memory parsing its JSON", path);
     if (!root) return dt_fail_io(err, "%s: cannot re-read the config just written", path);
     const dt_quant_options *o = &q->opt;
     const int w8a8 = o->scheme == DT_QUANT_W8A8;

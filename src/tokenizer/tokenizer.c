@@ -169,7 +169,9 @@ static int read_special_ids(dt_tok *tok, dt_error *err) {
     size_t len = 0;
     if (read_file(cfg_path, "a tokenizer config", &text, &len, err) != 0) return -1;
     cJSON *cfg = cJSON_ParseWithLength(text, len);
+    const int oom = !cfg && json_text_valid(text, len);
     free(text);
+    if (oom) return dt_fail_oom(err, "%s: out of memory parsing its JSON", cfg_path);
     if (!cJSON_IsObject(cfg)) {
         cJSON_Delete(cfg);
         return dt_fail_format(err, "%s: not a JSON object", cfg_path);
@@ -257,10 +259,12 @@ int dt_tok_load(dt_tok **out, const char *path, dt_error *err) {
         return -1;
     }
     cJSON *root = cJSON_ParseWithLength(text, len);
+    const int oom = !root && json_text_valid(text, len);
     free(text);
     tk_ctx c;
     int rc;
-    if (!root) rc = dt_fail_format(err, "%s: not valid JSON", tok->path);
+    if (oom) rc = dt_fail_oom(err, "%s: out of memory parsing its JSON", tok->path);
+    else if (!root) rc = dt_fail_format(err, "%s: not valid JSON", tok->path);
     else if (tk_ctx_init(&c) != 0) rc = dt_fail_oom(err, "%s: out of memory", tok->path);
     else {
         rc = parse_tokenizer(tok, root, &c, err);

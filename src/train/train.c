@@ -186,7 +186,9 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
         return -1;
     }
     cJSON *j = cJSON_ParseWithLength(text, len);
+    const int oom = !j && json_text_valid(text, len);
     free(text);
+    if (oom) return dt_fail_oom(err, "%s: out of memory parsing its JSON", path);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return dt_fail_format(err, "%s: not valid JSON", path);
