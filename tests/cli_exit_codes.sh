@@ -4,7 +4,8 @@
 # model.safetensors, a config.json that lies about the tensors), the system refusing 3 (a missing
 # checkpoint or data file, an output directory that cannot be written), out of memory 4 (a model
 # too large for an address-space cap), not supported 5 (a config.json asking for gelu), training
-# diverged 6; and the message still names the file or argument.
+# diverged 6; and the message still names the file or argument. A data file that is not UTF-8,
+# which the tokenizer's encoder refuses as its argument, is the file's fault (2).
 #
 # usage: bash tests/cli_exit_codes.sh PATH_TO_difftrans SCRATCH_DIR
 set -u
@@ -35,6 +36,13 @@ expect_status "a config.json that lies about the tensors" 2 "config.json implies
 cp -r "$S/m" "$S/badjson"
 printf '{"model_type": "diffllama", ' >"$S/badjson/config.json"
 expect_status "a config.json that is not JSON" 2 "badjson/config.json" "$DT" info "$S/badjson"
+# a data file that is not UTF-8, read through a tokenizer: the file's fault, not the arguments'
+expect_ok "tokenizer train" "$DT" tokenizer train --data "$S/text.txt" --vocab-size 300 --out "$S/tok" --quiet
+printf 'abc\377\376 def\n' >"$S/not_utf8.txt"
+expect_status "tokenize of a file that is not UTF-8" 2 "not_utf8.txt.*invalid UTF-8" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$S/not_utf8.txt" --out "$S/ds"
+expect_status "train on it through the tokenizer" 2 "not_utf8.txt.*invalid UTF-8" \
+    "$DT" train --data "$S/not_utf8.txt" --tokenizer "$S/tok" --out "$S/r_utf8" --preset tiny --steps 2
 
 # ---------------------------------------------------------------- 3: the system refuses
 expect_status "a missing checkpoint" 3 "no_such_model" "$DT" info "$S/no_such_model"
@@ -54,7 +62,8 @@ if [ -n "${DT_ASAN:-}" ]; then
     echo "skipping the address-space cap under AddressSanitizer (it reserves terabytes of shadow memory)"
 else
     expect_status "a model too large for the address space" 4 "out of memory" \
-        env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 bash -c 'ulimit -v 1500000 && exec "$0" "$@"' "$DT" init --config "$S/big.json" --out "$S/big"
+        env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 bash -c 'ulimit -v 1500000 && exec "$0" "$@"' \
+        "$DT" init --config "$S/big.json" --out "$S/big"
     check "nothing was written for it" test ! -e "$S/big"
 fi
 

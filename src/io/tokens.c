@@ -229,8 +229,9 @@ static int flush_batch(tokenize_run *r, dt_error *err) {
 #pragma omp critical
                 if (!failed || i < failed - 1) {
                     failed = i + 1;
-                    dt_fail_code(&first_err, e.code, "%.300s (the text from byte %" PRIu64 "): %.600s", p->file,
-                                 p->offset, e.msg);
+                    /* the encoder refusing its text (invalid UTF-8) is the data file's fault */
+                    dt_fail_code(&first_err, e.code == DT_ERR_INVALID ? DT_ERR_FORMAT : e.code,
+                                 "%.300s (the text from byte %" PRIu64 "): %.600s", p->file, p->offset, e.msg);
                 }
             }
         }

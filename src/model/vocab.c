@@ -262,7 +262,10 @@ static int vocab_text_tokens(const dt_vocab *v, int vocab_size, const char *path
         size_t n_ids = 0;
         dt_error e;
         rc = dt_tok_encode_parallel(v->tok, text, size, 0, 1, &ids, &n_ids, &e);
-        if (rc != 0) dt_fail_code(err, e.code, "%s: %s", path, e.msg);
+        if (rc != 0) {
+            dt_fail_code(err, e.code, "%s: %s", path, e.msg);
+            fail_as_format(err); /* the encoder refusing its text (invalid UTF-8) is the data file's fault */
+        }
         if (rc == 0) rc = tok_to_ids(ids, n_ids, tokens, path, err);
         if (rc == 0) *n = n_ids;
         free(ids);
