@@ -32,6 +32,7 @@
 
 #include "difftrans.h"
 #include "internal.h"
+#include "base/base.h"
 
 /* Same limit as the reference Rust implementation: a header this big is an attack, not a model. */
 #define ST_MAX_HEADER 100000000ull
@@ -65,59 +66,6 @@ static void store_le32(uint8_t *p, uint32_t v) {
 static void store_le64(uint8_t *p, uint64_t v) {
     store_le32(p, (uint32_t)v);
     store_le32(p + 4, (uint32_t)(v >> 32));
-}
-
-static float bits_to_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-static uint32_t float_to_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-/* IEEE 754 binary16 → binary32, exactly (every half is representable as a float). */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
-    uint32_t exp = (h >> 10) & 0x1Fu;
-    uint32_t mant = h & 0x3FFu;
-    if (exp == 0) {
-        /* zero or subnormal: mant · 2^-24; the product is exact (10-bit integer, power-of-2 scale) */
-        float mag = (float)mant * 0x1p-24f;
-        return sign ? -mag : mag;
-    }
-    if (exp == 31) return bits_to_float(sign | 0x7F800000u | (mant << 13)); /* inf, or NaN keeping payload */
-    return bits_to_float(sign | ((exp - 15 + 127) << 23) | (mant << 13));
-}
-
-/* bfloat16 is the top half of a float32. */
-static float bf16_to_float(uint16_t b) { return bits_to_float((uint32_t)b << 16); }
-
-/* binary32 → bfloat16, round to nearest even (what torch's .to(torch.bfloat16) does); NaN stays
- * a quiet NaN, values past the largest bfloat16 become infinities. */
-static uint16_t float_to_bf16(float f) {
-    uint32_t u = float_to_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* binary32 → binary16, round to nearest even, subnormals included; |x| ≥ 65520 (halfway past the
- * largest half, 65504) becomes an infinity, as in IEEE 754 and torch. */
-static uint16_t float_to_half(float f) {
-    uint32_t u = float_to_bits(f);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    uint32_t mag = u & 0x7FFFFFFFu;
-    if (mag > 0x7F800000u) return sign | 0x7E00u | (uint16_t)((mag >> 13) & 0x3FFu);   /* NaN, kept quiet */
-    if (mag >= 0x477FF000u) return sign | 0x7C00u;                                     /* overflow → inf */
-    if (mag >= 0x38800000u) {                                                          /* normal half */
-        uint32_t rebased = mag - (112u << 23);   /* exponent bias 127 → 15 */
-        return sign | (uint16_t)((rebased + 0xFFFu + ((rebased >> 13) & 1u)) >> 13);
-    }
-    /* subnormal half: the value in units of 2^-24, rounded to nearest even (exact scaling) */
-    return sign | (uint16_t)lrintf(bits_to_float(mag) * 0x1p24f);
 }
 
 /* ---------------------------------------------------------------- dtypes */
@@ -578,7 +526,7 @@ void dt_st_read_f32(const dt_safetensors *st, const dt_st_tensor *t, float *out)
     const uint8_t *p = st->data + t->begin;
     switch (t->dtype) {
     case DT_F32:
-        for (size_t i = 0; i < t->numel; i++) out[i] = bits_to_float(load_le32(p + 4 * i));
+        for (size_t i = 0; i < t->numel; i++) out[i] = base_bits_float(load_le32(p + 4 * i));
         break;
     case DT_F16:
         for (size_t i = 0; i < t->numel; i++) out[i] = half_to_float(load_le16(p + 2 * i));
@@ -725,7 +673,7 @@ static int write_le(FILE *fp, const float *x, size_t n, dt_dtype dtype) {
         for (size_t i = 0; i < k; i++) {
             if (dtype == DT_F16) store_le16(buf + 2 * i, float_to_half(x[i]));
             else if (dtype == DT_BF16) store_le16(buf + 2 * i, float_to_bf16(x[i]));
-            else store_le32(buf + 4 * i, float_to_bits(x[i]));
+            else store_le32(buf + 4 * i, base_float_bits(x[i]));
         }
         if (fwrite(buf, width, k, fp) != k) return -1;
         x += k;

@@ -10,6 +10,7 @@
 
 #include "difftrans.h"
 #include "internal.h"
+#include "base/base.h"
 #include "layers/layers.h"
 #include "model/model_quant.h"
 
@@ -140,37 +141,6 @@ void dt_kvcache_free(dt_kvcache *kc) {
     free(kc->vlam);
     free(kc->slopes);
     free(kc);
-}
-
-/* IEEE binary16 ↔ binary32 for the F16 cache: round to nearest even, overflow to ±inf. */
-static uint16_t float_to_half(float f) {
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    const uint32_t sign = (x >> 16) & 0x8000u, ax = x & 0x7FFFFFFFu;
-    if (ax >= 0x7F800000u) return (uint16_t)(sign | 0x7C00u | (ax > 0x7F800000u ? 0x200u : 0)); /* inf, NaN */
-    if (ax >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* rounds past the largest half */
-    if (ax < 0x38800000u) { /* subnormal half (or zero): a multiple of 2^-24, rounded by the FPU */
-        float a;
-        memcpy(&a, &ax, sizeof a);
-        return (uint16_t)(sign | (uint32_t)lrintf(a * 0x1p24f));
-    }
-    const uint32_t mant = ax & 0x7FFFFFu, exp = (ax >> 23) - 112;
-    uint32_t h = (exp << 10) | (mant >> 13);
-    const uint32_t rest = mant & 0x1FFFu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++; /* carries into the exponent correctly */
-    return (uint16_t)(sign | h);
-}
-
-static float half_to_float(uint16_t h) {
-    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
-    float f;
-    if (exp == 0) {
-        f = (float)mant * 0x1p-24f;
-        return sign ? -f : f;
-    }
-    uint32_t x = sign | (exp == 31 ? 0x7F800000u | (mant << 13) : ((exp + 112) << 23) | (mant << 13));
-    memcpy(&f, &x, sizeof f);
-    return f;
 }
 
 /* The cached rows of one layer and kv head, whatever their storage. */
