@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "analysis/needle.h"
 #include "analysis/report.h"
 #include "analysis/textbuf.h"
 #include "internal.h"
+#include "base/base.h"
 
 void dt_cmp_options_default(dt_cmp_options *o, int quick) {
     memset(o, 0, sizeof *o);
@@ -121,18 +121,12 @@ typedef struct {
     char msg[4608];
 } progress;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Reports the state with msg; call with p->mu held. */
 static void report_locked(progress *p) {
     if (!p->o->progress) return;
     double done = p->other_done;
     for (int j = 0; j < p->n_jobs; j++) done += p->job_done[j];
-    double el = now_s() - p->t0;
+    double el = monotonic_seconds() - p->t0;
     double eta = done > 0 ? el / done * (p->total - done) : NAN;
     p->o->progress(p->o->progress_ctx, done, p->total, eta, p->msg);
 }
@@ -611,7 +605,7 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     }
 
     const int n_main = o->n_variants * o->seeds, n_jobs = n_main + 2 * o->n_sizes;
-    progress p = {.o = o, .t0 = now_s(), .n_jobs = n_jobs};
+    progress p = {.o = o, .t0 = monotonic_seconds(), .n_jobs = n_jobs};
     p.total = (double)n_jobs * o->steps + (double)n_main * ANALYSIS_STEPS(o);
     p.job_done = calloc((size_t)n_jobs, sizeof *p.job_done);
     job *jobs = calloc((size_t)n_jobs, sizeof *jobs);

@@ -78,4 +78,10 @@ static inline float bf16_to_float(uint16_t b) {
     return base_bits_float((u & 0x7FFFFFFFu) > 0x7F800000u ? u | 0x400000u : u);
 }
 
+/* ---------------------------------------------------------------- clock.c */
+
+/* CLOCK_MONOTONIC in seconds, for intervals: the origin is arbitrary, and a double resolves
+ * better than 4 ns even after a year of uptime. */
+double monotonic_seconds(void);
+
 #endif

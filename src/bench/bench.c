@@ -12,20 +12,14 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cblas.h>
 
-#include "bench/bench.h"
+#include "difftrans_bench.h"
+#include "base/base.h"
 #include "model/profile.h"
 #include "train/step.h"
-
-double bench_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---------------------------------------------------------------- FLOP and byte counts */
 
@@ -208,9 +202,9 @@ static int measure_train(bench_state *s, const dt_bench_options *o, dt_bench_res
     progress(o, "training", -1, o->steps);
     for (int step = 0; step <= o->steps; step++) {
         train_step_stats st;
-        double t0 = bench_now();
+        double t0 = monotonic_seconds();
         if (train_step_run(&s->ts, s->tokens, s->targets, step + 1, 1e-4f, 0, &st, err) != 0) return -1;
-        double t1 = bench_now();
+        double t1 = monotonic_seconds();
         if (step > 0) s->times[step - 1] = t1 - t0;
         if (step == 0) runstate_profile_reset(s->ts.rs); /* the warm-up step is not profiled */
         progress(o, "training", step, o->steps);
@@ -235,9 +229,9 @@ static int measure_prefill(bench_state *s, const dt_bench_options *o, dt_bench_r
     const int B = o->batch, T = o->seq;
     progress(o, "prefill", -1, o->steps);
     for (int step = 0; step <= o->steps; step++) {
-        double t0 = bench_now();
+        double t0 = monotonic_seconds();
         if (dt_forward(&s->m, s->rs, s->tokens, NULL, B, T, NULL, err) != 0) return -1;
-        double t1 = bench_now();
+        double t1 = monotonic_seconds();
         if (step > 0) s->times[step - 1] = t1 - t0;
         progress(o, "prefill", step, o->steps);
     }
@@ -256,12 +250,12 @@ static int measure_decode(bench_state *s, const dt_bench_options *o, dt_bench_re
     progress(o, "decode", 0, N);
     if (dt_decode_step(m, s->kv, s->tokens[0], 0, s->logits, err) != 0) return -1;
     int token = argmax(s->logits, V);
-    double t0 = bench_now();
+    double t0 = monotonic_seconds();
     for (int pos = 1; pos <= N; pos++) {
         if (dt_decode_step(m, s->kv, token, pos, s->logits, err) != 0) return -1;
         token = argmax(s->logits, V);
     }
-    double t = bench_now() - t0;
+    double t = monotonic_seconds() - t0;
     progress(o, "decode", N, N);
     r->decode_tokens_per_s = (double)N / t;
     return 0;
@@ -338,12 +332,12 @@ double dt_bench_region_cost_us(void) {
     enum { REGIONS = 2000 };
     double best = INFINITY;
     for (int run = 0; run < 4; run++) { /* the first run warms the thread pool up */
-        double t0 = bench_now();
+        double t0 = monotonic_seconds();
         for (int i = 0; i < REGIONS; i++) {
 #pragma omp parallel
             bench_region_sink = omp_get_thread_num();
         }
-        double t = (bench_now() - t0) / REGIONS;
+        double t = (monotonic_seconds() - t0) / REGIONS;
         if (run > 0 && t < best) best = t;
     }
     return 1e6 * best;
@@ -355,9 +349,9 @@ static void fill(float *x, size_t n, float v) {
 }
 
 static double time_sgemm(int n, const float *a, const float *b, float *c) {
-    double t0 = bench_now();
+    double t0 = monotonic_seconds();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-    return bench_now() - t0;
+    return monotonic_seconds() - t0;
 }
 
 double dt_bench_sgemm_peak(int *n_out) {
@@ -440,9 +434,9 @@ double dt_bench_read_bandwidth(size_t *bytes_out) {
         fill(x, n, 1.0f); /* first touch by the threads that will read it */
         best = INFINITY;
         for (int i = 0; i < 3; i++) {
-            double t0 = bench_now();
+            double t0 = monotonic_seconds();
             bench_sink = sum_floats(x, n);
-            double t = bench_now() - t0;
+            double t = monotonic_seconds() - t0;
             if (t < best) best = t;
         }
         best = (double)bytes / best / 1e9;

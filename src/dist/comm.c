@@ -11,6 +11,7 @@
 
 #include <omp.h>
 
+#include "base/base.h"
 #include "dist/comm.h"
 
 #define TAG_HEARTBEAT 7301
@@ -39,12 +40,6 @@ struct dt_comm {
     int *counts;                 /* [2][size]: the counts and displacements of a v-collective */
     struct agreement *agree;     /* [size]: comm_agree's gathered statuses */
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int launched_by_mpi(void) {
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
@@ -136,7 +131,7 @@ static void collect_heartbeats(dt_comm *c) {
         if (!flag || idx == MPI_UNDEFINED) return;
         c->last[2 * idx] = c->beat_in[2 * idx];
         c->last[2 * idx + 1] = c->beat_in[2 * idx + 1];
-        c->heard[idx] = now_s();
+        c->heard[idx] = monotonic_seconds();
         MPI_Irecv(&c->beat_in[2 * idx], 2, MPI_INT, idx, TAG_HEARTBEAT, c->beat, &c->beat_recv[idx]);
     }
 }
@@ -144,7 +139,7 @@ static void collect_heartbeats(dt_comm *c) {
 /* Ranks > 0: sends {waits, step} unless rank 0 already has it; one message in flight at most. */
 static void send_heartbeat(dt_comm *c) {
     if (c->rank == 0 || c->size < 2 || c->closing) return;
-    const double now = now_s();
+    const double now = monotonic_seconds();
     if (c->beat_sent == c->waits && now - c->beat_time < c->pulse) return;
     if (c->beat_send != MPI_REQUEST_NULL) {
         int done = 0;
@@ -171,7 +166,7 @@ static void timed_out(dt_comm *c, const char *what, double waited) {
     size_t used = 0;
     if (c->rank == 0) {
         collect_heartbeats(c);
-        const double now = now_s();
+        const double now = monotonic_seconds();
         for (int r = 1; r < c->size && used + 96 < sizeof who; r++) {
             if (c->last[2 * r] < c->waits)
                 used += (size_t)snprintf(who + used, sizeof who - used, "%srank %d never reached it (last seen at step %d)",
@@ -251,21 +246,21 @@ void comm_progress(dt_comm *c) {
 static double complete_posted(dt_comm *c, const char *what) {
     /* Rank 0 gives up first, so that the message naming the missing ranks is the one printed. */
     const double limit = c->rank == 0 ? c->timeout_s : 1.5 * c->timeout_s + 2;
-    const double t0 = now_s();
+    const double t0 = monotonic_seconds();
     for (long spin = 0;; spin++) {
         int flag = 0;
         MPI_Testall(c->n_reqs, c->reqs, &flag, MPI_STATUSES_IGNORE);
         if (flag) break;
         collect_heartbeats(c);
         send_heartbeat(c);
-        double waited = now_s() - t0;
+        double waited = monotonic_seconds() - t0;
         if (waited > limit) timed_out(c, what, waited);
         /* yield at first (the peer may share our core), then sleep briefly */
         if (spin < 1000) sched_yield();
         else nanosleep(&(struct timespec){0, 50000}, NULL);
     }
     c->n_reqs = 0;
-    return now_s() - t0;
+    return monotonic_seconds() - t0;
 }
 
 double comm_wait(dt_comm *c, const char *what) {

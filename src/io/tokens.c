@@ -33,13 +33,13 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
 #include "difftrans.h"
 #include "internal.h"
+#include "base/base.h"
 
 #define TOK_MAGIC "DTTOKENS"
 #define TOK_VERSION 1
@@ -180,12 +180,6 @@ typedef struct {
     double t0, last_report;
 } tokenize_run;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Documents are held out evenly: document i goes to validation when ⌊(i+1)·f⌋ > ⌊i·f⌋. */
 static int split_of(const tokenize_run *r, uint64_t doc) {
     double f = r->o->val_fraction;
@@ -194,7 +188,7 @@ static int split_of(const tokenize_run *r, uint64_t doc) {
 
 static void progress(tokenize_run *r, int final) {
     if (r->o->quiet) return;
-    double t = now_s();
+    double t = monotonic_seconds();
     if (!final && t - r->last_report < 0.5) return;
     r->last_report = t;
     double el = t - r->t0 > 1e-9 ? t - r->t0 : 1e-9;
@@ -548,7 +542,7 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     for (int s = 0; s < 2; s++)
         r.w[s] = (shard_writer){.dir = o->out_dir, .split = s, .width = width, .vocab = (uint32_t)vocab,
                                 .shard_tokens = o->shard_tokens};
-    r.t0 = r.last_report = now_s();
+    r.t0 = r.last_report = monotonic_seconds();
     int rc = 0;
     for (int i = 0; i < o->n_inputs && rc == 0; i++) rc = tokenize_file(&r, o->inputs[i], err);
     if (rc == 0) rc = flush_batch(&r, err);

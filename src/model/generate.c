@@ -4,9 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 static int by_prob_desc(const void *a, const void *b) {
     const dt_prob_index *x = a, *y = b;
@@ -70,12 +70,6 @@ int dt_model_stop_ids(const dt_model *m, int *ids) {
     return n;
 }
 
-static double seconds_since(const struct timespec *t0) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)(t.tv_sec - t0->tv_sec) + 1e-9 * (double)(t.tv_nsec - t0->tv_nsec);
-}
-
 static int check_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_generate_options *o,
                           dt_error *err) {
     const dt_config *c = &m->cfg;
@@ -115,8 +109,7 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
     if (rc == 0) memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
     uint64_t rng = o->seed;
     int n_seq = n_prompt;
-    struct timespec t0;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = monotonic_seconds();
     /* the prompt's positions fill the cache; the last one's logits give the first new token */
     const int steps = o->max_new_tokens > 0 ? n_prompt - 1 + o->max_new_tokens : 0;
     for (int pos = 0; rc == 0 && pos < steps; pos++) {
@@ -129,7 +122,7 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
             break;
         }
         if (pos + 1 < n_prompt) continue;
-        if (pos + 1 == n_prompt) r.prefill_s = seconds_since(&t0);
+        if (pos + 1 == n_prompt) r.prefill_s = monotonic_seconds() - t0;
         const int token = dt_sample(logits, V, &o->sampler, &rng, scratch);
         int is_stop = 0;
         for (int e = 0; e < n_stop; e++) is_stop |= token == stop_ids[e];
@@ -149,7 +142,7 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
             break;
         }
     }
-    r.decode_s = seconds_since(&t0) - r.prefill_s;
+    r.decode_s = monotonic_seconds() - t0 - r.prefill_s;
     dt_kvcache_free(kc);
     free(logits);
     free(scratch);

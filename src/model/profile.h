@@ -21,9 +21,9 @@
 #ifndef DT_PROFILE_H
 #define DT_PROFILE_H
 
-#include <time.h>
 
 #include "difftrans.h"
+#include "base/base.h"
 
 #define PROFILE_MAX_LAYERS 64 /* layers beyond it are added into the last row */
 
@@ -57,19 +57,13 @@ int runstate_profile_enable(dt_runstate *rs, dt_error *err);
 dt_profile *runstate_profile(dt_runstate *rs);
 void runstate_profile_reset(dt_runstate *rs);
 
-static inline double profile_clock(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static inline double profile_start(const dt_profile *p) { return p ? profile_clock() : 0.0; }
+static inline double profile_start(const dt_profile *p) { return p ? monotonic_seconds() : 0.0; }
 
 /* With a profile: adds the time since *t to part `part`, counts `regions` parallel regions and
  * moves *t to now. Without one (p NULL): nothing, not even a clock read. */
 static inline void profile_lap(dt_profile *p, profile_part part, double regions, double *t) {
     if (!p) return;
-    double now = profile_clock();
+    double now = monotonic_seconds();
     p->part[part] += now - *t;
     p->regions += regions;
     *t = now;
@@ -78,7 +72,7 @@ static inline void profile_lap(dt_profile *p, profile_part part, double regions,
 static inline void profile_lap_mm(dt_profile *p, int l, profile_mm_kind kind, int backward, double regions,
                                   double *t) {
     if (!p) return;
-    double now = profile_clock();
+    double now = monotonic_seconds();
     p->mm[l < PROFILE_MAX_LAYERS ? l : PROFILE_MAX_LAYERS - 1][kind][backward] += now - *t;
     p->regions += regions;
     *t = now;

@@ -2,8 +2,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/base.h"
 #include "dist/comm.h"
 #include "internal.h"
 #include "model/profile.h"
@@ -16,12 +16,6 @@ struct rank_report {
     double shard_norm;           /* ZeRO: norm of the rank's shard of the summed gradient */
     int stop, pad;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Buckets of about P/8 parameters (64 Ki .. 4 Mi floats), cut from the end of the layout (the
  * backward finishes the parameters in that order) and at the shard boundaries (ZeRO), so that
@@ -130,7 +124,7 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     memset(st, 0, sizeof *st);
     comm_set_step(s->comm, t);
 
-    double t0 = now_s();
+    double t0 = monotonic_seconds();
     dt_profile *prof = runstate_profile(s->rs);
     double clk = profile_start(prof);
     memset(s->grads, 0, P * sizeof(float));
@@ -145,7 +139,7 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
         dt_backward_notify(m, s->rs, s->grads, hook ? on_grads_ready : NULL, s);
         loss_sum += loss;
     }
-    st->compute_s = now_s() - t0;
+    st->compute_s = monotonic_seconds() - t0;
     if (reduce) {
         while (s->posted < s->n_buckets) post_bucket(s, &s->buckets[s->posted++]);
         st->wait_s = comm_wait(s->comm, "the gradient reduction");
@@ -164,10 +158,10 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     me->shard_norm = s->opt.zero ? grad_norm(g, shard) : 0;
     me->stop = stop != 0;
     if (reduce) {
-        double t1 = now_s();
+        double t1 = monotonic_seconds();
         rank_report mine = *me;
         comm_allgather(s->comm, &mine, s->reports, sizeof mine, "the exchange of losses");
-        st->comm_s += now_s() - t1;
+        st->comm_s += monotonic_seconds() - t1;
     }
     double loss = 0, norm2 = 0;
     st->compute_min_s = st->compute_max_s = s->reports[0].compute_s;
@@ -196,9 +190,9 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
                &s->opt.hp, lr);
     profile_lap(prof, PROF_ADAMW, 1, &clk);
     if (s->opt.zero) {
-        double t1 = now_s();
+        double t1 = monotonic_seconds();
         comm_allgatherv_f32(s->comm, m->params, s->bounds, "the all-gather of the parameters");
-        st->comm_s += now_s() - t1;
+        st->comm_s += monotonic_seconds() - t1;
     }
     st->comm_s += st->wait_s;
     return 0;

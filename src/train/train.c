@@ -23,12 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "difftrans.h"
 #include "model/model_quant.h"
 #include "internal.h"
+#include "base/base.h"
 #include "dist/comm.h"
 #include "train/checkpoint.h"
 #include "train/optim.h"
@@ -85,12 +85,6 @@ typedef struct {
     int timed;
     double step_s, compute_s, wait_s, exposed_s, comm_s, spread;
 } trainer;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int path_join(char *out, size_t n, const char *dir, const char *file, dt_error *err) {
     if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) return dt_fail(err, "%s: path too long", dir);
@@ -632,11 +626,11 @@ static int train_run(dt_train_options *o, dt_error *err) {
                     tr.ts.opt.micro_batch, o->grad_accum, o->grad_accum > 1 ? "es" : "",
                     tr.ts.opt.zero ? ", ZeRO-1 optimizer shards" : "");
     }
-    double tps = 0, t_start = now_seconds();
+    double tps = 0, t_start = monotonic_seconds();
     int start_step = tr.step, stopped = 0;
     if (tr.step == o->steps && !quiet) fprintf(stderr, "nothing to do: the run is already at step %d\n", tr.step);
     while (tr.step < o->steps) {
-        double t0 = now_seconds();
+        double t0 = monotonic_seconds();
         sample_batch(&tr, B, T);
         if (o->batch_hook) {
             const int lo = tr.rank * B / tr.ranks, hi = (tr.rank + 1) * B / tr.ranks;
@@ -650,7 +644,7 @@ static int train_run(dt_train_options *o, dt_error *err) {
         }
         const float loss = st.loss, gnorm = st.grad_norm;
         tr.step++;
-        double dt = now_seconds() - t0;
+        double dt = monotonic_seconds() - t0;
         tr.elapsed += dt;
         tps = (double)B * T / dt;
         if (tr.step > start_step + 1) { /* the first step warms up */
@@ -680,7 +674,7 @@ static int train_run(dt_train_options *o, dt_error *err) {
             break;
         }
         if (!quiet) {
-            double rate = (now_seconds() - t_start) / (tr.step - start_step);
+            double rate = (monotonic_seconds() - t_start) / (tr.step - start_step);
             char eta[32], comm[64] = "";
             format_duration(eta, sizeof eta, rate * (o->steps - tr.step));
             if (tr.ranks > 1) snprintf(comm, sizeof comm, " | comm %.0f%%", 100 * st.comm_s / dt);
