@@ -10,7 +10,7 @@
 #include "difftrans_analysis.h"
 #include "cli.h"
 
-static const char *arch_label(const dt_model *m) { return m->cfg.arch == DT_ARCH_DIFF ? "DIFF" : "Transformer"; }
+static const char *arch_label(const dt_model *m) { return dt_arch_label(m->cfg.arch); }
 
 static void print_rows(const char *dir, const dt_model *m, const dt_an_wq_row *rows, int n, int needle) {
     for (int r = 0; r <= n; r++) {

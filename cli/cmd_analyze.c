@@ -102,9 +102,7 @@ static int parse_bits(const char *cmd, const char *s, options *o) {
     return 0;
 }
 
-static const char *arch_name(int arch) {
-    return arch == DT_ARCH_DIFF ? "DIFF" : arch == DT_ARCH_LLAMA ? "Transformer" : "?";
-}
+static const char *arch_name(int arch) { return dt_arch_label((dt_arch)arch); }
 
 static int write_json(const char *cmd, const char *path, cJSON *o) {
     dt_error err;

@@ -117,7 +117,7 @@ typedef struct {
     const dt_bench_options *opt;
 } model_job;
 
-static const char *arch_name(const dt_config *c) { return c->arch == DT_ARCH_DIFF ? "diffllama" : "llama"; }
+static const char *arch_name(const dt_config *c) { return dt_arch_name(c->arch); }
 
 /* --quant f32,q8_0,...: the schemes in the order given (f32 = DT_QUANT_NONE). */
 static int parse_quant_list(const char *s, dt_quant_scheme *out, int *n) {

@@ -104,6 +104,7 @@ int cmd_train(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},            {0, 0, 0, 0},
     };
     const char *cmd = "train", *preset = "small", *config_path = NULL, *ablations = NULL;
+    const char *arch_flag = NULL; /* --arch as given: a --config file of another model_type is refused */
     dt_arch arch = DT_ARCH_DIFF;
     int threads = 0, subln = 0;
     float comm_timeout = (float)DEFAULT_COMM_TIMEOUT;
@@ -126,6 +127,7 @@ int cmd_train(int argc, char **argv) {
         case 'o': o.out_dir = optarg; break;
         case 'a':
             if (cli_parse_arch(cmd, optarg, &arch)) return 1;
+            arch_flag = optarg;
             break;
         case 'p': preset = optarg; break;
         case 'c': config_path = optarg; break;
@@ -162,7 +164,7 @@ int cmd_train(int argc, char **argv) {
     if (!o.resume) {
         if (!o.data_path && !o.tokens_path)
             return cli_error(cmd, "--data FILE or --tokens DATASET is required (see difftrans train --help)");
-        if (cli_config(cmd, config_path ? config_path : preset, arch, &o.cfg) != 0) return 1;
+        if (cli_config_arch(cmd, config_path ? config_path : preset, arch_flag, arch, &o.cfg) != 0) return 1;
         if (o.cfg.arch == DT_ARCH_DIFF && subln) o.cfg.use_subln_weight = 1;
         if (ablations && cli_apply_ablations(cmd, ablations, &o.cfg) != 0) return 1;
     }

@@ -155,6 +155,8 @@ float dt_lambda_init(int layer);
 void dt_rope_inv_freq(const dt_config *cfg, float *inv_freq);
 /* Architecture name as in config.json's model_type: "llama", "diffllama", "difftrans_v2". */
 const char *dt_arch_name(dt_arch arch);
+/* The architecture as tables and reports name it: "Transformer", "DIFF", "DIFF V2". */
+const char *dt_arch_label(dt_arch arch);
 
 /* Named ablations, short and stable (for `compare --ablations`): "rope", "alibi", "nope" (no
  * position encoding), "softmax1", "nonorm" (DIFF without the per-head norm), "fixedlambda" (DIFF
@@ -723,7 +725,8 @@ int dt_system_check(dt_error *err);
 /* Gives the model the tokenizer at path (a tokenizer.json or a directory holding one, with its
  * tokenizer_config.json when there); NULL makes it byte-level. A vocabulary larger than the
  * embedding (a larger embedding, padded, is fine) or special ids of m->cfg outside it are refused
- * naming the file. The next dt_model_save writes it. */
+ * naming the file; the bos / pad / eos ids m->cfg leaves unset become the tokenizer's. The next
+ * dt_model_save writes it. */
 int dt_model_set_tokenizer(dt_model *m, const char *path, dt_error *err);
 /* The model's tokenizer; NULL for a byte-level model. */
 const dt_tok *dt_model_tok(const dt_model *m);

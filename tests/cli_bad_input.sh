@@ -645,6 +645,8 @@ expect_fail "train --preset bogus" -x "$OUT/train" 'preset.*bogus|bogus.*preset'
     "$DT" train --preset bogus --data "$DATA" --out "$OUT/train" --steps 2 --threads 1 --quiet
 expect_fail "train --config missing.json" -x "$OUT/train" 'missing_cfg\.json' -- \
     "$DT" train --config "$S/missing_cfg.json" --data "$DATA" --out "$OUT/train" --steps 2 --threads 1 --quiet
+expect_fail "train --arch v2 --config a diffllama config.json" -x "$OUT/train" 'arch v2' 'model_type is "diffllama"' -- \
+    "$DT" train --arch v2 --config "$GOOD/config.json" --data "$DATA" --out "$OUT/train" --steps 2 --threads 1 --quiet
 expect_fail "train --data (missing value)" -x "$OUT/train" 'data' -- "${TR[@]}" --data
 expect_fail "train stray argument" -x "$OUT/train" 'stray' -- "${TR[@]}" --data "$DATA" stray
 

@@ -97,6 +97,15 @@ const char *dt_arch_name(dt_arch arch) {
     return "unknown";
 }
 
+const char *dt_arch_label(dt_arch arch) {
+    switch (arch) {
+    case DT_ARCH_LLAMA: return "Transformer";
+    case DT_ARCH_DIFF: return "DIFF";
+    case DT_ARCH_DIFF_V2: return "DIFF V2";
+    }
+    return "unknown";
+}
+
 float dt_lambda_init(int layer) { return (float)(0.8 - 0.6 * exp(-0.3 * (double)layer)); }
 
 /* ---------------------------------------------------------------- validation */
