@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "layers/layers.h"
 #include "model/model_quant.h"
@@ -224,13 +225,17 @@ static int run_calibration(const dt_model *m, const int *tokens, size_t n, const
     int *batch = malloc((size_t)B * T * sizeof(int));
     int rc = rs && batch ? 0 : -1;
     if (rs && !batch) dt_fail_oom(err, "out of memory");
+    const int tty = isatty(STDERR_FILENO);
     for (int s0 = 0; rc == 0 && s0 < o->calib_samples; s0 += B) {
         const int b = o->calib_samples - s0 < B ? o->calib_samples - s0 : B;
         for (int i = 0; i < b; i++) memcpy(batch + (size_t)i * T, tokens + starts[s0 + i], (size_t)T * sizeof(int));
         rc = dt_forward(m, rs, batch, NULL, b, T, NULL, err);
-        if (!o->quiet) fprintf(stderr, "\rcalibrating: %d/%d samples of %d tokens", s0 + b, o->calib_samples, T);
+        /* a live line on a terminal; a log gets the last one only */
+        if (!o->quiet && (tty || s0 + b == o->calib_samples))
+            fprintf(stderr, "%scalibrating: %d/%d samples of %d tokens%s", tty ? "\r" : "", s0 + b, o->calib_samples,
+                    T, tty ? "" : "\n");
     }
-    if (!o->quiet) fprintf(stderr, "\n");
+    if (!o->quiet && tty) fprintf(stderr, "\n");
     free(batch);
     dt_runstate_free(rs);
     free(starts);
