@@ -574,12 +574,11 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     if (stat(path, &st) != 0) return dt_fail_io(err, "%s: %s", path, strerror(errno));
     char cfgpath[4200] = "";
     if (S_ISDIR(st.st_mode)) {
-        if (snprintf(out->path, sizeof out->path, "%s/metrics.jsonl", path) >= (int)sizeof out->path)
-            return dt_fail(err, "%s: path too long", path);
-        snprintf(cfgpath, sizeof cfgpath, "%s/config.json", path);
-    } else {
-        if (snprintf(out->path, sizeof out->path, "%s", path) >= (int)sizeof out->path)
-            return dt_fail(err, "%s: path too long", path);
+        if (dt_pathf(out->path, sizeof out->path, err, "%s/metrics.jsonl", path) ||
+            dt_pathf(cfgpath, sizeof cfgpath, err, "%s/config.json", path))
+            return -1;
+    } else if (dt_pathf(out->path, sizeof out->path, err, "%s", path)) {
+        return -1;
     }
     if (cfgpath[0] && access(cfgpath, F_OK) == 0) {
         dt_config cfg;

@@ -355,7 +355,7 @@ static int run_dir(char *out, size_t cap, const dt_cmp_options *o, const char *k
     char name[96];
     if (s == 0) snprintf(name, sizeof name, "%s", key);
     else snprintf(name, sizeof name, "%s-seed%d", key, s);
-    return tb_path(out, cap, o->out, name, err);
+    return dt_pathf(out, cap, err, "%s/%s", o->out, name);
 }
 
 /* ---------------------------------------------------------------- the run */
@@ -445,9 +445,9 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     dt_needle_testset ts = {0};
     dt_needle_params np = {0};
     if (o->needle) {
-        if (tb_path(needle_dir, sizeof needle_dir, o->out, "needle", err) ||
-            tb_path(needle_train, sizeof needle_train, needle_dir, "train.txt", err) ||
-            tb_path(train_txt, sizeof train_txt, o->out, "train.txt", err))
+        if (dt_pathf(needle_dir, sizeof needle_dir, err, "%s/needle", o->out) ||
+            dt_pathf(needle_train, sizeof needle_train, err, "%s/train.txt", needle_dir) ||
+            dt_pathf(train_txt, sizeof train_txt, err, "%s/train.txt", o->out))
             return -1;
         report_progress(p, "writing the needle set into %s", needle_dir);
         dt_config c0;
@@ -505,13 +505,13 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     for (int i = 0; i < o->n_sizes && rc == 0; i++) {
         char sd[4200], name[96];
         snprintf(name, sizeof name, "scaling-%s", o->sizes[i]);
-        if ((rc = tb_path(sd, sizeof sd, o->out, name, err)) != 0 || (rc = make_dir(sd, err)) != 0) break;
+        if ((rc = dt_pathf(sd, sizeof sd, err, "%s/%s", o->out, name)) != 0 || (rc = make_dir(sd, err)) != 0) break;
         for (int k = 0; k < 2 && rc == 0; k++) {
             job *jb = &jobs[n_main + 2 * i + k];
             jb->seed = o->seed;
             snprintf(jb->what, sizeof jb->what, "%s at size %s", k ? "Transformer" : "DIFF", o->sizes[i]);
             rc = dt_cmp_variant_config(k ? "transformer" : "diff", o->sizes[i], &jb->cfg, err);
-            if (rc == 0) rc = tb_path(jb->dir, sizeof jb->dir, sd, k ? "transformer" : "diff", err);
+            if (rc == 0) rc = dt_pathf(jb->dir, sizeof jb->dir, err, "%s/%s", sd, k ? "transformer" : "diff");
         }
     }
     pool pl = {.o = o, .train_path = train_path, .mix = &mix, .p = p, .jobs = jobs, .n_jobs = p->n_jobs};

@@ -350,12 +350,9 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
     memset(ts, 0, sizeof *ts);
     struct stat sb;
     if (stat(path, &sb) != 0) return dt_fail_io(err, "%s: cannot open test set: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode)) {
-        if ((size_t)snprintf(ts->path, sizeof ts->path, "%s/test.jsonl", path) >= sizeof ts->path)
-            return dt_fail(err, "%s: path too long", path);
-    } else if ((size_t)snprintf(ts->path, sizeof ts->path, "%s", path) >= sizeof ts->path) {
-        return dt_fail(err, "%s: path too long", path);
-    }
+    if (S_ISDIR(sb.st_mode) ? dt_pathf(ts->path, sizeof ts->path, err, "%s/test.jsonl", path)
+                            : dt_pathf(ts->path, sizeof ts->path, err, "%s", path))
+        return -1;
     dt_error why;
     FILE *f = open_regular_file(ts->path, &why);
     if (!f) {

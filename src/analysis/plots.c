@@ -32,11 +32,11 @@ int pl_names(const rp_report *r, const char **names, int cap) {
 /* metrics.jsonl of a run → plots/metrics_KEY.dat and plots/val_KEY.dat */
 static int metrics_dat(const rp_model *m, const char *key, const char *plots, int *n_lambda, dt_error *err) {
     char path[4200], name[128], mpath[4400], vpath[4400];
-    if (tb_path(path, sizeof path, m->dir, "metrics.jsonl", err)) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/metrics.jsonl", m->dir)) return -1;
     snprintf(name, sizeof name, "metrics_%s.dat", key);
-    if (tb_path(mpath, sizeof mpath, plots, name, err)) return -1;
+    if (dt_pathf(mpath, sizeof mpath, err, "%s/%s", plots, name)) return -1;
     snprintf(name, sizeof name, "val_%s.dat", key);
-    if (tb_path(vpath, sizeof vpath, plots, name, err)) return -1;
+    if (dt_pathf(vpath, sizeof vpath, err, "%s/%s", plots, name)) return -1;
     FILE *f = open_regular_file(path, err);
     if (!f) return -1;
     textbuf a = {0}, v = {0};
@@ -74,7 +74,7 @@ static int metrics_dat(const rp_model *m, const char *key, const char *plots, in
 
 static int write_dat(const char *plots, const char *name, textbuf *b, dt_error *err) {
     char path[4400];
-    int rc = tb_path(path, sizeof path, plots, name, err);
+    int rc = dt_pathf(path, sizeof path, err, "%s/%s", plots, name);
     if (rc == 0) rc = tb_write(path, b, err);
     free(b->s);
     *b = (textbuf){0};
@@ -192,7 +192,7 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
 
 int pl_write(const rp_report *r, const char *out_dir, char *note, size_t note_n, dt_error *err) {
     char plots[4200];
-    if (tb_path(plots, sizeof plots, out_dir, "plots", err)) return -1;
+    if (dt_pathf(plots, sizeof plots, err, "%s/plots", out_dir)) return -1;
     if (mkdir(plots, 0755) != 0 && errno != EEXIST)
         return dt_fail_io(err, "%s: cannot create: %s", plots, strerror(errno));
     const int gnuplot = have_gnuplot();
@@ -222,8 +222,9 @@ int pl_write(const rp_report *r, const char *out_dir, char *note, size_t note_n,
     int n = pl_names(r, names, 16);
     for (int i = 0; i < n; i++) {
         char tmp[4400], fin[4400];
-        snprintf(tmp, sizeof tmp, "%s/%s.png.tmp", plots, names[i]);
-        snprintf(fin, sizeof fin, "%s/%s.png", plots, names[i]);
+        if (dt_pathf(tmp, sizeof tmp, err, "%s/%s.png.tmp", plots, names[i]) ||
+            dt_pathf(fin, sizeof fin, err, "%s/%s.png", plots, names[i]))
+            return -1;
         if (rename(tmp, fin) != 0) {
             snprintf(note, note_n, "gnuplot did not write %s (%s) — plots skipped", tmp, strerror(errno));
             return 0;

@@ -27,7 +27,7 @@ void rp_model_free(rp_model *m) {
 int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_analysis_options *o, dt_error *err) {
     memset(out, 0, sizeof *out);
     snprintf(out->name, sizeof out->name, "%s", name);
-    snprintf(out->dir, sizeof out->dir, "%s", dir);
+    if (dt_pathf(out->dir, sizeof out->dir, err, "%s", dir) != 0) return -1;
     if (o->n_bits < 0 || o->n_bits > RP_MAX_BITS) return dt_fail(err, "report: %d bit widths (at most %d)", o->n_bits, RP_MAX_BITS);
     dt_model m;
     if (dt_model_load(&m, dir, err) != 0) return -1;
@@ -101,7 +101,7 @@ int rp_write(const rp_report *r, const char *out_dir, dt_error *err) {
     int plots = pl_write(r, out_dir, note, sizeof note, err);
     if (plots < 0) return -1;
     cJSON *root = rp_json(r, plots);
-    if (tb_path(path, sizeof path, out_dir, "report.json", err) != 0) {
+    if (dt_pathf(path, sizeof path, err, "%s/report.json", out_dir) != 0) {
         cJSON_Delete(root);
         return -1;
     }
@@ -112,7 +112,7 @@ int rp_write(const rp_report *r, const char *out_dir, dt_error *err) {
     char *md = rp_markdown(r, plots, note);
     if (!md) return dt_fail_oom(err, "%s/REPORT.md: out of memory building the text", out_dir);
     textbuf b = {.s = md, .n = strlen(md), .cap = strlen(md) + 1};
-    rc = tb_path(path, sizeof path, out_dir, "REPORT.md", err);
+    rc = dt_pathf(path, sizeof path, err, "%s/REPORT.md", out_dir);
     if (rc == 0) rc = tb_write(path, &b, err);
     free(md);
     return rc;

@@ -45,9 +45,3 @@ int tb_write(const char *path, const textbuf *b, dt_error *err) {
     }
     return dt_atomic_commit(&f, err);
 }
-
-int tb_path(char *path, size_t cap, const char *dir, const char *name, dt_error *err) {
-    int k = snprintf(path, cap, "%s/%s", dir, name);
-    if (k < 0 || (size_t)k >= cap) return dt_fail(err, "%s/%s: path too long (%zu bytes at most)", dir, name, cap - 1);
-    return 0;
-}

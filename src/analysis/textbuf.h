@@ -15,6 +15,4 @@ typedef struct {
 void tb_printf(textbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Writes the text to path atomically; does not free it. */
 int tb_write(const char *path, const textbuf *b, dt_error *err);
-/* path = dir + "/" + name, refusing (with a message naming both) what does not fit. */
-int tb_path(char *path, size_t cap, const char *dir, const char *name, dt_error *err);
 #endif

@@ -41,9 +41,11 @@ float dt_rng_normal(uint64_t *state) {
 
 int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
     memset(f, 0, sizeof *f);
-    if (strlen(path) >= sizeof f->path) return dt_fail(err, "%s: path too long", path);
-    snprintf(f->path, sizeof f->path, "%s", path);
-    snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (dt_pathf(f->path, sizeof f->path, err, "%s", path) != 0 ||
+        dt_pathf(f->tmp, sizeof f->tmp, err, "%s.tmp.%ld", path, (long)getpid()) != 0) {
+        memset(f, 0, sizeof *f); /* no cut-short name for dt_atomic_abort to unlink */
+        return -1;
+    }
     f->fp = fopen(f->tmp, "wb");
     if (!f->fp) return dt_fail_io(err, "%s: cannot create: %s", f->tmp, strerror(errno));
     return 0;

@@ -40,11 +40,6 @@ struct dt_st_ref {
     const dt_st_tensor *t;
 };
 
-static int join(char *out, size_t n, const char *dir, const char *file, dt_error *err) {
-    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) return dt_fail(err, "%.200s: path too long", dir);
-    return 0;
-}
-
 static int exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
@@ -139,7 +134,7 @@ static int open_shards(dt_st_set *s, const char *index, const char **names, int 
     if (!s->files) return dt_fail_oom(err, "%s: out of memory", index);
     for (int i = 0; i < n; i++) {
         char path[4200];
-        if (join(path, sizeof path, s->dir, names[i], err) != 0) return -1;
+        if (dt_pathf(path, sizeof path, err, "%s/%s", s->dir, names[i]) != 0) return -1;
         if (dt_st_open(&s->files[i], path, err) != 0) {
             size_t len = strlen(err->msg);
             snprintf(err->msg + len, sizeof err->msg - len, " (a shard named by %s)", index);
@@ -195,7 +190,8 @@ int dt_st_set_open(dt_st_set *s, const char *dir, dt_error *err) {
     if (strlen(dir) >= sizeof s->dir) return dt_fail(err, "%.200s: path too long", dir);
     memcpy(s->dir, dir, strlen(dir) + 1);
     char single[4200], index[4200];
-    if (join(single, sizeof single, dir, SINGLE_NAME, err) || join(index, sizeof index, dir, INDEX_NAME, err))
+    if (dt_pathf(single, sizeof single, err, "%s/%s", dir, SINGLE_NAME) ||
+        dt_pathf(index, sizeof index, err, "%s/%s", dir, INDEX_NAME))
         return -1;
     int rc;
     if (exists(single)) { /* transformers looks for the single file first, and so do we */
@@ -409,8 +405,8 @@ static int parse_shard_name(const char *name, int *k, int *total) {
  * left that the new layout does not use. */
 static void remove_stale(const char *dir, int shards) {
     char path[4200];
-    if (shards > 1 && join(path, sizeof path, dir, SINGLE_NAME, NULL) == 0) unlink(path);
-    if (shards == 1 && join(path, sizeof path, dir, INDEX_NAME, NULL) == 0) unlink(path);
+    if (shards > 1 && dt_pathf(path, sizeof path, NULL, "%s/%s", dir, SINGLE_NAME) == 0) unlink(path);
+    if (shards == 1 && dt_pathf(path, sizeof path, NULL, "%s/%s", dir, INDEX_NAME) == 0) unlink(path);
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *de;
@@ -418,7 +414,7 @@ static void remove_stale(const char *dir, int shards) {
         int k, total;
         if (!parse_shard_name(de->d_name, &k, &total)) continue;
         if (shards > 1 && total == shards && k >= 1 && k <= shards) continue; /* one of ours */
-        if (join(path, sizeof path, dir, de->d_name, NULL) == 0) unlink(path);
+        if (dt_pathf(path, sizeof path, NULL, "%s/%s", dir, de->d_name) == 0) unlink(path);
     }
     closedir(d);
 }
@@ -543,7 +539,7 @@ static int write_shards(const char *dir, const dt_st_entry *e, int n, const int 
     for (int k = 0; k < shards && rc == 0; k++) {
         char name[64], path[4200];
         shard_name(name, sizeof name, k, shards);
-        rc = join(path, sizeof path, dir, name, err);
+        rc = dt_pathf(path, sizeof path, err, "%s/%s", dir, name);
         if (rc == 0) rc = dt_atomic_open(&files[k], path, err);
         if (rc == 0) {
             staged = k + 1;
@@ -562,7 +558,7 @@ static int write_shards(const char *dir, const dt_st_entry *e, int n, const int 
     char *text = index_json(e, n, shard_of, shards);
     char path[4200];
     if (!text) return dt_fail_oom(err, "%s: out of memory building %s", dir, INDEX_NAME);
-    rc = join(path, sizeof path, dir, INDEX_NAME, err);
+    rc = dt_pathf(path, sizeof path, err, "%s/%s", dir, INDEX_NAME);
     if (rc == 0) rc = write_text_atomic(path, text, err);
     free(text);
     return rc;
@@ -584,7 +580,7 @@ int dt_st_write_dir(const char *dir, const dt_st_entry *entries, int n, uint64_t
                      MAX_SHARDS);
     } else if (shards == 1) {
         char path[4200];
-        rc = join(path, sizeof path, dir, SINGLE_NAME, err);
+        rc = dt_pathf(path, sizeof path, err, "%s/%s", dir, SINGLE_NAME);
         if (rc == 0) rc = dt_st_write(path, entries, n, err);
     } else {
         rc = write_shards(dir, entries, n, shard_of, shards, err);

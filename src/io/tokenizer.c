@@ -19,12 +19,6 @@
 /* The marker is ~150 bytes; refuse to slurp anything much bigger. */
 #define TOKENIZER_MAX_BYTES (1u << 20)
 
-static int tokenizer_path(char *out, size_t n, const char *dir, dt_error *err) {
-    int len = snprintf(out, n, "%s/%s", dir, TOKENIZER_FILE);
-    if (len < 0 || (size_t)len >= n) return dt_fail(err, "%.200s: directory path too long", dir);
-    return 0;
-}
-
 static cJSON *tokenizer_json(void) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
@@ -42,7 +36,7 @@ static cJSON *tokenizer_json(void) {
 
 int dt_tokenizer_save(const char *dir, dt_error *err) {
     char path[4096];
-    if (tokenizer_path(path, sizeof path, dir, err) != 0) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/" TOKENIZER_FILE, dir) != 0) return -1;
     cJSON *root = tokenizer_json();
     char *text = root ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
@@ -62,7 +56,7 @@ static int read_marker(const char *path, char **out, size_t *len, dt_error *err)
 
 int dt_tokenizer_check(const char *dir, dt_error *err) {
     char path[4096];
-    if (tokenizer_path(path, sizeof path, dir, err) != 0) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/" TOKENIZER_FILE, dir) != 0) return -1;
     char *text = NULL;
     size_t len = 0;
     int rc = read_marker(path, &text, &len, err);

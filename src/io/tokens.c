@@ -88,8 +88,8 @@ static void make_header(uint8_t *h, int width, uint64_t count, uint32_t vocab, u
     put_le64(h + 32, docs);
 }
 
-static void shard_file_name(char *out, size_t n, const char *dir, int split, int k) {
-    snprintf(out, n, "%s/%s-%05d.tok", dir, SPLIT_NAMES[split], k);
+static int shard_file_name(char *out, size_t n, const char *dir, int split, int k, dt_error *err) {
+    return dt_pathf(out, n, err, "%s/%s-%05d.tok", dir, SPLIT_NAMES[split], k);
 }
 
 static int writer_close_shard(shard_writer *w, dt_error *err) {
@@ -113,7 +113,7 @@ static int writer_open_shard(shard_writer *w, dt_error *err) {
         w->cap = cap;
     }
     char path[4200];
-    shard_file_name(path, sizeof path, w->dir, w->split, w->n_files);
+    if (shard_file_name(path, sizeof path, w->dir, w->split, w->n_files, err) != 0) return -1;
     if (dt_atomic_open(&w->files[w->n_files], path, err) != 0) return -1;
     w->n_files++;
     w->fp = w->files[w->n_files - 1].fp;
@@ -388,7 +388,10 @@ static int write_manifest(const tokenize_run *r, const char *tok_path, dt_error 
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s", r->o->out_dir, MANIFEST);
+    if (dt_pathf(path, sizeof path, err, "%s/%s", r->o->out_dir, MANIFEST) != 0) {
+        cJSON_free(text);
+        return -1;
+    }
     if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
@@ -406,9 +409,8 @@ static int copy_into(const char *src, const char *dir, const char *name, int opt
         return -1;
     }
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
     dt_atomic_file f;
-    if (dt_atomic_open(&f, path, err) != 0) {
+    if (dt_pathf(path, sizeof path, err, "%s/%s", dir, name) != 0 || dt_atomic_open(&f, path, err) != 0) {
         fclose(in);
         return -1;
     }
@@ -457,7 +459,10 @@ static int write_tokenizer_config(const char *json, const char *dir, dt_error *e
     char *text = tokenizer_config_text(tok);
     dt_tok_free(tok);
     char path[4200];
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (dt_pathf(path, sizeof path, err, "%s/tokenizer_config.json", dir) != 0) {
+        cJSON_free(text);
+        return -1;
+    }
     if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);
@@ -467,13 +472,14 @@ static int write_tokenizer_config(const char *json, const char *dir, dt_error *e
 int tokenizer_copy_from(const char *from, const char *dir, dt_error *err) {
     char json[4200], cfg[4200], dst[4200];
     struct stat sb;
-    if (stat(from, &sb) == 0 && S_ISDIR(sb.st_mode)) snprintf(json, sizeof json, "%s/tokenizer.json", from);
-    else snprintf(json, sizeof json, "%s", from);
-    snprintf(cfg, sizeof cfg, "%s", json);
-    char *slash = strrchr(cfg, '/');
-    size_t at = slash ? (size_t)(slash + 1 - cfg) : 0;
-    snprintf(cfg + at, sizeof cfg - at, "tokenizer_config.json");
-    snprintf(dst, sizeof dst, "%s/tokenizer.json", dir);
+    if (stat(from, &sb) == 0 && S_ISDIR(sb.st_mode) ? dt_pathf(json, sizeof json, err, "%s/tokenizer.json", from)
+                                                     : dt_pathf(json, sizeof json, err, "%s", from))
+        return -1;
+    const char *slash = strrchr(json, '/');
+    const int at = slash ? (int)(slash + 1 - json) : 0; /* the tokenizer_config.json beside it */
+    if (dt_pathf(cfg, sizeof cfg, err, "%.*stokenizer_config.json", at, json) != 0 ||
+        dt_pathf(dst, sizeof dst, err, "%s/tokenizer.json", dir) != 0)
+        return -1;
     struct stat a, b;
     if (stat(json, &a) == 0 && stat(dst, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
         return 0; /* the same file already */
@@ -519,8 +525,7 @@ static void remove_stale_shards(const char *dir, const int *n_files) {
     for (int s = 0; s < 2; s++)
         for (int k = n_files[s];; k++) {
             char path[4200];
-            shard_file_name(path, sizeof path, dir, s, k);
-            if (unlink(path) != 0) break;
+            if (shard_file_name(path, sizeof path, dir, s, k, NULL) != 0 || unlink(path) != 0) break;
         }
 }
 
@@ -585,7 +590,8 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
 
 static int manifest_load(const char *dir, cJSON **root, dt_error *err) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/%s", dir, MANIFEST);
+    *root = NULL;
+    if (dt_pathf(path, sizeof path, err, "%s/%s", dir, MANIFEST) != 0) return -1;
     *root = json_load_file(path, err);
     if (!*root) return -1;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(*root, "format");
@@ -738,8 +744,8 @@ int dt_tokens_load(const char *dir, const char *split, int64_t vocab_limit, int 
             }
         if (rc != 0) break;
         char path[4200];
-        snprintf(path, sizeof path, "%s/%s", dir, item->valuestring);
-        rc = load_shard(path, vocab_limit, declared, tokens, n, &cap, err);
+        rc = dt_pathf(path, sizeof path, err, "%s/%s", dir, item->valuestring);
+        if (rc == 0) rc = load_shard(path, vocab_limit, declared, tokens, n, &cap, err);
     }
     if (rc == 0 && declared >= 0 && (double)*n != declared)
         rc = dt_fail_format(err, "%s/%s: split '%s' should hold %.0f tokens but its shards hold %zu", dir, MANIFEST,

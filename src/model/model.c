@@ -211,11 +211,6 @@ float dt_model_lambda(const dt_model *m, int layer) {
 
 /* ---------------------------------------------------------------- checkpoints */
 
-static int join(char *out, size_t n, const char *dir, const char *file, dt_error *err) {
-    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) return dt_fail(err, "%s: path too long", dir);
-    return 0;
-}
-
 static int tensor_shape_matches(const dt_st_tensor *st, const dt_tensor *t) {
     if (st->ndim != t->ndim) return 0;
     for (int d = 0; d < t->ndim; d++)
@@ -268,11 +263,11 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     struct stat sb;
     if (stat(dir, &sb) != 0) return dt_fail_io(err, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: not a model directory", dir);
-    if (join(path, sizeof path, dir, "config.json", err) || dt_config_load(&cfg, path, err)) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/config.json", dir) || dt_config_load(&cfg, path, err)) return -1;
     dt_quant_options quant; /* a quantised checkpoint: its linear layers are integer tensors */
     if (quant_config_read(path, &quant, err) != 0) return -1;
     /* generation_config.json's token ids take precedence over config.json's, as in transformers */
-    if (join(path, sizeof path, dir, "generation_config.json", err) ||
+    if (dt_pathf(path, sizeof path, err, "%s/generation_config.json", dir) ||
         generation_config_load(&cfg.special, path, err) < 0)
         return -1;
     if (dt_config_validate(&cfg, path, err) != 0) return fail_as_format(err);
@@ -426,9 +421,9 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
     /* save_pretrained shards the state dict in its order: the same tensors go to the same shards */
     if (hf_export) st_entries_state_dict_order(entries, n);
     int rc = dt_st_write_dir(dir, entries, n, opt->max_shard_bytes, err);
-    if (rc == 0) rc = join(path, sizeof path, dir, "config.json", err);
+    if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/config.json", dir);
     if (rc == 0) rc = config_save_dtype(&cfg, path, opt->dtype, err);
-    if (rc == 0) rc = join(path, sizeof path, dir, "generation_config.json", err);
+    if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/generation_config.json", dir);
     if (rc == 0) rc = generation_config_save(&cfg.special, path, err);
     if (rc == 0) rc = vocab_save(&m->vocab, dir, hf_export, err);
     free(entries);

@@ -258,8 +258,7 @@ static void remove_tree(const char *dir) {
                                         "difftrans_tokenizer.json", "tokenizer.json", "tokenizer_config.json"};
     char path[4200];
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-        unlink(path);
+        if (dt_pathf(path, sizeof path, NULL, "%s/%s", dir, files[i]) == 0) unlink(path);
     }
     rmdir(dir);
 }
@@ -332,16 +331,14 @@ int quant_save(const dt_model *m, const char *dir, dt_error *err) {
     if (stat(dir, &sb) == 0)
         return dt_fail(err, "%s already exists: a quantised checkpoint is written to a new directory", dir);
     char tmp[4096], path[4200];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", dir, (long)getpid()) >= sizeof tmp)
-        return dt_fail(err, "%s: path too long", dir);
+    if (dt_pathf(tmp, sizeof tmp, err, "%s.tmp.%ld", dir, (long)getpid()) != 0) return -1;
     if (mkdir(tmp, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", tmp, strerror(errno));
-    int rc = 0;
-    snprintf(path, sizeof path, "%s/model.safetensors", tmp);
-    rc = write_tensors(m, path, err);
-    snprintf(path, sizeof path, "%s/config.json", tmp);
+    int rc = dt_pathf(path, sizeof path, err, "%s/model.safetensors", tmp);
+    if (rc == 0) rc = write_tensors(m, path, err);
+    if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/config.json", tmp);
     if (rc == 0) rc = dt_config_save(&m->cfg, path, err);
     if (rc == 0) rc = add_quant_config(path, m->quant, err);
-    snprintf(path, sizeof path, "%s/generation_config.json", tmp);
+    if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/generation_config.json", tmp);
     if (rc == 0) rc = generation_config_save(&m->cfg.special, path, err);
     if (rc == 0) rc = vocab_save(&m->vocab, tmp, 0, err); /* the vocabulary the float model was trained with */
     if (rc == 0 && rename(tmp, dir) != 0)

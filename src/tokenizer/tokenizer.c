@@ -162,7 +162,8 @@ static int read_special_ids(dt_tok *tok, dt_error *err) {
     char cfg_path[4096 + 32];
     const char *slash = strrchr(tok->path, '/');
     int dir_len = slash ? (int)(slash - tok->path) : 1;
-    snprintf(cfg_path, sizeof cfg_path, "%.*s/tokenizer_config.json", dir_len, slash ? tok->path : ".");
+    if (dt_pathf(cfg_path, sizeof cfg_path, err, "%.*s/tokenizer_config.json", dir_len, slash ? tok->path : ".") != 0)
+        return -1;
     struct stat sb;
     if (stat(cfg_path, &sb) != 0) return 0;
     char *text = NULL;
@@ -246,11 +247,10 @@ int dt_tok_load(dt_tok **out, const char *path, dt_error *err) {
     dt_tok *tok = calloc(1, sizeof *tok);
     if (!tok) return dt_fail_oom(err, "%s: out of memory", path);
     struct stat sb;
-    int n = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? snprintf(tok->path, sizeof tok->path, "%s/tokenizer.json", path)
-                                                          : snprintf(tok->path, sizeof tok->path, "%s", path);
-    if (n < 0 || (size_t)n >= sizeof tok->path) {
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? dt_pathf(tok->path, sizeof tok->path, err, "%s/tokenizer.json", path)
+                                                     : dt_pathf(tok->path, sizeof tok->path, err, "%s", path)) {
         free(tok);
-        return dt_fail(err, "%.200s: path too long", path);
+        return -1;
     }
     char *text = NULL;
     size_t len = 0;

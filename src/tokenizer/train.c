@@ -546,7 +546,7 @@ static int add_token_field(cJSON *cfg, const char *key, const char *value) {
 
 static int write_json(const char *dir, const char *name, cJSON *j, dt_error *err) {
     char path[4096 + 64];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (dt_pathf(path, sizeof path, err, "%s/%s", dir, name) != 0) return -1;
     char *text = j ? cJSON_PrintUnformatted(j) : NULL;
     if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);

@@ -12,11 +12,6 @@
 #define STAGE ".next"
 #define LAST "train_state.json" /* written last, renamed last: it names the step of the others */
 
-static int join(char *out, size_t n, const char *a, const char *b, dt_error *err) {
-    if ((size_t)snprintf(out, n, "%s/%s", a, b) >= n) return dt_fail(err, "%s: path too long", a);
-    return 0;
-}
-
 static int sync_dir(const char *dir, dt_error *err) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) return dt_fail_io(err, "%s: cannot open directory: %s", dir, strerror(errno));
@@ -34,7 +29,7 @@ static int discard_stage(const char *stage, dt_error *err) {
     int rc = 0;
     while (rc == 0 && (e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
-            rc = join(path, sizeof path, stage, e->d_name, err);
+            rc = dt_pathf(path, sizeof path, err, "%s/%s", stage, e->d_name);
             if (rc == 0 && unlink(path) != 0) rc = dt_fail_io(err, "%s: cannot remove: %s", path, strerror(errno));
         }
     closedir(d);
@@ -43,21 +38,22 @@ static int discard_stage(const char *stage, dt_error *err) {
 }
 
 int checkpoint_stage(const char *dir, char *stage, size_t n, dt_error *err) {
-    if (join(stage, n, dir, STAGE, err) != 0 || discard_stage(stage, err) != 0) return -1;
+    if (dt_pathf(stage, n, err, "%s/%s", dir, STAGE) != 0 || discard_stage(stage, err) != 0) return -1;
     if (mkdir(stage, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", stage, strerror(errno));
     return 0;
 }
 
 static int move(const char *stage, const char *dir, const char *name, dt_error *err) {
     char from[4400], to[4400];
-    if (join(from, sizeof from, stage, name, err) || join(to, sizeof to, dir, name, err)) return -1;
+    if (dt_pathf(from, sizeof from, err, "%s/%s", stage, name) || dt_pathf(to, sizeof to, err, "%s/%s", dir, name))
+        return -1;
     if (rename(from, to) != 0) return dt_fail_io(err, "%s: cannot rename to %s: %s", from, to, strerror(errno));
     return 0;
 }
 
 int checkpoint_commit(const char *dir, dt_error *err) {
     char stage[4200];
-    if (join(stage, sizeof stage, dir, STAGE, err) != 0 || sync_dir(stage, err) != 0) return -1;
+    if (dt_pathf(stage, sizeof stage, err, "%s/%s", dir, STAGE) != 0 || sync_dir(stage, err) != 0) return -1;
     DIR *d = opendir(stage);
     if (!d) return dt_fail_io(err, "%s: cannot open: %s", stage, strerror(errno));
     struct dirent *e;
@@ -76,7 +72,8 @@ int checkpoint_commit(const char *dir, dt_error *err) {
 int checkpoint_recover(const char *dir, dt_error *err) {
     char stage[4200], last[4400];
     struct stat sb;
-    if (join(stage, sizeof stage, dir, STAGE, err) || join(last, sizeof last, stage, LAST, err)) return -1;
+    if (dt_pathf(stage, sizeof stage, err, "%s/%s", dir, STAGE) || dt_pathf(last, sizeof last, err, "%s/%s", stage, LAST))
+        return -1;
     if (stat(stage, &sb) != 0) return 0; /* nothing was interrupted */
     if (stat(last, &sb) == 0) return checkpoint_commit(dir, err);
     return discard_stage(stage, err);

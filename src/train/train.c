@@ -86,11 +86,6 @@ typedef struct {
     double step_s, compute_s, wait_s, exposed_s, comm_s, spread;
 } trainer;
 
-static int path_join(char *out, size_t n, const char *dir, const char *file, dt_error *err) {
-    if ((size_t)snprintf(out, n, "%s/%s", dir, file) >= n) return dt_fail(err, "%s: path too long", dir);
-    return 0;
-}
-
 /* ---------------------------------------------------------------- state files */
 
 static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
@@ -248,13 +243,13 @@ static int write_checkpoint(const dt_train_options *o, trainer *tr, const float 
         {.name = "adam.m", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = m},
         {.name = "adam.v", .ndim = 1, .shape = {(int64_t)tr->model.n_params}, .data = v},
     };
-    if (path_join(path, sizeof path, stage, "optimizer.safetensors", err) || dt_st_write_f32(path, e, 2, err))
+    if (dt_pathf(path, sizeof path, err, "%s/optimizer.safetensors", stage) || dt_st_write_f32(path, e, 2, err))
         return -1;
     cJSON *j = options_to_json(o, tr);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) return dt_fail_oom(err, "out of memory");
-    int rc = path_join(path, sizeof path, stage, "train_state.json", err);
+    int rc = dt_pathf(path, sizeof path, err, "%s/train_state.json", stage);
     if (rc == 0) rc = write_text_atomic(path, text, err);
     cJSON_free(text);
     return rc == 0 ? checkpoint_commit(o->out_dir, err) : -1;
@@ -286,7 +281,7 @@ static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err
 static int load_optimizer(const char *dir, trainer *tr, dt_error *err) {
     char path[4200];
     dt_safetensors st;
-    if (path_join(path, sizeof path, dir, "optimizer.safetensors", err) || dt_st_open(&st, path, err)) return -1;
+    if (dt_pathf(path, sizeof path, err, "%s/optimizer.safetensors", dir) || dt_st_open(&st, path, err)) return -1;
     const size_t P = tr->model.n_params, begin = tr->ts.shard_begin, len = tr->ts.shard_end - begin;
     const char *names[2] = {"adam.m", "adam.v"};
     float *dst[2] = {tr->ts.adam_m, tr->ts.adam_v};
@@ -491,13 +486,13 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
         if (!o->out_dir) return dt_fail(err, "resume needs out_dir, the directory of the run to continue");
         dt_quant_options q;
         /* (a missing config.json is left to the train-state and model loaders to report) */
-        if (path_join(path, sizeof path, o->out_dir, "config.json", err)) return -1;
+        if (dt_pathf(path, sizeof path, err, "%s/config.json", o->out_dir)) return -1;
         if (access(path, F_OK) == 0 && quant_config_read(path, &q, err) != 0) return -1;
         if (access(path, F_OK) == 0 && q.scheme != DT_QUANT_NONE)
             return dt_fail(err, "%s is a quantised checkpoint (%s): quantised weights cannot be trained; train the "
                                 "float model it was made from and quantise again", o->out_dir,
                            dt_quant_scheme_name(q.scheme));
-        if (path_join(path, sizeof path, o->out_dir, "train_state.json", err) ||
+        if (dt_pathf(path, sizeof path, err, "%s/train_state.json", o->out_dir) ||
             load_train_state(path, o, tr, data_path, data_cap, err))
             return -1;
         if (!o->data_path) o->data_path = data_path;
@@ -505,7 +500,9 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     /* checked before anything is allocated; a resumed run's options came from its state file */
     if (validate_options(o, err) != 0) return -1;
     if (o->tokens_path || o->tokenizer_path) {
-        snprintf(tr->tokenizer_buf, sizeof tr->tokenizer_buf, "%s", o->tokens_path ? o->tokens_path : o->tokenizer_path);
+        if (dt_pathf(tr->tokenizer_buf, sizeof tr->tokenizer_buf, err, "%s",
+                     o->tokens_path ? o->tokens_path : o->tokenizer_path) != 0)
+            return -1;
         tr->tokenizer_dir = tr->tokenizer_buf;
     }
     if (o->resume) {
@@ -556,7 +553,7 @@ static FILE *open_metrics(const dt_train_options *o, const trainer *tr, dt_error
         dt_fail_io(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
         return NULL;
     }
-    if (path_join(path, sizeof path, o->out_dir, "metrics.jsonl", err)) return NULL;
+    if (dt_pathf(path, sizeof path, err, "%s/metrics.jsonl", o->out_dir)) return NULL;
     if (o->resume ? truncate_metrics(path, tr->step + 1, err) : (unlink(path), 0)) return NULL;
     FILE *mf = fopen(path, "a");
     if (!mf) dt_fail_io(err, "%s: cannot open for writing: %s", path, strerror(errno));
