@@ -712,17 +712,7 @@ fail:
 int dt_an_write_json(const char *path, void *json, dt_error *err) {
     char *s = cJSON_Print((cJSON *)json);
     if (!s) return dt_fail_oom(err, "%s: out of memory formatting the JSON", path);
-    dt_atomic_file f;
-    if (dt_atomic_open(&f, path, err) != 0) {
-        free(s);
-        return -1;
-    }
-    size_t len = strlen(s);
-    int bad = fwrite(s, 1, len, (FILE *)f.fp) != len || fputc('\n', (FILE *)f.fp) == EOF;
+    int rc = write_text_atomic(path, s, err);
     free(s);
-    if (bad) {
-        dt_atomic_abort(&f);
-        return dt_fail_io(err, "%s: write failed: %s", path, strerror(errno));
-    }
-    return dt_atomic_commit(&f, err);
+    return rc;
 }

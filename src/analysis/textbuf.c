@@ -1,11 +1,12 @@
 /* textbuf.c — see textbuf.h. */
 #include "analysis/textbuf.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "internal.h"
 
 void tb_printf(textbuf *b, const char *fmt, ...) {
     if (b->oom) return;
@@ -37,11 +38,5 @@ void tb_printf(textbuf *b, const char *fmt, ...) {
 
 int tb_write(const char *path, const textbuf *b, dt_error *err) {
     if (b->oom) return dt_fail_oom(err, "%s: out of memory building the text", path);
-    dt_atomic_file f;
-    if (dt_atomic_open(&f, path, err) != 0) return -1;
-    if (b->n && fwrite(b->s, 1, b->n, (FILE *)f.fp) != b->n) {
-        dt_atomic_abort(&f);
-        return dt_fail_io(err, "%s: write failed: %s", path, strerror(errno));
-    }
-    return dt_atomic_commit(&f, err);
+    return write_file_atomic(path, b->s, b->n, err);
 }

@@ -114,14 +114,7 @@ static int add_quant_config(const char *path, const struct dt_quant *q, dt_error
     char *out = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     if (!out) return dt_fail_oom(err, "%s: out of memory", path);
-    FILE *fp = fopen(path, "wb");
-    int rc = 0;
-    if (!fp) rc = dt_fail_io(err, "%s: %s", path, strerror(errno));
-    else {
-        size_t len = strlen(out);
-        int bad = fwrite(out, 1, len, fp) != len || fputc('\n', fp) == EOF;
-        if (fclose(fp) != 0 || bad) rc = dt_fail_io(err, "%s: write failed", path);
-    }
+    int rc = write_text_atomic(path, out, err);
     cJSON_free(out);
     return rc;
 }
