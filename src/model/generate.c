@@ -76,6 +76,7 @@ static int check_generate(const dt_model *m, const int *prompt, int n_prompt, co
     if (n_prompt < 1) return dt_fail(err, "generate: the prompt has no tokens (at least one is needed to start from)");
     if (o->max_new_tokens < 0) return dt_fail(err, "generate: max_new_tokens %d is negative", o->max_new_tokens);
     if (o->n_stop > DT_MAX_EOS) return dt_fail(err, "generate: %d stop ids (at most %d)", o->n_stop, DT_MAX_EOS);
+    if (o->n_stop > 0 && !o->stop_ids) return dt_fail(err, "generate: n_stop %d but no stop_ids", o->n_stop);
     if (!(o->sampler.temperature >= 0) || !(o->sampler.top_p > 0 && o->sampler.top_p <= 1) || o->sampler.top_k < 0)
         return dt_fail(err, "generate: sampler temperature %g, top_p %g, top_k %d: need temperature >= 0, top_p in "
                             "(0, 1], top_k >= 0",
@@ -97,7 +98,7 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
     if (check_generate(m, prompt, n_prompt, o, err) != 0) return -1;
     int stop_ids[DT_MAX_EOS], n_stop = o->n_stop;
     if (n_stop < 0) n_stop = dt_model_stop_ids(m, stop_ids);
-    else memcpy(stop_ids, o->stop_ids, (size_t)n_stop * sizeof *stop_ids);
+    else if (n_stop > 0) memcpy(stop_ids, o->stop_ids, (size_t)n_stop * sizeof *stop_ids);
     const int V = m->cfg.vocab_size, total = n_prompt + o->max_new_tokens;
     float *logits = malloc((size_t)V * sizeof *logits);
     dt_prob_index *scratch = malloc((size_t)V * sizeof *scratch);
