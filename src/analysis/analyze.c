@@ -80,24 +80,20 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 #define AN_MAX_VALUES ((size_t)1 << 30) /* 4 GB of |x|: refuse beyond (shrink seq / windows) */
 
 /* ---------------------------------------------------------------- |x| statistics */
 
 int dt_an_abs_acc_add(dt_an_abs_acc *a, const float *x, size_t n, dt_error *err) {
-    if (a->n + n > a->cap) {
-        size_t cap = a->cap ? a->cap : 4096;
-        while (cap < a->n + n) cap *= 2;
-        if (cap > AN_MAX_VALUES)
-            return dt_fail(err,
-                           "outlier statistics: more than %zu values to keep (use a shorter seq or fewer windows)",
-                           AN_MAX_VALUES);
-        float *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return dt_fail_oom(err, "out of memory keeping %zu values for the outlier statistics", cap);
-        a->v = v;
-        a->cap = cap;
-    }
+    /* the capacity doubles from 4096, a power of two: it stays within the limit exactly when
+     * what it must hold does */
+    if (n > AN_MAX_VALUES - a->n)
+        return dt_fail(err, "outlier statistics: more than %zu values to keep (use a shorter seq or fewer windows)",
+                       AN_MAX_VALUES);
+    if (grow_array(&a->v, &a->cap, a->n + n, sizeof *a->v, 4096) != 0)
+        return dt_fail_oom(err, "out of memory keeping %zu values for the outlier statistics", a->n + n);
     for (size_t i = 0; i < n; i++) a->v[a->n + i] = fabsf(x[i]);
     a->n += n;
     return 0;
@@ -530,15 +526,10 @@ static char *read_text(const char *path, dt_error *err) {
     char *buf = malloc(cap);
     for (;;) {
         if (!buf) break;
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
+        if (grow_array(&buf, &cap, n + 2, 1, 1 << 16) != 0) { /* room for a byte more and the NUL */
+            free(buf);
+            buf = NULL;
+            break;
         }
         size_t got = fread(buf + n, 1, cap - 1 - n, f);
         n += got;
@@ -587,7 +578,8 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     }
     char *text = read_text(out->path, err);
     if (!text) return -1;
-    int cap = 0, n = 0, L = -1;
+    size_t cap = 0;
+    int n = 0, L = -1;
     double *gn = NULL;
     int *steps = NULL;
     char *save = NULL;
@@ -647,16 +639,15 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
             out->final_val_step = (int)step;
         }
         cJSON_Delete(o);
-        if (n == cap) {
-            cap = cap ? cap * 2 : 256;
-            double *ng = realloc(gn, (size_t)cap * sizeof *gn);
-            if (ng) gn = ng;
-            int *nst = realloc(steps, (size_t)cap * sizeof *steps);
-            if (nst) steps = nst;
-            if (!ng || !nst) {
+        if ((size_t)n == cap) { /* two arrays of one capacity: each keeps what it got */
+            size_t cg = cap, cs = cap;
+            const int bad_g = grow_array(&gn, &cg, (size_t)n + 1, sizeof *gn, 256);
+            const int bad_s = grow_array(&steps, &cs, (size_t)n + 1, sizeof *steps, 256);
+            if (bad_g || bad_s) {
                 dt_fail_oom(err, "out of memory");
                 goto fail;
             }
+            cap = cg;
         }
         gn[n] = g;
         steps[n] = (int)step;

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 /* ---------------------------------------------------------------- corpus file */
 
@@ -361,7 +362,8 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
     }
     char *line = NULL, where[4200];
     size_t cap_line = 0;
-    int cap = 0, lineno = 0, rc = 0;
+    size_t cap = 0;
+    int lineno = 0, rc = 0;
     ssize_t len;
     errno = 0;
     while (rc == 0 && (len = getline(&line, &cap_line, f)) != -1) {
@@ -374,15 +376,9 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
             rc = dt_fail_format(err, "%s: more than %d samples", where, DT_NEEDLE_MAX_SAMPLES);
             break;
         }
-        if (ts->n == cap) {
-            int ncap = cap ? 2 * cap : 64;
-            dt_needle_sample *grown = realloc(ts->samples, (size_t)ncap * sizeof *grown);
-            if (!grown) {
-                rc = dt_fail_oom(err, "%s: out of memory", where);
-                break;
-            }
-            ts->samples = grown;
-            cap = ncap;
+        if (grow_array(&ts->samples, &cap, (size_t)ts->n + 1, sizeof *ts->samples, 64) != 0) {
+            rc = dt_fail_oom(err, "%s: out of memory", where);
+            break;
         }
         dt_needle_sample *s = &ts->samples[ts->n];
         memset(s, 0, sizeof *s);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "base/base.h"
 
 void tb_printf(textbuf *b, const char *fmt, ...) {
     if (b->oom) return;
@@ -24,15 +25,10 @@ void tb_printf(textbuf *b, const char *fmt, ...) {
             b->n += (size_t)k;
             return;
         }
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap - b->n <= (size_t)k) cap *= 2;
-        char *p = realloc(b->s, cap);
-        if (!p) {
+        if (grow_array(&b->s, &b->cap, b->n + (size_t)k + 1, 1, 4096) != 0) {
             b->oom = 1;
             return;
         }
-        b->s = p;
-        b->cap = cap;
     }
 }
 

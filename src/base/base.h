@@ -84,4 +84,19 @@ static inline float bf16_to_float(uint16_t b) {
  * better than 4 ns even after a year of uptime. */
 double monotonic_seconds(void);
 
+/* ---------------------------------------------------------------- grow.c */
+
+/* Room for at least `need` items in a growable array. items is the address of the array's
+ * pointer (T **, NULL while the array is empty), *cap its capacity in items. Nothing happens when
+ * *cap >= need; otherwise the array is reallocated to *cap doubled (from `first` when *cap is 0)
+ * as often as it takes to hold need items. Returns 0, or -1 when out of memory or when the size
+ * does not fit in a size_t, the array and *cap then as they were (the caller says which failure
+ * it was). The pointer is read and written with memcpy: a T * has a void *'s representation on
+ * every platform the library builds for, and, unlike a cast to void **, memcpy keeps to C's
+ * aliasing rules. Inline for the check, which runs at every push. */
+int grow_array_realloc(void *items, size_t *cap, size_t need, size_t item_size, size_t first);
+static inline int grow_array(void *items, size_t *cap, size_t need, size_t item_size, size_t first) {
+    return need <= *cap ? 0 : grow_array_realloc(items, cap, need, item_size, first);
+}
+
 #endif

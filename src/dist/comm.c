@@ -23,7 +23,8 @@ struct dt_comm {
     MPI_Comm world;              /* our duplicate of MPI_COMM_WORLD */
     MPI_Comm beat;               /* heartbeats, apart from the collectives */
     MPI_Request *reqs;           /* posted, not yet completed */
-    int n_reqs, cap_reqs;
+    int n_reqs;
+    size_t cap_reqs;
     int step;
     int waits;                   /* comm_wait calls so far: the same sequence on every rank */
     /* heartbeats: on entering a wait, and every `pulse` seconds while waiting, rank r > 0 sends
@@ -191,26 +192,19 @@ static void timed_out(dt_comm *c, const char *what, double waited) {
 static double complete_posted(dt_comm *c, const char *what);
 
 static void add_request(dt_comm *c, MPI_Request r) {
-    if (c->n_reqs == c->cap_reqs) {
-        int cap = c->cap_reqs ? 2 * c->cap_reqs : INITIAL_REQUESTS;
-        MPI_Request *p = realloc(c->reqs, (size_t)cap * sizeof *p);
-        if (p) {
-            c->reqs = p;
-            c->cap_reqs = cap;
-        } else {
-            /* no memory to keep more pending: the operations are completed now instead of later
-             * (in the order every rank posted them), which costs only the overlap */
-            const char *what = "posted operations (no memory to keep more pending)";
-            if (c->n_reqs == 0) { /* not even the first one has a slot: complete it alone */
-                MPI_Request *keep = c->reqs;
-                c->reqs = &r;
-                c->n_reqs = 1;
-                complete_posted(c, what);
-                c->reqs = keep;
-                return;
-            }
+    if (grow_array(&c->reqs, &c->cap_reqs, (size_t)c->n_reqs + 1, sizeof *c->reqs, INITIAL_REQUESTS) != 0) {
+        /* no memory to keep more pending: the operations are completed now instead of later (in
+         * the order every rank posted them), which costs only the overlap */
+        const char *what = "posted operations (no memory to keep more pending)";
+        if (c->n_reqs == 0) { /* not even the first one has a slot: complete it alone */
+            MPI_Request *keep = c->reqs;
+            c->reqs = &r;
+            c->n_reqs = 1;
             complete_posted(c, what);
+            c->reqs = keep;
+            return;
         }
+        complete_posted(c, what);
     }
     c->reqs[c->n_reqs++] = r;
 }

@@ -8,6 +8,7 @@
 
 #include "difftrans.h"
 #include "internal.h"
+#include "base/base.h"
 
 /* One line's ids appended to *ids (grown as needed); *count gets how many. */
 static int parse_line(const char *path, int lineno, const char *s, int vocab, int **ids, size_t *n, size_t *cap,
@@ -28,9 +29,8 @@ static int parse_line(const char *path, int lineno, const char *s, int vocab, in
         if (*n == *cap) {
             if (*cap > (size_t)DT_MAX_BATCH_TOKENS)
                 return dt_fail(err, "%s:%d: more than %d token ids", path, lineno, DT_MAX_BATCH_TOKENS);
-            int *grown = realloc(*ids, (*cap *= 2) * sizeof(int));
-            if (!grown) return dt_fail_oom(err, "%s: out of memory", path);
-            *ids = grown;
+            if (grow_array(ids, cap, *n + 1, sizeof **ids, 1024) != 0)
+                return dt_fail_oom(err, "%s: out of memory", path);
         }
         (*ids)[(*n)++] = (int)v;
         (*count)++;

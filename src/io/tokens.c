@@ -59,7 +59,8 @@ typedef struct {
     uint32_t vocab;
     uint64_t shard_tokens;       /* tokens per shard */
     dt_atomic_file *files;       /* finished shards, renamed into place only at the very end */
-    int n_files, cap;
+    int n_files;
+    size_t cap;
     FILE *fp;                    /* the shard being written (files[n_files - 1]) */
     uint64_t in_shard, docs_in_shard, total, documents;
 } shard_writer;
@@ -105,13 +106,8 @@ static int writer_close_shard(shard_writer *w, dt_error *err) {
 
 static int writer_open_shard(shard_writer *w, dt_error *err) {
     if (w->n_files == MAX_SHARDS) return dt_fail(err, "%s: more than %d shards", w->dir, MAX_SHARDS);
-    if (w->n_files == w->cap) {
-        int cap = w->cap ? 2 * w->cap : 8;
-        dt_atomic_file *f = realloc(w->files, (size_t)cap * sizeof *f);
-        if (!f) return dt_fail_oom(err, "%s: out of memory", w->dir);
-        w->files = f;
-        w->cap = cap;
-    }
+    if (grow_array(&w->files, &w->cap, (size_t)w->n_files + 1, sizeof *w->files, 8) != 0)
+        return dt_fail_oom(err, "%s: out of memory", w->dir);
     char path[4200];
     if (shard_file_name(path, sizeof path, w->dir, w->split, w->n_files, err) != 0) return -1;
     if (dt_atomic_open(&w->files[w->n_files], path, err) != 0) return -1;
@@ -174,7 +170,8 @@ typedef struct {
     int32_t eos;
     shard_writer w[2];
     piece *pieces;
-    int n_pieces, cap;
+    int n_pieces;
+    size_t cap;
     size_t batch_bytes;
     uint64_t next_doc, bytes_done, bytes_total;
     double t0, last_report;
@@ -251,13 +248,8 @@ static int flush_batch(tokenize_run *r, dt_error *err) {
 
 static int add_piece(tokenize_run *r, const char *text, size_t len, int last, const char *file, uint64_t offset,
                      dt_error *err) {
-    if (r->n_pieces == r->cap) {
-        int cap = r->cap ? 2 * r->cap : 256;
-        piece *p = realloc(r->pieces, (size_t)cap * sizeof *p);
-        if (!p) return dt_fail_oom(err, "out of memory");
-        r->pieces = p;
-        r->cap = cap;
-    }
+    if (grow_array(&r->pieces, &r->cap, (size_t)r->n_pieces + 1, sizeof *r->pieces, 256) != 0)
+        return dt_fail_oom(err, "out of memory");
     piece *p = &r->pieces[r->n_pieces];
     memset(p, 0, sizeof *p);
     p->text = malloc(len + 1);

@@ -11,23 +11,18 @@
 #include "difftrans.h"
 #include "model/model_quant.h"
 #include "internal.h"
+#include "base/base.h"
 
 /* ---------------------------------------------------------------- layout */
 
 typedef struct {
     dt_tensor *t;
-    int n, cap;
-    size_t offset;
+    int n;
+    size_t cap, offset;
 } layout_builder;
 
 static int layout_add(layout_builder *lb, const char *name, int64_t d0, int64_t d1, int decay) {
-    if (lb->n == lb->cap) {
-        int cap = lb->cap ? 2 * lb->cap : 64;
-        dt_tensor *t = realloc(lb->t, (size_t)cap * sizeof *t);
-        if (!t) return -1;
-        lb->t = t;
-        lb->cap = cap;
-    }
+    if (grow_array(&lb->t, &lb->cap, (size_t)lb->n + 1, sizeof *lb->t, 64) != 0) return -1;
     dt_tensor *t = &lb->t[lb->n++];
     memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);

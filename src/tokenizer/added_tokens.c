@@ -6,6 +6,7 @@
 
 #include <utf8proc.h>
 
+#include "base/base.h"
 #include "tokenizer/tok.h"
 
 typedef struct {
@@ -160,13 +161,7 @@ int tk_added_emit(const tk_added_hits *h, const char *s, size_t n, int origin, t
 }
 
 int tk_added_hits_push(tk_added_hits *h, size_t start, size_t stop, int32_t id) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        tk_added_hit *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
+    if (grow_array(&h->v, &h->cap, h->n + 1, sizeof *h->v, 64) != 0) return -1;
     h->v[h->n++] = (tk_added_hit){start, stop, id};
     return 0;
 }

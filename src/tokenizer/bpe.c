@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "tokenizer/tok.h"
 
 #define VOCAB_HOLE_SLACK 1024 /* unused ids allowed beyond twice the number of vocab entries */
@@ -298,13 +299,7 @@ void tk_bpe_scratch_free(void *p) {
 }
 
 static int sym_add(bpe_scratch *w, int32_t id, uint32_t len) {
-    if (w->n_sym == w->cap_sym) {
-        size_t cap = w->cap_sym ? 2 * w->cap_sym : 64;
-        symbol *v = realloc(w->sym, cap * sizeof *v);
-        if (!v) return -1;
-        w->sym = v;
-        w->cap_sym = cap;
-    }
+    if (grow_array(&w->sym, &w->cap_sym, w->n_sym + 1, sizeof *w->sym, 64) != 0) return -1;
     int32_t i = (int32_t)w->n_sym;
     w->sym[i] = (symbol){id, i - 1, -1, len};
     if (i > 0) w->sym[i - 1].next = i;
@@ -318,13 +313,7 @@ static int item_less(const merge_item *a, const merge_item *b) {
 }
 
 static int heap_push(bpe_scratch *w, merge_item it) {
-    if (w->n_heap == w->cap_heap) {
-        size_t cap = w->cap_heap ? 2 * w->cap_heap : 64;
-        merge_item *v = realloc(w->heap, cap * sizeof *v);
-        if (!v) return -1;
-        w->heap = v;
-        w->cap_heap = cap;
-    }
+    if (grow_array(&w->heap, &w->cap_heap, w->n_heap + 1, sizeof *w->heap, 64) != 0) return -1;
     size_t i = w->n_heap++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -497,14 +486,7 @@ static cache_entry *cache_find(tk_word_cache *wc, const char *s, size_t n, uint6
 static int cache_store(tk_word_cache *wc, const char *s, size_t n, uint64_t h, const int32_t *ids, size_t k) {
     if (wc->used >= CACHE_SLOTS / 2 || wc->keys.n + n > UINT32_MAX / 2 || wc->n_ids + k > UINT32_MAX / 2)
         cache_clear(wc);
-    if (wc->n_ids + k > wc->cap_ids) {
-        size_t cap = wc->cap_ids ? wc->cap_ids : 4096;
-        while (cap < wc->n_ids + k) cap *= 2;
-        int32_t *v = realloc(wc->ids, cap * sizeof *v);
-        if (!v) return -1;
-        wc->ids = v;
-        wc->cap_ids = cap;
-    }
+    if (grow_array(&wc->ids, &wc->cap_ids, wc->n_ids + k, sizeof *wc->ids, 4096) != 0) return -1;
     cache_entry *e = cache_find(wc, s, n, h);
     size_t key_off = wc->keys.n;
     if (tk_buf_put(&wc->keys, s, n) != 0) return -1;

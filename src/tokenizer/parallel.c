@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "tokenizer/tok.h"
 
 void tk_par_defaults(tk_par *p) {
@@ -75,13 +76,7 @@ typedef struct {
 
 static int segment_push(void *sink, const char *s, size_t n, int32_t id, int origin) {
     segments *g = sink;
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? 2 * g->cap : 64;
-        segment *v = realloc(g->v, cap * sizeof *v);
-        if (!v) return -1;
-        g->v = v;
-        g->cap = cap;
-    }
+    if (grow_array(&g->v, &g->cap, g->n + 1, sizeof *g->v, 64) != 0) return -1;
     g->v[g->n++] = (segment){s, n, id, origin};
     return 0;
 }
@@ -97,13 +92,7 @@ typedef struct {
 } job;
 
 static int own(job *jb, char *p) {
-    if (jb->n_owned == jb->cap_owned) {
-        size_t cap = jb->cap_owned ? 2 * jb->cap_owned : 64;
-        char **v = realloc(jb->owned, cap * sizeof *v);
-        if (!v) return -1;
-        jb->owned = v;
-        jb->cap_owned = cap;
-    }
+    if (grow_array(&jb->owned, &jb->cap_owned, jb->n_owned + 1, sizeof *jb->owned, 64) != 0) return -1;
     jb->owned[jb->n_owned++] = p;
     return 0;
 }
@@ -180,14 +169,9 @@ static int normalize(job *jb, const segments *in, segments *out) {
                 while (p < end && !((unsigned char)g->s[p - 1] < 0x80 && (unsigned char)g->s[p] < 0x80)) p++;
                 if (p >= end) continue;
             }
-            if (n_parts == cap) {
-                cap = cap ? 2 * cap : 64;
-                norm_part *v = realloc(parts, cap * sizeof *v);
-                if (!v) {
-                    rc = -1;
-                    break;
-                }
-                parts = v;
+            if (grow_array(&parts, &cap, n_parts + 1, sizeof *parts, 64) != 0) {
+                rc = -1;
+                break;
             }
             parts[n_parts++] = (norm_part){i, from, p, from == 0, {0}};
             from = p;
@@ -249,14 +233,12 @@ typedef struct {
 } chunk;
 
 static int chunk_push(chunk *c, size_t ms, size_t me) {
-    if (c->n == c->cap) {
-        size_t cap = c->cap ? 2 * c->cap : 256;
-        size_t *a = realloc(c->ms, cap * sizeof *a);
-        if (a) c->ms = a;
-        size_t *b = realloc(c->me, cap * sizeof *b);
-        if (b) c->me = b;
-        if (!a || !b) return -1;
-        c->cap = cap;
+    if (c->n == c->cap) { /* two arrays of one capacity: each keeps what it got */
+        size_t ca = c->cap, cb = c->cap;
+        const int bad_s = grow_array(&c->ms, &ca, c->n + 1, sizeof *c->ms, 256);
+        const int bad_e = grow_array(&c->me, &cb, c->n + 1, sizeof *c->me, 256);
+        if (bad_s || bad_e) return -1;
+        c->cap = ca;
     }
     c->ms[c->n] = ms;
     c->me[c->n] = me;
@@ -343,13 +325,7 @@ static int add_run(staged *g, long src, size_t first, size_t n) {
         last->n += n;
         return 0;
     }
-    if (g->n_runs == g->cap_runs) {
-        size_t cap = g->cap_runs ? 2 * g->cap_runs : 64;
-        run *v = realloc(g->runs, cap * sizeof *v);
-        if (!v) return -1;
-        g->runs = v;
-        g->cap_runs = cap;
-    }
+    if (grow_array(&g->runs, &g->cap_runs, g->n_runs + 1, sizeof *g->runs, 64) != 0) return -1;
     g->runs[g->n_runs++] = (run){src, first, n, NULL, NULL};
     return 0;
 }
@@ -552,13 +528,7 @@ typedef struct {
 } units;
 
 static int unit_push(units *u, unit x) {
-    if (u->n == u->cap) {
-        size_t cap = u->cap ? 2 * u->cap : 64;
-        unit *v = realloc(u->v, cap * sizeof *v);
-        if (!v) return -1;
-        u->v = v;
-        u->cap = cap;
-    }
+    if (grow_array(&u->v, &u->cap, u->n + 1, sizeof *u->v, 64) != 0) return -1;
     u->v[u->n++] = x;
     return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <utf8proc.h>
 
+#include "base/base.h"
 #include "tokenizer/tok.h"
 
 /* GPT-2's pre-tokenization pattern, built into ByteLevel (use_regex). */
@@ -275,13 +276,7 @@ static int bytelevel_map(const char *s, size_t n, int origin, tk_pieces *out) {
     }
     size_t len = (size_t)(w - (out->text.p + start));
     out->text.n = start; /* tk_pieces_add copies from the arena's own tail: reuse it in place */
-    if (out->n == out->cap) {
-        size_t cap = out->cap ? 2 * out->cap : 64;
-        tk_piece *v = realloc(out->v, cap * sizeof *v);
-        if (!v) return -1;
-        out->v = v;
-        out->cap = cap;
-    }
+    if (grow_array(&out->v, &out->cap, out->n + 1, sizeof *out->v, 64) != 0) return -1;
     out->v[out->n++] = (tk_piece){start, len, -1, origin};
     out->text.n = start + len;
     return 0;

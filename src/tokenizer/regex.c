@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "tokenizer/tok.h"
 
 #define WORD_CLASS "\\p{L}\\p{M}\\p{Nd}\\p{Pc}"
@@ -165,13 +166,7 @@ int tk_regex_next(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk
 }
 
 int tk_spans_push(tk_spans *o, size_t s, size_t e, int is_match) {
-    if (o->n == o->cap) {
-        size_t cap = o->cap ? 2 * o->cap : 64;
-        tk_span *v = realloc(o->v, cap * sizeof *v);
-        if (!v) return -1;
-        o->v = v;
-        o->cap = cap;
-    }
+    if (grow_array(&o->v, &o->cap, o->n + 1, sizeof *o->v, 64) != 0) return -1;
     o->v[o->n++] = (tk_span){s, e, is_match};
     return 0;
 }

@@ -2,17 +2,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/base.h"
 #include "tokenizer/tok.h"
 
 int tk_buf_reserve(tk_buf *b, size_t extra) {
-    if (b->n + extra <= b->cap) return 0;
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap < b->n + extra) cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) return -1;
-    b->p = p;
-    b->cap = cap;
-    return 0;
+    if (extra > SIZE_MAX - b->n) return -1;
+    return grow_array(&b->p, &b->cap, b->n + extra, 1, 256);
 }
 
 int tk_buf_put(tk_buf *b, const void *s, size_t n) {
@@ -162,13 +157,7 @@ void tk_pieces_free(tk_pieces *p) {
 }
 
 int tk_pieces_add(tk_pieces *p, const char *s, size_t n, int32_t id, int origin) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 64;
-        tk_piece *v = realloc(p->v, cap * sizeof *v);
-        if (!v) return -1;
-        p->v = v;
-        p->cap = cap;
-    }
+    if (grow_array(&p->v, &p->cap, p->n + 1, sizeof *p->v, 64) != 0) return -1;
     size_t off = p->text.n;
     if (tk_buf_put(&p->text, s, n) != 0) return -1;
     p->v[p->n++] = (tk_piece){off, n, id, origin};

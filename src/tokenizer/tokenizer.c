@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/base.h"
 #include "internal.h"
 #include "tokenizer/tok.h"
 
@@ -38,13 +39,7 @@ void tk_ctx_free(tk_ctx *c) {
 }
 
 int tk_ids_push(tk_ctx *c, int32_t id) {
-    if (c->n_ids == c->cap_ids) {
-        size_t cap = c->cap_ids ? 2 * c->cap_ids : 1024;
-        int32_t *v = realloc(c->ids, cap * sizeof *v);
-        if (!v) return -1;
-        c->ids = v;
-        c->cap_ids = cap;
-    }
+    if (grow_array(&c->ids, &c->cap_ids, c->n_ids + 1, sizeof *c->ids, 1024) != 0) return -1;
     c->ids[c->n_ids++] = id;
     return 0;
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "base/base.h"
 #include "internal.h"
 #include "tokenizer/tok.h"
 
@@ -68,16 +69,13 @@ static int table_add(word_table *t, const char *s, size_t n) {
         }
         j = (j + 1) & (t->cap - 1);
     }
-    if (t->n == t->cap_w) {
-        size_t cap = t->cap_w ? 2 * t->cap_w : 4096;
-        word *w = realloc(t->w, cap * sizeof *w);
-        uint64_t *ko = realloc(t->key_off, cap * sizeof *ko);
-        if (w) t->w = w;
-        if (ko) t->key_off = ko;
-        uint32_t *kl = realloc(t->key_len, cap * sizeof *kl);
-        if (kl) t->key_len = kl;
-        if (!w || !ko || !kl) return -1;
-        t->cap_w = cap;
+    if (t->n == t->cap_w) { /* three arrays of one capacity: each keeps what it got */
+        size_t cw = t->cap_w, co = t->cap_w, cl = t->cap_w;
+        const int bad_w = grow_array(&t->w, &cw, t->n + 1, sizeof *t->w, 4096);
+        const int bad_o = grow_array(&t->key_off, &co, t->n + 1, sizeof *t->key_off, 4096);
+        const int bad_l = grow_array(&t->key_len, &cl, t->n + 1, sizeof *t->key_len, 4096);
+        if (bad_w || bad_o || bad_l) return -1;
+        t->cap_w = cw;
     }
     t->key_off[t->n] = t->keys.n;
     t->key_len[t->n] = (uint32_t)n;
@@ -253,13 +251,7 @@ static int better(const heap_item *x, const heap_item *y) {
 }
 
 static int heap_push(pair_heap *h, int64_t count, uint64_t key) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 1024;
-        heap_item *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
+    if (grow_array(&h->v, &h->cap, h->n + 1, sizeof *h->v, 1024) != 0) return -1;
     heap_item it = {count, key};
     size_t i = h->n++;
     while (i > 0 && better(&it, &h->v[(i - 1) / 2])) {
@@ -292,20 +284,19 @@ typedef struct {
     tk_buf strings;              /* every symbol's byte-level string, back to back */
     uint64_t *off;
     uint32_t *len;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
     int32_t (*merges)[2];
     int32_t n_merges;
 } symbols;
 
 static int sym_new(symbols *s, const char *str, size_t n) {
-    if (s->n == s->cap) {
-        int32_t cap = s->cap ? 2 * s->cap : 1024;
-        uint64_t *o = realloc(s->off, (size_t)cap * sizeof *o);
-        if (o) s->off = o;
-        uint32_t *l = realloc(s->len, (size_t)cap * sizeof *l);
-        if (l) s->len = l;
-        if (!o || !l) return -1;
-        s->cap = cap;
+    if ((size_t)s->n == s->cap) { /* two arrays of one capacity: each keeps what it got */
+        size_t co = s->cap, cl = s->cap;
+        const int bad_o = grow_array(&s->off, &co, (size_t)s->n + 1, sizeof *s->off, 1024);
+        const int bad_l = grow_array(&s->len, &cl, (size_t)s->n + 1, sizeof *s->len, 1024);
+        if (bad_o || bad_l) return -1;
+        s->cap = co;
     }
     s->off[s->n] = s->strings.n;
     s->len[s->n] = (uint32_t)n;
