@@ -509,7 +509,8 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
         for (int k = 0; k < 2 && rc == 0; k++) {
             job *jb = &jobs[n_main + 2 * i + k];
             jb->seed = o->seed;
-            snprintf(jb->what, sizeof jb->what, "%s at size %s", k ? "Transformer" : "DIFF", o->sizes[i]);
+            snprintf(jb->what, sizeof jb->what, "%s at size %s", dt_arch_label(k ? DT_ARCH_LLAMA : DT_ARCH_DIFF),
+                     o->sizes[i]);
             rc = dt_cmp_variant_config(k ? "transformer" : "diff", o->sizes[i], &jb->cfg, err);
             if (rc == 0) rc = dt_pathf(jb->dir, sizeof jb->dir, err, "%s/%s", sd, k ? "transformer" : "diff");
         }
