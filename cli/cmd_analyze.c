@@ -420,8 +420,7 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         dt_an_training t;
         char path[4200];
         dt_config c;
-        snprintf(path, sizeof path, "%s/config.json", dirs[i]);
-        if (dt_config_load(&c, path, &err) != 0) {
+        if (dt_pathf(path, sizeof path, &err, "%s/config.json", dirs[i]) != 0 || dt_config_load(&c, path, &err) != 0) {
             rc = cli_fail(cmd, &err);
             break;
         }

@@ -28,12 +28,6 @@ static void tokenizer_help(FILE *f) {
             "  train   learns a byte-level BPE (see difftrans tokenizer train --help).\n");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* All of a stream, byte-exact. */
 static int read_all(FILE *fp, char **out, size_t *len) {
     size_t cap = 1 << 16, n = 0;
@@ -43,14 +37,9 @@ static int read_all(FILE *fp, char **out, size_t *len) {
     char *buf = malloc(cap);
     if (!buf) return -1;
     for (;;) {
-        if (n == cap) {
-            char *p = realloc(buf, cap * 2);
-            if (!p) {
-                free(buf);
-                return -1;
-            }
-            buf = p;
-            cap *= 2;
+        if (dt_grow(&buf, &cap, n + 1, 1, 0) != 0) {
+            free(buf);
+            return -1;
         }
         size_t got = fread(buf + n, 1, cap - n, fp);
         n += got;
@@ -130,9 +119,9 @@ static int cmd_encode(int argc, char **argv) {
     }
     if (optind < argc) return cli_error(cmd, "unexpected argument '%s'", argv[optind]);
     dt_tok *tok;
-    double t0 = now_s();
+    double t0 = dt_seconds();
     if (load(cmd, path, &tok) != 0) return 1;
-    double t_load = now_s() - t0;
+    double t_load = dt_seconds() - t0;
     char *text;
     size_t len;
     if (read_all(stdin, &text, &len) != 0) {
@@ -142,9 +131,9 @@ static int cmd_encode(int argc, char **argv) {
     dt_error err;
     int32_t *ids = NULL;
     size_t n = 0;
-    t0 = now_s();
+    t0 = dt_seconds();
     int rc = dt_tok_encode_parallel(tok, text, len, add_special, threads, &ids, &n, &err);
-    double t_enc = now_s() - t0;
+    double t_enc = dt_seconds() - t0;
     if (rc == 0 && stats)
         fprintf(stderr, "{\"load_s\": %.4f, \"encode_s\": %.4f, \"bytes\": %zu, \"tokens\": %zu, \"threads\": %d, "
                         "\"mb_per_s\": %.2f}\n",
@@ -181,14 +170,9 @@ static int parse_ids(const char *cmd, const char *s, size_t len, int32_t **out, 
             return cli_error(cmd, "stdin: '%.*s' is not a token id (non-negative integer)", (int)(j - i > 40 ? 40 : j - i),
                              s + i);
         }
-        if (n == cap) {
-            int32_t *p = realloc(ids, 2 * cap * sizeof *p);
-            if (!p) {
-                free(ids);
-                return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
-            }
-            ids = p;
-            cap *= 2;
+        if (dt_grow(&ids, &cap, n + 1, sizeof *ids, 0) != 0) {
+            free(ids);
+            return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
         }
         ids[n++] = (int32_t)v;
         i = j;

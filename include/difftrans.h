@@ -805,6 +805,13 @@ uint64_t dt_rng_next(uint64_t *state);      /* splitmix64 */
 float dt_rng_uniform(uint64_t *state);      /* [0, 1) */
 float dt_rng_normal(uint64_t *state);       /* N(0, 1) */
 
+/* The library's monotonic clock in seconds (timings, progress): never steps with the wall clock. */
+double dt_seconds(void);
+/* Room for `need` items of item_size bytes in the growable array whose pointer is at items (a
+ * T **), holding *cap: nothing when *cap >= need, else realloc to *cap doubled (from `first` when
+ * 0) until it holds them. -1 when out of memory or past size_t, the array and *cap untouched. */
+int dt_grow(void *items, size_t *cap, size_t need, size_t item_size, size_t first);
+
 /* snprintf of a file path into out[n]; a path that does not fit is an error, never truncated. */
 int dt_pathf(char *out, size_t n, dt_error *err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 

@@ -3,6 +3,8 @@
 
 #include "base/base.h"
 
+double dt_seconds(void) { return monotonic_seconds(); }
+
 double monotonic_seconds(void) {
     struct timespec ts;
     /* CLOCK_MONOTONIC cannot fail with a valid clock id and address; never steps with the wall clock */

@@ -5,6 +5,10 @@
 
 #include "base/base.h"
 
+int dt_grow(void *items, size_t *cap, size_t need, size_t item_size, size_t first) {
+    return grow_array(items, cap, need, item_size, first);
+}
+
 int grow_array_realloc(void *items, size_t *cap, size_t need, size_t item_size, size_t first) {
     size_t n = *cap ? *cap : first ? first : 1;
     while (n < need) n = n > SIZE_MAX / 2 ? need : 2 * n; /* the last doubling that fits, then exactly need */
