@@ -22,17 +22,6 @@
 #include "internal.h"
 #include "testutil.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
 /* A failure (rc -1) with this code and a message containing want. */
 static void expect_err(int rc, const dt_error *err, dt_errcode code, const char *want) {
     if (rc != -1) fail_msg("expected a failure (%s), got rc %d", dt_errcode_name(code), rc);

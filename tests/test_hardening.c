@@ -22,17 +22,6 @@
 #include "internal.h"
 #include "testutil.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-#ifndef UNDER_ASAN
-#define UNDER_ASAN 0
-#endif
-
 static void expect_msg(const dt_error *err, const char *want) {
     if (!strstr(err->msg, want)) fail_msg("expected an error containing \"%s\", got \"%s\"", want, err->msg);
 }

@@ -6,6 +6,18 @@
 
 #include "difftrans.h"
 
+/* 1 in a build under AddressSanitizer (whose shadow memory defeats tests that cap the address space). */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
 /* A per-test scratch directory (from $DT_TEST_TMP, created if needed). */
 const char *tu_tmpdir(void);
 /* out = tmpdir/name */

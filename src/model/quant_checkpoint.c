@@ -26,24 +26,10 @@ static const char *const activation_names[] = {"float32", "int8-static-per-tenso
 
 /* ---------------------------------------------------------------- config */
 
-/* config.json of a quantised checkpoint: the shared bounded reader (size checked before allocating,
- * short reads and read errors reported). */
-static char *read_file(const char *path, dt_error *err) {
-    char *text = NULL;
-    size_t len = 0;
-    if (read_text_file(path, 16u << 20, "a config", &text, &len, err) != 0) return NULL;
-    return text;
-}
-
 int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
     dt_quant_defaults(o);
-    char *text = read_file(path, err);
-    if (!text) return -1;
-    cJSON *root = cJSON_Parse(text);
-    const int oom = !root && json_text_valid(text, strlen(text));
-    free(text);
-    if (oom) return dt_fail_oom(err, "%s: out of memory parsing its JSON", path);
-    if (!root) return dt_fail_format(err, "%s is not valid JSON", path);
+    cJSON *root = json_load_file(path, err);
+    if (!root) return -1;
     int rc = 0;
     const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     if (qc && !cJSON_IsNull(qc)) {
@@ -84,13 +70,8 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
 }
 
 static int add_quant_config(const char *path, const struct dt_quant *q, dt_error *err) {
-    char *text = read_file(path, err);
-    if (!text) return -1;
-    cJSON *root = cJSON_Parse(text);
-    const int oom = !root && json_text_valid(text, strlen(text));
-    free(text);
-    if (oom) return dt_fail_oom(err, "%s: out of memory parsing its JSON", path);
-    if (!root) return dt_fail_io(err, "%s: cannot re-read the config just written", path);
+    cJSON *root = json_load_file(path, err); /* the config.json just written, to add to it */
+    if (!root) return -1;
     const dt_quant_options *o = &q->opt;
     const int w8a8 = o->scheme == DT_QUANT_W8A8;
     cJSON *qc = cJSON_AddObjectToObject(root, "quantization_config");
