@@ -186,8 +186,12 @@ int tu_fused_matches_reference(dt_model *m, int B, int T, char *msg, size_t n) {
         snprintf(msg, n, "the fused kernel kept attention maps: the reference kernel ran");
         rc = -1;
     }
+    /* The bound is float32 noise, measured: OpenBLAS's SkylakeX sgemm core (what Intel AVX-512 CPUs
+     * get) moves the reference kernel's own logits by 1.0e-5 against its Zen core (test_model, DIFF,
+     * T 37, portable path), and the fused kernel lies within 5.6e-6 of either; a real error (a
+     * mask, a scale, λ) moves them by orders of magnitude more. */
     float d = rc == 0 ? tu_max_rel_diff(dt_runstate_logits(fused), dt_runstate_logits(ref), (size_t)B * T * V, 1.0f) : 0;
-    if (rc == 0 && !(d <= 1e-5f && fabsf(lf - lr) <= 1e-5f * fabsf(lr))) {
+    if (rc == 0 && !(d <= 3e-5f && fabsf(lf - lr) <= 3e-5f * fabsf(lr))) {
         snprintf(msg, n, "T %d: fused logits differ from the reference by %g (loss %g vs %g)", T, d, lf, lr);
         rc = -1;
     }
@@ -195,12 +199,16 @@ int tu_fused_matches_reference(dt_model *m, int B, int T, char *msg, size_t n) {
         dt_backward(m, fused, gf);
         dt_backward(m, ref, gr);
     }
+    /* A tensor whose true gradient is 0 (q and k at T 1, where softmax over one key is constant)
+     * gets the rounding of terms that cancel (dP − D): judged against the model's largest gradient */
+    float global = 0;
+    for (size_t j = 0; rc == 0 && j < m->n_params; j++) global = fmaxf(global, fabsf(gr[j]));
     for (int i = 0; i < m->n_tensors && rc == 0; i++) {
         const dt_tensor *t = &m->tensors[i];
         float scale = 0;
         for (size_t j = 0; j < t->numel; j++) scale = fmaxf(scale, fabsf(gr[t->offset + j]));
         float diff = tu_max_abs_diff(gf + t->offset, gr + t->offset, t->numel);
-        if (!(diff <= 1e-4f * scale + 1e-7f)) {
+        if (!(diff <= 1e-4f * scale + 1e-5f * global)) {
             snprintf(msg, n, "T %d: gradient of %s differs by %g (scale %g)", T, t->name, diff, scale);
             rc = -1;
         }
