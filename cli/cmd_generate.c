@@ -151,16 +151,6 @@ int cmd_generate(int argc, char **argv) {
     if (rc == 0 && (long)n_prompt + n_gen > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "prompt (%d tokens) + -n %d exceeds max_position_embeddings %d", n_prompt, n_gen,
                        m.cfg.max_position_embeddings);
-    if (rc == 0 && kv_dtype != DT_KV_F32) {
-        dt_kvcache *kc = dt_kvcache_create_with(&m, n_prompt + n_gen, kv_dtype, &err);
-        if (!kc) rc = cli_fail(cmd, &err);
-        else
-            fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", n_prompt + n_gen,
-                    dt_kvcache_bytes(kc) / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
-                    2.0 * m.cfg.num_hidden_layers * (n_prompt + n_gen) * m.cfg.num_key_value_heads * m.cfg.head_dim *
-                        4 / 1e6);
-        dt_kvcache_free(kc);
-    }
     text_stream ts = {.m = &m, .print_ids = print_ids, .first = 1};
     if (rc == 0 && !print_ids && tok) {
         /* the prompt as typed; ids given by number are shown decoded */
@@ -188,6 +178,11 @@ int cmd_generate(int argc, char **argv) {
     dt_generate_result res;
     if (rc == 0 && !out) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     if (rc == 0 && dt_generate(&m, ids, n_prompt, &go, out, &res, &err) != 0) rc = cli_fail(cmd, &err);
+    if (rc == 0 && kv_dtype != DT_KV_F32) /* the size of the cache the run used, on stderr */
+        fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", n_prompt + n_gen,
+                res.kv_cache_bytes / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
+                2.0 * m.cfg.num_hidden_layers * (n_prompt + n_gen) * m.cfg.num_key_value_heads * m.cfg.head_dim * 4 /
+                    1e6);
     else if (rc == 0 && ts.failed) rc = cli_fail(cmd, &ts.err);
     if (rc == 0 && tok && !print_ids) {
         int *all = malloc((size_t)(n_prompt + res.n_generated) * sizeof *all);

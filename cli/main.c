@@ -113,23 +113,25 @@ void cli_print_system(FILE *f, const char *indent) {
                    "environment selects its AVX-512 kernels (see docs/PERFORMANCE.md)\n", indent);
 }
 
-int cli_error(const char *cmd, const char *fmt, ...) {
+static void report(const char *cmd, const char *fmt, va_list ap) {
     fprintf(stderr, "difftrans %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+int cli_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report(cmd, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     return 1;
 }
 
 int cli_error_code(const char *cmd, dt_errcode code, const char *fmt, ...) {
-    fprintf(stderr, "difftrans %s: ", cmd);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    report(cmd, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
     return record(code);
 }
 

@@ -470,6 +470,7 @@ typedef struct {
     dt_stop_reason stop;
     int stop_token;              /* the stop id that ended it (DT_STOP_EOS), else -1 */
     double prefill_s, decode_s;  /* seconds for the prompt, then for the generated tokens */
+    size_t kv_cache_bytes;       /* what the run's KV cache took (dt_kvcache_bytes) */
 } dt_generate_result;
 
 void dt_generate_defaults(dt_generate_options *o);

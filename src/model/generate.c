@@ -107,6 +107,7 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
     int rc = 0;
     if (!logits || !scratch || !seq) rc = dt_fail_oom(err, "generate: out of memory for a vocabulary of %d", V);
     else if (!(kc = dt_kvcache_create_with(m, total, o->kv_cache, err))) rc = -1;
+    else r.kv_cache_bytes = dt_kvcache_bytes(kc);
     if (rc == 0) memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
     uint64_t rng = o->seed;
     int n_seq = n_prompt;
