@@ -45,6 +45,8 @@ typedef enum {
                              * kernel path this CPU cannot run. */
     DT_ERR_DIVERGED = 6,    /* training produced a non-finite loss or gradient: the inputs are valid, the
                              * run is not (lower the learning rate; the last checkpoint is intact). */
+    DT_ERR_BUSY = 8,        /* the work is valid but cannot be taken now (the serving engine's queue is
+                             * full): try again later. (7 is the exit status of an MPI abort.) */
 } dt_errcode;
 
 /* An error: a message naming the file or argument and the problem, and its code. A function
@@ -69,7 +71,7 @@ int dt_fail_oom(dt_error *err, const char *fmt, ...) __attribute__((format(print
  * problem). Returns -1. */
 int dt_fail_prefix(dt_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* A short constant name of a code ("invalid", "format", "io", "nomem", "unsupported",
- * "diverged", "none"; "unknown" for any other value). */
+ * "diverged", "busy", "none"; "unknown" for any other value). */
 const char *dt_errcode_name(dt_errcode code);
 
 /* ---------------------------------------------------------------- config */
@@ -428,6 +430,31 @@ size_t dt_kvcache_bytes(const dt_kvcache *c);
 void dt_kvcache_free(dt_kvcache *c);
 /* Feed one token at position pos (0, 1, 2, ... in order); writes logits [V]. */
 int dt_decode_step(const dt_model *m, dt_kvcache *c, int token, int pos, float *logits, dt_error *err);
+
+/* KV caches for n_slots sequences of up to ctx tokens each and activations for up to max_rows rows
+ * per step, allocated once. The building block of the serving engine (difftrans_serve.h) and of dt_generate: a
+ * caller that schedules its own batches uses it directly. */
+typedef struct dt_batch dt_batch;
+
+typedef struct {
+    int slot;                    /* which sequence: 0..n_slots−1 */
+    int pos;                     /* its position: rows of one slot in one step are consecutive
+                                    positions in increasing order, and its positions 0..pos−1 were
+                                    fed in earlier steps or earlier rows of this one */
+    int token;                   /* the token at pos */
+    int want_logits;             /* 1: this row's logits [V] are written (next row of `logits`) */
+} dt_batch_row;
+
+dt_batch *dt_batch_create(const dt_model *m, int n_slots, int ctx, int max_rows, dt_kv_dtype kv, dt_error *err);
+void dt_batch_free(dt_batch *b);
+/* Bytes the pool's cached keys and values take (all slots). */
+size_t dt_batch_kv_bytes(const dt_batch *b);
+/* Runs rows[0..n) (n ≤ max_rows) as one batch: every linear layer once over all rows, each row's
+ * attention over its own slot's positions 0..pos. logits gets [n_want, V], one row for each row
+ * with want_logits, in order. A slot's cache beyond the positions fed is never read, so a slot is
+ * reused by starting again at pos 0. Equal to dt_decode_step row by row (to float rounding: the
+ * batched matrix products sum in another order). */
+int dt_batch_step(const dt_model *m, dt_batch *b, const dt_batch_row *rows, int n, float *logits, dt_error *err);
 
 typedef struct {
     float temperature;           /* 0 = greedy */

@@ -107,4 +107,15 @@ int kvcache_size(const dt_config *c, int max_tokens, dt_kv_dtype dtype, size_t *
 /* One head's multiply-adds at a decode step over n cached positions, n·hd, in size_t: the
  * largest context (2^20) times the largest head_dim (4096) overflows int. */
 size_t decode_head_work(int n, int hd);
+/* The attention over a KV cache that dt_decode_step and the batched step (model/batch.c) share:
+ * kv_attention_tasks(c) independent tasks per query (an output head each: H query heads, or H/2
+ * differential heads for DIFF); kv_attention_task runs one for a query q [H·hd] at position n − 1
+ * over positions 0..n−1 of `layer` into out ([H·hd]; DIFF V2: the query heads, combined by the
+ * caller), with sc1, sc2 [n] as scratch; kv_store puts a position's k and v [KV·hd] into the
+ * cache in its storage type; kv_max_tokens is the cache's length. */
+int kv_attention_tasks(const dt_config *c);
+void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n, const float *q,
+                       float *out, float *sc1, float *sc2);
+void kv_store(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads, const float *k, const float *v);
+int kv_max_tokens(const dt_kvcache *kc);
 #endif

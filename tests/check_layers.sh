@@ -13,6 +13,7 @@
 #   train      the training step and loop
 #   bench      benchmarks of the model and the training step
 #   analysis   the claims toolkit: analyses, tasks, compare, needle, reports
+#   serve      the serving engine: continuous batching of requests over a pool of KV-cache slots
 #
 # Includes are read from the sources ("folder/file.h" names its folder; a bare name is the
 # including file's own folder, or the top-level internal.h / difftrans.h); calls from the object
@@ -21,7 +22,7 @@
 set -u
 SRC=$1
 shift # the library's object files (CMake's $<TARGET_OBJECTS:difftrans>), .../src/FOLDER/FILE.c.o
-LAYERS=(base cpu layers quant tokenizer io model dist train bench analysis)
+LAYERS=(base cpu layers quant tokenizer io model dist train bench analysis serve)
 declare -A RANK
 for i in "${!LAYERS[@]}"; do RANK[${LAYERS[$i]}]=$i; done
 fail=0

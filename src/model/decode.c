@@ -231,50 +231,75 @@ static void weighted_values(float *restrict out, const float *restrict w, const 
     }
 }
 
-/* Attention of the newest position over one layer's cache, straight from the cached K/V (GQA
- * heads share their kv head's rows, nothing is copied). One task per output head: a query head
- * for the baseline, a differential head (both of its maps) for DIFF. DIFF V2: the baseline's
- * heads into `out` (kc->tmp); the caller combines them. */
-static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n) {
+int kv_attention_tasks(const dt_config *c) { return c->arch == DT_ARCH_DIFF ? c->num_attention_heads / 2 : c->num_attention_heads; }
+
+/* One task of the attention of a query at position n − 1 over positions 0..n−1 of one layer's
+ * cache, straight from the cached K/V (GQA heads share their kv head's rows, nothing is copied):
+ * query head `task` of q [H·hd] into out + task·hd for the baseline and DIFF V2 (whose caller
+ * combines the pairs), or differential head `task` (both of its maps, then the per-head norm and
+ * (1 − λinit)) into out + task·2hd for DIFF. sc1, sc2: [n] scratch for the softmax maps. */
+void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n, const float *q,
+                       float *out, float *sc1, float *sc2) {
     const dt_config *c = &m->cfg;
-    const int H = c->num_attention_heads, hd = c->head_dim, kvdim = c->num_key_value_heads * hd;
-    const int g = H / c->num_key_value_heads, KV = c->num_key_value_heads;
-    const size_t stride = (size_t)kc->max_tokens;
+    const int H = c->num_attention_heads, hd = c->head_dim, KV = c->num_key_value_heads, kvdim = KV * hd;
+    const int g = H / KV;
     const float *slopes = c->position == DT_POS_ALIBI ? kc->slopes : NULL;
     if (c->arch != DT_ARCH_DIFF) {
-        float *out = c->arch == DT_ARCH_DIFF_V2 ? kc->tmp : kc->atty;
-#pragma omp parallel for schedule(static) if (decode_head_work(n, hd) > 4096)
-        for (int i = 0; i < H; i++) {
-            float *sc = kc->scores + i * stride;
-            const kv_view kv = kv_view_of(kc, 1, layer, i / g, kvdim, KV), vv = kv_view_of(kc, 0, layer, i / g, kvdim, KV);
-            head_scores(sc, kc->q + (size_t)i * hd, &kv, n, hd, slopes ? slopes[i] : 0.0f, c->softmax1);
-            weighted_values(out + (size_t)i * hd, sc, &vv, n, hd);
-        }
+        const int i = task;
+        const kv_view kv = kv_view_of(kc, 1, layer, i / g, kvdim, KV), vv = kv_view_of(kc, 0, layer, i / g, kvdim, KV);
+        head_scores(sc1, q + (size_t)i * hd, &kv, n, hd, slopes ? slopes[i] : 0.0f, c->softmax1);
+        weighted_values(out + (size_t)i * hd, sc1, &vv, n, hd);
         return;
     }
-    const int Hd = H / 2, w2 = 2 * hd;
+    const int Hd = H / 2, w2 = 2 * hd, j = task;
     const float lambda = dt_model_lambda(m, layer), scale = 1.0f - dt_lambda_init(layer);
-    const float *subln = m->w.layers[layer].subln;
-#pragma omp parallel for schedule(static) if (decode_head_work(n, hd) > 4096)
-    for (int j = 0; j < Hd; j++) {
-        float *d = kc->scores + j * stride, *a2 = kc->scores + (j + Hd) * stride;
-        const kv_view k1 = kv_view_of(kc, 1, layer, j / g, kvdim, KV), k2 = kv_view_of(kc, 1, layer, (j + Hd) / g, kvdim, KV);
-        const kv_view v1 = kv_view_of(kc, 0, layer, j / g, kvdim, KV), v2 = kv_view_of(kc, 0, layer, (j + Hd) / g, kvdim, KV);
-        head_scores(d, kc->q + (size_t)j * hd, &k1, n, hd, slopes ? slopes[j] : 0.0f, c->softmax1);
-        head_scores(a2, kc->q + (size_t)(j + Hd) * hd, &k2, n, hd, slopes ? slopes[j + Hd] : 0.0f, c->softmax1);
-        for (int s = 0; s < n; s++) d[s] -= lambda * a2[s]; /* D_j = A_j − λ A_{j+Hd}, over A_j's row */
-        float *u = kc->atty + (size_t)j * w2, *normed = kc->tmp + (size_t)j * w2;
-        weighted_values(u, d, &v1, n, hd);
-        weighted_values(u + hd, d, &v2, n, hd);
-        if (c->no_head_norm) {
-            for (int e = 0; e < w2; e++) u[e] *= scale;
-            continue;
-        }
-        float rstd;
-        rmsnorm_forward(normed, &rstd, u, subln, 1, w2, c->rms_norm_eps);
-        for (int e = 0; e < w2; e++) u[e] = normed[e] * scale;
+    float *d = sc1, *a2 = sc2;
+    const kv_view k1 = kv_view_of(kc, 1, layer, j / g, kvdim, KV), k2 = kv_view_of(kc, 1, layer, (j + Hd) / g, kvdim, KV);
+    const kv_view v1 = kv_view_of(kc, 0, layer, j / g, kvdim, KV), v2 = kv_view_of(kc, 0, layer, (j + Hd) / g, kvdim, KV);
+    head_scores(d, q + (size_t)j * hd, &k1, n, hd, slopes ? slopes[j] : 0.0f, c->softmax1);
+    head_scores(a2, q + (size_t)(j + Hd) * hd, &k2, n, hd, slopes ? slopes[j + Hd] : 0.0f, c->softmax1);
+    for (int s = 0; s < n; s++) d[s] -= lambda * a2[s]; /* D_j = A_j − λ A_{j+Hd}, over A_j's row */
+    float *u = out + (size_t)j * w2, normed[w2];
+    weighted_values(u, d, &v1, n, hd);
+    weighted_values(u + hd, d, &v2, n, hd);
+    if (c->no_head_norm) {
+        for (int e = 0; e < w2; e++) u[e] *= scale;
+        return;
     }
+    float rstd;
+    rmsnorm_forward(normed, &rstd, u, m->w.layers[layer].subln, 1, w2, c->rms_norm_eps);
+    for (int e = 0; e < w2; e++) u[e] = normed[e] * scale;
 }
+
+/* Attention of the newest position over one layer's cache, one task per output head (a query
+ * head for the baseline, a differential head for DIFF). DIFF V2: the baseline's heads into
+ * kc->tmp; the caller combines them. */
+static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n) {
+    const dt_config *c = &m->cfg;
+    const size_t stride = (size_t)kc->max_tokens;
+    const int tasks = kv_attention_tasks(c), Hd = c->num_attention_heads / 2;
+    float *out = c->arch == DT_ARCH_DIFF_V2 ? kc->tmp : kc->atty;
+#pragma omp parallel for schedule(static) if (decode_head_work(n, c->head_dim) > 4096)
+    for (int t = 0; t < tasks; t++)
+        kv_attention_task(m, kc, layer, t, n, kc->q, out, kc->scores + t * stride,
+                          kc->scores + (c->arch == DT_ARCH_DIFF ? t + Hd : t) * stride);
+}
+
+/* Stores the k and v rows [KV·hd] of position pos of a layer, converting them for an F16 / INT8
+ * cache. k, v may point at the cache's own F32 slot (kv_slot), then there is nothing to copy. */
+void kv_store(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads, const float *k, const float *v) {
+    if (kc->k) {
+        float *ks = kc->k + ((size_t)layer * kc->max_tokens + pos) * kvdim, *vs = kc->v + ((size_t)layer * kc->max_tokens + pos) * kvdim;
+        if (ks != k) memcpy(ks, k, (size_t)kvdim * sizeof(float));
+        if (vs != v) memcpy(vs, v, (size_t)kvdim * sizeof(float));
+        return;
+    }
+    memcpy(kc->knew, k, (size_t)kvdim * sizeof(float));
+    memcpy(kc->knew + kvdim, v, (size_t)kvdim * sizeof(float));
+    store_kv(kc, layer, pos, kvdim, kv_heads);
+}
+
+int kv_max_tokens(const dt_kvcache *kc) { return kc->max_tokens; }
 
 int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float *logits, dt_error *err) {
     const dt_config *c = &m->cfg;

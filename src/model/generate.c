@@ -91,6 +91,10 @@ static int check_generate(const dt_model *m, const int *prompt, int n_prompt, co
     return 0;
 }
 
+/* Prompt rows per batched step of the prefill: a matrix product over this many rows runs near the
+ * machine's compute peak, and the activations stay a few MB for the largest models. */
+#define PREFILL_CHUNK 128
+
 int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_generate_options *o, int *out,
                 dt_generate_result *res, dt_error *err) {
     dt_generate_result r = {.stop = DT_STOP_LENGTH, .stop_token = -1};
@@ -100,31 +104,37 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
     if (n_stop < 0) n_stop = dt_model_stop_ids(m, stop_ids);
     else if (n_stop > 0) memcpy(stop_ids, o->stop_ids, (size_t)n_stop * sizeof *stop_ids);
     const int V = m->cfg.vocab_size, total = n_prompt + o->max_new_tokens;
+    const int chunk = n_prompt < PREFILL_CHUNK ? n_prompt : PREFILL_CHUNK;
     float *logits = malloc((size_t)V * sizeof *logits);
     dt_prob_index *scratch = malloc((size_t)V * sizeof *scratch);
     int *seq = malloc((size_t)total * sizeof *seq); /* the prompt, then what is generated */
-    dt_kvcache *kc = NULL;
+    dt_batch_row *rows = malloc((size_t)chunk * sizeof *rows);
+    dt_batch *b = NULL;
     int rc = 0;
-    if (!logits || !scratch || !seq) rc = dt_fail_oom(err, "generate: out of memory for a vocabulary of %d", V);
-    else if (!(kc = dt_kvcache_create_with(m, total, o->kv_cache, err))) rc = -1;
-    else r.kv_cache_bytes = dt_kvcache_bytes(kc);
+    if (!logits || !scratch || !seq || !rows) rc = dt_fail_oom(err, "generate: out of memory for a vocabulary of %d", V);
+    else if (o->max_new_tokens > 0 && !(b = dt_batch_create(m, 1, total, chunk, o->kv_cache, err))) rc = -1;
+    else if (b) r.kv_cache_bytes = dt_batch_kv_bytes(b);
     if (rc == 0) memcpy(seq, prompt, (size_t)n_prompt * sizeof *seq);
     uint64_t rng = o->seed;
     int n_seq = n_prompt;
     const double t0 = monotonic_seconds();
-    /* the prompt's positions fill the cache; the last one's logits give the first new token */
-    const int steps = o->max_new_tokens > 0 ? n_prompt - 1 + o->max_new_tokens : 0;
-    for (int pos = 0; rc == 0 && pos < steps; pos++) {
+    /* the prompt in batched chunks (the last row's logits give the first new token), then one row
+     * a step; nothing to run when no token is wanted */
+    for (int pos = 0; rc == 0 && o->max_new_tokens > 0 && pos < n_seq;) {
         if (o->cancel && *o->cancel) {
             r.stop = DT_STOP_CANCELLED;
             break;
         }
-        if (dt_decode_step(m, kc, seq[pos], pos, logits, err) != 0) {
+        const int n = pos < n_prompt ? (n_prompt - pos < chunk ? n_prompt - pos : chunk) : 1;
+        for (int i = 0; i < n; i++)
+            rows[i] = (dt_batch_row){.slot = 0, .pos = pos + i, .token = seq[pos + i], .want_logits = i == n - 1};
+        if (dt_batch_step(m, b, rows, n, logits, err) != 0) {
             rc = -1;
             break;
         }
-        if (pos + 1 < n_prompt) continue;
-        if (pos + 1 == n_prompt) r.prefill_s = monotonic_seconds() - t0;
+        pos += n;
+        if (pos < n_prompt) continue;
+        if (pos == n_prompt) r.prefill_s = monotonic_seconds() - t0;
         const int token = dt_sample(logits, V, &o->sampler, &rng, scratch);
         int is_stop = 0;
         for (int e = 0; e < n_stop; e++) is_stop |= token == stop_ids[e];
@@ -143,9 +153,11 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
             r.stop_token = token;
             break;
         }
+        if (r.n_generated == o->max_new_tokens) break;
     }
     r.decode_s = monotonic_seconds() - t0 - r.prefill_s;
-    dt_kvcache_free(kc);
+    dt_batch_free(b);
+    free(rows);
     free(logits);
     free(scratch);
     free(seq);
