@@ -1,0 +1,292 @@
+#!/usr/bin/env node
+// browser.mjs URL SCREENSHOT [NODE_MODULES_DIR] — the page of `difftrans serve` in headless Chromium
+// (Debian's /usr/bin/chromium, driven by playwright-core; no browser is downloaded). URL is a running
+// server (no --api-key); SCREENSHOT the PNG kept as the test artefact; NODE_MODULES_DIR where
+// playwright-core is installed (default: resolved from this file, as node does).
+//
+// It loads the page and fails on any console error or warning, uncaught page error, failed request
+// or error reply, except in the one step that asks for an error on purpose. It streams a greedy
+// completion and checks the text equals the same request made without streaming; stops a long one;
+// analyses the prompt and reads back the heat maps' pixels: every map shown has positive-colour
+// cells, a softmax map has no negative-colour cell, and the difference map has negative-colour cells
+// exactly when the API's differential weights for that head have negative values (required for a
+// DIFF model); llama shows map 1 only. It switches layer and head and checks the maps are redrawn,
+// marks an answer span by clicking two tokens and checks #span-share against the share computed
+// here from the API's rows, checks an API error reaches the message box, that the page fits a
+// narrow window, and saves the screenshot. Exit 0 on success, 1 with a message on failure.
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { pathToFileURL } from 'node:url';
+
+const [url, shot, modules] = process.argv.slice(2);
+if (!url || !shot) {
+  console.error('usage: browser.mjs URL SCREENSHOT [NODE_MODULES_DIR]');
+  process.exit(2);
+}
+const base = url.replace(/\/+$/, '');
+const from = modules ? path.join(path.resolve(modules), 'noop.js') : import.meta.filename;
+const pw = await import(pathToFileURL(createRequire(from).resolve('playwright-core')).href);
+const chromium = pw.chromium || pw.default.chromium;
+
+class Failure extends Error {}
+const fail = (msg) => { throw new Failure(msg); };
+const check = (ok, msg) => { if (!ok) fail(msg); };
+const log = (msg) => console.log('browser: ' + msg);
+
+async function api(p, body) {
+  const res = await fetch(base + p, body === undefined ? {} : {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  if (!res.ok) fail(`${p} answered ${res.status}: ${text.slice(0, 300)}`);
+  return JSON.parse(text);
+}
+
+// Pixels of a canvas by colour: positive (the blue ramp: blue well above red), negative (the orange
+// ramp: red well above blue); greys (background, masked triangle, labels) count as neither. Read from
+// a copy, so that the page's own canvas is read back only once per call.
+function pixels(page, id) {
+  return page.evaluate((id) => {
+    const cv = document.getElementById(id);
+    if (!cv || cv.width === 0 || cv.height === 0) return null;
+    const copy = document.createElement('canvas');
+    copy.width = cv.width;
+    copy.height = cv.height;
+    const g = copy.getContext('2d', { willReadFrequently: true });
+    g.drawImage(cv, 0, 0);
+    const d = g.getImageData(0, 0, cv.width, cv.height).data;
+    let pos = 0, neg = 0, hash = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      const r = d[i], b = d[i + 2];
+      if (b - r > 8) pos++;
+      else if (r - b > 8) neg++;
+      hash = (hash * 31 + r * 7 + d[i + 1] * 3 + b) >>> 0;
+    }
+    return { pos, neg, hash, w: cv.width, h: cv.height, drawn: cv.dataset.drawn || '',
+      visible: cv.offsetParent !== null };
+  }, id);
+}
+
+function shareOf(row, a, b) {
+  let all = 0, sp = 0;
+  row.forEach((v, k) => { all += v; if (k >= a && k <= b) sp += v; });
+  return sp / all;
+}
+
+const problems = [];
+let expectError = false;
+let stopping = false;
+const userDir = fs.mkdtempSync(path.join(os.tmpdir(), 'difftrans-browser-'));
+let ctx = null;
+let code = 0;
+try {
+  const models = await api('/v1/models');
+  const info = models.data && models.data[0] && models.data[0].difftrans;
+  check(info && info.arch, '/v1/models has no difftrans.arch');
+  const arch = info.arch, llama = arch === 'llama';
+  log(`model ${models.data[0].id}: ${arch}, ${info.layers} layers × ${info.heads} heads, context ${info.context}`);
+
+  ctx = await chromium.launchPersistentContext(userDir, {
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+    viewport: { width: 1400, height: 1000 },
+  });
+  const page = ctx.pages()[0] || await ctx.newPage();
+  page.on('console', (m) => {
+    const t = m.type();
+    if (t !== 'error' && t !== 'warning') return;
+    if (expectError && /status of 400/.test(m.text())) return;
+    problems.push(`console ${t}: ${m.text()}`);
+  });
+  page.on('pageerror', (e) => problems.push('page error: ' + e.message));
+  page.on('requestfailed', (r) => {
+    const why = r.failure() ? r.failure().errorText : '?';
+    if (stopping && why === 'net::ERR_ABORTED' && r.url().endsWith('/v1/completions')) return;
+    problems.push(`request failed: ${r.method()} ${r.url()}: ${why}`);
+  });
+  page.on('response', (r) => {
+    if (r.status() >= 400 && !(expectError && r.status() === 400)) problems.push(`reply ${r.status()} to ${r.request().method()} ${r.url()}`);
+  });
+  const noProblems = (step) => check(problems.length === 0, `${step}:\n  ${problems.join('\n  ')}`);
+
+  const res = await page.goto(base + '/', { waitUntil: 'load' });
+  check(res && res.ok(), `GET / answered ${res ? res.status() : 'nothing'}`);
+  check(/text\/html/.test(res.headers()['content-type'] || ''), 'GET / is not text/html');
+  await page.waitForFunction(() => !/loading/.test(document.getElementById('model-info').textContent), null, { timeout: 15000 });
+  const header = await page.textContent('#model-info');
+  check(header.includes(models.data[0].id), `the header does not name the model: "${header}"`);
+  noProblems('loading the page');
+
+  // Streaming: greedy, so that the streamed text must equal the reply without streaming.
+  const prompt = 'The magic number of kxmk is 90078. What is the magic number of kxmk? Answer: 90078';
+  await page.fill('#prompt', prompt);
+  await page.fill('#max-tokens', '24');
+  await page.fill('#temperature', '0');
+  await page.evaluate(() => {
+    window.__pieces = 0;
+    new MutationObserver(() => { window.__pieces++; }).observe(document.getElementById('output'), { childList: true, characterData: true, subtree: true });
+  });
+  await page.click('#generate');
+  await page.waitForFunction(() => ['done', 'error', 'stopped'].includes(document.getElementById('output').dataset.state), null, { timeout: 120000 });
+  const streamed = await page.evaluate(() => ({ state: document.getElementById('output').dataset.state,
+    text: document.getElementById('output').textContent, pieces: window.__pieces, status: document.getElementById('gen-status').textContent,
+    message: document.getElementById('message').textContent }));
+  check(streamed.state === 'done', `generation ended in state ${streamed.state}: ${streamed.message}`);
+  const plain = await api('/v1/completions', { prompt, max_tokens: 24, temperature: 0, top_p: 0.95, top_k: 40, seed: 0 });
+  check(streamed.text === plain.choices[0].text,
+    `the streamed text ${JSON.stringify(streamed.text)} differs from the reply without streaming ${JSON.stringify(plain.choices[0].text)}`);
+  check(plain.usage.completion_tokens === 0 || streamed.text.length > 0, 'nothing streamed into #output');
+  check(plain.usage.completion_tokens < 2 || streamed.pieces >= 2, `#output changed ${streamed.pieces} times for ${plain.usage.completion_tokens} tokens: not streamed`);
+  check(/tokens/.test(streamed.status), `no summary after the stream: "${streamed.status}"`);
+  check(await page.isEnabled('#generate') && !(await page.isEnabled('#stop')), 'Generate/Stop not reset after the stream');
+  log(`streamed ${plain.usage.completion_tokens} tokens in ${streamed.pieces} updates: ${JSON.stringify(streamed.text.slice(0, 60))}`);
+  noProblems('streaming a completion');
+
+  // Stop: a long generation stopped after its first text (a tiny model may finish before the click).
+  const long = Math.max(1, Math.min(400, info.context - 64));
+  await page.fill('#max-tokens', String(long));
+  await page.fill('#temperature', '0.8');
+  stopping = true;
+  await page.click('#generate');
+  await page.waitForFunction(() => {
+    const o = document.getElementById('output');
+    return o.textContent.length > 0 || o.dataset.state !== 'streaming';
+  }, null, { timeout: 120000 });
+  if (await page.isEnabled('#stop')) await page.click('#stop');
+  await page.waitForFunction(() => ['done', 'error', 'stopped'].includes(document.getElementById('output').dataset.state), null, { timeout: 60000 });
+  const stopState = await page.getAttribute('#output', 'data-state');
+  check(stopState === 'stopped' || stopState === 'done', `after Stop the output is in state ${stopState}`);
+  check(!(await page.isVisible('#message')), 'Stop showed an error message: ' + await page.textContent('#message'));
+  await page.waitForTimeout(300);
+  stopping = false;
+  log(`stop: ${stopState}`);
+  noProblems('stopping a completion');
+
+  // The attention view.
+  await page.fill('#max-tokens', '24');
+  await page.click('#analyse');
+  await page.waitForFunction(() => document.getElementById('map1').dataset.drawn || document.getElementById('message').classList.contains('shown'), null, { timeout: 120000 });
+  check(!(await page.isVisible('#message')), 'Analyse showed an error: ' + await page.textContent('#message'));
+  const att = await api('/v1/difftrans/attention', { prompt });
+  const n = att.tokens.length, L = att.n_layers, H = att.n_heads;
+  check(att.arch === arch, `attention arch ${att.arch} vs model ${arch}`);
+  const headOf = (l, j) => att.layers.find((x) => x.layer === l).heads.find((h) => h.head === j);
+  const hasNeg = (rows) => rows.some((r) => r.some((v) => v < 0));
+  const ids = llama ? ['map1'] : ['map1', 'map2', 'diff'];
+
+  async function checkMaps(l, j, step) {
+    const h = headOf(l, j);
+    const out = {};
+    for (const id of ['map1', 'map2', 'diff']) {
+      const p = await pixels(page, id);
+      check(p, `${step}: no canvas#${id}`);
+      if (!ids.includes(id)) { check(!p.visible, `${step}: canvas#${id} shows for a llama model`); continue; }
+      check(p.visible, `${step}: canvas#${id} is hidden`);
+      check(p.drawn === `${l}:${j}:${n}`, `${step}: canvas#${id} shows "${p.drawn}", not layer ${l} head ${j} of ${n} tokens`);
+      check(p.pos >= n, `${step}: canvas#${id} has ${p.pos} positive-colour pixels (blank?)`);
+      const rows = llama ? h.map : h[id];
+      if (id === 'diff') {
+        check(hasNeg(rows) === p.neg > 0, `${step}: the difference has ${hasNeg(rows) ? '' : 'no '}negative weights but the map ${p.neg} negative-colour pixels`);
+        if (arch === 'diffllama') check(p.neg > 0, `${step}: the DIFF difference map has no negative-colour pixels`);
+      } else {
+        check(p.neg === 0, `${step}: softmax canvas#${id} has ${p.neg} negative-colour pixels`);
+      }
+      out[id] = p;
+    }
+    return out;
+  }
+  const first = await checkMaps(0, 0, 'layer 0 head 0');
+  log('maps at layer 0 head 0: ' + ids.map((id) => `${id} ${first[id].w}×${first[id].h} px, +${first[id].pos} −${first[id].neg}`).join('; '));
+
+  if (llama) {
+    check(/does not apply/.test(await page.textContent('#lambda')), '#lambda does not say λ does not apply to llama');
+  } else {
+    const bars = await page.locator('#lambda svg rect.bar').count();
+    check(bars === L, `#lambda has ${bars} bars for ${L} layers`);
+  }
+  check(await page.isVisible('#token-lambda-box') === (arch === 'difftrans_v2'), '#token-lambda-box shown for the wrong architecture');
+
+  // Another layer and head.
+  const l2 = L - 1, j2 = H - 1;
+  await page.selectOption('#layer', String(l2));
+  await page.selectOption('#head', String(j2));
+  const second = await checkMaps(l2, j2, `layer ${l2} head ${j2}`);
+  if (l2 !== 0 || j2 !== 0) {
+    for (const id of ids) {
+      const same = JSON.stringify(llama ? headOf(0, 0).map : headOf(0, 0)[id]) === JSON.stringify(llama ? headOf(l2, j2).map : headOf(l2, j2)[id]);
+      check(same || second[id].hash !== first[id].hash, `canvas#${id} was not redrawn for layer ${l2} head ${j2}`);
+    }
+  }
+  noProblems('the attention view');
+
+  // The answer span: click its first and last token; the share against the API's rows.
+  const a = Math.max(1, n - 4), b = Math.max(1, n - 3);
+  await page.click(`#tokens .tok[data-i="${a}"]`);
+  await page.click(`#tokens .tok[data-i="${b}"]`);
+  const inSpan = await page.locator('#tokens .tok.in-span').count();
+  check(inSpan === b - a + 1, `${inSpan} tokens marked for the span ${a}–${b}`);
+  const rowsText = await page.$$eval('#span-share tr', (trs) => trs.slice(1).map((tr) => [...tr.children].map((td) => td.textContent)));
+  check(rowsText.length === ids.length, `#span-share has ${rowsText.length} rows for ${ids.length} maps`);
+  const h2 = headOf(l2, j2);
+  rowsText.forEach((cells, i) => {
+    const rows = llama ? h2.map : h2[ids[i]];
+    const want = 100 * shareOf(rows[n - 1], a, b);
+    const got = parseFloat(cells[1]);
+    check(/%/.test(cells[1]) && Math.abs(got - want) <= 0.051, `#span-share ${cells[0]}: "${cells[1]}", computed ${want.toFixed(2)} %`);
+  });
+  log('span share (last query token): ' + rowsText.map((c) => `${c[0]} ${c[1]}`).join(', '));
+  // The from/to inputs mark a span too.
+  await page.fill('#span-from', '0');
+  await page.fill('#span-to', '1');
+  await page.dispatchEvent('#span-to', 'change');
+  check(await page.locator('#tokens .tok.in-span').count() === 2, 'the from/to inputs did not mark tokens 0–1');
+  await page.click(`#tokens .tok[data-i="${a}"]`);
+  await page.click(`#tokens .tok[data-i="${b}"]`);
+
+  // Hover: the tooltip names the query and key and gives the weight.
+  await page.locator('#map1').scrollIntoViewIfNeeded();
+  const box = await page.locator('#map1').boundingBox();
+  const geo = await page.evaluate(() => document.getElementById('map1')._geo);
+  const tq = n - 1, tk = Math.max(0, n - 2);
+  await page.mouse.move(box.x + geo.margin + (tk + 0.5) * geo.cell, box.y + geo.margin + (tq + 0.5) * geo.cell);
+  const tip = await page.textContent('#tooltip');
+  check(await page.isVisible('#tooltip') && tip.includes(`query ${tq}`) && tip.includes(`key   ${tk}`), `hover tooltip: "${tip}"`);
+  noProblems('marking a span');
+
+  await page.screenshot({ path: shot, fullPage: true });
+  log('screenshot: ' + shot);
+
+  // An error reply goes to the message box (and the browser logs the 400 it got).
+  expectError = true;
+  await page.fill('#max-tokens', String(info.context + 10));
+  await page.click('#generate');
+  await page.waitForSelector('#message.shown', { timeout: 30000 });
+  const msg = await page.textContent('#message');
+  check(/400/.test(msg) && /context/.test(msg), `the error message box says "${msg}"`);
+  await page.waitForTimeout(200);
+  expectError = false;
+  await page.click('#message-close');
+  check(!(await page.isVisible('#message')), 'the message box does not close');
+  noProblems('an error reply');
+
+  // A narrow window: nothing wider than the window.
+  await page.setViewportSize({ width: 400, height: 900 });
+  await page.waitForTimeout(300);
+  const widths = await page.evaluate(() => [document.documentElement.scrollWidth, window.innerWidth]);
+  check(widths[0] <= widths[1] + 1, `in a 400 px window the page is ${widths[0]} px wide`);
+  const narrow = await pixels(page, 'map1');
+  check(narrow.pos >= n && narrow.w <= 400 * 2, `map1 in a narrow window: ${JSON.stringify(narrow)}`);
+  noProblems('a narrow window');
+  log(`ok: ${arch}, ${n} tokens`);
+} catch (e) {
+  console.error('browser: FAILED: ' + (e instanceof Failure ? e.message : e.stack || e));
+  code = 1;
+} finally {
+  if (ctx) await ctx.close().catch(() => {});
+  fs.rmSync(userDir, { recursive: true, force: true });
+}
+process.exit(code);
