@@ -314,8 +314,11 @@ static void fill_logprobs(dt_event *ev, const float *logits, int V, int token, i
     for (int k = 0; k < ev->n_top; k++) ev->top_logprobs[k] -= lse;
 }
 
-/* Admits queued requests into free slots; ends cancelled ones (queued or running). */
+/* Ends cancelled requests (running or queued) and admits queued ones into free slots. */
 static void admit_locked(dt_engine *e) {
+    /* the cancelled free their slots first, for the queue's oldest to take in this same step */
+    for (int s = 0; s < e->o.n_slots; s++)
+        if (e->running[s] && (e->running[s]->cancel || e->stopping)) finish_locked(e, e->running[s], DT_STOP_CANCELLED, -1);
     for (dt_engine_request **pp = &e->queue_head; *pp;) {
         dt_engine_request *q = *pp;
         int slot = -1;
@@ -343,8 +346,6 @@ static void admit_locked(dt_engine *e) {
         q->queued_s = dt_seconds() - q->t_submit;
     }
     e->stats.queue_depth = e->queue_depth;
-    for (int s = 0; s < e->o.n_slots; s++)
-        if (e->running[s] && (e->running[s]->cancel || e->stopping)) finish_locked(e, e->running[s], DT_STOP_CANCELLED, -1);
 }
 
 /* Rows of the next step: every decoding request's newest token, then prompt rows, oldest request

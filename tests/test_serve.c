@@ -1,0 +1,484 @@
+/* test_serve.c — the batched step against dt_decode_step, and the serving engine against
+ * dt_generate: the same tokens whether a request runs alone or among others, prompt
+ * log-probabilities against the full forward, cancellation, a full queue, the stop. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "difftrans.h"
+#include "difftrans_serve.h"
+#include "testutil.h"
+
+/* A small random model whose logits are far apart (weights × 4): greedy choices are decided by
+ * margins far above float rounding, so "the same tokens" is a fair demand of two summation orders. */
+static void make_model(dt_model *m, dt_arch arch, uint64_t seed) {
+    dt_config c;
+    dt_error err;
+    assert_int_equal(dt_config_preset(&c, "tiny", arch, &err), 0);
+    c.max_position_embeddings = 96;
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    dt_model_init_random(m, seed);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] *= 4.0f;
+    for (int l = 0; l < c.num_hidden_layers; l++) { /* norms back to one, λ vectors as initialised */
+        const dt_layer_weights *w = &m->w.layers[l];
+        for (int i = 0; i < c.hidden_size; i++) w->input_layernorm[i] = w->post_attention_layernorm[i] = 1.0f;
+    }
+    for (int i = 0; i < c.hidden_size; i++) m->w.norm[i] = 1.0f;
+}
+
+static void random_tokens(int *t, int n, int V, uint64_t *rng) {
+    for (int i = 0; i < n; i++) t[i] = (int)(dt_rng_next(rng) % (uint64_t)V);
+}
+
+/* Three sequences fed through one dt_batch in mixed steps (prompt chunks of one slot beside
+ * single rows of others, a slot reused from position 0 for a new sequence) against each sequence
+ * on its own dt_decode_step cache. */
+static float batch_vs_decode(const dt_model *m, dt_kv_dtype kv) {
+    dt_error err;
+    const int V = m->cfg.vocab_size, ctx = 40;
+    enum { S = 3, LEN = 20 };
+    int seq[S + 1][LEN];
+    uint64_t rng = 99;
+    for (int s = 0; s <= S; s++) random_tokens(seq[s], LEN, V, &rng);
+    /* expected logits of every position of every sequence (seq[S] is the one slot 1 is reused for) */
+    float *want = malloc((size_t)(S + 1) * LEN * V * sizeof(float));
+    for (int s = 0; s <= S; s++) {
+        dt_kvcache *kc = dt_kvcache_create_with(m, ctx, kv, &err);
+        assert_non_null(kc);
+        for (int p = 0; p < LEN; p++)
+            assert_int_equal(dt_decode_step(m, kc, seq[s][p], p, want + ((size_t)s * LEN + p) * V, &err), 0);
+        dt_kvcache_free(kc);
+    }
+    dt_batch *b = dt_batch_create(m, S, ctx, 16, kv, &err);
+    assert_non_null(b);
+    float *got = malloc((size_t)16 * V * sizeof(float));
+    /* steps: {slot, first position, rows, sequence} */
+    static const int plan[][4][4] = {
+        {{0, 0, 7, 0}, {1, 0, 1, 1}, {-1}},
+        {{1, 1, 1, 1}, {2, 0, 9, 2}, {0, 7, 1, 0}, {-1}},
+        {{0, 8, 12, 0}, {1, 2, 1, 1}, {2, 9, 1, 2}, {-1}},
+        {{2, 10, 10, 2}, {1, 3, 4, 1}, {-1}},
+        {{1, 0, 5, 3}, {-1}}, /* slot 1 reused: its old positions beyond 4 are stale and never read */
+        {{1, 5, 15, 3}, {-1}},
+    };
+    float worst = 0;
+    for (size_t st = 0; st < sizeof plan / sizeof plan[0]; st++) {
+        dt_batch_row rows[16];
+        int which[16][2], n = 0;
+        for (int g = 0; g < 4 && plan[st][g][0] >= 0; g++)
+            for (int i = 0; i < plan[st][g][2]; i++) {
+                const int pos = plan[st][g][1] + i, sq = plan[st][g][3];
+                rows[n] = (dt_batch_row){.slot = plan[st][g][0], .pos = pos, .token = seq[sq][pos], .want_logits = 1};
+                which[n][0] = sq;
+                which[n++][1] = pos;
+            }
+        assert_int_equal(dt_batch_step(m, b, rows, n, got, &err), 0);
+        for (int r = 0; r < n; r++) {
+            const float d = tu_max_rel_diff(got + (size_t)r * V, want + ((size_t)which[r][0] * LEN + which[r][1]) * V,
+                                            (size_t)V, 1.0f);
+            if (!(d <= worst)) worst = d; /* NaN propagates */
+        }
+    }
+    dt_batch_free(b);
+    free(got);
+    free(want);
+    return worst;
+}
+
+static void test_batch_matches_decode_step(void **state) {
+    (void)state;
+    const dt_arch archs[] = {DT_ARCH_LLAMA, DT_ARCH_DIFF, DT_ARCH_DIFF_V2};
+    const dt_kv_dtype kvs[] = {DT_KV_F32, DT_KV_F16, DT_KV_INT8};
+    for (int a = 0; a < 3; a++)
+        for (int k = 0; k < 3; k++) {
+            dt_model m;
+            make_model(&m, archs[a], 7 + a);
+            const float d = batch_vs_decode(&m, kvs[k]);
+            printf("arch %d kv %d: batched vs decode step max rel diff %.3g\n", a, k, (double)d);
+            /* F32: float rounding of the other summation order (1.3e-6 measured). F16 / INT8 round
+             * k and v to a coarser grid, where a value that the two orders put on either side of
+             * a rounding boundary moves by a whole step of it (1.3e-4 measured) */
+            assert_true(d <= (kvs[k] == DT_KV_F32 ? 2e-5f : 2e-3f));
+            dt_model_free(&m);
+        }
+    /* quantised linear layers run batched too */
+    const dt_quant_scheme schemes[] = {DT_QUANT_Q8_0, DT_QUANT_Q4_0, DT_QUANT_W8A8};
+    for (int q = 0; q < 3; q++) {
+        dt_model m;
+        dt_error err;
+        make_model(&m, DT_ARCH_DIFF, 11);
+        dt_quant_options qo;
+        dt_quant_defaults(&qo);
+        qo.scheme = schemes[q];
+        qo.dynamic_activations = schemes[q] == DT_QUANT_W8A8; /* no calibration text here */
+        qo.quiet = 1;
+        if (dt_model_quantize(&m, &qo, &err) != 0) fail_msg("%s", err.msg);
+        const float d = batch_vs_decode(&m, DT_KV_F32);
+        printf("%s: batched vs decode step max rel diff %.3g\n", dt_quant_scheme_name(schemes[q]), (double)d);
+        assert_true(d <= 2e-5f);
+        dt_model_free(&m);
+    }
+}
+
+static void test_batch_refusals(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 3);
+    dt_batch *b = dt_batch_create(&m, 2, 8, 4, DT_KV_F32, &err);
+    assert_non_null(b);
+    float logits[4 * 256];
+    const dt_batch_row gap[] = {{0, 0, 1, 1}, {0, 2, 1, 1}};
+    assert_int_equal(dt_batch_step(&m, b, gap, 2, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "consecutive"));
+    const dt_batch_row slot[] = {{2, 0, 1, 1}};
+    assert_int_equal(dt_batch_step(&m, b, slot, 1, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "slot 2"));
+    const dt_batch_row tok[] = {{0, 0, 256, 1}};
+    assert_int_equal(dt_batch_step(&m, b, tok, 1, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "token id 256"));
+    const dt_batch_row pos[] = {{0, 8, 1, 1}};
+    assert_int_equal(dt_batch_step(&m, b, pos, 1, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "position 8"));
+    const dt_batch_row many[5] = {{0, 0, 1, 0}};
+    assert_int_equal(dt_batch_step(&m, b, many, 5, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "5 rows"));
+    dt_batch_free(b);
+    assert_null(dt_batch_create(&m, 0, 8, 4, DT_KV_F32, &err));
+    assert_null(dt_batch_create(&m, 1, 97, 4, DT_KV_F32, &err)); /* past max_position_embeddings */
+    dt_model_free(&m);
+}
+
+/* ---------------------------------------------------------------- the engine */
+
+typedef struct {
+    int tokens[128], n_tokens;
+    dt_event done;
+    int n_prompt_events;
+    dt_event prompt_events[128];
+} collected;
+
+static void collect(dt_engine_request *q, collected *c) {
+    memset(c, 0, sizeof *c);
+    dt_event ev;
+    for (;;) {
+        assert_int_equal(dt_engine_next(q, &ev, 30.0), 1);
+        if (ev.type == DT_EVENT_DONE) {
+            c->done = ev;
+            break;
+        }
+        if (ev.type == DT_EVENT_PROMPT) c->prompt_events[c->n_prompt_events++] = ev;
+        else if (!ev.is_stop) c->tokens[c->n_tokens++] = ev.token;
+    }
+    assert_int_equal(dt_engine_next(q, &ev, 0), 0); /* nothing after DONE */
+}
+
+static void expect_generate(const dt_model *m, const int *prompt, int np, int max_new, float temperature,
+                            uint64_t seed, int *out, int *n_out) {
+    dt_generate_options o;
+    dt_generate_defaults(&o);
+    o.max_new_tokens = max_new;
+    o.sampler.temperature = temperature;
+    o.sampler.top_p = 1.0f;
+    o.seed = seed;
+    o.n_stop = 0;
+    dt_generate_result r;
+    dt_error err;
+    assert_int_equal(dt_generate(m, prompt, np, &o, out, &r, &err), 0);
+    *n_out = r.n_generated;
+}
+
+static dt_engine_request_options request(const int *prompt, int np, int max_new, float temperature, uint64_t seed) {
+    return (dt_engine_request_options){.prompt = prompt, .n_prompt = np, .max_new_tokens = max_new,
+                                       .sampler = {.temperature = temperature, .top_k = 0, .top_p = 1.0f},
+                                       .seed = seed, .n_stop = 0, .top_logprobs = -1};
+}
+
+/* Ten requests of different lengths on three slots (seven wait in the queue, prompts prefill in
+ * chunks beside decoding ones): each gives exactly the tokens dt_generate gives it alone. */
+static void test_engine_matches_generate(void **state) {
+    (void)state;
+    const dt_arch archs[] = {DT_ARCH_DIFF, DT_ARCH_LLAMA, DT_ARCH_DIFF_V2};
+    for (int a = 0; a < 3; a++) {
+        dt_model m;
+        dt_error err;
+        make_model(&m, archs[a], 21 + a);
+        dt_engine_options eo;
+        dt_engine_defaults(&eo);
+        eo.n_slots = 3;
+        eo.prefill_chunk = 5;
+        eo.max_rows = 12;
+        dt_engine *e = dt_engine_create(&m, &eo, &err);
+        assert_non_null(e);
+        enum { N = 10 };
+        int prompts[N][40], np[N], max_new[N];
+        uint64_t rng = 5 + a;
+        dt_engine_request *q[N];
+        for (int i = 0; i < N; i++) {
+            np[i] = 1 + (int)(dt_rng_next(&rng) % 37);
+            max_new[i] = 1 + (int)(dt_rng_next(&rng) % 30);
+            random_tokens(prompts[i], np[i], m.cfg.vocab_size, &rng);
+            dt_engine_request_options r = request(prompts[i], np[i], max_new[i], i % 3 == 2 ? 0.9f : 0.0f, 100 + i);
+            assert_int_equal(dt_engine_submit(e, &r, &q[i], &err), 0);
+        }
+        for (int i = 0; i < N; i++) {
+            collected c;
+            collect(q[i], &c);
+            int want[64], n_want;
+            expect_generate(&m, prompts[i], np[i], max_new[i], i % 3 == 2 ? 0.9f : 0.0f, 100 + i, want, &n_want);
+            assert_int_equal(c.done.stop, DT_STOP_LENGTH);
+            assert_int_equal(c.done.n_prompt, np[i]);
+            assert_int_equal(c.done.n_generated, n_want);
+            assert_int_equal(c.n_tokens, n_want);
+            assert_memory_equal(c.tokens, want, (size_t)n_want * sizeof(int));
+            assert_true(c.done.first_token_s > 0);
+            dt_engine_release(q[i]);
+        }
+        dt_engine_stats s;
+        dt_engine_get_stats(e, &s);
+        assert_int_equal(s.slots_in_use, 0);
+        assert_int_equal(s.queue_depth, 0);
+        assert_int_equal((int)s.requests_done, N);
+        assert_true(s.steps > 0);
+        dt_engine_free(e);
+        dt_model_free(&m);
+    }
+}
+
+/* Prompt log-probabilities (echo) against the log-softmax of the full forward's logits. */
+static void test_engine_prompt_logprobs(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 31);
+    const int V = m.cfg.vocab_size;
+    enum { T = 23 };
+    int prompt[T];
+    uint64_t rng = 8;
+    random_tokens(prompt, T, V, &rng);
+    dt_runstate *rs = dt_runstate_create(&m, 1, T, &err);
+    assert_non_null(rs);
+    assert_int_equal(dt_forward(&m, rs, prompt, NULL, 1, T, NULL, &err), 0);
+    const float *logits = dt_runstate_logits(rs);
+
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    eo.n_slots = 2;
+    eo.prefill_chunk = 4;
+    dt_engine *e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    dt_engine_request *q, *other;
+    dt_engine_request_options r = request(prompt, T, 0, 0.0f, 1); /* max_tokens 0: the prompt alone */
+    r.prompt_logprobs = 1;
+    r.top_logprobs = 5;
+    const int other_prompt[3] = {1, 2, 3};
+    dt_engine_request_options ro = request(other_prompt, 3, 40, 0.0f, 1); /* decoding beside it */
+    assert_int_equal(dt_engine_submit(e, &ro, &other, &err), 0);
+    assert_int_equal(dt_engine_submit(e, &r, &q, &err), 0);
+    collected c;
+    collect(q, &c);
+    assert_int_equal(c.done.stop, DT_STOP_LENGTH);
+    assert_int_equal(c.done.n_generated, 0);
+    assert_int_equal(c.n_prompt_events, T - 1);
+    for (int t = 1; t < T; t++) {
+        const dt_event *ev = &c.prompt_events[t - 1];
+        const float *row = logits + (size_t)(t - 1) * V;
+        double mx = row[0], sum = 0;
+        for (int i = 1; i < V; i++) mx = fmax(mx, row[i]);
+        for (int i = 0; i < V; i++) sum += exp(row[i] - mx);
+        const double lse = mx + log(sum);
+        assert_int_equal(ev->position, t);
+        assert_int_equal(ev->token, prompt[t]);
+        assert_true(fabs(ev->logprob - (row[prompt[t]] - lse)) < 2e-3);
+        assert_int_equal(ev->n_top, 5);
+        int best = 0;
+        for (int i = 1; i < V; i++)
+            if (row[i] > row[best]) best = i;
+        assert_int_equal(ev->top_ids[0], best);
+        for (int k = 0; k < 5; k++) {
+            assert_true(fabs(ev->top_logprobs[k] - (row[ev->top_ids[k]] - lse)) < 2e-3);
+            if (k) assert_true(ev->top_logprobs[k] <= ev->top_logprobs[k - 1]);
+        }
+    }
+    dt_engine_release(q);
+    collect(other, &c);
+    assert_int_equal(c.n_tokens, 40);
+    dt_engine_release(other);
+    dt_runstate_free(rs);
+    dt_engine_free(e);
+    dt_model_free(&m);
+}
+
+/* A generated token's log-probabilities, and a stop id ending the request. */
+static void test_engine_token_logprobs_and_stop(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_LLAMA, 41);
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    dt_engine *e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    const int prompt[4] = {10, 20, 30, 40};
+    int want[8], n_want;
+    expect_generate(&m, prompt, 4, 8, 0.0f, 1, want, &n_want);
+    dt_engine_request_options r = request(prompt, 4, 8, 0.0f, 1);
+    r.top_logprobs = 3;
+    dt_engine_request *q;
+    assert_int_equal(dt_engine_submit(e, &r, &q, &err), 0);
+    dt_event ev;
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(dt_engine_next(q, &ev, 30.0), 1);
+        assert_int_equal(ev.type, DT_EVENT_TOKEN);
+        assert_int_equal(ev.token, want[i]);
+        assert_int_equal(ev.position, 4 + i);
+        assert_int_equal(ev.top_ids[0], want[i]); /* greedy: the best alternative */
+        assert_true(ev.logprob <= 0 && fabsf(ev.logprob - ev.top_logprobs[0]) < 1e-6f);
+    }
+    assert_int_equal(dt_engine_next(q, &ev, 30.0), 1);
+    assert_int_equal(ev.type, DT_EVENT_DONE);
+    dt_engine_release(q);
+    /* the first greedy token that differs from those before it, as a stop id: the ones before,
+     * then the stop */
+    int at = 1;
+    while (at < 7 && (want[at] == want[0] || (at > 1 && want[at] == want[1]))) at++;
+    r.stop_ids = &want[at];
+    r.n_stop = 1;
+    assert_int_equal(dt_engine_submit(e, &r, &q, &err), 0);
+    collected c;
+    collect(q, &c);
+    assert_int_equal(c.done.stop, DT_STOP_EOS);
+    assert_int_equal(c.done.stop_token, want[at]);
+    int first = 0; /* the stop id's first appearance among the greedy tokens */
+    while (want[first] != want[at]) first++;
+    assert_int_equal(c.n_tokens, first);
+    assert_int_equal(c.done.n_generated, first);
+    assert_memory_equal(c.tokens, want, (size_t)first * sizeof(int));
+    dt_engine_release(q);
+    dt_engine_free(e);
+    dt_model_free(&m);
+}
+
+/* A full queue refuses with DT_ERR_BUSY; a cancelled request frees its slot for the next; the stop
+ * ends whatever still runs; refusals name the counts. */
+static void test_engine_cancel_busy_stop(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 51);
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    eo.n_slots = 1;
+    eo.max_queue = 1;
+    eo.ctx = 90;
+    dt_engine *e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    const int prompt[2] = {1, 2};
+    dt_engine_request_options r = request(prompt, 2, 80, 0.0f, 1);
+    dt_engine_request *a, *b, *c;
+    assert_int_equal(dt_engine_submit(e, &r, &a, &err), 0);
+    dt_event ev;
+    assert_int_equal(dt_engine_next(a, &ev, 30.0), 1); /* a runs: it has its slot */
+    assert_int_equal(dt_engine_submit(e, &r, &b, &err), 0); /* b waits */
+    assert_int_equal(dt_engine_submit(e, &r, &c, &err), -1);
+    assert_int_equal(err.code, DT_ERR_BUSY);
+    dt_engine_cancel(a);
+    collected got;
+    do assert_int_equal(dt_engine_next(a, &ev, 30.0), 1);
+    while (ev.type != DT_EVENT_DONE);
+    assert_int_equal(ev.stop, DT_STOP_CANCELLED);
+    assert_true(ev.n_generated < 80);
+    dt_engine_release(a);
+    assert_int_equal(dt_engine_next(b, &ev, 30.0), 1); /* b took the slot */
+    assert_int_equal(ev.type, DT_EVENT_TOKEN);
+    dt_engine_stop(e); /* ends b; no new requests */
+    collect(b, &got);
+    assert_int_equal(got.done.stop, DT_STOP_CANCELLED);
+    assert_int_equal(dt_engine_submit(e, &r, &c, &err), -1);
+    assert_int_equal(err.code, DT_ERR_BUSY);
+    dt_engine_release(b);
+    dt_engine_free(e);
+
+    /* refusals */
+    e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    dt_engine_request_options bad = request(prompt, 2, 89, 0.0f, 1);
+    assert_int_equal(dt_engine_submit(e, &bad, &c, &err), -1);
+    assert_int_equal(err.code, DT_ERR_INVALID);
+    assert_non_null(strstr(err.msg, "2 tokens"));
+    assert_non_null(strstr(err.msg, "89"));
+    assert_non_null(strstr(err.msg, "90"));
+    const int oov[2] = {1, 256};
+    bad = request(oov, 2, 1, 0.0f, 1);
+    assert_int_equal(dt_engine_submit(e, &bad, &c, &err), -1);
+    assert_non_null(strstr(err.msg, "256"));
+    bad = request(prompt, 2, 1, -1.0f, 1);
+    assert_int_equal(dt_engine_submit(e, &bad, &c, &err), -1);
+    dt_engine_free(e);
+    eo.ctx = 97;
+    assert_null(dt_engine_create(&m, &eo, &err));
+    dt_model_free(&m);
+}
+
+/* Released without reading: the engine ends it and frees it (the leak check of the sanitizer
+ * build holds this); exclusive jobs run on the engine thread between steps. */
+static int job(void *ctx) {
+    *(pthread_t *)ctx = pthread_self();
+    return 42;
+}
+
+static void test_engine_release_and_exclusive(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF_V2, 61);
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    eo.n_slots = 2;
+    dt_engine *e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    const int prompt[3] = {5, 6, 7};
+    dt_engine_request_options r = request(prompt, 3, 50, 0.5f, 3);
+    for (int i = 0; i < 6; i++) {
+        dt_engine_request *q;
+        assert_int_equal(dt_engine_submit(e, &r, &q, &err), 0);
+        if (i % 2) usleep(2000);
+        dt_engine_release(q);
+    }
+    pthread_t where = pthread_self(), me = pthread_self();
+    assert_int_equal(dt_engine_exclusive(e, job, &where), 42);
+    assert_false(pthread_equal(where, me));
+    for (int tries = 0; tries < 3000; tries++) {
+        dt_engine_stats s;
+        dt_engine_get_stats(e, &s);
+        if (s.slots_in_use == 0 && s.queue_depth == 0) break;
+        usleep(1000);
+    }
+    dt_engine_stats s;
+    dt_engine_get_stats(e, &s);
+    assert_int_equal(s.slots_in_use, 0);
+    assert_int_equal(s.queue_depth, 0);
+    dt_engine_free(e);
+    dt_model_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_matches_decode_step),
+        cmocka_unit_test(test_batch_refusals),
+        cmocka_unit_test(test_engine_matches_generate),
+        cmocka_unit_test(test_engine_prompt_logprobs),
+        cmocka_unit_test(test_engine_token_logprobs_and_stop),
+        cmocka_unit_test(test_engine_cancel_busy_stop),
+        cmocka_unit_test(test_engine_release_and_exclusive),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
