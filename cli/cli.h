@@ -23,6 +23,7 @@ int cmd_compare(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 /* Strict number parsing: the whole string must be a number in range; on failure prints
  * "difftrans CMD: --name 'value': problem" and returns -1. */

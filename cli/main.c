@@ -30,6 +30,7 @@ static const struct {
     {"compare", cmd_compare, "train DIFF and its matched baseline, analyse both, write REPORT.md"},
     {"tokenize", cmd_tokenize, "tokenise text files into a token dataset (shards) for training"},
     {"tokenizer", cmd_tokenizer, "Hugging Face tokenizer.json: encode, decode, info, train a BPE"},
+    {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching, and a page"},
 };
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 

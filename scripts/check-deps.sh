@@ -11,12 +11,15 @@
 #                                   and its tests (mpirun)
 #   libpcre2-dev                    tokenizer.json pre-tokenizer regexes (UTF + UCP + JIT)
 #   libutf8proc-dev                 tokenizer.json NFC / NFKC normalizers and Unicode categories
+#   libmicrohttpd-dev               the HTTP server of `difftrans serve` (linked into the CLI only)
 #   python3-numpy                   reads the committed PyTorch golden files (tests)
 #   fortunes                        the demo's English corpus (/usr/share/games/fortunes)
 #   gnuplot-nox                     the PNG plots of `difftrans compare` reports (optional)
 #   nodejs, npm                     tests (optional): npm installs the tokenizer references (the Rust
 #                                   `tokenizers` library's Node binding, published tokenizer.json
 #                                   files); wanted only when no npm is on the PATH already
+#   chromium                        tests (optional): the browser test of `difftrans serve`'s page
+#                                   (headless, driven by playwright-core from npm)
 #   clang-14, libclang-rt-14-dev,   `make test` / `make check-asan` / `make fuzz`: the sanitizer build
 #   libomp-14-dev                   (ASan + UBSan) and the libFuzzer harnesses in fuzz/; clang's
 #                                   OpenMP runtime for that build
@@ -24,13 +27,14 @@
 install=0
 if [ "${1:-}" = "--install" ]; then install=1; shift; fi
 purpose=${1:-build}
-required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin libpcre2-dev libutf8proc-dev"
+required="cmake gcc make pkg-config libopenblas-openmp-dev libcjson-dev libcmocka-dev libopenmpi-dev openmpi-bin libpcre2-dev libutf8proc-dev libmicrohttpd-dev"
 case "$purpose" in
 test) required="$required python3-numpy clang-14 libclang-rt-14-dev libomp-14-dev" ;;
 demo) required="$required fortunes" ;;
 esac
 wanted="$required python3-numpy fortunes gnuplot-nox"
 if [ "$purpose" = test ] && ! command -v npm >/dev/null 2>&1; then wanted="$wanted nodejs npm"; fi
+if [ "$purpose" = test ]; then wanted="$wanted chromium"; fi
 
 missing="" missing_required=""
 for p in $wanted; do

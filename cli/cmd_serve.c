@@ -1,0 +1,203 @@
+/* cmd_serve.c — `difftrans serve`: a checkpoint behind an OpenAI-compatible HTTP API, with the
+ * serving engine's continuous batching (server/ holds the HTTP side). */
+#include <omp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "server.h"
+
+static void help(void) {
+    printf("usage: difftrans serve MODEL_DIR [options]\n\n"
+           "Serves a checkpoint (float or quantised; DIFF, DIFF V2 or Transformer) over HTTP with the\n"
+           "OpenAI API: POST /v1/completions and /v1/chat/completions (streamed as server-sent events\n"
+           "with \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), the attention maps\n"
+           "of a prompt at POST /v1/difftrans/attention, and a page at / to try it and look at them.\n"
+           "Requests are decoded together: up to --parallel sequences share every step, joining and\n"
+           "leaving between steps. Prints one line, 'difftrans serve: listening on http://HOST:PORT\n"
+           "(...)', when ready; one line per request on stderr. SIGINT / SIGTERM: no new connections,\n"
+           "the requests in flight get 10 s to finish (then they end, finish_reason \"length\"), exit 0.\n\n"
+           "  --host ADDR              address to listen on (a name or a numeric IPv4 / IPv6 address);\n"
+           "                           anything but loopback exposes the model to the network [127.0.0.1]\n"
+           "  --port N                 TCP port, 0 = any free one (the line printed says which) [8080]\n"
+           "  --parallel N             sequences decoded together: KV-cache slots [4]\n"
+           "  --ctx T                  tokens per slot, prompt and reply [the model's max_position_embeddings]\n"
+           "  --kv-cache TYPE          f32 | f16 | int8: storage of the cached keys and values [f32]\n"
+           "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
+           "                           (/ and /health stay open) [none]\n"
+           "  --threads N              OpenMP threads of the engine's compute [all cores]\n"
+           "  --queue N                requests waiting for a slot before more are refused with 503 [64]\n"
+           "  --chat-template NAME     chatml | llama3 | llama2 | mistral for /v1/chat/completions\n"
+           "                           [recognised from tokenizer_config.json's chat_template; chat is\n"
+           "                           refused when it is none of these]\n"
+           "  --max-body BYTES         largest request body; more is refused with 413 (a number, or with\n"
+           "                           KB/MB/KiB/MiB...) [1 MiB]\n"
+           "  --attention-max-tokens N longest prompt /v1/difftrans/attention takes (its reply grows as\n"
+           "                           N^2 per head) [256]\n"
+           "  --model-name NAME        the model's id in /v1/models and replies [the directory's name]\n"
+           "  --quiet                  no log lines on stderr\n"
+           "  -h, --help               this text\n");
+}
+
+static int set_threads(void *ctx) {
+    omp_set_num_threads(*(int *)ctx);
+    return 0;
+}
+
+/* The directory's last component, without trailing slashes. */
+static void basename_of(const char *dir, char *out, size_t n) {
+    size_t end = strlen(dir);
+    while (end > 1 && dir[end - 1] == '/') end--;
+    size_t start = end;
+    while (start > 0 && dir[start - 1] != '/') start--;
+    snprintf(out, n, "%.*s", (int)(end - start), dir + start);
+}
+
+/* The tokenizer's string of a special id ("" when none). */
+static void token_string(const dt_model *m, int id, char *out, size_t n) {
+    out[0] = '\0';
+    const dt_tok *tok = dt_model_tok(m);
+    size_t len;
+    const char *s = tok && id >= 0 ? dt_tok_id_to_token(tok, id, &len) : NULL;
+    if (s && len < n) snprintf(out, n, "%.*s", (int)len, s);
+}
+
+int cmd_serve(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"host", required_argument, 0, 'H'},
+        {"port", required_argument, 0, 'p'},
+        {"parallel", required_argument, 0, 'P'},
+        {"ctx", required_argument, 0, 'c'},
+        {"kv-cache", required_argument, 0, 'K'},
+        {"api-key", required_argument, 0, 'a'},
+        {"threads", required_argument, 0, 'j'},
+        {"queue", required_argument, 0, 'q'},
+        {"chat-template", required_argument, 0, 't'},
+        {"max-body", required_argument, 0, 'b'},
+        {"attention-max-tokens", required_argument, 0, 'A'},
+        {"model-name", required_argument, 0, 'n'},
+        {"quiet", no_argument, 0, 'Q'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *cmd = "serve";
+    srv_options o;
+    srv_options_defaults(&o);
+    srv_chat_kind forced = SRV_CHAT_NONE;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        int bad = 0;
+        uint64_t bytes;
+        switch (ch) {
+        case 'H': o.host = optarg; break;
+        case 'p': bad = parse_int(cmd, "--port", optarg, 0, 65535, &o.port); break;
+        case 'P': bad = parse_int(cmd, "--parallel", optarg, 1, 1024, &o.parallel); break;
+        case 'c': bad = parse_int(cmd, "--ctx", optarg, 1, 1 << 24, &o.ctx); break;
+        case 'K':
+            if (!strcmp(optarg, "f32")) o.kv_cache = DT_KV_F32;
+            else if (!strcmp(optarg, "f16")) o.kv_cache = DT_KV_F16;
+            else if (!strcmp(optarg, "int8")) o.kv_cache = DT_KV_INT8;
+            else bad = cli_error(cmd, "--kv-cache '%s': expected f32, f16 or int8", optarg);
+            break;
+        case 'a':
+            if (!*optarg) bad = cli_error(cmd, "--api-key: an empty key");
+            o.api_key = optarg;
+            break;
+        case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &o.threads); break;
+        case 'q': bad = parse_int(cmd, "--queue", optarg, 1, 1 << 20, &o.queue); break;
+        case 't':
+            if (srv_chat_parse_name(optarg, &forced) != 0)
+                bad = cli_error(cmd, "--chat-template '%s': expected chatml, llama3, llama2 or mistral", optarg);
+            o.chat_template = optarg;
+            break;
+        case 'b':
+            if (cli_parse_size(cmd, "--max-body", optarg, &bytes) != 0) bad = 1;
+            else if (bytes < 1 || bytes > ((uint64_t)1 << 32))
+                bad = cli_error(cmd, "--max-body %s: must be 1 byte to 4 GiB", optarg);
+            else o.max_body = (size_t)bytes;
+            break;
+        case 'A': bad = parse_int(cmd, "--attention-max-tokens", optarg, 1, 4096, &o.attention_max_tokens); break;
+        case 'n':
+            if (!*optarg || strlen(optarg) >= 255) bad = cli_error(cmd, "--model-name: 1 to 254 bytes");
+            o.model_name = optarg;
+            break;
+        case 'Q': o.quiet = 1; break;
+        case 'h': help(); return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
+        if (bad) return 1;
+    }
+    if (optind != argc - 1) return cli_error(cmd, "expected one MODEL_DIR (see difftrans serve --help)");
+    const char *dir = argv[optind];
+    cli_set_threads(o.threads);
+
+    static dt_model m; /* lives until the engine is freed */
+    dt_error err;
+    if (dt_model_load(&m, dir, &err) != 0) return cli_fail(cmd, &err);
+    int rc = 0;
+    static srv s;
+    memset(&s, 0, sizeof s);
+    s.m = &m;
+    s.opt = o;
+    s.n_slots = o.parallel;
+    s.ctx = o.ctx ? o.ctx : m.cfg.max_position_embeddings;
+    if (s.ctx > m.cfg.max_position_embeddings)
+        rc = cli_error(cmd, "--ctx %d: more than the model's max_position_embeddings %d", s.ctx,
+                       m.cfg.max_position_embeddings);
+    if (o.model_name) snprintf(s.name, sizeof s.name, "%s", o.model_name);
+    else basename_of(dir, s.name, sizeof s.name);
+    s.chat = o.chat_template ? forced : srv_chat_detect(m.vocab.tokenizer_config, m.vocab.tokenizer_config_len);
+    s.chat_end_id = -1;
+    const dt_tok *tok = dt_model_tok(&m);
+    if (tok && s.chat != SRV_CHAT_NONE) {
+        const char *end = srv_chat_end_token(s.chat);
+        s.chat_end_id = dt_tok_token_to_id(tok, end, strlen(end));
+    }
+    token_string(&m, tok ? dt_tok_bos_id(tok) : -1, s.bos, sizeof s.bos);
+    token_string(&m, tok ? dt_tok_eos_id(tok) : -1, s.eos, sizeof s.eos);
+    s.metrics = rc == 0 ? srv_metrics_new() : NULL;
+    if (rc == 0 && !s.metrics) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
+    int locked = rc == 0 && pthread_rwlock_init(&s.engine_lock, NULL) == 0;
+    if (rc == 0 && !locked) rc = cli_error_code(cmd, DT_ERR_NOMEM, "cannot create a lock");
+
+    /* SIGINT / SIGTERM are taken by the main thread alone (sigwait in srv_serve): blocked here,
+     * before the engine's and the daemon's threads exist, so that every thread inherits it */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    if (rc == 0) {
+        pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+        signal(SIGPIPE, SIG_IGN); /* a client gone mid-write is an error on that write, not the end */
+        dt_engine_options eo;
+        dt_engine_defaults(&eo);
+        eo.n_slots = s.n_slots;
+        eo.ctx = s.ctx;
+        eo.kv_cache = o.kv_cache;
+        eo.max_queue = o.queue;
+        s.engine = dt_engine_create(&m, &eo, &err);
+        if (!s.engine) rc = cli_fail(cmd, &err);
+    }
+    if (rc == 0 && o.threads > 0) dt_engine_exclusive(s.engine, set_threads, &o.threads);
+    if (rc == 0) {
+        char arch[64];
+        const dt_quant_scheme q = dt_model_quant_scheme(&m, NULL);
+        snprintf(arch, sizeof arch, "%s%s%s", dt_arch_name(m.cfg.arch), q != DT_QUANT_NONE ? " " : "",
+                 q != DT_QUANT_NONE ? dt_quant_scheme_name(q) : "");
+        if (!o.quiet && s.chat == SRV_CHAT_NONE)
+            fprintf(stderr, "difftrans serve: no chat template recognised in %s's tokenizer_config.json: "
+                            "/v1/chat/completions is refused (--chat-template NAME chooses one)\n", dir);
+        if (srv_serve(&s, arch, &err) != 0) rc = cli_fail(cmd, &err);
+        if (rc != 0) dt_engine_stop(s.engine);
+    }
+    if (s.engine) dt_engine_free(s.engine);
+    if (locked) pthread_rwlock_destroy(&s.engine_lock);
+    srv_metrics_free(s.metrics);
+    dt_model_free(&m);
+    return rc;
+}

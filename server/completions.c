@@ -1,0 +1,987 @@
+/* completions.c — POST /v1/completions and /v1/chat/completions: the request's JSON into engine
+ * requests (one per prompt and choice), their events into text, log-probabilities and the reply,
+ * whole or as server-sent events.
+ *
+ * A choice's text is the decoded sequence (prompt + generated, special tokens left out) past the
+ * decoded prompt, decoded again after every token (a token's text can depend on its neighbours),
+ * so that the text equals what `difftrans generate` prints. Streaming sends it in whole characters
+ * and holds back what could still become a stop string. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "server.h"
+
+#define MAX_STOPS 4
+#define MAX_N 16
+
+typedef struct {
+    int id;
+    int has_lp;                  /* 0: the first prompt token, which has no log-probability */
+    float logprob;
+    int n_top;
+    int top_ids[DT_MAX_TOP_LOGPROBS];
+    float top_lp[DT_MAX_TOP_LOGPROBS];
+    size_t offset;               /* text_offset: characters of the choice's text before it */
+    int generated;               /* 0: a prompt token (echo) */
+} lp_entry;
+
+typedef struct {
+    int index, prompt;
+    dt_engine_request *q;
+    double submit_t, last_t;
+    int got_token;
+    int ended;                   /* no more events are read */
+    int finish_stop;             /* "stop" (an end token or a stop string), else "length" */
+    int *gen;
+    size_t n_gen, cap_gen;
+    lp_entry *lp;
+    size_t n_lp, cap_lp, lp_sent;
+    size_t lp_chars;             /* characters the entries so far cover */
+    char *text;                  /* echo prefix + completion so far, valid UTF-8 */
+    size_t text_len, pre;        /* pre: bytes of the echo prefix */
+    size_t sent;                 /* bytes streamed */
+    int end_sent;
+} choice;
+
+typedef struct {
+    int *ids;
+    size_t n;
+    char *text;                  /* decoded, special tokens left out */
+    size_t len;
+} prompt_t;
+
+struct srv_job {
+    srv *s;
+    srv_job_kind kind;
+    char id[64];
+    long created;
+    char *model;
+    prompt_t *prompts;
+    int n_prompts;
+    int n, max_tokens;
+    dt_sampler sampler;
+    uint64_t seed;
+    char *stops[MAX_STOPS + 1];
+    int n_stops;
+    int echo;
+    int logprobs;                /* alternatives per token; −1: no log-probabilities */
+    int stream;
+    int stop_ids[DT_MAX_EOS + 1];
+    int n_stop_ids;              /* −1: the model's own */
+    choice *c;
+    int n_choices;
+    int head_sent, done_sent;
+    int failed;                  /* a decode failed (out of memory): the reply is an error */
+};
+
+/* ---------------------------------------------------------------- errors */
+
+static int vfail(srv_err *e, int status, const char *type, const char *code, const char *param, const char *fmt,
+                 va_list ap) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    return -1;
+}
+
+int srv_fail(srv_err *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(e, status, type, code, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int srv_bad(srv_err *e, const char *param, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfail(e, 400, "invalid_request_error", NULL, param, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int srv_fail_dt(srv_err *e, const dt_error *err, const char *param) {
+    switch (err->code) {
+    case DT_ERR_INVALID: return srv_fail(e, 400, "invalid_request_error", NULL, param, "%s", err->msg);
+    case DT_ERR_BUSY:
+        return srv_fail(e, 503, "server_error", "queue_full", NULL, "the server is busy: %s; try again", err->msg);
+    default: return srv_fail(e, 500, "server_error", NULL, NULL, "%s", err->msg);
+    }
+}
+
+char *srv_err_json(const srv_err *e) {
+    cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
+    if (!o) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    cJSON_AddStringToObject(o, "message", e->message);
+    cJSON_AddStringToObject(o, "type", e->type ? e->type : "server_error");
+    if (e->param[0]) cJSON_AddStringToObject(o, "param", e->param);
+    else cJSON_AddNullToObject(o, "param");
+    if (e->code) cJSON_AddStringToObject(o, "code", e->code);
+    else cJSON_AddNullToObject(o, "code");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+int srv_with_engine(srv *s, int (*fn)(srv *s, void *ctx), void *ctx, srv_err *e) {
+    pthread_rwlock_rdlock(&s->engine_lock);
+    int rc;
+    if (s->engine_closed)
+        rc = srv_fail(e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    else rc = fn(s, ctx);
+    pthread_rwlock_unlock(&s->engine_lock);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- tokens as text */
+
+/* A tokenizer model's id that is no token (an embedding padded past the tokenizer) or a
+ * byte-level model's id past 255: nothing in the text. */
+static int has_text(const dt_model *m, int id) {
+    const dt_tok *tok = dt_model_tok(m);
+    if (!tok) return id >= 0 && id < 256;
+    size_t len;
+    return dt_tok_id_to_token(tok, id, &len) != NULL;
+}
+
+/* The token's bytes decoded alone (malloc'd; not necessarily UTF-8). */
+static char *token_bytes(const dt_model *m, int id, size_t *len) {
+    if (!has_text(m, id)) {
+        char buf[32];
+        const int w = snprintf(buf, sizeof buf, "<%d>", id);
+        *len = (size_t)w;
+        return strdup(buf);
+    }
+    char *text;
+    dt_error err;
+    if (dt_model_decode(m, &id, 1, 0, &text, len, &err) != 0) return NULL;
+    return text;
+}
+
+char *srv_token_text(const dt_model *m, int id) {
+    size_t len;
+    char *raw = token_bytes(m, id, &len);
+    if (!raw) return NULL;
+    char *t = srv_utf8_repair(raw, len, &len);
+    free(raw);
+    return t;
+}
+
+int srv_decode_text(const dt_model *m, const int *ids, size_t n, char **text, size_t *len, dt_error *err) {
+    int *keep = malloc((n ? n : 1) * sizeof *keep);
+    if (!keep) return dt_fail_oom(err, "decode: out of memory for %zu ids", n);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (has_text(m, ids[i])) keep[k++] = ids[i];
+    char *raw;
+    size_t raw_len;
+    const int rc = dt_model_decode(m, keep, k, 1, &raw, &raw_len, err);
+    free(keep);
+    if (rc != 0) return -1;
+    *text = srv_utf8_repair(raw, raw_len, len);
+    free(raw);
+    return *text ? 0 : dt_fail_oom(err, "decode: out of memory for %zu bytes", raw_len);
+}
+
+/* ---------------------------------------------------------------- parsing */
+
+static const cJSON *field(const cJSON *root, const char *name) {
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(root, name);
+    return f && !cJSON_IsNull(f) ? f : NULL;
+}
+
+static int is_integer(const cJSON *v) {
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) && v->valuedouble == floor(v->valuedouble);
+}
+
+static int get_int(const cJSON *root, const char *name, long lo, long hi, long *out, srv_err *e) {
+    const cJSON *f = field(root, name);
+    if (!f) return 0;
+    if (!is_integer(f)) return srv_bad(e, name, "%s: expected an integer", name);
+    if (f->valuedouble < (double)lo || f->valuedouble > (double)hi)
+        return srv_bad(e, name, "%s %.0f: must be in %ld..%ld", name, f->valuedouble, lo, hi);
+    *out = (long)f->valuedouble;
+    return 0;
+}
+
+static int get_num(const cJSON *root, const char *name, double lo, double hi, double *out, srv_err *e) {
+    const cJSON *f = field(root, name);
+    if (!f) return 0;
+    if (!cJSON_IsNumber(f) || !isfinite(f->valuedouble)) return srv_bad(e, name, "%s: expected a number", name);
+    if (f->valuedouble < lo || f->valuedouble > hi)
+        return srv_bad(e, name, "%s %g: must be in [%g, %g]", name, f->valuedouble, lo, hi);
+    *out = f->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *root, const char *name, int *out, srv_err *e) {
+    const cJSON *f = field(root, name);
+    if (!f) return 0;
+    if (!cJSON_IsBool(f)) return srv_bad(e, name, "%s: expected true or false", name);
+    *out = cJSON_IsTrue(f);
+    return 0;
+}
+
+/* Token ids given by number: each an integer inside the vocabulary. */
+static int parse_ids(srv *s, const cJSON *arr, const char *where, prompt_t *p, srv_err *e) {
+    const int V = s->m->cfg.vocab_size;
+    const int n = cJSON_GetArraySize(arr);
+    if (n == 0) return srv_bad(e, "prompt", "%s: an empty list of token ids", where);
+    p->ids = malloc((size_t)n * sizeof *p->ids);
+    if (!p->ids) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory for %d token ids", n);
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        if (!is_integer(it)) return srv_bad(e, "prompt", "%s[%d]: expected a token id (an integer)", where, i);
+        if (it->valuedouble < 0 || it->valuedouble >= V)
+            return srv_fail(e, 400, "invalid_request_error", "invalid_token", "prompt",
+                            "%s: token id %.0f at index %d is outside the vocabulary of %d tokens", where,
+                            it->valuedouble, i, V);
+        p->ids[i++] = (int)it->valuedouble;
+    }
+    p->n = (size_t)n;
+    return 0;
+}
+
+static int encode_text(srv *s, const char *text, int add_special, const char *where, prompt_t *p, srv_err *e) {
+    dt_error err;
+    size_t n;
+    const int rc = add_special ? dt_model_encode_prompt(s->m, text, &p->ids, &n, &err)
+                               : dt_model_encode(s->m, text, strlen(text), 0, &p->ids, &n, &err);
+    if (rc != 0) {
+        dt_fail_prefix(&err, "%s", where);
+        return srv_fail_dt(e, &err, where);
+    }
+    p->n = n;
+    return 0;
+}
+
+static int parse_prompts(srv_job *j, const cJSON *root, srv_err *e) {
+    const cJSON *p = field(root, "prompt");
+    if (!p) return srv_bad(e, "prompt", "prompt: required (a string, a list of strings, a list of token ids or a "
+                                        "list of lists of token ids)");
+    int n = 1;
+    if (cJSON_IsArray(p)) {
+        n = cJSON_GetArraySize(p);
+        if (n == 0) return srv_bad(e, "prompt", "prompt: an empty list");
+        if (cJSON_IsNumber(p->child)) n = 1;
+    } else if (!cJSON_IsString(p))
+        return srv_bad(e, "prompt", "prompt: expected a string, a list of strings or token ids");
+    if (n > 1024) return srv_bad(e, "prompt", "prompt: %d prompts, more than 1024 in one request", n);
+    j->prompts = calloc((size_t)n, sizeof *j->prompts);
+    if (!j->prompts) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    j->n_prompts = n;
+    if (cJSON_IsString(p)) return encode_text(j->s, p->valuestring, 1, "prompt", &j->prompts[0], e);
+    if (cJSON_IsNumber(p->child)) return parse_ids(j->s, p, "prompt", &j->prompts[0], e);
+    int i = 0;
+    const cJSON *it;
+    const int strings = cJSON_IsString(p->child);
+    cJSON_ArrayForEach(it, p) {
+        char where[32];
+        snprintf(where, sizeof where, "prompt[%d]", i);
+        if (strings && cJSON_IsString(it)) {
+            if (encode_text(j->s, it->valuestring, 1, where, &j->prompts[i], e) != 0) return -1;
+        } else if (!strings && cJSON_IsArray(it)) {
+            if (parse_ids(j->s, it, where, &j->prompts[i], e) != 0) return -1;
+        } else
+            return srv_bad(e, "prompt", "%s: expected %s like the first", where,
+                           strings ? "a string" : "a list of token ids");
+        i++;
+    }
+    return 0;
+}
+
+static int parse_messages(srv_job *j, const cJSON *root, srv_err *e) {
+    srv *s = j->s;
+    const cJSON *msgs = field(root, "messages");
+    if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
+        return srv_bad(e, "messages", "messages: required, a non-empty list of {role, content}");
+    if (s->chat == SRV_CHAT_NONE)
+        return srv_fail(e, 400, "invalid_request_error", "unsupported_chat_template", "messages",
+                        "this model's chat template is not one of ChatML, Llama 3, Llama 2 / Mistral (or it has "
+                        "none): use /v1/completions with your own prompt, or start the server with "
+                        "--chat-template chatml|llama3|llama2|mistral");
+    const int n = cJSON_GetArraySize(msgs);
+    srv_chat_msg *m = calloc((size_t)n, sizeof *m);
+    srv_buf *parts = calloc((size_t)n, sizeof *parts); /* content given as a list of text parts */
+    int rc = m && parts ? 0 : srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, msgs) {
+        if (rc != 0) break;
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(it, "role");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(it, "content");
+        if (!cJSON_IsObject(it) || !cJSON_IsString(role)) {
+            rc = srv_bad(e, "messages", "messages[%d]: expected {\"role\": ..., \"content\": ...}", i);
+            break;
+        }
+        if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") &&
+            strcmp(role->valuestring, "assistant")) {
+            rc = srv_bad(e, "messages", "messages[%d].role '%s': expected system, user or assistant", i,
+                         role->valuestring);
+            break;
+        }
+        m[i].role = role->valuestring;
+        if (cJSON_IsString(content)) {
+            m[i].content = content->valuestring;
+            m[i].len = strlen(content->valuestring);
+        } else if (cJSON_IsArray(content)) {
+            const cJSON *part;
+            cJSON_ArrayForEach(part, content) {
+                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+                const cJSON *text = cJSON_GetObjectItemCaseSensitive(part, "text");
+                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(text)) {
+                    rc = srv_bad(e, "messages", "messages[%d].content: only text parts are supported", i);
+                    break;
+                }
+                srv_buf_puts(&parts[i], text->valuestring);
+            }
+            srv_buf_put(&parts[i], "", 0);
+            m[i].content = parts[i].p ? parts[i].p : "";
+            m[i].len = parts[i].n;
+        } else if (!content && !strcmp(role->valuestring, "assistant")) {
+            m[i].content = "";
+        } else rc = srv_bad(e, "messages", "messages[%d].content: expected a string", i);
+        i++;
+    }
+    srv_buf prompt = {0};
+    char msg[256];
+    if (rc == 0 && srv_chat_render(s->chat, m, n, s->bos, s->eos, &prompt, msg, sizeof msg) != 0)
+        rc = srv_bad(e, "messages", "%s", msg);
+    if (rc == 0 && prompt.failed) rc = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    if (rc == 0) {
+        j->prompts = calloc(1, sizeof *j->prompts);
+        if (!j->prompts) rc = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        else {
+            j->n_prompts = 1;
+            /* the template writes the special tokens itself (transformers' apply_chat_template
+             * encodes without add_special_tokens) */
+            rc = encode_text(s, prompt.p, 0, "messages", &j->prompts[0], e);
+        }
+    }
+    srv_buf_free(&prompt);
+    for (int k = 0; parts && k < n; k++) srv_buf_free(&parts[k]);
+    free(parts);
+    free(m);
+    return rc;
+}
+
+static int parse_stop(srv_job *j, const cJSON *root, srv_err *e) {
+    const cJSON *st = field(root, "stop");
+    if (!st) return 0;
+    if (cJSON_IsString(st)) {
+        if (st->valuestring[0] && !(j->stops[j->n_stops++] = strdup(st->valuestring)))
+            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        if (!st->valuestring[0]) j->n_stops--;
+        return 0;
+    }
+    if (!cJSON_IsArray(st)) return srv_bad(e, "stop", "stop: expected a string or a list of strings");
+    if (cJSON_GetArraySize(st) > MAX_STOPS)
+        return srv_bad(e, "stop", "stop: %d strings, at most %d", cJSON_GetArraySize(st), MAX_STOPS);
+    const cJSON *it;
+    cJSON_ArrayForEach(it, st) {
+        if (!cJSON_IsString(it)) return srv_bad(e, "stop", "stop: expected strings");
+        if (!it->valuestring[0]) continue;
+        if (!(j->stops[j->n_stops] = strdup(it->valuestring)))
+            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        j->n_stops++;
+    }
+    return 0;
+}
+
+static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
+    srv *s = j->s;
+    const int chat = j->kind == SRV_JOB_CHAT;
+    const cJSON *model = field(root, "model");
+    if (model && !cJSON_IsString(model)) return srv_bad(e, "model", "model: expected a string");
+    j->model = strdup(model ? model->valuestring : s->name);
+    if (!j->model) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+
+    long max_tokens = chat ? -1 : 16, n = 1, top_k = 0, logprobs = -1, top_logprobs = 0, seed = 0;
+    double temperature = 1.0, top_p = 1.0;
+    int stream = 0, echo = 0, want_lp = 0;
+    if (get_int(root, "max_tokens", 0, 1L << 30, &max_tokens, e) != 0) return -1;
+    if (chat && get_int(root, "max_completion_tokens", 0, 1L << 30, &max_tokens, e) != 0) return -1;
+    if (get_num(root, "temperature", 0, 100, &temperature, e) != 0) return -1;
+    if (get_num(root, "top_p", 0, 1, &top_p, e) != 0) return -1;
+    if (field(root, "top_p") && top_p <= 0) return srv_bad(e, "top_p", "top_p 0: must be in (0, 1]");
+    if (get_int(root, "top_k", 0, s->m->cfg.vocab_size, &top_k, e) != 0) return -1;
+    if (get_int(root, "seed", -(1L << 62), 1L << 62, &seed, e) != 0) return -1;
+    if (get_int(root, "n", 1, MAX_N, &n, e) != 0) return -1;
+    if (get_bool(root, "stream", &stream, e) != 0) return -1;
+    const cJSON *so = field(root, "stream_options");
+    if (so && !cJSON_IsObject(so)) return srv_bad(e, "stream_options", "stream_options: expected an object");
+    int include_usage = 1; /* usage is always sent; the field is checked only for its type */
+    if (so && get_bool(so, "include_usage", &include_usage, e) != 0) return -1;
+    if (chat) {
+        if (get_bool(root, "logprobs", &want_lp, e) != 0) return -1;
+        if (get_int(root, "top_logprobs", 0, DT_MAX_TOP_LOGPROBS, &top_logprobs, e) != 0) return -1;
+        if (field(root, "top_logprobs") && !want_lp)
+            return srv_bad(e, "top_logprobs", "top_logprobs: needs logprobs true");
+        logprobs = want_lp ? top_logprobs : -1;
+    } else {
+        if (get_bool(root, "echo", &echo, e) != 0) return -1;
+        const cJSON *lp = field(root, "logprobs");
+        if (lp && cJSON_IsBool(lp)) return srv_bad(e, "logprobs", "logprobs: expected an integer 0..%d (the "
+                                                                  "alternatives per token) or null",
+                                                   DT_MAX_TOP_LOGPROBS);
+        if (get_int(root, "logprobs", 0, DT_MAX_TOP_LOGPROBS, &logprobs, e) != 0) return -1;
+    }
+    static const char *const penalties[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++) {
+        double v = 0;
+        if (get_num(root, penalties[i], -2, 2, &v, e) != 0) return -1;
+        if (v != 0) return srv_bad(e, penalties[i], "%s %g: not supported (only 0)", penalties[i], v);
+    }
+    if (parse_stop(j, root, e) != 0) return -1;
+    j->n = (int)n;
+    j->sampler.temperature = (float)temperature;
+    j->sampler.top_p = (float)top_p;
+    j->sampler.top_k = (int)top_k;
+    j->seed = (uint64_t)seed;
+    j->stream = stream;
+    j->echo = echo;
+    j->logprobs = (int)logprobs;
+    if (chat ? parse_messages(j, root, e) : parse_prompts(j, root, e)) return -1;
+
+    /* the context: every prompt with its max_tokens must fit a slot */
+    for (int i = 0; i < j->n_prompts; i++) {
+        const long P = (long)j->prompts[i].n;
+        const long M = max_tokens >= 0 ? max_tokens : (s->ctx > P ? s->ctx - P : 1);
+        if (P + M > s->ctx)
+            return srv_fail(e, 400, "invalid_request_error", "context_length_exceeded", chat ? "messages" : "prompt",
+                            "the prompt has %ld tokens and max_tokens is %ld: %ld + %ld = %ld exceeds the context "
+                            "of %d tokens", P, M, P, M, P + M, s->ctx);
+    }
+    j->max_tokens = (int)max_tokens; /* −1 (chat): the rest of the context */
+
+    /* the end of generation: the model's ids, and for chat the template's end token */
+    j->n_stop_ids = -1;
+    if (chat) {
+        int ids[DT_MAX_EOS];
+        const int k = dt_model_stop_ids(s->m, ids);
+        memcpy(j->stop_ids, ids, (size_t)k * sizeof *ids);
+        j->n_stop_ids = k;
+        int dup = 0;
+        for (int i = 0; i < k; i++) dup |= ids[i] == s->chat_end_id;
+        if (s->chat_end_id >= 0 && !dup) j->stop_ids[j->n_stop_ids++] = s->chat_end_id;
+        if (s->chat_end_id < 0) {
+            /* not one token of this vocabulary: its text ends the reply */
+            if (!(j->stops[j->n_stops] = strdup(srv_chat_end_token(s->chat))))
+                return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            j->n_stops++;
+        }
+    }
+    for (int i = 0; i < j->n_prompts; i++) {
+        dt_error err;
+        if (srv_decode_text(s->m, j->prompts[i].ids, j->prompts[i].n, &j->prompts[i].text, &j->prompts[i].len,
+                            &err) != 0)
+            return srv_fail_dt(e, &err, "prompt");
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- submitting */
+
+static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, const dt_model *m, int *failed) {
+    const int generated = ev && ev->type == DT_EVENT_TOKEN;
+    if (dt_grow(&c->lp, &c->cap_lp, c->n_lp + 1, sizeof *c->lp, 64) != 0) {
+        *failed = 1;
+        return;
+    }
+    lp_entry *l = &c->lp[c->n_lp++];
+    memset(l, 0, sizeof *l);
+    l->id = id;
+    l->has_lp = has_lp;
+    l->offset = c->lp_chars;
+    l->generated = generated;
+    if (has_lp && ev) {
+        l->logprob = ev->logprob;
+        l->n_top = ev->n_top;
+        memcpy(l->top_ids, ev->top_ids, sizeof l->top_ids);
+        memcpy(l->top_lp, ev->top_logprobs, sizeof l->top_lp);
+    }
+    /* special tokens are not in the text, so they take no characters of it */
+    const dt_tok *tok = dt_model_tok(m);
+    if (tok && dt_tok_is_special(tok, id)) return;
+    char *t = srv_token_text(m, id);
+    if (!t) {
+        *failed = 1;
+        return;
+    }
+    c->lp_chars += srv_utf8_chars(t, strlen(t));
+    free(t);
+}
+
+typedef struct {
+    srv_job *j;
+    srv_err *e;
+} submit_ctx;
+
+static int submit_all(srv *s, void *ctx) {
+    submit_ctx *sc = ctx;
+    srv_job *j = sc->j;
+    for (int i = 0; i < j->n_choices; i++) {
+        choice *c = &j->c[i];
+        const prompt_t *p = &j->prompts[c->prompt];
+        dt_engine_request_options r = {0};
+        r.prompt = p->ids;
+        r.n_prompt = (int)p->n;
+        r.max_new_tokens = j->max_tokens >= 0 ? j->max_tokens : s->ctx - (int)p->n;
+        r.sampler = j->sampler;
+        r.seed = j->seed + (uint64_t)(c->index % j->n); /* the n choices of a prompt differ */
+        r.stop_ids = j->n_stop_ids > 0 ? j->stop_ids : NULL;
+        r.n_stop = j->n_stop_ids;
+        r.top_logprobs = j->logprobs;
+        r.prompt_logprobs = j->echo && j->logprobs >= 0;
+        dt_error err;
+        c->submit_t = dt_seconds();
+        if (dt_engine_submit(s->engine, &r, &c->q, &err) != 0) {
+            c->q = NULL;
+            return srv_fail_dt(sc->e, &err, j->kind == SRV_JOB_CHAT ? "messages" : "prompt");
+        }
+    }
+    return 0;
+}
+
+int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_job **out, srv_err *e) {
+    *out = NULL;
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    j->s = s;
+    j->kind = kind;
+    j->created = (long)time(NULL);
+    const unsigned long long id = __atomic_fetch_add(&s->next_id, 1, __ATOMIC_RELAXED);
+    snprintf(j->id, sizeof j->id, "%s-%08lx%016llx", kind == SRV_JOB_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long)j->created, id);
+    cJSON *root = cJSON_ParseWithLength(body, len);
+    int rc = 0;
+    if (!root) rc = srv_bad(e, NULL, "the request body is not valid JSON");
+    else if (!cJSON_IsObject(root)) rc = srv_bad(e, NULL, "the request body must be a JSON object");
+    else rc = parse_request(j, root, e);
+    cJSON_Delete(root);
+    if (rc == 0) {
+        j->n_choices = j->n_prompts * j->n;
+        j->c = calloc((size_t)j->n_choices, sizeof *j->c);
+        if (!j->c) rc = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    for (int i = 0; rc == 0 && i < j->n_choices; i++) {
+        choice *c = &j->c[i];
+        c->index = i;
+        c->prompt = i / j->n;
+        const prompt_t *p = &j->prompts[c->prompt];
+        if (j->echo) {
+            c->text = malloc(p->len + 1);
+            if (!c->text) rc = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+            else {
+                memcpy(c->text, p->text, p->len + 1);
+                c->text_len = c->pre = p->len;
+            }
+            /* the first prompt token has no log-probability; the engine gives the others */
+            if (rc == 0 && j->logprobs >= 0) add_lp(c, p->ids[0], 0, NULL, s->m, &j->failed);
+        }
+    }
+    if (rc == 0 && j->failed) rc = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    submit_ctx sc = {j, e};
+    if (rc == 0) rc = srv_with_engine(s, submit_all, &sc, e);
+    if (rc != 0) {
+        srv_job_free(j);
+        return -1;
+    }
+    *out = j;
+    return 0;
+}
+
+int srv_job_streaming(const srv_job *j) {
+    return j->stream;
+}
+
+/* ---------------------------------------------------------------- events */
+
+/* The completion text after a new token: the whole sequence decoded, past the decoded prompt,
+ * cut at the first stop string (which ends the choice). */
+static void update_text(srv_job *j, choice *c) {
+    const prompt_t *p = &j->prompts[c->prompt];
+    const size_t n = p->n + c->n_gen;
+    int *ids = malloc(n * sizeof *ids);
+    if (!ids) {
+        j->failed = 1;
+        return;
+    }
+    memcpy(ids, p->ids, p->n * sizeof *ids);
+    memcpy(ids + p->n, c->gen, c->n_gen * sizeof *ids);
+    char *full;
+    size_t len;
+    dt_error err;
+    const int rc = srv_decode_text(j->s->m, ids, n, &full, &len, &err);
+    free(ids);
+    if (rc != 0) {
+        j->failed = 1;
+        return;
+    }
+    /* the prompt's text is a prefix of the sequence's unless its last character was incomplete */
+    size_t base = 0;
+    while (base < p->len && base < len && full[base] == p->text[base]) base++;
+    while (base > 0 && base < len && ((unsigned char)full[base] & 0xC0) == 0x80) base--;
+    size_t clen = len - base;
+    const long cut = srv_stop_find(full + base, clen, (const char *const *)j->stops, j->n_stops);
+    if (cut >= 0) {
+        clen = (size_t)cut;
+        c->finish_stop = 1;
+        c->ended = 1;
+        dt_engine_cancel(c->q); /* its slot is free at the next step */
+    }
+    char *t = malloc(c->pre + clen + 1);
+    if (!t) {
+        free(full);
+        j->failed = 1;
+        return;
+    }
+    memcpy(t, c->text, c->pre);
+    memcpy(t + c->pre, full + base, clen);
+    t[c->pre + clen] = '\0';
+    free(full);
+    free(c->text);
+    c->text = t;
+    c->text_len = c->pre + clen;
+}
+
+static void on_event(srv_job *j, choice *c, const dt_event *ev) {
+    srv *s = j->s;
+    switch (ev->type) {
+    case DT_EVENT_PROMPT:
+        if (j->echo && j->logprobs >= 0) add_lp(c, ev->token, 1, ev, s->m, &j->failed);
+        break;
+    case DT_EVENT_TOKEN:
+        if (!c->got_token) srv_metrics_ttft(s->metrics, ev->t - c->submit_t);
+        else srv_metrics_token_interval(s->metrics, ev->t - c->last_t);
+        c->got_token = 1;
+        c->last_t = ev->t;
+        if (ev->is_stop) {
+            c->finish_stop = 1; /* DONE follows */
+            break;
+        }
+        if (dt_grow(&c->gen, &c->cap_gen, c->n_gen + 1, sizeof *c->gen, 64) != 0) {
+            j->failed = 1;
+            break;
+        }
+        c->gen[c->n_gen++] = ev->token;
+        if (j->logprobs >= 0) add_lp(c, ev->token, 1, ev, s->m, &j->failed);
+        update_text(j, c);
+        break;
+    case DT_EVENT_DONE:
+        c->ended = 1;
+        if (ev->stop == DT_STOP_EOS) c->finish_stop = 1;
+        break;
+    }
+}
+
+static int drain(srv_job *j, choice *c, double timeout) {
+    dt_event ev;
+    int got = 0;
+    while (!c->ended && dt_engine_next(c->q, &ev, got ? 0 : timeout) == 1) {
+        got = 1;
+        on_event(j, c, &ev);
+        if (j->failed) {
+            /* out of memory: end the choice where it is */
+            c->ended = 1;
+            dt_engine_cancel(c->q);
+        }
+    }
+    return got;
+}
+
+int srv_job_pump(srv_job *j, double wait_s) {
+    int progress = 0, open = -1;
+    for (int i = 0; i < j->n_choices; i++) {
+        if (j->c[i].ended) continue;
+        progress |= drain(j, &j->c[i], 0);
+        if (!j->c[i].ended && open < 0) open = i;
+    }
+    if (!progress && open >= 0) drain(j, &j->c[open], wait_s);
+    for (int i = 0; i < j->n_choices; i++)
+        if (!j->c[i].ended) return 0;
+    return 1;
+}
+
+void srv_job_cancel(srv_job *j) {
+    for (int i = 0; i < j->n_choices; i++)
+        if (j->c[i].q) dt_engine_cancel(j->c[i].q);
+}
+
+/* ---------------------------------------------------------------- replies */
+
+static const char *finish_reason(const choice *c) {
+    return c->finish_stop ? "stop" : "length";
+}
+
+/* Completions' logprobs of entries [a, b): tokens, token_logprobs, top_logprobs, text_offset. */
+static cJSON *completion_logprobs(const srv_job *j, const choice *c, size_t a, size_t b, size_t max_offset) {
+    const dt_model *m = j->s->m;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *tokens = cJSON_AddArrayToObject(o, "tokens"), *lps = cJSON_AddArrayToObject(o, "token_logprobs");
+    cJSON *tops = cJSON_AddArrayToObject(o, "top_logprobs"), *offs = cJSON_AddArrayToObject(o, "text_offset");
+    if (!offs) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    for (size_t i = a; i < b; i++) {
+        const lp_entry *l = &c->lp[i];
+        char *t = srv_token_text(m, l->id);
+        cJSON_AddItemToArray(tokens, cJSON_CreateString(t ? t : ""));
+        free(t);
+        if (!l->has_lp) {
+            cJSON_AddItemToArray(lps, cJSON_CreateNull());
+            cJSON_AddItemToArray(tops, cJSON_CreateNull());
+        } else {
+            cJSON_AddItemToArray(lps, cJSON_CreateNumber(l->logprob));
+            cJSON *top = cJSON_CreateObject();
+            for (int k = 0; k < l->n_top && k < j->logprobs; k++) {
+                char *tt = srv_token_text(m, l->top_ids[k]);
+                /* two ids with the same text: the more probable one stands for it */
+                if (tt && !cJSON_GetObjectItemCaseSensitive(top, tt))
+                    cJSON_AddNumberToObject(top, tt, l->top_lp[k]);
+                free(tt);
+            }
+            cJSON_AddItemToArray(tops, top);
+        }
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(l->offset < max_offset ? l->offset : max_offset)));
+    }
+    return o;
+}
+
+static cJSON *bytes_array(const dt_model *m, int id) {
+    size_t len;
+    char *raw = token_bytes(m, id, &len);
+    cJSON *a = cJSON_CreateArray();
+    for (size_t i = 0; raw && i < len; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber((unsigned char)raw[i]));
+    free(raw);
+    return a;
+}
+
+/* Chat's logprobs: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}. */
+static cJSON *chat_logprobs(const srv_job *j, const choice *c, size_t a, size_t b) {
+    const dt_model *m = j->s->m;
+    cJSON *o = cJSON_CreateObject(), *content = cJSON_AddArrayToObject(o, "content");
+    if (!content) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    for (size_t i = a; i < b; i++) {
+        const lp_entry *l = &c->lp[i];
+        cJSON *t = cJSON_CreateObject();
+        char *s = srv_token_text(m, l->id);
+        cJSON_AddStringToObject(t, "token", s ? s : "");
+        free(s);
+        cJSON_AddNumberToObject(t, "logprob", l->logprob);
+        cJSON_AddItemToObject(t, "bytes", bytes_array(m, l->id));
+        cJSON *tops = cJSON_AddArrayToObject(t, "top_logprobs");
+        for (int k = 0; k < l->n_top && k < j->logprobs; k++) {
+            cJSON *alt = cJSON_CreateObject();
+            char *as = srv_token_text(m, l->top_ids[k]);
+            cJSON_AddStringToObject(alt, "token", as ? as : "");
+            free(as);
+            cJSON_AddNumberToObject(alt, "logprob", l->top_lp[k]);
+            cJSON_AddItemToObject(alt, "bytes", bytes_array(m, l->top_ids[k]));
+            cJSON_AddItemToArray(tops, alt);
+        }
+        cJSON_AddItemToArray(content, t);
+    }
+    return o;
+}
+
+/* The log-probability entries a finished choice reports: with a stop string, those of the
+ * generated tokens that begin before the cut (and all of the prompt's). */
+static size_t lp_end(const choice *c, size_t chars) {
+    size_t e = c->n_lp;
+    while (c->finish_stop && e > 0 && c->lp[e - 1].generated && c->lp[e - 1].offset >= chars) e--;
+    return e;
+}
+
+static void add_usage(const srv_job *j, cJSON *root) {
+    long prompt, completion;
+    srv_job_tokens(j, &prompt, &completion);
+    cJSON *u = cJSON_AddObjectToObject(root, "usage");
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)prompt);
+    cJSON_AddNumberToObject(u, "completion_tokens", (double)completion);
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(prompt + completion));
+}
+
+static cJSON *reply_head(const srv_job *j, const char *object) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "id", j->id);
+    cJSON_AddStringToObject(root, "object", object);
+    cJSON_AddNumberToObject(root, "created", (double)j->created);
+    cJSON_AddStringToObject(root, "model", j->model);
+    return root;
+}
+
+char *srv_job_reply(srv_job *j, size_t *len) {
+    const int chat = j->kind == SRV_JOB_CHAT;
+    cJSON *root = reply_head(j, chat ? "chat.completion" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices");
+    for (int i = 0; i < j->n_choices; i++) {
+        const choice *c = &j->c[i];
+        cJSON *ch = cJSON_CreateObject();
+        cJSON_AddNumberToObject(ch, "index", c->index);
+        const size_t chars = srv_utf8_chars(c->text ? c->text : "", c->text_len);
+        if (chat) {
+            cJSON *msg = cJSON_AddObjectToObject(ch, "message");
+            cJSON_AddStringToObject(msg, "role", "assistant");
+            cJSON_AddStringToObject(msg, "content", c->text ? c->text : "");
+            if (j->logprobs >= 0) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(j, c, 0, lp_end(c, chars)));
+            else cJSON_AddNullToObject(ch, "logprobs");
+        } else {
+            cJSON_AddStringToObject(ch, "text", c->text ? c->text : "");
+            if (j->logprobs >= 0)
+                cJSON_AddItemToObject(ch, "logprobs", completion_logprobs(j, c, 0, lp_end(c, chars), chars));
+            else cJSON_AddNullToObject(ch, "logprobs");
+        }
+        cJSON_AddStringToObject(ch, "finish_reason", finish_reason(c));
+        cJSON_AddItemToArray(choices, ch);
+    }
+    add_usage(j, root);
+    char *s = j->failed ? NULL : cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (s && len) *len = strlen(s);
+    return s;
+}
+
+static void sse(srv_buf *out, cJSON *chunk) {
+    char *s = cJSON_PrintUnformatted(chunk);
+    cJSON_Delete(chunk);
+    if (!s) {
+        out->failed = 1;
+        return;
+    }
+    srv_buf_puts(out, "data: ");
+    srv_buf_puts(out, s);
+    srv_buf_puts(out, "\n\n");
+    free(s);
+}
+
+/* One streamed chunk of a choice: text (may be empty), its log-probabilities, the end. */
+static void stream_chunk(srv_job *j, choice *c, size_t from, size_t to, size_t lp_a, size_t lp_b, int end,
+                         srv_buf *out) {
+    const int chat = j->kind == SRV_JOB_CHAT;
+    cJSON *root = reply_head(j, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *ch = cJSON_CreateObject();
+    cJSON_AddNumberToObject(ch, "index", c->index);
+    char *piece = malloc(to - from + 1);
+    if (!piece) {
+        cJSON_Delete(ch);
+        cJSON_Delete(root);
+        out->failed = 1;
+        return;
+    }
+    memcpy(piece, c->text + from, to - from);
+    piece[to - from] = '\0';
+    if (chat) {
+        cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
+        if (to > from) cJSON_AddStringToObject(delta, "content", piece);
+        if (j->logprobs >= 0 && lp_b > lp_a) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(j, c, lp_a, lp_b));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    } else {
+        cJSON_AddStringToObject(ch, "text", piece);
+        if (j->logprobs >= 0)
+            cJSON_AddItemToObject(ch, "logprobs", completion_logprobs(j, c, lp_a, lp_b, (size_t)-1));
+        else cJSON_AddNullToObject(ch, "logprobs");
+    }
+    free(piece);
+    if (end) cJSON_AddStringToObject(ch, "finish_reason", finish_reason(c));
+    else cJSON_AddNullToObject(ch, "finish_reason");
+    cJSON_AddItemToArray(choices, ch);
+    sse(out, root);
+}
+
+int srv_job_stream(srv_job *j, srv_buf *out) {
+    if (j->done_sent) return 1;
+    const int chat = j->kind == SRV_JOB_CHAT;
+    if (chat && !j->head_sent) {
+        /* chat streams open each choice with the assistant's role */
+        for (int i = 0; i < j->n_choices; i++) {
+            cJSON *root = reply_head(j, "chat.completion.chunk");
+            cJSON *choices = cJSON_AddArrayToObject(root, "choices"), *ch = cJSON_CreateObject();
+            cJSON_AddNumberToObject(ch, "index", j->c[i].index);
+            cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
+            cJSON_AddStringToObject(delta, "role", "assistant");
+            cJSON_AddStringToObject(delta, "content", "");
+            cJSON_AddNullToObject(ch, "logprobs");
+            cJSON_AddNullToObject(ch, "finish_reason");
+            cJSON_AddItemToArray(choices, ch);
+            sse(out, root);
+        }
+    }
+    j->head_sent = 1;
+    int all_ended = 1;
+    for (int i = 0; i < j->n_choices; i++) {
+        choice *c = &j->c[i];
+        if (c->end_sent) continue;
+        const char *text = c->text ? c->text : "";
+        const size_t lim = c->pre + srv_text_sendable(text + c->pre, c->text_len - c->pre,
+                                                      (const char *const *)j->stops, j->n_stops, c->ended);
+        const size_t lp_b = c->ended ? lp_end(c, srv_utf8_chars(text, c->text_len)) : c->n_lp;
+        if (lim > c->sent || (c->ended && !chat)) {
+            stream_chunk(j, c, c->sent, lim > c->sent ? lim : c->sent, c->lp_sent, lp_b > c->lp_sent ? lp_b : c->lp_sent,
+                         c->ended && !chat, out);
+            if (lim > c->sent) c->sent = lim;
+            if (lp_b > c->lp_sent) c->lp_sent = lp_b;
+        }
+        if (c->ended && chat) stream_chunk(j, c, c->sent, c->sent, c->lp_sent, c->lp_sent, 1, out);
+        if (c->ended) c->end_sent = 1;
+        else all_ended = 0;
+    }
+    if (!all_ended) return 0;
+    cJSON *root = reply_head(j, chat ? "chat.completion.chunk" : "text_completion");
+    cJSON_AddArrayToObject(root, "choices");
+    add_usage(j, root);
+    sse(out, root);
+    srv_buf_puts(out, "data: [DONE]\n\n");
+    j->done_sent = 1;
+    return 1;
+}
+
+void srv_job_tokens(const srv_job *j, long *prompt, long *completion) {
+    *prompt = *completion = 0;
+    for (int i = 0; i < j->n_prompts; i++) *prompt += (long)j->prompts[i].n;
+    for (int i = 0; j->c && i < j->n_choices; i++) *completion += (long)j->c[i].n_gen;
+}
+
+void srv_job_free(srv_job *j) {
+    if (!j) return;
+    int submitted = 0;
+    for (int i = 0; j->c && i < j->n_choices; i++) {
+        choice *c = &j->c[i];
+        if (c->q) {
+            submitted = 1;
+            dt_engine_release(c->q);
+        }
+        free(c->gen);
+        free(c->lp);
+        free(c->text);
+    }
+    if (submitted) {
+        long prompt, completion;
+        srv_job_tokens(j, &prompt, &completion);
+        srv_metrics_tokens(j->s->metrics, prompt, completion);
+    }
+    free(j->c);
+    for (int i = 0; j->prompts && i < j->n_prompts; i++) {
+        free(j->prompts[i].ids);
+        free(j->prompts[i].text);
+    }
+    free(j->prompts);
+    for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
+    free(j->model);
+    free(j);
+}

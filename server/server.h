@@ -1,0 +1,214 @@
+/* server.h — `difftrans serve`: the OpenAI-compatible HTTP front end of the serving engine
+ * (include/difftrans_serve.h). A client of the public API alone (difftrans.h, difftrans_serve.h),
+ * linked into the difftrans binary only: the library never sees libmicrohttpd.
+ *
+ *   text.c         growable strings, UTF-8 (whole characters, repair), stop strings
+ *   chat.c         chat templates: ChatML, Llama 3, Llama 2, Mistral (detection and rendering)
+ *   completions.c  /v1/completions and /v1/chat/completions: request → engine requests → reply
+ *   attention.c    /v1/difftrans/attention: the softmax maps of a prompt
+ *   metrics.c      /metrics: Prometheus text
+ *   http.c         the libmicrohttpd daemon: routing, auth, limits, streaming, shutdown
+ */
+#ifndef DT_SERVER_H
+#define DT_SERVER_H
+#include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "difftrans.h"
+#include "difftrans_serve.h"
+
+/* ---------------------------------------------------------------- text (text.c) */
+
+typedef struct {
+    char *p;                     /* NUL-terminated when n > 0 or after any put */
+    size_t n, cap;
+    int failed;                  /* an allocation failed: the contents are incomplete */
+} srv_buf;
+
+void srv_buf_put(srv_buf *b, const char *s, size_t n);
+void srv_buf_puts(srv_buf *b, const char *s);
+void srv_buf_printf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void srv_buf_free(srv_buf *b);
+/* The contents (malloc'd, the buffer emptied), or NULL when an allocation failed. */
+char *srv_buf_take(srv_buf *b, size_t *len);
+
+/* Bytes of s[0..n) up to the end of its last complete character: a trailing sequence that a
+ * later byte could still complete is left out (bytes that can never be UTF-8 count as complete:
+ * they are replaced when sent). */
+size_t srv_utf8_whole(const char *s, size_t n);
+/* s[0..n) as valid UTF-8, every ill-formed sequence replaced by U+FFFD (the maximal-subpart rule
+ * of Unicode §3.9, as the tokenizer's decoder does). malloc'd, NUL-terminated; NULL when out of
+ * memory. */
+char *srv_utf8_repair(const char *s, size_t n, size_t *out_len);
+/* Characters (code points) in valid UTF-8 s[0..n). */
+size_t srv_utf8_chars(const char *s, size_t n);
+
+/* Stop strings in text[0..n): the byte offset of the earliest occurrence of any of stops[0..k)
+ * (empty strings never match), or -1 when none occurs. */
+long srv_stop_find(const char *text, size_t n, const char *const *stops, int k);
+/* The longest suffix of text[0..n) that is a proper prefix of one of the stops: text that must be
+ * held back while generation could still complete a stop string there. */
+size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, int k);
+/* How much of a completion's text can be sent now: whole characters, no trailing U+FFFD (a
+ * character whose bytes the next token may bring; the decoder's mark), nothing that could still
+ * be the start of a stop string. final: everything. */
+size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final);
+
+/* ---------------------------------------------------------------- chat templates (chat.c) */
+
+typedef enum { SRV_CHAT_NONE = 0, SRV_CHAT_CHATML, SRV_CHAT_LLAMA3, SRV_CHAT_LLAMA2, SRV_CHAT_MISTRAL } srv_chat_kind;
+
+typedef struct {
+    const char *role;            /* "system" | "user" | "assistant" */
+    const char *content;
+    size_t len;
+} srv_chat_msg;
+
+/* "chatml" | "llama3" | "llama2" | "mistral"; -1 for anything else. */
+int srv_chat_parse_name(const char *name, srv_chat_kind *out);
+const char *srv_chat_name(srv_chat_kind k);
+/* The form of tokenizer_config.json's chat_template (a string, or a list of named templates whose
+ * "default" counts): ChatML (<|im_start|>), Llama 3 (<|start_header_id|>), Llama 2 ([INST] with
+ * <<SYS>>) or Mistral ([INST] without); SRV_CHAT_NONE when there is none or it is another form. */
+srv_chat_kind srv_chat_detect(const char *tokenizer_config, size_t len);
+/* The prompt the template makes of msgs[0..n), ending where the assistant's reply begins. bos /
+ * eos: the tokenizer's own strings (for the forms that write them; NULL: "<s>", "</s>").
+ * -1 with a message in msg[msg_n] for a conversation the template refuses (Llama 2 / Mistral:
+ * roles must alternate user, assistant, ... after an optional system message, ending with user). */
+int srv_chat_render(srv_chat_kind k, const srv_chat_msg *msgs, int n, const char *bos, const char *eos,
+                    srv_buf *out, char *msg, size_t msg_n);
+/* The token that ends an assistant turn ("<|im_end|>", "<|eot_id|>", "</s>"). */
+const char *srv_chat_end_token(srv_chat_kind k);
+
+/* ---------------------------------------------------------------- the server */
+
+typedef struct {
+    const char *host;            /* [127.0.0.1] */
+    int port;                    /* 0: any free port [8080] */
+    int parallel;                /* engine slots [4] */
+    int ctx;                     /* tokens per slot [model's max_position_embeddings] */
+    dt_kv_dtype kv_cache;
+    const char *api_key;         /* NULL: none needed */
+    int threads;                 /* 0: OpenMP's default */
+    int queue;                   /* [64] */
+    const char *chat_template;   /* NULL: detect from tokenizer_config.json */
+    size_t max_body;             /* [1 MiB] */
+    int attention_max_tokens;    /* [256] */
+    const char *model_name;      /* [the directory's basename] */
+    int quiet;
+} srv_options;
+
+void srv_options_defaults(srv_options *o);
+
+typedef struct srv_metrics srv_metrics;
+
+typedef struct srv {
+    const dt_model *m;
+    srv_options opt;
+    char name[256];              /* the served model name */
+    int ctx, n_slots;
+    srv_chat_kind chat;          /* SRV_CHAT_NONE: chat requests are refused */
+    int chat_end_id;             /* the template's end token in the vocabulary, or -1 */
+    char bos[64], eos[64];       /* the tokenizer's strings of them ("" when none) */
+    /* The engine, and whether it may still be used: readers hold engine_lock (shared) around every
+     * call that needs the engine alive (submit, stats, exclusive); shutdown takes it exclusively,
+     * sets engine_closed and frees the engine. Request handles stay valid after that. */
+    dt_engine *engine;
+    pthread_rwlock_t engine_lock;
+    int engine_closed;
+    srv_metrics *metrics;
+    uint64_t next_id;            /* request ids (atomic) */
+} srv;
+
+/* An error reply: the status and OpenAI's error object. */
+typedef struct {
+    int status;
+    const char *type;            /* "invalid_request_error", "server_error", ... */
+    const char *code;            /* NULL: null */
+    char param[64];              /* "": null */
+    char message[1200];
+} srv_err;
+
+int srv_fail(srv_err *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+/* 400 invalid_request_error. */
+int srv_bad(srv_err *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The error of a failed library call: INVALID → 400, BUSY → 503 queue_full, NOMEM and the rest →
+ * 500. */
+int srv_fail_dt(srv_err *e, const dt_error *err, const char *param);
+/* {"error": {...}} (malloc'd; NULL when out of memory). */
+char *srv_err_json(const srv_err *e);
+
+/* Runs fn with the engine alive (engine_lock held shared): -1 with 503 when the server is
+ * shutting down. */
+int srv_with_engine(srv *s, int (*fn)(srv *s, void *ctx), void *ctx, srv_err *e);
+
+/* A token's text as decoded alone (special tokens written out; a byte-level model's ids past 255
+ * as "<id>"), valid UTF-8, malloc'd. NULL when out of memory. */
+char *srv_token_text(const dt_model *m, int id);
+/* ids as the reply's text: special tokens left out, valid UTF-8 (malloc'd). */
+int srv_decode_text(const dt_model *m, const int *ids, size_t n, char **text, size_t *len, dt_error *err);
+
+/* ---------------------------------------------------------------- completions (completions.c) */
+
+typedef struct srv_job srv_job;
+typedef enum { SRV_JOB_COMPLETION = 0, SRV_JOB_CHAT = 1 } srv_job_kind;
+
+/* Parses a request body, tokenises, checks it and submits its choices to the engine. */
+int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_job **out, srv_err *e);
+int srv_job_streaming(const srv_job *j);
+/* Reads engine events for up to wait_s seconds (returns at the first progress); 1 when every
+ * choice has ended. */
+int srv_job_pump(srv_job *j, double wait_s);
+/* Streaming: the SSE chunks due now (text that became sendable, ends, and after the last choice
+ * the usage chunk and [DONE]) appended to out; 1 once [DONE] has been written. */
+int srv_job_stream(srv_job *j, srv_buf *out);
+/* The whole reply of a job that has ended (malloc'd JSON). */
+char *srv_job_reply(srv_job *j, size_t *len);
+/* Ends the job's requests at the engine's next step (the client went away). */
+void srv_job_cancel(srv_job *j);
+void srv_job_tokens(const srv_job *j, long *prompt, long *completion);
+void srv_job_free(srv_job *j);
+
+/* ---------------------------------------------------------------- attention (attention.c) */
+
+int srv_attention(srv *s, const char *body, size_t len, char **json, size_t *json_len, srv_err *e);
+
+/* ---------------------------------------------------------------- metrics (metrics.c) */
+
+typedef enum {
+    SRV_EP_PAGE = 0,
+    SRV_EP_HEALTH,
+    SRV_EP_MODELS,
+    SRV_EP_METRICS,
+    SRV_EP_COMPLETIONS,
+    SRV_EP_CHAT,
+    SRV_EP_ATTENTION,
+    SRV_EP_OTHER,
+    SRV_EP_COUNT
+} srv_endpoint;
+
+srv_metrics *srv_metrics_new(void);
+void srv_metrics_free(srv_metrics *mt);
+void srv_metrics_request(srv_metrics *mt, srv_endpoint ep, int status);
+void srv_metrics_tokens(srv_metrics *mt, long prompt, long generated);
+void srv_metrics_ttft(srv_metrics *mt, double seconds);
+void srv_metrics_token_interval(srv_metrics *mt, double seconds);
+/* The exposition (text format 0.0.4), malloc'd; the engine's gauges from st. */
+char *srv_metrics_text(srv_metrics *mt, const dt_engine_stats *st, size_t *len);
+
+/* ---------------------------------------------------------------- http (http.c) */
+
+/* Serves until SIGINT / SIGTERM (which the caller has blocked in every thread: the main thread
+ * waits for them with sigwait), then stops accepting, lets requests in flight finish for up to
+ * 10 s, frees the engine (ending the rest) and returns 0. -1 with a message in err when the
+ * daemon cannot start. The listening line goes to stdout. */
+int srv_serve(srv *s, const char *arch, dt_error *err);
+
+/* The page at /, built into the binary from server/page.html. */
+extern const unsigned char dt_page_html[];
+extern const size_t dt_page_html_len;
+
+#endif
