@@ -147,7 +147,7 @@ try {
   noProblems('streaming a completion');
 
   // Stop: a long generation stopped after its first text (a tiny model may finish before the click).
-  const long = Math.max(1, Math.min(400, info.context - 64));
+  const long = Math.max(1, Math.min(400, info.context - plain.usage.prompt_tokens));
   await page.fill('#max-tokens', String(long));
   await page.fill('#temperature', '0.8');
   stopping = true;
