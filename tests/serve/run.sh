@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# run.sh PATH_TO_difftrans SCRATCH_DIR MODULES_DIR — `difftrans serve` end to end, with the official
+# OpenAI SDK as the client (CTest: serve_openai; MODULES_DIR is where serve_fetch installed the npm
+# packages). Builds tiny models with the command line — a BPE DIFF model (its tokenizer trained here,
+# BOS and EOS included), its q8_0 copy, a byte-level llama baseline, a DIFF V2 model, and an untrained
+# medium DIFF model that decodes slowly enough to hold a slot — computes what `difftrans generate` and
+# `difftrans forward` answer (expect.mjs), starts the servers with --port 0 and reads their ports from
+# the one line each prints, runs sdk.mjs (completions, streaming, chat, logprobs, models, health,
+# metrics, attention, every error), the page's browser test when it is there, and load.mjs (16
+# clients, a few hundred requests), then stops every server with SIGTERM, one of them in the middle
+# of a stream: each must exit 0. Exits 77 (skipped) when node or the npm packages are missing.
+set -u
+MODULES=${3:-}
+if [ $# -ne 3 ]; then
+    echo "usage: $0 PATH_TO_difftrans SCRATCH_DIR MODULES_DIR" >&2
+    exit 2
+fi
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/../cli_lib.sh" "$1" "$2"
+if ! command -v node >/dev/null 2>&1 || [ ! -f "$MODULES/node_modules/openai/package.json" ]; then
+    echo "SKIPPED: node or the OpenAI SDK is not installed in $MODULES (serve_fetch: npm ci from the registry)"
+    exit 77
+fi
+MODULES=$(cd "$MODULES" && pwd)
+SCALE=${DT_TEST_TIMEOUT_SCALE:-1}
+[ "${DT_ASAN:-0}" = 1 ] && SCALE=$((SCALE * 5))
+
+# ---------------------------------------------------------------- the models
+TRAIN=(--preset tiny --batch 8 --seq 64 --lr 1e-2 --warmup 10 --threads 2 --quiet --eval-interval 0)
+expect_ok "tokenizer train (BOS and EOS)" "$DT" tokenizer train --data "$CORPUS" --vocab-size 400 --out "$S/tok" --quiet
+expect_ok "train the DIFF model (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch diff --out "$S/diff" --steps 200 "${TRAIN[@]}"
+expect_ok "quantize it to q8_0" "$DT" quantize "$S/diff" "$S/diff.q8_0" --scheme q8_0
+expect_ok "train the llama baseline (bytes)" "$DT" train --data "$CORPUS" --arch transformer --out "$S/llama" --steps 100 "${TRAIN[@]}"
+expect_ok "train the V2 model (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch v2 --out "$S/v2" --steps 20 \
+    --preset tiny --batch 4 --seq 32 --lr 1e-2 --warmup 5 --threads 2 --quiet --eval-interval 0
+expect_ok "init an untrained medium model (slow to decode)" "$DT" init --out "$S/slow" --preset medium --arch diff
+if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
+expect_ok "what generate and forward answer (expect.mjs)" node "$HERE/expect.mjs" "$DT" "$S/expect.json" "$S" \
+    diff="$S/diff" q8="$S/diff.q8_0" llama="$S/llama" v2="$S/v2"
+if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
+
+# ---------------------------------------------------------------- the servers
+declare -A PID PORT
+# start_server NAME MODEL_NAME_RE ARCH_RE SLOTS CTX MODEL_DIR OPTIONS...: the one stdout line, exactly
+start_server() {
+    local name=$1 mre=$2 are=$3 slots=$4 ctx=$5 dir=$6
+    shift 6
+    "$DT" serve "$dir" --port 0 --threads 1 "$@" >"$S/$name.out" 2>"$S/$name.err" </dev/null &
+    PID[$name]=$!
+    local k line=""
+    for k in $(seq 1 $((300 * SCALE))); do
+        # a whole line: the newline written too
+        if [ "$(wc -l <"$S/$name.out")" -ge 1 ]; then line=$(head -n 1 "$S/$name.out"); break; fi
+        kill -0 "${PID[$name]}" 2>/dev/null || break
+        sleep 0.1
+    done
+    local re="^difftrans serve: listening on http://127\.0\.0\.1:([0-9]+) \(model $mre, $are, $slots slots × $ctx tokens\)$"
+    if [[ "$line" =~ $re ]]; then
+        PORT[$name]=${BASH_REMATCH[1]}
+        pass
+    else
+        fail "serve $name: the listening line" "stdout: $(head -c 400 "$S/$name.out")" "expected /$re/" \
+            "stderr: $(head -c 800 "$S/$name.err" | tr '\n' '|')"
+        return 1
+    fi
+}
+# stop_server NAME: SIGTERM, exit status 0 within 20 s (running requests get 10 s)
+stop_server() {
+    local name=$1 pid=${PID[$1]} k
+    [ -z "$pid" ] && return
+    kill -TERM "$pid" 2>/dev/null
+    for k in $(seq 1 $((200 * SCALE))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+        fail "serve $name: still running $((20 * SCALE)) s after SIGTERM"
+        kill -KILL "$pid"
+        wait "$pid" 2>/dev/null
+    else
+        wait "$pid"
+        local rc=$?
+        if [ $rc -eq 0 ]; then pass; else fail "serve $name: exit status $rc after SIGTERM" "stderr: $(tail -c 1500 "$S/$name.err" | tr '\n' '|')"; fi
+    fi
+    PID[$name]=
+}
+stop_all() { local n; for n in "${!PID[@]}"; do [ -n "${PID[$n]}" ] && kill -KILL "${PID[$n]}" 2>/dev/null; done; }
+trap stop_all EXIT
+
+KEY=sekrit-key-0123456789
+MAXBODY=4096
+SLOW_TOKENS=400
+[ "${DT_ASAN:-0}" = 1 ] && SLOW_TOKENS=100
+start_server main dt-diff "diffllama" 4 256 "$S/diff" --parallel 4 --chat-template chatml --attention-max-tokens 64 --model-name dt-diff
+start_server key diff "diffllama" 2 256 "$S/diff" --parallel 2 --api-key "$KEY" --max-body $MAXBODY --quiet
+start_server q8 'diff\.q8_0' 'diffllama( q8_0)?' 4 256 "$S/diff.q8_0"
+start_server llama llama "llama" 4 256 "$S/llama"
+start_server v2 v2 "difftrans_v2" 4 256 "$S/v2" --ctx 256
+start_server slow slow "diffllama" 1 1024 "$S/slow" --parallel 1 --queue 1
+if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
+url() { echo "http://127.0.0.1:${PORT[$1]}"; }
+cat >"$S/config.json" <<EOF
+{
+ "modules": "$MODULES/node_modules",
+ "dt": "$DT",
+ "expect_file": "$S/expect.json",
+ "servers": {
+  "main": {"url": "$(url main)", "pid": ${PID[main]}, "name": "dt-diff", "attention_max_tokens": 64},
+  "key": {"url": "$(url key)", "pid": ${PID[key]}, "name": "diff", "key": "$KEY", "max_body": $MAXBODY},
+  "q8": {"url": "$(url q8)", "pid": ${PID[q8]}, "name": "diff.q8_0"},
+  "llama": {"url": "$(url llama)", "pid": ${PID[llama]}, "name": "llama"},
+  "v2": {"url": "$(url v2)", "pid": ${PID[v2]}, "name": "v2"},
+  "slow": {"url": "$(url slow)", "pid": ${PID[slow]}, "name": "slow", "max_tokens": $SLOW_TOKENS}
+ }
+}
+EOF
+
+# ---------------------------------------------------------------- the SDK tests
+TMO=$((300 * SCALE))
+expect_ok "sdk.mjs: the OpenAI SDK against the contract" node --test-reporter=spec "$HERE/sdk.mjs" "$S/config.json"
+cat "$S/last.out"
+out_has "the server logs one line per request on stderr (method path status)" "$S/main.err" \
+    "POST /v1/completions 200" "GET /v1/models 200" "POST /v1/completions 400"
+check "--quiet: no request lines on stderr" sh -c "! grep -q 'POST /v1' '$S/key.err'"
+
+# the page in headless Chromium (browser.mjs, the page helper's), its screenshot kept in the build tree
+if [ -f "$HERE/browser.mjs" ] && { command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; } &&
+   [ -d "$MODULES/node_modules/playwright-core" ]; then
+    for m in main llama v2; do
+        expect_ok "browser.mjs: the page on the $m server" node "$HERE/browser.mjs" "$(url $m)" "$(dirname "$S")/serve_page_$m.png" \
+            "$MODULES/node_modules"
+        tail -n 5 "$S/last.out"
+    done
+else
+    echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
+fi
+
+for n in main key q8 llama v2; do stop_server $n; done
+
+# ---------------------------------------------------------------- SIGTERM in the middle of a stream
+# The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server
+# stops accepting, lets the stream end (finish_reason set, usage, [DONE]) within 10 s, exits 0.
+curl -sN -H 'content-type: application/json' -d "{\"prompt\": \"a\", \"max_tokens\": 1000, \"stream\": true}" \
+    "$(url slow)/v1/completions" >"$S/term_stream.txt" 2>/dev/null &
+CURL=$!
+for k in $(seq 1 $((200 * SCALE))); do grep -q '^data: {' "$S/term_stream.txt" 2>/dev/null && break; sleep 0.05; done
+check "a stream has begun on the slow server" grep -q '^data: {' "$S/term_stream.txt"
+if grep -q '^data: \[DONE\]' "$S/term_stream.txt"; then
+    echo "NOTE: the 1000-token stream ended before SIGTERM: this machine decodes too fast for the test to catch it mid-stream"
+fi
+kill -TERM "${PID[slow]}"
+sleep 0.3
+code=$(curl -s -o /dev/null -w '%{http_code}' -m 5 -H 'content-type: application/json' -d '{"prompt": "a", "max_tokens": 2}' \
+    "$(url slow)/v1/completions" 2>/dev/null)
+check "after SIGTERM no new request is served (got HTTP ${code:-none})" test "${code:-000}" != 200
+stop_server slow
+wait $CURL
+check "the stream in flight ended with a finish_reason" grep -qE '"finish_reason": ?"(length|stop)"' "$S/term_stream.txt"
+check "then its usage and [DONE]" sh -c "tail -n 4 '$S/term_stream.txt' | grep -q '\"usage\"' && tail -n 2 '$S/term_stream.txt' | grep -qx 'data: \[DONE\]'"
+
+# ---------------------------------------------------------------- the load test
+start_server load load "diffllama" 4 256 "$S/diff" --parallel 4 --model-name load --quiet
+if [ -n "${PORT[load]:-}" ]; then
+    node -e '
+const fs = require("fs"); const c = JSON.parse(fs.readFileSync(process.argv[1], "utf8"));
+c.servers.load = { url: process.argv[2], pid: Number(process.argv[3]), name: "load" };
+fs.writeFileSync(process.argv[1], JSON.stringify(c, null, 1));' "$S/config.json" "$(url load)" "${PID[load]}"
+    expect_ok "load.mjs: 16 clients, a few hundred requests" node --test-reporter=spec "$HERE/load.mjs" "$S/config.json"
+    cat "$S/last.out"
+    stop_server load
+fi
+for f in "$S"/*.err; do
+    check "no sanitizer report in $(basename "$f")" sh -c "! grep -qE 'ERROR: (Address|Leak)Sanitizer|runtime error:' '$f'"
+done
+finish serve_openai

@@ -1,0 +1,783 @@
+// sdk.mjs CONFIG.json — `difftrans serve` against docs/serve contract (notes: serve_api.md), with the
+// official OpenAI Node SDK as the client wherever the SDK can send the request, raw fetch where it
+// cannot (bodies that are not JSON, too large, missing keys, unknown paths). run.sh starts the
+// servers and writes CONFIG: their URLs and pids, the difftrans binary, and what the command line
+// answers for the same requests (expect.mjs). node:test runs the tests one after another, so the
+// metrics deltas below are exactly one request's.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { loadConfig, loadOpenAI, client, raw, rawPath, parseSSE } from './lib.mjs';
+
+const cfg = loadConfig(process.argv[2]);
+const sdk = await loadOpenAI(cfg.modules);
+const OpenAI = sdk.default;
+const S = cfg.servers;
+const E = cfg.expect.models;
+const main = client(OpenAI, S.main.url);
+const keyed = client(OpenAI, S.key.url, S.key.key);
+const near = (a, b, tol, what) => assert.ok(Math.abs(a - b) <= tol, `${what}: ${a} vs ${b} (tolerance ${tol})`);
+const isLogprob = (x, what) => assert.ok(typeof x === 'number' && Number.isFinite(x) && x <= 0, `${what}: ${x} is not a log-probability`);
+
+// what a greedy choice must say, from `difftrans generate`: its text, and "stop" when generate's
+// last id is an end-of-sequence id (generate prints the stop id; the text leaves it out)
+function finishOf(exp, model) {
+  const last = exp.ids[exp.ids.length - 1];
+  return exp.ids.length < exp.max_tokens || E[model].eos_ids.includes(last) ? 'stop' : 'length';
+}
+function checkUsage(u, prompt, completion, what) {
+  assert.equal(u.prompt_tokens, prompt, `${what}: usage.prompt_tokens`);
+  if (completion !== undefined) assert.equal(u.completion_tokens, completion, `${what}: usage.completion_tokens`);
+  assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens, `${what}: usage.total_tokens`);
+}
+function genTokens(exp, model) { // completion_tokens of a greedy reply: generate's ids, an end id included or not
+  const last = exp.ids[exp.ids.length - 1];
+  return E[model].eos_ids.includes(last) ? [exp.ids.length, exp.ids.length - 1] : [exp.ids.length];
+}
+function checkGreedy(choice, exp, model, what) {
+  assert.equal(choice.text, exp.text, `${what}: the text of ${JSON.stringify(exp.prompt)} max_tokens ${exp.max_tokens} is generate's`);
+  assert.equal(choice.finish_reason, finishOf(exp, model), `${what}: finish_reason`);
+}
+function encode(text, special) {
+  const args = ['tokenizer', 'encode', '--tokenizer', E.diff.dir, ...(special ? ['--add-special'] : [])];
+  return execFileSync(cfg.dt, args, { input: text }).toString().trim().split(/\s+/).map(Number);
+}
+// an SDK call that must fail: the error class, status and OpenAI-shaped body
+async function sdkError(promise, Cls, status, type, code, what) {
+  let err = null;
+  try { await promise; } catch (e) { err = e; }
+  assert.ok(err, `${what}: the request succeeded`);
+  assert.ok(err instanceof Cls, `${what}: ${err?.constructor?.name} (${err?.message}), expected ${Cls.name}`);
+  assert.equal(err.status, status, `${what}: status`);
+  assert.equal(err.type, type, `${what}: error.type (${err.message})`);
+  if (code !== undefined) assert.equal(err.code, code, `${what}: error.code (${err.message})`);
+  assert.equal(typeof err.error?.message, 'string', `${what}: error.message`);
+  assert.ok('param' in err.error && 'code' in err.error, `${what}: error has param and code: ${JSON.stringify(err.error)}`);
+  return err;
+}
+function rawError(r, status, type, code, what) {
+  assert.equal(r.status, status, `${what}: status (body ${r.text.slice(0, 300)})`);
+  assert.ok(r.json && r.json.error, `${what}: the body is not an OpenAI error: ${r.text.slice(0, 300)}`);
+  const e = r.json.error;
+  assert.equal(typeof e.message, 'string', `${what}: error.message`);
+  assert.ok(e.message.length > 0, `${what}: empty message`);
+  assert.equal(e.type, type, `${what}: error.type`);
+  assert.ok('param' in e && 'code' in e, `${what}: error has param and code: ${JSON.stringify(e)}`);
+  if (code !== undefined) assert.equal(e.code, code, `${what}: error.code`);
+  assert.match(r.headers.get('content-type') ?? '', /application\/json/, `${what}: content-type`);
+  return e;
+}
+
+// ---------------------------------------------------------------- completions
+
+test('completions: a text prompt at temperature 0 is `difftrans generate --temperature 0`', async () => {
+  for (const exp of E.diff.greedy) {
+    const r = await main.completions.create({ model: 'any-name', prompt: exp.prompt, max_tokens: exp.max_tokens, temperature: 0 });
+    assert.equal(r.object, 'text_completion');
+    assert.match(r.id, /^cmpl-/);
+    assert.equal(r.model, 'any-name', 'the model field is echoed as given');
+    assert.ok(Number.isInteger(r.created) && Math.abs(r.created - Date.now() / 1000) < 600, `created ${r.created}`);
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.choices[0].index, 0);
+    assert.equal(r.choices[0].logprobs, null, 'logprobs null unless asked for');
+    checkGreedy(r.choices[0], exp, 'diff', 'text prompt');
+    assert.ok(genTokens(exp, 'diff').includes(r.usage.completion_tokens), `completion_tokens ${r.usage.completion_tokens}`);
+    checkUsage(r.usage, exp.prompt_ids.length, undefined, 'text prompt (tokenised as generate --prompt, BOS included)');
+  }
+});
+
+test('completions: the other models (q8_0, llama, V2) are generate too, and differ from each other', async () => {
+  for (const [name, c] of [['q8', client(OpenAI, S.q8.url)], ['llama', client(OpenAI, S.llama.url)], ['v2', client(OpenAI, S.v2.url)]]) {
+    for (const exp of E[name].greedy) {
+      const r = await c.completions.create({ model: name, prompt: exp.prompt, max_tokens: exp.max_tokens, temperature: 0 });
+      checkGreedy(r.choices[0], exp, name, name);
+      checkUsage(r.usage, exp.prompt_ids.length, undefined, name);
+    }
+  }
+});
+
+test('completions: a token-id prompt is taken as given', async () => {
+  for (const exp of E.diff.greedy.filter((g) => g.max_tokens === 24)) {
+    const r = await main.completions.create({ model: 'm', prompt: exp.prompt_ids, max_tokens: 24, temperature: 0 });
+    checkGreedy(r.choices[0], exp, 'diff', 'id prompt');
+    checkUsage(r.usage, exp.prompt_ids.length, undefined, 'id prompt');
+    // without the BOS the model sees another sequence: prompt_tokens says so
+    const r2 = await main.completions.create({ model: 'm', prompt: exp.prompt_ids.slice(1), max_tokens: 2, temperature: 0 });
+    checkUsage(r2.usage, exp.prompt_ids.length - 1, undefined, 'id prompt without BOS: no BOS added');
+  }
+});
+
+test('completions: a list of prompts (text and ids), n > 1, index = prompt_index·n + j', async () => {
+  const exps = E.diff.greedy.filter((g) => g.max_tokens === 6).slice(0, 3);
+  for (const prompt of [exps.map((e) => e.prompt), exps.map((e) => e.prompt_ids)]) {
+    const r = await main.completions.create({ model: 'm', prompt, max_tokens: 6, temperature: 0, n: 2 });
+    assert.equal(r.choices.length, 6);
+    const byIndex = [...r.choices].sort((a, b) => a.index - b.index);
+    assert.deepEqual(byIndex.map((c) => c.index), [0, 1, 2, 3, 4, 5]);
+    byIndex.forEach((c, i) => checkGreedy(c, exps[Math.floor(i / 2)], 'diff', `choice ${i}`));
+    const prompts = exps.reduce((s, e) => s + e.prompt_ids.length, 0);
+    const gen = byIndex.reduce((s, c) => s + (c.finish_reason === 'length' ? 6 : 0), 0);
+    checkUsage(r.usage, prompts, byIndex.every((c) => c.finish_reason === 'length') ? gen : undefined,
+      'prompt tokens counted once per prompt, completion tokens summed over choices');
+  }
+});
+
+test('completions: sampling with n > 1 gives different choices; a seed reproduces them; a fixed default seed', async () => {
+  const req = { model: 'm', prompt: 'The program', max_tokens: 24, temperature: 1, n: 3, seed: 123 };
+  const a = await main.completions.create(req);
+  const b = await main.completions.create(req);
+  const texts = (r) => [...r.choices].sort((x, y) => x.index - y.index).map((c) => c.text);
+  assert.deepEqual(texts(a), texts(b), 'the same seed gives the same choices');
+  assert.ok(new Set(texts(a)).size > 1, `n = 3 sampled choices are all ${JSON.stringify(texts(a)[0])}`);
+  const c = await main.completions.create({ ...req, seed: 124 });
+  assert.notDeepEqual(texts(c), texts(a), 'another seed gives other choices');
+  const greedy = E.diff.greedy.find((g) => g.prompt === 'The program' && g.max_tokens === 24);
+  assert.ok(texts(a).some((t) => t !== greedy.text), 'temperature 1 is not greedy');
+  const { seed, ...noSeed } = req;
+  const d = await main.completions.create(noSeed);
+  const e = await main.completions.create(noSeed);
+  assert.deepEqual(texts(d), texts(e), 'without a seed replies are reproducible (a fixed default seed)');
+});
+
+test('completions: top_k 1 and a tiny top_p are greedy at temperature 1; max_tokens defaults to 16', async () => {
+  const exp = E.diff.greedy.find((g) => g.prompt === 'You may' && g.max_tokens === 24);
+  const k = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 1, top_k: 1, seed: 5 });
+  checkGreedy(k.choices[0], exp, 'diff', 'top_k 1');
+  const p = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 1, top_p: 1e-6, seed: 5 });
+  checkGreedy(p.choices[0], exp, 'diff', 'top_p 1e-6');
+  const d = await main.completions.create({ model: 'm', prompt: exp.prompt, temperature: 0 });
+  if (finishOf(exp, 'diff') === 'length') assert.equal(d.usage.completion_tokens, 16, 'max_tokens defaults to 16');
+  assert.ok(exp.text.startsWith(d.choices[0].text), `${JSON.stringify(d.choices[0].text)} is not a prefix of ${JSON.stringify(exp.text)}`);
+  // accepted: zero penalties, user, unknown fields
+  const z = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 6, temperature: 0, presence_penalty: 0,
+    frequency_penalty: 0, user: 'someone', an_unknown_field: { a: 1 } });
+  assert.equal(z.choices[0].text, E.diff.greedy.find((g) => g.prompt === 'You may' && g.max_tokens === 6).text);
+});
+
+// the first stop candidate of a greedy text: a piece that starts after its beginning
+function stopCase(exp) {
+  const stop = exp.text.slice(3, 6);
+  const cut = exp.text.slice(0, exp.text.indexOf(stop));
+  return { stop, cut };
+}
+
+test('completions: stop strings cut the text before them, finish_reason "stop"', async () => {
+  for (const exp of E.diff.greedy.filter((g) => g.max_tokens === 24).slice(0, 3)) {
+    const { stop, cut } = stopCase(exp);
+    assert.ok(stop.length === 3 && exp.text.length > 6, `test setup: generate's text ${JSON.stringify(exp.text)} is too short`);
+    for (const s of [stop, ['never-in-the-text', stop], ['xyzzy', 'plugh', 'never', stop]]) {
+      const r = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 0, stop: s });
+      assert.equal(r.choices[0].text, cut, `stop ${JSON.stringify(s)} on ${JSON.stringify(exp.text)}`);
+      assert.equal(r.choices[0].finish_reason, 'stop');
+      // streamed: what is held back while it could begin a stop string never shows
+      const st = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 0, stop: s, stream: true });
+      let text = '';
+      for await (const ch of st) for (const c of ch.choices) text += c.text;
+      assert.equal(text, cut, `streamed, stop ${JSON.stringify(s)}`);
+    }
+    const none = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 0, stop: ['qqqq'] });
+    checkGreedy(none.choices[0], exp, 'diff', 'a stop string that never comes');
+  }
+});
+
+// ---------------------------------------------------------------- streaming
+
+async function collectStream(stream) {
+  const chunks = [];
+  for await (const ch of stream) chunks.push(ch);
+  return chunks;
+}
+
+test('streaming completions: the chunks concatenate to the reply, each choice ends once, a final usage chunk', async () => {
+  const exps = E.diff.greedy.filter((g) => g.max_tokens === 24).slice(0, 2);
+  const req = { model: 'streamer', prompt: exps.map((e) => e.prompt), max_tokens: 24, temperature: 0, n: 2 };
+  const whole = await main.completions.create(req);
+  const chunks = await collectStream(await main.completions.create({ ...req, stream: true }));
+  assert.ok(chunks.length > 4, `only ${chunks.length} chunks: not streamed`);
+  const id = chunks[0].id;
+  const text = {}, ends = {};
+  for (const ch of chunks.slice(0, -1)) {
+    assert.equal(ch.object, 'text_completion');
+    assert.equal(ch.id, id, 'one id for the whole stream');
+    assert.equal(ch.model, 'streamer');
+    assert.ok(ch.choices.length >= 1, 'only the last chunk has no choices');
+    for (const c of ch.choices) {
+      assert.ok(!ends[c.index], `choice ${c.index} has a chunk after its finish_reason`);
+      text[c.index] = (text[c.index] ?? '') + c.text;
+      if (c.finish_reason !== null) ends[c.index] = c.finish_reason;
+    }
+  }
+  const last = chunks[chunks.length - 1];
+  assert.deepEqual(last.choices, [], 'the usage chunk has "choices": []');
+  assert.deepEqual(last.usage, whole.usage, 'the final usage is the non-streamed one');
+  for (const c of whole.choices) {
+    assert.equal(text[c.index], c.text, `choice ${c.index}: the chunks concatenate to the non-streamed text`);
+    assert.equal(ends[c.index], c.finish_reason, `choice ${c.index}: finish_reason`);
+  }
+  // on the wire: text/event-stream, `data: {json}` events, the usage chunk, then [DONE]
+  const r = await raw(S.main.url, '/v1/completions', { body: { ...req, stream: true, stream_options: { include_usage: true } } });
+  assert.equal(r.status, 200);
+  assert.match(r.headers.get('content-type') ?? '', /^text\/event-stream/);
+  const ev = parseSSE(r.text);
+  assert.equal(ev[ev.length - 1], '[DONE]');
+  assert.deepEqual(ev[ev.length - 2].usage, whole.usage);
+  assert.equal(ev.filter((e) => e === '[DONE]').length, 1);
+  for (const e of ev.slice(0, -2)) for (const c of e.choices) assert.ok('logprobs' in c && 'finish_reason' in c, JSON.stringify(c));
+});
+
+test('streaming completions: logprobs ride along with the chunks', async () => {
+  const r = await raw(S.main.url, '/v1/completions', { body: { prompt: 'The program', max_tokens: 6, temperature: 0, logprobs: 2, stream: true } });
+  const ev = parseSSE(r.text);
+  let n = 0;
+  for (const e of ev.slice(0, -2)) for (const c of e.choices) if (c.logprobs) {
+    n += c.logprobs.tokens.length;
+    c.logprobs.token_logprobs.forEach((x) => isLogprob(x, 'streamed token_logprob'));
+  }
+  assert.equal(n, ev[ev.length - 2].usage.completion_tokens, 'one logprob per streamed token');
+});
+
+// ---------------------------------------------------------------- chat
+
+const MESSAGES = [{ role: 'system', content: 'You are a license.' }, { role: 'user', content: 'What may you do?' }];
+function chatml(messages) {
+  return messages.map((m) => `<|im_start|>${m.role}\n${m.content}<|im_end|>\n`).join('') + '<|im_start|>assistant\n';
+}
+
+test('chat completions with --chat-template chatml: the reply is the completion of the ChatML text', async () => {
+  const r = await main.chat.completions.create({ model: 'chat', messages: MESSAGES, max_tokens: 12, temperature: 0 });
+  assert.equal(r.object, 'chat.completion');
+  assert.match(r.id, /^chatcmpl-|^cmpl-/);
+  assert.equal(r.choices.length, 1);
+  const c = r.choices[0];
+  assert.equal(c.index, 0);
+  assert.equal(c.message.role, 'assistant');
+  assert.equal(typeof c.message.content, 'string');
+  assert.ok(['stop', 'length'].includes(c.finish_reason));
+  // the same model on the rendered template (the vocabulary has no <|im_start|>: it is text),
+  // with or without a BOS before it
+  const text = chatml(MESSAGES);
+  const alt = [];
+  for (const ids of [encode(text, true), encode(text, false)]) {
+    const p = await main.completions.create({ model: 'm', prompt: ids, max_tokens: 12, temperature: 0 });
+    alt.push({ ids: ids.length, text: p.choices[0].text });
+  }
+  const match = alt.find((a) => a.text === c.message.content && a.ids === r.usage.prompt_tokens);
+  assert.ok(match, `chat reply ${JSON.stringify(c.message.content)} (${r.usage.prompt_tokens} prompt tokens) is not the completion of the ChatML text: ${JSON.stringify(alt)}`);
+  checkUsage(r.usage, match.ids, undefined, 'chat');
+  // max_completion_tokens is max_tokens
+  const m = await main.chat.completions.create({ model: 'chat', messages: MESSAGES, max_completion_tokens: 3, temperature: 0 });
+  assert.ok(m.usage.completion_tokens <= 3 && c.message.content.startsWith(m.choices[0].message.content), JSON.stringify(m));
+});
+
+test('chat completions streamed: role first, then content deltas that concatenate to the reply, usage, [DONE]', async () => {
+  const req = { model: 'chat', messages: MESSAGES, max_tokens: 12, temperature: 0, n: 2 };
+  const whole = await main.chat.completions.create(req);
+  const chunks = await collectStream(await main.chat.completions.create({ ...req, stream: true }));
+  const content = {}, role = {}, ends = {};
+  for (const ch of chunks.slice(0, -1)) {
+    assert.equal(ch.object, 'chat.completion.chunk');
+    for (const c of ch.choices) {
+      if (content[c.index] === undefined) {
+        assert.equal(c.delta.role, 'assistant', `choice ${c.index}: the first delta gives the role`);
+        role[c.index] = true;
+        content[c.index] = '';
+      }
+      if (c.delta.content) content[c.index] += c.delta.content;
+      if (c.finish_reason) ends[c.index] = c.finish_reason;
+    }
+  }
+  const last = chunks[chunks.length - 1];
+  assert.deepEqual(last.choices, []);
+  assert.deepEqual(last.usage, whole.usage);
+  for (const c of whole.choices) {
+    assert.equal(content[c.index], c.message.content, `choice ${c.index}`);
+    assert.equal(ends[c.index], c.finish_reason);
+  }
+  const r = await raw(S.main.url, '/v1/chat/completions', { body: { ...req, stream: true } });
+  const ev = parseSSE(r.text);
+  assert.equal(ev[ev.length - 1], '[DONE]');
+});
+
+test('chat completions: logprobs and top_logprobs', async () => {
+  const r = await main.chat.completions.create({ model: 'c', messages: MESSAGES, max_tokens: 5, temperature: 0, logprobs: true, top_logprobs: 3 });
+  const lp = r.choices[0].logprobs;
+  assert.ok(lp && Array.isArray(lp.content), `logprobs.content: ${JSON.stringify(lp)}`);
+  assert.equal(lp.content.length, r.usage.completion_tokens);
+  for (const t of lp.content) {
+    isLogprob(t.logprob, 'chat logprob');
+    assert.equal(t.top_logprobs.length, 3);
+    near(t.logprob, t.top_logprobs[0].logprob, 1e-4, 'greedy: the chosen token is the most probable');
+  }
+});
+
+test('chat completions: a server without a template refuses with unsupported_chat_template', async () => {
+  const e = await sdkError(keyed.chat.completions.create({ model: 'c', messages: MESSAGES }), sdk.BadRequestError, 400,
+    'invalid_request_error', 'unsupported_chat_template', 'no chat template');
+  assert.match(e.message, /\/v1\/completions/);
+  assert.match(e.message, /--chat-template/);
+});
+
+test('chat completions: bad messages are refused', async () => {
+  for (const [body, what] of [[{ messages: [] }, 'no messages'], [{ messages: [{ role: 'robot', content: 'x' }] }, 'unknown role'],
+    [{ messages: [{ role: 'user', content: 5 }] }, 'content not a string'], [{ messages: 'hi' }, 'messages not a list'], [{}, 'no messages field']]) {
+    await sdkError(main.chat.completions.create({ model: 'c', max_tokens: 2, ...body }), sdk.BadRequestError, 400, 'invalid_request_error', undefined, what);
+  }
+});
+
+// ---------------------------------------------------------------- logprobs and echo
+
+const LP = cfg.expect.logprobs;
+
+test('logprobs with echo: what lm-evaluation-harness local-completions sends, unchanged, against forward\'s logits', async () => {
+  // exactly the payload lm_eval/models/openai_completions.py builds for loglikelihood requests
+  const payload = { model: 'dt-diff', prompt: [LP.ids], max_tokens: 1, temperature: 0, logprobs: 1, seed: 1234, echo: true };
+  const r = await raw(S.main.url, '/v1/completions', { body: payload });
+  assert.equal(r.status, 200, r.text.slice(0, 300));
+  const ch = r.json.choices;
+  assert.equal(ch.length, 1);
+  const lp = ch[0].logprobs;
+  const T = LP.ids.length;
+  assert.equal(lp.tokens.length, T + 1, 'echo: the prompt tokens, then the one generated');
+  assert.equal(lp.token_logprobs.length, T + 1);
+  assert.equal(lp.top_logprobs.length, T + 1);
+  assert.equal(lp.text_offset.length, T + 1);
+  assert.equal(lp.token_logprobs[0], null, 'the first prompt token has no logprob');
+  assert.equal(lp.top_logprobs[0], null, 'nor alternatives');
+  // the BOS may be shown as its text or as nothing; every other token is its text decoded alone
+  assert.ok(lp.tokens[0] === LP.token_texts[0] || lp.tokens[0] === '', `the first token ${JSON.stringify(lp.tokens[0])}`);
+  for (let t = 1; t < T; t++) assert.equal(lp.tokens[t], LP.token_texts[t], `token ${t}'s text`);
+  for (let t = 1; t <= T; t++) {
+    if (t < T) near(lp.token_logprobs[t], LP.token_logprobs[t], 2e-3, `token_logprobs[${t}] against forward`);
+    const top = Object.entries(lp.top_logprobs[t]);
+    assert.equal(top.length, 1, `logprobs 1: one alternative at ${t}`);
+    assert.equal(top[0][0], LP.best[t].text, `the most probable token after position ${t - 1}`);
+    near(top[0][1], LP.best[t].logprob, 2e-3, `top_logprobs[${t}]`);
+    isLogprob(lp.token_logprobs[t], `token_logprobs[${t}]`);
+  }
+  // the generated token is the greedy one, and its logprob is the best alternative's
+  assert.equal(lp.tokens[T], LP.best[T].text);
+  near(lp.token_logprobs[T], Object.values(lp.top_logprobs[T])[0], 1e-6, 'greedy token = top alternative');
+  for (let t = 1; t <= T; t++) assert.ok(lp.text_offset[t] >= lp.text_offset[t - 1], 'text_offset grows');
+  // what lm-eval computes: the continuation's log-likelihood and whether it is greedy
+  const ctxlen = 4;
+  const cont = lp.token_logprobs.slice(ctxlen, -1);
+  const want = LP.token_logprobs.slice(ctxlen).reduce((a, b) => a + b, 0);
+  near(cont.reduce((a, b) => a + b, 0), want, 1e-2, 'sum of token_logprobs[ctxlen:-1]');
+  let isGreedy = true;
+  for (let i = ctxlen; i < T; i++) {
+    const best = Object.entries(lp.top_logprobs[i]).sort((a, b) => b[1] - a[1])[0][0];
+    if (best !== lp.tokens[i]) isGreedy = false;
+  }
+  const wantGreedy = LP.ids.slice(ctxlen).every((id, k) => LP.best[ctxlen + k].id === id);
+  assert.equal(isGreedy, wantGreedy);
+  checkUsage(r.json.usage, T, 1, 'lm-eval request');
+});
+
+test('logprobs with echo: max_tokens 0 scores the prompt only; a text prompt echoes its text', async () => {
+  const T = LP.ids.length;
+  const r = await main.completions.create({ model: 'm', prompt: LP.text, max_tokens: 0, echo: true, logprobs: 3, temperature: 0 });
+  const c = r.choices[0];
+  assert.equal(c.text, LP.text, 'echo with max_tokens 0: the prompt\'s text');
+  assert.equal(c.finish_reason, 'length');
+  checkUsage(r.usage, T, 0, 'max_tokens 0');
+  assert.equal(c.logprobs.tokens.length, T);
+  assert.equal(c.logprobs.token_logprobs[0], null);
+  for (let t = 1; t < T; t++) {
+    near(c.logprobs.token_logprobs[t], LP.token_logprobs[t], 2e-3, `text prompt token_logprobs[${t}]`);
+    const top = Object.values(c.logprobs.top_logprobs[t]);
+    assert.ok(top.length >= 1 && top.length <= 3, `top_logprobs[${t}] has ${top.length} entries`);
+    assert.ok(Math.max(...top) >= c.logprobs.token_logprobs[t] - 1e-4, 'no token beats the best alternative');
+  }
+  const one = await main.completions.create({ model: 'm', prompt: LP.text, max_tokens: 1, echo: true, logprobs: 1, temperature: 0 });
+  assert.equal(one.choices[0].text, LP.text + LP.best[T].text, 'echo: prompt text + completion');
+  assert.equal(one.choices[0].logprobs.tokens.length, T + 1);
+});
+
+test('logprobs without echo: one per generated token, the greedy token is the top alternative', async () => {
+  const exp = E.diff.greedy.find((g) => g.prompt === 'The program' && g.max_tokens === 24);
+  const r = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 0, logprobs: 5 });
+  const lp = r.choices[0].logprobs;
+  assert.equal(r.choices[0].text, exp.text, 'asking for logprobs changes nothing in the text');
+  assert.equal(lp.tokens.length, r.usage.completion_tokens);
+  assert.equal(lp.tokens.join(''), exp.text, 'the tokens spell the text');
+  lp.token_logprobs.forEach((x, i) => {
+    isLogprob(x, `token ${i}`);
+    const top = Object.values(lp.top_logprobs[i]);
+    assert.ok(top.length >= 1 && top.length <= 5);
+    near(x, Math.max(...top), 1e-5, `greedy token ${i} has the best logprob`);
+  });
+  // sampled: the token drawn is never above the best alternative
+  const s = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 1.5, seed: 9, logprobs: 2 });
+  s.choices[0].logprobs.token_logprobs.forEach((x, i) => {
+    isLogprob(x, `sampled token ${i}`);
+    assert.ok(x <= Math.max(...Object.values(s.choices[0].logprobs.top_logprobs[i])) + 1e-5);
+  });
+  const z = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 3, temperature: 0, logprobs: 0 });
+  assert.equal(z.choices[0].logprobs.token_logprobs.length, 3, 'logprobs 0: the chosen tokens\' logprobs, no alternatives');
+  await sdkError(main.completions.create({ model: 'm', prompt: 'x', logprobs: 21 }), sdk.BadRequestError, 400, 'invalid_request_error', undefined, 'logprobs 21');
+});
+
+// ---------------------------------------------------------------- models, health, metrics
+
+test('/v1/models describes each served model', async () => {
+  const want = [[S.main, 'diff', 'diffllama', 'none', 2], [S.q8, 'q8', 'diffllama', 'q8_0', 2],
+    [S.llama, 'llama', 'llama', 'none', E.llama.heads], [S.v2, 'v2', 'difftrans_v2', 'none', E.v2.heads / 2]];
+  for (const [srv, name, arch, quant, heads] of want) {
+    const list = await client(OpenAI, srv.url).models.list();
+    assert.equal(list.data.length, 1);
+    const m = list.data[0];
+    assert.equal(m.id, srv.name, `${name}: id is --model-name or the directory's name`);
+    assert.equal(m.object, 'model');
+    assert.equal(m.owned_by, 'difftrans');
+    assert.ok(Number.isInteger(m.created));
+    const d = m.difftrans;
+    assert.equal(d.arch, arch, name);
+    assert.equal(d.quantization, quant, name);
+    assert.equal(d.parameters, E[name].parameters, `${name}: parameters`);
+    assert.equal(d.context, E[name].context, `${name}: context`);
+    assert.equal(d.vocab_size, E[name].vocab_size, `${name}: vocab_size`);
+    assert.equal(d.layers, E[name].layers, `${name}: layers`);
+    assert.equal(d.heads, heads, `${name}: output heads`);
+  }
+  const r = await raw(S.main.url, '/v1/models', { method: 'GET' });
+  assert.equal(r.json.object, 'list');
+});
+
+test('/health: idle server, no key needed', async () => {
+  for (const [srv, slots] of [[S.main, 4], [S.key, 2]]) {
+    const r = await raw(srv.url, '/health', { method: 'GET' });
+    assert.equal(r.status, 200);
+    assert.deepEqual({ ...r.json }, { status: 'ok', slots_in_use: 0, n_slots: slots, queue_depth: 0 });
+  }
+});
+
+function parseProm(text) {
+  const samples = [];
+  const types = {};
+  for (const line of text.split('\n')) {
+    if (line === '') continue;
+    const t = /^# TYPE (\S+) (counter|gauge|histogram|summary|untyped)$/.exec(line);
+    if (t) { types[t[1]] = t[2]; continue; }
+    if (line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)( \d+)?$/.exec(line);
+    assert.ok(m, `not a Prometheus sample line: ${JSON.stringify(line)}`);
+    const labels = {};
+    if (m[3]) for (const kv of m[3].match(/[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*"/g) ?? []) {
+      const i = kv.indexOf('=');
+      labels[kv.slice(0, i)] = kv.slice(i + 2, -1);
+    }
+    const v = m[4] === '+Inf' ? Infinity : Number(m[4]);
+    assert.ok(!Number.isNaN(v), `value of ${line}`);
+    samples.push({ name: m[1], labels, value: v });
+  }
+  return { samples, types };
+}
+async function metrics(srv, headers = {}) {
+  const r = await raw(srv.url, '/metrics', { method: 'GET', headers });
+  assert.equal(r.status, 200, r.text.slice(0, 200));
+  assert.match(r.headers.get('content-type') ?? '', /^text\/plain/);
+  return parseProm(r.text);
+}
+const sum = (p, name, f = () => true) => p.samples.filter((s) => s.name === name && f(s.labels)).reduce((a, s) => a + s.value, 0);
+
+test('/metrics: Prometheus text; counters grow by what a request did; histograms with buckets', async () => {
+  const before = await metrics(S.main);
+  for (const n of ['difftrans_requests_total', 'difftrans_prompt_tokens_total', 'difftrans_generated_tokens_total']) assert.equal(before.types[n], 'counter', n);
+  for (const n of ['difftrans_queue_depth', 'difftrans_batch_rows', 'difftrans_batch_sequences', 'difftrans_kv_slots_in_use', 'difftrans_kv_slots']) assert.equal(before.types[n], 'gauge', n);
+  assert.equal(sum(before, 'difftrans_kv_slots'), 4);
+  assert.equal(sum(before, 'difftrans_kv_slots_in_use'), 0);
+  const r = await main.completions.create({ model: 'm', prompt: 'The program', max_tokens: 6, temperature: 0 });
+  await sdkError(main.completions.create({ model: 'm', prompt: 5 }), sdk.BadRequestError, 400, 'invalid_request_error', undefined, 'prompt 5');
+  const after = await metrics(S.main);
+  const ok = (l) => l.status === '200' && /completions/.test(l.endpoint ?? '') && !/chat/.test(l.endpoint);
+  assert.equal(sum(after, 'difftrans_requests_total', ok) - sum(before, 'difftrans_requests_total', ok), 1, 'one more 200 on /v1/completions');
+  const bad = (l) => l.status === '400';
+  assert.equal(sum(after, 'difftrans_requests_total', bad) - sum(before, 'difftrans_requests_total', bad), 1, 'one more 400');
+  assert.equal(sum(after, 'difftrans_prompt_tokens_total') - sum(before, 'difftrans_prompt_tokens_total'), r.usage.prompt_tokens);
+  assert.equal(sum(after, 'difftrans_generated_tokens_total') - sum(before, 'difftrans_generated_tokens_total'), r.usage.completion_tokens);
+  for (const h of ['difftrans_time_to_first_token_seconds', 'difftrans_time_per_output_token_seconds']) {
+    assert.equal(after.types[h], 'histogram', h);
+    const buckets = after.samples.filter((s) => s.name === h + '_bucket');
+    assert.ok(buckets.length >= 3, `${h}: ${buckets.length} buckets`);
+    const les = buckets.map((b) => (b.labels.le === '+Inf' ? Infinity : Number(b.labels.le)));
+    for (let i = 1; i < buckets.length; i++) {
+      assert.ok(les[i] > les[i - 1], `${h}: le in increasing order`);
+      assert.ok(buckets[i].value >= buckets[i - 1].value, `${h}: buckets are cumulative`);
+    }
+    assert.equal(les[les.length - 1], Infinity, `${h}: a +Inf bucket`);
+    const count = sum(after, h + '_count');
+    assert.equal(buckets[buckets.length - 1].value, count, `${h}: +Inf bucket = _count`);
+    assert.ok(count > sum(before, h + '_count'), `${h}: _count grew`);
+    assert.ok(sum(after, h + '_sum') > 0);
+  }
+});
+
+// ---------------------------------------------------------------- the attention extension
+
+function checkRows(rows, T, what, { sumsTo1 = true } = {}) {
+  assert.equal(rows.length, T, `${what}: one row per query token`);
+  rows.forEach((row, t) => {
+    assert.equal(row.length, t + 1, `${what}: row ${t} has keys 0..${t}`);
+    row.forEach((x) => assert.ok(Number.isFinite(x), `${what}: ${x}`));
+    if (sumsTo1) {
+      row.forEach((x) => assert.ok(x >= 0 && x <= 1 + 1e-6, `${what}: weight ${x}`));
+      near(row.reduce((a, b) => a + b, 0), 1, 1e-3, `${what}: row ${t} sums to 1`);
+    }
+  });
+}
+async function attention(srv, body) {
+  const r = await raw(srv.url, '/v1/difftrans/attention', { body });
+  assert.equal(r.status, 200, r.text.slice(0, 300));
+  return r.json;
+}
+
+test('attention (DIFF): map1, map2, diff = map1 − λ·map2, λ per layer as difftrans info prints it', async () => {
+  const a = await attention(S.main, { prompt: LP.text });
+  const T = LP.ids.length;
+  assert.equal(a.object, 'difftrans.attention');
+  assert.equal(a.arch, 'diffllama');
+  assert.deepEqual(a.ids, LP.ids, 'tokenised as generate --prompt');
+  assert.deepEqual(a.tokens, LP.token_texts, 'each token as decoded alone');
+  assert.equal(a.n_layers, E.diff.layers);
+  assert.equal(a.n_heads, E.diff.heads / 2, 'DIFF: H/2 differential heads');
+  assert.equal(a.lambda.length, a.n_layers);
+  a.lambda.forEach((l, i) => near(l, E.diff.lambda[i], 1e-4, `λ of layer ${i}`));
+  assert.equal(a.layers.length, a.n_layers);
+  let differ = false;
+  a.layers.forEach((L, l) => {
+    assert.equal(L.layer, l);
+    near(L.lambda, a.lambda[l], 1e-6, `layer ${l}'s λ`);
+    assert.equal(L.heads.length, a.n_heads);
+    L.heads.forEach((h, j) => {
+      assert.equal(h.head, j);
+      checkRows(h.map1, T, `layer ${l} head ${j} map1`);
+      checkRows(h.map2, T, `layer ${l} head ${j} map2`);
+      checkRows(h.diff, T, `layer ${l} head ${j} diff`, { sumsTo1: false });
+      assert.deepEqual(h.map1[0], [1], 'the first token attends to itself only');
+      for (let t = 0; t < T; t++) for (let k = 0; k <= t; k++) {
+        near(h.diff[t][k], h.map1[t][k] - L.lambda * h.map2[t][k], 1e-3 + 1e-3 * Math.abs(h.map1[t][k]), `diff[${t}][${k}]`);
+        if (Math.abs(h.map1[t][k] - h.map2[t][k]) > 1e-3) differ = true;
+      }
+    });
+  });
+  assert.ok(differ, 'map1 and map2 are the same map everywhere: not two query heads');
+  // one layer and head
+  const one = await attention(S.main, { prompt: LP.ids, layer: 1, head: 1 });
+  assert.equal(one.layers.length, 1);
+  assert.equal(one.layers[0].layer, 1);
+  assert.equal(one.layers[0].heads.length, 1);
+  assert.equal(one.layers[0].heads[0].head, 1);
+  assert.deepEqual(one.layers[0].heads[0].map1, a.layers[1].heads[1].map1, 'the same map asked alone');
+});
+
+test('attention (llama): one softmax map per head, λ null', async () => {
+  const a = await attention(S.llama, { prompt: 'This License' });
+  assert.equal(a.arch, 'llama');
+  assert.equal(a.lambda, null);
+  assert.equal(a.n_heads, E.llama.heads);
+  const T = 'This License'.length; // byte-level, no BOS
+  assert.deepEqual(a.ids, [...Buffer.from('This License')]);
+  for (const L of a.layers) {
+    assert.equal(L.lambda, null);
+    for (const h of L.heads) {
+      checkRows(h.map, T, `llama layer ${L.layer} head ${h.head}`);
+      assert.ok(!('map2' in h) || h.map2 === null, 'llama has no second map');
+    }
+  }
+});
+
+test('attention (V2): query heads 2j and 2j+1, per-token λ, diff row t = map1 − λ_t·map2', async () => {
+  const text = 'This License applies';
+  const a = await attention(S.v2, { prompt: text });
+  assert.equal(a.arch, 'difftrans_v2');
+  assert.equal(a.lambda, null);
+  assert.equal(a.n_heads, E.v2.heads / 2);
+  const T = a.ids.length;
+  assert.deepEqual(a.ids, encode(text, true));
+  let varies = false;
+  for (const L of a.layers) for (const h of L.heads) {
+    checkRows(h.map1, T, 'V2 map1');
+    checkRows(h.map2, T, 'V2 map2');
+    checkRows(h.diff, T, 'V2 diff', { sumsTo1: false });
+    assert.equal(h.lambda.length, T, 'one λ per query token');
+    for (let t = 0; t < T; t++) {
+      assert.ok(Number.isFinite(h.lambda[t]));
+      if (Math.abs(h.lambda[t] - h.lambda[0]) > 1e-4) varies = true;
+      for (let k = 0; k <= t; k++) near(h.diff[t][k], h.map1[t][k] - h.lambda[t] * h.map2[t][k], 1.5e-3, `V2 diff[${t}][${k}]`);
+    }
+  }
+  assert.ok(varies, 'V2\'s λ is the same for every token: not per token');
+});
+
+test('attention: too long a prompt, layer or head out of range are refused with 400', async () => {
+  const max = S.main.attention_max_tokens;
+  const ok = await raw(S.main.url, '/v1/difftrans/attention', { body: { prompt: Array(max).fill(84), layer: 0, head: 0 } });
+  assert.equal(ok.status, 200, `${max} tokens are allowed: ${ok.text.slice(0, 200)}`);
+  const long = await raw(S.main.url, '/v1/difftrans/attention', { body: { prompt: Array(max + 1).fill(84) } });
+  const e = rawError(long, 400, 'invalid_request_error', undefined, 'too long for attention');
+  assert.match(e.message, new RegExp(`\\b${max + 1}\\b`));
+  assert.match(e.message, new RegExp(`\\b${max}\\b`));
+  for (const body of [{ layer: E.diff.layers }, { layer: -1 }, { head: E.diff.heads / 2 }, { head: -1 }, { layer: 'x' }]) {
+    const r = await raw(S.main.url, '/v1/difftrans/attention', { body: { prompt: 'The', ...body } });
+    rawError(r, 400, 'invalid_request_error', undefined, `attention ${JSON.stringify(body)}`);
+  }
+  rawError(await raw(S.main.url, '/v1/difftrans/attention', { body: { prompt: [400] } }), 400, 'invalid_request_error', 'invalid_token', 'attention on id 400');
+});
+
+// ---------------------------------------------------------------- every error
+
+test('errors: a body over --max-body is 413 body_too_large; one under it is served', async () => {
+  const limit = S.key.max_body;
+  const auth = { authorization: `Bearer ${S.key.key}` };
+  const body = (size) => {
+    const base = JSON.stringify({ prompt: 'The', max_tokens: 1, pad: '' });
+    return base.replace('"pad":""', `"pad":"${'x'.repeat(size - base.length)}"`);
+  };
+  assert.equal(body(limit).length, limit);
+  const under = await raw(S.key.url, '/v1/completions', { body: body(limit), headers: auth });
+  assert.equal(under.status, 200, `a body of exactly ${limit} bytes: ${under.text.slice(0, 200)}`);
+  rawError(await raw(S.key.url, '/v1/completions', { body: body(limit + 1), headers: auth }), 413, 'invalid_request_error', 'body_too_large', `${limit + 1} bytes`);
+  // the default limit, 1 MiB
+  rawError(await raw(S.main.url, '/v1/completions', { body: body(2 << 20) }), 413, 'invalid_request_error', 'body_too_large', '2 MiB');
+  // through the SDK too (a 1.5 MiB prompt)
+  await sdkError(main.completions.create({ model: 'm', prompt: 'x'.repeat(1536 << 10) }), sdk.APIError, 413, 'invalid_request_error', 'body_too_large', 'SDK 1.5 MiB');
+});
+
+test('errors: JSON that does not parse, or is not an object', async () => {
+  for (const text of ['{"prompt": ', 'not json', '', '[1, 2]', '"a string"', '{"prompt": "x",}']) {
+    rawError(await raw(S.main.url, '/v1/completions', { body: text }), 400, 'invalid_request_error', undefined, `body ${JSON.stringify(text)}`);
+    rawError(await raw(S.main.url, '/v1/chat/completions', { body: text }), 400, 'invalid_request_error', undefined, `chat body ${JSON.stringify(text)}`);
+  }
+});
+
+test('errors: wrong types and invalid values name the field', async () => {
+  const cases = [
+    [{ prompt: 5 }, 'prompt'], [{ prompt: [] }, 'prompt'], [{ prompt: [[]] }, 'prompt'], [{ prompt: [1.5] }, 'prompt'],
+    [{ prompt: ['a', 5] }, 'prompt'], [{ prompt: { a: 1 } }, 'prompt'], [{ prompt: null }, 'prompt'], [{}, 'prompt'],
+    [{ prompt: 'x', max_tokens: 'x' }, 'max_tokens'], [{ prompt: 'x', max_tokens: -1 }, 'max_tokens'], [{ prompt: 'x', max_tokens: 2.5 }, 'max_tokens'],
+    [{ prompt: 'x', temperature: 'hot' }, 'temperature'], [{ prompt: 'x', temperature: -1 }, 'temperature'],
+    [{ prompt: 'x', top_p: 1.5 }, 'top_p'], [{ prompt: 'x', top_k: -1 }, 'top_k'],
+    [{ prompt: 'x', n: 0 }, 'n'], [{ prompt: 'x', n: 17 }, 'n'], [{ prompt: 'x', stream: 'yes' }, 'stream'],
+    [{ prompt: 'x', echo: 1 }, 'echo'], [{ prompt: 'x', stop: 5 }, 'stop'], [{ prompt: 'x', stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
+    [{ prompt: 'x', seed: 'x' }, 'seed'], [{ prompt: 'x', logprobs: -1 }, 'logprobs'], [{ prompt: 'x', presence_penalty: 0.5 }, 'presence_penalty'],
+    [{ prompt: 'x', frequency_penalty: 1 }, 'frequency_penalty'],
+  ];
+  for (const [body, param] of cases) {
+    const e = await sdkError(main.completions.create({ model: 'm', ...body }), sdk.BadRequestError, 400, 'invalid_request_error', undefined, JSON.stringify(body));
+    assert.equal(e.param, param, `${JSON.stringify(body)}: param`);
+  }
+  // and nothing was left running
+  const h = await raw(S.main.url, '/health', { method: 'GET' });
+  assert.equal(h.json.slots_in_use, 0);
+});
+
+test('errors: prompt + max_tokens past the context: 400 context_length_exceeded with the counts', async () => {
+  const C = E.diff.context;
+  const prompt = Array(200).fill(84);
+  const e = await sdkError(main.completions.create({ model: 'm', prompt, max_tokens: 100 }), sdk.BadRequestError, 400,
+    'invalid_request_error', 'context_length_exceeded', 'past the context');
+  assert.equal(e.error.message, `the prompt has 200 tokens and max_tokens is 100: 200 + 100 = 300 exceeds the context of ${C} tokens`);
+  // exactly the context is allowed
+  const r = await main.completions.create({ model: 'm', prompt, max_tokens: C - 200, temperature: 0 });
+  assert.equal(r.usage.prompt_tokens, 200);
+  assert.ok(r.usage.completion_tokens <= C - 200);
+  // a text prompt counts its tokens (BOS included), a list of prompts is checked per prompt
+  const text = 'The program '.repeat(60);
+  const n = encode(text, true).length;
+  const e2 = await sdkError(main.completions.create({ model: 'm', prompt: ['x', text], max_tokens: C }), sdk.BadRequestError, 400,
+    'invalid_request_error', 'context_length_exceeded', 'text past the context');
+  assert.match(e2.error.message, new RegExp(`the prompt has (1|2|${n}) tokens and max_tokens is ${C}`));
+  // chat: the rendered template counts
+  await sdkError(main.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: text }], max_tokens: C }),
+    sdk.BadRequestError, 400, 'invalid_request_error', 'context_length_exceeded', 'chat past the context');
+});
+
+test('errors: token ids outside the vocabulary: 400 invalid_token naming the id, its index and the vocabulary', async () => {
+  const V = E.diff.vocab_size;
+  for (const [prompt, id, index] of [[[-1], -1, 0], [[5, V], V, 1], [[[1, 2], [3, 4, V + 7]], V + 7, 2]]) {
+    const e = await sdkError(main.completions.create({ model: 'm', prompt, max_tokens: 1 }), sdk.BadRequestError, 400,
+      'invalid_request_error', 'invalid_token', JSON.stringify(prompt));
+    assert.match(e.error.message, new RegExp(`(^|[^0-9])${id}([^0-9]|$)`), `${e.error.message}: the id`);
+    assert.match(e.error.message, new RegExp(`(^|[^0-9-])${index}([^0-9]|$)`), `${e.error.message}: the index`);
+    assert.match(e.error.message, new RegExp(`\\b${V}\\b`), `${e.error.message}: the vocabulary size`);
+  }
+  // V − 1 is in the vocabulary
+  const r = await main.completions.create({ model: 'm', prompt: [V - 1], max_tokens: 1, temperature: 0 });
+  assert.equal(r.usage.prompt_tokens, 1);
+});
+
+test('errors: a full queue is 503 queue_full with Retry-After: 1', async () => {
+  // --parallel 1 --queue 1: one request runs, one waits, the others are refused
+  const slow = client(OpenAI, S.slow.url);
+  const N = 6;
+  const results = await Promise.allSettled(Array.from({ length: N }, (_, i) =>
+    slow.completions.create({ model: 'm', prompt: 'a', max_tokens: S.slow.max_tokens, temperature: 0, seed: i })));
+  const ok = results.filter((r) => r.status === 'fulfilled');
+  const busy = results.filter((r) => r.status === 'rejected');
+  assert.ok(ok.length >= 1 && ok.length <= 2, `${ok.length} of ${N} served at once with one slot and a queue of one`);
+  assert.equal(ok.length + busy.length, N);
+  for (const r of ok) assert.equal(r.value.usage.completion_tokens, S.slow.max_tokens, 'a served request is complete');
+  for (const { reason: e } of busy) {
+    assert.ok(e instanceof sdk.InternalServerError, `${e.constructor.name}: ${e.message}`);
+    assert.equal(e.status, 503);
+    assert.equal(e.type, 'server_error');
+    assert.equal(e.code, 'queue_full');
+    assert.equal(e.headers.get('retry-after'), '1');
+  }
+  // raw and streamed: the 503 comes before any event
+  const first = raw(S.slow.url, '/v1/completions', { body: { prompt: 'a', max_tokens: S.slow.max_tokens } });
+  const second = raw(S.slow.url, '/v1/completions', { body: { prompt: 'a', max_tokens: S.slow.max_tokens } });
+  await new Promise((r) => setTimeout(r, 200));
+  const third = await raw(S.slow.url, '/v1/completions', { body: { prompt: 'a', max_tokens: 4, stream: true } });
+  rawError(third, 503, 'server_error', 'queue_full', 'a streamed request to a full queue');
+  assert.equal(third.headers.get('retry-after'), '1');
+  assert.equal((await first).status, 200);
+  assert.equal((await second).status, 200);
+});
+
+test('errors: --api-key: a wrong or missing key is 401 invalid_api_key on /v1/* and /metrics; /health and / need none', async () => {
+  await sdkError(client(OpenAI, S.key.url, 'wrong-key').completions.create({ model: 'm', prompt: 'x', max_tokens: 1 }),
+    sdk.AuthenticationError, 401, 'authentication_error', 'invalid_api_key', 'wrong key');
+  await sdkError(client(OpenAI, S.key.url, S.key.key + 'x').models.list(), sdk.AuthenticationError, 401, 'authentication_error', 'invalid_api_key', 'key with a suffix');
+  await sdkError(client(OpenAI, S.key.url, S.key.key.slice(0, -1)).models.list(), sdk.AuthenticationError, 401, 'authentication_error', 'invalid_api_key', 'key prefix');
+  for (const [method, p, body] of [['POST', '/v1/completions', { prompt: 'x' }], ['POST', '/v1/chat/completions', { messages: MESSAGES }],
+    ['GET', '/v1/models'], ['GET', '/metrics'], ['POST', '/v1/difftrans/attention', { prompt: 'x' }]]) {
+    rawError(await raw(S.key.url, p, { method, body }), 401, 'authentication_error', 'invalid_api_key', `${p} without a key`);
+    rawError(await raw(S.key.url, p, { method, body, headers: { authorization: S.key.key } }), 401, 'authentication_error', 'invalid_api_key', `${p}: the key without Bearer`);
+  }
+  assert.equal((await raw(S.key.url, '/health', { method: 'GET' })).status, 200);
+  const page = await raw(S.key.url, '/', { method: 'GET' });
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-type') ?? '', /^text\/html/);
+  // the right key
+  const r = await keyed.completions.create({ model: 'm', prompt: 'The program', max_tokens: 6, temperature: 0 });
+  assert.equal(r.choices[0].text, E.diff.greedy.find((g) => g.prompt === 'The program' && g.max_tokens === 6).text);
+  await metrics(S.key, { authorization: `Bearer ${S.key.key}` });
+});
+
+test('errors: unknown paths are 404, wrong methods 405, nothing of the model directory is served', async () => {
+  // sent as written (node:http does not normalise dot segments as fetch does)
+  for (const p of ['/nope', '/v1/nope', '/v1', '/config.json', '/model.safetensors', '/tokenizer.json', '/v1/completions/x',
+    '/../config.json', '/../../../../etc/passwd', '/%2e%2e/%2e%2e/etc/passwd', '/..%2f..%2fetc%2fpasswd', '/./config.json', '//etc/passwd']) {
+    for (const method of ['GET', 'POST']) {
+      const r = await rawPath(S.main.url, p, method);
+      rawError(r, 404, 'not_found_error', undefined, `${method} ${p}`);
+    }
+  }
+  await sdkError(main.post('/nothing-here', { body: {} }), sdk.NotFoundError, 404, 'not_found_error', undefined, 'SDK POST /v1/nothing-here');
+  for (const [method, p] of [['GET', '/v1/completions'], ['GET', '/v1/chat/completions'], ['POST', '/health'], ['POST', '/v1/models'],
+    ['DELETE', '/v1/completions'], ['GET', '/v1/difftrans/attention'], ['POST', '/metrics']]) {
+    const r = await raw(S.main.url, p, { method, body: method === 'POST' ? {} : undefined });
+    assert.equal(r.status, 405, `${method} ${p}: ${r.status} ${r.text.slice(0, 200)}`);
+    assert.ok(r.json?.error?.message, `${method} ${p}: an OpenAI-shaped error body`);
+  }
+});
+
+test('the page: GET / is the built-in HTML with the element ids the browser test uses', async () => {
+  const r = await raw(S.main.url, '/', { method: 'GET' });
+  assert.equal(r.status, 200);
+  assert.match(r.headers.get('content-type') ?? '', /^text\/html/);
+  for (const id of ['prompt', 'generate', 'output', 'analyse', 'layer', 'head', 'map1', 'map2', 'diff', 'lambda', 'span-share'])
+    assert.match(r.text, new RegExp(`id=["']?${id}["'\\s>]`), `#${id}`);
+  assert.doesNotMatch(r.text, /<script[^>]+src=|<link[^>]+href=["']?https?:|@import|url\(["']?https?:/i, 'nothing external');
+});
