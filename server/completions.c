@@ -111,7 +111,7 @@ int srv_fail_dt(srv_err *e, const dt_error *err, const char *param) {
     switch (err->code) {
     case DT_ERR_INVALID: return srv_fail(e, 400, "invalid_request_error", NULL, param, "%s", err->msg);
     case DT_ERR_BUSY:
-        return srv_fail(e, 503, "server_error", "queue_full", NULL, "the server is busy: %s; try again", err->msg);
+        return srv_fail(e, 503, "server_error", "queue_full", NULL, "the server is busy: %s", err->msg);
     default: return srv_fail(e, 500, "server_error", NULL, NULL, "%s", err->msg);
     }
 }

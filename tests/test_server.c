@@ -1,0 +1,248 @@
+/* test_server.c — the pure parts of `difftrans serve` (server/text.c, server/chat.c): text sent
+ * in whole characters and always valid UTF-8, stop strings found and held back, and the chat
+ * templates written as their published Jinja renders them. The HTTP side is tested through the
+ * OpenAI SDK (tests/serve/). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "server.h"
+
+#define FFFD "\xEF\xBF\xBD"
+
+/* ---------------------------------------------------------------- UTF-8 */
+
+static void test_utf8_whole(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t want;
+        const char *what;
+    } cases[] = {
+        {"abc", 3, "ASCII"},
+        {"a\xE2\x82\xAC", 4, "a whole euro sign"},
+        {"a\xE2\x82", 1, "two bytes of the euro sign: held back"},
+        {"a\xE2", 1, "its first byte: held back"},
+        {"a\xF0\x9F\x98", 1, "three bytes of an emoji: held back"},
+        {"a\xF0\x9F\x98\x80", 5, "the whole emoji"},
+        {"a\xC3", 1, "the first byte of é"},
+        {"a\xFF", 2, "a byte that is never UTF-8 is not held back (it is replaced)"},
+        {"a\xE0\x80", 3, "E0 80 can never be completed (overlong): not held back"},
+        {"a\xED\xA0", 3, "ED A0 begins a surrogate: never valid, not held back"},
+        {"a\xF4\x90", 3, "F4 90 is past U+10FFFF: not held back"},
+        {"\x80", 1, "a lone continuation byte"},
+        {"\xE2\x82\xAC\xE2\x82", 3, "a whole character, then part of another"},
+        {"", 0, "empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t got = srv_utf8_whole(cases[i].s, strlen(cases[i].s));
+        if (got != cases[i].want) fail_msg("%s: %zu, want %zu", cases[i].what, got, cases[i].want);
+    }
+}
+
+static void test_utf8_repair(void **state) {
+    (void)state;
+    /* the wanted results are Python's bytes.decode("utf-8", "replace"): one U+FFFD per maximal
+     * subpart of an ill-formed sequence (Unicode §3.9) */
+    static const struct {
+        const char *in, *want;
+    } cases[] = {
+        {"plain", "plain"},
+        {"a\xFF" "b", "a" FFFD "b"},
+        {"\xE2\x82", FFFD},
+        {"\xE0\x80\x80", FFFD FFFD FFFD},
+        {"\xF0\x9F\x98" "a", FFFD "a"},
+        {"\xED\xA0\x80", FFFD FFFD FFFD},
+        {"\xF4\x90\x80\x80", FFFD FFFD FFFD FFFD},
+        {"\xC0\xAF", FFFD FFFD},
+        {"caf\xC3\xA9 \xF0\x9F\xA4\x97", "caf\xC3\xA9 \xF0\x9F\xA4\x97"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t len;
+        char *got = srv_utf8_repair(cases[i].in, strlen(cases[i].in), &len);
+        assert_non_null(got);
+        assert_int_equal(len, strlen(cases[i].want));
+        assert_memory_equal(got, cases[i].want, len);
+        assert_int_equal(got[len], '\0');
+        free(got);
+    }
+    size_t len;
+    char *nul = srv_utf8_repair("a\0b", 3, &len); /* NUL is a character like any other */
+    assert_int_equal(len, 3);
+    assert_memory_equal(nul, "a\0b", 3);
+    free(nul);
+    assert_int_equal(srv_utf8_chars("caf\xC3\xA9 \xF0\x9F\xA4\x97", 10), 6);
+}
+
+/* ---------------------------------------------------------------- stop strings */
+
+static void test_stop_find(void **state) {
+    (void)state;
+    const char *stops[] = {"wor", "lo", ""};
+    const char *t = "hello world";
+    assert_int_equal(srv_stop_find(t, strlen(t), stops, 3), 3);  /* the earliest, not the first listed */
+    assert_int_equal(srv_stop_find(t, strlen(t), stops, 1), 6);
+    assert_int_equal(srv_stop_find(t, 4, stops, 3), -1);          /* "lo" is not inside "hell" */
+    assert_int_equal(srv_stop_find(t, strlen(t), stops + 2, 1), -1); /* an empty stop never matches */
+    const char *nl[] = {"\n\n"};
+    assert_int_equal(srv_stop_find("a\nb\n\nc", 6, nl, 1), 3);
+}
+
+static void test_stop_holdback(void **state) {
+    (void)state;
+    const char *stops[] = {"world", "wx", "abc"};
+    assert_int_equal(srv_stop_holdback("hello wor", 9, stops, 3), 3);
+    assert_int_equal(srv_stop_holdback("hello w", 7, stops, 3), 1);
+    assert_int_equal(srv_stop_holdback("hello", 5, stops, 3), 0);
+    assert_int_equal(srv_stop_holdback("xxab", 4, stops, 3), 2);
+    /* a whole stop string is no prefix still to come (srv_stop_find has it) */
+    assert_int_equal(srv_stop_holdback("abc", 3, stops + 2, 1), 0);
+    /* the longest over all stops */
+    const char *two[] = {"ab", "bab"};
+    assert_int_equal(srv_stop_holdback("xba", 3, two, 2), 2);
+    /* the text shorter than the stop */
+    const char *longer[] = {"hello"};
+    assert_int_equal(srv_stop_holdback("he", 2, longer, 1), 2);
+}
+
+static void test_text_sendable(void **state) {
+    (void)state;
+    const char *stops[] = {"END"};
+    const char *t = "ok " FFFD;
+    assert_int_equal(srv_text_sendable(t, strlen(t), NULL, 0, 0), 3);  /* the decoder's mark waits */
+    assert_int_equal(srv_text_sendable(t, strlen(t), NULL, 0, 1), strlen(t));
+    assert_int_equal(srv_text_sendable("ok E", 4, stops, 1, 0), 3);
+    assert_int_equal(srv_text_sendable("ok EN", 5, stops, 1, 1), 5);
+    assert_int_equal(srv_text_sendable("ok Ex", 5, stops, 1, 0), 5);
+    /* raw bytes: an incomplete character waits, then goes out whole */
+    assert_int_equal(srv_text_sendable("a\xE2\x82", 3, NULL, 0, 0), 1);
+    assert_int_equal(srv_text_sendable("a\xE2\x82\xAC", 4, NULL, 0, 0), 4);
+    /* a stop string whose prefix ends inside a character: the cut falls before that character */
+    const char *euro[] = {"\xE2\x82\xAC!"};
+    assert_int_equal(srv_text_sendable("x\xE2\x82\xAC", 4, euro, 1, 0), 1);
+}
+
+static void test_buf(void **state) {
+    (void)state;
+    srv_buf b = {0};
+    for (int i = 0; i < 1000; i++) srv_buf_printf(&b, "%d,", i);
+    assert_false(b.failed);
+    assert_int_equal(b.n, strlen(b.p));
+    assert_memory_equal(b.p + b.n - 4, "999,", 4);
+    size_t len;
+    char *s = srv_buf_take(&b, &len);
+    assert_non_null(s);
+    assert_null(b.p);
+    free(s);
+    s = srv_buf_take(&b, &len); /* an empty buffer gives "" */
+    assert_string_equal(s, "");
+    assert_int_equal(len, 0);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- chat templates */
+
+static char *render(srv_chat_kind k, const srv_chat_msg *m, int n, const char *bos, const char *eos) {
+    srv_buf b = {0};
+    char msg[256];
+    if (srv_chat_render(k, m, n, bos, eos, &b, msg, sizeof msg) != 0) fail_msg("refused: %s", msg);
+    return srv_buf_take(&b, NULL);
+}
+
+#define MSG(r, c) {r, c, sizeof c - 1}
+
+static void test_chat_render(void **state) {
+    (void)state;
+    const srv_chat_msg conv[] = {MSG("system", "Be brief."), MSG("user", " Hi! "), MSG("assistant", "Hello."),
+                                 MSG("user", "Why?\n")};
+    char *s = render(SRV_CHAT_CHATML, conv, 4, NULL, NULL);
+    assert_string_equal(s, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi! <|im_end|>\n"
+                           "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nWhy?\n<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(s);
+    /* Llama 3 trims every message */
+    s = render(SRV_CHAT_LLAMA3, conv, 4, "<|begin_of_text|>", "<|end_of_text|>");
+    assert_string_equal(s, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                           "<|start_header_id|>user<|end_header_id|>\n\nHi!<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                           "<|start_header_id|>user<|end_header_id|>\n\nWhy?<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+    /* Llama 2: the system message inside the first [INST], each turn its own <s> ... </s> */
+    s = render(SRV_CHAT_LLAMA2, conv, 4, "<s>", "</s>");
+    assert_string_equal(s, "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi! [/INST] Hello. </s><s>[INST] Why? [/INST]");
+    free(s);
+    s = render(SRV_CHAT_MISTRAL, conv + 1, 3, NULL, NULL);
+    assert_string_equal(s, "<s>[INST]  Hi!  [/INST]Hello.</s>[INST] Why?\n [/INST]");
+    free(s);
+    s = render(SRV_CHAT_MISTRAL, conv, 2, "", "");  /* a vocabulary without <s>: none written */
+    assert_string_equal(s, "[INST] Be brief.\n\n Hi!  [/INST]");
+    free(s);
+}
+
+static void test_chat_refusals(void **state) {
+    (void)state;
+    const srv_chat_msg two_users[] = {MSG("user", "a"), MSG("user", "b")};
+    const srv_chat_msg late_system[] = {MSG("user", "a"), MSG("assistant", "b"), MSG("system", "c")};
+    const srv_chat_msg only_system[] = {MSG("system", "a")};
+    srv_buf b = {0};
+    char msg[256];
+    for (int k = SRV_CHAT_LLAMA2; k <= SRV_CHAT_MISTRAL; k++) {
+        assert_int_equal(srv_chat_render(k, two_users, 2, NULL, NULL, &b, msg, sizeof msg), -1);
+        assert_non_null(strstr(msg, "messages[1]"));
+        assert_int_equal(srv_chat_render(k, late_system, 3, NULL, NULL, &b, msg, sizeof msg), -1);
+        assert_non_null(strstr(msg, "messages[2]"));
+        assert_int_equal(srv_chat_render(k, only_system, 1, NULL, NULL, &b, msg, sizeof msg), -1);
+        srv_buf_free(&b);
+    }
+    /* ChatML and Llama 3 take any order */
+    assert_int_equal(srv_chat_render(SRV_CHAT_CHATML, two_users, 2, NULL, NULL, &b, msg, sizeof msg), 0);
+    srv_buf_free(&b);
+}
+
+static void test_chat_detect(void **state) {
+    (void)state;
+    static const struct {
+        const char *json;
+        srv_chat_kind want;
+    } cases[] = {
+        {"{\"chat_template\": \"{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}\"}", SRV_CHAT_CHATML},
+        {"{\"chat_template\": \"{{ '<|start_header_id|>' + m['role'] }}\"}", SRV_CHAT_LLAMA3},
+        {"{\"chat_template\": \"{{ bos_token + '[INST] <<SYS>>\\\\n' }}\"}", SRV_CHAT_LLAMA2},
+        {"{\"chat_template\": \"{{ bos_token }}{{ '[INST] ' + m['content'] + ' [/INST]' }}\"}", SRV_CHAT_MISTRAL},
+        {"{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"<|im_start|>\"},"
+         " {\"name\": \"default\", \"template\": \"[INST]\"}]}", SRV_CHAT_MISTRAL},
+        {"{\"chat_template\": \"{% for m in messages %}### {{ m.role }}: {{ m.content }}{% endfor %}\"}",
+         SRV_CHAT_NONE},
+        {"{\"bos_token\": \"<s>\"}", SRV_CHAT_NONE},
+        {"not json", SRV_CHAT_NONE},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const srv_chat_kind got = srv_chat_detect(cases[i].json, strlen(cases[i].json));
+        if (got != cases[i].want)
+            fail_msg("case %zu: %s, want %s", i, srv_chat_name(got), srv_chat_name(cases[i].want));
+    }
+    assert_int_equal(srv_chat_detect(NULL, 0), SRV_CHAT_NONE);
+    srv_chat_kind k;
+    assert_int_equal(srv_chat_parse_name("llama3", &k), 0);
+    assert_int_equal(k, SRV_CHAT_LLAMA3);
+    assert_int_equal(srv_chat_parse_name("none", &k), -1);
+    assert_int_equal(srv_chat_parse_name("ChatML", &k), -1);
+    assert_string_equal(srv_chat_end_token(SRV_CHAT_LLAMA3), "<|eot_id|>");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_utf8_whole),    cmocka_unit_test(test_utf8_repair),
+        cmocka_unit_test(test_stop_find),     cmocka_unit_test(test_stop_holdback),
+        cmocka_unit_test(test_text_sendable), cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_chat_render),   cmocka_unit_test(test_chat_refusals),
+        cmocka_unit_test(test_chat_detect),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
