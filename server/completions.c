@@ -647,7 +647,7 @@ static void update_text(srv_job *j, choice *c) {
         j->failed = 1;
         return;
     }
-    memcpy(t, c->text, c->pre);
+    if (c->pre) memcpy(t, c->text, c->pre);
     memcpy(t + c->pre, full + base, clen);
     t[c->pre + clen] = '\0';
     free(full);
@@ -702,13 +702,15 @@ static int drain(srv_job *j, choice *c, double timeout) {
 }
 
 int srv_job_pump(srv_job *j, double wait_s) {
-    int progress = 0, open = -1;
+    int progress = 0, open = -1, n_open = 0;
     for (int i = 0; i < j->n_choices; i++) {
         if (j->c[i].ended) continue;
         progress |= drain(j, &j->c[i], 0);
         if (!j->c[i].ended && open < 0) open = i;
+        n_open += !j->c[i].ended;
     }
-    if (!progress && open >= 0) drain(j, &j->c[open], wait_s);
+    /* one wait on the first open choice: short when others may have events meanwhile */
+    if (!progress && open >= 0) drain(j, &j->c[open], n_open > 1 && wait_s > 0.005 ? 0.005 : wait_s);
     for (int i = 0; i < j->n_choices; i++)
         if (!j->c[i].ended) return 0;
     return 1;
