@@ -1,7 +1,8 @@
 /* test_kernels.c — every kernel path this CPU supports (portable, AVX2, AVX-512) against the
  * plain scalar reference kernels (layers/elementwise_ref.c), for the elementwise kernels that
  * layers/kernels.h dispatches: RMSNorm (with and without weight), the fused residual add +
- * RMSNorm, its backward and weight gradient, SwiGLU forward and backward, RoPE and AdamW. The
+ * RMSNorm, its backward and weight gradient, SwiGLU forward and backward, RoPE, AdamW and the
+ * few-row matrix product (linear_rows). The
  * attention kernels' paths are held against attention.c in test_flash_attention.c.
  *
  * Row lengths cover every tail a vector of 4, 8 or 16 floats leaves (1..17, 31, 33), the model
@@ -260,9 +261,50 @@ static void test_sumsq(void **state) {
     }
 }
 
+/* The few-row matrix product: every row count 1..LINEAR_ROWS_MAX against the double-sum
+ * reference, on widths that leave every vector tail, an output range that starts and ends off
+ * the block of outputs, and outputs outside [o0, o1) left untouched. Float sums of `in` products
+ * in another order: within in·2^-24 of Σ|x·w| (the rounding of a sum of that many terms). */
+static void test_linear_rows(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 77;
+    static const int widths[] = {1, 3, 8, 15, 16, 17, 33, 70, 256, 1027};
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        const int in = widths[wi], out = 13, o0 = 1, o1 = 12, ldy = out + 3;
+        float *x = frand((size_t)LINEAR_ROWS_MAX * in, 1.0f, &rng), *w = frand((size_t)out * in, 1.0f, &rng);
+        float *absx = fnew((size_t)LINEAR_ROWS_MAX * in), *absw = fnew((size_t)out * in);
+        for (int i = 0; i < LINEAR_ROWS_MAX * in; i++) absx[i] = fabsf(x[i]);
+        for (int i = 0; i < out * in; i++) absw[i] = fabsf(w[i]);
+        float *y_ref = fnew((size_t)LINEAR_ROWS_MAX * ldy), *mag = fnew((size_t)LINEAR_ROWS_MAX * ldy);
+        ref->linear_rows(y_ref, ldy, x, LINEAR_ROWS_MAX, w, in, o0, o1);
+        ref->linear_rows(mag, ldy, absx, LINEAR_ROWS_MAX, absw, in, o0, o1);
+        FOR_EACH_PATH(k) {
+            for (int nr = 1; nr <= LINEAR_ROWS_MAX; nr++) {
+                float *y = fnan((size_t)LINEAR_ROWS_MAX * ldy);
+                k->linear_rows(y, ldy, x, nr, w, in, o0, o1);
+                for (int r = 0; r < LINEAR_ROWS_MAX; r++)
+                    for (int o = 0; o < ldy; o++) {
+                        const float got = y[(size_t)r * ldy + o], want = y_ref[(size_t)r * ldy + o];
+                        if (r >= nr || o < o0 || o >= o1) {
+                            if (!isnan(got)) fail_msg("linear_rows [%s]: wrote row %d output %d outside the range", dt_isa_name(k->isa), r, o);
+                            continue;
+                        }
+                        const float tol = (float)in * 0x1p-24f * mag[(size_t)r * ldy + o] + 1e-30f;
+                        if (!(fabsf(got - want) <= tol))
+                            fail_msg("linear_rows [%s, in %d, rows %d]: row %d output %d: %g vs %g (tolerance %g)",
+                                     dt_isa_name(k->isa), in, nr, r, o, (double)got, (double)want, (double)tol);
+                    }
+                free(y);
+            }
+        }
+        free(x), free(w), free(absx), free(absw), free(y_ref), free(mag);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sumsq),
+        cmocka_unit_test(test_sumsq), cmocka_unit_test(test_linear_rows),
         cmocka_unit_test(test_paths_exist), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rmsnorm_backward),
         cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_rope),    cmocka_unit_test(test_adamw),
     };

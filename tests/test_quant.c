@@ -138,6 +138,19 @@ static void test_kernels_match_reference(void **state) {
             k->q4_0_matvec(y, q4, scales, x, s->out, s->in);
             q4_0_matvec_reference(ref, q4, scales, x, s->out, s->in);
             assert_close_to_reference(y, ref, mag, s->out, 1e-5f, "q4_0_matvec", (dt_isa)p, s);
+            /* dequantising rows (the few-row products): exactly the formats' own values */
+            float *deq = fnan((size_t)s->out * s->in), *deq_ref = fnew((size_t)s->out * s->in);
+            for (int o = 0; o < s->out; o++)
+                q4_0_dequantize_row(deq_ref + (size_t)o * s->in, q4 + (size_t)o * nb * (QK / 2), scales + (size_t)o * nb, s->in);
+            k->q4_0_dequantize(deq, q4, scales, s->out, s->in);
+            assert_memory_equal(deq, deq_ref, (size_t)s->out * s->in * sizeof(float));
+            for (int o = 0; o < s->out; o++) q8_0_quantize_row(q8 + (size_t)o * s->in, scales + (size_t)o * nb, w + (size_t)o * s->in, s->in);
+            for (int o = 0; o < s->out; o++)
+                q8_0_dequantize_row(deq_ref + (size_t)o * s->in, q8 + (size_t)o * s->in, scales + (size_t)o * nb, s->in);
+            for (size_t i = 0; i < (size_t)s->out * s->in; i++) deq[i] = NAN;
+            k->q8_0_dequantize(deq, q8, scales, s->out, s->in);
+            assert_memory_equal(deq, deq_ref, (size_t)s->out * s->in * sizeof(float));
+            free(deq), free(deq_ref);
             /* int8 × int8: exact integer sums, so only the final float scaling may round */
             float *ws = fnew((size_t)s->out), *xs = fnew((size_t)s->N);
             int8_t *xq = malloc((size_t)s->N * s->in);
@@ -187,43 +200,46 @@ static void test_i8_gemm_extremes(void **state) {
     }
 }
 
-/* The layer: many rows (panel sgemm / integer gemm) give what one row at a time gives, and both
- * equal the float product of the dequantised weights (w8a16) or of the quantised operands (w8a8). */
+/* The layer: many rows (a few: dequantised panels and linear_rows; more: panel sgemm; W8A8: the
+ * integer gemm) give what one row at a time gives, and both equal the float product of the
+ * dequantised weights (w8a16) or of the quantised operands (w8a8). */
 static void test_qlinear_paths_agree(void **state) {
     (void)state;
-    uint64_t rng = 9;
-    const int out = 150, in = 70, N = 11;
-    float *w = weights(out, in, &rng), *x = frand((size_t)N * in, 1.0f, &rng);
-    float *smooth = fnew(in);
-    for (int j = 0; j < in; j++) smooth[j] = 0.5f + (float)(j % 5);
-    void *scratch = malloc(qlinear_scratch_bytes(N, in, out));
-    float *many = fnan((size_t)N * out), *one = fnan((size_t)N * out), *deq = fnew((size_t)out * in), *ref = fnew((size_t)N * out);
-    const qformat fmts[] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_W8A8, QFMT_W8A8};
-    for (int f = 0; f < 4; f++) {
-        qlinear l;
-        dt_error err;
-        float range = 0; /* a static scale as calibration would set it: the range of x / s */
-        for (int i = 0; i < N * in; i++) range = fmaxf(range, fabsf(x[i] / smooth[i % in]));
-        assert_int_equal(qlinear_create(&l, fmts[f], w, out, in, f == 3 ? smooth : NULL, f == 3 ? range / 127 : 0, &err), 0);
-        qlinear_forward(&l, many, x, N, scratch);
-        for (int n = 0; n < N; n++) qlinear_forward(&l, one + (size_t)n * out, x + (size_t)n * in, 1, scratch);
-        assert_true(tu_max_rel_diff(many, one, (size_t)N * out, 1.0f) < 1e-4f);
-        if (fmts[f] != QFMT_W8A8) {
-            for (int o = 0; o < out; o++) {
-                if (l.fmt == QFMT_Q8_0) q8_0_dequantize_row(deq + (size_t)o * in, l.q8 + (size_t)o * in, l.scales + (size_t)o * q_blocks(in), in);
-                else q4_0_dequantize_row(deq + (size_t)o * in, l.q4 + (size_t)o * q_blocks(in) * (QK / 2), l.scales + (size_t)o * q_blocks(in), in);
+    for (int ni = 0; ni < 3; ni++) {
+        uint64_t rng = 9;
+        const int out = 150, in = 70, N = (int[]){3, 11, 40}[ni];
+        float *w = weights(out, in, &rng), *x = frand((size_t)N * in, 1.0f, &rng);
+        float *smooth = fnew(in);
+        for (int j = 0; j < in; j++) smooth[j] = 0.5f + (float)(j % 5);
+        void *scratch = malloc(qlinear_scratch_bytes(N, in, out));
+        float *many = fnan((size_t)N * out), *one = fnan((size_t)N * out), *deq = fnew((size_t)out * in), *ref = fnew((size_t)N * out);
+        const qformat fmts[] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_W8A8, QFMT_W8A8};
+        for (int f = 0; f < 4; f++) {
+            qlinear l;
+            dt_error err;
+            float range = 0; /* a static scale as calibration would set it: the range of x / s */
+            for (int i = 0; i < N * in; i++) range = fmaxf(range, fabsf(x[i] / smooth[i % in]));
+            assert_int_equal(qlinear_create(&l, fmts[f], w, out, in, f == 3 ? smooth : NULL, f == 3 ? range / 127 : 0, &err), 0);
+            qlinear_forward(&l, many, x, N, scratch);
+            for (int n = 0; n < N; n++) qlinear_forward(&l, one + (size_t)n * out, x + (size_t)n * in, 1, scratch);
+            assert_true(tu_max_rel_diff(many, one, (size_t)N * out, 1.0f) < 1e-4f);
+            if (fmts[f] != QFMT_W8A8) {
+                for (int o = 0; o < out; o++) {
+                    if (l.fmt == QFMT_Q8_0) q8_0_dequantize_row(deq + (size_t)o * in, l.q8 + (size_t)o * in, l.scales + (size_t)o * q_blocks(in), in);
+                    else q4_0_dequantize_row(deq + (size_t)o * in, l.q4 + (size_t)o * q_blocks(in) * (QK / 2), l.scales + (size_t)o * q_blocks(in), in);
+                }
+                linear_forward(ref, x, deq, N, in, out);
+                assert_true(tu_max_rel_diff(many, ref, (size_t)N * out, 1.0f) < 1e-4f);
             }
-            linear_forward(ref, x, deq, N, in, out);
-            assert_true(tu_max_rel_diff(many, ref, (size_t)N * out, 1.0f) < 1e-4f);
+            /* and the float product itself, within the format's precision */
+            linear_forward(ref, x, w, N, in, out);
+            const float tol = fmts[f] == QFMT_Q4_0 ? 0.25f : f == 3 ? 0.1f : 0.05f; /* static: one range for all */
+            float err_max = tu_max_abs_diff(many, ref, (size_t)N * out), ref_max = absmax_of(ref, N * out);
+            if (!(err_max <= tol * ref_max)) fail_msg("format %d: error %g against float range %g", f, (double)err_max, (double)ref_max);
+            qlinear_free(&l);
         }
-        /* and the float product itself, within the format's precision */
-        linear_forward(ref, x, w, N, in, out);
-        const float tol = fmts[f] == QFMT_Q4_0 ? 0.25f : f == 3 ? 0.1f : 0.05f; /* static: one range for all */
-        float err_max = tu_max_abs_diff(many, ref, (size_t)N * out), ref_max = absmax_of(ref, N * out);
-        if (!(err_max <= tol * ref_max)) fail_msg("format %d: error %g against float range %g", f, (double)err_max, (double)ref_max);
-        qlinear_free(&l);
+        free(w), free(x), free(smooth), free(scratch), free(many), free(one), free(deq), free(ref);
     }
-    free(w), free(x), free(smooth), free(scratch), free(many), free(one), free(deq), free(ref);
 }
 
 /* ---------------------------------------------------------------- models */

@@ -82,11 +82,22 @@ static void adamw_ref(float *p, const float *g, float *m, float *v, const unsign
     }
 }
 
+/* the sum in double: the definition the vector paths' float sums are held against */
+static void linear_rows_ref(float *y, int ldy, const float *x, int nr, const float *w, int in, int o0, int o1) {
+    for (int r = 0; r < nr; r++)
+        for (int o = o0; o < o1; o++) {
+            double t = 0;
+            for (int k = 0; k < in; k++) t += (double)x[(size_t)r * in + k] * w[(size_t)o * in + k];
+            y[(size_t)r * ldy + o] = (float)t;
+        }
+}
+
 static const dt_kernels reference = {
     .isa = DT_ISA_PORTABLE, .exp = exp_ref, .rmsnorm_row = rmsnorm_row_ref,
     .residual_rmsnorm_row = residual_rmsnorm_row_ref, .rmsnorm_backward_row = rmsnorm_backward_row_ref,
     .rmsnorm_dw_row = rmsnorm_dw_row_ref, .swiglu_forward = swiglu_forward_ref,
     .swiglu_backward = swiglu_backward_ref, .rope_span = rope_span_ref, .adamw = adamw_ref, .sumsq = sumsq_ref,
+    .linear_rows = linear_rows_ref,
     .attention_forward = NULL, .attention_backward = NULL,
 };
 

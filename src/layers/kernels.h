@@ -55,6 +55,9 @@ typedef struct {
     /* one AdamW update of n parameters (decay[i]: weight decay on parameter i) */
     void (*adamw)(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
                   const adamw_coeffs *k);
+    /* y[r·ldy + o] = Σ_k x[r·in + k]·w[o·in + k] for rows r < nr ≤ LINEAR_ROWS_MAX of x [nr, in] and
+     * outputs o in [o0, o1) of w [out, in]: the matrix product of a few rows (linear.c) */
+    void (*linear_rows)(float *y, int ldy, const float *x, int nr, const float *w, int in, int o0, int o1);
     /* the fused attention kernels (flash_attention.c documents them) */
     void (*attention_forward)(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                               const float *k, const float *v, float *scratch, const attention_shape *s);
@@ -79,6 +82,9 @@ const dt_kernels *kernels_active(void);
 /* The plain scalar definitions (attention_forward / attention_backward are NULL: see above). */
 const dt_kernels *kernels_reference(void);
 
+/* Rows of x one linear_rows call multiplies at most (its accumulators stay in registers). */
+#define LINEAR_ROWS_MAX 8
+
 /* Every path's functions, defined by the bodies compiled per path (suffix = dt_isa_name). */
 #define DT_DECLARE_KERNELS(sfx)                                                                                   \
     void flash_attention_exp_##sfx(float *y, const float *x, int n);                                              \
@@ -92,6 +98,7 @@ const dt_kernels *kernels_reference(void);
                                size_t n);                                                                         \
     void rope_span_##sfx(float *row, int nh, int hd, int i0, int n, const float *cos, const float *sin);          \
     double sumsq_##sfx(const float *x, size_t n);                                                                 \
+    void linear_rows_##sfx(float *y, int ldy, const float *x, int nr, const float *w, int in, int o0, int o1);    \
     void adamw_##sfx(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,          \
                      const adamw_coeffs *k);                                                                      \
     void flash_attention_forward_##sfx(float *out, float *lse, float *o12, float *pre, float *rstd,               \

@@ -5,6 +5,7 @@
  */
 #include <cblas.h>
 
+#include "layers/kernels.h"
 #include "layers/layers.h"
 
 /* y[N, out] = x[N, in] · W[out, in]ᵀ */
@@ -12,6 +13,20 @@ void linear_forward(float *y, const float *x, const float *w, int N, int in, int
     /* one row (decoding): a matrix-vector product, which streams W once at memory bandwidth */
     if (N == 1) {
         cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
+        return;
+    }
+    /* a few rows (a batch of decoding streams): W streamed once per 8 rows by linear_rows, where
+     * sgemm's packing of W would cost more than the product */
+    if (N <= LINEAR_SKINNY_MAX) {
+        const dt_kernels *k = kernels_active();
+#pragma omp parallel for schedule(static)
+        for (int o0 = 0; o0 < out; o0 += LINEAR_SKINNY_BLOCK) {
+            const int o1 = o0 + LINEAR_SKINNY_BLOCK < out ? o0 + LINEAR_SKINNY_BLOCK : out;
+            for (int r0 = 0; r0 < N; r0 += LINEAR_ROWS_MAX) {
+                const int nr = N - r0 < LINEAR_ROWS_MAX ? N - r0 : LINEAR_ROWS_MAX;
+                k->linear_rows(y + (size_t)r0 * out, out, x + (size_t)r0 * in, nr, w, in, o0, o1);
+            }
+        }
         return;
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, in, w, in, 0.0f, y, out);

@@ -98,7 +98,21 @@ static void i8_gemm_portable(float *y, const int8_t *xq, const float *xs, int N,
     }
 }
 
-const qkernels qkernels_portable = {q8_0_matvec_portable, q4_0_matvec_portable, i8_gemm_portable};
+/* Row by row through the format's own definitions (formats.c). */
+static void q8_0_dequantize_portable(float *w, const int8_t *q, const float *scales, int rows, int in) {
+    const int nb = q_blocks(in);
+    for (int r = 0; r < rows; r++)
+        q8_0_dequantize_row(w + (size_t)r * in, q + (size_t)r * in, scales + (size_t)r * nb, in);
+}
+
+static void q4_0_dequantize_portable(float *w, const uint8_t *q, const float *scales, int rows, int in) {
+    const int nb = q_blocks(in);
+    for (int r = 0; r < rows; r++)
+        q4_0_dequantize_row(w + (size_t)r * in, q + (size_t)r * nb * (QK / 2), scales + (size_t)r * nb, in);
+}
+
+const qkernels qkernels_portable = {q8_0_matvec_portable, q4_0_matvec_portable, i8_gemm_portable,
+                                    q8_0_dequantize_portable, q4_0_dequantize_portable};
 
 /* ---------------------------------------------------------------- choice */
 

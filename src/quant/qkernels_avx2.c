@@ -172,4 +172,46 @@ static void i8_gemm_avx2(float *y, const int8_t *xq, const float *xs, int N, con
     }
 }
 
-const qkernels qkernels_avx2 = {q8_0_matvec_avx2, q4_0_matvec_avx2, i8_gemm_avx2};
+/* Full blocks 8 lanes at a time, a short last block through the format's definition. */
+static void q8_0_dequantize_avx2(float *w, const int8_t *q, const float *scales, int rows, int in) {
+    const int nb = q_blocks(in), full = in / QK;
+    for (int r = 0; r < rows; r++) {
+        const int8_t *qr = q + (size_t)r * in;
+        const float *d = scales + (size_t)r * nb;
+        float *wr = w + (size_t)r * in;
+        for (int b = 0; b < full; b++) {
+            const __m256 s = _mm256_set1_ps(d[b]);
+            for (int j = 0; j < QK; j += 8) _mm256_storeu_ps(wr + b * QK + j, _mm256_mul_ps(s, load8_i8(qr + b * QK + j)));
+        }
+        for (int j = full * QK; j < in; j++) wr[j] = d[j / QK] * (float)qr[j];
+    }
+}
+
+static void q4_0_dequantize_avx2(float *w, const uint8_t *q, const float *scales, int rows, int in) {
+    const int nb = q_blocks(in), full = in / QK;
+    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *qr = q + (size_t)r * nb * (QK / 2);
+        const float *d = scales + (size_t)r * nb;
+        float *wr = w + (size_t)r * in;
+        for (int b = 0; b < full; b++) {
+            const __m256 s = _mm256_set1_ps(d[b]);
+            const __m128i bytes = _mm_loadu_si128((const __m128i *)(qr + (size_t)b * (QK / 2)));
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, low), eight);
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight);
+            float *o = wr + b * QK;
+            _mm256_storeu_ps(o, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo))));
+            _mm256_storeu_ps(o + 8, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)))));
+            _mm256_storeu_ps(o + 16, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
+            _mm256_storeu_ps(o + 24, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
+        }
+        if (full < nb) { /* the short last block */
+            float tail[QK];
+            q4_0_dequantize_row(tail, qr + (size_t)full * (QK / 2), d + full, in - full * QK);
+            for (int j = full * QK; j < in; j++) wr[j] = tail[j - full * QK];
+        }
+    }
+}
+
+const qkernels qkernels_avx2 = {q8_0_matvec_avx2, q4_0_matvec_avx2, i8_gemm_avx2, q8_0_dequantize_avx2,
+                                q4_0_dequantize_avx2};

@@ -155,4 +155,42 @@ static void i8_gemm_avx512_or_avx2(float *y, const int8_t *xq, const float *xs, 
     else qkernels_avx2.i8_gemm(y, xq, xs, N, wq, ws, rs, out, in);
 }
 
-const qkernels qkernels_avx512 = {q8_0_matvec_avx512, q4_0_matvec_avx512, i8_gemm_avx512_or_avx2};
+/* Full blocks 16 lanes at a time, a short last block through the format's definition. */
+static void q8_0_dequantize_avx512(float *w, const int8_t *q, const float *scales, int rows, int in) {
+    const int nb = q_blocks(in), full = in / QK;
+    for (int r = 0; r < rows; r++) {
+        const int8_t *qr = q + (size_t)r * in;
+        const float *d = scales + (size_t)r * nb;
+        float *wr = w + (size_t)r * in;
+        for (int b = 0; b < full; b++) {
+            const __m512 s = _mm512_set1_ps(d[b]);
+            _mm512_storeu_ps(wr + b * QK, _mm512_mul_ps(s, i8x16_ps(qr + b * QK)));
+            _mm512_storeu_ps(wr + b * QK + 16, _mm512_mul_ps(s, i8x16_ps(qr + b * QK + 16)));
+        }
+        for (int j = full * QK; j < in; j++) wr[j] = d[j / QK] * (float)qr[j];
+    }
+}
+
+static void q4_0_dequantize_avx512(float *w, const uint8_t *q, const float *scales, int rows, int in) {
+    const int nb = q_blocks(in), full = in / QK;
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *qr = q + (size_t)r * nb * (QK / 2);
+        const float *d = scales + (size_t)r * nb;
+        float *wr = w + (size_t)r * in;
+        for (int b = 0; b < full; b++) {
+            const __m512 s = _mm512_set1_ps(d[b]);
+            __m512 first, second;
+            q4_block_ps(qr + (size_t)b * (QK / 2), &first, &second);
+            _mm512_storeu_ps(wr + b * QK, _mm512_mul_ps(s, first));
+            _mm512_storeu_ps(wr + b * QK + 16, _mm512_mul_ps(s, second));
+        }
+        if (full < nb) { /* the short last block */
+            float tail[QK];
+            q4_0_dequantize_row(tail, qr + (size_t)full * (QK / 2), d + full, in - full * QK);
+            for (int j = full * QK; j < in; j++) wr[j] = tail[j - full * QK];
+        }
+    }
+}
+
+const qkernels qkernels_avx512 = {q8_0_matvec_avx512, q4_0_matvec_avx512, i8_gemm_avx512_or_avx2,
+                                  q8_0_dequantize_avx512, q4_0_dequantize_avx512};

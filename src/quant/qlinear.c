@@ -1,26 +1,33 @@
 /* qlinear.c — one quantised linear layer: creation from float weights, and y = x·Wᵀ.
  *
- * Decoding (one row) streams the quantised weights once through the matrix-vector kernels.
- * Prefill and evaluation (many rows): Q8_0 / Q4_0 dequantise PANEL rows of W at a time into
+ * Decoding (one row) streams the quantised weights once through the matrix-vector kernels; a
+ * batch of a few rows (serving several streams) dequantises small panels of W per thread and
+ * multiplies them with linear_rows. Prefill and evaluation (many rows): Q8_0 / Q4_0 dequantise PANEL rows of W at a time into
  * float scratch and multiply with sgemm (the dequantisation is paid once per panel for all rows);
  * W8A8 quantises the rows of x to int8 and runs the integer matrix product.
  */
 #include <cblas.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "layers/kernels.h"
 #include "quant/quant.h"
 
 #define PANEL 128
-/* Below this many rows the matrix-vector kernel per row beats dequantising for sgemm. */
-#define MATVEC_ROWS 4
+/* A few rows (a batch of decoding streams, LINEAR_SKINNY_MAX at most): each thread dequantises
+ * SKINNY_PANEL rows of W at a time into its own float panel, which stays in the cache while
+ * linear_rows multiplies every row of x by it: the weights are read once for all rows. */
+#define SKINNY_PANEL 16
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t qlinear_scratch_bytes(int N, int in, int out) {
     (void)out;
     size_t panel = (size_t)PANEL * in * sizeof(float);
+    size_t skinny = (size_t)omp_get_max_threads() * SKINNY_PANEL * in * sizeof(float);
     size_t acts = align64((size_t)N * in) + (size_t)N * sizeof(float);
+    if (skinny > panel) panel = skinny;
     return panel > acts ? panel : acts;
 }
 
@@ -45,13 +52,33 @@ static void dequantize_rows(const qlinear *l, float *w, int o0, int rows) {
     }
 }
 
+static void skinny_forward(const qlinear *l, float *y, const float *x, int N, float *panels) {
+    const qkernels *k = qkernels_active();
+    const dt_kernels *f = kernels_active();
+    const int nb = q_blocks(l->in), in = l->in, threads = omp_get_max_threads();
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < l->out; o0 += SKINNY_PANEL) {
+        const int rows = l->out - o0 < SKINNY_PANEL ? l->out - o0 : SKINNY_PANEL;
+        const int me = omp_get_thread_num() < threads ? omp_get_thread_num() : 0;
+        float *panel = panels + (size_t)me * SKINNY_PANEL * in;
+        if (l->fmt == QFMT_Q8_0) k->q8_0_dequantize(panel, l->q8 + (size_t)o0 * in, l->scales + (size_t)o0 * nb, rows, in);
+        else k->q4_0_dequantize(panel, l->q4 + (size_t)o0 * nb * (QK / 2), l->scales + (size_t)o0 * nb, rows, in);
+        for (int r0 = 0; r0 < N; r0 += LINEAR_ROWS_MAX) {
+            const int nr = N - r0 < LINEAR_ROWS_MAX ? N - r0 : LINEAR_ROWS_MAX;
+            f->linear_rows(y + (size_t)r0 * l->out + o0, l->out, x + (size_t)r0 * in, nr, panel, in, 0, rows);
+        }
+    }
+}
+
 static void block_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
     const qkernels *k = qkernels_active();
-    if (N < MATVEC_ROWS) {
-        for (int n = 0; n < N; n++) {
-            if (l->fmt == QFMT_Q8_0) k->q8_0_matvec(y + (size_t)n * l->out, l->q8, l->scales, x + (size_t)n * l->in, l->out, l->in);
-            else k->q4_0_matvec(y + (size_t)n * l->out, l->q4, l->scales, x + (size_t)n * l->in, l->out, l->in);
-        }
+    if (N == 1) {
+        if (l->fmt == QFMT_Q8_0) k->q8_0_matvec(y, l->q8, l->scales, x, l->out, l->in);
+        else k->q4_0_matvec(y, l->q4, l->scales, x, l->out, l->in);
+        return;
+    }
+    if (N <= LINEAR_SKINNY_MAX) {
+        skinny_forward(l, y, x, N, scratch);
         return;
     }
     float *panel = scratch;

@@ -59,7 +59,10 @@ void i8_row_sums(int32_t *sums, const int8_t *q, int out, int in);
 /* ---- kernels: y[N, out] = x[N, in] · Wᵀ, one set per path ----
  *   q8_0_matvec / q4_0_matvec: one float row x [in] against a block-quantised W → y [out];
  *   i8_gemm: int8 rows xq [N, in] with per-row scales xs [N] against W8A8 → y [N, out] float:
- *            y[n, o] = xs[n] · ws[o] · Σ_j xq[n, j] · wq[o, j]  (x must lie in [−127, 127]).
+ *            y[n, o] = xs[n] · ws[o] · Σ_j xq[n, j] · wq[o, j]  (x must lie in [−127, 127]);
+ *   q8_0_dequantize / q4_0_dequantize: `rows` consecutive rows of a block-quantised W into floats
+ *            w [rows, in] (for a few rows of x, qlinear.c multiplies those with linear_rows): the
+ *            values of q8_0_dequantize_row / q4_0_dequantize_row exactly.
  * The AVX2 / AVX-512 versions live in qkernels_avx2.c / qkernels_avx512.c and are called only when
  * the CPU has them; the reference versions (qkernels.c) are the definitions the tests hold them to. */
 typedef struct {
@@ -67,6 +70,8 @@ typedef struct {
     void (*q4_0_matvec)(float *y, const uint8_t *q, const float *scales, const float *x, int out, int in);
     void (*i8_gemm)(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws,
                     const int32_t *row_sums, int out, int in);
+    void (*q8_0_dequantize)(float *w, const int8_t *q, const float *scales, int rows, int in);
+    void (*q4_0_dequantize)(float *w, const uint8_t *q, const float *scales, int rows, int in);
 } qkernels;
 
 extern const qkernels qkernels_portable, qkernels_avx2, qkernels_avx512;
