@@ -686,6 +686,8 @@ static void on_event(srv_job *j, choice *c, const dt_event *ev) {
     }
 }
 
+/* Reads the events that are there (waiting up to timeout for the first). A stream stops after
+ * each generated token, so that every token can go out in its own chunk. */
 static int drain(srv_job *j, choice *c, double timeout) {
     dt_event ev;
     int got = 0;
@@ -697,6 +699,7 @@ static int drain(srv_job *j, choice *c, double timeout) {
             c->ended = 1;
             dt_engine_cancel(c->q);
         }
+        if (j->stream && ev.type == DT_EVENT_TOKEN && !ev.is_stop) break;
     }
     return got;
 }
