@@ -5,8 +5,10 @@
 // complete and right: greedy ones are `difftrans generate --temperature 0` on the same prompt
 // (expect.mjs computed them), usage counts agree with the choices, a prompt always counts the same
 // tokens. After the load the server must be idle (/health: no slot in use, nothing queued: the
-// abandoned requests gave their slots back), the tokens it generated must show that the abandoned
-// streams were stopped rather than run to their max_tokens, and its memory must not have grown.
+// abandoned requests gave their slots back), have generated at least the tokens its replies hold,
+// and its memory must not have grown. (That an abandoned stream is stopped at the next step, not run
+// to its max_tokens, is sdk.mjs's test on the slow model: the tiny model here decodes 200 tokens in
+// ~30 ms, about as long as the abort takes to arrive.)
 //
 // Under the sanitizers (DT_ASAN=1) it sends a third of the requests (ASan makes each ~10x
 // slower) and skips the memory check: ASan's quarantine keeps freed memory resident on purpose, so
@@ -127,7 +129,7 @@ async function one(i) {
       for (let k = 0; k < want; k++) { const { done } = await reader.read(); if (done) break; }
       ac.abort();
       await reader.cancel().catch(() => {});
-      stats.abortedBudget += max; // what it may have generated at most; the check below wants far less
+      stats.abortedBudget += max;
     } else {
       const small = 30;
       const p = fetch(srv.url + '/v1/completions', {
@@ -137,7 +139,7 @@ async function one(i) {
       await sleep(rand() * 20);
       ac.abort();
       await p.catch(() => {});
-      stats.abortedBudget += 2 * small; // a non-streamed reply may run to its end: counted in full below
+      stats.abortedBudget += small;
     }
     stats.aborted++;
   }
@@ -192,21 +194,20 @@ test(`load: ${CLIENTS} clients, ${TOTAL} requests after ${WARMUP} to warm up`, a
     `${stats.sampled} sampled, ${stats.aborted} abandoned; generated ${gen1 - gen0} tokens (${stats.completedTokens} in complete replies); ` +
     `RSS ${(rss0 / 2 ** 20).toFixed(1)} → ${(rss1 / 2 ** 20).toFixed(1)} MiB`);
   assert.ok(stats.greedy > 0 && stats.streamed > 0 && stats.sampled > 0 && stats.aborted > 0, 'every kind of request ran');
-  // the abandoned streams were stopped: had each run to its max_tokens they would have made
-  // abortedBudget / 2 tokens or more; stopped within a few steps of the abort they make a small part
   const extra = gen1 - gen0 - stats.completedTokens;
-  assert.ok(extra >= 0, `the server generated ${gen1 - gen0} tokens, fewer than the ${stats.completedTokens} the replies hold`);
-  assert.ok(extra < stats.abortedBudget / 2,
-    `${extra} tokens went to abandoned requests, whose max_tokens add up to ${stats.abortedBudget / 2}: the aborted streams ran on`);
+  assert.ok(extra >= 0, `the server counts ${gen1 - gen0} generated tokens, fewer than the ${stats.completedTokens} the replies hold`);
+  assert.ok(extra <= stats.abortedBudget, `${extra} tokens for abandoned requests whose max_tokens add up to ${stats.abortedBudget}`);
   if (ASAN) {
     console.log('load: the memory check is skipped under ASan (its quarantine holds freed memory); LeakSanitizer checks at exit');
     return;
   }
-  // Flat memory: after the warm-up every slot, thread and malloc arena the server uses has been
-  // touched, so what remains is the variation of the allocator's free lists between rounds. The
-  // bound, 6 MiB or 10 % of the warm-up's RSS, is well below what a leak of one request's buffers
-  // (its logits, its tokens, its reply: tens of KB each, a few hundred requests) would add.
-  const allowed = Math.max(6 * 2 ** 20, 0.1 * rss0);
+  // Flat memory: after the warm-up every slot and malloc arena the server uses has been touched
+  // (run.sh starts this server with two arenas and no cache of thread stacks, see there), so what
+  // remains is the variation of the allocator's free lists between rounds: at most 2.3 MiB
+  // measured over five rounds. The bound, 4 MiB or 10 % of the warm-up's RSS, is what a leak of
+  // about 13 KB per request would add over these requests (one request's logits for its tokens,
+  // its token list or its reply text are of that size).
+  const allowed = Math.max(4 * 2 ** 20, 0.1 * rss0);
   assert.ok(rss1 - rss0 <= allowed,
     `RSS grew from ${(rss0 / 2 ** 20).toFixed(1)} to ${(rss1 / 2 ** 20).toFixed(1)} MiB over the load (allowed ${(allowed / 2 ** 20).toFixed(1)} MiB)`);
 });

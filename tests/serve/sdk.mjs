@@ -86,7 +86,7 @@ test('completions: a text prompt at temperature 0 is `difftrans generate --tempe
   }
 });
 
-test('completions: the other models (q8_0, llama, V2) are generate too, and differ from each other', async () => {
+test('completions: the other models (q8_0, llama, V2) are generate too', async () => {
   for (const [name, c] of [['q8', client(OpenAI, S.q8.url)], ['llama', client(OpenAI, S.llama.url)], ['v2', client(OpenAI, S.v2.url)]]) {
     for (const exp of E[name].greedy) {
       const r = await c.completions.create({ model: name, prompt: exp.prompt, max_tokens: exp.max_tokens, temperature: 0 });
@@ -733,6 +733,32 @@ test('errors: a full queue is 503 queue_full with Retry-After: 1', async () => {
   assert.equal(third.headers.get('retry-after'), '1');
   assert.equal((await first).status, 200);
   assert.equal((await second).status, 200);
+});
+
+test('a client that disconnects mid-stream frees its slot at the next step (the slow model)', async () => {
+  const generated = async () => sum(await metrics(S.slow), 'difftrans_generated_tokens_total');
+  const max = S.slow.context - 24;
+  const g0 = await generated();
+  const ac = new AbortController();
+  const res = await fetch(S.slow.url + '/v1/completions', { method: 'POST', headers: { 'content-type': 'application/json' },
+    signal: ac.signal, body: JSON.stringify({ prompt: 'a', max_tokens: max, temperature: 0, stream: true }) });
+  assert.equal(res.status, 200);
+  const reader = res.body.getReader();
+  const first = await reader.read();
+  assert.ok(!first.done && first.value.length > 0, 'a first chunk');
+  ac.abort();
+  await reader.cancel().catch(() => {});
+  const t0 = Date.now();
+  let h;
+  do { await new Promise((r) => setTimeout(r, 20)); h = (await raw(S.slow.url, '/health', { method: 'GET' })).json; }
+  while (h.slots_in_use !== 0 && Date.now() - t0 < 30_000);
+  assert.equal(h.slots_in_use, 0, 'the slot is free again');
+  const made = (await generated()) - g0;
+  assert.ok(made < max / 2, `the abandoned stream went on to ${made} of its ${max} tokens`);
+  // and the slot serves the next request
+  const r = await client(OpenAI, S.slow.url).completions.create({ model: 'm', prompt: 'a', max_tokens: 3, temperature: 0 });
+  assert.equal(r.usage.completion_tokens, 3);
+  console.log(`# the abandoned stream made ${made} of ${max} tokens; its slot was free ${Date.now() - t0} ms after the abort`);
 });
 
 test('errors: --api-key: a wrong or missing key is 401 invalid_api_key on /v1/* and /metrics; /health and / need none', async () => {
