@@ -3,10 +3,10 @@
  *
  * Every step takes one row for each request that is decoding (its newest token) and then prompt
  * rows of requests still prefilling, oldest first, up to a budget, and runs them as one
- * dt_batch_step. The budget keeps a step that carries prefill rows within about one decode-only
- * step's time (both measured as the engine runs), so a long prompt arriving mid-stream costs the
- * other streams at most about one extra token interval per step while it is prefilled; with
- * nothing decoding, prompts go in chunks as large as the batch allows.
+ * dt_batch_step. The budget keeps the prefill rows of a step within 0.8 of a decode-only step's
+ * time (both measured as the engine runs), so a long prompt arriving mid-stream stretches the
+ * other streams' token intervals to under two while it is prefilled; with nothing decoding,
+ * prompts go in chunks as large as the batch allows.
  *
  * Locking: one mutex guards the queue, every request's event queue and flags, and the stats;
  * the engine thread drops it while it computes. A request is shared by its caller and the engine
@@ -20,6 +20,9 @@
 #include "difftrans.h"
 #include "difftrans_serve.h"
 #include "base/base.h"
+
+/* The prefill rows a step may add while others decode, as a share of a decode-only step's time. */
+#define PREFILL_SHARE 0.8
 
 typedef enum { REQ_QUEUED, REQ_PREFILL, REQ_DECODE, REQ_DONE } req_state;
 
@@ -362,8 +365,11 @@ static int plan_step(dt_engine *e, int *n_decode) {
     int budget = e->o.max_rows - n;
     if (n > 0) {
         int chunk = e->o.prefill_chunk;
-        if (chunk <= 0) { /* adaptive: prefill rows worth about one decode-only step */
-            chunk = e->prefill_row_s > 0 && e->decode_step_s > 0 ? (int)(e->decode_step_s / e->prefill_row_s) : 16;
+        if (chunk <= 0) { /* adaptive: prefill rows worth a little less than one decode-only step, so
+                             that a step carrying them stays under two decode-only steps */
+            chunk = e->prefill_row_s > 0 && e->decode_step_s > 0
+                        ? (int)(PREFILL_SHARE * e->decode_step_s / e->prefill_row_s)
+                        : 16;
             if (chunk < 4) chunk = 4;
         }
         if (chunk < budget) budget = chunk;
