@@ -122,7 +122,8 @@ try {
   noProblems('loading the page');
 
   // Streaming: greedy, so that the streamed text must equal the reply without streaming.
-  const prompt = 'The magic number of kxmk is 90078. What is the magic number of kxmk? Answer: 90078';
+  // Short enough for a server started with --attention-max-tokens 64 and a small BPE vocabulary.
+  const prompt = 'The code of kx is 9078. What is the code of kx? Answer:';
   await page.fill('#prompt', prompt);
   await page.fill('#max-tokens', '24');
   await page.fill('#temperature', '0');
@@ -235,8 +236,19 @@ try {
   }
   noProblems('the attention view');
 
-  // The answer span: click its first and last token; the share against the API's rows.
-  const a = Math.max(1, n - 4), b = Math.max(1, n - 3);
+  // The answer span — the tokens of the needle "9078" in the context (the last two tokens when the
+  // texts do not show it): click its first and last token; the share against the API's rows.
+  let a = Math.max(1, n - 3), b = Math.max(1, n - 2);
+  {
+    const starts = [];
+    let text = '';
+    for (const t of att.tokens) { starts.push(text.length); text += t; }
+    const at = text.indexOf('9078');
+    if (at >= 0) {
+      a = starts.findLastIndex((s0) => s0 <= at);
+      b = starts.findLastIndex((s0) => s0 < at + 4);
+    }
+  }
   await page.click(`#tokens .tok[data-i="${a}"]`);
   await page.click(`#tokens .tok[data-i="${b}"]`);
   const inSpan = await page.locator('#tokens .tok.in-span').count();
