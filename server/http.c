@@ -28,6 +28,7 @@ typedef struct {
     struct MHD_Daemon *d;
     int in_flight;               /* requests begun and not completed (atomic) */
     long started;                /* time(): the model's "created" */
+    int starting;                /* libmicrohttpd's messages are shown while the daemon starts */
 } http;
 
 typedef struct {
@@ -382,6 +383,15 @@ static void completed(void *cls, struct MHD_Connection *conn, void **con_cls, en
 
 /* ---------------------------------------------------------------- the daemon */
 
+/* libmicrohttpd's own messages: why the daemon could not start is worth showing; once it runs they
+ * are about single connections (a client gone mid-stream), which the request log already says. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    const http *h = cls;
+    if (!h->starting) return;
+    fputs("difftrans serve: libmicrohttpd: ", stderr);
+    vfprintf(stderr, fmt, ap);
+}
+
 /* Waits up to seconds for the requests in flight to end; a second signal ends the wait. */
 static void drain(http *h, double seconds, const sigset_t *sigs) {
     const double end = dt_seconds() + seconds;
@@ -411,11 +421,13 @@ int srv_serve(srv *s, const char *arch, dt_error *err) {
     unsigned limit = (unsigned)(s->opt.queue + s->n_slots) * 2 + 64;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
     if (v6) flags |= MHD_USE_IPv6;
-    if (!s->opt.quiet) flags |= MHD_USE_ERROR_LOG;
-    h.d = MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, handler, &h, MHD_OPTION_SOCK_ADDR,
-                           (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, limit,
+    flags |= MHD_USE_ERROR_LOG;
+    h.starting = 1;
+    h.d = MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, handler, &h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
+                           &h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, limit,
                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_NOTIFY_COMPLETED, completed, &h,
                            MHD_OPTION_END);
+    __atomic_store_n(&h.starting, 0, __ATOMIC_SEQ_CST);
     if (!h.d)
         return dt_fail_io(err, "cannot listen on %s port %d (in use, or not an address of this machine?)",
                           s->opt.host, s->opt.port);
