@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -332,12 +333,15 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         snprintf(r->path, sizeof r->path, "%s", url);
         __atomic_add_fetch(&h->in_flight, 1, __ATOMIC_SEQ_CST);
         *con_cls = r;
-        /* a body announced larger than the limit is refused before it is sent (a client that
-         * asked "Expect: 100-continue" then sends none of it) */
+        /* A body announced larger than the limit is not kept. It is refused before it is sent
+         * only to a client that asked "Expect: 100-continue" (and then sends none of it): one
+         * that is already sending would find the connection closed under its write and never
+         * read the reply, so its body is read and dropped and the 413 comes after it. */
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
         if (cl && strtoull(cl, NULL, 10) > h->s->opt.max_body) {
             r->too_large = 1;
-            return dispatch(r, url);
+            if (expect && !strcasecmp(expect, "100-continue")) return dispatch(r, url);
         }
         return MHD_YES;
     }
