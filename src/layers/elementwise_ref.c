@@ -97,7 +97,7 @@ static const dt_kernels reference = {
     .residual_rmsnorm_row = residual_rmsnorm_row_ref, .rmsnorm_backward_row = rmsnorm_backward_row_ref,
     .rmsnorm_dw_row = rmsnorm_dw_row_ref, .swiglu_forward = swiglu_forward_ref,
     .swiglu_backward = swiglu_backward_ref, .rope_span = rope_span_ref, .adamw = adamw_ref, .sumsq = sumsq_ref,
-    .linear_rows = linear_rows_ref,
+    .linear_rows = linear_rows_ref, .linear_rows_most = LINEAR_ROWS_MAX,
     .attention_forward = NULL, .attention_backward = NULL,
 };
 

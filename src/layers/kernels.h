@@ -58,6 +58,11 @@ typedef struct {
     /* y[r·ldy + o] = Σ_k x[r·in + k]·w[o·in + k] for rows r < nr ≤ LINEAR_ROWS_MAX of x [nr, in] and
      * outputs o in [o0, o1) of w [out, in]: the matrix product of a few rows (linear.c) */
     void (*linear_rows)(float *y, int ldy, const float *x, int nr, const float *w, int in, int o0, int o1);
+    /* rows up to which linear_forward (and a quantised layer's few-row path) use linear_rows rather
+     * than sgemm: where it was faster, measured on [2816, 1024] weights from memory, 2 threads
+     * (AVX-512, Zen 5: 97 GFLOP/s at 8 rows, 199 at 64, sgemm 36 and 150; AVX2: 54 at 8, sgemm
+     * 36, but sgemm ahead from 16 rows) */
+    int linear_rows_most;
     /* the fused attention kernels (flash_attention.c documents them) */
     void (*attention_forward)(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                               const float *k, const float *v, float *scratch, const attention_shape *s);
@@ -84,6 +89,9 @@ const dt_kernels *kernels_reference(void);
 
 /* Rows of x one linear_rows call multiplies at most (its accumulators stay in registers). */
 #define LINEAR_ROWS_MAX 8
+#define LINEAR_ROWS_MOST_portable 12
+#define LINEAR_ROWS_MOST_avx2 12
+#define LINEAR_ROWS_MOST_avx512 64
 
 /* Every path's functions, defined by the bodies compiled per path (suffix = dt_isa_name). */
 #define DT_DECLARE_KERNELS(sfx)                                                                                   \

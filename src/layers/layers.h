@@ -21,9 +21,8 @@
 #define LAYER_PARALLEL_MIN 32768
 
 /* y[N, out] = x[N, in] · W[out, in]ᵀ  (PyTorch Linear layout, no bias) */
-/* y[N, out] = x[N, in]·W[out, in]ᵀ: sgemv for one row, linear_rows (kernels.h) for up to
- * LINEAR_SKINNY_MAX rows, sgemm beyond. */
-#define LINEAR_SKINNY_MAX 16
+/* y[N, out] = x[N, in]·W[out, in]ᵀ: sgemv for one row, linear_rows (kernels.h) up to the kernel
+ * path's linear_rows_most rows, sgemm beyond. */
 #define LINEAR_SKINNY_BLOCK 32   /* outputs per thread task: 32 weight rows, 32·in floats */
 void linear_forward(float *y, const float *x, const float *w, int N, int in, int out);
 /* linear_backward's `set`: the outputs it overwrites (=) instead of accumulating into (+=) */

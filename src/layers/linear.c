@@ -15,10 +15,10 @@ void linear_forward(float *y, const float *x, const float *w, int N, int in, int
         cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, w, in, x, 1, 0.0f, y, 1);
         return;
     }
-    /* a few rows (a batch of decoding streams): W streamed once per 8 rows by linear_rows, where
-     * sgemm's packing of W would cost more than the product */
-    if (N <= LINEAR_SKINNY_MAX) {
-        const dt_kernels *k = kernels_active();
+    /* a few rows (a batch of decoding streams, a prompt chunk): linear_rows, where sgemm's packing
+     * of W would cost more than the product */
+    const dt_kernels *k = kernels_active();
+    if (N <= k->linear_rows_most) {
 #pragma omp parallel for schedule(static)
         for (int o0 = 0; o0 < out; o0 += LINEAR_SKINNY_BLOCK) {
             const int o1 = o0 + LINEAR_SKINNY_BLOCK < out ? o0 + LINEAR_SKINNY_BLOCK : out;

@@ -89,19 +89,23 @@ static inline vf vsqrt(vf a) {
     return a;
 #endif
 }
-/* Σ of the lanes, pairwise */
+/* Σ of the lanes, pairwise: the upper half onto the lower, halving down to one lane (whole-vector
+ * adds of the halves: lane-by-lane indexing compiled into a store and a scalar add per lane) */
+typedef float vf2 __attribute__((vector_size(8)));
+typedef float vf4 __attribute__((vector_size(16)));
+typedef float vf8 __attribute__((vector_size(32)));
 static inline float vsum(vf a) {
 #if VW == 16
-    for (int w = 8; w >= 1; w /= 2)
-        for (int i = 0; i < w; i++) a[i] += a[i + w];
+    const vf8 h8 = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                   __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+    const vf4 h4 = __builtin_shufflevector(h8, h8, 0, 1, 2, 3) + __builtin_shufflevector(h8, h8, 4, 5, 6, 7);
 #elif VW == 8
-    for (int w = 4; w >= 1; w /= 2)
-        for (int i = 0; i < w; i++) a[i] += a[i + w];
+    const vf4 h4 = __builtin_shufflevector(a, a, 0, 1, 2, 3) + __builtin_shufflevector(a, a, 4, 5, 6, 7);
 #else
-    a[0] += a[2], a[1] += a[3];
-    a[0] += a[1];
+    const vf4 h4 = a;
 #endif
-    return a[0];
+    const vf2 h2 = __builtin_shufflevector(h4, h4, 0, 1) + __builtin_shufflevector(h4, h4, 2, 3);
+    return h2[0] + h2[1];
 }
 
 /* exp(x) lane by lane: Cody–Waite range reduction to |r| ≤ ln2/2, a degree-7 Taylor polynomial

@@ -15,7 +15,7 @@
 #include "quant/quant.h"
 
 #define PANEL 128
-/* A few rows (a batch of decoding streams, LINEAR_SKINNY_MAX at most): each thread dequantises
+/* A few rows (a batch of decoding streams; up to the kernel path's linear_rows_most): each thread dequantises
  * SKINNY_PANEL rows of W at a time into its own float panel, which stays in the cache while
  * linear_rows multiplies every row of x by it: the weights are read once for all rows. */
 #define SKINNY_PANEL 16
@@ -77,7 +77,7 @@ static void block_forward(const qlinear *l, float *y, const float *x, int N, voi
         else k->q4_0_matvec(y, l->q4, l->scales, x, l->out, l->in);
         return;
     }
-    if (N <= LINEAR_SKINNY_MAX) {
+    if (N <= kernels_active()->linear_rows_most) {
         skinny_forward(l, y, x, N, scratch);
         return;
     }

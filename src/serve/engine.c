@@ -517,6 +517,18 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* The pool and the step's buffers (what dt_engine_create allocates before the thread starts). */
+static void free_buffers(dt_engine *e) {
+    dt_batch_free(e->batch);
+    free(e->rows);
+    free(e->row_req);
+    free(e->logits);
+    free(e->scratch);
+    free(e->sample_logits);
+    free(e->slot_free);
+    free(e->running);
+}
+
 dt_engine *dt_engine_create(const dt_model *m, const dt_engine_options *opt, dt_error *err) {
     dt_engine_options o = *opt;
     const int max_ctx = m->cfg.max_position_embeddings;
@@ -581,14 +593,7 @@ dt_engine *dt_engine_create(const dt_model *m, const dt_engine_options *opt, dt_
     }
     return e;
 fail:
-    dt_batch_free(e->batch);
-    free(e->rows);
-    free(e->row_req);
-    free(e->logits);
-    free(e->scratch);
-    free(e->sample_logits);
-    free(e->slot_free);
-    free(e->running);
+    free_buffers(e);
     free(e);
     return NULL;
 }
@@ -616,14 +621,7 @@ void dt_engine_stop(dt_engine *e) {
 void dt_engine_free(dt_engine *e) {
     if (!e) return;
     dt_engine_stop(e);
-    dt_batch_free(e->batch);
-    free(e->rows);
-    free(e->row_req);
-    free(e->logits);
-    free(e->scratch);
-    free(e->sample_logits);
-    free(e->slot_free);
-    free(e->running);
+    free_buffers(e);
     pthread_cond_destroy(&e->work);
     pthread_cond_destroy(&e->job_done);
     pthread_mutex_destroy(&e->mu);

