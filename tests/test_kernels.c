@@ -1,8 +1,8 @@
 /* test_kernels.c — every kernel path this CPU supports (portable, AVX2, AVX-512) against the
  * plain scalar reference kernels (layers/elementwise_ref.c), for the elementwise kernels that
  * layers/kernels.h dispatches: RMSNorm (with and without weight), the fused residual add +
- * RMSNorm, its backward and weight gradient, SwiGLU forward and backward, RoPE, AdamW and the
- * few-row matrix product (linear_rows). The
+ * RMSNorm, its backward and weight gradient, SwiGLU forward and backward, RoPE, AdamW, the
+ * few-row matrix product (linear_rows) and a query against a KV cache (cache_dots, cache_axpy). The
  * attention kernels' paths are held against attention.c in test_flash_attention.c.
  *
  * Row lengths cover every tail a vector of 4, 8 or 16 floats leaves (1..17, 31, 33), the model
@@ -302,9 +302,47 @@ static void test_linear_rows(void **state) {
     }
 }
 
+/* One query against a cache's rows (strided: rows of a head inside [T, KV·hd]), every head width
+ * tail: the float sums in another order than the double reference, within hd·2^-24 (dots) or
+ * n·2^-24 (the weighted sum) of the sum of the magnitudes; an output beyond n or hd untouched. */
+static void test_cache_products(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 91;
+    static const int hds[] = {1, 4, 7, 8, 16, 17, 64, 100, 128};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const int hd = hds[hi], n = 37;
+        const size_t stride = (size_t)hd * 3 + 5;
+        float *q = frand((size_t)hd, 1.0f, &rng), *kv = frand((size_t)n * stride, 1.0f, &rng), *w = frand((size_t)n, 1.0f, &rng);
+        float *aq = fnew((size_t)hd), *akv = fnew((size_t)n * stride), *aw = fnew((size_t)n);
+        for (int i = 0; i < hd; i++) aq[i] = fabsf(q[i]);
+        for (size_t i = 0; i < (size_t)n * stride; i++) akv[i] = fabsf(kv[i]);
+        for (int i = 0; i < n; i++) aw[i] = fabsf(w[i]);
+        float *dots_ref = fnew((size_t)n), *dots_mag = fnew((size_t)n), *ax_ref = fnew((size_t)hd), *ax_mag = fnew((size_t)hd);
+        ref->cache_dots(dots_ref, q, kv, n, stride, hd);
+        ref->cache_dots(dots_mag, aq, akv, n, stride, hd);
+        ref->cache_axpy(ax_ref, w, kv, n, stride, hd);
+        ref->cache_axpy(ax_mag, aw, akv, n, stride, hd);
+        FOR_EACH_PATH(k) {
+            float *dots = fnan((size_t)n + 1), *ax = fnan((size_t)hd + 1);
+            k->cache_dots(dots, q, kv, n, stride, hd);
+            k->cache_axpy(ax, w, kv, n, stride, hd);
+            if (!isnan(dots[n]) || !isnan(ax[hd])) fail_msg("cache products [%s, hd %d]: wrote past the end", dt_isa_name(k->isa), hd);
+            for (int s = 0; s < n; s++)
+                if (!(fabsf(dots[s] - dots_ref[s]) <= (float)hd * 0x1p-24f * dots_mag[s] + 1e-30f))
+                    fail_msg("cache_dots [%s, hd %d]: row %d: %g vs %g", dt_isa_name(k->isa), hd, s, (double)dots[s], (double)dots_ref[s]);
+            for (int d = 0; d < hd; d++)
+                if (!(fabsf(ax[d] - ax_ref[d]) <= (float)n * 0x1p-24f * ax_mag[d] + 1e-30f))
+                    fail_msg("cache_axpy [%s, hd %d]: lane %d: %g vs %g", dt_isa_name(k->isa), hd, d, (double)ax[d], (double)ax_ref[d]);
+            free(dots), free(ax);
+        }
+        free(q), free(kv), free(w), free(aq), free(akv), free(aw), free(dots_ref), free(dots_mag), free(ax_ref), free(ax_mag);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sumsq), cmocka_unit_test(test_linear_rows),
+        cmocka_unit_test(test_sumsq), cmocka_unit_test(test_linear_rows), cmocka_unit_test(test_cache_products),
         cmocka_unit_test(test_paths_exist), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rmsnorm_backward),
         cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_rope),    cmocka_unit_test(test_adamw),
     };

@@ -328,10 +328,16 @@ static void test_quantised_model_decode_and_checkpoint(void **state) {
             dt_kvcache *kc = dt_kvcache_create(&m, T, &err);
             for (int t = 0; t < T; t++) assert_int_equal(dt_decode_step(&m, kc, tok[t], t, dec + (size_t)t * V, &err), 0);
             dt_kvcache_free(kc);
-            /* static activation scales make decode and forward quantise identically; per-token
-             * dynamic scales do too (one row is one token either way) */
+            /* static activation scales make decode and forward quantise alike, and per-token dynamic
+             * scales too (one row is one token either way), but the attention sums in another order
+             * in the two (fused kernel / cache products), and a float-rounding difference there can
+             * move an int8 activation across a rounding boundary: one step, 1/127 of that token's
+             * range, then reaches the logits (measured: 0.022 of a logit range of 2.8, DIFF, dynamic
+             * w8a8). Weight-only schemes keep float activations: float rounding only. */
             const float diff_dec = tu_max_abs_diff(full, dec, (size_t)T * V);
-            if (!(diff_dec < 2e-3f)) fail_msg("case %zu arch %d: decode differs from forward by %g", c, arch, (double)diff_dec);
+            const float bound = cases[c].s == DT_QUANT_W8A8 ? 0.02f * absmax_of(full, T * V) : 2e-3f;
+            if (!(diff_dec < bound))
+                fail_msg("case %zu arch %d: decode differs from forward by %g (bound %g)", c, arch, (double)diff_dec, (double)bound);
             /* quantisation changed something (the test could fail) but not everything */
             const float dq = tu_max_abs_diff(full, f32, (size_t)T * V);
             assert_true(dq > 0 && dq < 0.5f * absmax_of(f32, T * V));

@@ -92,12 +92,29 @@ static void linear_rows_ref(float *y, int ldy, const float *x, int nr, const flo
         }
 }
 
+static void cache_dots_ref(float *out, const float *q, const float *k, int n, size_t stride, int hd) {
+    for (int s = 0; s < n; s++) {
+        double t = 0;
+        for (int d = 0; d < hd; d++) t += (double)q[d] * k[(size_t)s * stride + d];
+        out[s] = (float)t;
+    }
+}
+
+static void cache_axpy_ref(float *out, const float *w, const float *v, int n, size_t stride, int hd) {
+    for (int d = 0; d < hd; d++) {
+        double t = 0;
+        for (int s = 0; s < n; s++) t += (double)w[s] * v[(size_t)s * stride + d];
+        out[d] = (float)t;
+    }
+}
+
 static const dt_kernels reference = {
     .isa = DT_ISA_PORTABLE, .exp = exp_ref, .rmsnorm_row = rmsnorm_row_ref,
     .residual_rmsnorm_row = residual_rmsnorm_row_ref, .rmsnorm_backward_row = rmsnorm_backward_row_ref,
     .rmsnorm_dw_row = rmsnorm_dw_row_ref, .swiglu_forward = swiglu_forward_ref,
     .swiglu_backward = swiglu_backward_ref, .rope_span = rope_span_ref, .adamw = adamw_ref, .sumsq = sumsq_ref,
     .linear_rows = linear_rows_ref, .linear_rows_most = LINEAR_ROWS_MAX,
+    .cache_dots = cache_dots_ref, .cache_axpy = cache_axpy_ref,
     .attention_forward = NULL, .attention_backward = NULL,
 };
 

@@ -63,6 +63,10 @@ typedef struct {
      * (AVX-512, Zen 5: 97 GFLOP/s at 8 rows, 199 at 64, sgemm 36 and 150; AVX2: 54 at 8, sgemm
      * 36, but sgemm ahead from 16 rows) */
     int linear_rows_most;
+    /* one query against a KV cache's rows (row s at k + s·stride, hd floats): out[s] = q·k_s for
+     * s < n (cache_dots); out[hd] = Σ_s w[s]·v_s (cache_axpy) */
+    void (*cache_dots)(float *out, const float *q, const float *k, int n, size_t stride, int hd);
+    void (*cache_axpy)(float *out, const float *w, const float *v, int n, size_t stride, int hd);
     /* the fused attention kernels (flash_attention.c documents them) */
     void (*attention_forward)(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                               const float *k, const float *v, float *scratch, const attention_shape *s);
@@ -107,6 +111,8 @@ const dt_kernels *kernels_reference(void);
     void rope_span_##sfx(float *row, int nh, int hd, int i0, int n, const float *cos, const float *sin);          \
     double sumsq_##sfx(const float *x, size_t n);                                                                 \
     void linear_rows_##sfx(float *y, int ldy, const float *x, int nr, const float *w, int in, int o0, int o1);    \
+    void cache_dots_##sfx(float *out, const float *q, const float *k, int n, size_t stride, int hd);               \
+    void cache_axpy_##sfx(float *out, const float *w, const float *v, int n, size_t stride, int hd);               \
     void adamw_##sfx(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,          \
                      const adamw_coeffs *k);                                                                      \
     void flash_attention_forward_##sfx(float *out, float *lse, float *o12, float *pre, float *rstd,               \

@@ -1,6 +1,8 @@
-/* skinny_body.h — y = x·Wᵀ for a few rows of x (a decoding batch), written once in the vector type
- * of simd.h and compiled per kernel path by skinny_portable.c, skinny_avx2.c and skinny_avx512.c
- * (internal; kernels.h has the contract, elementwise_ref.c the plain definition).
+/* skinny_body.h — the products of decoding, written once in the vector type of simd.h and
+ * compiled per kernel path by skinny_portable.c, skinny_avx2.c and skinny_avx512.c (internal;
+ * kernels.h has the contracts, elementwise_ref.c the plain definitions): y = x·Wᵀ for a few rows
+ * of x (a decoding batch, linear_rows), and one query against the rows of a KV cache (cache_dots,
+ * cache_axpy: the attention of a decoded or prefilled token over its context).
  *
  * Why not sgemm: OpenBLAS packs both operands before it multiplies, and for a handful of rows the
  * packing of W (read it, write a copy, read the copy) costs more than the product: decoding 2 to 8
@@ -88,4 +90,31 @@ void DT_KSFX(linear_rows)(float *restrict y, int ldy, const float *restrict x, i
     int o = o0;
     for (; o + SKINNY_OUTPUTS <= o1; o += SKINNY_OUTPUTS) DT_KSFX(skinny_outputs)(y, ldy, x, nr, w, in, o, SKINNY_OUTPUTS);
     for (; o < o1; o++) DT_KSFX(skinny_outputs)(y, ldy, x, nr, w, in, o, 1);
+}
+
+/* out[s] = q · k[s·stride .. +hd) for s < n */
+void DT_KSFX(cache_dots)(float *restrict out, const float *restrict q, const float *restrict k, int n,
+                         size_t stride, int hd) {
+    for (int s = 0; s < n; s++) {
+        const float *restrict row = k + (size_t)s * stride;
+        vf acc = vbc(0.0f);
+        int d = 0;
+        for (; d + VW <= hd; d += VW) acc = vfma(vld(q + d), vld(row + d), acc);
+        if (d < hd) acc = vfma(vld_part(q + d, hd - d), vld_part(row + d, hd - d), acc);
+        out[s] = vsum(acc);
+    }
+}
+
+/* out[0..hd) = Σ_s w[s]·v[s·stride .. +hd), accumulated in registers a vector at a time */
+void DT_KSFX(cache_axpy)(float *restrict out, const float *restrict w, const float *restrict v, int n,
+                         size_t stride, int hd) {
+    for (int d = 0; d < hd; d += VW) {
+        const int m = hd - d < VW ? hd - d : VW;
+        vf acc = vbc(0.0f);
+        if (m == VW)
+            for (int s = 0; s < n; s++) acc = vfma(vbc(w[s]), vld(v + (size_t)s * stride + d), acc);
+        else
+            for (int s = 0; s < n; s++) acc = vfma(vbc(w[s]), vld_part(v + (size_t)s * stride + d, m), acc);
+        vst_part(out + d, acc, m);
+    }
 }

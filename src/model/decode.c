@@ -11,6 +11,7 @@
 #include "difftrans.h"
 #include "internal.h"
 #include "base/base.h"
+#include "layers/kernels.h"
 #include "layers/layers.h"
 #include "model/model_quant.h"
 
@@ -208,10 +209,14 @@ static void head_scores(float *restrict scores, const float *restrict q, const k
                         int softmax1) {
     const float scale = (float)(1.0 / sqrt((double)hd));
     float mx = softmax1 ? 0.0f : -INFINITY, tmp[hd];
+    if (kv->f) kernels_active()->cache_dots(scores, q, kv->f, n, (size_t)kv->kvdim, hd); /* F32: the vector kernel */
     for (int s = 0; s < n; s++) {
-        const float *restrict k = kv_row(kv, s, tmp, hd);
         float dot = 0;
-        for (int d = 0; d < hd; d++) dot += q[d] * k[d];
+        if (kv->f) dot = scores[s];
+        else {
+            const float *restrict k = kv_row(kv, s, tmp, hd);
+            for (int d = 0; d < hd; d++) dot += q[d] * k[d];
+        }
         scores[s] = dot * scale - slope * (float)(n - 1 - s);
         mx = fmaxf(mx, scores[s]);
     }
@@ -223,6 +228,10 @@ static void head_scores(float *restrict scores, const float *restrict q, const k
 
 /* out[0..hd) = Σ_s w[s] v[s] */
 static void weighted_values(float *restrict out, const float *restrict w, const kv_view *kv, int n, int hd) {
+    if (kv->f) { /* F32: the vector kernel, straight from the cache */
+        kernels_active()->cache_axpy(out, w, kv->f, n, (size_t)kv->kvdim, hd);
+        return;
+    }
     float tmp[hd];
     memset(out, 0, (size_t)hd * sizeof(float));
     for (int s = 0; s < n; s++) {

@@ -3,9 +3,9 @@
  *
  * Every step takes one row for each request that is decoding (its newest token) and then prompt
  * rows of requests still prefilling, oldest first, up to a budget, and runs them as one
- * dt_batch_step. The budget keeps the prefill rows of a step within 0.8 of a decode-only step's
+ * dt_batch_step. The budget keeps the prefill rows of a step within 0.6 of a decode-only step's
  * time (both measured as the engine runs), so a long prompt arriving mid-stream stretches the
- * other streams' token intervals to under two while it is prefilled; with nothing decoding,
+ * other streams' token intervals to about 1.6 while it is prefilled; with nothing decoding,
  * prompts go in chunks as large as the batch allows.
  *
  * Locking: one mutex guards the queue, every request's event queue and flags, and the stats;
@@ -22,7 +22,9 @@
 #include "base/base.h"
 
 /* The prefill rows a step may add while others decode, as a share of a decode-only step's time. */
-#define PREFILL_SHARE 0.8
+#define PREFILL_SHARE 0.6
+/* Prompt rows beside decoding ones before the cost of a prompt row has been measured. */
+#define PREFILL_FIRST 4
 
 typedef enum { REQ_QUEUED, REQ_PREFILL, REQ_DECODE, REQ_DONE } req_state;
 
@@ -365,11 +367,11 @@ static int plan_step(dt_engine *e, int *n_decode) {
     int budget = e->o.max_rows - n;
     if (n > 0) {
         int chunk = e->o.prefill_chunk;
-        if (chunk <= 0) { /* adaptive: prefill rows worth a little less than one decode-only step, so
-                             that a step carrying them stays under two decode-only steps */
+        if (chunk <= 0) { /* adaptive: prefill rows worth PREFILL_SHARE of a decode-only step, so
+                             that a step carrying them stays well under two decode-only steps */
             chunk = e->prefill_row_s > 0 && e->decode_step_s > 0
                         ? (int)(PREFILL_SHARE * e->decode_step_s / e->prefill_row_s)
-                        : 16;
+                        : PREFILL_FIRST;
             if (chunk < 4) chunk = 4;
         }
         if (chunk < budget) budget = chunk;
