@@ -158,7 +158,12 @@ try {
     const o = document.getElementById('output');
     return o.textContent.length > 0 || o.dataset.state !== 'streaming';
   }, null, { timeout: 120000 });
-  if (await page.isEnabled('#stop')) await page.click('#stop');
+  // checked and clicked in one step inside the page: between a separate check and click a fast server
+  // can finish the stream, which disables Stop, and the click then waits for a button that stays disabled
+  await page.evaluate(() => {
+    const stop = document.getElementById('stop');
+    if (!stop.disabled) stop.click();
+  });
   await page.waitForFunction(() => ['done', 'error', 'stopped'].includes(document.getElementById('output').dataset.state), null, { timeout: 60000 });
   const stopState = await page.getAttribute('#output', 'data-state');
   check(stopState === 'stopped' || stopState === 'done', `after Stop the output is in state ${stopState}`);
