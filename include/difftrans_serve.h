@@ -46,6 +46,8 @@ void dt_engine_stop(dt_engine *e);
 void dt_engine_free(dt_engine *e);
 
 #define DT_MAX_TOP_LOGPROBS 20
+/* Stop ids one request may give: the model's end-of-sequence ids and a chat template's end token. */
+#define DT_ENGINE_MAX_STOP_IDS 16
 
 typedef struct {
     const int *prompt;           /* ids, each checked against the vocabulary (copied at submit) */
@@ -53,7 +55,8 @@ typedef struct {
     int max_new_tokens;          /* ≥ 0; prompt + max_new_tokens ≤ the engine's ctx */
     dt_sampler sampler;
     uint64_t seed;
-    const int *stop_ids;         /* n_stop < 0: the model's own (dt_model_stop_ids); 0: none */
+    const int *stop_ids;         /* n_stop < 0: the model's own (dt_model_stop_ids); 0: none; at most
+                                    DT_ENGINE_MAX_STOP_IDS */
     int n_stop;
     int top_logprobs;            /* 0..DT_MAX_TOP_LOGPROBS alternatives reported with each token;
                                     < 0: no log-probabilities at all (cheaper) */

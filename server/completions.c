@@ -71,13 +71,14 @@ struct srv_job {
     int echo;
     int logprobs;                /* alternatives per token; −1: no log-probabilities */
     int stream;
-    int stop_ids[DT_MAX_EOS + 1];
+    int stop_ids[DT_MAX_EOS + 1]; /* the model's EOS ids and the chat template's end token */
     int n_stop_ids;              /* −1: the model's own */
     choice *c;
     int n_choices;
     int head_sent, done_sent;
     int failed;                  /* a decode failed (out of memory): the reply is an error */
 };
+_Static_assert(DT_MAX_EOS + 1 <= DT_ENGINE_MAX_STOP_IDS, "the engine takes a request's stop ids");
 
 /* ---------------------------------------------------------------- errors */
 

@@ -37,7 +37,7 @@ struct dt_engine_request {
     dt_engine_request_options o;
     int *seq;                    /* [n_prompt + max_new_tokens]: the prompt, then what is generated */
     int n_seq, n_fed;            /* tokens in seq, and how many of them the slot's cache holds */
-    int stop_ids[DT_MAX_EOS], n_stop;
+    int stop_ids[DT_ENGINE_MAX_STOP_IDS], n_stop;
     uint64_t rng;
     int slot;
     double t_submit, t_first;
@@ -157,7 +157,8 @@ static int check_request(const dt_engine *e, const dt_engine_request_options *r,
         if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab_size)
             return dt_fail(err, "engine: prompt token %d at position %d is outside the vocabulary [0, %d)",
                            r->prompt[i], i, c->vocab_size);
-    if (r->n_stop > DT_MAX_EOS) return dt_fail(err, "engine: %d stop ids (at most %d)", r->n_stop, DT_MAX_EOS);
+    if (r->n_stop > DT_ENGINE_MAX_STOP_IDS)
+        return dt_fail(err, "engine: %d stop ids (at most %d)", r->n_stop, DT_ENGINE_MAX_STOP_IDS);
     if (r->n_stop > 0 && !r->stop_ids) return dt_fail(err, "engine: n_stop %d but no stop_ids", r->n_stop);
     if (r->top_logprobs > DT_MAX_TOP_LOGPROBS)
         return dt_fail(err, "engine: top_logprobs %d (at most %d)", r->top_logprobs, DT_MAX_TOP_LOGPROBS);
