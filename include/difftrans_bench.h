@@ -142,10 +142,19 @@ int dt_bench_model(const dt_config *cfg, const dt_bench_options *o, dt_bench_res
  * largest power of two below it whose product takes about 1 s or less; *n_out gets n. NAN when
  * out of memory. */
 double dt_bench_sgemm_peak(int *n_out);
-/* Best-of-3 read bandwidth, GB/s (1e9 bytes/s), summing a float array of max(1 GiB, 4 × the
- * last-level cache) (smaller only when free memory is short) with all OpenMP threads;
- * *bytes_out gets the array size. NAN when out of memory. */
-double dt_bench_read_bandwidth(size_t *bytes_out);
+/* The read bandwidth decoding can reach, GB/s (1e9 bytes/s), from a buffer of max(1 GiB, 4 × the
+ * last-level cache) (smaller only when free memory is short), best of 3 of each of two reads with
+ * all threads: a plain streaming sum (each thread its chunk, vector accumulators) and the decoder's
+ * own access, an sgemv over the buffer as a [rows, 4096] matrix. The bound is the larger: on an
+ * Intel Ice Lake the plain sum read 10.8 GB/s where F32 decoding streamed 19.4, which made the
+ * decode's "fraction of the bound" 179%. */
+typedef struct {
+    double bound_gbs;            /* max(sum_gbs, sgemv_gbs) */
+    double sum_gbs, sgemv_gbs;
+    size_t bytes;                /* the buffer */
+} dt_bench_bandwidth;
+/* -1 when out of memory (then every figure is NAN). */
+int dt_bench_read_bandwidth(dt_bench_bandwidth *out);
 
 /* Runs fn(arg, out, err) in a forked child process and copies its out_size bytes of result back
  * through a pipe (out must hold no pointers), with the child's peak resident set size in MiB in
