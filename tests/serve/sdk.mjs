@@ -727,7 +727,13 @@ test('errors: a full queue is 503 queue_full with Retry-After: 1', async () => {
   // raw and streamed: the 503 comes before any event
   const first = raw(S.slow.url, '/v1/completions', { body: { prompt: 'a', max_tokens: S.slow.max_tokens } });
   const second = raw(S.slow.url, '/v1/completions', { body: { prompt: 'a', max_tokens: S.slow.max_tokens } });
-  await new Promise((r) => setTimeout(r, 200));
+  // the queue is full once /health says so (a fixed wait was not always enough under the sanitizers)
+  for (let t0 = Date.now(); ; ) {
+    const h = (await raw(S.slow.url, '/health', { method: 'GET' })).json;
+    if (h.slots_in_use === 1 && h.queue_depth === 1) break;
+    assert.ok(Date.now() - t0 < 30000, `the slow server never showed a full queue: ${JSON.stringify(h)}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
   const third = await raw(S.slow.url, '/v1/completions', { body: { prompt: 'a', max_tokens: 4, stream: true } });
   rawError(third, 503, 'server_error', 'queue_full', 'a streamed request to a full queue');
   assert.equal(third.headers.get('retry-after'), '1');
