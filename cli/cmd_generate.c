@@ -8,7 +8,8 @@
 
 static void help(void) {
     printf("usage: difftrans generate MODEL_DIR [--prompt TEXT | --prompt-ids \"3 1 4\"] [options]\n\n"
-           "Continues a prompt one token at a time through a KV cache and streams the text.\n\n"
+           "Feeds the prompt through the model in batched chunks (its matrix products over many rows at\n"
+           "once), then continues it one token at a time through a KV cache and streams the text.\n\n"
            "  --prompt TEXT       prompt text, encoded with the model's tokenizer.json (BOS added as\n"
            "                      transformers does), or as bytes for a byte-level model [\"\" → BOS, or\n"
            "                      byte '\\n']; generation stops at an eos_token_id (generation_config.json)\n"
@@ -22,7 +23,9 @@ static void help(void) {
            "  --kv-cache TYPE     f32 | f16 | int8: storage of the cached keys and values (f16 halves the\n"
            "                      memory, int8 about quarters it: one scale per position and kv head);\n"
            "                      its size is printed on stderr [f32]\n"
-           "  --threads N         OpenMP threads [all cores]\n");
+           "  --threads N         OpenMP threads [all cores]\n"
+           "  --timings           print the prompt's time (to the first token) and the generated tokens'\n"
+           "                      rate on stderr\n");
 }
 
 /* Parses "3 1 4" into ids; every id must be an integer in [0, V). */
@@ -100,11 +103,11 @@ int cmd_generate(int argc, char **argv) {
         {"top-k", required_argument, 0, 'k'},   {"top-p", required_argument, 0, 'u'},
         {"seed", required_argument, 0, 's'},    {"print-ids", no_argument, 0, 'I'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"kv-cache", required_argument, 0, 'K'}, {0, 0, 0, 0},
+        {"kv-cache", required_argument, 0, 'K'}, {"timings", no_argument, 0, 'G'}, {0, 0, 0, 0},
     };
     const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL;
     dt_kv_dtype kv_dtype = DT_KV_F32;
-    int n_gen = 200, threads = 0, print_ids = 0;
+    int n_gen = 200, threads = 0, print_ids = 0, timings = 0;
     dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f};
     uint64_t seed = 42;
     optind = 1;
@@ -121,6 +124,7 @@ int cmd_generate(int argc, char **argv) {
         case 'u': bad = parse_float(cmd, "--top-p", optarg, 0, 1, &sampler.top_p); break;
         case 's': bad = parse_u64(cmd, "--seed", optarg, &seed); break;
         case 'I': print_ids = 1; break;
+        case 'G': timings = 1; break;
         case 'K':
             if (!strcmp(optarg, "f32")) kv_dtype = DT_KV_F32;
             else if (!strcmp(optarg, "f16")) kv_dtype = DT_KV_F16;
@@ -178,12 +182,12 @@ int cmd_generate(int argc, char **argv) {
     dt_generate_result res;
     if (rc == 0 && !out) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     if (rc == 0 && dt_generate(&m, ids, n_prompt, &go, out, &res, &err) != 0) rc = cli_fail(cmd, &err);
-    if (rc == 0 && kv_dtype != DT_KV_F32) /* the size of the cache the run used, on stderr */
+    if (rc == 0 && kv_dtype != DT_KV_F32 && res.kv_cache_bytes > 0) /* the cache the run used, on stderr */
         fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", n_prompt + n_gen,
                 res.kv_cache_bytes / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
                 2.0 * m.cfg.num_hidden_layers * (n_prompt + n_gen) * m.cfg.num_key_value_heads * m.cfg.head_dim * 4 /
                     1e6);
-    else if (rc == 0 && ts.failed) rc = cli_fail(cmd, &ts.err);
+    if (rc == 0 && ts.failed) rc = cli_fail(cmd, &ts.err);
     if (rc == 0 && tok && !print_ids) {
         int *all = malloc((size_t)(n_prompt + res.n_generated) * sizeof *all);
         if (!all) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
@@ -195,6 +199,12 @@ int cmd_generate(int argc, char **argv) {
         }
     }
     if (rc == 0) putchar('\n');
+    fflush(stdout); /* the text first, then what stderr says of it */
+    if (rc == 0 && timings && n_gen > 0)
+        fprintf(stderr, "timings: prompt %d tokens in %.3f s (%.1f tokens/s; the time to the first token), %d generated "
+                        "in %.3f s (%.1f tokens/s)\n",
+                n_prompt, res.prefill_s, n_prompt / res.prefill_s, res.n_generated, res.decode_s,
+                res.decode_s > 0 ? res.n_generated / res.decode_s : 0.0);
     free(out);
     free(ids);
     dt_model_free(&m);
