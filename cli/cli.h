@@ -60,6 +60,8 @@ int cli_apply_ablations(const char *cmd, const char *list, dt_config *cfg);
 void cli_set_threads(int n);
 /* --dtype f32|bf16|f16 (also F32, float32, bfloat16, float16). */
 int cli_parse_dtype(const char *cmd, const char *s, dt_dtype *out);
+/* --kv-cache f32|f16|int8 (generate, serve). */
+int cli_parse_kv_cache(const char *cmd, const char *s, dt_kv_dtype *out);
 /* --max-shard-size: bytes, or a number with KB/MB/GB/TB (powers of 1000, as transformers reads
  * "5GB") or KiB/MiB/GiB/TiB (powers of 1024). */
 int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *out);

@@ -126,10 +126,7 @@ int cmd_generate(int argc, char **argv) {
         case 'I': print_ids = 1; break;
         case 'G': timings = 1; break;
         case 'K':
-            if (!strcmp(optarg, "f32")) kv_dtype = DT_KV_F32;
-            else if (!strcmp(optarg, "f16")) kv_dtype = DT_KV_F16;
-            else if (!strcmp(optarg, "int8")) kv_dtype = DT_KV_INT8;
-            else bad = cli_error(cmd, "--kv-cache '%s': expected f32, f16 or int8", optarg);
+            bad = cli_parse_kv_cache(cmd, optarg, &kv_dtype);
             break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'h': help(); return 0;

@@ -99,10 +99,7 @@ int cmd_serve(int argc, char **argv) {
         case 'P': bad = parse_int(cmd, "--parallel", optarg, 1, 1024, &o.parallel); break;
         case 'c': bad = parse_int(cmd, "--ctx", optarg, 1, 1 << 24, &o.ctx); break;
         case 'K':
-            if (!strcmp(optarg, "f32")) o.kv_cache = DT_KV_F32;
-            else if (!strcmp(optarg, "f16")) o.kv_cache = DT_KV_F16;
-            else if (!strcmp(optarg, "int8")) o.kv_cache = DT_KV_INT8;
-            else bad = cli_error(cmd, "--kv-cache '%s': expected f32, f16 or int8", optarg);
+            bad = cli_parse_kv_cache(cmd, optarg, &o.kv_cache);
             break;
         case 'a':
             if (!*optarg) bad = cli_error(cmd, "--api-key: an empty key");

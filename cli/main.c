@@ -233,6 +233,14 @@ int cli_parse_dtype(const char *cmd, const char *s, dt_dtype *out) {
     return 0;
 }
 
+int cli_parse_kv_cache(const char *cmd, const char *s, dt_kv_dtype *out) {
+    if (!strcmp(s, "f32")) *out = DT_KV_F32;
+    else if (!strcmp(s, "f16")) *out = DT_KV_F16;
+    else if (!strcmp(s, "int8")) *out = DT_KV_INT8;
+    else return cli_error(cmd, "--kv-cache '%s': expected f32, f16 or int8", s);
+    return 0;
+}
+
 int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *out) {
     static const struct {
         const char *suffix;
