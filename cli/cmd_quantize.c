@@ -8,12 +8,14 @@
 static void quantize_help(void) {
     printf("usage: difftrans quantize MODEL_DIR OUT_DIR --scheme q8_0|q4_0|w8a8\n"
            "                          [--calib FILE --calib-samples N --seq T --seed N]\n"
-           "                          [--dynamic] [--smooth ALPHA] [--lm-head] [--threads N]\n\n"
+           "                          [--dynamic] [--smooth ALPHA] [--float-activations] [--lm-head]\n"
+           "                          [--threads N]\n\n"
            "Writes a quantised copy of a float checkpoint to the new directory OUT_DIR (built under a\n"
            "temporary name and renamed, so a failure leaves nothing). Linear layers (q, k, v, o, gate,\n"
            "up, down) are quantised; embeddings, norms, λ vectors and the LM head stay float32.\n"
-           "  q8_0   8-bit weights, blocks of 32 with one scale each; activations float (w8a16)\n"
-           "  q4_0   4-bit weights, blocks of 32 with one scale each; activations float\n"
+           "  q8_0   8-bit weights, blocks of 32 with one half-precision scale each (ggml's Q8_0);\n"
+           "         activations rounded to 8-bit blocks of 32 per token for integer dot products\n"
+           "  q4_0   4-bit weights, the same blocks (ggml's Q4_0); activations as for q8_0\n"
            "  w8a8   8-bit weights per output channel and 8-bit activations: static per-tensor input\n"
            "         scales calibrated on --calib text (default), or per token at run time (--dynamic)\n"
            "options:\n"
@@ -24,6 +26,8 @@ static void quantize_help(void) {
            "  --seed N            which windows are drawn [1]; a fixed seed gives the same result\n"
            "  --smooth ALPHA      w8a8: SmoothQuant scale migration of strength ALPHA in [0, 1]\n"
            "  --dynamic           w8a8: per-token activation scales instead of static ones\n"
+           "  --float-activations q8_0, q4_0: keep activations float (w8a16): no rounding of the\n"
+           "                      activations, slower decoding; for measuring the weights' error alone\n"
            "  --lm-head           also quantise the LM head\n");
 }
 
@@ -34,6 +38,7 @@ int cmd_quantize(int argc, char **argv) {
         {"seed", required_argument, 0, 's'},    {"smooth", required_argument, 0, 'a'},
         {"dynamic", no_argument, 0, 'd'},       {"lm-head", no_argument, 0, 'l'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+        {"float-activations", no_argument, 0, 'f'},
         {0, 0, 0, 0},
     };
     const char *cmd = "quantize", *scheme = NULL;
@@ -55,6 +60,7 @@ int cmd_quantize(int argc, char **argv) {
         case 'a': bad = parse_float(cmd, "--smooth", optarg, 0, 1, &o.smooth_alpha); break;
         case 'd': o.dynamic_activations = 1; break;
         case 'l': o.lm_head = 1; break;
+        case 'f': o.float_activations = 1; break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'h': quantize_help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
@@ -66,7 +72,9 @@ int cmd_quantize(int argc, char **argv) {
     if (dt_quant_scheme_parse(scheme, &o.scheme, &err) != 0)
         return cli_error_code(cmd, err.code, "--scheme: %s", err.msg);
     if (o.scheme != DT_QUANT_W8A8 && (o.dynamic_activations || o.smooth_alpha >= 0))
-        return cli_error(cmd, "--dynamic and --smooth apply to w8a8 only (%s keeps activations float)", scheme);
+        return cli_error(cmd, "--dynamic and --smooth apply to w8a8 only (%s rounds activations per block)", scheme);
+    if (o.scheme == DT_QUANT_W8A8 && o.float_activations)
+        return cli_error(cmd, "--float-activations applies to q8_0 and q4_0 (w8a8 multiplies int8 activations)");
     if (o.scheme == DT_QUANT_W8A8 && !o.calib_path && (!o.dynamic_activations || o.smooth_alpha >= 0))
         return cli_error(cmd, "w8a8 %s needs --calib FILE (text to measure activation ranges on)",
                          o.dynamic_activations ? "with --smooth" : "with static activation scales");

@@ -612,6 +612,9 @@ typedef struct {
     int dynamic_activations;     /* W8A8: a scale per token at run time instead of calibrated static ones */
     float smooth_alpha;          /* W8A8: SmoothQuant migration strength α ∈ [0, 1]; < 0 = off */
     int lm_head;                 /* also quantise the LM head (float by default) */
+    int float_activations;       /* q8_0, q4_0: multiply with the activations in float (w8a16: more exact,
+                                    slower) instead of rounding each row to 8-bit blocks for integer dot
+                                    products (the default; README "Quantisation" says when to use which) */
     /* Calibration (W8A8 with static scales or smoothing): calib_samples windows of calib_seq
      * tokens, drawn without overlap from calib_tokens (or the text file calib_path) by seed. */
     const char *calib_path;
@@ -636,7 +639,7 @@ int dt_model_dequantize(dt_model *m, dt_error *err);
 /* The scheme of a model (DT_QUANT_NONE for float) and the options it was quantised with. */
 dt_quant_scheme dt_model_quant_scheme(const dt_model *m, dt_quant_options *o);
 /* The path the quantised kernels take on this CPU (DT_ISA respected): "avx512 (int8: VNNI)",
- * "avx512 (int8: AVX2)" on AVX-512 CPUs without VNNI, "avx2" or "portable". */
+ * "avx512 (int8: no VNNI)" on AVX-512 CPUs without it, "avx2" or "portable". */
 const char *dt_quant_kernel_path(void);
 /* Bytes of weights one decoding step reads (every linear layer, the norms, the embedding row). */
 size_t dt_model_decode_bytes(const dt_model *m);

@@ -65,23 +65,79 @@ expect_fail "quantising a quantised model" "already quantised" "$DT" quantize "$
 expect_fail "training a quantised checkpoint" "quantised.*train the float model" \
     "$DT" train --resume --out "$S/q8_0"
 if [ -n "$PY" ]; then
-    # scales whose block count disagrees with the weight's shape (same byte count, so the
-    # safetensors layer accepts it and the quantisation loader must catch it)
+    # blocks whose count disagrees with the weight's shape (same byte count, so the safetensors
+    # layer accepts it and the quantisation loader must catch it)
     cp -r "$S/q8_0" "$S/lying"
-    check "rewrite a scales shape" "$PY" - "$S/lying/model.safetensors" <<'PYEOF'
+    check "rewrite a blocks shape" "$PY" - "$S/lying/model.safetensors" <<'PYEOF'
 import json, struct, sys
 p = sys.argv[1]
 b = open(p, "rb").read()
 n = struct.unpack("<Q", b[:8])[0]
 h = json.loads(b[8:8 + n])
-t = h["model.layers.0.mlp.down_proj.scales"]
-t["shape"] = [t["shape"][0] * t["shape"][1], 1]
+t = h["model.layers.0.mlp.down_proj.qblocks"]
+t["shape"] = [t["shape"][0] * t["shape"][1] // 34, 34]
 s = json.dumps(h, separators=(",", ":")).encode()
 s += b" " * (-len(s) % 8)  # the header padded to 8 bytes, its length rewritten
 open(p, "wb").write(struct.pack("<Q", len(s)) + s + b[8 + n:])
 PYEOF
-    expect_fail "scales disagree with shapes" "down_proj.scales.*has shape.*imply" "$DT" eval "$S/lying" --data "$S/short.txt"
-    expect_fail "lying checkpoint in generate" "down_proj.scales" "$DT" generate "$S/lying" --prompt "a" -n 2
+    expect_fail "blocks disagree with shapes" "down_proj.qblocks.*has shape.*imply" "$DT" eval "$S/lying" --data "$S/short.txt"
+    expect_fail "lying checkpoint in generate" "down_proj.qblocks" "$DT" generate "$S/lying" --prompt "a" -n 2
+    # a checkpoint from before the blocks were ggml's (int8 values and float32 scales in two
+    # tensors, activations float) still loads, and gives the float-activation model's loss; a
+    # scale no half can hold is refused with the command that re-quantises
+    cat > "$S/to_old.py" <<'PYEOF'
+import json, struct, sys
+src, dst, floats, big = sys.argv[1], sys.argv[2], sys.argv[3], len(sys.argv) > 4
+def header(path):
+    b = open(path, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    return json.loads(b[8:8 + n]), b[8 + n:]
+h, data = header(src + "/model.safetensors")
+shapes = {k: v["shape"] for k, v in header(floats + "/model.safetensors")[0].items() if k != "__metadata__"}
+out, blobs, off = {}, [], 0
+def put(name, dtype, shape, blob):
+    global off
+    out[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + len(blob)]}
+    blobs.append(blob); off += len(blob)
+for name, t in h.items():
+    if name == "__metadata__": continue
+    raw = data[t["data_offsets"][0]:t["data_offsets"][1]]
+    if not name.endswith(".qblocks"):
+        put(name, t["dtype"], t["shape"], raw); continue
+    rows, width = t["shape"]; nb = width // 34; base = name[:-len(".qblocks")]
+    cols = shapes[base + ".weight"][1]
+    q, sc = bytearray(), []
+    for r in range(rows):
+        row = bytearray()
+        for k in range(nb):
+            blk = raw[(r * nb + k) * 34:(r * nb + k + 1) * 34]
+            sc.append(struct.unpack("<e", blk[:2])[0]); row += blk[2:]
+        q += row[:cols]
+    if big: sc[0] = 1e6
+    put(base + ".qweight", "I8", [rows, cols], bytes(q))
+    put(base + ".scales", "F32", [rows, nb], struct.pack("<%df" % len(sc), *sc))
+hdr = json.dumps(out, separators=(",", ":")).encode()
+hdr += b" " * (-len(hdr) % 8)
+open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(hdr)) + hdr + b"".join(blobs))
+c = json.load(open(src + "/config.json"))
+c["quantization_config"]["activations"] = "float32"
+del c["quantization_config"]["block_layout"]
+json.dump(c, open(dst + "/config.json", "w"))
+PYEOF
+    cp -r "$S/q8_0" "$S/old" && cp -r "$S/q8_0" "$S/old_big"
+    check "an old-layout q8_0 checkpoint" "$PY" "$S/to_old.py" "$S/q8_0" "$S/old" "$M"
+    check "one with a scale past a half" "$PY" "$S/to_old.py" "$S/q8_0" "$S/old_big" "$M" big
+    expect_ok "eval the old layout" "$DT" eval "$S/old" --data "$S/short.txt"
+    cp "$S/last.out" "$S/old.eval"
+    check "float activations written" "$DT" quantize "$M" "$S/q8_0f" --scheme q8_0 --float-activations
+    check "config says so" "$PY" -c 'import json, sys; q = json.load(open(sys.argv[1]))["quantization_config"]; assert q["activations"] == "float32" and q["block_layout"] == "ggml", q' "$S/q8_0f/config.json"
+    check "and by default" "$PY" -c 'import json, sys; q = json.load(open(sys.argv[1]))["quantization_config"]; assert q["activations"] == "int8-dynamic-per-block", q' "$S/q8_0/config.json"
+    expect_ok "eval float activations" "$DT" eval "$S/q8_0f" --data "$S/short.txt"
+    check "old layout = float activations (same integers, same half scales)" \
+        test "$(sed 's/.* on //' "$S/old.eval")" = "$(sed 's/.* on //' "$S/last.out")"
+    expect_fail "old scale past a half" "past the range of the half-precision scales.*difftrans quantize FLOAT_MODEL OUT --scheme q8_0" \
+        "$DT" eval "$S/old_big" --data "$S/short.txt"
+    expect_fail "--float-activations on w8a8" "applies to q8_0 and q4_0" "$DT" quantize "$M" "$S/bad7" --scheme w8a8 --dynamic --float-activations
 fi
 # quality of each scheme, DIFF and baseline side by side
 check "a baseline" "$DT" train --data "$CORPUS" --out "$S/base" --arch transformer --preset tiny --steps 30 --batch 4 --seq 32 --quiet

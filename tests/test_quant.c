@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "base/base.h"
 #include "difftrans.h"
 #include "layers/layers.h"
 #include "model/model_quant.h"
@@ -32,40 +33,49 @@ static float *weights(int out, int in, uint64_t *rng) {
 
 /* ---------------------------------------------------------------- formats */
 
+/* The worst error of a weight: half a step of the float scale d, plus what rounding d to a half
+ * moved the value (|d − d_h| · |q|, at most 2^-11 · d · |q|). */
+static float q_bound(float d, float d_half, int q) { return (0.5f * fabsf(d) + fabsf(d - d_half) * (float)abs(q)) * 1.0001f + 1e-12f; }
+
 static void test_round_trip_bounds(void **state) {
     (void)state;
     uint64_t rng = 11;
     const int sizes[] = {1, 5, 31, 32, 33, 64, 100, 257};
     for (int s = 0; s < 8; s++) {
         const int in = sizes[s], nb = q_blocks(in);
-        float *w = weights(1, in, &rng), *back = fnan((size_t)in), scales[16];
-        int8_t q8[300];
-        uint8_t q4[300];
-        /* q8_0: error at most half a step, step = block absmax / 127 */
-        q8_0_quantize_row(q8, scales, w, in);
-        q8_0_dequantize_row(back, q8, scales, in);
-        for (int b = 0; b < nb; b++) {
-            const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
-            const float d = absmax_of(w + j0, n) / 127.0f;
-            assert_true(tu_max_abs_diff(w + j0, back + j0, (size_t)n) <= 0.5f * d * (1 + 1e-5f) + 1e-12f);
+        float *w = weights(1, in, &rng), *back = fnan((size_t)in);
+        block_q8_0 b8[16];
+        block_q4_0 b4[16];
+        q8_0_quantize_row(b8, w, in);
+        q8_0_dequantize_row(back, b8, in);
+        for (int j = 0; j < in; j++) {
+            const int b = j / QK, n = in - b * QK < QK ? in - b * QK : QK;
+            const float d = absmax_of(w + b * QK, n) / 127.0f;
+            if (!(fabsf(w[j] - back[j]) <= q_bound(d, half_to_float(b8[b].d), b8[b].qs[j % QK])))
+                fail_msg("q8_0 in %d: element %d is %g, back %g", in, j, (double)w[j], (double)back[j]);
         }
-        /* q4_0: the largest-magnitude value is exact (−8 · d); the rest within half a step, except its
-         * opposite extreme, which clamps to +7 and is off by at most one step */
-        q4_0_quantize_row(q4, scales, w, in);
-        q4_0_dequantize_row(back, q4, scales, in);
+        /* q4_0: the largest-magnitude value maps to −8 (exactly, but for the half's rounding of d);
+         * the rest within half a step, except its opposite extreme, which clamps to +7 and is off
+         * by at most one step */
+        q4_0_quantize_row(b4, w, in);
+        q4_0_dequantize_row(back, b4, in);
         for (int b = 0; b < nb; b++) {
             const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
-            const float step = absmax_of(w + j0, n) / 8.0f;
+            const float dh = half_to_float(b4[b].d), step = absmax_of(w + j0, n) / 8.0f;
             for (int j = j0; j < j0 + n; j++) {
                 const float e = fabsf(w[j] - back[j]);
-                const int clamped = back[j] == 7 * scales[b];
-                assert_true(e <= (clamped ? step : 0.5f * step) * 1.0001f + 1e-12f);
+                const int clamped = back[j] == 7 * dh;
+                assert_true(e <= (clamped ? step : 0.5f * step) * 1.0001f + 8 * fabsf(step - fabsf(dh)) + 1e-12f);
             }
-            assert_true(fabsf(scales[b]) * 8 >= absmax_of(w + j0, n) * 0.9999f);
+            assert_true(fabsf(dh) * 8 >= absmax_of(w + j0, n) * 0.999f);
         }
         /* the padding of a short last block decodes to zero and the nibbles hold q + 8 */
-        if (in % QK) assert_int_equal(q4[(nb - 1) * (QK / 2) + QK / 2 - 1] >> 4, 8);
+        if (in % QK) {
+            assert_int_equal(b4[nb - 1].qs[QK / 2 - 1] >> 4, 8);
+            assert_int_equal(b8[nb - 1].qs[QK - 1], 0);
+        }
         /* w8a8 row: half a step of absmax / 127; smoothing divides first */
+        int8_t q8[300];
         float scale = i8_quantize_row(q8, w, in, NULL);
         assert_float_equal(scale, absmax_of(w, in) / 127.0f, 1e-9);
         for (int j = 0; j < in; j++) {
@@ -77,14 +87,41 @@ static void test_round_trip_bounds(void **state) {
         free(back);
     }
     /* all zero, inf and NaN never reach an undefined conversion */
-    float z[40] = {0}, sc[2];
+    float z[40] = {0};
+    block_q8_0 zb[2];
+    q8_0_quantize_row(zb, z, 40);
+    assert_true(zb[0].d == 0 && zb[0].qs[3] == 0);
     int8_t q[40];
-    q8_0_quantize_row(q, sc, z, 40);
-    assert_true(sc[0] == 0 && q[3] == 0);
     z[1] = INFINITY;
     z[2] = NAN;
     i8_quantize_row_scaled(q, z, 40, 0.5f, NULL);
     assert_int_equal(q[1], 127);
+}
+
+/* The bytes are ggml's: a little-endian half, then the values; Q4_0 rounds halves up (trunc(v +
+ * 8.5), ggml's rule: roundf would give −8 for −7.5) and packs element j with j + 16. */
+static void test_block_bytes_are_ggml(void **state) {
+    (void)state;
+    float w[QK];
+    for (int j = 0; j < QK; j++) w[j] = (float)(j - 16);
+    block_q4_0 b4;
+    q4_0_quantize_row(&b4, w, QK);
+    unsigned char bytes[18];
+    memcpy(bytes, &b4, sizeof bytes);
+    assert_int_equal(bytes[0] | bytes[1] << 8, 0x4000); /* d = −16 / −8 = 2.0 */
+    assert_int_equal(bytes[2], 0x80);                     /* element 0: −8 → 0; element 16: 0 → 8 */
+    assert_int_equal(bytes[3] & 0x0F, 1);                 /* element 1: −15 / 2 = −7.5 → −7 */
+    assert_int_equal(bytes[17] >> 4, 15);                 /* element 31: 15 / 2 = 7.5 → 7 (clamped) */
+    block_q8_0 b8;
+    q8_0_quantize_row(&b8, w, QK);
+    unsigned char b8bytes[34];
+    memcpy(b8bytes, &b8, sizeof b8bytes);
+    assert_int_equal(b8bytes[0] | b8bytes[1] << 8, float_to_half(16.0f / 127.0f));
+    assert_int_equal((int8_t)b8bytes[2], -127);            /* −16 · 127 / 16 */
+    assert_int_equal((int8_t)b8bytes[2 + 17], (int)roundf(1.0f * (127.0f / 16.0f)));
+    assert_int_equal((int8_t)b8bytes[2 + 31], (int)roundf(15.0f * (1.0f / (16.0f / 127.0f))));
+    assert_int_equal(qblock_bytes(QFMT_Q8_0), 34);
+    assert_int_equal(qblock_bytes(QFMT_Q4_0), 18);
 }
 
 /* ---------------------------------------------------------------- kernels */
@@ -93,71 +130,125 @@ typedef struct {
     int out, in, N;
 } shape;
 
+/* Odd block counts (the AVX-512 kernels pair blocks), short last blocks, and batches past a tile. */
 static const shape shapes[] = {{1, 1, 1},  {1, 32, 1},  {3, 33, 2},   {5, 31, 3},    {7, 100, 5},
                                {4, 64, 4}, {9, 65, 7},  {17, 257, 9}, {64, 1024, 1}, {33, 130, 13},
-                               {7, 100, 1}, {9, 257, 1},  {5, 600, 1}}; /* one row of x: the decoding kernels */
+                               {7, 100, 1}, {9, 257, 1},  {5, 600, 1}, {6, 96, 6}};
 
 /* |y − reference| within rel of Σ|terms| (the reference sums in double). */
 static void assert_close_to_reference(const float *y, const float *ref, const float *mag, int n, float rel,
-                                      const char *what, dt_isa isa, const shape *s) {
+                                      const char *what, const char *path, const shape *s) {
     for (int i = 0; i < n; i++) {
         const float tol = rel * mag[i] + 1e-30f;
         if (!(fabsf(y[i] - ref[i]) <= tol))
             fail_msg("%s on path %s, shape out %d in %d N %d: element %d is %g, reference %g (tolerance %g)", what,
-                     dt_isa_name(isa), s->out, s->in, s->N, i, (double)y[i], (double)ref[i], (double)tol);
+                     path, s->out, s->in, s->N, i, (double)y[i], (double)ref[i], (double)tol);
     }
 }
 
+/* 8-bit activation blocks of N rows of in values (owned: free with act_free). */
+static qact act_new(int N, int in) {
+    const int nb = q_blocks(in);
+    qact a = {malloc((size_t)N * nb * QK), fnan((size_t)N * nb), nb};
+    assert_non_null(a.q);
+    return a;
+}
+static void act_free(qact *a) { free(a->q), free(a->d); }
+
+/* Σ |d_w · d_x · q_w · q_x| per output: the scale of the float rounding in a dot product. */
+static void dot_magnitude(float *mag, const void *w, qformat fmt, int rows, const qact *x, int N, int in) {
+    float *deq = fnew((size_t)rows * in), *xa = fnew((size_t)N * in);
+    for (int r = 0; r < rows; r++) {
+        if (fmt == QFMT_Q8_0) q8_0_dequantize_row(deq + (size_t)r * in, (const block_q8_0 *)w + (size_t)r * x->nb, in);
+        else q4_0_dequantize_row(deq + (size_t)r * in, (const block_q4_0 *)w + (size_t)r * x->nb, in);
+    }
+    for (int i = 0; i < rows * in; i++) deq[i] = fabsf(deq[i]);
+    for (int n = 0; n < N; n++)
+        for (int j = 0; j < in; j++) {
+            const size_t b = (size_t)n * x->nb + j / QK;
+            xa[(size_t)n * in + j] = fabsf(x->d[b] * x->q[b * QK + j % QK]);
+        }
+    linear_forward(mag, xa, deq, N, in, rows);
+    for (int i = 0; i < N * rows; i++) mag[i] += 1e-20f;
+    free(deq), free(xa);
+}
+
+/* Every set of kernels this CPU runs (portable, AVX2, AVX-512 with and without VNNI) against the
+ * double-precision definitions: the integer products exactly summed, so the bound is float
+ * rounding of the per-block scaling and the sum over blocks, 1e-5 of Σ|terms|. And a row's result
+ * does not depend on the batch it came in (bit for bit), nor on the rows of W beside it. */
 static void test_kernels_match_reference(void **state) {
     (void)state;
     uint64_t rng = 5;
-    int paths = 0;
-    for (int p = 0; p < DT_ISA_COUNT; p++) {
-        const qkernels *k = qkernels_for((dt_isa)p);
-        if (!k) continue;
-        paths++;
+    const qkernels *sets[4];
+    const int n_sets = qkernels_all(sets);
+    for (int p = 0; p < n_sets; p++) {
+        const qkernels *k = sets[p];
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             const shape *s = &shapes[si];
             const int nb = q_blocks(s->in);
             float *w = weights(s->out, s->in, &rng), *x = frand((size_t)s->N * s->in, 1.0f, &rng);
-            float *scales = fnew((size_t)s->out * nb), *y = fnan((size_t)s->N * s->out), *ref = fnew((size_t)s->N * s->out);
-            float *mag = fnew((size_t)s->N * s->out), *absw = fnew((size_t)s->out * s->in);
-            int8_t *q8 = malloc((size_t)s->out * s->in);
-            uint8_t *q4 = malloc((size_t)s->out * nb * (QK / 2));
-            /* q8_0 and q4_0 matrix-vector products */
-            for (int o = 0; o < s->out; o++) q8_0_quantize_row(q8 + (size_t)o * s->in, scales + (size_t)o * nb, w + (size_t)o * s->in, s->in);
-            for (int i = 0; i < s->out * s->in; i++) absw[i] = fabsf(w[i]) + 1e-3f;
-            float *absx = fnew((size_t)s->in);
-            for (int j = 0; j < s->in; j++) absx[j] = fabsf(x[j]);
-            linear_forward(mag, absx, absw, 1, s->in, s->out);
-            k->q8_0_matvec(y, q8, scales, x, s->out, s->in);
-            q8_0_matvec_reference(ref, q8, scales, x, s->out, s->in);
-            assert_close_to_reference(y, ref, mag, s->out, 1e-5f, "q8_0_matvec", (dt_isa)p, s);
-            for (int o = 0; o < s->out; o++) q4_0_quantize_row(q4 + (size_t)o * nb * (QK / 2), scales + (size_t)o * nb, w + (size_t)o * s->in, s->in);
-            for (int i = 0; i < s->out; i++) y[i] = NAN;
-            k->q4_0_matvec(y, q4, scales, x, s->out, s->in);
-            q4_0_matvec_reference(ref, q4, scales, x, s->out, s->in);
-            assert_close_to_reference(y, ref, mag, s->out, 1e-5f, "q4_0_matvec", (dt_isa)p, s);
-            /* dequantising rows (the few-row products): exactly the formats' own values */
+            for (int i = 0; i < s->N * s->in; i += 13) x[i] *= 30.0f; /* outliers: block scales differ */
+            x[0] = -1000.0f; /* −127 after rounding: the extreme where a saturating product would show */
+            float *y = fnan((size_t)s->N * s->out), *ref = fnew((size_t)s->N * s->out), *mag = fnew((size_t)s->N * s->out);
+            float *alone = fnan((size_t)s->out);
+            block_q8_0 *b8 = malloc((size_t)s->out * nb * sizeof *b8);
+            block_q4_0 *b4 = malloc((size_t)s->out * nb * sizeof *b4);
+            for (int o = 0; o < s->out; o++) {
+                q8_0_quantize_row(b8 + (size_t)o * nb, w + (size_t)o * s->in, s->in);
+                q4_0_quantize_row(b4 + (size_t)o * nb, w + (size_t)o * s->in, s->in);
+            }
+            b8[0].qs[0] = 127; /* the extremes, where a saturating 16-bit product would show */
+            b8[0].qs[1] = -127;
+            qact a = act_new(s->N, s->in), a_ref = act_new(s->N, s->in);
+            k->quantize_act(&a, x, s->N, s->in);
+            for (int n = 0; n < s->N; n++) qact_quantize_row(&a_ref, n, x + (size_t)n * s->in, s->in);
+            assert_memory_equal(a.q, a_ref.q, (size_t)s->N * nb * QK);
+            assert_memory_equal(a.d, a_ref.d, (size_t)s->N * nb * sizeof(float));
+            assert_int_equal(a.q[0], -127);
+            for (int f = 0; f < 2; f++) {
+                const qformat fmt = f ? QFMT_Q4_0 : QFMT_Q8_0;
+                const char *what = f ? "q4_0_dot" : "q8_0_dot";
+                for (int i = 0; i < s->N * s->out; i++) y[i] = NAN;
+                if (f) {
+                    k->q4_0_dot(y, (size_t)s->out, b4, s->out, &a, s->N);
+                    q4_0_dot_reference(ref, (size_t)s->out, b4, s->out, &a, s->N);
+                } else {
+                    k->q8_0_dot(y, (size_t)s->out, b8, s->out, &a, s->N);
+                    q8_0_dot_reference(ref, (size_t)s->out, b8, s->out, &a, s->N);
+                }
+                dot_magnitude(mag, f ? (const void *)b4 : (const void *)b8, fmt, s->out, &a, s->N, s->in);
+                assert_close_to_reference(y, ref, mag, s->N * s->out, 1e-5f, what, k->name, s);
+                /* row n alone, one output at a time: the same bits */
+                for (int n = 0; n < s->N; n++) {
+                    const size_t at = (size_t)n * nb;
+                    const qact row = {a.q + at * QK, a.d + at, nb};
+                    for (int o = 0; o < s->out; o++) {
+                        if (f) k->q4_0_dot(alone + o, 1, b4 + (size_t)o * nb, 1, &row, 1);
+                        else k->q8_0_dot(alone + o, 1, b8 + (size_t)o * nb, 1, &row, 1);
+                    }
+                    if (memcmp(alone, y + (size_t)n * s->out, (size_t)s->out * sizeof(float)) != 0)
+                        fail_msg("%s on path %s, shape out %d in %d N %d: row %d alone differs from its batch", what,
+                                 k->name, s->out, s->in, s->N, n);
+                }
+            }
+            /* dequantising rows (the float-activation products): exactly the formats' own values */
             float *deq = fnan((size_t)s->out * s->in), *deq_ref = fnew((size_t)s->out * s->in);
-            for (int o = 0; o < s->out; o++)
-                q4_0_dequantize_row(deq_ref + (size_t)o * s->in, q4 + (size_t)o * nb * (QK / 2), scales + (size_t)o * nb, s->in);
-            k->q4_0_dequantize(deq, q4, scales, s->out, s->in);
+            for (int o = 0; o < s->out; o++) q4_0_dequantize_row(deq_ref + (size_t)o * s->in, b4 + (size_t)o * nb, s->in);
+            k->q4_0_dequantize(deq, b4, s->out, s->in);
             assert_memory_equal(deq, deq_ref, (size_t)s->out * s->in * sizeof(float));
-            for (int o = 0; o < s->out; o++) q8_0_quantize_row(q8 + (size_t)o * s->in, scales + (size_t)o * nb, w + (size_t)o * s->in, s->in);
-            for (int o = 0; o < s->out; o++)
-                q8_0_dequantize_row(deq_ref + (size_t)o * s->in, q8 + (size_t)o * s->in, scales + (size_t)o * nb, s->in);
+            for (int o = 0; o < s->out; o++) q8_0_dequantize_row(deq_ref + (size_t)o * s->in, b8 + (size_t)o * nb, s->in);
             for (size_t i = 0; i < (size_t)s->out * s->in; i++) deq[i] = NAN;
-            k->q8_0_dequantize(deq, q8, scales, s->out, s->in);
+            k->q8_0_dequantize(deq, b8, s->out, s->in);
             assert_memory_equal(deq, deq_ref, (size_t)s->out * s->in * sizeof(float));
             free(deq), free(deq_ref);
-            /* int8 × int8: exact integer sums, so only the final float scaling may round */
+            /* int8 × int8 (W8A8): exact integer sums, so only the final float scaling may round */
             float *ws = fnew((size_t)s->out), *xs = fnew((size_t)s->N);
-            int8_t *xq = malloc((size_t)s->N * s->in);
+            int8_t *q8 = malloc((size_t)s->out * s->in), *xq = malloc((size_t)s->N * s->in);
             int32_t *sums = malloc((size_t)s->out * sizeof(int32_t));
             for (int o = 0; o < s->out; o++) ws[o] = i8_quantize_row(q8 + (size_t)o * s->in, w + (size_t)o * s->in, s->in, NULL);
             for (int n = 0; n < s->N; n++) xs[n] = i8_quantize_row(xq + (size_t)n * s->in, x + (size_t)n * s->in, s->in, NULL);
-            xq[0] = -127; /* the extremes, where a saturating 16-bit product would show */
+            xq[0] = -127;
             q8[0] = 127;
             if (s->in > 1) {
                 xq[1] = -127;
@@ -168,13 +259,47 @@ static void test_kernels_match_reference(void **state) {
             k->i8_gemm(y, xq, xs, s->N, q8, ws, sums, s->out, s->in);
             i8_gemm_reference(ref, xq, xs, s->N, q8, ws, s->out, s->in);
             for (int i = 0; i < s->N * s->out; i++) mag[i] = fabsf(ref[i]) + 1e-20f;
-            assert_close_to_reference(y, ref, mag, s->N * s->out, 1e-6f, "i8_gemm", (dt_isa)p, s);
-            free(w), free(x), free(scales), free(y), free(ref), free(mag), free(absw), free(absx);
-            free(q8), free(q4), free(ws), free(xs), free(xq), free(sums);
+            assert_close_to_reference(y, ref, mag, s->N * s->out, 1e-6f, "i8_gemm", k->name, s);
+            free(w), free(x), free(y), free(ref), free(mag), free(alone), free(b8), free(b4);
+            free(q8), free(ws), free(xs), free(xq), free(sums);
+            act_free(&a), act_free(&a_ref);
         }
     }
-    print_message("kernel paths checked: %d of %d (this CPU: %s)\n", paths, DT_ISA_COUNT, dt_cpu()->model);
-    assert_true(paths >= 1);
+    print_message("quantised kernel sets checked: %d (this CPU: %s)\n", n_sets, dt_cpu()->model);
+    assert_true(n_sets >= 1);
+}
+
+/* Rounding activations to 8-bit blocks: every path gives the definition's bits, for ties (2.5 →
+ * 2, 3.5 → 4, −0.5 → 0: nearest, ties to even), values that land on ±127, zeros, inf and NaN (no
+ * undefined conversion: clamped first), and a short last block padded with zeros. */
+static void test_act_quantize_paths(void **state) {
+    (void)state;
+    enum { IN = 70 };
+    float x[IN];
+    for (int j = 0; j < IN; j++) x[j] = (float)((j * 37) % 23) - 11.0f;
+    x[0] = 127; /* block 0: absmax 127, so d = 1 and x · (1 / d) = x exactly */
+    x[1] = 2.5f, x[2] = 3.5f, x[3] = -0.5f, x[4] = -2.5f, x[5] = -127;
+    for (int j = 32; j < 64; j++) x[j] = 0; /* block 1 all zero: d = 0 */
+    x[64] = INFINITY, x[65] = NAN, x[66] = -1; /* block 2 (short) */
+    qact ref = act_new(1, IN);
+    qact_quantize_row(&ref, 0, x, IN);
+    assert_int_equal(ref.q[1], 2);
+    assert_int_equal(ref.q[2], 4);
+    assert_int_equal(ref.q[3], 0);
+    assert_int_equal(ref.q[4], -2);
+    assert_int_equal(ref.q[5], -127);
+    assert_true(ref.d[0] == 1.0f && ref.d[1] == 0.0f);
+    for (int j = 6; j < QK; j++) assert_int_equal(ref.q[QK * 2 + j], 0); /* padding */
+    const qkernels *sets[4];
+    const int n = qkernels_all(sets);
+    for (int p = 0; p < n; p++) {
+        qact a = act_new(1, IN);
+        sets[p]->quantize_act(&a, x, 1, IN);
+        if (memcmp(a.q, ref.q, (size_t)ref.nb * QK) != 0 || memcmp(a.d, ref.d, (size_t)ref.nb * 4) != 0)
+            fail_msg("quantize_act on path %s differs from the definition", sets[p]->name);
+        act_free(&a);
+    }
+    act_free(&ref);
 }
 
 /* A saturating int16 product (maddubs with x + 128) would fail here: every pair is 127·127. */
@@ -191,54 +316,86 @@ static void test_i8_gemm_extremes(void **state) {
     i8_row_sums(&sum, w, 1, IN);
     i8_gemm_reference(&ref, x, &one, 1, w, &one, 1, IN);
     assert_float_equal(ref, 127.0 * 127 * IN, 0.5);
-    for (int p = 0; p < DT_ISA_COUNT; p++) {
-        const qkernels *k = qkernels_for((dt_isa)p);
-        if (!k) continue;
+    const qkernels *sets[4];
+    const int n_sets = qkernels_all(sets);
+    for (int p = 0; p < n_sets; p++) {
+        const qkernels *k = sets[p];
         y = NAN;
         k->i8_gemm(&y, x, &one, 1, w, &one, &sum, 1, IN);
         assert_float_equal(y, ref, 0.5);
     }
 }
 
-/* The layer: many rows (a few: dequantised panels and linear_rows; more: panel sgemm; W8A8: the
- * integer gemm) give what one row at a time gives, and both equal the float product of the
- * dequantised weights (w8a16) or of the quantised operands (w8a8). */
+/* The layer, through the active path. With 8-bit activations every batch (one row, a few, many)
+ * gives one row's bits; the result is within the activation rounding bound of the float product
+ * of the dequantised weights — each activation moves at most half a step, d_x / 2, so an output
+ * moves at most Σ_j |w_j| · d_x(j) / 2 — and that bound is not vacuous (the two differ). With
+ * float activations (a few rows: dequantised panels and linear_rows; more: panel sgemm) and W8A8
+ * (the integer gemm), many rows give what one row at a time gives to float rounding, and equal the
+ * float product of the dequantised weights (w8a16) or of the quantised operands (w8a8). */
 static void test_qlinear_paths_agree(void **state) {
     (void)state;
-    for (int ni = 0; ni < 3; ni++) {
+    for (int ni = 0; ni < 4; ni++) {
         uint64_t rng = 9;
-        const int out = 150, in = 70, N = (int[]){3, 11, 40}[ni];
+        const int out = 150, in = 70, N = (int[]){3, 11, 40, 130}[ni];
         float *w = weights(out, in, &rng), *x = frand((size_t)N * in, 1.0f, &rng);
         float *smooth = fnew(in);
         for (int j = 0; j < in; j++) smooth[j] = 0.5f + (float)(j % 5);
         void *scratch = malloc(qlinear_scratch_bytes(N, in, out));
         float *many = fnan((size_t)N * out), *one = fnan((size_t)N * out), *deq = fnew((size_t)out * in), *ref = fnew((size_t)N * out);
-        const qformat fmts[] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_W8A8, QFMT_W8A8};
-        for (int f = 0; f < 4; f++) {
+        float *bound = fnew((size_t)N * out), *absx = fnew((size_t)N * in);
+        const qformat fmts[] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_Q8_0, QFMT_Q4_0, QFMT_W8A8, QFMT_W8A8};
+        for (int f = 0; f < 6; f++) {
             qlinear l;
             dt_error err;
             float range = 0; /* a static scale as calibration would set it: the range of x / s */
             for (int i = 0; i < N * in; i++) range = fmaxf(range, fabsf(x[i] / smooth[i % in]));
-            assert_int_equal(qlinear_create(&l, fmts[f], w, out, in, f == 3 ? smooth : NULL, f == 3 ? range / 127 : 0, &err), 0);
+            assert_int_equal(qlinear_create(&l, fmts[f], w, out, in, f == 5 ? smooth : NULL, f == 5 ? range / 127 : 0, &err), 0);
+            const int float_acts = f == 2 || f == 3;
+            if (float_acts) l.act = QACT_FLOAT;
             qlinear_forward(&l, many, x, N, scratch);
             for (int n = 0; n < N; n++) qlinear_forward(&l, one + (size_t)n * out, x + (size_t)n * in, 1, scratch);
-            assert_true(tu_max_rel_diff(many, one, (size_t)N * out, 1.0f) < 1e-4f);
+            if (fmts[f] != QFMT_W8A8 && !float_acts) assert_memory_equal(many, one, (size_t)N * out * sizeof(float));
+            else assert_true(tu_max_rel_diff(many, one, (size_t)N * out, 1.0f) < 1e-4f);
             if (fmts[f] != QFMT_W8A8) {
                 for (int o = 0; o < out; o++) {
-                    if (l.fmt == QFMT_Q8_0) q8_0_dequantize_row(deq + (size_t)o * in, l.q8 + (size_t)o * in, l.scales + (size_t)o * q_blocks(in), in);
-                    else q4_0_dequantize_row(deq + (size_t)o * in, l.q4 + (size_t)o * q_blocks(in) * (QK / 2), l.scales + (size_t)o * q_blocks(in), in);
+                    const void *row = (const char *)l.blocks + (size_t)o * q_blocks(in) * qblock_bytes(l.fmt);
+                    if (l.fmt == QFMT_Q8_0) q8_0_dequantize_row(deq + (size_t)o * in, row, in);
+                    else q4_0_dequantize_row(deq + (size_t)o * in, row, in);
                 }
                 linear_forward(ref, x, deq, N, in, out);
-                assert_true(tu_max_rel_diff(many, ref, (size_t)N * out, 1.0f) < 1e-4f);
+                if (float_acts) {
+                    assert_true(tu_max_rel_diff(many, ref, (size_t)N * out, 1.0f) < 1e-4f);
+                } else {
+                    for (int n = 0; n < N; n++)
+                        for (int j = 0; j < in; j++) {
+                            const float *blk = x + (size_t)n * in + j / QK * QK;
+                            const int len = in - j / QK * QK < QK ? in - j / QK * QK : QK;
+                            absx[(size_t)n * in + j] = 0.5f * absmax_of(blk, len) / 127.0f;
+                        }
+                    for (int i = 0; i < out * in; i++) deq[i] = fabsf(deq[i]);
+                    linear_forward(bound, absx, deq, N, in, out);
+                    float worst = 0, moved = 0;
+                    for (int i = 0; i < N * out; i++) {
+                        const float e = fabsf(many[i] - ref[i]);
+                        if (!(e <= bound[i] * 1.001f + 1e-5f * fabsf(ref[i]) + 1e-6f))
+                            fail_msg("format %d N %d: output %d is %g, float activations give %g, bound %g", f, N, i,
+                                     (double)many[i], (double)ref[i], (double)bound[i]);
+                        worst = fmaxf(worst, e / (bound[i] + 1e-20f));
+                        moved = fmaxf(moved, e);
+                    }
+                    assert_true(moved > 0); /* the rounding of the activations shows */
+                    if (ni == 0) print_message("format %d: worst error %.3f of the activation rounding bound\n", f, (double)worst);
+                }
             }
             /* and the float product itself, within the format's precision */
             linear_forward(ref, x, w, N, in, out);
-            const float tol = fmts[f] == QFMT_Q4_0 ? 0.25f : f == 3 ? 0.1f : 0.05f; /* static: one range for all */
+            const float tol = fmts[f] == QFMT_Q4_0 ? 0.25f : f == 5 ? 0.1f : 0.05f; /* static: one range for all */
             float err_max = tu_max_abs_diff(many, ref, (size_t)N * out), ref_max = absmax_of(ref, N * out);
             if (!(err_max <= tol * ref_max)) fail_msg("format %d: error %g against float range %g", f, (double)err_max, (double)ref_max);
             qlinear_free(&l);
         }
-        free(w), free(x), free(smooth), free(scratch), free(many), free(one), free(deq), free(ref);
+        free(w), free(x), free(smooth), free(scratch), free(many), free(one), free(deq), free(ref), free(bound), free(absx);
     }
 }
 
@@ -301,9 +458,10 @@ static void test_quantised_model_decode_and_checkpoint(void **state) {
         dt_quant_scheme s;
         int dynamic;
         float alpha;
-        int lm_head;
-    } cases[] = {{DT_QUANT_Q8_0, 0, -1, 0}, {DT_QUANT_Q4_0, 0, -1, 1}, {DT_QUANT_W8A8, 0, -1, 0},
-                 {DT_QUANT_W8A8, 1, -1, 0}, {DT_QUANT_W8A8, 0, 0.5f, 1}, {DT_QUANT_W8A8, 1, 0.8f, 0}};
+        int lm_head, float_acts;
+    } cases[] = {{DT_QUANT_Q8_0, 0, -1, 0, 0}, {DT_QUANT_Q4_0, 0, -1, 1, 0}, {DT_QUANT_Q8_0, 0, -1, 1, 1},
+                 {DT_QUANT_Q4_0, 0, -1, 0, 1}, {DT_QUANT_W8A8, 0, -1, 0, 0}, {DT_QUANT_W8A8, 1, -1, 0, 0},
+                 {DT_QUANT_W8A8, 0, 0.5f, 1, 0}, {DT_QUANT_W8A8, 1, 0.8f, 0, 0}};
     for (int arch = 0; arch < 2; arch++)
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             dt_model m, back;
@@ -315,6 +473,7 @@ static void test_quantised_model_decode_and_checkpoint(void **state) {
             o.dynamic_activations = cases[c].dynamic;
             o.smooth_alpha = cases[c].alpha;
             o.lm_head = cases[c].lm_head;
+            o.float_activations = cases[c].float_acts;
             o.calib_tokens = calib;
             o.calib_n = 2000;
             o.calib_samples = 30;
@@ -328,14 +487,14 @@ static void test_quantised_model_decode_and_checkpoint(void **state) {
             dt_kvcache *kc = dt_kvcache_create(&m, T, &err);
             for (int t = 0; t < T; t++) assert_int_equal(dt_decode_step(&m, kc, tok[t], t, dec + (size_t)t * V, &err), 0);
             dt_kvcache_free(kc);
-            /* static activation scales make decode and forward quantise alike, and per-token dynamic
-             * scales too (one row is one token either way), but the attention sums in another order
-             * in the two (fused kernel / cache products), and a float-rounding difference there can
-             * move an int8 activation across a rounding boundary: one step, 1/127 of that token's
-             * range, then reaches the logits (measured: 0.022 of a logit range of 2.8, DIFF, dynamic
-             * w8a8). Weight-only schemes keep float activations: float rounding only. */
+            /* static activation scales make decode and forward quantise alike, and per-token or
+             * per-block dynamic scales too (one row is one token either way), but the attention
+             * sums in another order in the two (fused kernel / cache products), and a float-rounding
+             * difference there can move an int8 activation across a rounding boundary: one step,
+             * 1/127 of that token's (or block's) range, then reaches the logits (measured: 0.022 of
+             * a logit range of 2.8, DIFF, dynamic w8a8). Float activations: float rounding only. */
             const float diff_dec = tu_max_abs_diff(full, dec, (size_t)T * V);
-            const float bound = cases[c].s == DT_QUANT_W8A8 ? 0.02f * absmax_of(full, T * V) : 2e-3f;
+            const float bound = cases[c].float_acts ? 2e-3f : 0.02f * absmax_of(full, T * V);
             if (!(diff_dec < bound))
                 fail_msg("case %zu arch %d: decode differs from forward by %g (bound %g)", c, arch, (double)diff_dec, (double)bound);
             /* quantisation changed something (the test could fail) but not everything */
@@ -351,7 +510,9 @@ static void test_quantised_model_decode_and_checkpoint(void **state) {
             assert_int_equal(dt_model_save(&m, "/nonexistent/x", 1, &err), -1); /* no HF form */
             assert_non_null(strstr(err.msg, "float model"));
             if (dt_model_load(&back, dir, &err) != 0) fail_msg("%s", err.msg);
-            assert_int_equal(dt_model_quant_scheme(&back, NULL), cases[c].s);
+            dt_quant_options back_o;
+            assert_int_equal(dt_model_quant_scheme(&back, &back_o), cases[c].s);
+            assert_int_equal(back_o.float_activations, cases[c].float_acts);
             logits_of(&back, tok, T, loaded);
             assert_memory_equal(full, loaded, (size_t)T * V * sizeof(float));
             /* weight bytes per decoded token shrink */
@@ -590,6 +751,8 @@ static void test_loss_on_real_text(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_bounds),
+        cmocka_unit_test(test_block_bytes_are_ggml),
+        cmocka_unit_test(test_act_quantize_paths),
         cmocka_unit_test(test_kernels_match_reference),
         cmocka_unit_test(test_i8_gemm_extremes),
         cmocka_unit_test(test_qlinear_paths_agree),

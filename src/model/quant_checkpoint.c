@@ -3,10 +3,14 @@
  * config.json is the float model's config plus a "quantization_config" object; model.safetensors
  * holds every float tensor that stays float (embedding, norms, λ vectors, subln, the LM head unless
  * quantised) and, for each quantised linear layer NAME (e.g. model.layers.0.mlp.up_proj):
- *   q8_0  NAME.qweight I8 [out, in], NAME.scales F32 [out, ⌈in/32⌉]
- *   q4_0  NAME.qweight U8 [out, ⌈in/32⌉·16] (two 4-bit values per byte), NAME.scales F32 [out, ⌈in/32⌉]
+ *   q8_0  NAME.qblocks U8 [out, ⌈in/32⌉·34]: ggml's Q8_0 blocks (a half scale, 32 int8), as quant.h
+ *   q4_0  NAME.qblocks U8 [out, ⌈in/32⌉·18]: ggml's Q4_0 blocks (a half scale, 16 bytes of nibbles)
  *   w8a8  NAME.qweight I8 [out, in], NAME.scales F32 [out], NAME.input_scale F32 [1] (static scales
  *         only), NAME.smooth F32 [in] (smoothing only; the activation is divided by it)
+ * Checkpoints written before the blocks were ggml's (q8_0 / q4_0 as NAME.qweight I8 [out, in] or
+ * U8 [out, ⌈in/32⌉·16] and NAME.scales F32 [out, ⌈in/32⌉]) still load: their scales are rounded to
+ * halves on the way in (a relative change of at most 2^-11 per block), and a scale a half cannot
+ * hold is refused with the command that re-quantises from the float model.
  * The loader checks every shape, dtype and value range against config.json before use.
  */
 #include <errno.h>
@@ -19,10 +23,14 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/base.h"
 #include "internal.h"
 #include "model/model_quant.h"
 
-static const char *const activation_names[] = {"float32", "int8-static-per-tensor", "int8-dynamic-per-token"};
+/* quantization_config.activations: q8_0 / q4_0 take 0 (float_activations) or 3, w8a8 1 or 2. */
+static const char *const activation_names[] = {"float32", "int8-static-per-tensor", "int8-dynamic-per-token",
+                                               "int8-dynamic-per-block"};
+enum { ACT_FLOAT = 0, ACT_STATIC = 1, ACT_DYNAMIC = 2, ACT_BLOCKS = 3, ACT_COUNT = 4 };
 
 /* ---------------------------------------------------------------- config */
 
@@ -54,13 +62,16 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
             rc = dt_fail_format(err, "%s: quantization_config.lm_head must be true or false", path);
         else {
             int a = -1;
-            for (int i = 0; i < 3; i++)
+            for (int i = 0; i < ACT_COUNT; i++)
                 if (strcmp(act->valuestring, activation_names[i]) == 0) a = i;
-            const int want_float = o->scheme != DT_QUANT_W8A8;
-            if (a < 0 || (a == 0) != want_float)
-                rc = dt_fail_format(err, "%s: quantization_config.activations '%s' does not fit scheme %s", path,
-                                    act->valuestring, scheme->valuestring);
-            o->dynamic_activations = a == 2;
+            const int w8a8 = o->scheme == DT_QUANT_W8A8;
+            if (a < 0 || (w8a8 ? a != ACT_STATIC && a != ACT_DYNAMIC : a != ACT_FLOAT && a != ACT_BLOCKS))
+                rc = dt_fail_format(err, "%s: quantization_config.activations '%s' does not fit scheme %s (%s)", path,
+                                    act->valuestring, scheme->valuestring,
+                                    w8a8 ? "int8-static-per-tensor or int8-dynamic-per-token"
+                                         : "int8-dynamic-per-block or float32");
+            o->dynamic_activations = a == ACT_DYNAMIC;
+            o->float_activations = a == ACT_FLOAT;
             o->lm_head = cJSON_IsTrue(lm);
             if (cJSON_IsNumber(alpha)) o->smooth_alpha = (float)alpha->valuedouble;
         }
@@ -80,7 +91,10 @@ static int add_quant_config(const char *path, const struct dt_quant *q, dt_error
              cJSON_AddNumberToObject(qc, "weight_bits", o->scheme == DT_QUANT_Q4_0 ? 4 : 8) &&
              cJSON_AddStringToObject(qc, "weight_granularity", w8a8 ? "per-output-channel" : "block") &&
              (w8a8 || cJSON_AddNumberToObject(qc, "block_size", QK)) &&
-             cJSON_AddStringToObject(qc, "activations", activation_names[w8a8 ? 1 + o->dynamic_activations : 0]) &&
+             cJSON_AddStringToObject(qc, "activations",
+                                     activation_names[w8a8 ? (o->dynamic_activations ? ACT_DYNAMIC : ACT_STATIC)
+                                                           : (o->float_activations ? ACT_FLOAT : ACT_BLOCKS)]) &&
+             (w8a8 || cJSON_AddStringToObject(qc, "block_layout", "ggml") != NULL) &&
              (o->smooth_alpha >= 0 ? cJSON_AddNumberToObject(qc, "smoothquant_alpha", o->smooth_alpha) != NULL
                                    : cJSON_AddNullToObject(qc, "smoothquant_alpha") != NULL) &&
              cJSON_AddBoolToObject(qc, "lm_head", o->lm_head) &&
@@ -153,49 +167,106 @@ static int copy_floats(float *dst, const dt_safetensors *st, const dt_st_tensor 
     return 0;
 }
 
+/* A q8_0 / q4_0 layer of a checkpoint written before the blocks were ggml's: int8 values (or
+ * nibbles) and float scales in two tensors, repacked into blocks with the scales as halves. */
+static int load_old_blocks(qlinear *l, const dt_safetensors *st, const char *base, qformat fmt, int out, int in,
+                           dt_error *err) {
+    const int nb = q_blocks(in);
+    const dt_st_tensor *qw, *sc;
+    if (fmt == QFMT_Q4_0) {
+        if (find_tensor(st, base, "qweight", DT_U8, 2, out, (int64_t)nb * (QK / 2), &qw, err)) return -1;
+    } else if (find_tensor(st, base, "qweight", DT_I8, 2, out, in, &qw, err)) return -1;
+    if (find_tensor(st, base, "scales", DT_F32, 2, out, nb, &sc, err)) return -1;
+    float *scales = malloc(sc->numel * sizeof(float));
+    void *blocks = malloc((size_t)out * nb * qblock_bytes(fmt));
+    int rc = scales && blocks ? 0 : dt_fail_oom(err, "out of memory loading %s", base);
+    if (rc == 0) rc = copy_floats(scales, st, sc, fmt == QFMT_Q4_0 ? -1 : 0, err);
+    const uint8_t *q = dt_st_data(st, qw);
+    for (size_t i = 0; rc == 0 && i < (size_t)out * nb; i++) {
+        const uint16_t d = float_to_half(scales[i]);
+        if (!isfinite(half_to_float(d))) {
+            rc = dt_fail_format(err,
+                                "%s: tensor '%s.scales' holds %g at index %zu, past the range of the half-precision "
+                                "scales quantised layers now keep; re-quantise the float model: difftrans quantize "
+                                "FLOAT_MODEL OUT --scheme %s",
+                                st->path, base, (double)scales[i], i, fmt == QFMT_Q8_0 ? "q8_0" : "q4_0");
+            break;
+        }
+        const size_t o = i / nb, b = i % nb;
+        if (fmt == QFMT_Q4_0) {
+            block_q4_0 *blk = (block_q4_0 *)blocks + i;
+            blk->d = d;
+            memcpy(blk->qs, q + i * (QK / 2), QK / 2);
+        } else {
+            block_q8_0 *blk = (block_q8_0 *)blocks + i;
+            const size_t j0 = b * QK, n = (size_t)in - j0 < QK ? (size_t)in - j0 : QK;
+            blk->d = d;
+            memset(blk->qs, 0, QK);
+            memcpy(blk->qs, q + o * (size_t)in + j0, n);
+        }
+    }
+    char what[4400];
+    snprintf(what, sizeof what, "%s: tensor '%s.qweight'", st->path, base);
+    if (rc == 0) rc = qlinear_from_blocks(l, fmt, out, in, blocks, what, err);
+    if (rc == 0) l->act = QACT_FLOAT; /* as these checkpoints were multiplied when they were written */
+    free(scales);
+    free(blocks);
+    return rc;
+}
+
+static int load_blocks(qlinear *l, const dt_safetensors *st, const char *base, qformat fmt, int out, int in,
+                       const dt_quant_options *o, dt_error *err) {
+    char name[160];
+    snprintf(name, sizeof name, "%s.qblocks", base);
+    if (!dt_st_find(st, name)) {
+        snprintf(name, sizeof name, "%s.qweight", base);
+        if (dt_st_find(st, name)) return load_old_blocks(l, st, base, fmt, out, in, err);
+    }
+    const dt_st_tensor *qb;
+    if (find_tensor(st, base, "qblocks", DT_U8, 2, out, (int64_t)q_blocks(in) * (int64_t)qblock_bytes(fmt), &qb, err))
+        return -1;
+    char what[4400];
+    snprintf(what, sizeof what, "%s: tensor '%s'", st->path, name);
+    if (qlinear_from_blocks(l, fmt, out, in, dt_st_data(st, qb), what, err) != 0) return -1;
+    l->act = o->float_activations ? QACT_FLOAT : QACT_INT8;
+    return 0;
+}
+
 static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, qformat fmt, int out, int in,
                        const dt_quant_options *o, dt_error *err) {
     memset(l, 0, sizeof *l);
     if (in > QLINEAR_MAX_IN) /* the integer products would overflow: what the quantiser refuses */
         return dt_fail_format(err, "%s: %s has %d inputs; quantised layers take at most %d (config.json's sizes)",
                               st->path, base, in, QLINEAR_MAX_IN);
+    if (fmt != QFMT_W8A8) return load_blocks(l, st, base, fmt, out, in, o, err);
     l->fmt = fmt;
     l->out = out;
     l->in = in;
-    const int nb = q_blocks(in);
     const dt_st_tensor *qw, *sc, *is = NULL, *sm = NULL;
-    if (fmt == QFMT_Q4_0) {
-        if (find_tensor(st, base, "qweight", DT_U8, 2, out, (int64_t)nb * (QK / 2), &qw, err)) return -1;
-    } else if (find_tensor(st, base, "qweight", DT_I8, 2, out, in, &qw, err)) return -1;
-    if (fmt == QFMT_W8A8) {
-        if (find_tensor(st, base, "scales", DT_F32, 1, out, 0, &sc, err)) return -1;
-        if (!o->dynamic_activations && find_tensor(st, base, "input_scale", DT_F32, 1, 1, 0, &is, err)) return -1;
-        char name[160];
-        snprintf(name, sizeof name, "%s.smooth", base);
-        if (dt_st_find(st, name) && find_tensor(st, base, "smooth", DT_F32, 1, in, 0, &sm, err)) return -1;
-    } else if (find_tensor(st, base, "scales", DT_F32, 2, out, nb, &sc, err)) return -1;
+    if (find_tensor(st, base, "qweight", DT_I8, 2, out, in, &qw, err)) return -1;
+    if (find_tensor(st, base, "scales", DT_F32, 1, out, 0, &sc, err)) return -1;
+    if (!o->dynamic_activations && find_tensor(st, base, "input_scale", DT_F32, 1, 1, 0, &is, err)) return -1;
+    char name[160];
+    snprintf(name, sizeof name, "%s.smooth", base);
+    if (dt_st_find(st, name) && find_tensor(st, base, "smooth", DT_F32, 1, in, 0, &sm, err)) return -1;
     const size_t qbytes = qw->end - qw->begin;
-    uint8_t *qdata = malloc(qbytes);
+    l->q8 = malloc(qbytes);
     l->scales = malloc(sc->numel * sizeof(float));
     if (sm) l->smooth = malloc((size_t)in * sizeof(float));
-    if (fmt == QFMT_W8A8) l->row_sums = malloc((size_t)out * sizeof(int32_t));
-    if (fmt == QFMT_Q4_0) l->q4 = qdata;
-    else l->q8 = (int8_t *)qdata;
-    if (!qdata || !l->scales || (sm && !l->smooth) || (fmt == QFMT_W8A8 && !l->row_sums))
-        return dt_fail_oom(err, "out of memory loading %s", base);
-    memcpy(qdata, dt_st_data(st, qw), qbytes);
-    if (l->q8) /* −128 is outside the symmetric range the integer kernels rely on */
-        for (size_t i = 0; i < qbytes; i++)
-            if (l->q8[i] == -128)
-                return dt_fail_format(
-                    err, "%s: tensor '%s.qweight' holds −128 at index %zu (int8 weights lie in [−127, 127])", st->path,
-                    base, i);
-    if (copy_floats(l->scales, st, sc, fmt == QFMT_Q4_0 ? -1 : 0, err)) return -1;
+    l->row_sums = malloc((size_t)out * sizeof(int32_t));
+    if (!l->q8 || !l->scales || (sm && !l->smooth) || !l->row_sums) return dt_fail_oom(err, "out of memory loading %s", base);
+    memcpy(l->q8, dt_st_data(st, qw), qbytes);
+    for (size_t i = 0; i < qbytes; i++) /* −128 is outside the symmetric range the integer kernels rely on */
+        if (l->q8[i] == -128)
+            return dt_fail_format(err,
+                                  "%s: tensor '%s.qweight' holds −128 at index %zu (int8 weights lie in [−127, 127])",
+                                  st->path, base, i);
+    if (copy_floats(l->scales, st, sc, 0, err)) return -1;
     if (sm && copy_floats(l->smooth, st, sm, 1, err)) return -1;
     if (is) {
         if (copy_floats(&l->input_scale, st, is, 1, err)) return -1;
     }
-    if (l->row_sums) i8_row_sums(l->row_sums, l->q8, out, in);
+    i8_row_sums(l->row_sums, l->q8, out, in);
     return 0;
 }
 
@@ -275,23 +346,18 @@ static int write_tensors(const dt_model *m, const char *path, dt_error *err) {
         const qlinear *l = &q->lin[i];
         char base[96];
         model_linear_name(base, sizeof base, i / LIN_PER_LAYER, i % LIN_PER_LAYER, m->cfg.num_hidden_layers);
-        const int nb = q_blocks(l->in);
         dt_st_entry *e;
-        if (l->fmt == QFMT_Q4_0) {
-            e = add_entry(&el, base, "qweight", 2, l->out, (int64_t)nb * (QK / 2));
-            e->dtype = DT_U8;
-            e->raw = l->q4;
-        } else {
+        if (l->fmt == QFMT_W8A8) {
             e = add_entry(&el, base, "qweight", 2, l->out, l->in);
             e->dtype = DT_I8;
             e->raw = l->q8;
-        }
-        if (l->fmt == QFMT_W8A8) {
             add_entry(&el, base, "scales", 1, l->out, 0)->data = l->scales;
             if (l->input_scale > 0) add_entry(&el, base, "input_scale", 1, 1, 0)->data = &l->input_scale;
             if (l->smooth) add_entry(&el, base, "smooth", 1, l->in, 0)->data = l->smooth;
         } else {
-            add_entry(&el, base, "scales", 2, l->out, nb)->data = l->scales;
+            e = add_entry(&el, base, "qblocks", 2, l->out, (int64_t)q_blocks(l->in) * (int64_t)qblock_bytes(l->fmt));
+            e->dtype = DT_U8;
+            e->raw = l->blocks;
         }
     }
     int rc = dt_st_write_f32(path, el.e, el.n, err);

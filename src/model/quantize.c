@@ -159,8 +159,11 @@ static int check_options(const dt_model *m, const dt_quant_options *o, dt_error 
         return dt_fail(err, "scheme %d: not a quantisation scheme", (int)o->scheme);
     const int w8a8 = o->scheme == DT_QUANT_W8A8;
     if (!w8a8 && o->dynamic_activations)
-        return dt_fail(err, "dynamic_activations: only w8a8 quantises activations (%s keeps them float)",
+        return dt_fail(err, "dynamic_activations: a w8a8 option (%s rounds activations per block of 32)",
                        dt_quant_scheme_name(o->scheme));
+    if (w8a8 && o->float_activations)
+        return dt_fail(err, "float_activations: w8a8 multiplies int8 activations by definition (q8_0 and q4_0 "
+                            "can keep them float)");
     if (!w8a8 && o->smooth_alpha >= 0)
         return dt_fail(err, "smooth_alpha: smoothing moves activation range into the weights, only for w8a8");
     if (o->smooth_alpha > 1 || isnan(o->smooth_alpha))
@@ -345,6 +348,7 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
         }
         rc = qlinear_create(&q->lin[i], scheme_format(o->scheme), w, out, in, smoothing ? smooth : NULL,
                             input_scale, err);
+        if (rc == 0 && o->float_activations) q->lin[i].act = QACT_FLOAT;
         if (rc == 0 && q->stats) {
             model_linear_name(q->stats[i].name, sizeof q->stats[i].name, layer, which, L);
             fill_stats(&q->stats[i], ctx.absmax[i], smoothing ? smooth : NULL, in, tmp);

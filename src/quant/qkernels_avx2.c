@@ -23,71 +23,99 @@ static inline __m256 load8_i8(const int8_t *q) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
 }
 
-/* Σ q·x over one block of 32, as 8 float lanes. */
-static inline __m256 q8_block(const int8_t *q, const float *x) {
-    __m256 s = _mm256_mul_ps(load8_i8(q), _mm256_loadu_ps(x));
-    s = _mm256_fmadd_ps(load8_i8(q + 8), _mm256_loadu_ps(x + 8), s);
-    s = _mm256_fmadd_ps(load8_i8(q + 16), _mm256_loadu_ps(x + 16), s);
-    return _mm256_fmadd_ps(load8_i8(q + 24), _mm256_loadu_ps(x + 24), s);
+/* ---------------------------------------------------------------- Q8_0 / Q4_0 × 8-bit activations
+ *
+ * One W row against up to 4 rows of x at a time (the weights are loaded once for all of them), one
+ * float accumulator of 8 lanes per output: per block, its 32 integer products summed into 8 int32
+ * lanes, converted, multiplied by d_w · d_x and added. Every output goes through the same steps in
+ * the same order whatever the tile, so a row's result does not depend on its batch.
+ *
+ * maddubs multiplies unsigned by signed bytes into saturating int16 pairs: |w| is the unsigned
+ * side and x takes w's sign, so a pair is at most 2·127·127 = 32258 and never saturates (both lie
+ * in ±127). Q4_0's nibbles become q = u − 8 first, and then go the same way. */
+
+/* The 32 values of a block as signed bytes, in element order. */
+static inline __m256i q8_values(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
+static inline __m256i q4_values(const block_q4_0 *b) {
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)b->qs), low = _mm_set1_epi8(0x0F);
+    const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), _mm_and_si128(bytes, low));
+    return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
 }
 
-/* The same for Q4_0: byte j of the block holds element j (low nibble) and j + 16 (high). */
-static inline __m256 q4_block(const uint8_t *qb, const float *x) {
-    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    const __m128i bytes = _mm_loadu_si128((const __m128i *)qb);
-    const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, low), eight);
-    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight);
-    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x));
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), _mm256_loadu_ps(x + 8), s);
-    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16), s);
-    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), _mm256_loadu_ps(x + 24), s);
-}
-
-/* Full blocks are summed into 4 accumulators in turn, so consecutive blocks' multiply-adds by
- * their scales do not wait for each other (one accumulator was bound by that latency); the row
- * is still read front to back, one stream for the prefetcher. The short last block, if any, in
- * plain C. */
-static void q8_0_matvec_avx2(float *y, const int8_t *q, const float *scales, const float *x, int out, int in) {
-    const int nb = q_blocks(in), full = in / QK;
-#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
-    for (int o = 0; o < out; o++) {
-        const int8_t *row = q + (size_t)o * in;
-        const float *d = scales + (size_t)o * nb;
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        int b = 0;
-        for (; b + 4 <= full; b += 4)
+static inline __attribute__((always_inline)) void dot_tile(qformat fmt, float *y, size_t ldy, const void *w,
+                                                           const qact *x, int n0, int NR) {
+    const int nb = x->nb;
+    __m256 acc[4];
 #pragma GCC unroll 4
-            for (int u = 0; u < 4; u++)
-                acc[u] = _mm256_fmadd_ps(q8_block(row + (b + u) * QK, x + (b + u) * QK), _mm256_set1_ps(d[b + u]), acc[u]);
-        for (; b < full; b++) acc[0] = _mm256_fmadd_ps(q8_block(row + b * QK, x + b * QK), _mm256_set1_ps(d[b]), acc[0]);
-        float total = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))), tail = 0;
-        for (int j = full * QK; j < in; j++) tail += (float)row[j] * x[j];
-        y[o] = total + (nb > full ? tail * d[full] : 0.0f);
+    for (int r = 0; r < NR; r++) acc[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const block_q8_0 *b8 = (const block_q8_0 *)w + b;
+        const block_q4_0 *b4 = (const block_q4_0 *)w + b;
+        const __m256i wv = fmt == QFMT_Q8_0 ? q8_values(b8) : q4_values(b4), abs_w = _mm256_abs_epi8(wv);
+        const float dw = _cvtsh_ss(fmt == QFMT_Q8_0 ? b8->d : b4->d);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const size_t xb = (size_t)(n0 + r) * nb + b;
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + xb * QK));
+            const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, wv)), _mm256_set1_epi16(1));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * x->d[xb]), acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy] = hsum_ps(acc[r]);
+}
+
+static inline __attribute__((always_inline)) void dot_rows(qformat fmt, float *y, size_t ldy, const void *w, int rows,
+                                                           const qact *x, int N) {
+    const size_t row_bytes = (size_t)x->nb * qblock_bytes(fmt);
+    for (int o = 0; o < rows; o++) {
+        const void *row = (const char *)w + (size_t)o * row_bytes;
+        int n0 = 0;
+        for (; n0 + 4 <= N; n0 += 4) dot_tile(fmt, y + o, ldy, row, x, n0, 4);
+        for (; n0 < N; n0++) dot_tile(fmt, y + o, ldy, row, x, n0, 1);
     }
 }
 
-static void q4_0_matvec_avx2(float *y, const uint8_t *q, const float *scales, const float *x, int out, int in) {
-    const int nb = q_blocks(in), full = in / QK;
-#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
-    for (int o = 0; o < out; o++) {
-        const uint8_t *row = q + (size_t)o * nb * (QK / 2);
-        const float *d = scales + (size_t)o * nb;
-        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        int b = 0;
-        for (; b + 4 <= full; b += 4)
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++)
-                acc[u] = _mm256_fmadd_ps(q4_block(row + (size_t)(b + u) * (QK / 2), x + (b + u) * QK),
-                                         _mm256_set1_ps(d[b + u]), acc[u]);
-        for (; b < full; b++)
-            acc[0] = _mm256_fmadd_ps(q4_block(row + (size_t)b * (QK / 2), x + b * QK), _mm256_set1_ps(d[b]), acc[0]);
-        float total = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))), tail = 0;
-        const uint8_t *qb = row + (size_t)full * (QK / 2);
-        for (int j = full * QK; j < in; j++) {
-            const int r = j - full * QK;
-            tail += (float)((r < QK / 2 ? qb[r] & 0x0F : qb[r - QK / 2] >> 4) - 8) * x[j];
+static void q8_0_dot_avx2(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N) {
+    dot_rows(QFMT_Q8_0, y, ldy, w, rows, x, N);
+}
+
+static void q4_0_dot_avx2(float *y, size_t ldy, const block_q4_0 *w, int rows, const qact *x, int N) {
+    dot_rows(QFMT_Q4_0, y, ldy, w, rows, x, N);
+}
+
+/* qact_quantize_row with 8 lanes: the absmax, then x · (1 / d) clamped and converted with
+ * cvtps2dq (nearest, ties to even: lrintf's rounding), packed with saturation (a no-op after the
+ * clamp). A short last block goes through the definition. */
+static void quantize_act_avx2(const qact *a, const float *x, int N, int in) {
+    const int full = in / QK;
+    const __m256 sign = _mm256_set1_ps(-0.0f), lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+    for (int n = 0; n < N; n++) {
+        const float *row = x + (size_t)n * in;
+        if (full < a->nb) qact_quantize_row(a, n, row, in); /* all blocks; the full ones are redone below */
+        for (int b = 0; b < full; b++) {
+            const float *xb = row + b * QK;
+            __m256 v[4], m = _mm256_setzero_ps();
+            for (int k = 0; k < 4; k++) {
+                v[k] = _mm256_loadu_ps(xb + 8 * k);
+                m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m);
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            const float d = _mm_cvtss_f32(m4) / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+            const __m256 vinv = _mm256_set1_ps(inv);
+            __m256i q32[4];
+            for (int k = 0; k < 4; k++)
+                q32[k] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[k], vinv), lo), hi));
+            /* packs work within 128-bit lanes: the permute puts the 32 bytes back in order */
+            const __m256i q16a = _mm256_packs_epi32(q32[0], q32[1]), q16b = _mm256_packs_epi32(q32[2], q32[3]);
+            const __m256i q8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(q16a, q16b),
+                                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            const size_t at = (size_t)n * a->nb + b;
+            _mm256_storeu_si256((__m256i *)(a->q + at * QK), q8);
+            a->d[at] = d;
         }
-        y[o] = total + (nb > full ? tail * d[full] : 0.0f);
     }
 }
 
@@ -173,30 +201,28 @@ static void i8_gemm_avx2(float *y, const int8_t *xq, const float *xs, int N, con
 }
 
 /* Full blocks 8 lanes at a time, a short last block through the format's definition. */
-static void q8_0_dequantize_avx2(float *w, const int8_t *q, const float *scales, int rows, int in) {
+static void q8_0_dequantize_avx2(float *w, const block_q8_0 *blocks, int rows, int in) {
     const int nb = q_blocks(in), full = in / QK;
     for (int r = 0; r < rows; r++) {
-        const int8_t *qr = q + (size_t)r * in;
-        const float *d = scales + (size_t)r * nb;
+        const block_q8_0 *row = blocks + (size_t)r * nb;
         float *wr = w + (size_t)r * in;
         for (int b = 0; b < full; b++) {
-            const __m256 s = _mm256_set1_ps(d[b]);
-            for (int j = 0; j < QK; j += 8) _mm256_storeu_ps(wr + b * QK + j, _mm256_mul_ps(s, load8_i8(qr + b * QK + j)));
+            const __m256 s = _mm256_set1_ps(_cvtsh_ss(row[b].d));
+            for (int j = 0; j < QK; j += 8) _mm256_storeu_ps(wr + b * QK + j, _mm256_mul_ps(s, load8_i8(row[b].qs + j)));
         }
-        for (int j = full * QK; j < in; j++) wr[j] = d[j / QK] * (float)qr[j];
+        if (full < nb) q8_0_dequantize_row(wr + full * QK, row + full, in - full * QK);
     }
 }
 
-static void q4_0_dequantize_avx2(float *w, const uint8_t *q, const float *scales, int rows, int in) {
+static void q4_0_dequantize_avx2(float *w, const block_q4_0 *blocks, int rows, int in) {
     const int nb = q_blocks(in), full = in / QK;
     const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
     for (int r = 0; r < rows; r++) {
-        const uint8_t *qr = q + (size_t)r * nb * (QK / 2);
-        const float *d = scales + (size_t)r * nb;
+        const block_q4_0 *row = blocks + (size_t)r * nb;
         float *wr = w + (size_t)r * in;
         for (int b = 0; b < full; b++) {
-            const __m256 s = _mm256_set1_ps(d[b]);
-            const __m128i bytes = _mm_loadu_si128((const __m128i *)(qr + (size_t)b * (QK / 2)));
+            const __m256 s = _mm256_set1_ps(_cvtsh_ss(row[b].d));
+            const __m128i bytes = _mm_loadu_si128((const __m128i *)row[b].qs);
             const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, low), eight);
             const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight);
             float *o = wr + b * QK;
@@ -205,13 +231,9 @@ static void q4_0_dequantize_avx2(float *w, const uint8_t *q, const float *scales
             _mm256_storeu_ps(o + 16, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi))));
             _mm256_storeu_ps(o + 24, _mm256_mul_ps(s, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))));
         }
-        if (full < nb) { /* the short last block */
-            float tail[QK];
-            q4_0_dequantize_row(tail, qr + (size_t)full * (QK / 2), d + full, in - full * QK);
-            for (int j = full * QK; j < in; j++) wr[j] = tail[j - full * QK];
-        }
+        if (full < nb) q4_0_dequantize_row(wr + full * QK, row + full, in - full * QK);
     }
 }
 
-const qkernels qkernels_avx2 = {q8_0_matvec_avx2, q4_0_matvec_avx2, i8_gemm_avx2, q8_0_dequantize_avx2,
-                                q4_0_dequantize_avx2};
+const qkernels qkernels_avx2 = {q8_0_dot_avx2,  q4_0_dot_avx2,        quantize_act_avx2,    i8_gemm_avx2,
+                                q8_0_dequantize_avx2, q4_0_dequantize_avx2, "avx2"};

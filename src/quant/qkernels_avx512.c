@@ -1,74 +1,143 @@
-/* qkernels_avx512.c — the quant.h kernels with AVX-512 (F, BW, VL) and VNNI; compiled with those
- * instruction sets and called only when the CPU has them (qkernels_for). */
+/* qkernels_avx512.c — the quant.h kernels with AVX-512 (F, BW, VL), in two sets: with VNNI and
+ * without (only the integer step differs); compiled with those instruction sets and called only
+ * when the CPU has them (qkernels_for). */
 #include <immintrin.h>
 
 #include "quant/quant.h"
 
-/* Lanes [0, n) of a 16-lane vector, n ≤ 16 (negative: none). */
-static inline __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
+/* Bytes [0, n) of a 64-byte vector, n ≤ 64 (negative: none). */
 static inline __mmask64 lanes64(int n) { return n >= 64 ? ~(__mmask64)0 : (__mmask64)((1ull << n) - 1); }
 
-/* 16 int8 → 16 floats; the masked one reads only the first n (n < 16) and makes the rest 0. */
+/* 16 int8 → 16 floats */
 static inline __m512 i8x16_ps(const int8_t *q) { return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)q))); }
-static inline __m512 i8x16_ps_masked(const int8_t *q, int n) {
-    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(lanes16(n), q)));
+
+/* ---------------------------------------------------------------- Q8_0 / Q4_0 × 8-bit activations
+ *
+ * Two blocks per 512-bit vector: lanes 0–7 sum block b's products, lanes 8–15 block b + 1's. One W
+ * row against up to 4 rows of x at a time (the weights loaded once for all), one float accumulator
+ * per output; per pair of blocks: the integer dot products into 16 int32 lanes, converted,
+ * multiplied by [d_w·d_x of b ×8 | of b + 1 ×8] and added. An odd last block pairs with zeros.
+ * Every output goes through the same steps in the same order whatever the tile, so a row's
+ * result does not depend on its batch.
+ *
+ * The integer step is vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd (AVX-512 BW), both unsigned ×
+ * signed bytes: |w| is the unsigned side and x takes w's sign (a vpmaddubsw pair is then at most
+ * 2·127·127 = 32258: no saturation). Q4_0's nibbles become q = u − 8 first, and go the same way. */
+
+/* [v0 ×8 | v1 ×8] from the first two lanes of v */
+static inline __m512 pair_lanes(__m128 v) {
+    const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-/* The 32 weights of one Q4_0 block as two vectors of floats: elements 0–15, 16–31. */
-static inline void q4_block_ps(const uint8_t *qb, __m512 *first, __m512 *second) {
-    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
-    const __m128i bytes = _mm_loadu_si128((const __m128i *)qb);
-    *first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(bytes, low), eight)));
-    *second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight)));
+/* The two blocks' half scales as floats in lanes 0 and 1 (the second 0 when there is no second). */
+static inline __m128 half_pair(uint16_t d0, uint16_t d1) { return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d1 << 16 | d0))); }
+
+/* Two consecutive floats (the second 0 when there is no second). */
+static inline __m128 float_pair(const float *p, int two) {
+    return two ? _mm_castpd_ps(_mm_load_sd((const double *)p)) : _mm_load_ss(p);
 }
 
-/* Σ q·x over block b of a Q8_0 or Q4_0 row (16 lanes of float), n ≤ 32 of its elements valid.
- * A short Q4_0 block's bytes are all stored (padded with q = 0), so there only x is masked. */
-static inline __attribute__((always_inline)) __m512 block_dot(qformat fmt, const void *row, int b, const float *x,
-                                                              int n) {
-    const float *xb = x + b * QK;
-    const __m512 x0 = n >= QK ? _mm512_loadu_ps(xb) : _mm512_maskz_loadu_ps(lanes16(n), xb);
-    const __m512 x1 = n >= QK ? _mm512_loadu_ps(xb + 16) : _mm512_maskz_loadu_ps(lanes16(n - 16), xb + 16);
-    __m512 w0, w1;
-    if (fmt == QFMT_Q4_0) {
-        q4_block_ps((const uint8_t *)row + (size_t)b * (QK / 2), &w0, &w1);
-    } else {
-        const int8_t *q = (const int8_t *)row + (size_t)b * QK;
-        w0 = n >= QK ? i8x16_ps(q) : i8x16_ps_masked(q, n);
-        w1 = n >= QK ? i8x16_ps(q + 16) : i8x16_ps_masked(q + 16, n - 16);
-    }
-    return _mm512_fmadd_ps(w1, x1, _mm512_mul_ps(w0, x0));
+/* Blocks b and b + 1 of a W row as 64 signed bytes in element order (the second half 0 when
+ * two = 0). Q4_0: [b low, b high | b+1 low, b+1 high] nibbles, minus 8. */
+static inline __m512i q8_pair(const block_q8_0 *w, int b, int two) {
+    const __m256i lo = _mm256_loadu_si256((const __m256i *)w[b].qs);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), two ? _mm256_loadu_si256((const __m256i *)w[b + 1].qs)
+                                                                : _mm256_setzero_si256(), 1);
 }
 
-/* One row's dot product with x, its blocks summed into 4 accumulators in turn: with one
- * accumulator every block waited for the previous block's multiply-add. The row is read front to
- * back, one stream, which the hardware prefetcher follows best (4 rows interleaved, sharing the
- * loads of x, were slower). Per block: its 32 products in float, then one multiply-add by the
- * block's scale d[b]. */
-static inline __attribute__((always_inline)) float block_row(qformat fmt, const void *row, const float *d,
-                                                             const float *x, int in, int nb) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    const int full = in / QK;
-    int b = 0;
-    for (; b + 4 <= full; b += 4)
+static inline __m512i q4_pair(const block_q4_0 *w, int b, int two) {
+    const __m128i first = _mm_loadu_si128((const __m128i *)w[b].qs);
+    const __m128i second = two ? _mm_loadu_si128((const __m128i *)w[b + 1].qs) : _mm_set1_epi8(0x08);
+    const __m256i both = _mm256_set_m128i(second, first), low = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(both, low), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), low);
+    /* [lo first, lo second, hi first, hi second] → [lo first, hi first, lo second, hi second] */
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_sub_epi8(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(8));
+}
+
+/* Blocks b and b + 1 of x's row as 64 bytes (the second half 0 when two = 0). */
+static inline __m512i x_pair(const int8_t *q, int two) {
+    return two ? _mm512_loadu_si512(q) : _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)q));
+}
+
+static inline __attribute__((always_inline)) __m512i dot_bytes(int vnni, __m512i u, __m512i s) {
+    if (vnni) return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s);
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
+}
+
+static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt, float *y, size_t ldy, const void *w,
+                                                           const qact *x, int n0, int NR) {
+    const int nb = x->nb;
+    const block_q8_0 *w8 = w;
+    const block_q4_0 *w4 = w;
+    __m512 acc[4];
 #pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) acc[u] = _mm512_fmadd_ps(block_dot(fmt, row, b + u, x, QK), _mm512_set1_ps(d[b + u]), acc[u]);
-    for (; b < nb; b++) /* the last full blocks, and a short one */
-        acc[0] = _mm512_fmadd_ps(block_dot(fmt, row, b, x, in - b * QK), _mm512_set1_ps(d[b]), acc[0]);
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b += 2) {
+        const int two = b + 1 < nb;
+        const __m512i wv = fmt == QFMT_Q8_0 ? q8_pair(w8, b, two) : q4_pair(w4, b, two), abs_w = _mm512_abs_epi8(wv);
+        const __mmask64 negative = _mm512_movepi8_mask(wv);
+        const __m128 dw = fmt == QFMT_Q8_0 ? half_pair(w8[b].d, two ? w8[b + 1].d : 0) : half_pair(w4[b].d, two ? w4[b + 1].d : 0);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const size_t xb = (size_t)(n0 + r) * nb + b;
+            const __m512i xv = x_pair(x->q + xb * QK, two);
+            const __m512i signed_x = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
+            const __m512 scale = pair_lanes(_mm_mul_ps(dw, float_pair(x->d + xb, two)));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_bytes(vnni, abs_w, signed_x)), scale, acc[r]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]);
 }
 
-static void q8_0_matvec_avx512(float *y, const int8_t *q, const float *scales, const float *x, int out, int in) {
-    const int nb = q_blocks(in);
-#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
-    for (int o = 0; o < out; o++) y[o] = block_row(QFMT_Q8_0, q + (size_t)o * in, scales + (size_t)o * nb, x, in, nb);
+static inline __attribute__((always_inline)) void dot_rows(int vnni, qformat fmt, float *y, size_t ldy, const void *w,
+                                                           int rows, const qact *x, int N) {
+    const size_t row_bytes = (size_t)x->nb * qblock_bytes(fmt);
+    for (int o = 0; o < rows; o++) {
+        const void *row = (const char *)w + (size_t)o * row_bytes;
+        int n0 = 0;
+        for (; n0 + 4 <= N; n0 += 4) dot_tile(vnni, fmt, y + o, ldy, row, x, n0, 4);
+        for (; n0 < N; n0++) dot_tile(vnni, fmt, y + o, ldy, row, x, n0, 1);
+    }
 }
 
-static void q4_0_matvec_avx512(float *y, const uint8_t *q, const float *scales, const float *x, int out, int in) {
-    const int nb = q_blocks(in);
-    const size_t row_bytes = (size_t)nb * (QK / 2);
-#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
-    for (int o = 0; o < out; o++) y[o] = block_row(QFMT_Q4_0, q + (size_t)o * row_bytes, scales + (size_t)o * nb, x, in, nb);
+static void q8_0_dot_avx512(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N) {
+    dot_rows(0, QFMT_Q8_0, y, ldy, w, rows, x, N);
+}
+static void q4_0_dot_avx512(float *y, size_t ldy, const block_q4_0 *w, int rows, const qact *x, int N) {
+    dot_rows(0, QFMT_Q4_0, y, ldy, w, rows, x, N);
+}
+static void q8_0_dot_vnni(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N) {
+    dot_rows(1, QFMT_Q8_0, y, ldy, w, rows, x, N);
+}
+static void q4_0_dot_vnni(float *y, size_t ldy, const block_q4_0 *w, int rows, const qact *x, int N) {
+    dot_rows(1, QFMT_Q4_0, y, ldy, w, rows, x, N);
+}
+
+/* qact_quantize_row with 16 lanes: the absmax, then x · (1 / d) clamped and converted with
+ * vcvtps2dq (nearest, ties to even: lrintf's rounding) and narrowed with vpmovsdb (saturating:
+ * a no-op after the clamp). A short last block goes through the definition. */
+static void quantize_act_avx512(const qact *a, const float *x, int N, int in) {
+    const int full = in / QK;
+    const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+    for (int n = 0; n < N; n++) {
+        const float *row = x + (size_t)n * in;
+        if (full < a->nb) qact_quantize_row(a, n, row, in); /* all blocks; the full ones are redone below */
+        for (int b = 0; b < full; b++) {
+            const __m512 v0 = _mm512_loadu_ps(row + b * QK), v1 = _mm512_loadu_ps(row + b * QK + 16);
+            const float m = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+            const float d = m / 127.0f, inv = d > 0 ? 1.0f / d : 0.0f;
+            const __m512 vinv = _mm512_set1_ps(inv);
+            const __m128i q0 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v0, vinv), lo), hi)));
+            const __m128i q1 = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v1, vinv), lo), hi)));
+            const size_t at = (size_t)n * a->nb + b;
+            _mm_storeu_si128((__m128i *)(a->q + at * QK), q0);
+            _mm_storeu_si128((__m128i *)(a->q + at * QK + 16), q1);
+            a->d[at] = d;
+        }
+    }
 }
 
 /* An MR × NR tile of y from MR rows of xq and NR rows of wq. vpdpbusd multiplies unsigned by
@@ -105,8 +174,8 @@ static inline __attribute__((always_inline)) void vnni_tile(float *y, const int8
 }
 
 /* Σ_j (x_j + 128)·w_j over one row for decoding (one row of x): the row is read front to back
- * into 4 accumulators in turn, as block_row (the 1 × 4 tile read 4 rows interleaved and ran at half
- * the speed of the q8_0 matrix-vector product). Masked lanes of w are 0, as in vnni_tile. */
+ * into 4 accumulators in turn (the 1 × 4 tile read 4 rows interleaved and ran at half the speed
+ * of one row at a time). Masked lanes of w are 0, as in vnni_tile. */
 static inline int32_t vnni_row(const int8_t *w, const int8_t *x, int in) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
@@ -147,50 +216,49 @@ static void i8_gemm_avx512(float *y, const int8_t *xq, const float *xs, int N, c
     }
 }
 
-/* AVX-512 CPUs without VNNI (Skylake-X) run the AVX2 integer product; the float kernels above
- * need only F / BW / VL. */
-static void i8_gemm_avx512_or_avx2(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq,
-                                   const float *ws, const int32_t *rs, int out, int in) {
-    if (dt_cpu()->avx512vnni) i8_gemm_avx512(y, xq, xs, N, wq, ws, rs, out, in);
-    else qkernels_avx2.i8_gemm(y, xq, xs, N, wq, ws, rs, out, in);
+/* AVX-512 CPUs without VNNI (Skylake-X) run the AVX2 integer product for W8A8. */
+static void i8_gemm_avx2_for_avx512(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq,
+                                    const float *ws, const int32_t *rs, int out, int in) {
+    qkernels_avx2.i8_gemm(y, xq, xs, N, wq, ws, rs, out, in);
 }
 
 /* Full blocks 16 lanes at a time, a short last block through the format's definition. */
-static void q8_0_dequantize_avx512(float *w, const int8_t *q, const float *scales, int rows, int in) {
+static void q8_0_dequantize_avx512(float *w, const block_q8_0 *blocks, int rows, int in) {
     const int nb = q_blocks(in), full = in / QK;
     for (int r = 0; r < rows; r++) {
-        const int8_t *qr = q + (size_t)r * in;
-        const float *d = scales + (size_t)r * nb;
+        const block_q8_0 *row = blocks + (size_t)r * nb;
         float *wr = w + (size_t)r * in;
         for (int b = 0; b < full; b++) {
-            const __m512 s = _mm512_set1_ps(d[b]);
-            _mm512_storeu_ps(wr + b * QK, _mm512_mul_ps(s, i8x16_ps(qr + b * QK)));
-            _mm512_storeu_ps(wr + b * QK + 16, _mm512_mul_ps(s, i8x16_ps(qr + b * QK + 16)));
+            const __m512 s = _mm512_set1_ps(_cvtsh_ss(row[b].d));
+            _mm512_storeu_ps(wr + b * QK, _mm512_mul_ps(s, i8x16_ps(row[b].qs)));
+            _mm512_storeu_ps(wr + b * QK + 16, _mm512_mul_ps(s, i8x16_ps(row[b].qs + 16)));
         }
-        for (int j = full * QK; j < in; j++) wr[j] = d[j / QK] * (float)qr[j];
+        if (full < nb) q8_0_dequantize_row(wr + full * QK, row + full, in - full * QK);
     }
 }
 
-static void q4_0_dequantize_avx512(float *w, const uint8_t *q, const float *scales, int rows, int in) {
+static void q4_0_dequantize_avx512(float *w, const block_q4_0 *blocks, int rows, int in) {
     const int nb = q_blocks(in), full = in / QK;
+    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
     for (int r = 0; r < rows; r++) {
-        const uint8_t *qr = q + (size_t)r * nb * (QK / 2);
-        const float *d = scales + (size_t)r * nb;
+        const block_q4_0 *row = blocks + (size_t)r * nb;
         float *wr = w + (size_t)r * in;
         for (int b = 0; b < full; b++) {
-            const __m512 s = _mm512_set1_ps(d[b]);
-            __m512 first, second;
-            q4_block_ps(qr + (size_t)b * (QK / 2), &first, &second);
-            _mm512_storeu_ps(wr + b * QK, _mm512_mul_ps(s, first));
-            _mm512_storeu_ps(wr + b * QK + 16, _mm512_mul_ps(s, second));
+            const __m512 s = _mm512_set1_ps(_cvtsh_ss(row[b].d));
+            const __m128i bytes = _mm_loadu_si128((const __m128i *)row[b].qs);
+            const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, low), eight);
+            const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight);
+            _mm512_storeu_ps(wr + b * QK, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(lo))));
+            _mm512_storeu_ps(wr + b * QK + 16, _mm512_mul_ps(s, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(hi))));
         }
-        if (full < nb) { /* the short last block */
-            float tail[QK];
-            q4_0_dequantize_row(tail, qr + (size_t)full * (QK / 2), d + full, in - full * QK);
-            for (int j = full * QK; j < in; j++) wr[j] = tail[j - full * QK];
-        }
+        if (full < nb) q4_0_dequantize_row(wr + full * QK, row + full, in - full * QK);
     }
 }
 
-const qkernels qkernels_avx512 = {q8_0_matvec_avx512, q4_0_matvec_avx512, i8_gemm_avx512_or_avx2,
-                                  q8_0_dequantize_avx512, q4_0_dequantize_avx512};
+/* Without VNNI the W8A8 product is the AVX2 one. */
+const qkernels qkernels_avx512 = {q8_0_dot_avx512,       q4_0_dot_avx512,        quantize_act_avx512,
+                                  i8_gemm_avx2_for_avx512, q8_0_dequantize_avx512, q4_0_dequantize_avx512,
+                                  "avx512"};
+const qkernels qkernels_avx512_vnni = {q8_0_dot_vnni,          q4_0_dot_vnni,          quantize_act_avx512,
+                                       i8_gemm_avx512,         q8_0_dequantize_avx512, q4_0_dequantize_avx512,
+                                       "avx512-vnni"};

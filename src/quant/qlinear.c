@@ -1,13 +1,18 @@
-/* qlinear.c — one quantised linear layer: creation from float weights, and y = x·Wᵀ.
+/* qlinear.c — one quantised linear layer: creation from float weights or from blocks, and
+ * y = x·Wᵀ.
  *
- * Decoding (one row) streams the quantised weights once through the matrix-vector kernels; a
- * batch of a few rows (serving several streams) dequantises small panels of W per thread and
- * multiplies them with linear_rows. Prefill and evaluation (many rows): Q8_0 / Q4_0 dequantise PANEL rows of W at a time into
- * float scratch and multiply with sgemm (the dequantisation is paid once per panel for all rows);
+ * Q8_0 / Q4_0 with 8-bit activations (QACT_INT8, the default): every row of x is rounded to 8-bit
+ * blocks once, then each thread takes a contiguous run of W's rows and multiplies them with all
+ * rows of x through the integer block products (the weights are read once for the whole batch,
+ * front to back). With float activations (QACT_FLOAT): a few rows (decoding, a batch of streams;
+ * up to the kernel path's linear_rows_most) dequantise small panels of W per thread and multiply
+ * them with linear_rows; many rows (prefill, evaluation) dequantise PANEL rows of W at a time into
+ * float scratch and multiply with sgemm (the dequantisation paid once per panel for all rows).
  * W8A8 quantises the rows of x to int8 and runs the integer matrix product.
  */
 #include <cblas.h>
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,19 +20,43 @@
 #include "quant/quant.h"
 
 #define PANEL 128
-/* A few rows (a batch of decoding streams; up to the kernel path's linear_rows_most): each thread dequantises
- * SKINNY_PANEL rows of W at a time into its own float panel, which stays in the cache while
- * linear_rows multiplies every row of x by it: the weights are read once for all rows. */
+/* A few rows of x with float activations: each thread dequantises SKINNY_PANEL rows of W at a
+ * time into its own float panel, which stays in the cache while linear_rows multiplies every row
+ * of x by it: the weights are read once for all rows. */
 #define SKINNY_PANEL 16
+/* Rows of W per task of the integer products: with one row of x (decoding) long runs, which the
+ * static schedule hands out as one contiguous stretch per thread; with many, shorter ones so the
+ * rows of x a task reads stay in the cache. */
+#define INT8_ROWS_ONE 64
+#define INT8_ROWS_MANY 8
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
+/* The 8-bit activation blocks of N rows at the start of scratch. */
+static qact act_in(void *scratch, int N, int in) {
+    const int nb = q_blocks(in);
+    char *p = scratch;
+    qact a = {(int8_t *)p, NULL, nb};
+    p += align64((size_t)N * nb * QK);
+    a.d = (float *)p;
+    return a;
+}
+
+/* Row n of a, as blocks of one row. */
+static qact act_row(const qact *a, int n) {
+    const size_t at = (size_t)n * a->nb;
+    return (qact){a->q + at * QK, a->d + at, a->nb};
+}
+
 size_t qlinear_scratch_bytes(int N, int in, int out) {
     (void)out;
+    const size_t nb = (size_t)q_blocks(in);
     size_t panel = (size_t)PANEL * in * sizeof(float);
     size_t skinny = (size_t)omp_get_max_threads() * SKINNY_PANEL * in * sizeof(float);
     size_t acts = align64((size_t)N * in) + (size_t)N * sizeof(float);
+    size_t blocks = align64((size_t)N * nb * QK) + (size_t)N * nb * sizeof(float);
     if (skinny > panel) panel = skinny;
+    if (blocks > acts) acts = blocks;
     return panel > acts ? panel : acts;
 }
 
@@ -35,34 +64,48 @@ size_t qlinear_weight_bytes(const qlinear *l) {
     const size_t nb = (size_t)q_blocks(l->in);
     switch (l->fmt) {
     case QFMT_F32: return (size_t)l->out * l->in * sizeof(float);
-    case QFMT_Q8_0: return (size_t)l->out * (l->in + nb * sizeof(float));
-    case QFMT_Q4_0: return (size_t)l->out * nb * (QK / 2 + sizeof(float));
+    case QFMT_Q8_0:
+    case QFMT_Q4_0: return (size_t)l->out * nb * qblock_bytes(l->fmt);
     case QFMT_W8A8: return (size_t)l->out * (l->in + sizeof(float)) + (l->smooth ? (size_t)l->in * sizeof(float) : 0);
     }
     return 0;
 }
 
-static void dequantize_rows(const qlinear *l, float *w, int o0, int rows) {
-    const int nb = q_blocks(l->in);
-#pragma omp parallel for schedule(static) if ((size_t)rows * l->in > 65536)
-    for (int r = 0; r < rows; r++) {
-        const size_t o = (size_t)o0 + r;
-        if (l->fmt == QFMT_Q8_0) q8_0_dequantize_row(w + (size_t)r * l->in, l->q8 + o * l->in, l->scales + o * nb, l->in);
-        else q4_0_dequantize_row(w + (size_t)r * l->in, l->q4 + o * nb * (QK / 2), l->scales + o * nb, l->in);
+static const block_q8_0 *q8_rows(const qlinear *l, int o0) { return (const block_q8_0 *)l->blocks + (size_t)o0 * q_blocks(l->in); }
+static const block_q4_0 *q4_rows(const qlinear *l, int o0) { return (const block_q4_0 *)l->blocks + (size_t)o0 * q_blocks(l->in); }
+
+static void dequantize_panel(const qkernels *k, const qlinear *l, float *w, int o0, int rows) {
+    if (l->fmt == QFMT_Q8_0) k->q8_0_dequantize(w, q8_rows(l, o0), rows, l->in);
+    else k->q4_0_dequantize(w, q4_rows(l, o0), rows, l->in);
+}
+
+static void int8_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
+    const qkernels *k = qkernels_active();
+    const qact a = act_in(scratch, N, l->in);
+#pragma omp parallel for schedule(static) if (N >= 4 && (size_t)N * l->in > 65536)
+    for (int n = 0; n < N; n++) {
+        const qact row = act_row(&a, n);
+        k->quantize_act(&row, x + (size_t)n * l->in, 1, l->in);
+    }
+    const int step = N == 1 ? INT8_ROWS_ONE : INT8_ROWS_MANY;
+#pragma omp parallel for schedule(static) if ((size_t)N * l->out * l->in > 262144)
+    for (int o0 = 0; o0 < l->out; o0 += step) {
+        const int rows = l->out - o0 < step ? l->out - o0 : step;
+        if (l->fmt == QFMT_Q8_0) k->q8_0_dot(y + o0, (size_t)l->out, q8_rows(l, o0), rows, &a, N);
+        else k->q4_0_dot(y + o0, (size_t)l->out, q4_rows(l, o0), rows, &a, N);
     }
 }
 
 static void skinny_forward(const qlinear *l, float *y, const float *x, int N, float *panels) {
     const qkernels *k = qkernels_active();
     const dt_kernels *f = kernels_active();
-    const int nb = q_blocks(l->in), in = l->in, threads = omp_get_max_threads();
+    const int in = l->in, threads = omp_get_max_threads();
 #pragma omp parallel for schedule(static)
     for (int o0 = 0; o0 < l->out; o0 += SKINNY_PANEL) {
         const int rows = l->out - o0 < SKINNY_PANEL ? l->out - o0 : SKINNY_PANEL;
         const int me = omp_get_thread_num() < threads ? omp_get_thread_num() : 0;
         float *panel = panels + (size_t)me * SKINNY_PANEL * in;
-        if (l->fmt == QFMT_Q8_0) k->q8_0_dequantize(panel, l->q8 + (size_t)o0 * in, l->scales + (size_t)o0 * nb, rows, in);
-        else k->q4_0_dequantize(panel, l->q4 + (size_t)o0 * nb * (QK / 2), l->scales + (size_t)o0 * nb, rows, in);
+        dequantize_panel(k, l, panel, o0, rows);
         for (int r0 = 0; r0 < N; r0 += LINEAR_ROWS_MAX) {
             const int nr = N - r0 < LINEAR_ROWS_MAX ? N - r0 : LINEAR_ROWS_MAX;
             f->linear_rows(y + (size_t)r0 * l->out + o0, l->out, x + (size_t)r0 * in, nr, panel, in, 0, rows);
@@ -70,21 +113,18 @@ static void skinny_forward(const qlinear *l, float *y, const float *x, int N, fl
     }
 }
 
-static void block_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
-    const qkernels *k = qkernels_active();
-    if (N == 1) {
-        if (l->fmt == QFMT_Q8_0) k->q8_0_matvec(y, l->q8, l->scales, x, l->out, l->in);
-        else k->q4_0_matvec(y, l->q4, l->scales, x, l->out, l->in);
-        return;
-    }
+static void float_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
     if (N <= kernels_active()->linear_rows_most) {
         skinny_forward(l, y, x, N, scratch);
         return;
     }
+    const qkernels *k = qkernels_active();
     float *panel = scratch;
     for (int o0 = 0; o0 < l->out; o0 += PANEL) {
         const int rows = l->out - o0 < PANEL ? l->out - o0 : PANEL;
-        dequantize_rows(l, panel, o0, rows);
+        /* rows of the panel in parallel: one call per row keeps each thread's rows its own */
+#pragma omp parallel for schedule(static) if ((size_t)rows * l->in > 65536)
+        for (int r = 0; r < rows; r++) dequantize_panel(k, l, panel + (size_t)r * l->in, o0 + r, 1);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, l->in, 1.0f, x, l->in, panel, l->in, 0.0f,
                     y + o0, l->out);
     }
@@ -109,7 +149,8 @@ static void w8a8_forward(const qlinear *l, float *y, const float *x, int N, void
 
 void qlinear_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
     if (l->fmt == QFMT_W8A8) w8a8_forward(l, y, x, N, scratch);
-    else block_forward(l, y, x, N, scratch);
+    else if (l->act == QACT_FLOAT) float_forward(l, y, x, N, scratch);
+    else int8_forward(l, y, x, N, scratch);
 }
 
 int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, const float *smooth, float input_scale,
@@ -124,18 +165,21 @@ int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, con
     l->input_scale = input_scale;
     const int nb = q_blocks(in);
     int ok = 1;
-    if (fmt == QFMT_Q4_0) {
-        l->q4 = malloc((size_t)out * nb * (QK / 2));
-        l->scales = malloc((size_t)out * nb * sizeof(float));
-        ok = l->q4 && l->scales;
-        for (int o = 0; ok && o < out; o++)
-            q4_0_quantize_row(l->q4 + (size_t)o * nb * (QK / 2), l->scales + (size_t)o * nb, w + (size_t)o * in, in);
-    } else if (fmt == QFMT_Q8_0) {
-        l->q8 = malloc((size_t)out * in);
-        l->scales = malloc((size_t)out * nb * sizeof(float));
-        ok = l->q8 && l->scales;
-        for (int o = 0; ok && o < out; o++)
-            q8_0_quantize_row(l->q8 + (size_t)o * in, l->scales + (size_t)o * nb, w + (size_t)o * in, in);
+    if (fmt == QFMT_Q4_0 || fmt == QFMT_Q8_0) {
+        const size_t row_bytes = (size_t)nb * qblock_bytes(fmt);
+        ok = (l->blocks = malloc((size_t)out * row_bytes)) != NULL;
+        for (int o = 0; ok && o < out; o++) {
+            void *row = (char *)l->blocks + (size_t)o * row_bytes;
+            if (fmt == QFMT_Q8_0) q8_0_quantize_row(row, w + (size_t)o * in, in);
+            else q4_0_quantize_row(row, w + (size_t)o * in, in);
+        }
+        char why[160];
+        if (ok && qblocks_check(fmt, l->blocks, (size_t)out * nb, why, sizeof why) != 0) {
+            qlinear_free(l);
+            return dt_fail(err, "weight [%d, %d]: %s: the weights are not finite, or too large for a half-precision "
+                                "block scale (65504 at most)",
+                           out, in, why);
+        }
     } else {
         l->q8 = malloc((size_t)out * in);
         l->scales = malloc((size_t)out * sizeof(float));
@@ -160,9 +204,28 @@ int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, con
     return 0;
 }
 
+int qlinear_from_blocks(qlinear *l, qformat fmt, int out, int in, const void *blocks, const char *what,
+                        dt_error *err) {
+    memset(l, 0, sizeof *l);
+    if (fmt != QFMT_Q8_0 && fmt != QFMT_Q4_0) return dt_fail(err, "qlinear_from_blocks: fmt must be Q8_0 or Q4_0");
+    if (out <= 0 || in <= 0 || in > QLINEAR_MAX_IN)
+        return dt_fail_format(err, "%s: shape [%d, %d]: quantised layers need 0 < in ≤ %d", what, out, in,
+                              QLINEAR_MAX_IN);
+    const size_t n_blocks = (size_t)out * q_blocks(in);
+    char why[160];
+    if (qblocks_check(fmt, blocks, n_blocks, why, sizeof why) != 0) return dt_fail_format(err, "%s: %s", what, why);
+    if (!(l->blocks = malloc(n_blocks * qblock_bytes(fmt))))
+        return dt_fail_oom(err, "%s: out of memory for a [%d, %d] layer", what, out, in);
+    memcpy(l->blocks, blocks, n_blocks * qblock_bytes(fmt));
+    l->fmt = fmt;
+    l->out = out;
+    l->in = in;
+    return 0;
+}
+
 void qlinear_free(qlinear *l) {
+    free(l->blocks);
     free(l->q8);
-    free(l->q4);
     free(l->scales);
     free(l->row_sums);
     free(l->smooth);
