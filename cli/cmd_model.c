@@ -222,42 +222,120 @@ int cmd_eval(int argc, char **argv) {
 
 /* ---------------------------------------------------------------- export */
 
+static void export_help(void) {
+    printf("usage: difftrans export MODEL OUT_DIR [--hf] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n"
+           "       difftrans export MODEL OUT.gguf --gguf [--type f32|f16|bf16|q8_0|q4_0] [--lm-head]\n\n"
+           "Rewrites a checkpoint. With --hf the result is what plain Hugging Face\n"
+           "transformers (DiffLlamaForCausalLM / LlamaForCausalLM) loads and reproduces exactly:\n"
+           "learnable per-head norm weights are folded into o_proj's columns and no tensor or\n"
+           "config key of our own is written.\n\n"
+           "  --dtype D             store the weights as f32 [default], bf16 or f16 (rounded to\n"
+           "                        nearest even, as torch casts); config.json's torch_dtype says which\n"
+           "  --max-shard-size S    split the weights into model-0000K-of-0000N.safetensors shards of\n"
+           "                        at most S (500MB, 2GiB, bytes) with model.safetensors.index.json,\n"
+           "                        as transformers' save_pretrained does [one file]\n\n"
+           "With --gguf, OUT is one GGUF file (llama.cpp's format) for llama.cpp, ollama and difftrans\n"
+           "itself (every command that takes a model reads it): general.architecture \"llama\", the\n"
+           "config as llama.* keys, the tensors under llama.cpp's names with the q_proj / k_proj rows\n"
+           "reordered for its RoPE (adjacent channel pairs), and the vocabulary as tokenizer.ggml.*: a\n"
+           "byte-level BPE tokenizer.json as \"gpt2\" with the \"gpt-2\" or \"llama-bpe\" pre-tokenizer, a\n"
+           "byte-level model as the 256 byte tokens. Transformer (llama) models only: llama.cpp has no\n"
+           "architecture for DIFF or DIFF V2, and no GGUF type holds w8a8.\n\n"
+           "  --type T              f32, f16 or bf16: the 2-D weights in that type (norms F32)\n"
+           "                        [f32 for a float model]; q8_0 or q4_0: the linear layers as ggml's\n"
+           "                        blocks (a float model is quantised first; a quantised model keeps\n"
+           "                        its own blocks, byte for byte, so --type must be its scheme or be\n"
+           "                        left out), embeddings and norms F32. Quantised rows must be whole\n"
+           "                        32-weight blocks: hidden and intermediate sizes multiples of 32\n"
+           "  --lm-head             with q8_0 / q4_0 on a float model: quantise the LM head too [float;\n"
+           "                        a quantised model's head is written as it is]\n");
+}
+
+/* --type of --gguf: a float type or a block scheme. */
+static int parse_gguf_type(const char *cmd, const char *s, dt_dtype *dtype, dt_quant_scheme *scheme) {
+    *scheme = DT_QUANT_NONE;
+    *dtype = DT_F32;
+    if (!strcmp(s, "q8_0")) *scheme = DT_QUANT_Q8_0;
+    else if (!strcmp(s, "q4_0")) *scheme = DT_QUANT_Q4_0;
+    else if (!strcmp(s, "f32") || !strcmp(s, "f16") || !strcmp(s, "bf16")) return cli_parse_dtype(cmd, s, dtype);
+    else return cli_error(cmd, "--type '%s': expected f32, f16, bf16, q8_0 or q4_0", s);
+    return 0;
+}
+
+/* The model as a GGUF file: quantised first when a float model is asked for as q8_0 / q4_0. */
+static int export_gguf(const char *cmd, const char *in, const char *out, const char *type, int lm_head) {
+    dt_dtype dtype = DT_F32;
+    dt_quant_scheme want = DT_QUANT_NONE;
+    if (type && parse_gguf_type(cmd, type, &dtype, &want)) return 1;
+    dt_model m;
+    dt_error err;
+    if (dt_model_load(&m, in, &err) != 0) return cli_fail(cmd, &err);
+    const dt_quant_scheme has = dt_model_quant_scheme(&m, NULL);
+    int rc = 0;
+    if (has != DT_QUANT_NONE && type && want != has)
+        rc = cli_error(cmd, "%s is quantised as %s: it is written with its own blocks (--type %s, or leave --type out); "
+                            "export the float model it was made from for another type",
+                       in, dt_quant_scheme_name(has), dt_quant_scheme_name(has));
+    else if (lm_head && (has != DT_QUANT_NONE || want == DT_QUANT_NONE))
+        rc = cli_error(cmd, "--lm-head: only with --type q8_0 / q4_0 on a float model (a quantised model's head is "
+                            "written as it is)");
+    else if (has == DT_QUANT_NONE && want != DT_QUANT_NONE) {
+        dt_quant_options qo;
+        dt_quant_defaults(&qo);
+        qo.scheme = want;
+        qo.lm_head = lm_head;
+        qo.quiet = 1;
+        if (dt_model_quantize(&m, &qo, &err) != 0) rc = cli_fail(cmd, &err);
+    }
+    if (rc == 0 && dt_model_save_gguf(&m, out, dtype, &err) != 0) rc = cli_fail(cmd, &err);
+    if (rc == 0) {
+        const dt_quant_scheme s = dt_model_quant_scheme(&m, NULL);
+        printf("wrote %s (GGUF, %s%s)\n", out,
+               s != DT_QUANT_NONE ? dt_quant_scheme_name(s) : dtype == DT_F16 ? "f16" : dtype == DT_BF16 ? "bf16" : "f32",
+               s != DT_QUANT_NONE && lm_head ? ", LM head quantised" : "");
+    }
+    dt_model_free(&m);
+    return rc;
+}
+
 int cmd_export(int argc, char **argv) {
     static const struct option opts[] = {{"hf", no_argument, 0, 'f'},
                                          {"dtype", required_argument, 0, 'D'},
                                          {"max-shard-size", required_argument, 0, 'M'},
+                                         {"gguf", no_argument, 0, 'g'},
+                                         {"type", required_argument, 0, 'T'},
+                                         {"lm-head", no_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *cmd = "export";
+    const char *cmd = "export", *type = NULL, *dir_flag = NULL, *gguf_flag = NULL;
     dt_save_options save = {0};
+    int gguf = 0, lm_head = 0;
     optind = 1;
     opterr = 0;
     int ch;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'f': save.hf_export = 1; break;
+        case 'f': save.hf_export = 1, dir_flag = "--hf"; break;
         case 'D':
             if (cli_parse_dtype(cmd, optarg, &save.dtype)) return 1;
+            dir_flag = "--dtype";
             break;
         case 'M':
             if (cli_parse_size(cmd, "--max-shard-size", optarg, &save.max_shard_bytes)) return 1;
+            dir_flag = "--max-shard-size";
             break;
-        case 'h':
-            printf("usage: difftrans export MODEL_DIR OUT_DIR [--hf] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n\n"
-                   "Rewrites a checkpoint. With --hf the result is what plain Hugging Face\n"
-                   "transformers (DiffLlamaForCausalLM / LlamaForCausalLM) loads and reproduces exactly:\n"
-                   "learnable per-head norm weights are folded into o_proj's columns and no tensor or\n"
-                   "config key of our own is written.\n\n"
-                   "  --dtype D             store the weights as f32 [default], bf16 or f16 (rounded to\n"
-                   "                        nearest even, as torch casts); config.json's torch_dtype says which\n"
-                   "  --max-shard-size S    split the weights into model-0000K-of-0000N.safetensors shards of\n"
-                   "                        at most S (500MB, 2GiB, bytes) with model.safetensors.index.json,\n"
-                   "                        as transformers' save_pretrained does [one file]\n");
-            return 0;
+        case 'g': gguf = 1; break;
+        case 'T': type = optarg, gguf_flag = "--type"; break;
+        case 'L': lm_head = 1, gguf_flag = "--lm-head"; break;
+        case 'h': export_help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
     }
-    if (optind != argc - 2) return cli_error(cmd, "expected MODEL_DIR OUT_DIR (see difftrans export --help)");
+    if (optind != argc - 2)
+        return cli_error(cmd, "expected MODEL and %s (see difftrans export --help)", gguf ? "OUT.gguf" : "OUT_DIR");
+    if (gguf && dir_flag) return cli_error(cmd, "%s is for checkpoint directories, not --gguf (see --type)", dir_flag);
+    if (!gguf && gguf_flag) return cli_error(cmd, "%s goes with --gguf", gguf_flag);
+    if (gguf) return export_gguf(cmd, argv[optind], argv[optind + 1], type, lm_head);
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);

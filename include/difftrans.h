@@ -338,7 +338,9 @@ float dt_model_lambda(const dt_model *m, int layer);
  * integer tensors for a quantised checkpoint) and the vocabulary: difftrans_tokenizer.json marks a
  * byte-level model (a tokenizer.json beside it is the Hugging Face view of those bytes), else
  * tokenizer.json (+ tokenizer_config.json) is the model's tokenizer, else the model is byte-level.
- * A tokenizer larger than the embedding, or special ids outside it, are refused naming the file. */
+ * A tokenizer larger than the embedding, or special ids outside it, are refused naming the file.
+ * A GGUF file instead of a directory (a name ending in .gguf, or a file beginning with GGUF's magic)
+ * is read as README "GGUF" says: llama models, ours or llama.cpp's, F32 / F16 / BF16 / Q8_0 / Q4_0. */
 int dt_model_load(dt_model *m, const char *dir, dt_error *err);
 /* hf_export: fold subln weights into o_proj columns and write only HF tensors. */
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err);
@@ -357,6 +359,14 @@ typedef struct {
  * loads the directory). A quantised model is written as a new directory (quantization_config in
  * config.json, README "Quantisation"); hf_export refuses it. */
 int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err);
+/* A Transformer (llama) model as one GGUF file, llama.cpp's format (README "GGUF"), for llama.cpp
+ * and ollama: general.architecture "llama", the config as llama.* keys, llama.cpp's tensor names
+ * with the q_proj / k_proj rows reordered for its RoPE, the vocabulary as tokenizer.ggml.*. A float
+ * model's 2-D weights are stored as dtype (F32, F16 or BF16; norms F32); a q8_0 / q4_0 model's
+ * linear layers as its own blocks (dtype F32; embeddings and norms F32). DIFF, DIFF V2, w8a8 and
+ * what else llama.cpp cannot express are refused (DT_ERR_UNSUPPORTED) naming the reason. Written
+ * through a temporary name, then renamed. */
+int dt_model_save_gguf(const dt_model *m, const char *path, dt_dtype dtype, dt_error *err);
 
 /* ---------------------------------------------------------------- forward / backward */
 

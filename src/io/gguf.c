@@ -611,6 +611,17 @@ void gguf_w_i32_array(gguf_writer *w, const char *key, const int32_t *v, uint64_
     for (uint64_t i = 0; i < n && !w->oom; i++) put_u32(w, 0, (uint32_t)v[i]);
 }
 
+void gguf_w_kv_copy(gguf_writer *w, const gguf_kv *kv) {
+    put_str(w, 0, kv->key.p, kv->key.len);
+    put_u32(w, 0, kv->type);
+    if (kv->type == GGUF_TYPE_ARRAY) {
+        put_u32(w, 0, kv->elem);
+        put_u64(w, 0, kv->n);
+    }
+    put(w, 0, kv->data, kv->size);
+    w->n_kv++;
+}
+
 int gguf_w_tensor(gguf_writer *w, const char *name, int n_dims, const int64_t *ne, uint32_t type) {
     int64_t block;
     size_t bytes;

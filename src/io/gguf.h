@@ -138,6 +138,8 @@ void gguf_w_str(gguf_writer *w, const char *key, const char *s, size_t len);
 void gguf_w_str_array(gguf_writer *w, const char *key, uint64_t n, const char *(*get)(void *ctx, uint64_t i, size_t *len),
                       void *ctx);
 void gguf_w_i32_array(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+/* A key-value pair of an open file as it is (for tools that rewrite a file). */
+void gguf_w_kv_copy(gguf_writer *w, const gguf_kv *kv);
 /* A tensor of shape ne[0..n_dims) (ne[0] fastest) and ggml type; its bytes come later, in order.
  * The shape must be a whole number of blocks per row (the caller checks; -1 otherwise). */
 int gguf_w_tensor(gguf_writer *w, const char *name, int n_dims, const int64_t *ne, uint32_t type);

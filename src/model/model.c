@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "difftrans.h"
+#include "model/gguf_model.h"
 #include "model/model_quant.h"
 #include "internal.h"
 #include "base/base.h"
@@ -255,6 +256,7 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
     char path[4200];
     dt_config cfg;
     memset(m, 0, sizeof *m);
+    if (gguf_model_path(dir)) return gguf_model_load(m, dir, err); /* a GGUF file (llama.cpp's format) */
     struct stat sb;
     if (stat(dir, &sb) != 0) return dt_fail_io(err, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: not a model directory", dir);

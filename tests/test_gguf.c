@@ -1,0 +1,814 @@
+/* test_gguf.c — GGUF files (README "GGUF"): export then load gives the source model's logits
+ * (exactly for F32 and for quantised models' own blocks, F16 / BF16 exactly those of the model
+ * rounded the same way), the q / k rows in llama.cpp's RoPE order (the scores llama.cpp's RoPE
+ * computes from the file are difftrans's, and would not be without the reordering), the metadata
+ * llama.cpp reads, the tokenizer both ways, files as llama.cpp's tools write them, the refusals
+ * (DIFF, V2, w8a8, other architectures and types), and hostile files: every truncation of a small
+ * file, lying counts, offsets, shapes and types. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "base/base.h"
+#include "difftrans.h"
+#include "io/gguf.h"
+#include "model/gguf_model.h"
+#include "model/model_quant.h"
+#include "testutil.h"
+
+/* ---------------------------------------------------------------- models */
+
+/* A 2-layer llama with GQA (4 query heads, 2 kv heads of width 16) whose sizes are multiples of
+ * 32, so that every GGUF type can hold it. */
+static void llama_config(dt_config *c, int tied) {
+    dt_error err;
+    assert_int_equal(dt_config_preset(c, "tiny", DT_ARCH_LLAMA, &err), 0);
+    c->hidden_size = 64;
+    c->num_attention_heads = 4;
+    c->num_key_value_heads = 2;
+    c->head_dim = 16;
+    c->intermediate_size = 96;
+    c->num_hidden_layers = 2;
+    c->max_position_embeddings = 64;
+    c->tie_word_embeddings = tied;
+}
+
+static void make_llama(dt_model *m, int tied, uint64_t seed) {
+    dt_config c;
+    llama_config(&c, tied);
+    dt_error err;
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    dt_model_init_random(m, seed);
+    for (size_t i = 0; i < m->n_params; i++) m->params[i] *= 6.0f; /* attention far from uniform */
+}
+
+static const int TOKENS[] = {72, 101, 108, 108, 111, 32, 119, 111, 114, 108, 100, 33, 10, 3, 250, 0, 17, 99};
+#define NT ((int)(sizeof TOKENS / sizeof TOKENS[0]))
+
+/* Logits [NT, V] of the model on TOKENS (malloc'd). */
+static float *logits_of(const dt_model *m) {
+    dt_error err;
+    dt_runstate *rs = dt_runstate_create(m, 1, NT, &err);
+    if (!rs) fail_msg("%s", err.msg);
+    if (dt_forward(m, rs, TOKENS, NULL, 1, NT, NULL, &err) != 0) fail_msg("%s", err.msg);
+    float *out = fcopy(dt_runstate_logits(rs), (size_t)NT * m->cfg.vocab_size);
+    dt_runstate_free(rs);
+    return out;
+}
+
+static void save_gguf(const dt_model *m, const char *name, dt_dtype dtype, char *path, size_t n) {
+    tu_path(path, n, name);
+    dt_error err;
+    if (dt_model_save_gguf(m, path, dtype, &err) != 0) fail_msg("%s", err.msg);
+}
+
+static void load_gguf(dt_model *m, const char *path) {
+    dt_error err;
+    if (dt_model_load(m, path, &err) != 0) fail_msg("%s", err.msg);
+}
+
+static void expect_equal_logits(const dt_model *a, const dt_model *b, float tol, const char *what) {
+    float *la = logits_of(a), *lb = logits_of(b);
+    const float d = tu_max_abs_diff(la, lb, (size_t)NT * a->cfg.vocab_size);
+    if (!(d <= tol)) fail_msg("%s: logits differ by %g (allowed %g)", what, (double)d, (double)tol);
+    free(la);
+    free(lb);
+}
+
+static void expect_same_config(const dt_config *a, const dt_config *b) {
+    assert_int_equal(a->arch, b->arch);
+    assert_int_equal(a->vocab_size, b->vocab_size);
+    assert_int_equal(a->hidden_size, b->hidden_size);
+    assert_int_equal(a->intermediate_size, b->intermediate_size);
+    assert_int_equal(a->num_hidden_layers, b->num_hidden_layers);
+    assert_int_equal(a->num_attention_heads, b->num_attention_heads);
+    assert_int_equal(a->num_key_value_heads, b->num_key_value_heads);
+    assert_int_equal(a->head_dim, b->head_dim);
+    assert_int_equal(a->max_position_embeddings, b->max_position_embeddings);
+    assert_true(a->rms_norm_eps == b->rms_norm_eps);
+    assert_true(a->rope_theta == b->rope_theta);
+    assert_int_equal(a->tie_word_embeddings, b->tie_word_embeddings);
+    assert_int_equal(a->rope_scaling.type, b->rope_scaling.type);
+}
+
+/* ---------------------------------------------------------------- round trips */
+
+static void test_round_trip_f32(void **state) {
+    (void)state;
+    for (int tied = 0; tied < 2; tied++) {
+        dt_model m, back;
+        char path[600];
+        make_llama(&m, tied, 5 + tied);
+        save_gguf(&m, tied ? "f32_tied.gguf" : "f32.gguf", DT_F32, path, sizeof path);
+        load_gguf(&back, path);
+        expect_same_config(&m.cfg, &back.cfg);
+        assert_int_equal(back.n_params, m.n_params);
+        /* every parameter back bit for bit (q / k rows permuted there and back) */
+        assert_memory_equal(back.params, m.params, m.n_params * sizeof(float));
+        assert_null(dt_model_tok(&back)); /* byte-level in, byte-level out */
+        expect_equal_logits(&m, &back, 0.0f, tied ? "F32 tied" : "F32");
+        dt_model_free(&back);
+        dt_model_free(&m);
+    }
+}
+
+static void test_round_trip_f16_bf16(void **state) {
+    (void)state;
+    const dt_dtype types[] = {DT_F16, DT_BF16};
+    for (int k = 0; k < 2; k++) {
+        dt_model m, back;
+        char path[600];
+        make_llama(&m, 0, 9);
+        save_gguf(&m, k ? "bf16.gguf" : "f16.gguf", types[k], path, sizeof path);
+        load_gguf(&back, path);
+        /* the 2-D weights rounded to the type, to nearest even; the norms stay F32 */
+        for (int i = 0; i < m.n_tensors; i++) {
+            const dt_tensor *t = &m.tensors[i];
+            float *p = m.params + t->offset;
+            if (t->ndim == 2)
+                for (size_t j = 0; j < t->numel; j++) p[j] = k ? bf16_to_float(float_to_bf16(p[j])) : half_to_float(float_to_half(p[j]));
+        }
+        assert_memory_equal(back.params, m.params, m.n_params * sizeof(float));
+        expect_equal_logits(&m, &back, 0.0f, k ? "BF16" : "F16");
+        dt_model_free(&back);
+        dt_model_free(&m);
+    }
+}
+
+static void quantise(dt_model *m, dt_quant_scheme s, int lm_head) {
+    dt_quant_options o;
+    dt_quant_defaults(&o);
+    o.scheme = s;
+    o.lm_head = lm_head;
+    o.quiet = 1;
+    dt_error err;
+    if (dt_model_quantize(m, &o, &err) != 0) fail_msg("%s", err.msg);
+}
+
+static void test_round_trip_quantised(void **state) {
+    (void)state;
+    const dt_quant_scheme schemes[] = {DT_QUANT_Q8_0, DT_QUANT_Q4_0};
+    for (int k = 0; k < 2; k++)
+        for (int head = 0; head < 2; head++)
+            for (int tied = 0; tied < 2; tied++) {
+                dt_model m, back;
+                char name[64], path[600];
+                make_llama(&m, tied, 20 + k);
+                quantise(&m, schemes[k], head);
+                snprintf(name, sizeof name, "%s_h%d_t%d.gguf", dt_quant_scheme_name(schemes[k]), head, tied);
+                save_gguf(&m, name, DT_F32, path, sizeof path);
+                load_gguf(&back, path);
+                dt_quant_options qo;
+                assert_int_equal(dt_model_quant_scheme(&back, &qo), schemes[k]);
+                assert_int_equal(qo.lm_head, head);
+                /* the file holds the model's own blocks: the loaded layers are them, byte for byte */
+                assert_int_equal(back.quant->n_linear, m.quant->n_linear);
+                for (int i = 0; i < m.quant->n_linear; i++) {
+                    const qlinear *a = &m.quant->lin[i], *b = &back.quant->lin[i];
+                    assert_int_equal(a->fmt, b->fmt);
+                    assert_int_equal(a->out, b->out);
+                    assert_int_equal(a->in, b->in);
+                    assert_memory_equal(a->blocks, b->blocks, (size_t)a->out * q_blocks(a->in) * qblock_bytes(a->fmt));
+                }
+                assert_memory_equal(back.w.embed_tokens, m.w.embed_tokens,
+                                    (size_t)m.cfg.vocab_size * m.cfg.hidden_size * sizeof(float));
+                expect_equal_logits(&m, &back, 0.0f, name);
+                dt_model_free(&back);
+                dt_model_free(&m);
+            }
+}
+
+/* ---------------------------------------------------------------- the RoPE layout */
+
+/* q = W x for the rows of one head (hd rows of width C) of a [rows, C] matrix. */
+static void head_rows(float *q, const float *w, int head, int hd, int C, const float *x) {
+    for (int r = 0; r < hd; r++) {
+        double s = 0;
+        for (int j = 0; j < C; j++) s += (double)w[(size_t)(head * hd + r) * C + j] * x[j];
+        q[r] = (float)s;
+    }
+}
+
+/* RoPE at position pos: pairs (i, i + hd/2) (HF, difftrans) or (2i, 2i + 1) (llama.cpp's llama,
+ * ggml's "normal" mode), angle pos · theta^(−2i / hd) either way. */
+static void rope(float *q, int hd, int pos, float theta, int adjacent) {
+    for (int i = 0; i < hd / 2; i++) {
+        const double a = pos * pow(theta, -2.0 * i / hd), c = cos(a), s = sin(a);
+        const int i0 = adjacent ? 2 * i : i, i1 = adjacent ? 2 * i + 1 : i + hd / 2;
+        const double x0 = q[i0], x1 = q[i1];
+        q[i0] = (float)(x0 * c - x1 * s);
+        q[i1] = (float)(x0 * s + x1 * c);
+    }
+}
+
+/* The score of query head h at position tq on key position tk, from q / k weights [rows, C] with
+ * the given RoPE pairing (kv head h / group). */
+static double score(const float *wq, const float *wk, const dt_config *c, int h, const float *xq, int tq,
+                    const float *xk, int tk, int adjacent) {
+    const int hd = c->head_dim, group = c->num_attention_heads / c->num_key_value_heads;
+    float q[64], k[64];
+    head_rows(q, wq, h, hd, c->hidden_size, xq);
+    head_rows(k, wk, h / group, hd, c->hidden_size, xk);
+    rope(q, hd, tq, c->rope_theta, adjacent);
+    rope(k, hd, tk, c->rope_theta, adjacent);
+    double s = 0;
+    for (int i = 0; i < hd; i++) s += (double)q[i] * k[i];
+    return s;
+}
+
+/* Reads a 2-D F32 tensor of a GGUF file as floats [rows, cols]. */
+static float *gguf_floats(const gguf_file *f, const char *name, int rows, int cols) {
+    const gguf_tensor *t = gguf_find_tensor(f, name);
+    assert_non_null(t);
+    assert_int_equal(t->type, GGML_TYPE_F32);
+    assert_int_equal(t->ne[0], cols);
+    assert_int_equal(t->ne[1], rows);
+    float *v = fnew((size_t)rows * cols);
+    for (size_t i = 0; i < (size_t)rows * cols; i++) {
+        uint32_t u;
+        memcpy(&u, t->data + 4 * i, 4); /* little-endian host (x86-64) */
+        v[i] = base_bits_float(u);
+    }
+    return v;
+}
+
+/* The q / k rows the file holds, put through llama.cpp's RoPE (adjacent pairs), give the scores
+ * difftrans computes from its own rows with HF's RoPE (halves); the file's rows taken as if they
+ * were in HF's order do not, so the check would catch an exporter that forgot the reordering. */
+static void test_rope_permutation(void **state) {
+    (void)state;
+    dt_model m;
+    char path[600];
+    make_llama(&m, 0, 31);
+    save_gguf(&m, "rope.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    dt_error err;
+    if (gguf_open(&f, path, &err) != 0) fail_msg("%s", err.msg);
+    const dt_config *c = &m.cfg;
+    const int C = c->hidden_size, qdim = c->num_attention_heads * c->head_dim, kvdim = c->num_key_value_heads * c->head_dim;
+    assert_true(c->head_dim >= 4);
+    float *fq = gguf_floats(&f, "blk.1.attn_q.weight", qdim, C), *fk = gguf_floats(&f, "blk.1.attn_k.weight", kvdim, C);
+    uint64_t rng = 77;
+    float *xq = frand((size_t)C, 1.0f, &rng), *xk = frand((size_t)C, 1.0f, &rng);
+    double worst = 0, unpermuted = 0, scale = 0;
+    for (int h = 0; h < c->num_attention_heads; h++)
+        for (int tq = 0; tq < 12; tq += 3)
+            for (int tk = 0; tk <= tq; tk += 2) {
+                const dt_layer_weights *lw = &m.w.layers[1];
+                const double ref = score(lw->q_proj, lw->k_proj, c, h, xq, tq, xk, tk, 0);
+                const double ours = score(fq, fk, c, h, xq, tq, xk, tk, 1);
+                const double wrong = score(fq, fk, c, h, xq, tq, xk, tk, 0);
+                worst = fmax(worst, fabs(ours - ref));
+                unpermuted = fmax(unpermuted, fabs(wrong - ref));
+                scale = fmax(scale, fabs(ref));
+            }
+    if (!(worst <= 1e-4 * scale)) fail_msg("llama.cpp's RoPE on the file's rows: scores off by %g of %g", worst, scale);
+    if (!(unpermuted > 0.05 * scale))
+        fail_msg("the check is blind: rows in HF order give the same scores (%g of %g)", unpermuted, scale);
+    free(fq);
+    free(fk);
+    free(xq);
+    free(xk);
+    gguf_close(&f);
+    dt_model_free(&m);
+}
+
+/* ---------------------------------------------------------------- what llama.cpp reads */
+
+static int64_t kv_int(const gguf_file *f, const char *key) {
+    int64_t v = -1;
+    dt_error err;
+    if (gguf_get_int(f, key, INT64_MIN, INT64_MAX, &v, &err) != 0) fail_msg("%s: %s", key, err.msg);
+    return v;
+}
+
+static void expect_str(const gguf_file *f, const char *key, const char *want) {
+    gguf_str s;
+    dt_error err;
+    if (gguf_get_str(f, key, &s, &err) != 0) fail_msg("%s missing", key);
+    if (s.len != strlen(want) || memcmp(s.p, want, s.len) != 0) fail_msg("%s is '%.*s', not '%s'", key, (int)s.len, s.p, want);
+}
+
+static void test_metadata(void **state) {
+    (void)state;
+    dt_model m;
+    char path[600];
+    make_llama(&m, 1, 3);
+    quantise(&m, DT_QUANT_Q8_0, 0);
+    save_gguf(&m, "meta.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    dt_error err;
+    if (gguf_open(&f, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(f.version, 3);
+    assert_int_equal(f.alignment, 32);
+    expect_str(&f, "general.architecture", "llama");
+    expect_str(&f, "tokenizer.ggml.model", "gpt2");
+    expect_str(&f, "tokenizer.ggml.pre", "gpt-2");
+    assert_int_equal(kv_int(&f, "general.alignment"), 32);
+    assert_int_equal(kv_int(&f, "general.file_type"), 7); /* MOSTLY_Q8_0 */
+    assert_int_equal(kv_int(&f, "llama.block_count"), 2);
+    assert_int_equal(kv_int(&f, "llama.embedding_length"), 64);
+    assert_int_equal(kv_int(&f, "llama.feed_forward_length"), 96);
+    assert_int_equal(kv_int(&f, "llama.attention.head_count"), 4);
+    assert_int_equal(kv_int(&f, "llama.attention.head_count_kv"), 2);
+    assert_int_equal(kv_int(&f, "llama.rope.dimension_count"), 16);
+    assert_int_equal(kv_int(&f, "llama.context_length"), 64);
+    assert_int_equal(kv_int(&f, "llama.vocab_size"), 256);
+    double eps = 0, base = 0;
+    assert_int_equal(gguf_get_float(&f, "llama.attention.layer_norm_rms_epsilon", &eps, &err), 0);
+    assert_int_equal(gguf_get_float(&f, "llama.rope.freq_base", &base, &err), 0);
+    assert_true((float)eps == m.cfg.rms_norm_eps && (float)base == m.cfg.rope_theta);
+    const gguf_kv *toks = gguf_find_kv(&f, "tokenizer.ggml.tokens");
+    assert_non_null(toks);
+    assert_int_equal(toks->n, 256);
+    /* tied and the head float: no output tensor (llama.cpp then multiplies by token_embd) */
+    assert_null(gguf_find_tensor(&f, "output.weight"));
+    assert_int_equal(f.n_tensors, 1 + 9 * 2 + 1);
+    /* embeddings and norms F32, the linear layers the model's Q8_0 blocks; every tensor aligned,
+     * each right after the one before, padded */
+    uint64_t next = 0;
+    for (int64_t i = 0; i < f.n_tensors; i++) {
+        const gguf_tensor *t = &f.tensors[i];
+        const int linear = strstr(t->name, "attn_q") || strstr(t->name, "attn_k") || strstr(t->name, "attn_v") ||
+                           strstr(t->name, "attn_output") || strstr(t->name, "ffn_gate") || strstr(t->name, "ffn_up") ||
+                           strstr(t->name, "ffn_down");
+        if (linear != (t->type == GGML_TYPE_Q8_0)) fail_msg("tensor %s has type %s", t->name, ggml_type_name(t->type));
+        if (!linear) assert_int_equal(t->type, GGML_TYPE_F32);
+        assert_int_equal(t->offset, next);
+        next = t->offset + (t->nbytes + 31) / 32 * 32;
+    }
+    assert_non_null(gguf_find_tensor(&f, "blk.1.ffn_down.weight"));
+    assert_non_null(gguf_find_tensor(&f, "output_norm.weight"));
+    assert_non_null(gguf_find_tensor(&f, "token_embd.weight"));
+    gguf_close(&f);
+    dt_model_free(&m);
+}
+
+/* ---------------------------------------------------------------- refusals */
+
+static void expect_save_refused(const dt_model *m, dt_dtype dtype, dt_errcode code, const char *problem) {
+    char path[600];
+    tu_path(path, sizeof path, "refused.gguf");
+    remove(path);
+    dt_error err = {0};
+    assert_int_equal(dt_model_save_gguf(m, path, dtype, &err), -1);
+    assert_int_equal(err.code, code);
+    if (!strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
+    assert_false(tu_file_exists(path));
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    const dt_arch archs[] = {DT_ARCH_DIFF, DT_ARCH_DIFF_V2};
+    const char *why[] = {"llama.cpp has no differential-attention architecture", "llama.cpp has no architecture"};
+    for (int k = 0; k < 2; k++) {
+        dt_config c;
+        dt_model m;
+        dt_error err;
+        tu_tiny_diff_config(&c);
+        dt_config_ablation(&c, &c, k ? "v2" : "rope", &err);
+        assert_int_equal(c.arch, archs[k]);
+        assert_int_equal(dt_model_create(&m, &c, &err), 0);
+        expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, why[k]);
+        dt_model_free(&m);
+    }
+    dt_model m;
+    make_llama(&m, 0, 1);
+    expect_save_refused(&m, DT_I8, DT_ERR_INVALID, "F32, F16 or BF16");
+    dt_quant_options o;
+    dt_quant_defaults(&o);
+    o.scheme = DT_QUANT_W8A8;
+    o.dynamic_activations = 1;
+    o.quiet = 1;
+    dt_error err;
+    assert_int_equal(dt_model_quantize(&m, &o, &err), 0);
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "w8a8 model has no GGUF type");
+    dt_model_free(&m);
+    make_llama(&m, 0, 1);
+    quantise(&m, DT_QUANT_Q4_0, 0);
+    expect_save_refused(&m, DT_F16, DT_ERR_INVALID, "own blocks");
+    dt_model_free(&m);
+    /* rows that are not whole 32-weight blocks: ggml cannot hold them */
+    dt_config c;
+    llama_config(&c, 0);
+    c.intermediate_size = 80;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    dt_model_init_random(&m, 2);
+    quantise(&m, DT_QUANT_Q8_0, 0);
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "mlp.down_proj has 80 inputs, not a multiple of 32");
+    dt_model_free(&m);
+    /* ALiBi has no llama.cpp form */
+    llama_config(&c, 0);
+    c.position = DT_POS_ALIBI;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "ALiBi");
+    dt_model_free(&m);
+}
+
+/* ---------------------------------------------------------------- hostile files: containers */
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} bytes;
+
+static void b_put(bytes *b, const void *p, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        assert_non_null(b->p);
+    }
+    memcpy(b->p + b->n, p, n);
+    b->n += n;
+}
+static void b_u32(bytes *b, uint32_t v) {
+    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    b_put(b, x, 4);
+}
+static void b_u64(bytes *b, uint64_t v) {
+    b_u32(b, (uint32_t)v);
+    b_u32(b, (uint32_t)(v >> 32));
+}
+static void b_str(bytes *b, const char *s) {
+    b_u64(b, strlen(s));
+    b_put(b, s, strlen(s));
+}
+static void b_head(bytes *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+    b_put(b, "GGUF", 4);
+    b_u32(b, version);
+    b_u64(b, n_tensors);
+    b_u64(b, n_kv);
+}
+/* a tensor info: name, dims, type, offset */
+static void b_tensor(bytes *b, const char *name, int n_dims, const int64_t *ne, uint32_t type, uint64_t offset) {
+    b_str(b, name);
+    b_u32(b, (uint32_t)n_dims);
+    for (int d = 0; d < n_dims; d++) b_u64(b, (uint64_t)ne[d]);
+    b_u32(b, type);
+    b_u64(b, offset);
+}
+static void b_pad(bytes *b, size_t align, size_t data) {
+    while (b->n % align) b_put(b, "", 1);
+    for (size_t i = 0; i < data; i++) b_put(b, "", 1);
+}
+
+/* gguf_open (and dt_model_load) must refuse the bytes: code FORMAT, a message "PATH: ...problem". */
+static void expect_bytes_refused(bytes *b, const char *problem) {
+    char path[600];
+    tu_path(path, sizeof path, "hostile.gguf");
+    tu_write_file(path, b->p, b->n);
+    free(b->p);
+    memset(b, 0, sizeof *b);
+    gguf_file f;
+    dt_error err = {0};
+    assert_int_equal(gguf_open(&f, path, &err), -1);
+    assert_null(f.map);
+    assert_int_equal(err.code, DT_ERR_FORMAT);
+    if (strncmp(err.msg, path, strlen(path)) != 0) fail_msg("message does not start with the path: %s", err.msg);
+    if (!strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
+    dt_model m;
+    assert_int_equal(dt_model_load(&m, path, &err), -1);
+    assert_int_equal(err.code, DT_ERR_FORMAT);
+}
+
+static void test_hostile_containers(void **state) {
+    (void)state;
+    bytes b = {0};
+    const int64_t v4[1] = {4}, m33[2] = {33, 1}, big[2] = {INT64_C(1) << 40, INT64_C(1) << 40}, neg[1] = {-5};
+    b_put(&b, "GGUX", 4), b_u32(&b, 3), b_u64(&b, 0), b_u64(&b, 0);
+    expect_bytes_refused(&b, "not a GGUF file");
+    b_put(&b, "", 0), b_put(&b, "G", 1);
+    expect_bytes_refused(&b, "not a GGUF file");
+    b_head(&b, 1, 0, 0);
+    expect_bytes_refused(&b, "version 1");
+    b_head(&b, 4, 0, 0);
+    expect_bytes_refused(&b, "version 4");
+    b_head(&b, 0x03000000u, 0, 0);
+    expect_bytes_refused(&b, "big-endian");
+    b_head(&b, 3, 0, UINT64_C(1) << 60);
+    expect_bytes_refused(&b, "key-value pairs, more than");
+    b_head(&b, 3, UINT64_MAX, 0);
+    expect_bytes_refused(&b, "tensors, more than");
+    b_head(&b, 3, 0, 1), b_u64(&b, UINT64_C(1) << 50), b_pad(&b, 1, 16);
+    expect_bytes_refused(&b, "past the end of the file");
+    b_head(&b, 3, 0, 1), b_str(&b, ""), b_u32(&b, GGUF_TYPE_UINT32), b_u32(&b, 1);
+    expect_bytes_refused(&b, "is empty");
+    b_head(&b, 3, 0, 1), b_u64(&b, 3), b_put(&b, "a\0b", 3), b_u32(&b, GGUF_TYPE_UINT8), b_put(&b, "x", 1);
+    expect_bytes_refused(&b, "NUL byte");
+    b_head(&b, 3, 0, 1), b_str(&b, "k"), b_u32(&b, 13), b_u32(&b, 0);
+    expect_bytes_refused(&b, "does not define");
+    b_head(&b, 3, 0, 1), b_str(&b, "k"), b_u32(&b, GGUF_TYPE_ARRAY), b_u32(&b, GGUF_TYPE_ARRAY), b_u64(&b, 1);
+    expect_bytes_refused(&b, "array of arrays");
+    b_head(&b, 3, 0, 1), b_str(&b, "k"), b_u32(&b, GGUF_TYPE_ARRAY), b_u32(&b, GGUF_TYPE_UINT32), b_u64(&b, UINT64_C(1) << 62);
+    expect_bytes_refused(&b, "claims 4611686018427387904 values");
+    b_head(&b, 3, 0, 1), b_str(&b, "k"), b_u32(&b, GGUF_TYPE_ARRAY), b_u32(&b, GGUF_TYPE_STRING), b_u64(&b, 1000);
+    expect_bytes_refused(&b, "claims 1000 strings");
+    b_head(&b, 3, 0, 1), b_str(&b, "k"), b_u32(&b, GGUF_TYPE_ARRAY), b_u32(&b, GGUF_TYPE_STRING), b_u64(&b, 2), b_str(&b, "x"),
+        b_u64(&b, 99);
+    expect_bytes_refused(&b, "past the end of the file");
+    b_head(&b, 3, 0, 2), b_str(&b, "k"), b_u32(&b, GGUF_TYPE_UINT8), b_put(&b, "a", 1), b_str(&b, "k"), b_u32(&b, GGUF_TYPE_INT8),
+        b_put(&b, "b", 1);
+    expect_bytes_refused(&b, "key 'k' appears twice");
+    b_head(&b, 3, 0, 1), b_str(&b, "general.alignment"), b_u32(&b, GGUF_TYPE_UINT32), b_u32(&b, 48);
+    expect_bytes_refused(&b, "not a power of two");
+    b_head(&b, 3, 0, 1), b_str(&b, "general.alignment"), b_u32(&b, GGUF_TYPE_UINT64), b_u64(&b, 32);
+    expect_bytes_refused(&b, "must be a u32");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "0123456789012345678901234567890123456789012345678901234567890123", 1, v4, 0, 0);
+    expect_bytes_refused(&b, "shorter than 64");
+    b_head(&b, 3, 1, 0), b_str(&b, "t"), b_u32(&b, 5), b_pad(&b, 1, 40);
+    expect_bytes_refused(&b, "at most 4");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "t", 1, neg, 0, 0);
+    expect_bytes_refused(&b, "negative dimension");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "t", 2, big, 0, 0);
+    expect_bytes_refused(&b, "more elements than");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "t", 1, v4, 4, 0);
+    expect_bytes_refused(&b, "which is no ggml type");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "t", 2, m33, GGML_TYPE_Q8_0, 0);
+    expect_bytes_refused(&b, "not a whole number of its 32-element blocks");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "t", 1, v4, 0, 8), b_pad(&b, 32, 64);
+    expect_bytes_refused(&b, "not a multiple of the alignment");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "t", 1, v4, 0, 32), b_pad(&b, 32, 40);
+    expect_bytes_refused(&b, "runs past the end");
+    b_head(&b, 3, 1, 0), b_tensor(&b, "t", 1, v4, 0, 0);
+    expect_bytes_refused(&b, "truncated: the data section");
+    b_head(&b, 3, 2, 0), b_tensor(&b, "t", 1, v4, 0, 0), b_tensor(&b, "u", 1, v4, 0, 0), b_pad(&b, 32, 64);
+    expect_bytes_refused(&b, "overlap");
+    b_head(&b, 3, 2, 0), b_tensor(&b, "t", 1, v4, 0, 0), b_tensor(&b, "t", 1, v4, 0, 32), b_pad(&b, 32, 64);
+    expect_bytes_refused(&b, "tensor 't' appears twice");
+    /* and one that is fine: two tensors, aligned, the last one's padding cut off */
+    b_head(&b, 3, 2, 1), b_str(&b, "general.alignment"), b_u32(&b, GGUF_TYPE_UINT32), b_u32(&b, 64),
+        b_tensor(&b, "t", 1, v4, 0, 64), b_tensor(&b, "u", 1, v4, 0, 0), b_pad(&b, 64, 64 + 16);
+    char path[600];
+    tu_path(path, sizeof path, "fine.gguf");
+    tu_write_file(path, b.p, b.n);
+    free(b.p);
+    gguf_file f;
+    dt_error err;
+    if (gguf_open(&f, path, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(f.alignment, 64);
+    assert_int_equal(f.n_tensors, 2);
+    assert_int_equal(gguf_find_tensor(&f, "t")->nbytes, 16);
+    gguf_close(&f);
+}
+
+/* Every proper prefix of a file is refused (format, naming it), except those that only drop the
+ * last tensor's padding, which llama.cpp's reader does not need either. */
+static void test_truncated_everywhere(void **state) {
+    (void)state;
+    dt_config c;
+    llama_config(&c, 1);
+    c.hidden_size = 32, c.num_attention_heads = 2, c.num_key_value_heads = 1, c.head_dim = 16;
+    c.intermediate_size = 32, c.num_hidden_layers = 1, c.vocab_size = 256;
+    dt_model m;
+    dt_error err;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    dt_model_init_random(&m, 4);
+    char path[600], cut[600];
+    save_gguf(&m, "small.gguf", DT_F32, path, sizeof path);
+    size_t n = 0;
+    char *data = tu_read_file(path, &n);
+    gguf_file f;
+    if (gguf_open(&f, path, &err) != 0) fail_msg("%s", err.msg);
+    size_t end = 0;
+    for (int64_t i = 0; i < f.n_tensors; i++) {
+        const size_t e = f.data_offset + f.tensors[i].offset + f.tensors[i].nbytes;
+        if (e > end) end = e;
+    }
+    gguf_close(&f);
+    tu_path(cut, sizeof cut, "cut.gguf");
+    tu_write_file(cut, data, n);
+    for (size_t len = n - 1; len + 1 > 0; len--) { /* shortened in place: no rewriting of the bytes */
+        if (truncate(cut, (off_t)len) != 0) fail_msg("truncate %s: %s", cut, strerror(errno));
+        dt_model back;
+        memset(&err, 0, sizeof err);
+        const int rc = dt_model_load(&back, cut, &err);
+        if (len >= end) {
+            if (rc != 0) fail_msg("prefix of %zu bytes (the data ends at %zu): %s", len, end, err.msg);
+            dt_model_free(&back);
+            continue;
+        }
+        if (rc == 0) fail_msg("a prefix of %zu of %zu bytes loaded", len, n);
+        if (err.code != DT_ERR_FORMAT || strncmp(err.msg, cut, strlen(cut)) != 0)
+            fail_msg("prefix of %zu bytes: code %d, %s", len, (int)err.code, err.msg);
+    }
+    free(data);
+    dt_model_free(&m);
+}
+
+/* ---------------------------------------------------------------- hostile files: models */
+
+/* A copy of a GGUF file with edits, written with the library's writer. */
+typedef struct {
+    const char *drop_key;
+    const char *str_key, *str_val;   /* a string key set (replaced or added) */
+    const char *u32_key;             /* a u32 key set to u32 */
+    uint32_t u32;
+    const char *arr_key;             /* an integer array key set to 2 copies of u32 (per-layer values) */
+    const char *merges;              /* tokenizer.ggml.merges replaced by this one merge */
+    const char *drop_tensor;
+    const char *extra_tensor;        /* an F32 vector of hidden_size zeros added */
+    const char *retype_tensor;       /* its type changed to retype (zeros of that type's size) */
+    uint32_t retype;
+    const char *nan_tensor;          /* its first F32 value made NaN */
+} edits;
+
+typedef struct {
+    const gguf_file *src;
+    const gguf_tensor *from[256];
+    size_t nbytes[256];
+    const edits *e;
+} rewrite_ctx;
+
+static int emit_copy(void *ctx, uint64_t i, gguf_sink *s, dt_error *err) {
+    (void)err;
+    const rewrite_ctx *x = ctx;
+    const gguf_tensor *t = x->from[i];
+    uint8_t *buf = calloc(x->nbytes[i] ? x->nbytes[i] : 1, 1);
+    assert_non_null(buf);
+    if (t && t->nbytes == x->nbytes[i] && !(x->e->retype_tensor && !strcmp(t->name, x->e->retype_tensor)))
+        memcpy(buf, t->data, t->nbytes);
+    if (t && x->e->nan_tensor && !strcmp(t->name, x->e->nan_tensor)) {
+        const float nan = NAN;
+        memcpy(buf, &nan, 4);
+    }
+    gguf_sink_write(s, buf, x->nbytes[i]);
+    free(buf);
+    return 0;
+}
+
+static const char *one_merge(void *ctx, uint64_t i, size_t *len) {
+    (void)i;
+    *len = strlen(ctx);
+    return ctx;
+}
+
+static void rewrite(const char *in, const char *out, const edits *e) {
+    gguf_file f;
+    dt_error err;
+    if (gguf_open(&f, in, &err) != 0) fail_msg("%s", err.msg);
+    gguf_writer w;
+    gguf_writer_init(&w, 32);
+    for (int64_t i = 0; i < f.n_kv; i++) {
+        const gguf_kv *kv = &f.kv[i];
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.p);
+        if (!strcmp(key, "general.alignment") || (e->drop_key && !strcmp(key, e->drop_key)) ||
+            (e->str_key && !strcmp(key, e->str_key)) || (e->u32_key && !strcmp(key, e->u32_key)) ||
+            (e->arr_key && !strcmp(key, e->arr_key)) || (e->merges && !strcmp(key, "tokenizer.ggml.merges")))
+            continue;
+        gguf_w_kv_copy(&w, kv);
+    }
+    if (e->str_key) gguf_w_str(&w, e->str_key, e->str_val, strlen(e->str_val));
+    if (e->u32_key) gguf_w_u32(&w, e->u32_key, e->u32);
+    if (e->arr_key) {
+        const int32_t v[2] = {(int32_t)e->u32, (int32_t)e->u32};
+        gguf_w_i32_array(&w, e->arr_key, v, 2);
+    }
+    if (e->merges) gguf_w_str_array(&w, "tokenizer.ggml.merges", 1, one_merge, (void *)e->merges);
+    rewrite_ctx x = {.src = &f, .e = e};
+    int n = 0;
+    for (int64_t i = 0; i < f.n_tensors; i++) {
+        const gguf_tensor *t = &f.tensors[i];
+        if (e->drop_tensor && !strcmp(t->name, e->drop_tensor)) continue;
+        const uint32_t type = e->retype_tensor && !strcmp(t->name, e->retype_tensor) ? e->retype : t->type;
+        assert_int_equal(gguf_w_tensor(&w, t->name, (int)t->n_dims, t->ne, type), 0);
+        int64_t block;
+        size_t bs;
+        ggml_type_size(type, &block, &bs);
+        x.from[n] = t;
+        x.nbytes[n++] = (size_t)(t->nelem / (uint64_t)block) * bs;
+    }
+    if (e->extra_tensor) {
+        const gguf_tensor *norm = gguf_find_tensor(&f, "output_norm.weight");
+        assert_int_equal(gguf_w_tensor(&w, e->extra_tensor, 1, norm->ne, GGML_TYPE_F32), 0);
+        x.from[n] = NULL;
+        x.nbytes[n++] = norm->nbytes;
+    }
+    if (gguf_writer_write(&w, out, emit_copy, &x, &err) != 0) fail_msg("%s", err.msg);
+    gguf_writer_free(&w);
+    gguf_close(&f);
+}
+
+static void expect_load_refused(const char *base, const edits *e, dt_errcode code, const char *problem) {
+    char path[600];
+    tu_path(path, sizeof path, "edited.gguf");
+    rewrite(base, path, e);
+    dt_model m;
+    dt_error err = {0};
+    if (dt_model_load(&m, path, &err) == 0) fail_msg("loaded, where '%s' was expected", problem);
+    if (err.code != code) fail_msg("code %d (expected %d): %s", (int)err.code, (int)code, err.msg);
+    if (strncmp(err.msg, path, strlen(path)) != 0) fail_msg("message does not start with the path: %s", err.msg);
+    if (!strstr(err.msg, problem)) fail_msg("expected '%s' in: %s", problem, err.msg);
+}
+
+static void test_hostile_models(void **state) {
+    (void)state;
+    dt_model m;
+    char base[600];
+    make_llama(&m, 0, 12);
+    save_gguf(&m, "base.gguf", DT_F32, base, sizeof base);
+    const dt_errcode F = DT_ERR_FORMAT, U = DT_ERR_UNSUPPORTED;
+    expect_load_refused(base, &(edits){.drop_key = "general.architecture"}, F, "no general.architecture");
+    expect_load_refused(base, &(edits){.str_key = "general.architecture", .str_val = "diffllama"}, U,
+                        "difftrans reads llama models");
+    expect_load_refused(base, &(edits){.str_key = "general.architecture", .str_val = "qwen2"}, U, "'qwen2'");
+    expect_load_refused(base, &(edits){.drop_key = "llama.attention.layer_norm_rms_epsilon"}, F,
+                        "no llama.attention.layer_norm_rms_epsilon");
+    expect_load_refused(base, &(edits){.str_key = "llama.block_count", .str_val = "2"}, F, "an integer was expected");
+    expect_load_refused(base, &(edits){.u32_key = "llama.block_count", .u32 = 5}, F,
+                        "missing tensor 'blk.2.attn_norm.weight'");
+    expect_load_refused(base, &(edits){.u32_key = "llama.feed_forward_length", .u32 = 128}, F, "has shape");
+    expect_load_refused(base, &(edits){.u32_key = "llama.embedding_length", .u32 = 1u << 30}, F,
+                        "token_embd.weight has shape");
+    expect_load_refused(base, &(edits){.u32_key = "llama.attention.head_count", .u32 = 8}, F, "attn_q.weight' has shape");
+    expect_load_refused(base, &(edits){.u32_key = "llama.vocab_size", .u32 = 300}, F, "llama.vocab_size 300");
+    expect_load_refused(base, &(edits){.u32_key = "llama.context_length", .u32 = 0}, F, "max_position_embeddings");
+    expect_load_refused(base, &(edits){.u32_key = "llama.expert_count", .u32 = 8}, U, "mixture of experts");
+    expect_load_refused(base, &(edits){.u32_key = "llama.rope.dimension_count", .u32 = 8}, U, "partial rotary");
+    expect_load_refused(base, &(edits){.arr_key = "llama.feed_forward_length", .u32 = 7}, F, "has shape");
+    expect_load_refused(base, &(edits){.str_key = "llama.rope.scaling.type", .str_val = "yarn"}, U, "'yarn'");
+    expect_load_refused(base, &(edits){.u32_key = "tokenizer.ggml.bos_token_id", .u32 = 9999}, F,
+                        "tokenizer.ggml.bos_token_id = 9999 is outside");
+    expect_load_refused(base, &(edits){.str_key = "tokenizer.ggml.model", .str_val = "llama"}, U, "SentencePiece");
+    expect_load_refused(base, &(edits){.drop_key = "tokenizer.ggml.tokens"}, F, "no tokenizer.ggml.tokens");
+    expect_load_refused(base, &(edits){.drop_key = "tokenizer.ggml.merges"}, F, "no tokenizer.ggml.merges");
+    expect_load_refused(base, &(edits){.merges = "x y"}, F, "merges[0] \"x y\" is not two tokens");
+    expect_load_refused(base, &(edits){.str_key = "tokenizer.ggml.pre", .str_val = "qwen2", .merges = "x y"}, U,
+                        "tokenizer.ggml.pre 'qwen2'");
+    expect_load_refused(base, &(edits){.drop_tensor = "blk.1.ffn_up.weight"}, F, "missing tensor 'blk.1.ffn_up.weight'");
+    expect_load_refused(base, &(edits){.drop_tensor = "token_embd.weight"}, F, "missing tensor 'token_embd.weight'");
+    expect_load_refused(base, &(edits){.extra_tensor = "blk.0.attn_q.bias"}, U, "'blk.0.attn_q.bias' has no place");
+    expect_load_refused(base, &(edits){.extra_tensor = "rope_freqs.weight"}, U, "per-frequency RoPE factors");
+    expect_load_refused(base, &(edits){.retype_tensor = "blk.0.ffn_down.weight", .retype = 3}, U, "is Q4_1");
+    expect_load_refused(base, &(edits){.retype_tensor = "blk.1.attn_v.weight", .retype = GGML_TYPE_Q8_0}, U,
+                        "the same way");
+    expect_load_refused(base, &(edits){.nan_tensor = "blk.0.attn_norm.weight"}, F, "non-finite value");
+    /* Q8_0 blocks holding −128, which the integer kernels cannot take */
+    dt_model_free(&m);
+}
+
+/* ---------------------------------------------------------------- files as llama.cpp writes them */
+
+static void expect_loads_same(const char *base_path, const dt_model *m, const edits *e, const char *what) {
+    char path[600];
+    tu_path(path, sizeof path, "variant.gguf");
+    rewrite(base_path, path, e);
+    dt_model back;
+    load_gguf(&back, path);
+    expect_equal_logits(m, &back, 0.0f, what);
+    dt_model_free(&back);
+}
+
+static void test_llama_cpp_variants(void **state) {
+    (void)state;
+    dt_model m;
+    char base[600];
+    make_llama(&m, 0, 14);
+    save_gguf(&m, "variants.gguf", DT_F32, base, sizeof base);
+    /* keys llama.cpp's converter leaves out when the defaults hold (head_dim = hidden / heads) */
+    expect_loads_same(base, &m, &(edits){.drop_key = "llama.attention.key_length"}, "no key_length");
+    expect_loads_same(base, &m, &(edits){.drop_key = "llama.rope.dimension_count"}, "no rope.dimension_count");
+    expect_loads_same(base, &m, &(edits){.drop_key = "llama.vocab_size"}, "no vocab_size");
+    expect_loads_same(base, &m, &(edits){.drop_key = "tokenizer.ggml.token_type"}, "no token_type");
+    /* per-layer sizes as an array (what some converters write) */
+    expect_loads_same(base, &m, &(edits){.arr_key = "llama.feed_forward_length", .u32 = 96}, "ffn array");
+    /* F32 norms written as F16 / BF16 are read too (here the values are not exactly halves: not compared) */
+    /* a GGUF under another name: recognised by its magic */
+    char plain[600];
+    tu_path(plain, sizeof plain, "model.bin");
+    size_t n = 0;
+    char *data = tu_read_file(base, &n);
+    tu_write_file(plain, data, n);
+    free(data);
+    dt_model back;
+    load_gguf(&back, plain);
+    expect_equal_logits(&m, &back, 0.0f, "by magic");
+    dt_model_free(&back);
+    /* a name ending in .gguf that is not one */
+    tu_path(plain, sizeof plain, "not.gguf");
+    tu_write_file(plain, "{\"model_type\": \"llama\"}", 23);
+    dt_error err;
+    assert_int_equal(dt_model_load(&back, plain, &err), -1);
+    assert_int_equal(err.code, DT_ERR_FORMAT);
+    assert_non_null(strstr(err.msg, "not a GGUF file"));
+    dt_model_free(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_f32),       cmocka_unit_test(test_round_trip_f16_bf16),
+        cmocka_unit_test(test_round_trip_quantised), cmocka_unit_test(test_rope_permutation),
+        cmocka_unit_test(test_metadata),             cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_hostile_containers),   cmocka_unit_test(test_truncated_everywhere),
+        cmocka_unit_test(test_hostile_models),       cmocka_unit_test(test_llama_cpp_variants),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
