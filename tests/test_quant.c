@@ -191,7 +191,7 @@ static void test_kernels_match_reference(void **state) {
             for (int i = 0; i < s->N * s->in; i += 13) x[i] *= 30.0f; /* outliers: block scales differ */
             x[0] = -1000.0f; /* −127 after rounding: the extreme where a saturating product would show */
             float *y = fnan((size_t)s->N * s->out), *ref = fnew((size_t)s->N * s->out), *mag = fnew((size_t)s->N * s->out);
-            float *alone = fnan((size_t)s->out);
+            float *alone = fnan((size_t)s->out), *absx_row = fnew((size_t)s->in);
             block_q8_0 *b8 = malloc((size_t)s->out * nb * sizeof *b8);
             block_q4_0 *b4 = malloc((size_t)s->out * nb * sizeof *b4);
             for (int o = 0; o < s->out; o++) {
@@ -232,6 +232,27 @@ static void test_kernels_match_reference(void **state) {
                                  k->name, s->out, s->in, s->N, n);
                 }
             }
+            /* float activations, one row: the products in float against the double definition */
+            for (int i = 0; i < s->in; i++) absx_row[i] = fabsf(x[i]);
+            for (int f = 0; f < 2; f++) {
+                float *deq_abs = fnew((size_t)s->out * s->in);
+                for (int o = 0; o < s->out; o++) {
+                    if (f) q4_0_dequantize_row(deq_abs + (size_t)o * s->in, b4 + (size_t)o * nb, s->in);
+                    else q8_0_dequantize_row(deq_abs + (size_t)o * s->in, b8 + (size_t)o * nb, s->in);
+                }
+                for (int i = 0; i < s->out * s->in; i++) deq_abs[i] = fabsf(deq_abs[i]);
+                linear_forward(mag, absx_row, deq_abs, 1, s->in, s->out);
+                for (int o = 0; o < s->out; o++) y[o] = NAN, mag[o] += 1e-20f;
+                if (f) {
+                    k->q4_0_matvec(y, b4, s->out, x, s->in);
+                    q4_0_matvec_reference(ref, b4, s->out, x, s->in);
+                } else {
+                    k->q8_0_matvec(y, b8, s->out, x, s->in);
+                    q8_0_matvec_reference(ref, b8, s->out, x, s->in);
+                }
+                assert_close_to_reference(y, ref, mag, s->out, 1e-5f, f ? "q4_0_matvec" : "q8_0_matvec", k->name, s);
+                free(deq_abs);
+            }
             /* dequantising rows (the float-activation products): exactly the formats' own values */
             float *deq = fnan((size_t)s->out * s->in), *deq_ref = fnew((size_t)s->out * s->in);
             for (int o = 0; o < s->out; o++) q4_0_dequantize_row(deq_ref + (size_t)o * s->in, b4 + (size_t)o * nb, s->in);
@@ -260,7 +281,7 @@ static void test_kernels_match_reference(void **state) {
             i8_gemm_reference(ref, xq, xs, s->N, q8, ws, s->out, s->in);
             for (int i = 0; i < s->N * s->out; i++) mag[i] = fabsf(ref[i]) + 1e-20f;
             assert_close_to_reference(y, ref, mag, s->N * s->out, 1e-6f, "i8_gemm", k->name, s);
-            free(w), free(x), free(y), free(ref), free(mag), free(alone), free(b8), free(b4);
+            free(w), free(x), free(y), free(ref), free(mag), free(alone), free(absx_row), free(b8), free(b4);
             free(q8), free(ws), free(xs), free(xq), free(sums);
             act_free(&a), act_free(&a_ref);
         }

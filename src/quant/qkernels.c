@@ -41,6 +41,30 @@ void q4_0_dot_reference(float *y, size_t ldy, const block_q4_0 *w, int rows, con
         }
 }
 
+void q8_0_matvec_reference(float *y, const block_q8_0 *w, int rows, const float *x, int in) {
+    const int nb = q_blocks(in);
+    for (int r = 0; r < rows; r++) {
+        double acc = 0;
+        for (int j = 0; j < in; j++) {
+            const block_q8_0 *blk = &w[(size_t)r * nb + j / QK];
+            acc += (double)half_to_float(blk->d) * blk->qs[j % QK] * x[j];
+        }
+        y[r] = (float)acc;
+    }
+}
+
+void q4_0_matvec_reference(float *y, const block_q4_0 *w, int rows, const float *x, int in) {
+    const int nb = q_blocks(in);
+    for (int r = 0; r < rows; r++) {
+        double acc = 0;
+        for (int j = 0; j < in; j++) {
+            const block_q4_0 *blk = &w[(size_t)r * nb + j / QK];
+            acc += (double)half_to_float(blk->d) * q4_value(blk, j % QK) * x[j];
+        }
+        y[r] = (float)acc;
+    }
+}
+
 void i8_gemm_reference(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws, int out,
                        int in) {
     for (int n = 0; n < N; n++)
@@ -90,6 +114,37 @@ static void q4_0_dot_portable(float *y, size_t ldy, const block_q4_0 *w, int row
         }
 }
 
+/* Float activations: the block's products in float, one multiply-add by its scale. */
+static void q8_0_matvec_portable(float *y, const block_q8_0 *w, int rows, const float *x, int in) {
+    const int nb = q_blocks(in);
+    for (int r = 0; r < rows; r++) {
+        float acc = 0;
+        for (int b = 0; b < nb; b++) {
+            const block_q8_0 *blk = &w[(size_t)r * nb + b];
+            const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
+            float s = 0;
+            for (int j = 0; j < n; j++) s += (float)blk->qs[j] * x[j0 + j];
+            acc += s * half_to_float(blk->d);
+        }
+        y[r] = acc;
+    }
+}
+
+static void q4_0_matvec_portable(float *y, const block_q4_0 *w, int rows, const float *x, int in) {
+    const int nb = q_blocks(in);
+    for (int r = 0; r < rows; r++) {
+        float acc = 0;
+        for (int b = 0; b < nb; b++) {
+            const block_q4_0 *blk = &w[(size_t)r * nb + b];
+            const int j0 = b * QK, n = in - j0 < QK ? in - j0 : QK;
+            float s = 0;
+            for (int j = 0; j < n; j++) s += (float)((j < QK / 2 ? blk->qs[j] & 0x0F : blk->qs[j - QK / 2] >> 4) - 8) * x[j0 + j];
+            acc += s * half_to_float(blk->d);
+        }
+        y[r] = acc;
+    }
+}
+
 static void quantize_act_portable(const qact *a, const float *x, int N, int in) {
     for (int n = 0; n < N; n++) qact_quantize_row(a, n, x + (size_t)n * in, in);
 }
@@ -121,8 +176,8 @@ static void q4_0_dequantize_portable(float *w, const block_q4_0 *b, int rows, in
 }
 
 const qkernels qkernels_portable = {q8_0_dot_portable,        q4_0_dot_portable,        quantize_act_portable,
-                                    i8_gemm_portable,         q8_0_dequantize_portable, q4_0_dequantize_portable,
-                                    "portable"};
+                                    q8_0_matvec_portable,     q4_0_matvec_portable,     i8_gemm_portable,
+                                    q8_0_dequantize_portable, q4_0_dequantize_portable, "portable"};
 
 /* ---------------------------------------------------------------- choice */
 

@@ -84,6 +84,68 @@ static void q4_0_dot_avx2(float *y, size_t ldy, const block_q4_0 *w, int rows, c
     dot_rows(QFMT_Q4_0, y, ldy, w, rows, x, N);
 }
 
+/* ---------------------------------------------------------------- float activations (QACT_FLOAT)
+ *
+ * One row at a time, read front to back (one stream, which the hardware prefetcher follows best),
+ * the weights widened to float in registers; full blocks summed into 4 accumulators in turn, so
+ * consecutive blocks' multiply-adds by their scales do not wait for each other. The short last
+ * block, if any, in plain C. */
+
+static inline __m256 fdot_q8(const block_q8_0 *b, const float *x) {
+    __m256 s = _mm256_mul_ps(load8_i8(b->qs), _mm256_loadu_ps(x));
+    s = _mm256_fmadd_ps(load8_i8(b->qs + 8), _mm256_loadu_ps(x + 8), s);
+    s = _mm256_fmadd_ps(load8_i8(b->qs + 16), _mm256_loadu_ps(x + 16), s);
+    return _mm256_fmadd_ps(load8_i8(b->qs + 24), _mm256_loadu_ps(x + 24), s);
+}
+
+static inline __m256 fdot_q4(const block_q4_0 *b, const float *x) {
+    const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(bytes, low), eight);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight);
+    __m256 s = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), _mm256_loadu_ps(x));
+    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), _mm256_loadu_ps(x + 8), s);
+    s = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), _mm256_loadu_ps(x + 16), s);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), _mm256_loadu_ps(x + 24), s);
+}
+
+static inline __attribute__((always_inline)) void fmatvec(qformat fmt, float *y, const void *w, int rows,
+                                                          const float *x, int in) {
+    const int nb = q_blocks(in), full = in / QK;
+    for (int r = 0; r < rows; r++) {
+        const block_q8_0 *w8 = (const block_q8_0 *)w + (size_t)r * nb;
+        const block_q4_0 *w4 = (const block_q4_0 *)w + (size_t)r * nb;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        int b = 0;
+        for (; b + 4 <= full; b += 4)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++) {
+                const __m256 dot = fmt == QFMT_Q8_0 ? fdot_q8(w8 + b + u, x + (b + u) * QK) : fdot_q4(w4 + b + u, x + (b + u) * QK);
+                acc[u] = _mm256_fmadd_ps(dot, _mm256_set1_ps(_cvtsh_ss(fmt == QFMT_Q8_0 ? w8[b + u].d : w4[b + u].d)), acc[u]);
+            }
+        for (; b < full; b++) {
+            const __m256 dot = fmt == QFMT_Q8_0 ? fdot_q8(w8 + b, x + b * QK) : fdot_q4(w4 + b, x + b * QK);
+            acc[0] = _mm256_fmadd_ps(dot, _mm256_set1_ps(_cvtsh_ss(fmt == QFMT_Q8_0 ? w8[b].d : w4[b].d)), acc[0]);
+        }
+        float total = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+        if (full < nb) { /* the short last block */
+            float tail;
+            if (fmt == QFMT_Q8_0) qkernels_portable.q8_0_matvec(&tail, w8 + full, 1, x + full * QK, in - full * QK);
+            else qkernels_portable.q4_0_matvec(&tail, w4 + full, 1, x + full * QK, in - full * QK);
+            total += tail;
+        }
+        y[r] = total;
+    }
+}
+
+static void q8_0_matvec_avx2(float *y, const block_q8_0 *w, int rows, const float *x, int in) {
+    fmatvec(QFMT_Q8_0, y, w, rows, x, in);
+}
+
+static void q4_0_matvec_avx2(float *y, const block_q4_0 *w, int rows, const float *x, int in) {
+    fmatvec(QFMT_Q4_0, y, w, rows, x, in);
+}
+
 /* qact_quantize_row with 8 lanes: the absmax, then x · (1 / d) clamped and converted with
  * cvtps2dq (nearest, ties to even: lrintf's rounding), packed with saturation (a no-op after the
  * clamp). A short last block goes through the definition. */
@@ -235,5 +297,6 @@ static void q4_0_dequantize_avx2(float *w, const block_q4_0 *blocks, int rows, i
     }
 }
 
-const qkernels qkernels_avx2 = {q8_0_dot_avx2,  q4_0_dot_avx2,        quantize_act_avx2,    i8_gemm_avx2,
-                                q8_0_dequantize_avx2, q4_0_dequantize_avx2, "avx2"};
+const qkernels qkernels_avx2 = {q8_0_dot_avx2,        q4_0_dot_avx2,        quantize_act_avx2, q8_0_matvec_avx2,
+                                q4_0_matvec_avx2,     i8_gemm_avx2,         q8_0_dequantize_avx2,
+                                q4_0_dequantize_avx2, "avx2"};

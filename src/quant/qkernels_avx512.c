@@ -5,6 +5,8 @@
 
 #include "quant/quant.h"
 
+/* Lanes [0, n) of a 16-lane vector, n ≤ 16 (none when n ≤ 0). */
+static inline __mmask16 lanes16(int n) { return n >= 16 ? (__mmask16)0xFFFF : n <= 0 ? 0 : (__mmask16)((1u << n) - 1); }
 /* Bytes [0, n) of a 64-byte vector, n ≤ 64 (negative: none). */
 static inline __mmask64 lanes64(int n) { return n >= 64 ? ~(__mmask64)0 : (__mmask64)((1ull << n) - 1); }
 
@@ -114,6 +116,63 @@ static void q8_0_dot_vnni(float *y, size_t ldy, const block_q8_0 *w, int rows, c
 }
 static void q4_0_dot_vnni(float *y, size_t ldy, const block_q4_0 *w, int rows, const qact *x, int N) {
     dot_rows(1, QFMT_Q4_0, y, ldy, w, rows, x, N);
+}
+
+/* ---------------------------------------------------------------- float activations (QACT_FLOAT)
+ *
+ * One row at a time, read front to back (one stream, which the hardware prefetcher follows best;
+ * 4 rows interleaved, sharing the loads of x, were slower), the weights widened to float in
+ * registers; blocks summed into 4 accumulators in turn, so consecutive blocks' multiply-adds by
+ * their scales do not wait for each other. A short last block's x is masked (its stored weights
+ * are padded with q = 0). */
+
+static inline __attribute__((always_inline)) __m512 fblock_dot(qformat fmt, const void *row, int b, const float *x,
+                                                               int n) {
+    const float *xb = x + b * QK;
+    const __m512 x0 = n >= QK ? _mm512_loadu_ps(xb) : _mm512_maskz_loadu_ps(lanes16(n), xb);
+    const __m512 x1 = n >= QK ? _mm512_loadu_ps(xb + 16) : _mm512_maskz_loadu_ps(lanes16(n - 16), xb + 16);
+    __m512 w0, w1;
+    if (fmt == QFMT_Q4_0) {
+        const __m128i low = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+        const __m128i bytes = _mm_loadu_si128((const __m128i *)((const block_q4_0 *)row)[b].qs);
+        w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(bytes, low), eight)));
+        w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), eight)));
+    } else {
+        const int8_t *q = ((const block_q8_0 *)row)[b].qs;
+        w0 = i8x16_ps(q);
+        w1 = i8x16_ps(q + 16);
+    }
+    return _mm512_fmadd_ps(w1, x1, _mm512_mul_ps(w0, x0));
+}
+
+static inline __attribute__((always_inline)) void fmatvec(qformat fmt, float *y, const void *w, int rows,
+                                                          const float *x, int in) {
+    const int nb = q_blocks(in), full = in / QK;
+    const size_t row_bytes = (size_t)nb * qblock_bytes(fmt);
+    for (int r = 0; r < rows; r++) {
+        const void *row = (const char *)w + (size_t)r * row_bytes;
+        const block_q8_0 *w8 = row;
+        const block_q4_0 *w4 = row;
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        int b = 0;
+        for (; b + 4 <= full; b += 4)
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                acc[u] = _mm512_fmadd_ps(fblock_dot(fmt, row, b + u, x, QK),
+                                         _mm512_set1_ps(_cvtsh_ss(fmt == QFMT_Q8_0 ? w8[b + u].d : w4[b + u].d)), acc[u]);
+        for (; b < nb; b++) /* the last full blocks, and a short one */
+            acc[0] = _mm512_fmadd_ps(fblock_dot(fmt, row, b, x, in - b * QK),
+                                     _mm512_set1_ps(_cvtsh_ss(fmt == QFMT_Q8_0 ? w8[b].d : w4[b].d)), acc[0]);
+        y[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    }
+}
+
+static void q8_0_matvec_avx512(float *y, const block_q8_0 *w, int rows, const float *x, int in) {
+    fmatvec(QFMT_Q8_0, y, w, rows, x, in);
+}
+
+static void q4_0_matvec_avx512(float *y, const block_q4_0 *w, int rows, const float *x, int in) {
+    fmatvec(QFMT_Q4_0, y, w, rows, x, in);
 }
 
 /* qact_quantize_row with 16 lanes: the absmax, then x · (1 / d) clamped and converted with
@@ -256,9 +315,9 @@ static void q4_0_dequantize_avx512(float *w, const block_q4_0 *blocks, int rows,
 }
 
 /* Without VNNI the W8A8 product is the AVX2 one. */
-const qkernels qkernels_avx512 = {q8_0_dot_avx512,       q4_0_dot_avx512,        quantize_act_avx512,
-                                  i8_gemm_avx2_for_avx512, q8_0_dequantize_avx512, q4_0_dequantize_avx512,
-                                  "avx512"};
+const qkernels qkernels_avx512 = {q8_0_dot_avx512,         q4_0_dot_avx512,        quantize_act_avx512,
+                                  q8_0_matvec_avx512,      q4_0_matvec_avx512,     i8_gemm_avx2_for_avx512,
+                                  q8_0_dequantize_avx512,  q4_0_dequantize_avx512, "avx512"};
 const qkernels qkernels_avx512_vnni = {q8_0_dot_vnni,          q4_0_dot_vnni,          quantize_act_avx512,
-                                       i8_gemm_avx512,         q8_0_dequantize_avx512, q4_0_dequantize_avx512,
-                                       "avx512-vnni"};
+                                       q8_0_matvec_avx512,     q4_0_matvec_avx512,     i8_gemm_avx512,
+                                       q8_0_dequantize_avx512, q4_0_dequantize_avx512, "avx512-vnni"};

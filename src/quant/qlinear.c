@@ -4,8 +4,9 @@
  * Q8_0 / Q4_0 with 8-bit activations (QACT_INT8, the default): every row of x is rounded to 8-bit
  * blocks once, then each thread takes a contiguous run of W's rows and multiplies them with all
  * rows of x through the integer block products (the weights are read once for the whole batch,
- * front to back). With float activations (QACT_FLOAT): a few rows (decoding, a batch of streams;
- * up to the kernel path's linear_rows_most) dequantise small panels of W per thread and multiply
+ * front to back). With float activations (QACT_FLOAT): one row (decoding) through the
+ * matrix-vector kernels, which widen the weights in registers; a few rows (a batch of streams; up
+ * to the kernel path's linear_rows_most) dequantise small panels of W per thread and multiply
  * them with linear_rows; many rows (prefill, evaluation) dequantise PANEL rows of W at a time into
  * float scratch and multiply with sgemm (the dequantisation paid once per panel for all rows).
  * W8A8 quantises the rows of x to int8 and runs the integer matrix product.
@@ -24,9 +25,9 @@
  * time into its own float panel, which stays in the cache while linear_rows multiplies every row
  * of x by it: the weights are read once for all rows. */
 #define SKINNY_PANEL 16
-/* Rows of W per task of the integer products: with one row of x (decoding) long runs, which the
- * static schedule hands out as one contiguous stretch per thread; with many, shorter ones so the
- * rows of x a task reads stay in the cache. */
+/* Rows of W per task of the integer products (and of the float ones for one row of x): with one
+ * row of x (decoding) long runs, which the static schedule hands out as one contiguous stretch per
+ * thread; with many, shorter ones so the rows of x a task reads stay in the cache. */
 #define INT8_ROWS_ONE 64
 #define INT8_ROWS_MANY 8
 
@@ -114,11 +115,20 @@ static void skinny_forward(const qlinear *l, float *y, const float *x, int N, fl
 }
 
 static void float_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
+    const qkernels *k = qkernels_active();
+    if (N == 1) {
+#pragma omp parallel for schedule(static) if ((size_t)l->out * l->in > 262144)
+        for (int o0 = 0; o0 < l->out; o0 += INT8_ROWS_ONE) {
+            const int rows = l->out - o0 < INT8_ROWS_ONE ? l->out - o0 : INT8_ROWS_ONE;
+            if (l->fmt == QFMT_Q8_0) k->q8_0_matvec(y + o0, q8_rows(l, o0), rows, x, l->in);
+            else k->q4_0_matvec(y + o0, q4_rows(l, o0), rows, x, l->in);
+        }
+        return;
+    }
     if (N <= kernels_active()->linear_rows_most) {
         skinny_forward(l, y, x, N, scratch);
         return;
     }
-    const qkernels *k = qkernels_active();
     float *panel = scratch;
     for (int o0 = 0; o0 < l->out; o0 += PANEL) {
         const int rows = l->out - o0 < PANEL ? l->out - o0 : PANEL;

@@ -103,6 +103,8 @@ void i8_row_sums(int32_t *sums, const int8_t *q, int out, int in);
  *            the same way whatever rows and N are, so a row's result does not depend on the batch
  *            it came in.
  *   quantize_act: rows [0, N) of x [N, in] into a (qact_quantize_row's values exactly);
+ *   q8_0_matvec / q4_0_matvec: y[r] = Σ_j w[r, j] · x[j] for `rows` rows of W against one float row
+ *            x [in] (QACT_FLOAT decoding: the weights widened in registers, never stored);
  *   i8_gemm: int8 rows xq [N, in] with per-row scales xs [N] against W8A8 → y [N, out] float:
  *            y[n, o] = xs[n] · ws[o] · Σ_j xq[n, j] · wq[o, j]  (x must lie in [−127, 127]);
  *   q8_0_dequantize / q4_0_dequantize: `rows` consecutive rows of a block-quantised W into floats
@@ -114,6 +116,8 @@ typedef struct {
     void (*q8_0_dot)(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N);
     void (*q4_0_dot)(float *y, size_t ldy, const block_q4_0 *w, int rows, const qact *x, int N);
     void (*quantize_act)(const qact *a, const float *x, int N, int in);
+    void (*q8_0_matvec)(float *y, const block_q8_0 *w, int rows, const float *x, int in);
+    void (*q4_0_matvec)(float *y, const block_q4_0 *w, int rows, const float *x, int in);
     void (*i8_gemm)(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws,
                     const int32_t *row_sums, int out, int in);
     void (*q8_0_dequantize)(float *w, const block_q8_0 *b, int rows, int in);
@@ -134,6 +138,8 @@ int qkernels_all(const qkernels **sets);
 /* Plain definitions in double precision, for the tests. */
 void q8_0_dot_reference(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N);
 void q4_0_dot_reference(float *y, size_t ldy, const block_q4_0 *w, int rows, const qact *x, int N);
+void q8_0_matvec_reference(float *y, const block_q8_0 *w, int rows, const float *x, int in);
+void q4_0_matvec_reference(float *y, const block_q4_0 *w, int rows, const float *x, int in);
 void i8_gemm_reference(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws, int out,
                        int in);
 
