@@ -14,7 +14,7 @@ sep=$'\n==model.safetensors==\n' # FUZZ_CKPT_SEP in fuzz_seps.h
 shard_sep=$'\n==shard==\n'      # FUZZ_SHARD_SEP
 tokcfg_sep=$'\n==tokenizer_config.json==\n' # FUZZ_TOKCFG_SEP
 tokens_sep=$'\n==tok==\n'       # FUZZ_TOKENS_SEP
-mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state,shards,tokenizer,tokens}
+mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state,shards,tokenizer,tokens,gguf}
 
 # a text corpus the training run reads (any text will do; this one is in every Debian install)
 data=/usr/share/common-licenses/GPL-3
@@ -75,4 +75,18 @@ ls "$work/ds"/train-00000.tok "$work/ds"/val-00000.tok >/dev/null
 { cat "$work/ds/dataset.json"; printf '%s' "$tokens_sep"; cat "$work/ds/train-00000.tok"; printf '%s' "$tokens_sep"
   cat "$work/ds/val-00000.tok"; } >"$out/tokens/paragraphs"
 printf '  1 2\n\n3 4  \n' >"$out/ids/blank_lines.txt"
+
+# GGUF files (`export --gguf`) of a narrow llama: each type (q4_0 with its tied head quantised, so
+# an explicit output.weight), and one with the learned BPE as its vocabulary
+cat >"$work/gguf.json" <<'JSON'
+{"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 32,
+ "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+ "max_position_embeddings": 16, "tie_word_embeddings": true}
+JSON
+"$dt" init --config "$work/gguf.json" --arch transformer --out "$work/gg" >/dev/null
+for t in f32 f16 q8_0; do "$dt" export "$work/gg" "$out/gguf/$t.gguf" --gguf --type $t >/dev/null; done
+"$dt" export "$work/gg" "$out/gguf/q4_0_head.gguf" --gguf --type q4_0 --lm-head >/dev/null
+"$dt" train --config "$work/gguf.json" --arch transformer --tokenizer "$work/tok_llama3" --data "$work/text.txt" \
+    --out "$work/ggbpe" --steps 1 --batch 2 --seq 8 --eval-batches 1 --threads 1 --quiet
+"$dt" export "$work/ggbpe" "$out/gguf/bpe_llama3.gguf" --gguf --type f16 >/dev/null
 echo "seeds written to $out: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1)"

@@ -413,6 +413,128 @@ static void test_refusals(void **state) {
     dt_model_free(&m);
 }
 
+/* ---------------------------------------------------------------- tokenizers */
+
+static const char *TEXT = "The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs 1234567 times.\n"
+                          "Another line of text, with words that repeat: the the the fox fox dog. Caf\xc3\xa9 \xf0\x9f\x9a\x80\n";
+
+/* A BPE of 300 tokens learned on TEXT (pattern gpt2 or llama3; bos / eos / pad unless no_bos). */
+static void train_tokenizer(const char *dir, const char *pattern, int no_bos) {
+    char text_path[600];
+    tu_path(text_path, sizeof text_path, "tok_text.txt");
+    char text[8192] = "";
+    for (int i = 0; i < 20; i++) strcat(text, TEXT);
+    tu_write_file(text_path, text, strlen(text));
+    dt_tok_train_options o;
+    dt_tok_train_defaults(&o);
+    const char *files[] = {text_path};
+    o.files = files;
+    o.n_files = 1;
+    o.vocab_size = 300;
+    o.min_frequency = 1;
+    o.pattern = pattern;
+    if (no_bos) o.bos = "";
+    o.quiet = 1;
+    dt_error err;
+    if (dt_tok_train(&o, dir, &err) != 0) fail_msg("%s", err.msg);
+}
+
+static void expect_same_encoding(const dt_model *a, const dt_model *b, int add_special) {
+    int *ia, *ib;
+    size_t na, nb;
+    dt_error err;
+    const char *text = "Hello, the fox! 42 dogs \xe2\x80\x94 unseen words: zyxwv\n\n  end";
+    if (dt_model_encode(a, text, strlen(text), add_special, &ia, &na, &err) != 0) fail_msg("%s", err.msg);
+    if (dt_model_encode(b, text, strlen(text), add_special, &ib, &nb, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(na, nb);
+    assert_memory_equal(ia, ib, na * sizeof *ia);
+    assert_true(na > 5 && na < strlen(text)); /* merges happened */
+    free(ia);
+    free(ib);
+}
+
+static void test_bpe_tokenizers(void **state) {
+    (void)state;
+    const char *patterns[] = {"llama3", "gpt2"}, *pres[] = {"llama-bpe", "gpt-2"};
+    for (int k = 0; k < 2; k++) {
+        char dir[600], path[600];
+        tu_path(dir, sizeof dir, k ? "tok_gpt2" : "tok_llama3");
+        train_tokenizer(dir, patterns[k], k); /* gpt2 without a BOS */
+        dt_config c;
+        llama_config(&c, 0);
+        c.vocab_size = 320; /* an embedding larger than the tokenizer: ids 300.. are holes */
+        dt_model m, back;
+        dt_error err;
+        assert_int_equal(dt_model_create(&m, &c, &err), 0);
+        dt_model_init_random(&m, 40 + k);
+        if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+        save_gguf(&m, k ? "bpe_gpt2.gguf" : "bpe_llama3.gguf", DT_F32, path, sizeof path);
+        gguf_file f;
+        if (gguf_open(&f, path, &err) != 0) fail_msg("%s", err.msg);
+        expect_str(&f, "tokenizer.ggml.pre", pres[k]);
+        int add_bos = -1;
+        assert_int_equal(gguf_get_bool(&f, "tokenizer.ggml.add_bos_token", &add_bos, &err), 0);
+        assert_int_equal(add_bos, !k);
+        assert_int_equal(gguf_find_kv(&f, "tokenizer.ggml.merges")->n, 300 - 256 - (k ? 2 : 3));
+        assert_int_equal(gguf_find_kv(&f, "tokenizer.ggml.tokens")->n, 320);
+        gguf_close(&f);
+        load_gguf(&back, path);
+        assert_non_null(dt_model_tok(&back));
+        assert_string_equal(dt_tok_path(dt_model_tok(&back)), path);
+        assert_int_equal(back.cfg.special.bos_token_id, m.cfg.special.bos_token_id);
+        assert_int_equal(back.cfg.special.pad_token_id, m.cfg.special.pad_token_id);
+        assert_int_equal(back.cfg.special.n_eos, m.cfg.special.n_eos);
+        assert_int_equal(back.cfg.special.eos_token_id[0], m.cfg.special.eos_token_id[0]);
+        expect_same_encoding(&m, &back, 0);
+        expect_same_encoding(&m, &back, 1);
+        expect_equal_logits(&m, &back, 0.0f, patterns[k]);
+        /* the special tokens decode, and the file read back writes the same tokens again */
+        char again[600];
+        save_gguf(&back, "bpe_again.gguf", DT_F32, again, sizeof again);
+        gguf_file f1, f2;
+        assert_int_equal(gguf_open(&f1, path, &err), 0);
+        assert_int_equal(gguf_open(&f2, again, &err), 0);
+        const char *keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"};
+        for (int i = 0; i < 3; i++) {
+            const gguf_kv *a = gguf_find_kv(&f1, keys[i]), *b = gguf_find_kv(&f2, keys[i]);
+            assert_int_equal(a->size, b->size);
+            assert_memory_equal(a->data, b->data, a->size);
+        }
+        gguf_close(&f1);
+        gguf_close(&f2);
+        dt_model_free(&back);
+        dt_model_free(&m);
+    }
+}
+
+/* A tokenizer llama.cpp's BPE cannot reproduce (a normalizer) is refused by name. */
+static void test_tokenizer_refused(void **state) {
+    (void)state;
+    char dir[600], json_path[700];
+    tu_path(dir, sizeof dir, "tok_norm");
+    train_tokenizer(dir, "gpt2", 1);
+    snprintf(json_path, sizeof json_path, "%s/tokenizer.json", dir);
+    size_t n = 0;
+    char *json = tu_read_file(json_path, &n);
+    const char *from = "\"normalizer\":null";
+    char *at = strstr(json, from);
+    assert_non_null(at);
+    char *edited = malloc(n + 64);
+    snprintf(edited, n + 64, "%.*s\"normalizer\":{\"type\":\"NFC\"}%s", (int)(at - json), json, at + strlen(from));
+    tu_write_file(json_path, edited, strlen(edited));
+    free(json);
+    free(edited);
+    dt_config c;
+    llama_config(&c, 0);
+    c.vocab_size = 300;
+    dt_model m;
+    dt_error err;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "a normalizer (NFC)");
+    dt_model_free(&m);
+}
+
 /* ---------------------------------------------------------------- hostile files: containers */
 
 typedef struct {
@@ -809,6 +931,7 @@ int main(void) {
         cmocka_unit_test(test_metadata),             cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_hostile_containers),   cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_hostile_models),       cmocka_unit_test(test_llama_cpp_variants),
+        cmocka_unit_test(test_bpe_tokenizers),       cmocka_unit_test(test_tokenizer_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1298,10 +1298,11 @@ static int load_vocab(const gguf_file *f, const vocab_in *v, int vocab_size, dt_
     return rc;
 }
 
-/* Ids 0..255 are GPT-2's byte alphabet in byte order, nothing merges, nothing else is a token and
- * nothing is added: exactly difftrans's byte-level vocabulary. */
+/* Ids 0..255 (or all ids, when fewer) are GPT-2's byte alphabet in byte order, nothing merges,
+ * nothing else is a token and nothing is added: exactly difftrans's byte-level vocabulary (whose
+ * embedding may have fewer rows than 256 bytes). */
 static int is_bytes(const vocab_in *v) {
-    if (v->n < 256 || v->n_merges || v->add_bos || v->add_eos) return 0;
+    if (v->n_merges || v->add_bos || v->add_eos) return 0;
     for (int64_t i = 0; i < v->n; i++) {
         if (i >= 256) {
             if (v->type[i] != TT_UNUSED) return 0;

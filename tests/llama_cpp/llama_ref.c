@@ -8,8 +8,10 @@
  *   llama_ref tokenize MODEL.gguf --text F    the GGUF vocabulary's ids for a text, on one line
  *   llama_ref bench MODEL.gguf                prompt and decode tokens/s, a JSON line
  *   llama_ref quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16   llama_model_quantize, as llama-quantize
- *   llama_ref mutate-qk IN.gguf OUT.gguf      each head's q/k rows in the other RoPE layout: a wrong
- *                                             export, for the tests to show that they catch one
+ *   llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE]   a copy made wrong on
+ *                                             purpose, for the tests to show that they catch it:
+ *                                             each head's q/k rows in the other RoPE layout, or a
+ *                                             string key changed (tokenizer.ggml.pre)
  *
  * The library is built with every backend as a loadable module (GGML_BACKEND_DL): libggml itself
  * holds no CPU code, and until ggml_backend_load_all_from_path(DIR) has run no model can load.
@@ -49,8 +51,8 @@
 typedef struct {
     const char *mode, *pos[2];
     int n_pos;
-    const char *ids, *out, *text, *backends, *type, *output_type, *embd_type;
-    int threads, last, add_special, verbose, pure, reps, warmup;
+    const char *ids, *out, *text, *backends, *type, *output_type, *embd_type, *set_str;
+    int threads, last, add_special, verbose, pure, reps, warmup, qk_layout;
     enum llama_flash_attn_type flash;
     int kv; /* -1: llama.cpp's default (F16), else a ggml_type */
     int prompts[8], n_prompts, decode, decode_at;
@@ -121,7 +123,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     o->decode = 64;
     o->decode_at = 64;
     o->backends = getenv("LLAMA_REF_BACKENDS") ? getenv("LLAMA_REF_BACKENDS") : LLAMA_REF_BACKEND_DIR;
-    if (argc < 2) return fail("usage: llama_ref info|logits|tokenize|bench|quantize|mutate-qk MODEL.gguf [options]");
+    if (argc < 2) return fail("usage: llama_ref info|logits|tokenize|bench|quantize|rewrite MODEL.gguf [options]");
     o->mode = argv[1];
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -130,6 +132,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--add-special") == 0) o->add_special = 1, takes = 0;
         else if (strcmp(a, "--verbose") == 0) o->verbose = 1, takes = 0;
         else if (strcmp(a, "--pure") == 0) o->pure = 1, takes = 0;
+        else if (strcmp(a, "--qk-layout") == 0) o->qk_layout = 1, takes = 0;
         else if (strncmp(a, "--", 2) != 0) {
             if (o->n_pos == 2) return fail("unexpected argument '%s'", a);
             o->pos[o->n_pos++] = a;
@@ -142,6 +145,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--type") == 0) o->type = v;
         else if (strcmp(a, "--output-type") == 0) o->output_type = v;
         else if (strcmp(a, "--embd-type") == 0) o->embd_type = v;
+        else if (strcmp(a, "--set-str") == 0) o->set_str = v;
         else if (strcmp(a, "--threads") == 0) {
             if (parse_int(a, v, 1, 1024, &o->threads)) return 1;
         } else if (strcmp(a, "--reps") == 0) {
@@ -569,8 +573,11 @@ static int get_u32(const struct gguf_context *g, const char *arch, const char *s
     return 0;
 }
 
-static int mode_mutate_qk(const opts *o) {
-    if (o->n_pos != 2) return fail("usage: llama_ref mutate-qk IN.gguf OUT.gguf");
+static int mode_rewrite(const opts *o) {
+    if (o->n_pos != 2 || (!o->qk_layout && !o->set_str))
+        return fail("usage: llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE]");
+    const char *eq = o->set_str ? strchr(o->set_str, '=') : NULL;
+    if (o->set_str && (!eq || eq == o->set_str)) return fail("--set-str '%s': expected KEY=VALUE", o->set_str);
     struct ggml_context *data = NULL;
     struct gguf_init_params ip = {.no_alloc = false, .ctx = &data};
     struct gguf_context *g = gguf_init_from_file(o->pos[0], ip), *out = NULL;
@@ -585,6 +592,16 @@ static int mode_mutate_qk(const opts *o) {
      * reads through the tensors' data pointers, as llama.cpp's gguf-split builds its output) */
     if (rc == 0 && !(out = gguf_init_empty())) rc = fail("out of memory");
     if (rc == 0) gguf_set_kv(out, g);
+    if (rc == 0 && eq) {
+        char key[256];
+        if ((size_t)(eq - o->set_str) >= sizeof key) rc = fail("--set-str: key too long");
+        else {
+            snprintf(key, sizeof key, "%.*s", (int)(eq - o->set_str), o->set_str);
+            int64_t k = gguf_find_key(out, key);
+            if (k < 0 || gguf_get_kv_type(out, k) != GGUF_TYPE_STRING) rc = fail("%s: no string key %s", o->pos[0], key);
+            else gguf_set_val_str(out, key, eq + 1);
+        }
+    }
     for (int64_t i = 0; rc == 0 && i < gguf_get_n_tensors(g); i++) {
         const char *name = gguf_get_tensor_name(g, i);
         struct ggml_tensor *t = ggml_get_tensor(data, name);
@@ -593,17 +610,18 @@ static int mode_mutate_qk(const opts *o) {
             break;
         }
         const char *dot = strchr(name, '.') ? strchr(strchr(name, '.') + 1, '.') : NULL;
-        if (strncmp(name, "blk.", 4) == 0 && dot && strcmp(dot, ".attn_q.weight") == 0) rc = permute_heads(t, n_head, name), done++;
-        else if (strncmp(name, "blk.", 4) == 0 && dot && strcmp(dot, ".attn_k.weight") == 0)
-            rc = permute_heads(t, n_head_kv, name), done++;
+        const int blk = o->qk_layout && strncmp(name, "blk.", 4) == 0 && dot;
+        if (blk && strcmp(dot, ".attn_q.weight") == 0) rc = permute_heads(t, n_head, name), done++;
+        else if (blk && strcmp(dot, ".attn_k.weight") == 0) rc = permute_heads(t, n_head_kv, name), done++;
         if (rc == 0) gguf_add_tensor(out, t);
     }
-    if (rc == 0 && done == 0) rc = fail("%s: no blk.N.attn_q.weight / attn_k.weight tensors", o->pos[0]);
+    if (rc == 0 && o->qk_layout && done == 0) rc = fail("%s: no blk.N.attn_q.weight / attn_k.weight tensors", o->pos[0]);
     char tmp[PATH_MAX];
     if (rc == 0 && snprintf(tmp, sizeof tmp, "%s.tmp", o->pos[1]) >= (int)sizeof tmp) rc = fail("%s: path too long", o->pos[1]);
     if (rc == 0 && !gguf_write_to_file(out, tmp, false)) rc = fail("%s: gguf_write_to_file failed", tmp);
     if (rc == 0 && rename(tmp, o->pos[1]) != 0) rc = fail("%s: cannot rename to %s: %s", tmp, o->pos[1], strerror(errno));
-    if (rc == 0) fprintf(stderr, "llama_ref: %d q/k tensors reordered into %s\n", done, o->pos[1]);
+    if (rc == 0) fprintf(stderr, "llama_ref: %s written, %d q/k tensors reordered%s%s\n", o->pos[1], done,
+                         eq ? ", " : "", eq ? o->set_str : "");
     if (out) gguf_free(out);
     gguf_free(g);
     if (data) ggml_free(data);
@@ -614,7 +632,7 @@ int main(int argc, char **argv) {
     opts o;
     if (parse_args(argc, argv, &o) != 0) return 2;
     llama_log_set(on_log, NULL); /* ggml's messages too */
-    if (strcmp(o.mode, "mutate-qk") == 0) return mode_mutate_qk(&o); /* gguf alone, no backend */
+    if (strcmp(o.mode, "rewrite") == 0) return mode_rewrite(&o); /* gguf alone, no backend */
     if (load_backends(o.backends) != 0) return 1;
     int rc;
     if (strcmp(o.mode, "info") == 0) rc = mode_info(&o);
@@ -622,7 +640,7 @@ int main(int argc, char **argv) {
     else if (strcmp(o.mode, "tokenize") == 0) rc = mode_tokenize(&o);
     else if (strcmp(o.mode, "bench") == 0) rc = mode_bench(&o);
     else if (strcmp(o.mode, "quantize") == 0) rc = mode_quantize(&o);
-    else rc = fail("unknown mode '%s': info, logits, tokenize, bench, quantize or mutate-qk", o.mode);
+    else rc = fail("unknown mode '%s': info, logits, tokenize, bench, quantize or rewrite", o.mode);
     llama_backend_free();
     return rc;
 }
