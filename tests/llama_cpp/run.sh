@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# run.sh PATH_TO_difftrans SCRATCH_DIR MODULES_DIR — difftrans's GGUF files against llama.cpp
+# (CTest: llama_cpp; MODULES_DIR is where llama_cpp_fetch installed llama.cpp's npm packages and
+# built the harness llama_ref). A small llama model (GQA, 4 heads of 32, 2 kv heads, SwiGLU 352,
+# an untied LM head) with a 512-token byte-level BPE learned here is trained for 300 steps, so
+# that its attention is not the near-uniform average of a random model (on which a wrong RoPE
+# layout of q/k would change the logits too little to see), and exported as F32, F16, Q8_0 and Q4_0
+# GGUF. Then:
+#   - llama.cpp's logits (flash attention off, F32 KV cache) on every file against
+#     `difftrans forward` on the checkpoint and on the same file (bounds below, per type);
+#   - llama.cpp's defaults (flash attention auto, F16 KV cache) on the F32 file;
+#   - each file with its q/k rows in the other RoPE layout (llama_ref rewrite --qk-layout) must fail the
+#     same comparison: the bounds are tight enough to see a wrong export;
+#   - the F32 file quantised by llama.cpp itself (llama_model_quantize) to Q8_0 and Q4_0: difftrans
+#     reads it and agrees with llama.cpp on it;
+#   - llama.cpp tokenises texts exactly as difftrans does with the exported vocabularies (Llama-3's
+#     and GPT-2's pre-tokenisation), and differently once the file names the other pre-tokeniser;
+#   - the harness's timing mode runs (bench/llama_cpp_bench.py uses it).
+# Exits 77 (skipped) when the packages are not installed or python3 is missing.
+set -u
+MODULES=${3:-}
+if [ $# -ne 3 ]; then
+    echo "usage: $0 PATH_TO_difftrans SCRATCH_DIR MODULES_DIR" >&2
+    exit 2
+fi
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/../cli_lib.sh" "$1" "$2"
+sh "$HERE/build.sh" "$MODULES"
+rc=$?
+if [ $rc -ne 0 ]; then exit $rc; fi # 77: skipped with build.sh's message
+LR=$(cd "$MODULES" && pwd)/llama_ref
+if [ -z "$PY" ]; then
+    echo "SKIPPED: python3 is not installed (it compares the logits files)"
+    exit 77
+fi
+CMP=("$PY" "$HERE/compare.py")
+J=$S/agreement.jsonl
+LLAMA=(--threads 2 --flash-attn off --kv f32)
+
+# agree DESC COMPARE-ARGS...: compare.py within its bounds; its line (the numbers) always shown
+agree() {
+    local desc=$1 out rc
+    shift
+    out=$("${CMP[@]}" "$@" 2>&1)
+    rc=$?
+    echo "$out"
+    if [ $rc -eq 0 ]; then pass; else fail "$desc" "compare.py status $rc"; fi
+}
+
+# ---------------------------------------------------------------- the model
+cat >"$S/config.json" <<'EOF'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 512, "hidden_size": 128,
+ "intermediate_size": 352, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+ "head_dim": 32, "max_position_embeddings": 256, "rms_norm_eps": 1e-5, "rope_theta": 10000,
+ "tie_word_embeddings": false, "hidden_act": "silu", "attention_bias": false, "mlp_bias": false}
+EOF
+expect_ok "tokenizer train (512 tokens, BOS and EOS)" "$DT" tokenizer train --data "$CORPUS" --vocab-size 512 --out "$S/tok" --quiet
+expect_ok "train the llama model" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --config "$S/config.json" --arch transformer \
+    --out "$S/m" --steps 300 --batch 8 --seq 64 --lr 1e-2 --warmup 10 --threads 2 --quiet --eval-interval 0
+for t in f32 f16; do
+    expect_ok "export --gguf --type $t" "$DT" export "$S/m" "$S/m-$t.gguf" --gguf --type "$t"
+done
+for t in q8_0 q4_0; do # the LM head quantised too, as in the checkpoints quantize --lm-head writes
+    expect_ok "export --gguf --type $t --lm-head" "$DT" export "$S/m" "$S/m-$t.gguf" --gguf --type "$t" --lm-head
+done
+for t in q8_0 q4_0; do
+    expect_ok "quantize --scheme $t --lm-head" "$DT" quantize "$S/m" "$S/m-$t" --scheme "$t" --lm-head
+done
+if [ "$N_FAIL" -ne 0 ]; then finish llama_cpp; fi
+
+# the text: prose, then what pre-tokenisers split differently (digit runs, contractions, runs of
+# spaces and newlines, punctuation, accents, CJK, an emoji)
+head -c 3000 "$CORPUS" >"$S/text.txt"
+printf '\nIn 2024, 1234567 tokens: they'"'"'re "quoted" -- and I'"'"'LL   see.\n\n\n\tTabs,\tcafé, naïve, 日本語, 🙂!\n' >>"$S/text.txt"
+# encode DESC FILE [--add-special]: difftrans's ids for FILE in $S/last.out (expect_ok reads
+# stdin from /dev/null, so the text goes in by a shell of its own)
+encode() {
+    expect_ok "$1" sh -c '"$1" tokenizer encode --tokenizer "$2" $4 <"$3"' sh "$DT" "$S/tok" "$2" "${3:-}"
+}
+encode "tokenizer encode" "$S/text.txt" --add-special
+# 96 ids (BOS first): within max_position_embeddings, long enough for position to matter
+tr ' ' '\n' <"$S/last.out" | head -96 | tr '\n' ' ' >"$S/ids.txt"
+echo >>"$S/ids.txt"
+if [ "$(wc -w <"$S/ids.txt")" -ne 96 ]; then fail "96 token ids from the text" "ids: $(head -c 300 "$S/ids.txt")"; finish llama_cpp; fi
+
+# ---------------------------------------------------------------- logits
+expect_ok "difftrans forward (the checkpoint)" "$DT" forward "$S/m" --input "$S/ids.txt" --output "$S/dt-m.st" --threads 2
+for t in f32 f16 q8_0 q4_0; do
+    expect_ok "difftrans forward ($t GGUF)" "$DT" forward "$S/m-$t.gguf" --input "$S/ids.txt" --output "$S/dt-$t.st" --threads 2
+    expect_ok "llama.cpp logits ($t GGUF)" "$LR" logits "$S/m-$t.gguf" --ids "$S/ids.txt" --out "$S/ll-$t.bin" "${LLAMA[@]}"
+done
+for t in q8_0 q4_0; do
+    expect_ok "difftrans forward ($t checkpoint)" "$DT" forward "$S/m-$t" --input "$S/ids.txt" --output "$S/dt-m-$t.st" --threads 2
+done
+expect_ok "llama.cpp logits (F32 GGUF, its defaults)" "$LR" logits "$S/m-f32.gguf" --ids "$S/ids.txt" --out "$S/ll-f32-default.bin" --threads 2
+if [ "$N_FAIL" -ne 0 ]; then finish llama_cpp; fi
+
+# The bounds, as a fraction of the logit range (compare.py), on the largest difference over all
+# 96 positions × 512 logits (and for the quantised types on the mean difference too); measured
+# here (AMD Zen 5, ggml's zen4 variant) in brackets:
+#  F32   1e-5 [7.6e-7]: the same float32 arithmetic in another order (OpenBLAS's and ggml's
+#        tilings); rounding alone moves a 128-term dot product by ~1e-7 relative.
+#  F16   1e-3 [1.1e-4]: the same half-precision weights in both, but ggml rounds each activation
+#        vector to half precision for an F16 product (its vec_dot_type): 2^-12 relative per element.
+#  Q8_0, Q4_0  max 1e-2, mean 1e-3 [1.3e-3–2.2e-3, 1.6e-4–1.8e-4]: the same blocks, byte for byte,
+#        in both (checked below: llama.cpp's own quantiser writes the same ones); difftrans's forward
+#        multiplies them with float activations, while ggml rounds every activation block of 32 to
+#        int8 with its own scale (amax / 127, an error up to half a step, 0.4% of the block's
+#        largest entry) before each product. A wrong q/k layout gives 0.42 and 2e-2: far outside.
+#  llama.cpp's defaults: an F16 KV cache (keys and values rounded to half) and flash attention:
+#        the F16 bound [2.4e-4].
+B32=1e-5
+B16=1e-3
+BQ=(--max-rel 1e-2 --mean-rel 1e-3)
+agree "F32 GGUF, llama.cpp vs difftrans on the checkpoint" "F32: llama.cpp vs the checkpoint" "$S/ll-f32.bin" "$S/dt-m.st" --max-rel $B32 --json "$J"
+agree "F32 GGUF, llama.cpp vs difftrans on the file" "F32: llama.cpp vs difftrans, same file" "$S/ll-f32.bin" "$S/dt-f32.st" --max-rel $B32 --json "$J"
+agree "F16 GGUF, llama.cpp vs difftrans on the file" "F16: llama.cpp vs difftrans, same file" "$S/ll-f16.bin" "$S/dt-f16.st" --max-rel $B16 --json "$J"
+agree "F32 GGUF, llama.cpp's defaults vs the checkpoint" "F32, llama.cpp defaults (FA auto, F16 KV)" "$S/ll-f32-default.bin" "$S/dt-m.st" --max-rel $B16 --json "$J"
+for t in q8_0 q4_0; do
+    agree "$t GGUF, llama.cpp vs difftrans on the file" "$t: llama.cpp vs difftrans, same file" "$S/ll-$t.bin" "$S/dt-$t.st" "${BQ[@]}" --json "$J"
+    # the exporter's blocks are difftrans's own quantisation, byte for byte: same logits
+    agree "$t GGUF vs the $t checkpoint, difftrans on both" "$t: difftrans, GGUF vs its checkpoint" "$S/dt-$t.st" "$S/dt-m-$t.st" --max-rel $B32 --json "$J"
+done
+# Q4_0's weights are far from the float ones (4 bits): if the two engines did not use the same
+# integers, they would differ by about as much as Q4_0 differs from F32. They must be much closer
+# (in the mean: measured 0.04 of it).
+agree "Q4_0: the engines closer than Q4_0 is to F32" "q4_0: engines vs q4_0-to-f32" "$S/ll-q4_0.bin" "$S/dt-q4_0.st" \
+    "${BQ[@]}" --against "$S/dt-q4_0.st" "$S/dt-m.st" --max-ratio 0.2 --json "$J"
+
+# ---------------------------------------------------------------- a wrong export must fail
+# expect_disagree DESC COMPARE-ARGS...: compare.py exits 1 (outside the bound), not 0 or 2
+expect_disagree() {
+    local desc=$1 out rc
+    shift
+    out=$("${CMP[@]}" "$@" 2>&1)
+    rc=$?
+    if [ $rc -eq 1 ]; then pass; echo "(as it must) $out"; else fail "$desc" "compare.py status $rc, expected 1 (outside the bound)" "$out"; fi
+}
+for t in f32 q8_0 q4_0; do
+    expect_ok "rewrite --qk-layout ($t)" "$LR" rewrite "$S/m-$t.gguf" "$S/bad-$t.gguf" --qk-layout
+    expect_ok "llama.cpp logits (mutated $t)" "$LR" logits "$S/bad-$t.gguf" --ids "$S/ids.txt" --out "$S/ll-bad-$t.bin" "${LLAMA[@]}"
+done
+expect_disagree "F32 with q/k in the wrong RoPE layout is caught" "F32, q/k rows in the other RoPE layout" "$S/ll-bad-f32.bin" "$S/dt-m.st" --max-rel $B32
+for t in q8_0 q4_0; do
+    expect_disagree "$t with q/k in the wrong RoPE layout is caught" "$t, q/k rows in the other RoPE layout" "$S/ll-bad-$t.bin" "$S/dt-$t.st" "${BQ[@]}"
+done
+
+# ---------------------------------------------------------------- files llama.cpp wrote
+# as difftrans quantises: the token embedding kept as it is, the LM head quantised like the rest
+for t in q8_0 q4_0; do
+    expect_ok "llama.cpp quantize F32 → $t" "$LR" quantize "$S/m-f32.gguf" "$S/lq-$t.gguf" --type "$t" --embd-type f32 --output-type "$t" --threads 2
+    expect_ok "difftrans forward (llama.cpp's $t)" "$DT" forward "$S/lq-$t.gguf" --input "$S/ids.txt" --output "$S/dt-lq-$t.st" --threads 2
+    expect_ok "llama.cpp logits (llama.cpp's $t)" "$LR" logits "$S/lq-$t.gguf" --ids "$S/ids.txt" --out "$S/ll-lq-$t.bin" "${LLAMA[@]}"
+    agree "llama.cpp's $t: llama.cpp vs difftrans" "$t by llama.cpp's quantizer: llama.cpp vs difftrans" "$S/ll-lq-$t.bin" "$S/dt-lq-$t.st" "${BQ[@]}" --json "$J"
+    # ggml's reference quantiser and difftrans's round the same way: the same blocks, the same logits
+    agree "llama.cpp's $t blocks are difftrans's" "$t: llama.cpp's quantizer vs difftrans's, llama.cpp on both" "$S/ll-lq-$t.bin" "$S/ll-$t.bin" --max-rel $B32 --json "$J"
+done
+
+# llama-quantize's own choices (no overrides): the token embedding quantised too, and for Q4_0 the
+# LM head in Q6_K where its width is a multiple of 256 (here 128: ggml falls back to Q8_0), so
+# difftrans meets a quantised embedding and mixed types in one file
+for t in q8_0 q4_0; do
+    expect_ok "llama.cpp quantize F32 → $t, its defaults" "$LR" quantize "$S/m-f32.gguf" "$S/lqd-$t.gguf" --type "$t" --threads 2
+    expect_ok "difftrans forward (llama.cpp's default $t)" "$DT" forward "$S/lqd-$t.gguf" --input "$S/ids.txt" --output "$S/dt-lqd-$t.st" --threads 2
+    expect_ok "llama.cpp logits (llama.cpp's default $t)" "$LR" logits "$S/lqd-$t.gguf" --ids "$S/ids.txt" --out "$S/ll-lqd-$t.bin" "${LLAMA[@]}"
+    agree "llama.cpp's default $t: llama.cpp vs difftrans" "$t by llama.cpp's quantizer, its defaults: llama.cpp vs difftrans" "$S/ll-lqd-$t.bin" "$S/dt-lqd-$t.st" "${BQ[@]}" --json "$J"
+done
+
+# ---------------------------------------------------------------- tokenisation
+# the same texts through a second vocabulary, GPT-2's pattern (pre-tokenizer "gpt-2"), on an
+# untrained model of the same shape (only the vocabulary is read)
+expect_ok "tokenizer train --pattern gpt2" "$DT" tokenizer train --data "$CORPUS" --vocab-size 512 --pattern gpt2 --out "$S/tok2" --quiet
+expect_ok "init a model for it" "$DT" init --config "$S/config.json" --arch transformer --out "$S/m2"
+rm -f "$S/m2/difftrans_tokenizer.json" && cp "$S/tok2/tokenizer.json" "$S/tok2/tokenizer_config.json" "$S/m2/"
+expect_ok "export it --gguf" "$DT" export "$S/m2" "$S/m2.gguf" --gguf
+printf 'Hello world\n' >"$S/short.txt"
+# tokens_agree DESC TOKENIZER GGUF FILE [--add-special]: both engines' ids in $S/dt-tok.txt, $S/ll-tok.txt
+tokens_agree() {
+    local desc=$1 tok=$2 gguf=$3 file=$4 special=${5:-}
+    expect_ok "difftrans tokenizer encode: $desc" sh -c '"$1" tokenizer encode --tokenizer "$2" $4 <"$3"' sh "$DT" "$tok" "$file" "$special" &&
+        cp "$S/last.out" "$S/dt-tok.txt"
+    expect_ok "llama.cpp tokenize: $desc" "$LR" tokenize "$gguf" --text "$file" $special && cp "$S/last.out" "$S/ll-tok.txt"
+    if [ ! -s "$S/dt-tok.txt" ]; then fail "$desc: difftrans gave no ids"; return 1; fi
+    cmp -s "$S/dt-tok.txt" "$S/ll-tok.txt"
+}
+for pair in "llama3:$S/tok:$S/m-f32.gguf" "gpt2:$S/tok2:$S/m2.gguf"; do
+    IFS=: read -r pat tok gguf <<<"$pair"
+    for f in text short; do
+        for special in "" --add-special; do
+            desc="$pat pattern, $f.txt${special:+, $special}"
+            if tokens_agree "$desc" "$tok" "$gguf" "$S/$f.txt" $special; then
+                pass
+                echo "tokens agree: $desc: $(wc -w <"$S/ll-tok.txt") ids"
+            else
+                fail "llama.cpp tokenises as difftrans does: $desc" "difftrans: $(head -c 300 "$S/dt-tok.txt")" \
+                    "llama.cpp: $(head -c 300 "$S/ll-tok.txt")"
+            fi
+        done
+    done
+done
+# the Llama-3 vocabulary under GPT-2's pre-tokeniser (digit runs unsplit, contractions matched
+# case-sensitively): the comparison must see the difference in the long text
+expect_ok "rewrite --set-str tokenizer.ggml.pre=gpt-2" "$LR" rewrite "$S/m-f32.gguf" "$S/pre-gpt2.gguf" --set-str tokenizer.ggml.pre=gpt-2
+if tokens_agree "llama3 vocabulary named gpt-2" "$S/tok" "$S/pre-gpt2.gguf" "$S/text.txt"; then
+    fail "the wrong pre-tokeniser is caught" "llama.cpp's ids equal difftrans's with tokenizer.ggml.pre=gpt-2"
+else
+    pass
+    echo "(as it must) tokens differ with the wrong pre-tokeniser: $(wc -w <"$S/ll-tok.txt") ids against $(wc -w <"$S/dt-tok.txt")"
+fi
+
+# ---------------------------------------------------------------- the timing mode
+expect_ok "llama_ref bench" "$LR" bench "$S/m-q8_0.gguf" --prompt 16,40 --decode 8 --decode-at 33 --reps 2 --threads 2
+out_has "bench: a JSON line with both prompt lengths and decoding" "$S/last.out" '"engine":"llama.cpp"' '"16":\{"tokens_per_s":\[[0-9.e+]+,[0-9.e+]+\]' \
+    '"40":\{' '"decode":\{"tokens_per_s":\[[0-9.e+]+,[0-9.e+]+\],"median":[0-9.e+]+\}'
+
+finish llama_cpp
