@@ -79,6 +79,14 @@ void qact_quantize_row(const qact *a, int n, const float *x, int in) {
         for (int j = 0; j < QK; j++) q[j] = (int8_t)(j < len ? lrintf(fminf(fmaxf(x[j0 + j] * inv, -127.0f), 127.0f)) : 0);
         a->d[(size_t)n * a->nb + b] = d;
     }
+    qact_expand_row(a, n);
+}
+
+void qact_expand_row(const qact *a, int n) {
+    const float *d = a->d + (size_t)n * a->nb;
+    float *de = a->de + (size_t)n * qact_pairs(a->nb) * 16;
+    for (int b = 0; b < 2 * (int)qact_pairs(a->nb); b++)
+        for (int k = 0; k < 8; k++) de[b * 8 + k] = b < a->nb ? d[b] : 0.0f;
 }
 
 float i8_quantize_row(int8_t *q, const float *x, int n, const float *smooth) {

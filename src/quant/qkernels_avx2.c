@@ -178,6 +178,7 @@ static void quantize_act_avx2(const qact *a, const float *x, int N, int in) {
             _mm256_storeu_si256((__m256i *)(a->q + at * QK), q8);
             a->d[at] = d;
         }
+        qact_expand_row(a, n);
     }
 }
 

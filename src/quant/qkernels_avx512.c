@@ -35,11 +35,6 @@ static inline __m512 pair_lanes(__m128 v) {
 /* The two blocks' half scales as floats in lanes 0 and 1 (the second 0 when there is no second). */
 static inline __m128 half_pair(uint16_t d0, uint16_t d1) { return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d1 << 16 | d0))); }
 
-/* Two consecutive floats (the second 0 when there is no second). */
-static inline __m128 float_pair(const float *p, int two) {
-    return two ? _mm_castpd_ps(_mm_load_sd((const double *)p)) : _mm_load_ss(p);
-}
-
 /* Blocks b and b + 1 of a W row as 64 signed bytes in element order (the second half 0 when
  * two = 0). Q4_0: [b low, b high | b+1 low, b+1 high] nibbles, minus 8. */
 static inline __m512i q8_pair(const block_q8_0 *w, int b, int two) {
@@ -71,6 +66,7 @@ static inline __attribute__((always_inline)) __m512i dot_bytes(int vnni, __m512i
 static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt, float *y, size_t ldy, const void *w,
                                                            const qact *x, int n0, int NR) {
     const int nb = x->nb;
+    const size_t pairs = qact_pairs(nb);
     const block_q8_0 *w8 = w;
     const block_q4_0 *w4 = w;
     __m512 acc[4];
@@ -80,13 +76,15 @@ static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt
         const int two = b + 1 < nb;
         const __m512i wv = fmt == QFMT_Q8_0 ? q8_pair(w8, b, two) : q4_pair(w4, b, two), abs_w = _mm512_abs_epi8(wv);
         const __mmask64 negative = _mm512_movepi8_mask(wv);
-        const __m128 dw = fmt == QFMT_Q8_0 ? half_pair(w8[b].d, two ? w8[b + 1].d : 0) : half_pair(w4[b].d, two ? w4[b + 1].d : 0);
+        const __m512 dw = pair_lanes(fmt == QFMT_Q8_0 ? half_pair(w8[b].d, two ? w8[b + 1].d : 0)
+                                                      : half_pair(w4[b].d, two ? w4[b + 1].d : 0));
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const size_t xb = (size_t)(n0 + r) * nb + b;
             const __m512i xv = x_pair(x->q + xb * QK, two);
             const __m512i signed_x = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
-            const __m512 scale = pair_lanes(_mm_mul_ps(dw, float_pair(x->d + xb, two)));
+            /* x's scales of the pair, already in the pair's lanes (qact.de) */
+            const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x->de + ((size_t)(n0 + r) * pairs + b / 2) * 16));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_bytes(vnni, abs_w, signed_x)), scale, acc[r]);
         }
     }
@@ -196,6 +194,7 @@ static void quantize_act_avx512(const qact *a, const float *x, int N, int in) {
             _mm_storeu_si128((__m128i *)(a->q + at * QK + 16), q1);
             a->d[at] = d;
         }
+        qact_expand_row(a, n);
     }
 }
 

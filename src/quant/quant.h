@@ -79,6 +79,8 @@ typedef struct {
 typedef struct {
     int8_t *q;                   /* [N, nb · 32] */
     float *d;                    /* [N, nb] */
+    float *de;                   /* [N, ⌈nb/2⌉ · 16]: d of blocks 2i, 2i + 1 as [d ×8 | d ×8] (0 past the
+                                    last block), the lanes of the AVX-512 kernels' block pairs */
     int nb;
 } qact;
 
@@ -90,6 +92,9 @@ void q4_0_dequantize_row(float *w, const block_q4_0 *b, int in);
 /* One row x [in] into the blocks of row n of a (the definition every path's quantize_act meets
  * bit for bit). */
 void qact_quantize_row(const qact *a, int n, const float *x, int in);
+/* Row n's de from its d (every quantize_act calls it once its d are set). */
+void qact_expand_row(const qact *a, int n);
+static inline size_t qact_pairs(int nb) { return (size_t)(nb + 1) / 2; }
 /* Scale = absmax(x_j / s_j) / 127 and q = round(x_j / s_j / scale) ∈ [−127, 127] (W8A8 weights and
  * dynamic activations; smooth s may be NULL); returns the scale (0 for an all-zero row). */
 float i8_quantize_row(int8_t *q, const float *x, int n, const float *smooth);
