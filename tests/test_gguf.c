@@ -543,6 +543,7 @@ typedef struct {
 } bytes;
 
 static void b_put(bytes *b, const void *p, size_t n) {
+    if (n == 0) return;
     if (b->n + n > b->cap) {
         b->cap = (b->n + n) * 2 + 64;
         b->p = realloc(b->p, b->cap);
@@ -607,7 +608,7 @@ static void test_hostile_containers(void **state) {
     const int64_t v4[1] = {4}, m33[2] = {33, 1}, big[2] = {INT64_C(1) << 40, INT64_C(1) << 40}, neg[1] = {-5};
     b_put(&b, "GGUX", 4), b_u32(&b, 3), b_u64(&b, 0), b_u64(&b, 0);
     expect_bytes_refused(&b, "not a GGUF file");
-    b_put(&b, "", 0), b_put(&b, "G", 1);
+    b_put(&b, "G", 1);
     expect_bytes_refused(&b, "not a GGUF file");
     b_head(&b, 1, 0, 0);
     expect_bytes_refused(&b, "version 1");
