@@ -308,6 +308,14 @@ static int mode_info(const opts *o) {
            o->pos[0], desc, (unsigned long long)llama_model_n_params(m), llama_model_n_embd(m), llama_model_n_layer(m),
            llama_model_n_head(m), llama_model_n_head_kv(m), llama_vocab_n_tokens(llama_model_get_vocab(m)),
            llama_model_n_ctx_train(m));
+    /* the special tokens as llama.cpp resolved them (its defaults fill what the file leaves out)
+     * and the ids that end a generation */
+    const struct llama_vocab *v = llama_model_get_vocab(m);
+    printf("vocabulary: bos %d, eos %d, add_bos %d, add_eos %d, end-of-generation ids:", llama_vocab_bos(v),
+           llama_vocab_eos(v), llama_vocab_get_add_bos(v), llama_vocab_get_add_eos(v));
+    for (int t = 0, n = 0, V = llama_vocab_n_tokens(v); t < V && n < 16; t++)
+        if (llama_vocab_is_eog(v, t)) printf(" %d '%s'", t, llama_vocab_get_text(v, t)), n++;
+    printf("\n");
     llama_model_free(m);
     return 0;
 }
