@@ -352,6 +352,57 @@ static void test_metadata(void **state) {
     dt_model_free(&m);
 }
 
+/* RoPE scaling: linear as llama.rope.scaling.*, llama3 as rope_freqs (what llama.cpp multiplies
+ * by) plus the parameters that made it, read back into the same config. */
+static void test_rope_scaling(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        dt_config c;
+        llama_config(&c, 0);
+        dt_rope_scaling *r = &c.rope_scaling;
+        if (k == 0) {
+            r->type = DT_ROPE_LINEAR;
+            r->factor = 2.5;
+        } else {
+            r->type = DT_ROPE_LLAMA3;
+            r->factor = 8;
+            r->low_freq_factor = 1;
+            r->high_freq_factor = 4;
+            r->original_max_position_embeddings = 32; /* short enough that every band is in use */
+        }
+        dt_model m, back;
+        dt_error err;
+        assert_int_equal(dt_model_create(&m, &c, &err), 0);
+        dt_model_init_random(&m, 50 + k);
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] *= 6.0f;
+        char path[600];
+        save_gguf(&m, k ? "llama3.gguf" : "linear.gguf", DT_F32, path, sizeof path);
+        gguf_file f;
+        assert_int_equal(gguf_open(&f, path, &err), 0);
+        const gguf_tensor *ff = gguf_find_tensor(&f, "rope_freqs.weight");
+        if (k == 0) {
+            assert_null(ff);
+            expect_str(&f, "llama.rope.scaling.type", "linear");
+        } else {
+            /* llama.cpp divides each frequency by its factor: 1 at high frequencies, 8 at low ones */
+            assert_non_null(ff);
+            assert_int_equal(ff->ne[0], c.head_dim / 2);
+            float first, last;
+            memcpy(&first, ff->data, 4);
+            memcpy(&last, ff->data + ff->nbytes - 4, 4);
+            assert_true(first == 1.0f && fabsf(last - 8.0f) < 1e-4f);
+        }
+        gguf_close(&f);
+        load_gguf(&back, path);
+        expect_same_config(&m.cfg, &back.cfg);
+        assert_true(back.cfg.rope_scaling.factor == r->factor);
+        if (k) assert_int_equal(back.cfg.rope_scaling.original_max_position_embeddings, 32);
+        expect_equal_logits(&m, &back, 0.0f, k ? "llama3 RoPE" : "linear RoPE");
+        dt_model_free(&back);
+        dt_model_free(&m);
+    }
+}
+
 /* ---------------------------------------------------------------- refusals */
 
 static void expect_save_refused(const dt_model *m, dt_dtype dtype, dt_errcode code, const char *problem) {
@@ -933,6 +984,7 @@ int main(void) {
         cmocka_unit_test(test_hostile_containers),   cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_hostile_models),       cmocka_unit_test(test_llama_cpp_variants),
         cmocka_unit_test(test_bpe_tokenizers),       cmocka_unit_test(test_tokenizer_refused),
+        cmocka_unit_test(test_rope_scaling),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
