@@ -352,57 +352,6 @@ static void test_metadata(void **state) {
     dt_model_free(&m);
 }
 
-/* RoPE scaling: linear as llama.rope.scaling.*, llama3 as rope_freqs (what llama.cpp multiplies
- * by) plus the parameters that made it, read back into the same config. */
-static void test_rope_scaling(void **state) {
-    (void)state;
-    for (int k = 0; k < 2; k++) {
-        dt_config c;
-        llama_config(&c, 0);
-        dt_rope_scaling *r = &c.rope_scaling;
-        if (k == 0) {
-            r->type = DT_ROPE_LINEAR;
-            r->factor = 2.5;
-        } else {
-            r->type = DT_ROPE_LLAMA3;
-            r->factor = 8;
-            r->low_freq_factor = 1;
-            r->high_freq_factor = 4;
-            r->original_max_position_embeddings = 32; /* short enough that every band is in use */
-        }
-        dt_model m, back;
-        dt_error err;
-        assert_int_equal(dt_model_create(&m, &c, &err), 0);
-        dt_model_init_random(&m, 50 + k);
-        for (size_t i = 0; i < m.n_params; i++) m.params[i] *= 6.0f;
-        char path[600];
-        save_gguf(&m, k ? "llama3.gguf" : "linear.gguf", DT_F32, path, sizeof path);
-        gguf_file f;
-        assert_int_equal(gguf_open(&f, path, &err), 0);
-        const gguf_tensor *ff = gguf_find_tensor(&f, "rope_freqs.weight");
-        if (k == 0) {
-            assert_null(ff);
-            expect_str(&f, "llama.rope.scaling.type", "linear");
-        } else {
-            /* llama.cpp divides each frequency by its factor: 1 at high frequencies, 8 at low ones */
-            assert_non_null(ff);
-            assert_int_equal(ff->ne[0], c.head_dim / 2);
-            float first, last;
-            memcpy(&first, ff->data, 4);
-            memcpy(&last, ff->data + ff->nbytes - 4, 4);
-            assert_true(first == 1.0f && fabsf(last - 8.0f) < 1e-4f);
-        }
-        gguf_close(&f);
-        load_gguf(&back, path);
-        expect_same_config(&m.cfg, &back.cfg);
-        assert_true(back.cfg.rope_scaling.factor == r->factor);
-        if (k) assert_int_equal(back.cfg.rope_scaling.original_max_position_embeddings, 32);
-        expect_equal_logits(&m, &back, 0.0f, k ? "llama3 RoPE" : "linear RoPE");
-        dt_model_free(&back);
-        dt_model_free(&m);
-    }
-}
-
 /* ---------------------------------------------------------------- refusals */
 
 static void expect_save_refused(const dt_model *m, dt_dtype dtype, dt_errcode code, const char *problem) {
@@ -927,6 +876,78 @@ static void test_hostile_models(void **state) {
     expect_load_refused(base, &(edits){.nan_tensor = "blk.0.attn_norm.weight"}, F, "non-finite value");
     /* Q8_0 blocks holding −128, which the integer kernels cannot take */
     dt_model_free(&m);
+}
+
+/* RoPE scaling: linear as llama.rope.scaling.*, llama3 as rope_freqs (what llama.cpp multiplies
+ * by) plus the parameters that made it, read back into the same config. */
+static void test_rope_scaling(void **state) {
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        dt_config c;
+        llama_config(&c, 0);
+        dt_rope_scaling *r = &c.rope_scaling;
+        if (k == 0) {
+            r->type = DT_ROPE_LINEAR;
+            r->factor = 2.5;
+        } else {
+            r->type = DT_ROPE_LLAMA3;
+            r->factor = 8;
+            r->low_freq_factor = 1;
+            r->high_freq_factor = 4;
+            r->original_max_position_embeddings = 32; /* short enough that every band is in use */
+        }
+        dt_model m, back;
+        dt_error err;
+        assert_int_equal(dt_model_create(&m, &c, &err), 0);
+        dt_model_init_random(&m, 50 + k);
+        for (size_t i = 0; i < m.n_params; i++) m.params[i] *= 6.0f;
+        char path[600];
+        save_gguf(&m, k ? "llama3.gguf" : "linear.gguf", DT_F32, path, sizeof path);
+        gguf_file f;
+        assert_int_equal(gguf_open(&f, path, &err), 0);
+        const gguf_tensor *ff = gguf_find_tensor(&f, "rope_freqs.weight");
+        if (k == 0) {
+            assert_null(ff);
+            expect_str(&f, "llama.rope.scaling.type", "linear");
+        } else {
+            /* llama.cpp divides each frequency by its factor: 1 at high frequencies, 8 at low ones */
+            assert_non_null(ff);
+            assert_int_equal(ff->ne[0], c.head_dim / 2);
+            float first, last;
+            memcpy(&first, ff->data, 4);
+            memcpy(&last, ff->data + ff->nbytes - 4, 4);
+            assert_true(first == 1.0f && fabsf(last - 8.0f) < 1e-4f);
+        }
+        gguf_close(&f);
+        load_gguf(&back, path);
+        expect_same_config(&m.cfg, &back.cfg);
+        assert_true(back.cfg.rope_scaling.factor == r->factor);
+        if (k) assert_int_equal(back.cfg.rope_scaling.original_max_position_embeddings, 32);
+        expect_equal_logits(&m, &back, 0.0f, k ? "llama3 RoPE" : "linear RoPE");
+        dt_model_free(&back);
+        if (k == 1) {
+            /* without the parameters (a file from llama.cpp's converter) these factors are no Llama 3.x
+             * scaling difftrans recognises: refused */
+            expect_load_refused(path, &(edits){.drop_key = "difftrans.rope_scaling.type"}, DT_ERR_UNSUPPORTED,
+                                "not Llama 3's scaling");
+            /* Llama 3.1's own parameters are recognised from the factors alone */
+            r->original_max_position_embeddings = 8192;
+            dt_model m31;
+            assert_int_equal(dt_model_create(&m31, &c, &err), 0);
+            memcpy(m31.params, m.params, m.n_params * sizeof(float));
+            save_gguf(&m31, "llama31.gguf", DT_F32, path, sizeof path);
+            char plain[600];
+            tu_path(plain, sizeof plain, "llama31_plain.gguf");
+            rewrite(path, plain, &(edits){.drop_key = "difftrans.rope_scaling.type"});
+            load_gguf(&back, plain);
+            assert_int_equal(back.cfg.rope_scaling.type, DT_ROPE_LLAMA3);
+            assert_int_equal(back.cfg.rope_scaling.original_max_position_embeddings, 8192);
+            expect_equal_logits(&m31, &back, 0.0f, "Llama 3.1 RoPE from rope_freqs alone");
+            dt_model_free(&back);
+            dt_model_free(&m31);
+        }
+        dt_model_free(&m);
+    }
 }
 
 /* ---------------------------------------------------------------- files as llama.cpp writes them */

@@ -904,6 +904,37 @@ static int embedding_config(const gguf_file *f, dt_config *c, dt_error *err) {
     return 0;
 }
 
+/* rope_freqs of a file llama.cpp's converter wrote from a Llama 3.1 / 3.2 config, which it does
+ * not describe otherwise: the factor is the largest one, low / high frequency factors 1 and 4, the
+ * original context 8192 (or the file's own); accepted when difftrans's llama3 scaling with those
+ * gives every factor (to 1e-5), and then c says so. */
+static int recognise_llama3(dt_config *c, const gguf_tensor *rf) {
+    const int half = c->head_dim / 2;
+    if (c->rope_scaling.type != DT_ROPE_DEFAULT || rf->type != GGML_TYPE_F32 || rf->n_dims != 1 || rf->ne[0] != half)
+        return -1;
+    float *v = malloc((size_t)half * 3 * sizeof(float));
+    if (!v) return -1;
+    float *base = v + half, *scaled = v + 2 * half, top = 0;
+    decode_row(rf, 0, v);
+    for (int i = 0; i < half; i++) top = fmaxf(top, v[i]);
+    dt_rope_inv_freq(c, base);
+    const int originals[] = {8192, c->max_position_embeddings};
+    int found = -1;
+    for (int k = 0; k < 2 && found < 0 && top > 1.0f; k++) {
+        dt_config t = *c;
+        t.rope_scaling = (dt_rope_scaling){DT_ROPE_LLAMA3, top, 1.0, 4.0, originals[k]};
+        dt_rope_inv_freq(&t, scaled);
+        int ok = 1;
+        for (int i = 0; i < half && ok; i++) ok = fabsf(v[i] - base[i] / scaled[i]) <= 1e-5f * fabsf(v[i]);
+        if (ok) {
+            c->rope_scaling = t.rope_scaling;
+            found = 0;
+        }
+    }
+    free(v);
+    return found;
+}
+
 /* Name i of the tensors a llama model of L layers has, in the order plan_tensors takes them. */
 static void tensor_name(char *buf, size_t n, int64_t i, int L) {
     static const char *const per_layer[] = {"attn_norm", "ffn_norm", "attn_q", "attn_k", "attn_v",
@@ -919,10 +950,11 @@ static int plan_tensors(const gguf_file *f, dt_config *c, in_plan *p, dt_error *
     const int qdim = c->num_attention_heads * hd, kvdim = c->num_key_value_heads * hd, F = c->intermediate_size;
     const int tied = c->tie_word_embeddings;
     p->rope_freqs = gguf_find_tensor(f, "rope_freqs.weight");
-    if (p->rope_freqs && c->rope_scaling.type != DT_ROPE_LLAMA3)
+    if (p->rope_freqs && c->rope_scaling.type != DT_ROPE_LLAMA3 && recognise_llama3(c, p->rope_freqs) != 0)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,
-                            "%s: rope_freqs.weight holds per-frequency RoPE factors without the llama3 parameters that "
-                            "made them (difftrans.rope_scaling.*): difftrans's RoPE cannot take arbitrary factors",
+                            "%s: rope_freqs.weight holds per-frequency RoPE factors that are not Llama 3's scaling "
+                            "as difftrans knows it (no difftrans.rope_scaling.* keys, and not the factor / 1 / 4 / 8192 "
+                            "of Llama 3.1 and 3.2): difftrans's RoPE cannot take arbitrary factors",
                             f->path);
     if (!p->rope_freqs && c->rope_scaling.type == DT_ROPE_LLAMA3)
         return dt_fail_format(err, "%s: difftrans.rope_scaling says llama3 but there is no rope_freqs.weight", f->path);
