@@ -16,7 +16,7 @@ static inline __m512 i8x16_ps(const int8_t *q) { return _mm512_cvtepi32_ps(_mm51
 /* ---------------------------------------------------------------- Q8_0 / Q4_0 × 8-bit activations
  *
  * Two blocks per 512-bit vector: lanes 0–7 sum block b's products, lanes 8–15 block b + 1's. One W
- * row against up to 4 rows of x at a time (the weights loaded once for all), one float accumulator
+ * row against up to 8 rows of x at a time (the weights loaded once for all), one float accumulator
  * per output; per pair of blocks: the integer dot products into 16 int32 lanes, converted,
  * multiplied by [d_w·d_x of b ×8 | of b + 1 ×8] and added. An odd last block pairs with zeros.
  * Every output goes through the same steps in the same order whatever the tile, so a row's
@@ -63,14 +63,17 @@ static inline __attribute__((always_inline)) __m512i dot_bytes(int vnni, __m512i
     return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
 }
 
+/* Rows of x per tile: the weights' unpacking, shared by the tile, is paid once per TILE_ROWS. */
+#define TILE_ROWS 8
+
 static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt, float *y, size_t ldy, const void *w,
                                                            const qact *x, int n0, int NR) {
     const int nb = x->nb;
     const size_t pairs = qact_pairs(nb);
     const block_q8_0 *w8 = w;
     const block_q4_0 *w4 = w;
-    __m512 acc[4];
-#pragma GCC unroll 4
+    __m512 acc[TILE_ROWS];
+#pragma GCC unroll 8
     for (int r = 0; r < NR; r++) acc[r] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b += 2) {
         const int two = b + 1 < nb;
@@ -78,7 +81,7 @@ static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt
         const __mmask64 negative = _mm512_movepi8_mask(wv);
         const __m512 dw = pair_lanes(fmt == QFMT_Q8_0 ? half_pair(w8[b].d, two ? w8[b + 1].d : 0)
                                                       : half_pair(w4[b].d, two ? w4[b + 1].d : 0));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const size_t xb = (size_t)(n0 + r) * nb + b;
             const __m512i xv = x_pair(x->q + xb * QK, two);
@@ -88,7 +91,7 @@ static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_bytes(vnni, abs_w, signed_x)), scale, acc[r]);
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy] = _mm512_reduce_add_ps(acc[r]);
 }
 
@@ -98,6 +101,7 @@ static inline __attribute__((always_inline)) void dot_rows(int vnni, qformat fmt
     for (int o = 0; o < rows; o++) {
         const void *row = (const char *)w + (size_t)o * row_bytes;
         int n0 = 0;
+        for (; n0 + TILE_ROWS <= N; n0 += TILE_ROWS) dot_tile(vnni, fmt, y + o, ldy, row, x, n0, TILE_ROWS);
         for (; n0 + 4 <= N; n0 += 4) dot_tile(vnni, fmt, y + o, ldy, row, x, n0, 4);
         for (; n0 < N; n0++) dot_tile(vnni, fmt, y + o, ldy, row, x, n0, 1);
     }

@@ -30,6 +30,7 @@
  * thread; with many, shorter ones so the rows of x a task reads stay in the cache. */
 #define INT8_ROWS_ONE 64
 #define INT8_ROWS_MANY 8
+#define ACT_CHUNK_BYTES 32768
 
 static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 
@@ -90,11 +91,20 @@ static void int8_forward(const qlinear *l, float *y, const float *x, int N, void
         k->quantize_act(&row, x + (size_t)n * l->in, 1, l->in);
     }
     const int step = N == 1 ? INT8_ROWS_ONE : INT8_ROWS_MANY;
+    /* many rows of x (prefill) go through a task's rows of W a chunk at a time, so that the
+     * chunk of x stays in the L1/L2 cache while the task's few rows of W are read again */
+    int chunk = ACT_CHUNK_BYTES / l->in;
+    chunk = chunk < 4 ? 4 : chunk - chunk % 4;
 #pragma omp parallel for schedule(static) if ((size_t)N * l->out * l->in > 262144)
     for (int o0 = 0; o0 < l->out; o0 += step) {
         const int rows = l->out - o0 < step ? l->out - o0 : step;
-        if (l->fmt == QFMT_Q8_0) k->q8_0_dot(y + o0, (size_t)l->out, q8_rows(l, o0), rows, &a, N);
-        else k->q4_0_dot(y + o0, (size_t)l->out, q4_rows(l, o0), rows, &a, N);
+        for (int n0 = 0; n0 < N; n0 += chunk) {
+            const int nc = N - n0 < chunk ? N - n0 : chunk;
+            const qact part = act_row(&a, n0);
+            float *out = y + (size_t)n0 * l->out + o0;
+            if (l->fmt == QFMT_Q8_0) k->q8_0_dot(out, (size_t)l->out, q8_rows(l, o0), rows, &part, nc);
+            else k->q4_0_dot(out, (size_t)l->out, q4_rows(l, o0), rows, &part, nc);
+        }
     }
 }
 
