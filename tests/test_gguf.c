@@ -418,7 +418,8 @@ static void test_refusals(void **state) {
 static const char *TEXT = "The quick brown fox jumps over the lazy dog. The dog sleeps; the fox runs 1234567 times.\n"
                           "Another line of text, with words that repeat: the the the fox fox dog. Caf\xc3\xa9 \xf0\x9f\x9a\x80\n";
 
-/* A BPE of 300 tokens learned on TEXT (pattern gpt2 or llama3; bos / eos / pad unless no_bos). */
+/* A BPE of 300 tokens learned on TEXT (pattern gpt2 or llama3; bos / eos / pad but for no_bos:
+ * no bos, 2: no eos). */
 static void train_tokenizer(const char *dir, const char *pattern, int no_bos) {
     char text_path[600];
     tu_path(text_path, sizeof text_path, "tok_text.txt");
@@ -433,7 +434,8 @@ static void train_tokenizer(const char *dir, const char *pattern, int no_bos) {
     o.vocab_size = 300;
     o.min_frequency = 1;
     o.pattern = pattern;
-    if (no_bos) o.bos = "";
+    if (no_bos == 1) o.bos = "";
+    if (no_bos == 2) o.eos = "";
     o.quiet = 1;
     dt_error err;
     if (dt_tok_train(&o, dir, &err) != 0) fail_msg("%s", err.msg);
@@ -503,6 +505,33 @@ static void test_bpe_tokenizers(void **state) {
         gguf_close(&f1);
         gguf_close(&f2);
         dt_model_free(&back);
+        dt_model_free(&m);
+    }
+}
+
+/* A model without EOS: llama.cpp would end generation at its default id 11 (',' in GPT-2's BPE), so
+ * an id the model hardly generates stands in: a hole of the embedding, else the pad token. */
+static void test_no_eos(void **state) {
+    (void)state;
+    char dir[600], path[600];
+    tu_path(dir, sizeof dir, "tok_no_eos");
+    train_tokenizer(dir, "llama3", 2);
+    for (int holes = 0; holes < 2; holes++) {
+        dt_config c;
+        llama_config(&c, 0);
+        c.vocab_size = holes ? 320 : 300;
+        dt_model m;
+        dt_error err;
+        assert_int_equal(dt_model_create(&m, &c, &err), 0);
+        if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+        assert_int_equal(m.cfg.special.n_eos, 0);
+        const int pad = m.cfg.special.pad_token_id;
+        assert_true(pad >= 256 && pad < 300);
+        save_gguf(&m, "no_eos.gguf", DT_F32, path, sizeof path);
+        gguf_file f;
+        assert_int_equal(gguf_open(&f, path, &err), 0);
+        assert_int_equal(kv_int(&f, "tokenizer.ggml.eos_token_id"), holes ? 300 : pad);
+        gguf_close(&f);
         dt_model_free(&m);
     }
 }
@@ -1005,7 +1034,7 @@ int main(void) {
         cmocka_unit_test(test_hostile_containers),   cmocka_unit_test(test_truncated_everywhere),
         cmocka_unit_test(test_hostile_models),       cmocka_unit_test(test_llama_cpp_variants),
         cmocka_unit_test(test_bpe_tokenizers),       cmocka_unit_test(test_tokenizer_refused),
-        cmocka_unit_test(test_rope_scaling),
+        cmocka_unit_test(test_rope_scaling),         cmocka_unit_test(test_no_eos),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -366,6 +366,15 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
                                 path, v->eos, s->eos_token_id[0]);
         v->eos = s->eos_token_id[0];
     }
+    if (v->eos < 0) {
+        /* llama.cpp cannot be told "no EOS": without the key a "gpt2" vocabulary ends generation at id
+         * 11 (its default), a frequent token in many BPEs. The least likely token to be generated
+         * stands in: an id without a token, else the pad token, else BOS (none: a byte-level model,
+         * whose id 11 is the byte 0x0B, left as it is) */
+        for (int64_t i = 0; i < v->n && v->eos < 0; i++)
+            if (v->type[i] == TT_UNUSED) v->eos = (int)i;
+        if (v->eos < 0) v->eos = s->pad_token_id >= 0 ? s->pad_token_id : v->bos;
+    }
     if (s->n_eos > 1) v->eot = s->eos_token_id[1];
     if (s->n_eos > 2) v->eom = s->eos_token_id[2];
     if (s->pad_token_id >= 0) v->pad = s->pad_token_id;
