@@ -133,7 +133,9 @@ int cmd_info(int argc, char **argv) {
     const dt_quant_scheme qs = dt_model_quant_scheme(&m, &qo);
     if (qs != DT_QUANT_NONE)
         printf("quantised: %s%s%s%s | weights read per decoded token %.2f MB\n", dt_quant_scheme_name(qs),
-               qs == DT_QUANT_W8A8 ? (qo.dynamic_activations ? ", dynamic per-token activations" : ", static activation scales") : "",
+               qs == DT_QUANT_W8A8 ? (qo.dynamic_activations ? ", dynamic per-token activations" : ", static activation scales")
+               : qo.float_activations ? ", float activations"
+                                      : ", activations in int8 blocks of 32",
                qs == DT_QUANT_W8A8 && qo.smooth_alpha >= 0 ? ", smoothed" : "", qo.lm_head ? ", LM head too" : "",
                dt_model_decode_bytes(&m) / 1e6);
     if (c->arch == DT_ARCH_DIFF_V2)
