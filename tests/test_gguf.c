@@ -921,7 +921,7 @@ static void test_rope_scaling(void **state) {
         } else {
             r->type = DT_ROPE_LLAMA3;
             r->factor = 8;
-            r->low_freq_factor = 1;
+            r->low_freq_factor = 1.1; /* not a float: the file keeps the config's doubles */
             r->high_freq_factor = 4;
             r->original_max_position_embeddings = 32; /* short enough that every band is in use */
         }
@@ -951,7 +951,10 @@ static void test_rope_scaling(void **state) {
         load_gguf(&back, path);
         expect_same_config(&m.cfg, &back.cfg);
         assert_true(back.cfg.rope_scaling.factor == r->factor);
-        if (k) assert_int_equal(back.cfg.rope_scaling.original_max_position_embeddings, 32);
+        if (k) {
+            assert_int_equal(back.cfg.rope_scaling.original_max_position_embeddings, 32);
+            assert_true(back.cfg.rope_scaling.low_freq_factor == 1.1);
+        }
         expect_equal_logits(&m, &back, 0.0f, k ? "llama3 RoPE" : "linear RoPE");
         dt_model_free(&back);
         if (k == 1) {
@@ -961,6 +964,7 @@ static void test_rope_scaling(void **state) {
                                 "not Llama 3's scaling");
             /* Llama 3.1's own parameters are recognised from the factors alone */
             r->original_max_position_embeddings = 8192;
+            r->low_freq_factor = 1;
             dt_model m31;
             assert_int_equal(dt_model_create(&m31, &c, &err), 0);
             memcpy(m31.params, m.params, m.n_params * sizeof(float));

@@ -581,6 +581,13 @@ void gguf_w_f32(gguf_writer *w, const char *key, float v) {
     put_u32(w, 0, base_float_bits(v));
 }
 
+void gguf_w_f64(gguf_writer *w, const char *key, double v) {
+    put_key(w, key, GGUF_TYPE_FLOAT64);
+    uint64_t u;
+    memcpy(&u, &v, sizeof u);
+    put_u64(w, 0, u);
+}
+
 void gguf_w_bool(gguf_writer *w, const char *key, int v) {
     put_key(w, key, GGUF_TYPE_BOOL);
     const uint8_t b = v ? 1 : 0;

@@ -132,6 +132,7 @@ void gguf_writer_free(gguf_writer *w);
 void gguf_w_u32(gguf_writer *w, const char *key, uint32_t v);
 void gguf_w_i32(gguf_writer *w, const char *key, int32_t v);
 void gguf_w_f32(gguf_writer *w, const char *key, float v);
+void gguf_w_f64(gguf_writer *w, const char *key, double v);
 void gguf_w_bool(gguf_writer *w, const char *key, int v);
 void gguf_w_str(gguf_writer *w, const char *key, const char *s, size_t len);
 /* An array of n strings, string i given by get(ctx, i, &len). */

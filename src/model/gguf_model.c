@@ -196,8 +196,8 @@ static int set_token(vocab_out *v, int64_t id, const char *s, size_t len, int ty
 
 /* Fills the ids the model's tokenizer leaves without a token as llama.cpp's converter does
  * ("[PAD<id>]", unused). */
-static int pad_holes(vocab_out *v, int64_t from) {
-    for (int64_t i = from; i < v->n; i++)
+static int pad_holes(vocab_out *v) {
+    for (int64_t i = 0; i < v->n; i++)
         if (v->type[i] == 0) {
             char name[32];
             const int len = snprintf(name, sizeof name, "[PAD%lld]", (long long)i);
@@ -219,15 +219,14 @@ static int vocab_alloc(vocab_out *v, int64_t n) {
 
 /* A byte-level model (id = byte value): GPT-2's byte alphabet as 256 tokens with no merges, which
  * llama.cpp's BPE turns into one token per byte whatever the pre-tokenizer cuts. */
-static int vocab_bytes(vocab_out *v, const dt_config *c) {
+static int vocab_bytes(vocab_out *v) {
     for (int b = 0; b < 256 && b < v->n; b++) {
         char ch[4];
         const int len = tk_utf8_encode(tk_byte_to_char[b], ch);
         if (set_token(v, b, ch, (size_t)len, TT_NORMAL) != 0) return -1;
     }
     v->pre = "gpt-2";
-    (void)c;
-    return pad_holes(v, 0);
+    return pad_holes(v);
 }
 
 static int refuse_tok(const char *path, dt_error *err, const char *what) {
@@ -280,7 +279,7 @@ static int vocab_bpe(vocab_out *v, const dt_model *m, const char *path, dt_error
         const int added = tok->added_of_id[id] >= 0;
         v->type[id] = !added ? TT_NORMAL : dt_tok_is_special(tok, (int32_t)id) ? TT_CONTROL : TT_USER_DEFINED;
     }
-    if (rc == 0 && pad_holes(v, 0) != 0) rc = dt_fail_oom(err, "%s: out of memory", path);
+    if (rc == 0 && pad_holes(v) != 0) rc = dt_fail_oom(err, "%s: out of memory", path);
     /* merges as "a b" strings, in rank order */
     const int n_merges = cJSON_GetArraySize(merges);
     if (rc == 0 && n_merges > 0) {
@@ -406,7 +405,7 @@ static int unique_tokens(vocab_out *v, const char *path, dt_error *err) {
 static int vocab_export(vocab_out *v, const dt_model *m, const char *path, dt_error *err) {
     memset(v, 0, sizeof *v);
     int rc = vocab_alloc(v, m->cfg.vocab_size) != 0 ? dt_fail_oom(err, "%s: out of memory", path) : 0;
-    if (rc == 0 && !m->vocab.tok && vocab_bytes(v, &m->cfg) != 0) rc = dt_fail_oom(err, "%s: out of memory", path);
+    if (rc == 0 && !m->vocab.tok && vocab_bytes(v) != 0) rc = dt_fail_oom(err, "%s: out of memory", path);
     if (rc == 0 && m->vocab.tok) rc = vocab_bpe(v, m, path, err);
     if (rc == 0) rc = chat_template(v, &m->vocab, path, err);
     if (rc == 0) rc = special_ids(v, &m->cfg, path, err);
@@ -574,9 +573,9 @@ static void write_hparams(gguf_writer *w, const dt_model *m, const char *path, u
          * so that difftrans reads the same config back */
         const dt_rope_scaling *r = &c->rope_scaling;
         gguf_w_str(w, "difftrans.rope_scaling.type", "llama3", 6);
-        gguf_w_f32(w, "difftrans.rope_scaling.factor", (float)r->factor);
-        gguf_w_f32(w, "difftrans.rope_scaling.low_freq_factor", (float)r->low_freq_factor);
-        gguf_w_f32(w, "difftrans.rope_scaling.high_freq_factor", (float)r->high_freq_factor);
+        gguf_w_f64(w, "difftrans.rope_scaling.factor", r->factor); /* doubles, as config.json holds them */
+        gguf_w_f64(w, "difftrans.rope_scaling.low_freq_factor", r->low_freq_factor);
+        gguf_w_f64(w, "difftrans.rope_scaling.high_freq_factor", r->high_freq_factor);
         gguf_w_u32(w, "difftrans.rope_scaling.original_max_position_embeddings",
                    (uint32_t)r->original_max_position_embeddings);
     }
