@@ -25,8 +25,8 @@ static inline __m256 load8_i8(const int8_t *q) {
 
 /* ---------------------------------------------------------------- Q8_0 / Q4_0 × 8-bit activations
  *
- * One W row against up to 4 rows of x at a time (the weights are loaded once for all of them), or 4
- * rows of W against one row of x; one float accumulator of 8 lanes per output: per block, its 32 integer products summed into 8 int32
+ * One W row against up to 4 rows of x at a time (the weights are loaded once for all of them), two
+ * float accumulators of 8 lanes per output (even and odd blocks): per block, its 32 integer products summed into 8 int32
  * lanes, converted, multiplied by d_w · d_x and added. Every output goes through the same steps in
  * the same order whatever the tile, so a row's result does not depend on its batch.
  *
@@ -42,59 +42,53 @@ static inline __m256i q4_values(const block_q4_0 *b) {
     return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
 }
 
-/* A tile is MR rows of W × NR rows of x, each output with its own accumulator: 1 × 4 for batches
- * (the weights' unpacking shared by the rows of x), 4 × 1 for a lone row of x (decoding), so that
- * four accumulation chains run at once where one would wait on its multiply-add every block. */
-static inline __attribute__((always_inline)) void dot_tile(qformat fmt, float *y, size_t ldy, const void *w,
-                                                           size_t row_bytes, const qact *x, int n0, int MR, int NR) {
+/* A tile is one row of W × NR rows of x (4 or 1), the weights' unpacking shared by the tile's rows
+ * of x. Each output has two accumulators, for the even and the odd blocks, added at the end: with
+ * one, a lone row of x (decoding) waited on its multiply-add's latency every block. (Four rows of W
+ * against it at a time did the same and decoded from memory slower: the row read front to back is
+ * what the hardware prefetcher follows best.) */
+static inline __attribute__((always_inline)) void block_step(qformat fmt, __m256 *acc, const void *w, const qact *x,
+                                                             int n0, int NR, int b) {
     const int nb = x->nb;
-    __m256 acc[4][4];
+    const block_q8_0 *b8 = (const block_q8_0 *)w + b;
+    const block_q4_0 *b4 = (const block_q4_0 *)w + b;
+    const __m256i wv = fmt == QFMT_Q8_0 ? q8_values(b8) : q4_values(b4), abs_w = _mm256_abs_epi8(wv);
+    const float dw = _cvtsh_ss(fmt == QFMT_Q8_0 ? b8->d : b4->d);
 #pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) acc[m][r] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        __m256i wv[4], abs_w[4];
-        float dw[4];
-#pragma GCC unroll 4
-        for (int m = 0; m < MR; m++) {
-            const block_q8_0 *b8 = (const block_q8_0 *)((const char *)w + m * row_bytes) + b;
-            const block_q4_0 *b4 = (const block_q4_0 *)((const char *)w + m * row_bytes) + b;
-            wv[m] = fmt == QFMT_Q8_0 ? q8_values(b8) : q4_values(b4);
-            abs_w[m] = _mm256_abs_epi8(wv[m]);
-            dw[m] = _cvtsh_ss(fmt == QFMT_Q8_0 ? b8->d : b4->d);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const size_t xb = (size_t)(n0 + r) * nb + b;
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + xb * QK));
-#pragma GCC unroll 4
-            for (int m = 0; m < MR; m++) {
-                const __m256i dot =
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w[m], _mm256_sign_epi8(xv, wv[m])), _mm256_set1_epi16(1));
-                acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw[m] * x->d[xb]), acc[m][r]);
-            }
-        }
+    for (int r = 0; r < NR; r++) {
+        const size_t xb = (size_t)(n0 + r) * nb + b;
+        const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + xb * QK));
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(xv, wv)), _mm256_set1_epi16(1));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * x->d[xb]), acc[r]);
     }
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy + m] = hsum_ps(acc[m][r]);
 }
 
-/* Tiles of 4 rows of x, each through every row of W (which stays in the cache: a task has few); a
- * remaining lone row of x through 4 rows of W at a time. */
+static inline __attribute__((always_inline)) void dot_tile(qformat fmt, float *y, size_t ldy, const void *w,
+                                                           const qact *x, int n0, int NR) {
+    const int nb = x->nb;
+    __m256 even[4], odd[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) even[r] = odd[r] = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 1 < nb; b += 2) {
+        block_step(fmt, even, w, x, n0, NR, b);
+        block_step(fmt, odd, w, x, n0, NR, b + 1);
+    }
+    if (b < nb) block_step(fmt, even, w, x, n0, NR, b);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy] = hsum_ps(_mm256_add_ps(even[r], odd[r]));
+}
+
+/* Tiles of 4 (then 1) rows of x, each through every row of W (which stays in the cache: a task
+ * has few). */
 static inline __attribute__((always_inline)) void dot_rows(qformat fmt, float *y, size_t ldy, const void *w, int rows,
                                                            const qact *x, int N) {
     const size_t row_bytes = (size_t)x->nb * qblock_bytes(fmt);
     int n0 = 0;
     for (; n0 + 4 <= N; n0 += 4)
-        for (int o = 0; o < rows; o++) dot_tile(fmt, y + o, ldy, (const char *)w + o * row_bytes, row_bytes, x, n0, 1, 4);
-    for (; n0 < N; n0++) {
-        int o = 0;
-        for (; o + 4 <= rows; o += 4) dot_tile(fmt, y + o, ldy, (const char *)w + o * row_bytes, row_bytes, x, n0, 4, 1);
-        for (; o < rows; o++) dot_tile(fmt, y + o, ldy, (const char *)w + o * row_bytes, row_bytes, x, n0, 1, 1);
-    }
+        for (int o = 0; o < rows; o++) dot_tile(fmt, y + o, ldy, (const char *)w + o * row_bytes, x, n0, 4);
+    for (; n0 < N; n0++)
+        for (int o = 0; o < rows; o++) dot_tile(fmt, y + o, ldy, (const char *)w + o * row_bytes, x, n0, 1);
 }
 
 static void q8_0_dot_avx2(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N) {

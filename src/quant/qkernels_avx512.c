@@ -16,8 +16,8 @@ static inline __m512 i8x16_ps(const int8_t *q) { return _mm512_cvtepi32_ps(_mm51
 /* ---------------------------------------------------------------- Q8_0 / Q4_0 × 8-bit activations
  *
  * Two blocks per 512-bit vector: lanes 0–7 sum block b's products, lanes 8–15 block b + 1's. One W
- * row against up to 8 rows of x at a time (the weights loaded once for all), or 4 W rows against
- * one row of x; one float accumulator per output; per pair of blocks: the integer dot products into 16 int32 lanes, converted,
+ * row against up to 8 rows of x at a time (the weights loaded once for all), two float accumulators
+ * per output (even and odd pairs); per pair of blocks: the integer dot products into 16 int32 lanes, converted,
  * multiplied by [d_w·d_x of b ×8 | of b + 1 ×8] and added. An odd last block pairs with zeros.
  * Every output goes through the same steps in the same order whatever the tile, so a row's
  * result does not depend on its batch.
@@ -63,71 +63,62 @@ static inline __attribute__((always_inline)) __m512i dot_bytes(int vnni, __m512i
     return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
 }
 
-/* A tile is MR rows of W × NR rows of x, each output with its own accumulator: 1 × 8 (or 1 × 4)
- * for batches, where the weights' unpacking is shared by the tile's rows of x; 4 × 1 for a lone
- * row of x (decoding), so that four accumulation chains run at once where one would wait on its
- * multiply-add's latency every block pair. */
+/* A tile is one row of W × NR rows of x (8, 4 or 1), the weights' unpacking shared by the tile's
+ * rows of x. Each output has two accumulators, for the even and the odd block pairs, added at the
+ * end: with one, a lone row of x (decoding) waited on its multiply-add's latency every pair. (Four
+ * rows of W against it at a time did the same in the cache, but decoding from memory ran at 0.64×
+ * the speed: the row read front to back is what the hardware prefetcher follows best.) */
 #define TILE_ROWS 8
 
-static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt, float *y, size_t ldy, const void *w,
-                                                           size_t row_bytes, const qact *x, int n0, int MR, int NR) {
-    const int nb = x->nb;
+static inline __attribute__((always_inline)) void pair_step(int vnni, qformat fmt, __m512 *acc, const void *w,
+                                                            const qact *x, int n0, int NR, int b) {
+    const int nb = x->nb, two = b + 1 < nb;
     const size_t pairs = qact_pairs(nb);
-    __m512 acc[4][TILE_ROWS];
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
+    const block_q8_0 *w8 = w;
+    const block_q4_0 *w4 = w;
+    const __m512i wv = fmt == QFMT_Q8_0 ? q8_pair(w8, b, two) : q4_pair(w4, b, two), abs_w = _mm512_abs_epi8(wv);
+    const __mmask64 negative = _mm512_movepi8_mask(wv);
+    const __m512 dw = pair_lanes(fmt == QFMT_Q8_0 ? half_pair(w8[b].d, two ? w8[b + 1].d : 0)
+                                                  : half_pair(w4[b].d, two ? w4[b + 1].d : 0));
 #pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) acc[m][r] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b += 2) {
-        const int two = b + 1 < nb;
-        __m512i abs_w[4];
-        __mmask64 negative[4];
-        __m512 dw[4];
-#pragma GCC unroll 4
-        for (int m = 0; m < MR; m++) {
-            const block_q8_0 *w8 = (const void *)((const char *)w + m * row_bytes);
-            const block_q4_0 *w4 = (const void *)((const char *)w + m * row_bytes);
-            const __m512i wv = fmt == QFMT_Q8_0 ? q8_pair(w8, b, two) : q4_pair(w4, b, two);
-            abs_w[m] = _mm512_abs_epi8(wv);
-            negative[m] = _mm512_movepi8_mask(wv);
-            dw[m] = pair_lanes(fmt == QFMT_Q8_0 ? half_pair(w8[b].d, two ? w8[b + 1].d : 0)
-                                                : half_pair(w4[b].d, two ? w4[b + 1].d : 0));
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) {
-            const size_t xb = (size_t)(n0 + r) * nb + b;
-            const __m512i xv = x_pair(x->q + xb * QK, two);
-            /* x's scales of the pair, already in the pair's lanes (qact.de) */
-            const __m512 dx = _mm512_loadu_ps(x->de + ((size_t)(n0 + r) * pairs + b / 2) * 16);
-#pragma GCC unroll 4
-            for (int m = 0; m < MR; m++) {
-                const __m512i signed_x = _mm512_mask_sub_epi8(xv, negative[m], _mm512_setzero_si512(), xv);
-                acc[m][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_bytes(vnni, abs_w[m], signed_x)),
-                                            _mm512_mul_ps(dw[m], dx), acc[m][r]);
-            }
-        }
+    for (int r = 0; r < NR; r++) {
+        const size_t xb = (size_t)(n0 + r) * nb + b;
+        const __m512i xv = x_pair(x->q + xb * QK, two);
+        const __m512i signed_x = _mm512_mask_sub_epi8(xv, negative, _mm512_setzero_si512(), xv);
+        /* x's scales of the pair, already in the pair's lanes (qact.de) */
+        const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x->de + ((size_t)(n0 + r) * pairs + b / 2) * 16));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot_bytes(vnni, abs_w, signed_x)), scale, acc[r]);
     }
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; m++)
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy + m] = _mm512_reduce_add_ps(acc[m][r]);
 }
 
-/* Tiles of 8 (then 4) rows of x, each through every row of W (which stays in the cache: a task has
- * few); a remaining lone row of x through 4 rows of W at a time. */
+static inline __attribute__((always_inline)) void dot_tile(int vnni, qformat fmt, float *y, size_t ldy, const void *w,
+                                                           const qact *x, int n0, int NR) {
+    const int nb = x->nb;
+    __m512 even[TILE_ROWS], odd[TILE_ROWS];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) even[r] = odd[r] = _mm512_setzero_ps();
+    int b = 0;
+    for (; b + 2 < nb; b += 4) {
+        pair_step(vnni, fmt, even, w, x, n0, NR, b);
+        pair_step(vnni, fmt, odd, w, x, n0, NR, b + 2);
+    }
+    if (b < nb) pair_step(vnni, fmt, even, w, x, n0, NR, b);
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(even[r], odd[r]));
+}
+
+/* Tiles of 8 (then 4, then 1) rows of x, each through every row of W (which stays in the cache: a
+ * task has few). */
 static inline __attribute__((always_inline)) void dot_rows(int vnni, qformat fmt, float *y, size_t ldy, const void *w,
                                                            int rows, const qact *x, int N) {
     const size_t row_bytes = (size_t)x->nb * qblock_bytes(fmt);
     int n0 = 0;
     for (; n0 + TILE_ROWS <= N; n0 += TILE_ROWS)
-        for (int o = 0; o < rows; o++) dot_tile(vnni, fmt, y + o, ldy, (const char *)w + o * row_bytes, row_bytes, x, n0, 1, TILE_ROWS);
+        for (int o = 0; o < rows; o++) dot_tile(vnni, fmt, y + o, ldy, (const char *)w + o * row_bytes, x, n0, TILE_ROWS);
     for (; n0 + 4 <= N; n0 += 4)
-        for (int o = 0; o < rows; o++) dot_tile(vnni, fmt, y + o, ldy, (const char *)w + o * row_bytes, row_bytes, x, n0, 1, 4);
-    for (; n0 < N; n0++) {
-        int o = 0;
-        for (; o + 4 <= rows; o += 4) dot_tile(vnni, fmt, y + o, ldy, (const char *)w + o * row_bytes, row_bytes, x, n0, 4, 1);
-        for (; o < rows; o++) dot_tile(vnni, fmt, y + o, ldy, (const char *)w + o * row_bytes, row_bytes, x, n0, 1, 1);
-    }
+        for (int o = 0; o < rows; o++) dot_tile(vnni, fmt, y + o, ldy, (const char *)w + o * row_bytes, x, n0, 4);
+    for (; n0 < N; n0++)
+        for (int o = 0; o < rows; o++) dot_tile(vnni, fmt, y + o, ldy, (const char *)w + o * row_bytes, x, n0, 1);
 }
 
 static void q8_0_dot_avx512(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N) {
