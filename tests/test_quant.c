@@ -149,11 +149,12 @@ static void assert_close_to_reference(const float *y, const float *ref, const fl
 /* 8-bit activation blocks of N rows of in values (owned: free with act_free). */
 static qact act_new(int N, int in) {
     const int nb = q_blocks(in);
-    qact a = {malloc((size_t)N * nb * QK), fnan((size_t)N * nb), fnan((size_t)N * qact_pairs(nb) * 16), nb};
+    qact a = {malloc((size_t)N * nb * QK), fnan((size_t)N * nb), fnan((size_t)N * qact_pairs(nb) * 16),
+              malloc((size_t)N * qact_pairs(nb) * 16 * sizeof(int32_t)), nb};
     assert_non_null(a.q);
     return a;
 }
-static void act_free(qact *a) { free(a->q), free(a->d), free(a->de); }
+static void act_free(qact *a) { free(a->q), free(a->d), free(a->de), free(a->off); }
 
 /* Σ |d_w · d_x · q_w · q_x| per output: the scale of the float rounding in a dot product. */
 static void dot_magnitude(float *mag, const void *w, qformat fmt, int rows, const qact *x, int N, int in) {
@@ -206,6 +207,7 @@ static void test_kernels_match_reference(void **state) {
             assert_memory_equal(a.q, a_ref.q, (size_t)s->N * nb * QK);
             assert_memory_equal(a.d, a_ref.d, (size_t)s->N * nb * sizeof(float));
             assert_memory_equal(a.de, a_ref.de, (size_t)s->N * qact_pairs(nb) * 16 * sizeof(float));
+            assert_memory_equal(a.off, a_ref.off, (size_t)s->N * qact_pairs(nb) * 16 * sizeof(int32_t));
             assert_int_equal(a.q[0], -127);
             for (int f = 0; f < 2; f++) {
                 const qformat fmt = f ? QFMT_Q4_0 : QFMT_Q8_0;
@@ -223,7 +225,8 @@ static void test_kernels_match_reference(void **state) {
                 /* row n alone, one output at a time: the same bits */
                 for (int n = 0; n < s->N; n++) {
                     const size_t at = (size_t)n * nb;
-                    const qact row = {a.q + at * QK, a.d + at, a.de + (size_t)n * qact_pairs(nb) * 16, nb};
+                    const size_t lanes = (size_t)n * qact_pairs(nb) * 16;
+                    const qact row = {a.q + at * QK, a.d + at, a.de + lanes, a.off + lanes, nb};
                     for (int o = 0; o < s->out; o++) {
                         if (f) k->q4_0_dot(alone + o, 1, b4 + (size_t)o * nb, 1, &row, 1);
                         else k->q8_0_dot(alone + o, 1, b8 + (size_t)o * nb, 1, &row, 1);
@@ -318,7 +321,7 @@ static void test_act_quantize_paths(void **state) {
         qact a = act_new(1, IN);
         sets[p]->quantize_act(&a, x, 1, IN);
         if (memcmp(a.q, ref.q, (size_t)ref.nb * QK) != 0 || memcmp(a.d, ref.d, (size_t)ref.nb * 4) != 0 ||
-            memcmp(a.de, ref.de, qact_pairs(ref.nb) * 16 * 4) != 0)
+            memcmp(a.de, ref.de, qact_pairs(ref.nb) * 16 * 4) != 0 || memcmp(a.off, ref.off, qact_pairs(ref.nb) * 16 * 4) != 0)
             fail_msg("quantize_act on path %s differs from the definition", sets[p]->name);
         act_free(&a);
     }

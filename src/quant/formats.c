@@ -84,9 +84,15 @@ void qact_quantize_row(const qact *a, int n, const float *x, int in) {
 
 void qact_expand_row(const qact *a, int n) {
     const float *d = a->d + (size_t)n * a->nb;
+    const int8_t *q = a->q + (size_t)n * a->nb * QK;
     float *de = a->de + (size_t)n * qact_pairs(a->nb) * 16;
+    int32_t *off = a->off + (size_t)n * qact_pairs(a->nb) * 16;
     for (int b = 0; b < 2 * (int)qact_pairs(a->nb); b++)
-        for (int k = 0; k < 8; k++) de[b * 8 + k] = b < a->nb ? d[b] : 0.0f;
+        for (int k = 0; k < 8; k++) {
+            de[b * 8 + k] = b < a->nb ? d[b] : 0.0f;
+            const int8_t *g = q + (size_t)b * QK + 4 * k;
+            off[b * 8 + k] = b < a->nb ? -8 * (g[0] + g[1] + g[2] + g[3]) : 0;
+        }
 }
 
 float i8_quantize_row(int8_t *q, const float *x, int n, const float *smooth) {

@@ -30,16 +30,17 @@ static inline __m256 load8_i8(const int8_t *q) {
  * lanes, converted, multiplied by d_w · d_x and added. Every output goes through the same steps in
  * the same order whatever the tile, so a row's result does not depend on its batch.
  *
- * maddubs multiplies unsigned by signed bytes into saturating int16 pairs: |w| is the unsigned
- * side and x takes w's sign, so a pair is at most 2·127·127 = 32258 and never saturates (both lie
- * in ±127). Q4_0's nibbles become q = u − 8 first, and then go the same way. */
+ * maddubs multiplies unsigned by signed bytes into saturating int16 pairs. Q8_0: |w| is the
+ * unsigned side and x takes w's sign, so a pair is at most 2·127·127 = 32258 and never saturates
+ * (both lie in ±127). Q4_0: the stored nibbles u = q + 8 ∈ [0, 15] are the unsigned side as they
+ * are (a pair at most 2·15·127), and x's offset lanes (qact.off, −8 × each lane's Σx) are added:
+ * Σ u·x − 8·Σ x = Σ q·x, exactly, in integers. */
 
-/* The 32 values of a block as signed bytes, in element order. */
+/* The 32 values of a block in element order: Q8_0 signed, Q4_0 the stored nibbles u = q + 8. */
 static inline __m256i q8_values(const block_q8_0 *b) { return _mm256_loadu_si256((const __m256i *)b->qs); }
-static inline __m256i q4_values(const block_q4_0 *b) {
+static inline __m256i q4_nibbles(const block_q4_0 *b) {
     const __m128i bytes = _mm_loadu_si128((const __m128i *)b->qs), low = _mm_set1_epi8(0x0F);
-    const __m256i u = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), _mm_and_si128(bytes, low));
-    return _mm256_sub_epi8(u, _mm256_set1_epi8(8));
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(bytes, 4), low), _mm_and_si128(bytes, low));
 }
 
 /* A tile is one row of W × NR rows of x (4 or 1), the weights' unpacking shared by the tile's rows
@@ -52,8 +53,21 @@ static inline __attribute__((always_inline)) void block_step(qformat fmt, __m256
     const int nb = x->nb;
     const block_q8_0 *b8 = (const block_q8_0 *)w + b;
     const block_q4_0 *b4 = (const block_q4_0 *)w + b;
-    const __m256i wv = fmt == QFMT_Q8_0 ? q8_values(b8) : q4_values(b4), abs_w = _mm256_abs_epi8(wv);
     const float dw = _cvtsh_ss(fmt == QFMT_Q8_0 ? b8->d : b4->d);
+    if (fmt == QFMT_Q4_0) { /* unsigned nibbles × x, plus x's offset lanes */
+        const __m256i u = q4_nibbles(b4);
+        const size_t pairs = qact_pairs(nb);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const size_t xb = (size_t)(n0 + r) * nb + b;
+            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x->q + xb * QK));
+            const __m256i off = _mm256_loadu_si256((const __m256i *)(x->off + ((size_t)(n0 + r) * pairs + b / 2) * 16 + b % 2 * 8));
+            const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xv), _mm256_set1_epi16(1)), off);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw * x->d[xb]), acc[r]);
+        }
+        return;
+    }
+    const __m256i wv = q8_values(b8), abs_w = _mm256_abs_epi8(wv);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
         const size_t xb = (size_t)(n0 + r) * nb + b;

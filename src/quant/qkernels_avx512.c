@@ -23,8 +23,10 @@ static inline __m512 i8x16_ps(const int8_t *q) { return _mm512_cvtepi32_ps(_mm51
  * result does not depend on its batch.
  *
  * The integer step is vpdpbusd (VNNI) or vpmaddubsw + vpmaddwd (AVX-512 BW), both unsigned ×
- * signed bytes: |w| is the unsigned side and x takes w's sign (a vpmaddubsw pair is then at most
- * 2·127·127 = 32258: no saturation). Q4_0's nibbles become q = u − 8 first, and go the same way. */
+ * signed bytes. Q8_0: |w| is the unsigned side and x takes w's sign (a vpmaddubsw pair is then at
+ * most 2·127·127 = 32258: no saturation). Q4_0: the stored nibbles u = q + 8 ∈ [0, 15] are the
+ * unsigned side as they are (a pair at most 2·15·127), and x's offset lanes (qact.off, −8 × each
+ * lane's Σx) start the sum: Σ u·x − 8·Σ x = Σ q·x, exactly, in integers. */
 
 /* [v0 ×8 | v1 ×8] from the first two lanes of v */
 static inline __m512 pair_lanes(__m128 v) {
@@ -35,8 +37,8 @@ static inline __m512 pair_lanes(__m128 v) {
 /* The two blocks' half scales as floats in lanes 0 and 1 (the second 0 when there is no second). */
 static inline __m128 half_pair(uint16_t d0, uint16_t d1) { return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)d1 << 16 | d0))); }
 
-/* Blocks b and b + 1 of a W row as 64 signed bytes in element order (the second half 0 when
- * two = 0). Q4_0: [b low, b high | b+1 low, b+1 high] nibbles, minus 8. */
+/* Blocks b and b + 1 of a W row as 64 bytes in element order (the second half 0 when two = 0):
+ * Q8_0 signed, Q4_0 the stored nibbles u = q + 8, [b low, b high | b+1 low, b+1 high]. */
 static inline __m512i q8_pair(const block_q8_0 *w, int b, int two) {
     const __m256i lo = _mm256_loadu_si256((const __m256i *)w[b].qs);
     return _mm512_inserti64x4(_mm512_castsi256_si512(lo), two ? _mm256_loadu_si256((const __m256i *)w[b + 1].qs)
@@ -50,7 +52,7 @@ static inline __m512i q4_pair(const block_q4_0 *w, int b, int two) {
     const __m256i lo = _mm256_and_si256(both, low), hi = _mm256_and_si256(_mm256_srli_epi16(both, 4), low);
     /* [lo first, lo second, hi first, hi second] → [lo first, hi first, lo second, hi second] */
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    return _mm512_sub_epi8(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), _mm512_set1_epi8(8));
+    return _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
 /* Blocks b and b + 1 of x's row as 64 bytes (the second half 0 when two = 0). */
@@ -76,10 +78,22 @@ static inline __attribute__((always_inline)) void pair_step(int vnni, qformat fm
     const size_t pairs = qact_pairs(nb);
     const block_q8_0 *w8 = w;
     const block_q4_0 *w4 = w;
-    const __m512i wv = fmt == QFMT_Q8_0 ? q8_pair(w8, b, two) : q4_pair(w4, b, two), abs_w = _mm512_abs_epi8(wv);
-    const __mmask64 negative = _mm512_movepi8_mask(wv);
     const __m512 dw = pair_lanes(fmt == QFMT_Q8_0 ? half_pair(w8[b].d, two ? w8[b + 1].d : 0)
                                                   : half_pair(w4[b].d, two ? w4[b + 1].d : 0));
+    if (fmt == QFMT_Q4_0) { /* unsigned nibbles × x, plus x's offset lanes */
+        const __m512i u = q4_pair(w4, b, two);
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const size_t xb = (size_t)(n0 + r) * nb + b, lanes = ((size_t)(n0 + r) * pairs + b / 2) * 16;
+            const __m512i xv = x_pair(x->q + xb * QK, two), off = _mm512_loadu_si512(x->off + lanes);
+            const __m512i dot = vnni ? _mm512_dpbusd_epi32(off, u, xv) : _mm512_add_epi32(dot_bytes(0, u, xv), off);
+            const __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(x->de + lanes));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r]);
+        }
+        return;
+    }
+    const __m512i wv = q8_pair(w8, b, two), abs_w = _mm512_abs_epi8(wv);
+    const __mmask64 negative = _mm512_movepi8_mask(wv);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
         const size_t xb = (size_t)(n0 + r) * nb + b;

@@ -38,17 +38,20 @@ static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
 static qact act_in(void *scratch, int N, int in) {
     const int nb = q_blocks(in);
     char *p = scratch;
-    qact a = {(int8_t *)p, NULL, NULL, nb};
+    const size_t lanes = (size_t)N * qact_pairs(nb) * 16;
+    qact a = {(int8_t *)p, NULL, NULL, NULL, nb};
     p += align64((size_t)N * nb * QK);
-    a.de = (float *)p; /* 64-byte aligned: the kernels load it a vector at a time */
-    a.d = a.de + (size_t)N * qact_pairs(nb) * 16;
+    a.de = (float *)p; /* 64-byte aligned, as off: the kernels load them a vector at a time */
+    a.off = (int32_t *)(a.de + lanes);
+    a.d = (float *)(a.off + lanes);
     return a;
 }
 
 /* Row n of a, as blocks of one row. */
 static qact act_row(const qact *a, int n) {
     const size_t at = (size_t)n * a->nb;
-    return (qact){a->q + at * QK, a->d + at, a->de + (size_t)n * qact_pairs(a->nb) * 16, a->nb};
+    const size_t lanes = (size_t)n * qact_pairs(a->nb) * 16;
+    return (qact){a->q + at * QK, a->d + at, a->de + lanes, a->off + lanes, a->nb};
 }
 
 size_t qlinear_scratch_bytes(int N, int in, int out) {
@@ -57,7 +60,7 @@ size_t qlinear_scratch_bytes(int N, int in, int out) {
     size_t panel = (size_t)PANEL * in * sizeof(float);
     size_t skinny = (size_t)omp_get_max_threads() * SKINNY_PANEL * in * sizeof(float);
     size_t acts = align64((size_t)N * in) + (size_t)N * sizeof(float);
-    size_t blocks = align64((size_t)N * nb * QK) + (size_t)N * (nb + qact_pairs((int)nb) * 16) * sizeof(float);
+    size_t blocks = align64((size_t)N * nb * QK) + (size_t)N * (nb + 2 * qact_pairs((int)nb) * 16) * sizeof(float);
     if (skinny > panel) panel = skinny;
     if (blocks > acts) acts = blocks;
     return panel > acts ? panel : acts;

@@ -81,6 +81,9 @@ typedef struct {
     float *d;                    /* [N, nb] */
     float *de;                   /* [N, ⌈nb/2⌉ · 16]: d of blocks 2i, 2i + 1 as [d ×8 | d ×8] (0 past the
                                     last block), the lanes of the AVX-512 kernels' block pairs */
+    int32_t *off;                /* [N, ⌈nb/2⌉ · 16]: −8 × the sum of each 4 consecutive q, in the same
+                                    lanes: Q4_0's stored nibbles u = q_w + 8 multiply x as unsigned
+                                    bytes, and Σ u·x + off is the product, exactly */
     int nb;
 } qact;
 
@@ -92,7 +95,7 @@ void q4_0_dequantize_row(float *w, const block_q4_0 *b, int in);
 /* One row x [in] into the blocks of row n of a (the definition every path's quantize_act meets
  * bit for bit). */
 void qact_quantize_row(const qact *a, int n, const float *x, int in);
-/* Row n's de from its d (every quantize_act calls it once its d are set). */
+/* Row n's de and off from its d and q (every quantize_act calls it once they are set). */
 void qact_expand_row(const qact *a, int n);
 static inline size_t qact_pairs(int nb) { return (size_t)(nb + 1) / 2; }
 /* Scale = absmax(x_j / s_j) / 127 and q = round(x_j / s_j / scale) ∈ [−127, 127] (W8A8 weights and
