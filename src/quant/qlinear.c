@@ -13,7 +13,6 @@
  */
 #include <cblas.h>
 #include <omp.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
