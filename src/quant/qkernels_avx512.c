@@ -17,8 +17,9 @@ static inline __m512 i8x16_ps(const int8_t *q) { return _mm512_cvtepi32_ps(_mm51
  *
  * Two blocks per 512-bit vector: lanes 0–7 sum block b's products, lanes 8–15 block b + 1's. One W
  * row against up to 8 rows of x at a time (the weights loaded once for all), two float accumulators
- * per output (even and odd pairs); per pair of blocks: the integer dot products into 16 int32 lanes, converted,
- * multiplied by [d_w·d_x of b ×8 | of b + 1 ×8] and added. An odd last block pairs with zeros.
+ * per output (even and odd pairs); per pair of blocks: the integer dot products into 16 int32
+ * lanes, converted, multiplied by [d_w·d_x of b ×8 | of b + 1 ×8] and added. An odd last block
+ * pairs with zeros.
  * Every output goes through the same steps in the same order whatever the tile, so a row's
  * result does not depend on its batch.
  *
