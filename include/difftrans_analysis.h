@@ -567,6 +567,41 @@ typedef struct {
  * the baseline's parameters DIFF needs for the baseline's loss at its largest run. */
 dt_scaling_comparison dt_scaling_compare(const double *params, const double *loss, const int *is_diff, int n);
 
+/* The scaling study's statistics (`difftrans study`): runs of two kinds (0: DIFF, 1: its
+ * baseline) at n_sizes sizes × n_seeds seeds, with intervals from a paired bootstrap over the
+ * seeds (scaling.c says exactly how). */
+#define DT_SCALING_MAX_SIZES 8
+#define DT_SCALING_MAX_SEEDS 16
+
+typedef struct {
+    int n_sizes, n_seeds;
+    double params[2][DT_SCALING_MAX_SIZES];                      /* [kind][size] parameters fitted against */
+    double loss[2][DT_SCALING_MAX_SIZES][DT_SCALING_MAX_SEEDS];  /* held-out loss; NAN: the run is missing */
+} dt_scaling_runs;
+
+typedef struct {
+    double value;   /* on all runs; NAN when undefined there */
+    double lo, hi;  /* 95% percentile interval over the resamples where it is defined (NAN: none) */
+    int n;          /* resamples where it is defined */
+} dt_estimate;
+
+typedef struct {
+    int n_sizes, resamples;
+    uint64_t seed;
+    dt_stats_interval diff[DT_SCALING_MAX_SIZES]; /* DIFF − baseline per size, paired over seeds (t interval) */
+    dt_scaling_fit fit[2];   /* [kind] on all runs: log(loss) = a + b·log(params) */
+    dt_estimate a[2], b[2];  /* the same with bootstrap intervals */
+    double fraction_at;      /* the baseline's largest size */
+    dt_estimate fraction;    /* the parameters at which DIFF's fit reaches the baseline fit's loss at
+                                fraction_at, ÷ fraction_at (the paper's ~0.65) */
+    dt_estimate crossing;    /* parameters where the two fits cross (NAN: parallel fits) */
+    int crossing_in_range;   /* 1 when the fits on all runs cross between the smallest and largest run */
+    double crossing_share;   /* fraction of resamples whose fits cross within that range */
+} dt_scaling_study;
+
+/* Fills *out from r (resamples ≥ 0, from `seed`); -1 naming the field for r out of range. */
+int dt_scaling_study_fit(const dt_scaling_runs *r, int resamples, uint64_t seed, dt_scaling_study *out, dt_error *err);
+
 /* ---------------------------------------------------------------- synthetic tasks
  *
  * Synthetic tasks small models learn within a short training budget, their scorers and the
