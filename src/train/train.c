@@ -495,7 +495,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
         if (dt_pathf(path, sizeof path, err, "%s/train_state.json", o->out_dir) ||
             load_train_state(path, o, tr, data_path, data_cap, err))
             return -1;
-        if (!o->data_path) o->data_path = data_path;
+        if (!o->data_path && !o->tokens_path) o->data_path = data_path;
     }
     /* checked before anything is allocated; a resumed run's options came from its state file */
     if (validate_options(o, err) != 0) return -1;
