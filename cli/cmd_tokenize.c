@@ -6,17 +6,20 @@
 #include "cli.h"
 
 static void help(void) {
-    printf("usage: difftrans tokenize --tokenizer PATH --data FILE... --out DATASET [options]\n\n"
+    printf("usage: difftrans tokenize --tokenizer PATH --data FILE... [--val FILE...] --out DATASET [options]\n\n"
            "Tokenises text files once into a dataset directory for `train --tokens DATASET`: shards of\n"
            "uint16 ids (uint32 when the vocabulary has more than 65536 tokens) with a 64-byte header\n"
            "(magic DTTOKENS, version, width, count, vocabulary), dataset.json and a copy of the\n"
-           "tokenizer. Documents are held out whole for validation; files of any size are streamed.\n"
+           "tokenizer. Documents are held out whole for validation (a fraction of them, or the files\n"
+           "given to --val); files of any size are streamed.\n"
            "See README \"Token datasets\".\n\n"
            "  --tokenizer PATH       tokenizer.json, or a directory holding one\n"
            "  --data FILE...         UTF-8 text files (several after one --data, or --data repeated)\n"
            "  --out DATASET          output directory (created)\n"
            "  --documents MODE       what a document is: paragraph (text up to a blank line), line,\n"
            "                         or file [paragraph]\n"
+           "  --val FILE...          UTF-8 text files that are the validation split, whole: no document\n"
+           "                         of --data is held out (instead of --val-fraction)\n"
            "  --val-fraction X       fraction of documents held out, spread evenly; 0 = none [0.01]\n"
            "  --no-eos               do not append the tokenizer's EOS token after each document\n"
            "  --shard-tokens N       tokens per shard [134217728]\n"
@@ -33,15 +36,20 @@ int cmd_tokenize(int argc, char **argv) {
         {"val-fraction", required_argument, 0, 'v'}, {"no-eos", no_argument, 0, 'E'},
         {"shard-tokens", required_argument, 0, 's'}, {"threads", required_argument, 0, 'j'},
         {"quiet", no_argument, 0, 'q'},           {"help", no_argument, 0, 'h'},
-        {"block-size", required_argument, 0, 'B'},
+        {"block-size", required_argument, 0, 'B'}, {"val", required_argument, 0, 'V'},
         {0, 0, 0, 0},
     };
     const char *cmd = "tokenize";
     dt_tokenize_options o;
     dt_tokenize_defaults(&o);
     const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
-    if (!inputs) return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
-    int n_inputs = 0, threads = 0, rc = 0;
+    const char **val_inputs = calloc((size_t)argc + 1, sizeof *val_inputs);
+    if (!inputs || !val_inputs) {
+        free(inputs);
+        free(val_inputs);
+        return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
+    }
+    int n_inputs = 0, n_val = 0, threads = 0, rc = 0, fraction_given = 0;
     optind = 1;
     opterr = 0;
     int ch;
@@ -53,6 +61,10 @@ int cmd_tokenize(int argc, char **argv) {
             /* the files after --data up to the next option */
             while (optind < argc && argv[optind][0] != '-') inputs[n_inputs++] = argv[optind++];
             break;
+        case 'V':
+            val_inputs[n_val++] = optarg;
+            while (optind < argc && argv[optind][0] != '-') val_inputs[n_val++] = argv[optind++];
+            break;
         case 'o': o.out_dir = optarg; break;
         case 'D':
             if (!strcmp(optarg, "paragraph")) o.doc_split = DT_DOC_PARAGRAPH;
@@ -60,7 +72,10 @@ int cmd_tokenize(int argc, char **argv) {
             else if (!strcmp(optarg, "file")) o.doc_split = DT_DOC_FILE;
             else rc = cli_error(cmd, "--documents '%s': expected paragraph, line or file", optarg);
             break;
-        case 'v': rc = parse_float(cmd, "--val-fraction", optarg, 0, 0.9, &o.val_fraction) ? 1 : 0; break;
+        case 'v':
+            rc = parse_float(cmd, "--val-fraction", optarg, 0, 0.9, &o.val_fraction) ? 1 : 0;
+            fraction_given = 1;
+            break;
         case 'E': o.append_eos = 0; break;
         case 's': {
             uint64_t v;
@@ -72,7 +87,11 @@ int cmd_tokenize(int argc, char **argv) {
         case 'j': rc = parse_int(cmd, "--threads", optarg, 1, 1024, &threads) ? 1 : 0; break;
         case 'q': o.quiet = 1; break;
         case 'B': rc = cli_parse_size(cmd, "--block-size", optarg, &o.block_bytes) ? 1 : 0; break;
-        case 'h': help(); free(inputs); return 0;
+        case 'h':
+            help();
+            free(inputs);
+            free(val_inputs);
+            return 0;
         default: rc = cli_bad_option(cmd, argc, argv);
         }
     }
@@ -80,17 +99,25 @@ int cmd_tokenize(int argc, char **argv) {
     if (rc == 0 && !o.tokenizer_path) rc = cli_error(cmd, "--tokenizer PATH is required");
     if (rc == 0 && n_inputs == 0) rc = cli_error(cmd, "--data FILE... is required");
     if (rc == 0 && !o.out_dir) rc = cli_error(cmd, "--out DATASET is required");
+    if (rc == 0 && n_val > 0 && fraction_given && o.val_fraction > 0)
+        rc = cli_error(cmd, "--val and --val-fraction %g: the validation split is either the --val files or a "
+                            "fraction of the --data documents, not both", (double)o.val_fraction);
     if (rc != 0) {
         free(inputs);
+        free(val_inputs);
         return rc;
     }
+    if (n_val > 0) o.val_fraction = 0; /* the --val files are the whole validation split */
     cli_set_threads(threads);
     o.inputs = inputs;
     o.n_inputs = n_inputs;
+    o.val_inputs = val_inputs;
+    o.n_val_inputs = n_val;
     dt_tokenize_stats st;
     dt_error err;
     if (dt_tokenize(&o, &st, &err) != 0) rc = cli_fail(cmd, &err);
     free(inputs);
+    free(val_inputs);
     if (rc != 0) return rc;
     uint64_t total = st.tokens[0] + st.tokens[1];
     printf("wrote %s: %llu tokens (%llu train in %d shard%s, %llu validation in %d) from %llu documents, "

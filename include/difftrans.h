@@ -808,6 +808,9 @@ typedef struct {
     const char *tokenizer_path;  /* tokenizer.json or a directory holding one */
     const char *const *inputs;   /* UTF-8 text files */
     int n_inputs;
+    const char *const *val_inputs; /* text files that are the validation split whole (then
+                                    val_fraction must be 0: no document of inputs is held out) */
+    int n_val_inputs;
     const char *out_dir;
     float val_fraction;          /* documents held out, spread evenly [0.01]; 0 = none */
     dt_doc_split doc_split;      /* what a document is [paragraph: text up to a blank line] */

@@ -1,6 +1,7 @@
 /* test_tokens.c — reading token datasets (what `difftrans tokenize` writes) from hand-made
  * manifests and shards: a good one reads back exactly, and lying manifests are refused with a
- * message before anything is allocated for them (cases found while fuzzing the reader, fuzz_tokens). */
+ * message before anything is allocated for them (cases found while fuzzing the reader, fuzz_tokens);
+ * and writing them with validation files given apart (val_inputs): the splits are exactly those files. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -166,12 +167,122 @@ static void test_manifest_numbers_out_of_range(void **state) {
     assert_int_equal(s.eos_id, -1);
 }
 
+/* path: n paragraphs "<word> document k ..." separated by blank lines */
+static void write_documents(const char *path, const char *word, int n) {
+    size_t cap = (size_t)n * 96 + 1, len = 0;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    for (int k = 0; k < n; k++)
+        len += (size_t)snprintf(text + len, cap - len, "%s document %d says %s things.\nIt ends here.\n\n", word, k,
+                                k % 2 ? "odd" : "even");
+    tu_write_file(path, text, len);
+    free(text);
+}
+
+/* dt_tokenize of the inputs (and validation files) into dir; the stats into *st */
+static int tokenize_files(const char *tok, const char *const *in, int n_in, const char *const *val, int n_val,
+                          float val_fraction, const char *dir, dt_tokenize_stats *st, dt_error *err) {
+    dt_tokenize_options o;
+    dt_tokenize_defaults(&o);
+    o.tokenizer_path = tok;
+    o.inputs = in;
+    o.n_inputs = n_in;
+    o.val_inputs = val;
+    o.n_val_inputs = n_val;
+    o.val_fraction = val_fraction;
+    o.out_dir = dir;
+    o.quiet = 1;
+    return dt_tokenize(&o, st, err);
+}
+
+static void load_split(const char *dir, const char *split, int **ids, size_t *n) {
+    dt_error err = {0};
+    if (dt_tokens_load(dir, split, 4096, ids, n, &err) != 0) fail_msg("%s %s: %s", dir, split, err.msg);
+}
+
+static void expect_same_ids(const int *a, size_t na, const int *b, size_t nb, const char *what) {
+    if (na != nb) fail_msg("%s: %zu tokens, expected %zu", what, na, nb);
+    for (size_t i = 0; i < na; i++)
+        if (a[i] != b[i]) fail_msg("%s: token %zu is %d, expected %d", what, i, a[i], b[i]);
+}
+
+static void test_validation_files(void **state) {
+    (void)state;
+    char train_txt[1200], val_txt[1200], tok[1200], both[1200], alone_train[1200], alone_val[1200], frac[1200];
+    tu_path(train_txt, sizeof train_txt, "vf_train.txt");
+    tu_path(val_txt, sizeof val_txt, "vf_val.txt");
+    tu_path(tok, sizeof tok, "vf_tok");
+    tu_path(both, sizeof both, "vf_both");
+    tu_path(alone_train, sizeof alone_train, "vf_alone_train");
+    tu_path(alone_val, sizeof alone_val, "vf_alone_val");
+    tu_path(frac, sizeof frac, "vf_frac");
+    write_documents(train_txt, "alpha", 150);
+    write_documents(val_txt, "omega", 7);
+    const char *files[2] = {train_txt, val_txt};
+    dt_tok_train_options to;
+    dt_tok_train_defaults(&to);
+    to.files = files;
+    to.n_files = 2;
+    to.vocab_size = 300;
+    to.eos = "<|end|>";
+    to.quiet = 1;
+    dt_error err = {0};
+    if (dt_tok_train(&to, tok, &err) != 0) fail_msg("tokenizer: %s", err.msg);
+
+    dt_tokenize_stats st, st_train, st_val;
+    if (tokenize_files(tok, (const char *const[]){train_txt}, 1, (const char *const[]){val_txt}, 1, 0, both, &st, &err) != 0)
+        fail_msg("with validation files: %s", err.msg);
+    assert_int_equal(st.documents[0], 150);
+    assert_int_equal(st.documents[1], 7);
+    /* each file alone, all of it training: what the two splits must be, token for token (a
+     * validation document that leaked into the training split would make it longer) */
+    const char *const *none = NULL;
+    if (tokenize_files(tok, (const char *const[]){train_txt}, 1, none, 0, 0, alone_train, &st_train, &err) != 0 ||
+        tokenize_files(tok, (const char *const[]){val_txt}, 1, none, 0, 0, alone_val, &st_val, &err) != 0)
+        fail_msg("alone: %s", err.msg);
+    int *a, *b;
+    size_t na, nb;
+    load_split(both, "train", &a, &na);
+    load_split(alone_train, "train", &b, &nb);
+    expect_same_ids(a, na, b, nb, "the training split");
+    free(a);
+    free(b);
+    load_split(both, "val", &a, &na);
+    load_split(alone_val, "train", &b, &nb);
+    expect_same_ids(a, na, b, nb, "the validation split");
+    free(a);
+    free(b);
+    char manifest[1300];
+    snprintf(manifest, sizeof manifest, "%s/dataset.json", both);
+    char *text = tu_read_file(manifest, NULL);
+    if (!strstr(text, "\"val_files\"") || !strstr(text, "vf_val.txt")) fail_msg("dataset.json does not name the validation file");
+    free(text);
+
+    /* held out by fraction instead, the same training file gives up documents of its own: the
+     * comparison above could fail */
+    if (tokenize_files(tok, (const char *const[]){train_txt}, 1, none, 0, 0.05f, frac, &st, &err) != 0) fail_msg("fraction: %s", err.msg);
+    assert_true(st.documents[1] > 0);
+    assert_true(st.tokens[0] < st_train.tokens[0]);
+    /* both ways at once are refused, naming the conflict */
+    if (tokenize_files(tok, (const char *const[]){train_txt}, 1, (const char *const[]){val_txt}, 1, 0.01f, frac, &st, &err) == 0)
+        fail_msg("validation files with a val_fraction accepted");
+    if (!strstr(err.msg, "exclusive")) fail_msg("message '%s' does not say the two are exclusive", err.msg);
+    /* a missing or empty validation file is named */
+    char empty[1200];
+    tu_path(empty, sizeof empty, "vf_empty.txt");
+    tu_write_file(empty, "", 0);
+    if (tokenize_files(tok, (const char *const[]){train_txt}, 1, (const char *const[]){empty}, 1, 0, frac, &st, &err) == 0 ||
+        !strstr(err.msg, "vf_empty.txt"))
+        fail_msg("an empty validation file: '%s'", err.msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_dataset),
         cmocka_unit_test(test_shard_listed_twice),
         cmocka_unit_test(test_count_checked_before_growing),
         cmocka_unit_test(test_manifest_numbers_out_of_range),
+        cmocka_unit_test(test_validation_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -17,6 +17,10 @@
  *   32 u64      documents that end in this shard
  *   40 u8[24]   zero
  *
+ * The validation split is either documents held out evenly from the inputs (val_fraction), or
+ * validation files given apart (val_inputs), every document of which is held out and none of the
+ * inputs'.
+ *
  * Tokenising streams: each file is read in blocks and cut into documents (a file, a line, or a
  * paragraph ending in a blank line); a document longer than a block is encoded in pieces cut
  * after a newline that is followed by a non-space character (a place where the GPT-2 / Llama-3
@@ -157,6 +161,7 @@ typedef struct {
     char *text;                  /* owned */
     size_t len;
     uint64_t doc;                /* global document index */
+    int split;                   /* 0 train, 1 validation */
     int last;                    /* the document ends with this piece */
     const char *file;
     uint64_t offset;             /* of the piece in its file, for messages */
@@ -173,6 +178,7 @@ typedef struct {
     int n_pieces;
     size_t cap;
     size_t batch_bytes;
+    int file_split;              /* the split of the file being read: -1 (by val_fraction), 0 or 1 */
     uint64_t next_doc, bytes_done, bytes_total;
     double t0, last_report;
 } tokenize_run;
@@ -235,7 +241,7 @@ static int flush_batch(tokenize_run *r, dt_error *err) {
     }
     for (int i = 0; i < n && rc == 0; i++) {
         piece *p = &r->pieces[i];
-        shard_writer *w = &r->w[split_of(r, p->doc)];
+        shard_writer *w = &r->w[p->split];
         rc = writer_put(w, p->ids, p->n_ids, err);
         if (rc == 0 && p->last && r->eos >= 0) rc = writer_put(w, &r->eos, 1, err);
         if (rc == 0 && p->last) w->documents++, w->docs_in_shard++;
@@ -258,6 +264,7 @@ static int add_piece(tokenize_run *r, const char *text, size_t len, int last, co
     p->text[len] = '\0';
     p->len = len;
     p->doc = r->next_doc;
+    p->split = r->file_split >= 0 ? r->file_split : split_of(r, p->doc);
     p->last = last;
     p->file = file;
     p->offset = offset;
@@ -373,6 +380,12 @@ static int write_manifest(const tokenize_run *r, const char *tok_path, dt_error 
     char frac[32];
     snprintf(frac, sizeof frac, "%g", (double)r->o->val_fraction);
     ok = ok && cJSON_AddRawToObject(root, "val_fraction", frac);
+    if (ok && r->o->n_val_inputs > 0) { /* where the validation split came from */
+        cJSON *files = cJSON_AddArrayToObject(root, "val_files");
+        ok = files != NULL;
+        for (int i = 0; ok && i < r->o->n_val_inputs; i++)
+            ok = cJSON_AddItemToArray(files, cJSON_CreateString(r->o->val_inputs[i]));
+    }
     ok = ok && cJSON_AddRawToObject(root, "bytes", num);
     ok = ok && cJSON_AddStringToObject(root, "tokenizer_source", tok_path);
     cJSON *splits = ok ? cJSON_AddObjectToObject(root, "splits") : NULL;
@@ -490,6 +503,19 @@ void dt_tokenize_defaults(dt_tokenize_options *o) {
     o->shard_tokens = (uint64_t)1 << 27;
 }
 
+/* Every input a regular, non-empty file; *total gets their bytes. */
+static int check_inputs(const char *const *files, int n, uint64_t *total, dt_error *err) {
+    for (int i = 0; i < n; i++) {
+        struct stat sb;
+        if (!files[i]) return dt_fail(err, "tokenize: input %d is NULL", i);
+        if (stat(files[i], &sb) != 0) return dt_fail_io(err, "%s: %s", files[i], strerror(errno));
+        if (!S_ISREG(sb.st_mode)) return dt_fail_io(err, "%s: not a regular file", files[i]);
+        if (sb.st_size == 0) return dt_fail_format(err, "%s: data file is empty", files[i]);
+        *total += (uint64_t)sb.st_size;
+    }
+    return 0;
+}
+
 static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error *err) {
     if (!o->tokenizer_path) return dt_fail(err, "tokenize: no tokenizer given");
     if (!o->out_dir) return dt_fail(err, "tokenize: no output directory given");
@@ -501,15 +527,18 @@ static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error
     if (o->shard_tokens == 0) return dt_fail(err, "tokenize: shard_tokens must be > 0");
     if (o->block_bytes != 0 && (o->block_bytes < 64 || o->block_bytes > ((uint64_t)1 << 32)))
         return dt_fail(err, "tokenize: block size %llu must be in 64..2^32 bytes", (unsigned long long)o->block_bytes);
+    if (o->n_val_inputs < 0 || (o->n_val_inputs > 0 && !o->val_inputs))
+        return dt_fail(err, "tokenize: %d validation files but no list of them", o->n_val_inputs);
+    /* both would hold out documents of the inputs and take the validation files: which split a
+     * reader means would be ambiguous */
+    if (o->n_val_inputs > 0 && o->val_fraction != 0)
+        return dt_fail(err, "tokenize: validation files and val_fraction %g are exclusive (val_fraction must be 0)",
+                       (double)o->val_fraction);
     *total = 0;
-    for (int i = 0; i < o->n_inputs; i++) {
-        struct stat sb;
-        if (stat(o->inputs[i], &sb) != 0) return dt_fail_io(err, "%s: %s", o->inputs[i], strerror(errno));
-        if (!S_ISREG(sb.st_mode)) return dt_fail_io(err, "%s: not a regular file", o->inputs[i]);
-        if (sb.st_size == 0) return dt_fail_format(err, "%s: data file is empty", o->inputs[i]);
-        *total += (uint64_t)sb.st_size;
-    }
-    return 0;
+    return check_inputs(o->inputs, o->n_inputs, total, err) != 0 ||
+                   check_inputs(o->val_inputs, o->n_val_inputs, total, err) != 0
+               ? -1
+               : 0;
 }
 
 /* Shards of an earlier dataset in dir that this one did not write. */
@@ -541,7 +570,10 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
                                 .shard_tokens = o->shard_tokens};
     r.t0 = r.last_report = monotonic_seconds();
     int rc = 0;
+    r.file_split = o->n_val_inputs > 0 ? 0 : -1;
     for (int i = 0; i < o->n_inputs && rc == 0; i++) rc = tokenize_file(&r, o->inputs[i], err);
+    r.file_split = 1;
+    for (int i = 0; i < o->n_val_inputs && rc == 0; i++) rc = tokenize_file(&r, o->val_inputs[i], err);
     if (rc == 0) rc = flush_batch(&r, err);
     for (int s = 0; s < 2 && rc == 0; s++) rc = writer_close_shard(&r.w[s], err);
     if (rc == 0 && o->val_fraction > 0 && r.w[1].total == 0)
