@@ -110,6 +110,21 @@ typedef struct {
     int eos_token_id[DT_MAX_EOS];
 } dt_special_ids;
 
+/* DIFF V2's pairing of its H = 2h query heads into h output heads; query head i attends to kv
+ * head ⌊i / (H/KV)⌋ (GQA: consecutive query heads share a kv head).
+ *   DT_V2_PAIRS_GROUP ("v2_pairs": "2j,2j+1", the default, the write-up's DIFF V2): output head j
+ *     is a_{2j} − λ·a_{2j+1}, two query heads of one GQA group: the same key and value heads
+ *     (whenever H/KV is even, as it is for every V2 made from a DIFF or a preset);
+ *   DT_V2_PAIRS_CROSS ("v2_pairs": "j,j+h", the write-up's "wrong implementation" as an ablation):
+ *     output head j is a_j − λ·a_{j+h}; query heads j and j + h read kv heads ⌊j/g⌋ and
+ *     ⌊(j + h)/g⌋ = ⌊j/g⌋ + KV/2 (g = H/KV, KV even), always two different ones; needs KV ≥ 2. */
+typedef enum { DT_V2_PAIRS_GROUP = 0, DT_V2_PAIRS_CROSS = 1 } dt_v2_pairs;
+
+/* DIFF V2's λ from z = W_λ x_t [h]: DT_V2_LAMBDA_SIGMOID ("v2_lambda": "sigmoid", the default)
+ * λ = sigmoid(z) ∈ (0, 1); DT_V2_LAMBDA_NONE ("none") λ = 1, o_j = a_{2j} − a_{2j+1}, and no W_λ
+ * (no lambda_proj tensor in the checkpoint); DT_V2_LAMBDA_LINEAR ("linear") λ = z, unbounded. */
+typedef enum { DT_V2_LAMBDA_SIGMOID = 0, DT_V2_LAMBDA_NONE = 1, DT_V2_LAMBDA_LINEAR = 2 } dt_v2_lambda;
+
 typedef struct {
     dt_arch arch;                /* model_type: "llama" | "diffllama" */
     int vocab_size;
@@ -132,6 +147,9 @@ typedef struct {
     int softmax1;                /* "softmax1": exp(s_i) / (1 + Σ exp(s_j)), may attend to nothing */
     int no_head_norm;            /* DIFF: "head_norm": false — out_j = (1 − λinit)·u_j, no RMSNorm */
     int fixed_lambda;            /* DIFF: "fixed_lambda": true — λ = λinit, no λ vectors */
+    /* DIFF V2 ablations of the V2 write-up (ours, under "difftrans"; 0 is DIFF V2 itself): */
+    dt_v2_pairs v2_pairs;        /* "v2_pairs": which query heads output head j subtracts */
+    dt_v2_lambda v2_lambda;      /* "v2_lambda": how λ_{t,j} comes from z = W_λ x_t */
 } dt_config;
 
 /* Fill a config from a named preset ("tiny", "small", ...) for an architecture. A DIFF preset
@@ -160,16 +178,32 @@ const char *dt_arch_name(dt_arch arch);
 /* The architecture as tables and reports name it: "Transformer", "DIFF", "DIFF V2". */
 const char *dt_arch_label(dt_arch arch);
 
-/* Named ablations, short and stable (for `compare --ablations`): "rope", "alibi", "nope" (no
- * position encoding), "softmax1", "nonorm" (DIFF without the per-head norm), "fixedlambda" (DIFF
- * with λ = λinit), "v2" (DIFF V2 with h = the base's head count of the matched Transformer, i.e.
- * 2h query heads of the same head_dim). dt_config_ablation writes into *out the variant of
- * `base` the name describes (everything else unchanged); a name that does not apply to the
- * base's architecture (nonorm on a Transformer) is an error naming both. */
+/* Named ablations, short and stable (for `compare --ablations`, `train --ablation`): "rope",
+ * "alibi", "nope" (no position encoding), "softmax1", "nonorm" (DIFF without the per-head norm),
+ * "fixedlambda" (DIFF with λ = λinit);
+ * "v2" (DIFF V2 with h = the head count of the base's matched Transformer, i.e. 2h query heads of
+ * the same head_dim; a V2 base is kept as it is) and the V2 write-up's ablations of it:
+ * "v2-crossgroup" (v2_pairs "j,j+h": the two query heads of an output head read different kv
+ * heads), "v2-nolambda" (λ = 1, no W_λ), "v2-nosigmoid" (λ = W_λ x, unbounded); on a V2 base they
+ * change only their option, so that they combine;
+ * matched baselines, from the base's Transformer (dt_config_matched; a llama base itself) with H
+ * heads of hd: "transformer" (that one: 2h heads of hd for a DIFF of h differential heads),
+ * "transformer-1.5h" (1.5·H heads of hd, the V2 write-up's comparison, whose h is the
+ * Transformer's head count: the q/o parameters of DIFF V2; its kv heads kept when they divide the
+ * new count, else scaled by 1.5; an odd H is refused), "transformer-2hd" (H/2 heads of 2·hd and
+ * KV/2 kv heads: the same attention width and parameters, doubled head dimension).
+ * dt_config_ablation writes into *out the variant of `base` the name describes (everything else
+ * unchanged); a name that does not apply to the base's architecture (nonorm on a Transformer) is
+ * an error naming both. */
 const char *dt_ablation_names(void);
 int dt_config_ablation(dt_config *out, const dt_config *base, const char *name, dt_error *err);
-/* A short description of cfg's architecture and ablations, e.g. "diffllama+alibi+nonorm". */
+/* A short description of cfg's architecture and ablations, e.g. "diffllama+alibi+nonorm",
+ * "difftrans_v2+crossgroup+nolambda". */
 void dt_config_describe(const dt_config *cfg, char *buf, size_t n);
+/* The query head that map `which` (0: the first, 1: the subtracted one) of output head j reads:
+ * DIFF j + which·H/2; DIFF V2 2j + which, or j + which·H/2 with v2_pairs "j,j+h"; a Transformer's
+ * head j is its query head j (which ignored). For analyses that look at a head's two maps. */
+int dt_config_query_head(const dt_config *cfg, int j, int which);
 
 /* ---------------------------------------------------------------- safetensors */
 
@@ -290,7 +324,7 @@ typedef struct {
     float *v_proj;               /* [KV*hd, C] */
     float *o_proj;               /* [C, H*hd]; DIFF V2: [C, H/2*hd] */
     float *lambda_q1, *lambda_k1, *lambda_q2, *lambda_k2; /* [hd] each, DIFF without fixed_lambda */
-    float *lambda_proj;          /* [H/2, C] W_λ, DIFF V2 only */
+    float *lambda_proj;          /* [H/2, C] W_λ, DIFF V2 only (not with v2_lambda "none") */
     float *subln;                /* [2*hd], DIFF with use_subln_weight only */
     float *post_attention_layernorm; /* [C] */
     float *gate_proj;            /* [F, C] */
@@ -420,7 +454,8 @@ const float *dt_runstate_attention(const dt_runstate *rs, int layer);
  * NULL unless the run state keeps them (keep_logits). */
 const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer);
 /* DIFF V2: the per-token λ of a layer's last forward, [B, T, h] (λ_{t,j} = sigmoid((W_λ x_t)_j),
- * output head j subtracting query head 2j + 1 from 2j), *n = B·T·h values (n may be NULL); NULL
+ * output head j subtracting query head 2j + 1 from 2j; dt_config_query_head for the ablations;
+ * v2_lambda "linear": (W_λ x_t)_j itself, "none": 1), *n = B·T·h values (n may be NULL); NULL
  * for the other architectures. */
 const float *dt_runstate_token_lambda(const dt_runstate *rs, int layer, size_t *n);
 /* The residual stream entering layer `layer` [B, T, C]; layer L is the input of the final norm. */

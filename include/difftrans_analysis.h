@@ -830,10 +830,21 @@ typedef struct {
 /* The defaults of `difftrans compare` (quick: the smoke-test budget). */
 void dt_cmp_options_default(dt_cmp_options *o, int quick);
 
-/* The config of a named variant built on the DIFF preset `preset`: "diff", "transformer" (the
- * matched baseline), "diff-subln" (a learnable per-head norm weight), "diff+A" / "transformer+A"
- * with A one of dt_ablation_names, or A alone (an ablation of the DIFF preset). */
+/* The config of a named variant built on the DIFF preset `preset`: "diff", the matched baselines
+ * "transformer" (2h heads of hd for a DIFF of h differential heads), "transformer-1.5h" (1.5× the
+ * Transformer's heads: the V2 write-up's comparison) and "transformer-2hd" (h heads of 2·hd),
+ * "diff-subln" (a learnable per-head norm weight), DIFF V2 "v2" and its ablations "v2-crossgroup",
+ * "v2-nolambda", "v2-nosigmoid" (dt_config_ablation says exactly what each is), BASE+A with BASE
+ * one of these and A one of dt_ablation_names ("transformer+alibi", "v2+softmax1"), or A alone (an
+ * ablation of the DIFF preset). */
 int dt_cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_error *err);
+/* The same built on a DIFF (diffllama) config of the caller's instead of a preset (a study's own
+ * sizes); refuses a base of another architecture or an invalid one. */
+int dt_cmp_variant_config_base(const char *name, const dt_config *diff_base, dt_config *out, dt_error *err);
+/* The name a report gives a variant: "DIFF", "Transformer", "Transformer 1.5h", "Transformer 2hd",
+ * "DIFF+subln", "DIFF V2", "DIFF V2 cross-group", "DIFF V2 no lambda", "DIFF V2 no sigmoid"; any
+ * other name as it is. */
+const char *dt_cmp_variant_display(const char *name);
 /* Comma-separated variant names, for help texts. */
 const char *dt_cmp_variant_names(void);
 

@@ -114,6 +114,8 @@ size_t decode_head_work(int n, int hd);
  * caller), with sc1, sc2 [n] as scratch; kv_store puts a position's k and v [KV·hd] into the
  * cache in its storage type; kv_max_tokens is the cache's length. */
 int kv_attention_tasks(const dt_config *c);
+/* model/ablation.c: how c's query heads pair into output heads, as layers.h's HEADS_* numbers */
+int config_head_pairing(const dt_config *c);
 void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n, const float *q,
                        float *out, float *sc1, float *sc2);
 void kv_store(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads, const float *k, const float *v);

@@ -51,16 +51,25 @@ void dt_cmp_options_default(dt_cmp_options *o, int quick) {
 
 typedef struct {
     const char *key, *display;
-    int arch; /* DT_ARCH_DIFF: the preset; DT_ARCH_LLAMA: its matched baseline */
+    const char *ablation; /* dt_config_ablation's name applied to the DIFF base; NULL: the DIFF base */
     void (*modify)(dt_config *c);
 } variant;
 
 static void with_subln(dt_config *c) { c->use_subln_weight = 1; }
 
+/* The matched baselines and DIFF V2 with the V2 write-up's ablations (ablation.c says exactly what
+ * each is); every other ablation is reached as A or BASE+A. Display names stay ASCII: they go into
+ * gnuplot's titles. */
 static const variant variants[] = {
-    {"diff", "DIFF", DT_ARCH_DIFF, NULL},
-    {"transformer", "Transformer", DT_ARCH_LLAMA, NULL},
-    {"diff-subln", "DIFF+subln", DT_ARCH_DIFF, with_subln},
+    {"diff", "DIFF", NULL, NULL},
+    {"transformer", "Transformer", "transformer", NULL},
+    {"transformer-1.5h", "Transformer 1.5h", "transformer-1.5h", NULL},
+    {"transformer-2hd", "Transformer 2hd", "transformer-2hd", NULL},
+    {"diff-subln", "DIFF+subln", NULL, with_subln},
+    {"v2", "DIFF V2", "v2", NULL},
+    {"v2-crossgroup", "DIFF V2 cross-group", "v2-crossgroup", NULL},
+    {"v2-nolambda", "DIFF V2 no lambda", "v2-nolambda", NULL},
+    {"v2-nosigmoid", "DIFF V2 no sigmoid", "v2-nosigmoid", NULL},
 };
 #define N_VARIANTS ((int)(sizeof variants / sizeof *variants))
 
@@ -71,41 +80,70 @@ static const variant *find_variant(const char *name) {
 }
 
 const char *dt_cmp_variant_names(void) {
-    return "diff, transformer, diff-subln, or diff+ABLATION / transformer+ABLATION / ABLATION (on DIFF) with "
-           "ABLATION one of dt_config_ablation's names";
+    return "diff, transformer, transformer-1.5h, transformer-2hd, diff-subln, v2, v2-crossgroup, v2-nolambda, "
+           "v2-nosigmoid, or BASE+ABLATION (BASE one of those) / ABLATION (on DIFF) with ABLATION one of "
+           "dt_config_ablation's names";
+}
+
+const char *dt_cmp_variant_display(const char *name) {
+    if (!name) return "";
+    const variant *v = find_variant(name);
+    return v ? v->display : name;
 }
 
 /* The report's name of a variant: the table's, else the name as given. */
-static const char *variant_display(const char *name) {
+static const char *variant_display(const char *name) { return dt_cmp_variant_display(name); }
+
+/* name on the DIFF config c: a table entry, BASE+A (the last '+' splits, so BASE may hold more),
+ * or an ablation A of c. */
+static int variant_from(const char *name, const dt_config *c, dt_config *out, dt_error *err) {
     const variant *v = find_variant(name);
-    return v ? v->display : name;
+    if (v) {
+        dt_config r = *c;
+        if (v->ablation && dt_config_ablation(&r, c, v->ablation, err) != 0)
+            return dt_fail_prefix(err, "variant '%s'", name);
+        if (v->modify) v->modify(&r);
+        if (dt_config_validate(&r, name, err) != 0) return -1;
+        *out = r;
+        return 0;
+    }
+    dt_config base = *c;
+    const char *ablation = name, *plus = strrchr(name, '+');
+    if (plus) {
+        char prefix[128];
+        const size_t len = (size_t)(plus - name);
+        if (len >= sizeof prefix) return dt_fail(err, "variant '%s': name too long", name);
+        memcpy(prefix, name, len);
+        prefix[len] = '\0';
+        dt_error why;
+        if (variant_from(prefix, c, &base, &why) != 0)
+            return dt_fail(err, "variant '%s': unknown base '%s' before '+' (%s)", name, prefix, why.msg);
+        ablation = plus + 1;
+    }
+    dt_error why;
+    dt_config r;
+    if (dt_config_ablation(&r, &base, ablation, &why) != 0)
+        return dt_fail(err, "variant '%s': unknown (known: %s; ABLATION one of %s): %s", name, dt_cmp_variant_names(),
+                       dt_ablation_names(), why.msg);
+    if (dt_config_validate(&r, name, err) != 0) return -1;
+    *out = r;
+    return 0;
+}
+
+int dt_cmp_variant_config_base(const char *name, const dt_config *diff_base, dt_config *out, dt_error *err) {
+    if (!name) return dt_fail(err, "variant: no name given");
+    if (!diff_base) return dt_fail(err, "variant '%s': no base config given", name);
+    if (diff_base->arch != DT_ARCH_DIFF)
+        return dt_fail(err, "variant '%s': the base config must be a DIFF model (diffllama), not %s", name,
+                       dt_arch_name(diff_base->arch));
+    if (dt_config_validate(diff_base, "variant base config", err) != 0) return -1;
+    return variant_from(name, diff_base, out, err);
 }
 
 int dt_cmp_variant_config(const char *name, const char *preset, dt_config *out, dt_error *err) {
     dt_config c;
     if (dt_config_preset(&c, preset, DT_ARCH_DIFF, err) != 0) return -1;
-    const variant *v = find_variant(name);
-    if (v) {
-        *out = v->arch == DT_ARCH_DIFF ? c : dt_config_matched(&c);
-        if (v->modify) v->modify(out);
-        return dt_config_validate(out, name, err);
-    }
-    /* BASE+ABLATION (BASE diff or transformer), or an ablation of the DIFF preset */
-    dt_config base = c;
-    const char *ablation = name, *plus = strchr(name, '+');
-    if (plus) {
-        size_t len = (size_t)(plus - name);
-        if (len == 11 && strncmp(name, "transformer", 11) == 0) base = dt_config_matched(&c);
-        else if (!(len == 4 && strncmp(name, "diff", 4) == 0))
-            return dt_fail(err, "variant '%s': unknown base (diff or transformer before '+')", name);
-        ablation = plus + 1;
-    }
-    dt_error why;
-    if (dt_config_ablation(out, &base, ablation, &why) != 0)
-        return dt_fail(err, "variant '%s': unknown (known: diff, transformer, diff-subln, or diff+A / transformer+A "
-                            "/ A with A one of %s): %s",
-                       name, dt_ablation_names(), why.msg);
-    return dt_config_validate(out, name, err);
+    return dt_cmp_variant_config_base(name, &c, out, err);
 }
 
 /* ---------------------------------------------------------------- progress */

@@ -15,14 +15,14 @@ void alibi_slopes(float *out, int n) {
     for (int k = 0; k < n - p; k++) out[p + k] = (float)pow2_slope(2 * k + 1, 2 * p);
 }
 
-void alibi_query_slopes(float *out, int arch, int H) {
-    if (arch == 0) {
+void alibi_query_slopes(float *out, int pairing, int H) {
+    if (pairing == HEADS_UNPAIRED) {
         alibi_slopes(out, H);
         return;
     }
     const int h = H / 2;
     alibi_slopes(out, h); /* out[0..h): the output heads' slopes */
-    if (arch == 1) {
+    if (pairing == HEADS_PAIR_HALF) {
         for (int j = 0; j < h; j++) out[j + h] = out[j];
     } else {
         for (int j = h - 1; j >= 0; j--) out[2 * j] = out[2 * j + 1] = out[j];

@@ -118,10 +118,14 @@ void attention_backward(float *dq, float *dk, float *dv, float *dlambda, float *
 /* ALiBi slopes of Press et al. for n heads: 2^(−8k/n), k = 1..n, for n a power of two; otherwise
  * those of the power of two p below n, then every other slope of 2p. out[n]. */
 void alibi_slopes(float *out, int n);
-/* The slope of every query head [H] for an architecture (0 llama, 1 DIFF, 2 DIFF V2; the numbers
- * of dt_arch): slopes go to the output heads, and the query heads of an output head share its
- * slope (DIFF: heads j and j + H/2; V2: heads 2j and 2j + 1). */
-void alibi_query_slopes(float *out, int arch, int H);
+/* How query heads pair into output heads (the numbers of dt_arch, for which they are the
+ * pairing): HEADS_UNPAIRED (llama), HEADS_PAIR_HALF (j with j + H/2: DIFF, and DIFF V2 with
+ * v2_pairs "j,j+h"), HEADS_PAIR_ADJACENT (2j with 2j + 1: DIFF V2). config_head_pairing (internal.h)
+ * gives a config's. */
+enum { HEADS_UNPAIRED = 0, HEADS_PAIR_HALF = 1, HEADS_PAIR_ADJACENT = 2 };
+/* The slope of every query head [H] for a pairing: slopes go to the output heads, and the query
+ * heads of an output head share its slope. */
+void alibi_query_slopes(float *out, int pairing, int H);
 
 /* ---- diff_v2.c: DIFF V2's combination of its 2h softmax heads into h output heads ---- */
 
@@ -131,6 +135,16 @@ void diffv2_combine_forward(float *out, float *lam, const float *z, const float 
 /* da[N, 2h·hd] += ..., dz[N, h] += d(loss)/dz (through the sigmoid) */
 void diffv2_combine_backward(float *da, float *dz, const float *dout, const float *a, const float *lam, int N, int h,
                              int hd);
+/* The same for every variant: `pairs` and `lambda` are the numbers of dt_v2_pairs and dt_v2_lambda
+ * (difftrans.h). lam = λ(z): sigmoid(z), 1 (z unread, may be NULL) or z itself; out_j = a_p −
+ * lam_j·a_q with (p, q) = (2j, 2j + 1), or (j, j + h) for DIFFV2_PAIRS_CROSS; the backward's dz is
+ * through λ(z) (unread with DIFFV2_LAMBDA_NONE, may be NULL then). */
+enum { DIFFV2_PAIRS_GROUP = 0, DIFFV2_PAIRS_CROSS = 1 };
+enum { DIFFV2_LAMBDA_SIGMOID = 0, DIFFV2_LAMBDA_NONE = 1, DIFFV2_LAMBDA_LINEAR = 2 };
+void diffv2_combine_forward_with(float *out, float *lam, const float *z, const float *a, int N, int h, int hd,
+                                 int pairs, int lambda);
+void diffv2_combine_backward_with(float *da, float *dz, const float *dout, const float *a, const float *lam, int N,
+                                  int h, int hd, int pairs, int lambda);
 
 /* ---- flash_attention.c: the fused kernels (FlashAttention-style online softmax, no [T, T]
  * buffers), tested against the reference kernel above ---- */

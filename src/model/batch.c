@@ -184,8 +184,8 @@ int dt_batch_step(const dt_model *m, dt_batch *b, const dt_batch_row *rows, int 
                               att_out + (size_t)r * qdim, sc, sc + b->ctx);
         }
         if (v2) { /* W_λ stays float in every scheme */
-            linear_forward(b->lam, b->xn, w->lambda_proj, n, C, h);
-            diffv2_combine_forward(b->att, b->lam, b->lam, b->att2, n, h, hd);
+            if (w->lambda_proj) linear_forward(b->lam, b->xn, w->lambda_proj, n, C, h);
+            diffv2_combine_forward_with(b->att, b->lam, b->lam, b->att2, n, h, hd, (int)c->v2_pairs, (int)c->v2_lambda);
         }
         lin(m, b, l, LIN_O, b->proj, b->att, n);
         for (size_t i = 0; i < (size_t)n * C; i++) b->x[i] += b->proj[i];

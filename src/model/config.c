@@ -85,6 +85,8 @@ dt_config dt_config_matched(const dt_config *cfg) {
     m.use_subln_weight = 0;
     m.no_head_norm = 0;
     m.fixed_lambda = 0;
+    m.v2_pairs = DT_V2_PAIRS_GROUP;
+    m.v2_lambda = DT_V2_LAMBDA_SIGMOID;
     return m;
 }
 
@@ -153,6 +155,27 @@ static int check_reals(const dt_config *c, const char *where, dt_error *err) {
     return 0;
 }
 
+/* The V2 write-up's ablations (dt_v2_pairs, dt_v2_lambda in difftrans.h). */
+static int check_v2_options(const dt_config *c, const char *where, dt_error *err) {
+    if (c->v2_pairs != DT_V2_PAIRS_GROUP && c->v2_pairs != DT_V2_PAIRS_CROSS)
+        return dt_fail(err, "%s: unknown v2_pairs %d", where, (int)c->v2_pairs);
+    if (c->v2_lambda != DT_V2_LAMBDA_SIGMOID && c->v2_lambda != DT_V2_LAMBDA_NONE &&
+        c->v2_lambda != DT_V2_LAMBDA_LINEAR)
+        return dt_fail(err, "%s: unknown v2_lambda %d", where, (int)c->v2_lambda);
+    if (c->arch != DT_ARCH_DIFF_V2 && c->v2_pairs != DT_V2_PAIRS_GROUP)
+        return dt_fail(err, "%s: v2_pairs only applies to difftrans_v2 (not %s)", where, dt_arch_name(c->arch));
+    if (c->arch != DT_ARCH_DIFF_V2 && c->v2_lambda != DT_V2_LAMBDA_SIGMOID)
+        return dt_fail(err, "%s: v2_lambda only applies to difftrans_v2 (not %s)", where, dt_arch_name(c->arch));
+    /* query heads j and j + h read kv heads ⌊j/g⌋ and ⌊j/g⌋ + KV/2: one kv head would make them
+     * the same again, and the variant would be plain V2 in another order */
+    if (c->v2_pairs == DT_V2_PAIRS_CROSS && c->num_key_value_heads < 2)
+        return dt_fail(err,
+                       "%s: v2_pairs \"j,j+h\" (pairs across GQA groups) needs num_key_value_heads >= 2 (got %d): with "
+                       "one kv head both query heads of a pair read the same keys and values",
+                       where, c->num_key_value_heads);
+    return 0;
+}
+
 static int check_flags(const dt_config *c, const char *where, dt_error *err) {
     if (c->tie_word_embeddings != 0 && c->tie_word_embeddings != 1)
         return dt_fail(err, "%s: tie_word_embeddings must be 0 or 1 (got %d)", where, c->tie_word_embeddings);
@@ -177,7 +200,7 @@ static int check_flags(const dt_config *c, const char *where, dt_error *err) {
     if (c->no_head_norm && c->use_subln_weight)
         return dt_fail(err, "%s: subln_weight is the per-head norm's weight: it cannot go with head_norm = false",
                        where);
-    return 0;
+    return check_v2_options(c, where, err);
 }
 
 /* The parameter count of the layout in difftrans.h, in double so it cannot overflow. */
@@ -191,7 +214,7 @@ static double param_count(const dt_config *c) {
                    + KV * hd * C * 2     /* k_proj, v_proj */
                    + 3 * F * C;          /* gate, up, down */
     if (c->arch == DT_ARCH_DIFF) layer += (c->fixed_lambda ? 0 : 4 * hd) + (c->use_subln_weight ? 2 * hd : 0);
-    if (c->arch == DT_ARCH_DIFF_V2) layer += H / 2 * C; /* W_λ */
+    if (c->arch == DT_ARCH_DIFF_V2 && c->v2_lambda != DT_V2_LAMBDA_NONE) layer += H / 2 * C; /* W_λ */
     return V * C * (c->tie_word_embeddings ? 1 : 2) + C + c->num_hidden_layers * layer;
 }
 
@@ -467,6 +490,23 @@ int special_ids_parse(const cJSON *root, dt_special_ids *s, const char *path, dt
     return 0;
 }
 
+/* A string key of "difftrans" that names one of n choices: its index, -2 when absent, -1 on a bad
+ * value (not a string: a format error; a string not among the choices: unsupported, as for
+ * position). */
+static int json_choice(const cJSON *ours, const char *key, const char *const *choices, int n, const char *path,
+                       dt_error *err) {
+    const cJSON *v = get_key(ours, key);
+    if (!v) return -2;
+    if (!cJSON_IsString(v)) return dt_fail_format(err, "%s: key 'difftrans.%s' must be a string", path, key);
+    for (int i = 0; i < n; i++)
+        if (strcmp(v->valuestring, choices[i]) == 0) return i;
+    char list[128] = "";
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s\"%s\"", i ? ", " : "", choices[i]);
+    return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: difftrans.%s \"%s\" is not supported (expected %s)", path, key,
+                        v->valuestring, list);
+}
+
 static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_error *err) {
     c->tie_word_embeddings = 0;
     c->use_subln_weight = 0;
@@ -477,14 +517,15 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
     /* Every key here changes what the model computes, so one this version does not know (a typo,
      * or a variant of a newer version) is refused: running the default model instead would be silent
      * misbehaviour. Keys outside "difftrans" are Hugging Face's and stay ignored. */
-    static const char *const known[] = {"subln_weight", "softmax1", "head_norm", "fixed_lambda", "position"};
+    static const char *const known[] = {"subln_weight", "softmax1", "head_norm", "fixed_lambda", "position",
+                                        "v2_pairs",     "v2_lambda"};
     for (const cJSON *k = ours->child; k; k = k->next) {
         size_t i = 0;
         while (i < sizeof known / sizeof known[0] && strcmp(k->string, known[i]) != 0) i++;
         if (i == sizeof known / sizeof known[0])
             return dt_fail_format(err,
                                   "%s: difftrans.%s is not an option of this version (known: subln_weight, softmax1, "
-                                  "head_norm, fixed_lambda, position)",
+                                  "head_norm, fixed_lambda, position, v2_pairs, v2_lambda)",
                                   path, k->string);
     }
     int head_norm = 1;
@@ -505,6 +546,12 @@ static int parse_flags(const cJSON *root, dt_config *c, const char *path, dt_err
                                 "%s: difftrans.position '%s' is not supported (expected rope, alibi or none)", path,
                                 pos->valuestring);
     }
+    static const char *const pairs[] = {"2j,2j+1", "j,j+h"}, *const lambdas[] = {"sigmoid", "none", "linear"};
+    int v;
+    if ((v = json_choice(ours, "v2_pairs", pairs, 2, path, err)) == -1) return -1;
+    if (v >= 0) c->v2_pairs = (dt_v2_pairs)v;
+    if ((v = json_choice(ours, "v2_lambda", lambdas, 3, path, err)) == -1) return -1;
+    if (v >= 0) c->v2_lambda = (dt_v2_lambda)v;
     return 0;
 }
 
@@ -643,7 +690,8 @@ static cJSON *config_to_json(const dt_config *c, dt_dtype dtype) {
     /* Our own section only when one of our extensions is in use, so that a plain model (and an
      * HF export, which folds subln away) is a pure Hugging Face config; absent means the default
      * (the paper's model). */
-    if (ok && (c->use_subln_weight || c->position != DT_POS_ROPE || c->softmax1 || c->no_head_norm || c->fixed_lambda)) {
+    if (ok && (c->use_subln_weight || c->position != DT_POS_ROPE || c->softmax1 || c->no_head_norm || c->fixed_lambda ||
+               c->v2_pairs != DT_V2_PAIRS_GROUP || c->v2_lambda != DT_V2_LAMBDA_SIGMOID)) {
         static const char *const positions[] = {"rope", "alibi", "none"};
         cJSON *ours = cJSON_AddObjectToObject(root, "difftrans");
         ok = ours != NULL;
@@ -652,6 +700,11 @@ static cJSON *config_to_json(const dt_config *c, dt_dtype dtype) {
         if (ok && c->softmax1) ok = cJSON_AddBoolToObject(ours, "softmax1", 1) != NULL;
         if (ok && c->no_head_norm) ok = cJSON_AddBoolToObject(ours, "head_norm", 0) != NULL;
         if (ok && c->fixed_lambda) ok = cJSON_AddBoolToObject(ours, "fixed_lambda", 1) != NULL;
+        /* the mapping itself as the value: output head j subtracts query head j + h from query head j */
+        if (ok && c->v2_pairs == DT_V2_PAIRS_CROSS) ok = cJSON_AddStringToObject(ours, "v2_pairs", "j,j+h") != NULL;
+        if (ok && c->v2_lambda != DT_V2_LAMBDA_SIGMOID)
+            ok = cJSON_AddStringToObject(ours, "v2_lambda", c->v2_lambda == DT_V2_LAMBDA_NONE ? "none" : "linear") !=
+                 NULL;
     }
     if (!ok) {
         cJSON_Delete(root);

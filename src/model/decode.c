@@ -112,7 +112,7 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
     if (!cache_ok || !kc->x || !kc->xn || !kc->q || !kc->scores || !kc->atty || !kc->gate ||
         !kc->tmp || !kc->qscratch || !kc->vlam || !kc->slopes)
         goto oom;
-    if (c->position == DT_POS_ALIBI) alibi_query_slopes(kc->slopes, (int)c->arch, c->num_attention_heads);
+    if (c->position == DT_POS_ALIBI) alibi_query_slopes(kc->slopes, config_head_pairing(c), c->num_attention_heads);
     return kc;
 oom:
     dt_kvcache_free(kc);
@@ -349,8 +349,9 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
         if (!kc->k) store_kv(kc, l, pos, kvdim, c->num_key_value_heads);
         decode_attention(m, kc, l, pos + 1);
         if (v2) {
-            linear_forward(kc->vlam, kc->xn, w->lambda_proj, 1, C, c->num_attention_heads / 2);
-            diffv2_combine_forward(kc->atty, kc->vlam, kc->vlam, kc->tmp, 1, c->num_attention_heads / 2, hd);
+            if (w->lambda_proj) linear_forward(kc->vlam, kc->xn, w->lambda_proj, 1, C, c->num_attention_heads / 2);
+            diffv2_combine_forward_with(kc->atty, kc->vlam, kc->vlam, kc->tmp, 1, c->num_attention_heads / 2, hd,
+                                        (int)c->v2_pairs, (int)c->v2_lambda);
         }
         model_linear(m, l, LIN_O, kc->tmp, kc->atty, 1, kc->qscratch);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];

@@ -219,7 +219,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     cv = (carver){.base = rs->block};
     layout_runstate(rs, c, &cv);
     refresh_rope_tables(m, rs);
-    if (rs->slopes) alibi_query_slopes(rs->slopes, (int)c->arch, c->num_attention_heads);
+    if (rs->slopes) alibi_query_slopes(rs->slopes, config_head_pairing(c), c->num_attention_heads);
     return rs;
 oom:
     dt_runstate_free(rs);
@@ -405,9 +405,10 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
         if (rs->kernel == DT_ATTENTION_FUSED)
             fused_attention_forward(rs, a, kernel_out(a, c), &s);
         else attention_forward(kernel_out(a, c), a->att, a->pre, a->head_rstd, a->q, a->k, a->v, &s);
-        if (v2) { /* λ_t = sigmoid(W_λ x_t), then o_j = a_{2j} − λ_{t,j}·a_{2j+1} */
-            linear_forward(a->vlam, a->ln1, w->lambda_proj, N, C, h2);
-            diffv2_combine_forward(a->atty, a->vlam, a->vlam, a->pre, N, h2, c->head_dim);
+        if (v2) { /* λ_t = sigmoid(W_λ x_t), then o_j = a_{2j} − λ_{t,j}·a_{2j+1} (or the config's ablation) */
+            if (w->lambda_proj) linear_forward(a->vlam, a->ln1, w->lambda_proj, N, C, h2);
+            diffv2_combine_forward_with(a->atty, a->vlam, a->vlam, a->pre, N, h2, c->head_dim, (int)c->v2_pairs,
+                                        (int)c->v2_lambda);
         }
         profile_lap(prof, PROF_ATTN_FWD, 1, &t);
         lin(m, rs, l, LIN_O, rs->dln, a->atty, N);
@@ -524,7 +525,8 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
         if (v2) {
             memset(rs->dpre, 0, (size_t)N * qdim * sizeof(float));
             memset(rs->dz, 0, (size_t)N * h2 * sizeof(float));
-            diffv2_combine_backward(rs->dpre, rs->dz, rs->datty, a->pre, a->vlam, N, h2, c->head_dim);
+            diffv2_combine_backward_with(rs->dpre, rs->dz, rs->datty, a->pre, a->vlam, N, h2, c->head_dim,
+                                         (int)c->v2_pairs, (int)c->v2_lambda);
             dkernel = rs->dpre;
         }
         profile_lap(prof, PROF_ZERO, 0, &t);
@@ -541,8 +543,9 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
             rope_apply_table(rs->dk, B, T, c->num_key_value_heads, c->head_dim, rs->rope_cos, rs->rope_sin, -1);
         }
         profile_lap(prof, PROF_ROPE, 2, &t);
-        if (v2) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2, GRAD_SET_DX);
-        linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim, v2 ? GRAD_ADD : GRAD_SET_DX);
+        const int has_wl = w->lambda_proj != NULL; /* DIFF V2 with a W_λ */
+        if (has_wl) linear_backward(rs->dln, gw->lambda_proj, rs->dz, a->ln1, w->lambda_proj, N, C, h2, GRAD_SET_DX);
+        linear_backward(rs->dln, gw->q_proj, rs->dq, a->ln1, w->q_proj, N, C, qdim, has_wl ? GRAD_ADD : GRAD_SET_DX);
         linear_backward(rs->dln, gw->k_proj, rs->dk, a->ln1, w->k_proj, N, C, kvdim, GRAD_ADD);
         linear_backward(rs->dln, gw->v_proj, rs->dv, a->ln1, w->v_proj, N, C, kvdim, GRAD_ADD);
         profile_lap_mm(prof, l, MM_QKV, 1, 6, &t);

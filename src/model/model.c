@@ -65,7 +65,8 @@ static int build_layout(const dt_config *c, layout_builder *lb) {
             }
             if (c->use_subln_weight) ADD("self_attn.subln.weight", 2 * hd, 0, 0);
         }
-        if (c->arch == DT_ARCH_DIFF_V2) ADD("self_attn.lambda_proj.weight", c->num_attention_heads / 2, C, 1);
+        if (c->arch == DT_ARCH_DIFF_V2 && c->v2_lambda != DT_V2_LAMBDA_NONE)
+            ADD("self_attn.lambda_proj.weight", c->num_attention_heads / 2, C, 1);
         ADD("post_attention_layernorm.weight", C, 0, 0);
         ADD("mlp.gate_proj.weight", F, C, 1);
         ADD("mlp.up_proj.weight", F, C, 1);
@@ -99,7 +100,7 @@ void dt_weights_view(const dt_model *m, float *buf, dt_weights *w, dt_layer_weig
             }
             if (c->use_subln_weight) lw->subln = buf + (t++)->offset;
         }
-        if (c->arch == DT_ARCH_DIFF_V2) lw->lambda_proj = buf + (t++)->offset;
+        if (c->arch == DT_ARCH_DIFF_V2 && c->v2_lambda != DT_V2_LAMBDA_NONE) lw->lambda_proj = buf + (t++)->offset;
         lw->post_attention_layernorm = buf + (t++)->offset;
         lw->gate_proj = buf + (t++)->offset;
         lw->up_proj = buf + (t++)->offset;
