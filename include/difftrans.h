@@ -460,6 +460,13 @@ const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer);
 const float *dt_runstate_token_lambda(const dt_runstate *rs, int layer, size_t *n);
 /* The residual stream entering layer `layer` [B, T, C]; layer L is the input of the final norm. */
 const float *dt_runstate_hidden(const dt_runstate *rs, int layer);
+/* Each output head's context vector in a layer's last forward, before any per-head norm, [B, T,
+ * heads, width] (either kernel; *heads and *width are set when not NULL). DIFF: u_j = (A_j −
+ * λ·A_{j+H/2})·V_j, H/2 heads of width 2·hd, before the RMSNorm and the (1 − λinit) scale (with
+ * no_head_norm: before that scale); DIFF V2: o_j = a_p − λ_{t,j}·a_q ((p, q) = (2j, 2j + 1), or
+ * (j, j + h) with v2_pairs "j,j+h"), H/2 heads of width hd; the Transformer: each softmax head's
+ * output, H heads of width hd (neither has a norm). */
+const float *dt_runstate_head_context(const dt_runstate *rs, int layer, int *heads, int *width);
 
 /* ---------------------------------------------------------------- generation */
 

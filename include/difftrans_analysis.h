@@ -389,6 +389,8 @@ int dt_an_allocation_add_json(struct cJSON *o, const dt_an_allocation *a);
  * (at most DT_AN_SPIKE_WINDOW, at least DT_AN_SPIKE_MIN_HISTORY) values; returns the number of spikes. */
 int dt_an_spikes(const double *g, int n, int *flags);
 
+#define DT_AN_LAMBDA_POINTS 5      /* λ is kept at the first, last and three evenly spaced lines between */
+
 /* A training run's metrics.jsonl, summarised; owns the arrays. */
 typedef struct {
     char path[4096]; /* the metrics.jsonl read */
@@ -403,6 +405,9 @@ typedef struct {
     double final_train_loss;
     double final_val_loss; /* NAN when no line has val_loss */
     int final_val_step;
+    int n_lambda_points;   /* λ at up to DT_AN_LAMBDA_POINTS lines spread over the run (analyze.c) */
+    int lambda_step[DT_AN_LAMBDA_POINTS];
+    double *lambda_at;     /* [n_lambda_points × n_layers] */
 } dt_an_training;
 
 /* path: a training run directory (its metrics.jsonl, and config.json when present) or a metrics file. */
@@ -410,8 +415,47 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err);
 /* Frees the arrays; safe on a zeroed struct. */
 void dt_an_training_free(dt_an_training *t);
 /* Adds steps_logged, first/last step, the final losses, gradient-norm statistics and spikes, and
- * λ per layer (first, last, min, max; when the run logs λ) to o; 0 or -1 when out of memory. */
+ * λ per layer (first, last, min, max, and lambda_points [{step, lambda}]; when the run logs λ) to
+ * o; 0 or -1 when out of memory. */
 int dt_an_training_add_json(struct cJSON *o, const dt_an_training *t);
+
+/* ---------------------------------------------------------------- the reproduction protocol
+ *
+ * What the failed small-scale reproductions lacked, measured on one model and one text (the exact
+ * definitions are at the top of src/analysis/protocol.c): the mean next-token loss overall and in
+ * bins of equal width over the position in the context, the attention-sink mass per layer (the
+ * weight the heads' rows t ≥ 1 put on the window's first token: DIFF's differential map and each
+ * of its softmax maps, DIFF V2's combined heads' maps, the Transformer's softmax maps), and the RMS
+ * of each head's context before its per-head norm (DIFF; DIFF V2 and the Transformer have none).
+ * Run it on the training text and on held-out text with the same arguments for the two sides of
+ * the train / held-out gap. */
+
+#define DT_AN_PROTO_MAX_BINS 16
+
+/* What dt_an_protocol_run measured; owns the per-layer arrays. */
+typedef struct {
+    int n_layers, n_heads, seq, windows, n_bins; /* n_heads: output heads (DIFF, DIFF V2: H/2; Transformer: H) */
+    int head_width;                              /* channels of a head's context: DIFF 2·hd, else hd */
+    double loss;                                 /* mean next-token cross-entropy, nats/token */
+    int bin_start[DT_AN_PROTO_MAX_BINS + 1];     /* bin k: positions [bin_start[k], bin_start[k + 1]) */
+    double bin_loss[DT_AN_PROTO_MAX_BINS];       /* mean cross-entropy of bin k's predictions */
+    double *lambda;                              /* [n_layers] the λ the maps used (V2: mean); NAN: none */
+    double *sink_mass;                           /* [n_layers] the heads' maps' mean weight on position 0 */
+    double *sink_mass_map1, *sink_mass_map2;     /* [n_layers] each softmax map's (DIFF, V2); NAN: Transformer */
+    double *head_rms;                            /* [n_layers × n_heads] RMS of each head's context */
+} dt_an_protocol;
+
+/* windows (up to; as many as fit without overlap) windows of seq + 1 tokens spread evenly over
+ * tokens[0, n), n_bins bins. Refuses, naming the argument, seq < 2 or beyond the model's context,
+ * windows < 1, n_bins outside 1..min(DT_AN_PROTO_MAX_BINS, seq), n < seq + 1. */
+int dt_an_protocol_run(const dt_model *m, const int *tokens, size_t n, int seq, int windows, int n_bins,
+                       dt_an_protocol *out, dt_error *err);
+/* Frees the per-layer arrays; safe on a zeroed struct. */
+void dt_an_protocol_free(dt_an_protocol *p);
+/* Adds seq, windows, heads, head_width, loss, bins [{first, last, loss}], lambda, sink_mass,
+ * sink_mass_map1, sink_mass_map2 (NaN as null) and head_rms [layer][head] to o; 0, or -1 when out
+ * of memory. */
+int dt_an_protocol_add_json(struct cJSON *o, const dt_an_protocol *p);
 
 /* Writes a cJSON tree (a `cJSON *`, not freed) to path atomically, naming path in errors. */
 int dt_an_write_json(const char *path, void *json, dt_error *err);

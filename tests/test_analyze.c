@@ -483,6 +483,350 @@ static void test_allocation_rigged_model(void **state) {
     dt_needle_testset_free(&ts);
 }
 
+/* ---------------------------------------------------------------- the reproduction protocol */
+
+/* the Transformer, DIFF, DIFF V2, and DIFF V2 with v2_pairs "j,j+h" (arch_case 3) */
+static const dt_arch all_archs[4] = {DT_ARCH_LLAMA, DT_ARCH_DIFF, DT_ARCH_DIFF_V2, DT_ARCH_DIFF_V2};
+
+static void model_of(dt_model *m, int arch_case, int vocab, dt_position pos) {
+    const dt_arch arch = all_archs[arch_case];
+    dt_config cfg;
+    dt_error err;
+    assert_int_equal(dt_config_preset(&cfg, "tiny", arch, &err), 0);
+    cfg.vocab_size = vocab;
+    cfg.position = pos;
+    if (arch_case == 3) cfg.v2_pairs = DT_V2_PAIRS_CROSS;
+    if (dt_model_create(m, &cfg, &err) != 0) fail_msg("%s", err.msg);
+    dt_model_init_random(m, 11 + (uint64_t)arch);
+}
+
+/* The value kv head g of layer l writes at every position (below): different for every head and layer. */
+static double rig_value(int l, int g) { return 1.5 + 0.5 * g + 0.2 * l; }
+/* DIFF V2: z_j = W_λ·ln1(x) of output head j (times the norm's 1/√(1 + eps)). */
+static double rig_z(int j) { return 0.5 * j - 0.5; }
+
+/* Every token the same embedding (all ones) and the attention and MLP outputs cut off (o_proj and
+ * down_proj zero), so every layer reads ln1 = ones·r at every position (r = 1/√(1 + eps)); q and k zero:
+ * every softmax row uniform, A[t, s] = 1/(t + 1); each value row of kv head g sums to rig_value(l, g),
+ * so every position's value of that head is rig_value·r in all hd channels, and any attention row
+ * that sums to 1 returns it; the LM head zero: uniform logits, loss ln V everywhere. */
+static void rig_uniform(dt_model *m) {
+    const dt_config *c = &m->cfg;
+    const int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
+    const int F = c->intermediate_size, V = c->vocab_size;
+    for (size_t i = 0; i < (size_t)V * C; i++) m->w.embed_tokens[i] = 1.0f;
+    memset(m->w.lm_head, 0, (size_t)V * C * sizeof(float));
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        dt_layer_weights *w = &m->w.layers[l];
+        memset(w->q_proj, 0, (size_t)H * hd * C * sizeof(float));
+        memset(w->k_proj, 0, (size_t)KV * hd * C * sizeof(float));
+        memset(w->o_proj, 0, (size_t)C * H * hd * sizeof(float)); /* V2's is smaller: zeroing H·hd columns covers it */
+        memset(w->down_proj, 0, (size_t)C * F * sizeof(float));
+        for (int g = 0; g < KV; g++)
+            for (int e = 0; e < hd; e++)
+                for (int i = 0; i < C; i++) w->v_proj[((size_t)g * hd + e) * C + i] = (float)(rig_value(l, g) / C);
+        if (w->lambda_proj)
+            for (int j = 0; j < H / 2; j++)
+                for (int i = 0; i < C; i++) w->lambda_proj[(size_t)j * C + i] = (float)(rig_z(j) / C);
+    }
+}
+
+static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static void expect_near(double got, double want, double tol, const char *what, int l) {
+    if (!(fabs(got - want) <= tol)) fail_msg("%s, layer %d: %.9g, expected %.9g", what, l, got, want);
+}
+
+/* Uniform attention: the sink mass is the mean over t = 1..T−1 of 1/(t + 1) (DIFF: times 1 − λ; V2:
+ * times the mean of 1 − λ_j), which counting t = 0 would raise; each head's context RMS is its values'
+ * (DIFF: (1 − λ)·√((c_a² + c_b²)/2) before the norm, which after it would be 1 − λinit for every head);
+ * uniform logits give ln V in every bin, with a vocabulary beyond the bytes too. */
+static void test_protocol_uniform(void **state) {
+    (void)state;
+    const int T = 24, W = 3;
+    for (int a = 0; a < 4; a++)
+        for (int big = 0; big < 2; big++) {
+            const dt_arch arch = all_archs[a];
+            const int V = big ? 1000 : 256;
+            dt_model m;
+            model_of(&m, a, V, DT_POS_ROPE);
+            rig_uniform(&m);
+            const dt_config *c = &m.cfg;
+            const double r = 1.0 / sqrt(1.0 + (double)c->rms_norm_eps);
+            size_t n = 200;
+            int *tok = malloc(n * sizeof *tok);
+            assert_non_null(tok);
+            for (size_t i = 0; i < n; i++) tok[i] = (int)((i * 37 + 5) % (size_t)V);
+            dt_an_protocol p;
+            dt_error err;
+            if (dt_an_protocol_run(&m, tok, n, T, W, 4, &p, &err) != 0) fail_msg("%s", err.msg);
+            const int heads = arch == DT_ARCH_LLAMA ? c->num_attention_heads : c->num_attention_heads / 2;
+            assert_int_equal(p.n_heads, heads);
+            assert_int_equal(p.head_width, arch == DT_ARCH_DIFF ? 2 * c->head_dim : c->head_dim);
+            assert_int_equal(p.windows, W);
+            assert_int_equal(p.n_layers, c->num_hidden_layers);
+            expect_near(p.loss, log((double)V), 1e-5, "loss", -1);
+            for (int k = 0; k < 4; k++) {
+                assert_int_equal(p.bin_start[k], k * T / 4);
+                expect_near(p.bin_loss[k], log((double)V), 1e-5, "bin loss", k);
+            }
+            assert_int_equal(p.bin_start[4], T);
+            double S = 0, S0 = 1.0;
+            for (int t = 1; t < T; t++) S += 1.0 / (t + 1) / (T - 1), S0 += 1.0 / (t + 1);
+            S0 /= T; /* what including t = 0 would give */
+            assert_true(fabs(S - S0) > 0.01);
+            const int KV = c->num_key_value_heads, G = c->num_attention_heads / KV;
+            for (int l = 0; l < p.n_layers; l++) {
+                if (arch == DT_ARCH_LLAMA) {
+                    expect_near(p.sink_mass[l], S, 1e-6, "Transformer sink mass", l);
+                    assert_true(isnan(p.sink_mass_map1[l]) && isnan(p.sink_mass_map2[l]) && isnan(p.lambda[l]));
+                    for (int j = 0; j < heads; j++)
+                        expect_near(p.head_rms[l * heads + j], rig_value(l, j / G) * r, 1e-5, "Transformer head RMS", l);
+                } else if (arch == DT_ARCH_DIFF) {
+                    const double lam = dt_model_lambda(&m, l);
+                    expect_near(p.lambda[l], lam, 1e-7, "DIFF λ", l);
+                    expect_near(p.sink_mass[l], (1 - lam) * S, 1e-6, "DIFF sink mass", l);
+                    expect_near(p.sink_mass_map1[l], S, 1e-6, "DIFF first map's sink mass", l);
+                    expect_near(p.sink_mass_map2[l], S, 1e-6, "DIFF second map's sink mass", l);
+                    for (int j = 0; j < heads; j++) {
+                        const double ca = rig_value(l, j / G), cb = rig_value(l, (j + heads) / G);
+                        const double want = fabs(1 - lam) * sqrt((ca * ca + cb * cb) / 2) * r;
+                        assert_true(fabs(want - (1 - dt_lambda_init(l))) > 0.3); /* what the RMS after the norm would be */
+                        expect_near(p.head_rms[l * heads + j], want, 1e-5, "DIFF head RMS", l);
+                    }
+                } else {
+                    double keep = 0, lam_mean = 0;
+                    for (int j = 0; j < heads; j++) {
+                        const double lj = sigmoid(rig_z(j) * r);
+                        keep += (1 - lj) / heads;
+                        lam_mean += lj / heads;
+                        /* output head j: query heads 2j and 2j + 1, both on kv head ⌊2j / G⌋; across the
+                         * groups j and j + h, on kv heads ⌊j / G⌋ and ⌊(j + h) / G⌋ */
+                        const int qa = a == 3 ? j : 2 * j, qb = a == 3 ? j + heads : 2 * j + 1;
+                        const double want = fabs(rig_value(l, qa / G) - lj * rig_value(l, qb / G)) * r;
+                        expect_near(p.head_rms[l * heads + j], want, 1e-5, "V2 head RMS", l);
+                    }
+                    expect_near(p.lambda[l], lam_mean, 1e-6, "V2 mean λ", l);
+                    expect_near(p.sink_mass[l], keep * S, 1e-6, "V2 sink mass", l);
+                    expect_near(p.sink_mass_map1[l], S, 1e-6, "V2 first map's sink mass", l);
+                    expect_near(p.sink_mass_map2[l], S, 1e-6, "V2 second map's sink mass", l);
+                }
+            }
+            dt_an_protocol_free(&p);
+            free(tok);
+            dt_model_free(&m);
+        }
+}
+
+/* Attention on the window's first token only (no position encoding; token 1 there and at no other
+ * position of a window, token 2 elsewhere): every map puts 1 on position 0, so the sink mass is 1
+ * (DIFF: 1 − λ; V2 with W_λ zero: 1 − 1/2). Two windows spread over a text of 2·(T + 1) + 5 tokens
+ * start at 0 and at T + 6; consecutive windows would start the second at T + 1, on a token 2, and
+ * its rows would find token 1 five positions in. With `half`, only query heads 0..H/2−1 look for
+ * token 1 and the others stay uniform. */
+static void rig_first_token(dt_model *m, int half) {
+    rig_uniform(m);
+    const dt_config *c = &m->cfg;
+    const int C = c->hidden_size, H = c->num_attention_heads, KV = c->num_key_value_heads, hd = c->head_dim;
+    const float root = sqrtf((float)C), kappa = 3.0f; /* scores κ²·C/√hd = 144: e^−144 underflows */
+    for (int t = 0; t < c->vocab_size; t++)
+        for (int i = 0; i < C; i++) m->w.embed_tokens[(size_t)t * C + i] = 0.0f;
+    m->w.embed_tokens[1 * C + 0] = root; /* ln1 of token 1: √C on channel 0; of token 2: √C on channel 1 */
+    m->w.embed_tokens[2 * C + 1] = root;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        dt_layer_weights *w = &m->w.layers[l];
+        for (int i = 0; i < (half ? H / 2 : H); i++)
+            w->q_proj[((size_t)i * hd) * C + 0] = w->q_proj[((size_t)i * hd) * C + 1] = kappa;
+        for (int g = 0; g < KV; g++) w->k_proj[((size_t)g * hd) * C + 0] = kappa;
+        if (w->lambda_proj) memset(w->lambda_proj, 0, (size_t)H / 2 * C * sizeof(float));
+    }
+}
+
+static void test_protocol_first_token_sink(void **state) {
+    (void)state;
+    const int T = 20;
+    const size_t n = 2 * (T + 1) + 5;
+    int tok[2 * (20 + 1) + 5];
+    for (size_t i = 0; i < n; i++) tok[i] = i == 0 || i == (size_t)T + 6 ? 1 : 2;
+    for (int a = 0; a < 3; a++) {
+        dt_model m;
+        model_of(&m, a, 256, DT_POS_NONE);
+        rig_first_token(&m, 0);
+        dt_an_protocol p;
+        dt_error err;
+        if (dt_an_protocol_run(&m, tok, n, T, 2, 2, &p, &err) != 0) fail_msg("%s", err.msg);
+        assert_int_equal(p.windows, 2);
+        for (int l = 0; l < p.n_layers; l++) {
+            const double lam = all_archs[a] == DT_ARCH_DIFF ? dt_model_lambda(&m, l) : all_archs[a] == DT_ARCH_DIFF_V2 ? 0.5 : 0;
+            expect_near(p.sink_mass[l], 1 - lam, 1e-6, dt_arch_label(all_archs[a]), l);
+            if (all_archs[a] != DT_ARCH_LLAMA) {
+                expect_near(p.sink_mass_map1[l], 1.0, 1e-6, "first map", l);
+                expect_near(p.sink_mass_map2[l], 1.0, 1e-6, "second map", l);
+            }
+        }
+        dt_an_protocol_free(&p);
+        /* windows beyond what fits without overlap: as many as fit (2) */
+        if (dt_an_protocol_run(&m, tok, n, T, 9, 2, &p, &err) != 0) fail_msg("%s", err.msg);
+        assert_int_equal(p.windows, 2);
+        if (all_archs[a] != DT_ARCH_LLAMA) expect_near(p.sink_mass_map1[0], 1.0, 1e-6, "9 windows asked", 0);
+        else expect_near(p.sink_mass[0], 1.0, 1e-6, "9 windows asked", 0);
+        dt_an_protocol_free(&p);
+        dt_model_free(&m);
+    }
+    /* DIFF V2 with query heads 0..3 of 8 looking for token 1, the others uniform: paired across the
+     * groups (j, j + 4) the first maps are all on token 1 and the second all uniform; paired within
+     * a group (2j, 2j + 1) both maps would average (1 + S)/2 */
+    double S = 0;
+    for (int t = 1; t < T; t++) S += 1.0 / (t + 1) / (T - 1);
+    for (int a = 2; a < 4; a++) {
+        dt_model m;
+        model_of(&m, a, 256, DT_POS_NONE);
+        rig_first_token(&m, 1);
+        dt_an_protocol p;
+        dt_error err;
+        if (dt_an_protocol_run(&m, tok, n, T, 2, 2, &p, &err) != 0) fail_msg("%s", err.msg);
+        const double m1 = a == 3 ? 1.0 : (1 + S) / 2, m2 = a == 3 ? S : (1 + S) / 2;
+        for (int l = 0; l < p.n_layers; l++) {
+            expect_near(p.sink_mass_map1[l], m1, 1e-6, a == 3 ? "V2 j,j+h first map" : "V2 first map", l);
+            expect_near(p.sink_mass_map2[l], m2, 1e-6, a == 3 ? "V2 j,j+h second map" : "V2 second map", l);
+            expect_near(p.sink_mass[l], m1 - 0.5 * m2, 1e-6, "V2 head maps", l);
+        }
+        dt_an_protocol_free(&p);
+        dt_model_free(&m);
+    }
+}
+
+/* Loss by position: tokens 2 and 3 read alike (the same embedding), so every position has the same
+ * logits, and the LM head gives token 2 the logit 2·r and every other token 0. The targets of bins 0
+ * and 2 are token 2, of bins 1 and 3 token 3: the bins' losses alternate −log p₂, −log p₃; binning by
+ * the target's position (one later) or by the wrong boundaries would mix them. */
+static void test_protocol_bins(void **state) {
+    (void)state;
+    const int T = 16, B = 4;
+    dt_model m;
+    model_of(&m, 1, 256, DT_POS_ROPE);
+    rig_uniform(&m);
+    const dt_config *c = &m.cfg;
+    const int C = c->hidden_size, V = c->vocab_size;
+    for (int i = 0; i < C; i++) m.w.lm_head[2 * C + i] = 2.0f / C;
+    const double r = 1.0 / sqrt(1.0 + (double)c->rms_norm_eps), z = exp(2 * r) + V - 1;
+    const double l2 = -log(exp(2 * r) / z), l3 = log(z);
+    int tok[17];
+    tok[0] = 3;
+    for (int t = 0; t < T; t++) tok[t + 1] = (t / (T / B)) % 2 ? 3 : 2; /* the target of position t */
+    dt_an_protocol p;
+    dt_error err;
+    if (dt_an_protocol_run(&m, tok, 17, T, 1, B, &p, &err) != 0) fail_msg("%s", err.msg);
+    for (int k = 0; k < B; k++) expect_near(p.bin_loss[k], k % 2 ? l3 : l2, 1e-5, "bin loss", k);
+    expect_near(p.loss, (l2 + l3) / 2, 1e-5, "loss", -1);
+    dt_an_protocol_free(&p);
+    /* three bins over 16 positions: [0, 5), [5, 10), [10, 16) */
+    if (dt_an_protocol_run(&m, tok, 17, T, 1, 3, &p, &err) != 0) fail_msg("%s", err.msg);
+    const int starts[4] = {0, 5, 10, 16};
+    for (int k = 0; k < 4; k++) assert_int_equal(p.bin_start[k], starts[k]);
+    for (int k = 0; k < 3; k++) {
+        double want = 0;
+        for (int t = starts[k]; t < starts[k + 1]; t++) want += (tok[t + 1] == 2 ? l2 : l3) / (starts[k + 1] - starts[k]);
+        expect_near(p.bin_loss[k], want, 1e-5, "bin loss of three", k);
+    }
+    dt_an_protocol_free(&p);
+    dt_model_free(&m);
+}
+
+static void test_protocol_refusals(void **state) {
+    (void)state;
+    dt_model m;
+    tiny_model(&m, DT_ARCH_DIFF, 3);
+    size_t n;
+    int *tok = text_tokens(&n);
+    struct {
+        int seq, windows, bins;
+        size_t n;
+        const char *names;
+    } bad[] = {{1, 4, 1, n, "seq 1"},           {300, 1, 4, n, "seq 300"},        {16, 0, 4, n, "windows 0"},
+               {16, 4, 0, n, "n_bins 0"},       {16, 4, 17, n, "n_bins 17"},      {8, 4, 9, n, "n_bins 9"},
+               {16, 4, 4, 16, "n: the text has 16 tokens"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        dt_an_protocol p;
+        dt_error err = {0};
+        assert_int_equal(dt_an_protocol_run(&m, tok, bad[i].n, bad[i].seq, bad[i].windows, bad[i].bins, &p, &err), -1);
+        if (!strstr(err.msg, bad[i].names)) fail_msg("case %zu: \"%s\" does not name %s", i, err.msg, bad[i].names);
+        assert_int_equal(err.code, DT_ERR_INVALID);
+        assert_null(p.sink_mass);
+        dt_an_protocol_free(&p);
+    }
+    /* the edges that are allowed: seq 2, n = seq + 1, bins = seq */
+    dt_an_protocol p;
+    dt_error err;
+    assert_int_equal(dt_an_protocol_run(&m, tok, 3, 2, 5, 2, &p, &err), 0);
+    assert_int_equal(p.windows, 1);
+    dt_an_protocol_free(&p);
+    free(tok);
+    dt_model_free(&m);
+}
+
+/* dt_runstate_head_context is the same with either kernel (the fused one keeps DIFF's u_j too), and
+ * the Transformer's and V2's are what o_proj reads: the attention block's output is o_proj of it. */
+static void test_head_context_kernels(void **state) {
+    (void)state;
+    const int T = 12;
+    int tok[12];
+    for (int t = 0; t < T; t++) tok[t] = (t * 29 + 3) % 256;
+    for (int a = 0; a < 3; a++) {
+        dt_model m;
+        tiny_model(&m, all_archs[a], 5);
+        dt_error err;
+        dt_run_options ref = {.kernel = DT_ATTENTION_REFERENCE};
+        dt_runstate *rf = dt_runstate_create_with(&m, 1, T, &ref, &err), *fu = dt_runstate_create(&m, 1, T, &err);
+        assert_non_null(rf);
+        assert_non_null(fu);
+        assert_int_equal(dt_forward(&m, rf, tok, NULL, 1, T, NULL, &err), 0);
+        assert_int_equal(dt_forward(&m, fu, tok, NULL, 1, T, NULL, &err), 0);
+        for (int l = 0; l < m.cfg.num_hidden_layers; l++) {
+            int h1, w1, h2, w2;
+            const float *x = dt_runstate_head_context(rf, l, &h1, &w1), *y = dt_runstate_head_context(fu, l, &h2, &w2);
+            assert_int_equal(h1, h2);
+            assert_int_equal(w1, w2);
+            const size_t cnt = (size_t)T * h1 * w1;
+            double rms = 0;
+            for (size_t i = 0; i < cnt; i++) rms += (double)x[i] * x[i] / cnt;
+            assert_true(rms > 1e-12); /* not an untouched buffer */
+            const float d = tu_max_abs_diff(x, y, cnt);
+            if (!(d <= 1e-4f * (float)sqrt(rms) + 1e-6f)) fail_msg("%s layer %d: kernels differ by %g", dt_arch_label(all_archs[a]), l, d);
+        }
+        dt_runstate_free(rf);
+        dt_runstate_free(fu);
+        dt_model_free(&m);
+    }
+}
+
+/* The protocol's JSON: bins with their positions, the softmax maps' sink mass null for the Transformer,
+ * head_rms per layer and head. */
+static void test_protocol_json(void **state) {
+    (void)state;
+    double lam[2] = {NAN, NAN}, sink[2] = {0.25, 0.5}, m1[2] = {NAN, NAN}, m2[2] = {NAN, NAN};
+    double rms[6] = {1, 2, 3, 4, 5, 6};
+    dt_an_protocol p = {.n_layers = 2, .n_heads = 3, .seq = 8, .windows = 2, .n_bins = 2, .head_width = 4, .loss = 1.5,
+                        .bin_start = {0, 4, 8}, .bin_loss = {2.0, 1.0}, .lambda = lam, .sink_mass = sink,
+                        .sink_mass_map1 = m1, .sink_mass_map2 = m2, .head_rms = rms};
+    cJSON *o = cJSON_CreateObject();
+    assert_int_equal(dt_an_protocol_add_json(o, &p), 0);
+    const cJSON *bins = cJSON_GetObjectItemCaseSensitive(o, "bins");
+    assert_int_equal(cJSON_GetArraySize(bins), 2);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(bins, 1), "first")->valueint, 4);
+    assert_int_equal(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(bins, 1), "last")->valueint, 7);
+    assert_true(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(bins, 0), "loss")->valuedouble == 2.0);
+    assert_true(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "sink_mass_map1"), 0)));
+    assert_true(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "sink_mass"), 1)->valuedouble == 0.5);
+    const cJSON *hr = cJSON_GetObjectItemCaseSensitive(o, "head_rms");
+    assert_int_equal(cJSON_GetArraySize(hr), 2);
+    assert_true(cJSON_GetArrayItem(cJSON_GetArrayItem(hr, 1), 2)->valuedouble == 6.0);
+    char *text = cJSON_PrintUnformatted(o);
+    assert_null(strstr(text, "nan"));
+    free(text);
+    cJSON_Delete(o);
+}
+
 /* ---------------------------------------------------------------- training dynamics */
 
 static void test_spikes_and_lambda(void **state) {
@@ -524,6 +868,15 @@ static void test_spikes_and_lambda(void **state) {
     assert_true(fabs(t.lambda_last[0] - 0.299) < 1e-9 && fabs(t.lambda_last[1] - 0.302) < 1e-9);
     assert_true(fabs(t.lambda_min[0] + 0.3) < 1e-9 && fabs(t.lambda_max[0] - 0.299) < 1e-9);
     assert_true(fabs(t.lambda_min[1] - 0.302) < 1e-9 && fabs(t.lambda_max[1] - 0.9) < 1e-9);
+    /* λ at lines round(k·99/4) = 0, 25, 50, 74, 99 (steps 1, 26, 51, 75, 100) */
+    const int want_steps[5] = {1, 26, 51, 75, 100};
+    assert_int_equal(t.n_lambda_points, 5);
+    for (int k = 0; k < 5; k++) {
+        const int i = want_steps[k] - 1;
+        assert_int_equal(t.lambda_step[k], want_steps[k]);
+        assert_true(fabs(t.lambda_at[k * 2 + 0] - (0.2 + 0.001 * i)) < 1e-9);
+        assert_true(fabs(t.lambda_at[k * 2 + 1] - (0.5 - 0.002 * i)) < 1e-9);
+    }
     assert_true(fabs(t.final_train_loss - 4.01) < 1e-9);
     assert_true(fabs(t.final_val_loss - 5.01) < 1e-9);
     assert_int_equal(t.final_val_step, 100);
@@ -599,6 +952,12 @@ int main(void) {
         cmocka_unit_test(test_allocation_rigged_model),
         cmocka_unit_test(test_spikes_and_lambda),
         cmocka_unit_test(test_analysis_json),
+        cmocka_unit_test(test_protocol_uniform),
+        cmocka_unit_test(test_protocol_first_token_sink),
+        cmocka_unit_test(test_protocol_bins),
+        cmocka_unit_test(test_protocol_refusals),
+        cmocka_unit_test(test_head_context_kernels),
+        cmocka_unit_test(test_protocol_json),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

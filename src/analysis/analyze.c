@@ -66,6 +66,8 @@
  * DT_AN_SPIKE_MIN_HISTORY = 10 earlier lines) whose grad_norm exceeds mean + 3·std of the preceding
  * min(i, 50) lines, or exceeds 3× their median. Every flagged line counts (a spike lasting two steps
  * counts twice). Final train loss = the last line's; final val loss = the last line carrying one.
+ * λ over training: the λ of P = min(DT_AN_LAMBDA_POINTS, lines) lines, line k·(n − 1)/(P − 1)
+ * rounded to nearest (k = 0..P−1; the first and the last line among them), with their steps.
  */
 #include "analysis/needle.h"
 #include "difftrans_analysis.h"
@@ -511,6 +513,7 @@ int dt_an_spikes(const double *g, int n, int *flags) {
 }
 
 void dt_an_training_free(dt_an_training *t) {
+    free(t->lambda_at);
     free(t->lambda_first);
     free(t->lambda_last);
     free(t->lambda_min);
@@ -580,7 +583,8 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     if (!text) return -1;
     size_t cap = 0;
     int n = 0, L = -1;
-    double *gn = NULL;
+    double *gn = NULL, *lam_all = NULL; /* lam_all: [lines × L] every λ, for the points over training */
+    size_t lam_cap = 0;
     int *steps = NULL;
     char *save = NULL;
     int lineno = 0;
@@ -621,6 +625,11 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
             dt_fail_format(err, "%s:%d: %d λ values, but earlier lines have %d", out->path, lineno, nl, L);
             goto fail;
         }
+        if (L > 0 && grow_array(&lam_all, &lam_cap, ((size_t)n + 1) * (size_t)L, sizeof *lam_all, 256) != 0) {
+            cJSON_Delete(o);
+            dt_fail_oom(err, "out of memory");
+            goto fail;
+        }
         for (int l = 0; l < L; l++) {
             const cJSON *x = cJSON_GetArrayItem(lam, l);
             if (!cJSON_IsNumber(x)) {
@@ -629,6 +638,7 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
                 goto fail;
             }
             double v = x->valuedouble;
+            lam_all[(size_t)n * L + l] = v;
             if (n == 0) out->lambda_first[l] = out->lambda_min[l] = out->lambda_max[l] = v;
             out->lambda_last[l] = v;
             if (v < out->lambda_min[l]) out->lambda_min[l] = v;
@@ -686,11 +696,27 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     for (int i = 0, k = 0; i < n; i++)
         if (flags[i]) out->spike_steps[k++] = steps[i];
     free(flags);
+    if (L > 0) {
+        const int P = n < DT_AN_LAMBDA_POINTS ? n : DT_AN_LAMBDA_POINTS;
+        out->lambda_at = malloc((size_t)P * L * sizeof *out->lambda_at);
+        if (!out->lambda_at) {
+            dt_fail_oom(err, "out of memory");
+            goto fail;
+        }
+        for (int k = 0; k < P; k++) {
+            const int i = P > 1 ? (int)(((long long)k * (n - 1) * 2 + (P - 1)) / (2 * (P - 1))) : 0;
+            out->lambda_step[k] = steps[i];
+            memcpy(out->lambda_at + (size_t)k * L, lam_all + (size_t)i * L, (size_t)L * sizeof *lam_all);
+        }
+        out->n_lambda_points = P;
+    }
+    free(lam_all);
     free(gn);
     free(steps);
     free(text);
     return 0;
 fail:
+    free(lam_all);
     free(gn);
     free(steps);
     free(text);

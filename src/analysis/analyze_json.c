@@ -90,6 +90,17 @@ int dt_an_training_add_json(cJSON *o, const dt_an_training *t) {
         ok = add_array(o, "lambda_first", t->lambda_first, t->n_layers) &&
              add_array(o, "lambda_last", t->lambda_last, t->n_layers) &&
              add_array(o, "lambda_min", t->lambda_min, t->n_layers) && add_array(o, "lambda_max", t->lambda_max, t->n_layers);
+    if (ok && t->n_layers > 0 && t->lambda_at) {
+        cJSON *pts = cJSON_AddArrayToObject(o, "lambda_points");
+        ok = pts != NULL;
+        for (int i = 0; ok && i < t->n_lambda_points; i++) {
+            cJSON *e = cJSON_CreateObject();
+            ok = e && cJSON_AddItemToArray(pts, e);
+            if (!ok) cJSON_Delete(e);
+            ok = ok && cJSON_AddNumberToObject(e, "step", t->lambda_step[i]) &&
+                 add_array(e, "lambda", t->lambda_at + (size_t)i * t->n_layers, t->n_layers);
+        }
+    }
     return ok ? 0 : -1;
 }
 

@@ -44,6 +44,7 @@ struct dt_runstate {
     size_t qscratch_bytes;
     int B, T, has_targets, count;
     int heads_out;               /* DIFF V2: h, the output heads (the width of its token λ) */
+    int ctx_heads, ctx_width;    /* dt_runstate_head_context's heads and width */
     int *tokens, *targets;       /* [N] */
     float **resid;               /* [L+1] × [N, C]: input of each layer; resid[L] feeds the final norm */
     layer_acts *acts;            /* [L] */
@@ -183,6 +184,8 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     rs->Bmax = B;
     rs->Tmax = T;
     rs->heads_out = c->num_attention_heads / 2;
+    rs->ctx_heads = c->arch == DT_ARCH_LLAMA ? c->num_attention_heads : c->num_attention_heads / 2;
+    rs->ctx_width = c->arch == DT_ARCH_DIFF ? 2 * c->head_dim : c->head_dim;
     if (opt) rs->opt = *opt;
     if (rs->opt.logit_bits < 0 || rs->opt.logit_bits > 24) {
         dt_fail(err, "attention logit quantisation to %d bits: must be 0 (off) or 1..24", rs->opt.logit_bits);
@@ -256,6 +259,12 @@ const float *dt_runstate_attention(const dt_runstate *rs, int layer) {
 }
 const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer) { return rs->acts[layer].logits; }
 const float *dt_runstate_hidden(const dt_runstate *rs, int layer) { return rs->resid[layer]; }
+const float *dt_runstate_head_context(const dt_runstate *rs, int layer, int *heads, int *width) {
+    if (heads) *heads = rs->ctx_heads;
+    if (width) *width = rs->ctx_width;
+    /* DIFF keeps u_j (pre) for the norm's backward; the others' head outputs are o_proj's input */
+    return rs->acts[layer].head_rstd ? rs->acts[layer].pre : rs->acts[layer].atty;
+}
 const float *dt_runstate_token_lambda(const dt_runstate *rs, int layer, size_t *n) {
     const float *lam = rs->acts[layer].vlam;
     if (n) *n = lam ? (size_t)rs->B * rs->T * rs->heads_out : 0;
