@@ -20,6 +20,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_needle(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_study(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
@@ -50,6 +51,18 @@ typedef struct {
  * shots, ...): the flags of the fields the message names as whole words follow it, in the
  * order of flags[0, n) ("... (--batch, --grad-accum)"), so that the user reads what they typed. */
 int cli_fail_flags(const char *cmd, const dt_error *err, const cli_flag *flags, int n);
+/* argv[0, argc) after "difftrans", joined with spaces, arguments with shell-special characters
+ * single-quoted: the command line a report prints so that it can be run again. */
+void cli_join_command(char **argv, int argc, char *out, size_t n);
+/* "a,b,c" → up to cap names of at most 31 bytes each, none empty; prints the error naming flag and
+ * returns -1 otherwise. */
+int cli_split_list(const char *cmd, const char *flag, const char *list, char names[][32], int cap, int *n);
+/* SIGINT and SIGTERM set *flag (cleared first) instead of ending the process, so that a long job
+ * (training, a study) can save its work and return; cli_default_stop_signals restores the defaults. */
+void cli_catch_stop_signals(volatile int *flag);
+void cli_default_stop_signals(void);
+/* A time left for a progress line: "1h05m", "3m07s", "?" when not known. */
+void cli_format_eta(double seconds, char *out, size_t n);
 /* Reports a getopt failure (unknown option, missing value) and returns 1. */
 int cli_bad_option(const char *cmd, int argc, char **argv);
 /* --arch diff|diffllama|transformer|llama; prints the error and returns -1 otherwise. */

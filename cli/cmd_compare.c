@@ -55,54 +55,14 @@ static void help(void) {
            d.seeds, d.task_ratio, dt_cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
 }
 
-/* argv joined with spaces; arguments with shell-special characters are single-quoted. */
-static void join_command(char **argv, int argc, char *out, size_t n) {
-    size_t k = 0;
-    k += (size_t)snprintf(out, n, "difftrans");
-    for (int i = 0; i < argc && k < n; i++) {
-        const char *a = argv[i];
-        int plain = *a != '\0';
-        for (const char *p = a; *p; p++)
-            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@%", *p)) plain = 0;
-        if (plain) {
-            k += (size_t)snprintf(out + k, n - k, " %s", a);
-            continue;
-        }
-        k += (size_t)snprintf(out + k, n - k, " '");
-        for (const char *p = a; *p && k < n; p++)
-            k += (size_t)(*p == '\'' ? snprintf(out + k, n - k, "'\\''") : snprintf(out + k, n - k, "%c", *p));
-        if (k < n) k += (size_t)snprintf(out + k, n - k, "'");
-    }
-}
-
-/* "a,b,c" → up to cap names of at most 31 bytes each, none empty */
-static int split_list(const char *cmd, const char *flag, const char *list, char names[][32], int cap, int *n) {
-    const char *p = list;
-    *n = 0;
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        if (len == 0 || len >= 32) return -(cli_error(cmd, "%s '%s': empty or overlong name", flag, list) != 0);
-        if (*n == cap) return -(cli_error(cmd, "%s '%s': at most %d names", flag, list, cap) != 0);
-        memcpy(names[*n], p, len);
-        names[(*n)++][len] = '\0';
-        if (!comma) return 0;
-        p = comma + 1;
-    }
-}
-
 typedef struct {
     int tty;
 } progress_state;
 
 static void print_progress(void *ctx, double done, double total, double eta_s, const char *msg) {
     progress_state *ps = ctx;
-    char eta[32] = "?";
-    if (isfinite(eta_s)) {
-        int s = (int)(eta_s + 0.5);
-        if (s >= 3600) snprintf(eta, sizeof eta, "%dh%02dm", s / 3600, s / 60 % 60);
-        else snprintf(eta, sizeof eta, "%dm%02ds", s / 60, s % 60);
-    }
+    char eta[32];
+    cli_format_eta(eta_s, eta, sizeof eta);
     fprintf(stderr, "%scompare: %3.0f%% | ETA %s | %s%s", ps->tty ? "\r\033[K" : "", total > 0 ? 100 * done / total : 0,
             eta, msg, ps->tty ? "" : "\n");
 }
@@ -148,8 +108,8 @@ int cmd_compare(int argc, char **argv) {
         case 'K': bad = parse_int(cmd, "--seeds", optarg, 1, DT_CMP_MAX_SEEDS, &seeds); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'n': needle = 1; break;
-        case 'S': bad = split_list(cmd, "--scaling", optarg, sizes, DT_CMP_MAX_SIZES, &n_sizes); break;
-        case 'A': bad = split_list(cmd, "--ablations", optarg, variants, DT_CMP_MAX_VARIANTS, &n_variants); break;
+        case 'S': bad = cli_split_list(cmd, "--scaling", optarg, sizes, DT_CMP_MAX_SIZES, &n_sizes); break;
+        case 'A': bad = cli_split_list(cmd, "--ablations", optarg, variants, DT_CMP_MAX_VARIANTS, &n_variants); break;
         case 'T': tasks = optarg; break;
         case 'R': bad = parse_float(cmd, "--task-ratio", optarg, 0, 1, &ratio); break;
         case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-12, 10, &lr); break;
@@ -193,7 +153,7 @@ int cmd_compare(int argc, char **argv) {
         if (strcmp(tasks, "none") != 0) {
             char names[DT_N_TASKS][32];
             int n = 0;
-            if (split_list(cmd, "--tasks", tasks, names, DT_N_TASKS, &n) != 0) return 1;
+            if (cli_split_list(cmd, "--tasks", tasks, names, DT_N_TASKS, &n) != 0) return 1;
             for (int i = 0; i < n; i++) {
                 int k = dt_task_kind_parse(names[i]);
                 if (k < 0) return cli_error(cmd, "--tasks: unknown task '%s' (recall, depth, icl or none)", names[i]);
@@ -208,7 +168,7 @@ int cmd_compare(int argc, char **argv) {
     o.n_sizes = n_sizes;
     memcpy(o.sizes, sizes, sizeof sizes);
     char command[8192];
-    join_command(argv, argc, command, sizeof command);
+    cli_join_command(argv, argc, command, sizeof command);
     o.command = command;
     progress_state ps = {.tty = isatty(STDERR_FILENO)};
     if (!quiet) {

@@ -1,5 +1,4 @@
 /* cmd_train.c — `difftrans train`. */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,11 +8,6 @@
 #define DEFAULT_COMM_TIMEOUT 120.0
 
 static volatile int stop_requested; /* set by SIGINT/SIGTERM; the loop saves and returns */
-
-static void on_signal(int sig) {
-    (void)sig;
-    stop_requested = 1;
-}
 
 static void help(void) {
     dt_train_options d;
@@ -177,18 +171,12 @@ int cmd_train(int argc, char **argv) {
     cli_set_threads(threads);
     o.comm = comm;
 
-    stop_requested = 0;
+    cli_catch_stop_signals(&stop_requested);
     o.stop = &stop_requested;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
     int rc = dt_train(&o, &err);
     const int rank = dt_comm_rank(comm);
     dt_comm_free(comm);
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    cli_default_stop_signals();
     /* in a job, rank 0 reports for every rank (the others' message is empty) */
     if (rc != 0) return cli_fail_flags(cmd, &err, train_flags, (int)(sizeof train_flags / sizeof train_flags[0]));
     /* a run that stopped before its last step (the library said where it saved it) */

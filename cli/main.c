@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ static const struct {
     {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training"},
     {"quantize", cmd_quantize, "post-training quantisation: q8_0, q4_0 or w8a8 (calibrated) checkpoints"},
     {"compare", cmd_compare, "train DIFF and its matched baseline, analyse both, write REPORT.md"},
+    {"study", cmd_study, "the scaling study: DIFF against its baseline at several sizes and seeds, REPORT.md"},
     {"tokenize", cmd_tokenize, "tokenise text files into a token dataset (shards) for training"},
     {"tokenizer", cmd_tokenizer, "Hugging Face tokenizer.json: encode, decode, info, train a BPE"},
     {"serve", cmd_serve, "an OpenAI-compatible HTTP server with continuous batching, and a page"},
@@ -48,7 +50,8 @@ static void usage(FILE *f) {
                "  4  out of memory\n"
                "  5  valid but not supported here (a tokenizer component, an HF option, a kernel path)\n"
                "  6  training diverged (a non-finite loss or gradient)\n"
-               "  7  a data-parallel job ended because a rank stopped responding (MPI_Abort)\n");
+               "  7  a data-parallel job ended because a rank stopped responding (MPI_Abort)\n"
+               "  9  stopped by a signal before the work was done (`study`: the same command resumes it)\n");
 }
 
 /* The exit status of the first failure reported with a code (cli_fail, cli_error_code); 0 while
@@ -56,7 +59,9 @@ static void usage(FILE *f) {
 static int exit_status;
 
 static int status_of(dt_errcode code) {
-    return code >= DT_ERR_INVALID && code <= DT_ERR_DIVERGED ? (int)code : 1;
+    return (code >= DT_ERR_INVALID && code <= DT_ERR_DIVERGED) || code == DT_ERR_INTERRUPTED
+               ? (int)code
+               : 1;
 }
 
 static int record(dt_errcode code) {
@@ -297,4 +302,74 @@ void cli_print_param_counts(const dt_config *cfg) {
                2 * diff->head_dim);
     printf(" | matched Transformer %zu (%d heads of width %d) | difference %+lld\n", nb, base->num_attention_heads,
            base->head_dim, (long long)nd - (long long)nb);
+}
+
+/* argv joined with spaces; arguments with shell-special characters are single-quoted. */
+void cli_join_command(char **argv, int argc, char *out, size_t n) {
+    size_t k = 0;
+    k += (size_t)snprintf(out, n, "difftrans");
+    for (int i = 0; i < argc && k < n; i++) {
+        const char *a = argv[i];
+        int plain = *a != '\0';
+        for (const char *p = a; *p; p++)
+            if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=,:+@%", *p)) plain = 0;
+        if (plain) {
+            k += (size_t)snprintf(out + k, n - k, " %s", a);
+            continue;
+        }
+        k += (size_t)snprintf(out + k, n - k, " '");
+        for (const char *p = a; *p && k < n; p++)
+            k += (size_t)(*p == '\'' ? snprintf(out + k, n - k, "'\\''") : snprintf(out + k, n - k, "%c", *p));
+        if (k < n) k += (size_t)snprintf(out + k, n - k, "'");
+    }
+}
+
+/* "a,b,c" → up to cap names of at most 31 bytes each, none empty */
+int cli_split_list(const char *cmd, const char *flag, const char *list, char names[][32], int cap, int *n) {
+    const char *p = list;
+    *n = 0;
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len == 0 || len >= 32) return -(cli_error(cmd, "%s '%s': empty or overlong name", flag, list) != 0);
+        if (*n == cap) return -(cli_error(cmd, "%s '%s': at most %d names", flag, list, cap) != 0);
+        memcpy(names[*n], p, len);
+        names[(*n)++][len] = '\0';
+        if (!comma) return 0;
+        p = comma + 1;
+    }
+}
+
+void cli_format_eta(double seconds, char *out, size_t n) {
+    if (!isfinite(seconds) || seconds < 0) {
+        snprintf(out, n, "?");
+        return;
+    }
+    int s = (int)(seconds + 0.5);
+    if (s >= 3600) snprintf(out, n, "%dh%02dm", s / 3600, s / 60 % 60);
+    else snprintf(out, n, "%dm%02ds", s / 60, s % 60);
+}
+
+/* The flag the handler sets: one long-running command per process. */
+static volatile int *stop_flag;
+
+static void on_stop_signal(int sig) {
+    (void)sig;
+    if (stop_flag) *stop_flag = 1;
+}
+
+void cli_catch_stop_signals(volatile int *flag) {
+    *flag = 0;
+    stop_flag = flag;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+void cli_default_stop_signals(void) {
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    stop_flag = NULL;
 }

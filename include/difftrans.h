@@ -47,6 +47,8 @@ typedef enum {
                              * run is not (lower the learning rate; the last checkpoint is intact). */
     DT_ERR_BUSY = 8,        /* the work is valid but cannot be taken now (the serving engine's queue is
                              * full): try again later. (7 is the exit status of an MPI abort.) */
+    DT_ERR_INTERRUPTED = 9, /* stopped on request (a signal) before the work was done; what was done is
+                             * kept, and the same call resumes it (the scaling study). */
 } dt_errcode;
 
 /* An error: a message naming the file or argument and the problem, and its code. A function

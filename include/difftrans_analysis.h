@@ -897,6 +897,68 @@ const char *dt_cmp_variant_names(void);
  * tokens) the needle set is read through the tokenizer and needs the text (data, not tokens). */
 int dt_cmp_run(const dt_cmp_options *o, dt_error *err);
 
+/* ---------------------------------------------------------------- the scaling study
+ *
+ * `difftrans study` as a library call: DIFF and its baseline (and any other variants) trained at
+ * several sizes × seeds on one token dataset, the same number of training tokens per non-embedding
+ * parameter at every size, every run measured on the dataset's held-out split with the protocol
+ * above (and on its training split, for the gap), then the report: per size the paired DIFF −
+ * baseline held-out loss with its 95% interval, the power-law fits and the fraction with bootstrap
+ * intervals (dt_scaling_study_fit), where the curves cross, and the protocol's measures. A study is
+ * a directory of runs that resumes where it stopped; over MPI the runs are spread over the ranks.
+ * The layout and the policy are written out at the top of src/analysis/study.c. */
+
+#define DT_STUDY_MAX_SIZES DT_SCALING_MAX_SIZES
+#define DT_STUDY_MAX_VARIANTS 8
+#define DT_STUDY_MAX_SEEDS DT_SCALING_MAX_SEEDS
+
+typedef struct {
+    char name[16];
+    int hidden, layers, heads, intermediate; /* the DIFF model: heads query heads (heads/2 differential heads) */
+} dt_study_size;
+
+/* done in [0, 1] of the estimated training work, eta_s NAN until it can be estimated; msg says what runs. */
+typedef void (*dt_study_progress_fn)(void *ctx, double done, double eta_s, const char *msg);
+
+/* [defaults of dt_study_options_default] */
+typedef struct {
+    const char *tokens;         /* a token dataset (`difftrans tokenize`): its train split trains, its val
+                                   split is the held-out text every loss is measured on */
+    const char *out;            /* the study directory (created; an existing study there is resumed) */
+    const char *command;        /* the command line, printed at the top of the report */
+    int n_sizes;
+    dt_study_size sizes[DT_STUDY_MAX_SIZES];   /* [s1..s4] */
+    int n_variants;
+    const char *variants[DT_STUDY_MAX_VARIANTS]; /* dt_cmp_variant_config names; the first two are the pair
+                                                    fitted against each other [diff, transformer] */
+    int seeds;                  /* runs per size and variant; run k uses seed + k [3] */
+    uint64_t seed;              /* [1337] */
+    double tokens_per_param;    /* training tokens per non-embedding parameter of the size's DIFF model,
+                                   the same for every variant of a size [10] */
+    int batch, seq;             /* [8, 256] */
+    float lr;                   /* peak learning rate of every run [0.002] */
+    int eval_windows;           /* windows of seq + 1 tokens for each measured loss [64] */
+    int n_bins;                 /* held-out loss by position: bins [8] */
+    int resamples;              /* bootstrap resamples [2000] */
+    int jobs;                   /* runs at once in this process [2] */
+    int threads;                /* OpenMP threads in all (shared by the jobs); 0: all cores */
+    dt_comm *comm;              /* NULL: one process; else the runs are spread over its ranks */
+    volatile int *stop;         /* when it becomes nonzero: every run saves a checkpoint and the call
+                                   returns DT_ERR_INTERRUPTED; NULL: never */
+    dt_study_progress_fn progress; /* may be NULL */
+    void *progress_ctx;
+} dt_study_options;
+
+void dt_study_options_default(dt_study_options *o);
+/* "s1,s3,80x2" → sizes (the built-in ones, or HIDDENxLAYERS with 4 heads and F ≈ 8/3·hidden). */
+int dt_study_parse_sizes(const char *list, dt_study_size *out, int *n, dt_error *err);
+const char *dt_study_size_names(void);
+/* Parameters outside the token embedding and the LM head. */
+size_t dt_study_nonembedding_params(const dt_config *c);
+/* Trains and measures every run not yet done, then (rank 0) writes out/REPORT.md, out/report.json and
+ * out/plots/. */
+int dt_study_run(const dt_study_options *o, dt_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -93,7 +93,8 @@ static void test_fail_functions(void **state) {
         const char *name;
     } names[] = {{DT_ERR_NONE, "none"},         {DT_ERR_INVALID, "invalid"},         {DT_ERR_FORMAT, "format"},
                  {DT_ERR_IO, "io"},             {DT_ERR_NOMEM, "nomem"},             {DT_ERR_UNSUPPORTED, "unsupported"},
-                 {DT_ERR_DIVERGED, "diverged"}, {(dt_errcode)12345, "unknown"}};
+                 {DT_ERR_DIVERGED, "diverged"}, {DT_ERR_BUSY, "busy"},                {DT_ERR_INTERRUPTED, "interrupted"},
+                 {(dt_errcode)12345, "unknown"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         assert_string_equal(dt_errcode_name(names[i].code), names[i].name);
     /* the values are the CLI's exit statuses (README.md): they must not move */
@@ -103,6 +104,8 @@ static void test_fail_functions(void **state) {
     assert_int_equal(DT_ERR_NOMEM, 4);
     assert_int_equal(DT_ERR_UNSUPPORTED, 5);
     assert_int_equal(DT_ERR_DIVERGED, 6);
+    assert_int_equal(DT_ERR_BUSY, 8);
+    assert_int_equal(DT_ERR_INTERRUPTED, 9);
 }
 
 /* A tiny model saved to tmp/name; its directory in dir. */

@@ -93,6 +93,7 @@ const char *dt_errcode_name(dt_errcode code) {
     case DT_ERR_UNSUPPORTED: return "unsupported";
     case DT_ERR_DIVERGED: return "diverged";
     case DT_ERR_BUSY: return "busy";
+    case DT_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown";
 }

@@ -194,3 +194,11 @@ int read_text_file(const char *path, size_t max_bytes, const char *what, char **
     *len = n;
     return 0;
 }
+
+int dir_ensure(const char *path, dt_error *err) {
+    if (mkdir(path, 0755) != 0 && errno != EEXIST)
+        return dt_fail_io(err, "%s: cannot create the directory: %s", path, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_fail_io(err, "%s: not a directory", path);
+    return 0;
+}

@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# cli_study.sh — `difftrans study` end to end on tiny models, and what makes a study survive its machine.
+#
+# usage: bash tests/cli_study.sh PATH_TO_difftrans SCRATCH_DIR
+#
+#   a study        a BPE tokenizer learned on the corpus, a token dataset, 2 sizes × 2 variants × 2 seeds:
+#                  REPORT.md (the command at its top, the per-size table with intervals and verdicts, the
+#                  fits, the protocol's tables), report.json (python3: the fit, the sizes, every run), plots
+#   the same again nothing is trained again (the runs' files are untouched) and the report is rewritten
+#   stopped        SIGTERM once the first run is measured: exit status 9, finished runs kept; SIGKILL in the
+#                  middle of a run (after one of its checkpoints); each time the same command resumes, and the
+#                  resumed study's every run measures exactly what the uninterrupted one's did
+#   MPI            mpirun -np 2: the runs spread over the ranks, one report, the same numbers
+#   refusals       another plan in the same directory (naming the option that differs), a missing dataset,
+#                  an unknown size or variant, one variant, no --tokens: a message and the documented status
+# Prints a summary and exits 1 when any check failed.
+set -u
+TMO=${TMO:-600}
+. "$(dirname "$0")/cli_lib.sh" "$@"
+export OMP_WAIT_POLICY=PASSIVE OPENBLAS_NUM_THREADS=1
+
+expect_ok "learn a BPE tokenizer" "$DT" tokenizer train --data "$CORPUS" --out "$S/tok" --vocab-size 320 --quiet
+expect_ok "tokenize the corpus" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/ds" --val-fraction 0.1 \
+    --quiet
+
+STUDY=(--tokens "$S/ds" --sizes 16x1,24x1 --seeds 2 --tokens-per-param 3 --seq 32 --batch 4 --eval-windows 3
+       --bins 4 --resamples 100)
+expect_ok "a study" "$DT" study "${STUDY[@]}" --out "$S/a" --jobs 2 --threads 2 --quiet
+out_has "REPORT.md: the command, the sizes, the fits, the protocol" "$S/a/REPORT.md" \
+    "^    difftrans study --tokens .*--sizes 16x1,24x1" "^## Held-out loss by size" "^\| 16x1 \| [0-9.]+ ± [0-9.]+ \|" \
+    "^\| 24x1 \| .*\| (DIFF lower|Transformer lower|no difference resolved) \|" "^## Loss against size" \
+    "^- parameters DIFF needs" "^### Training and held-out loss" "^### Held-out loss by position" \
+    "^### Training stability" "^\| DIFF \| 0 \| [0-9.]+ → " "^\| Transformer \| 0 \| — \|" "smaller than the paper"
+if [ -n "$PY" ]; then
+    check "report.json: the fit, both sizes, 8 runs" "$PY" -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+f = r["fit"]
+assert f["kind_0"] == "diff" and f["kind_1"] == "transformer", f
+assert f["fraction"]["mean"] is None or f["fraction"]["mean"] > 0
+assert [s["name"] for s in r["sizes"]] == ["16x1", "24x1"]
+for s in r["sizes"]:
+    assert s["difference"]["n"] == 2 and len(s["variants"]) == 2
+assert len(r["runs"]) == 8
+for run in r["runs"]:
+    h = run["heldout"]
+    assert h["loss"] > 0 and len(h["bins"]) == 4 and run["train"]["loss"] > 0, run
+    assert run["tokens"] >= 3 * run["nonembedding_params"] * 0.9
+' "$S/a/report.json"
+fi
+[ -n "$(command -v gnuplot)" ] && out_has "plots" "$S/a/REPORT.md" "plots/loss.png"
+
+# the same command: nothing is trained again
+sums() { find "$1/runs" -name model.safetensors -o -name metrics.jsonl | sort | xargs md5sum; }
+sums "$S/a" >"$S/before.md5"
+touch -d '2000-01-01' "$S/a/REPORT.md"
+expect_ok "the same study again" "$DT" study "${STUDY[@]}" --out "$S/a" --quiet
+sums "$S/a" >"$S/after.md5"
+check "no run was trained again" cmp -s "$S/before.md5" "$S/after.md5"
+check "the report was written again" test "$S/a/REPORT.md" -nt "$S/before.md5"
+
+# stopped between runs (SIGTERM after the first run.json), then inside one (SIGKILL after a checkpoint)
+wait_for() { # wait_for PID GLOB-TEST: until the test succeeds or the process ends
+    local i
+    for i in $(seq 1 3000); do
+        kill -0 "$1" 2>/dev/null || return 1
+        if eval "$2"; then return 0; fi
+        sleep 0.02
+    done
+    return 1
+}
+"$DT" study "${STUDY[@]}" --out "$S/b" --jobs 1 --threads 1 --quiet >/dev/null 2>"$S/b.err" </dev/null &
+pid=$!
+wait_for $pid 'ls "$S"/b/runs/*/run.json >/dev/null 2>&1'
+kill -TERM $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ $rc -eq 9 ]; then pass; else fail "SIGTERM: exit status $rc, not 9: $(cat "$S/b.err")"; fi
+out_has "SIGTERM: the message says how to resume" "$S/b.err" "the same command resumes"
+n=$(ls "$S"/b/runs/*/run.json 2>/dev/null | wc -l)
+if [ "$n" -ge 1 ] && [ "$n" -lt 8 ]; then pass; else fail "SIGTERM: $n runs finished (expected 1..7)"; fi
+
+# a run with a checkpoint and no run.json yet: killed without warning
+"$DT" study "${STUDY[@]}" --out "$S/b" --jobs 1 --threads 1 --quiet >/dev/null 2>"$S/b.err" </dev/null &
+pid=$!
+# a run between two of its checkpoints: train_state.json says a step before its last
+mid_run() {
+    local d st n
+    for d in "$S"/b/runs/*/; do
+        [ -f "$d/train_state.json" ] && [ ! -f "$d/run.json" ] || continue
+        st=$(grep -o '"step":[[:space:]]*[0-9]*' "$d/train_state.json" | grep -o '[0-9]*$')
+        n=$(grep -o '"steps":[[:space:]]*[0-9]*' "$d/train_state.json" | grep -o '[0-9]*$')
+        [ -n "$st" ] && [ -n "$n" ] && [ "$st" -lt "$n" ] && return 0
+    done
+    return 1
+}
+inside=mid_run
+if wait_for $pid "$inside"; then pass; else fail "SIGKILL: no run was caught between two of its checkpoints"; fi
+kill -KILL $pid 2>/dev/null
+wait $pid 2>/dev/null
+expect_ok "the stopped study resumes" "$DT" study "${STUDY[@]}" --out "$S/b" --jobs 1 --threads 1 --quiet
+if [ -n "$PY" ]; then
+    check "every resumed run measures what the uninterrupted one did" "$PY" -c '
+import json, sys, glob, os
+a, b = sys.argv[1], sys.argv[2]
+runs = sorted(glob.glob(a + "/runs/*/run.json"))
+assert len(runs) == 8
+for p in runs:
+    x = json.load(open(p))
+    y = json.load(open(os.path.join(b, "runs", os.path.basename(os.path.dirname(p)), "run.json")))
+    for k in ("heldout", "train"):
+        assert x[k]["loss"] == y[k]["loss"], (p, k, x[k]["loss"], y[k]["loss"])
+        assert x[k]["bins"] == y[k]["bins"], (p, k)
+    assert x["training"]["final_train_loss"] == y["training"]["final_train_loss"], p
+' "$S/a" "$S/b"
+fi
+
+# over MPI: the runs spread over two ranks, the same numbers as one process
+if command -v mpirun >/dev/null; then
+    MPIRUN=(mpirun --oversubscribe -np 2 -x OMP_WAIT_POLICY -x OPENBLAS_NUM_THREADS)
+    [ "$(id -u)" = 0 ] && MPIRUN+=(--allow-run-as-root)
+    export OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export LSAN_OPTIONS="${LSAN_OPTIONS:+$LSAN_OPTIONS:}suppressions=$(cd "$(dirname "$0")" && pwd)/lsan_openmpi.supp"
+    expect_ok "the study on 2 MPI ranks" "${MPIRUN[@]}" "$DT" study "${STUDY[@]}" --out "$S/m" --threads 1 --jobs 1 \
+        --quiet
+    out_has "MPI: one report" "$S/m/REPORT.md" "^## Held-out loss by size"
+    if [ -n "$PY" ]; then
+        check "MPI: every run measures what the one-process study's did" "$PY" -c '
+import json, sys, glob, os
+for p in sorted(glob.glob(sys.argv[1] + "/runs/*/run.json")):
+    x = json.load(open(p))
+    y = json.load(open(os.path.join(sys.argv[2], "runs", os.path.basename(os.path.dirname(p)), "run.json")))
+    assert x["heldout"]["loss"] == y["heldout"]["loss"], p
+' "$S/a" "$S/m"
+    fi
+else
+    fail "mpirun is installed (scripts/check-deps.sh installs openmpi-bin)"
+fi
+
+# refusals
+expect_status "another plan in the same directory" 1 "study.json.*seeds 2, not 3" \
+    "$DT" study "${STUDY[@]}" --seeds 3 --out "$S/a" --quiet
+expect_status "a missing dataset" 3 "$S/nope" "$DT" study --tokens "$S/nope" --out "$S/c" --quiet
+expect_status "an unknown size" 1 "size 'huge'.*s1" "$DT" study --tokens "$S/ds" --sizes s1,huge --out "$S/c"
+expect_status "an unknown variant" 1 "variant 'nonsense'" "$DT" study "${STUDY[@]}" --variants diff,nonsense \
+    --out "$S/c" --quiet
+expect_status "one variant" 1 "--variants" "$DT" study "${STUDY[@]}" --variants diff --out "$S/c" --quiet
+expect_status "no --tokens" 1 "--tokens DATASET is required" "$DT" study --out "$S/c"
+expect_ok "--help" "$DT" study --help
+out_has "--help names the defaults" "$S/last.out" "--sizes LIST .*\[s1,s2,s3,s4\]" "--tokens-per-param"
+finish cli_study
