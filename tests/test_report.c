@@ -3,7 +3,8 @@
  * whichever model wins and names neither when the interval spans zero, missing numbers show as "—"
  * in REPORT.md and null in report.json, the paper figures sit in their columns, needle accuracy per
  * post-training quantisation scheme sits DIFF beside Transformer in both files, and a missing run
- * directory is an error naming the file. */
+ * directory is an error naming the file; the reproduction protocol's section renders every planted
+ * number, with n/a (never nan) where a measure does not apply or was not taken. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -186,6 +187,122 @@ static void test_wquant_needle_side_by_side(void **state) {
     free(j);
 }
 
+/* The reproduction protocol of run s: DIFF (2 heads of the tiny preset) or the Transformer (4), with
+ * λ at two points of training for DIFF; the arrays are malloc'd (unplant_protocol frees them). */
+static double *doubles(int n, const double *v) {
+    double *x = malloc((size_t)n * sizeof *x);
+    assert_non_null(x);
+    memcpy(x, v, (size_t)n * sizeof *x);
+    return x;
+}
+
+static void plant_protocol(rp_model *m, int diff, int s, int with_train) {
+    dt_an_protocol *p = &m->protocol, *t = &m->protocol_train;
+    const int heads = diff ? 2 : 4;
+    *p = (dt_an_protocol){.n_layers = 2, .n_heads = heads, .seq = 8, .windows = 3, .n_bins = 2, .head_width = 16,
+                          .bin_start = {0, 4, 8}};
+    p->loss = (diff ? 2.0 : 2.5) + 0.1 * s;
+    p->bin_loss[0] = 2.4;
+    p->bin_loss[1] = (diff ? 1.8 : 2.6) + 0.1 * s;
+    const double nan2[2] = {NAN, NAN};
+    p->lambda = doubles(2, diff ? (const double[]){0.2, 0.3} : nan2);
+    p->sink_mass = doubles(2, diff ? (const double[]){0.05, 0.1} : (const double[]){0.5, 0.6});
+    p->sink_mass_map1 = doubles(2, diff ? (const double[]){0.3, 0.4} : nan2);
+    p->sink_mass_map2 = doubles(2, diff ? (const double[]){0.25, 0.3} : nan2);
+    p->head_rms = doubles(2 * heads, diff ? (const double[]){0.25, 0.5, 0.5, 0.75} : (const double[]){1, 2, 3, 4, 5, 6, 7, 8});
+    if (with_train) {
+        *t = *p;
+        t->lambda = t->sink_mass = t->sink_mass_map1 = t->sink_mass_map2 = t->head_rms = NULL;
+        t->loss = (diff ? 1.0 : 2.3) + 0.1 * s;
+        t->bin_loss[0] = 1.0;
+        t->bin_loss[1] = (diff ? 1.0 : 2.4) + 0.1 * s;
+    }
+    if (diff) {
+        m->training.n_layers = 2;
+        m->training.n_lambda_points = 2;
+        m->training.lambda_step[0] = 1;
+        m->training.lambda_step[1] = 2;
+        m->training.lambda_at = doubles(4, (const double[]){0.2, 0.25, 0.3, 0.35}); /* [point][layer] */
+    }
+}
+
+static void unplant_protocol(rp_model *runs, int n) {
+    for (int i = 0; i < n; i++) {
+        dt_an_protocol_free(&runs[i].protocol);
+        dt_an_protocol_free(&runs[i].protocol_train);
+        free(runs[i].training.lambda_at);
+        runs[i].training.lambda_at = NULL;
+    }
+}
+
+/* No "nan" printed where a number is missing: REPORT.md writes n/a (or —), report.json null. */
+static void assert_no_nan(const char *text) {
+    assert_null(strstr(text, " nan"));
+    assert_null(strstr(text, "-nan"));
+    assert_null(strstr(text, "|nan"));
+}
+
+static void test_protocol_section(void **state) {
+    (void)state;
+    rp_model runs[2 * SEEDS];
+    for (int s = 0; s < SEEDS; s++) {
+        char sub[32];
+        snprintf(sub, sizeof sub, "pr_d%d", s);
+        fake_model(&runs[s], "DIFF", sub, 1.0, 38.8);
+        plant_protocol(&runs[s], 1, s, 1);
+        snprintf(sub, sizeof sub, "pr_t%d", s);
+        fake_model(&runs[SEEDS + s], "Transformer", sub, 1.0, 318.0);
+        plant_protocol(&runs[SEEDS + s], 0, s, 1);
+    }
+    char *md = report_of(runs, "pr");
+    assert_non_null(strstr(md, "## Reproduction protocol"));
+    assert_non_null(strstr(md, "memorisation signature"));
+    assert_non_null(strstr(md, "3 window(s) of 8 bytes spread evenly"));
+    assert_non_null(strstr(md, "| training-text loss | — | — | 1.1000 ± 0.2484 | 2.4000 ± 0.2484 |"));
+    assert_non_null(strstr(md, "| held-out loss | — | — | 2.1000 ± 0.2484 | 2.6000 ± 0.2484 |"));
+    assert_non_null(strstr(md, "| gap (held-out − training) | — | — | 1.0000 ± 0.0000 | 0.2000 ± 0.0000 |"));
+    assert_non_null(strstr(md, "DIFF better on the held-out loss of the protocol's windows: 2.1000 ± 0.2484 against "
+                               "2.6000 ± 0.2484 for Transformer"));
+    assert_non_null(strstr(md, "Transformer better on the held-out − training gap: 0.2000 ± 0.0000 against 1.0000 ± "
+                               "0.0000 for DIFF"));
+    assert_non_null(strstr(md, "| held-out, positions 4–7 | — | — | 1.9000 ± 0.2484 | 2.7000 ± 0.2484 |"));
+    assert_non_null(strstr(md, "| gap, positions 4–7 | — | — | 0.8000 ± 0.0000 | 0.2000 ± 0.0000 |"));
+    /* λ over training: DIFF only, layer 0 at steps 1 and 2 */
+    assert_non_null(strstr(md, "| layer | λinit | step 1 | step 2 |"));
+    assert_non_null(strstr(md, "| 0 | 0.2000 | 0.2000 ± 0.0000 | 0.3000 ± 0.0000 |"));
+    /* the Transformer has no softmax map pair: n/a */
+    assert_non_null(strstr(md, "| layer 1: head maps | — | — | 0.1000 ± 0.0000 | 0.6000 ± 0.0000 |"));
+    assert_non_null(strstr(md, "| layer 0: first softmax map | — | — | 0.3000 ± 0.0000 | n/a |"));
+    assert_non_null(strstr(md, "| layer 1: second softmax map | — | — | 0.3000 ± 0.0000 | n/a |"));
+    assert_non_null(strstr(md, "| layer 0: mean over heads | — | — | 0.375 ± 0 | 2.5 ± 0 |"));
+    assert_non_null(strstr(md, "| layer 1: smallest head | — | — | 0.5 ± 0 | 5 ± 0 |"));
+    assert_non_null(strstr(md, "| layer 1: largest head | — | — | 0.75 ± 0 | 8 ± 0 |"));
+    assert_non_null(strstr(md, "| loss spikes (gradient-norm spikes) |"));
+    assert_no_nan(md);
+    free(md);
+    char path[4300];
+    tu_path(path, sizeof path, "pr/report.json");
+    char *j = tu_read_file(path, NULL);
+    assert_no_nan(j);
+    assert_non_null(strstr(j, "\"protocol_gap\""));
+    assert_non_null(strstr(j, "\"sink_mass_map1\":\t[null, null]"));
+    assert_non_null(strstr(j, "\"lambda_points\""));
+    free(j);
+
+    /* no training-text side: its loss and the gaps are n/a, never nan */
+    for (int i = 0; i < 2 * SEEDS; i++) dt_an_protocol_free(&runs[i].protocol_train);
+    md = report_of(runs, "pr");
+    assert_non_null(strstr(md, "| training-text loss | — | — | n/a | n/a |"));
+    assert_non_null(strstr(md, "| gap, positions 0–3 | — | — | n/a | n/a |"));
+    assert_non_null(strstr(md, "No difference this run can resolve on the held-out − training gap: a value is missing."));
+    assert_no_nan(md);
+    free(md);
+    j = tu_read_file(path, NULL);
+    assert_no_nan(j);
+    free(j);
+    unplant_protocol(runs, 2 * SEEDS);
+}
+
 static void test_missing_run_dir(void **state) {
     (void)state;
     rp_model m;
@@ -202,6 +319,7 @@ int main(void) {
         cmocka_unit_test(test_verdict_symmetric),
         cmocka_unit_test(test_missing_values),
         cmocka_unit_test(test_wquant_needle_side_by_side),
+        cmocka_unit_test(test_protocol_section),
         cmocka_unit_test(test_missing_run_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

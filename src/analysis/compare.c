@@ -528,7 +528,11 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
                               .allocation_samples = o->quick ? 10 : 50, .tasks = o->tasks,
                               .task_eval = {.train_len = o->seq, .per_cell = o->task_examples, .seed = o->seed ^ 0x7E57ull,
                                             .filler = tok, .filler_n = n_train, .symbols = symbols},
-                              .calib_tokens = tok, .calib_n = n_train, .calib_samples = o->quick ? 16 : 300};
+                              .calib_tokens = tok, .calib_n = n_train, .calib_samples = o->quick ? 16 : 300,
+                              /* the reproduction protocol: the same windows of the held-out tail and of the
+                               * training part, 8 position bins */
+                              .train_tokens = tok, .train_n = n_train, .protocol_windows = o->quick ? 4 : 16,
+                              .protocol_bins = o->seq < 8 ? o->seq : 8};
     /* the trainings: every variant × seed (job v·seeds + s), then the scaling sizes (DIFF and its
      * baseline, first seed) */
     for (int s = 0; s < o->seeds && rc == 0; s++)

@@ -1,7 +1,9 @@
 /* plots.c — see plots.h. Files in out_dir/plots: metrics_KEY.dat and val_KEY.dat (the first run of
  * each variant: step, train loss, gradient norm, λ per layer; step, validation loss), quant_KEY.dat
- * and curve_TASK.dat (means over runs), outliers.dat, plots.gp; gnuplot writes NAME.png.tmp, renamed
- * here to NAME.png. */
+ * and curve_TASK.dat (means over runs), outliers.dat, and with the reproduction protocol position.dat
+ * (loss by position bin) and layers.dat (sink mass and head-context RMS per layer), means over runs;
+ * plots.gp; gnuplot writes NAME.png.tmp, renamed here to NAME.png. A number that does not apply is
+ * written NaN, which gnuplot leaves out. */
 #include "analysis/plots.h"
 
 #include <cjson/cJSON.h>
@@ -18,12 +20,25 @@
 
 static int have_gnuplot(void) { return system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
+/* 1 when variant v's models have a λ (DIFF and DIFF V2, not the Transformer) */
+static int has_lambda(const rp_report *r, int v) { return rp_run(r, v, 0)->cfg.arch != DT_ARCH_LLAMA; }
+
+/* The first run with the reproduction protocol, or NULL. */
+static const rp_model *protocol_run(const rp_report *r) {
+    for (int v = 0; v < r->n_variants; v++)
+        if (rp_run(r, v, 0)->protocol.n_bins) return rp_run(r, v, 0);
+    return NULL;
+}
+
 int pl_names(const rp_report *r, const char **names, int cap) {
     static const char *fixed[] = {"loss", "lambda", "grad_norm", "quantisation", "outliers"};
+    static const char *proto[] = {"loss_by_position", "sink_mass", "head_rms"};
     static const char *curves[DT_N_TASKS] = {"curve_recall", "curve_depth", "curve_icl"};
-    int n = 0;
+    int n = 0, lambda = 0;
+    for (int v = 0; v < r->n_variants; v++) lambda |= has_lambda(r, v);
     for (int i = 0; i < 5 && n < cap; i++)
-        if (i != 1 || r->diff >= 0) names[n++] = fixed[i];
+        if (i != 1 || lambda) names[n++] = fixed[i];
+    for (int i = 0; i < 3 && n < cap && protocol_run(r); i++) names[n++] = proto[i];
     for (int k = 0; k < DT_N_TASKS && n < cap; k++)
         if (r->tasks & (1 << k)) names[n++] = curves[k];
     return n;
@@ -92,18 +107,70 @@ static double logit_top1(const rp_model *m, int unused) { return m->outliers.log
 static double logit_top10(const rp_model *m, int unused) { return m->outliers.logits.top10; }
 static double hidden_top1(const rp_model *m, int unused) { return m->outliers.hidden.top1; }
 static double hidden_top10(const rp_model *m, int unused) { return m->outliers.hidden.top10; }
+static double bin_held(const rp_model *m, int k) { return k < m->protocol.n_bins ? m->protocol.bin_loss[k] : NAN; }
+static double bin_train(const rp_model *m, int k) {
+    return k < m->protocol_train.n_bins ? m->protocol_train.bin_loss[k] : NAN;
+}
+static double layer_of(const double *v, const dt_an_protocol *p, int l) { return v && l < p->n_layers ? v[l] : NAN; }
+static double sink(const rp_model *m, int l) { return layer_of(m->protocol.sink_mass, &m->protocol, l); }
+static double sink1(const rp_model *m, int l) { return layer_of(m->protocol.sink_mass_map1, &m->protocol, l); }
+static double rms_mean(const rp_model *m, int l) {
+    const dt_an_protocol *p = &m->protocol;
+    if (!p->head_rms || l >= p->n_layers || p->n_heads < 1) return NAN;
+    double s = 0;
+    for (int j = 0; j < p->n_heads; j++) s += p->head_rms[(size_t)l * p->n_heads + j] / p->n_heads;
+    return s;
+}
+
+/* " %.6g", or " NaN" (gnuplot skips it; printf's "nan" it would not read as a number) */
+static void dat_num(textbuf *b, double x) {
+    if (isnan(x)) tb_printf(b, " NaN");
+    else tb_printf(b, " %.6g", x);
+}
+
+/* position.dat and layers.dat of the reproduction protocol: means over runs. */
+static int protocol_dat(const rp_report *r, const char *plots, dt_error *err) {
+    const rp_model *p0 = protocol_run(r);
+    textbuf b = {0};
+    tb_printf(&b, "# middle position of the bin, then per variant the held-out and the training-text loss (means over runs)\n");
+    for (int k = 0; k < p0->protocol.n_bins; k++) {
+        tb_printf(&b, "%.1f", 0.5 * (p0->protocol.bin_start[k] + p0->protocol.bin_start[k + 1] - 1));
+        for (int v = 0; v < r->n_variants; v++) {
+            dat_num(&b, mean_over_seeds(r, v, bin_held, k));
+            dat_num(&b, mean_over_seeds(r, v, bin_train, k));
+        }
+        tb_printf(&b, "\n");
+    }
+    if (write_dat(plots, "position.dat", &b, err)) return -1;
+    int L = 0;
+    for (int v = 0; v < r->n_variants; v++)
+        if (rp_run(r, v, 0)->protocol.n_layers > L) L = rp_run(r, v, 0)->protocol.n_layers;
+    tb_printf(&b, "# layer, then per variant the sink mass of the head maps, of the first softmax map (NaN: the "
+                  "Transformer) and the mean head-context RMS (means over runs)\n");
+    for (int l = 0; l < L; l++) {
+        tb_printf(&b, "%d", l);
+        for (int v = 0; v < r->n_variants; v++) {
+            dat_num(&b, mean_over_seeds(r, v, sink, l));
+            dat_num(&b, mean_over_seeds(r, v, sink1, l));
+            dat_num(&b, mean_over_seeds(r, v, rms_mean, l));
+        }
+        tb_printf(&b, "\n");
+    }
+    return write_dat(plots, "layers.dat", &b, err);
+}
 
 /* The data files and plots.gp; returns 0 or -1. */
 static int write_data(const rp_report *r, const char *plots, int cairo, dt_error *err) {
-    int nlam = 0;
+    int nlam[RP_MAX_VARIANTS], any_lambda = 0;
     const char *lc[RP_MAX_VARIANTS];
     static const char *colors[RP_MAX_VARIANTS] = {"1", "2", "3", "4", "6", "7", "8", "9"};
     for (int v = 0; v < r->n_variants; v++) {
-        int n = 0;
         lc[v] = colors[v];
-        if (metrics_dat(rp_run(r, v, 0), r->variant_key[v], plots, &n, err) != 0) return -1;
-        if (v == r->diff) nlam = n;
+        if (metrics_dat(rp_run(r, v, 0), r->variant_key[v], plots, &nlam[v], err) != 0) return -1;
+        any_lambda |= has_lambda(r, v);
     }
+    const rp_model *proto = protocol_run(r);
+    if (proto && protocol_dat(r, plots, err) != 0) return -1;
     textbuf b = {0};
     char name[128];
     for (int v = 0; v < r->n_variants; v++) {
@@ -147,19 +214,25 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
     const char *title[RP_MAX_VARIANTS];
     for (int v = 0; v < r->n_variants; v++) title[v] = rp_run(r, v, 0)->name;
     tb_printf(&g, "# plots.gp — run from this directory: gnuplot plots.gp\n");
-    tb_printf(&g, "set terminal %s size 900,540\nset grid\nset key top right\n", cairo ? "pngcairo" : "png");
+    tb_printf(&g, "set terminal %s size 900,540\nset grid\nset key top right\nset datafile missing 'NaN'\n",
+              cairo ? "pngcairo" : "png");
     tb_printf(&g, "set output 'loss.png.tmp'\nset title 'Loss (nats/byte), first run of each model'\nset xlabel "
                   "'step'\nset ylabel 'loss'\nplot ");
     for (int v = 0; v < r->n_variants; v++)
         tb_printf(&g, "%s'metrics_%s.dat' u 1:2 w l lc %s t '%s train', 'val_%s.dat' u 1:2 w lp lc %s dt 2 pt 7 t '%s val'",
                   v ? ", " : "", r->variant_key[v], lc[v], title[v], r->variant_key[v], lc[v], title[v]);
     tb_printf(&g, "\n");
-    if (r->diff >= 0) {
-        tb_printf(&g, "set output 'lambda.png.tmp'\nset title 'lambda per layer (DIFF, first run)'\nset ylabel "
-                      "'lambda'\nplot ");
-        for (int l = 0; l < nlam; l++)
-            tb_printf(&g, "%s'metrics_%s.dat' u 1:%d w l t 'layer %d'", l ? ", " : "", r->variant_key[r->diff], 4 + l, l);
-        if (nlam == 0) tb_printf(&g, "0 t 'no lambda recorded'");
+    if (any_lambda) { /* one colour per variant, one dash pattern per layer */
+        tb_printf(&g, "set output 'lambda.png.tmp'\nset title 'lambda per layer over training (first run; DIFF V2: "
+                      "the mean over tokens and heads)'\nset ylabel 'lambda'\nplot ");
+        int lines = 0;
+        for (int v = 0; v < r->n_variants; v++) {
+            if (!has_lambda(r, v)) continue;
+            for (int l = 0; l < nlam[v]; l++)
+                tb_printf(&g, "%s'metrics_%s.dat' u 1:%d w l lc %s dt %d t '%s layer %d'", lines++ ? ", " : "",
+                          r->variant_key[v], 4 + l, lc[v], 1 + l % 5, title[v], l);
+        }
+        if (lines == 0) tb_printf(&g, "0 t 'no lambda recorded'");
         tb_printf(&g, "\n");
     }
     tb_printf(&g, "set output 'grad_norm.png.tmp'\nset title 'Gradient norm before clipping (first run)'\nset ylabel "
@@ -176,6 +249,24 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
     for (int v = 0; v < r->n_variants; v++)
         tb_printf(&g, "%s'outliers.dat' u %d%s lc %s t '%s'", v ? ", " : "", 2 + v, v ? "" : ":xtic(1)", lc[v], title[v]);
     tb_printf(&g, "\nunset logscale y\nset style data lines\n");
+    if (proto) {
+        tb_printf(&g, "set output 'loss_by_position.png.tmp'\nset title 'Loss by position in the context (solid: "
+                      "held-out, dashed: training text; mean over runs)'\nset xlabel 'position'\nset ylabel 'loss'\nplot ");
+        for (int v = 0; v < r->n_variants; v++)
+            tb_printf(&g, "%s'position.dat' u 1:%d w lp lc %s pt 7 t '%s held-out', 'position.dat' u 1:%d w lp lc %s dt 2 "
+                          "pt 6 t '%s training'", v ? ", " : "", 2 + 2 * v, lc[v], title[v], 3 + 2 * v, lc[v], title[v]);
+        tb_printf(&g, "\nset output 'sink_mass.png.tmp'\nset title 'Attention-sink mass on the first token (solid: "
+                      "head maps, dashed: first softmax map; mean over runs)'\nset xlabel 'layer'\nset ylabel "
+                      "'mean weight on position 0'\nset xtics 1\nplot ");
+        for (int v = 0; v < r->n_variants; v++)
+            tb_printf(&g, "%s'layers.dat' u 1:%d w lp lc %s pt 7 t '%s', 'layers.dat' u 1:%d w lp lc %s dt 2 pt 6 t '%s "
+                          "first map'", v ? ", " : "", 2 + 3 * v, lc[v], title[v], 3 + 3 * v, lc[v], title[v]);
+        tb_printf(&g, "\nset output 'head_rms.png.tmp'\nset title 'Head-context RMS before the norm (mean over heads "
+                      "and runs)'\nset ylabel 'RMS'\nplot ");
+        for (int v = 0; v < r->n_variants; v++)
+            tb_printf(&g, "%s'layers.dat' u 1:%d w lp lc %s pt 7 t '%s'", v ? ", " : "", 4 + 3 * v, lc[v], title[v]);
+        tb_printf(&g, "\nset xtics autofreq\n");
+    }
     for (int k = 0; k < DT_N_TASKS; k++) {
         if (!(r->tasks & (1 << k))) continue;
         tb_printf(&g, "set output 'curve_%s.png.tmp'\nset title '%s task accuracy during training (mean over %d "

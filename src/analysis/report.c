@@ -21,6 +21,8 @@ void rp_model_free(rp_model *m) {
     dt_icl_result_free(&m->icl);
     if (m->n_wq) dt_an_wq_rows_free(m->wq, m->n_wq - 1);
     for (int k = 0; k < DT_N_TASKS; k++) dt_task_result_free(&m->task[k]);
+    dt_an_protocol_free(&m->protocol);
+    dt_an_protocol_free(&m->protocol_train);
     memset(m, 0, sizeof *m);
 }
 
@@ -49,6 +51,15 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
                                        .max_samples = o->allocation_samples};
         rc = dt_an_quant_run(&m, &qp, out->quant, err);
         if (rc == 0) out->n_quant = o->n_bits + 1;
+    }
+    if (rc == 0 && o->protocol_bins > 0) {
+        /* the same evaluator on both texts: the gap between them is the memorisation signature */
+        if (dt_an_protocol_run(&m, o->tokens, o->n, o->seq, o->protocol_windows, o->protocol_bins, &out->protocol,
+                               err) != 0)
+            rc = dt_fail_prefix(err, "held-out text");
+        else if (o->train_tokens && dt_an_protocol_run(&m, o->train_tokens, o->train_n, o->seq, o->protocol_windows,
+                                                       o->protocol_bins, &out->protocol_train, err) != 0)
+            rc = dt_fail_prefix(err, "training text");
     }
     if (rc == 0 && o->calib_tokens) {
         /* the linear layers quantised (difftrans quantize), scored against F32 on the held-out text;

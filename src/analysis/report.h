@@ -46,6 +46,9 @@ typedef struct {
     rp_curve_point curve[RP_MAX_CURVE];
     int n_wq;        /* post-training quantisation rows: F32 first, then each scheme (0: not run) */
     dt_an_wq_row wq[DT_AN_WQ_MAX_SCHEMES + 1];
+    /* the reproduction protocol (dt_an_protocol_run; n_bins 0: not run): on the held-out text, and
+     * with the same seq, windows and bins on the training text */
+    dt_an_protocol protocol, protocol_train;
 } rp_model;
 
 typedef struct {
@@ -61,6 +64,10 @@ typedef struct {
     const int *calib_tokens;      /* post-training quantisation: calibration text (the training part); */
     size_t calib_n;               /* NULL: that analysis is skipped */
     int calib_samples;            /* calibration windows (fewer when the training text has fewer) */
+    const int *train_tokens;      /* the training part of the text: the protocol's training-text side; */
+    size_t train_n;               /* NULL: only the held-out side is measured */
+    int protocol_windows;         /* the reproduction protocol: windows of seq (+1) spread over each text, */
+    int protocol_bins;            /* position bins; 0: not run */
 } rp_analysis_options;
 
 /* Loads the checkpoint in dir and runs every analysis on it; fills *out (zeroed first). */

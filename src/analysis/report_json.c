@@ -32,6 +32,19 @@ static cJSON *model_json(const rp_model *m) {
     cJSON_AddNumberToObject(ic, "queries", m->icl_setup.queries);
     dt_icl_result_add_json(ic, &m->icl);
     dt_an_outliers_add_json(cJSON_AddObjectToObject(e, "outliers"), &m->outliers);
+    if (m->protocol.n_bins) { /* the reproduction protocol: each text, and the gap overall and per bin */
+        cJSON *p = cJSON_AddObjectToObject(e, "protocol");
+        dt_an_protocol_add_json(cJSON_AddObjectToObject(p, "heldout"), &m->protocol);
+        if (m->protocol_train.n_bins) {
+            dt_an_protocol_add_json(cJSON_AddObjectToObject(p, "train"), &m->protocol_train);
+            add_num(p, "gap", m->protocol.loss - m->protocol_train.loss);
+            cJSON *g = cJSON_AddArrayToObject(p, "bin_gap");
+            for (int k = 0; k < m->protocol.n_bins && k < m->protocol_train.n_bins; k++) {
+                const double x = m->protocol.bin_loss[k] - m->protocol_train.bin_loss[k];
+                cJSON_AddItemToArray(g, isnan(x) ? cJSON_CreateNull() : cJSON_CreateNumber(x));
+            }
+        }
+    }
     if (m->n_wq) cJSON_AddItemToObject(e, "weight_quantisation", dt_an_wq_rows_json(m->wq, m->n_wq - 1));
     cJSON_AddItemToObject(e, "quantisation", dt_an_quant_rows_json(m->quant, m->n_quant));
     if (m->have_needle) {
@@ -104,6 +117,32 @@ static double s_needle(const rp_model *m, int a) {
     return m->have_needle && m->needle.total ? (double)m->needle.correct / m->needle.total : NAN;
 }
 static double s_share(const rp_model *m, int a) { return m->have_needle ? m->allocation.mean_answer_share : NAN; }
+static double s_p_held(const rp_model *m, int a) { return m->protocol.n_bins ? m->protocol.loss : NAN; }
+static double s_p_train(const rp_model *m, int a) { return m->protocol_train.n_bins ? m->protocol_train.loss : NAN; }
+static double s_p_gap(const rp_model *m, int a) { return s_p_held(m, a) - s_p_train(m, a); }
+static double s_p_last_bin(const rp_model *m, int a) {
+    return m->protocol.n_bins ? m->protocol.bin_loss[m->protocol.n_bins - 1] : NAN;
+}
+static double s_spikes(const rp_model *m, int a) { return m->training.n_steps ? m->training.spikes : NAN; }
+static double s_gn_max(const rp_model *m, int a) { return m->training.n_steps ? m->training.gn_max : NAN; }
+static double s_gn_std(const rp_model *m, int a) { return m->training.n_steps ? m->training.gn_std : NAN; }
+/* the mean over layers of a per-layer protocol array (NAN entries make it NAN: a measure that does
+ * not apply) */
+static double layers_mean(const dt_an_protocol *p, const double *v) {
+    if (!v || p->n_layers < 1) return NAN;
+    double s = 0;
+    for (int l = 0; l < p->n_layers; l++) s += v[l] / p->n_layers;
+    return s;
+}
+static double s_sink(const rp_model *m, int a) { return layers_mean(&m->protocol, m->protocol.sink_mass); }
+static double s_sink1(const rp_model *m, int a) { return layers_mean(&m->protocol, m->protocol.sink_mass_map1); }
+static double s_head_rms(const rp_model *m, int a) {
+    const dt_an_protocol *p = &m->protocol;
+    if (!p->head_rms || p->n_layers < 1 || p->n_heads < 1) return NAN;
+    double s = 0;
+    for (int i = 0; i < p->n_layers * p->n_heads; i++) s += p->head_rms[i] / (p->n_layers * p->n_heads);
+    return s;
+}
 
 static cJSON *interval_json(const dt_stats_interval *iv) {
     cJSON *o = cJSON_CreateObject();
@@ -120,11 +159,12 @@ static double s_wq_needle(const rp_model *m, int row) {
 }
 
 /* One measure over the seeds of every variant, and each variant's paired difference to the
- * Transformer with its verdict. */
+ * Transformer with its verdict (lower < 0: a measure with no better direction, no verdict). */
 static void add_summary(cJSON *sum, const rp_report *r, const char *key, double (*get)(const rp_model *, int), int arg,
                         int lower) {
     cJSON *e = cJSON_AddObjectToObject(sum, key);
-    cJSON_AddBoolToObject(e, "lower_is_better", lower);
+    if (lower < 0) cJSON_AddNullToObject(e, "lower_is_better");
+    else cJSON_AddBoolToObject(e, "lower_is_better", lower);
     for (int v = 0; v < r->n_variants; v++) {
         double x[RP_MAX_SEEDS], y[RP_MAX_SEEDS];
         for (int s = 0; s < r->n_seeds; s++) {
@@ -137,6 +177,7 @@ static void add_summary(cJSON *sum, const rp_report *r, const char *key, double 
         if (r->base >= 0 && v != r->base) {
             dt_stats_interval d = dt_stats_paired_diff_ci(x, y, r->n_seeds);
             cJSON_AddItemToObject(o, "difference_to_transformer", interval_json(&d));
+            if (lower < 0) continue;
             dt_stats_verdict w = dt_stats_verdict_of(&d, lower);
             cJSON_AddStringToObject(o, "verdict", w == DT_STATS_A_BETTER   ? "variant better"
                                                   : w == DT_STATS_B_BETTER ? "Transformer better"
@@ -154,7 +195,12 @@ static cJSON *summary_json(const rp_report *r) {
               {"largest_hidden_activation", s_hidden, 0, 1}, {"recall_accuracy", s_task, DT_TASK_RECALL, 0},
               {"depth_accuracy", s_task, DT_TASK_DEPTH, 0},  {"icl_permuted_accuracy", s_task, DT_TASK_ICL, 0},
               {"icl_fixed_label_accuracy", s_icl, 0, 0}, {"needle_accuracy", s_needle, 0, 0},
-              {"answer_share", s_share, 0, 0}};
+              {"answer_share", s_share, 0, 0}, {"protocol_heldout_loss", s_p_held, 0, 1},
+              {"protocol_train_loss", s_p_train, 0, 1}, {"protocol_gap", s_p_gap, 0, 1},
+              {"protocol_heldout_loss_last_bin", s_p_last_bin, 0, 1}, {"spikes", s_spikes, 0, 1},
+              {"grad_norm_max", s_gn_max, 0, 1}, {"grad_norm_std", s_gn_std, 0, 1},
+              {"sink_mass", s_sink, 0, 1}, {"sink_mass_first_map", s_sink1, 0, 1},
+              {"head_context_rms", s_head_rms, 0, -1}};
     cJSON *sum = cJSON_CreateObject();
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) add_summary(sum, r, ms[i].key, ms[i].get, ms[i].arg, ms[i].lower);
     /* needle accuracy under each post-training quantisation scheme ("needle_accuracy_f32", ..._q8_0, ...) */

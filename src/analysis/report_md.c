@@ -72,6 +72,42 @@ static double g_layer_share(const rp_model *m, int l) {
     return m->have_needle && l < m->allocation.n_layers ? m->allocation.answer_share[l] : NAN;
 }
 
+/* the reproduction protocol: NAN where it was not run or does not apply */
+static double g_p_held(const rp_model *m, int a) { return m->protocol.n_bins ? m->protocol.loss : NAN; }
+static double g_p_train(const rp_model *m, int a) { return m->protocol_train.n_bins ? m->protocol_train.loss : NAN; }
+static double g_p_gap(const rp_model *m, int a) { return g_p_held(m, a) - g_p_train(m, a); }
+static double g_p_bin(const rp_model *m, int k) { return k < m->protocol.n_bins ? m->protocol.bin_loss[k] : NAN; }
+static double g_p_bin_train(const rp_model *m, int k) {
+    return k < m->protocol_train.n_bins ? m->protocol_train.bin_loss[k] : NAN;
+}
+static double g_p_bin_gap(const rp_model *m, int k) { return g_p_bin(m, k) - g_p_bin_train(m, k); }
+static double layer_of(const double *v, const dt_an_protocol *p, int l) { return v && l < p->n_layers ? v[l] : NAN; }
+static double g_sink(const rp_model *m, int l) { return layer_of(m->protocol.sink_mass, &m->protocol, l); }
+static double g_sink1(const rp_model *m, int l) { return layer_of(m->protocol.sink_mass_map1, &m->protocol, l); }
+static double g_sink2(const rp_model *m, int l) { return layer_of(m->protocol.sink_mass_map2, &m->protocol, l); }
+/* layer l's head-context RMS over its heads: 0 the mean, 1 the smallest, 2 the largest */
+static double head_rms_stat(const rp_model *m, int l, int which) {
+    const dt_an_protocol *p = &m->protocol;
+    if (!p->head_rms || l >= p->n_layers || p->n_heads < 1) return NAN;
+    const double *x = p->head_rms + (size_t)l * p->n_heads;
+    double mean = 0, lo = x[0], hi = x[0];
+    for (int j = 0; j < p->n_heads; j++) {
+        mean += x[j] / p->n_heads;
+        lo = x[j] < lo ? x[j] : lo;
+        hi = x[j] > hi ? x[j] : hi;
+    }
+    return which == 0 ? mean : which == 1 ? lo : hi;
+}
+static double g_rms_mean(const rp_model *m, int l) { return head_rms_stat(m, l, 0); }
+static double g_rms_min(const rp_model *m, int l) { return head_rms_stat(m, l, 1); }
+static double g_rms_max(const rp_model *m, int l) { return head_rms_stat(m, l, 2); }
+/* λ of layer arg % 1024 at the run's λ point arg / 1024 */
+static double g_lambda_at(const rp_model *m, int arg) {
+    const dt_an_training *t = &m->training;
+    const int k = arg / 1024, l = arg % 1024;
+    return t->lambda_at && k < t->n_lambda_points && l < t->n_layers ? t->lambda_at[(size_t)k * t->n_layers + l] : NAN;
+}
+
 typedef struct {
     const char *label, *paper_diff, *paper_base;
     getter get;
@@ -95,14 +131,19 @@ static dt_stats_interval over_seeds(const rp_report *r, int v, const measure *ms
     return dt_stats_mean_ci(x, r->n_seeds);
 }
 
-static const char *cell(char *buf, size_t n, const dt_stats_interval *iv, const char *fmt) {
-    if (isnan(iv->mean)) return snprintf(buf, n, "—"), buf;
+/* "m ± h" ("m" with one run); `na` when there is no number */
+static const char *cell_na(char *buf, size_t n, const dt_stats_interval *iv, const char *fmt, const char *na) {
+    if (isnan(iv->mean)) return snprintf(buf, n, "%s", na), buf;
     char a[48], h[48];
     snprintf(a, sizeof a, fmt, iv->mean);
     if (isnan(iv->half)) return snprintf(buf, n, "%s", a), buf;
     snprintf(h, sizeof h, fmt, iv->half);
     snprintf(buf, n, "%s ± %s", a, h);
     return buf;
+}
+
+static const char *cell(char *buf, size_t n, const dt_stats_interval *iv, const char *fmt) {
+    return cell_na(buf, n, iv, fmt, "—");
 }
 
 /* The paired difference variant − baseline: over seeds, or with one seed over a task's examples. */
@@ -155,7 +196,9 @@ static void verdict(textbuf *b, const rp_report *r, int v, int base, const measu
 
 /* ---------------------------------------------------------------- tables */
 
-static void table(textbuf *b, const rp_report *r, const char *first, const measure *ms, int n) {
+/* A table of measures (rows) by variant (columns), the missing numbers written `na`, then the verdict
+ * sentences of the measures that have one. */
+static void table_na(textbuf *b, const rp_report *r, const char *first, const measure *ms, int n, const char *na) {
     const int paper = r->diff >= 0 && r->base >= 0;
     tb_printf(b, "| %s |%s", first, paper ? " paper DIFF | paper Transformer |" : "");
     for (int v = 0; v < r->n_variants; v++) tb_printf(b, " %s |", rp_run(r, v, 0)->name);
@@ -168,7 +211,7 @@ static void table(textbuf *b, const rp_report *r, const char *first, const measu
         for (int v = 0; v < r->n_variants; v++) {
             char c[128];
             dt_stats_interval iv = over_seeds(r, v, &ms[i]);
-            tb_printf(b, " %s |", cell(c, sizeof c, &iv, ms[i].fmt));
+            tb_printf(b, " %s |", cell_na(c, sizeof c, &iv, ms[i].fmt, na));
         }
         tb_printf(b, "\n");
     }
@@ -178,6 +221,10 @@ static void table(textbuf *b, const rp_report *r, const char *first, const measu
             if (v != r->base) verdict(b, r, v, r->base, &ms[i]);
     }
     tb_printf(b, "\n");
+}
+
+static void table(textbuf *b, const rp_report *r, const char *first, const measure *ms, int n) {
+    table_na(b, r, first, ms, n, "—");
 }
 
 /* Grid mode: one table per headline measure, the variants as rows with their parameter counts. */
@@ -372,6 +419,168 @@ static void wquant_section(textbuf *b, const rp_report *r) {
     }
 }
 
+/* ---------------------------------------------------------------- the reproduction protocol */
+
+/* The first run that measured the protocol (its windows, bins and layers label the tables), or NULL. */
+static const rp_model *protocol_run(const rp_report *r) {
+    for (int v = 0; v < r->n_variants; v++)
+        if (rp_run(r, v, 0)->protocol.n_bins) return rp_run(r, v, 0);
+    return NULL;
+}
+
+/* The most layers any run's protocol has. */
+static int protocol_layers(const rp_report *r) {
+    int L = 0;
+    for (int v = 0; v < r->n_variants; v++)
+        if (rp_run(r, v, 0)->protocol.n_layers > L) L = rp_run(r, v, 0)->protocol.n_layers;
+    return L;
+}
+
+#define RP_PROTO_ROWS (3 * 64) /* rows of one table: 3 per layer, up to 64 layers */
+
+static void protocol_section(textbuf *b, const rp_report *r) {
+    const rp_model *p0 = protocol_run(r);
+    const char *unit = r->tokenizer ? "token" : "byte";
+    tb_printf(b, "## Reproduction protocol\n\n");
+    if (!p0) {
+        tb_printf(b, "Not measured in this report.\n\n");
+        return;
+    }
+    const dt_an_protocol *pp = &p0->protocol;
+    tb_printf(b, "What the failed small-scale reproductions of the paper lacked, measured on every run. Each measure "
+                 "and why it is here:\n\n"
+                 "- **Training and held-out loss side by side, and their gap** (held-out − training). Held-out loss "
+                 "is the unit of every claim, and a model can lower its training loss by memorising; a gap larger "
+                 "than the baseline's is that memorisation signature, which one independent reproduction found for "
+                 "DIFF while its held-out loss was the worse.\n"
+                 "- **Held-out loss by position in the context**. A gain from attending better should show in the "
+                 "late positions, where there is context to attend to; memorisation shows as a training / held-out "
+                 "gap that grows late in the context.\n"
+                 "- **Loss spikes and the gradient norm's largest value and spread** over training. The DIFF V2 "
+                 "write-up drops the per-head norm for stability at scale; spikes and a wide gradient norm are what "
+                 "instability looks like at this size.\n"
+                 "- **λ per layer over training**. A λ that collapses to 0 leaves a Transformer whose second map "
+                 "does nothing, and one above 1 makes every differential row sum below zero; values reported from "
+                 "practice (not in the paper's tables) are about 0.8 in deep layers and 0.2–0.4 in early ones.\n"
+                 "- **Attention-sink mass on the first token**, per layer: the mean weight the rows t ≥ 1 put on "
+                 "position 0. Softmax attention parks the weight it cannot use on the first token — the attention "
+                 "noise DIFF claims to cancel — so a differential map that cancels it carries less of it than a "
+                 "softmax map.\n"
+                 "- **RMS of each head's context before its norm** (DIFF's differential output before the RMSNorm "
+                 "and the (1 − λinit) scale; DIFF V2's and the Transformer's head output, which has no norm). The V2 "
+                 "write-up removes the norm because a difference of two maps can be small and the norm then "
+                 "magnifies it; this shows how small it is.\n\n");
+    tb_printf(b, "Both texts are read by the same evaluator: %d window(s) of %d %ss spread evenly over each (the "
+                 "training text: the part of the data before the held-out tail; task batches play no part), "
+                 "next-%s cross-entropy in nats/%s, the reference attention kernel. Every figure is the mean over "
+                 "runs ± its 95%% interval; n/a: the measure does not apply to the model (the Transformer has one "
+                 "map per head) or was not taken. src/analysis/protocol.c defines each exactly.\n\n",
+              pp->windows, pp->seq, unit, unit, unit);
+
+    measure ms[RP_PROTO_ROWS];
+    char labels[RP_PROTO_ROWS][80];
+    int n = 0;
+    tb_printf(b, "### Training and held-out loss\n\n");
+    ms[n++] = M("training-text loss", NULL, NULL, g_p_train, 0, "%.4f", 1, NULL);
+    ms[n++] = M("held-out loss", NULL, NULL, g_p_held, 0, "%.4f", 1, "the held-out loss of the protocol's windows");
+    ms[n++] = M("gap (held-out − training)", NULL, NULL, g_p_gap, 0, "%.4f", 1, "the held-out − training gap");
+    table_na(b, r, "measure", ms, n, "n/a");
+
+    tb_printf(b, "### Held-out loss by position\n\n%d bins of equal width over positions 0..%d (each holds the same "
+                 "number of predictions); the gap is held-out − training in the same bin.\n\n",
+              pp->n_bins, pp->seq - 1);
+    n = 0;
+    for (int k = 0; k < pp->n_bins; k++) {
+        snprintf(labels[n], sizeof labels[n], "held-out, positions %d–%d", pp->bin_start[k], pp->bin_start[k + 1] - 1);
+        ms[n] = M(labels[n], NULL, NULL, g_p_bin, k, "%.4f", 1,
+                  k == pp->n_bins - 1 ? "the held-out loss of the last positions" : NULL);
+        n++;
+    }
+    for (int k = 0; k < pp->n_bins; k++) {
+        snprintf(labels[n], sizeof labels[n], "gap, positions %d–%d", pp->bin_start[k], pp->bin_start[k + 1] - 1);
+        ms[n] = M(labels[n], NULL, NULL, g_p_bin_gap, k, "%.4f", 1, NULL);
+        n++;
+    }
+    table_na(b, r, "measure", ms, n, "n/a");
+
+    tb_printf(b, "### Stability over training\n\nFrom every logged step (metrics.jsonl): a spike is a gradient norm "
+                 "above mean + 3·std or 3× the median of the %d steps before it.\n\n", DT_AN_SPIKE_WINDOW);
+    n = 0;
+    ms[n++] = M("loss spikes (gradient-norm spikes)", NULL, NULL, g_spikes, 0, "%.3g", 1, "the number of spikes");
+    ms[n++] = M("gradient norm, largest", NULL, NULL, g_gn_max, 0, "%.4g", 1, NULL);
+    ms[n++] = M("gradient norm, std over steps", NULL, NULL, g_gn_std, 0, "%.4g", 1, NULL);
+    ms[n++] = M("gradient norm, mean", NULL, NULL, g_gn_mean, 0, "%.4g", 1, NULL);
+    table_na(b, r, "measure", ms, n, "n/a");
+
+    tb_printf(b, "### λ per layer over training\n\n");
+    int any = 0;
+    for (int v = 0; v < r->n_variants; v++) {
+        const rp_model *m0 = rp_run(r, v, 0);
+        const dt_an_training *t = &m0->training;
+        if (m0->cfg.arch == DT_ARCH_LLAMA || !t->lambda_at || t->n_lambda_points < 1) continue;
+        any = 1;
+        tb_printf(b, "%s (`%s`)%s:\n\n| layer |%s", m0->name, r->variant_key[v],
+                  m0->cfg.arch == DT_ARCH_DIFF_V2 ? ", the mean over the step's tokens and heads of λ_{t,j}" : "",
+                  m0->cfg.arch == DT_ARCH_DIFF ? " λinit |" : "");
+        for (int k = 0; k < t->n_lambda_points; k++) tb_printf(b, " step %d |", t->lambda_step[k]);
+        tb_printf(b, "\n| --- |%s", m0->cfg.arch == DT_ARCH_DIFF ? " --- |" : "");
+        for (int k = 0; k < t->n_lambda_points; k++) tb_printf(b, " --- |");
+        tb_printf(b, "\n");
+        for (int l = 0; l < t->n_layers; l++) {
+            tb_printf(b, "| %d |", l);
+            if (m0->cfg.arch == DT_ARCH_DIFF) tb_printf(b, " %.4f |", (double)dt_lambda_init(l));
+            for (int k = 0; k < t->n_lambda_points; k++) {
+                const measure ml = M(NULL, NULL, NULL, g_lambda_at, k * 1024 + l, "%.4f", 0, NULL);
+                const dt_stats_interval iv = over_seeds(r, v, &ml);
+                char c[96];
+                tb_printf(b, " %s |", cell_na(c, sizeof c, &iv, "%.4f", "n/a"));
+            }
+            tb_printf(b, "\n");
+        }
+        tb_printf(b, "\n");
+    }
+    tb_printf(b, any ? "The steps are those of the first run; every run of a variant logs the same steps. The whole "
+                       "course: `plots/lambda.png`.\n\n"
+                     : "No variant here has a λ.\n\n");
+
+    const int L = protocol_layers(r) < 64 ? protocol_layers(r) : 64;
+    tb_printf(b, "### Attention-sink mass per layer\n\nThe mean over heads, windows and query positions t ≥ 1 of the "
+                 "weight on position 0 (position 0 itself always puts all its weight there). Head maps: A "
+                 "(Transformer), A1 − λ·A2 (DIFF, whose rows sum to 1 − λ), A_p − λ_t·A_q (DIFF V2); the two softmax "
+                 "maps of a DIFF or V2 head are the ones to set beside the Transformer's.\n\n");
+    n = 0;
+    for (int l = 0; l < L; l++) {
+        snprintf(labels[n], sizeof labels[n], "layer %d: head maps", l);
+        ms[n] = M(labels[n], NULL, NULL, g_sink, l, "%.4f", 1, NULL);
+        n++;
+        snprintf(labels[n], sizeof labels[n], "layer %d: first softmax map", l);
+        ms[n] = M(labels[n], NULL, NULL, g_sink1, l, "%.4f", 1, NULL);
+        n++;
+        snprintf(labels[n], sizeof labels[n], "layer %d: second softmax map", l);
+        ms[n] = M(labels[n], NULL, NULL, g_sink2, l, "%.4f", 1, NULL);
+        n++;
+    }
+    table_na(b, r, "measure", ms, n, "n/a");
+
+    tb_printf(b, "### Head-context RMS before the norm, per layer\n\nThe RMS over windows, positions and channels of "
+                 "each head's context, then its mean, smallest and largest over the layer's heads. DIFF: u = (A1 − "
+                 "λ·A2)·V before the RMSNorm and the (1 − λinit) scale (the norm then divides each position by its "
+                 "RMS); DIFF V2 and the Transformer: the head's output, which has no norm.\n\n");
+    n = 0;
+    for (int l = 0; l < L; l++) {
+        snprintf(labels[n], sizeof labels[n], "layer %d: mean over heads", l);
+        ms[n] = M(labels[n], NULL, NULL, g_rms_mean, l, "%.4g", 0, NULL);
+        n++;
+        snprintf(labels[n], sizeof labels[n], "layer %d: smallest head", l);
+        ms[n] = M(labels[n], NULL, NULL, g_rms_min, l, "%.4g", 0, NULL);
+        n++;
+        snprintf(labels[n], sizeof labels[n], "layer %d: largest head", l);
+        ms[n] = M(labels[n], NULL, NULL, g_rms_max, l, "%.4g", 0, NULL);
+        n++;
+    }
+    table_na(b, r, "measure", ms, n, "n/a");
+}
+
 static void scaling_section(textbuf *b, const rp_report *r) {
     if (r->n_sizes < 2) return;
     double px[2 * RP_MAX_SIZES], ly[2 * RP_MAX_SIZES];
@@ -477,6 +686,8 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
                   bpe ? "token" : "byte");
         table(b, r, "measure", ms, 3);
     }
+
+    protocol_section(b, r);
 
     if (r->diff >= 0) {
         tb_printf(b, "## λ per layer (DIFF)\n\n| layer | λinit | final |\n| --- | --- | --- |\n");
