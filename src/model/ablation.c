@@ -54,8 +54,9 @@ static int reshape_heads(dt_config *c, const char *name, int heads, int kv, int 
  * the base's Transformer, of the same hd: q_proj + o_proj of 2·1.5h·hd rows, the (2h + h)·hd of
  * DIFF V2 (3h heads for a DIFF of h differential heads). Its kv heads stay the base's when they
  * divide the new head count (then its parameters are DIFF V2's less W_λ, and its KV cache V2's),
- * else they grow by the same 1.5 (the same query heads per kv head, e.g. multi-head stays
- * multi-head); neither possible is an error. */
+ * else they grow by the same 1.5 (the same query heads per kv head: multi-head stays multi-head).
+ * One of the two always fits an even H: an odd KV divides H/2 and so 1.5·H; an even KV that does
+ * not divide 1.5·H gives 1.5·KV, which divides 1.5·H as KV divides H. */
 static int transformer_15h(dt_config *c, const char *name, dt_error *err) {
     const int H = c->num_attention_heads, KV = c->num_key_value_heads;
     if (H % 2 != 0)
@@ -64,15 +65,7 @@ static int transformer_15h(dt_config *c, const char *name, dt_error *err) {
                        "even num_attention_heads)",
                        name, H);
     const int heads = 3 * H / 2;
-    int kv = KV;
-    if (heads % KV != 0) {
-        if ((3 * KV) % 2 != 0 || heads % (3 * KV / 2) != 0)
-            return dt_fail(err,
-                           "ablation '%s': %d heads (1.5 × %d) fit neither the base's %d kv heads nor 1.5 × as many",
-                           name, heads, H, KV);
-        kv = 3 * KV / 2;
-    }
-    return reshape_heads(c, name, heads, kv, c->head_dim, err);
+    return reshape_heads(c, name, heads, heads % KV == 0 ? KV : 3 * KV / 2, c->head_dim, err);
 }
 
 /* transformer-2hd: half the heads, each twice as wide (h heads of 2·hd for a DIFF of h

@@ -283,6 +283,20 @@ int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
             for (int i = 0; i < set.files[f].n; i++)
                 if (strstr(set.files[f].tensors[i].name, ".self_attn.subln.weight")) cfg.use_subln_weight = 1;
     }
+    /* A trained W_λ under a config without one (v2_lambda "none") would be dropped unseen */
+    if (cfg.arch == DT_ARCH_DIFF_V2 && cfg.v2_lambda == DT_V2_LAMBDA_NONE) {
+        for (int f = 0; f < set.n_files; f++)
+            for (int i = 0; i < set.files[f].n; i++)
+                if (strstr(set.files[f].tensors[i].name, ".self_attn.lambda_proj.")) {
+                    const int rc = dt_fail_format(err,
+                                                  "%s: tensor '%s' is a W_λ, but config.json says difftrans.v2_lambda "
+                                                  "\"none\" (a model without one)",
+                                                  set.files[f].path, set.files[f].tensors[i].name);
+                    dt_st_set_close(&set);
+                    vocab_free(&vocab);
+                    return rc;
+                }
+    }
     /* Every tensor is checked against config.json before the parameters are allocated: a config
      * that lies about the sizes gets its real error, not an out-of-memory from its claimed size. */
     if (model_layout(m, &cfg, err) != 0) {
