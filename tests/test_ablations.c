@@ -1025,6 +1025,50 @@ static void test_new_variant_quantised(void **state) {
         }
 }
 
+/* The baselines whose heads do not tile hidden_size: 1.5× the heads (H·hd = 1.5·C) and heads of
+ * 2·hd, here up to 128 wide from a base of hd 64 on a width of 32. RoPE rotates hd/2 frequency
+ * pairs of each; the fused kernel, decoding and the GGUF file (its key_length says the width) all
+ * agree with the reference forward. */
+static void test_baseline_head_shapes(void **state) {
+    (void)state;
+    static const char *const names[] = {"transformer-1.5h", "transformer-2hd"};
+    for (int i = 0; i < 2; i++)
+        for (int wide = 0; wide < 2; wide++) {
+            dt_model m;
+            dt_error err;
+            make_variant(&m, &(variant){DT_ARCH_DIFF, names[i]}, 2, 73);
+            if (wide) { /* the same variant of a DIFF base with heads of 64 */
+                dt_config c;
+                assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &err), 0);
+                c.vocab_size = 40, c.hidden_size = 32, c.intermediate_size = 48, c.num_hidden_layers = 2;
+                c.num_attention_heads = 4, c.num_key_value_heads = 2, c.head_dim = 64, c.max_position_embeddings = 64;
+                assert_int_equal(dt_config_ablation(&c, &c, names[i], &err), 0);
+                dt_model_free(&m);
+                assert_int_equal(dt_model_create(&m, &c, &err), 0);
+                dt_model_init_random(&m, 73);
+                for (size_t j = 0; j < m.n_params; j++) m.params[j] *= 3.0f; /* sharper maps */
+            }
+            assert_true(m.cfg.num_attention_heads * m.cfg.head_dim != m.cfg.hidden_size || i == 1);
+            check_fused(&(variant){DT_ARCH_DIFF, names[i]}, 2, 37); /* the small one, also in the loops */
+            char msg[512];
+            if (tu_fused_matches_reference(&m, 2, 37, msg, sizeof msg) != 0) fail_msg("%s: %s", names[i], msg);
+            check_decode_model(&m, 2e-5f);
+            char name[64], path[1100];
+            snprintf(name, sizeof name, "ablations_%s_%d.gguf", names[i], wide);
+            tu_path(path, sizeof path, name);
+            if (dt_model_save_gguf(&m, path, DT_F32, &err) != 0) fail_msg("%s: %s", names[i], err.msg);
+            dt_model g;
+            if (dt_model_load(&g, path, &err) != 0) fail_msg("%s: %s", names[i], err.msg);
+            assert_int_equal(g.cfg.num_attention_heads, m.cfg.num_attention_heads);
+            assert_int_equal(g.cfg.num_key_value_heads, m.cfg.num_key_value_heads);
+            assert_int_equal(g.cfg.head_dim, m.cfg.head_dim);
+            const float d = tu_logits_max_diff(&m, &g, 9, 7, 1);
+            if (!(d < 1e-5f)) fail_msg("%s: GGUF logits differ by %g", names[i], d);
+            dt_model_free(&g);
+            dt_model_free(&m);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ablation_names),      cmocka_unit_test(test_validation),
@@ -1038,6 +1082,7 @@ int main(void) {
         cmocka_unit_test(test_v2_lambda_modes),     cmocka_unit_test(test_v2_combine_layer),
         cmocka_unit_test(test_new_variant_gradients), cmocka_unit_test(test_new_variant_fused),
         cmocka_unit_test(test_new_variant_batch),   cmocka_unit_test(test_new_variant_quantised),
+        cmocka_unit_test(test_baseline_head_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
