@@ -138,9 +138,13 @@ int cmd_info(int argc, char **argv) {
                                       : ", activations in int8 blocks of 32",
                qs == DT_QUANT_W8A8 && qo.smooth_alpha >= 0 ? ", smoothed" : "", qo.lm_head ? ", LM head too" : "",
                dt_model_decode_bytes(&m) / 1e6);
-    if (c->arch == DT_ARCH_DIFF_V2)
-        printf("output heads: %d of width %d, each from query heads 2j, 2j+1 with a per-token λ = sigmoid(W_λ x)\n",
-               c->num_attention_heads / 2, c->head_dim);
+    if (c->arch == DT_ARCH_DIFF_V2) {
+        static const char *const lambdas[] = {"a per-token λ = sigmoid(W_λ x)", "λ = 1 (no W_λ)",
+                                              "a per-token λ = W_λ x (no sigmoid)"};
+        printf("output heads: %d of width %d, each from query heads %s with %s\n", c->num_attention_heads / 2,
+               c->head_dim, c->v2_pairs == DT_V2_PAIRS_CROSS ? "j, j+h (across kv groups)" : "2j, 2j+1",
+               (unsigned)c->v2_lambda < 3 ? lambdas[c->v2_lambda] : "?");
+    }
     if (c->arch == DT_ARCH_DIFF) {
         printf("differential heads: %d of width %d | lambda_std_dev %g | subln weight %s\n", c->num_attention_heads / 2,
                2 * c->head_dim, (double)c->lambda_std_dev, c->use_subln_weight ? "yes" : "no");

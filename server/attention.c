@@ -27,13 +27,6 @@ static size_t tri_len(int T) {
     return (size_t)T * (size_t)(T + 1) / 2;
 }
 
-/* Query heads of output head j: DIFF pairs j with j + H/2, V2 takes 2j and 2j + 1. */
-static int query_head(const dt_config *c, int j, int which) {
-    if (c->arch == DT_ARCH_DIFF) return j + which * c->num_attention_heads / 2;
-    if (c->arch == DT_ARCH_DIFF_V2) return 2 * j + which;
-    return j;
-}
-
 static int att_run(void *ctx) {
     att_job *a = ctx;
     const dt_config *c = &a->m->cfg;
@@ -55,7 +48,7 @@ static int att_run(void *ctx) {
         }
         for (int j = a->h0; j < a->h1; j++)
             for (int w = 0; w < a->maps_per_head; w++) {
-                const float *map = p + (size_t)query_head(c, j, w) * T * T;
+                const float *map = p + (size_t)dt_config_query_head(c, j, w) * T * T;
                 float *dst = a->tri + (((size_t)(l - a->l0) * nh + (j - a->h0)) * a->maps_per_head + w) * tl;
                 for (int t = 0; t < T; t++) {
                     memcpy(dst, map + (size_t)t * T, (size_t)(t + 1) * sizeof *dst);
