@@ -326,14 +326,6 @@ static int run_jobs(pool *pl, int jobs, dt_error *err) {
 
 /* ---------------------------------------------------------------- helpers */
 
-static int make_dir(const char *path, dt_error *err) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return dt_fail_io(err, "%s: cannot create the directory: %s", path, strerror(errno));
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_fail_io(err, "%s: not a directory", path);
-    return 0;
-}
-
 /* out = a then b, written atomically */
 static int concat_files(const char *a, const char *b, const char *out, dt_error *err) {
     dt_atomic_file f;
@@ -547,7 +539,7 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     for (int i = 0; i < o->n_sizes && rc == 0; i++) {
         char sd[4200], name[96];
         snprintf(name, sizeof name, "scaling-%s", o->sizes[i]);
-        if ((rc = dt_pathf(sd, sizeof sd, err, "%s/%s", o->out, name)) != 0 || (rc = make_dir(sd, err)) != 0) break;
+        if ((rc = dt_pathf(sd, sizeof sd, err, "%s/%s", o->out, name)) != 0 || (rc = dir_ensure(sd, err)) != 0) break;
         for (int k = 0; k < 2 && rc == 0; k++) {
             job *jb = &jobs[n_main + 2 * i + k];
             jb->seed = o->seed;
@@ -642,7 +634,7 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
         if (rc != 0) return -1;
         if (o->tasks) sym = &symbols;
     }
-    if (make_dir(o->out, err) != 0) {
+    if (dir_ensure(o->out, err) != 0) {
         dt_task_symbols_free(&symbols);
         return -1;
     }

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "analysis/study.h"
+#include "analysis/plots.h"
 #include "analysis/textbuf.h"
 
 int pl_run_gnuplot(const char *dir, const char *const *names, int n, char *note, size_t note_n, dt_error *err) {

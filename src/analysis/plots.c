@@ -289,37 +289,7 @@ int pl_write(const rp_report *r, const char *out_dir, char *note, size_t note_n,
     const int gnuplot = have_gnuplot();
     const int cairo = gnuplot && system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
     if (write_data(r, plots, cairo, err) != 0) return -1;
-    if (!gnuplot) {
-        snprintf(note, note_n, "gnuplot is not on PATH, so no plots were made (install gnuplot, e.g. the Debian "
-                               "package gnuplot-nox, and run `gnuplot plots.gp` in %s).", plots);
-        return 0;
-    }
-    /* single-quote the directory for the shell */
-    textbuf c = {0};
-    tb_printf(&c, "cd '");
-    for (const char *p = plots; *p; p++)
-        if (*p == '\'')
-            tb_printf(&c, "'\\''");
-        else
-            tb_printf(&c, "%c", *p);
-    tb_printf(&c, "' && gnuplot plots.gp >gnuplot.log 2>&1");
-    int st = c.oom ? -1 : system(c.s);
-    free(c.s);
-    if (st != 0) {
-        snprintf(note, note_n, "gnuplot failed (status %d); see %s/gnuplot.log — plots skipped", st, plots);
-        return 0;
-    }
     const char *names[16];
     int n = pl_names(r, names, 16);
-    for (int i = 0; i < n; i++) {
-        char tmp[4400], fin[4400];
-        if (dt_pathf(tmp, sizeof tmp, err, "%s/%s.png.tmp", plots, names[i]) ||
-            dt_pathf(fin, sizeof fin, err, "%s/%s.png", plots, names[i]))
-            return -1;
-        if (rename(tmp, fin) != 0) {
-            snprintf(note, note_n, "gnuplot did not write %s (%s) — plots skipped", tmp, strerror(errno));
-            return 0;
-        }
-    }
-    return 1;
+    return pl_run_gnuplot(plots, names, n, note, note_n, err);
 }

@@ -12,4 +12,8 @@
 int pl_write(const rp_report *r, const char *out_dir, char *note, size_t note_n, dt_error *err);
 /* The PNG names (without ".png") pl_write makes for this report, in order; returns how many. */
 int pl_names(const rp_report *r, const char **names, int cap);
+/* gnuplot.c: runs `gnuplot plots.gp` in dir (which writes NAME.png.tmp for each of names) and renames
+ * the PNGs into place: 1 when they were made, 0 when not (note says why: no gnuplot, or it failed),
+ * -1 on an error (err). */
+int pl_run_gnuplot(const char *dir, const char *const *names, int n, char *note, size_t note_n, dt_error *err);
 #endif

@@ -27,8 +27,4 @@ int study_plan(const dt_study_options *o, const dt_config *vocab, study_run **ru
 int study_wait_for_runs(const study_run *runs, int n, volatile int *stop, const dt_study_options *o, dt_error *err);
 /* Reads every run.json and writes o->out/REPORT.md, report.json and plots/. */
 int study_report_write(const dt_study_options *o, const study_run *runs, int n, dt_error *err);
-/* gnuplot.c: runs `gnuplot plots.gp` in dir (which writes NAME.png.tmp for each of names) and renames
- * the PNGs into place: 1 when they were made, 0 when not (note says why: no gnuplot, or it failed),
- * -1 on an error (err). */
-int pl_run_gnuplot(const char *dir, const char *const *names, int n, char *note, size_t note_n, dt_error *err);
 #endif

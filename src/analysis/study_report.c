@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "analysis/plots.h"
 #include "analysis/study.h"
 #include "analysis/textbuf.h"
 #include "internal.h"
