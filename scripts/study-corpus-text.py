@@ -140,6 +140,8 @@ SKIP_CLASSES = {"sphinxsidebar", "related", "navheader", "navfooter", "footer", 
                 "sig", "sig-object", "index", "legalnotice", "copyright", "docnav", "listingblock", "literalblock",
                 "doctest", "rst-versions", "clearer", "navigation", "breadcrumb", "prevnext", "nav",
                 "header", "footnotes", "citation", "bibliography", "revhistory"}
+# ids of page headers, footers and sidebars (Django's and asciidoc's pages)
+SKIP_IDS = {"hd", "ft", "global-nav", "searchbox", "sidebar", "footer"}
 CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_-]+)""", re.I)
 
 
@@ -165,7 +167,8 @@ class TextHTML(html.parser.HTMLParser):
     def handle_starttag(self, tag, attrs):
         a = dict(attrs)
         classes = set((a.get("class") or "").split())
-        skipped = tag in SKIP_TAGS or (a.get("role") or "") in SKIP_ROLES or bool(classes & SKIP_CLASSES)
+        skipped = (tag in SKIP_TAGS or (a.get("role") or "") in SKIP_ROLES or bool(classes & SKIP_CLASSES) or
+                   (a.get("id") or "") in SKIP_IDS)
         if tag in BLOCK:
             self._break()
         if tag in VOID:
@@ -295,10 +298,12 @@ def cmd_convert(args):
     rels = sorted(set(line.strip() for line in sys.stdin if line.strip()))
     docs = []
     pods, mans = [], []
+    files = 0
     for rel in rels:
         path = os.path.join(args.root, rel.lstrip("/"))
         if os.path.islink(path):
             continue  # an alias of a page the package has (and the list has) itself
+        files += 1
         name = doc_name(args.package, rel)
         if args.format == "html":
             docs += finish(name, convert_html(path))
@@ -323,7 +328,7 @@ def cmd_convert(args):
         for (name, _), text in zip(pods, convert_pods([p for _, p in pods])):
             docs += finish(name, reflow(text))
     write_atomic(args.out, "".join(json.dumps({"name": n, "text": t}, ensure_ascii=False) + "\n" for n, t in docs))
-    print("%s: %d files, %d documents, %.2f MB" % (args.package, len(rels), len(docs),
+    print("%s: %d files, %d documents, %.2f MB" % (args.package, files, len(docs),
                                                     sum(len(t.encode()) for _, t in docs) / 1e6), file=sys.stderr)
 
 

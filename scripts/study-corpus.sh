@@ -68,13 +68,15 @@ source_pkg jargon-text text '^/usr/share/doc/jargon-text/jargon\.txt\.gz$' '^$' 
     'the Jargon File: essays and definitions in a conversational register unlike the manuals'
 source_pkg debian-handbook html '^/usr/share/doc/debian-handbook/html/en-US/.*\.html$' '/(index|ix01)\.html$' \
     "The Debian Administrator's Handbook, a book of continuous prose (English only)"
-source_pkg debian-reference-en html '^/usr/share/doc/debian-reference-en/.*\.html$' '^$' \
+source_pkg debian-reference-en html '^/usr/share/debian-reference/.*\.en\.html$' '/index\.en\.html$' \
     'the Debian Reference, a user and administrator guide'
-source_pkg debian-policy html '^/usr/share/doc/debian-policy/policy\.html/.*\.html$' '/(genindex|search|index)\.html$' \
-    'the Debian Policy Manual, normative English'
-source_pkg developers-reference html '^/usr/share/doc/developers-reference/.*\.html$' '/(genindex|search)\.html$' \
+source_pkg debian-policy html \
+    '^/usr/share/doc/debian-policy/((policy|perl-policy|menu-policy)\.html/.*|fhs/fhs-3\.0|copyright-format-1\.0|debconf_specification|autopkgtest)\.html$' \
+    '/(genindex|search|index)\.html$' \
+    'the Debian Policy Manual, its Perl and menu sub-policies, the FHS and other specifications: normative English'
+source_pkg developers-reference html '^/usr/share/developers-reference/.*\.html$' '/(genindex|search)\.html$' \
     "Debian's guide for its developers"
-source_pkg debian-faq html '^/usr/share/doc/debian-faq/.*\.html$' '^$' 'the Debian FAQ: questions and answers'
+source_pkg debian-faq html '^/usr/share/doc/debian/FAQ/.*\.html$' '/index(\.en)?\.html$' 'the Debian FAQ: questions and answers'
 source_pkg gnu-standards info '^/usr/share/info/.*\.info(-[0-9]+)?\.gz$' '^$' \
     'the GNU Coding Standards and maintainer information as info manuals, one document per node'
 source_pkg fortunes fortune '^/usr/share/games/fortunes/[a-z-]+$' '/(art|ascii-art)$' \
@@ -234,6 +236,10 @@ else
             echo "== $p $v ($fmt): converting $files files"
             "$PY" "$TEXT" convert --package "$p" --root "$root" --format "$fmt" --out "$out" <"$list"
         fi
+        # text converted from another version (or by another rule) is not needed again
+        for old in "$CACHE/$p.$fmt".*.jsonl; do
+            [ "$old" = "$out" ] || rm -f "$old" "${old%.jsonl}.list"
+        done
         CONVERTED+=("$out")
         printf '%s\t%s\t%s\t%s\t%s\n' "$p" "$v" "$files" "$fmt" "${SRC_WHY[$i]}" >>"$ENTRIES"
     done

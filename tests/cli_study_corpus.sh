@@ -19,7 +19,7 @@ He kept a small garden beside the water and grew beans, onions and tall sunflowe
 <table><tr><td>17</td><td>42</td></tr><tr><td>Few cell words</td><td>3.5</td></tr>
 <tr><td>A cell that holds a long description of the weather stays in the text.</td></tr></table>
 <p>In the evening the villagers gathered by the bridge to tell stories about floods and harvests.</p>
-</div><div class="footer">Copyright footer text</div></body></html>
+</div><div class="footer">Copyright footer text</div><div id="ft">Footer by id</div></body></html>
 EOF
 cat >"$F/manual.pod" <<'EOF'
 =head1 NAME
@@ -116,7 +116,7 @@ out_has "HTML prose, the long cell, POD, man page and info text kept" "$ALL" "th
     "long description of the weather" "lighthouse keeper spends" "reads a letter from the post office" \
     "blossoms cover the grass" "apple trees that are older"
 check "an HTML paragraph is one line" grep -q "ground wheat for the whole valley. He kept a small garden" "$ALL"
-for gone in "Head title" "color: red" "Navigation bar" "total +=" "Few cell words" "Copyright footer" \
+for gone in "Head title" "color: red" "Navigation bar" "total +=" "Few cell words" "Copyright footer" "Footer by id" \
     "code that must not" "Menu:" "1 2 3 4 5" "русский" "File: fixture.info"; do
     check "'$gone' left out" bash -c '! grep -qF -- "$1" "$2"' _ "$gone" "$ALL"
 done
