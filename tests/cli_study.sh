@@ -140,6 +140,10 @@ fi
 # refusals
 expect_status "another plan in the same directory" 1 "study.json.*seeds 2, not 3" \
     "$DT" study "${STUDY[@]}" --seeds 3 --out "$S/a" --quiet
+expect_ok "the corpus tokenised again, another split" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" \
+    --out "$S/ds2" --val-fraction 0.2 --quiet
+expect_status "a study resumed on another dataset" 1 "study.json: the study there was planned with" \
+    "$DT" study "${STUDY[@]/$S\/ds/$S/ds2}" --out "$S/a" --quiet
 expect_status "a missing dataset" 3 "$S/nope" "$DT" study --tokens "$S/nope" --out "$S/c" --quiet
 expect_status "an unknown size" 1 "size 'huge'.*s1" "$DT" study --tokens "$S/ds" --sizes s1,huge --out "$S/c"
 expect_status "an unknown variant" 1 "variant 'nonsense'" "$DT" study "${STUDY[@]}" --variants diff,nonsense \

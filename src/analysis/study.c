@@ -168,8 +168,28 @@ fail:
     return -1;
 }
 
+/* The dataset's identity: FNV-1a of its dataset.json (split sizes, shards) and tokenizer.json. A
+ * dataset made again from other text, or with another tokenizer, differs; the runs of a study must
+ * all read the same one. */
+static int dataset_fingerprint(const char *dir, char out[17], dt_error *err) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    static const char *const files[2] = {"dataset.json", "tokenizer.json"};
+    for (int f = 0; f < 2; f++) {
+        char path[4200], *text = NULL;
+        size_t len = 0;
+        if (dt_pathf(path, sizeof path, err, "%s/%s", dir, files[f]) ||
+            read_text_file(path, (size_t)64 << 20, "a dataset file", &text, &len, err))
+            return -1;
+        for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
+        free(text);
+    }
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+    return 0;
+}
+
 /* Everything that fixes what the runs are; a resumed study must have the same. */
-static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_t n_train, size_t n_val) {
+static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_t n_train, size_t n_val,
+                        const char *fingerprint) {
     cJSON *j = cJSON_CreateObject(), *sizes = cJSON_AddArrayToObject(j, "sizes"),
           *variants = cJSON_AddArrayToObject(j, "variants");
     int ok = j && sizes && variants;
@@ -188,6 +208,7 @@ static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_
          cJSON_AddNumberToObject(j, "lr", o->lr) && cJSON_AddNumberToObject(j, "vocab_size", vocab->vocab_size) &&
          cJSON_AddNumberToObject(j, "train_tokens", (double)n_train) &&
          cJSON_AddNumberToObject(j, "val_tokens", (double)n_val) &&
+         cJSON_AddStringToObject(j, "dataset_fingerprint", fingerprint) &&
          cJSON_AddNumberToObject(j, "eval_windows", o->eval_windows) &&
          cJSON_AddNumberToObject(j, "position_bins", o->n_bins);
     if (!ok) {
@@ -237,6 +258,7 @@ struct study {
     volatile int own_stop;
     int failed_run;        /* the first run that failed, -1 */
     dt_error failure;      /* its error */
+    char fingerprint[17];  /* the dataset's, when the study began */
 };
 
 static int file_exists(const char *path) {
@@ -379,6 +401,12 @@ static int do_run(study *st, int r, dt_error *err) {
     char path[4400];
     if (dt_pathf(path, sizeof path, err, "%s/run.json", x->dir)) return -1;
     if (file_exists(path)) return 0;
+    char now[17];
+    if (dataset_fingerprint(st->o->tokens, now, err) != 0) return -1;
+    if (strcmp(now, st->fingerprint) != 0)
+        return dt_fail_format(err, "%s: the dataset changed while the study ran (it was made again?): every run of "
+                                   "a study must read the same one; restore it, or start the study afresh in "
+                                   "another directory", st->o->tokens);
     int rc = train_run(st, r, err);
     const int diverged = rc < 0 && err->code == DT_ERR_DIVERGED;
     if (rc != 0 && !diverged) return rc;
@@ -503,7 +531,11 @@ int dt_study_run(const dt_study_options *o, dt_error *err) {
         rc = -1;
         goto done;
     }
-    plan = plan_json(o, &vocab, st.n_train, st.n_tokens - st.n_train);
+    if (dataset_fingerprint(o->tokens, st.fingerprint, err) != 0) {
+        rc = -1;
+        goto done;
+    }
+    plan = plan_json(o, &vocab, st.n_train, st.n_tokens - st.n_train, st.fingerprint);
     if (!plan) {
         rc = dt_fail_oom(err, "out of memory for the study's plan");
         goto done;
