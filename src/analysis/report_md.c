@@ -123,6 +123,18 @@ static measure M(const char *label, const char *pd, const char *pt, getter g, in
     return (measure){label, pd ? pd : "—", pt ? pt : "—", g, arg, fmt, lower, what, -1};
 }
 
+/* Three rows per layer l < L, "layer l: NAME" read by get[i](run, l); returns the rows written. */
+static int per_layer_rows(measure *ms, char (*labels)[80], int L, const char *const names[3], const getter get[3],
+                          const char *fmt, int lower_better) {
+    int n = 0;
+    for (int l = 0; l < L; l++)
+        for (int i = 0; i < 3; i++, n++) {
+            snprintf(labels[n], sizeof labels[n], "layer %d: %s", l, names[i]);
+            ms[n] = M(labels[n], NULL, NULL, get[i], l, fmt, lower_better, NULL);
+        }
+    return n;
+}
+
 /* ---------------------------------------------------------------- intervals and verdicts */
 
 static dt_stats_interval over_seeds(const rp_report *r, int v, const measure *ms) {
@@ -548,36 +560,18 @@ static void protocol_section(textbuf *b, const rp_report *r) {
                  "weight on position 0 (position 0 itself always puts all its weight there). Head maps: A "
                  "(Transformer), A1 − λ·A2 (DIFF, whose rows sum to 1 − λ), A_p − λ_t·A_q (DIFF V2); the two softmax "
                  "maps of a DIFF or V2 head are the ones to set beside the Transformer's.\n\n");
-    n = 0;
-    for (int l = 0; l < L; l++) {
-        snprintf(labels[n], sizeof labels[n], "layer %d: head maps", l);
-        ms[n] = M(labels[n], NULL, NULL, g_sink, l, "%.4f", 1, NULL);
-        n++;
-        snprintf(labels[n], sizeof labels[n], "layer %d: first softmax map", l);
-        ms[n] = M(labels[n], NULL, NULL, g_sink1, l, "%.4f", 1, NULL);
-        n++;
-        snprintf(labels[n], sizeof labels[n], "layer %d: second softmax map", l);
-        ms[n] = M(labels[n], NULL, NULL, g_sink2, l, "%.4f", 1, NULL);
-        n++;
-    }
+    static const char *const sink_rows[3] = {"head maps", "first softmax map", "second softmax map"};
+    const getter sink_get[3] = {g_sink, g_sink1, g_sink2};
+    n = per_layer_rows(ms, labels, L, sink_rows, sink_get, "%.4f", 1);
     table_na(b, r, "measure", ms, n, "n/a");
 
     tb_printf(b, "### Head-context RMS before the norm, per layer\n\nThe RMS over windows, positions and channels of "
                  "each head's context, then its mean, smallest and largest over the layer's heads. DIFF: u = (A1 − "
                  "λ·A2)·V before the RMSNorm and the (1 − λinit) scale (the norm then divides each position by its "
                  "RMS); DIFF V2 and the Transformer: the head's output, which has no norm.\n\n");
-    n = 0;
-    for (int l = 0; l < L; l++) {
-        snprintf(labels[n], sizeof labels[n], "layer %d: mean over heads", l);
-        ms[n] = M(labels[n], NULL, NULL, g_rms_mean, l, "%.4g", 0, NULL);
-        n++;
-        snprintf(labels[n], sizeof labels[n], "layer %d: smallest head", l);
-        ms[n] = M(labels[n], NULL, NULL, g_rms_min, l, "%.4g", 0, NULL);
-        n++;
-        snprintf(labels[n], sizeof labels[n], "layer %d: largest head", l);
-        ms[n] = M(labels[n], NULL, NULL, g_rms_max, l, "%.4g", 0, NULL);
-        n++;
-    }
+    static const char *const rms_rows[3] = {"mean over heads", "smallest head", "largest head"};
+    const getter rms_get[3] = {g_rms_mean, g_rms_min, g_rms_max};
+    n = per_layer_rows(ms, labels, L, rms_rows, rms_get, "%.4g", 0);
     table_na(b, r, "measure", ms, n, "n/a");
 }
 
