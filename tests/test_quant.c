@@ -150,11 +150,11 @@ static void assert_close_to_reference(const float *y, const float *ref, const fl
 static qact act_new(int N, int in) {
     const int nb = q_blocks(in);
     qact a = {malloc((size_t)N * nb * QK), fnan((size_t)N * nb), fnan((size_t)N * qact_pairs(nb) * 16),
-              malloc((size_t)N * qact_pairs(nb) * 16 * sizeof(int32_t)), nb};
+              malloc((size_t)N * qact_pairs(nb) * 16 * sizeof(int32_t)), malloc((size_t)N * nb * sizeof(int32_t)), nb};
     assert_non_null(a.q);
     return a;
 }
-static void act_free(qact *a) { free(a->q), free(a->d), free(a->de), free(a->off); }
+static void act_free(qact *a) { free(a->q), free(a->d), free(a->de), free(a->off), free(a->sum); }
 
 /* Σ |d_w · d_x · q_w · q_x| per output: the scale of the float rounding in a dot product. */
 static void dot_magnitude(float *mag, const void *w, qformat fmt, int rows, const qact *x, int N, int in) {
@@ -172,6 +172,47 @@ static void dot_magnitude(float *mag, const void *w, qformat fmt, int rows, cons
     linear_forward(mag, xa, deq, N, in, rows);
     for (int i = 0; i < N * rows; i++) mag[i] += 1e-20f;
     free(deq), free(xa);
+}
+
+/* The 16-row interleaved layout (qpack.c) of the same blocks: it unpacks to them bit for bit; its
+ * definition (qpack_dot_reference, float sums) is within the dot products' bound of the double
+ * reference; the set's packed kernel, where it has one, gives the definition's bits, whatever the
+ * groups it is handed and the rows of x beside a row; and nothing is written past `out` (ldy is
+ * wider here, with its gaps watched). */
+static void check_packed(const qkernels *k, qformat fmt, const void *blocks, const qact *a, const float *ref,
+                         const float *mag, const shape *s) {
+    const int nb = q_blocks(s->in), out = s->out, N = s->N, groups = (int)qpack_groups(out);
+    const size_t ldy = (size_t)out + 5, block_bytes = (size_t)nb * qblock_bytes(fmt) * out;
+    void *packed = aligned_alloc(64, qpack_bytes(fmt, out, s->in)), *back = malloc(block_bytes);
+    assert_non_null(packed);
+    qpack_pack(packed, fmt, blocks, out, s->in);
+    qpack_unpack(back, fmt, packed, 0, out, s->in);
+    assert_memory_equal(back, blocks, block_bytes);
+    float *def = fnan((size_t)N * ldy), *y = fnan((size_t)N * ldy), *alone = fnan(ldy), *dense = fnan((size_t)N * out);
+    for (size_t i = 0; i < (size_t)N * ldy; i++) def[i] = y[i] = -7.0f; /* the gaps must keep it */
+    qpack_dot_reference(def, ldy, fmt, packed, 0, groups, out, a, N);
+    for (int n = 0; n < N; n++) {
+        memcpy(dense + (size_t)n * out, def + (size_t)n * ldy, (size_t)out * sizeof(float));
+        for (size_t j = (size_t)out; j < ldy; j++) assert_true(def[(size_t)n * ldy + j] == -7.0f);
+    }
+    assert_close_to_reference(dense, ref, mag, N * out, 1e-5f, "qpack_dot_reference", "definition", s);
+    if (k->packed_dot) {
+        /* one group at a time, then all at once */
+        for (int g = 0; g < groups; g++) k->packed_dot(y, ldy, fmt, packed, g, 1, out, a, N);
+        if (memcmp(y, def, (size_t)N * ldy * sizeof(float)) != 0)
+            fail_msg("packed_dot on path %s, shape out %d in %d N %d: differs from qpack_dot_reference", k->name, out,
+                     s->in, N);
+        for (size_t i = 0; i < (size_t)N * ldy; i++) y[i] = -7.0f;
+        k->packed_dot(y, ldy, fmt, packed, 0, groups, out, a, N);
+        assert_memory_equal(y, def, (size_t)N * ldy * sizeof(float));
+        for (int n = 0; n < N; n++) {
+            const qact row = {a->q + (size_t)n * nb * QK, a->d + (size_t)n * nb, NULL, NULL, a->sum + (size_t)n * nb, nb};
+            for (size_t j = 0; j < ldy; j++) alone[j] = -7.0f;
+            k->packed_dot(alone, ldy, fmt, packed, 0, groups, out, &row, 1);
+            assert_memory_equal(alone, def + (size_t)n * ldy, ldy * sizeof(float));
+        }
+    }
+    free(packed), free(back), free(def), free(y), free(alone), free(dense);
 }
 
 /* Every set of kernels this CPU runs (portable, AVX2, AVX-512 with and without VNNI) against the
@@ -208,6 +249,7 @@ static void test_kernels_match_reference(void **state) {
             assert_memory_equal(a.d, a_ref.d, (size_t)s->N * nb * sizeof(float));
             assert_memory_equal(a.de, a_ref.de, (size_t)s->N * qact_pairs(nb) * 16 * sizeof(float));
             assert_memory_equal(a.off, a_ref.off, (size_t)s->N * qact_pairs(nb) * 16 * sizeof(int32_t));
+            assert_memory_equal(a.sum, a_ref.sum, (size_t)s->N * nb * sizeof(int32_t));
             assert_int_equal(a.q[0], -127);
             for (int f = 0; f < 2; f++) {
                 const qformat fmt = f ? QFMT_Q4_0 : QFMT_Q8_0;
@@ -226,7 +268,7 @@ static void test_kernels_match_reference(void **state) {
                 for (int n = 0; n < s->N; n++) {
                     const size_t at = (size_t)n * nb;
                     const size_t lanes = (size_t)n * qact_pairs(nb) * 16;
-                    const qact row = {a.q + at * QK, a.d + at, a.de + lanes, a.off + lanes, nb};
+                    const qact row = {a.q + at * QK, a.d + at, a.de + lanes, a.off + lanes, a.sum + at, nb};
                     for (int o = 0; o < s->out; o++) {
                         if (f) k->q4_0_dot(alone + o, 1, b4 + (size_t)o * nb, 1, &row, 1);
                         else k->q8_0_dot(alone + o, 1, b8 + (size_t)o * nb, 1, &row, 1);
@@ -235,6 +277,7 @@ static void test_kernels_match_reference(void **state) {
                         fail_msg("%s on path %s, shape out %d in %d N %d: row %d alone differs from its batch", what,
                                  k->name, s->out, s->in, s->N, n);
                 }
+                check_packed(k, fmt, f ? (const void *)b4 : (const void *)b8, &a, ref, mag, s);
             }
             /* float activations, one row: the products in float against the double definition */
             for (int i = 0; i < s->in; i++) absx_row[i] = fabsf(x[i]);
@@ -370,8 +413,11 @@ static void test_qlinear_paths_agree(void **state) {
         void *scratch = malloc(qlinear_scratch_bytes(N, in, out));
         float *many = fnan((size_t)N * out), *one = fnan((size_t)N * out), *deq = fnew((size_t)out * in), *ref = fnew((size_t)N * out);
         float *bound = fnew((size_t)N * out), *absx = fnew((size_t)N * in);
-        const qformat fmts[] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_Q8_0, QFMT_Q4_0, QFMT_W8A8, QFMT_W8A8};
-        for (int f = 0; f < 6; f++) {
+        /* formats 6 and 7: Q8_0 / Q4_0 in the 16-row layout (qlinear_pack's, set up by hand so that
+         * a CPU without the packed kernel runs it too, through its definition) */
+        const qformat fmts[] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_Q8_0, QFMT_Q4_0, QFMT_W8A8, QFMT_W8A8, QFMT_Q8_0, QFMT_Q4_0};
+        float *unpacked = fnan((size_t)N * out);
+        for (int f = 0; f < 8; f++) {
             qlinear l;
             dt_error err;
             float range = 0; /* a static scale as calibration would set it: the range of x / s */
@@ -379,15 +425,24 @@ static void test_qlinear_paths_agree(void **state) {
             assert_int_equal(qlinear_create(&l, fmts[f], w, out, in, f == 5 ? smooth : NULL, f == 5 ? range / 127 : 0, &err), 0);
             const int float_acts = f == 2 || f == 3;
             if (float_acts) l.act = QACT_FLOAT;
+            if (f >= 6) {
+                qlinear_forward(&l, unpacked, x, N, scratch);
+                l.packed = aligned_alloc(64, qpack_bytes(l.fmt, out, in));
+                assert_non_null(l.packed);
+                qpack_pack(l.packed, l.fmt, l.blocks, out, in);
+                free(l.blocks);
+                l.blocks = NULL;
+            }
             qlinear_forward(&l, many, x, N, scratch);
             for (int n = 0; n < N; n++) qlinear_forward(&l, one + (size_t)n * out, x + (size_t)n * in, 1, scratch);
             if (fmts[f] != QFMT_W8A8 && !float_acts) assert_memory_equal(many, one, (size_t)N * out * sizeof(float));
             else assert_true(tu_max_rel_diff(many, one, (size_t)N * out, 1.0f) < 1e-4f);
             if (fmts[f] != QFMT_W8A8) {
+                block_q8_0 row[8]; /* in = 70: 3 blocks */
                 for (int o = 0; o < out; o++) {
-                    const void *row = (const char *)l.blocks + (size_t)o * q_blocks(in) * qblock_bytes(l.fmt);
+                    qlinear_blocks_copy(&l, row, o, 1);
                     if (l.fmt == QFMT_Q8_0) q8_0_dequantize_row(deq + (size_t)o * in, row, in);
-                    else q4_0_dequantize_row(deq + (size_t)o * in, row, in);
+                    else q4_0_dequantize_row(deq + (size_t)o * in, (const block_q4_0 *)(const void *)row, in);
                 }
                 linear_forward(ref, x, deq, N, in, out);
                 if (float_acts) {
@@ -411,6 +466,10 @@ static void test_qlinear_paths_agree(void **state) {
                         moved = fmaxf(moved, e);
                     }
                     assert_true(moved > 0); /* the rounding of the activations shows */
+                    if (f >= 6) { /* the same sums in another order: within float rounding of the row-major path */
+                        const float d = tu_max_rel_diff(many, unpacked, (size_t)N * out, 1.0f);
+                        if (!(d < 1e-5f)) fail_msg("format %d N %d: packed and row-major differ by %g", f, N, (double)d);
+                    }
                     if (ni == 0) print_message("format %d: worst error %.3f of the activation rounding bound\n", f, (double)worst);
                 }
             }
@@ -422,6 +481,7 @@ static void test_qlinear_paths_agree(void **state) {
             qlinear_free(&l);
         }
         free(w), free(x), free(smooth), free(scratch), free(many), free(one), free(deq), free(ref), free(bound), free(absx);
+        free(unpacked);
     }
 }
 

@@ -469,10 +469,14 @@ static int emit_tensor(void *ctx, uint64_t i, gguf_sink *s, dt_error *err) {
     const int64_t cols = t->ne[0], rows = t->n_dims == 2 ? t->ne[1] : 1;
     if (t->q) {
         const size_t row_bytes = (size_t)q_blocks((int)cols) * qblock_bytes(t->q->fmt);
+        uint8_t *row = malloc(row_bytes);
+        if (!row) return dt_fail_oom(err, "out of memory writing tensor %s", t->name);
         for (int64_t r = 0; r < rows; r++) {
             const int64_t src = t->permute_hd ? hf_row((int)r, t->permute_hd) : r;
-            if (gguf_sink_write(s, (const char *)t->q->blocks + (size_t)src * row_bytes, row_bytes)) return 0;
+            qlinear_blocks_copy(t->q, row, (int)src, 1);
+            if (gguf_sink_write(s, row, row_bytes)) break;
         }
+        free(row);
         return 0;
     }
     const size_t width = t->type == GGML_TYPE_F32 ? 4 : 2;
@@ -1084,12 +1088,13 @@ static int quant_layer(const gguf_file *f, qlinear *l, const gguf_tensor *t, int
     const size_t row_bytes = (size_t)q_blocks(in) * qblock_bytes(fmt);
     char what[4200];
     snprintf(what, sizeof what, "%s: tensor '%s'", f->path, t->name);
-    if (!permute_hd) return qlinear_from_blocks(l, fmt, out, in, t->data, what, err);
+    if (!permute_hd) return qlinear_from_blocks(l, fmt, out, in, t->data, what, err) || qlinear_pack(l, err) ? -1 : 0;
     uint8_t *rows = malloc((size_t)out * row_bytes);
     if (!rows) return dt_fail_oom(err, "%s: out of memory", what);
     for (int r = 0; r < out; r++) memcpy(rows + (size_t)hf_row(r, permute_hd) * row_bytes, t->data + (size_t)r * row_bytes, row_bytes);
-    const int rc = qlinear_from_blocks(l, fmt, out, in, rows, what, err);
+    int rc = qlinear_from_blocks(l, fmt, out, in, rows, what, err);
     free(rows);
+    if (rc == 0) rc = qlinear_pack(l, err);
     return rc;
 }
 

@@ -229,7 +229,7 @@ static int load_blocks(qlinear *l, const dt_safetensors *st, const char *base, q
     snprintf(what, sizeof what, "%s: tensor '%s'", st->path, name);
     if (qlinear_from_blocks(l, fmt, out, in, dt_st_data(st, qb), what, err) != 0) return -1;
     l->act = o->float_activations ? QACT_FLOAT : QACT_INT8;
-    return 0;
+    return qlinear_pack(l, err);
 }
 
 static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, qformat fmt, int out, int in,
@@ -331,9 +331,12 @@ static int write_tensors(const dt_model *m, const char *path, dt_error *err) {
     const struct dt_quant *q = m->quant;
     const int cap = m->n_tensors + 4 * q->n_linear;
     entry_list el = {calloc((size_t)cap, sizeof *el.e), 0, calloc((size_t)cap, sizeof *el.names)};
-    if (!el.e || !el.names) {
+    /* the file holds ggml blocks: packed layers are unpacked into copies for the write */
+    void **copies = calloc((size_t)q->n_linear + 1, sizeof *copies);
+    if (!el.e || !el.names || !copies) {
         free(el.e);
         free(el.names);
+        free(copies);
         return dt_fail_oom(err, "out of memory");
     }
     for (int i = 0; i < m->n_tensors; i++) {
@@ -342,6 +345,7 @@ static int write_tensors(const dt_model *m, const char *path, dt_error *err) {
         if (m->cfg.arch == DT_ARCH_DIFF && !m->cfg.use_subln_weight && strstr(t->name, ".subln.weight")) continue;
         add_entry(&el, t->name, NULL, t->ndim, t->shape[0], t->shape[1])->data = m->params + t->offset;
     }
+    int rc = 0;
     for (int i = 0; i < q->n_linear; i++) {
         const qlinear *l = &q->lin[i];
         char base[96];
@@ -358,9 +362,20 @@ static int write_tensors(const dt_model *m, const char *path, dt_error *err) {
             e = add_entry(&el, base, "qblocks", 2, l->out, (int64_t)q_blocks(l->in) * (int64_t)qblock_bytes(l->fmt));
             e->dtype = DT_U8;
             e->raw = l->blocks;
+            if (l->packed) {
+                const size_t bytes = (size_t)l->out * q_blocks(l->in) * qblock_bytes(l->fmt);
+                if (!(copies[i] = malloc(bytes))) {
+                    rc = dt_fail_oom(err, "%s: out of memory unpacking %s for the file", path, base);
+                    break;
+                }
+                qlinear_blocks_copy(l, copies[i], 0, l->out);
+                e->raw = copies[i];
+            }
         }
     }
-    int rc = dt_st_write_f32(path, el.e, el.n, err);
+    if (rc == 0) rc = dt_st_write_f32(path, el.e, el.n, err);
+    for (int i = 0; i < q->n_linear; i++) free(copies[i]);
+    free(copies);
     free(el.e);
     free(el.names);
     return rc;

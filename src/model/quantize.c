@@ -349,6 +349,7 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
         rc = qlinear_create(&q->lin[i], scheme_format(o->scheme), w, out, in, smoothing ? smooth : NULL,
                             input_scale, err);
         if (rc == 0 && o->float_activations) q->lin[i].act = QACT_FLOAT;
+        if (rc == 0) rc = qlinear_pack(&q->lin[i], err);
         if (rc == 0 && q->stats) {
             model_linear_name(q->stats[i].name, sizeof q->stats[i].name, layer, which, L);
             fill_stats(&q->stats[i], ctx.absmax[i], smoothing ? smooth : NULL, in, tmp);

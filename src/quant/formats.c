@@ -87,6 +87,11 @@ void qact_expand_row(const qact *a, int n) {
     const int8_t *q = a->q + (size_t)n * a->nb * QK;
     float *de = a->de + (size_t)n * qact_pairs(a->nb) * 16;
     int32_t *off = a->off + (size_t)n * qact_pairs(a->nb) * 16;
+    for (int b = 0; b < a->nb; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < QK; j++) s += q[(size_t)b * QK + j];
+        a->sum[(size_t)n * a->nb + b] = s;
+    }
     for (int b = 0; b < 2 * (int)qact_pairs(a->nb); b++)
         for (int k = 0; k < 8; k++) {
             de[b * 8 + k] = b < a->nb ? d[b] : 0.0f;

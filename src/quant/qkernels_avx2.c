@@ -329,4 +329,4 @@ static void q4_0_dequantize_avx2(float *w, const block_q4_0 *blocks, int rows, i
 
 const qkernels qkernels_avx2 = {q8_0_dot_avx2,        q4_0_dot_avx2,        quantize_act_avx2, q8_0_matvec_avx2,
                                 q4_0_matvec_avx2,     i8_gemm_avx2,         q8_0_dequantize_avx2,
-                                q4_0_dequantize_avx2, "avx2"};
+                                q4_0_dequantize_avx2, NULL, "avx2"};

@@ -38,11 +38,12 @@ static qact act_in(void *scratch, int N, int in) {
     const int nb = q_blocks(in);
     char *p = scratch;
     const size_t lanes = (size_t)N * qact_pairs(nb) * 16;
-    qact a = {(int8_t *)p, NULL, NULL, NULL, nb};
+    qact a = {(int8_t *)p, NULL, NULL, NULL, NULL, nb};
     p += align64((size_t)N * nb * QK);
     a.de = (float *)p; /* 64-byte aligned, as off: the kernels load them a vector at a time */
     a.off = (int32_t *)(a.de + lanes);
     a.d = (float *)(a.off + lanes);
+    a.sum = (int32_t *)(a.d + (size_t)N * nb);
     return a;
 }
 
@@ -50,7 +51,7 @@ static qact act_in(void *scratch, int N, int in) {
 static qact act_row(const qact *a, int n) {
     const size_t at = (size_t)n * a->nb;
     const size_t lanes = (size_t)n * qact_pairs(a->nb) * 16;
-    return (qact){a->q + at * QK, a->d + at, a->de + lanes, a->off + lanes, a->nb};
+    return (qact){a->q + at * QK, a->d + at, a->de + lanes, a->off + lanes, a->sum + at, a->nb};
 }
 
 size_t qlinear_scratch_bytes(int N, int in, int out) {
@@ -59,7 +60,7 @@ size_t qlinear_scratch_bytes(int N, int in, int out) {
     size_t panel = (size_t)PANEL * in * sizeof(float);
     size_t skinny = (size_t)omp_get_max_threads() * SKINNY_PANEL * in * sizeof(float);
     size_t acts = align64((size_t)N * in) + (size_t)N * sizeof(float);
-    size_t blocks = align64((size_t)N * nb * QK) + (size_t)N * (nb + 2 * qact_pairs((int)nb) * 16) * sizeof(float);
+    size_t blocks = align64((size_t)N * nb * QK) + (size_t)N * (2 * nb + 2 * qact_pairs((int)nb) * 16) * sizeof(float);
     if (skinny > panel) panel = skinny;
     if (blocks > acts) acts = blocks;
     return panel > acts ? panel : acts;
@@ -92,11 +93,28 @@ static void int8_forward(const qlinear *l, float *y, const float *x, int N, void
         const qact row = act_row(&a, n);
         k->quantize_act(&row, x + (size_t)n * l->in, 1, l->in);
     }
-    const int step = N == 1 ? INT8_ROWS_ONE : INT8_ROWS_MANY;
     /* many rows of x (prefill) go through a task's rows of W a chunk at a time, so that the
      * chunk of x stays in the L1/L2 cache while the task's few rows of W are read again */
     int chunk = ACT_CHUNK_BYTES / l->in;
     chunk = chunk < 4 ? 4 : chunk - chunk % 4;
+    if (l->packed) {
+        /* a set without the kernel (the path changed after packing) takes the definition */
+        void (*dot)(float *, size_t, qformat, const void *, int, int, int, const qact *, int) =
+            k->packed_dot ? k->packed_dot : qpack_dot_reference;
+        const int groups = (int)qpack_groups(l->out), per_task = (N == 1 ? INT8_ROWS_ONE : INT8_ROWS_MANY) / QPACK_ROWS;
+        const int gstep = per_task < 1 ? 1 : per_task;
+#pragma omp parallel for schedule(static) if ((size_t)N * l->out * l->in > 262144)
+        for (int g0 = 0; g0 < groups; g0 += gstep) {
+            const int gs = groups - g0 < gstep ? groups - g0 : gstep;
+            for (int n0 = 0; n0 < N; n0 += chunk) {
+                const int nc = N - n0 < chunk ? N - n0 : chunk;
+                const qact part = act_row(&a, n0);
+                dot(y + (size_t)n0 * l->out, (size_t)l->out, l->fmt, l->packed, g0, gs, l->out, &part, nc);
+            }
+        }
+        return;
+    }
+    const int step = N == 1 ? INT8_ROWS_ONE : INT8_ROWS_MANY;
 #pragma omp parallel for schedule(static) if ((size_t)N * l->out * l->in > 262144)
     for (int o0 = 0; o0 < l->out; o0 += step) {
         const int rows = l->out - o0 < step ? l->out - o0 : step;
@@ -246,8 +264,29 @@ int qlinear_from_blocks(qlinear *l, qformat fmt, int out, int in, const void *bl
     return 0;
 }
 
+int qlinear_pack(qlinear *l, dt_error *err) {
+    if ((l->fmt != QFMT_Q8_0 && l->fmt != QFMT_Q4_0) || l->act != QACT_INT8 || !l->blocks ||
+        !qkernels_active()->packed_dot)
+        return 0;
+    const size_t bytes = qpack_bytes(l->fmt, l->out, l->in); /* a multiple of 64 */
+    void *packed = aligned_alloc(64, bytes);
+    if (!packed) return dt_fail_oom(err, "out of memory packing a [%d, %d] layer", l->out, l->in);
+    qpack_pack(packed, l->fmt, l->blocks, l->out, l->in);
+    free(l->blocks);
+    l->blocks = NULL;
+    l->packed = packed;
+    return 0;
+}
+
+void qlinear_blocks_copy(const qlinear *l, void *dst, int o0, int rows) {
+    const size_t row_bytes = (size_t)q_blocks(l->in) * qblock_bytes(l->fmt);
+    if (l->packed) qpack_unpack(dst, l->fmt, l->packed, o0, rows, l->in);
+    else memcpy(dst, (const char *)l->blocks + (size_t)o0 * row_bytes, (size_t)rows * row_bytes);
+}
+
 void qlinear_free(qlinear *l) {
     free(l->blocks);
+    free(l->packed);
     free(l->q8);
     free(l->scales);
     free(l->row_sums);

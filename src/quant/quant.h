@@ -64,7 +64,9 @@ typedef struct {
     qformat fmt;
     qact_mode act;               /* Q8_0, Q4_0: how x is multiplied (see above) */
     int out, in;
-    void *blocks;                /* Q8_0: block_q8_0 [out, nb]; Q4_0: block_q4_0 [out, nb] */
+    void *blocks;                /* Q8_0: block_q8_0 [out, nb]; Q4_0: block_q4_0 [out, nb] (NULL once packed) */
+    void *packed;                /* Q8_0 / Q4_0 after qlinear_pack: the same weights interleaved 16 rows at a
+                                    time (qpack.c), for the kernels that multiply 16 outputs at once */
     int8_t *q8;                  /* W8A8: [out, in] */
     float *scales;               /* W8A8: [out] */
     int32_t *row_sums;           /* W8A8: Σ_j q8[o, j], for the unsigned-times-signed VNNI product */
@@ -84,6 +86,7 @@ typedef struct {
     int32_t *off;                /* [N, ⌈nb/2⌉ · 16]: −8 × the sum of each 4 consecutive q, in the same
                                     lanes: Q4_0's stored nibbles u = q_w + 8 multiply x as unsigned
                                     bytes, and Σ u·x + off is the product, exactly */
+    int32_t *sum;                /* [N, nb]: Σ_j q of each block (the packed kernels' offset, qpack.c) */
     int nb;
 } qact;
 
@@ -95,7 +98,7 @@ void q4_0_dequantize_row(float *w, const block_q4_0 *b, int in);
 /* One row x [in] into the blocks of row n of a (the definition every path's quantize_act meets
  * bit for bit). */
 void qact_quantize_row(const qact *a, int n, const float *x, int in);
-/* Row n's de and off from its d and q (every quantize_act calls it once they are set). */
+/* Row n's de, off and sum from its d and q (every quantize_act calls it once they are set). */
 void qact_expand_row(const qact *a, int n);
 static inline size_t qact_pairs(int nb) { return (size_t)(nb + 1) / 2; }
 /* Scale = absmax(x_j / s_j) / 127 and q = round(x_j / s_j / scale) ∈ [−127, 127] (W8A8 weights and
@@ -130,6 +133,11 @@ typedef struct {
                     const int32_t *row_sums, int out, int in);
     void (*q8_0_dequantize)(float *w, const block_q8_0 *b, int rows, int in);
     void (*q4_0_dequantize)(float *w, const block_q4_0 *b, int rows, int in);
+    /* the 16-row interleaved layout (qpack.c), NULL in a set without a kernel for it: y for the
+     * groups [g0, g0 + groups) of 16 rows of W (outputs at 16·g0 …, those past `out` not written)
+     * against N rows of x, each output summed as qpack_dot_reference sums it */
+    void (*packed_dot)(float *y, size_t ldy, qformat fmt, const void *packed, int g0, int groups, int out,
+                       const qact *x, int N);
     const char *name;            /* e.g. "avx512-vnni" */
 } qkernels;
 
@@ -151,6 +159,20 @@ void q4_0_matvec_reference(float *y, const block_q4_0 *w, int rows, const float 
 void i8_gemm_reference(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws, int out,
                        int in);
 
+/* ---- the 16-row interleaved layout (qpack.c) ---- */
+#define QPACK_ROWS 16
+static inline size_t qpack_groups(int out) { return (size_t)(out + QPACK_ROWS - 1) / QPACK_ROWS; }
+size_t qpack_scales_bytes(int nb);
+size_t qpack_group_bytes(qformat fmt, int in);
+size_t qpack_bytes(qformat fmt, int out, int in);
+/* blocks [out, nb] (Q8_0 or Q4_0) into dst [qpack_bytes]; and rows [o0, o0 + rows) back into
+ * blocks [rows, nb], bit for bit. */
+void qpack_pack(void *dst, qformat fmt, const void *blocks, int out, int in);
+void qpack_unpack(void *blocks, qformat fmt, const void *packed, int o0, int rows, int in);
+/* The definition the packed_dot kernels meet bit for bit (and the path of a set without one). */
+void qpack_dot_reference(float *y, size_t ldy, qformat fmt, const void *packed, int g0, int groups, int out,
+                         const qact *x, int N);
+
 /* ---- the linear layer (qlinear.c) ----
  * y[N, out] = x[N, in] · Wᵀ through the layer's format; scratch must hold qlinear_scratch_bytes. */
 size_t qlinear_scratch_bytes(int N, int in, int out);
@@ -168,6 +190,12 @@ int qlinear_from_blocks(qlinear *l, qformat fmt, int out, int in, const void *bl
 /* The first problem in a layer's blocks (what qlinear_from_blocks refuses), as a message in buf;
  * 0 when there is none. */
 int qblocks_check(qformat fmt, const void *blocks, size_t n_blocks, char *buf, size_t len);
+/* Q8_0 / Q4_0 with 8-bit activations, where the active kernels have a packed product: the blocks
+ * into the interleaved layout (blocks freed; the same bytes of memory). Any other layer is left
+ * as it is. Call once the layer's act is settled. */
+int qlinear_pack(qlinear *l, dt_error *err);
+/* Rows [o0, o0 + rows) of a Q8_0 / Q4_0 layer as ggml blocks [rows, nb], whichever way it is stored. */
+void qlinear_blocks_copy(const qlinear *l, void *dst, int o0, int rows);
 void qlinear_free(qlinear *l);
 
 #endif
