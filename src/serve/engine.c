@@ -373,7 +373,9 @@ static int plan_step(dt_engine *e, int *n_decode) {
             chunk = e->prefill_row_s > 0 && e->decode_step_s > 0
                         ? (int)(PREFILL_SHARE * e->decode_step_s / e->prefill_row_s)
                         : PREFILL_FIRST;
-            if (chunk < 4) chunk = 4;
+            /* at least one row, so a prompt always moves on; a floor of 4 let a step with rows deep
+             * into a long prompt (each attending over hundreds of positions) reach 2× a decode step */
+            if (chunk < 1) chunk = 1;
         }
         if (chunk < budget) budget = chunk;
         e->stats.prefill_chunk = budget;
