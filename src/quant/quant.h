@@ -17,7 +17,8 @@
  *   QACT_INT8   each row of x is rounded once to 8-bit blocks of its own (qact: a float scale per
  *               32 values, as ggml's Q8_0 but with the scale kept in float) and every block pair
  *               is an integer dot product (VNNI, AVX-512 BW, AVX2 maddubs, or C); the scales are
- *               applied once per block. The default: decoding reads the weights once and converts
+ *               applied once per block. On VNNI CPUs the layer is repacked 16 rows at a time
+ *               (qlinear_pack, qpack.c) so that one product covers 16 outputs. The default: decoding reads the weights once and converts
  *               nothing to float, so it runs at the speed of memory.
  *   QACT_FLOAT  x stays float and the weights are widened to float (w8a16): more exact (no
  *               rounding of the activations, an error of at most half a step per activation
