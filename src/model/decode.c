@@ -208,8 +208,9 @@ static void store_kv(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads
 static void head_scores(float *restrict scores, const float *restrict q, const kv_view *kv, int n, int hd, float slope,
                         int softmax1) {
     const float scale = (float)(1.0 / sqrt((double)hd));
+    const dt_kernels *kern = kernels_active();
     float mx = softmax1 ? 0.0f : -INFINITY, tmp[hd];
-    if (kv->f) kernels_active()->cache_dots(scores, q, kv->f, n, (size_t)kv->kvdim, hd); /* F32: the vector kernel */
+    if (kv->f) kern->cache_dots(scores, q, kv->f, n, (size_t)kv->kvdim, hd); /* F32: the vector kernel */
     for (int s = 0; s < n; s++) {
         float dot = 0;
         if (kv->f) dot = scores[s];
@@ -218,10 +219,13 @@ static void head_scores(float *restrict scores, const float *restrict q, const k
             for (int d = 0; d < hd; d++) dot += q[d] * k[d];
         }
         scores[s] = dot * scale - slope * (float)(n - 1 - s);
-        mx = fmaxf(mx, scores[s]);
+        mx = scores[s] > mx ? scores[s] : mx; /* fmaxf's result (it skips a NaN too), without its call */
     }
+    /* the kernels' vector exp (the fused attention's): scalar expf was a tenth of a long prompt */
+    for (int s = 0; s < n; s++) scores[s] -= mx;
+    kern->exp(scores, scores, n);
     float sum = softmax1 ? expf(-mx) : 0.0f;
-    for (int s = 0; s < n; s++) sum += (scores[s] = expf(scores[s] - mx));
+    for (int s = 0; s < n; s++) sum += scores[s];
     const float inv = 1.0f / sum;
     for (int s = 0; s < n; s++) scores[s] *= inv;
 }
