@@ -334,6 +334,18 @@ static void test_cache_products(void **state) {
             for (int d = 0; d < hd; d++)
                 if (!(fabsf(ax[d] - ax_ref[d]) <= (float)n * 0x1p-24f * ax_mag[d] + 1e-30f))
                     fail_msg("cache_axpy [%s, hd %d]: lane %d: %g vs %g", dt_isa_name(k->isa), hd, d, (double)ax[d], (double)ax_ref[d]);
+            /* and each lane sums the positions in order, one multiply-add each (fused on the AVX
+             * paths): however many vectors of the head a pass takes, the bits are those */
+            for (int d = 0; d < hd; d++) {
+                float in_order = 0;
+                for (int s = 0; s < n; s++) {
+                    const float v = kv[(size_t)s * stride + d];
+                    in_order = k->isa == DT_ISA_PORTABLE ? w[s] * v + in_order : fmaf(w[s], v, in_order);
+                }
+                if (memcmp(&in_order, &ax[d], sizeof in_order) != 0)
+                    fail_msg("cache_axpy [%s, hd %d]: lane %d: %a, the in-order sum %a", dt_isa_name(k->isa), hd, d,
+                             (double)ax[d], (double)in_order);
+            }
             free(dots), free(ax);
         }
         free(q), free(kv), free(w), free(aq), free(akv), free(aw), free(dots_ref), free(dots_mag), free(ax_ref), free(ax_mag);
