@@ -1088,7 +1088,10 @@ static int quant_layer(const gguf_file *f, qlinear *l, const gguf_tensor *t, int
     const size_t row_bytes = (size_t)q_blocks(in) * qblock_bytes(fmt);
     char what[4200];
     snprintf(what, sizeof what, "%s: tensor '%s'", f->path, t->name);
-    if (!permute_hd) return qlinear_from_blocks(l, fmt, out, in, t->data, what, err) || qlinear_pack(l, err) ? -1 : 0;
+    if (!permute_hd) {
+        if (qlinear_from_blocks(l, fmt, out, in, t->data, what, err) != 0) return -1;
+        return qlinear_pack(l, err);
+    }
     uint8_t *rows = malloc((size_t)out * row_bytes);
     if (!rows) return dt_fail_oom(err, "%s: out of memory", what);
     for (int r = 0; r < out; r++) memcpy(rows + (size_t)hf_row(r, permute_hd) * row_bytes, t->data + (size_t)r * row_bytes, row_bytes);

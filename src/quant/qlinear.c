@@ -99,10 +99,9 @@ static void int8_forward(const qlinear *l, float *y, const float *x, int N, void
     chunk = chunk < 4 ? 4 : chunk - chunk % 4;
     if (l->packed) {
         /* a set without the kernel (the path changed after packing) takes the definition */
-        void (*dot)(float *, size_t, qformat, const void *, int, int, int, const qact *, int) =
-            k->packed_dot ? k->packed_dot : qpack_dot_reference;
-        const int groups = (int)qpack_groups(l->out), per_task = (N == 1 ? INT8_ROWS_ONE : INT8_ROWS_MANY) / QPACK_ROWS;
-        const int gstep = per_task < 1 ? 1 : per_task;
+        const qpacked_dot_fn dot = k->packed_dot ? k->packed_dot : qpack_dot_reference;
+        /* groups of 16 rows per task: INT8_ROWS_ONE's worth for one row of x, one group for many */
+        const int groups = (int)qpack_groups(l->out), gstep = N == 1 ? INT8_ROWS_ONE / QPACK_ROWS : 1;
 #pragma omp parallel for schedule(static) if ((size_t)N * l->out * l->in > 262144)
         for (int g0 = 0; g0 < groups; g0 += gstep) {
             const int gs = groups - g0 < gstep ? groups - g0 : gstep;

@@ -124,6 +124,11 @@ void i8_row_sums(int32_t *sums, const int8_t *q, int out, int in);
  *            values of q8_0_dequantize_row / q4_0_dequantize_row exactly.
  * The AVX2 / AVX-512 versions live in qkernels_avx2.c / qkernels_avx512.c and are called only when
  * the CPU has them; the reference versions (qkernels.c) are the definitions the tests hold them to. */
+/* y for the groups [g0, g0 + groups) of 16 rows of a packed W (outputs at 16·g0 …, those past
+ * `out` not written) against N rows of x, each output summed as qpack_dot_reference sums it. */
+typedef void (*qpacked_dot_fn)(float *y, size_t ldy, qformat fmt, const void *packed, int g0, int groups, int out,
+                               const qact *x, int N);
+
 typedef struct {
     void (*q8_0_dot)(float *y, size_t ldy, const block_q8_0 *w, int rows, const qact *x, int N);
     void (*q4_0_dot)(float *y, size_t ldy, const block_q4_0 *w, int rows, const qact *x, int N);
@@ -134,11 +139,8 @@ typedef struct {
                     const int32_t *row_sums, int out, int in);
     void (*q8_0_dequantize)(float *w, const block_q8_0 *b, int rows, int in);
     void (*q4_0_dequantize)(float *w, const block_q4_0 *b, int rows, int in);
-    /* the 16-row interleaved layout (qpack.c), NULL in a set without a kernel for it: y for the
-     * groups [g0, g0 + groups) of 16 rows of W (outputs at 16·g0 …, those past `out` not written)
-     * against N rows of x, each output summed as qpack_dot_reference sums it */
-    void (*packed_dot)(float *y, size_t ldy, qformat fmt, const void *packed, int g0, int groups, int out,
-                       const qact *x, int N);
+    /* the 16-row interleaved layout (qpack.c), NULL in a set without a kernel for it */
+    qpacked_dot_fn packed_dot;
     const char *name;            /* e.g. "avx512-vnni" */
 } qkernels;
 
