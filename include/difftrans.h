@@ -522,8 +522,9 @@ typedef struct {
 } dt_prob_index;
 
 /* Pick the next token from logits [V] (modified in place: they become probabilities).
- * temperature 0 → argmax; otherwise softmax(logits / T) restricted to the top-k tokens and
- * to the smallest set whose probability reaches top_p. scratch holds V entries. */
+ * temperature 0 → argmax (the first of equal largest; NaN is never chosen); otherwise
+ * softmax(logits / T) restricted to the top-k tokens and to the smallest set whose probability
+ * reaches top_p. scratch holds V entries. */
 int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch);
 
 /* Why dt_generate stopped. */

@@ -869,9 +869,46 @@ static void test_attention_t1(void **state) {
     }
 }
 
+/* The few-row paths split W between threads (one range each up to LINEAR_ROWS_MAX rows, tasks of
+ * LINEAR_SKINNY_BLOCK beyond): with 1, 2, 3 and 5 threads and outputs that no split divides evenly,
+ * every output is written (y starts as NaN) and is the product. */
+static void test_linear_few_rows_threads(void **state) {
+    (void)state;
+    uint64_t rng = 29;
+    const int in = 70, out = 103;
+    static const int rows[] = {2, 3, 8, 9, 13};
+    float *x = frand((size_t)13 * in, 1, &rng), *w = frand((size_t)out * in, 1, &rng);
+    const int saved = omp_get_max_threads();
+    static const int threads[] = {1, 2, 3, 5};
+    for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+        omp_set_num_threads(threads[ti]);
+        for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+            const int N = rows[ri];
+            float *y = fnan((size_t)N * out);
+            linear_forward(y, x, w, N, in, out);
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < out; o++) {
+                    double s = 0, mag = 0;
+                    for (int k = 0; k < in; k++) {
+                        s += (double)x[n * in + k] * w[o * in + k];
+                        mag += fabs((double)x[n * in + k] * w[o * in + k]);
+                    }
+                    const double got = y[(size_t)n * out + o];
+                    if (!(fabs(got - s) <= 1e-6 * mag))
+                        fail_msg("linear_forward %d rows, %d threads: y[%d, %d] = %g, want %g", N, threads[ti], n, o,
+                                 got, s);
+                }
+            free(y);
+        }
+    }
+    omp_set_num_threads(saved);
+    free(x), free(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_linear_few_rows_threads),
         cmocka_unit_test(test_embedding),
         cmocka_unit_test(test_rmsnorm_weight),
         cmocka_unit_test(test_rmsnorm_no_weight),

@@ -470,8 +470,49 @@ static void test_engine_release_and_exclusive(void **state) {
     dt_model_free(&m);
 }
 
+/* Greedy is the first largest logit wherever it is (NaN never chosen, ties to the lower id); top-k
+ * and top-p keep only the tokens they should and every kept token is drawn. */
+static void test_sample_greedy_and_truncation(void **state) {
+    (void)state;
+    enum { V = 1000 };
+    float logits[V], work[V];
+    dt_prob_index scratch[V];
+    uint64_t rng = 7;
+    for (int i = 0; i < V; i++) logits[i] = (float)((i * 7919) % 997) / 100.0f - 5.0f; /* below 4.97 */
+    const dt_sampler greedy = {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f};
+    logits[700] = 6.0f; /* the largest, and a later tie */
+    logits[900] = 6.0f;
+    memcpy(work, logits, sizeof work);
+    assert_int_equal(dt_sample(work, V, &greedy, &rng, scratch), 700);
+    logits[0] = NAN; /* a NaN first, where the running largest starts, and one past the maximum */
+    logits[701] = NAN;
+    memcpy(work, logits, sizeof work);
+    assert_int_equal(dt_sample(work, V, &greedy, &rng, scratch), 700);
+    logits[999] = 7.0f; /* the very last one */
+    memcpy(work, logits, sizeof work);
+    assert_int_equal(dt_sample(work, V, &greedy, &rng, scratch), 999);
+    logits[0] = logits[701] = 0.0f;
+
+    /* top-k 3 at a high temperature: only 999, 700 and 900, each of them drawn */
+    const dt_sampler top3 = {.temperature = 4.0f, .top_k = 3, .top_p = 1.0f};
+    int seen[V] = {0};
+    for (int t = 0; t < 300; t++) {
+        memcpy(work, logits, sizeof work);
+        seen[dt_sample(work, V, &top3, &rng, scratch)]++;
+    }
+    assert_int_equal(seen[999] + seen[700] + seen[900], 300);
+    assert_true(seen[999] > 0 && seen[700] > 0 && seen[900] > 0);
+    /* a nucleus smaller than the largest token's probability: that token alone */
+    const dt_sampler nucleus = {.temperature = 1.0f, .top_k = 0, .top_p = 0.01f};
+    for (int t = 0; t < 20; t++) {
+        memcpy(work, logits, sizeof work);
+        assert_int_equal(dt_sample(work, V, &nucleus, &rng, scratch), 999);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sample_greedy_and_truncation),
         cmocka_unit_test(test_batch_matches_decode_step),
         cmocka_unit_test(test_batch_refusals),
         cmocka_unit_test(test_engine_matches_generate),

@@ -4,6 +4,7 @@
  * Trans flag on W, and no transposed copy is ever made. OpenBLAS threads the products itself.
  */
 #include <cblas.h>
+#include <omp.h>
 
 #include "layers/kernels.h"
 #include "layers/layers.h"
@@ -18,7 +19,21 @@ void linear_forward(float *y, const float *x, const float *w, int N, int in, int
     /* a few rows (a batch of decoding streams, a prompt chunk): linear_rows, where sgemm's packing
      * of W would cost more than the product */
     const dt_kernels *k = kernels_active();
+    if (N <= LINEAR_ROWS_MAX) {
+        /* one contiguous range of W per thread, in one call: the kernel fetches each block of W's
+         * rows while it multiplies the one before, which pays only within a call */
+#pragma omp parallel
+        {
+            const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+            const int per = ((out + nt - 1) / nt + 15) / 16 * 16;
+            const int o0 = t * per, o1 = o0 + per < out ? o0 + per : out;
+            if (o0 < o1) k->linear_rows(y, out, x, N, w, in, o0, o1);
+        }
+        return;
+    }
     if (N <= k->linear_rows_most) {
+        /* more rows than one call takes: tasks of LINEAR_SKINNY_BLOCK rows of W, which stay in the
+         * cache while the calls for the blocks of x pass over them */
 #pragma omp parallel for schedule(static)
         for (int o0 = 0; o0 < out; o0 += LINEAR_SKINNY_BLOCK) {
             const int o1 = o0 + LINEAR_SKINNY_BLOCK < out ? o0 + LINEAR_SKINNY_BLOCK : out;

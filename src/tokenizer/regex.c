@@ -148,6 +148,7 @@ void tk_matcher_free(tk_matcher *m) {
 /* The iteration of Oniguruma's find_iter as the Rust binding drives it: an empty match right
  * where the previous match ended is skipped by advancing one character. */
 int tk_regex_next(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk_scan *st, size_t *ms, size_t *me) {
+    if (!m->md && tk_matcher_init(m) != 0) return -1; /* a decoding context's first regex */
     while (st->last_end <= n) {
         int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, st->last_end, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) return 0;

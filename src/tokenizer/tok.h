@@ -77,7 +77,7 @@ typedef struct {
     char *source;                /* the pattern as written in the file */
 } tk_regex;
 
-/* Per-thread matching state. */
+/* Per-thread matching state; all NULL (a decoding context's) until tk_regex_next first needs it. */
 typedef struct {
     pcre2_match_data *md;
     pcre2_match_context *mctx;
@@ -392,5 +392,6 @@ int tk_encode_parallel(const struct dt_tok *tok, const char *text, size_t len, i
                        const tk_par *par, int32_t **ids, size_t *n_ids, dt_error *err);
 
 int tk_ctx_init(tk_ctx *c);
+void tk_ctx_init_decoding(tk_ctx *c); /* no word cache; the matcher made when a regex first runs */
 void tk_ctx_free(tk_ctx *c);
 #endif
