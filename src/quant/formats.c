@@ -79,20 +79,20 @@ void qact_quantize_row(const qact *a, int n, const float *x, int in) {
         for (int j = 0; j < QK; j++) q[j] = (int8_t)(j < len ? lrintf(fminf(fmaxf(x[j0 + j] * inv, -127.0f), 127.0f)) : 0);
         a->d[(size_t)n * a->nb + b] = d;
     }
-    qact_expand_row(a, n);
+    qact_expand_row(a, n, 0);
 }
 
-void qact_expand_row(const qact *a, int n) {
+void qact_expand_row(const qact *a, int n, int b0) {
     const float *d = a->d + (size_t)n * a->nb;
     const int8_t *q = a->q + (size_t)n * a->nb * QK;
     float *de = a->de + (size_t)n * qact_pairs(a->nb) * 16;
     int32_t *off = a->off + (size_t)n * qact_pairs(a->nb) * 16;
-    for (int b = 0; b < a->nb; b++) {
+    for (int b = b0; b < a->nb; b++) {
         int32_t s = 0;
         for (int j = 0; j < QK; j++) s += q[(size_t)b * QK + j];
         a->sum[(size_t)n * a->nb + b] = s;
     }
-    for (int b = 0; b < 2 * (int)qact_pairs(a->nb); b++)
+    for (int b = b0; b < 2 * (int)qact_pairs(a->nb); b++)
         for (int k = 0; k < 8; k++) {
             de[b * 8 + k] = b < a->nb ? d[b] : 0.0f;
             const int8_t *g = q + (size_t)b * QK + 4 * k;

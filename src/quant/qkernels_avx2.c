@@ -2,6 +2,7 @@
  * and called only when the CPU has them (qkernels_for). */
 #include <immintrin.h>
 
+#include "quant/qact_expand.h"
 #include "quant/quant.h"
 
 static inline float hsum_ps(__m256 v) {
@@ -206,8 +207,9 @@ static void quantize_act_avx2(const qact *a, const float *x, int N, int in) {
             const size_t at = (size_t)n * a->nb + b;
             _mm256_storeu_si256((__m256i *)(a->q + at * QK), q8);
             a->d[at] = d;
+            qact_expand_block_x86(a, n, b, _mm256_castsi256_si128(q8), _mm256_extracti128_si256(q8, 1), d);
         }
-        qact_expand_row(a, n);
+        qact_expand_row(a, n, full); /* a short last block, and the padding past an odd count */
     }
 }
 

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "quant/qact_expand.h"
 #include "quant/quant.h"
 
 /* Lanes [0, n) of a 16-lane vector, n ≤ 16 (none when n ≤ 0). */
@@ -227,8 +228,9 @@ static void quantize_act_avx512(const qact *a, const float *x, int N, int in) {
             _mm_storeu_si128((__m128i *)(a->q + at * QK), q0);
             _mm_storeu_si128((__m128i *)(a->q + at * QK + 16), q1);
             a->d[at] = d;
+            qact_expand_block_x86(a, n, b, q0, q1, d);
         }
-        qact_expand_row(a, n);
+        qact_expand_row(a, n, full); /* a short last block, and the padding past an odd count */
     }
 }
 

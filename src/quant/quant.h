@@ -99,8 +99,10 @@ void q4_0_dequantize_row(float *w, const block_q4_0 *b, int in);
 /* One row x [in] into the blocks of row n of a (the definition every path's quantize_act meets
  * bit for bit). */
 void qact_quantize_row(const qact *a, int n, const float *x, int in);
-/* Row n's de, off and sum from its d and q (every quantize_act calls it once they are set). */
-void qact_expand_row(const qact *a, int n);
+/* Row n's de, off and sum of blocks b0.. (and the padding block past the last) from its d and q
+ * (every quantize_act calls it once they are set; the x86 paths expand the full blocks themselves,
+ * qact_expand.h, and call it for the rest). */
+void qact_expand_row(const qact *a, int n, int b0);
 static inline size_t qact_pairs(int nb) { return (size_t)(nb + 1) / 2; }
 /* Scale = absmax(x_j / s_j) / 127 and q = round(x_j / s_j / scale) ∈ [−127, 127] (W8A8 weights and
  * dynamic activations; smooth s may be NULL); returns the scale (0 for an all-zero row). */
