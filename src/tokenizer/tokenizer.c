@@ -25,8 +25,9 @@ int tk_ctx_init(tk_ctx *c) {
 }
 
 /* Decoding runs once per streamed token in the server: no word cache (a megabyte to clear) and no
- * matcher until a regex needs one (a JIT stack mapped and unmapped), which made each call cost
- * ~0.4 ms of page faults and system calls. */
+ * matcher until a regex needs one (a JIT stack to map and unmap). With them a one-token decode
+ * took 29 µs in a loop (1.3 without), and in the server's connection threads, where the freed
+ * megabyte went back to the system, page faults on top: 4.5% of a serving profile, 2% after. */
 void tk_ctx_init_decoding(tk_ctx *c) {
     memset(c, 0, sizeof *c);
 }
