@@ -23,7 +23,11 @@ F32 KV cache (what difftrans computes), and its defaults (flash attention auto, 
 repetition measures every scheme with both engines, llama.cpp first in even repetitions and
 difftrans first in odd ones (each measurement a fresh process), and the median of --reps (3)
 counts. llama.cpp's process warms up first (one prompt, a few decoded tokens), as llama-bench
-does; difftrans's numbers are of its first prompt in the process, first-use costs included.
+does, and so does difftrans's (generate --warmup: the prompt once, untimed); a process's first
+prompt also pays thread start-up and first touches of OpenBLAS's buffers (docs/PERFORMANCE.md has
+the time to the first token of a fresh process). difftrans runs without OPENBLAS_CORETYPE
+(OpenBLAS's own kernels for the CPU, as llama.cpp picks its CPU variant) unless
+--keep-openblas-core; the header line names the core it used.
 
 llama.cpp comes from npm (tests/llama_cpp/fetch.sh: the prebuilt CPU libraries of
 @node-llama-cpp/linux-x64, the CPU variant picked at run time, and the harness llama_ref compiled
@@ -182,11 +186,24 @@ def make_model(dt, work, cfg, tag, schemes):
     return base, files
 
 
+# OPENBLAS_CORETYPE in the environment (a sandbox may set Haswell) would keep difftrans's matrix
+# products off OpenBLAS's AVX-512 kernels where llama.cpp picks its own best CPU variant; unless
+# --keep-openblas-core, difftrans runs with OpenBLAS's own choice of core, as llama.cpp does
+KEEP_OPENBLAS_CORE = False
+
+
+def dt_env(threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if not KEEP_OPENBLAS_CORE:
+        env.pop("OPENBLAS_CORETYPE", None)
+    return env
+
+
 def dt_generate(dt, model, ids, n, threads):
     """(prompt tokens/s, decode steps/s or None) from generate --timings"""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env = dt_env(threads)
     r = run([dt, "generate", model, "--prompt-ids", " ".join(map(str, ids)), "-n", str(n), "--temperature", "0",
-             "--print-ids", "--timings", "--threads", str(threads)], env=env)
+             "--print-ids", "--timings", "--warmup", "--threads", str(threads)], env=env)
     m = re.search(r"timings: prompt (\d+) tokens in [0-9.]+ s \(([0-9.]+) tokens/s[^)]*\), (\d+) generated in "
                   r"[0-9.]+ s \(([0-9.]+) tokens/s\)", r.stderr)
     if not m:
@@ -203,8 +220,7 @@ def agreement(dt, lr, files, ids, threads, work):
         f.write(" ".join(map(str, ids)) + "\n")
     for s, g in files.items():
         st = os.path.join(work, f"agree-{s}.st")
-        run([dt, "forward", g, "--input", path, "--output", st, "--threads", str(threads)],
-            env=dict(os.environ, OMP_NUM_THREADS=str(threads)))
+        run([dt, "forward", g, "--input", path, "--output", st, "--threads", str(threads)], env=dt_env(threads))
         for setting, flags in SETTINGS.items():
             b = os.path.join(work, f"agree-{s}-{setting}.bin")
             run([lr, "logits", g, "--ids", path, "--out", b, "--threads", str(threads)] + flags)
@@ -226,8 +242,13 @@ def main():
     ap.add_argument("--decode", type=int, default=64, help="decoded tokens timed [64]")
     ap.add_argument("--decode-at", type=int, default=64, help="the position decoding starts at [64]")
     ap.add_argument("--small", action="store_true", help="a small model instead of config E (a smoke run)")
+    ap.add_argument("--keep-openblas-core", action="store_true",
+                    help="run difftrans with OPENBLAS_CORETYPE as the environment sets it (default: removed, so that "
+                         "OpenBLAS picks its kernels for the CPU as llama.cpp picks its CPU variant)")
     ap.add_argument("--json", help="write the results here")
     o = ap.parse_args()
+    global KEEP_OPENBLAS_CORE
+    KEEP_OPENBLAS_CORE = o.keep_openblas_core
     dt = os.path.abspath(o.difftrans)
     work = os.path.abspath(o.work)
     os.makedirs(work, exist_ok=True)
@@ -256,7 +277,7 @@ def main():
     print(f"# difftrans vs llama.cpp: {tag} llama model, {o.threads} threads\n")
     print(f"CPU: {cpu}; {datetime.date.today().isoformat()}; llama.cpp {commit} (npm @node-llama-cpp/linux-x64, "
           f"CPU variant {variant}); difftrans kernels: "
-          + run([dt, "info", "--system"]).stdout.strip().replace("\n", "; ")[:300] + "\n")
+          + run([dt, "info", "--system"], env=dt_env(o.threads)).stdout.strip().replace("\n", "; ") + "\n")
 
     quantises = {}
     print("What each engine quantises (both load the same file):\n")

@@ -25,7 +25,11 @@ static void help(void) {
            "                      its size is printed on stderr [f32]\n"
            "  --threads N         OpenMP threads [all cores]\n"
            "  --timings           print the prompt's time (to the first token) and the generated tokens'\n"
-           "                      rate on stderr\n");
+           "                      rate on stderr\n"
+           "  --warmup            run the prompt through the model once, untimed and unprinted, before\n"
+           "                      the real run: what is timed then leaves out a process's first-use\n"
+           "                      costs (thread start-up, OpenBLAS's buffers, first touch of the work\n"
+           "                      buffers), as llama.cpp's tools warm up before they time\n");
 }
 
 /* Parses "3 1 4" into ids; every id must be an integer in [0, V). */
@@ -103,11 +107,12 @@ int cmd_generate(int argc, char **argv) {
         {"top-k", required_argument, 0, 'k'},   {"top-p", required_argument, 0, 'u'},
         {"seed", required_argument, 0, 's'},    {"print-ids", no_argument, 0, 'I'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
-        {"kv-cache", required_argument, 0, 'K'}, {"timings", no_argument, 0, 'G'}, {0, 0, 0, 0},
+        {"kv-cache", required_argument, 0, 'K'}, {"timings", no_argument, 0, 'G'},
+        {"warmup", no_argument, 0, 'W'},         {0, 0, 0, 0},
     };
     const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL;
     dt_kv_dtype kv_dtype = DT_KV_F32;
-    int n_gen = 200, threads = 0, print_ids = 0, timings = 0;
+    int n_gen = 200, threads = 0, print_ids = 0, timings = 0, warmup = 0;
     dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f};
     uint64_t seed = 42;
     optind = 1;
@@ -125,6 +130,7 @@ int cmd_generate(int argc, char **argv) {
         case 's': bad = parse_u64(cmd, "--seed", optarg, &seed); break;
         case 'I': print_ids = 1; break;
         case 'G': timings = 1; break;
+        case 'W': warmup = 1; break;
         case 'K':
             bad = cli_parse_kv_cache(cmd, optarg, &kv_dtype);
             break;
@@ -178,6 +184,14 @@ int cmd_generate(int argc, char **argv) {
     int *out = rc == 0 ? malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof *out) : NULL;
     dt_generate_result res;
     if (rc == 0 && !out) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
+    if (rc == 0 && warmup) { /* the same prompt, one token, nothing printed */
+        dt_generate_options wo = go;
+        wo.max_new_tokens = 1;
+        wo.on_token = NULL;
+        wo.ctx = NULL;
+        dt_generate_result wres;
+        if (dt_generate(&m, ids, n_prompt, &wo, NULL, &wres, &err) != 0) rc = cli_fail(cmd, &err);
+    }
     if (rc == 0 && dt_generate(&m, ids, n_prompt, &go, out, &res, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0 && kv_dtype != DT_KV_F32 && res.kv_cache_bytes > 0) /* the cache the run used, on stderr */
         fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", n_prompt + n_gen,

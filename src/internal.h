@@ -111,15 +111,17 @@ int kvcache_size(const dt_config *c, int max_tokens, dt_kv_dtype dtype, size_t *
 size_t decode_head_work(int n, int hd);
 /* The attention over a KV cache that dt_decode_step and the batched step (model/batch.c) share:
  * kv_attention_tasks(c) independent tasks per query (an output head each: H query heads, or H/2
- * differential heads for DIFF); kv_attention_task runs one for a query q [H·hd] at position n − 1
- * over positions 0..n−1 of `layer` into out ([H·hd]; DIFF V2: the query heads, combined by the
- * caller), with sc1, sc2 [n] as scratch; kv_store puts a position's k and v [KV·hd] into the
- * cache in its storage type; kv_max_tokens is the cache's length. */
+ * differential heads for DIFF); kv_attention_task runs one for R ≤ CACHE_ROWS_MAX consecutive
+ * queries of one sequence (q + r·ldq [H·hd] at position n0 − 1 + r) over positions 0..n0 − 1 + r
+ * of `layer` into out + r·ldo ([H·hd]; DIFF V2: the query heads, combined by the caller), with
+ * sc1, sc2 [R, lds] as scratch (lds ≥ n0 − 1 + R), each row the same bits for any R; kv_store
+ * puts a position's k and v [KV·hd] into the cache in its storage type; kv_max_tokens is the
+ * cache's length. */
 int kv_attention_tasks(const dt_config *c);
 /* model/ablation.c: how c's query heads pair into output heads, as layers.h's HEADS_* numbers */
 int config_head_pairing(const dt_config *c);
-void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n, const float *q,
-                       float *out, float *sc1, float *sc2);
+void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n0, int R, const float *q,
+                       size_t ldq, float *out, size_t ldo, float *sc1, float *sc2, size_t lds);
 void kv_store(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads, const float *k, const float *v);
 int kv_max_tokens(const dt_kvcache *kc);
 #endif

@@ -365,6 +365,10 @@ for m in diff llama; do
     expect_ok "generate $m sampling" "${R[@]}" && cp "$S/last.out" "$S/sample_$m.1"
     expect_ok "generate $m sampling, same seed" "${R[@]}" && cp "$S/last.out" "$S/sample_$m.2"
     check "generate $m: same --seed, same sample" cmp "$S/sample_$m.1" "$S/sample_$m.2"
+    # --warmup runs the prompt once first: the printed sample is the one without it, and --timings says so
+    expect_ok "generate $m sampling, --warmup --timings" "${R[@]}" --warmup --timings &&
+        check "generate $m: --warmup leaves the sample as it was" cmp "$S/sample_$m.1" "$S/last.out" &&
+        out_has "generate $m --timings prints the prompt's time" "$S/last.err" '^timings: prompt 2 tokens in '
     n=$(wc -w <"$S/sample_$m.1" 2>/dev/null || echo 0)
     [ "$n" -eq 20 ] && pass || fail "generate $m sampling -n 20 printed $n ids"
 done

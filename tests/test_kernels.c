@@ -319,14 +319,14 @@ static void test_cache_products(void **state) {
         for (size_t i = 0; i < (size_t)n * stride; i++) akv[i] = fabsf(kv[i]);
         for (int i = 0; i < n; i++) aw[i] = fabsf(w[i]);
         float *dots_ref = fnew((size_t)n), *dots_mag = fnew((size_t)n), *ax_ref = fnew((size_t)hd), *ax_mag = fnew((size_t)hd);
-        ref->cache_dots(dots_ref, q, kv, n, stride, hd);
-        ref->cache_dots(dots_mag, aq, akv, n, stride, hd);
-        ref->cache_axpy(ax_ref, w, kv, n, stride, hd);
-        ref->cache_axpy(ax_mag, aw, akv, n, stride, hd);
+        ref->cache_dots(dots_ref, 0, q, 0, 1, kv, n, stride, hd);
+        ref->cache_dots(dots_mag, 0, aq, 0, 1, akv, n, stride, hd);
+        ref->cache_axpy(ax_ref, 0, w, 0, 1, kv, n, stride, hd, 0);
+        ref->cache_axpy(ax_mag, 0, aw, 0, 1, akv, n, stride, hd, 0);
         FOR_EACH_PATH(k) {
             float *dots = fnan((size_t)n + 1), *ax = fnan((size_t)hd + 1);
-            k->cache_dots(dots, q, kv, n, stride, hd);
-            k->cache_axpy(ax, w, kv, n, stride, hd);
+            k->cache_dots(dots, 0, q, 0, 1, kv, n, stride, hd);
+            k->cache_axpy(ax, 0, w, 0, 1, kv, n, stride, hd, 0);
             if (!isnan(dots[n]) || !isnan(ax[hd])) fail_msg("cache products [%s, hd %d]: wrote past the end", dt_isa_name(k->isa), hd);
             for (int s = 0; s < n; s++)
                 if (!(fabsf(dots[s] - dots_ref[s]) <= (float)hd * 0x1p-24f * dots_mag[s] + 1e-30f))
@@ -352,9 +352,80 @@ static void test_cache_products(void **state) {
     }
 }
 
+/* Several queries in one call (a prompt chunk's rows sharing each read of the cache): every row
+ * the same bits as the query alone, on every path, for R = 1..CACHE_ROWS_MAX and odd strides; a
+ * weighted sum stopped after m rows and carried on (accumulate) the same bits as one pass; the
+ * reference's R rows and accumulation within the tolerance above; nothing written between rows. */
+static void test_cache_products_rows(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 93;
+    static const int hds[] = {7, 16, 17, 64, 100};
+    for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++) {
+        const int hd = hds[hi], n = 29, m = 11;
+        const size_t stride = (size_t)hd * 2 + 3, ldq = (size_t)hd + 5, ldw = (size_t)n + 3;
+        const size_t ldo_dots = (size_t)n + 2, ldo_ax = (size_t)hd + 2;
+        float *q = frand(CACHE_ROWS_MAX * ldq, 1.0f, &rng), *kv = frand((size_t)n * stride, 1.0f, &rng);
+        float *w = frand(CACHE_ROWS_MAX * ldw, 1.0f, &rng);
+        FOR_EACH_PATH(k) {
+            for (int R = 1; R <= CACHE_ROWS_MAX; R++) {
+                float *dots = fnan(CACHE_ROWS_MAX * ldo_dots), *ax = fnan(CACHE_ROWS_MAX * ldo_ax);
+                float *ax2 = fnan(CACHE_ROWS_MAX * ldo_ax), *dref = fnan(CACHE_ROWS_MAX * ldo_dots);
+                float *aref = fnan(CACHE_ROWS_MAX * ldo_ax);
+                k->cache_dots(dots, ldo_dots, q, ldq, R, kv, n, stride, hd);
+                k->cache_axpy(ax, ldo_ax, w, ldw, R, kv, n, stride, hd, 0);
+                /* the first m rows of v, then the other n − m carried on */
+                k->cache_axpy(ax2, ldo_ax, w, ldw, R, kv, m, stride, hd, 0);
+                k->cache_axpy(ax2, ldo_ax, w + m, ldw, R, kv + (size_t)m * stride, n - m, stride, hd, 1);
+                ref->cache_dots(dref, ldo_dots, q, ldq, R, kv, n, stride, hd);
+                ref->cache_axpy(aref, ldo_ax, w, ldw, R, kv, m, stride, hd, 0);
+                ref->cache_axpy(aref, ldo_ax, w + m, ldw, R, kv + (size_t)m * stride, n - m, stride, hd, 1);
+                for (int r = 0; r < R; r++) {
+                    float one_d[n + 1], one_a[hd + 1];
+                    one_d[n] = one_a[hd] = NAN;
+                    k->cache_dots(one_d, 0, q + r * ldq, 0, 1, kv, n, stride, hd);
+                    k->cache_axpy(one_a, 0, w + r * ldw, 0, 1, kv, n, stride, hd, 0);
+                    if (memcmp(one_d, dots + r * ldo_dots, (size_t)n * sizeof(float)) != 0)
+                        fail_msg("cache_dots [%s, hd %d, R %d]: row %d differs from the query alone", dt_isa_name(k->isa), hd, R, r);
+                    if (memcmp(one_a, ax + r * ldo_ax, (size_t)hd * sizeof(float)) != 0)
+                        fail_msg("cache_axpy [%s, hd %d, R %d]: row %d differs from the weights alone", dt_isa_name(k->isa), hd, R, r);
+                    if (memcmp(one_a, ax2 + r * ldo_ax, (size_t)hd * sizeof(float)) != 0)
+                        fail_msg("cache_axpy [%s, hd %d, R %d]: row %d carried on after %d rows differs from one pass",
+                                 dt_isa_name(k->isa), hd, R, r, m);
+                    for (int s = 0; s < n; s++) {
+                        const float got = dots[r * ldo_dots + s], want = dref[r * ldo_dots + s];
+                        if (!(fabsf(got - want) <= (float)hd * 0x1p-22f * (fabsf(want) + 1.0f) * 4.0f))
+                            fail_msg("cache_dots [%s, hd %d, R %d]: [%d, %d] %g vs %g", dt_isa_name(k->isa), hd, R, r, s,
+                                     (double)got, (double)want);
+                    }
+                    for (int d = 0; d < hd; d++) {
+                        const float got = ax[r * ldo_ax + d], want = aref[r * ldo_ax + d];
+                        if (!(fabsf(got - want) <= (float)n * 0x1p-22f * 8.0f))
+                            fail_msg("cache_axpy [%s, hd %d, R %d]: [%d, %d] %g vs %g", dt_isa_name(k->isa), hd, R, r, d,
+                                     (double)got, (double)want);
+                    }
+                    /* the gaps between rows and the rows past R untouched */
+                    for (size_t i = (size_t)n; i < ldo_dots; i++)
+                        if (!isnan(dots[r * ldo_dots + i])) fail_msg("cache_dots [%s]: wrote between rows", dt_isa_name(k->isa));
+                    for (size_t i = (size_t)hd; i < ldo_ax; i++)
+                        if (!isnan(ax[r * ldo_ax + i]) || !isnan(ax2[r * ldo_ax + i]))
+                            fail_msg("cache_axpy [%s]: wrote between rows", dt_isa_name(k->isa));
+                }
+                for (size_t i = (size_t)R * ldo_dots; i < CACHE_ROWS_MAX * ldo_dots; i++)
+                    if (!isnan(dots[i])) fail_msg("cache_dots [%s, R %d]: wrote past row R", dt_isa_name(k->isa), R);
+                for (size_t i = (size_t)R * ldo_ax; i < CACHE_ROWS_MAX * ldo_ax; i++)
+                    if (!isnan(ax[i])) fail_msg("cache_axpy [%s, R %d]: wrote past row R", dt_isa_name(k->isa), R);
+                free(dots), free(ax), free(ax2), free(dref), free(aref);
+            }
+        }
+        free(q), free(kv), free(w);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sumsq), cmocka_unit_test(test_linear_rows), cmocka_unit_test(test_cache_products),
+        cmocka_unit_test(test_cache_products_rows),
         cmocka_unit_test(test_paths_exist), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rmsnorm_backward),
         cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_rope),    cmocka_unit_test(test_adamw),
     };

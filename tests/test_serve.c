@@ -128,6 +128,56 @@ static void test_batch_matches_decode_step(void **state) {
     }
 }
 
+/* A prompt chunk's consecutive rows share each read of the cache (runs of up to 4 rows of one slot
+ * in one attention task): ten rows of two interleaved sequences in one step give the same logits,
+ * bit for bit, as the same rows in steps of two (other runs, other shares of the cache; every
+ * step ≥ 2 rows so that the linear layers take one path), for every architecture and an F32 and
+ * an F16 cache. */
+static void test_batch_chunking_same_bits(void **state) {
+    (void)state;
+    const dt_arch archs[] = {DT_ARCH_LLAMA, DT_ARCH_DIFF, DT_ARCH_DIFF_V2};
+    const dt_kv_dtype kvs[] = {DT_KV_F32, DT_KV_F16};
+    enum { N = 10 };
+    /* slot 0 at positions 0..6, slot 1 at 0..2, interleaved as a step could hold them */
+    const int slot[N] = {0, 0, 0, 1, 1, 0, 0, 0, 0, 1}, pos[N] = {0, 1, 2, 0, 1, 3, 4, 5, 6, 2};
+    for (int a = 0; a < 3; a++)
+        for (int k = 0; k < 2; k++) {
+            dt_model m;
+            dt_error err;
+            dt_config c;
+            /* heads of 64: several vectors per dot and the kernels' four-vector passes (tiny's are 16) */
+            assert_int_equal(dt_config_preset(&c, "tiny", archs[a], &err), 0);
+            c.hidden_size = 128;
+            c.intermediate_size = 352;
+            c.num_attention_heads = c.num_key_value_heads = 4;
+            c.head_dim = 64;
+            if (dt_model_create(&m, &c, &err) != 0) fail_msg("%s", err.msg);
+            dt_model_init_random(&m, 21 + (uint64_t)a);
+            const int V = m.cfg.vocab_size;
+            uint64_t rng = 5;
+            dt_batch_row rows[N];
+            for (int r = 0; r < N; r++)
+                rows[r] = (dt_batch_row){.slot = slot[r], .pos = pos[r],
+                                         .token = (int)(dt_rng_next(&rng) % (uint64_t)V), .want_logits = 1};
+            float *whole = malloc((size_t)N * V * sizeof(float)), *pairs = malloc((size_t)N * V * sizeof(float));
+            dt_batch *b1 = dt_batch_create(&m, 2, 16, N, kvs[k], &err), *b2 = dt_batch_create(&m, 2, 16, N, kvs[k], &err);
+            assert_non_null(b1);
+            assert_non_null(b2);
+            assert_int_equal(dt_batch_step(&m, b1, rows, N, whole, &err), 0);
+            for (int r = 0; r < N; r += 2)
+                assert_int_equal(dt_batch_step(&m, b2, rows + r, 2, pairs + (size_t)r * V, &err), 0);
+            for (int r = 0; r < N; r++)
+                if (memcmp(whole + (size_t)r * V, pairs + (size_t)r * V, (size_t)V * sizeof(float)) != 0)
+                    fail_msg("arch %d kv %d: row %d (slot %d, position %d): logits differ between one step and steps of two",
+                             a, k, r, slot[r], pos[r]);
+            dt_batch_free(b1);
+            dt_batch_free(b2);
+            free(whole);
+            free(pairs);
+            dt_model_free(&m);
+        }
+}
+
 static void test_batch_refusals(void **state) {
     (void)state;
     dt_model m;
@@ -514,6 +564,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_greedy_and_truncation),
         cmocka_unit_test(test_batch_matches_decode_step),
+        cmocka_unit_test(test_batch_chunking_same_bits),
         cmocka_unit_test(test_batch_refusals),
         cmocka_unit_test(test_engine_matches_generate),
         cmocka_unit_test(test_engine_prompt_logprobs),

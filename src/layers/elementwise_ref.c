@@ -92,20 +92,24 @@ static void linear_rows_ref(float *y, int ldy, const float *x, int nr, const flo
         }
 }
 
-static void cache_dots_ref(float *out, const float *q, const float *k, int n, size_t stride, int hd) {
-    for (int s = 0; s < n; s++) {
-        double t = 0;
-        for (int d = 0; d < hd; d++) t += (double)q[d] * k[(size_t)s * stride + d];
-        out[s] = (float)t;
-    }
+static void cache_dots_ref(float *out, size_t ldo, const float *q, size_t ldq, int R, const float *k, int n,
+                           size_t stride, int hd) {
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < n; s++) {
+            double t = 0;
+            for (int d = 0; d < hd; d++) t += (double)q[r * ldq + d] * k[(size_t)s * stride + d];
+            out[r * ldo + s] = (float)t;
+        }
 }
 
-static void cache_axpy_ref(float *out, const float *w, const float *v, int n, size_t stride, int hd) {
-    for (int d = 0; d < hd; d++) {
-        double t = 0;
-        for (int s = 0; s < n; s++) t += (double)w[s] * v[(size_t)s * stride + d];
-        out[d] = (float)t;
-    }
+static void cache_axpy_ref(float *out, size_t ldo, const float *w, size_t ldw, int R, const float *v, int n,
+                           size_t stride, int hd, int accumulate) {
+    for (int r = 0; r < R; r++)
+        for (int d = 0; d < hd; d++) {
+            double t = accumulate ? out[r * ldo + d] : 0.0;
+            for (int s = 0; s < n; s++) t += (double)w[r * ldw + s] * v[(size_t)s * stride + d];
+            out[r * ldo + d] = (float)t;
+        }
 }
 
 static const dt_kernels reference = {

@@ -63,10 +63,16 @@ typedef struct {
      * (AVX-512, Zen 5: 97 GFLOP/s at 8 rows, 199 at 64, sgemm 36 and 150; AVX2: 54 at 8, sgemm
      * 36, but sgemm ahead from 16 rows) */
     int linear_rows_most;
-    /* one query against a KV cache's rows (row s at k + s·stride, hd floats): out[s] = q·k_s for
-     * s < n (cache_dots); out[hd] = Σ_s w[s]·v_s (cache_axpy) */
-    void (*cache_dots)(float *out, const float *q, const float *k, int n, size_t stride, int hd);
-    void (*cache_axpy)(float *out, const float *w, const float *v, int n, size_t stride, int hd);
+    /* R ≤ CACHE_ROWS_MAX queries against a KV cache's rows (row s at k + s·stride, hd floats):
+     * out[r·ldo + s] = q_r·k_s for s < n, q_r = q + r·ldq (cache_dots); out_r[0..hd) (+)=
+     * Σ_s w_r[s]·v_s, out_r = out + r·ldo, w_r = w + r·ldw, from out_r's values when accumulate
+     * (cache_axpy). Each row's result is the same bits for any R, and a sum over n rows the same
+     * as one over the first m and then, accumulating, the other n − m: what lets a prompt chunk's
+     * rows share each read of the cache and still match the row decoded alone. */
+    void (*cache_dots)(float *out, size_t ldo, const float *q, size_t ldq, int R, const float *k, int n,
+                       size_t stride, int hd);
+    void (*cache_axpy)(float *out, size_t ldo, const float *w, size_t ldw, int R, const float *v, int n,
+                       size_t stride, int hd, int accumulate);
     /* the fused attention kernels (flash_attention.c documents them) */
     void (*attention_forward)(float *out, float *lse, float *o12, float *pre, float *rstd, const float *q,
                               const float *k, const float *v, float *scratch, const attention_shape *s);
@@ -91,6 +97,8 @@ const dt_kernels *kernels_active(void);
 /* The plain scalar definitions (attention_forward / attention_backward are NULL: see above). */
 const dt_kernels *kernels_reference(void);
 
+/* Queries one cache_dots / cache_axpy call takes at most. */
+#define CACHE_ROWS_MAX 4
 /* Rows of x one linear_rows call multiplies at most (its accumulators stay in registers). */
 #define LINEAR_ROWS_MAX 8
 #define LINEAR_ROWS_MOST_portable 12
@@ -111,8 +119,10 @@ const dt_kernels *kernels_reference(void);
     void rope_span_##sfx(float *row, int nh, int hd, int i0, int n, const float *cos, const float *sin);          \
     double sumsq_##sfx(const float *x, size_t n);                                                                 \
     void linear_rows_##sfx(float *y, int ldy, const float *x, int nr, const float *w, int in, int o0, int o1);    \
-    void cache_dots_##sfx(float *out, const float *q, const float *k, int n, size_t stride, int hd);               \
-    void cache_axpy_##sfx(float *out, const float *w, const float *v, int n, size_t stride, int hd);               \
+    void cache_dots_##sfx(float *out, size_t ldo, const float *q, size_t ldq, int R, const float *k, int n,       \
+                          size_t stride, int hd);                                                                 \
+    void cache_axpy_##sfx(float *out, size_t ldo, const float *w, size_t ldw, int R, const float *v, int n,       \
+                          size_t stride, int hd, int accumulate);                                                 \
     void adamw_##sfx(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,          \
                      const adamw_coeffs *k);                                                                      \
     void flash_attention_forward_##sfx(float *out, float *lse, float *o12, float *pre, float *rstd,               \

@@ -99,49 +99,116 @@ void DT_KSFX(linear_rows)(float *restrict y, int ldy, const float *restrict x, i
     for (; o < o1; o++) DT_KSFX(skinny_outputs)(y, ldy, x, nr, w, in, o, 1, 0);
 }
 
-/* out[s] = q · k[s·stride .. +hd) for s < n */
-void DT_KSFX(cache_dots)(float *restrict out, const float *restrict q, const float *restrict k, int n,
-                         size_t stride, int hd) {
+/* out[r·ldo + s] = q_r · k[s·stride .. +hd) for s < n, q_r = q + r·ldq, r < R: each key row
+ * loaded once for R queries (the consecutive rows of a prompt chunk), every dot the operations
+ * of one query alone, so a row's scores are the same bits in any R. */
+static inline __attribute__((always_inline)) void DT_KSFX(dots_block)(float *restrict out, size_t ldo,
+                                                                     const float *restrict q, size_t ldq,
+                                                                     const float *restrict k, int n, size_t stride,
+                                                                     int hd, int R) {
     for (int s = 0; s < n; s++) {
         const float *restrict row = k + (size_t)s * stride;
-        vf acc = vbc(0.0f);
+        vf acc[CACHE_ROWS_MAX];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = vbc(0.0f);
         int d = 0;
-        for (; d + VW <= hd; d += VW) acc = vfma(vld(q + d), vld(row + d), acc);
-        if (d < hd) acc = vfma(vld_part(q + d, hd - d), vld_part(row + d, hd - d), acc);
-        out[s] = vsum(acc);
+        for (; d + VW <= hd; d += VW) {
+            const vf kv = vld(row + d);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r] = vfma(vld(q + r * ldq + d), kv, acc[r]);
+        }
+        if (d < hd) {
+            const vf kv = vld_part(row + d, hd - d);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) acc[r] = vfma(vld_part(q + r * ldq + d, hd - d), kv, acc[r]);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) out[r * ldo + s] = vsum(acc[r]);
     }
 }
 
-/* out[0..hd) = Σ_s w[s]·v[s·stride .. +hd), in passes of up to AXPY_VECTORS vectors of the head:
- * each cached row's part is read at once (adjacent cache lines), into independent accumulators.
- * One vector per pass (the first version) read the rows 4 KiB apart once per vector and waited on
- * one multiply-add chain: a decoding step at ~800 positions spent 29% of its time here. Every lane
- * still sums over s in order, so the result is the same bits as one vector per pass. */
+void DT_KSFX(cache_dots)(float *restrict out, size_t ldo, const float *restrict q, size_t ldq, int R,
+                         const float *restrict k, int n, size_t stride, int hd) {
+    switch (R) {
+    case 1: DT_KSFX(dots_block)(out, ldo, q, ldq, k, n, stride, hd, 1); break;
+    case 2: DT_KSFX(dots_block)(out, ldo, q, ldq, k, n, stride, hd, 2); break;
+    case 3: DT_KSFX(dots_block)(out, ldo, q, ldq, k, n, stride, hd, 3); break;
+    default: DT_KSFX(dots_block)(out, ldo, q, ldq, k, n, stride, hd, 4); break;
+    }
+}
+
+/* out_r[0..hd) (+)= Σ_s w_r[s]·v[s·stride .. +hd) for s < n, out_r = out + r·ldo and
+ * w_r = w + r·ldw, r < R; `accumulate` starts from out_r's values (the sum carried on over more
+ * rows of v), else from 0. In passes of up to AXPY_VECTORS vectors of the head: each cached row's
+ * part is read at once (adjacent cache lines) for AXPY_ROWS weight rows, into independent
+ * accumulators. One vector per pass (the first version) read the rows 4 KiB apart once per vector
+ * and waited on one multiply-add chain: a decoding step at ~800 positions spent 29% of its time
+ * here. Every lane still sums over s in order, so the result is the same bits for any pass width,
+ * any R, and a sum stopped and carried on. */
 #define AXPY_VECTORS 4
-void DT_KSFX(cache_axpy)(float *restrict out, const float *restrict w, const float *restrict v, int n,
-                         size_t stride, int hd) {
+#if VW == 16
+#define AXPY_ROWS 4 /* 16 accumulators, 4 loaded vectors: the 32 registers */
+#else
+#define AXPY_ROWS 2 /* 8 and 4 of the 16 */
+#endif
+static inline __attribute__((always_inline)) void DT_KSFX(axpy_block)(float *restrict out, size_t ldo,
+                                                                     const float *restrict w, size_t ldw,
+                                                                     const float *restrict v, int n, size_t stride,
+                                                                     int hd, int accumulate, int R) {
     for (int d0 = 0; d0 < hd; d0 += AXPY_VECTORS * VW) {
         const int width = hd - d0 < AXPY_VECTORS * VW ? hd - d0 : AXPY_VECTORS * VW;
         const int nv = (width + VW - 1) / VW, last = width - (nv - 1) * VW; /* lanes of the pass's last vector */
-        vf acc[AXPY_VECTORS];
+        vf acc[AXPY_ROWS][AXPY_VECTORS];
 #pragma GCC unroll 4
-        for (int j = 0; j < AXPY_VECTORS; j++) acc[j] = vbc(0.0f);
+        for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+            for (int j = 0; j < AXPY_VECTORS; j++)
+                acc[r][j] = !accumulate || j >= nv ? vbc(0.0f)
+                            : j == nv - 1       ? vld_part(out + r * ldo + d0 + j * VW, last)
+                                                : vld(out + r * ldo + d0 + j * VW);
         if (nv == AXPY_VECTORS && last == VW) {
             for (int s = 0; s < n; s++) {
-                const vf ws = vbc(w[s]);
                 const float *row = v + (size_t)s * stride + d0;
+                vf vr[AXPY_VECTORS];
 #pragma GCC unroll 4
-                for (int j = 0; j < AXPY_VECTORS; j++) acc[j] = vfma(ws, vld(row + j * VW), acc[j]);
+                for (int j = 0; j < AXPY_VECTORS; j++) vr[j] = vld(row + j * VW);
+#pragma GCC unroll 4
+                for (int r = 0; r < R; r++) {
+                    const vf ws = vbc(w[r * ldw + s]);
+#pragma GCC unroll 4
+                    for (int j = 0; j < AXPY_VECTORS; j++) acc[r][j] = vfma(ws, vr[j], acc[r][j]);
+                }
             }
         } else {
             for (int s = 0; s < n; s++) {
-                const vf ws = vbc(w[s]);
                 const float *row = v + (size_t)s * stride + d0;
-                for (int j = 0; j < nv; j++)
-                    acc[j] = vfma(ws, j == nv - 1 ? vld_part(row + j * VW, last) : vld(row + j * VW), acc[j]);
+                for (int j = 0; j < nv; j++) {
+                    const vf vj = j == nv - 1 ? vld_part(row + j * VW, last) : vld(row + j * VW);
+#pragma GCC unroll 4
+                    for (int r = 0; r < R; r++) acc[r][j] = vfma(vbc(w[r * ldw + s]), vj, acc[r][j]);
+                }
             }
         }
-        for (int j = 0; j < nv - 1; j++) vst(out + d0 + j * VW, acc[j]);
-        vst_part(out + d0 + (nv - 1) * VW, acc[nv - 1], last);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            for (int j = 0; j < nv - 1; j++) vst(out + r * ldo + d0 + j * VW, acc[r][j]);
+            vst_part(out + r * ldo + d0 + (nv - 1) * VW, acc[r][nv - 1], last);
+        }
+    }
+}
+
+void DT_KSFX(cache_axpy)(float *restrict out, size_t ldo, const float *restrict w, size_t ldw, int R,
+                         const float *restrict v, int n, size_t stride, int hd, int accumulate) {
+    for (int r0 = 0; r0 < R; r0 += AXPY_ROWS) {
+        float *o = out + r0 * ldo;
+        const float *wr = w + r0 * ldw;
+        switch (R - r0 < AXPY_ROWS ? R - r0 : AXPY_ROWS) {
+        case 1: DT_KSFX(axpy_block)(o, ldo, wr, ldw, v, n, stride, hd, accumulate, 1); break;
+#if AXPY_ROWS > 2
+        case 2: DT_KSFX(axpy_block)(o, ldo, wr, ldw, v, n, stride, hd, accumulate, 2); break;
+        case 3: DT_KSFX(axpy_block)(o, ldo, wr, ldw, v, n, stride, hd, accumulate, 3); break;
+#endif
+        default: DT_KSFX(axpy_block)(o, ldo, wr, ldw, v, n, stride, hd, accumulate, AXPY_ROWS); break;
+        }
     }
 }

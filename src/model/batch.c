@@ -5,7 +5,9 @@
  * tests hold the two together. What a batch changes is the linear layers: R rows cost one pass
  * over the weights instead of R, which is what makes serving many streams (and prefilling a
  * prompt) cheaper than decoding them one by one. The attention of each row runs over its own
- * slot's cache with the code dt_decode_step uses (kv_attention_task).
+ * slot's cache with the code dt_decode_step uses (kv_attention_task); up to CACHE_ROWS_MAX
+ * consecutive rows of one sequence (a prompt chunk) share each read of the cache, with the same
+ * bits per row as alone.
  */
 #include <math.h>
 #include <omp.h>
@@ -15,6 +17,7 @@
 #include "difftrans.h"
 #include "internal.h"
 #include "base/base.h"
+#include "layers/kernels.h"
 #include "layers/layers.h"
 #include "model/model_quant.h"
 
@@ -33,7 +36,8 @@ struct dt_batch {
     float *xlast;                /* [R, C] normalised rows that want logits */
     void *qscratch;              /* quantised linear layers' scratch for R rows */
     int n_threads;
-    float *scores;               /* [n_threads, 2, ctx] softmax maps of one attention task */
+    float *scores;               /* [n_threads, 2, CACHE_ROWS_MAX, ctx] softmax maps of one attention task */
+    int *group;                  /* [max_rows] first row of each run of consecutive rows of one slot */
 };
 
 static size_t count_of(size_t a, size_t b) { return a * b; }
@@ -82,9 +86,10 @@ dt_batch *dt_batch_create(const dt_model *m, int n_slots, int ctx, int max_rows,
     b->xlast = malloc(count_of(R, C) * sizeof(float));
     b->qscratch = malloc(model_linear_scratch_bytes(m, max_rows));
     b->n_threads = omp_get_max_threads();
-    b->scores = malloc(count_of((size_t)b->n_threads * 2, (size_t)ctx) * sizeof(float));
+    b->scores = malloc(count_of((size_t)b->n_threads * 2 * CACHE_ROWS_MAX, (size_t)ctx) * sizeof(float));
+    b->group = malloc(((size_t)max_rows + 1) * sizeof *b->group);
     if (!b->x || !b->xn || !b->q || !b->k || !b->v || !b->att || !b->att2 || !b->lam || !b->proj || !b->gate ||
-        !b->up || !b->xlast || !b->qscratch || !b->scores)
+        !b->up || !b->xlast || !b->qscratch || !b->scores || !b->group)
         goto oom;
     return b;
 oom:
@@ -112,6 +117,7 @@ void dt_batch_free(dt_batch *b) {
     free(b->xlast);
     free(b->qscratch);
     free(b->scores);
+    free(b->group);
     free(b);
 }
 
@@ -157,6 +163,15 @@ int dt_batch_step(const dt_model *m, dt_batch *b, const dt_batch_row *rows, int 
         memcpy(b->x + (size_t)r * C, m->w.embed_tokens + (size_t)rows[r].token * C, (size_t)C * sizeof(float));
     const int tasks = kv_attention_tasks(c);
     float *att_out = v2 ? b->att2 : b->att; /* kv_attention_task's output: V2 combines it into att */
+    /* runs of up to CACHE_ROWS_MAX rows of one slot at consecutive positions (a prompt chunk) share
+     * each read of the cache in one attention task; b->group[g] is run g's first row */
+    int n_groups = 0;
+    for (int r = 0; r < n; r++) {
+        const int joins = n_groups && r - b->group[n_groups - 1] < CACHE_ROWS_MAX &&
+                          rows[r].slot == rows[r - 1].slot && rows[r].pos == rows[r - 1].pos + 1;
+        if (!joins) b->group[n_groups++] = r;
+    }
+    b->group[n_groups] = n;
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const dt_layer_weights *w = &m->w.layers[l];
         float rstd[n];
@@ -173,15 +188,16 @@ int dt_batch_step(const dt_model *m, dt_batch *b, const dt_batch_row *rows, int 
             kv_store(b->slots[rows[r].slot], l, rows[r].pos, kvdim, KV, k, b->v + (size_t)r * kvdim);
         }
         /* every row's keys and values are stored first, so a prompt chunk's rows see each other */
-        const int n_tasks = n * tasks;
-        const size_t work = (size_t)n_tasks * decode_head_work(rows[n - 1].pos + 1, hd);
+        const int n_tasks = n_groups * tasks;
+        const size_t work = (size_t)n * tasks * decode_head_work(rows[n - 1].pos + 1, hd);
 #pragma omp parallel for schedule(dynamic, 1) if (work > 4096)
         for (int t = 0; t < n_tasks; t++) {
-            const int r = t / tasks, task = t % tasks;
+            const int gi = t / tasks, task = t % tasks, r = b->group[gi], R = b->group[gi + 1] - r;
             const int me = omp_get_thread_num() < b->n_threads ? omp_get_thread_num() : 0;
-            float *sc = b->scores + (size_t)me * 2 * b->ctx;
-            kv_attention_task(m, b->slots[rows[r].slot], l, task, rows[r].pos + 1, b->q + (size_t)r * qdim,
-                              att_out + (size_t)r * qdim, sc, sc + b->ctx);
+            float *sc = b->scores + (size_t)me * 2 * CACHE_ROWS_MAX * b->ctx;
+            kv_attention_task(m, b->slots[rows[r].slot], l, task, rows[r].pos + 1, R, b->q + (size_t)r * qdim,
+                              (size_t)qdim, att_out + (size_t)r * qdim, (size_t)qdim, sc,
+                              sc + (size_t)CACHE_ROWS_MAX * b->ctx, (size_t)b->ctx);
         }
         if (v2) { /* W_λ stays float in every scheme */
             if (w->lambda_proj) linear_forward(b->lam, b->xn, w->lambda_proj, n, C, h);

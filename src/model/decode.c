@@ -203,22 +203,37 @@ static void store_kv(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads
     }
 }
 
-/* scores[0..n) = softmax(q · k[s] / √hd − slope·(n − 1 − s)) for one query head over the cached
- * positions; softmax1 adds 1 to the denominator (a virtual key of score 0). */
-static void head_scores(float *restrict scores, const float *restrict q, const kv_view *kv, int n, int hd, float slope,
-                        int softmax1) {
+/* The raw dots q_r · k[s] for R consecutive queries of one head: row r (scores + r·lds, query
+ * q + r·ldq) over positions 0..n0 + r − 1. An F32 cache goes through the vector kernel, the first
+ * n0 positions for all rows in one pass; other storage is converted a row at a time. */
+static void head_dots(float *restrict scores, size_t lds, const float *restrict q, size_t ldq, int R,
+                      const kv_view *kv, int n0, int hd) {
+    if (kv->f) {
+        const dt_kernels *kern = kernels_active();
+        kern->cache_dots(scores, lds, q, ldq, R, kv->f, n0, (size_t)kv->kvdim, hd);
+        for (int r = 1; r < R; r++) /* each later row's own newer positions */
+            kern->cache_dots(scores + r * lds + n0, 0, q + r * ldq, 0, 1, kv->f + (size_t)n0 * kv->kvdim, r,
+                             (size_t)kv->kvdim, hd);
+        return;
+    }
+    float tmp[hd];
+    for (int r = 0; r < R; r++)
+        for (int s = 0; s < n0 + r; s++) {
+            const float *restrict k = kv_row(kv, s, tmp, hd);
+            float dot = 0;
+            for (int d = 0; d < hd; d++) dot += q[r * ldq + d] * k[d];
+            scores[r * lds + s] = dot;
+        }
+}
+
+/* scores[0..n) = softmax(dots[s] / √hd − slope·(n − 1 − s)), in place, for one query over its n
+ * cached positions; softmax1 adds 1 to the denominator (a virtual key of score 0). */
+static void head_softmax(float *restrict scores, int n, int hd, float slope, int softmax1) {
     const float scale = (float)(1.0 / sqrt((double)hd));
     const dt_kernels *kern = kernels_active();
-    float mx = softmax1 ? 0.0f : -INFINITY, tmp[hd];
-    if (kv->f) kern->cache_dots(scores, q, kv->f, n, (size_t)kv->kvdim, hd); /* F32: the vector kernel */
+    float mx = softmax1 ? 0.0f : -INFINITY;
     for (int s = 0; s < n; s++) {
-        float dot = 0;
-        if (kv->f) dot = scores[s];
-        else {
-            const float *restrict k = kv_row(kv, s, tmp, hd);
-            for (int d = 0; d < hd; d++) dot += q[d] * k[d];
-        }
-        scores[s] = dot * scale - slope * (float)(n - 1 - s);
+        scores[s] = scores[s] * scale - slope * (float)(n - 1 - s);
         mx = scores[s] > mx ? scores[s] : mx; /* fmaxf's result (it skips a NaN too), without its call */
     }
     /* the kernels' vector exp (the fused attention's): scalar expf was a tenth of a long prompt */
@@ -230,29 +245,42 @@ static void head_scores(float *restrict scores, const float *restrict q, const k
     for (int s = 0; s < n; s++) scores[s] *= inv;
 }
 
-/* out[0..hd) = Σ_s w[s] v[s] */
-static void weighted_values(float *restrict out, const float *restrict w, const kv_view *kv, int n, int hd) {
+/* out_r[0..hd) = Σ_s w_r[s] v[s] for R consecutive queries (out + r·ldo, w + r·lds), row r over
+ * positions 0..n0 + r − 1: the first n0 for all rows in one pass, then each row's own newer
+ * positions carried on (the kernel's sums are the same bits as one pass over them all). */
+static void weighted_values(float *restrict out, size_t ldo, const float *restrict w, size_t lds, int R,
+                            const kv_view *kv, int n0, int hd) {
     if (kv->f) { /* F32: the vector kernel, straight from the cache */
-        kernels_active()->cache_axpy(out, w, kv->f, n, (size_t)kv->kvdim, hd);
+        const dt_kernels *kern = kernels_active();
+        kern->cache_axpy(out, ldo, w, lds, R, kv->f, n0, (size_t)kv->kvdim, hd, 0);
+        for (int r = 1; r < R; r++)
+            kern->cache_axpy(out + r * ldo, 0, w + r * lds + n0, 0, 1, kv->f + (size_t)n0 * kv->kvdim, r,
+                             (size_t)kv->kvdim, hd, 1);
         return;
     }
     float tmp[hd];
-    memset(out, 0, (size_t)hd * sizeof(float));
-    for (int s = 0; s < n; s++) {
-        const float *restrict v = kv_row(kv, s, tmp, hd);
-        for (int d = 0; d < hd; d++) out[d] += w[s] * v[d];
+    for (int r = 0; r < R; r++) {
+        float *restrict o = out + r * ldo;
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int s = 0; s < n0 + r; s++) {
+            const float *restrict v = kv_row(kv, s, tmp, hd);
+            for (int d = 0; d < hd; d++) o[d] += w[r * lds + s] * v[d];
+        }
     }
 }
 
 int kv_attention_tasks(const dt_config *c) { return c->arch == DT_ARCH_DIFF ? c->num_attention_heads / 2 : c->num_attention_heads; }
 
-/* One task of the attention of a query at position n − 1 over positions 0..n−1 of one layer's
- * cache, straight from the cached K/V (GQA heads share their kv head's rows, nothing is copied):
- * query head `task` of q [H·hd] into out + task·hd for the baseline and DIFF V2 (whose caller
- * combines the pairs), or differential head `task` (both of its maps, then the per-head norm and
- * (1 − λinit)) into out + task·2hd for DIFF. sc1, sc2: [n] scratch for the softmax maps. */
-void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n, const float *q,
-                       float *out, float *sc1, float *sc2) {
+/* One task of the attention of R ≤ CACHE_ROWS_MAX consecutive queries of one sequence (row r at
+ * position n0 − 1 + r, its query q + r·ldq) over positions 0..n0 − 1 + r of one layer's cache,
+ * straight from the cached K/V (GQA heads share their kv head's rows, nothing is copied): query
+ * head `task` into out + r·ldo + task·hd for the baseline and DIFF V2 (whose caller combines the
+ * pairs), or differential head `task` (both of its maps, then the per-head norm and (1 − λinit))
+ * into out + r·ldo + task·2hd for DIFF. sc1, sc2: [R, lds] scratch for the softmax maps, lds ≥
+ * n0 − 1 + R. A row's result is the same bits for any R (the kernels' contract), so a prompt chunk
+ * and the same rows decoded one at a time agree exactly. */
+void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n0, int R, const float *q,
+                       size_t ldq, float *out, size_t ldo, float *sc1, float *sc2, size_t lds) {
     const dt_config *c = &m->cfg;
     const int H = c->num_attention_heads, hd = c->head_dim, KV = c->num_key_value_heads, kvdim = KV * hd;
     const int g = H / KV;
@@ -260,8 +288,9 @@ void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int t
     if (c->arch != DT_ARCH_DIFF) {
         const int i = task;
         const kv_view kv = kv_view_of(kc, 1, layer, i / g, kvdim, KV), vv = kv_view_of(kc, 0, layer, i / g, kvdim, KV);
-        head_scores(sc1, q + (size_t)i * hd, &kv, n, hd, slopes ? slopes[i] : 0.0f, c->softmax1);
-        weighted_values(out + (size_t)i * hd, sc1, &vv, n, hd);
+        head_dots(sc1, lds, q + (size_t)i * hd, ldq, R, &kv, n0, hd);
+        for (int r = 0; r < R; r++) head_softmax(sc1 + r * lds, n0 + r, hd, slopes ? slopes[i] : 0.0f, c->softmax1);
+        weighted_values(out + (size_t)i * hd, ldo, sc1, lds, R, &vv, n0, hd);
         return;
     }
     const int Hd = H / 2, w2 = 2 * hd, j = task;
@@ -269,19 +298,28 @@ void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int t
     float *d = sc1, *a2 = sc2;
     const kv_view k1 = kv_view_of(kc, 1, layer, j / g, kvdim, KV), k2 = kv_view_of(kc, 1, layer, (j + Hd) / g, kvdim, KV);
     const kv_view v1 = kv_view_of(kc, 0, layer, j / g, kvdim, KV), v2 = kv_view_of(kc, 0, layer, (j + Hd) / g, kvdim, KV);
-    head_scores(d, q + (size_t)j * hd, &k1, n, hd, slopes ? slopes[j] : 0.0f, c->softmax1);
-    head_scores(a2, q + (size_t)(j + Hd) * hd, &k2, n, hd, slopes ? slopes[j + Hd] : 0.0f, c->softmax1);
-    for (int s = 0; s < n; s++) d[s] -= lambda * a2[s]; /* D_j = A_j − λ A_{j+Hd}, over A_j's row */
-    float *u = out + (size_t)j * w2, normed[w2];
-    weighted_values(u, d, &v1, n, hd);
-    weighted_values(u + hd, d, &v2, n, hd);
-    if (c->no_head_norm) {
-        for (int e = 0; e < w2; e++) u[e] *= scale;
-        return;
+    head_dots(d, lds, q + (size_t)j * hd, ldq, R, &k1, n0, hd);
+    head_dots(a2, lds, q + (size_t)(j + Hd) * hd, ldq, R, &k2, n0, hd);
+    for (int r = 0; r < R; r++) {
+        float *dr = d + r * lds, *ar = a2 + r * lds;
+        const int n = n0 + r;
+        head_softmax(dr, n, hd, slopes ? slopes[j] : 0.0f, c->softmax1);
+        head_softmax(ar, n, hd, slopes ? slopes[j + Hd] : 0.0f, c->softmax1);
+        for (int s = 0; s < n; s++) dr[s] -= lambda * ar[s]; /* D_j = A_j − λ A_{j+Hd}, over A_j's row */
     }
-    float rstd;
-    rmsnorm_forward(normed, &rstd, u, m->w.layers[layer].subln, 1, w2, c->rms_norm_eps);
-    for (int e = 0; e < w2; e++) u[e] = normed[e] * scale;
+    float *u = out + (size_t)j * w2;
+    weighted_values(u, ldo, d, lds, R, &v1, n0, hd);
+    weighted_values(u + hd, ldo, d, lds, R, &v2, n0, hd);
+    for (int r = 0; r < R; r++) {
+        float *ur = u + r * ldo, normed[w2];
+        if (c->no_head_norm) {
+            for (int e = 0; e < w2; e++) ur[e] *= scale;
+            continue;
+        }
+        float rstd;
+        rmsnorm_forward(normed, &rstd, ur, m->w.layers[layer].subln, 1, w2, c->rms_norm_eps);
+        for (int e = 0; e < w2; e++) ur[e] = normed[e] * scale;
+    }
 }
 
 /* Attention of the newest position over one layer's cache, one task per output head (a query
@@ -294,8 +332,8 @@ static void decode_attention(const dt_model *m, dt_kvcache *kc, int layer, int n
     float *out = c->arch == DT_ARCH_DIFF_V2 ? kc->tmp : kc->atty;
 #pragma omp parallel for schedule(static) if (decode_head_work(n, c->head_dim) > 4096)
     for (int t = 0; t < tasks; t++)
-        kv_attention_task(m, kc, layer, t, n, kc->q, out, kc->scores + t * stride,
-                          kc->scores + (c->arch == DT_ARCH_DIFF ? t + Hd : t) * stride);
+        kv_attention_task(m, kc, layer, t, n, 1, kc->q, 0, out, 0, kc->scores + t * stride,
+                          kc->scores + (c->arch == DT_ARCH_DIFF ? t + Hd : t) * stride, stride);
 }
 
 /* Stores the k and v rows [KV·hd] of position pos of a layer, converting them for an F16 / INT8
