@@ -68,10 +68,10 @@ static inline __attribute__((always_inline)) void DT_KSFX(skinny_block)(float *r
 }
 
 /* Rows r0.. of x in blocks of SKINNY_ROWS against outputs o..o+NO−1: the block of W stays in the
- * cache while each block of rows passes over it, and the next block (`ahead` floats on: the
- * next NO rows of W, 0 at the last block) is fetched meanwhile. Without that, memory sat idle while the later
- * blocks of rows re-read the block from the cache: 8 rows of the 32000 × 1024 LM head took 1.9× the
- * time of one (a W-sized read) and 1.4× with the next block fetched. */
+ * cache while each block of rows passes over it, and the next block (`ahead` floats on: the next
+ * NO rows of W, 0 at the last block) is fetched meanwhile. Without that, memory sat idle while
+ * the later blocks of rows re-read the block from the cache: 8 rows of the 32000 × 1024 LM head
+ * took 1.9× the time of one (a W-sized read), and 1.4× with the next block fetched. */
 static inline __attribute__((always_inline)) void DT_KSFX(skinny_outputs)(float *restrict y, int ldy,
                                                                          const float *restrict x, int nr,
                                                                          const float *restrict w, int in, int o,
