@@ -217,13 +217,14 @@ static void head_dots(float *restrict scores, size_t lds, const float *restrict 
         return;
     }
     float tmp[hd];
-    for (int r = 0; r < R; r++)
-        for (int s = 0; s < n0 + r; s++) {
-            const float *restrict k = kv_row(kv, s, tmp, hd);
+    for (int s = 0; s < n0 + R - 1; s++) { /* each cached row converted once, for the rows that see it */
+        const float *restrict k = kv_row(kv, s, tmp, hd);
+        for (int r = s < n0 ? 0 : s - n0 + 1; r < R; r++) {
             float dot = 0;
             for (int d = 0; d < hd; d++) dot += q[r * ldq + d] * k[d];
             scores[r * lds + s] = dot;
         }
+    }
 }
 
 /* scores[0..n) = softmax(dots[s] / √hd − slope·(n − 1 − s)), in place, for one query over its n
@@ -259,11 +260,11 @@ static void weighted_values(float *restrict out, size_t ldo, const float *restri
         return;
     }
     float tmp[hd];
-    for (int r = 0; r < R; r++) {
-        float *restrict o = out + r * ldo;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int s = 0; s < n0 + r; s++) {
-            const float *restrict v = kv_row(kv, s, tmp, hd);
+    for (int r = 0; r < R; r++) memset(out + r * ldo, 0, (size_t)hd * sizeof(float));
+    for (int s = 0; s < n0 + R - 1; s++) { /* each cached row converted once; every row sums over s in order */
+        const float *restrict v = kv_row(kv, s, tmp, hd);
+        for (int r = s < n0 ? 0 : s - n0 + 1; r < R; r++) {
+            float *restrict o = out + r * ldo;
             for (int d = 0; d < hd; d++) o[d] += w[r * lds + s] * v[d];
         }
     }
