@@ -4,8 +4,9 @@
  * one JSON line per model on stdout (`grep '^{'`); progress on stderr.
  *
  * Process structure: this process never runs an OpenMP region (libgomp does not survive a fork
- * after one). The machine probes run once in a forked child; then each model runs in its own
- * forked child, whose peak resident memory is that model's. Results come back through pipes and
+ * after one). The sgemm peak is measured once in a forked child; each model runs in its own forked
+ * child, whose peak resident memory is that model's, and with decoding on a read-bandwidth probe
+ * runs in a child before the first model and after each one. Results come back through pipes and
  * every line of output is printed here. */
 #include <math.h>
 #include <omp.h>
@@ -31,7 +32,7 @@ static void help(void) {
            "  prefill  tokens/s of a forward without targets on [batch, seq] (median, same step count)\n"
            "  decode   tokens/s of one stream decoding --decode-tokens greedy tokens with the KV cache after\n"
            "           a 1-token prompt; weight bytes read per token, the bandwidth that implies, and its\n"
-           "           fraction of the read bandwidth measured in the same run\n"
+           "           fraction of the read bandwidth measured just before and after it\n"
            "  memory   peak resident set size of the process that measured the model\n"
            "Prints the CPU, the kernel path in use and OpenBLAS's core (as `difftrans info --system`;\n"
            "DT_ISA=portable|avx2|avx512 forces a path, OPENBLAS_CORETYPE an OpenBLAS core), a table per model\n"
@@ -69,10 +70,12 @@ static void help(void) {
            "(DIFF's H/2 differential maps each times a 2·hd-wide V cost the same: the model's FLOPs).\n"
            "Weight bytes per decoded token = 4·(all parameters − the embedding table + one row of C);\n"
            "the decode bound is read bandwidth ÷ those bytes. The sgemm peak (best of 3 on 2048³, or\n"
-           "smaller to stay near 1 s) is measured only with training on, the read bandwidth only with\n"
-           "decoding on: the larger of a streaming sum and an sgemv (the decoder's own access) over a\n"
-           "1 GiB float array (or 4 × the last-level cache), best of 3 each; a value not measured is null\n"
-           "in JSON.\n",
+           "smaller to stay near 1 s) is measured only with training on; the read bandwidth, with\n"
+           "decoding, in a process of its own before the first model and after each one (a model's bound\n"
+           "is the larger of the reads just before and after it: a shared machine's bandwidth moves\n"
+           "between moments seconds apart), each time the larger of a streaming sum and the decoder's\n"
+           "own one-row product over a 1 GiB float array (or 4 × the last-level cache), best of 3 each;\n"
+           "a value not measured is null in JSON.\n",
            s.hidden_size, s.num_hidden_layers, s.num_attention_heads, s.intermediate_size, s.vocab_size, d.batch, d.seq,
            d.steps, d.decode_tokens, (unsigned long long)d.seed);
 }
@@ -85,38 +88,23 @@ static const cli_flag config_flags[] = {
 };
 
 typedef struct {
-    int sgemm, bandwidth;
-} probe_request;
-
-typedef struct {
     double sgemm_gflops;
     int sgemm_n;
-    double read_gbs;             /* the bound: the larger of the two reads */
-    double read_sum_gbs, read_sgemv_gbs;
-    size_t read_bytes;
 } probe_result;
 
-static int run_probes(void *arg, void *out, dt_error *err) {
-    const probe_request *q = arg;
+static int run_sgemm_probe(void *arg, void *out, dt_error *err) {
+    (void)arg;
     probe_result *p = out;
-    p->sgemm_gflops = p->read_gbs = p->read_sum_gbs = p->read_sgemv_gbs = NAN;
-    p->sgemm_n = 0;
-    p->read_bytes = 0;
-    if (q->sgemm) {
-        fprintf(stderr, "bench: measuring the sgemm peak ...\n");
-        p->sgemm_gflops = dt_bench_sgemm_peak(&p->sgemm_n);
-    }
-    if (q->bandwidth) {
-        fprintf(stderr, "bench: measuring the memory read bandwidth ...\n");
-        dt_bench_bandwidth bw;
-        dt_bench_read_bandwidth(&bw);
-        p->read_gbs = bw.bound_gbs;
-        p->read_sum_gbs = bw.sum_gbs;
-        p->read_sgemv_gbs = bw.sgemv_gbs;
-        p->read_bytes = bw.bytes;
-    }
-    if ((q->sgemm && !isfinite(p->sgemm_gflops)) || (q->bandwidth && !isfinite(p->read_gbs)))
-        return dt_fail_oom(err, "out of memory for the machine probes");
+    fprintf(stderr, "bench: measuring the sgemm peak ...\n");
+    p->sgemm_gflops = dt_bench_sgemm_peak(&p->sgemm_n);
+    if (!isfinite(p->sgemm_gflops)) return dt_fail_oom(err, "out of memory for the sgemm probe");
+    return 0;
+}
+
+static int run_read_probe(void *arg, void *out, dt_error *err) {
+    (void)arg;
+    fprintf(stderr, "bench: measuring the memory read bandwidth ...\n");
+    if (dt_bench_read_bandwidth(out) != 0) return dt_fail_oom(err, "out of memory for the read probe");
     return 0;
 }
 
@@ -268,7 +256,8 @@ static void json_str(const char *key, const char *v) {
 }
 
 static void print_json(const dt_config *c, const dt_bench_options *o, int threads, const dt_bench_result *r,
-                       const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
+                       const probe_result *p, const dt_bench_bandwidth *bw, double peak_fraction, double decode_gbs,
+                       double bound_fraction) {
     dt_system_info si;
     dt_system(&si);
     printf("{\"arch\":\"%s\",\"d_model\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ffn\":%d,"
@@ -284,9 +273,9 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
     json_num("peak_fraction", peak_fraction, 0);
     json_num("peak_rss_mb", r->peak_rss_mb, 0);
     json_num("decode_weight_bytes_per_token", r->decode_weight_bytes_per_token, 0);
-    json_num("read_bandwidth_gbs", p->read_gbs, 0);
-    json_num("read_bandwidth_sum_gbs", p->read_sum_gbs, 0);
-    json_num("read_bandwidth_sgemv_gbs", p->read_sgemv_gbs, 0);
+    json_num("read_bandwidth_gbs", bw->bound_gbs, 0);
+    json_num("read_bandwidth_sum_gbs", bw->sum_gbs, 0);
+    json_num("read_bandwidth_decoder_gbs", bw->decoder_gbs, 0);
     json_num("decode_bandwidth_gbs", decode_gbs, 0);
     json_num("decode_bound_fraction", bound_fraction, 0);
     json_str("cpu", si.cpu);
@@ -305,7 +294,8 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
 }
 
 static void print_table(const dt_config *c, const dt_bench_options *o, int threads, const dt_bench_result *r,
-                        const probe_result *p, double peak_fraction, double decode_gbs, double bound_fraction) {
+                        const probe_result *p, const dt_bench_bandwidth *bw, double peak_fraction, double decode_gbs,
+                        double bound_fraction) {
     const int H = c->num_attention_heads, hd = c->head_dim, B = o->batch, T = o->seq, L = c->num_hidden_layers;
     const int diff = c->arch == DT_ARCH_DIFF;
     printf("\n%s%s%s: d_model %d, %d layers, ", arch_name(c), o->quant ? " " : "",
@@ -335,8 +325,11 @@ static void print_table(const dt_config *c, const dt_bench_options *o, int threa
                1e3 / r->decode_tokens_per_s, o->decode_tokens);
         printf("           %.3f MB of weights/token → %.3f GB/s = %.1f%% of the read bandwidth bound "
                "(%.2f GB/s ÷ weights = %.1f tokens/s)\n",
-               r->decode_weight_bytes_per_token / 1e6, decode_gbs, 100 * bound_fraction, p->read_gbs,
-               p->read_gbs * 1e9 / r->decode_weight_bytes_per_token);
+               r->decode_weight_bytes_per_token / 1e6, decode_gbs, 100 * bound_fraction, bw->bound_gbs,
+               bw->bound_gbs * 1e9 / r->decode_weight_bytes_per_token);
+        printf("           bound: the read bandwidth just before or after this model (the larger; %.0f MiB, "
+               "best of 3): streaming sum %.2f, decoder's product %.2f GB/s\n",
+               (double)bw->bytes / (1 << 20), bw->sum_gbs, bw->decoder_gbs);
     }
     printf("  peak RSS %12.1f MB\n", r->peak_rss_mb);
 }
@@ -438,17 +431,21 @@ int cmd_bench(int argc, char **argv) {
     cli_set_threads(threads);
     const int n_threads = omp_get_max_threads();
 
-    probe_request q = {.sgemm = o.train, .bandwidth = o.decode};
-    probe_result p = {.sgemm_gflops = NAN, .read_gbs = NAN, .read_sum_gbs = NAN, .read_sgemv_gbs = NAN};
-    if ((q.sgemm || q.bandwidth) && dt_bench_isolated(run_probes, &q, &p, sizeof p, NULL, &err) != 0)
+    probe_result p = {.sgemm_gflops = NAN};
+    if (o.train && dt_bench_isolated(run_sgemm_probe, NULL, &p, sizeof p, NULL, &err) != 0)
+        return cli_fail(CMD, &err);
+    /* the read bandwidth before the first model and after each one: a model's bound is the larger
+     * of the reads just before and just after it (on a shared machine the bandwidth moved by half
+     * between moments seconds apart: Zen 5, 35 and 53 GB/s, and decoding measured against a probe
+     * from another moment came out at 120% of it) */
+    const dt_bench_bandwidth no_read = {.bound_gbs = NAN, .sum_gbs = NAN, .decoder_gbs = NAN};
+    dt_bench_bandwidth read_before = no_read;
+    if (o.decode && dt_bench_isolated(run_read_probe, NULL, &read_before, sizeof read_before, NULL, &err) != 0)
         return cli_fail(CMD, &err);
     if (!json_only) {
         cli_print_system(stdout, "");
         printf("machine: %d threads", n_threads);
-        if (q.sgemm) printf(" | sgemm %d³ best of 3: %.2f GFLOP/s", p.sgemm_n, p.sgemm_gflops);
-        if (q.bandwidth)
-            printf(" | read bandwidth (%.0f MiB, best of 3): %.2f GB/s (streaming sum %.2f, sgemv %.2f)",
-                   (double)p.read_bytes / (1 << 20), p.read_gbs, p.read_sum_gbs, p.read_sgemv_gbs);
+        if (o.train) printf(" | sgemm %d³ best of 3: %.2f GFLOP/s", p.sgemm_n, p.sgemm_gflops);
         printf("\n");
     }
 
@@ -470,12 +467,17 @@ int cmd_bench(int argc, char **argv) {
             continue;
         }
         r.peak_rss_mb = rss;
+        dt_bench_bandwidth read_after = no_read;
+        if (o.decode && dt_bench_isolated(run_read_probe, NULL, &read_after, sizeof read_after, NULL, &err) != 0)
+            return cli_fail(CMD, &err);
+        const dt_bench_bandwidth bw = read_after.bound_gbs > read_before.bound_gbs ? read_after : read_before;
+        read_before = read_after;
         const double peak_fraction = r.train_gflops / p.sgemm_gflops;
         const double decode_gbs = r.decode_weight_bytes_per_token * r.decode_tokens_per_s / 1e9;
-        const double bound_fraction = decode_gbs / p.read_gbs; /* = tokens/s ÷ (bandwidth ÷ bytes per token) */
-        if (!json_only) print_table(c, &o, n_threads, &r, &p, peak_fraction, decode_gbs, bound_fraction);
+        const double bound_fraction = decode_gbs / bw.bound_gbs; /* = tokens/s ÷ (bandwidth ÷ bytes per token) */
+        if (!json_only) print_table(c, &o, n_threads, &r, &p, &bw, peak_fraction, decode_gbs, bound_fraction);
         if (!json_only && o.profile && r.prof_steps > 0) print_profile(c, &o, &r, p.sgemm_gflops);
-        print_json(c, &o, n_threads, &r, &p, peak_fraction, decode_gbs, bound_fraction);
+        print_json(c, &o, n_threads, &r, &p, &bw, peak_fraction, decode_gbs, bound_fraction);
         fflush(stdout);
     }
     return rc;

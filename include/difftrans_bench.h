@@ -145,12 +145,12 @@ double dt_bench_sgemm_peak(int *n_out);
 /* The read bandwidth decoding can reach, GB/s (1e9 bytes/s), from a buffer of max(1 GiB, 4 × the
  * last-level cache) (smaller only when free memory is short), best of 3 of each of two reads with
  * all threads: a plain streaming sum (each thread its chunk, vector accumulators) and the decoder's
- * own access, an sgemv over the buffer as a [rows, 4096] matrix. The bound is the larger: on an
- * Intel Ice Lake the plain sum read 10.8 GB/s where F32 decoding streamed 19.4, which made the
- * decode's "fraction of the bound" 179%. */
+ * own access, its one-row product (linear_forward) over the buffer as a [rows, 4096] matrix. The
+ * bound is the larger: on an Intel Ice Lake the plain sum read 10.8 GB/s where F32 decoding
+ * streamed 19.4, which made the decode's "fraction of the bound" 179%. */
 typedef struct {
-    double bound_gbs;            /* max(sum_gbs, sgemv_gbs) */
-    double sum_gbs, sgemv_gbs;
+    double bound_gbs;            /* max(sum_gbs, decoder_gbs) */
+    double sum_gbs, decoder_gbs;
     size_t bytes;                /* the buffer */
 } dt_bench_bandwidth;
 /* -1 when out of memory (then every figure is NAN). */

@@ -35,7 +35,7 @@ import json, math, sys
 keys = ["arch", "d_model", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "batch", "seq", "threads",
         "params", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
         "train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token",
-        "read_bandwidth_gbs", "read_bandwidth_sum_gbs", "read_bandwidth_sgemv_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels", "blas_core", "blas_core_forced", "quant"]
+        "read_bandwidth_gbs", "read_bandwidth_sum_gbs", "read_bandwidth_decoder_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels", "blas_core", "blas_core_forced", "quant"]
 sizes = {"d_model": 64, "layers": 1, "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 64,
          "batch": 2, "seq": 16, "threads": 2}
 lines = open(sys.argv[1]).read().splitlines()

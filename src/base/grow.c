@@ -21,3 +21,11 @@ int grow_array_realloc(void *items, size_t *cap, size_t need, size_t item_size, 
     *cap = n;
     return 0;
 }
+
+void *calloc_aligned(size_t count, size_t item_size) {
+    if (item_size && count > (SIZE_MAX - 63) / item_size) return NULL;
+    const size_t bytes = (count * item_size + 63) / 64 * 64; /* C11 wants a multiple of the alignment */
+    void *p = aligned_alloc(64, bytes ? bytes : 64);
+    if (p) memset(p, 0, bytes ? bytes : 64);
+    return p;
+}

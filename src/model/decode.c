@@ -82,8 +82,8 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
     kc->bytes = bytes;
     int cache_ok;
     if (dtype == DT_KV_F32) {
-        kc->k = calloc(cells, sizeof(float));
-        kc->v = calloc(cells, sizeof(float));
+        kc->k = calloc_aligned(cells, sizeof(float));
+        kc->v = calloc_aligned(cells, sizeof(float));
         cache_ok = kc->k && kc->v;
     } else if (dtype == DT_KV_F16) {
         kc->kh = calloc(cells, sizeof(uint16_t));

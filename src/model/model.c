@@ -140,7 +140,7 @@ static int model_layout(dt_model *m, const dt_config *cfg, dt_error *err) {
 /* Zeroed parameters for a model whose layout is built; frees the model on failure. */
 static int model_alloc(dt_model *m, dt_error *err) {
     const dt_config *cfg = &m->cfg;
-    m->params = calloc(m->n_params, sizeof(float));
+    m->params = calloc_aligned(m->n_params, sizeof(float));
     m->w.layers = calloc((size_t)cfg->num_hidden_layers, sizeof(dt_layer_weights));
     m->rope_inv_freq = malloc((size_t)(cfg->head_dim / 2 + 1) * sizeof(float));
     if (!m->params || !m->w.layers || !m->rope_inv_freq) {
