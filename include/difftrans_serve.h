@@ -28,10 +28,9 @@ typedef struct {
     int ctx;                     /* tokens per slot, prompt and generated [model's max_position_embeddings] */
     dt_kv_dtype kv_cache;        /* [F32] */
     int max_queue;               /* requests waiting for a slot before submit refuses (DT_ERR_BUSY) [64] */
-    int prefill_chunk;           /* most prompt rows of one request per step while others decode;
-                                    0: adaptive, as many as take 0.6 of a decode-only step's time
-                                    (measured as it runs), so that such a step stays well under
-                                    two [0] */
+    int prefill_chunk;           /* most prompt rows per step while others decode; 0: adaptive,
+                                    as many as keep the step within 1.6 decode-only steps (steered
+                                    on the measured step times as it runs) [0] */
     int max_rows;                /* rows per step at most (decode rows + prefill rows) [n_slots + 256] */
 } dt_engine_options;
 

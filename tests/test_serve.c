@@ -16,6 +16,7 @@
 #include "difftrans.h"
 #include "difftrans_serve.h"
 #include "testutil.h"
+#include "serve/prefill_budget.h"
 
 /* A small random model whose logits are far apart (weights × 4): greedy choices are decided by
  * margins far above float rounding, so "the same tokens" is a fair demand of two summation orders. */
@@ -560,6 +561,91 @@ static void test_sample_greedy_and_truncation(void **state) {
     }
 }
 
+/* The step time of 4 decoding rows and k prompt rows from position P on, as measured for config E
+ * q8_0 on 2 threads (ms): a fixed cost for the first prompt row that grows with P (the slot's
+ * cache is read once per chunk), and a cost per row that grows with the positions it attends. */
+static double simulated_step_ms(int k, int P) {
+    const double decode = 8.6;
+    return k == 0 ? decode : decode + 1.3 + 0.0022 * P + k * (0.55 + 0.00084 * (P + 0.5 * k));
+}
+
+/* The budget keeps every step a long prompt shares with decoding rows within 1.75 decode steps
+ * (1.6 plus the growth of a quarter), finishes the prompt in no more steps than the largest chunk
+ * within 1.6 would, recovers from a stall of the host (a step at three times the usual every 33),
+ * and does not grow while the prompt, not the budget, limits the rows. */
+static void test_prefill_budget_steers_on_step_time(void **state) {
+    (void)state;
+    const double decode = simulated_step_ms(0, 0);
+    enum { PROMPT = 1000 };
+    int oracle_steps = 0;
+    for (int P = 0; P < PROMPT; oracle_steps++) {
+        int k = 1;
+        while (simulated_step_ms(k + 1, P) <= (1 + PREFILL_SHARE) * decode) k++;
+        P += k;
+    }
+    prefill_budget b;
+    prefill_budget_init(&b, 260);
+    int steps = 0, stalls = 0;
+    double worst = 0;
+    for (int P = 0; P < PROMPT; steps++) {
+        int k = prefill_budget_rows(&b);
+        assert_true(k >= 1 && k <= 260);
+        if (k > PROMPT - P) k = PROMPT - P;
+        double ms = simulated_step_ms(k, P);
+        if (steps % 33 == 32) {
+            ms += 2 * decode;
+            stalls++;
+        } else {
+            worst = fmax(worst, ms / decode);
+        }
+        prefill_budget_observe(&b, k, decode * 1e-3, ms * 1e-3);
+        P += k;
+    }
+    assert_true(stalls > 3);
+    assert_true(worst >= 1.5 && worst <= 1.76); /* NaN fails both */
+    assert_true(steps <= oracle_steps);
+    /* a step that fitted with fewer rows than the budget allowed leaves it as it was */
+    prefill_budget_init(&b, 260);
+    for (int i = 0; i < 12; i++) prefill_budget_observe(&b, prefill_budget_rows(&b), 0.010, 0.011);
+    const int grown = prefill_budget_rows(&b);
+    assert_true(grown > 12);
+    prefill_budget_observe(&b, 2, 0.010, 0.011);
+    assert_int_equal(prefill_budget_rows(&b), grown);
+    /* an overlong step cuts it in proportion, never below one row */
+    prefill_budget_observe(&b, grown, 0.010, 0.022);
+    assert_int_equal(prefill_budget_rows(&b), (int)(grown * 0.006 / 0.012));
+    prefill_budget_observe(&b, 1, 0.010, 1.0);
+    assert_int_equal(prefill_budget_rows(&b), 1);
+    /* no reference (NaN or 0) and no prompt rows: nothing learned */
+    prefill_budget_observe(&b, 1, NAN, 0.001);
+    prefill_budget_observe(&b, 1, 0.0, 0.001);
+    prefill_budget_observe(&b, 0, 0.010, 0.001);
+    assert_int_equal(prefill_budget_rows(&b), 1);
+    /* the ceiling */
+    for (int i = 0; i < 60; i++) prefill_budget_observe(&b, prefill_budget_rows(&b), 0.010, 0.010);
+    assert_int_equal(prefill_budget_rows(&b), 260);
+}
+
+/* The reference is the median of the latest five decode-only steps: one stall does not move it,
+ * and it follows a lasting change once it is most of them. */
+static void test_decode_reference_median(void **state) {
+    (void)state;
+    decode_reference r;
+    memset(&r, 0, sizeof r);
+    decode_reference_add(&r, 0.010, 1);
+    assert_true(r.seconds == 0.010);
+    decode_reference_add(&r, 0.012, 2);
+    assert_true(fabs(r.seconds - 0.011) < 1e-12);
+    decode_reference_add(&r, 0.030, 3); /* a stall */
+    assert_true(r.seconds == 0.012);
+    decode_reference_add(&r, 0.011, 4);
+    decode_reference_add(&r, 0.010, 5);
+    assert_true(r.seconds == 0.011);
+    assert_int_equal((int)r.at_step, 5);
+    for (int i = 0; i < 3; i++) decode_reference_add(&r, 0.020, 6 + (uint64_t)i); /* slower for good */
+    assert_true(r.seconds == 0.020);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_greedy_and_truncation),
@@ -571,6 +657,8 @@ int main(void) {
         cmocka_unit_test(test_engine_token_logprobs_and_stop),
         cmocka_unit_test(test_engine_cancel_busy_stop),
         cmocka_unit_test(test_engine_release_and_exclusive),
+        cmocka_unit_test(test_prefill_budget_steers_on_step_time),
+        cmocka_unit_test(test_decode_reference_median),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,11 +20,11 @@
 #include "difftrans.h"
 #include "difftrans_serve.h"
 #include "base/base.h"
+#include "prefill_budget.h"
 
-/* The prefill rows a step may add while others decode, as a share of a decode-only step's time. */
-#define PREFILL_SHARE 0.6
-/* Prompt rows beside decoding ones before the cost of a prompt row has been measured. */
-#define PREFILL_FIRST 4
+/* Steps after which the time of a decode-only step is measured again when prompts wait and no
+ * such step came by itself: the decoding rows' positions, and so their attention, grow. */
+#define DECODE_REFRESH 64
 
 typedef enum { REQ_QUEUED, REQ_PREFILL, REQ_DECODE, REQ_DONE } req_state;
 
@@ -79,8 +79,9 @@ struct dt_engine {
     pthread_t thread;
     int stopping, joined;
     dt_engine_stats stats;
-    /* the prefill budget's measurements (seconds, exponential moving averages) */
-    double decode_step_s, prefill_row_s;
+    /* the adaptive prefill budget (prefill_chunk 0, prefill_budget.h) */
+    decode_reference *decode_ref; /* [n_slots + 1] by the number of decoding rows */
+    prefill_budget budget;
 };
 
 void dt_engine_defaults(dt_engine_options *o) {
@@ -368,17 +369,17 @@ static int plan_step(dt_engine *e, int *n_decode) {
     int budget = e->o.max_rows - n;
     if (n > 0) {
         int chunk = e->o.prefill_chunk;
-        if (chunk <= 0) { /* adaptive: prefill rows worth PREFILL_SHARE of a decode-only step, so
-                             that a step carrying them stays well under two decode-only steps */
-            chunk = e->prefill_row_s > 0 && e->decode_step_s > 0
-                        ? (int)(PREFILL_SHARE * e->decode_step_s / e->prefill_row_s)
-                        : PREFILL_FIRST;
-            /* at least one row, so a prompt always moves on; a floor of 4 let a step with rows deep
-             * into a long prompt (each attending over hundreds of positions) reach 2× a decode step */
-            if (chunk < 1) chunk = 1;
+        if (chunk <= 0) {
+            /* without a recent decode-only step of as many rows there is nothing to hold the step
+             * to: this one is that measurement (a prompt waits one step) */
+            const decode_reference *ref = &e->decode_ref[n];
+            const int stale = ref->seen == 0 || e->stats.steps - ref->at_step > DECODE_REFRESH;
+            chunk = stale ? 0 : prefill_budget_rows(&e->budget);
+            e->stats.prefill_chunk = prefill_budget_rows(&e->budget);
+        } else {
+            e->stats.prefill_chunk = chunk;
         }
         if (chunk < budget) budget = chunk;
-        e->stats.prefill_chunk = budget;
     }
     /* oldest first: requests were admitted in queue order into the lowest free slots, so go by
      * submission time */
@@ -460,16 +461,13 @@ static void take_results(dt_engine *e, int n) {
     }
 }
 
-/* The step's time feeds the prefill budget: decode-only steps give the time a step should stay
- * near, steps with prompt rows the marginal cost of a prompt row. */
+/* The step's time steers the prefill budget: a decode-only step gives the time the others' steps
+ * should stay near, a step with prompt rows says whether its rows fitted beside them. */
 static void measure_step(dt_engine *e, int n, int n_decode, double seconds) {
-    const double a = 0.2;
-    if (n_decode > 0 && n == n_decode)
-        e->decode_step_s = e->decode_step_s > 0 ? (1 - a) * e->decode_step_s + a * seconds : seconds;
-    else if (n > n_decode && e->decode_step_s > 0 && n_decode > 0) {
-        const double per_row = fmax(seconds - e->decode_step_s, 0.0) / (n - n_decode);
-        e->prefill_row_s = e->prefill_row_s > 0 ? (1 - a) * e->prefill_row_s + a * per_row : per_row;
-    }
+    if (n_decode == 0 || e->o.prefill_chunk > 0) return;
+    decode_reference *ref = &e->decode_ref[n_decode];
+    if (n == n_decode) decode_reference_add(ref, seconds, e->stats.steps);
+    else prefill_budget_observe(&e->budget, n - n_decode, ref->seconds, seconds);
 }
 
 static void *engine_main(void *arg) {
@@ -532,6 +530,7 @@ static void free_buffers(dt_engine *e) {
     free(e->sample_logits);
     free(e->slot_free);
     free(e->running);
+    free(e->decode_ref);
 }
 
 dt_engine *dt_engine_create(const dt_model *m, const dt_engine_options *opt, dt_error *err) {
@@ -579,7 +578,10 @@ dt_engine *dt_engine_create(const dt_model *m, const dt_engine_options *opt, dt_
     e->sample_logits = malloc((size_t)V * sizeof *e->sample_logits);
     e->slot_free = malloc((size_t)o.n_slots * sizeof *e->slot_free);
     e->running = calloc((size_t)o.n_slots, sizeof *e->running);
-    if (!e->rows || !e->row_req || !e->logits || !e->scratch || !e->sample_logits || !e->slot_free || !e->running) {
+    e->decode_ref = calloc((size_t)o.n_slots + 1, sizeof *e->decode_ref);
+    prefill_budget_init(&e->budget, o.max_rows);
+    if (!e->rows || !e->row_req || !e->logits || !e->scratch || !e->sample_logits || !e->slot_free || !e->running ||
+        !e->decode_ref) {
         dt_fail_oom(err, "engine: out of memory for %d rows of %d logits", o.max_rows, V);
         goto fail;
     }
