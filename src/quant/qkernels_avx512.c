@@ -363,10 +363,14 @@ static void q4_0_dequantize_avx512(float *w, const block_q4_0 *blocks, int rows,
  * 0.17 ms without, 0.10 with 4 KiB; 1, 2 and 8 KiB measured alike within noise, Zen 5). */
 #define QPACK_AHEAD 4096
 
-static inline int32_t four_bytes(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
+/* acc + w · (the 4 bytes at x, broadcast), the broadcast folded into the multiply as its memory
+ * operand ({1to16}): GCC puts it in a register with a separate vpbroadcastd, one instruction more
+ * per 64 weights and row of x. Measured on Zen 5, every product of a config-E step on one core:
+ * 8 rows of x 10.2 → 9.5 ms; one row within this host's noise (a [2816, 1024] layer streamed
+ * from memory 22 → 28 GB/s in one run, no change in another). */
+static inline __attribute__((always_inline)) __m512i dot_broadcast(__m512i acc, __m512i w, const int8_t *x) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t(*)[1])x));
+    return acc;
 }
 
 static inline __attribute__((always_inline)) void packed_tile(qformat fmt, float *y, size_t ldy, const uint8_t *grp,
@@ -403,8 +407,8 @@ static inline __attribute__((always_inline)) void packed_tile(qformat fmt, float
             __m512i even = _mm512_set1_epi32(-bias * x->sum[xb]), odd = _mm512_setzero_si512();
 #pragma GCC unroll 4
             for (int k = 0; k < 8; k += 2) {
-                even = _mm512_dpbusd_epi32(even, w[k], _mm512_set1_epi32(four_bytes(q + 4 * k)));
-                odd = _mm512_dpbusd_epi32(odd, w[k + 1], _mm512_set1_epi32(four_bytes(q + 4 * k + 4)));
+                even = dot_broadcast(even, w[k], q + 4 * k);
+                odd = dot_broadcast(odd, w[k + 1], q + 4 * k + 4);
             }
             const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(x->d[xb]));
             acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(even, odd)), scale, acc[r]);
