@@ -536,6 +536,61 @@ static void logits_of(const dt_model *m, const int *tok, int T, float *out) {
 
 /* Decoding one token at a time (matrix-vector kernels) gives the full forward's logits (panel
  * sgemm / integer gemm); a saved quantised checkpoint loads back to the same logits. */
+/* The 16-row layout set up by hand (as qlinear_pack would), so that a CPU without the packed
+ * kernel runs it too, through its definition. */
+static void pack_by_hand(qlinear *l) {
+    l->packed = aligned_alloc(64, qpack_bytes(l->fmt, l->out, l->in));
+    assert_non_null(l->packed);
+    qpack_pack(l->packed, l->fmt, l->blocks, l->out, l->in);
+    free(l->blocks);
+    l->blocks = NULL;
+}
+
+/* Layers that read the same x in one parallel loop give each output the bits of one
+ * qlinear_forward per layer: the layers' outs (150, 37, 80) split into tasks of 4 groups of 16
+ * rows unevenly for one row of x, so a task mapped to the wrong layer or group writes the wrong
+ * outputs or leaves some NaN; Q8_0 and Q4_0 mixed; and with one layer not packed (one call per
+ * layer instead) the same bits too. */
+static void test_qlinear_forward_shared(void **state) {
+    (void)state;
+    enum { IN = 70 };
+    const int outs[3] = {150, 37, 80};
+    const qformat fmts[3] = {QFMT_Q8_0, QFMT_Q4_0, QFMT_Q8_0};
+    for (int ni = 0; ni < 3; ni++) {
+        const int N = (int[]){1, 3, 40}[ni];
+        for (int unpacked = 0; unpacked < 2; unpacked++) { /* 1: the second layer row-major */
+            uint64_t rng = 21 + (uint64_t)ni;
+            qlinear l[3];
+            float *each[3], *shared[3];
+            float *x = frand((size_t)N * IN, 1.0f, &rng);
+            for (int i = 0; i < 3; i++) {
+                float *w = weights(outs[i], IN, &rng);
+                dt_error err;
+                assert_int_equal(qlinear_create(&l[i], fmts[i], w, outs[i], IN, NULL, 0, &err), 0);
+                if (!(unpacked && i == 1)) pack_by_hand(&l[i]);
+                free(w);
+                each[i] = fnan((size_t)N * outs[i]);
+                shared[i] = fnan((size_t)N * outs[i]);
+            }
+            void *scratch = malloc(qlinear_scratch_bytes(N, IN, 150));
+            for (int i = 0; i < 3; i++) qlinear_forward(&l[i], each[i], x, N, scratch);
+            const qlinear *ls[3] = {&l[0], &l[1], &l[2]};
+            qlinear_forward_shared(ls, shared, 3, x, N, scratch);
+            for (int i = 0; i < 3; i++) {
+                for (size_t j = 0; j < (size_t)N * outs[i]; j++)
+                    if (!isfinite(shared[i][j]))
+                        fail_msg("N %d, unpacked %d, layer %d: output %zu not written", N, unpacked, i, j);
+                assert_memory_equal(shared[i], each[i], (size_t)N * outs[i] * sizeof(float));
+                free(each[i]);
+                free(shared[i]);
+                qlinear_free(&l[i]);
+            }
+            free(scratch);
+            free(x);
+        }
+    }
+}
+
 static void test_quantised_model_decode_and_checkpoint(void **state) {
     (void)state;
     const int T = 9;
@@ -842,6 +897,7 @@ int main(void) {
         cmocka_unit_test(test_kernels_match_reference),
         cmocka_unit_test(test_i8_gemm_extremes),
         cmocka_unit_test(test_qlinear_paths_agree),
+        cmocka_unit_test(test_qlinear_forward_shared),
         cmocka_unit_test(test_quantised_model_decode_and_checkpoint),
         cmocka_unit_test(test_kv_cache_dtypes),
         cmocka_unit_test(test_calibration_deterministic),

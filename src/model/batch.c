@@ -176,9 +176,8 @@ int dt_batch_step(const dt_model *m, dt_batch *b, const dt_batch_row *rows, int 
         const dt_layer_weights *w = &m->w.layers[l];
         float rstd[n];
         rmsnorm_forward(b->xn, rstd, b->x, w->input_layernorm, n, C, c->rms_norm_eps);
-        lin(m, b, l, LIN_Q, b->q, b->xn, n);
-        lin(m, b, l, LIN_K, b->k, b->xn, n);
-        lin(m, b, l, LIN_V, b->v, b->xn, n);
+        model_linear_shared(m, l, (const int[]){LIN_Q, LIN_K, LIN_V}, (float *const[]){b->q, b->k, b->v}, 3, b->xn, n,
+                            b->qscratch);
         for (int r = 0; r < n; r++) {
             float *q = b->q + (size_t)r * qdim, *k = b->k + (size_t)r * kvdim;
             if (c->position == DT_POS_ROPE) {
@@ -207,8 +206,8 @@ int dt_batch_step(const dt_model *m, dt_batch *b, const dt_batch_row *rows, int 
         for (size_t i = 0; i < (size_t)n * C; i++) b->x[i] += b->proj[i];
 
         rmsnorm_forward(b->xn, rstd, b->x, w->post_attention_layernorm, n, C, c->rms_norm_eps);
-        lin(m, b, l, LIN_GATE, b->gate, b->xn, n);
-        lin(m, b, l, LIN_UP, b->up, b->xn, n);
+        model_linear_shared(m, l, (const int[]){LIN_GATE, LIN_UP}, (float *const[]){b->gate, b->up}, 2, b->xn, n,
+                            b->qscratch);
         swiglu_forward(b->gate, b->gate, b->up, n, F);
         lin(m, b, l, LIN_DOWN, b->proj, b->gate, n);
         for (size_t i = 0; i < (size_t)n * C; i++) b->x[i] += b->proj[i];

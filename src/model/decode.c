@@ -381,9 +381,8 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
             memcpy(kslot, kc->q + qdim, (size_t)kvdim * sizeof(float));
             memcpy(vslot, kc->q + qdim + kvdim, (size_t)kvdim * sizeof(float));
         } else {
-            model_linear(m, l, LIN_Q, kc->q, kc->xn, 1, kc->qscratch);
-            model_linear(m, l, LIN_K, kslot, kc->xn, 1, kc->qscratch);
-            model_linear(m, l, LIN_V, vslot, kc->xn, 1, kc->qscratch);
+            model_linear_shared(m, l, (const int[]){LIN_Q, LIN_K, LIN_V}, (float *const[]){kc->q, kslot, vslot}, 3,
+                                kc->xn, 1, kc->qscratch);
         }
         if (c->position == DT_POS_ROPE) {
             rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, m->rope_inv_freq, +1);
@@ -403,8 +402,8 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
         if (fused_gate_up) {
             linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, 2 * F);
         } else {
-            model_linear(m, l, LIN_GATE, kc->gate, kc->xn, 1, kc->qscratch);
-            model_linear(m, l, LIN_UP, kc->up, kc->xn, 1, kc->qscratch);
+            model_linear_shared(m, l, (const int[]){LIN_GATE, LIN_UP}, (float *const[]){kc->gate, kc->up}, 2, kc->xn, 1,
+                                kc->qscratch);
         }
         swiglu_forward(kc->gate, kc->gate, kc->up, 1, F);
         model_linear(m, l, LIN_DOWN, kc->tmp, kc->gate, 1, kc->qscratch);

@@ -33,6 +33,11 @@ const qlinear *model_qlinear(const dt_model *m, int layer, int which);
 /* y[N, out] = x[N, in] · Wᵀ for a float or quantised layer: the one call every forward pass uses.
  * scratch: model_linear_scratch_bytes(m, N) bytes (unused by float layers). */
 void model_linear(const dt_model *m, int layer, int which, float *y, const float *x, int N, void *scratch);
+/* The n layers which[0..n) of one layer that read the same x (q, k, v; gate, up) into ys[i]: one
+ * rounding of x and one parallel loop when they are all quantised (qlinear_forward_shared), else
+ * model_linear each. The same bits either way. */
+void model_linear_shared(const dt_model *m, int layer, const int *which, float *const *ys, int n, const float *x, int N,
+                         void *scratch);
 size_t model_linear_scratch_bytes(const dt_model *m, int N);
 
 /* ---- quantised checkpoints (quant_checkpoint.c) ---- */

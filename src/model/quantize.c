@@ -67,6 +67,18 @@ void model_linear(const dt_model *m, int layer, int which, float *y, const float
     linear_forward(y, x, float_weight(m, layer, which), N, in, out);
 }
 
+void model_linear_shared(const dt_model *m, int layer, const int *which, float *const *ys, int n, const float *x, int N,
+                         void *scratch) {
+    const qlinear *q[QLINEAR_SHARED_MAX];
+    int all_quantised = n >= 1 && n <= QLINEAR_SHARED_MAX;
+    for (int i = 0; all_quantised && i < n; i++) all_quantised = (q[i] = model_qlinear(m, layer, which[i])) != NULL;
+    if (all_quantised) {
+        qlinear_forward_shared(q, ys, n, x, N, scratch);
+        return;
+    }
+    for (int i = 0; i < n; i++) model_linear(m, layer, which[i], ys[i], x, N, scratch);
+}
+
 size_t model_linear_scratch_bytes(const dt_model *m, int N) {
     const dt_config *c = &m->cfg;
     int in = c->hidden_size;

@@ -85,32 +85,51 @@ static void dequantize_panel(const qkernels *k, const qlinear *l, float *w, int 
     else k->q4_0_dequantize(w, q4_rows(l, o0), rows, l->in);
 }
 
-static void int8_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
-    const qkernels *k = qkernels_active();
-    const qact a = act_in(scratch, N, l->in);
-#pragma omp parallel for schedule(static) if (N >= 4 && (size_t)N * l->in > 65536)
+/* The rows of x [N, in] rounded to 8-bit blocks at the start of scratch. */
+static qact quantize_rows(const qkernels *k, void *scratch, const float *x, int N, int in) {
+    const qact a = act_in(scratch, N, in);
+#pragma omp parallel for schedule(static) if (N >= 4 && (size_t)N * in > 65536)
     for (int n = 0; n < N; n++) {
         const qact row = act_row(&a, n);
-        k->quantize_act(&row, x + (size_t)n * l->in, 1, l->in);
+        k->quantize_act(&row, x + (size_t)n * in, 1, in);
     }
-    /* many rows of x (prefill) go through a task's rows of W a chunk at a time, so that the
-     * chunk of x stays in the L1/L2 cache while the task's few rows of W are read again */
-    int chunk = ACT_CHUNK_BYTES / l->in;
-    chunk = chunk < 4 ? 4 : chunk - chunk % 4;
+    return a;
+}
+
+/* Many rows of x (prefill) go through a task's rows of W a chunk at a time, so that the chunk of
+ * x stays in the L1/L2 cache while the task's few rows of W are read again. */
+static int act_chunk(int in) {
+    const int chunk = ACT_CHUNK_BYTES / in;
+    return chunk < 4 ? 4 : chunk - chunk % 4;
+}
+
+/* Groups of 16 rows of a packed W per task: INT8_ROWS_ONE's worth for one row of x, one group for
+ * many. */
+static int packed_task_groups(int N) { return N == 1 ? INT8_ROWS_ONE / QPACK_ROWS : 1; }
+
+/* The groups [g0, g0 + gs) of a packed layer against all N rows of a. */
+static void packed_task(qpacked_dot_fn dot, const qlinear *l, float *y, const qact *a, int N, int g0, int gs) {
+    const int chunk = act_chunk(l->in);
+    for (int n0 = 0; n0 < N; n0 += chunk) {
+        const int nc = N - n0 < chunk ? N - n0 : chunk;
+        const qact part = act_row(a, n0);
+        dot(y + (size_t)n0 * l->out, (size_t)l->out, l->fmt, l->packed, g0, gs, l->out, &part, nc);
+    }
+}
+
+/* A set without the kernel (the path changed after packing) takes the definition. */
+static qpacked_dot_fn packed_dot_of(const qkernels *k) { return k->packed_dot ? k->packed_dot : qpack_dot_reference; }
+
+static void int8_forward(const qlinear *l, float *y, const float *x, int N, void *scratch) {
+    const qkernels *k = qkernels_active();
+    const qact a = quantize_rows(k, scratch, x, N, l->in);
+    const int chunk = act_chunk(l->in);
     if (l->packed) {
-        /* a set without the kernel (the path changed after packing) takes the definition */
-        const qpacked_dot_fn dot = k->packed_dot ? k->packed_dot : qpack_dot_reference;
-        /* groups of 16 rows per task: INT8_ROWS_ONE's worth for one row of x, one group for many */
-        const int groups = (int)qpack_groups(l->out), gstep = N == 1 ? INT8_ROWS_ONE / QPACK_ROWS : 1;
+        const qpacked_dot_fn dot = packed_dot_of(k);
+        const int groups = (int)qpack_groups(l->out), gstep = packed_task_groups(N);
 #pragma omp parallel for schedule(static) if ((size_t)N * l->out * l->in > 262144)
-        for (int g0 = 0; g0 < groups; g0 += gstep) {
-            const int gs = groups - g0 < gstep ? groups - g0 : gstep;
-            for (int n0 = 0; n0 < N; n0 += chunk) {
-                const int nc = N - n0 < chunk ? N - n0 : chunk;
-                const qact part = act_row(&a, n0);
-                dot(y + (size_t)n0 * l->out, (size_t)l->out, l->fmt, l->packed, g0, gs, l->out, &part, nc);
-            }
-        }
+        for (int g0 = 0; g0 < groups; g0 += gstep)
+            packed_task(dot, l, y, &a, N, g0, groups - g0 < gstep ? groups - g0 : gstep);
         return;
     }
     const int step = N == 1 ? INT8_ROWS_ONE : INT8_ROWS_MANY;
@@ -191,6 +210,36 @@ void qlinear_forward(const qlinear *l, float *y, const float *x, int N, void *sc
     if (l->fmt == QFMT_W8A8) w8a8_forward(l, y, x, N, scratch);
     else if (l->act == QACT_FLOAT) float_forward(l, y, x, N, scratch);
     else int8_forward(l, y, x, N, scratch);
+}
+
+void qlinear_forward_shared(const qlinear *const *ls, float *const *ys, int n_layers, const float *x, int N,
+                            void *scratch) {
+    int shared = n_layers >= 1 && n_layers <= QLINEAR_SHARED_MAX;
+    for (int i = 0; shared && i < n_layers; i++)
+        shared = ls[i]->packed && ls[i]->act == QACT_INT8 && ls[i]->in == ls[0]->in;
+    if (!shared) {
+        for (int i = 0; i < n_layers; i++) qlinear_forward(ls[i], ys[i], x, N, scratch);
+        return;
+    }
+    const qkernels *k = qkernels_active();
+    const qact a = quantize_rows(k, scratch, x, N, ls[0]->in);
+    const qpacked_dot_fn dot = packed_dot_of(k);
+    const int gstep = packed_task_groups(N);
+    /* the layers' tasks one after another: first[i] is layer i's first task */
+    int first[QLINEAR_SHARED_MAX + 1] = {0};
+    size_t work = 0;
+    for (int i = 0; i < n_layers; i++) {
+        const int groups = (int)qpack_groups(ls[i]->out);
+        first[i + 1] = first[i] + (groups + gstep - 1) / gstep;
+        work += (size_t)N * ls[i]->out * ls[i]->in;
+    }
+#pragma omp parallel for schedule(static) if (work > 262144)
+    for (int t = 0; t < first[n_layers]; t++) {
+        int i = 0;
+        while (t >= first[i + 1]) i++;
+        const int groups = (int)qpack_groups(ls[i]->out), g0 = (t - first[i]) * gstep;
+        packed_task(dot, ls[i], ys[i], &a, N, g0, groups - g0 < gstep ? groups - g0 : gstep);
+    }
 }
 
 int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, const float *smooth, float input_scale,

@@ -182,6 +182,13 @@ void qpack_dot_reference(float *y, size_t ldy, qformat fmt, const void *packed, 
  * y[N, out] = x[N, in] · Wᵀ through the layer's format; scratch must hold qlinear_scratch_bytes. */
 size_t qlinear_scratch_bytes(int N, int in, int out);
 void qlinear_forward(const qlinear *l, float *y, const float *x, int N, void *scratch);
+/* ys[i][N, out_i] = x · W_iᵀ for layers that read the same x (q, k, v; gate, up): when every one
+ * is packed with 8-bit activations, x is rounded once and all their groups of rows share one
+ * parallel loop (one fork and join, one long stream through memory per thread); otherwise one
+ * qlinear_forward each. The same bits as qlinear_forward layer by layer. */
+#define QLINEAR_SHARED_MAX 4
+void qlinear_forward_shared(const qlinear *const *ls, float *const *ys, int n_layers, const float *x, int N,
+                            void *scratch);
 /* Weight bytes read per product (what decoding streams). */
 size_t qlinear_weight_bytes(const qlinear *l);
 /* Quantise W [out, in] into a fresh layer of format fmt (W8A8: with smoothing s [in] or NULL,
