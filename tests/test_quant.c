@@ -402,6 +402,16 @@ static void test_i8_gemm_extremes(void **state) {
  * float activations (a few rows: dequantised panels and linear_rows; more: panel sgemm) and W8A8
  * (the integer gemm), many rows give what one row at a time gives to float rounding, and equal the
  * float product of the dequantised weights (w8a16) or of the quantised operands (w8a8). */
+/* The 16-row layout set up by hand (as qlinear_pack would), so that a CPU without the packed
+ * kernel runs it too, through its definition. */
+static void pack_by_hand(qlinear *l) {
+    l->packed = aligned_alloc(64, qpack_bytes(l->fmt, l->out, l->in));
+    assert_non_null(l->packed);
+    qpack_pack(l->packed, l->fmt, l->blocks, l->out, l->in);
+    free(l->blocks);
+    l->blocks = NULL;
+}
+
 static void test_qlinear_paths_agree(void **state) {
     (void)state;
     for (int ni = 0; ni < 4; ni++) {
@@ -427,11 +437,7 @@ static void test_qlinear_paths_agree(void **state) {
             if (float_acts) l.act = QACT_FLOAT;
             if (f >= 6) {
                 qlinear_forward(&l, unpacked, x, N, scratch);
-                l.packed = aligned_alloc(64, qpack_bytes(l.fmt, out, in));
-                assert_non_null(l.packed);
-                qpack_pack(l.packed, l.fmt, l.blocks, out, in);
-                free(l.blocks);
-                l.blocks = NULL;
+                pack_by_hand(&l);
             }
             qlinear_forward(&l, many, x, N, scratch);
             for (int n = 0; n < N; n++) qlinear_forward(&l, one + (size_t)n * out, x + (size_t)n * in, 1, scratch);
@@ -536,16 +542,6 @@ static void logits_of(const dt_model *m, const int *tok, int T, float *out) {
 
 /* Decoding one token at a time (matrix-vector kernels) gives the full forward's logits (panel
  * sgemm / integer gemm); a saved quantised checkpoint loads back to the same logits. */
-/* The 16-row layout set up by hand (as qlinear_pack would), so that a CPU without the packed
- * kernel runs it too, through its definition. */
-static void pack_by_hand(qlinear *l) {
-    l->packed = aligned_alloc(64, qpack_bytes(l->fmt, l->out, l->in));
-    assert_non_null(l->packed);
-    qpack_pack(l->packed, l->fmt, l->blocks, l->out, l->in);
-    free(l->blocks);
-    l->blocks = NULL;
-}
-
 /* Layers that read the same x in one parallel loop give each output the bits of one
  * qlinear_forward per layer: the layers' outs (150, 37, 80) split into tasks of 4 groups of 16
  * rows unevenly for one row of x, so a task mapped to the wrong layer or group writes the wrong

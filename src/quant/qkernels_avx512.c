@@ -2,7 +2,6 @@
  * without (only the integer step differs); compiled with those instruction sets and called only
  * when the CPU has them (qkernels_for). */
 #include <immintrin.h>
-#include <string.h>
 
 #include "quant/qact_expand.h"
 #include "quant/quant.h"
