@@ -7,9 +7,9 @@ SAN_CC ?= clang-14
 FUZZ_SECONDS ?= 60
 # `make test` also runs the unit tests and a smoke run of every fuzzer under the sanitizers (a few
 # minutes); the command-line scripts, the golden comparison, the quantisation kernels (3 minutes
-# under ASan), the npm tokenizer references and the portable-path repeats take 10+ minutes there:
+# under ASan), the npm tokenizer references and the portable- and AVX2-path repeats take 10+ minutes there:
 # `make check-asan` runs those too
-ASAN_QUICK_SKIP ?= ^cli_|^golden_|^baseline_|^tokenizer_reference$$|^test_tokenizer_golden|^test_quant$$|_portable$$
+ASAN_QUICK_SKIP ?= ^cli_|^golden_|^baseline_|^tokenizer_reference$$|^test_tokenizer_golden|^test_quant$$|_portable$$|_avx2$$
 
 .PHONY: all build test demo clean deps asan-build check-asan fuzz
 

@@ -167,7 +167,7 @@ static void q4_0_dequantize_portable(float *w, const block_q4_0 *b, int rows, in
 
 const qkernels qkernels_portable = {q8_0_dot_portable,        q4_0_dot_portable,        quantize_act_portable,
                                     q8_0_matvec_portable,     q4_0_matvec_portable,     i8_gemm_portable,
-                                    q8_0_dequantize_portable, q4_0_dequantize_portable, NULL, "portable"};
+                                    q8_0_dequantize_portable, q4_0_dequantize_portable, NULL, 0, "portable"};
 
 /* ---------------------------------------------------------------- choice */
 

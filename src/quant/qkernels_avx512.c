@@ -357,10 +357,6 @@ static void q4_0_dequantize_avx512(float *w, const block_q4_0 *blocks, int rows,
  * where the row-major kernel above spends 7 on 64. The tile's rows of x share the block's loads,
  * and every output is summed in block order whatever the tile (qpack_dot_reference, bit for bit). */
 
-/* How far ahead of the block in use its weights are asked for: with a batch of rows the loop is
- * busy enough that the hardware prefetcher alone fell behind (8 rows of [2816, 1024] from memory:
- * 0.17 ms without, 0.10 with 4 KiB; 1, 2 and 8 KiB measured alike within noise, Zen 5). */
-#define QPACK_AHEAD 4096
 
 /* acc + w · (the 4 bytes at x, broadcast), the broadcast folded into the multiply as its memory
  * operand ({1to16}): GCC puts it in a register with a separate vpbroadcastd, one instruction more
@@ -440,7 +436,8 @@ static void packed_dot_vnni(float *y, size_t ldy, qformat fmt, const void *packe
 /* Without VNNI the W8A8 product is the AVX2 one. */
 const qkernels qkernels_avx512 = {q8_0_dot_avx512,         q4_0_dot_avx512,        quantize_act_avx512,
                                   q8_0_matvec_avx512,      q4_0_matvec_avx512,     i8_gemm_avx2_for_avx512,
-                                  q8_0_dequantize_avx512,  q4_0_dequantize_avx512, NULL, "avx512"};
+                                  q8_0_dequantize_avx512,  q4_0_dequantize_avx512, NULL, 0, "avx512"};
 const qkernels qkernels_avx512_vnni = {q8_0_dot_vnni,          q4_0_dot_vnni,          quantize_act_avx512,
                                        q8_0_matvec_avx512,     q4_0_matvec_avx512,     i8_gemm_avx512,
-                                       q8_0_dequantize_avx512, q4_0_dequantize_avx512, packed_dot_vnni, "avx512-vnni"};
+                                       q8_0_dequantize_avx512, q4_0_dequantize_avx512, packed_dot_vnni,
+                                       (1u << QFMT_Q8_0) | (1u << QFMT_Q4_0), "avx512-vnni"};

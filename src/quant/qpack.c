@@ -1,5 +1,5 @@
 /* qpack.c — the interleaved layout of Q8_0 / Q4_0 weights for the integer kernels that multiply
- * 16 output rows at once, and its plain reference product.
+ * 16 output rows at once (AVX2: 8, each half of a group), and its plain reference product.
  *
  * Why: the row-major blocks give one output per vector, so every 64 multiply-adds of a batch row
  * pay the block's conversion to float and its scaling (7 operations per 64 products). With 16
