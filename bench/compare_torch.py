@@ -34,6 +34,7 @@ import json
 import math
 import os
 import platform
+import re
 import resource
 import signal
 import statistics
@@ -347,11 +348,33 @@ def blas_core():
     return name.decode("ascii", "replace") if name else None
 
 
+_DT_CORE_CHOICE = {}
+
+
+def difftrans_core_choice(dt, env):
+    """The OpenBLAS core difftrans's CLI names for itself with OPENBLAS_CORETYPE unset (it does when
+    OpenBLAS's own choice has no AVX-512 kernels on an AVX-512 CPU, README "Kernels"), or None."""
+    if dt not in _DT_CORE_CHOICE:
+        try:
+            out = subprocess.run([dt, "info", "--system"], env=env, capture_output=True, text=True,
+                                 timeout=120).stdout
+        except (OSError, subprocess.SubprocessError):
+            out = ""
+        m = re.search(r"core (\S+) \(chosen by difftrans", out)
+        _DT_CORE_CHOICE[dt] = m.group(1) if m else None
+    return _DT_CORE_CHOICE[dt]
+
+
 def side_env(args):
-    """The environment of both sides' subprocesses: the caller's, with --openblas-core applied."""
+    """The environment of both sides' subprocesses: the caller's, with --openblas-core applied.
+    'auto' removes the variable, so OpenBLAS chooses, unless difftrans would then name a core for
+    itself: that core is named for both, so PyTorch runs the same kernels."""
     env = dict(os.environ)
     if args.openblas_core == "auto":
         env.pop("OPENBLAS_CORETYPE", None)
+        core = difftrans_core_choice(args.difftrans, env) if os.path.exists(args.difftrans) else None
+        if core:
+            env["OPENBLAS_CORETYPE"] = core
     elif args.openblas_core:
         env["OPENBLAS_CORETYPE"] = args.openblas_core
     return env
@@ -920,7 +943,8 @@ def main():
                     help="force difftrans's kernel path (DT_ISA); default: the widest the CPU supports")
     ap.add_argument("--openblas-core", metavar="CORE", default=None,
                     help="OPENBLAS_CORETYPE for both sides (e.g. Haswell, SkylakeX); 'auto' removes it so "
-                         "that OpenBLAS picks its kernels for the CPU; default: the environment as it is")
+                         "that OpenBLAS picks its kernels for the CPU (or, where difftrans names a core for "
+                         "itself, names that one for both); default: the environment as it is")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()

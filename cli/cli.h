@@ -85,6 +85,8 @@ int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
 int cli_config_arch(const char *cmd, const char *spec, const char *arch_flag, dt_arch arch, dt_config *cfg);
 /* The CPU, the kernel path in use, its features and OpenBLAS's core, one "key: value" per line. */
 void cli_print_system(FILE *f, const char *indent);
+/* 1 when OPENBLAS_CORETYPE is the CLI's own choice for this CPU (main.c), not the user's */
+int cli_blas_core_chosen(void);
 /* The parameter counts of a config and of its matched model of the other architecture. */
 void cli_print_param_counts(const dt_config *cfg);
 /* `analyze quantize --schemes`: quantisation quality per scheme (cli/analyze_wquant.c). */

@@ -36,8 +36,8 @@ static void help(void) {
            "  memory   peak resident set size of the process that measured the model\n"
            "Prints the CPU, the kernel path in use and OpenBLAS's core (as `difftrans info --system`;\n"
            "DT_ISA=portable|avx2|avx512 forces a path, OPENBLAS_CORETYPE an OpenBLAS core), a table per model\n"
-           "and one JSON line per model (lines starting with '{', with \"cpu\", \"kernels\", \"blas_core\" and\n"
-           "\"blas_core_forced\").\n\n"
+           "and one JSON line per model (lines starting with '{', with \"cpu\", \"kernels\", \"blas_core\",\n"
+           "\"blas_core_forced\" (the user's OPENBLAS_CORETYPE) and \"blas_core_chosen\" (difftrans's)).\n\n"
            "model:\n"
            "  --arch A          diff | transformer | both: the DIFF model and its parameter-matched\n"
            "                    baseline of the same sizes [both]\n"
@@ -283,7 +283,8 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
     json_str("kernels", si.path);
     printf(",");
     json_str("blas_core", si.blas_core);
-    printf(",\"blas_core_forced\":%s,", si.blas_core_env[0] ? "true" : "false");
+    printf(",\"blas_core_forced\":%s,\"blas_core_chosen\":%s,", si.blas_core_env[0] && !cli_blas_core_chosen() ? "true" : "false",
+           cli_blas_core_chosen() ? "true" : "false");
     json_str("quant", o->quant ? dt_quant_scheme_name(o->quant) : "f32");
     if (o->quant != DT_QUANT_NONE) {
         printf(",");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -69,6 +70,33 @@ static int record(dt_errcode code) {
     return status_of(code);
 }
 
+/* OpenBLAS picks its kernels once, when it is loaded before main(), from the CPU models it knows:
+ * Debian 12's (0.3.21) does not know Intel's Sapphire / Emerald Rapids and falls back to SSE3
+ * ("Prescott"), whose sgemm ran 4.8x slower than its AVX-512 kernels on an Emerald Rapids Xeon
+ * (docs/PERFORMANCE.md). It reads OPENBLAS_CORETYPE only at that load, so the CLI then runs itself
+ * again with the variable naming the AVX-512 core. A core the user names is never replaced;
+ * BLAS_CORE_MARK says the variable is the CLI's own (for the reports, and against a second run). */
+#define BLAS_CORE_MARK "DT_BLAS_CORE_CHOSEN"
+
+static void rerun_on_wide_blas_core(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE") || getenv(BLAS_CORE_MARK)) return;
+    dt_system_info si;
+    dt_system(&si);
+    if (!si.blas_core_narrow || !si.blas_core_wide[0]) return;
+    if (setenv("OPENBLAS_CORETYPE", si.blas_core_wide, 1) == 0 && setenv(BLAS_CORE_MARK, si.blas_core_wide, 1) == 0) {
+        fflush(NULL);
+        execv("/proc/self/exe", argv);
+    }
+    /* no /proc, or no memory for the environment: run on with OpenBLAS's own core (info says so) */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv(BLAS_CORE_MARK);
+}
+
+int cli_blas_core_chosen(void) {
+    const char *mark = getenv(BLAS_CORE_MARK), *core = getenv("OPENBLAS_CORETYPE");
+    return mark && core && strcmp(mark, core) == 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -84,6 +112,7 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (!strcmp(argv[1], commands[i].name)) {
+            rerun_on_wide_blas_core(argv);
             /* a forced kernel path the CPU cannot run is an error, before any work */
             dt_error err;
             if (dt_system_check(&err) != 0) return cli_fail(argv[1], &err);
@@ -110,13 +139,20 @@ void cli_print_system(FILE *f, const char *indent) {
             si.avx512vnni ? "yes" : "no", si.avx512bf16 ? "yes" : "no");
     fprintf(f, "%smatrix products: OpenBLAS, core %s (%s); %d threads\n", indent,
             si.blas_core[0] ? si.blas_core : "unknown",
-            si.blas_core_env[0] ? "set by OPENBLAS_CORETYPE" : "OpenBLAS's choice for this CPU", si.threads);
-    if (si.blas_core_narrow && si.blas_core_env[0])
+            cli_blas_core_chosen() ? "chosen by difftrans: OpenBLAS's own choice had no AVX-512 kernels"
+            : si.blas_core_env[0]  ? "set by OPENBLAS_CORETYPE"
+                                   : "OpenBLAS's choice for this CPU",
+            si.threads);
+    if (si.blas_core_narrow && cli_blas_core_chosen() && strcasecmp(si.blas_core, si.blas_core_env) != 0)
+        fprintf(f, "%snote: OpenBLAS did not take the core difftrans named (OPENBLAS_CORETYPE=%s): this OpenBLAS "
+                   "runs no AVX-512 kernels here (see docs/PERFORMANCE.md)\n", indent, si.blas_core_env);
+    else if (si.blas_core_narrow && si.blas_core_env[0])
         fprintf(f, "%snote: OPENBLAS_CORETYPE=%s keeps OpenBLAS off its AVX-512 kernels on this AVX-512 CPU; "
-                   "unset it to let OpenBLAS choose (see docs/PERFORMANCE.md)\n", indent, si.blas_core_env);
+                   "unset it to let OpenBLAS (or difftrans) choose (see docs/PERFORMANCE.md)\n", indent,
+                si.blas_core_env);
     else if (si.blas_core_narrow)
-        fprintf(f, "%snote: this OpenBLAS does not use AVX-512 on this CPU; OPENBLAS_CORETYPE=SkylakeX in the "
-                   "environment selects its AVX-512 kernels (see docs/PERFORMANCE.md)\n", indent);
+        fprintf(f, "%snote: this OpenBLAS does not use AVX-512 on this CPU; OPENBLAS_CORETYPE=%s in the "
+                   "environment selects its AVX-512 kernels (see docs/PERFORMANCE.md)\n", indent, si.blas_core_wide);
 }
 
 static void report(const char *cmd, const char *fmt, va_list ap) {

@@ -790,7 +790,8 @@ void dt_tok_info(const dt_tok *tok, dt_tok_summary *s);
  * and "avx512" (16-wide), and the widest the CPU supports is chosen once at start-up. DT_ISA in
  * the environment forces one: portable | avx2 | avx512. Matrix products are OpenBLAS's, which
  * picks its own kernels for the CPU (blas_core names them when OpenBLAS reports it) unless
- * OPENBLAS_CORETYPE names a core; the library never overrides that choice, it reports it. */
+ * OPENBLAS_CORETYPE names a core; the library never overrides that choice, it reports it
+ * (blas_core_wide is what a program can set before OpenBLAS loads; the CLI does, see README). */
 typedef struct {
     char cpu[64];                /* the CPU's brand string ("" when it has none) */
     const char *path;            /* the kernel path in use */
@@ -799,6 +800,8 @@ typedef struct {
     const char *blas_core;       /* OpenBLAS's core for this CPU, or "" when unknown */
     const char *blas_core_env;   /* OPENBLAS_CORETYPE when set (it chose the core), else "" */
     int blas_core_narrow;        /* 1: the CPU has AVX-512 but OpenBLAS's core uses no AVX-512 kernels */
+    const char *blas_core_wide;  /* OpenBLAS's AVX-512 core for this CPU ("Cooperlake" with AVX-512 BF16,
+                                    else "SkylakeX"); "" without AVX-512 F/BW/VL/DQ */
     int threads;                 /* OpenMP threads (omp_get_max_threads) */
 } dt_system_info;
 void dt_system(dt_system_info *out);

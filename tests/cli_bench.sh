@@ -35,7 +35,7 @@ import json, math, sys
 keys = ["arch", "d_model", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "batch", "seq", "threads",
         "params", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
         "train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token",
-        "read_bandwidth_gbs", "read_bandwidth_sum_gbs", "read_bandwidth_decoder_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels", "blas_core", "blas_core_forced", "quant"]
+        "read_bandwidth_gbs", "read_bandwidth_sum_gbs", "read_bandwidth_decoder_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels", "blas_core", "blas_core_forced", "blas_core_chosen", "quant"]
 sizes = {"d_model": 64, "layers": 1, "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 64,
          "batch": 2, "seq": 16, "threads": 2}
 lines = open(sys.argv[1]).read().splitlines()
@@ -63,9 +63,11 @@ for line in lines:
         bad("%s: kernels %r / cpu %r" % (j.get("arch"), j.get("kernels"), j.get("cpu")))
     if j.get("quant") != "f32":
         bad("%s: quant %r, expected f32" % (j.get("arch"), j.get("quant")))
-    if not isinstance(j.get("blas_core"), str) or not isinstance(j.get("blas_core_forced"), bool):
-        bad("%s: blas_core %r / blas_core_forced %r" % (j.get("arch"), j.get("blas_core"), j.get("blas_core_forced")))
-    for k in keys[11:-5]:
+    if not isinstance(j.get("blas_core"), str) or not isinstance(j.get("blas_core_forced"), bool) or \
+            not isinstance(j.get("blas_core_chosen"), bool) or (j["blas_core_forced"] and j["blas_core_chosen"]):
+        bad("%s: blas_core %r / blas_core_forced %r / blas_core_chosen %r" % (
+            j.get("arch"), j.get("blas_core"), j.get("blas_core_forced"), j.get("blas_core_chosen")))
+    for k in keys[11:keys.index("cpu")]:
         v = j.get(k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             bad("%s: %s = %r is not a positive number" % (j.get("arch"), k, v))
@@ -139,13 +141,26 @@ fi
 DT_ISA=portable "$DT" info --system >"$S/sys.txt" 2>&1
 grep -q '^kernels: portable .*forced by DT_ISA' "$S/sys.txt" || fail "DT_ISA=portable not in use: $(cat "$S/sys.txt")"
 # OpenBLAS's core: a core named by OPENBLAS_CORETYPE is used and reported as set by it (Prescott:
-# one every x86-64 CPU runs); without the variable the line says OpenBLAS chose
+# one every x86-64 CPU runs, and the CLI never replaces it)
 OPENBLAS_CORETYPE=Prescott "$DT" info --system >"$S/sys.txt" 2>&1
 grep -q '^matrix products: OpenBLAS, core Prescott (set by OPENBLAS_CORETYPE)' "$S/sys.txt" ||
     fail "OPENBLAS_CORETYPE=Prescott not reported: $(cat "$S/sys.txt")"
-env -u OPENBLAS_CORETYPE "$DT" info --system >"$S/sys.txt" 2>&1
-grep -q "^matrix products: OpenBLAS, core .* (OpenBLAS's choice for this CPU)" "$S/sys.txt" ||
-    fail "OpenBLAS's own core choice not reported: $(cat "$S/sys.txt")"
+# without the variable OpenBLAS chooses, or, where its choice has no AVX-512 kernels on an AVX-512
+# CPU (a CPU newer than it knows), the CLI names the AVX-512 core: on such a CPU the core is one
+# with AVX-512 kernels either way
+env -u OPENBLAS_CORETYPE -u DT_BLAS_CORE_CHOSEN "$DT" info --system >"$S/sys.txt" 2>&1
+grep -Eq "^matrix products: OpenBLAS, core .* \((OpenBLAS's choice for this CPU|chosen by difftrans: OpenBLAS's own choice had no AVX-512 kernels)\)" "$S/sys.txt" ||
+    fail "OpenBLAS's core choice not reported: $(cat "$S/sys.txt")"
+if grep -Eq '^features: .*avx512f yes, avx512bw yes, avx512vl yes, avx512dq yes' "$S/sys.txt"; then
+    grep -Eq '^matrix products: OpenBLAS, core (SkylakeX|Cooperlake|SapphireRapids) ' "$S/sys.txt" ||
+        fail "an AVX-512 CPU without OpenBLAS's AVX-512 kernels: $(cat "$S/sys.txt")"
+    grep -q '^note:' "$S/sys.txt" && fail "a note about the core where none is due: $(cat "$S/sys.txt")"
+fi
+# the CLI's own choice (its mark equal to the variable, as a child process inherits both) is
+# reported as such, and never replaced
+OPENBLAS_CORETYPE=Prescott DT_BLAS_CORE_CHOSEN=Prescott "$DT" info --system >"$S/sys.txt" 2>&1
+grep -q "^matrix products: OpenBLAS, core Prescott (chosen by difftrans" "$S/sys.txt" ||
+    fail "the CLI's choice of core not reported as its own: $(cat "$S/sys.txt")"
 DT_ISA=sse9 timeout 30 "$DT" bench --json-only >"$S/bad.out" 2>"$S/bad.err"
 rc=$?
 if [ $rc -eq 0 ] || [ $rc -gt 127 ] || ! grep -q 'DT_ISA=sse9' "$S/bad.err"; then

@@ -31,8 +31,10 @@ void dt_system(dt_system_info *out) {
     /* OpenBLAS read OPENBLAS_CORETYPE when it was loaded, before main(); nothing here changes it */
     const char *env = getenv("OPENBLAS_CORETYPE");
     out->blas_core_env = env ? env : "";
-    out->blas_core_narrow = c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq && core && *core &&
-                            !blas_core_has_avx512(core);
+    int wide_cpu = c->avx512f && c->avx512bw && c->avx512vl && c->avx512dq;
+    out->blas_core_narrow = wide_cpu && core && *core && !blas_core_has_avx512(core);
+    /* the same kernels for sgemm; Cooperlake adds bf16 products, which it refuses without BF16 */
+    out->blas_core_wide = !wide_cpu ? "" : c->avx512bf16 ? "Cooperlake" : "SkylakeX";
     out->threads = omp_get_max_threads();
 }
 
