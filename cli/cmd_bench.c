@@ -5,8 +5,8 @@
  *
  * Process structure: this process never runs an OpenMP region (libgomp does not survive a fork
  * after one). The sgemm peak is measured once in a forked child; each model runs in its own forked
- * child, whose peak resident memory is that model's, and with decoding on a read-bandwidth probe
- * runs in a child before the first model and after each one. Results come back through pipes and
+ * child, whose peak resident memory is that model's, and with decoding a read-bandwidth probe of
+ * the model's weight bytes runs in a child just before and just after each model. Results come back through pipes and
  * every line of output is printed here. */
 #include <math.h>
 #include <omp.h>
@@ -68,14 +68,15 @@ static void help(void) {
            "weight (q, k, v, o, gate, up, down, lm_head; not the embedding lookup) and a is the forward\n"
            "cost of one causal (query, key) pair per query head: 4·hd (QKᵀ 2·hd + AV 2·hd) for both kinds\n"
            "(DIFF's H/2 differential maps each times a 2·hd-wide V cost the same: the model's FLOPs).\n"
-           "Weight bytes per decoded token = 4·(all parameters − the embedding table + one row of C);\n"
-           "the decode bound is read bandwidth ÷ those bytes. The sgemm peak (best of 3 on 2048³, or\n"
-           "smaller to stay near 1 s) is measured only with training on; the read bandwidth, with\n"
-           "decoding, in a process of its own before the first model and after each one (a model's bound\n"
-           "is the larger of the reads just before and after it: a shared machine's bandwidth moves\n"
-           "between moments seconds apart), each time the larger of a streaming sum and the decoder's\n"
-           "own one-row product over a 1 GiB float array (or 4 × the last-level cache), best of 3 each;\n"
-           "a value not measured is null in JSON.\n",
+           "Weight bytes per decoded token = 4·(all parameters − the embedding table + one row of C)\n"
+           "(quantised: the blocks' bytes); the decode bound is read bandwidth ÷ those bytes. The sgemm\n"
+           "peak (best of 3 on 2048³, or smaller to stay near 1 s) is measured only with training on;\n"
+           "the read bandwidth, with decoding, in a process of its own just before and just after each\n"
+           "model (its bound is the larger: a shared machine's bandwidth moves between moments seconds\n"
+           "apart), each time the larger of a streaming sum and the decoder's own one-row product over\n"
+           "a float array as large as the model's weights per token (at least 1 MiB), read again and\n"
+           "again as decoding reads its weights, best of 10 each: weights that fit in a large cache are\n"
+           "bounded by that cache. A value not measured is null in JSON.\n",
            s.hidden_size, s.num_hidden_layers, s.num_attention_heads, s.intermediate_size, s.vocab_size, d.batch, d.seq,
            d.steps, d.decode_tokens, (unsigned long long)d.seed);
 }
@@ -101,10 +102,11 @@ static int run_sgemm_probe(void *arg, void *out, dt_error *err) {
     return 0;
 }
 
+/* arg: the working set's bytes (const size_t *), the weights one decoding step of the model reads */
 static int run_read_probe(void *arg, void *out, dt_error *err) {
-    (void)arg;
-    fprintf(stderr, "bench: measuring the memory read bandwidth ...\n");
-    if (dt_bench_read_bandwidth(out) != 0) return dt_fail_oom(err, "out of memory for the read probe");
+    const size_t working_set = *(const size_t *)arg;
+    fprintf(stderr, "bench: measuring the read bandwidth of %.1f MB read again and again ...\n", working_set / 1e6);
+    if (dt_bench_read_bandwidth(out, working_set) != 0) return dt_fail_oom(err, "out of memory for the read probe");
     return 0;
 }
 
@@ -329,7 +331,7 @@ static void print_table(const dt_config *c, const dt_bench_options *o, int threa
                r->decode_weight_bytes_per_token / 1e6, decode_gbs, 100 * bound_fraction, bw->bound_gbs,
                bw->bound_gbs * 1e9 / r->decode_weight_bytes_per_token);
         printf("           bound: the read bandwidth just before or after this model (the larger; %.0f MiB, "
-               "best of 3): streaming sum %.2f, decoder's product %.2f GB/s\n",
+               "best of 10): streaming sum %.2f, decoder's product %.2f GB/s\n",
                (double)bw->bytes / (1 << 20), bw->sum_gbs, bw->decoder_gbs);
     }
     printf("  peak RSS %12.1f MB\n", r->peak_rss_mb);
@@ -435,14 +437,14 @@ int cmd_bench(int argc, char **argv) {
     probe_result p = {.sgemm_gflops = NAN};
     if (o.train && dt_bench_isolated(run_sgemm_probe, NULL, &p, sizeof p, NULL, &err) != 0)
         return cli_fail(CMD, &err);
-    /* the read bandwidth before the first model and after each one: a model's bound is the larger
-     * of the reads just before and just after it (on a shared machine the bandwidth moved by half
-     * between moments seconds apart: Zen 5, 35 and 53 GB/s, and decoding measured against a probe
-     * from another moment came out at 120% of it) */
+    /* the read bandwidth just before and just after each model, of a buffer of the size of its
+     * decoding's weights (the same cache levels serve both): a model's bound is the larger of the
+     * two (on a shared machine the bandwidth moved by half between moments seconds apart: Zen 5, 35
+     * and 53 GB/s, and decoding measured against a probe from another moment came out at 120% of
+     * it); one model's read after is the next one's before when their weights are as large */
     const dt_bench_bandwidth no_read = {.bound_gbs = NAN, .sum_gbs = NAN, .decoder_gbs = NAN};
     dt_bench_bandwidth read_before = no_read;
-    if (o.decode && dt_bench_isolated(run_read_probe, NULL, &read_before, sizeof read_before, NULL, &err) != 0)
-        return cli_fail(CMD, &err);
+    size_t read_before_set = 0;
     if (!json_only) {
         cli_print_system(stdout, "");
         printf("machine: %d threads", n_threads);
@@ -463,13 +465,20 @@ int cmd_bench(int argc, char **argv) {
         model_job job = {c, &mo};
         dt_bench_result r;
         double rss = NAN;
+        size_t working_set = dt_config_decode_bytes(c, o.quant, o.quant_lm_head);
+        if (o.decode && read_before_set != working_set) {
+            read_before_set = working_set;
+            if (dt_bench_isolated(run_read_probe, &working_set, &read_before, sizeof read_before, NULL, &err) != 0)
+                return cli_fail(CMD, &err);
+        }
         if (dt_bench_isolated(run_model, &job, &r, sizeof r, &rss, &err) != 0) {
             rc = cli_error_code(CMD, err.code, "%s: %s", arch_name(c), err.msg);
             continue;
         }
         r.peak_rss_mb = rss;
         dt_bench_bandwidth read_after = no_read;
-        if (o.decode && dt_bench_isolated(run_read_probe, NULL, &read_after, sizeof read_after, NULL, &err) != 0)
+        if (o.decode &&
+            dt_bench_isolated(run_read_probe, &working_set, &read_after, sizeof read_after, NULL, &err) != 0)
             return cli_fail(CMD, &err);
         const dt_bench_bandwidth bw = read_after.bound_gbs > read_before.bound_gbs ? read_after : read_before;
         read_before = read_after;

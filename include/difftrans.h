@@ -698,6 +698,9 @@ dt_quant_scheme dt_model_quant_scheme(const dt_model *m, dt_quant_options *o);
 const char *dt_quant_kernel_path(void);
 /* Bytes of weights one decoding step reads (every linear layer, the norms, the embedding row). */
 size_t dt_model_decode_bytes(const dt_model *m);
+/* The same for a model of config c quantised with scheme (DT_QUANT_NONE: float), the LM head too
+ * when lm_head, before it is made (w8a8 without smoothing's per-column scales). */
+size_t dt_config_decode_bytes(const dt_config *c, dt_quant_scheme scheme, int lm_head);
 
 /* Activation statistics of one quantised linear layer's input from the calibration run: the
  * largest and the median per-channel absmax, before and after smoothing. */

@@ -142,19 +142,24 @@ int dt_bench_model(const dt_config *cfg, const dt_bench_options *o, dt_bench_res
  * largest power of two below it whose product takes about 1 s or less; *n_out gets n. NAN when
  * out of memory. */
 double dt_bench_sgemm_peak(int *n_out);
-/* The read bandwidth decoding can reach, GB/s (1e9 bytes/s), from a buffer of max(1 GiB, 4 × the
- * last-level cache) (smaller only when free memory is short), best of 3 of each of two reads with
- * all threads: a plain streaming sum (each thread its chunk, vector accumulators) and the decoder's
- * own access, its one-row product (linear_forward) over the buffer as a [rows, 4096] matrix. The
- * bound is the larger: on an Intel Ice Lake the plain sum read 10.8 GB/s where F32 decoding
- * streamed 19.4, which made the decode's "fraction of the bound" 179%. */
+/* The read bandwidth decoding can reach, GB/s (1e9 bytes/s), best of 10 alternating rounds of
+ * each of two reads with all threads: a plain streaming sum (each thread its chunk, the widest
+ * loads, a prefetch ahead as the quantised decoder's) and the decoder's own access, its one-row
+ * product (linear_forward) over the buffer as a [rows, 4096] matrix. The bound is the larger: on
+ * an Intel Ice Lake the plain sum read 10.8 GB/s where F32 decoding streamed 19.4, which made the
+ * decode's "fraction of the bound" 179%. The buffer is working_set bytes (at least 1 MiB), the
+ * weights a decoding step reads, read again and again as decoding reads them, so that the bound is
+ * that of wherever they live: on an Emerald Rapids Xeon with a 260 MiB L3, q8_0 and q4_0 decoding
+ * of config E (199 and 105 MB a token) streamed 1.1-1.4x what a 3-pass read of main memory
+ * reached. working_set 0: main memory, max(1 GiB, 4 × the last-level cache). Smaller only when
+ * free memory is short. */
 typedef struct {
     double bound_gbs;            /* max(sum_gbs, decoder_gbs) */
     double sum_gbs, decoder_gbs;
     size_t bytes;                /* the buffer */
 } dt_bench_bandwidth;
 /* -1 when out of memory (then every figure is NAN). */
-int dt_bench_read_bandwidth(dt_bench_bandwidth *out);
+int dt_bench_read_bandwidth(dt_bench_bandwidth *out, size_t working_set);
 
 /* Runs fn(arg, out, err) in a forked child process and copies its out_size bytes of result back
  * through a pipe (out must hold no pointers), with the child's peak resident set size in MiB in

@@ -234,6 +234,37 @@ static void test_adamw(void **state) {
     }
 }
 
+/* Σ x (the bandwidth probe's read) against the plain double sum: every length, values of both
+ * signs over 12 binades, so that a float-only sum of a long span would lose the small ones and
+ * cancellation shows (the bound is of Σ|x|); NaN propagates */
+static void test_stream_sum(void **state) {
+    (void)state;
+    const dt_kernels *ref = kernels_reference();
+    uint64_t rng = 71;
+    for (int li = 0; li <= NLEN; li++) {
+        const int n = li < NLEN ? lengths[li] : (1 << 18) + 13;
+        float *x = frand(n, 1.0f, &rng);
+        double abs_sum = 0;
+        for (int i = 0; i < n; i++) {
+            x[i] = ldexpf(x[i], (i * 5) % 12 - 6);
+            abs_sum += fabs((double)x[i]);
+        }
+        const double want = ref->stream_sum(x, (size_t)n);
+        FOR_EACH_PATH(k) {
+            const double got = k->stream_sum(x, (size_t)n);
+            if (!(fabs(got - want) <= 1e-6 * abs_sum)) {
+                fprintf(stderr, "stream_sum [%s, n %d]: %.17g vs %.17g\n", dt_isa_name(k->isa), n, got, want);
+                fail();
+            }
+            const float keep = x[n / 2];
+            x[n / 2] = NAN;
+            assert_true(isnan(k->stream_sum(x, (size_t)n)));
+            x[n / 2] = keep;
+        }
+        free(x);
+    }
+}
+
 /* Σ x² against the plain double sum: every length (the vector loops, the tails, several
  * 1024-float blocks), values over 12 binades so that a float-only sum of a long span would lose
  * the small ones; NaN propagates */
@@ -424,7 +455,7 @@ static void test_cache_products_rows(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sumsq), cmocka_unit_test(test_linear_rows), cmocka_unit_test(test_cache_products),
+        cmocka_unit_test(test_sumsq), cmocka_unit_test(test_stream_sum), cmocka_unit_test(test_linear_rows), cmocka_unit_test(test_cache_products),
         cmocka_unit_test(test_cache_products_rows),
         cmocka_unit_test(test_paths_exist), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rmsnorm_backward),
         cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_rope),    cmocka_unit_test(test_adamw),

@@ -656,6 +656,15 @@ static void test_quantised_model_decode_and_checkpoint(void **state) {
             dt_model plain;
             make_model(&plain, arch ? DT_ARCH_DIFF : DT_ARCH_LLAMA, 1);
             assert_true(dt_model_decode_bytes(&back) < dt_model_decode_bytes(&plain));
+            /* and the count from the config alone (bench's probe size) is the made model's: equal,
+             * or with smoothing short by its per-column scales (4 bytes per input of each layer) */
+            assert_int_equal(dt_config_decode_bytes(&plain.cfg, DT_QUANT_NONE, 0), dt_model_decode_bytes(&plain));
+            const size_t from_cfg = dt_config_decode_bytes(&back.cfg, cases[c].s, cases[c].lm_head);
+            const size_t made = dt_model_decode_bytes(&back);
+            if (cases[c].alpha < 0) assert_int_equal(from_cfg, made);
+            else assert_true(from_cfg < made && made - from_cfg <= (size_t)8 * back.cfg.num_hidden_layers *
+                                                                     (back.cfg.hidden_size + back.cfg.intermediate_size) * 4);
+            assert_true(dt_config_decode_bytes(&back.cfg, cases[c].s, !cases[c].lm_head) != from_cfg);
             dt_model_free(&plain);
             dt_model_free(&back);
             dt_model_free(&m);

@@ -148,6 +148,33 @@ double DT_KSFX(sumsq)(const float *restrict x, size_t n) {
     return total;
 }
 
+/* The probe's read (kernels.h): without the prefetch a 199 MB buffer read 47.8 GB/s on an Emerald
+ * Rapids Xeon, with it 51.8 (1 to 16 KiB ahead alike, 64 KiB less), where the quantised decoder,
+ * which asks 4 KiB ahead, streamed more than the probe without; baseline x86-64 loads reached 22. */
+#define STREAM_AHEAD_BYTES 4096
+double DT_KSFX(stream_sum)(const float *restrict x, size_t n) {
+    double total = 0.0;
+    size_t i = 0;
+    while (i < n) {
+        const size_t end = n - i > SUMSQ_BLOCK ? i + SUMSQ_BLOCK : n;
+        vf a0 = vbc(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        for (; i + 4 * VW <= end; i += 4 * VW) {
+            /* a prefetch never faults, so past the end of x is harmless */
+            const char *ahead = (const char *)(x + i) + STREAM_AHEAD_BYTES;
+            for (int line = 0; line < 4 * VW * (int)sizeof(float); line += 64) __builtin_prefetch(ahead + line);
+            a0 += vld(x + i);
+            a1 += vld(x + i + VW);
+            a2 += vld(x + i + 2 * VW);
+            a3 += vld(x + i + 3 * VW);
+        }
+        for (; i + VW <= end; i += VW) a0 += vld(x + i);
+        float t = vsum((a0 + a1) + (a2 + a3));
+        for (; i < end; i++) t += x[i];
+        total += (double)t;
+    }
+    return total;
+}
+
 static inline void adamw_vec(float *p, const float *g, float *m, float *v, vi dm, const adamw_coeffs *k) {
     const vf b1 = vbc(k->beta1), b2 = vbc(k->beta2), one = vbc(1.0f), gv = vld(g);
     const vf mv = b1 * vld(m) + (one - b1) * gv;

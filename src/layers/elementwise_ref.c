@@ -71,6 +71,12 @@ static double sumsq_ref(const float *x, size_t n) {
     return s;
 }
 
+static double stream_sum_ref(const float *x, size_t n) {
+    double s = 0;
+    for (size_t i = 0; i < n; i++) s += x[i];
+    return s;
+}
+
 static void adamw_ref(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
                       const adamw_coeffs *k) {
     for (size_t i = 0; i < n; i++) {
@@ -117,6 +123,7 @@ static const dt_kernels reference = {
     .residual_rmsnorm_row = residual_rmsnorm_row_ref, .rmsnorm_backward_row = rmsnorm_backward_row_ref,
     .rmsnorm_dw_row = rmsnorm_dw_row_ref, .swiglu_forward = swiglu_forward_ref,
     .swiglu_backward = swiglu_backward_ref, .rope_span = rope_span_ref, .adamw = adamw_ref, .sumsq = sumsq_ref,
+    .stream_sum = stream_sum_ref,
     .linear_rows = linear_rows_ref, .linear_rows_most = LINEAR_ROWS_MAX,
     .cache_dots = cache_dots_ref, .cache_axpy = cache_axpy_ref,
     .attention_forward = NULL, .attention_backward = NULL,

@@ -12,6 +12,7 @@
         .residual_rmsnorm_row = residual_rmsnorm_row_##sfx, .rmsnorm_backward_row = rmsnorm_backward_row_##sfx, \
         .rmsnorm_dw_row = rmsnorm_dw_row_##sfx, .swiglu_forward = swiglu_forward_##sfx,                 \
         .swiglu_backward = swiglu_backward_##sfx, .rope_span = rope_span_##sfx, .adamw = adamw_##sfx, .sumsq = sumsq_##sfx,    \
+        .stream_sum = stream_sum_##sfx,                                                                  \
         .linear_rows = linear_rows_##sfx, .linear_rows_most = LINEAR_ROWS_MOST_##sfx, \
         .cache_dots = cache_dots_##sfx, .cache_axpy = cache_axpy_##sfx,                                                           \
         .attention_forward = flash_attention_forward_##sfx,                                              \

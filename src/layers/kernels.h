@@ -52,6 +52,10 @@ typedef struct {
     /* Σ x[i]² of n floats (the gradient norm): in double over blocks whose float partial sums
      * stay short, so within ~1e-6 relative of the exact sum */
     double (*sumsq)(const float *x, size_t n);
+    /* Σ x[i] of n floats in one pass as fast as this path's loads go, the data asked for ahead as
+     * the quantised decoder asks for its weights: the read-bandwidth probe's plain read (bench.c);
+     * float sums per block added in double, as sumsq */
+    double (*stream_sum)(const float *x, size_t n);
     /* one AdamW update of n parameters (decay[i]: weight decay on parameter i) */
     void (*adamw)(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n,
                   const adamw_coeffs *k);
@@ -118,6 +122,7 @@ const dt_kernels *kernels_reference(void);
                                size_t n);                                                                         \
     void rope_span_##sfx(float *row, int nh, int hd, int i0, int n, const float *cos, const float *sin);          \
     double sumsq_##sfx(const float *x, size_t n);                                                                 \
+    double stream_sum_##sfx(const float *x, size_t n);                                                            \
     void linear_rows_##sfx(float *y, int ldy, const float *x, int nr, const float *w, int in, int o0, int o1);    \
     void cache_dots_##sfx(float *out, size_t ldo, const float *q, size_t ldq, int R, const float *k, int n,       \
                           size_t stride, int hd);                                                                 \

@@ -26,6 +26,7 @@ void model_quant_free(dt_model *m);
 
 /* The shape [out, in] of a linear layer (which = LIN_*; layer L is the LM head). */
 void model_linear_shape(const dt_model *m, int layer, int which, int *out, int *in);
+void config_linear_shape(const dt_config *c, int layer, int which, int *out, int *in);
 /* The HF name without ".weight", e.g. "model.layers.3.mlp.up_proj" or "lm_head". */
 void model_linear_name(char *buf, size_t n, int layer, int which, int n_layers);
 /* The quantised layer, or NULL when that layer is float. */

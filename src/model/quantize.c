@@ -17,7 +17,10 @@ static const char *const module_names[LIN_PER_LAYER] = {"self_attn.q_proj", "sel
 /* ---------------------------------------------------------------- the linear-layer abstraction */
 
 void model_linear_shape(const dt_model *m, int layer, int which, int *out, int *in) {
-    const dt_config *c = &m->cfg;
+    config_linear_shape(&m->cfg, layer, which, out, in);
+}
+
+void config_linear_shape(const dt_config *c, int layer, int which, int *out, int *in) {
     const int C = c->hidden_size, F = c->intermediate_size;
     const int qdim = c->num_attention_heads * c->head_dim, kvdim = c->num_key_value_heads * c->head_dim;
     if (layer == c->num_hidden_layers) {
@@ -131,16 +134,33 @@ const dt_quant_act_stat *dt_model_quant_act_stats(const dt_model *m, int *n) {
     return *n ? m->quant->stats : NULL;
 }
 
+/* norms and the embedding row: what a decoding step reads besides the linear layers */
+static size_t decode_float_bytes(const dt_config *c) {
+    return (size_t)c->hidden_size * sizeof(float) * (2 * (size_t)c->num_hidden_layers + 2);
+}
+
 size_t dt_model_decode_bytes(const dt_model *m) {
-    const dt_config *c = &m->cfg;
-    const int L = c->num_hidden_layers;
-    size_t bytes = (size_t)c->hidden_size * sizeof(float) * (2 * (size_t)L + 2); /* norms, embedding row */
+    const int L = m->cfg.num_hidden_layers;
+    size_t bytes = decode_float_bytes(&m->cfg);
     for (int l = 0; l <= L; l++)
         for (int which = 0; which < (l == L ? 1 : LIN_PER_LAYER); which++) {
             const qlinear *q = model_qlinear(m, l, which);
             int out, in;
             model_linear_shape(m, l, which, &out, &in);
             bytes += q ? qlinear_weight_bytes(q) : (size_t)out * in * sizeof(float);
+        }
+    return bytes;
+}
+
+size_t dt_config_decode_bytes(const dt_config *c, dt_quant_scheme scheme, int lm_head) {
+    const int L = c->num_hidden_layers;
+    size_t bytes = decode_float_bytes(c);
+    for (int l = 0; l <= L; l++)
+        for (int which = 0; which < (l == L ? 1 : LIN_PER_LAYER); which++) {
+            int out, in;
+            config_linear_shape(c, l, which, &out, &in);
+            const int quantised = scheme != DT_QUANT_NONE && (l < L || lm_head);
+            bytes += qlinear_shape_bytes(quantised ? scheme_format(scheme) : QFMT_F32, out, in, 0);
         }
     return bytes;
 }

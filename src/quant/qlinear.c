@@ -66,16 +66,18 @@ size_t qlinear_scratch_bytes(int N, int in, int out) {
     return panel > acts ? panel : acts;
 }
 
-size_t qlinear_weight_bytes(const qlinear *l) {
-    const size_t nb = (size_t)q_blocks(l->in);
-    switch (l->fmt) {
-    case QFMT_F32: return (size_t)l->out * l->in * sizeof(float);
+size_t qlinear_shape_bytes(qformat fmt, int out, int in, int smooth) {
+    const size_t nb = (size_t)q_blocks(in);
+    switch (fmt) {
+    case QFMT_F32: return (size_t)out * in * sizeof(float);
     case QFMT_Q8_0:
-    case QFMT_Q4_0: return (size_t)l->out * nb * qblock_bytes(l->fmt);
-    case QFMT_W8A8: return (size_t)l->out * (l->in + sizeof(float)) + (l->smooth ? (size_t)l->in * sizeof(float) : 0);
+    case QFMT_Q4_0: return (size_t)out * nb * qblock_bytes(fmt);
+    case QFMT_W8A8: return (size_t)out * (in + sizeof(float)) + (smooth ? (size_t)in * sizeof(float) : 0);
     }
     return 0;
 }
+
+size_t qlinear_weight_bytes(const qlinear *l) { return qlinear_shape_bytes(l->fmt, l->out, l->in, l->smooth != NULL); }
 
 static const block_q8_0 *q8_rows(const qlinear *l, int o0) { return (const block_q8_0 *)l->blocks + (size_t)o0 * q_blocks(l->in); }
 static const block_q4_0 *q4_rows(const qlinear *l, int o0) { return (const block_q4_0 *)l->blocks + (size_t)o0 * q_blocks(l->in); }

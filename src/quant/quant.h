@@ -200,6 +200,8 @@ void qlinear_forward_shared(const qlinear *const *ls, float *const *ys, int n_la
                             void *scratch);
 /* Weight bytes read per product (what decoding streams). */
 size_t qlinear_weight_bytes(const qlinear *l);
+/* The same for a layer of format fmt and shape [out, in] not made yet (smooth: W8A8's smoothing). */
+size_t qlinear_shape_bytes(qformat fmt, int out, int in, int smooth);
 /* Quantise W [out, in] into a fresh layer of format fmt (W8A8: with smoothing s [in] or NULL,
  * which multiplies W's columns before quantisation, and a static input scale or 0 for dynamic). */
 int qlinear_create(qlinear *l, qformat fmt, const float *w, int out, int in, const float *smooth, float input_scale,
