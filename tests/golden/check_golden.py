@@ -45,6 +45,12 @@ LOGITS_RTOL = 1e-4      # max|a - e| <= LOGITS_RTOL * max(1, max|e|)   (logits a
 GRAD_RTOL = 2e-4        # max|a - e| <= GRAD_RTOL * max|e| + GRAD_ATOL (per grad tensor)
 GRAD_ATOL = 1e-6
 REGEN_RTOL = 1e-5       # regenerated vs committed expected outputs (same code, other machine)
+# Gradients regenerated on another machine are held to grad_tol, as the C code is: PyTorch's float32
+# reductions follow OpenBLAS's kernels, and the committed files (bit for bit with its Haswell
+# kernels) differed from a regeneration with its Cooperlake or Prescott kernels by up to 1.7e-4 of
+# a λ gradient's own size (diff_basic, layer 1: 7e-8 of 4e-4, a sum over every position that
+# cancels) and by 3.3e-5 of it at most elsewhere (diff_rope_llama3), on an Intel Emerald Rapids,
+# 2026-12-04; every logit and loss stayed within REGEN_RTOL.
 
 # Config keys the HF export must keep (compared by effective value).
 CONFIG_KEYS = ["model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
@@ -258,11 +264,13 @@ def check_regen(cases_dir, work, chk):
                 chk.fail("regen", "%s/%s: tensor names differ" % (case, fn))
                 continue
             for n in sorted(ta):
-                chk.compare("regen", "%s/%s %s" % (case, fn, n), ta[n], tb[n],
-                            lambda e: REGEN_RTOL * max(1e-3, float(np.max(np.abs(e))) if e.size else 0.0))
+                tol = grad_tol if n.startswith("grad.") else \
+                    (lambda e: REGEN_RTOL * max(1e-3, float(np.max(np.abs(e))) if e.size else 0.0))
+                chk.compare("regen", "%s/%s %s" % (case, fn, n), ta[n], tb[n], tol)
     if not any(f.startswith("regen") for f in chk.failures):
         print("ok   regen: make_golden.py reproduces all %d committed cases (%s)"
-              % (len(committed), "bit-exact" if bit_exact else "within %.0e" % REGEN_RTOL))
+              % (len(committed), "bit-exact" if bit_exact else
+                 "within %.0e, gradients within %.0e + %.0e" % (REGEN_RTOL, GRAD_RTOL, GRAD_ATOL)))
 
 
 def main():
