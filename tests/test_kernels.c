@@ -234,62 +234,42 @@ static void test_adamw(void **state) {
     }
 }
 
-/* Σ x (the bandwidth probe's read) against the plain double sum: every length, values of both
- * signs over 12 binades, so that a float-only sum of a long span would lose the small ones and
- * cancellation shows (the bound is of Σ|x|); NaN propagates */
-static void test_stream_sum(void **state) {
-    (void)state;
-    const dt_kernels *ref = kernels_reference();
-    uint64_t rng = 71;
-    for (int li = 0; li <= NLEN; li++) {
-        const int n = li < NLEN ? lengths[li] : (1 << 18) + 13;
-        float *x = frand(n, 1.0f, &rng);
-        double abs_sum = 0;
-        for (int i = 0; i < n; i++) {
-            x[i] = ldexpf(x[i], (i * 5) % 12 - 6);
-            abs_sum += fabs((double)x[i]);
-        }
-        const double want = ref->stream_sum(x, (size_t)n);
-        FOR_EACH_PATH(k) {
-            const double got = k->stream_sum(x, (size_t)n);
-            if (!(fabs(got - want) <= 1e-6 * abs_sum)) {
-                fprintf(stderr, "stream_sum [%s, n %d]: %.17g vs %.17g\n", dt_isa_name(k->isa), n, got, want);
-                fail();
-            }
-            const float keep = x[n / 2];
-            x[n / 2] = NAN;
-            assert_true(isnan(k->stream_sum(x, (size_t)n)));
-            x[n / 2] = keep;
-        }
-        free(x);
-    }
+/* Σ x² (sumsq, the gradient norm) and Σ x (stream_sum, the bandwidth probe's read) against the
+ * plain double sums: every length (the vector loops, the tails, several 1024-float blocks), values
+ * of both signs over 12 binades, so that a float-only sum of a long span would lose the small ones
+ * (and Σ x cancels: its bound is of Σ|x|); NaN propagates */
+static double block_sum_of(const dt_kernels *k, int square, const float *x, size_t n) {
+    return square ? k->sumsq(x, n) : k->stream_sum(x, n);
 }
 
-/* Σ x² against the plain double sum: every length (the vector loops, the tails, several
- * 1024-float blocks), values over 12 binades so that a float-only sum of a long span would lose
- * the small ones; NaN propagates */
-static void test_sumsq(void **state) {
+static void test_block_sums(void **state) {
     (void)state;
     const dt_kernels *ref = kernels_reference();
     uint64_t rng = 67;
-    for (int li = 0; li <= NLEN; li++) {
-        const int n = li < NLEN ? lengths[li] : (1 << 18) + 13;
-        float *x = frand(n, 1.0f, &rng);
-        for (int i = 0; i < n; i++) x[i] = ldexpf(x[i], (i * 5) % 12 - 6);
-        const double want = ref->sumsq(x, (size_t)n);
-        FOR_EACH_PATH(k) {
-            const double got = k->sumsq(x, (size_t)n);
-            if (!(fabs(got - want) <= 1e-6 * want)) {
-                fprintf(stderr, "sumsq [%s, n %d]: %.17g vs %.17g\n", dt_isa_name(k->isa), n, got, want);
-                fail();
+    for (int square = 0; square < 2; square++)
+        for (int li = 0; li <= NLEN; li++) {
+            const int n = li < NLEN ? lengths[li] : (1 << 18) + 13;
+            float *x = frand(n, 1.0f, &rng);
+            double scale = 0;
+            for (int i = 0; i < n; i++) {
+                x[i] = ldexpf(x[i], (i * 5) % 12 - 6);
+                scale += square ? (double)x[i] * x[i] : fabs((double)x[i]);
             }
-            const float keep = x[n / 2];
-            x[n / 2] = NAN;
-            assert_true(isnan(k->sumsq(x, (size_t)n)));
-            x[n / 2] = keep;
+            const double want = block_sum_of(ref, square, x, (size_t)n);
+            FOR_EACH_PATH(k) {
+                const double got = block_sum_of(k, square, x, (size_t)n);
+                if (!(fabs(got - want) <= 1e-6 * scale)) {
+                    fprintf(stderr, "%s [%s, n %d]: %.17g vs %.17g\n", square ? "sumsq" : "stream_sum",
+                            dt_isa_name(k->isa), n, got, want);
+                    fail();
+                }
+                const float keep = x[n / 2];
+                x[n / 2] = NAN;
+                assert_true(isnan(block_sum_of(k, square, x, (size_t)n)));
+                x[n / 2] = keep;
+            }
+            free(x);
         }
-        free(x);
-    }
 }
 
 /* The few-row matrix product: every row count 1..LINEAR_ROWS_MAX against the double-sum
@@ -455,7 +435,7 @@ static void test_cache_products_rows(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sumsq), cmocka_unit_test(test_stream_sum), cmocka_unit_test(test_linear_rows), cmocka_unit_test(test_cache_products),
+        cmocka_unit_test(test_block_sums), cmocka_unit_test(test_linear_rows), cmocka_unit_test(test_cache_products),
         cmocka_unit_test(test_cache_products_rows),
         cmocka_unit_test(test_paths_exist), cmocka_unit_test(test_rmsnorm), cmocka_unit_test(test_rmsnorm_backward),
         cmocka_unit_test(test_swiglu),      cmocka_unit_test(test_rope),    cmocka_unit_test(test_adamw),

@@ -123,36 +123,14 @@ void DT_KSFX(rope_span)(float *row, int nh, int hd, int i0, int n, const float *
 }
 
 /* one AdamW update on VW parameters; dm: all ones on the lanes that get weight decay */
-/* Four vector accumulators (an FMA's latency hidden) over blocks of SUMSQ_BLOCK floats, each
- * block's float sum then added in double: a float partial sums at most SUMSQ_BLOCK / (4·VW)
- * squares, so its rounding stays ~2^-24 times that count. */
+/* Σ x² (square) or Σ x of n floats: four vector accumulators (an FMA's latency hidden) over
+ * blocks of SUMSQ_BLOCK floats, each block's float sum then added in double: a float partial
+ * sums at most SUMSQ_BLOCK / (4·VW) terms, so its rounding stays ~2^-24 times that count. ahead:
+ * bytes ahead to ask for the data (0: none). Inlined with constant arguments, each caller gets
+ * its own loop. */
 #define SUMSQ_BLOCK 1024
-double DT_KSFX(sumsq)(const float *restrict x, size_t n) {
-    double total = 0.0;
-    size_t i = 0;
-    while (i < n) {
-        const size_t end = n - i > SUMSQ_BLOCK ? i + SUMSQ_BLOCK : n;
-        vf a0 = vbc(0.0f), a1 = a0, a2 = a0, a3 = a0;
-        for (; i + 4 * VW <= end; i += 4 * VW) {
-            const vf x0 = vld(x + i), x1 = vld(x + i + VW), x2 = vld(x + i + 2 * VW), x3 = vld(x + i + 3 * VW);
-            a0 = vfma(x0, x0, a0);
-            a1 = vfma(x1, x1, a1);
-            a2 = vfma(x2, x2, a2);
-            a3 = vfma(x3, x3, a3);
-        }
-        for (; i + VW <= end; i += VW) a0 = vfma(vld(x + i), vld(x + i), a0);
-        float t = vsum((a0 + a1) + (a2 + a3));
-        for (; i < end; i++) t += x[i] * x[i];
-        total += (double)t;
-    }
-    return total;
-}
-
-/* The probe's read (kernels.h): without the prefetch a 199 MB buffer read 47.8 GB/s on an Emerald
- * Rapids Xeon, with it 51.8 (1 to 16 KiB ahead alike, 64 KiB less), where the quantised decoder,
- * which asks 4 KiB ahead, streamed more than the probe without; baseline x86-64 loads reached 22. */
-#define STREAM_AHEAD_BYTES 4096
-double DT_KSFX(stream_sum)(const float *restrict x, size_t n) {
+static inline __attribute__((always_inline)) double blocked_sum(const float *restrict x, size_t n, int square,
+                                                                int ahead) {
     double total = 0.0;
     size_t i = 0;
     while (i < n) {
@@ -160,20 +138,30 @@ double DT_KSFX(stream_sum)(const float *restrict x, size_t n) {
         vf a0 = vbc(0.0f), a1 = a0, a2 = a0, a3 = a0;
         for (; i + 4 * VW <= end; i += 4 * VW) {
             /* a prefetch never faults, so past the end of x is harmless */
-            const char *ahead = (const char *)(x + i) + STREAM_AHEAD_BYTES;
-            for (int line = 0; line < 4 * VW * (int)sizeof(float); line += 64) __builtin_prefetch(ahead + line);
-            a0 += vld(x + i);
-            a1 += vld(x + i + VW);
-            a2 += vld(x + i + 2 * VW);
-            a3 += vld(x + i + 3 * VW);
+            if (ahead)
+                for (int line = 0; line < 4 * VW * (int)sizeof(float); line += 64)
+                    __builtin_prefetch((const char *)(x + i) + ahead + line);
+            const vf x0 = vld(x + i), x1 = vld(x + i + VW), x2 = vld(x + i + 2 * VW), x3 = vld(x + i + 3 * VW);
+            a0 = square ? vfma(x0, x0, a0) : a0 + x0;
+            a1 = square ? vfma(x1, x1, a1) : a1 + x1;
+            a2 = square ? vfma(x2, x2, a2) : a2 + x2;
+            a3 = square ? vfma(x3, x3, a3) : a3 + x3;
         }
-        for (; i + VW <= end; i += VW) a0 += vld(x + i);
+        for (; i + VW <= end; i += VW) a0 = square ? vfma(vld(x + i), vld(x + i), a0) : a0 + vld(x + i);
         float t = vsum((a0 + a1) + (a2 + a3));
-        for (; i < end; i++) t += x[i];
+        for (; i < end; i++) t += square ? x[i] * x[i] : x[i];
         total += (double)t;
     }
     return total;
 }
+
+double DT_KSFX(sumsq)(const float *restrict x, size_t n) { return blocked_sum(x, n, 1, 0); }
+
+/* The probe's read (kernels.h): without the prefetch a 199 MB buffer read 47.8 GB/s on an Emerald
+ * Rapids Xeon, with it 51.8 (1 to 16 KiB ahead alike, 64 KiB less), where the quantised decoder,
+ * which asks 4 KiB ahead, streamed more than the probe without; baseline x86-64 loads reached 22. */
+#define STREAM_AHEAD_BYTES 4096
+double DT_KSFX(stream_sum)(const float *restrict x, size_t n) { return blocked_sum(x, n, 0, STREAM_AHEAD_BYTES); }
 
 static inline void adamw_vec(float *p, const float *g, float *m, float *v, vi dm, const adamw_coeffs *k) {
     const vf b1 = vbc(k->beta1), b2 = vbc(k->beta2), one = vbc(1.0f), gv = vld(g);
