@@ -6,8 +6,8 @@
  * Process structure: this process never runs an OpenMP region (libgomp does not survive a fork
  * after one). The sgemm peak is measured once in a forked child; each model runs in its own forked
  * child, whose peak resident memory is that model's, and with decoding a read-bandwidth probe of
- * the model's weight bytes runs in a child just before and just after each model. Results come back through pipes and
- * every line of output is printed here. */
+ * the model's weight bytes runs in a child just before and just after each model. Results come
+ * back through pipes and every line of output is printed here. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -285,8 +285,9 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
     json_str("kernels", si.path);
     printf(",");
     json_str("blas_core", si.blas_core);
-    printf(",\"blas_core_forced\":%s,\"blas_core_chosen\":%s,", si.blas_core_env[0] && !cli_blas_core_chosen() ? "true" : "false",
-           cli_blas_core_chosen() ? "true" : "false");
+    const int chosen = cli_blas_core_chosen(); /* the CLI's own OPENBLAS_CORETYPE is not the user's */
+    printf(",\"blas_core_forced\":%s,\"blas_core_chosen\":%s,", si.blas_core_env[0] && !chosen ? "true" : "false",
+           chosen ? "true" : "false");
     json_str("quant", o->quant ? dt_quant_scheme_name(o->quant) : "f32");
     if (o->quant != DT_QUANT_NONE) {
         printf(",");

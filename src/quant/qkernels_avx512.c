@@ -357,7 +357,6 @@ static void q4_0_dequantize_avx512(float *w, const block_q4_0 *blocks, int rows,
  * where the row-major kernel above spends 7 on 64. The tile's rows of x share the block's loads,
  * and every output is summed in block order whatever the tile (qpack_dot_reference, bit for bit). */
 
-
 /* acc + w · (the 4 bytes at x, broadcast), the broadcast folded into the multiply as its memory
  * operand ({1to16}): GCC puts it in a register with a separate vpbroadcastd, one instruction more
  * per 64 weights and row of x. Measured on Zen 5, every product of a config-E step on one core:
