@@ -409,7 +409,8 @@ volatile double bench_sink; /* keeps the sums alive */
  * kernel fetching a block ahead, OpenBLAS's sgemv on the portable one). The probe read OpenBLAS's
  * sgemv while decoding did not use it: on Zen 5 F32 decoding then streamed more than the bound. */
 #define PROBE_COLS 4096
-#define PROBE_ROUNDS 10
+#define PROBE_ROUNDS 4 /* even: as many runs of each read */
+#define PROBE_RUN 6
 #define PROBE_SAMPLE_BYTES ((size_t)64 << 20)
 
 int dt_bench_read_bandwidth(dt_bench_bandwidth *out, size_t working_set) {
@@ -437,23 +438,25 @@ int dt_bench_read_bandwidth(dt_bench_bandwidth *out, size_t working_set) {
     }
     fill(x, n, 1.0f); /* first touch by the threads that will read it */
     for (int i = 0; i < PROBE_COLS; i++) v[i] = 1.0f;
-    /* The two alternate, so a busy moment does not fall on one only, for PROBE_ROUNDS rounds: a
-     * buffer that partly fits in a large cache is read faster pass after pass as the cache takes
-     * more of it, as decoding's weights are token after token (Emerald Rapids, 260 MiB L3, 199 MB:
-     * 31 GB/s in the first pass, 52 from the eighth). A small buffer is read several times a sample,
-     * so that each sample lasts long enough to time. */
+    /* A buffer that partly fits in a large cache is read faster pass after pass as the cache
+     * takes more of it, as decoding's weights are token after token (Emerald Rapids, 260 MiB L3,
+     * 199 MB: the sum read 31 GB/s in the first pass, 52 from the tenth), and more slowly when the
+     * two reads alternate pass by pass (48 after twenty): so PROBE_ROUNDS rounds of PROBE_RUN
+     * samples of one read, then of the other, so that a busy moment does not fall on one only. A
+     * small buffer is read several times a sample, so that each sample lasts long enough to time. */
     const int passes = bytes >= PROBE_SAMPLE_BYTES ? 1 : (int)((PROBE_SAMPLE_BYTES + bytes - 1) / bytes);
     double best_sum = INFINITY, best_decoder = INFINITY;
-    for (int i = 0; i < PROBE_ROUNDS; i++) {
-        double t0 = monotonic_seconds();
-        for (int p = 0; p < passes; p++) bench_sink = sum_floats(x, n);
-        const double t_sum = (monotonic_seconds() - t0) / passes;
-        t0 = monotonic_seconds();
-        for (int p = 0; p < passes; p++) linear_forward(y, v, x, 1, PROBE_COLS, (int)rows);
-        const double t_decoder = (monotonic_seconds() - t0) / passes;
-        bench_sink = y[rows / 2];
-        if (t_sum < best_sum) best_sum = t_sum;
-        if (t_decoder < best_decoder) best_decoder = t_decoder;
+    for (int i = 0; i < PROBE_ROUNDS * PROBE_RUN; i++) {
+        const int decoder = (i / PROBE_RUN) % 2 == 1;
+        const double t0 = monotonic_seconds();
+        for (int p = 0; p < passes; p++) {
+            if (decoder) linear_forward(y, v, x, 1, PROBE_COLS, (int)rows);
+            else bench_sink = sum_floats(x, n);
+        }
+        const double t = (monotonic_seconds() - t0) / passes;
+        if (decoder) bench_sink = y[rows / 2];
+        double *best = decoder ? &best_decoder : &best_sum;
+        if (t < *best) *best = t;
     }
     out->bytes = bytes;
     out->sum_gbs = (double)bytes / best_sum / 1e9;
