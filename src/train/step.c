@@ -20,6 +20,12 @@ struct rank_report {
 /* Buckets of about P/8 parameters (64 Ki .. 4 Mi floats), cut from the end of the layout (the
  * backward finishes the parameters in that order) and at the shard boundaries (ZeRO), so that
  * each bucket has one owner. Fixed at init: the same cuts on every rank, every step. */
+/* x[0..n) = 0, written in per-thread chunks (see train_step_create) */
+static void touch_zeros(float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] = 0.0f;
+}
+
 static int build_buckets(train_step *s, dt_error *err) {
     const size_t P = s->model->n_params, ranks = (size_t)dt_comm_size(s->comm);
     size_t target = P / 8;
@@ -67,6 +73,12 @@ int train_step_init(train_step *s, dt_model *m, dt_comm *comm, const train_step_
     s->adam_v = calloc(shard ? shard : 1, sizeof(float));
     s->decay = calloc(P, 1);
     if (!s->grads || !s->adam_m || !s->adam_v || !s->decay) goto oom;
+    /* AdamW reads a moment before it writes it: on calloc's untouched pages the read maps the
+     * shared zero page and the write then faults again to replace it, flushing the other CPUs'
+     * TLBs (an IPI each, dear in a VM). Writing the zeros now gives each page its own frame in one
+     * fault, by the threads that will update it. */
+    touch_zeros(s->adam_m, shard);
+    touch_zeros(s->adam_v, shard);
     for (int i = 0; i < m->n_tensors; i++)
         if (m->tensors[i].decay) memset(s->decay + m->tensors[i].offset, 1, m->tensors[i].numel);
     if (build_buckets(s, err) != 0) {
