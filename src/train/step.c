@@ -1,10 +1,12 @@
 /* step.c — one optimizer step (see step.h for the sequence). */
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/base.h"
 #include "dist/comm.h"
+#include "layers/kernels.h"
 #include "internal.h"
 #include "model/profile.h"
 #include "train/step.h"
@@ -20,10 +22,14 @@ struct rank_report {
 /* Buckets of about P/8 parameters (64 Ki .. 4 Mi floats), cut from the end of the layout (the
  * backward finishes the parameters in that order) and at the shard boundaries (ZeRO), so that
  * each bucket has one owner. Fixed at init: the same cuts on every rank, every step. */
-/* x[0..n) = 0, written in per-thread chunks (see train_step_create) */
+/* x[0..n) = 0, each thread writing the span adamw_step gives it (see train_step_create) */
 static void touch_zeros(float *x, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] = 0.0f;
+#pragma omp parallel
+    {
+        size_t lo, hi;
+        kernels_span(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo) memset(x + lo, 0, (hi - lo) * sizeof *x);
+    }
 }
 
 static int build_buckets(train_step *s, dt_error *err) {
