@@ -122,8 +122,10 @@ enum { CZ_NONE, CZ_COLS, CZ_KLO, CZ_KHI };
  * the top of this file; on AVX2, 6 × 16 measured 75–90 GFLOP/s on one core for these tiles,
  * against ~40 for 4 × 16 and ~62 for OpenBLAS sgemm on 64³ tiles). The edges (fewer than MR rows
  * or NR columns left) take mm_edge(), which ignores cz (it only saves work). */
-static void mm(float *restrict C, ptrdiff_t ldc, const float *restrict A, ptrdiff_t am, ptrdiff_t ak,
-               const float *restrict B, ptrdiff_t ldb, int M, int N, int K, float alpha, int acc, int cz, int off) {
+static inline __attribute__((always_inline)) void mm_blocks(float *restrict C, ptrdiff_t ldc, const float *restrict A,
+                                                            const ptrdiff_t am, const ptrdiff_t ak,
+                                                            const float *restrict B, ptrdiff_t ldb, int M, int N,
+                                                            int K, float alpha, int acc, int cz, int off) {
     const vf va = vbc(alpha);
     int m = 0;
     for (; m + MR <= M; m += MR) {
@@ -163,6 +165,25 @@ static void mm(float *restrict C, ptrdiff_t ldc, const float *restrict A, ptrdif
         if (n < N) mm_edge(c0 + n, ldc, a0, am, ak, B + n, ldb, MR, N - n, K, alpha, acc);
     }
     if (m < M) mm_edge(C + m * ldc, ldc, A + m * am, am, ak, B, ldb, M - m, N, K, alpha, acc);
+}
+
+/* mm_blocks with A's strides as constants where the kernels' calls have them (Aᵀ of a score
+ * tile: 1, BQ; a score tile: BQ, 1; a packed K / V tile: hd or 2·hd, 1 for the usual widths): the
+ * MR broadcasts of a step then address A at fixed offsets from one pointer, where a stride in a
+ * register needs one register per row, more than the 16 general registers hold with the loop's
+ * own (measured: register spills in the inner loop on AVX-512). */
+static void mm(float *restrict C, ptrdiff_t ldc, const float *restrict A, ptrdiff_t am, ptrdiff_t ak,
+               const float *restrict B, ptrdiff_t ldb, int M, int N, int K, float alpha, int acc, int cz, int off) {
+    if (am == 1 && ak == BQ)
+        mm_blocks(C, ldc, A, 1, BQ, B, ldb, M, N, K, alpha, acc, cz, off);
+    else if (ak == 1 && am == BQ)
+        mm_blocks(C, ldc, A, BQ, 1, B, ldb, M, N, K, alpha, acc, cz, off);
+    else if (ak == 1 && am == 64)
+        mm_blocks(C, ldc, A, 64, 1, B, ldb, M, N, K, alpha, acc, cz, off);
+    else if (ak == 1 && am == 128)
+        mm_blocks(C, ldc, A, 128, 1, B, ldb, M, N, K, alpha, acc, cz, off);
+    else
+        mm_blocks(C, ldc, A, am, ak, B, ldb, M, N, K, alpha, acc, cz, off);
 }
 
 /* ------------------------------------------------------------------ tile helpers */
