@@ -13,7 +13,11 @@
 /* out[N, C] = x · rstd · w; rstd[N] saved for the backward pass. w may be NULL (no weight). */
 void rmsnorm_forward(float *out, float *rstd, const float *x, const float *w, int N, int C, float eps) {
     const dt_kernels *k = kernels_active();
-#pragma omp parallel for if ((size_t)N * C >= LAYER_PARALLEL_MIN)
+    if ((size_t)N * C < LAYER_PARALLEL_MIN) {
+        for (int n = 0; n < N; n++) rstd[n] = k->rmsnorm_row(out + (size_t)n * C, x + (size_t)n * C, w, C, eps);
+        return;
+    }
+#pragma omp parallel for
     for (int n = 0; n < N; n++) rstd[n] = k->rmsnorm_row(out + (size_t)n * C, x + (size_t)n * C, w, C, eps);
 }
 

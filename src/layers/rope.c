@@ -17,26 +17,33 @@
  * rounds it */
 static inline float rope_angle(int pos, const float *inv_freq, int i) { return (float)pos * inv_freq[i]; }
 
+/* row t of every batch row of rope_apply */
+static void rope_apply_row(const dt_kernels *k, float *x, int B, int T, int nh, int hd, int pos0, const float *inv_freq,
+                           int sign, int t) {
+    const int half = hd / 2;
+    for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
+        const int n = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
+        float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
+        for (int i = 0; i < n; i++) {
+            const float angle = rope_angle(pos0 + t, inv_freq, i0 + i);
+            cs[i] = cosf(angle);
+            /* the inverse rotation is the rotation by −angle: same cos, negated sin */
+            sn[i] = sign < 0 ? -sinf(angle) : sinf(angle);
+        }
+        for (int b = 0; b < B; b++) k->rope_span(x + ((size_t)b * T + t) * (size_t)nh * hd, nh, hd, i0, n, cs, sn);
+    }
+}
+
 /* in place on x[B, T, nh, hd]; row t has position pos0 + t; inv_freq [hd/2] (dt_rope_inv_freq);
  * sign = −1 rotates back (backward) */
 void rope_apply(float *x, int B, int T, int nh, int hd, int pos0, const float *inv_freq, int sign) {
     const dt_kernels *k = kernels_active();
-    const int half = hd / 2;
-#pragma omp parallel for if ((size_t)B * T * nh * hd >= LAYER_PARALLEL_MIN)
-    for (int t = 0; t < T; t++) {
-        for (int i0 = 0; i0 < half; i0 += ROPE_CHUNK) {
-            const int n = half - i0 < ROPE_CHUNK ? half - i0 : ROPE_CHUNK;
-            float cs[ROPE_CHUNK], sn[ROPE_CHUNK];
-            for (int i = 0; i < n; i++) {
-                const float angle = rope_angle(pos0 + t, inv_freq, i0 + i);
-                cs[i] = cosf(angle);
-                /* the inverse rotation is the rotation by −angle: same cos, negated sin */
-                sn[i] = sign < 0 ? -sinf(angle) : sinf(angle);
-            }
-            for (int b = 0; b < B; b++)
-                k->rope_span(x + ((size_t)b * T + t) * (size_t)nh * hd, nh, hd, i0, n, cs, sn);
-        }
+    if ((size_t)B * T * nh * hd < LAYER_PARALLEL_MIN) {
+        for (int t = 0; t < T; t++) rope_apply_row(k, x, B, T, nh, hd, pos0, inv_freq, sign, t);
+        return;
     }
+#pragma omp parallel for
+    for (int t = 0; t < T; t++) rope_apply_row(k, x, B, T, nh, hd, pos0, inv_freq, sign, t);
 }
 
 void rope_tables(float *cos, float *sin, int T, int hd, const float *inv_freq) {

@@ -10,7 +10,11 @@
 void swiglu_forward(float *h, const float *gate, const float *up, int N, int F) {
     const dt_kernels *k = kernels_active();
     const size_t n = (size_t)N * F;
-#pragma omp parallel if (n >= LAYER_PARALLEL_MIN)
+    if (n < LAYER_PARALLEL_MIN) {
+        k->swiglu_forward(h, gate, up, n);
+        return;
+    }
+#pragma omp parallel
     {
         size_t lo, hi;
         kernels_span(n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);

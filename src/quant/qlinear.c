@@ -90,7 +90,11 @@ static void dequantize_panel(const qkernels *k, const qlinear *l, float *w, int 
 /* The rows of x [N, in] rounded to 8-bit blocks at the start of scratch. */
 static qact quantize_rows(const qkernels *k, void *scratch, const float *x, int N, int in) {
     const qact a = act_in(scratch, N, in);
-#pragma omp parallel for schedule(static) if (N >= 4 && (size_t)N * in > 65536)
+    if (N < 4 || (size_t)N * in <= 65536) { /* a decode step's row: no region at all (layers.h) */
+        k->quantize_act(&a, x, N, in);
+        return a;
+    }
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const qact row = act_row(&a, n);
         k->quantize_act(&row, x + (size_t)n * in, 1, in);
