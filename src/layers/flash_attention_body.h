@@ -168,7 +168,7 @@ static inline __attribute__((always_inline)) void mm_blocks(float *restrict C, p
 }
 
 /* mm_blocks with A's strides as constants where the kernels' calls have them (Aᵀ of a score
- * tile: 1, BQ; a score tile: BQ, 1; a packed K / V tile: hd or 2·hd, 1 for the usual widths): the
+ * tile: 1, BQ; a score tile: BQ, 1; a packed K / V tile: hd or 2·hd, 1 for head widths 32, 64 and 128): the
  * MR broadcasts of a step then address A at fixed offsets from one pointer, where a stride in a
  * register needs one register per row, more than the 16 general registers hold with the loop's
  * own (measured: register spills in the inner loop on AVX-512). */
@@ -178,10 +178,14 @@ static void mm(float *restrict C, ptrdiff_t ldc, const float *restrict A, ptrdif
         mm_blocks(C, ldc, A, 1, BQ, B, ldb, M, N, K, alpha, acc, cz, off);
     else if (ak == 1 && am == BQ)
         mm_blocks(C, ldc, A, BQ, 1, B, ldb, M, N, K, alpha, acc, cz, off);
+    else if (ak == 1 && am == 32)
+        mm_blocks(C, ldc, A, 32, 1, B, ldb, M, N, K, alpha, acc, cz, off);
     else if (ak == 1 && am == 64)
         mm_blocks(C, ldc, A, 64, 1, B, ldb, M, N, K, alpha, acc, cz, off);
     else if (ak == 1 && am == 128)
         mm_blocks(C, ldc, A, 128, 1, B, ldb, M, N, K, alpha, acc, cz, off);
+    else if (ak == 1 && am == 256)
+        mm_blocks(C, ldc, A, 256, 1, B, ldb, M, N, K, alpha, acc, cz, off);
     else
         mm_blocks(C, ldc, A, am, ak, B, ldb, M, N, K, alpha, acc, cz, off);
 }
