@@ -47,8 +47,11 @@
  * scalar costs the same from any address). BQ = 96 and BK = 48 are multiples of every path's MR
  * and vector width, so full tiles never take the slower edge code. On one core of an AMD EPYC
  * the AVX2 mm() ran at 75–90 GFLOP/s on these tiles (OpenBLAS sgemm: ~62 on 64³ tiles, ~88 on
- * 512³). On the tiles that straddle the diagonal, mm() also skips the MR-row blocks' masked
- * parts (CZ_* in the body), so the causal half is all that is computed, up to blocks.
+ * 512³); on one core of an Intel Xeon (Emerald Rapids) the AVX-512 kernels ran config A's attention at
+ * ~76 GFLOP/s, of which mm() ~130 by perf's share of the time (sgemm: ~150 on 2048³) — once its broadcasts
+ * were single loads (simd.h's vbc) and A's strides constants (mm's dispatch). On the tiles that
+ * straddle the diagonal, mm() also skips the MR-row blocks' masked parts (CZ_* in the body), so the
+ * causal half is all that is computed, up to blocks.
  *
  * exp: vexp() of simd.h, a vector exp within ~1 ulp of expf (measured: relative error ≤ 7.6e-8
  * against exact exp over [−87.3, 1]); inputs below ln(FLT_MIN) give 0, where expf gives a
