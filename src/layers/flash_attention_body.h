@@ -168,10 +168,10 @@ static inline __attribute__((always_inline)) void mm_blocks(float *restrict C, p
 }
 
 /* mm_blocks with A's strides as constants where the kernels' calls have them (Aᵀ of a score
- * tile: 1, BQ; a score tile: BQ, 1; a packed K / V tile: hd or 2·hd, 1 for head widths 32, 64 and 128): the
- * MR broadcasts of a step then address A at fixed offsets from one pointer, where a stride in a
- * register needs one register per row, more than the 16 general registers hold with the loop's
- * own (measured: register spills in the inner loop on AVX-512). */
+ * tile: 1, BQ; a score tile: BQ, 1; a packed K / V tile: hd or 2·hd, 1, for head widths 32, 64
+ * and 128): the MR broadcasts of a step then address A at fixed offsets from one pointer, where a
+ * stride in a register needs one register per row, more than the 16 general registers hold with
+ * the loop's own (measured: register spills in the inner loop on AVX-512). */
 static void mm(float *restrict C, ptrdiff_t ldc, const float *restrict A, ptrdiff_t am, ptrdiff_t ak,
                const float *restrict B, ptrdiff_t ldb, int M, int N, int K, float alpha, int acc, int cz, int off) {
     if (am == 1 && ak == BQ)
