@@ -20,20 +20,28 @@ static inline float lambda_of(const float *z, size_t r, int lambda) {
     return 1.0f / (1.0f + expf(-z[r]));
 }
 
+/* row n of diffv2_combine_forward_with */
+static void combine_row(float *out, float *lam, const float *z, const float *a, int n, int h, int hd, int pairs,
+                        int lambda) {
+    const float *row = a + (size_t)n * 2 * h * hd;
+    for (int j = 0; j < h; j++) {
+        const size_t r = (size_t)n * h + j;
+        const float l = lambda_of(z, r, lambda);
+        lam[r] = l;
+        const float *a1 = row + first_head(j, pairs) * hd, *a2 = row + second_head(j, h, pairs) * hd;
+        float *o = out + r * hd;
+        for (int e = 0; e < hd; e++) o[e] = a1[e] - l * a2[e];
+    }
+}
+
 void diffv2_combine_forward_with(float *out, float *lam, const float *z, const float *a, int N, int h, int hd,
                                  int pairs, int lambda) {
-#pragma omp parallel for if ((size_t)N * h * hd >= LAYER_PARALLEL_MIN)
-    for (int n = 0; n < N; n++) {
-        const float *row = a + (size_t)n * 2 * h * hd;
-        for (int j = 0; j < h; j++) {
-            const size_t r = (size_t)n * h + j;
-            const float l = lambda_of(z, r, lambda);
-            lam[r] = l;
-            const float *a1 = row + first_head(j, pairs) * hd, *a2 = row + second_head(j, h, pairs) * hd;
-            float *o = out + r * hd;
-            for (int e = 0; e < hd; e++) o[e] = a1[e] - l * a2[e];
-        }
+    if ((size_t)N * h * hd < LAYER_PARALLEL_MIN) { /* a decode step's row: no region (layers.h) */
+        for (int n = 0; n < N; n++) combine_row(out, lam, z, a, n, h, hd, pairs, lambda);
+        return;
     }
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) combine_row(out, lam, z, a, n, h, hd, pairs, lambda);
 }
 
 void diffv2_combine_backward_with(float *da, float *dz, const float *dout, const float *a, const float *lam, int N,

@@ -19,9 +19,10 @@
  * team costs microseconds, more than a decode step's norm or activation over a few thousand
  * floats (and far more when the cores are shared). */
 #define LAYER_PARALLEL_MIN 32768
-/* Below it the passes branch to a plain loop rather than write `parallel if (...)`: a region whose
- * if() is false still builds a team of one in libgomp (a malloc and a free, ~0.3 µs), and a decode
- * step runs ~100 of them. */
+/* The passes a decoding step runs (norm, RoPE, SwiGLU, DIFF V2's combination; quant/qlinear.c's
+ * rounding of activations) branch to a plain loop below it rather than write `parallel if (...)`:
+ * a region whose if() is false still builds a team of one in libgomp (a malloc and a free, ~0.3 µs),
+ * and a decode step ran ~100 of them. Passes only training runs, on whole batches, keep the if(). */
 
 /* y[N, out] = x[N, in] · W[out, in]ᵀ  (PyTorch Linear layout, no bias) */
 /* y[N, out] = x[N, in]·W[out, in]ᵀ: sgemv for one row, linear_rows (kernels.h) up to the kernel
