@@ -12,8 +12,10 @@ Every (config, arch) is measured in a fresh subprocess, so its peak RSS (ru_maxr
 `difftrans bench` is run in the same invocation with the same config and thread count and its
 JSON line is parsed. Each (config, arch) is measured --reps times, the two sides alternating
 (PyTorch first in even repetitions, difftrans first in odd ones), so that a busy moment of the
-machine falls on both sides; the tables show the best repetition of each side, the spread
-((max − min) ÷ max) of each, and the range of the same-repetition ratios. Every table states the
+machine falls on both sides; within a repetition the DIFF model and its baseline run one after
+the other (their order alternating too), so that DIFF ÷ baseline compares neighbouring runs. The
+tables show the best repetition of each side, the spread ((max − min) ÷ max) of each, and the
+range of the same-repetition ratios. Every table states the
 CPU model, the difftrans kernel path (`--isa` forces one through DT_ISA) and the OpenBLAS core
 each side ran: both reach the same OpenBLAS (difftrans links it, Debian's torch calls it through
 libblas.so.3), which reads OPENBLAS_CORETYPE at load time; `--openblas-core` sets or removes that
@@ -715,6 +717,8 @@ def build_rows(results):
         rows.append(row)
     # DIFF ÷ baseline training throughput, for each implementation
     by = {(r["config"], r["seq"], r["arch"]): r for r in rows}
+    reps = {(r["config"], r["seq"], r["arch"]): (r.get("torch_reps", []), r.get("difftrans_reps", []))
+            for r in results}
     pairs = []
     for (cfgname, seq, arch), r in by.items():
         if arch != "diffllama":
@@ -722,7 +726,11 @@ def build_rows(results):
         base = by.get((cfgname, seq, "llama"))
         if base is None:
             continue
+        (pt_d, dt_d), (pt_b, dt_b) = reps[(cfgname, seq, arch)], reps[(cfgname, seq, "llama")]
         pairs.append({"config": cfgname, "seq": seq,
+                      # DIFF ÷ baseline of the same repetition (run next to each other)
+                      "pt_diff_over_base_train_reps": same_rep_ratios(pt_b, pt_d, "train_tokens_per_s"),
+                      "dt_diff_over_base_train_reps": same_rep_ratios(dt_b, dt_d, "train_tokens_per_s"),
                       "pt_diff_over_base_train": ratio(r["pt_train"], base["pt_train"]),
                       "dt_diff_over_base_train": ratio(r["dt_train"], base["dt_train"]),
                       "pt_diff_over_base_prefill": ratio(r["pt_prefill"], base["pt_prefill"]),
@@ -839,11 +847,14 @@ def report(rows, pairs, meta, markdown):
           spread_range(r["rep_ratios_decode"])] for r in rows], md))
     if pairs:
         out.append("")
-        out.append("%sDIFF ÷ baseline throughput" % h)
+        out.append("%sDIFF ÷ baseline throughput: best repetition of each, and the same-repetition ratios" % h)
         out.append("")
-        out.append(table(["config", "T", "train PT", "train difftrans", "prefill PT", "prefill difftrans"],
+        out.append(table(["config", "T", "train PT", "train difftrans", "train PT per rep",
+                          "train difftrans per rep", "prefill PT", "prefill difftrans"],
                          [[p["config"], p["seq"], fmt(p["pt_diff_over_base_train"], "ratio"),
                            fmt(p["dt_diff_over_base_train"], "ratio"),
+                           spread_range(p["pt_diff_over_base_train_reps"]),
+                           spread_range(p["dt_diff_over_base_train_reps"]),
                            fmt(p["pt_diff_over_base_prefill"], "ratio"),
                            fmt(p["dt_diff_over_base_prefill"], "ratio")] for p in pairs], md))
     out.append("")
@@ -997,15 +1008,21 @@ def main():
             seqs = [int(s) for s in args.d_seqs.split(",")]
         phases = {k: base[k] for k in ("train", "prefill", "decode")}
         for T in seqs:
+            runs = {}
             for arch in archs:
                 desc = ("%s: d_model %d, %d layers, %d heads, SwiGLU %d, vocab %d, batch %d × %d, %s"
                         % (name, c["d_model"], c["layers"], c["heads"], c["ffn"], c["vocab"],
                            c["batch"], T, arch))
-                r = {"config": name, "seq": T, "arch": arch, "batch": c["batch"],
-                     "model": {k: c[k] for k in ("d_model", "layers", "heads", "kv_heads", "ffn", "vocab")},
-                     "torch": {}, "difftrans": {}}
-                r["torch_reps"], r["difftrans_reps"] = [], []
-                for rep in range(args.reps):
+                runs[arch] = {"config": name, "seq": T, "arch": arch, "batch": c["batch"],
+                              "model": {k: c[k] for k in ("d_model", "layers", "heads", "kv_heads", "ffn",
+                                                          "vocab")},
+                              "torch": {}, "difftrans": {}, "torch_reps": [], "difftrans_reps": [],
+                              "desc": desc}
+            for rep in range(args.reps):
+                # the two architectures alternate within a repetition too, so that DIFF ÷ baseline
+                # compares runs minutes apart at most, not one block of repetitions with the next
+                for arch in (archs if rep % 2 == 0 else archs[::-1]):
+                    r, desc = runs[arch], runs[arch]["desc"]
                     # alternate which side goes first, so that neither always gets the quieter moment
                     for side in (("torch", "difftrans") if rep % 2 == 0 else ("difftrans", "torch")):
                         if side == "torch" and not args.skip_torch:
@@ -1021,6 +1038,9 @@ def main():
                             log("  -> " + ", ".join("%s %.1f tok/s" % (k.split("_")[0], res[k])
                                                     for k in THROUGHPUTS if isinstance(res.get(k), (int, float))))
                             r["difftrans_reps"].append(res)
+            for arch in archs:
+                r = runs[arch]
+                del r["desc"]
                 r["torch"] = best_of(r["torch_reps"])
                 r["difftrans"] = best_of(r["difftrans_reps"])
                 results.append(r)
