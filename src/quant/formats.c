@@ -17,10 +17,6 @@ static float absmax(const float *x, int n) {
 /* Clamped in float first, so that inf and NaN (which fmaxf drops) never reach the conversion. */
 static int clamp_int(float v, int lo, int hi) { return (int)roundf(fminf(fmaxf(v, (float)lo), (float)hi)); }
 
-size_t qblock_bytes(qformat fmt) {
-    return fmt == QFMT_Q8_0 ? sizeof(block_q8_0) : fmt == QFMT_Q4_0 ? sizeof(block_q4_0) : 0;
-}
-
 /* The scale is stored as a half; the values are rounded with the float scale's inverse, as
  * ggml's quantize_row_q8_0_ref does, so both give the same integers for the same weights. */
 void q8_0_quantize_row(block_q8_0 *blocks, const float *w, int in) {

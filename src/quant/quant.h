@@ -55,7 +55,9 @@ _Static_assert(sizeof(block_q4_0) == 18, "block_q4_0 must be ggml's 18 bytes");
 
 static inline int q_blocks(int in) { return (in + QK - 1) / QK; }
 /* Bytes of one block of a Q8_0 or Q4_0 layer (0 for the other formats). */
-size_t qblock_bytes(qformat fmt);
+static inline size_t qblock_bytes(qformat fmt) {
+    return fmt == QFMT_Q8_0 ? sizeof(block_q8_0) : fmt == QFMT_Q4_0 ? sizeof(block_q4_0) : 0;
+}
 
 /* The widest input a quantised layer takes: (x + 128)·w summed over a row must fit an int32 on the
  * VNNI path, 255 · 127 · 65536 < 2^31. The quantiser refuses wider layers and so does the loader. */
@@ -111,6 +113,17 @@ float i8_quantize_row(int8_t *q, const float *x, int n, const float *smooth);
 /* Static scale: q = clamp(round(x / (scale · s_j)), ±127) with optional smoothing s (NULL: none). */
 void i8_quantize_row_scaled(int8_t *q, const float *x, int n, float scale, const float *smooth);
 void i8_row_sums(int32_t *sums, const int8_t *q, int out, int in);
+
+/* How far ahead of the weights in use the vector kernels ask for more (every kernel that streams a
+ * layer's blocks: row-major or packed, 8-bit or float activations), one request per cache line.
+ * The hardware prefetcher alone fell behind: the packed kernels with a batch of rows (8 rows of
+ * [2816, 1024] from memory: 0.17 ms without, 0.10 with 4 KiB; 1, 2 and 8 KiB alike, Zen 5), and the
+ * row-major ones even for one row (AVX2 Q8_0 decoding from the L3, Emerald Rapids: 16–18 GB/s
+ * without, 36–41 with). */
+#define QWEIGHTS_AHEAD 4096
+static inline __attribute__((always_inline)) void qweights_prefetch(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch((const char *)p + QWEIGHTS_AHEAD + o, 0, 3);
+}
 
 /* ---- kernels, one set per path ----
  *   q8_0_dot / q4_0_dot: y[n·ldy + r] = Σ_b d_w[r, b] · d_x[n, b] · Σ_j q_w · q_x for the `rows`
@@ -171,10 +184,6 @@ void i8_gemm_reference(float *y, const int8_t *xq, const float *xs, int N, const
 
 /* ---- the 16-row interleaved layout (qpack.c) ---- */
 #define QPACK_ROWS 16
-/* How far ahead of the block in use the packed kernels ask for its weights: with a batch of rows
- * the loop is busy enough that the hardware prefetcher alone fell behind (8 rows of [2816, 1024]
- * from memory: 0.17 ms without, 0.10 with 4 KiB; 1, 2 and 8 KiB measured alike within noise, Zen 5). */
-#define QPACK_AHEAD 4096
 static inline size_t qpack_groups(int out) { return (size_t)(out + QPACK_ROWS - 1) / QPACK_ROWS; }
 size_t qpack_scales_bytes(int nb);
 size_t qpack_group_bytes(qformat fmt, int in);
