@@ -42,6 +42,7 @@ static void detect(void) {
     g_cpu.avx512dq = __builtin_cpu_supports("avx512dq") != 0;
     g_cpu.avx512vnni = __builtin_cpu_supports("avx512vnni") != 0;
     g_cpu.avx512bf16 = __builtin_cpu_supports("avx512bf16") != 0;
+    g_cpu.intel = __builtin_cpu_is("intel") != 0;
     /* F16C (CPUID.1:ECX bit 29) is not among the names every GCC accepts; read it directly,
      * and only trust it when AVX itself is usable. */
     unsigned int a, b, c, d;

@@ -17,6 +17,7 @@ typedef struct {
     int avx2, fma, f16c;                 /* the AVX2 path needs all three */
     int avx512f, avx512bw, avx512vl, avx512dq; /* the AVX-512 path needs all four */
     int avx512vnni, avx512bf16, avxvnni; /* extras that particular kernels may use */
+    int intel;                           /* an Intel CPU (where a kernel choice was measured to differ by vendor) */
     char model[64];                      /* the CPU's brand string, e.g. "AMD EPYC 9B14" */
 } dt_cpu_info;
 

@@ -181,6 +181,11 @@ const qkernels *qkernels_for(dt_isa isa) {
     return &qkernels_portable;
 }
 
+unsigned qkernels_packed_formats(const qkernels *k) {
+    if (k == &qkernels_avx2 && dt_cpu()->intel) return k->packed_formats | 1u << QFMT_Q8_0;
+    return k->packed_formats;
+}
+
 const qkernels *qkernels_active(void) { return qkernels_for(dt_isa_active()); }
 
 int qkernels_all(const qkernels **sets) {

@@ -356,14 +356,17 @@ static void q4_0_dequantize_avx2(float *w, const block_q4_0 *blocks, int rows, i
  * Each output's integer sum is exact, so its float steps are those of qpack_dot_reference: bit for
  * bit whatever the tile or the batch.
  *
- * Only Q4_0 layers are packed on this path (packed_formats). Q4_0 spends its time unpacking
- * nibbles row-major, which the layout does once for 8 outputs: one [2816, 1024] layer on Zen 4
- * (DT_ISA=avx2, one thread, from the L3) 2.3× faster at one row of x, 2–2.4× at 8–64 rows from
- * memory; config E decoding 1.0–1.5×, its 128-token prefill 1.7–3.7×. Q8_0 has no nibbles to
- * unpack, and x's 4-byte broadcasts, their absolute values and signs cost per product what the
- * row-major kernel pays once per block: one row of x decoded 0.55–0.7× as fast packed (8–64 rows
- * 1.1–1.5× faster), so Q8_0 stays row-major; its packed product here serves a layer packed under
- * another path. */
+ * Q4_0 layers are packed on this path (packed_formats), Q8_0 only on Intel CPUs
+ * (qkernels_packed_formats). Q4_0 spends its time unpacking nibbles row-major, which the layout
+ * does once for 8 outputs: one [2816, 1024] layer on Zen 4 (DT_ISA=avx2, one thread, from the L3)
+ * 2.3× faster at one row of x, 2–2.4× at 8–64 rows from memory; config E decoding 1.0–1.5×, its
+ * 128-token prefill 1.7–3.7×. Q8_0 has no nibbles to unpack, and x's 4-byte broadcasts, their
+ * absolute values and signs cost per product what the row-major kernel pays once per block. On
+ * Zen 4 one row of x decoded 0.55–0.7× as fast packed (8–64 rows 1.1–1.5× faster), so there Q8_0
+ * stays row-major; on Intel Emerald Rapids (DT_ISA=avx2, 2026-12-05, 2 threads, 60 [2816, 1024]
+ * layers from the L3) packed was faster at every batch, against the row-major kernel with its
+ * prefetch: one row 48–51 against 34–41 GB/s, 128 rows 1.48× (35.5 against 52.4 ms). Elsewhere
+ * the packed product serves a layer packed under another path. */
 
 /* The 4 bytes at q in every 32-bit lane: one vbroadcastss from memory (a load, no shuffle), where
  * a 32-bit load into a general register and vpbroadcastd from it take three. */

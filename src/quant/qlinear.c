@@ -321,7 +321,7 @@ int qlinear_from_blocks(qlinear *l, qformat fmt, int out, int in, const void *bl
 int qlinear_pack(qlinear *l, dt_error *err) {
     const qkernels *k = qkernels_active();
     if ((l->fmt != QFMT_Q8_0 && l->fmt != QFMT_Q4_0) || l->act != QACT_INT8 || !l->blocks || !k->packed_dot ||
-        !(k->packed_formats & (1u << l->fmt)))
+        !(qkernels_packed_formats(k) & (1u << l->fmt)))
         return 0;
     const size_t bytes = qpack_bytes(l->fmt, l->out, l->in); /* a multiple of 64 */
     void *packed = aligned_alloc(64, bytes);

@@ -164,6 +164,10 @@ typedef struct {
     const char *name;            /* e.g. "avx512-vnni" */
 } qkernels;
 
+/* The formats qlinear_pack repacks for set k on this CPU: k->packed_formats, and on the AVX2 set
+ * Q8_0 too when the CPU is an Intel one (qkernels_avx2.c says why). */
+unsigned qkernels_packed_formats(const qkernels *k);
+
 /* AVX-512 comes in two sets: with VNNI (vpdpbusd) and without (vpmaddubsw, Skylake-X); both run
  * on a VNNI CPU, so the tests hold each to the reference there. */
 extern const qkernels qkernels_portable, qkernels_avx2, qkernels_avx512, qkernels_avx512_vnni;
