@@ -27,7 +27,9 @@ does, and so does difftrans's (generate --warmup: the prompt once, untimed); a p
 prompt also pays thread start-up and first touches of OpenBLAS's buffers (docs/PERFORMANCE.md has
 the time to the first token of a fresh process). difftrans runs without OPENBLAS_CORETYPE
 (OpenBLAS's own kernels for the CPU, as llama.cpp picks its CPU variant) unless
---keep-openblas-core; the header line names the core it used.
+--keep-openblas-core; the header line names the core it used. --avx2 puts both engines on their
+AVX2 code (difftrans DT_ISA=avx2 with OpenBLAS's Haswell kernels, llama.cpp's haswell variant alone
+in a directory of its own): on an AVX-512 CPU, a stand-in for an AVX2-only CPU of the same cores.
 
 llama.cpp comes from npm (tests/llama_cpp/fetch.sh: the prebuilt CPU libraries of
 @node-llama-cpp/linux-x64, the CPU variant picked at run time, and the harness llama_ref compiled
@@ -37,6 +39,7 @@ file both load, and difftrans's own account of it); --json writes everything. St
 
   /usr/bin/python3 bench/llama_cpp_bench.py                          # config E, F32 Q8_0 Q4_0, 3 reps
   /usr/bin/python3 bench/llama_cpp_bench.py --small --reps 3         # a smoke run on a small model
+  /usr/bin/python3 bench/llama_cpp_bench.py --avx2                   # both engines' AVX2 code
 """
 import argparse
 import datetime
@@ -190,13 +193,35 @@ def make_model(dt, work, cfg, tag, schemes):
 # products off OpenBLAS's AVX-512 kernels where llama.cpp picks its own best CPU variant; unless
 # --keep-openblas-core, difftrans runs with OpenBLAS's own choice of core, as llama.cpp does
 KEEP_OPENBLAS_CORE = False
+# --avx2: difftrans on its AVX2 kernels and OpenBLAS's Haswell ones
+AVX2 = False
 
 
 def dt_env(threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    if not KEEP_OPENBLAS_CORE:
+    if AVX2:
+        env.update(DT_ISA="avx2", OPENBLAS_CORETYPE="Haswell")
+    elif not KEEP_OPENBLAS_CORE:
         env.pop("OPENBLAS_CORETYPE", None)
     return env
+
+
+def only_variant(modules, work, name):
+    """A directory holding llama.cpp's libraries with one CPU variant (libggml-cpu-NAME.so) among the
+    CPU variants, so that ggml_backend_load_all_from_path can pick no other; returns its path."""
+    bins = os.path.join(modules, "node_modules", "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
+    want = f"libggml-cpu-{name}.so"
+    if not os.path.exists(os.path.join(bins, want)):
+        sys.exit(f"llama_cpp_bench: llama.cpp's package has no CPU variant {want} in {bins}")
+    out = os.path.join(work, f"llama-cpu-{name}")
+    os.makedirs(out, exist_ok=True)
+    for f in os.listdir(bins):
+        if f.startswith("libggml-cpu-") and f != want:
+            continue
+        link = os.path.join(out, f)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(bins, f), link)
+    return out
 
 
 def dt_generate(dt, model, ids, n, threads):
@@ -245,10 +270,15 @@ def main():
     ap.add_argument("--keep-openblas-core", action="store_true",
                     help="run difftrans with OPENBLAS_CORETYPE as the environment sets it (default: removed, so that "
                          "OpenBLAS picks its kernels for the CPU as llama.cpp picks its CPU variant)")
+    ap.add_argument("--avx2", action="store_true",
+                    help="both engines on their AVX2 code on a CPU that has more (a stand-in for an AVX2-only CPU "
+                         "of the same cores): difftrans with DT_ISA=avx2 and OPENBLAS_CORETYPE=Haswell, llama.cpp "
+                         "with its haswell CPU variant only")
     ap.add_argument("--json", help="write the results here")
     o = ap.parse_args()
-    global KEEP_OPENBLAS_CORE
+    global KEEP_OPENBLAS_CORE, AVX2
     KEEP_OPENBLAS_CORE = o.keep_openblas_core
+    AVX2 = o.avx2
     dt = os.path.abspath(o.difftrans)
     work = os.path.abspath(o.work)
     os.makedirs(work, exist_ok=True)
@@ -261,6 +291,8 @@ def main():
     if r.returncode != 0:
         sys.exit(f"llama_cpp_bench: installing llama.cpp failed ({r.returncode}):\n{r.stdout}{r.stderr}")
     lr = os.path.join(modules, "llama_ref")
+    if o.avx2:  # llama_ref loads its CPU variants from LLAMA_REF_BACKENDS
+        os.environ["LLAMA_REF_BACKENDS"] = only_variant(modules, work, "haswell")
     info = run([lr, "info"]).stdout
     variant = re.search(r"registered CPU backend: (\S+)", info).group(1)
     commit = re.search(r"llama.cpp commit (.*?),", info).group(1)
@@ -346,7 +378,7 @@ def main():
     if o.json:
         with open(o.json, "w") as f:
             json.dump({"cpu": cpu, "date": datetime.date.today().isoformat(), "model": tag, "config": cfg,
-                       "threads": o.threads, "reps": o.reps, "llama_cpp": {"commit": commit, "cpu_variant": variant,
+                       "threads": o.threads, "reps": o.reps, "avx2": o.avx2, "llama_cpp": {"commit": commit, "cpu_variant": variant,
                                                                           "settings": SETTINGS},
                        "decode_at": o.decode_at, "decode_tokens": o.decode, "quantises": quantises,
                        "agreement": agree, "runs": res, "medians": med, "spreads": spreads}, f, indent=1)
