@@ -266,7 +266,8 @@ static inline int32_t avx2_row(const int8_t *w, const int8_t *x, int in) {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
     int k = 0;
-    for (; k + 128 <= in; k += 128)
+    for (; k + 128 <= in; k += 128) {
+        qweights_prefetch(w + k, 128);
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++) {
             const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k + 32 * u));
@@ -274,6 +275,7 @@ static inline int32_t avx2_row(const int8_t *w, const int8_t *x, int in) {
             const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(wv, xv));
             acc[u] = _mm256_add_epi32(acc[u], _mm256_madd_epi16(p16, ones));
         }
+    }
     int32_t dot = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_add_epi32(acc[2], acc[3])));
     for (; k < in; k++) dot += (int32_t)x[k] * w[k];
     return dot;

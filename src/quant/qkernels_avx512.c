@@ -280,11 +280,13 @@ static inline int32_t vnni_row(const int8_t *w, const int8_t *x, int in) {
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     __m512i acc[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     int k = 0;
-    for (; k + 256 <= in; k += 256)
+    for (; k + 256 <= in; k += 256) {
+        qweights_prefetch(w + k, 256);
 #pragma GCC unroll 4
         for (int u = 0; u < 4; u++)
             acc[u] = _mm512_dpbusd_epi32(acc[u], _mm512_xor_si512(_mm512_loadu_si512(x + k + 64 * u), bias),
                                          _mm512_loadu_si512(w + k + 64 * u));
+    }
     for (; k < in; k += 64) {
         const __mmask64 m = lanes64(in - k);
         acc[0] = _mm512_dpbusd_epi32(acc[0], _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, x + k), bias),
