@@ -81,6 +81,35 @@ static inline __attribute__((always_inline)) void block_step(qformat fmt, __m256
     }
 }
 
+/* Q8_0, blocks b and b + 1 (b even; b + 1 = nb stands for a block of zeros) in one float step: the
+ * integer sums of the two blocks folded to 4 lanes each, [block b | block b + 1], so that one
+ * conversion, one scaling and one multiply-add serve both blocks; the lanes' scales are x's
+ * (qact.de, read 4 floats in: [d_b ×4 | d_b+1 ×4]) times the weights' own. Per row of x and pair of
+ * blocks 9 vector-unit operations where two block_step calls take 12, and a batched product (a
+ * prompt) is bound by them: eight [2816, 1024] layers against 128 rows, row-major (as AMD CPUs keep
+ * Q8_0 here), Emerald Rapids with DT_ISA=avx2, 2 threads: 52–53 → 45–47 ms, alternated. */
+static inline __attribute__((always_inline)) void q8_pair_step(__m256 *acc, const block_q8_0 *w, const qact *x, int n0,
+                                                               int NR, int b) {
+    const int nb = x->nb, two = b + 1 < nb;
+    const size_t pairs = qact_pairs(nb);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i w0 = q8_values(w + b), w1 = two ? q8_values(w + b + 1) : _mm256_setzero_si256();
+    const __m256i a0 = _mm256_abs_epi8(w0), a1 = _mm256_abs_epi8(w1);
+    const float d0 = _cvtsh_ss(w[b].d), d1 = two ? _cvtsh_ss(w[b + 1].d) : 0.0f;
+    const __m256 dw = _mm256_set_m128(_mm_set1_ps(d1), _mm_set1_ps(d0));
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const size_t xb = (size_t)(n0 + r) * nb + b;
+        const __m256i x0 = _mm256_loadu_si256((const __m256i *)(x->q + xb * QK));
+        const __m256i x1 = two ? _mm256_loadu_si256((const __m256i *)(x->q + (xb + 1) * QK)) : _mm256_setzero_si256();
+        const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(x0, w0)), ones);
+        const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(x1, w1)), ones);
+        const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(p0, p1, 0x20), _mm256_permute2x128_si256(p0, p1, 0x31));
+        const __m256 dx = _mm256_loadu_ps(x->de + ((size_t)(n0 + r) * pairs + b / 2) * 16 + 4);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx), acc[r]);
+    }
+}
+
 static inline __attribute__((always_inline)) void dot_tile(qformat fmt, float *y, size_t ldy, const void *w,
                                                            const qact *x, int n0, int NR) {
     const int nb = x->nb;
@@ -89,12 +118,21 @@ static inline __attribute__((always_inline)) void dot_tile(qformat fmt, float *y
     for (int r = 0; r < NR; r++) even[r] = odd[r] = _mm256_setzero_ps();
     const size_t bsz = qblock_bytes(fmt);
     int b = 0;
-    for (; b + 1 < nb; b += 2) {
-        qweights_prefetch((const char *)w + b * bsz, 2 * bsz);
-        block_step(fmt, even, w, x, n0, NR, b);
-        block_step(fmt, odd, w, x, n0, NR, b + 1);
+    if (fmt == QFMT_Q8_0) {
+        for (; b + 2 < nb; b += 4) {
+            qweights_prefetch((const char *)w + b * bsz, 4 * bsz);
+            q8_pair_step(even, w, x, n0, NR, b);
+            q8_pair_step(odd, w, x, n0, NR, b + 2);
+        }
+        if (b < nb) q8_pair_step(even, w, x, n0, NR, b);
+    } else {
+        for (; b + 1 < nb; b += 2) {
+            qweights_prefetch((const char *)w + b * bsz, 2 * bsz);
+            block_step(fmt, even, w, x, n0, NR, b);
+            block_step(fmt, odd, w, x, n0, NR, b + 1);
+        }
+        if (b < nb) block_step(fmt, even, w, x, n0, NR, b);
     }
-    if (b < nb) block_step(fmt, even, w, x, n0, NR, b);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) y[(size_t)(n0 + r) * ldy] = hsum_ps(_mm256_add_ps(even[r], odd[r]));
 }
