@@ -29,7 +29,8 @@ the time to the first token of a fresh process). difftrans runs without OPENBLAS
 (OpenBLAS's own kernels for the CPU, as llama.cpp picks its CPU variant) unless
 --keep-openblas-core; the header line names the core it used. --avx2 puts both engines on their
 AVX2 code (difftrans DT_ISA=avx2 with OpenBLAS's Haswell kernels, llama.cpp's haswell variant alone
-in a directory of its own): on an AVX-512 CPU, a stand-in for an AVX2-only CPU of the same cores.
+in a directory of its own, or its alderlake one where the CPU has AVX-VNNI, which difftrans's AVX2
+path then uses too): on an AVX-512 CPU, a stand-in for an AVX2 CPU of the same cores.
 
 llama.cpp comes from npm (tests/llama_cpp/fetch.sh: the prebuilt CPU libraries of
 @node-llama-cpp/linux-x64, the CPU variant picked at run time, and the harness llama_ref compiled
@@ -273,7 +274,7 @@ def main():
     ap.add_argument("--avx2", action="store_true",
                     help="both engines on their AVX2 code on a CPU that has more (a stand-in for an AVX2-only CPU "
                          "of the same cores): difftrans with DT_ISA=avx2 and OPENBLAS_CORETYPE=Haswell, llama.cpp "
-                         "with its haswell CPU variant only")
+                         "with its haswell CPU variant only (alderlake where the CPU has AVX-VNNI)")
     ap.add_argument("--json", help="write the results here")
     o = ap.parse_args()
     global KEEP_OPENBLAS_CORE, AVX2
@@ -292,7 +293,10 @@ def main():
         sys.exit(f"llama_cpp_bench: installing llama.cpp failed ({r.returncode}):\n{r.stdout}{r.stderr}")
     lr = os.path.join(modules, "llama_ref")
     if o.avx2:  # llama_ref loads its CPU variants from LLAMA_REF_BACKENDS
-        os.environ["LLAMA_REF_BACKENDS"] = only_variant(modules, work, "haswell")
+        # difftrans's AVX2 path multiplies with AVX-VNNI where the CPU has it, as llama.cpp's
+        # alderlake variant does (haswell: AVX2 alone)
+        avx_vnni = "avx_vnni" in open("/proc/cpuinfo").read().split()
+        os.environ["LLAMA_REF_BACKENDS"] = only_variant(modules, work, "alderlake" if avx_vnni else "haswell")
     info = run([lr, "info"]).stdout
     variant = re.search(r"registered CPU backend: (\S+)", info).group(1)
     commit = re.search(r"llama.cpp commit (.*?),", info).group(1)

@@ -132,11 +132,11 @@ void cli_print_system(FILE *f, const char *indent) {
     fprintf(f, "%scpu: %s\n", indent, si.cpu[0] ? si.cpu : "(no brand string)");
     fprintf(f, "%skernels: %s (best this CPU supports: %s%s)\n", indent, si.path, si.best,
             getenv("DT_ISA") && *getenv("DT_ISA") ? "; forced by DT_ISA" : "");
-    fprintf(f, "%sfeatures: avx2 %s, fma %s, avx512f %s, avx512bw %s, avx512vl %s, avx512dq %s, avx512vnni %s, "
-               "avx512bf16 %s\n",
-            indent, si.avx2 ? "yes" : "no", si.fma ? "yes" : "no", si.avx512f ? "yes" : "no",
-            si.avx512bw ? "yes" : "no", si.avx512vl ? "yes" : "no", si.avx512dq ? "yes" : "no",
-            si.avx512vnni ? "yes" : "no", si.avx512bf16 ? "yes" : "no");
+    fprintf(f, "%sfeatures: avx2 %s, fma %s, avxvnni %s, avx512f %s, avx512bw %s, avx512vl %s, avx512dq %s, "
+               "avx512vnni %s, avx512bf16 %s\n",
+            indent, si.avx2 ? "yes" : "no", si.fma ? "yes" : "no", si.avxvnni ? "yes" : "no",
+            si.avx512f ? "yes" : "no", si.avx512bw ? "yes" : "no", si.avx512vl ? "yes" : "no",
+            si.avx512dq ? "yes" : "no", si.avx512vnni ? "yes" : "no", si.avx512bf16 ? "yes" : "no");
     fprintf(f, "%smatrix products: OpenBLAS, core %s (%s); %d threads\n", indent,
             si.blas_core[0] ? si.blas_core : "unknown",
             cli_blas_core_chosen() ? "chosen by difftrans: OpenBLAS's own choice had no AVX-512 kernels"

@@ -800,6 +800,7 @@ typedef struct {
     const char *path;            /* the kernel path in use */
     const char *best;            /* the widest path this CPU supports */
     int avx2, fma, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16;
+    int avxvnni;                 /* AVX-VNNI (256-bit vpdpbusd): the avx2 path's int8 products use it */
     const char *blas_core;       /* OpenBLAS's core for this CPU, or "" when unknown */
     const char *blas_core_env;   /* OPENBLAS_CORETYPE when set (it chose the core), else "" */
     int blas_core_narrow;        /* 1: the CPU has AVX-512 but OpenBLAS's core uses no AVX-512 kernels */

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # check_baseline_isa.sh LIBRARY.a [OBJECT...] (arguments may be ';'-separated lists, as CMake
-# passes $<TARGET_OBJECTS:...>) — the portable build runs on any x86-64 CPU: outside
-# the dispatched kernel files (*_avx2.c / *_avx512.c, called only after src/cpu/cpu.c found the
-# instruction set), no object may contain an AVX / AVX-512 instruction (VEX or EVEX encoded: every
+# passes $<TARGET_OBJECTS:...>) — the portable build runs on any x86-64 CPU: outside the
+# dispatched kernel files (*_avx2.c / *_avxvnni.c / *_avx512.c, called only after src/cpu/cpu.c
+# found the instruction set), no object may contain an AVX / AVX-512 instruction (VEX or EVEX encoded: every
 # such mnemonic starts with "v", or uses a ymm / zmm / mask register) or one of the SSE3..SSE4.2,
 # BMI, FMA4 or other post-baseline instructions GCC emits for -march values above x86-64.
 # Reads the disassembly with objdump (binutils, installed with gcc).
@@ -14,7 +14,7 @@ set -- "${files[@]}"
 command -v objdump >/dev/null || { echo "check_baseline_isa: objdump not found (binutils)" >&2; exit 1; }
 report=$(objdump -d --no-show-raw-insn "$@" | awk '
     /^In archive / { next }
-    /file format/ { file = $1; sub(":$", "", file); skip = (file ~ /_avx2\.c\.o$/ || file ~ /_avx512\.c\.o$/); next }
+    /file format/ { file = $1; sub(":$", "", file); skip = (file ~ /_avx2\.c\.o$/ || file ~ /_avxvnni\.c\.o$/ || file ~ /_avx512\.c\.o$/); next }
     /^[0-9a-f]+ <.*>:$/ { fn = $2; next }
     skip { next }
     /^ *[0-9a-f]+:\t/ {
@@ -30,4 +30,4 @@ if [ -n "$report" ]; then
     echo "$report" >&2
     exit 1
 fi
-echo "check_baseline_isa: no instruction beyond baseline x86-64 outside *_avx2.c / *_avx512.c ($# files)"
+echo "check_baseline_isa: no instruction beyond baseline x86-64 outside *_avx2.c / *_avxvnni.c / *_avx512.c ($# files)"

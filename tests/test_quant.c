@@ -222,7 +222,7 @@ static void check_packed(const qkernels *k, qformat fmt, const void *blocks, con
 static void test_kernels_match_reference(void **state) {
     (void)state;
     uint64_t rng = 5;
-    const qkernels *sets[4];
+    const qkernels *sets[QKERNELS_MAX_SETS];
     const int n_sets = qkernels_all(sets);
     for (int p = 0; p < n_sets; p++) {
         const qkernels *k = sets[p];
@@ -358,7 +358,7 @@ static void test_act_quantize_paths(void **state) {
     assert_int_equal(ref.q[5], -127);
     assert_true(ref.d[0] == 1.0f && ref.d[1] == 0.0f);
     for (int j = 6; j < QK; j++) assert_int_equal(ref.q[QK * 2 + j], 0); /* padding */
-    const qkernels *sets[4];
+    const qkernels *sets[QKERNELS_MAX_SETS];
     const int n = qkernels_all(sets);
     for (int p = 0; p < n; p++) {
         qact a = act_new(1, IN);
@@ -385,7 +385,7 @@ static void test_i8_gemm_extremes(void **state) {
     i8_row_sums(&sum, w, 1, IN);
     i8_gemm_reference(&ref, x, &one, 1, w, &one, 1, IN);
     assert_float_equal(ref, 127.0 * 127 * IN, 0.5);
-    const qkernels *sets[4];
+    const qkernels *sets[QKERNELS_MAX_SETS];
     const int n_sets = qkernels_all(sets);
     for (int p = 0; p < n_sets; p++) {
         const qkernels *k = sets[p];

@@ -26,6 +26,7 @@ void dt_system(dt_system_info *out) {
     out->avx2 = c->avx2, out->fma = c->fma;
     out->avx512f = c->avx512f, out->avx512bw = c->avx512bw, out->avx512vl = c->avx512vl;
     out->avx512dq = c->avx512dq, out->avx512vnni = c->avx512vnni, out->avx512bf16 = c->avx512bf16;
+    out->avxvnni = c->avxvnni;
     const char *core = openblas_get_corename();
     out->blas_core = core ? core : "";
     /* OpenBLAS read OPENBLAS_CORETYPE when it was loaded, before main(); nothing here changes it */

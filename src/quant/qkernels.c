@@ -175,7 +175,7 @@ const qkernels *qkernels_for(dt_isa isa) {
     if (!dt_isa_supported(isa)) return NULL;
     switch (isa) {
     case DT_ISA_AVX512: return dt_cpu()->avx512vnni ? &qkernels_avx512_vnni : &qkernels_avx512;
-    case DT_ISA_AVX2: return &qkernels_avx2;
+    case DT_ISA_AVX2: return dt_cpu()->avxvnni ? &qkernels_avx2_vnni : &qkernels_avx2;
     case DT_ISA_PORTABLE: return &qkernels_portable;
     }
     return &qkernels_portable;
@@ -192,6 +192,7 @@ int qkernels_all(const qkernels **sets) {
     int n = 0;
     sets[n++] = &qkernels_portable;
     if (dt_isa_supported(DT_ISA_AVX2)) sets[n++] = &qkernels_avx2;
+    if (dt_isa_supported(DT_ISA_AVX2) && dt_cpu()->avxvnni) sets[n++] = &qkernels_avx2_vnni;
     if (dt_isa_supported(DT_ISA_AVX512)) sets[n++] = &qkernels_avx512;
     if (dt_isa_supported(DT_ISA_AVX512) && dt_cpu()->avx512vnni) sets[n++] = &qkernels_avx512_vnni;
     return n;
@@ -200,7 +201,7 @@ int qkernels_all(const qkernels **sets) {
 const char *dt_quant_kernel_path(void) {
     switch (dt_isa_active()) {
     case DT_ISA_AVX512: return dt_cpu()->avx512vnni ? "avx512 (int8: VNNI)" : "avx512 (int8: no VNNI)";
-    case DT_ISA_AVX2: return "avx2";
+    case DT_ISA_AVX2: return dt_cpu()->avxvnni ? "avx2 (int8: AVX-VNNI)" : "avx2";
     case DT_ISA_PORTABLE: return "portable";
     }
     return "portable";

@@ -379,12 +379,10 @@ static void q4_0_dequantize_avx2(float *w, const block_q4_0 *blocks, int rows, i
 
 /* ---------------------------------------------------------------- the 16-row layout (qpack.c), AVX2
  *
- * The layout VNNI multiplies 16 rows at a time, read as two halves of 8 rows: bytes 0–31 of each
- * 64-byte vector hold 4 consecutive values of rows 0–7, bytes 32–63 those of rows 8–15. One
- * vpmaddubsw multiplies them by the same 4 bytes of x, broadcast: 32 products into the 16-bit
- * pair sums of 8 outputs, where the row-major kernel gets 32 products of one output and then
- * converts and scales them. A block of one row of x against 8 outputs is then converted and
- * scaled once for all 8 lanes.
+ * The product itself is qpacked_avx2_body.h's (shared with the AVX-VNNI set); here its block sum
+ * with vpmaddubsw, which multiplies a half's 8 rows by the same 4 bytes of x, broadcast: 32
+ * products into the 16-bit pair sums of 8 outputs, where the row-major kernel gets 32 products of
+ * one output and then converts and scales them.
  *
  * Q4_0: the stored nibbles u = q + 8 ∈ [0, 15] are the unsigned side as they are, and all 8
  * products of a block into one lane's 16-bit pair can be summed before widening: 16 products of
@@ -393,11 +391,10 @@ static void q4_0_dequantize_avx2(float *w, const block_q4_0 *blocks, int rows, i
  * Q8_0: stored as q + 128, an unsigned side up to 255 that would saturate a pair (2·255·127); the
  * kernel takes q back (xor 0x80) and multiplies |x| by q with x's sign (a pair at most 2·127·127 =
  * 32258), widening each product vector to 32 bits; Σ q·x directly, so no offset.
- * Each output's integer sum is exact, so its float steps are those of qpack_dot_reference: bit for
- * bit whatever the tile or the batch.
  *
  * Q4_0 layers are packed on this path (packed_formats), Q8_0 only on Intel CPUs
- * (qkernels_packed_formats). Q4_0 spends its time unpacking nibbles row-major, which the layout
+ * (qkernels_packed_formats) — and both by the AVX-VNNI set, whose vpdpbusd makes the packed
+ * product the faster one everywhere. Q4_0 spends its time unpacking nibbles row-major, which the layout
  * does once for 8 outputs: one [2816, 1024] layer on Zen 4 (DT_ISA=avx2, one thread, from the L3)
  * 2.3× faster at one row of x, 2–2.4× at 8–64 rows from memory; config E decoding 1.0–1.5×, its
  * 128-token prefill 1.7–3.7×. Q8_0 has no nibbles to unpack, and x's 4-byte broadcasts, their
@@ -408,12 +405,24 @@ static void q4_0_dequantize_avx2(float *w, const block_q4_0 *blocks, int rows, i
  * prefetch: one row 48–51 against 34–41 GB/s, 128 rows 1.48× (35.5 against 52.4 ms). Elsewhere
  * the packed product serves a layer packed under another path. */
 
-/* The 4 bytes at q in every 32-bit lane: one vbroadcastss from memory (a load, no shuffle), where
- * a 32-bit load into a general register and vpbroadcastd from it take three. */
-static inline __m256i broadcast4(const int8_t *q) {
-    __m256 v;
-    __asm__("vbroadcastss %1, %0" : "=x"(v) : "m"(*(const int32_t(*)[1])q));
-    return _mm256_castps_si256(v);
+#define QPACKED_DOT packed_dot_avx2
+#include "quant/qpacked_avx2_body.h"
+
+/* Q8_0: stored as q + 128; q back (xor 0x80) for the sign trick. Q4_0: the nibbles as they are. */
+static inline __attribute__((always_inline)) void packed_weights(qformat fmt, __m256i *w, const uint8_t *v) {
+    if (fmt == QFMT_Q8_0) {
+        const __m256i flip = _mm256_set1_epi8((char)0x80);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) w[k] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(v + 64 * k)), flip);
+        return;
+    }
+    const __m256i low = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m256i z = _mm256_load_si256((const __m256i *)(v + 64 * k));
+        w[k] = _mm256_and_si256(z, low);
+        w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low);
+    }
 }
 
 /* The integer sum of one block of one row of x against the 8 unpacked weight vectors of a half. */
@@ -438,81 +447,12 @@ static inline __attribute__((always_inline)) __m256i packed_block_sum(qformat fm
     return _mm256_add_epi32(even, odd);
 }
 
-/* Halves h0 … h1 − 1 of a group against rows n0 … n0 + NR − 1 of x, in one pass over the blocks;
- * `lanes` of the group's 16 outputs are written. */
-static inline __attribute__((always_inline)) void packed_tile(qformat fmt, float *y, size_t ldy, const uint8_t *grp,
-                                                              int h0, int h1, const qact *x, int n0, int NR,
-                                                              int lanes) {
-    const int nb = x->nb, vecs = fmt == QFMT_Q8_0 ? 8 : 4;
-    const uint16_t *scales = (const uint16_t *)grp;
-    const uint8_t *values = grp + qpack_scales_bytes(nb);
-    __m256 acc[2][4];
-#pragma GCC unroll 2
-    for (int h = h0; h < h1; h++)
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) acc[h][r] = _mm256_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *v = values + (size_t)b * vecs * 64;
-        if (h0 == 0) qweights_prefetch(v, (size_t)vecs * 64);
-#pragma GCC unroll 2
-        for (int h = h0; h < h1; h++) {
-            __m256i w[8];
-            if (fmt == QFMT_Q8_0) {
-                const __m256i flip = _mm256_set1_epi8((char)0x80);
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++)
-                    w[k] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(v + 64 * k + 32 * h)), flip);
-            } else {
-                const __m256i low = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    const __m256i z = _mm256_load_si256((const __m256i *)(v + 64 * k + 32 * h));
-                    w[k] = _mm256_and_si256(z, low);
-                    w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low);
-                }
-            }
-            const __m256 dw = _mm256_cvtph_ps(_mm_load_si128((const __m128i *)(scales + (size_t)b * QPACK_ROWS + 8 * h)));
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const size_t xb = (size_t)(n0 + r) * nb + b;
-                const __m256i s = packed_block_sum(fmt, w, x->q + xb * QK, x->sum[xb]);
-                acc[h][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(x->d[xb])), acc[h][r]);
-            }
-        }
-    }
-#pragma GCC unroll 2
-    for (int h = h0; h < h1; h++) {
-        const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes - 8 * h), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) _mm256_maskstore_ps(y + (size_t)(n0 + r) * ldy + 8 * h, mask, acc[h][r]);
-    }
-}
-
-/* One row of x takes both halves in one pass (each line of the group read once, in order); a tile
- * of 4 rows one half at a time (the weights of both halves and 8 accumulators would not fit the 16
- * registers), the second pass finding the group in the cache. */
-static inline __attribute__((always_inline)) void packed_groups(qformat fmt, float *y, size_t ldy, const void *packed,
-                                                                int g0, int groups, int out, const qact *x, int N) {
-    const size_t group_bytes = qpack_group_bytes(fmt, x->nb * QK);
-    for (int g = g0; g < g0 + groups; g++) {
-        const uint8_t *grp = (const uint8_t *)packed + (size_t)g * group_bytes;
-        float *yg = y + (size_t)g * QPACK_ROWS;
-        const int lanes = out - g * QPACK_ROWS;
-        int n0 = 0;
-        for (; n0 + 4 <= N; n0 += 4) {
-            packed_tile(fmt, yg, ldy, grp, 0, 1, x, n0, 4, lanes);
-            if (lanes > 8) packed_tile(fmt, yg, ldy, grp, 1, 2, x, n0, 4, lanes);
-        }
-        for (; n0 < N; n0++) packed_tile(fmt, yg, ldy, grp, 0, 2, x, n0, 1, lanes);
-    }
-}
-
-static void packed_dot_avx2(float *y, size_t ldy, qformat fmt, const void *packed, int g0, int groups, int out,
-                            const qact *x, int N) {
-    if (fmt == QFMT_Q8_0) packed_groups(QFMT_Q8_0, y, ldy, packed, g0, groups, out, x, N);
-    else packed_groups(QFMT_Q4_0, y, ldy, packed, g0, groups, out, x, N);
-}
-
 const qkernels qkernels_avx2 = {q8_0_dot_avx2,        q4_0_dot_avx2,        quantize_act_avx2, q8_0_matvec_avx2,
                                 q4_0_matvec_avx2,     i8_gemm_avx2,         q8_0_dequantize_avx2,
                                 q4_0_dequantize_avx2, packed_dot_avx2,      1u << QFMT_Q4_0, "avx2"};
+/* AVX2 with AVX-VNNI (Intel since Alder Lake, AMD since Zen 5): the packed product with vpdpbusd
+ * (qkernels_avxvnni.c), both formats packed; the rest as plain AVX2. */
+const qkernels qkernels_avx2_vnni = {q8_0_dot_avx2,        q4_0_dot_avx2,       quantize_act_avx2,
+                                     q8_0_matvec_avx2,     q4_0_matvec_avx2,    i8_gemm_avx2,
+                                     q8_0_dequantize_avx2, q4_0_dequantize_avx2, qpacked_dot_avxvnni,
+                                     (1u << QFMT_Q8_0) | (1u << QFMT_Q4_0), "avx2-vnni"};

@@ -16,9 +16,10 @@
  * Q8_0 and Q4_0 layers multiply in one of two ways (qlinear.act):
  *   QACT_INT8   each row of x is rounded once to 8-bit blocks of its own (qact: a float scale per
  *               32 values, as ggml's Q8_0 but with the scale kept in float) and every block pair
- *               is an integer dot product (VNNI, AVX-512 BW, AVX2 maddubs, or C); the scales are
- *               applied once per block. Where the kernels gain by it (VNNI: Q8_0 and Q4_0;
- *               AVX2: Q4_0) the layer is repacked 16 rows at a time (qlinear_pack, qpack.c) so
+ *               is an integer dot product (VNNI, AVX-VNNI, AVX-512 BW, AVX2 maddubs, or C); the
+ *               scales are applied once per block. Where the kernels gain by it (VNNI and
+ *               AVX-VNNI: Q8_0 and Q4_0; AVX2: Q4_0, and Q8_0 on Intel CPUs:
+ *               qkernels_packed_formats) the layer is repacked 16 rows at a time (qlinear_pack, qpack.c) so
  *               that one product covers 16 (AVX2: 8) outputs. The default: decoding reads the
  *               weights once and converts nothing to float, so it runs at the speed of memory.
  *   QACT_FLOAT  x stays float and the weights are widened to float (w8a16): more exact (no
@@ -170,12 +171,16 @@ unsigned qkernels_packed_formats(const qkernels *k);
 
 /* AVX-512 comes in two sets: with VNNI (vpdpbusd) and without (vpmaddubsw, Skylake-X); both run
  * on a VNNI CPU, so the tests hold each to the reference there. */
-extern const qkernels qkernels_portable, qkernels_avx2, qkernels_avx512, qkernels_avx512_vnni;
+extern const qkernels qkernels_portable, qkernels_avx2, qkernels_avx2_vnni, qkernels_avx512, qkernels_avx512_vnni;
+/* The AVX-VNNI packed product (qkernels_avxvnni.c), qkernels_avx2_vnni's packed_dot. */
+void qpacked_dot_avxvnni(float *y, size_t ldy, qformat fmt, const void *packed, int g0, int groups, int out,
+                         const qact *x, int N);
 /* The set for a path (NULL when the CPU cannot run it; AVX-512: with VNNI when the CPU has it),
  * and the one dt_isa_active() picks. */
 const qkernels *qkernels_for(dt_isa isa);
 const qkernels *qkernels_active(void);
-/* Every set this CPU runs (portable first), for the tests; returns how many (≤ 4). */
+/* Every set this CPU runs (portable first), for the tests; returns how many (≤ QKERNELS_MAX_SETS). */
+#define QKERNELS_MAX_SETS 5
 int qkernels_all(const qkernels **sets);
 
 /* Plain definitions in double precision, for the tests. */
