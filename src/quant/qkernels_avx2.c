@@ -450,9 +450,9 @@ static inline __attribute__((always_inline)) __m256i packed_block_sum(qformat fm
 const qkernels qkernels_avx2 = {q8_0_dot_avx2,        q4_0_dot_avx2,        quantize_act_avx2, q8_0_matvec_avx2,
                                 q4_0_matvec_avx2,     i8_gemm_avx2,         q8_0_dequantize_avx2,
                                 q4_0_dequantize_avx2, packed_dot_avx2,      1u << QFMT_Q4_0, "avx2"};
-/* AVX2 with AVX-VNNI (Intel since Alder Lake, AMD since Zen 5): the packed product with vpdpbusd
- * (qkernels_avxvnni.c), both formats packed; the rest as plain AVX2. */
+/* AVX2 with AVX-VNNI (Intel since Alder Lake, AMD since Zen 5): the packed product and w8a8's with
+ * vpdpbusd (qkernels_avxvnni.c), both formats packed; the rest as plain AVX2. */
 const qkernels qkernels_avx2_vnni = {q8_0_dot_avx2,        q4_0_dot_avx2,       quantize_act_avx2,
-                                     q8_0_matvec_avx2,     q4_0_matvec_avx2,    i8_gemm_avx2,
+                                     q8_0_matvec_avx2,     q4_0_matvec_avx2,    i8_gemm_avxvnni,
                                      q8_0_dequantize_avx2, q4_0_dequantize_avx2, qpacked_dot_avxvnni,
                                      (1u << QFMT_Q8_0) | (1u << QFMT_Q4_0), "avx2-vnni"};

@@ -172,9 +172,11 @@ unsigned qkernels_packed_formats(const qkernels *k);
 /* AVX-512 comes in two sets: with VNNI (vpdpbusd) and without (vpmaddubsw, Skylake-X); both run
  * on a VNNI CPU, so the tests hold each to the reference there. */
 extern const qkernels qkernels_portable, qkernels_avx2, qkernels_avx2_vnni, qkernels_avx512, qkernels_avx512_vnni;
-/* The AVX-VNNI packed product (qkernels_avxvnni.c), qkernels_avx2_vnni's packed_dot. */
+/* The AVX-VNNI products (qkernels_avxvnni.c), qkernels_avx2_vnni's packed_dot and i8_gemm. */
 void qpacked_dot_avxvnni(float *y, size_t ldy, qformat fmt, const void *packed, int g0, int groups, int out,
                          const qact *x, int N);
+void i8_gemm_avxvnni(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws,
+                     const int32_t *rs, int out, int in);
 /* The set for a path (NULL when the CPU cannot run it; AVX-512: with VNNI when the CPU has it),
  * and the one dt_isa_active() picks. */
 const qkernels *qkernels_for(dt_isa isa);
