@@ -30,7 +30,8 @@ the time to the first token of a fresh process). difftrans runs without OPENBLAS
 --keep-openblas-core; the header line names the core it used. --avx2 puts both engines on their
 AVX2 code (difftrans DT_ISA=avx2 with OpenBLAS's Haswell kernels, llama.cpp's haswell variant alone
 in a directory of its own, or its alderlake one where the CPU has AVX-VNNI, which difftrans's AVX2
-path then uses too): on an AVX-512 CPU, a stand-in for an AVX2 CPU of the same cores.
+path then uses too; --no-avx-vnni keeps both off it): on an AVX-512 CPU, a stand-in for an AVX2 CPU
+of the same cores.
 
 llama.cpp comes from npm (tests/llama_cpp/fetch.sh: the prebuilt CPU libraries of
 @node-llama-cpp/linux-x64, the CPU variant picked at run time, and the harness llama_ref compiled
@@ -194,14 +195,17 @@ def make_model(dt, work, cfg, tag, schemes):
 # products off OpenBLAS's AVX-512 kernels where llama.cpp picks its own best CPU variant; unless
 # --keep-openblas-core, difftrans runs with OpenBLAS's own choice of core, as llama.cpp does
 KEEP_OPENBLAS_CORE = False
-# --avx2: difftrans on its AVX2 kernels and OpenBLAS's Haswell ones
+# --avx2: difftrans on its AVX2 kernels and OpenBLAS's Haswell ones (--no-avx-vnni: without AVX-VNNI)
 AVX2 = False
+NO_AVX_VNNI = False
 
 
 def dt_env(threads):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if AVX2:
         env.update(DT_ISA="avx2", OPENBLAS_CORETYPE="Haswell")
+        if NO_AVX_VNNI:
+            env["DT_AVXVNNI"] = "0"
     elif not KEEP_OPENBLAS_CORE:
         env.pop("OPENBLAS_CORETYPE", None)
     return env
@@ -275,11 +279,15 @@ def main():
                     help="both engines on their AVX2 code on a CPU that has more (a stand-in for an AVX2-only CPU "
                          "of the same cores): difftrans with DT_ISA=avx2 and OPENBLAS_CORETYPE=Haswell, llama.cpp "
                          "with its haswell CPU variant only (alderlake where the CPU has AVX-VNNI)")
+    ap.add_argument("--no-avx-vnni", action="store_true",
+                    help="with --avx2 on a CPU with AVX-VNNI: neither engine uses it (difftrans DT_AVXVNNI=0, "
+                         "llama.cpp's haswell variant), a stand-in for an AVX2 CPU without it (Zen 3)")
     ap.add_argument("--json", help="write the results here")
     o = ap.parse_args()
-    global KEEP_OPENBLAS_CORE, AVX2
+    global KEEP_OPENBLAS_CORE, AVX2, NO_AVX_VNNI
     KEEP_OPENBLAS_CORE = o.keep_openblas_core
     AVX2 = o.avx2
+    NO_AVX_VNNI = o.no_avx_vnni
     dt = os.path.abspath(o.difftrans)
     work = os.path.abspath(o.work)
     os.makedirs(work, exist_ok=True)
@@ -295,7 +303,7 @@ def main():
     if o.avx2:  # llama_ref loads its CPU variants from LLAMA_REF_BACKENDS
         # difftrans's AVX2 path multiplies with AVX-VNNI where the CPU has it, as llama.cpp's
         # alderlake variant does (haswell: AVX2 alone)
-        avx_vnni = "avx_vnni" in open("/proc/cpuinfo").read().split()
+        avx_vnni = "avx_vnni" in open("/proc/cpuinfo").read().split() and not o.no_avx_vnni
         os.environ["LLAMA_REF_BACKENDS"] = only_variant(modules, work, "alderlake" if avx_vnni else "haswell")
     info = run([lr, "info"]).stdout
     variant = re.search(r"registered CPU backend: (\S+)", info).group(1)
@@ -382,7 +390,7 @@ def main():
     if o.json:
         with open(o.json, "w") as f:
             json.dump({"cpu": cpu, "date": datetime.date.today().isoformat(), "model": tag, "config": cfg,
-                       "threads": o.threads, "reps": o.reps, "avx2": o.avx2, "llama_cpp": {"commit": commit, "cpu_variant": variant,
+                       "threads": o.threads, "reps": o.reps, "avx2": o.avx2, "no_avx_vnni": o.no_avx_vnni, "llama_cpp": {"commit": commit, "cpu_variant": variant,
                                                                           "settings": SETTINGS},
                        "decode_at": o.decode_at, "decode_tokens": o.decode, "quantises": quantises,
                        "agreement": agree, "runs": res, "medians": med, "spreads": spreads}, f, indent=1)

@@ -4,7 +4,8 @@
  * named *_avx2.c / *_avx512.c (compiled with those instruction sets, see CMakeLists.txt) and are
  * only called after dt_isa_active() says the CPU has them. DT_ISA=portable|avx2|avx512 in the
  * environment forces a path (for tests and for comparing paths); forcing a path the CPU lacks is
- * refused by dt_isa_check, never silently run. */
+ * refused by dt_isa_check, never silently run. DT_AVXVNNI=0 hides AVX-VNNI, so that the avx2 path
+ * runs as on an AVX2 CPU without it. */
 #ifndef DT_CPU_H
 #define DT_CPU_H
 
