@@ -161,6 +161,10 @@ fi
 OPENBLAS_CORETYPE=Prescott DT_BLAS_CORE_CHOSEN=Prescott "$DT" info --system >"$S/sys.txt" 2>&1
 grep -q "^matrix products: OpenBLAS, core Prescott (chosen by difftrans" "$S/sys.txt" ||
     fail "the CLI's choice of core not reported as its own: $(cat "$S/sys.txt")"
+# DT_AVXVNNI=0 hides AVX-VNNI (the avx2 path as on a CPU without it), whatever the CPU has
+DT_AVXVNNI=0 "$DT" info --system >"$S/sys.txt" 2>&1
+grep -Eq '^features: avx2 (yes|no), fma (yes|no), avxvnni no,' "$S/sys.txt" ||
+    fail "DT_AVXVNNI=0 did not hide AVX-VNNI: $(cat "$S/sys.txt")"
 DT_ISA=sse9 timeout 30 "$DT" bench --json-only >"$S/bad.out" 2>"$S/bad.err"
 rc=$?
 if [ $rc -eq 0 ] || [ $rc -gt 127 ] || ! grep -q 'DT_ISA=sse9' "$S/bad.err"; then
