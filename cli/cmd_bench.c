@@ -61,7 +61,9 @@ static void help(void) {
            "  --profile         also break a training step down: matrix products by layer and kind, attention\n"
            "                    forward / backward (with the time threads waited in them), norms, RoPE, SwiGLU,\n"
            "                    LM head + loss, optimizer, and the start/stop cost of the parallel regions\n"
-           "                    (a table, and \"profile\" in the JSON line)\n"
+           "                    (a table, and \"profile\" in the JSON line); and a decode step: its products\n"
+           "                    by kind with the rate each streams its weights at, the attention over the\n"
+           "                    cache, the rest (a table, and \"decode_profile\" in the JSON line)\n"
            "  --quant LIST      also measure quantised copies of each model: f32,q8_0,q4_0,w8a8 (prefill and\n"
            "                    decode only; weight bytes per token from the quantised layers) [f32]\n"
            "  --quant-lm-head   quantise the LM head too (as `quantize --lm-head`)\n\n"
@@ -237,6 +239,59 @@ static void print_profile_json(const dt_config *c, const dt_bench_result *r) {
     printf(",\"parallel_regions\":%.6g,\"region_us\":%.6g}", p->regions / n, r->region_us);
 }
 
+/* ---- the decode step's profile (--profile with decoding) */
+
+static const char *const decode_part_names[DT_BENCH_DEC_PARTS] = {
+    [DT_BENCH_DEC_QKV] = "q/k/v products",         [DT_BENCH_DEC_O] = "o products",
+    [DT_BENCH_DEC_GATE_UP] = "gate/up products",   [DT_BENCH_DEC_DOWN] = "down products",
+    [DT_BENCH_DEC_LM_HEAD] = "LM head product",    [DT_BENCH_DEC_ATTN] = "attention over the cache",
+    [DT_BENCH_DEC_OTHER] = "the rest (norms, RoPE, SwiGLU, adds)",
+};
+static const char *const decode_part_keys[DT_BENCH_DEC_PARTS] = {
+    [DT_BENCH_DEC_QKV] = "qkv",   [DT_BENCH_DEC_O] = "o",         [DT_BENCH_DEC_GATE_UP] = "gate_up",
+    [DT_BENCH_DEC_DOWN] = "down", [DT_BENCH_DEC_LM_HEAD] = "lm_head", [DT_BENCH_DEC_ATTN] = "attention",
+    [DT_BENCH_DEC_OTHER] = "other",
+};
+
+/* ms per step and share of each part; the products' rate of weight bytes and its fraction of the
+ * read bandwidth measured around the model (bound_gbs), which says whether a product or what lies
+ * between them falls short */
+static void print_decode_profile(const dt_bench_result *r, double bound_gbs) {
+    const dt_bench_decode_profile *p = &r->decode_prof;
+    const double n = r->decode_prof_steps, step = r->decode_prof_total_s / n;
+    printf("  decode step profile: mean of %d timed steps, %.3f ms per step\n", r->decode_prof_steps, 1e3 * step);
+    double accounted = 0, mm_s = 0, mm_bytes = 0;
+    for (int part = 0; part < DT_BENCH_DEC_PARTS; part++) {
+        const double t = p->part[part] / n;
+        accounted += t;
+        printf("    %-38s %8.3f ms %6.1f%%", decode_part_names[part], 1e3 * t, 100 * t / step);
+        if (p->bytes[part] > 0 && t > 0) {
+            mm_s += t, mm_bytes += p->bytes[part];
+            const double gbs = p->bytes[part] / t / 1e9;
+            printf("  %7.2f GB/s", gbs);
+            if (isfinite(bound_gbs)) printf(" (%.0f%% of the bound)", 100 * gbs / bound_gbs);
+        }
+        printf("\n");
+    }
+    printf("    %-38s %8.3f ms %6.1f%%\n", "between the parts", 1e3 * (step - accounted), 100 * (step - accounted) / step);
+    if (mm_s > 0)
+        printf("    all products: %.2f GB/s of weights%s", mm_bytes / mm_s / 1e9, isfinite(bound_gbs) ? "" : "\n");
+    if (mm_s > 0 && isfinite(bound_gbs))
+        printf(" (%.0f%% of the bound %.2f GB/s); the step %.0f%% of its time in them\n", 100 * mm_bytes / mm_s / 1e9 / bound_gbs,
+               bound_gbs, 100 * mm_s / step);
+}
+
+static void print_decode_profile_json(const dt_bench_result *r) {
+    const dt_bench_decode_profile *p = &r->decode_prof;
+    const double n = r->decode_prof_steps;
+    printf(",\"decode_profile\":{\"step_ms\":%.6g", 1e3 * r->decode_prof_total_s / n);
+    for (int part = 0; part < DT_BENCH_DEC_PARTS; part++) {
+        printf(",\"%s_ms\":%.6g", decode_part_keys[part], 1e3 * p->part[part] / n);
+        if (p->bytes[part] > 0) printf(",\"%s_bytes\":%.6g", decode_part_keys[part], p->bytes[part]);
+    }
+    printf("}");
+}
+
 static int run_model(void *arg, void *out, dt_error *err) {
     const model_job *j = arg;
     return dt_bench_model(j->cfg, j->opt, out, err);
@@ -295,6 +350,7 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
         json_str("quant_kernels", dt_quant_kernel_path());
     }
     if (o->profile && r->prof_steps > 0) print_profile_json(c, r);
+    if (o->profile && r->decode_prof_steps > 0) print_decode_profile_json(r);
     printf("}\n");
 }
 
@@ -421,7 +477,8 @@ int cmd_bench(int argc, char **argv) {
         if (bad) return 1;
     }
     if (optind < argc) return cli_error(CMD, "unexpected argument '%s' (see difftrans bench --help)", argv[optind]);
-    if (o.profile && !o.train) return cli_error(CMD, "--profile breaks down training steps: it needs training on");
+    if (o.profile && !o.train && !o.decode)
+        return cli_error(CMD, "--profile breaks down training and decode steps: it needs one of them on");
     if (!o.train && !o.prefill && !o.decode)
         return cli_error(CMD, "--no-train, --no-prefill and --no-decode leave nothing to measure");
 
@@ -489,6 +546,7 @@ int cmd_bench(int argc, char **argv) {
         const double bound_fraction = decode_gbs / bw.bound_gbs; /* = tokens/s ÷ (bandwidth ÷ bytes per token) */
         if (!json_only) print_table(c, &o, n_threads, &r, &p, &bw, peak_fraction, decode_gbs, bound_fraction);
         if (!json_only && o.profile && r.prof_steps > 0) print_profile(c, &o, &r, p.sgemm_gflops);
+        if (!json_only && o.profile && r.decode_prof_steps > 0) print_decode_profile(&r, bw.bound_gbs);
         print_json(c, &o, n_threads, &r, &p, &bw, peak_fraction, decode_gbs, bound_fraction);
         fflush(stdout);
     }

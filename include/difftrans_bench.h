@@ -59,13 +59,35 @@ typedef struct {
     double regions;                                    /* parallel regions started */
 } dt_bench_profile;
 
+/* Where the time of a decode step goes (dt_bench_options.profile, decoding), seconds summed over
+ * the timed steps: the products by kind over all layers (q/k/v, o, gate/up, down) and the LM head,
+ * each with the weight bytes one step reads in it (so the rate it streams them at), the attention
+ * over the cache, and the rest (embedding, norms, RoPE, residual adds, SwiGLU, the cache's
+ * conversion, DIFF V2's λ and combination). */
+typedef enum {
+    DT_BENCH_DEC_QKV,
+    DT_BENCH_DEC_O,
+    DT_BENCH_DEC_GATE_UP,
+    DT_BENCH_DEC_DOWN,
+    DT_BENCH_DEC_LM_HEAD,
+    DT_BENCH_DEC_ATTN,
+    DT_BENCH_DEC_OTHER,
+    DT_BENCH_DEC_PARTS
+} dt_bench_decode_part;
+
+typedef struct {
+    double part[DT_BENCH_DEC_PARTS];  /* seconds */
+    double bytes[DT_BENCH_DEC_PARTS]; /* weight bytes one step reads in the part (products; 0 otherwise) */
+} dt_bench_decode_profile;
+
 /* What dt_bench_model measures. */
 typedef struct {
     int batch, seq;              /* B, T of the training and prefill batches */
     int steps;                   /* timed training steps and prefill forwards (after 1 warm-up each) */
     int decode_tokens;           /* timed decode steps (one stream, after the 1-token prompt) */
     int train, prefill, decode;  /* which measurements to run */
-    int profile;                 /* train: also where the time of a step goes (dt_bench_result.prof) */
+    int profile;                 /* also where the time of a step goes: training (dt_bench_result.prof)
+                                    and decoding (dt_bench_result.decode_prof) */
     uint64_t seed;               /* initialisation and token seed */
     /* > DT_QUANT_NONE: quantise the random model with this scheme before measuring (training is
      * then not measured); w8a8 calibrates static scales on a few windows of random tokens. */
@@ -93,6 +115,11 @@ typedef struct {
     dt_bench_profile prof;
     int prof_steps, prof_threads;
     double prof_total_s, region_us;
+    /* with dt_bench_options.profile and decoding: the timed decode steps' profile (sums over
+     * decode_prof_steps steps) and their total time (s) */
+    dt_bench_decode_profile decode_prof;
+    int decode_prof_steps;
+    double decode_prof_total_s;
 } dt_bench_result;
 
 /* The sizes of the model dt_bench_config builds [defaults of dt_bench_sizes_default]. */

@@ -99,6 +99,28 @@ fi
 "$DT" bench --quant q3 >/dev/null 2>"$S/bad.err" && fail "bench --quant q3 accepted"
 grep -q "unknown quantisation scheme 'q3'" "$S/bad.err" || fail "bench --quant q3: $(cat "$S/bad.err")"
 
+# ---- the decode step's profile, on its own (no training) and for a quantised copy
+if timeout 60 "$DT" bench --arch diff --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 1 --seq 16 \
+    --steps 1 --decode-tokens 4 --threads 2 --no-train --no-prefill --quant f32,q8_0 --profile >"$S/p.txt" 2>"$S/perr.txt"; then
+    grep '^{' "$S/p.txt" >"$S/pjson.txt"
+    "$PY" - "$S/pjson.txt" <<'EOF' || fail "bench --profile decode JSON (stdout in $S/p.txt)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["quant"] for r in rows] == ["f32", "q8_0"], rows
+for r in rows:
+    p = r["decode_profile"]
+    parts = ["qkv", "o", "gate_up", "down", "lm_head", "attention", "other"]
+    assert all(p[k + "_ms"] >= 0 for k in parts), p
+    assert sum(p[k + "_ms"] for k in parts) <= p["step_ms"] * 1.0001, p
+    assert all(p[k + "_bytes"] > 0 for k in parts[:5]) and "attention_bytes" not in p, p
+    assert "profile" not in r  # no training step to break down
+assert rows[1]["decode_profile"]["gate_up_bytes"] < rows[0]["decode_profile"]["gate_up_bytes"]
+EOF
+    grep -q '^  decode step profile: mean of 4 timed steps' "$S/p.txt" || fail "bench --profile prints no decode table"
+else
+    fail "bench --no-train --profile exited with status $?: $(tail -3 "$S/perr.txt")"
+fi
+
 # ---- --help
 if "$DT" bench --help >"$S/help.txt" 2>&1; then
     for flag in --arch --d-model --kv-heads --decode-tokens --no-train --json-only; do
@@ -122,6 +144,7 @@ expect_error() { # FLAG_REGEX ARGS...
         fail "bench $*: printed results despite the error"
     fi
 }
+expect_error '--profile' --profile --no-train --no-decode
 expect_error '--d-model' --d-model abc
 expect_error '--seq' --seq 0
 expect_error '--steps' --steps 5x

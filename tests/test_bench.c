@@ -190,9 +190,51 @@ static void test_bandwidth_bounds_decoding(void **state) {
     }
 }
 
+/* The decode profile (bench --profile): only the timed steps, every part a share of them that
+ * adds up to at most their time and, the step being little but its parts, to most of it; the
+ * products' weight bytes are the layers' (float or quantised), the other parts have none. */
+static void test_decode_profile(void **state) {
+    (void)state;
+    dt_bench_sizes s;
+    dt_bench_sizes_default(&s);
+    s.hidden_size = 128;
+    s.num_attention_heads = 4;
+    s.intermediate_size = 352;
+    s.vocab_size = 512;
+    s.num_hidden_layers = 2;
+    dt_bench_options o;
+    dt_bench_defaults(&o);
+    o.train = o.prefill = 0;
+    o.decode_tokens = 12;
+    o.profile = 1;
+    const dt_arch archs[] = {DT_ARCH_LLAMA, DT_ARCH_DIFF};
+    for (int a = 0; a < 2; a++)
+        for (int quant = 0; quant < 2; quant++) {
+            dt_config c;
+            dt_error err;
+            o.quant = quant ? DT_QUANT_Q8_0 : DT_QUANT_NONE;
+            assert_int_equal(dt_bench_config(archs[a], &s, &o, &c, &err), 0);
+            dt_bench_result r;
+            if (dt_bench_model(&c, &o, &r, &err) != 0) fail_msg("%s", err.msg);
+            assert_int_equal(r.decode_prof_steps, o.decode_tokens);
+            double parts = 0, bytes = 0;
+            for (int p = 0; p < DT_BENCH_DEC_PARTS; p++) {
+                assert_true(r.decode_prof.part[p] >= 0 && isfinite(r.decode_prof.part[p]));
+                parts += r.decode_prof.part[p];
+                const int product = p <= DT_BENCH_DEC_LM_HEAD;
+                assert_true(product ? r.decode_prof.bytes[p] > 0 : r.decode_prof.bytes[p] == 0);
+                bytes += r.decode_prof.bytes[p];
+            }
+            assert_true(parts <= r.decode_prof_total_s && parts >= 0.5 * r.decode_prof_total_s);
+            /* the products read all but the norms' (and DIFF's λ) weights and one embedding row */
+            assert_true(bytes <= r.decode_weight_bytes_per_token && bytes >= 0.9 * r.decode_weight_bytes_per_token);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bandwidth_bounds_decoding),
+        cmocka_unit_test(test_decode_profile),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_config_from_sizes),
         cmocka_unit_test(test_context_length),

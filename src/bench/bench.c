@@ -20,6 +20,7 @@
 #include "base/base.h"
 #include "layers/kernels.h"
 #include "layers/layers.h"
+#include "model/model_quant.h"
 #include "model/profile.h"
 #include "train/step.h"
 
@@ -246,6 +247,31 @@ static int measure_prefill(bench_state *s, const dt_bench_options *o, dt_bench_r
  * took 7.0-8.8 ms, from about the eighth 4.0-5.5), which 32 timed tokens would largely measure. */
 #define DECODE_WARMUP 8
 
+/* The weight bytes one decode step reads in each product kind of the decode profile. */
+static void decode_profile_bytes(const dt_model *m, double *bytes) {
+    static const int kind_of[LIN_PER_LAYER] = {DT_BENCH_DEC_QKV, DT_BENCH_DEC_QKV, DT_BENCH_DEC_QKV, DT_BENCH_DEC_O,
+                                               DT_BENCH_DEC_GATE_UP, DT_BENCH_DEC_GATE_UP, DT_BENCH_DEC_DOWN};
+    const int L = m->cfg.num_hidden_layers;
+    for (int l = 0; l <= L; l++)
+        for (int which = 0; which < (l == L ? 1 : LIN_PER_LAYER); which++) {
+            const qlinear *q = model_qlinear(m, l, which);
+            int out, in;
+            model_linear_shape(m, l, which, &out, &in);
+            bytes[l == L ? DT_BENCH_DEC_LM_HEAD : kind_of[which]] +=
+                (double)(q ? qlinear_weight_bytes(q) : (size_t)out * in * sizeof(float));
+        }
+}
+
+/* The internal decode profile (model/profile.h) in the public layout. */
+static void decode_profile_copy(const dt_decode_profile *p, dt_bench_decode_profile *out) {
+    static const int to[DPROF_PARTS] = {[DPROF_QKV] = DT_BENCH_DEC_QKV,         [DPROF_O] = DT_BENCH_DEC_O,
+                                        [DPROF_GATE_UP] = DT_BENCH_DEC_GATE_UP, [DPROF_DOWN] = DT_BENCH_DEC_DOWN,
+                                        [DPROF_LM_HEAD] = DT_BENCH_DEC_LM_HEAD, [DPROF_ATTN] = DT_BENCH_DEC_ATTN,
+                                        [DPROF_OTHER] = DT_BENCH_DEC_OTHER};
+    _Static_assert((int)DPROF_PARTS == (int)DT_BENCH_DEC_PARTS, "every part of the decode profile has its public name");
+    for (int i = 0; i < DPROF_PARTS; i++) out->part[to[i]] = p->part[i];
+}
+
 /* One stream: the 1-token prompt at position 0, min(DECODE_WARMUP, decode_tokens) greedy steps
  * at positions 1.., then, from the prompt's token again, o->decode_tokens timed greedy steps at
  * positions 1..decode_tokens, each feeding the argmax of the previous logits: the same tokens and
@@ -265,6 +291,7 @@ static int measure_decode(bench_state *s, const dt_bench_options *o, dt_bench_re
         token = argmax(s->logits, V);
     }
     token = first;
+    if (o->profile && kvcache_profile_enable(s->kv, err) != 0) return -1; /* the warm-up is not profiled */
     double t0 = monotonic_seconds();
     for (int pos = 1; pos <= N; pos++) {
         if (dt_decode_step(m, s->kv, token, pos, s->logits, err) != 0) return -1;
@@ -273,6 +300,12 @@ static int measure_decode(bench_state *s, const dt_bench_options *o, dt_bench_re
     double t = monotonic_seconds() - t0;
     progress(o, "decode", N, N);
     r->decode_tokens_per_s = (double)N / t;
+    if (o->profile) {
+        decode_profile_copy(kvcache_profile(s->kv), &r->decode_prof);
+        decode_profile_bytes(m, r->decode_prof.bytes);
+        r->decode_prof_steps = N;
+        r->decode_prof_total_s = t;
+    }
     return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "layers/kernels.h"
 #include "layers/layers.h"
 #include "model/model_quant.h"
+#include "model/profile.h"
 
 struct dt_kvcache {
     int max_tokens;
@@ -33,7 +34,17 @@ struct dt_kvcache {
     void *qscratch;              /* quantised linear layers' scratch for one row */
     float *vlam;                 /* DIFF V2: [H/2] this position's λ */
     float *slopes;               /* ALiBi: [H] slope of every query head */
+    dt_decode_profile *prof;     /* bench --profile: where a step's time goes (NULL: off) */
 };
+
+int kvcache_profile_enable(dt_kvcache *kc, dt_error *err) {
+    if (!kc->prof && !(kc->prof = malloc(sizeof *kc->prof)))
+        return dt_fail_oom(err, "out of memory for a decode profile");
+    *kc->prof = (dt_decode_profile){{0}};
+    return 0;
+}
+
+dt_decode_profile *kvcache_profile(dt_kvcache *kc) { return kc->prof; }
 
 dt_kvcache *dt_kvcache_create(const dt_model *m, int max_tokens, dt_error *err) {
     return dt_kvcache_create_with(m, max_tokens, DT_KV_F32, err);
@@ -141,6 +152,7 @@ void dt_kvcache_free(dt_kvcache *kc) {
     free(kc->tmp);
     free(kc->vlam);
     free(kc->slopes);
+    free(kc->prof);
     free(kc);
 }
 
@@ -366,6 +378,8 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
     if (pos < 0 || pos >= kc->max_tokens)
         return dt_fail(err, "position %d is past the end of the context (%d tokens)", pos, kc->max_tokens);
 
+    dt_decode_profile *prof = kc->prof;
+    double t = prof ? monotonic_seconds() : 0.0;
     memcpy(kc->x, m->w.embed_tokens + (size_t)token * C, (size_t)C * sizeof(float));
     for (int l = 0; l < c->num_hidden_layers; l++) {
         const dt_layer_weights *w = &m->w.layers[l];
@@ -377,6 +391,7 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
         float *vslot = kc->k ? kc->v + ((size_t)l * kc->max_tokens + pos) * kvdim : kc->knew + kvdim;
         float rstd;
         rmsnorm_forward(kc->xn, &rstd, kc->x, w->input_layernorm, 1, C, c->rms_norm_eps);
+        decode_lap(prof, DPROF_OTHER, &t);
         /* q_proj, k_proj, v_proj (and gate_proj, up_proj) lie back to back in the parameter buffer
          * (model.c's layout): one matrix-vector product streams all three */
         if (fused_qkv) {
@@ -387,33 +402,44 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
             model_linear_shared(m, l, (const int[]){LIN_Q, LIN_K, LIN_V}, (float *const[]){kc->q, kslot, vslot}, 3,
                                 kc->xn, 1, kc->qscratch);
         }
+        decode_lap(prof, DPROF_QKV, &t);
         if (c->position == DT_POS_ROPE) {
             rope_apply(kc->q, 1, 1, c->num_attention_heads, hd, pos, m->rope_inv_freq, +1);
             rope_apply(kslot, 1, 1, c->num_key_value_heads, hd, pos, m->rope_inv_freq, +1);
         }
         if (!kc->k) store_kv(kc, l, pos, kvdim, c->num_key_value_heads);
+        decode_lap(prof, DPROF_OTHER, &t);
         decode_attention(m, kc, l, pos + 1);
+        decode_lap(prof, DPROF_ATTN, &t);
         if (v2) {
             if (w->lambda_proj) linear_forward(kc->vlam, kc->xn, w->lambda_proj, 1, C, c->num_attention_heads / 2);
             diffv2_combine_forward_with(kc->atty, kc->vlam, kc->vlam, kc->tmp, 1, c->num_attention_heads / 2, hd,
                                         (int)c->v2_pairs, (int)c->v2_lambda);
         }
+        decode_lap(prof, DPROF_OTHER, &t);
         model_linear(m, l, LIN_O, kc->tmp, kc->atty, 1, kc->qscratch);
+        decode_lap(prof, DPROF_O, &t);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
 
         rmsnorm_forward(kc->xn, &rstd, kc->x, w->post_attention_layernorm, 1, C, c->rms_norm_eps);
+        decode_lap(prof, DPROF_OTHER, &t);
         if (fused_gate_up) {
             linear_forward(kc->gate, kc->xn, w->gate_proj, 1, C, 2 * F);
         } else {
             model_linear_shared(m, l, (const int[]){LIN_GATE, LIN_UP}, (float *const[]){kc->gate, kc->up}, 2, kc->xn, 1,
                                 kc->qscratch);
         }
+        decode_lap(prof, DPROF_GATE_UP, &t);
         swiglu_forward(kc->gate, kc->gate, kc->up, 1, F);
+        decode_lap(prof, DPROF_OTHER, &t);
         model_linear(m, l, LIN_DOWN, kc->tmp, kc->gate, 1, kc->qscratch);
+        decode_lap(prof, DPROF_DOWN, &t);
         for (int i = 0; i < C; i++) kc->x[i] += kc->tmp[i];
     }
     float rstd;
     rmsnorm_forward(kc->xn, &rstd, kc->x, m->w.norm, 1, C, c->rms_norm_eps);
+    decode_lap(prof, DPROF_OTHER, &t);
     model_linear(m, c->num_hidden_layers, LIN_LM_HEAD, logits, kc->xn, 1, kc->qscratch);
+    decode_lap(prof, DPROF_LM_HEAD, &t);
     return 0;
 }

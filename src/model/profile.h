@@ -77,4 +77,37 @@ static inline void profile_lap_mm(dt_profile *p, int l, profile_mm_kind kind, in
     p->regions += regions;
     *t = now;
 }
+
+/* Where the time of a decode step goes (`difftrans bench --profile`, decoding): dt_decode_step adds
+ * into its cache's profile when kvcache_profile_enable gave it one, wall-clock seconds summed over
+ * the steps: the products by kind (q/k/v, o, gate/up, down over all layers; the LM head), the
+ * attention over the cache, and everything else (embedding, norms, RoPE, residual adds, SwiGLU,
+ * the cache's conversion, DIFF V2's λ and combination). */
+typedef enum {
+    DPROF_QKV,
+    DPROF_O,
+    DPROF_GATE_UP,
+    DPROF_DOWN,
+    DPROF_LM_HEAD,
+    DPROF_ATTN,
+    DPROF_OTHER,
+    DPROF_PARTS
+} decode_profile_part;
+
+typedef struct {
+    double part[DPROF_PARTS];
+} dt_decode_profile;
+
+/* Gives kc a zeroed profile (or zeroes the one it has); -1 when out of memory. */
+int kvcache_profile_enable(dt_kvcache *kc, dt_error *err);
+/* kc's profile, or NULL when profiling is off. */
+dt_decode_profile *kvcache_profile(dt_kvcache *kc);
+
+/* With a profile: adds the time since *t to part `part` and moves *t to now; without: nothing. */
+static inline void decode_lap(dt_decode_profile *p, decode_profile_part part, double *t) {
+    if (!p) return;
+    double now = monotonic_seconds();
+    p->part[part] += now - *t;
+    *t = now;
+}
 #endif
