@@ -12,13 +12,6 @@ static inline float hsum_ps(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-static inline int32_t hsum_epi32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* 8 int8 → 8 floats */
 static inline __m256 load8_i8(const int8_t *q) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
@@ -259,87 +252,16 @@ static void quantize_act_avx2(const qact *a, const float *x, int N, int in) {
     }
 }
 
-/* An MR × NR tile. maddubs multiplies unsigned by signed bytes into saturating int16 pairs: with
- * |x| as the unsigned side and w carrying x's sign, a pair is at most 2·127·127 = 32258, which
- * never saturates (x and w are clamped to ±127). */
-static inline __attribute__((always_inline)) void avx2_tile(float *y, const int8_t *xq, const float *xs,
-                                                            const int8_t *wq, const float *ws, int n0, int o0,
-                                                            int MR, int NR, int in, int out) {
-    __m256i acc[2][4];
-    const __m256i ones = _mm256_set1_epi16(1);
-#pragma GCC unroll 2
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) acc[i][r] = _mm256_setzero_si256();
-    const int full = in / 32 * 32;
-    for (int k = 0; k < full; k += 32) {
-        __m256i wv[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) wv[r] = _mm256_loadu_si256((const __m256i *)(wq + (size_t)(o0 + r) * in + k));
-#pragma GCC unroll 2
-        for (int i = 0; i < MR; i++) {
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + (size_t)(n0 + i) * in + k));
-            const __m256i ax = _mm256_abs_epi8(xv);
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wv[r], xv));
-                acc[i][r] = _mm256_add_epi32(acc[i][r], _mm256_madd_epi16(p16, ones));
-            }
-        }
-    }
-#pragma GCC unroll 2
-    for (int i = 0; i < MR; i++)
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            const int8_t *x = xq + (size_t)(n0 + i) * in, *w = wq + (size_t)(o0 + r) * in;
-            int32_t dot = hsum_epi32(acc[i][r]);
-            for (int k = full; k < in; k++) dot += (int32_t)x[k] * w[k];
-            y[(size_t)(n0 + i) * out + o0 + r] = (float)dot * xs[n0 + i] * ws[o0 + r];
-        }
-}
+/* w8a8: maddubs multiplies unsigned by signed bytes into saturating int16 pairs: with |x| as the
+ * unsigned side and w carrying x's sign, a pair is at most 2·127·127 = 32258, which never
+ * saturates (x and w are clamped to ±127); Σ x·w directly, so no offset. */
+#define I8_GEMM i8_gemm_avx2
+#define I8_X_OFFSET 0
+#include "quant/qi8_avx2_body.h"
 
-/* One row of x against one row of W for decoding: the row read front to back into 4 accumulators
- * in turn (as the float matrix-vector products; the 1 × 4 tile reads 4 rows interleaved). */
-static inline int32_t avx2_row(const int8_t *w, const int8_t *x, int in) {
-    const __m256i ones = _mm256_set1_epi16(1);
-    __m256i acc[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-    int k = 0;
-    for (; k + 128 <= in; k += 128) {
-        qweights_prefetch(w + k, 128);
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) {
-            const __m256i xv = _mm256_loadu_si256((const __m256i *)(x + k + 32 * u));
-            const __m256i wv = _mm256_loadu_si256((const __m256i *)(w + k + 32 * u));
-            const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(wv, xv));
-            acc[u] = _mm256_add_epi32(acc[u], _mm256_madd_epi16(p16, ones));
-        }
-    }
-    int32_t dot = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(acc[0], acc[1]), _mm256_add_epi32(acc[2], acc[3])));
-    for (; k < in; k++) dot += (int32_t)x[k] * w[k];
-    return dot;
-}
-
-static void i8_gemm_avx2(float *y, const int8_t *xq, const float *xs, int N, const int8_t *wq, const float *ws,
-                         const int32_t *rs, int out, int in) {
-    (void)rs;
-    if (N == 1) {
-#pragma omp parallel for schedule(static) if ((size_t)out * in > 262144)
-        for (int o = 0; o < out; o++) y[o] = (float)avx2_row(wq + (size_t)o * in, xq, in) * xs[0] * ws[o];
-        return;
-    }
-    const int oblocks = (out + 3) / 4;
-#pragma omp parallel for schedule(static) if ((size_t)N * out * in > 262144)
-    for (int ob = 0; ob < oblocks; ob++) {
-        const int o0 = 4 * ob;
-        if (o0 + 4 <= out) {
-            int n0 = 0;
-            for (; n0 + 2 <= N; n0 += 2) avx2_tile(y, xq, xs, wq, ws, n0, o0, 2, 4, in, out);
-            for (; n0 < N; n0++) avx2_tile(y, xq, xs, wq, ws, n0, o0, 1, 4, in, out);
-        } else {
-            for (int o = o0; o < out; o++)
-                for (int n0 = 0; n0 < N; n0++) avx2_tile(y, xq, xs, wq, ws, n0, o, 1, 1, in, out);
-        }
-    }
+static inline __attribute__((always_inline)) __m256i i8_pair(__m256i acc, __m256i xv, __m256i wv) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(xv), _mm256_sign_epi8(wv, xv));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
 /* Full blocks 8 lanes at a time, a short last block through the format's definition. */
@@ -416,13 +338,7 @@ static inline __attribute__((always_inline)) void packed_weights(qformat fmt, __
         for (int k = 0; k < 8; k++) w[k] = _mm256_xor_si256(_mm256_load_si256((const __m256i *)(v + 64 * k)), flip);
         return;
     }
-    const __m256i low = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        const __m256i z = _mm256_load_si256((const __m256i *)(v + 64 * k));
-        w[k] = _mm256_and_si256(z, low);
-        w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low);
-    }
+    q4_nibble_vectors(w, v);
 }
 
 /* The integer sum of one block of one row of x against the 8 unpacked weight vectors of a half. */

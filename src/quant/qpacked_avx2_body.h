@@ -25,6 +25,18 @@ static inline __m256i broadcast4(const int8_t *q) {
     return _mm256_castps_si256(v);
 }
 
+/* Q4_0's 4 stored vectors of a half split into its 8 nibble vectors: w[k] the low nibbles (elements
+ * 4k + i), w[k + 4] the high ones (16 + 4k + i), both kernels' Q4_0 weights. */
+static inline __attribute__((always_inline)) void q4_nibble_vectors(__m256i *w, const uint8_t *v) {
+    const __m256i low = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const __m256i z = _mm256_load_si256((const __m256i *)(v + 64 * k));
+        w[k] = _mm256_and_si256(z, low);
+        w[k + 4] = _mm256_and_si256(_mm256_srli_epi16(z, 4), low);
+    }
+}
+
 static inline __attribute__((always_inline)) void packed_weights(qformat fmt, __m256i *w, const uint8_t *v);
 static inline __attribute__((always_inline)) __m256i packed_block_sum(qformat fmt, const __m256i *w, const int8_t *q,
                                                                       int32_t xsum);
