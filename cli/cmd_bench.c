@@ -273,12 +273,13 @@ static void print_decode_profile(const dt_bench_result *r, double bound_gbs) {
         }
         printf("\n");
     }
-    printf("    %-38s %8.3f ms %6.1f%%\n", "between the parts", 1e3 * (step - accounted), 100 * (step - accounted) / step);
+    const double between = step - accounted;
+    printf("    %-38s %8.3f ms %6.1f%%\n", "between the parts", 1e3 * between, 100 * between / step);
     if (mm_s > 0)
         printf("    all products: %.2f GB/s of weights%s", mm_bytes / mm_s / 1e9, isfinite(bound_gbs) ? "" : "\n");
     if (mm_s > 0 && isfinite(bound_gbs))
-        printf(" (%.0f%% of the bound %.2f GB/s); the step %.0f%% of its time in them\n", 100 * mm_bytes / mm_s / 1e9 / bound_gbs,
-               bound_gbs, 100 * mm_s / step);
+        printf(" (%.0f%% of the bound %.2f GB/s); the step %.0f%% of its time in them\n",
+               100 * mm_bytes / mm_s / 1e9 / bound_gbs, bound_gbs, 100 * mm_s / step);
 }
 
 static void print_decode_profile_json(const dt_bench_result *r) {

@@ -14,7 +14,10 @@ set -- "${files[@]}"
 command -v objdump >/dev/null || { echo "check_baseline_isa: objdump not found (binutils)" >&2; exit 1; }
 report=$(objdump -d --no-show-raw-insn "$@" | awk '
     /^In archive / { next }
-    /file format/ { file = $1; sub(":$", "", file); skip = (file ~ /_avx2\.c\.o$/ || file ~ /_avxvnni\.c\.o$/ || file ~ /_avx512\.c\.o$/); next }
+    /file format/ {
+        file = $1; sub(":$", "", file)
+        skip = (file ~ /_avx2\.c\.o$/ || file ~ /_avxvnni\.c\.o$/ || file ~ /_avx512\.c\.o$/); next
+    }
     /^[0-9a-f]+ <.*>:$/ { fn = $2; next }
     skip { next }
     /^ *[0-9a-f]+:\t/ {

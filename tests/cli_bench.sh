@@ -101,7 +101,8 @@ grep -q "unknown quantisation scheme 'q3'" "$S/bad.err" || fail "bench --quant q
 
 # ---- the decode step's profile, on its own (no training) and for a quantised copy
 if timeout 60 "$DT" bench --arch diff --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 1 --seq 16 \
-    --steps 1 --decode-tokens 4 --threads 2 --no-train --no-prefill --quant f32,q8_0 --profile >"$S/p.txt" 2>"$S/perr.txt"; then
+    --steps 1 --decode-tokens 4 --threads 2 --no-train --no-prefill --quant f32,q8_0 --profile \
+    >"$S/p.txt" 2>"$S/perr.txt"; then
     grep '^{' "$S/p.txt" >"$S/pjson.txt"
     "$PY" - "$S/pjson.txt" <<'EOF' || fail "bench --profile decode JSON (stdout in $S/p.txt)"
 import json, sys

@@ -97,7 +97,8 @@ static inline __attribute__((always_inline)) void q8_pair_step(__m256 *acc, cons
         const __m256i x1 = two ? _mm256_loadu_si256((const __m256i *)(x->q + (xb + 1) * QK)) : _mm256_setzero_si256();
         const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(x0, w0)), ones);
         const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(x1, w1)), ones);
-        const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(p0, p1, 0x20), _mm256_permute2x128_si256(p0, p1, 0x31));
+        const __m256i s =
+            _mm256_add_epi32(_mm256_permute2x128_si256(p0, p1, 0x20), _mm256_permute2x128_si256(p0, p1, 0x31));
         const __m256 dx = _mm256_loadu_ps(x->de + ((size_t)(n0 + r) * pairs + b / 2) * 16 + 4);
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, dx), acc[r]);
     }
@@ -185,7 +186,7 @@ static inline __attribute__((always_inline)) void fmatvec(qformat fmt, float *y,
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         int b = 0;
         for (; b + 4 <= full; b += 4) {
-            qweights_prefetch(fmt == QFMT_Q8_0 ? (const void *)(w8 + b) : (const void *)(w4 + b), 4 * qblock_bytes(fmt));
+            qweights_prefetch((const char *)w + ((size_t)r * nb + b) * qblock_bytes(fmt), 4 * qblock_bytes(fmt));
 #pragma GCC unroll 4
             for (int u = 0; u < 4; u++) {
                 const __m256 dot = fmt == QFMT_Q8_0 ? fdot_q8(w8 + b + u, x + (b + u) * QK) : fdot_q4(w4 + b + u, x + (b + u) * QK);

@@ -19,8 +19,8 @@
  *               is an integer dot product (VNNI, AVX-VNNI, AVX-512 BW, AVX2 maddubs, or C); the
  *               scales are applied once per block. Where the kernels gain by it (VNNI and
  *               AVX-VNNI: Q8_0 and Q4_0; AVX2: Q4_0, and Q8_0 on Intel CPUs:
- *               qkernels_packed_formats) the layer is repacked 16 rows at a time (qlinear_pack, qpack.c) so
- *               that one product covers 16 (AVX2: 8) outputs. The default: decoding reads the
+ *               qkernels_packed_formats) the layer is repacked 16 rows at a time (qlinear_pack,
+ *               qpack.c) so that one product covers 16 (AVX2: 8) outputs. The default: decoding reads the
  *               weights once and converts nothing to float, so it runs at the speed of memory.
  *   QACT_FLOAT  x stays float and the weights are widened to float (w8a16): more exact (no
  *               rounding of the activations, an error of at most half a step per activation
