@@ -78,6 +78,11 @@ int cli_parse_kv_cache(const char *cmd, const char *s, dt_kv_dtype *out);
 /* --max-shard-size: bytes, or a number with KB/MB/GB/TB (powers of 1000, as transformers reads
  * "5GB") or KiB/MiB/GiB/TiB (powers of 1024). */
 int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *out);
+/* A directory a command writes a new model into (flag: how the user named it, "--out" or
+ * "OUT_DIR"): refused when it is a file, or a directory that already holds a checkpoint
+ * (config.json, weights, a training state) unless force, so that a model is never replaced by
+ * mistake; what_else says how to go on instead. Prints the error and returns 1, else 0. */
+int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else);
 /* Reads a config: a preset name ("small") or a path to a config.json. */
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
 /* cli_config, refusing a config.json whose model_type is not arch when --arch was given

@@ -123,10 +123,14 @@ int cmd_generate(int argc, char **argv) {
         switch (ch) {
         case 'p': prompt = optarg; break;
         case 'P': prompt_ids = optarg; break;
-        case 'n': bad = parse_int(cmd, "--tokens", optarg, 0, 1 << 24, &n_gen); break;
+        case 'n': bad = parse_int(cmd, "-n/--tokens", optarg, 0, 1 << 24, &n_gen); break;
         case 'T': bad = parse_float(cmd, "--temperature", optarg, 0, 100, &sampler.temperature); break;
         case 'k': bad = parse_int(cmd, "--top-k", optarg, 0, 1 << 24, &sampler.top_k); break;
-        case 'u': bad = parse_float(cmd, "--top-p", optarg, 0, 1, &sampler.top_p); break;
+        case 'u':
+            bad = parse_float(cmd, "--top-p", optarg, -1e30, 1e30, &sampler.top_p);
+            if (!bad && !(sampler.top_p > 0 && sampler.top_p <= 1))
+                bad = cli_error(cmd, "--top-p %s: must be in (0, 1] (1 = off)", optarg);
+            break;
         case 's': bad = parse_u64(cmd, "--seed", optarg, &seed); break;
         case 'I': print_ids = 1; break;
         case 'G': timings = 1; break;

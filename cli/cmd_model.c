@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -11,11 +12,12 @@
 static void init_help(void) {
     printf("usage: difftrans init --out DIR [--arch diff|transformer|v2] [--preset NAME | --config FILE]\n"
            "                      [--subln] [--ablation LIST] [--seed N] [--dtype f32|bf16|f16]\n"
-           "                      [--max-shard-size SIZE]\n\n"
+           "                      [--max-shard-size SIZE] [--force]\n\n"
            "Writes a freshly initialised checkpoint (normal(0, 0.02) matrices, N(0, lambda_std_dev) λ\n"
            "vectors, ones for norm weights) and prints the parameter counts of the DIFF model and its\n"
            "matched Transformer (H/2 differential heads of width 2·hd ↔ H heads of width hd).\n"
-           "--dtype and --max-shard-size as for `difftrans export`.\n"
+           "--dtype and --max-shard-size as for `difftrans export`; --force writes into a DIR that\n"
+           "already holds a model (replacing it).\n"
            "presets: %s [small]\n"
            "--ablation: comma-separated model variants applied in order: %s\n",
            dt_config_preset_names(), dt_ablation_names());
@@ -27,12 +29,13 @@ int cmd_init(int argc, char **argv) {
         {"preset", required_argument, 0, 'p'}, {"config", required_argument, 0, 'c'},
         {"subln", no_argument, 0, 'S'},        {"seed", required_argument, 0, 's'},
         {"dtype", required_argument, 0, 'D'},  {"max-shard-size", required_argument, 0, 'M'},
-        {"ablation", required_argument, 0, 'X'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+        {"ablation", required_argument, 0, 'X'}, {"force", no_argument, 0, 'F'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     const char *cmd = "init", *out = NULL, *spec = "small", *ablations = NULL, *arch_flag = NULL;
     dt_save_options save = {0};
     dt_arch arch = DT_ARCH_DIFF;
-    int subln = 0;
+    int subln = 0, force = 0;
     uint64_t seed = 1337;
     optind = 1;
     opterr = 0;
@@ -57,12 +60,14 @@ int cmd_init(int argc, char **argv) {
         case 'M':
             if (cli_parse_size(cmd, "--max-shard-size", optarg, &save.max_shard_bytes)) return 1;
             break;
+        case 'F': force = 1; break;
         case 'h': init_help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
     }
     if (optind < argc) return cli_error(cmd, "unexpected argument '%s'", argv[optind]);
     if (!out) return cli_error(cmd, "--out DIR is required (see difftrans init --help)");
+    if (cli_check_new_model_dir(cmd, "--out", out, force, "choose a new directory") != 0) return 1;
     dt_config cfg;
     if (cli_config_arch(cmd, spec, arch_flag, arch, &cfg) != 0) return 1;
     if (subln && cfg.arch == DT_ARCH_DIFF) cfg.use_subln_weight = 1;
@@ -229,7 +234,7 @@ int cmd_eval(int argc, char **argv) {
 /* ---------------------------------------------------------------- export */
 
 static void export_help(void) {
-    printf("usage: difftrans export MODEL OUT_DIR [--hf] [--dtype f32|bf16|f16] [--max-shard-size SIZE]\n"
+    printf("usage: difftrans export MODEL OUT_DIR [--hf] [--dtype f32|bf16|f16] [--max-shard-size SIZE] [--force]\n"
            "       difftrans export MODEL OUT.gguf --gguf [--type f32|f16|bf16|q8_0|q4_0] [--lm-head]\n\n"
            "Rewrites a checkpoint. With --hf the result is what plain Hugging Face\n"
            "transformers (DiffLlamaForCausalLM / LlamaForCausalLM) loads and reproduces exactly:\n"
@@ -239,7 +244,8 @@ static void export_help(void) {
            "                        nearest even, as torch casts); config.json's torch_dtype says which\n"
            "  --max-shard-size S    split the weights into model-0000K-of-0000N.safetensors shards of\n"
            "                        at most S (500MB, 2GiB, bytes) with model.safetensors.index.json,\n"
-           "                        as transformers' save_pretrained does [one file]\n\n"
+           "                        as transformers' save_pretrained does [one file]\n"
+           "  --force               write into an OUT_DIR that already holds a model (replacing it)\n\n"
            "With --gguf, OUT is one GGUF file (llama.cpp's format) for llama.cpp, ollama and difftrans\n"
            "itself (every command that takes a model reads it): general.architecture \"llama\", the\n"
            "config as llama.* keys, the tensors under llama.cpp's names with the q_proj / k_proj rows\n"
@@ -278,7 +284,13 @@ static int export_gguf(const char *cmd, const char *in, const char *out, const c
     if (dt_model_load(&m, in, &err) != 0) return cli_fail(cmd, &err);
     const dt_quant_scheme has = dt_model_quant_scheme(&m, NULL);
     int rc = 0;
-    if (has != DT_QUANT_NONE && type && want != has)
+    if (m.cfg.arch != DT_ARCH_LLAMA)
+        rc = cli_error_code(cmd, DT_ERR_UNSUPPORTED,
+                            "%s is a %s model: GGUF has no form for it (llama.cpp has no differential-attention "
+                            "architecture); export it with --hf for transformers, or train the matched Transformer "
+                            "(--arch transformer) for llama.cpp",
+                            in, dt_arch_name(m.cfg.arch));
+    else if (has != DT_QUANT_NONE && type && want != has)
         rc = cli_error(cmd, "%s is quantised as %s: it is written with its own blocks (--type %s, or leave --type out); "
                             "export the float model it was made from for another type",
                        in, dt_quant_scheme_name(has), dt_quant_scheme_name(has));
@@ -311,11 +323,12 @@ int cmd_export(int argc, char **argv) {
                                          {"gguf", no_argument, 0, 'g'},
                                          {"type", required_argument, 0, 'T'},
                                          {"lm-head", no_argument, 0, 'L'},
+                                         {"force", no_argument, 0, 'F'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *cmd = "export", *type = NULL, *dir_flag = NULL, *gguf_flag = NULL;
     dt_save_options save = {0};
-    int gguf = 0, lm_head = 0;
+    int gguf = 0, lm_head = 0, force = 0;
     optind = 1;
     opterr = 0;
     int ch;
@@ -333,6 +346,7 @@ int cmd_export(int argc, char **argv) {
         case 'g': gguf = 1; break;
         case 'T': type = optarg, gguf_flag = "--type"; break;
         case 'L': lm_head = 1, gguf_flag = "--lm-head"; break;
+        case 'F': force = 1, dir_flag = dir_flag ? dir_flag : "--force"; break;
         case 'h': export_help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -342,6 +356,15 @@ int cmd_export(int argc, char **argv) {
     if (gguf && dir_flag) return cli_error(cmd, "%s is for checkpoint directories, not --gguf (see --type)", dir_flag);
     if (!gguf && gguf_flag) return cli_error(cmd, "%s goes with --gguf", gguf_flag);
     if (gguf) return export_gguf(cmd, argv[optind], argv[optind + 1], type, lm_head);
+    const char *out = argv[optind + 1];
+    const size_t out_len = strlen(out);
+    if (out_len > 5 && strcmp(out + out_len - 5, ".gguf") == 0)
+        return cli_error(cmd, "%s: a .gguf name for a checkpoint directory; add --gguf to write a GGUF file", out);
+    /* a model rewritten in place (another dtype, other shards) is what the user asked for */
+    struct stat in_st, out_st;
+    const int in_place = stat(argv[optind], &in_st) == 0 && stat(out, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
+                         in_st.st_ino == out_st.st_ino;
+    if (cli_check_new_model_dir(cmd, "OUT_DIR", out, force || in_place, "choose a new directory") != 0) return 1;
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);

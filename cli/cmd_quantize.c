@@ -72,7 +72,8 @@ int cmd_quantize(int argc, char **argv) {
     if (dt_quant_scheme_parse(scheme, &o.scheme, &err) != 0)
         return cli_error_code(cmd, err.code, "--scheme: %s", err.msg);
     if (o.scheme != DT_QUANT_W8A8 && (o.dynamic_activations || o.smooth_alpha >= 0))
-        return cli_error(cmd, "--dynamic and --smooth apply to w8a8 only (%s rounds activations per block)", scheme);
+        return cli_error(cmd, "%s applies to w8a8 only (%s rounds activations per block)",
+                         o.dynamic_activations ? "--dynamic" : "--smooth", scheme);
     if (o.scheme == DT_QUANT_W8A8 && o.float_activations)
         return cli_error(cmd, "--float-activations applies to q8_0 and q4_0 (w8a8 multiplies int8 activations)");
     if (o.scheme == DT_QUANT_W8A8 && !o.calib_path && (!o.dynamic_activations || o.smooth_alpha >= 0))
@@ -87,7 +88,9 @@ int cmd_quantize(int argc, char **argv) {
         rc = cli_error(cmd, "%s is already quantised: quantise the float model it was made from", in);
     if (rc == 0 && !seq_given && o.calib_seq > m.cfg.max_position_embeddings) o.calib_seq = m.cfg.max_position_embeddings;
     const size_t before = dt_model_decode_bytes(&m);
-    if (rc == 0 && dt_model_quantize(&m, &o, &err) != 0) rc = cli_fail(cmd, &err);
+    static const cli_flag flags[] = {{"calib_seq", "--seq"}, {"calib_samples", "--calib-samples"},
+                                     {"calib_path", "--calib"}, {"smooth_alpha", "--smooth"}};
+    if (rc == 0 && dt_model_quantize(&m, &o, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, 4);
     if (rc == 0 && dt_model_save(&m, out, 0, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0)
         printf("wrote %s: %s, weights read per decoded token %.2f MB (float32: %.2f MB, %.2fx smaller)\n", out,

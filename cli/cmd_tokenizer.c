@@ -271,11 +271,12 @@ static int cmd_tok_info(int argc, char **argv) {
 static void train_help(void) {
     dt_tok_train_options d;
     dt_tok_train_defaults(&d);
-    printf("usage: difftrans tokenizer train --data FILE [--data FILE ...] --out DIR [--vocab-size N]\n"
+    printf("usage: difftrans tokenizer train --data FILE... --out DIR [--vocab-size N]\n"
            "                                 [--pattern gpt2|llama3] [--bos TOKEN] [--eos TOKEN] [--pad TOKEN]\n"
            "                                 [--min-frequency N] [--quiet]\n\n"
-           "Learns a byte-level BPE on the UTF-8 text files and writes DIR/tokenizer.json and\n"
-           "DIR/tokenizer_config.json (Hugging Face: the Rust tokenizers library and AutoTokenizer load them).\n"
+           "Learns a byte-level BPE on the UTF-8 text files (several after one --data, or --data\n"
+           "repeated) and writes DIR/tokenizer.json and DIR/tokenizer_config.json (Hugging Face: the\n"
+           "Rust tokenizers library and AutoTokenizer load them).\n"
            "  --vocab-size N     all tokens: 256 bytes + merges + special tokens [%d]\n"
            "  --pattern P        pre-tokenization: gpt2 (GPT-2's regex) or llama3 (Llama-3's, digits in\n"
            "                     groups of 3, ignore_merges) [%s]\n"
@@ -305,7 +306,11 @@ static int cmd_train_tok(int argc, char **argv) {
     int ch, rc = 0;
     while (rc == 0 && (ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'd': files[o.n_files++] = optarg; break;
+        case 'd':
+            files[o.n_files++] = optarg;
+            /* the files after --data up to the next option, as `difftrans tokenize` takes them */
+            while (optind < argc && argv[optind][0] != '-') files[o.n_files++] = argv[optind++];
+            break;
         case 'v': rc = parse_int(cmd, "--vocab-size", optarg, 1, 1 << 30, &o.vocab_size) ? 1 : 0; break;
         case 'o': out = optarg; break;
         case 'p': o.pattern = optarg; break;
@@ -321,11 +326,15 @@ static int cmd_train_tok(int argc, char **argv) {
     if (rc == 0 && optind < argc) rc = cli_error(cmd, "unexpected argument '%s'", argv[optind]);
     if (rc == 0 && o.n_files == 0) rc = cli_error(cmd, "--data FILE is required (see --help)");
     if (rc == 0 && !out) rc = cli_error(cmd, "--out DIR is required (see --help)");
+    struct stat sb;
+    if (rc == 0 && stat(out, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        rc = cli_error(cmd, "--out %s: exists and is not a directory", out);
     if (rc == 0 && strcmp(o.pattern, "gpt2") && strcmp(o.pattern, "llama3"))
         rc = cli_error(cmd, "--pattern '%s': expected gpt2 or llama3", o.pattern);
     o.files = files;
     dt_error err;
-    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_fail(cmd, &err);
+    static const cli_flag flags[] = {{"vocab_size", "--vocab-size"}, {"pattern", "--pattern"}, {"n_files", "--data"}};
+    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, 3);
     free(files);
     return rc;
 }

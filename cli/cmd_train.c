@@ -43,7 +43,9 @@ static void help(void) {
            "  --save-interval N         checkpoint every N steps, 0 = only at the end [%d]\n"
            "  --resume                  continue the run in --out (same data, optimizer state, RNG);\n"
            "                            --steps may extend it, other options come from the saved run\n"
-"  --stop-at N              save and stop after step N, keeping the schedule of --steps\n"
+           "                            (--data: where the same data is now)\n"
+           "  --stop-at N               save and stop after step N, keeping the schedule of --steps\n"
+           "  --force                   train a new model in an --out that holds one (replacing it)\n"
            "  --quiet                   no progress output\n"
            "data parallel (under mpirun -np N; N = 1 without mpirun):\n"
            "  --zero 0|1                1: ZeRO-1, each rank keeps the AdamW moments of 1/N of the\n"
@@ -91,7 +93,9 @@ int cmd_train(int argc, char **argv) {
         {"seed", required_argument, 0, 'r'},      {"threads", required_argument, 0, 'j'},
         {"val-fraction", required_argument, 0, 'v'}, {"eval-interval", required_argument, 0, 'e'},
         {"eval-batches", required_argument, 0, 'E'}, {"save-interval", required_argument, 0, 'i'},
-        {"grad-accum", required_argument, 0, 'K'}, {"resume", no_argument, 0, 'R'},          {"stop-at", required_argument, 0, 'A'},          {"quiet", no_argument, 0, 'q'},
+        {"grad-accum", required_argument, 0, 'K'}, {"resume", no_argument, 0, 'R'},
+        {"stop-at", required_argument, 0, 'A'},   {"quiet", no_argument, 0, 'q'},
+        {"force", no_argument, 0, 'F'},
         {"zero", required_argument, 0, 'Z'},      {"no-overlap", no_argument, 0, 'N'},
         {"comm-timeout", required_argument, 0, 'T'},
         {"tokens", required_argument, 0, 'k'},    {"tokenizer", required_argument, 0, 'z'},
@@ -100,7 +104,8 @@ int cmd_train(int argc, char **argv) {
     const char *cmd = "train", *preset = "small", *config_path = NULL, *ablations = NULL;
     const char *arch_flag = NULL; /* --arch as given: a --config file of another model_type is refused */
     dt_arch arch = DT_ARCH_DIFF;
-    int threads = 0, subln = 0;
+    int threads = 0, subln = 0, force = 0;
+    char ignored[256] = ""; /* the options a resumed run keeps from its state file, as given */
     float comm_timeout = (float)DEFAULT_COMM_TIMEOUT;
     /* --resume anywhere on the line decides what the other options start from: a new run's
      * defaults or those of continuing the run in --out (the library's; the rest is read there) */
@@ -112,8 +117,14 @@ int cmd_train(int argc, char **argv) {
     if (resume) dt_train_resume_defaults(&o);
     else dt_train_defaults(&o);
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    int longind = 0;
+    while ((ch = getopt_long(argc, argv, "h", opts, &longind)) != -1) {
         int bad = 0;
+        /* what a resume takes from train_state.json whatever the command line says */
+        if (resume && ch != 0 && strchr("apcSXzbtlmwWgrveEi", ch)) {
+            const size_t len = strlen(ignored);
+            snprintf(ignored + len, sizeof ignored - len, "%s--%s", len ? ", " : "", opts[longind].name);
+        }
         switch (ch) {
         case 'd': o.data_path = optarg; break;
         case 'k': o.tokens_path = optarg; break;
@@ -143,6 +154,7 @@ int cmd_train(int argc, char **argv) {
         case 'E': bad = parse_int(cmd, "--eval-batches", optarg, 1, 100000, &o.eval_batches); break;
         case 'i': bad = parse_int(cmd, "--save-interval", optarg, 0, 100000000, &o.save_interval); break;
         case 'R': break; /* read above */
+        case 'F': force = 1; break;
         case 'A': bad = parse_int(cmd, "--stop-at", optarg, 1, 100000000, &o.stop_at); break;
         case 'q': o.quiet = 1; break;
         case 'Z': bad = parse_int(cmd, "--zero", optarg, 0, 1, &o.zero); break;
@@ -155,6 +167,12 @@ int cmd_train(int argc, char **argv) {
     }
     if (optind < argc) return cli_error(cmd, "unexpected argument '%s' (see difftrans train --help)", argv[optind]);
     if (!o.out_dir) return cli_error(cmd, "--out DIR is required (see difftrans train --help)");
+    if (o.resume && force) return cli_error(cmd, "--force starts a new run; --resume continues the one in --out");
+    if (!o.resume && cli_check_new_model_dir(cmd, "--out", o.out_dir, force, "continue its run with --resume") != 0)
+        return 1;
+    if (ignored[0])
+        fprintf(stderr, "difftrans train: ignoring %s: a resumed run keeps the options it was started with "
+                        "(%s/train_state.json)\n", ignored, o.out_dir);
     if (!o.resume) {
         if (!o.data_path && !o.tokens_path)
             return cli_error(cmd, "--data FILE or --tokens DATASET is required (see difftrans train --help)");

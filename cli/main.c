@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -305,6 +306,23 @@ int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *o
 }
 
 /* A spec with a slash or ".json" in it is a config.json; anything else a preset's name. */
+int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else) {
+    static const char *const marks[] = {"train_state.json", "config.json", "model.safetensors",
+                                        "model.safetensors.index.json"};
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return 0; /* a new directory */
+    if (!S_ISDIR(sb.st_mode)) return cli_error(cmd, "%s %s: exists and is not a directory", flag, dir);
+    if (force) return 0;
+    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, marks[i]);
+        if (access(path, F_OK) == 0)
+            return cli_error(cmd, "%s %s: already holds a checkpoint (%s); %s, or give --force to replace it", flag,
+                             dir, marks[i], what_else);
+    }
+    return 0;
+}
+
 static int config_spec_is_file(const char *spec) { return strchr(spec, '/') || strstr(spec, ".json"); }
 
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) {

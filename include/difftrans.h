@@ -648,8 +648,10 @@ void dt_train_defaults(dt_train_options *o);
  * this). dt_train reads the model, the data and every option the run fixed from out_dir
  * (config.json, train_state.json), whatever o holds for them; steps and grad_accum are 0 here,
  * which takes the saved run's too. What a resume may change, set after this call: steps (more
- * extends the run on its schedule), grad_accum (the micro-batching of the same batch), stop_at,
- * quiet, stop, comm, zero, no_overlap and the hooks. */
+ * extends the run on its schedule), grad_accum (the micro-batching of the same batch), stop_at
+ * (past the saved step), quiet, stop, comm, zero, no_overlap and the hooks; data_path or
+ * tokens_path say where the run's data is now when it moved (train_state.json records its
+ * absolute path, its length and a fingerprint of its tokens: other data is refused). */
 void dt_train_resume_defaults(dt_train_options *o);
 /* Tokens [0, n_train) of a data file of n tokens train; the rest is the validation split. */
 size_t dt_train_split(size_t n, float val_fraction);

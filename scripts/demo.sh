@@ -23,7 +23,8 @@ if [ ! -s "$corpus" ]; then
 fi
 echo "== corpus: $corpus ($(wc -c < "$corpus") bytes of English from Debian's fortunes package)"
 echo "== training a DIFF Transformer (preset small) for $steps steps on $threads threads"
-"$bin" train --data "$corpus" --out "$out/diff-small" --arch diff --preset small \
+# --force: each demo trains afresh, replacing the model an earlier demo left there
+"$bin" train --data "$corpus" --out "$out/diff-small" --arch diff --preset small --force \
     --steps "$steps" --batch 16 --seq 128 --lr 2e-3 --warmup 100 --eval-interval 100 \
     --save-interval 400 --threads "$threads"
 echo

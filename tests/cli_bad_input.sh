@@ -697,6 +697,48 @@ if [ "$(cat "$S/export_file")" = "keep me" ]; then pass; else fail "export to a 
 expect_fail "export OUT_DIR under a missing parent" 'no_parent' 'no such file|cannot create' -- \
     "$DT" export "$GOOD" "$OUT/no_parent/exp"
 
+# ---------------------------------------------------------------- replacing a model, resuming a run
+
+# A new run, an init or an export into a directory that holds a checkpoint is refused (the
+# model stays as it was) unless --force; a run continues only on the data it was trained on,
+# found by the absolute path its state recorded (from any directory), or at a new path given
+# with --data; --stop-at at or before the saved step is refused.
+RUN=$S/run_copy
+rm -rf "$RUN" && cp -a "$GOOD" "$RUN"
+before=$(snapshot "$RUN")
+expect_fail "train into a directory that holds a checkpoint" 'run_copy' 'already holds a checkpoint' 'resume' \
+    'force' -- "$DT" train --preset tiny --data "$DATA" --out "$RUN" --steps 2 --batch 2 --seq 32 --threads 1 --quiet
+expect_fail "init into a directory that holds a checkpoint" 'run_copy' 'already holds a checkpoint' 'force' -- \
+    "$DT" init --preset tiny --out "$RUN"
+expect_fail "export into a directory that holds a checkpoint" 'run_copy' 'already holds a checkpoint' 'force' -- \
+    "$DT" export "$GOOD" "$RUN" --hf
+expect_fail "train --resume --stop-at at the saved step" 'stop-at' 'already at step 2' -- \
+    "$DT" train --resume --out "$RUN" --steps 4 --stop-at 2 --threads 1 --quiet
+head -c 20000 "$DATA" >"$S/other_data.txt"
+expect_fail "train --resume on other data" 'other_data\.txt' 'not the data' -- \
+    "$DT" train --resume --out "$RUN" --steps 3 --data "$S/other_data.txt" --threads 1 --quiet
+expect_fail "train --resume --force" 'force' 'resume' -- "$DT" train --resume --out "$RUN" --force --threads 1 --quiet
+after=$(snapshot "$RUN")
+if [ "$before" = "$after" ]; then pass; else
+    fail "a refused command changed the checkpoint in $RUN" "$(diff <(echo "$before") <(echo "$after") | tr '\n' '|')"
+fi
+expect_ok "train --resume from another directory (the data's absolute path recorded)" \
+    sh -c 'cd / && exec "$0" train --resume --out "$1" --steps 3 --threads 1 --quiet' "$DT" "$RUN"
+cp "$DATA" "$S/moved_data.txt"
+expect_ok "train --resume with the same data at a new path" "$DT" train --resume --out "$RUN" --steps 4 \
+    --data "$S/moved_data.txt" --threads 1 --quiet
+if grep -q "moved_data\.txt" "$RUN/train_state.json"; then pass; else
+    fail "train --resume --data did not record the data's new path"
+fi
+expect_ok "train --force replaces the checkpoint" "$DT" train --preset tiny --data "$DATA" --out "$RUN" --steps 1 \
+    --batch 2 --seq 32 --threads 1 --quiet --force
+if grep -qE '"step":[[:space:]]*1,' "$RUN/train_state.json"; then pass; else fail "train --force did not start afresh"; fi
+expect_fail "export to a .gguf name without --gguf" -x "$OUT/m.gguf" 'm\.gguf' '--gguf' -- \
+    "$DT" export "$GOOD" "$OUT/m.gguf"
+expect_fail "generate --top-p 0" 'top-p' '\(0, 1\]' -- "$DT" generate "$GOOD" --prompt-ids "1 2" -n 2 --top-p 0
+if [ -s "$S/.stdout" ]; then fail "generate --top-p 0 printed before refusing: $(head -c 100 "$S/.stdout")"; else pass; fi
+rm -rf "$RUN" "$S/other_data.txt" "$S/moved_data.txt"
+
 # ---------------------------------------------------------------- summary
 
 # The good checkpoint must be untouched by all of the above.

@@ -76,13 +76,16 @@ expect_fail "train without data" "--data" "$DT" tokenizer train --vocab-size 300
 expect_fail "train on an empty file" "empty.txt: no text" "$DT" tokenizer train --data "$S/empty.txt" --vocab-size 300 --out "$S/empty-out" --quiet
 check "no output directory content after a failed train" test ! -e "$S/empty-out/tokenizer.json"
 expect_fail "train on invalid UTF-8" "bad.txt: invalid UTF-8 at byte 3" "$DT" tokenizer train --data "$S/bad.txt" --vocab-size 300 --out "$S/bad-out" --quiet
-expect_fail "vocab size below 256 + specials" "vocab size 100" "$DT" tokenizer train --data "$CORPUS" --vocab-size 100 --out "$S/small" --quiet
+expect_fail "vocab size below 256 + specials" "vocab_size 100.*--vocab-size" "$DT" tokenizer train --data "$CORPUS" --vocab-size 100 --out "$S/small" --quiet
 
 # ---- train with both patterns; exact round trip; the reference agrees
 for pat in gpt2 llama3; do
     D=$S/trained-$pat
     expect_ok "train --pattern $pat" "$DT" tokenizer train --data "$CORPUS" --data "$S/b.txt" --vocab-size 700 --pattern $pat --out "$D"
     check "$pat: tokenizer.json and tokenizer_config.json written" test -s "$D/tokenizer.json" -a -s "$D/tokenizer_config.json"
+    expect_ok "train --pattern $pat, both files after one --data" "$DT" tokenizer train --data "$CORPUS" "$S/b.txt" \
+        --vocab-size 700 --pattern $pat --out "$D-one" --quiet
+    check "$pat: --data a b learns what --data a --data b does" cmp "$D/tokenizer.json" "$D-one/tokenizer.json"
     expect_ok "$pat: info" "$DT" tokenizer info "$D"
     out_has "$pat: 700 tokens" "$S/last.out" "vocab size +700" "bos +[0-9]+ <\|begin_of_text\|>" "eos +[0-9]+ <\|end_of_text\|>"
     expect_ok "$pat: encode the corpus" sh -c "'$DT' tokenizer encode --tokenizer '$D' <'$CORPUS' >'$S/$pat.ids'"

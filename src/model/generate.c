@@ -91,7 +91,7 @@ static int check_generate(const dt_model *m, const int *prompt, int n_prompt, co
     if (o->n_stop > DT_MAX_EOS) return dt_fail(err, "generate: %d stop ids (at most %d)", o->n_stop, DT_MAX_EOS);
     if (o->n_stop > 0 && !o->stop_ids) return dt_fail(err, "generate: n_stop %d but no stop_ids", o->n_stop);
     if (!(o->sampler.temperature >= 0) || !(o->sampler.top_p > 0 && o->sampler.top_p <= 1) || o->sampler.top_k < 0)
-        return dt_fail(err, "generate: sampler temperature %g, top_p %g, top_k %d: need temperature >= 0, top_p in "
+        return dt_fail(err, "sampler temperature %g, top_p %g, top_k %d: need temperature >= 0, top_p in "
                             "(0, 1], top_k >= 0",
                        (double)o->sampler.temperature, (double)o->sampler.top_p, o->sampler.top_k);
     for (int i = 0; i < n_prompt; i++)

@@ -387,7 +387,8 @@ int quant_save(const dt_model *m, const char *dir, dt_error *err) {
         return dt_fail(err, "%s already exists: a quantised checkpoint is written to a new directory", dir);
     char tmp[4096], path[4200];
     if (dt_pathf(tmp, sizeof tmp, err, "%s.tmp.%ld", dir, (long)getpid()) != 0) return -1;
-    if (mkdir(tmp, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", tmp, strerror(errno));
+    /* named as the caller named it: the temporary name is ours */
+    if (mkdir(tmp, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", dir, strerror(errno));
     int rc = dt_pathf(path, sizeof path, err, "%s/model.safetensors", tmp);
     if (rc == 0) rc = write_tensors(m, path, err);
     if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/config.json", tmp);

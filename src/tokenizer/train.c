@@ -606,22 +606,22 @@ void dt_tok_train_defaults(dt_tok_train_options *o) {
 }
 
 int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *err) {
-    if (o->n_files < 1) return dt_fail(err, "tokenizer train: no data files");
+    if (o->n_files < 1) return dt_fail(err, "n_files: no data files");
     if (strcmp(o->pattern, "gpt2") && strcmp(o->pattern, "llama3"))
-        return dt_fail(err, "tokenizer train: pattern '%s': expected gpt2 or llama3", o->pattern);
+        return dt_fail(err, "pattern '%s': expected gpt2 or llama3", o->pattern);
     const char *specials[3];
     int n_specials = 0;
     const char *given[3] = {o->bos, o->eos, o->pad};
     for (int i = 0; i < 3; i++) {
         if (!given[i] || !*given[i]) continue;
         size_t len = strlen(given[i]);
-        if (tk_utf8_check(given[i], len) != len) return dt_fail(err, "tokenizer train: special token is not UTF-8");
+        if (tk_utf8_check(given[i], len) != len) return dt_fail(err, "special token is not UTF-8");
         int dup = 0;
         for (int k = 0; k < n_specials; k++) dup |= !strcmp(specials[k], given[i]);
         if (!dup) specials[n_specials++] = given[i];
     }
     if (o->vocab_size < 256 + n_specials || o->vocab_size > (1 << 30))
-        return dt_fail(err, "tokenizer train: vocab size %d: must be at least 256 bytes + %d special tokens",
+        return dt_fail(err, "vocab_size %d: must be at least 256 bytes + %d special tokens",
                        o->vocab_size, n_specials);
     tk_pre pre;
     cJSON *pj = pre_tokenizer_json(o->pattern);

@@ -81,6 +81,10 @@ typedef struct {
     char tokenizer_buf[4200];
     int *in, *tg;                /* [B/N · T] this rank's rows of the batch */
     double elapsed;              /* seconds of training so far (for the metrics) */
+    /* what the state file records of the data, so that a resume on other data is refused */
+    uint64_t data_fingerprint, saved_fingerprint;
+    size_t saved_n_tokens;       /* 0: a state file from before the fingerprint */
+    char data_abs[4096];         /* the data's absolute path, which the state file records */
     /* sums over the timed steps (all but the first) for the closing summary */
     int timed;
     double step_s, compute_s, wait_s, exposed_s, comm_s, spread;
@@ -117,6 +121,9 @@ static cJSON *options_to_json(const dt_train_options *o, const trainer *tr) {
     ok = ok && cJSON_AddNumberToObject(j, "eval_batches", o->eval_batches);
     ok = ok && cJSON_AddNumberToObject(j, "save_interval", o->save_interval);
     ok = ok && cJSON_AddNumberToObject(j, "val_fraction", o->val_fraction);
+    ok = ok && cJSON_AddNumberToObject(j, "data_tokens", (double)tr->n_tokens);
+    snprintf(rng, sizeof rng, "%llu", (unsigned long long)tr->data_fingerprint);
+    ok = ok && cJSON_AddStringToObject(j, "data_fingerprint", rng);
     if (!ok) { /* a state file without one of its keys would not resume: no file at all */
         cJSON_Delete(j);
         return NULL;
@@ -206,6 +213,13 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     if (!bad && cJSON_GetObjectItemCaseSensitive(j, "grad_accum"))
         bad = json_int(j, "grad_accum", 1, 4096, &accum, path, err) != 0;
     if (o->grad_accum <= 0) o->grad_accum = accum; /* given on the command line, it may change */
+    /* absent from runs saved before they were recorded: such a resume is not checked */
+    if (!bad && cJSON_GetObjectItemCaseSensitive(j, "data_fingerprint")) {
+        double n = 0;
+        bad = json_number(j, "data_tokens", 1, 1e15, &n, path, err) ||
+              json_u64(j, "data_fingerprint", &tr->saved_fingerprint, path, err);
+        tr->saved_n_tokens = (size_t)n;
+    }
     /* the data: a text file (maybe with a tokenizer) or a token dataset */
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
     const cJSON *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
@@ -221,12 +235,14 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
         /* the tokenizer now lives in the run's directory, beside the model */
-        if (data == toks) o->tokens_path = data_path, o->data_path = NULL;
-        else if (tokz) o->tokenizer_path = o->out_dir;
+        if (data == toks && !o->data_path && !o->tokens_path) o->tokens_path = data_path;
+        else if (data != toks && tokz) o->tokenizer_path = o->out_dir;
         tr->elapsed = elapsed;
         if (o->steps <= 0) o->steps = steps;
         if (o->steps < tr->step)
             bad = dt_fail(err, "steps %d: the run in %s is already at step %d", o->steps, path, tr->step) != 0;
+        else if (o->stop_at > 0 && o->stop_at <= tr->step)
+            bad = dt_fail(err, "stop_at %d: the run in %s is already at step %d", o->stop_at, path, tr->step) != 0;
     }
     cJSON_Delete(j);
     return bad ? -1 : 0;
@@ -424,11 +440,27 @@ static uint64_t file_fingerprint(const char *path) {
     return h;
 }
 
+/* The data as the state file records it: a hash of its length and of up to 64 evenly spaced
+ * stretches of 4096 tokens (all of a small file), enough to tell other data from the run's
+ * without hashing gigabytes at every start. */
+static uint64_t data_fingerprint(const int *tokens, size_t n) {
+    const size_t span = 4096, parts = 64;
+    const uint64_t n64 = n;
+    const uint64_t h = fnv1a(FNV_START, &n64, sizeof n64);
+    if (n <= span * parts) return fnv1a(h, tokens, n * sizeof *tokens);
+    uint64_t sampled = h;
+    for (size_t i = 0; i < parts; i++) sampled = fnv1a(sampled, tokens + (n - span) / (parts - 1) * i, span * sizeof *tokens);
+    return sampled;
+}
+
 /* What every rank must share: its program, its options and model config, its data. */
 static void fingerprints(const dt_train_options *o, const trainer *tr, uint64_t fp[3]) {
     fp[0] = file_fingerprint("/proc/self/exe");
     cJSON *j = options_to_json(o, tr);
-    cJSON_DeleteItemFromObject(j, "data"); /* its path may differ between machines; its content may not */
+    /* the data's path may differ between machines; its content may not, and fp[2] says so */
+    cJSON_DeleteItemFromObject(j, "data");
+    cJSON_DeleteItemFromObject(j, "data_tokens");
+    cJSON_DeleteItemFromObject(j, "data_fingerprint");
     char *text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     const dt_config *c = &tr->model.cfg;
@@ -482,6 +514,7 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
  * failure (the caller's trainer_free does). */
 static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_cap, dt_error *err) {
     char path[4200];
+    const int data_given = o->data_path || o->tokens_path;
     if (o->resume) {
         if (!o->out_dir) return dt_fail(err, "resume needs out_dir, the directory of the run to continue");
         dt_quant_options q;
@@ -499,6 +532,14 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     }
     /* checked before anything is allocated; a resumed run's options came from its state file */
     if (validate_options(o, err) != 0) return -1;
+    /* the state file records the data's absolute path: a resume from another directory finds it
+     * (a path that does not resolve is left for the loader to report) */
+    const char **data = o->tokens_path ? &o->tokens_path : &o->data_path;
+    if (realpath(*data, tr->data_abs)) *data = tr->data_abs;
+    else if (o->resume && !data_given)
+        return dt_fail_io(err, "%s: cannot open: %s (the path %s/train_state.json recorded; give %s to say where the "
+                               "data is now)",
+                          *data, strerror(errno), o->out_dir, o->tokens_path ? "tokens_path" : "data_path");
     if (o->tokens_path || o->tokenizer_path) {
         if (dt_pathf(tr->tokenizer_buf, sizeof tr->tokenizer_buf, err, "%s",
                      o->tokens_path ? o->tokens_path : o->tokenizer_path) != 0)
@@ -525,6 +566,12 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
         if (dt_model_text_tokens(&tr->model, o->data_path, &tr->tokens, &tr->n_tokens, NULL, err) != 0) return -1;
         tr->n_train = dt_train_split(tr->n_tokens, o->val_fraction);
     }
+    tr->data_fingerprint = data_fingerprint(tr->tokens, tr->n_tokens);
+    if (tr->saved_n_tokens && (tr->n_tokens != tr->saved_n_tokens || tr->data_fingerprint != tr->saved_fingerprint))
+        return dt_fail(err, "%s %s: %zu tokens, not the data the run in %s was trained on (%zu tokens from %s): continue it "
+                            "on the same data",
+                       o->tokens_path ? "tokens_path" : "data_path", *data, tr->n_tokens, o->out_dir,
+                       tr->saved_n_tokens, data_path);
     if (!o->tokens_path && (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1))
         return dt_fail(err, "%s: %zu tokens is too short for seq %d with a %.0f%% validation split (need at least %zu)",
                        o->data_path, tr->n_tokens, T, 100.0 * o->val_fraction,
