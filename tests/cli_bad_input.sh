@@ -508,6 +508,22 @@ mkbad opt_missing && rm -f "$S/opt_missing/optimizer.safetensors"
 resume_check opt_missing "$S/opt_missing" 'opt_missing/optimizer\.safetensors' 'no such file|cannot open'
 mkbad opt_truncated && head -c 1000 "$GOOD/optimizer.safetensors" >"$S/opt_truncated/optimizer.safetensors"
 resume_check opt_truncated "$S/opt_truncated" 'opt_truncated/optimizer\.safetensors' 'truncat|past end|out of bounds'
+# moments that would carry into the weights at the first step (and the next checkpoint would
+# replace the good one): a NaN first moment, a negative second moment
+for bad in "adam.m 7 nan" "adam.v 10 -1"; do
+    read -r tensor index value <<<"$bad"
+    name=opt_${tensor#adam.}_$value
+    mkbad "$name" && "$PY" - "$S/$name/optimizer.safetensors" "$tensor" "$index" "$value" <<'EOF2'
+import json, struct, sys
+path, tensor, index, value = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+start = json.loads(raw[8:8 + n])[tensor]["data_offsets"][0]
+struct.pack_into("<f", raw, 8 + n + start + 4 * index, value)
+open(path, "wb").write(raw)
+EOF2
+    resume_check "$name" "$S/$name" "$name/optimizer\.safetensors" "'$tensor' holds $value at index $index"
+done
 
 # ---------------------------------------------------------------- forward --input
 

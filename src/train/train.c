@@ -309,10 +309,16 @@ static int load_optimizer(const char *dir, trainer *tr, dt_error *err) {
         else if (t->numel != P)
             rc = dt_fail_format(err, "%s: '%s' has %zu values but the model has %zu parameters", path, names[i],
                                 t->numel, P);
-        else if (!whole) dt_st_read_f32(&st, t, dst[i]);
         else {
-            dt_st_read_f32(&st, t, whole);
-            memcpy(dst[i], whole + begin, len * sizeof(float));
+            float *all = whole ? whole : dst[i];
+            dt_st_read_f32(&st, t, all);
+            /* a moment estimate that is not finite (or a negative second moment) would pass into
+             * the weights at the first step and the next checkpoint would replace the good one */
+            for (size_t k = 0; k < P && rc == 0; k++)
+                if (!isfinite(all[k]) || (i == 1 && all[k] < 0))
+                    rc = dt_fail_format(err, "%s: '%s' holds %g at index %zu (%s)", path, names[i], (double)all[k], k,
+                                        i == 1 ? "a second moment must be finite and >= 0" : "must be finite");
+            if (whole) memcpy(dst[i], whole + begin, len * sizeof(float));
         }
     }
     free(whole);
