@@ -702,6 +702,14 @@ expect_fail "info with a FIFO as generation_config.json" 'fifo_ckpt/generation_c
     timeout 20 "$DT" info "$FIFO_CK"
 rm -rf "$FIFO_CK"
 
+# An output name that holds a FIFO (or a device): the temporary file renamed over it replaced it
+# (`forward --output /dev/null` run as root replaced /dev/null); it is refused and left as it was.
+mkfifo "$S/out_fifo"
+expect_fail "forward --output is a FIFO" 'out_fifo' 'not a regular file' -- \
+    "$DT" forward "$GOOD" --input "$IDS" --output "$S/out_fifo" --threads 1
+if [ -p "$S/out_fifo" ]; then pass; else fail "forward --output replaced the FIFO at $S/out_fifo"; fi
+rm -f "$S/out_fifo"
+
 expect_fail "info without MODEL_DIR" 'MODEL_DIR' -- "$DT" info
 expect_fail "info with two directories" 'MODEL_DIR' -- "$DT" info "$GOOD" "$GOOD"
 expect_fail "info --bogus" 'bogus|MODEL_DIR' -- "$DT" info --bogus

@@ -46,8 +46,17 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
         memset(f, 0, sizeof *f); /* no cut-short name for dt_atomic_abort to unlink */
         return -1;
     }
+    /* the rename would replace whatever the name holds: never a device or a FIFO (an output of
+     * /dev/null, run as root, would have become a regular file) */
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        memset(f, 0, sizeof *f);
+        return dt_fail_io(err, "%s: exists and is not a regular file (%s): outputs are written to a new file and renamed "
+                               "over the old one",
+                          path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket");
+    }
     f->fp = fopen(f->tmp, "wb");
-    if (!f->fp) return dt_fail_io(err, "%s: cannot create: %s", f->tmp, strerror(errno));
+    if (!f->fp) return dt_fail_io(err, "%s: cannot create: %s", path, strerror(errno));
     return 0;
 }
 
