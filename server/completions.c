@@ -571,6 +571,12 @@ int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_
     else if (!cJSON_IsObject(root)) rc = srv_bad(e, NULL, "the request body must be a JSON object");
     else rc = parse_request(j, root, e);
     cJSON_Delete(root);
+    /* the engine takes at most its slots plus its queue at once: more would wait for ever, and a
+     * 503 would have the client retry for ever */
+    if (rc == 0 && (long)j->n_prompts * j->n > (long)s->opt.queue + s->n_slots)
+        rc = srv_bad(e, "n", "%d prompts × n %d = %ld sequences: more than this server takes at once (%d slots and a "
+                             "queue of %d; its --parallel and --queue)",
+                     j->n_prompts, j->n, (long)j->n_prompts * j->n, s->n_slots, s->opt.queue);
     if (rc == 0) {
         j->n_choices = j->n_prompts * j->n;
         j->c = calloc((size_t)j->n_choices, sizeof *j->c);

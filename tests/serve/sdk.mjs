@@ -739,6 +739,12 @@ test('errors: a full queue is 503 queue_full with Retry-After: 1', async () => {
   assert.equal(third.headers.get('retry-after'), '1');
   assert.equal((await first).status, 200);
   assert.equal((await second).status, 200);
+  // more sequences in one request than slots + queue (1 + 1) can never be taken: a 400 naming n,
+  // not a 503 a client would retry for ever
+  const many = await raw(S.slow.url, '/v1/completions', { body: { prompt: ['a', 'b'], n: 2, max_tokens: 1 } });
+  rawError(many, 400, 'invalid_request_error', null, 'prompts × n past slots + queue');
+  assert.equal(many.json.error.param, 'n');
+  assert.match(many.json.error.message, /2 prompts × n 2 = 4 sequences/);
 });
 
 test('a client that disconnects mid-stream frees its slot at the next step (the slow model)', async () => {
