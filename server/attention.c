@@ -178,6 +178,7 @@ int srv_attention(srv *s, const char *body, size_t len, char **json, size_t *jso
     const int L = c->num_hidden_layers, Hout = c->arch == DT_ARCH_LLAMA ? c->num_attention_heads
                                                                          : c->num_attention_heads / 2;
     *json = NULL;
+    if (srv_json_has_nul(body, len)) return srv_bad(e, NULL, SRV_NUL_REFUSED);
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return srv_bad(e, NULL, "the request body is not valid JSON");
     int rc = 0;

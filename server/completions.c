@@ -565,9 +565,10 @@ int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_
     const unsigned long long id = __atomic_fetch_add(&s->next_id, 1, __ATOMIC_RELAXED);
     snprintf(j->id, sizeof j->id, "%s-%08lx%016llx", kind == SRV_JOB_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, id);
-    cJSON *root = cJSON_ParseWithLength(body, len);
+    cJSON *root = srv_json_has_nul(body, len) ? NULL : cJSON_ParseWithLength(body, len);
     int rc = 0;
-    if (!root) rc = srv_bad(e, NULL, "the request body is not valid JSON");
+    if (!root && srv_json_has_nul(body, len)) rc = srv_bad(e, NULL, SRV_NUL_REFUSED);
+    else if (!root) rc = srv_bad(e, NULL, "the request body is not valid JSON");
     else if (!cJSON_IsObject(root)) rc = srv_bad(e, NULL, "the request body must be a JSON object");
     else rc = parse_request(j, root, e);
     cJSON_Delete(root);

@@ -39,9 +39,14 @@ char *srv_buf_take(srv_buf *b, size_t *len);
  * they are replaced when sent). */
 size_t srv_utf8_whole(const char *s, size_t n);
 /* s[0..n) as valid UTF-8, every ill-formed sequence replaced by U+FFFD (the maximal-subpart rule
- * of Unicode §3.9, as the tokenizer's decoder does). malloc'd, NUL-terminated; NULL when out of
- * memory. */
+ * of Unicode §3.9, as the tokenizer's decoder does), and every NUL byte too: cJSON's strings end
+ * at the first NUL, so a NUL in a reply would cut its text short (its bytes stay in logprobs'
+ * `bytes`). malloc'd, NUL-terminated; NULL when out of memory. */
 char *srv_utf8_repair(const char *s, size_t n, size_t *out_len);
+/* 1 when a string of the JSON text body[0..n) holds the escape \u0000, which cJSON would cut the
+ * string at: such requests are refused rather than read short. */
+int srv_json_has_nul(const char *body, size_t n);
+#define SRV_NUL_REFUSED "a string in the request holds a NUL character (\\u0000), which this server does not take"
 /* Characters (code points) in valid UTF-8 s[0..n). */
 size_t srv_utf8_chars(const char *s, size_t n);
 

@@ -117,9 +117,9 @@ char *srv_utf8_repair(const char *s, size_t n, size_t *out_len) {
     srv_buf b = {0};
     size_t i = 0, run = 0; /* run: start of the valid bytes not yet copied */
     while (i < n) {
-        size_t part;
+        size_t part = 1;
         int cut;
-        const size_t len = utf8_seq(u + i, n - i, &part, &cut);
+        const size_t len = u[i] ? utf8_seq(u + i, n - i, &part, &cut) : 0; /* NUL: see server.h */
         if (len) {
             i += len;
             continue;
@@ -131,6 +131,22 @@ char *srv_utf8_repair(const char *s, size_t n, size_t *out_len) {
     }
     srv_buf_put(&b, s + run, n - run);
     return srv_buf_take(&b, out_len);
+}
+
+int srv_json_has_nul(const char *body, size_t n) {
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_string) {
+            in_string = body[i] == '"';
+            continue;
+        }
+        if (body[i] == '"') in_string = 0;
+        else if (body[i] == '\\' && i + 1 < n) {
+            if (n - i >= 6 && body[i + 1] == 'u' && !memcmp(body + i + 2, "0000", 4)) return 1;
+            i++; /* the escaped character */
+        }
+    }
+    return 0;
 }
 
 size_t srv_utf8_chars(const char *s, size_t n) {

@@ -72,10 +72,18 @@ static void test_utf8_repair(void **state) {
         free(got);
     }
     size_t len;
-    char *nul = srv_utf8_repair("a\0b", 3, &len); /* NUL is a character like any other */
-    assert_int_equal(len, 3);
-    assert_memory_equal(nul, "a\0b", 3);
+    /* a NUL would cut a cJSON string (the reply's text) short: it is replaced like a bad byte */
+    char *nul = srv_utf8_repair("a\0b\0", 4, &len);
+    assert_int_equal(len, 8);
+    assert_memory_equal(nul, "a" FFFD "b" FFFD, 8);
     free(nul);
+    /* \u0000 in a string of a request body; an escaped backslash before "u0000" is not one, nor is
+     * \u0000 outside a string (not JSON, which the parser reports) */
+    const char *with[] = {"{\"prompt\":\"a\\u0000b\"}", "[\"\\u0000\"]", "{\"a\":\"x\\\"\\u0000\"}"};
+    const char *without[] = {"{\"prompt\":\"a\\\\u0000b\"}", "\\u0000", "{\"p\":\"\\u000\"}"};
+    for (size_t i = 0; i < sizeof with / sizeof with[0]; i++) assert_true(srv_json_has_nul(with[i], strlen(with[i])));
+    for (size_t i = 0; i < sizeof without / sizeof without[0]; i++)
+        assert_false(srv_json_has_nul(without[i], strlen(without[i])));
     assert_int_equal(srv_utf8_chars("caf\xC3\xA9 \xF0\x9F\xA4\x97", 10), 6);
 }
 

@@ -739,6 +739,9 @@ test('errors: a full queue is 503 queue_full with Retry-After: 1', async () => {
   assert.equal(third.headers.get('retry-after'), '1');
   assert.equal((await first).status, 200);
   assert.equal((await second).status, 200);
+  // a NUL in a string: cJSON would read the prompt cut short at it, so it is refused
+  const nul = await raw(S.slow.url, '/v1/completions', { body: { prompt: 'a\u0000bcdef', max_tokens: 1 } });
+  assert.match(rawError(nul, 400, 'invalid_request_error', null, 'a prompt with a NUL').message, /NUL/);
   // more sequences in one request than slots + queue (1 + 1) can never be taken: a 400 naming n,
   // not a 503 a client would retry for ever
   const many = await raw(S.slow.url, '/v1/completions', { body: { prompt: ['a', 'b'], n: 2, max_tokens: 1 } });
