@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
             /* a forced kernel path the CPU cannot run is an error, before any work */
             dt_error err;
             if (dt_system_check(&err) != 0) return cli_fail(argv[1], &err);
+            cli_default_stop_signals();
             /* a command returns nonzero on failure (1 or -1 from its helpers): the status is the
              * code of the failure it reported */
             if (commands[i].run(argc - 1, argv + 1) == 0) return 0;
@@ -412,6 +413,16 @@ static void on_stop_signal(int sig) {
     if (stop_flag) *stop_flag = 1;
 }
 
+/* Every other command stopped by Ctrl-C or SIGTERM: the temporary files of the writes in progress
+ * go (the outputs they would have become were never there), and the status is the README's 9. */
+static void on_fatal_stop_signal(int sig) {
+    (void)sig;
+    dt_remove_temporaries();
+    static const char msg[] = "\ndifftrans: stopped by a signal before the work was done\n";
+    if (write(STDERR_FILENO, msg, sizeof msg - 1) < 0) _exit(9);
+    _exit(9);
+}
+
 void cli_catch_stop_signals(volatile int *flag) {
     *flag = 0;
     stop_flag = flag;
@@ -423,7 +434,10 @@ void cli_catch_stop_signals(volatile int *flag) {
 }
 
 void cli_default_stop_signals(void) {
-    signal(SIGINT, SIG_DFL);
-    signal(SIGTERM, SIG_DFL);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_fatal_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     stop_flag = NULL;
 }

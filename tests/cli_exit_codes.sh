@@ -41,6 +41,7 @@ expect_ok "tokenizer train" "$DT" tokenizer train --data "$S/text.txt" --vocab-s
 printf 'abc\377\376 def\n' >"$S/not_utf8.txt"
 expect_status "tokenize of a file that is not UTF-8" 2 "not_utf8.txt.*invalid UTF-8" \
     "$DT" tokenize --tokenizer "$S/tok" --data "$S/not_utf8.txt" --out "$S/ds"
+check "the failed tokenize left no --out directory behind" test ! -e "$S/ds"
 expect_status "train on it through the tokenizer" 2 "not_utf8.txt.*invalid UTF-8" \
     "$DT" train --data "$S/not_utf8.txt" --tokenizer "$S/tok" --out "$S/r_utf8" --preset tiny --steps 2
 
@@ -77,5 +78,29 @@ expect_status "hidden_act gelu" 5 "gelu" "$DT" info "$S/gelu"
 expect_status "training at lr 10" 6 "diverged" \
     "$DT" train --data "$S/text.txt" --out "$S/diverge" --preset tiny --lr 10 --warmup 1 --steps 200 \
     --batch 2 --seq 32 --eval-interval 0 --threads 1
+
+# ---------------------------------------------------------------- 9: stopped by a signal
+# SIGTERM to a command writing its outputs (tokenize, whose finished shards keep their temporary
+# names until the last one is done): status 9, and no temporary file left behind.
+for i in $(seq 1 400); do cat "$S/text.txt"; done >"$S/big.txt"
+"$DT" tokenize --tokenizer "$S/tok" --data "$S/big.txt" --out "$S/ds_sig" --shard-tokens 2000 --threads 1 --quiet \
+    2>"$S/sig.err" &
+pid=$!
+for _ in $(seq 1 2000); do
+    ls "$S/ds_sig" 2>/dev/null | grep -q '\.tmp\.' && break
+    sleep 0.005
+done
+if ls "$S/ds_sig" 2>/dev/null | grep -q '\.tmp\.'; then
+    kill -TERM $pid
+    wait $pid
+    rc=$?
+    if [ $rc -eq 9 ]; then pass; else fail "tokenize stopped by SIGTERM: status $rc, not 9: $(cat "$S/sig.err")"; fi
+    left=$(ls "$S/ds_sig" 2>/dev/null | grep '\.tmp\.')
+    if [ -z "$left" ]; then pass; else fail "tokenize stopped by SIGTERM left temporary files: $left"; fi
+    out_has "the message says it was stopped" "$S/sig.err" "stopped by a signal"
+else
+    wait $pid
+    fail "tokenize of $(wc -c <"$S/big.txt") bytes finished before it showed a temporary shard (status $?)"
+fi
 
 finish cli_exit_codes

@@ -181,6 +181,7 @@ typedef struct {
     int file_split;              /* the split of the file being read: -1 (by val_fraction), 0 or 1 */
     uint64_t next_doc, bytes_done, bytes_total;
     double t0, last_report;
+    int progress_shown;          /* a progress line is on stderr (a failure ends it first) */
 } tokenize_run;
 
 /* Documents are held out evenly: document i goes to validation when ⌊(i+1)·f⌋ > ⌊i·f⌋. */
@@ -199,6 +200,7 @@ static void progress(tokenize_run *r, int final) {
             r->bytes_total ? 100.0 * (double)r->bytes_done / (double)r->bytes_total : 100.0, r->bytes_done / 1e6,
             r->bytes_total / 1e6, r->w[0].total + r->w[1].total, r->bytes_done / 1e6 / el);
     if (final) fputc('\n', stderr);
+    r->progress_shown = !final;
     fflush(stderr);
 }
 
@@ -561,7 +563,8 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     r.eos = o->append_eos ? dt_tok_eos_id(tok) : -1;
     const int32_t vocab = dt_tok_vocab_size(tok);
     const int width = vocab <= 65536 ? 2 : 4;
-    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
+    const int created = mkdir(o->out_dir, 0755) == 0;
+    if (!created && errno != EEXIST) {
         dt_tok_free(tok);
         return dt_fail_io(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
     }
@@ -600,10 +603,11 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
                 stats->shards[s] = r.w[s].n_files;
             }
         }
-    } else if (!o->quiet) {
+    } else if (r.progress_shown) {
         fputc('\n', stderr);
     }
     for (int s = 0; s < 2; s++) writer_abort(&r.w[s]); /* unlinks only temporaries still there */
+    if (rc != 0 && created) rmdir(o->out_dir); /* the directory this call made, when nothing is in it */
     for (int i = 0; i < r.n_pieces; i++) free(r.pieces[i].text), free(r.pieces[i].ids);
     free(r.pieces);
     dt_tok_free(tok);
