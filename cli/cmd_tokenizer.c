@@ -333,8 +333,9 @@ static int cmd_train_tok(int argc, char **argv) {
         rc = cli_error(cmd, "--pattern '%s': expected gpt2 or llama3", o.pattern);
     o.files = files;
     dt_error err;
-    static const cli_flag flags[] = {{"vocab_size", "--vocab-size"}, {"pattern", "--pattern"}, {"n_files", "--data"}};
-    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, 3);
+    static const cli_flag flags[] = {{"vocab_size", "--vocab-size"}, {"pattern", "--pattern"}, {"n_files", "--data"},
+                                     {"bos", "--bos"}, {"eos", "--eos"}, {"pad", "--pad"}};
+    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, 6);
     free(files);
     return rc;
 }

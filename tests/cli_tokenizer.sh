@@ -76,6 +76,9 @@ expect_fail "train without data" "--data" "$DT" tokenizer train --vocab-size 300
 expect_fail "train on an empty file" "empty.txt: no text" "$DT" tokenizer train --data "$S/empty.txt" --vocab-size 300 --out "$S/empty-out" --quiet
 check "no output directory content after a failed train" test ! -e "$S/empty-out/tokenizer.json"
 expect_fail "train on invalid UTF-8" "bad.txt: invalid UTF-8 at byte 3" "$DT" tokenizer train --data "$S/bad.txt" --vocab-size 300 --out "$S/bad-out" --quiet
+expect_fail "a special token that is already a token" "bos 'a': already token 97.*--bos" \
+    "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --bos a --out "$S/bos_a" --quiet
+check "no tokenizer written for it" test ! -e "$S/bos_a/tokenizer.json"
 expect_fail "vocab size below 256 + specials" "vocab_size 100.*--vocab-size" "$DT" tokenizer train --data "$CORPUS" --vocab-size 100 --out "$S/small" --quiet
 
 # ---- train with both patterns; exact round trip; the reference agrees

@@ -665,6 +665,18 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
                 o->vocab_size - 256 - n_specials);
     if (rc == 0) rc = learn(&t, &s, o->vocab_size - 256 - n_specials, o->min_frequency, o->quiet, err);
     table_free(&t);
+    /* a special token that is also a learned (or byte) token would have two ids, and the file would
+     * not load: added_tokens must be strings of their own */
+    static const char *const roles[3] = {"bos", "eos", "pad"};
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        if (!given[i] || !*given[i]) continue;
+        const size_t len = strlen(given[i]);
+        for (int32_t k = 0; k < s.n && rc == 0; k++)
+            if (s.len[k] == len && !memcmp(s.strings.p + s.off[k], given[i], len))
+                rc = dt_fail(err, "%s '%s': already token %d of the learned vocabulary; a special token must be a "
+                                  "string of its own",
+                             roles[i], given[i], (int)k);
+    }
     if (rc == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
         rc = dt_fail_io(err, "%s: cannot create directory: %s", out_dir, strerror(errno));
     if (rc == 0) {
