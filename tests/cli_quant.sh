@@ -82,6 +82,43 @@ open(p, "wb").write(struct.pack("<Q", len(s)) + s + b[8 + n:])
 PYEOF
     expect_fail "blocks disagree with shapes" "down_proj.qblocks.*has shape.*imply" "$DT" eval "$S/lying" --data "$S/short.txt"
     expect_fail "lying checkpoint in generate" "down_proj.qblocks" "$DT" generate "$S/lying" --prompt "a" -n 2
+    # a quantization_config whose description contradicts its scheme, a layer that keeps its float
+    # weight beside its blocks, smoothing missing from a layer of a smoothed model: refused (2)
+    cat >"$S/edit_quant.py" <<'PYEOF'
+import json, struct, sys
+src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
+c = json.load(open(src + "/config.json"))
+b = open(src + "/model.safetensors", "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+meta = h.pop("__metadata__", None)
+data = {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
+if what == "bits": c["quantization_config"]["weight_bits"] = 4
+if what == "block": c["quantization_config"]["block_size"] = 64
+if what == "both":  # the float up_proj beside its blocks
+    rows, cols = h["model.embed_tokens.weight"]["shape"]
+    h["model.layers.0.mlp.up_proj.weight"] = dict(h["model.embed_tokens.weight"])
+    data["model.layers.0.mlp.up_proj.weight"] = data["model.embed_tokens.weight"]
+if what == "nosmooth":
+    del h["model.layers.0.mlp.up_proj.smooth"]
+out, blobs, off = {}, [], 0
+for k in h:
+    out[k] = dict(h[k], data_offsets=[off, off + len(data[k])])
+    blobs.append(data[k]); off += len(data[k])
+if meta is not None: out["__metadata__"] = meta
+hdr = json.dumps(out, separators=(",", ":")).encode()
+hdr += b" " * (-len(hdr) % 8)
+open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(hdr)) + hdr + b"".join(blobs))
+json.dump(c, open(dst + "/config.json", "w"))
+PYEOF
+    for case in "q8_0 bits weight_bits must be 8" "q8_0 block block_size must be 32" \
+        "q8_0 both up_proj.weight' beside its quantised form" "smooth nosmooth up_proj.smooth' is missing"; do
+        read -r from what want <<<"$case"
+        rm -rf "$S/edit_$what" && cp -r "$S/$from" "$S/edit_$what"
+        check "edit a quantised checkpoint: $what" "$PY" "$S/edit_quant.py" "$S/$from" "$S/edit_$what" "$what"
+        expect_status "a quantised checkpoint that contradicts itself: $what" 2 "$want" \
+            "$DT" generate "$S/edit_$what" --prompt-ids "1 2" -n 2
+    done
     # a checkpoint from before the blocks were ggml's (int8 values and float32 scales in two
     # tensors, activations float) still loads, and gives the float-activation model's loss; a
     # scale no half can hold is refused with the command that re-quantises

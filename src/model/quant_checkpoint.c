@@ -34,6 +34,38 @@ enum { ACT_FLOAT = 0, ACT_STATIC = 1, ACT_DYNAMIC = 2, ACT_BLOCKS = 3, ACT_COUNT
 
 /* ---------------------------------------------------------------- config */
 
+/* The keys add_quant_config writes to describe the scheme: read nowhere, but a file whose
+ * description contradicts its scheme (4-bit weights in q8_0, blocks of 64) is not what it says
+ * it is. Absent keys are fine (older files). */
+static int check_descriptive_keys(const cJSON *qc, dt_quant_scheme scheme, const char *path, dt_error *err) {
+    const int w8a8 = scheme == DT_QUANT_W8A8;
+    const struct {
+        const char *key, *text;
+        double number;
+    } want[] = {
+        {"weight_bits", NULL, scheme == DT_QUANT_Q4_0 ? 4 : 8},
+        {"block_size", NULL, w8a8 ? -1 : QK},
+        {"weight_granularity", w8a8 ? "per-output-channel" : "block", 0},
+        {"block_layout", w8a8 ? NULL : "ggml", 0},
+        {"modules", "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj", 0},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(qc, want[i].key);
+        if (!v || cJSON_IsNull(v)) continue;
+        const int ok = want[i].text ? cJSON_IsString(v) && strcmp(v->valuestring, want[i].text) == 0
+                                    : cJSON_IsNumber(v) && v->valuedouble == want[i].number;
+        if (ok) continue;
+        if (want[i].text) return dt_fail_format(err, "%s: quantization_config.%s must be \"%s\" for %s", path, want[i].key,
+                                                want[i].text, dt_quant_scheme_name(scheme));
+        if (want[i].number < 0)
+            return dt_fail_format(err, "%s: quantization_config.%s does not apply to %s", path, want[i].key,
+                                  dt_quant_scheme_name(scheme));
+        return dt_fail_format(err, "%s: quantization_config.%s must be %g for %s", path, want[i].key, want[i].number,
+                              dt_quant_scheme_name(scheme));
+    }
+    return 0;
+}
+
 int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
     dt_quant_defaults(o);
     cJSON *root = json_load_file(path, err);
@@ -73,7 +105,13 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
             o->dynamic_activations = a == ACT_DYNAMIC;
             o->float_activations = a == ACT_FLOAT;
             o->lm_head = cJSON_IsTrue(lm);
+            if (rc == 0 && alpha && !cJSON_IsNull(alpha) &&
+                (!cJSON_IsNumber(alpha) || !w8a8 || !(alpha->valuedouble >= 0 && alpha->valuedouble <= 1)))
+                rc = dt_fail_format(err, "%s: quantization_config.smoothquant_alpha must be null or, for w8a8, a number "
+                                         "in [0, 1]",
+                                    path);
             if (cJSON_IsNumber(alpha)) o->smooth_alpha = (float)alpha->valuedouble;
+            if (rc == 0) rc = check_descriptive_keys(qc, o->scheme, path, err);
         }
     }
     cJSON_Delete(root);
@@ -238,6 +276,11 @@ static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, q
     if (in > QLINEAR_MAX_IN) /* the integer products would overflow: what the quantiser refuses */
         return dt_fail_format(err, "%s: %s has %d inputs; quantised layers take at most %d (config.json's sizes)",
                               st->path, base, in, QLINEAR_MAX_IN);
+    char name[160];
+    snprintf(name, sizeof name, "%s.weight", base);
+    if (dt_st_find(st, name))
+        return dt_fail_format(err, "%s: holds '%s' beside its quantised form: a quantised checkpoint keeps one of them",
+                              st->path, name);
     if (fmt != QFMT_W8A8) return load_blocks(l, st, base, fmt, out, in, o, err);
     l->fmt = fmt;
     l->out = out;
@@ -246,9 +289,12 @@ static int load_linear(qlinear *l, const dt_safetensors *st, const char *base, q
     if (find_tensor(st, base, "qweight", DT_I8, 2, out, in, &qw, err)) return -1;
     if (find_tensor(st, base, "scales", DT_F32, 1, out, 0, &sc, err)) return -1;
     if (!o->dynamic_activations && find_tensor(st, base, "input_scale", DT_F32, 1, 1, 0, &is, err)) return -1;
-    char name[160];
+    /* smoothing applies to every layer or none, as quantization_config.smoothquant_alpha says */
     snprintf(name, sizeof name, "%s.smooth", base);
-    if (dt_st_find(st, name) && find_tensor(st, base, "smooth", DT_F32, 1, in, 0, &sm, err)) return -1;
+    if (!dt_st_find(st, name) != !(o->smooth_alpha >= 0))
+        return dt_fail_format(err, "%s: tensor '%s' is %s, but quantization_config.smoothquant_alpha is %s", st->path,
+                              name, o->smooth_alpha >= 0 ? "missing" : "there", o->smooth_alpha >= 0 ? "set" : "null");
+    if (o->smooth_alpha >= 0 && find_tensor(st, base, "smooth", DT_F32, 1, in, 0, &sm, err)) return -1;
     const size_t qbytes = qw->end - qw->begin;
     l->q8 = malloc(qbytes);
     l->scales = malloc(sc->numel * sizeof(float));
