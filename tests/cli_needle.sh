@@ -143,6 +143,10 @@ expect_fail "eval on a missing test set" "$S/nowhere: cannot open test set" "$DT
 expect_fail "eval on a missing model" "$S/nomodel" "$DT" needle eval "$S/nomodel" --data "$S/a"
 head -c 300 "$S/a/test.jsonl" >"$S/cut.jsonl"
 expect_fail "eval on a truncated test.jsonl" "$S/cut.jsonl:1: not valid JSON" "$DT" needle eval "$S/model" --data "$S/cut.jsonl"
+# a NUL for the first newline: the parser stopped at it and the second sample was silently gone
+tr '\n' '\000' <"$S/a/test.jsonl" | head -c "$(($(head -n 1 "$S/a/test.jsonl" | wc -c) + 40))" >"$S/nul.jsonl"
+tail -n +3 "$S/a/test.jsonl" >>"$S/nul.jsonl"
+expect_fail "eval on a test.jsonl with a NUL byte" "$S/nul.jsonl:1: a NUL byte" "$DT" needle eval "$S/model" --data "$S/nul.jsonl"
 expect_fail "eval --threads 0" "--threads 0: must be in 1..1024" "$DT" needle eval "$S/model" --data "$S/a" --threads 0
 
 # ---------------------------------------------------------------- summary

@@ -372,6 +372,12 @@ int dt_needle_load_testset(dt_needle_testset *ts, const char *path, dt_error *er
         while (k < len && (line[k] == ' ' || line[k] == '\t' || line[k] == '\n' || line[k] == '\r')) k++;
         if (k == len) continue; /* blank line */
         snprintf(where, sizeof where, "%s:%d", ts->path, lineno);
+        /* the JSON parser would stop at a NUL and take the rest of the line (another sample) as gone */
+        if (memchr(line, '\0', (size_t)len)) {
+            rc = dt_fail_format(err, "%s: a NUL byte inside the line (not a test set written by needle generate?)",
+                                where);
+            break;
+        }
         if (ts->n == DT_NEEDLE_MAX_SAMPLES) {
             rc = dt_fail_format(err, "%s: more than %d samples", where, DT_NEEDLE_MAX_SAMPLES);
             break;
