@@ -232,10 +232,19 @@ static int parse_tensor(const char *path, const cJSON *item, size_t data_size, d
     const cJSON *dtype = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     if (!cJSON_IsString(dtype))
         return dt_fail_format(err, "%s: tensor %s: dtype is missing or not a string", path, name);
-    if (dtype_parse(dtype->valuestring, &t->dtype) != 0)
-        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
-                            "%s: tensor %s: unknown dtype %s (supported: F32, F16, BF16, I8, U8)", path, name,
-                            dtype->valuestring);
+    if (dtype_parse(dtype->valuestring, &t->dtype) != 0) {
+        /* the format's other dtypes are valid files this library does not read; any other string
+         * is not safetensors at all */
+        static const char *const format_dtypes[] = {"BOOL", "I16", "U16", "I32", "U32", "I64", "U64", "F64",
+                                                    "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4"};
+        for (size_t i = 0; i < sizeof format_dtypes / sizeof format_dtypes[0]; i++)
+            if (strcmp(dtype->valuestring, format_dtypes[i]) == 0)
+                return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                                    "%s: tensor %s: dtype %s is not supported here (F32, F16, BF16, I8, U8)", path,
+                                    name, dtype->valuestring);
+        return dt_fail_format(err, "%s: tensor %s: '%.32s' is not a safetensors dtype", path, name,
+                              dtype->valuestring);
+    }
     if (parse_shape(path, name, cJSON_GetObjectItemCaseSensitive(item, "shape"), t, err) != 0) return -1;
     return parse_offsets(path, name, cJSON_GetObjectItemCaseSensitive(item, "data_offsets"), data_size, t, err);
 }

@@ -77,7 +77,8 @@ static const struct dt_st_ref *find_ref(const dt_st_set *s, const char *name) {
 
 /* A shard must be a file of the model's directory: no path separators, no "." or "..". */
 static int valid_shard_name(const char *name) {
-    return name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
+    /* (past NAME_MAX it is no file name either: the path built from it would be refused as too long) */
+    return name[0] && strlen(name) <= 255 && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
