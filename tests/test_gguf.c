@@ -769,7 +769,8 @@ typedef struct {
     const char *str_key, *str_val;   /* a string key set (replaced or added) */
     const char *u32_key;             /* a u32 key set to u32 */
     uint32_t u32;
-    const char *arr_key;             /* an integer array key set to 2 copies of u32 (per-layer values) */
+    const char *arr_key;             /* an integer array key set to arr_n (0: 2) copies of u32 (per-layer values) */
+    int arr_n;
     const char *merges;              /* tokenizer.ggml.merges replaced by this one merge */
     const char *drop_tensor;
     const char *extra_tensor;        /* an F32 vector of hidden_size zeros added */
@@ -827,8 +828,8 @@ static void rewrite(const char *in, const char *out, const edits *e) {
     if (e->str_key) gguf_w_str(&w, e->str_key, e->str_val, strlen(e->str_val));
     if (e->u32_key) gguf_w_u32(&w, e->u32_key, e->u32);
     if (e->arr_key) {
-        const int32_t v[2] = {(int32_t)e->u32, (int32_t)e->u32};
-        gguf_w_i32_array(&w, e->arr_key, v, 2);
+        const int32_t v[3] = {(int32_t)e->u32, (int32_t)e->u32, (int32_t)e->u32};
+        gguf_w_i32_array(&w, e->arr_key, v, e->arr_n ? e->arr_n : 2);
     }
     if (e->merges) gguf_w_str_array(&w, "tokenizer.ggml.merges", 1, one_merge, (void *)e->merges);
     rewrite_ctx x = {.src = &f, .e = e};
@@ -892,6 +893,11 @@ static void test_hostile_models(void **state) {
     expect_load_refused(base, &(edits){.u32_key = "llama.expert_count", .u32 = 8}, U, "mixture of experts");
     expect_load_refused(base, &(edits){.u32_key = "llama.rope.dimension_count", .u32 = 8}, U, "partial rotary");
     expect_load_refused(base, &(edits){.arr_key = "llama.feed_forward_length", .u32 = 7}, F, "has shape");
+    /* a per-layer array of another length than block_count (2 here) */
+    expect_load_refused(base, &(edits){.arr_key = "llama.feed_forward_length", .u32 = 96, .arr_n = 1}, F,
+                        "llama.feed_forward_length holds 1 values for 2 layers");
+    expect_load_refused(base, &(edits){.arr_key = "llama.feed_forward_length", .u32 = 96, .arr_n = 3}, F,
+                        "llama.feed_forward_length holds 3 values for 2 layers");
     expect_load_refused(base, &(edits){.str_key = "llama.rope.scaling.type", .str_val = "yarn"}, U, "'yarn'");
     expect_load_refused(base, &(edits){.u32_key = "tokenizer.ggml.bos_token_id", .u32 = 9999}, F,
                         "tokenizer.ggml.bos_token_id = 9999 is outside");

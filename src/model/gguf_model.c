@@ -678,13 +678,18 @@ int gguf_model_path(const char *path) {
 
 /* A required or optional (dflt >= 0) size from llama.<key>: an integer, or an array of one value
  * per layer when every layer has the same. */
-static int hparam(const gguf_file *f, const char *key, int64_t dflt, int *out, dt_error *err) {
+/* llama.KEY as one integer: a per-layer array must hold one value for each of `layers` layers
+ * (when known, > 0) and the same value in all. */
+static int hparam(const gguf_file *f, const char *key, int64_t dflt, int layers, int *out, dt_error *err) {
     char full[128];
     snprintf(full, sizeof full, "llama.%s", key);
     const gguf_kv *kv = gguf_find_kv(f, full);
     int64_t v = dflt;
     if (kv && gguf_is_int_array(kv)) {
         if (kv->n == 0) return dt_fail_format(err, "%s: %s is an empty array", f->path, full);
+        if (layers > 0 && kv->n != (uint64_t)layers)
+            return dt_fail_format(err, "%s: %s holds %llu values for %d layers (block_count)", f->path, full,
+                                  (unsigned long long)kv->n, layers);
         v = gguf_array_int(kv, 0);
         for (uint64_t i = 1; i < kv->n; i++)
             if (gguf_array_int(kv, i) != v)
@@ -718,11 +723,13 @@ static int read_hparams(const gguf_file *f, dt_config *c, dt_error *err) {
                             "no GGUF architecture: llama.cpp has none)",
                             f->path, (int)(arch.len > 40 ? 40 : arch.len), arch.p);
     int experts = 0, heads_kv = 0, key_len = 0, value_len = 0, rope_dim = 0;
-    if (hparam(f, "embedding_length", -1, &c->hidden_size, err) || hparam(f, "block_count", -1, &c->num_hidden_layers, err) ||
-        hparam(f, "feed_forward_length", -1, &c->intermediate_size, err) ||
-        hparam(f, "context_length", -1, &c->max_position_embeddings, err) ||
-        hparam(f, "attention.head_count", -1, &c->num_attention_heads, err) ||
-        hparam(f, "expert_count", 0, &experts, err))
+    /* block_count first: the per-layer arrays after it are checked against it */
+    if (hparam(f, "block_count", -1, 0, &c->num_hidden_layers, err) ||
+        hparam(f, "embedding_length", -1, c->num_hidden_layers, &c->hidden_size, err) ||
+        hparam(f, "feed_forward_length", -1, c->num_hidden_layers, &c->intermediate_size, err) ||
+        hparam(f, "context_length", -1, c->num_hidden_layers, &c->max_position_embeddings, err) ||
+        hparam(f, "attention.head_count", -1, c->num_hidden_layers, &c->num_attention_heads, err) ||
+        hparam(f, "expert_count", 0, c->num_hidden_layers, &experts, err))
         return -1;
     if (experts > 0)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: llama.expert_count = %d: a mixture of experts (Mixtral) is "
@@ -735,10 +742,10 @@ static int read_hparams(const gguf_file *f, dt_config *c, dt_error *err) {
                                   f->path, c->hidden_size, c->num_attention_heads);
     }
     const int dflt_hd = c->num_attention_heads > 0 ? c->hidden_size / c->num_attention_heads : 0;
-    if (hparam(f, "attention.head_count_kv", c->num_attention_heads, &heads_kv, err) ||
-        hparam(f, "attention.key_length", dflt_hd, &key_len, err) ||
-        hparam(f, "attention.value_length", key_len, &value_len, err) ||
-        hparam(f, "rope.dimension_count", key_len, &rope_dim, err))
+    if (hparam(f, "attention.head_count_kv", c->num_attention_heads, c->num_hidden_layers, &heads_kv, err) ||
+        hparam(f, "attention.key_length", dflt_hd, c->num_hidden_layers, &key_len, err) ||
+        hparam(f, "attention.value_length", key_len, c->num_hidden_layers, &value_len, err) ||
+        hparam(f, "rope.dimension_count", key_len, c->num_hidden_layers, &rope_dim, err))
         return -1;
     c->num_key_value_heads = heads_kv;
     c->head_dim = key_len;
