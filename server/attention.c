@@ -211,8 +211,9 @@ int srv_attention(srv *s, const char *body, size_t len, char **json, size_t *jso
     const int limit = s->opt.attention_max_tokens < c->max_position_embeddings ? s->opt.attention_max_tokens
                                                                                : c->max_position_embeddings;
     if (rc == 0 && n > (size_t)limit)
-        rc = srv_bad(e, "prompt", "the prompt has %zu tokens, more than the %d an attention reply may cover "
-                                  "(--attention-max-tokens)", n, limit);
+        rc = srv_bad(e, "prompt", "the prompt has %zu tokens, more than the %d an attention reply may cover (%s)", n,
+                     limit, limit == s->opt.attention_max_tokens ? "--attention-max-tokens"
+                                                                 : "the model's max_position_embeddings");
     static const char *const names[2] = {"layer", "head"};
     const int bounds[2] = {L, Hout};
     int *lo[2] = {&a.l0, &a.h0}, *hi[2] = {&a.l1, &a.h1};

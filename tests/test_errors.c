@@ -312,6 +312,29 @@ static void test_out_of_memory(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* Weights that overflow float32 (finite, but their products are not): generate refuses to sample
+ * from inf / NaN logits, naming the logit and the position, instead of printing noise. */
+static void test_generate_nonfinite_logits(void **state) {
+    (void)state;
+    dt_config c;
+    tu_tiny_diff_config(&c);
+    dt_model m;
+    dt_error err = fresh();
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    dt_model_init_random(&m, 7);
+    const size_t head = (size_t)c.vocab_size * c.hidden_size;
+    for (size_t i = 0; i < head; i++) m.w.lm_head[i] = i % 2 ? 3e38f : -3e38f;
+    dt_generate_options o;
+    dt_generate_defaults(&o);
+    o.max_new_tokens = 2;
+    const int prompt[3] = {1, 2, 3};
+    int out[2];
+    dt_generate_result r;
+    expect_err(dt_generate(&m, prompt, 3, &o, out, &r, &err), &err, DT_ERR_FORMAT, "at position 2 is");
+    assert_non_null(strstr(err.msg, "overflow float32"));
+    dt_model_free(&m);
+}
+
 static void test_diverged(void **state) {
     (void)state;
     char data[1024], out[1024];
@@ -407,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_argument),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_diverged),
+        cmocka_unit_test(test_generate_nonfinite_logits),
         cmocka_unit_test(test_json_text_valid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

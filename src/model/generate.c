@@ -148,6 +148,14 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
         pos += n;
         if (pos < n_prompt) continue;
         if (pos == n_prompt) r.prefill_s = monotonic_seconds() - t0;
+        /* weights that overflow float32 give inf / NaN logits, from which any "sample" is noise */
+        int bad = 0;
+        while (bad < V && isfinite(logits[bad])) bad++;
+        if (bad < V) {
+            rc = dt_fail_format(err, "logit %d at position %d is %g: the model's weights overflow float32", bad, pos - 1,
+                                isnan(logits[bad]) ? NAN : (double)logits[bad]);
+            break;
+        }
         const int token = dt_sample(logits, V, &o->sampler, &rng, scratch);
         int is_stop = 0;
         for (int e = 0; e < n_stop; e++) is_stop |= token == stop_ids[e];
