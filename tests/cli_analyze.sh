@@ -95,6 +95,18 @@ expect_fail "training on a missing run" "$S/norun" "$DT" analyze training "$S/no
 mkdir -p "$S/badrun" && echo '{"step": 1, "nothing": 2}' >"$S/badrun/metrics.jsonl"
 expect_fail "training on a malformed metrics file" "$S/badrun/metrics.jsonl:1: not a metrics line" \
     "$DT" analyze training "$S/badrun"
+# lines that parse but lie: steps that do not count up, a gradient norm of inf (cJSON reads
+# 1e999 so), λ for another number of layers than the run's config.json
+LINE1='{"step":1,"train_loss":5.5,"grad_norm":4.8,"lambda":[0.2,0.3]}'
+for bad in 'back {"step":1,"train_loss":5,"grad_norm":4.8,"lambda":[0.2,0.3]}|:2: step 1' \
+    'inf {"step":2,"train_loss":5,"grad_norm":1e999,"lambda":[0.2,0.3]}|:2: not a metrics line' \
+    'layers {"step":2,"train_loss":5,"grad_norm":4.8,"lambda":[0.2,0.3,0.4]}|:2: 3 λ values'; do
+    name=${bad%% *} rest=${bad#* }
+    mkdir -p "$S/lie_$name" && printf '%s\n%s\n' "$LINE1" "${rest%|*}" >"$S/lie_$name/metrics.jsonl"
+    cp "$S/run/config.json" "$S/lie_$name/" # the tiny preset's 2 layers
+    expect_fail "training on a metrics file that lies: $name" "lie_$name/metrics.jsonl${rest#*|}" \
+        "$DT" analyze training "$S/lie_$name"
+done
 expect_fail "--json into a missing directory" "$S/nodir/x.json" \
     "$DT" analyze training "$S/run" --json "$S/nodir/x.json"
 expect_fail "a failing analysis writes no JSON" "$S/nomodel" \

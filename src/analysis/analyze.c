@@ -549,13 +549,19 @@ static char *read_text(const char *path, dt_error *err) {
         dt_fail_io(err, "%s: read error", path);
         return NULL;
     }
+    if (memchr(buf, '\0', n)) { /* the lines after it would be silently gone */
+        free(buf);
+        dt_fail_format(err, "%s: a NUL byte inside (not a metrics.jsonl written by train?)", path);
+        return NULL;
+    }
     buf[n] = '\0';
     return buf;
 }
 
+/* a finite number (cJSON reads 1e999 as inf) */
 static int get_number(const cJSON *o, const char *name, double *v) {
     const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, name);
-    if (!cJSON_IsNumber(x)) return -1;
+    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) return -1;
     *v = x->valuedouble;
     return 0;
 }
@@ -574,10 +580,12 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     } else if (dt_pathf(out->path, sizeof out->path, err, "%s", path)) {
         return -1;
     }
+    int cfg_layers = -1; /* λ values a line must hold, when the run's config.json says */
     if (cfgpath[0] && access(cfgpath, F_OK) == 0) {
         dt_config cfg;
         if (dt_config_load(&cfg, cfgpath, err) != 0) return -1;
         out->arch = cfg.arch;
+        cfg_layers = cfg.num_hidden_layers;
     }
     char *text = read_text(out->path, err);
     if (!text) return -1;
@@ -602,11 +610,26 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
         if (!o || !cJSON_IsObject(o) || get_number(o, "step", &step) || get_number(o, "train_loss", &loss) ||
             get_number(o, "grad_norm", &g) || !cJSON_IsArray(lam)) {
             cJSON_Delete(o);
-            dt_fail_format(err, "%s:%d: not a metrics line (needs step, train_loss, grad_norm and a lambda array)",
+            dt_fail_format(err, "%s:%d: not a metrics line (needs step, train_loss, grad_norm as finite numbers and a "
+                                "lambda array)",
                            out->path, lineno);
             goto fail;
         }
+        /* steps count up from 1 (a resumed run rewrites what followed its checkpoint) */
+        if (step != floor(step) || step < 1 || step > 1e9 || (n > 0 && step <= steps[n - 1]) || !(g >= 0)) {
+            cJSON_Delete(o);
+            dt_fail_format(err, "%s:%d: step %g, grad_norm %g: steps are integers counting up from 1 and gradient "
+                                "norms are >= 0",
+                           out->path, lineno, step, g);
+            goto fail;
+        }
         int nl = cJSON_GetArraySize(lam);
+        if (cfg_layers >= 0 && nl != cfg_layers) {
+            cJSON_Delete(o);
+            dt_fail_format(err, "%s:%d: %d λ values for the %d layers of %s", out->path, lineno, nl, cfg_layers,
+                           cfgpath);
+            goto fail;
+        }
         if (L < 0) {
             L = nl;
             out->n_layers = L;
@@ -632,9 +655,9 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
         }
         for (int l = 0; l < L; l++) {
             const cJSON *x = cJSON_GetArrayItem(lam, l);
-            if (!cJSON_IsNumber(x)) {
+            if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) {
                 cJSON_Delete(o);
-                dt_fail_format(err, "%s:%d: lambda[%d] is not a number", out->path, lineno, l);
+                dt_fail_format(err, "%s:%d: lambda[%d] is not a finite number", out->path, lineno, l);
                 goto fail;
             }
             double v = x->valuedouble;
