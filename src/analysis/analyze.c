@@ -668,6 +668,12 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
             if (v > out->lambda_max[l]) out->lambda_max[l] = v;
         }
         if (get_number(o, "val_loss", &val) == 0) {
+            if (!(val > 0) || !(loss >= 0)) { /* cross-entropies; a scaling fit takes the log of them */
+                cJSON_Delete(o);
+                dt_fail_format(err, "%s:%d: train_loss %g, val_loss %g: a cross-entropy is >= 0, a held-out one > 0",
+                               out->path, lineno, loss, val);
+                goto fail;
+            }
             out->final_val_loss = val;
             out->final_val_step = (int)step;
         }
