@@ -1291,7 +1291,10 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
 /* tokenizer_config.json: the special tokens by name, and the chat template. */
 static char *tokenizer_config(const vocab_in *v) {
     cJSON *root = cJSON_CreateObject();
-    int ok = root && cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast");
+    /* a byte-level BPE decodes to its bytes: transformers' older default (true) would drop the
+     * spaces before punctuation */
+    int ok = root && cJSON_AddStringToObject(root, "tokenizer_class", "PreTrainedTokenizerFast") &&
+             cJSON_AddFalseToObject(root, "clean_up_tokenization_spaces");
     static const char *const keys[] = {"bos_token", "eos_token", "pad_token"};
     const int ids[] = {v->bos, v->eos, v->pad};
     for (int i = 0; i < 3 && ok; i++) {
