@@ -33,8 +33,18 @@ static void tiny_model(dt_model *m) {
     dt_model_init_random(m, 5);
 }
 
+/* An empty directory of that name in the test's scratch space: what an earlier run left there
+ * (the FIFOs of test_fifos, which a save now refuses to replace) is removed first. */
 static void dir_path(char *out, size_t n, const char *name) {
     tu_path(out, n, name);
+    DIR *d = opendir(out);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", out, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
     mkdir(out, 0755);
 }
 

@@ -89,9 +89,10 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
         memset(f, 0, sizeof *f);
-        return dt_fail_io(err, "%s: exists and is not a regular file (%s): outputs are written to a new file and renamed "
-                               "over the old one",
-                          path, S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket");
+        const char *what = S_ISDIR(sb.st_mode) ? "a directory" : S_ISFIFO(sb.st_mode) ? "a FIFO" : "a device or socket";
+        return dt_fail_io(err, "%s: exists and is not a regular file (%s): outputs are written to a new file and "
+                               "renamed over the old one",
+                          path, what);
     }
     f->fp = fopen(f->tmp, "wb");
     if (!f->fp) return dt_fail_io(err, "%s: cannot create: %s", path, strerror(errno));

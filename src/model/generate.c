@@ -152,8 +152,8 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
         int bad = 0;
         while (bad < V && isfinite(logits[bad])) bad++;
         if (bad < V) {
-            rc = dt_fail_format(err, "logit %d at position %d is %g: the model's weights overflow float32", bad, pos - 1,
-                                isnan(logits[bad]) ? NAN : (double)logits[bad]);
+            rc = dt_fail_format(err, "logit %d at position %d is %g: the model's weights overflow float32", bad,
+                                pos - 1, isnan(logits[bad]) ? NAN : (double)logits[bad]);
             break;
         }
         const int token = dt_sample(logits, V, &o->sampler, &rng, scratch);

@@ -504,8 +504,8 @@ static int check_exportable(const dt_model *m, dt_dtype dtype, const char *path,
     if (c->arch == DT_ARCH_DIFF)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,
                             "%s: a DIFF Transformer (model_type diffllama) has no GGUF form: llama.cpp has no "
-                            "differential-attention architecture (the matched Transformer has one; transformers' DiffLlama "
-                            "reads the Hugging Face form)",
+                            "differential-attention architecture (the matched Transformer has one; transformers' "
+                            "DiffLlama reads the Hugging Face form)",
                             path);
     if (c->arch == DT_ARCH_DIFF_V2)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,

@@ -55,8 +55,9 @@ static int check_descriptive_keys(const cJSON *qc, dt_quant_scheme scheme, const
         const int ok = want[i].text ? cJSON_IsString(v) && strcmp(v->valuestring, want[i].text) == 0
                                     : cJSON_IsNumber(v) && v->valuedouble == want[i].number;
         if (ok) continue;
-        if (want[i].text) return dt_fail_format(err, "%s: quantization_config.%s must be \"%s\" for %s", path, want[i].key,
-                                                want[i].text, dt_quant_scheme_name(scheme));
+        if (want[i].text)
+            return dt_fail_format(err, "%s: quantization_config.%s must be \"%s\" for %s", path, want[i].key,
+                                  want[i].text, dt_quant_scheme_name(scheme));
         if (want[i].number < 0)
             return dt_fail_format(err, "%s: quantization_config.%s does not apply to %s", path, want[i].key,
                                   dt_quant_scheme_name(scheme));
@@ -107,8 +108,8 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
             o->lm_head = cJSON_IsTrue(lm);
             if (rc == 0 && alpha && !cJSON_IsNull(alpha) &&
                 (!cJSON_IsNumber(alpha) || !w8a8 || !(alpha->valuedouble >= 0 && alpha->valuedouble <= 1)))
-                rc = dt_fail_format(err, "%s: quantization_config.smoothquant_alpha must be null or, for w8a8, a number "
-                                         "in [0, 1]",
+                rc = dt_fail_format(err, "%s: quantization_config.smoothquant_alpha must be null or, for w8a8, a "
+                                         "number in [0, 1]",
                                     path);
             if (cJSON_IsNumber(alpha)) o->smooth_alpha = (float)alpha->valuedouble;
             if (rc == 0) rc = check_descriptive_keys(qc, o->scheme, path, err);

@@ -199,7 +199,8 @@ int train_step_run(train_step *s, const int *in, const int *tg, int t, float lr,
     if (!isfinite(st->loss) || !isfinite(gnorm))
         return dt_fail_code(err, DT_ERR_DIVERGED,
                             "step %d: loss %g, gradient norm %g — training diverged (try a lower lr)", t,
-                            isnan(st->loss) ? NAN : (double)st->loss, isnan(gnorm) ? NAN : (double)gnorm); /* no "-nan" */
+                            /* NAN, not the sign bit's "-nan" */
+                            isnan(st->loss) ? NAN : (double)st->loss, isnan(gnorm) ? NAN : (double)gnorm);
     float scale = 1.0f / KN;
     if (s->opt.grad_clip > 0 && gnorm > s->opt.grad_clip) scale *= s->opt.grad_clip / gnorm;
     if (scale != 1.0f) grad_scale(g, shard, scale);

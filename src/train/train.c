@@ -455,7 +455,8 @@ static uint64_t data_fingerprint(const int *tokens, size_t n) {
     const uint64_t h = fnv1a(FNV_START, &n64, sizeof n64);
     if (n <= span * parts) return fnv1a(h, tokens, n * sizeof *tokens);
     uint64_t sampled = h;
-    for (size_t i = 0; i < parts; i++) sampled = fnv1a(sampled, tokens + (n - span) / (parts - 1) * i, span * sizeof *tokens);
+    for (size_t i = 0; i < parts; i++)
+        sampled = fnv1a(sampled, tokens + (n - span) / (parts - 1) * i, span * sizeof *tokens);
     return sampled;
 }
 
@@ -574,8 +575,8 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     }
     tr->data_fingerprint = data_fingerprint(tr->tokens, tr->n_tokens);
     if (tr->saved_n_tokens && (tr->n_tokens != tr->saved_n_tokens || tr->data_fingerprint != tr->saved_fingerprint))
-        return dt_fail(err, "%s %s: %zu tokens, not the data the run in %s was trained on (%zu tokens from %s): continue it "
-                            "on the same data",
+        return dt_fail(err, "%s %s: %zu tokens, not the data the run in %s was trained on (%zu tokens from %s): "
+                            "continue it on the same data",
                        o->tokens_path ? "tokens_path" : "data_path", *data, tr->n_tokens, o->out_dir,
                        tr->saved_n_tokens, data_path);
     if (!o->tokens_path && (tr->n_train < (size_t)T + 2 || tr->n_tokens - tr->n_train < (size_t)T + 1))
