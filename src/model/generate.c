@@ -29,6 +29,19 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
+/* 1 when no x[i] is inf or NaN: the largest exponent field over x, an integer reduction the
+ * compiler vectorises (an early-exit isfinite loop cost ~10 µs a step over 32000 logits) */
+static int all_finite(const float *x, int n) {
+    uint32_t top = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, x + i, sizeof u);
+        u &= 0x7f800000u;
+        top = u > top ? u : top;
+    }
+    return top != 0x7f800000u;
+}
+
 int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch) {
     const int best = argmax(logits, V);
     if (s->temperature <= 0.0f) return best;
@@ -149,9 +162,9 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
         if (pos < n_prompt) continue;
         if (pos == n_prompt) r.prefill_s = monotonic_seconds() - t0;
         /* weights that overflow float32 give inf / NaN logits, from which any "sample" is noise */
-        int bad = 0;
-        while (bad < V && isfinite(logits[bad])) bad++;
-        if (bad < V) {
+        if (!all_finite(logits, V)) {
+            int bad = 0;
+            while (isfinite(logits[bad])) bad++;
             rc = dt_fail_format(err, "logit %d at position %d is %g: the model's weights overflow float32", bad,
                                 pos - 1, isnan(logits[bad]) ? NAN : (double)logits[bad]);
             break;
