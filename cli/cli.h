@@ -58,7 +58,8 @@ void cli_join_command(char **argv, int argc, char *out, size_t n);
  * returns -1 otherwise. */
 int cli_split_list(const char *cmd, const char *flag, const char *list, char names[][32], int cap, int *n);
 /* SIGINT and SIGTERM set *flag (cleared first) instead of ending the process, so that a long job
- * (training, a study) can save its work and return; cli_default_stop_signals restores the defaults. */
+ * (training, a study) can save its work and return. cli_default_stop_signals installs what every
+ * other command gets (main.c runs it first): the outputs' temporaries removed, exit status 9. */
 void cli_catch_stop_signals(volatile int *flag);
 void cli_default_stop_signals(void);
 /* A time left for a progress line: "1h05m", "3m07s", "?" when not known. */
@@ -81,7 +82,9 @@ int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *o
 /* A directory a command writes a new model into (flag: how the user named it, "--out" or
  * "OUT_DIR"): refused when it is a file, or a directory that already holds a checkpoint
  * (config.json, weights, a training state) unless force, so that a model is never replaced by
- * mistake; what_else says how to go on instead. Prints the error and returns 1, else 0. */
+ * mistake; what_else says how to go on instead. With force the old run's training state
+ * (train_state.json, optimizer.safetensors, metrics.jsonl) is removed, so that no resume
+ * continues it on the new weights. Prints the error and returns 1, else 0. */
 int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else);
 /* Reads a config: a preset name ("small") or a path to a config.json. */
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);

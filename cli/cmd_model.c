@@ -364,7 +364,7 @@ int cmd_export(int argc, char **argv) {
     struct stat in_st, out_st;
     const int in_place = stat(argv[optind], &in_st) == 0 && stat(out, &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
                          in_st.st_ino == out_st.st_ino;
-    if (cli_check_new_model_dir(cmd, "OUT_DIR", out, force || in_place, "choose a new directory") != 0) return 1;
+    if (!in_place && cli_check_new_model_dir(cmd, "OUT_DIR", out, force, "choose a new directory") != 0) return 1;
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);

@@ -73,7 +73,10 @@ int cmd_quantize(int argc, char **argv) {
         return cli_error_code(cmd, err.code, "--scheme: %s", err.msg);
     if (o.scheme != DT_QUANT_W8A8 && (o.dynamic_activations || o.smooth_alpha >= 0))
         return cli_error(cmd, "%s applies to w8a8 only (%s rounds activations per block)",
-                         o.dynamic_activations ? "--dynamic" : "--smooth", scheme);
+                         !o.dynamic_activations ? "--smooth"
+                         : o.smooth_alpha >= 0  ? "--dynamic and --smooth"
+                                                : "--dynamic",
+                         scheme);
     if (o.scheme == DT_QUANT_W8A8 && o.float_activations)
         return cli_error(cmd, "--float-activations applies to q8_0 and q4_0 (w8a8 multiplies int8 activations)");
     if (o.scheme == DT_QUANT_W8A8 && !o.calib_path && (!o.dynamic_activations || o.smooth_alpha >= 0))

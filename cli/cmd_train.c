@@ -170,9 +170,6 @@ int cmd_train(int argc, char **argv) {
     if (o.resume && force) return cli_error(cmd, "--force starts a new run; --resume continues the one in --out");
     if (!o.resume && cli_check_new_model_dir(cmd, "--out", o.out_dir, force, "continue its run with --resume") != 0)
         return 1;
-    if (ignored[0])
-        fprintf(stderr, "difftrans train: ignoring %s: a resumed run keeps the options it was started with "
-                        "(%s/train_state.json)\n", ignored, o.out_dir);
     if (!o.resume) {
         if (!o.data_path && !o.tokens_path)
             return cli_error(cmd, "--data FILE or --tokens DATASET is required (see difftrans train --help)");
@@ -183,6 +180,9 @@ int cmd_train(int argc, char **argv) {
     dt_error err;
     dt_comm *comm = NULL;
     if (dt_comm_create(&comm, comm_timeout, &err) != 0) return cli_fail(cmd, &err);
+    if (ignored[0] && dt_comm_rank(comm) == 0) /* rank 0 speaks for a job */
+        fprintf(stderr, "difftrans train: ignoring %s: a resumed run keeps the options it was started with "
+                        "(%s/train_state.json)\n", ignored, o.out_dir);
     /* in a job, each rank's share of the cores, unless --threads or OMP_NUM_THREADS says otherwise */
     if (threads == 0 && dt_comm_size(comm) > 1 && !getenv("OMP_NUM_THREADS"))
         threads = dt_comm_default_threads(comm);

@@ -306,24 +306,35 @@ int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *o
     return -(cli_error(cmd, "%s '%s': unknown unit (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", name, s) != 0);
 }
 
-/* A spec with a slash or ".json" in it is a config.json; anything else a preset's name. */
 int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else) {
     static const char *const marks[] = {"train_state.json", "config.json", "model.safetensors",
                                         "model.safetensors.index.json"};
+    /* what a resume would read of the old run: gone with it, so that it is not continued on the
+     * new weights (the weights' own files are replaced by the save) */
+    static const char *const old_run[] = {"train_state.json", "optimizer.safetensors", "metrics.jsonl"};
     struct stat sb;
     if (stat(dir, &sb) != 0) return 0; /* a new directory */
     if (!S_ISDIR(sb.st_mode)) return cli_error(cmd, "%s %s: exists and is not a directory", flag, dir);
-    if (force) return 0;
     for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
         char path[4200];
         snprintf(path, sizeof path, "%s/%s", dir, marks[i]);
-        if (access(path, F_OK) == 0)
+        if (access(path, F_OK) != 0) continue;
+        if (!force)
             return cli_error(cmd, "%s %s: already holds a checkpoint (%s); %s, or give --force to replace it", flag,
                              dir, marks[i], what_else);
+        fprintf(stderr, "difftrans %s: replacing the checkpoint in %s\n", cmd, dir);
+        for (size_t k = 0; k < sizeof old_run / sizeof old_run[0]; k++) {
+            snprintf(path, sizeof path, "%s/%s", dir, old_run[k]);
+            if (unlink(path) != 0 && errno != ENOENT)
+                return cli_error_code(cmd, DT_ERR_IO, "%s: cannot remove the old run's file: %s", path,
+                                      strerror(errno));
+        }
+        break;
     }
     return 0;
 }
 
+/* A spec with a slash or ".json" in it is a config.json; anything else a preset's name. */
 static int config_spec_is_file(const char *spec) { return strchr(spec, '/') || strstr(spec, ".json"); }
 
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg) {

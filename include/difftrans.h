@@ -918,13 +918,14 @@ typedef struct {
     char path[4096];
     char tmp[4096 + 32];
     void *fp;                    /* FILE* */
-    int live;                    /* the registry's slot of tmp + 1 (dt_remove_temporaries), 0: none */
 } dt_atomic_file;
 int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err);
 int dt_atomic_commit(dt_atomic_file *f, dt_error *err);  /* fflush, fsync, close, rename, fsync dir */
 void dt_atomic_abort(dt_atomic_file *f);                  /* close, unlink temp */
-/* Unlinks the temporary file of every atomic write still in progress, for a process about to
- * end on a signal: async-signal-safe (unlink only), so a SIGINT / SIGTERM handler may call it. */
+/* Removes what the outputs this process was writing left under their temporary names
+ * ("<name>.tmp.<pid>", files and a quantised checkpoint's directory) in the directories it wrote
+ * them in, for a process about to end on a signal: async-signal-safe, so a SIGINT / SIGTERM
+ * handler may call it (base/temporaries.c). */
 void dt_remove_temporaries(void);
 
 #ifdef __cplusplus

@@ -746,8 +746,15 @@ after=$(snapshot "$RUN")
 if [ "$before" = "$after" ]; then pass; else
     fail "a refused command changed the checkpoint in $RUN" "$(diff <(echo "$before") <(echo "$after") | tr '\n' '|')"
 fi
+cp "$DATA" "$S/rel_data.txt"
+expect_ok "train on a relative --data path" sh -c 'cd "$1" && exec "$0" train --preset tiny --data rel_data.txt \
+    --out run_rel --steps 2 --batch 2 --seq 32 --threads 1 --quiet' "$DT" "$S"
 expect_ok "train --resume from another directory (the data's absolute path recorded)" \
-    sh -c 'cd / && exec "$0" train --resume --out "$1" --steps 3 --threads 1 --quiet' "$DT" "$RUN"
+    sh -c 'cd / && exec "$0" train --resume --out "$1" --steps 3 --threads 1 --quiet' "$DT" "$S/run_rel"
+if grep -qF "\"$(realpath "$S/rel_data.txt")\"" "$S/run_rel/train_state.json"; then pass; else
+    fail "train_state.json does not record the data's absolute path: $(grep '"data"' "$S/run_rel/train_state.json")"
+fi
+rm -rf "$S/run_rel" "$S/rel_data.txt"
 cp "$DATA" "$S/moved_data.txt"
 expect_ok "train --resume with the same data at a new path" "$DT" train --resume --out "$RUN" --steps 4 \
     --data "$S/moved_data.txt" --threads 1 --quiet

@@ -1,6 +1,7 @@
 /* test_base.c — the base layer's utilities (src/base/base.h): the half and bfloat16 codecs bit for
  * bit, round trips over every 16-bit pattern and every rounding tie, and, where this CPU has them,
- * against the x86 conversion instructions; growable arrays; paths that do not fit. */
+ * against the x86 conversion instructions; growable arrays; paths that do not fit; what a signal
+ * handler removes of unfinished outputs. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -8,12 +9,16 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <immintrin.h>
 
 #include "base/base.h"
 #include "cpu/cpu.h"
+#include "internal.h"
+#include "testutil.h"
 
 static float f_of(uint32_t u) { return base_bits_float(u); }
 
@@ -377,6 +382,46 @@ static void test_path_join_refuses_truncation(void **state) {
     dt_atomic_abort(&f);
 }
 
+/* ---------------------------------------------------------------- temporaries */
+
+static int exists(const char *path) { return access(path, F_OK) == 0; }
+
+/* dt_remove_temporaries, what the CLI's SIGINT / SIGTERM handler runs: this process's temporaries
+ * go — an atomic write's file, a quantised checkpoint's directory with its files — and nothing
+ * else does: a finished output, another process's temporary, a name that only resembles one. */
+static void test_remove_temporaries(void **state) {
+    (void)state;
+    char dir[1200], done[1400], partial[1400], qdir[1400], qfile[1500], other[1400], like[1400];
+    tu_path(dir, sizeof dir, "temporaries");
+    mkdir(dir, 0755);
+    snprintf(done, sizeof done, "%s/done.txt", dir);
+    snprintf(partial, sizeof partial, "%s/out.bin", dir);
+    snprintf(qdir, sizeof qdir, "%s/q.tmp.%ld", dir, (long)getpid());
+    snprintf(qfile, sizeof qfile, "%s/model.safetensors", qdir);
+    snprintf(other, sizeof other, "%s/x.tmp.%ld", dir, (long)getpid() + 1);
+    snprintf(like, sizeof like, "%s/y.tmp.%ld0", dir, (long)getpid());
+    tu_write_file(done, "x", 1);
+    tu_write_file(other, "x", 1);
+    tu_write_file(like, "x", 1);
+    dt_atomic_file f;
+    dt_error err;
+    assert_int_equal(dt_atomic_open(&f, partial, &err), 0);
+    assert_true(fputs("half of it", f.fp) >= 0 && fflush(f.fp) == 0);
+    assert_true(exists(f.tmp));
+    char q[1400];
+    snprintf(q, sizeof q, "%s/q", dir);
+    temp_dir_register(q); /* as quant_save does for its directory dir/q.tmp.<pid> */
+    assert_int_equal(mkdir(qdir, 0755), 0);
+    tu_write_file(qfile, "x", 1);
+    dt_remove_temporaries();
+    assert_false(exists(f.tmp));
+    assert_false(exists(qfile));
+    assert_false(exists(qdir));
+    assert_true(exists(done) && exists(other) && exists(like));
+    assert_false(exists(partial)); /* never renamed into place */
+    dt_atomic_abort(&f);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_half_exact),
@@ -389,6 +434,7 @@ int main(void) {
         cmocka_unit_test(test_grow_doubles_and_keeps),
         cmocka_unit_test(test_grow_refuses_and_leaves_untouched),
         cmocka_unit_test(test_path_join_refuses_truncation),
+        cmocka_unit_test(test_remove_temporaries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,42 +39,6 @@ float dt_rng_normal(uint64_t *state) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
-/* The temporary files of the atomic writes in progress, for dt_remove_temporaries to unlink from
- * a signal handler: a slot's path is written before the slot is marked live and unmarked before
- * it is reused, so the handler reads whole paths without a lock. Writes past the slots (never
- * more than a few at once in practice) are simply not registered. */
-#define TEMP_SLOTS 256
-static char temp_paths[TEMP_SLOTS][sizeof(((dt_atomic_file *)0)->tmp)];
-static volatile sig_atomic_t temp_live[TEMP_SLOTS];
-static pthread_mutex_t temp_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static int temp_register(const char *path) {
-    pthread_mutex_lock(&temp_mu);
-    int slot = -1;
-    for (int i = 0; i < TEMP_SLOTS && slot < 0; i++)
-        if (!temp_live[i]) slot = i;
-    if (slot >= 0) {
-        memcpy(temp_paths[slot], path, strlen(path) + 1);
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        temp_live[slot] = 1;
-    }
-    pthread_mutex_unlock(&temp_mu);
-    return slot + 1;
-}
-
-static void temp_unregister(dt_atomic_file *f) {
-    if (!f->live) return;
-    pthread_mutex_lock(&temp_mu);
-    temp_live[f->live - 1] = 0;
-    pthread_mutex_unlock(&temp_mu);
-    f->live = 0;
-}
-
-void dt_remove_temporaries(void) {
-    for (int i = 0; i < TEMP_SLOTS; i++)
-        if (temp_live[i]) unlink(temp_paths[i]);
-}
-
 int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
     memset(f, 0, sizeof *f);
     if (dt_pathf(f->path, sizeof f->path, err, "%s", path) != 0 ||
@@ -94,9 +56,9 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
                                "renamed over the old one",
                           path, what);
     }
+    temp_dir_register(path); /* before the file exists: a signal may come at any time after */
     f->fp = fopen(f->tmp, "wb");
     if (!f->fp) return dt_fail_io(err, "%s: cannot create: %s", path, strerror(errno));
-    f->live = temp_register(f->tmp);
     return 0;
 }
 
@@ -123,7 +85,6 @@ int atomic_finish(dt_atomic_file *f, dt_error *err) {
     if (fclose(fp) != 0) bad = 1;
     if (bad) {
         unlink(f->tmp);
-        temp_unregister(f);
         return dt_fail_io(err, "%s: write failed: %s", f->path, strerror(saved));
     }
     return 0;
@@ -139,10 +100,8 @@ int atomic_rename(dt_atomic_file *f, dt_error *err) {
     if (rename(f->tmp, f->path) != 0) {
         saved = errno;
         unlink(f->tmp);
-        temp_unregister(f);
         return dt_fail_io(err, "%s: cannot rename into place: %s", f->path, strerror(saved));
     }
-    temp_unregister(f);
     return sync_parent_dir(f->path, err);
 }
 
@@ -150,7 +109,6 @@ void dt_atomic_abort(dt_atomic_file *f) {
     if (f->fp) fclose(f->fp);
     f->fp = NULL;
     if (f->tmp[0]) unlink(f->tmp);
-    temp_unregister(f);
 }
 
 static int write_atomic(const char *path, const void *data, size_t len, int newline, dt_error *err) {

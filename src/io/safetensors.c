@@ -236,7 +236,7 @@ static int parse_tensor(const char *path, const cJSON *item, size_t data_size, d
         /* the format's other dtypes are valid files this library does not read; any other string
          * is not safetensors at all */
         static const char *const format_dtypes[] = {"BOOL", "I16", "U16", "I32", "U32", "I64", "U64", "F64",
-                                                    "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4"};
+                                                    "F8_E5M2", "F8_E4M3", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
         for (size_t i = 0; i < sizeof format_dtypes / sizeof format_dtypes[0]; i++)
             if (strcmp(dtype->valuestring, format_dtypes[i]) == 0)
                 return dt_fail_code(err, DT_ERR_UNSUPPORTED,

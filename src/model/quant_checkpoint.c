@@ -44,16 +44,17 @@ static int check_descriptive_keys(const cJSON *qc, dt_quant_scheme scheme, const
         double number;
     } want[] = {
         {"weight_bits", NULL, scheme == DT_QUANT_Q4_0 ? 4 : 8},
-        {"block_size", NULL, w8a8 ? -1 : QK},
+        {"block_size", NULL, w8a8 ? -1 : QK}, /* -1 (and no text): a key the scheme does not have */
         {"weight_granularity", w8a8 ? "per-output-channel" : "block", 0},
-        {"block_layout", w8a8 ? NULL : "ggml", 0},
+        {"block_layout", w8a8 ? NULL : "ggml", w8a8 ? -1 : 0},
         {"modules", "q_proj k_proj v_proj o_proj gate_proj up_proj down_proj", 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(qc, want[i].key);
         if (!v || cJSON_IsNull(v)) continue;
-        const int ok = want[i].text ? cJSON_IsString(v) && strcmp(v->valuestring, want[i].text) == 0
-                                    : cJSON_IsNumber(v) && v->valuedouble == want[i].number;
+        const int ok = want[i].text         ? cJSON_IsString(v) && strcmp(v->valuestring, want[i].text) == 0
+                       : want[i].number < 0 ? 0
+                                            : cJSON_IsNumber(v) && v->valuedouble == want[i].number;
         if (ok) continue;
         if (want[i].text)
             return dt_fail_format(err, "%s: quantization_config.%s must be \"%s\" for %s", path, want[i].key,
@@ -434,6 +435,7 @@ int quant_save(const dt_model *m, const char *dir, dt_error *err) {
         return dt_fail(err, "%s already exists: a quantised checkpoint is written to a new directory", dir);
     char tmp[4096], path[4200];
     if (dt_pathf(tmp, sizeof tmp, err, "%s.tmp.%ld", dir, (long)getpid()) != 0) return -1;
+    temp_dir_register(dir); /* dir.tmp.<pid> goes, with its files, if a signal ends the process */
     /* named as the caller named it: the temporary name is ours */
     if (mkdir(tmp, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", dir, strerror(errno));
     int rc = dt_pathf(path, sizeof path, err, "%s/model.safetensors", tmp);

@@ -232,6 +232,11 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     if (!bad && strlen(data->valuestring) >= data_cap)
         bad = dt_fail_format(err, "%s: 'data' is a path of %zu bytes (limit %zu)", path, strlen(data->valuestring),
                              data_cap - 1) != 0;
+    /* where the data is now may be given, not another kind of data */
+    if (!bad && (data == toks ? o->data_path != NULL : o->tokens_path != NULL))
+        bad = dt_fail(err, "%s: the run in %s trained on %s; give %s for where it is now",
+                      data == toks ? "data_path" : "tokens_path", path, data == toks ? "a token dataset" : "a text file",
+                      data == toks ? "tokens_path" : "data_path") != 0;
     if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
         /* the tokenizer now lives in the run's directory, beside the model */
@@ -464,8 +469,11 @@ static uint64_t data_fingerprint(const int *tokens, size_t n) {
 static void fingerprints(const dt_train_options *o, const trainer *tr, uint64_t fp[3]) {
     fp[0] = file_fingerprint("/proc/self/exe");
     cJSON *j = options_to_json(o, tr);
-    /* the data's path may differ between machines; its content may not, and fp[2] says so */
+    /* the data's and tokenizer's paths may differ between machines (each rank resolves them to
+     * absolute ones); their content may not, and fp[2] says so of the data */
     cJSON_DeleteItemFromObject(j, "data");
+    cJSON_DeleteItemFromObject(j, "tokens");
+    cJSON_DeleteItemFromObject(j, "tokenizer");
     cJSON_DeleteItemFromObject(j, "data_tokens");
     cJSON_DeleteItemFromObject(j, "data_fingerprint");
     char *text = cJSON_PrintUnformatted(j);
