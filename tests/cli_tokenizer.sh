@@ -104,6 +104,22 @@ for pat in gpt2 llama3; do
     fi
 done
 
+# ---- a Split regex that backtracks without bound: PCRE2's match limit stops it, and the message
+# says so and names the pattern (status 5, not "out of memory"), one thread and several
+mkdir -p "$S/redos"
+"$PY" - "$S/trained-gpt2/tokenizer.json" "$S/redos/tokenizer.json" <<'PYEOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+j["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(a|a)*b|\\s+|[^\\s]+"}, "behavior": "Isolated",
+                      "invert": False}
+json.dump(j, open(sys.argv[2], "w"))
+PYEOF
+printf 'hello %s\n' "$(head -c 40 /dev/zero | tr '\0' a)" >"$S/redos.txt"
+for threads in 1 2; do
+    expect_status "a regex past PCRE2's match limit, --threads $threads" 5 "the regex '\(a\|a\)\*b.*gave up.*match limit" \
+        sh -c '"$0" tokenizer encode --tokenizer "$1" --threads "$2" <"$3"' "$DT" "$S/redos" "$threads" "$S/redos.txt"
+done
+
 # ---- the committed golden files are what the reference gives today
 if [ -d "$TOKREF/tokenizers" ] && command -v node >/dev/null 2>&1; then
     expect_ok "regenerate the golden files" node "$HERE/tokenizer/make_goldens.js" "$S/golden" "$FIX" "$TOKREF"

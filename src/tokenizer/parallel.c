@@ -695,9 +695,13 @@ int tk_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_
     }
     for (size_t k = 0; k < jb.n_owned; k++) free(jb.owned[k]);
     free(jb.owned);
+    tk_matcher limited = {0}; /* the first thread's regex that ran into a resource limit, if one did */
+    for (int t = 0; t < n_init; t++)
+        if (jb.ctxs[t].m.limit && !limited.limit) limited = jb.ctxs[t].m;
+    if (rc != 0) rc = tk_encode_error(tok, rc, &limited, err);
     for (int t = 0; t < n_init; t++) tk_ctx_free(&jb.ctxs[t]);
     free(jb.ctxs);
-    return rc == 0 ? 0 : tk_encode_error(tok, rc, err);
+    return rc == 0 ? 0 : -1;
 }
 
 int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,

@@ -152,6 +152,11 @@ int tk_regex_next(const tk_regex *re, tk_matcher *m, const char *s, size_t n, tk
     while (st->last_end <= n) {
         int rc = pcre2_match(re->code, (PCRE2_SPTR)s, n, st->last_end, PCRE2_NO_UTF_CHECK, m->md, m->mctx);
         if (rc == PCRE2_ERROR_NOMATCH) return 0;
+        if (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_HEAPLIMIT ||
+            rc == PCRE2_ERROR_JIT_STACKLIMIT) {
+            m->limit = rc;
+            m->limit_source = re->source;
+        }
         if (rc < 0) return -1;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(m->md);
         if (ov[0] == ov[1] && st->last_match_end == ov[1]) {

@@ -82,6 +82,10 @@ typedef struct {
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jit;
+    /* a match that ran into one of PCRE2's resource limits (catastrophic backtracking): its error
+     * code and the pattern, for the message; 0 / NULL until then */
+    int limit;
+    const char *limit_source;
 } tk_matcher;
 
 /* How a pattern is written: Oniguruma syntax (tokenizer.json regexes), an exact string, or PCRE2. */
@@ -362,7 +366,7 @@ uint64_t tk_hash(const char *s, size_t n);
 int tk_encode_front(const struct dt_tok *tok, tk_ctx *c, const char *text, size_t len);
 int tk_encode_model(const struct dt_tok *tok, tk_ctx *c);
 int tk_encode_special(const struct dt_tok *tok, tk_ctx *c, int suffix);
-int tk_encode_error(const struct dt_tok *tok, int rc, dt_error *err);
+int tk_encode_error(const struct dt_tok *tok, int rc, const tk_matcher *m, dt_error *err);
 
 /* The first stage of a pre-tokenizer when it is a regex scan (Split, ByteLevel with its regex),
  * which is what the parallel encoder cuts into chunks; NULL otherwise. *rest / *n_rest: the

@@ -389,11 +389,19 @@ static int encode_pipeline(const dt_tok *tok, tk_ctx *c, const char *text, size_
     return add_special ? tk_encode_special(tok, c, 1) : 0;
 }
 
-int tk_encode_error(const dt_tok *tok, int rc, dt_error *err) {
+int tk_encode_error(const dt_tok *tok, int rc, const tk_matcher *m, dt_error *err) {
     if (rc == -2)
         return dt_fail_format(err, "%s: the model's unk_token \"%s\" is not in its vocabulary", tok->path,
                               tok->model.unk_token);
-    return dt_fail_oom(err, "%s: encoding failed (out of memory or a regex resource limit)", tok->path);
+    if (m && m->limit) {
+        PCRE2_UCHAR why[128];
+        pcre2_get_error_message(m->limit, why, sizeof why);
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: the regex '%.80s' gave up on this text (%s): a pattern that backtracks without "
+                            "bound",
+                            tok->path, m->limit_source ? m->limit_source : "?", (const char *)why);
+    }
+    return dt_fail_oom(err, "%s: encoding failed: out of memory", tok->path);
 }
 
 int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int add_special, const int32_t **ids,
@@ -401,8 +409,9 @@ int dt_tok_encoder_encode(dt_tok_encoder *e, const char *text, size_t len, int a
     const dt_tok *tok = e->tok;
     size_t bad = tk_utf8_check(text, len);
     if (bad != len) return dt_fail(err, "text: invalid UTF-8 at byte %zu", bad);
+    e->c.m.limit = 0;
     int rc = encode_pipeline(tok, &e->c, text, len, add_special);
-    if (rc != 0) return tk_encode_error(tok, rc, err);
+    if (rc != 0) return tk_encode_error(tok, rc, &e->c.m, err);
     *ids = e->c.ids;
     *n_ids = e->c.n_ids;
     return 0;
