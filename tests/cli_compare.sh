@@ -107,8 +107,13 @@ N=$S/needle
 expect_ok "compare --quick --needle" "$DT" compare --quick --needle --quiet --threads 1 --seeds 1 --tasks none \
     --data "$CORPUS" --out "$N"
 check "needle test set" test -s "$N/needle/test.jsonl"
-check "training text with the needle set appended" test -s "$N/train.txt"
-check "train.txt starts with the corpus" cmp -n "$(wc -c <"$CORPUS")" "$CORPUS" "$N/train.txt"
+check "training text with the needle set" test -s "$N/train.txt"
+# the needle samples first, the corpus after them: dt_train holds out the text's tail, which must
+# be the corpus's (the samples were once appended, and the held-out loss was measured on them)
+check "train.txt starts with the needle set's samples" \
+    cmp -n "$(wc -c <"$N/needle/train.txt")" "$N/needle/train.txt" "$N/train.txt"
+check "train.txt ends with the corpus" \
+    cmp <(tail -c "$(wc -c <"$CORPUS")" "$N/train.txt") "$CORPUS"
 out_has "REPORT.md has the retrieval tables" "$N/REPORT.md" "exact-match accuracy, all queries \| 0.85 \| 0.55" \
     "answer share \(mean over layers\) \| 0.27–0.40 \| 0.03–0.09" \
     "\| f32: needle exact match \| — \| — \| [0-9.]+ \| [0-9.]+ \|" "\| w8a8-smooth: needle exact match \|"

@@ -474,6 +474,7 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     const char *train_path = o->data ? o->data : o->tokens;
     dt_needle_testset ts = {0};
     dt_needle_params np = {0};
+    size_t needle_tokens = 0; /* the needle samples' tokens at the start of the training text */
     if (o->needle) {
         if (dt_pathf(needle_dir, sizeof needle_dir, err, "%s/needle", o->out) ||
             dt_pathf(needle_train, sizeof needle_train, err, "%s/train.txt", needle_dir) ||
@@ -482,8 +483,19 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
         report_progress(p, "writing the needle set into %s", needle_dir);
         dt_config c0;
         if (dt_config_preset(&c0, o->preset, DT_ARCH_DIFF, err) != 0 || needle_set(o, &c0, needle_dir, &np, err) != 0 ||
-            concat_files(o->data, needle_train, train_txt, err) != 0 || dt_needle_load_testset(&ts, needle_dir, err) != 0)
+            concat_files(needle_train, o->data, train_txt, err) != 0 || dt_needle_load_testset(&ts, needle_dir, err) != 0)
             return -1;
+        /* the samples go first: dt_train holds out the text's tail, which must not be task samples; the
+         * filler and the calibration windows below start after them (a few tokens of margin for a
+         * merge across the seam) */
+        dt_vocab v;
+        int *ntok = NULL;
+        if (dt_vocab_load(&v, o->tokenizer, err) != 0) return -1;
+        const int vrc = dt_vocab_text_tokens(&v, needle_train, &ntok, &needle_tokens, NULL, err);
+        dt_vocab_free(&v);
+        free(ntok);
+        if (vrc != 0) return -1;
+        needle_tokens += 8;
         train_path = train_txt;
         for (int i = 0; i < ts.n; i++)
             if (ts.samples[i].text_length > c0.max_position_embeddings) {
@@ -504,12 +516,16 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     rp_model *runs = calloc((size_t)n_main, sizeof *runs);
     int rc = 0;
     if (!runs) rc = dt_fail_oom(err, "out of memory for %d runs", n_main);
+    else if (n_train < needle_tokens + (size_t)o->seq + 1)
+        rc = dt_fail(err, "%s: %zu training tokens, too few beside the needle set's %zu", train_path, n_train, needle_tokens);
     else if (tail < (size_t)o->seq + 1)
         rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
                      tail, o->seq + 1);
     /* depth's filler: the training part, in the runs' tokens (bytes, or ids of the vocabulary) */
-    const dt_task_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = DT_TASK_MIX_PAIRS, .filler = tok,
-                        .filler_n = n_train, .symbols = symbols};
+    const int *text = tok + needle_tokens; /* the training part of the text itself */
+    const size_t text_n = n_train > needle_tokens ? n_train - needle_tokens : 0;
+    const dt_task_mix mix = {.ratio = o->task_ratio, .tasks = o->tasks, .max_pairs = DT_TASK_MIX_PAIRS, .filler = text,
+                        .filler_n = text_n, .symbols = symbols};
 
     /* every variant × seed: train, then analyse */
     int windows = o->quick ? 4 : 8;
@@ -519,11 +535,11 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
                               .bits = {16, 8, 6, 5, 4, 3}, .needle = o->needle ? &ts : NULL,
                               .allocation_samples = o->quick ? 10 : 50, .tasks = o->tasks,
                               .task_eval = {.train_len = o->seq, .per_cell = o->task_examples, .seed = o->seed ^ 0x7E57ull,
-                                            .filler = tok, .filler_n = n_train, .symbols = symbols},
-                              .calib_tokens = tok, .calib_n = n_train, .calib_samples = o->quick ? 16 : 300,
+                                            .filler = text, .filler_n = text_n, .symbols = symbols},
+                              .calib_tokens = text, .calib_n = text_n, .calib_samples = o->quick ? 16 : 300,
                               /* the reproduction protocol: the same windows of the held-out tail and of the
                                * training part, 8 position bins */
-                              .train_tokens = tok, .train_n = n_train, .protocol_windows = o->quick ? 4 : 16,
+                              .train_tokens = text, .train_n = text_n, .protocol_windows = o->quick ? 4 : 16,
                               .protocol_bins = o->seq < 8 ? o->seq : 8};
     /* the trainings: every variant × seed (job v·seeds + s), then the scaling sizes (DIFF and its
      * baseline, first seed) */

@@ -635,8 +635,9 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
                  "%ss), %d window(s) of %d %ss\n",
               r->heldout_bytes, unit, r->windows, r->seq, unit);
     if (r->needle_dir)
-        tb_printf(b, "- needle set: `%s` (context %d bytes, %d needles, %d queries); its train.txt was appended to the "
-                     "training text\n",
+        tb_printf(b, "- needle set: `%s` (context %d bytes, %d needles, %d queries); its train.txt is put before the "
+                     "training text, so that the held-out tail is the text's alone (the tasks' filler and the "
+                     "calibration windows skip it too)\n",
                   r->needle_dir, r->needle_context, r->needle_needles, r->needle_queries);
     tb_printf(b, "- verdicts: \"X better\" when the 95%% interval of the paired difference (over runs; with one run, "
                  "over a task's examples) excludes zero, otherwise \"no difference this run can resolve\"\n");
