@@ -24,7 +24,7 @@ static void help(void) {
            "line that reproduces it), REPORT_DIR/report.json (every number of every run) and, when gnuplot is on\n"
            "PATH, PNG plots in REPORT_DIR/plots.\n\n"
            "options:\n"
-           "  --data FILE.txt    training text (required); its last 10%% is held out\n"
+           "  --data FILE.txt    training text (or --tokens); its last 10%% is held out\n"
            "  --tokenizer PATH   read --data through this tokenizer.json (or its directory): every run is a BPE\n"
            "                     model of its vocabulary, the analyses and --needle read text through it, and\n"
            "                     each symbol of the synthetic tasks is one token of it\n"
@@ -50,7 +50,8 @@ static void help(void) {
            "  --threads N        OpenMP threads of each training and of the analyses [all cores]\n"
            "  --jobs N           trainings at once, each on one thread; 1: one at a time on --threads\n"
            "                     threads [%d]\n"
-           "  --quiet            no progress lines\n",
+           "  --quiet            no progress lines\n"
+           "  --force            write into an --out that holds an earlier comparison (its runs trained again)\n",
            d.preset, dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (unsigned long long)d.seed,
            d.seeds, d.task_ratio, dt_cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
 }
@@ -78,6 +79,7 @@ int cmd_compare(int argc, char **argv) {
         {"ablations", required_argument, 0, 'A'},  {"tasks", required_argument, 0, 'T'},
         {"task-ratio", required_argument, 0, 'R'}, {"lr", required_argument, 0, 'l'},
         {"quiet", no_argument, 0, 'q'},            {"help", no_argument, 0, 'h'},
+        {"force", no_argument, 0, 'F'},
         {"jobs", required_argument, 0, 'J'},       {"tokenizer", required_argument, 0, 'z'},
         {"tokens", required_argument, 0, 'D'},
         {0, 0, 0, 0},
@@ -85,6 +87,7 @@ int cmd_compare(int argc, char **argv) {
     const char *cmd = "compare", *preset = NULL, *data = NULL, *out = NULL, *tasks = NULL, *tokenizer = NULL,
                *tokens = NULL;
     int steps = 0, batch = 0, seq = 0, seeds = 0, threads = 0, needle = 0, quick = 0, quiet = 0, n_sizes = 0;
+    int force = 0;
     int n_variants = 0, jobs = 0;
     float ratio = NAN, lr = NAN;
     char sizes[DT_CMP_MAX_SIZES][32], variants[DT_CMP_MAX_VARIANTS][32];
@@ -116,6 +119,7 @@ int cmd_compare(int argc, char **argv) {
         case 'J': bad = parse_int(cmd, "--jobs", optarg, 1, 64, &jobs); break;
         case 'Q': quick = 1; break;
         case 'q': quiet = 1; break;
+        case 'F': force = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -131,6 +135,16 @@ int cmd_compare(int argc, char **argv) {
         return cli_error(cmd, "--needle: the needle set is made from text; give --data FILE.txt --tokenizer PATH "
                               "instead of --tokens");
     if (!out) return cli_error(cmd, "--out REPORT_DIR is required (see difftrans compare --help)");
+    /* another command's report, or an earlier comparison's runs, are not overwritten by mistake */
+    char marker[4200];
+    snprintf(marker, sizeof marker, "%s/study.json", out);
+    if (access(marker, F_OK) == 0)
+        return cli_error(cmd, "--out %s: holds a study (study.json); give the comparison a directory of its own", out);
+    snprintf(marker, sizeof marker, "%s/report.json", out);
+    if (!force && access(marker, F_OK) == 0)
+        return cli_error(cmd, "--out %s: holds an earlier comparison (report.json) and its runs; choose a new "
+                              "directory, or give --force to train and write them again",
+                         out);
 
     dt_cmp_options o;
     dt_cmp_options_default(&o, quick);

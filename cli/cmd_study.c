@@ -135,6 +135,13 @@ int cmd_study(int argc, char **argv) {
         return cli_error(cmd, "--tokens DATASET is required (a `difftrans tokenize` dataset; scripts/study-corpus.sh "
                               "makes the default one)");
     if (!o.out) return cli_error(cmd, "--out STUDY_DIR is required (see difftrans study --help)");
+    char marker[4200], plan[4200];
+    snprintf(marker, sizeof marker, "%s/report.json", o.out);
+    snprintf(plan, sizeof plan, "%s/study.json", o.out);
+    if (access(marker, F_OK) == 0 && access(plan, F_OK) != 0) /* a comparison's report, not a study's */
+        return cli_error(cmd, "--out %s: holds a comparison's report (report.json); give the study a directory of "
+                              "its own",
+                         o.out);
     if (!isnan(tpp)) o.tokens_per_param = tpp;
     o.threads = threads;
     char command[8192];

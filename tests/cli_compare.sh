@@ -186,5 +186,14 @@ expect_fail "missing data file" "$S/nope.txt" "$DT" compare --quick --data "$S/n
 expect_fail "unknown preset" "huge" "$DT" compare --quick --preset huge --data "$CORPUS" --out "$S/x"
 expect_fail "--seq beyond the context" "seq 100000" "$DT" compare --quick --seq 100000 --data "$CORPUS" --out "$S/x"
 expect_fail "unexpected argument" "unexpected argument 'extra'" "$DT" compare --quick --data "$CORPUS" --out "$S/x" extra
+# a directory that holds an earlier comparison or a study is not written over by mistake
+before=$(cat "$N/report.json")
+expect_fail "--out holding an earlier comparison" "holds an earlier comparison.*--force" \
+    "$DT" compare --quick --data "$CORPUS" --out "$N"
+check "the earlier report is unchanged" test "$before" = "$(cat "$N/report.json")"
+mkdir -p "$S/a_study" && echo '{}' >"$S/a_study/study.json"
+expect_fail "--out holding a study" "holds a study" "$DT" compare --quick --data "$CORPUS" --out "$S/a_study" --force
+expect_fail "study into a comparison's directory" "holds a comparison's report" \
+    "$DT" study --tokens "$S/nope" --out "$N"
 
 finish cli_compare
