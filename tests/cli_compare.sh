@@ -100,6 +100,8 @@ expect_ok "compare --quick --scaling small" "$DT" compare --quick --quiet --thre
         "\| small \|" "fitted exponent b"
 check "report.json lists both sizes" "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if [s['preset'] for s in j['sizes']]==['tiny','small'] else 1)" "$S/scaling/report.json"
 expect_fail "--scaling with an unknown preset" "huge" "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling huge
+expect_fail "--scaling naming the comparison's own preset" "scaling tiny: the comparison's own preset" \
+    "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling tiny,small
 
 # ---------------------------------------------------------------- --quick --needle
 
@@ -137,6 +139,18 @@ if [ -n "$PY" ]; then
     B=$S/bpe
     expect_ok "compare --tokenizer --needle" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 \
         --tokenizer "$S/tok" --needle --data "$CORPUS" --out "$B"
+    # the scaling sizes' parameters are their trained models' (the tokenizer's vocabulary), not the preset's
+    expect_ok "compare --tokenizer --scaling small" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 \
+        --tasks none --tokenizer "$S/tok" --data "$CORPUS" --out "$S/bpe_scaling" --scaling small
+    check "the BPE scaling size counts its vocabulary's parameters" "$PY" -c '
+import json, sys
+bpe, byte = (json.load(open(p))["sizes"] for p in sys.argv[1:3])
+assert bpe[1]["preset"] == "small" and byte[1]["preset"] == "small"
+# 457 tokens against 256: the embedding and (untied) LM head grow by 201 rows of hidden_size each
+d = bpe[1]["diff_params"] - byte[1]["diff_params"]
+assert d > 0 and d % 201 == 0, (bpe[1], byte[1])
+assert bpe[1]["transformer_params"] - byte[1]["transformer_params"] == d, (bpe[1], byte[1])' \
+        "$S/bpe_scaling/report.json" "$S/scaling/report.json"
     check "every run carries the tokenizer" cmp "$B/diff/tokenizer.json" "$S/tok/tokenizer.json"
     check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"
     out_has "REPORT.md counts tokens" "$B/REPORT.md" "vocabulary: the BPE tokenizer of" "nats/token" \

@@ -417,6 +417,12 @@ static int check(const dt_cmp_options *o, dt_config *cfgs, dt_error *err) {
     }
     for (int i = 0; i < o->n_sizes; i++) {
         dt_config c;
+        if (strcmp(o->sizes[i], o->preset) == 0) /* it would be fitted twice */
+            return dt_fail(err, "scaling %s: the comparison's own preset is a size of the fit already; name the "
+                                "others",
+                           o->sizes[i]);
+        for (int k = 0; k < i; k++)
+            if (strcmp(o->sizes[i], o->sizes[k]) == 0) return dt_fail(err, "scaling %s: named twice", o->sizes[i]);
         if (dt_config_preset(&c, o->sizes[i], DT_ARCH_DIFF, err) != 0) return -1;
         if (o->seq > c.max_position_embeddings)
             return dt_fail(err, "scaling %s: seq %d is more than its max_position_embeddings %d", o->sizes[i], o->seq,
@@ -610,7 +616,13 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
         for (int k = 0; k < 2 && rc == 0; k++) {
             const job *jb = &jobs[n_main + 2 * i + k];
             dt_an_training t;
-            r.size_params[1 + i][k] = (double)dt_config_param_count(&jb->cfg);
+            /* the trained model's own config: a tokenizer gave it its vocabulary, not the preset */
+            char cpath[4300];
+            dt_config trained;
+            if ((rc = dt_pathf(cpath, sizeof cpath, err, "%s/config.json", jb->dir)) != 0 ||
+                (rc = dt_config_load(&trained, cpath, err)) != 0)
+                break;
+            r.size_params[1 + i][k] = (double)dt_config_param_count(&trained);
             if ((rc = dt_an_training_load(jb->dir, &t, err)) == 0) {
                 r.size_loss[1 + i][k] = t.final_val_loss;
                 dt_an_training_free(&t);
