@@ -119,8 +119,8 @@ int cmd_study(int argc, char **argv) {
         case 't': bad = parse_int(cmd, "--seq", optarg, 2, 1 << 20, &o.seq); break;
         case 'l': bad = parse_float(cmd, "--lr", optarg, 1e-9, 0.999, &o.lr); break;
         case 'E': bad = parse_int(cmd, "--eval-windows", optarg, 1, 1 << 20, &o.eval_windows); break;
-        case 'B': bad = parse_int(cmd, "--bins", optarg, 1, 1 << 10, &o.n_bins); break;
-        case 'R': bad = parse_int(cmd, "--resamples", optarg, 0, 1000000, &o.resamples); break;
+        case 'B': bad = parse_int(cmd, "--bins", optarg, 1, DT_AN_PROTO_MAX_BINS, &o.n_bins); break;
+        case 'R': bad = parse_int(cmd, "--resamples", optarg, 100, 1000000, &o.resamples); break;
         case 'J': bad = parse_int(cmd, "--jobs", optarg, 1, 64, &o.jobs); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 4096, &threads); break;
         case 'C': bad = parse_float(cmd, "--comm-timeout", optarg, 1, 1e6, &comm_timeout); break;

@@ -507,7 +507,11 @@ static int check_options(const dt_study_options *o, dt_error *err) {
     if (o->batch < 1 || o->seq < 2) return dt_fail(err, "batch %d, seq %d: must be at least 1 and 2", o->batch, o->seq);
     if (!(o->lr > 0 && o->lr < 1)) return dt_fail(err, "lr %g: must be in (0, 1)", (double)o->lr);
     if (o->eval_windows < 1) return dt_fail(err, "eval_windows %d: must be at least 1", o->eval_windows);
-    if (o->resamples < 0) return dt_fail(err, "resamples %d: must be at least 0", o->resamples);
+    /* checked here, before study.json is written: a plan the runs cannot measure would be kept */
+    if (o->n_bins < 1 || o->n_bins > DT_AN_PROTO_MAX_BINS || o->n_bins > o->seq)
+        return dt_fail(err, "n_bins %d: must be in 1..%d and at most seq %d", o->n_bins, DT_AN_PROTO_MAX_BINS, o->seq);
+    /* an interval needs resamples; a few hundred make its 2.5th and 97.5th percentiles */
+    if (o->resamples < 100) return dt_fail(err, "resamples %d: must be at least 100", o->resamples);
     return 0;
 }
 

@@ -253,11 +253,17 @@ static void md_headline(textbuf *b, const report *r, const dt_scaling_study *st)
     const double smallest = r->runs[0].nonembedding,
                  largest = r->runs[((o->n_sizes - 1) * o->n_variants) * o->seeds].nonembedding;
     tb_printf(b, "## What it found\n\n");
-    tb_printf(b, "%d sizes from %s to %s non-embedding parameters, %d seeds each. Of the %d sizes, %s's held-out "
+    if (o->seeds < 3) /* the resampling has one or two values a size to draw from */
+        tb_printf(b, "**With %d seed%s a size, no interval below can be trusted**: the bootstrap draws from %s, so "
+                     "an interval is a point or as wide as the two seeds are apart, and a fraction or crossing "
+                     "\"resolved\" at this many seeds says nothing. Run it again with `--seeds 3` or more, in a new "
+                     "directory.\n\n",
+                  o->seeds, o->seeds == 1 ? "" : "s", o->seeds == 1 ? "one value" : "two values");
+    tb_printf(b, "%d sizes from %s to %s non-embedding parameters, %d seed%s each. Of the %d sizes, %s's held-out "
                  "loss was lower than the %s's at %d, higher at %d, and the difference was not resolved at %d (the "
                  "95%% interval of the paired difference over seeds spans zero). ",
               o->n_sizes, fmt_params(lo, sizeof lo, smallest), fmt_params(hi, sizeof hi, largest), o->seeds,
-              o->n_sizes, A, B, a_better, b_better, o->n_sizes - a_better - b_better);
+              o->seeds == 1 ? "" : "s", o->n_sizes, A, B, a_better, b_better, o->n_sizes - a_better - b_better);
     if (isfinite(st->fraction.value))
         tb_printf(b, "From the power-law fits, %s reaches the %s's loss at %s parameters with %s of them (95%% "
                      "interval %s–%s; the paper: about 65%%). ",
