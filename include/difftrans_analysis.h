@@ -62,7 +62,10 @@ typedef enum {
 
 /* From the paired difference a − b: A is better when the whole interval lies on A's side
  * (below 0 when lower is better, above 0 otherwise), B likewise; anything else, including a
- * missing interval, is unresolved. */
+ * missing interval, is unresolved. So is an interval of width 0 over fewer than
+ * DT_STATS_MIN_EQUAL_PAIRS pairs: two runs whose counts happen to differ by the same amount
+ * measure no spread, not a certain difference. */
+#define DT_STATS_MIN_EQUAL_PAIRS 3
 dt_stats_verdict dt_stats_verdict_of(const dt_stats_interval *diff, int lower_better);
 
 /* ---------------------------------------------------------------- multi-needle retrieval

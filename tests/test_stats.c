@@ -79,6 +79,15 @@ static void test_paired(void **state) {
     /* all differences equal and zero: a zero-width interval on 0 is not a win */
     dt_stats_interval z = dt_stats_paired_diff_ci(f, f, 3);
     assert_int_equal(dt_stats_verdict_of(&z, 1), DT_STATS_UNRESOLVED);
+    /* two runs whose counts differ by the same amount (4 vs 3 and 8 vs 7 correct answers): a
+     * zero-width interval off zero measures no spread, so no verdict; three such pairs give one */
+    double hits_a[] = {4, 8, 6}, hits_b[] = {3, 7, 5};
+    dt_stats_interval two = dt_stats_paired_diff_ci(hits_a, hits_b, 2);
+    assert_true(two.half == 0 && two.lo == 1 && two.hi == 1);
+    assert_int_equal(dt_stats_verdict_of(&two, 0), DT_STATS_UNRESOLVED);
+    dt_stats_interval three = dt_stats_paired_diff_ci(hits_a, hits_b, 3);
+    assert_int_equal(three.n, DT_STATS_MIN_EQUAL_PAIRS);
+    assert_int_equal(dt_stats_verdict_of(&three, 0), DT_STATS_A_BETTER);
 }
 
 int main(void) {

@@ -640,7 +640,8 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
                      "calibration windows skip it too)\n",
                   r->needle_dir, r->needle_context, r->needle_needles, r->needle_queries);
     tb_printf(b, "- verdicts: \"X better\" when the 95%% interval of the paired difference (over runs; with one run, "
-                 "over a task's examples) excludes zero, otherwise \"no difference this run can resolve\"\n");
+                 "over a task's examples) excludes zero and is not a point made of fewer than 3 equal "
+                 "differences, otherwise \"no difference this run can resolve\"\n");
     tb_printf(b, "- the paper's figures come from models of up to billions of parameters trained on up to 1T tokens; "
                  "ours are tiny %s models, so the columns are not expected to agree in size, only perhaps in "
                  "direction\n\n", r->tokenizer ? "BPE" : "byte-level");

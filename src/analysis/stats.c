@@ -43,6 +43,7 @@ dt_stats_interval dt_stats_paired_diff_ci(const double *a, const double *b, int 
 
 dt_stats_verdict dt_stats_verdict_of(const dt_stats_interval *diff, int lower_better) {
     if (isnan(diff->lo) || isnan(diff->hi)) return DT_STATS_UNRESOLVED;
+    if (!(diff->half > 0) && diff->n < DT_STATS_MIN_EQUAL_PAIRS) return DT_STATS_UNRESOLVED;
     if (diff->hi < 0) return lower_better ? DT_STATS_A_BETTER : DT_STATS_B_BETTER;
     if (diff->lo > 0) return lower_better ? DT_STATS_B_BETTER : DT_STATS_A_BETTER;
     return DT_STATS_UNRESOLVED;
