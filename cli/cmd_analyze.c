@@ -143,12 +143,19 @@ static int load_models(const char *cmd, char **dirs, int n, dt_model *models, co
     return 0;
 }
 
+/* dt_models_text reads the models (their vocabularies) and the text: the flag goes with a
+ * message about the text only */
+static int models_text_failed(const char *cmd, const options *op, const dt_error *err) {
+    const int about_data = op->data && strstr(err->msg, op->data) != NULL;
+    return cli_error_code(cmd, err->code, "%s%s", about_data ? "--data: " : "", err->msg);
+}
+
 static int run_outliers(const char *cmd, char **dirs, int n, const options *op) {
     int *tok = NULL;
     size_t ntok = 0;
     dt_error err;
     if (dt_models_text((const char *const *)dirs, n, op->data, &tok, &ntok, &err) != 0)
-        return cli_error_code(cmd, err.code, "--data: %s", err.msg);
+        return models_text_failed(cmd, op, &err);
     if (ntok < (size_t)op->seq) {
         free(tok);
         return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq %d", op->data, ntok, op->seq);
@@ -201,7 +208,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     size_t ntok = 0;
     dt_error err;
     if (dt_models_text((const char *const *)dirs, n, op->data, &tok, &ntok, &err) != 0)
-        return cli_error_code(cmd, err.code, "--data: %s", err.msg);
+        return models_text_failed(cmd, op, &err);
     if (ntok < (size_t)op->seq + 1) {
         free(tok);
         return cli_error(cmd, "--data %s: %zu tokens, fewer than --seq + 1 = %d", op->data, ntok, op->seq + 1);
