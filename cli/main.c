@@ -28,7 +28,7 @@ static const struct {
     {"export", cmd_export, "write a checkpoint that plain Hugging Face transformers loads"},
     {"bench", cmd_bench, "training, prefill and decode throughput against the machine's peak"},
     {"needle", cmd_needle, "multi-needle retrieval: generate the data set, score a checkpoint on it"},
-    {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training"},
+    {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training, icl, scaling"},
     {"quantize", cmd_quantize, "post-training quantisation: q8_0, q4_0 or w8a8 (calibrated) checkpoints"},
     {"compare", cmd_compare, "train DIFF and its matched baseline, analyse both, write REPORT.md"},
     {"study", cmd_study, "the scaling study: DIFF against its baseline at several sizes and seeds, REPORT.md"},

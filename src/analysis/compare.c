@@ -81,8 +81,8 @@ static const variant *find_variant(const char *name) {
 
 const char *dt_cmp_variant_names(void) {
     return "diff, transformer, transformer-1.5h, transformer-2hd, diff-subln, v2, v2-crossgroup, v2-nolambda, "
-           "v2-nosigmoid, or BASE+ABLATION (BASE one of those) / ABLATION (on DIFF) with ABLATION one of "
-           "dt_config_ablation's names";
+           "v2-nosigmoid, or BASE+ABLATION (BASE one of those) / ABLATION (on DIFF) with ABLATION one of the "
+           "ablations (`difftrans train --help`, --ablation)";
 }
 
 const char *dt_cmp_variant_display(const char *name) {

@@ -38,7 +38,10 @@ int dt_an_wq_parse_schemes(const char *list, float alpha, dt_an_wq_scheme *out, 
         snprintf(base, sizeof base, "%s", item);
         char *dash = strchr(base, '-');
         if (dash) *dash = '\0';
-        if (dt_quant_scheme_parse(base, &s->opt.scheme, err) != 0) return -1;
+        if (dt_quant_scheme_parse(base, &s->opt.scheme, err) != 0)
+            return dt_fail(err, "unknown quantisation scheme '%s' (expected q8_0, q4_0, w8a8, w8a8-dynamic, "
+                                "w8a8-smooth or w8a8-dynamic-smooth)",
+                           item);
         if (dash) {
             const char *mod = item + (dash - base);
             if (s->opt.scheme != DT_QUANT_W8A8 ||
