@@ -283,13 +283,27 @@ static void tasks_section(textbuf *b, const rp_report *r) {
     if (!r->tasks) return;
     tb_printf(b, "## Tasks learned in training\n\n");
     const char *unit = r->task_symbols ? "token" : "byte";
+    const int recall = r->tasks & (1 << DT_TASK_RECALL), depth = r->tasks & (1 << DT_TASK_DEPTH),
+              icl = r->tasks & (1 << DT_TASK_ICL);
+    /* the mix as dt_task_mix_batch draws it: recall and depth rows six times as often as icl rows */
+    const char *turn = !icl || !(recall || depth) ? "the tasks in turn"
+                       : recall && depth          ? "the tasks in turn, recall and depth six times for each icl row"
+                       : recall                   ? "the tasks in turn, recall six times for each icl row"
+                                                  : "the tasks in turn, depth six times for each icl row";
     tb_printf(b, "%.0f%% of the training steps were task batches (rows of one task example each, loss on the answers "
-                 "only; the tasks in turn, recall and depth six times for each icl row), the others plain text. Recall "
-                 "rows ask a query every 3 %ss to the end of the row (each pair once, then repeats); depth rows "
-                 "ask 4-%s queries over 3/8 of the row. "
-                 "Curriculum: for the first fifth of training recall has no distractors and depth the least text "
-                 "its needles need; both then grow to a full row by three fifths. Accuracy is teacher-forced argmax on held-out examples drawn from their own seed.\n\n",
-              100 * r->task_ratio, unit, unit);
+                 "only; %s), the others plain text. ",
+              100 * r->task_ratio, turn);
+    if (recall)
+        tb_printf(b, "Recall rows ask a query every 3 %ss to the end of the row (each pair once, then repeats). ",
+                  unit);
+    if (depth) tb_printf(b, "Depth rows ask 4-%s queries over 3/8 of the row. ", unit);
+    if (recall || depth)
+        tb_printf(b, "Curriculum: for the first fifth of training %s; %s then grow%s to a full row by three fifths. ",
+                  recall && depth ? "recall has no distractors and depth the least text its needles need"
+                  : recall        ? "recall has no distractors"
+                                  : "depth has the least text its needles need",
+                  recall && depth ? "both" : "it", recall && depth ? "" : "s");
+    tb_printf(b, "Accuracy is teacher-forced argmax on held-out examples drawn from their own seed.\n\n");
     if (r->task_symbols) {
         const dt_task_symbols *s = r->task_symbols;
         tb_printf(b, "On the BPE vocabulary every symbol of the formats below is one token (the one that stands for "
@@ -627,8 +641,9 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
               r->n_seeds, (unsigned long long)r->seed, (unsigned long long)(r->seed + (uint64_t)r->n_seeds - 1));
     const char *unit = r->tokenizer ? "token" : "byte";
     if (r->tokenizer)
-        tb_printf(b, "- vocabulary: the BPE tokenizer of `%s` (every run; the needle and in-context prompts are read "
-                     "through it)\n", r->tokenizer);
+        tb_printf(b, "- vocabulary: the BPE tokenizer of `%s` (every run; every text and prompt of the analyses is "
+                     "read through it)\n",
+                  r->tokenizer);
     tb_printf(b, "- same data and token budget: %d steps × batch %d × %d %ss = %lld training tokens per run\n",
               r->steps, r->batch, r->seq, unit, (long long)r->steps * r->batch * r->seq);
     tb_printf(b, "- outliers and quantisation: the held-out tail of the training text (the validation split, %zu "
