@@ -216,8 +216,8 @@ int cmd_generate(int argc, char **argv) {
     if (rc == 0) putchar('\n');
     fflush(stdout); /* the text first, then what stderr says of it */
     if (rc == 0 && timings && n_gen > 0)
-        fprintf(stderr, "timings: prompt %d tokens in %.4f s (%.1f tokens/s; the time to the first token), %d generated "
-                        "in %.3f s (%.1f tokens/s)\n",
+        fprintf(stderr, "timings: prompt %d tokens in %.4f s (%.1f tokens/s; the time to the first token), %d "
+                        "generated in %.3f s (%.1f tokens/s)\n",
                 n_prompt, res.prefill_s, n_prompt / res.prefill_s, res.n_generated, res.decode_s,
                 res.decode_s > 0 ? res.n_generated / res.decode_s : 0.0);
     free(out);

@@ -489,7 +489,8 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
         report_progress(p, "writing the needle set into %s", needle_dir);
         dt_config c0;
         if (dt_config_preset(&c0, o->preset, DT_ARCH_DIFF, err) != 0 || needle_set(o, &c0, needle_dir, &np, err) != 0 ||
-            concat_files(needle_train, o->data, train_txt, err) != 0 || dt_needle_load_testset(&ts, needle_dir, err) != 0)
+            concat_files(needle_train, o->data, train_txt, err) != 0 ||
+            dt_needle_load_testset(&ts, needle_dir, err) != 0)
             return -1;
         /* the samples go first: dt_train holds out the text's tail, which must not be task samples; the
          * filler and the calibration windows below start after them (a few tokens of margin for a
@@ -523,7 +524,8 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     int rc = 0;
     if (!runs) rc = dt_fail_oom(err, "out of memory for %d runs", n_main);
     else if (n_train < needle_tokens + (size_t)o->seq + 1)
-        rc = dt_fail(err, "%s: %zu training tokens, too few beside the needle set's %zu", train_path, n_train, needle_tokens);
+        rc = dt_fail(err, "%s: %zu training tokens, too few beside the needle set's %zu", train_path, n_train,
+                     needle_tokens);
     else if (tail < (size_t)o->seq + 1)
         rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
                      tail, o->seq + 1);

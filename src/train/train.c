@@ -235,8 +235,8 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     /* where the data is now may be given, not another kind of data */
     if (!bad && (data == toks ? o->data_path != NULL : o->tokens_path != NULL))
         bad = dt_fail(err, "%s: the run in %s trained on %s; give %s for where it is now",
-                      data == toks ? "data_path" : "tokens_path", path, data == toks ? "a token dataset" : "a text file",
-                      data == toks ? "tokens_path" : "data_path") != 0;
+                      data == toks ? "data_path" : "tokens_path", path,
+                      data == toks ? "a token dataset" : "a text file", data == toks ? "tokens_path" : "data_path") != 0;
     if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
         /* the tokenizer now lives in the run's directory, beside the model */
