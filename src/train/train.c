@@ -233,10 +233,11 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
         bad = dt_fail_format(err, "%s: 'data' is a path of %zu bytes (limit %zu)", path, strlen(data->valuestring),
                              data_cap - 1) != 0;
     /* where the data is now may be given, not another kind of data */
-    if (!bad && (data == toks ? o->data_path != NULL : o->tokens_path != NULL))
+    const int was_tokens = data == toks;
+    if (!bad && (was_tokens ? o->data_path != NULL : o->tokens_path != NULL))
         bad = dt_fail(err, "%s: the run in %s trained on %s; give %s for where it is now",
-                      data == toks ? "data_path" : "tokens_path", path,
-                      data == toks ? "a token dataset" : "a text file", data == toks ? "tokens_path" : "data_path") != 0;
+                      was_tokens ? "data_path" : "tokens_path", path, was_tokens ? "a token dataset" : "a text file",
+                      was_tokens ? "tokens_path" : "data_path") != 0;
     if (!bad) {
         snprintf(data_path, data_cap, "%s", data->valuestring);
         /* the tokenizer now lives in the run's directory, beside the model */
