@@ -68,6 +68,9 @@ int write_file_atomic(const char *path, const void *data, size_t len, dt_error *
  * against vocab; the model's vocabulary and special ids from a tokenizer. */
 int train_tokens_load(const char *dir, int vocab, int T, int **tokens, size_t *n, size_t *n_train, dt_error *err);
 int train_vocab_from_tokenizer(dt_config *cfg, const char *tokenizer_path, dt_error *err);
+/* tokens.c: 0 when dir is a directory (a token dataset is one); else -1 naming it (a text file given
+ * as a dataset would otherwise be read first as a tokenizer.json and refused as "not JSON"). */
+int tokens_dir_check(const char *dir, dt_error *err);
 
 struct cJSON;
 /* A small JSON file (config.json and its kin, at most 16 MiB) that must be one JSON value; NULL

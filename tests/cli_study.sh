@@ -146,6 +146,8 @@ expect_ok "the corpus tokenised again, another split" "$DT" tokenize --tokenizer
 expect_status "a study resumed on another dataset" 1 "study.json: the study there was planned with" \
     "$DT" study "${STUDY[@]/$S\/ds/$S/ds2}" --out "$S/a" --quiet
 expect_status "a missing dataset" 3 "$S/nope" "$DT" study --tokens "$S/nope" --out "$S/c" --quiet
+expect_status "a text file given as the dataset" 2 "$CORPUS: not a token dataset" \
+    "$DT" study --tokens "$CORPUS" --out "$S/c" --quiet
 expect_status "an unknown size" 1 "size 'huge'.*s1" "$DT" study --tokens "$S/ds" --sizes s1,huge --out "$S/c"
 expect_status "an unknown variant" 1 "variant 'nonsense'" "$DT" study "${STUDY[@]}" --variants diff,nonsense \
     --out "$S/c" --quiet

@@ -520,7 +520,7 @@ int dt_study_run(const dt_study_options *o, dt_error *err) {
     const int rank = dt_comm_rank(o->comm), size = dt_comm_size(o->comm);
     dt_config vocab;
     memset(&vocab, 0, sizeof vocab);
-    if (train_vocab_from_tokenizer(&vocab, o->tokens, err) != 0) return -1;
+    if (tokens_dir_check(o->tokens, err) != 0 || train_vocab_from_tokenizer(&vocab, o->tokens, err) != 0) return -1;
     study st = {.o = o, .failed_run = -1};
     st.stop = o->stop ? o->stop : &st.own_stop;
     int rc = 0;

@@ -616,6 +616,14 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
 
 /* ---------------------------------------------------------------- reading */
 
+int tokens_dir_check(const char *dir, dt_error *err) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return dt_fail_io(err, "%s: cannot open the token dataset: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return dt_fail_format(err, "%s: not a token dataset (a directory holding dataset.json and its shards)", dir);
+    return 0;
+}
+
 static int manifest_load(const char *dir, cJSON **root, dt_error *err) {
     char path[4200];
     *root = NULL;

@@ -503,6 +503,7 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
     if (o->data_path && o->tokens_path) return dt_fail(err, "data_path and tokens_path: give one of them");
     if (o->tokens_path && o->tokenizer_path)
         return dt_fail(err, "tokenizer_path: a token dataset brings its own (%s/tokenizer.json)", o->tokens_path);
+    if (o->tokens_path && tokens_dir_check(o->tokens_path, err) != 0) return -1;
     if (!o->out_dir) return dt_fail(err, "out_dir: an output directory is required");
     if (o->steps <= 0) return dt_fail(err, "steps %d: must be positive", o->steps);
     if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "batch %d: must be in 1..4096", o->batch);
