@@ -133,6 +133,10 @@ static int load_models(const char *cmd, char **dirs, int n, dt_model *models, co
             for (int j = 0; j < i; j++) dt_model_free(&models[j]);
             return -(cli_fail(cmd, &err) != 0);
         }
+        if (toks && dt_model_check_text(&models[i], &err) != 0) {
+            for (int j = 0; j <= i; j++) dt_model_free(&models[j]);
+            return -(cli_fail(cmd, &err) != 0);
+        }
         if (toks) toks[i] = dt_model_tok(&models[i]);
         if (seq_needed && *seq > models[i].cfg.max_position_embeddings) {
             cli_error(cmd, "--seq %d: more than %s's max_position_embeddings %d", *seq, dirs[i],
@@ -442,6 +446,8 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         dt_an_training_free(&t);
         if (isnan(loss[i])) rc = cli_error(cmd, "%s: its metrics.jsonl has no validation loss", dirs[i]);
     }
+    /* one curve through losses per token of different vocabularies would mean nothing */
+    if (rc == 0 && dt_models_same_vocab((const char *const *)dirs, n, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0) {
         int *is_diff = malloc((size_t)n * sizeof *is_diff);
         for (int i = 0; i < n && is_diff; i++) is_diff[i] = arch[i] == DT_ARCH_DIFF;

@@ -154,7 +154,9 @@ int cmd_generate(int argc, char **argv) {
     const dt_tok *tok = dt_model_tok(&m); /* NULL for a byte-level model */
     int *ids = NULL, n_prompt = 0, rc = 0;
     size_t n = 0;
-    if (prompt_ids) rc = parse_ids(prompt_ids, m.cfg.vocab_size, &ids, &n_prompt);
+    if ((!prompt_ids || !print_ids) && dt_model_check_text(&m, &err) != 0) /* before any work */
+        rc = cli_error_code(cmd, err.code, "%s (or give --prompt-ids and --print-ids)", err.msg);
+    else if (prompt_ids) rc = parse_ids(prompt_ids, m.cfg.vocab_size, &ids, &n_prompt);
     else if (dt_model_encode_prompt(&m, prompt ? prompt : "", &ids, &n, &err) != 0)
         rc = cli_error_code(cmd, err.code, "--prompt: %s", err.msg);
     else n_prompt = (int)n;

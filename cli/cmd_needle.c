@@ -290,6 +290,11 @@ static int needle_evaluate(int argc, char **argv) {
         dt_needle_testset_free(&ts);
         return cli_fail(cmd, &err);
     }
+    if (dt_model_check_text(&m, &err) != 0) { /* the needle texts go through its tokenizer */
+        dt_model_free(&m);
+        dt_needle_testset_free(&ts);
+        return cli_fail(cmd, &err);
+    }
     const dt_tok *tok = dt_model_tok(&m); /* NULL: a byte-level model */
     progress_state ps = {.tty = isatty(2), .last_tenth = 0};
     dt_needle_results r;

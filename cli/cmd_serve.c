@@ -136,14 +136,14 @@ int cmd_serve(int argc, char **argv) {
     static dt_model m; /* lives until the engine is freed */
     dt_error err;
     if (dt_model_load(&m, dir, &err) != 0) return cli_fail(cmd, &err);
-    int rc = 0;
+    int rc = dt_model_check_text(&m, &err) != 0 ? cli_fail(cmd, &err) : 0; /* every endpoint gives text */
     static srv s;
     memset(&s, 0, sizeof s);
     s.m = &m;
     s.opt = o;
     s.n_slots = o.parallel;
     s.ctx = o.ctx ? o.ctx : m.cfg.max_position_embeddings;
-    if (s.ctx > m.cfg.max_position_embeddings)
+    if (rc == 0 && s.ctx > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "--ctx %d: more than the model's max_position_embeddings %d", s.ctx,
                        m.cfg.max_position_embeddings);
     if (o.model_name) snprintf(s.name, sizeof s.name, "%s", o.model_name);

@@ -307,6 +307,11 @@ typedef struct {
     char *tokenizer_config;      /* tokenizer_config.json as loaded; NULL when there was none (one
                                     naming the special tokens is written) */
     size_t tokenizer_config_len;
+    char *ids_only_dir;          /* the checkpoint directory it was read from when that held no
+                                    vocabulary file and vocab_size is past 256, so that its ids
+                                    cannot be bytes (an HF checkpoint copied without its
+                                    tokenizer): the model takes and gives token ids only, and every
+                                    text function refuses, naming it; NULL otherwise */
 } dt_vocab;
 
 /* One named parameter tensor inside the model's single parameter buffer. */
@@ -823,8 +828,12 @@ int dt_system_check(dt_error *err);
  * naming the file; the bos / pad / eos ids m->cfg leaves unset become the tokenizer's. The next
  * dt_model_save writes it. */
 int dt_model_set_tokenizer(dt_model *m, const char *path, dt_error *err);
-/* The model's tokenizer; NULL for a byte-level model. */
+/* The model's tokenizer; NULL for a byte-level model (or one of token ids only, below). */
 const dt_tok *dt_model_tok(const dt_model *m);
+/* 0 when the model reads and writes text (a tokenizer, or bytes); else fails naming the checkpoint
+ * that came without its tokenizer (dt_vocab.ids_only_dir) and what to put there. Every text
+ * function below refuses so; a caller checks first to refuse before any work. */
+int dt_model_check_text(const dt_model *m, dt_error *err);
 /* 1 when two vocabularies read text the same way (both bytes, or the same tokenizer.json bytes). */
 int dt_vocab_same(const dt_vocab *a, const dt_vocab *b);
 /* Text into the model's ids: encoded by its tokenizer (add_special: the post-processor's BOS etc.,
@@ -851,6 +860,9 @@ int dt_vocab_text_tokens(const dt_vocab *v, const char *path, int **tokens, size
 /* The same for the models in dirs (their vocabularies, read from the directories, must be the same;
  * a mix is refused naming the dirs). */
 int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err);
+/* 0 when the models in dirs share one vocabulary (as dt_models_text requires), without reading text:
+ * losses per token of models that split text differently are not comparable. */
+int dt_models_same_vocab(const char *const *dirs, int n, dt_error *err);
 
 /* ---------------------------------------------------------------- token datasets */
 

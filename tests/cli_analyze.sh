@@ -71,6 +71,12 @@ expect_ok "scaling on one run" "$DT" analyze scaling "$S/run" --json "$S/s.json"
     out_has "scaling table" "$S/last.out" "log\(val loss\)" "not available"
 json_ok "scaling JSON" "$S/s.json" "len(j['runs'])==1 and j['diff_params_fraction'] is None and j['runs'][0]['params']>0"
 expect_fail "scaling on a model without metrics" "metrics" "$DT" analyze scaling "$S/diff"
+# the same run under another vocabulary (a tokenizer.json of its own): its loss per token is another measure
+rm -rf "$S/run_bpe" && cp -r "$S/run" "$S/run_bpe" && rm -f "$S/run_bpe/difftrans_tokenizer.json" &&
+    sed -i -E 's/"vocab_size":[[:space:]]*256/"vocab_size": 300/' "$S/run_bpe/config.json" &&
+    "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --out "$S/run_bpe" >/dev/null 2>&1
+expect_fail "scaling over runs of two vocabularies" "run_bpe read text differently.*share one vocabulary" \
+    "$DT" analyze scaling "$S/run" "$S/run_bpe"
 expect_fail "icl with odd --shots" "shots 3: must be even.*--shots" "$DT" analyze icl "$S/diff" --shots 3
 expect_fail "icl options do not apply elsewhere" "does not apply" "$DT" analyze training "$S/run" --shots 4
 

@@ -129,6 +129,27 @@ check "12 ids (no EOS among them)" test "$(wc -w <"$S/ids_a.txt")" -eq 12
 expect_ok "eval --data: loss per token, bits per byte" "$DT" eval "$S/m" --data "$CORPUS" --seq 32 &&
     out_has "eval output" "$S/last.out" "per token" "bits per byte" "bytes per token"
 expect_ok "eval --tokens (the held-out split)" "$DT" eval "$S/m" --tokens "$S/ds" --seq 32
+# a copy of the checkpoint without its tokenizer files (an HF model downloaded without them): its 457
+# ids are not bytes, so text is refused, ids work, and a quantised copy does not become byte-level
+mkdir -p "$S/m_ids" && cp "$S/m/config.json" "$S/m/generation_config.json" "$S/m/model.safetensors" "$S/m_ids/"
+expect_ok "info: no tokenizer" "$DT" info "$S/m_ids" && out_has "info says token ids only" "$S/last.out" "token ids only"
+expect_status "generate --prompt without a tokenizer" 1 "m_ids: the model has no tokenizer.*tokenizer\.json" \
+    "$DT" generate "$S/m_ids" --prompt "The GNU" -n 4
+expect_status "generate --prompt-ids without --print-ids" 1 "give --prompt-ids and --print-ids" \
+    "$DT" generate "$S/m_ids" --prompt-ids "1 2 3" -n 4
+expect_fail "eval --data without a tokenizer" "m_ids: the model has no tokenizer" "$DT" eval "$S/m_ids" --data "$CORPUS"
+expect_fail "serve without a tokenizer" "m_ids: the model has no tokenizer" "$DT" serve "$S/m_ids" --port 1
+expect_ok "quantize it" "$DT" quantize "$S/m_ids" "$S/m_ids_q" --scheme q8_0
+check "its quantised copy says no more than it" test ! -e "$S/m_ids_q/difftrans_tokenizer.json" \
+    -a ! -e "$S/m_ids_q/tokenizer.json"
+expect_fail "the copy refuses text too" "m_ids_q: the model has no tokenizer" \
+    "$DT" generate "$S/m_ids_q" --prompt "The GNU" -n 4
+ids_prompt=$(printf 'The GNU' | "$DT" tokenizer encode --tokenizer "$S/m" --add-special)
+expect_ok "generate --prompt-ids --print-ids on ids alone" "$DT" generate "$S/m_ids" --prompt-ids "$ids_prompt" -n 12 \
+    --temperature 0 --print-ids
+check "the same ids as the model with its tokenizer" cmp -s "$S/last.out" "$S/ids_a.txt"
+cp "$S/m/tokenizer.json" "$S/m/tokenizer_config.json" "$S/m_ids/"
+expect_ok "its tokenizer copied back: text again" "$DT" generate "$S/m_ids" --prompt "The GNU" -n 4 --temperature 0
 expect_ok "train --data --tokenizer" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/m2" --preset tiny \
     --steps 4 --batch 2 --seq 32 --threads 2 --quiet
 check "its checkpoint carries the tokenizer" test -f "$S/m2/tokenizer.json"

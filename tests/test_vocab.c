@@ -163,6 +163,80 @@ static void test_bpe_vocabulary_travels(void **state) {
     dt_model_free(&m);
 }
 
+/* A checkpoint with neither vocabulary file: bytes while its ids can be bytes; past 256 ids, token ids
+ * only — every text function refuses naming it, and a copy of it does not turn into a byte-level
+ * model (the marker written into a quantised copy said "bytes" of a BPE model's ids). */
+static void test_checkpoint_without_tokenizer(void **state) {
+    (void)state;
+    char dir[512], copy[512], path[600], text[512];
+    dt_model m, back;
+    dt_error err;
+    tu_path(text, sizeof text, "ids_only.txt");
+    tu_write_file(text, "hello", 5);
+    for (int vocab = 256; vocab <= 300; vocab += 44) {
+        make_model(&m, vocab);
+        tu_path(dir, sizeof dir, vocab == 256 ? "no_vocab_256" : "no_vocab_300");
+        assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+        dt_model_free(&m);
+        snprintf(path, sizeof path, "%s/difftrans_tokenizer.json", dir);
+        assert_int_equal(remove(path), 0);
+        assert_int_equal(dt_model_load(&back, dir, &err), 0);
+        assert_null(dt_model_tok(&back));
+        int *ids = NULL;
+        size_t n = 0;
+        char *out = NULL;
+        size_t len = 0;
+        const int one = 65;
+        if (vocab == 256) { /* an old byte-level checkpoint, from before the marker */
+            assert_null(back.vocab.ids_only_dir);
+            assert_int_equal(dt_model_check_text(&back, &err), 0);
+            assert_int_equal(dt_model_encode(&back, "hi", 2, 1, &ids, &n, &err), 0);
+            assert_int_equal(n, 2);
+            free(ids);
+            dt_model_free(&back);
+            continue;
+        }
+        assert_string_equal(back.vocab.ids_only_dir, dir);
+        assert_int_equal(dt_model_check_text(&back, &err), -1);
+        assert_int_equal(err.code, DT_ERR_INVALID);
+        assert_non_null(strstr(err.msg, "no_vocab_300: the model has no tokenizer"));
+        assert_int_equal(dt_model_encode(&back, "hi", 2, 1, &ids, &n, &err), -1);
+        assert_null(ids);
+        assert_int_equal(dt_model_encode_prompt(&back, "", &ids, &n, &err), -1);
+        assert_int_equal(dt_model_decode(&back, &one, 1, 0, &out, &len, &err), -1);
+        assert_null(out);
+        assert_int_equal(dt_model_text_tokens(&back, text, &ids, &n, NULL, &err), -1);
+        assert_non_null(strstr(err.msg, "token ids only"));
+        /* it still computes on ids */
+        const int seq[4] = {299, 3, 280, 1};
+        double loss = 0;
+        size_t scored = 0;
+        assert_int_equal(dt_eval_tokens(&back, seq, 4, 1, 4, &loss, &scored, &err), 0);
+        assert_true(loss > 0 && loss < 20);
+        /* a copy says as little as the source, also where a marker was before */
+        tu_path(copy, sizeof copy, "no_vocab_copy");
+        assert_int_equal(dt_model_save(&back, copy, 1, &err), 0);
+        snprintf(path, sizeof path, "%s/difftrans_tokenizer.json", copy);
+        assert_false(tu_file_exists(path));
+        snprintf(path, sizeof path, "%s/tokenizer.json", copy);
+        assert_false(tu_file_exists(path));
+        dt_model copied;
+        assert_int_equal(dt_model_load(&copied, copy, &err), 0);
+        assert_non_null(copied.vocab.ids_only_dir);
+        assert_true(dt_vocab_same(&back.vocab, &copied.vocab));
+        dt_model bytes_model;
+        make_model(&bytes_model, 300);
+        assert_false(dt_vocab_same(&back.vocab, &bytes_model.vocab));
+        dt_model_free(&bytes_model);
+        dt_model_free(&copied);
+        /* given a vocabulary (here: bytes, explicitly), it reads text again */
+        assert_int_equal(dt_model_set_tokenizer(&back, NULL, &err), 0);
+        assert_null(back.vocab.ids_only_dir);
+        assert_int_equal(dt_model_check_text(&back, &err), 0);
+        dt_model_free(&back);
+    }
+}
+
 static void test_vocabulary_must_fit(void **state) {
     (void)state;
     char tokdir[512], text[512];
@@ -407,7 +481,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_byte_level_model),    cmocka_unit_test(test_bpe_vocabulary_travels),
         cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_calibration_reads_tokens),
-        cmocka_unit_test(test_dequantize),
+        cmocka_unit_test(test_dequantize),          cmocka_unit_test(test_checkpoint_without_tokenizer),
         cmocka_unit_test(test_generate),            cmocka_unit_test(test_prompts_and_stop_ids),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

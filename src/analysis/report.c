@@ -37,8 +37,8 @@ int rp_analyze_model(rp_model *out, const char *dir, const char *name, const rp_
     out->cfg = m.cfg;
     out->n_params = m.n_params;
     const int L = m.cfg.num_hidden_layers;
-    int rc = 0;
-    if (m.cfg.arch == DT_ARCH_DIFF) {
+    int rc = o->needle ? dt_model_check_text(&m, err) : 0; /* its needle texts go through the tokenizer */
+    if (rc == 0 && m.cfg.arch == DT_ARCH_DIFF) {
         out->lambda = calloc((size_t)L, sizeof *out->lambda);
         if (!out->lambda) rc = dt_fail_oom(err, "%s: out of memory", dir);
         for (int l = 0; l < L && rc == 0; l++) out->lambda[l] = dt_model_lambda(&m, l);

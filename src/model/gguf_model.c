@@ -404,6 +404,7 @@ static int unique_tokens(vocab_out *v, const char *path, dt_error *err) {
 
 static int vocab_export(vocab_out *v, const dt_model *m, const char *path, dt_error *err) {
     memset(v, 0, sizeof *v);
+    if (dt_model_check_text(m, err) != 0) return -1; /* a GGUF file carries a vocabulary: none to give it */
     int rc = vocab_alloc(v, m->cfg.vocab_size) != 0 ? dt_fail_oom(err, "%s: out of memory", path) : 0;
     if (rc == 0 && !m->vocab.tok && vocab_bytes(v) != 0) rc = dt_fail_oom(err, "%s: out of memory", path);
     if (rc == 0 && m->vocab.tok) rc = vocab_bpe(v, m, path, err);

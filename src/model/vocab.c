@@ -26,6 +26,7 @@ void vocab_free(dt_vocab *v) {
     dt_tok_free(v->tok);
     free(v->tokenizer_json);
     free(v->tokenizer_config);
+    free(v->ids_only_dir);
     memset(v, 0, sizeof *v);
 }
 
@@ -86,8 +87,16 @@ int vocab_load_dir(dt_vocab *v, const char *dir, const dt_config *cfg, dt_error 
     if (dt_pathf(marker, sizeof marker, err, "%s/%s", dir, BYTES_MARKER) != 0 ||
         dt_pathf(json, sizeof json, err, "%s/tokenizer.json", dir) != 0)
         return -1;
+    const int has_marker = file_exists(marker), has_json = file_exists(json);
+    /* neither file, and ids that cannot all be bytes: not a byte-level model (which difftrans always
+     * saves with the marker) but one whose tokenizer was left behind. Reading it as bytes printed
+     * its ids past 255 as "<id>" and wrote the marker into every copy made of it. */
+    if (!has_marker && !has_json && cfg->vocab_size > 256) {
+        if (!(v->ids_only_dir = strdup(dir))) return dt_fail_oom(err, "%s: out of memory", dir);
+        return 0;
+    }
     /* the marker wins: a tokenizer.json beside it is the export's view of the same bytes */
-    if (file_exists(marker) || !file_exists(json)) {
+    if (has_marker || !has_json) {
         if (dt_tokenizer_check(dir, err) != 0) return -1;
         return check_special_ids(v, cfg, dir, err) != 0 ? fail_as_format(err) : 0;
     }
@@ -114,6 +123,8 @@ int vocab_save(const dt_vocab *v, const char *dir, int hf_export, dt_error *err)
         dt_pathf(json, sizeof json, err, "%s/tokenizer.json", dir) != 0 ||
         dt_pathf(cfg, sizeof cfg, err, "%s/tokenizer_config.json", dir) != 0)
         return -1;
+    if (v->ids_only_dir) /* the copy says as little about its vocabulary as the source did */
+        return remove_file(marker, err) || remove_file(json, err) || remove_file(cfg, err) ? -1 : 0;
     if (v->tok) {
         if (write_file_atomic(json, v->tokenizer_json, v->tokenizer_json_len, err) != 0 ||
             write_file_atomic(cfg, v->tokenizer_config, v->tokenizer_config_len, err) != 0)
@@ -152,7 +163,19 @@ int dt_model_set_tokenizer(dt_model *m, const char *path, dt_error *err) {
 
 const dt_tok *dt_model_tok(const dt_model *m) { return m->vocab.tok; }
 
+static int vocab_check_text(const dt_vocab *v, dt_error *err) {
+    if (!v->ids_only_dir) return 0;
+    return dt_fail(err,
+                   "%s: the model has no tokenizer (neither tokenizer.json nor difftrans_tokenizer.json), and with a "
+                   "vocab_size past 256 its ids are not bytes: it takes token ids only. Copy the tokenizer.json it "
+                   "was trained with (and tokenizer_config.json) into it",
+                   v->ids_only_dir);
+}
+
+int dt_model_check_text(const dt_model *m, dt_error *err) { return vocab_check_text(&m->vocab, err); }
+
 int dt_vocab_same(const dt_vocab *a, const dt_vocab *b) {
+    if (a->ids_only_dir || b->ids_only_dir) return a->ids_only_dir && b->ids_only_dir; /* nothing to tell apart */
     if (!a->tok || !b->tok) return !a->tok && !b->tok;
     return a->tokenizer_json_len == b->tokenizer_json_len &&
            memcmp(a->tokenizer_json, b->tokenizer_json, a->tokenizer_json_len) == 0;
@@ -187,6 +210,7 @@ int dt_model_encode(const dt_model *m, const char *text, size_t len, int add_spe
                     dt_error *err) {
     *ids = NULL;
     *n = 0;
+    if (dt_model_check_text(m, err) != 0) return -1;
     if (!m->vocab.tok) {
         if (bytes_to_ids((const unsigned char *)text, len, m->cfg.vocab_size, "text", ids, err) != 0) return -1;
         *n = len;
@@ -220,6 +244,7 @@ int dt_model_decode(const dt_model *m, const int *ids, size_t n, int skip_specia
                     dt_error *err) {
     *text = NULL;
     *len = 0;
+    if (dt_model_check_text(m, err) != 0) return -1;
     if (!m->vocab.tok) {
         char *out = malloc(n + 1);
         if (!out) return dt_fail_oom(err, "decode: out of memory for %zu bytes", n);
@@ -249,6 +274,7 @@ static int vocab_text_tokens(const dt_vocab *v, int vocab_size, const char *path
                              size_t *bytes, dt_error *err) {
     *tokens = NULL;
     *n = 0;
+    if (vocab_check_text(v, err) != 0) return -1;
     char *text = NULL;
     size_t size = 0;
     if (read_text_file(path, (size_t)1 << 40, "a data file", &text, &size, err) != 0) return -1;
@@ -295,31 +321,48 @@ int dt_vocab_load(dt_vocab *v, const char *path, dt_error *err) {
 
 void dt_vocab_free(dt_vocab *v) { vocab_free(v); }
 
-int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err) {
-    if (n < 1) return dt_fail(err, "dt_models_text: no model directories given");
-    dt_vocab first = {0};
-    dt_config cfg;
+/* The vocabulary of the models in dirs, into *first, when they all read text alike. */
+static int models_vocab(const char *const *dirs, int n, dt_vocab *first, dt_error *err) {
+    memset(first, 0, sizeof *first);
+    if (n < 1) return dt_fail(err, "no model directories given");
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         char cpath[4200];
+        dt_config cfg;
         dt_vocab v;
         rc = dt_pathf(cpath, sizeof cpath, err, "%s/config.json", dirs[i]);
         if (rc == 0) rc = dt_config_load(&cfg, cpath, err);
         if (rc == 0) rc = vocab_load_dir(&v, dirs[i], &cfg, err);
         if (rc != 0) break;
         if (i == 0) {
-            first = v;
+            *first = v;
             continue;
         }
-        if (!dt_vocab_same(&first, &v))
+        if (!dt_vocab_same(first, &v))
             rc = dt_fail(err, "%s and %s read text differently (%s): the models must share one vocabulary", dirs[0],
-                         dirs[i], !first.tok != !v.tok ? "one has a tokenizer.json, the other is byte-level"
-                                                       : "their tokenizer.json files differ");
+                         dirs[i],
+                         first->ids_only_dir || v.ids_only_dir ? "one has no vocabulary files and ids past 256"
+                         : !first->tok != !v.tok               ? "one has a tokenizer.json, the other is byte-level"
+                                                               : "their tokenizer.json files differ");
         vocab_free(&v);
     }
+    if (rc != 0) vocab_free(first);
+    return rc;
+}
+
+int dt_models_same_vocab(const char *const *dirs, int n, dt_error *err) {
+    dt_vocab first;
+    if (models_vocab(dirs, n, &first, err) != 0) return -1;
+    vocab_free(&first);
+    return 0;
+}
+
+int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err) {
+    dt_vocab first;
+    if (models_vocab(dirs, n, &first, err) != 0) return -1;
     /* bytes are checked against the largest id any byte-level model may take; each model's own
      * forward checks its embedding */
-    if (rc == 0) rc = vocab_text_tokens(&first, first.tok ? 0 : 256, path, tokens, count, NULL, err);
+    const int rc = vocab_text_tokens(&first, first.tok ? 0 : 256, path, tokens, count, NULL, err);
     vocab_free(&first);
     return rc;
 }
