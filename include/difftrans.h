@@ -532,8 +532,15 @@ typedef struct {
  * reaches top_p. scratch holds V entries. */
 int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch);
 
-/* Why dt_generate stopped. */
-typedef enum { DT_STOP_LENGTH = 0, DT_STOP_EOS = 1, DT_STOP_CALLBACK = 2, DT_STOP_CANCELLED = 3 } dt_stop_reason;
+/* Why dt_generate stopped (which reports a failure as its error instead), or a serving engine's
+ * request ended: DT_STOP_ERROR is the engine's step failing or giving non-finite logits. */
+typedef enum {
+    DT_STOP_LENGTH = 0,
+    DT_STOP_EOS = 1,
+    DT_STOP_CALLBACK = 2,
+    DT_STOP_CANCELLED = 3,
+    DT_STOP_ERROR = 4
+} dt_stop_reason;
 
 typedef struct {
     int max_new_tokens;          /* tokens to generate at most (0: none) [200] */

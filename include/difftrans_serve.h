@@ -81,8 +81,10 @@ typedef struct {
     int top_ids[DT_MAX_TOP_LOGPROBS];
     float top_logprobs[DT_MAX_TOP_LOGPROBS];
     /* DONE */
-    dt_stop_reason stop;         /* LENGTH, EOS (stop_token), CANCELLED (dt_engine_cancel, engine freed) */
+    dt_stop_reason stop;         /* LENGTH, EOS (stop_token), CANCELLED (dt_engine_cancel, engine freed),
+                                    ERROR (error says why: the model's logits not finite, a failed step) */
     int stop_token;
+    const char *error;           /* ERROR: the message, valid until dt_engine_release; else NULL */
     int n_prompt, n_generated;
     double queued_s;             /* seconds from submit to the first step that took it */
     double first_token_s;        /* seconds from submit to its first generated token (0: none) */
@@ -116,7 +118,7 @@ typedef struct {
     int last_batch_sequences;    /* requests the last step advanced */
     uint64_t steps;
     uint64_t prompt_tokens, generated_tokens; /* fed / generated since the start */
-    uint64_t requests_done, requests_cancelled;
+    uint64_t requests_done, requests_cancelled, requests_failed;
     size_t kv_bytes;             /* the pool */
     int prefill_chunk;           /* the chunk in use (adaptive: the latest choice) */
 } dt_engine_stats;

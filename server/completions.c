@@ -77,6 +77,8 @@ struct srv_job {
     int n_choices;
     int head_sent, done_sent;
     int failed;                  /* a decode failed (out of memory): the reply is an error */
+    srv_err model_error;         /* status 0, or a choice the engine ended with DT_STOP_ERROR: the reply is
+                                    this error */
 };
 _Static_assert(DT_MAX_EOS + 1 <= DT_ENGINE_MAX_STOP_IDS, "the engine takes a request's stop ids");
 
@@ -690,6 +692,11 @@ static void on_event(srv_job *j, choice *c, const dt_event *ev) {
     case DT_EVENT_DONE:
         c->ended = 1;
         if (ev->stop == DT_STOP_EOS) c->finish_stop = 1;
+        if (ev->stop == DT_STOP_ERROR && !j->model_error.status) {
+            srv_fail(&j->model_error, 500, "server_error", "model_error", NULL, "%s",
+                     ev->error ? ev->error : "the model's step failed");
+            srv_job_cancel(j); /* the other choices: the reply is this error */
+        }
         break;
     }
 }
@@ -917,8 +924,27 @@ static void stream_chunk(srv_job *j, choice *c, size_t from, size_t to, size_t l
     sse(out, root);
 }
 
+int srv_job_error(const srv_job *j, srv_err *e) {
+    if (!j->model_error.status) return 0;
+    *e = j->model_error;
+    return -1;
+}
+
 int srv_job_stream(srv_job *j, srv_buf *out) {
     if (j->done_sent) return 1;
+    if (j->model_error.status) { /* what was sent stands; the error ends the stream, without [DONE] */
+        char *s = srv_err_json(&j->model_error);
+        if (!s) {
+            out->failed = 1;
+            return 1;
+        }
+        srv_buf_puts(out, "data: ");
+        srv_buf_puts(out, s);
+        srv_buf_puts(out, "\n\n");
+        free(s);
+        j->done_sent = 1;
+        return 1;
+    }
     const int chat = j->kind == SRV_JOB_CHAT;
     if (chat && !j->head_sent) {
         /* chat streams open each choice with the assistant's role */

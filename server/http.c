@@ -255,6 +255,7 @@ static enum MHD_Result do_completion(req *r, srv_job_kind kind) {
             r->status = 499; /* nginx's "client closed request", for the log and the metrics */
             return MHD_NO;
         }
+    if (srv_job_error(r->job, &e) != 0) return send_error(r, &e);
     size_t len = 0;
     char *json = srv_job_reply(r->job, &len);
     return send_json(r, 200, json, len);

@@ -142,5 +142,8 @@ char *srv_metrics_text(srv_metrics *mt, const dt_engine_stats *st, size_t *len) 
     counter(&b, "difftrans_engine_steps_total", "Batched steps the engine ran.", st->steps);
     counter(&b, "difftrans_engine_requests_cancelled_total", "Requests the engine ended early (client gone, stop "
                                                                "string, shutdown).", st->requests_cancelled);
+    counter(&b, "difftrans_engine_requests_failed_total",
+            "Requests the engine ended with an error (the model's logits not finite, a failed step).",
+            st->requests_failed);
     return srv_buf_take(&b, len);
 }

@@ -124,6 +124,11 @@ size_t decode_head_work(int n, int hd);
  * puts a position's k and v [KV·hd] into the cache in its storage type; kv_max_tokens is the
  * cache's length. */
 int kv_attention_tasks(const dt_config *c);
+/* model/generate.c: 0 when logits [V] are all finite; else fails naming the first that is not and
+ * the position whose logits they are (weights that overflow float32 give inf / NaN logits, from
+ * which any sample is noise). dt_generate and the serving engine check every step's. */
+int logits_check_finite(const float *logits, int V, int position, dt_error *err);
+
 /* model/ablation.c: how c's query heads pair into output heads, as layers.h's HEADS_* numbers */
 int config_head_pairing(const dt_config *c);
 void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int task, int n0, int R, const float *q,

@@ -479,6 +479,51 @@ static void test_engine_cancel_busy_stop(void **state) {
     dt_model_free(&m);
 }
 
+/* A model whose logits are not finite (an embedding row of NaN: weights that overflowed) ends the
+ * request with DT_STOP_ERROR and the message naming the logit, rather than sampling noise or
+ * reporting null log-probabilities; the engine goes on serving once the model is sound. */
+static void test_engine_nonfinite_logits(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_LLAMA, 61);
+    const int C = m.cfg.hidden_size;
+    float *row = m.w.embed_tokens + (size_t)7 * C;
+    const float kept = row[3];
+    row[3] = NAN;
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    eo.n_slots = 2;
+    eo.ctx = 64;
+    dt_engine *e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    const int prompt[3] = {1, 7, 2};
+    dt_engine_request_options r = request(prompt, 3, 5, 0.8f, 1);
+    r.top_logprobs = 2;
+    dt_engine_request *q;
+    assert_int_equal(dt_engine_submit(e, &r, &q, &err), 0);
+    collected got;
+    collect(q, &got);
+    assert_int_equal(got.done.stop, DT_STOP_ERROR);
+    assert_int_equal(got.n_tokens, 0);
+    assert_non_null(got.done.error);
+    assert_non_null(strstr(got.done.error, "at position 2 is nan: the model's weights overflow float32"));
+    dt_engine_release(q);
+    dt_engine_stats st;
+    dt_engine_get_stats(e, &st);
+    assert_int_equal(st.requests_failed, 1);
+    assert_int_equal(st.requests_done, 0);
+    row[3] = kept; /* the engine reads the weights at each step */
+    assert_int_equal(dt_engine_submit(e, &r, &q, &err), 0);
+    collect(q, &got);
+    assert_int_equal(got.done.stop, DT_STOP_LENGTH);
+    assert_int_equal(got.n_tokens, 5);
+    assert_null(got.done.error);
+    dt_engine_release(q);
+    dt_engine_free(e);
+    dt_model_free(&m);
+}
+
 /* Released without reading: the engine ends it and frees it (the leak check of the sanitizer
  * build holds this); exclusive jobs run on the engine thread between steps. */
 static int job(void *ctx) {
@@ -656,6 +701,7 @@ int main(void) {
         cmocka_unit_test(test_engine_prompt_logprobs),
         cmocka_unit_test(test_engine_token_logprobs_and_stop),
         cmocka_unit_test(test_engine_cancel_busy_stop),
+        cmocka_unit_test(test_engine_nonfinite_logits),
         cmocka_unit_test(test_engine_release_and_exclusive),
         cmocka_unit_test(test_prefill_budget_steers_on_step_time),
         cmocka_unit_test(test_decode_reference_median),

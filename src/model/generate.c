@@ -42,6 +42,14 @@ static int all_finite(const float *x, int n) {
     return top != 0x7f800000u;
 }
 
+int logits_check_finite(const float *logits, int V, int position, dt_error *err) {
+    if (all_finite(logits, V)) return 0;
+    int bad = 0;
+    while (isfinite(logits[bad])) bad++;
+    return dt_fail_format(err, "logit %d at position %d is %g: the model's weights overflow float32", bad, position,
+                          isnan(logits[bad]) ? NAN : (double)logits[bad]);
+}
+
 int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch) {
     const int best = argmax(logits, V);
     if (s->temperature <= 0.0f) return best;
@@ -161,12 +169,8 @@ int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_gen
         pos += n;
         if (pos < n_prompt) continue;
         if (pos == n_prompt) r.prefill_s = monotonic_seconds() - t0;
-        /* weights that overflow float32 give inf / NaN logits, from which any "sample" is noise */
-        if (!all_finite(logits, V)) {
-            int bad = 0;
-            while (isfinite(logits[bad])) bad++;
-            rc = dt_fail_format(err, "logit %d at position %d is %g: the model's weights overflow float32", bad,
-                                pos - 1, isnan(logits[bad]) ? NAN : (double)logits[bad]);
+        if (logits_check_finite(logits, V, pos - 1, err) != 0) {
+            rc = -1;
             break;
         }
         const int token = dt_sample(logits, V, &o->sampler, &rng, scratch);

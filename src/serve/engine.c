@@ -20,6 +20,7 @@
 #include "difftrans.h"
 #include "difftrans_serve.h"
 #include "base/base.h"
+#include "internal.h"
 #include "prefill_budget.h"
 
 /* Steps after which the time of a decode-only step is measured again when prompts wait and no
@@ -47,6 +48,7 @@ struct dt_engine_request {
     dt_event *events;
     size_t n_events, cap_events, read;
     int done_read;
+    dt_error error;              /* why it ended with DT_STOP_ERROR */
     pthread_cond_t cond;
     dt_engine_request *next;     /* the queue, or the engine's list of running requests */
 };
@@ -118,6 +120,7 @@ static int push_event_locked(dt_engine_request *q, const dt_event *ev) {
 /* The request ends: DONE is its last event, its slot is free for the next step. */
 static void finish_locked(dt_engine *e, dt_engine_request *q, dt_stop_reason why, int stop_token) {
     dt_event ev = {.type = DT_EVENT_DONE, .stop = why, .stop_token = stop_token, .token = -1,
+                   .error = why == DT_STOP_ERROR ? q->error.msg : NULL,
                    .n_prompt = q->o.n_prompt, .n_generated = q->n_seq - q->o.n_prompt,
                    .queued_s = q->queued_s, .first_token_s = q->t_first > 0 ? q->t_first - q->t_submit : 0};
     if (push_event_locked(q, &ev) != 0) {
@@ -132,10 +135,17 @@ static void finish_locked(dt_engine *e, dt_engine_request *q, dt_stop_reason why
     }
     q->state = REQ_DONE;
     if (why == DT_STOP_CANCELLED) e->stats.requests_cancelled++;
+    else if (why == DT_STOP_ERROR) e->stats.requests_failed++;
     else e->stats.requests_done++;
     /* the engine's reference goes in reap_locked, after the step's rows no longer point at it */
     q->next = e->finished;
     e->finished = q;
+}
+
+/* The request ends with DT_STOP_ERROR and err's message. */
+static void fail_locked(dt_engine *e, dt_engine_request *q, const dt_error *err) {
+    q->error = *err;
+    finish_locked(e, q, DT_STOP_ERROR, -1);
 }
 
 static void reap_locked(dt_engine *e) {
@@ -417,6 +427,11 @@ static void take_results(dt_engine *e, int n) {
         float *logits = row->want_logits ? e->logits + (size_t)row_logits++ * V : NULL;
         q->n_fed = row->pos + 1;
         if (q->state == REQ_DONE || q->cancel) continue;
+        dt_error err;
+        if (logits && logits_check_finite(logits, V, row->pos, &err) != 0) {
+            fail_locked(e, q, &err);
+            continue;
+        }
         const int prompt_row = row->pos < q->o.n_prompt - 1;
         if (prompt_row) {
             if (logits && q->o.prompt_logprobs) { /* these logits predict the next prompt token */
@@ -509,7 +524,7 @@ static void *engine_main(void *arg) {
         e->stats.prompt_tokens += (uint64_t)(n - n_decode);
         if (rc != 0) { /* the rows were checked when their requests were taken: not expected */
             for (int r = 0; r < n; r++)
-                if (e->row_req[r]->state != REQ_DONE) finish_locked(e, e->row_req[r], DT_STOP_CANCELLED, -1);
+                if (e->row_req[r]->state != REQ_DONE) fail_locked(e, e->row_req[r], &err);
         } else {
             measure_step(e, n, n_decode, took);
             take_results(e, n);

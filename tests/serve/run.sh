@@ -34,6 +34,19 @@ expect_ok "train the llama baseline (bytes)" "$DT" train --data "$CORPUS" --arch
 expect_ok "train the V2 model (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch v2 --out "$S/v2" --steps 20 \
     --preset tiny --batch 4 --seq 32 --lr 1e-2 --warmup 5 --threads 2 --quiet --eval-interval 0
 expect_ok "init an untrained medium model (slow to decode)" "$DT" init --out "$S/slow" --preset medium --arch diff
+# the llama baseline with a final norm at the largest float (loading refuses a NaN or inf weight, not
+# one that overflows what it multiplies): its logits are inf and NaN
+rm -rf "$S/broken" && cp -r "$S/llama" "$S/broken" && rm -f "$S/broken/optimizer.safetensors"
+check "set the broken model's final norm to 3.4e38" "$PY" - "$S/broken/model.safetensors" <<'PYEOF'
+import json, struct, sys
+f = open(sys.argv[1], "r+b")
+n = struct.unpack("<Q", f.read(8))[0]
+t = json.loads(f.read(n))["model.norm.weight"]
+assert t["dtype"] == "F32", t
+a, b = t["data_offsets"]
+f.seek(8 + n + a)
+f.write(struct.pack("<%df" % ((b - a) // 4), *[3.4e38] * ((b - a) // 4)))
+PYEOF
 if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
 expect_ok "what generate and forward answer (expect.mjs)" node "$HERE/expect.mjs" "$DT" "$S/expect.json" "$S" \
     diff="$S/diff" q8="$S/diff.q8_0" llama="$S/llama" v2="$S/v2"
@@ -96,6 +109,7 @@ start_server q8 'diff\.q8_0' 'diffllama( q8_0)?' 4 256 "$S/diff.q8_0"
 start_server llama llama "llama" 4 256 "$S/llama"
 start_server v2 v2 "difftrans_v2" 4 256 "$S/v2" --ctx 256
 start_server slow slow "diffllama" 1 1024 "$S/slow" --parallel 1 --queue 1
+start_server broken broken "llama" 2 256 "$S/broken" --parallel 2
 if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
 url() { echo "http://127.0.0.1:${PORT[$1]}"; }
 cat >"$S/config.json" <<EOF
@@ -109,7 +123,8 @@ cat >"$S/config.json" <<EOF
   "q8": {"url": "$(url q8)", "pid": ${PID[q8]}, "name": "diff.q8_0"},
   "llama": {"url": "$(url llama)", "pid": ${PID[llama]}, "name": "llama"},
   "v2": {"url": "$(url v2)", "pid": ${PID[v2]}, "name": "v2"},
-  "slow": {"url": "$(url slow)", "pid": ${PID[slow]}, "name": "slow", "max_tokens": $SLOW_TOKENS, "context": 1024}
+  "slow": {"url": "$(url slow)", "pid": ${PID[slow]}, "name": "slow", "max_tokens": $SLOW_TOKENS, "context": 1024},
+  "broken": {"url": "$(url broken)", "pid": ${PID[broken]}, "name": "broken"}
  }
 }
 EOF
@@ -136,7 +151,7 @@ else
     echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
 fi
 
-for n in main key q8 llama v2; do stop_server $n; done
+for n in main key q8 llama v2 broken; do stop_server $n; done
 
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server

@@ -706,6 +706,29 @@ test('errors: token ids outside the vocabulary: 400 invalid_token naming the id,
   assert.equal(r.usage.prompt_tokens, 1);
 });
 
+test('errors: a model whose logits are not finite: 500 model_error naming the logit, streamed as an error event', async () => {
+  const broken = client(OpenAI, S.broken.url);
+  const before = await (await fetch(`${S.broken.url}/metrics`)).text();
+  const failedOf = (text) => Number(/^difftrans_engine_requests_failed_total (\d+)/m.exec(text)?.[1]);
+  const err = await sdkError(broken.completions.create({ model: 'broken', prompt: 'The', max_tokens: 4 }),
+    sdk.InternalServerError, 500, 'server_error', 'model_error', 'NaN logits');
+  assert.match(err.error.message, /logit \d+ at position \d+ is (-?inf|nan): the model's weights overflow float32/);
+  // streamed: the SDK raises the error event (no [DONE] after it)
+  let thrown = null, chunks = 0;
+  try {
+    const stream = await broken.completions.create({ model: 'broken', prompt: 'The', max_tokens: 4, stream: true });
+    for await (const c of stream) chunks++;
+  } catch (e) { thrown = e; }
+  assert.ok(thrown instanceof sdk.APIError, `the stream ended without an error (${chunks} chunks; ${thrown})`);
+  assert.match(thrown.message, /overflow float32/);
+  const raw = await (await fetch(`${S.broken.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'The', max_tokens: 4, stream: true }) })).text();
+  assert.match(raw, /^data: \{"error":\{"message":"[^"]*overflow float32[^"]*","type":"server_error","param":null,"code":"model_error"\}\}$/m);
+  assert.ok(!raw.includes('[DONE]'), `no [DONE] after the error: ${raw.slice(0, 400)}`);
+  const after = await (await fetch(`${S.broken.url}/metrics`)).text();
+  assert.equal(failedOf(after) - failedOf(before), 3, 'difftrans_engine_requests_failed_total: a reply, then 2 streams');
+});
+
 test('errors: a full queue is 503 queue_full with Retry-After: 1', async () => {
   // --parallel 1 --queue 1: one request runs, one waits, the others are refused
   const slow = client(OpenAI, S.slow.url);
