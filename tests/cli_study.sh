@@ -143,6 +143,13 @@ expect_status "another plan in the same directory" 1 "study.json.*seeds 2, not 3
     "$DT" study "${STUDY[@]}" --seeds 3 --out "$S/a" --quiet
 expect_ok "the corpus tokenised again, another split" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" \
     --out "$S/ds2" --val-fraction 0.2 --quiet
+check "the plan's lr as written (0.002, not the float widened)" "$PY" -c \
+    'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["lr"] == 0.002 else 1)' "$S/a/study.json"
+expect_status "another lr" 1 "study.json: the study there was planned with lr 0.002, not 0.003" \
+    "$DT" study "${STUDY[@]}" --lr 0.003 --out "$S/a" --quiet
+sed -i -E 's/"lr":[[:space:]]*0\.002([,}])/"lr": 0.0020000000949949026\1/' "$S/a/study.json"
+check "a plan written before (lr widened from the float)" grep -q '"lr": 0.0020000000949949026' "$S/a/study.json"
+expect_ok "still resumes" "$DT" study "${STUDY[@]}" --out "$S/a" --quiet
 expect_status "a study resumed on another dataset" 1 "study.json: the study there was planned with" \
     "$DT" study "${STUDY[@]/$S\/ds/$S/ds2}" --out "$S/a" --quiet
 expect_status "a missing dataset" 3 "$S/nope" "$DT" study --tokens "$S/nope" --out "$S/c" --quiet

@@ -187,6 +187,17 @@ static int dataset_fingerprint(const char *dir, char out[17], dt_error *err) {
     return 0;
 }
 
+/* The shortest decimal that reads back as f, as a double: what a person wrote (0.002), not the
+ * float widened (0.0020000000949949026). */
+static double float_decimal(float f) {
+    char buf[32];
+    for (int digits = 1; digits < 9; digits++) {
+        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
+        if (strtof(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return (double)f;
+}
+
 /* Everything that fixes what the runs are; a resumed study must have the same. */
 static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_t n_train, size_t n_val,
                         const char *fingerprint) {
@@ -205,7 +216,8 @@ static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_
     ok = ok && cJSON_AddNumberToObject(j, "seeds", o->seeds) && cJSON_AddNumberToObject(j, "seed", (double)o->seed) &&
          cJSON_AddNumberToObject(j, "tokens_per_param", o->tokens_per_param) &&
          cJSON_AddNumberToObject(j, "batch", o->batch) && cJSON_AddNumberToObject(j, "seq", o->seq) &&
-         cJSON_AddNumberToObject(j, "lr", o->lr) && cJSON_AddNumberToObject(j, "vocab_size", vocab->vocab_size) &&
+         cJSON_AddNumberToObject(j, "lr", float_decimal(o->lr)) &&
+         cJSON_AddNumberToObject(j, "vocab_size", vocab->vocab_size) &&
          cJSON_AddNumberToObject(j, "train_tokens", (double)n_train) &&
          cJSON_AddNumberToObject(j, "val_tokens", (double)n_val) &&
          cJSON_AddStringToObject(j, "dataset_fingerprint", fingerprint) &&
@@ -218,14 +230,17 @@ static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_
     return j;
 }
 
-/* 0 when path holds the same plan; -1 naming the first field that differs. */
+/* 0 when path holds the same plan; -1 naming the first field that differs. lr is a float: plans
+ * written before float_decimal hold it widened (0.0020000000949949026 for 0.002) and still match. */
 static int check_plan(const char *path, const cJSON *want, dt_error *err) {
     cJSON *have = json_load_file(path, err);
     if (!have) return -1;
     int rc = 0;
     for (const cJSON *w = want->child; w && rc == 0; w = w->next) {
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(have, w->string);
-        if (!h || !cJSON_Compare(w, h, 1)) {
+        const int same_float = h && !strcmp(w->string, "lr") && cJSON_IsNumber(h) &&
+                               (float)h->valuedouble == (float)w->valuedouble;
+        if (!same_float && (!h || !cJSON_Compare(w, h, 1))) {
             char *a = cJSON_PrintUnformatted(w), *b = h ? cJSON_PrintUnformatted(h) : NULL;
             rc = dt_fail(err, "%s: the study there was planned with %s %s, not %s: resume it with the options it was "
                               "made with, or choose another output directory",
