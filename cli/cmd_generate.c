@@ -74,9 +74,22 @@ typedef struct {
 } text_stream;
 
 static int stream_text(text_stream *ts, const int *seq, int n, int final) {
+    /* ids of an embedding padded past the tokenizer are no token: sampled, they add no text (as in
+     * the server's replies) */
+    const dt_tok *tok = dt_model_tok(ts->m);
+    int *kept = malloc((size_t)(n ? n : 1) * sizeof *kept), k = 0;
+    if (!kept) {
+        dt_fail_oom(&ts->err, "out of memory for %d ids", n);
+        return ts->failed = 1;
+    }
+    size_t token_len;
+    for (int i = 0; i < n; i++)
+        if (dt_tok_id_to_token(tok, seq[i], &token_len)) kept[k++] = seq[i];
     char *text;
     size_t len;
-    if (dt_model_decode(ts->m, seq, (size_t)n, 1, &text, &len, &ts->err) != 0) return ts->failed = 1;
+    const int rc = dt_model_decode(ts->m, kept, (size_t)k, 1, &text, &len, &ts->err);
+    free(kept);
+    if (rc != 0) return ts->failed = 1;
     size_t end = len;
     while (!final && end >= ts->printed + 3 && memcmp(text + end - 3, "\xEF\xBF\xBD", 3) == 0) end -= 3;
     if (end > ts->printed) {

@@ -150,6 +150,17 @@ expect_ok "generate --prompt-ids --print-ids on ids alone" "$DT" generate "$S/m_
 check "the same ids as the model with its tokenizer" cmp -s "$S/last.out" "$S/ids_a.txt"
 cp "$S/m/tokenizer.json" "$S/m/tokenizer_config.json" "$S/m_ids/"
 expect_ok "its tokenizer copied back: text again" "$DT" generate "$S/m_ids" --prompt "The GNU" -n 4 --temperature 0
+# an embedding padded past the tokenizer (512 rows, 457 tokens): an untrained model samples the padding
+# ids too; they add no text, and generation goes on
+"$PY" -c 'import json,sys; c=json.load(open(sys.argv[1])); c["vocab_size"]=512; json.dump(c, open(sys.argv[2], "w"))' \
+    "$S/m/config.json" "$S/padded.json"
+expect_ok "init a padded model" "$DT" init --config "$S/padded.json" --out "$S/m_pad" --seed 5
+rm -f "$S/m_pad/difftrans_tokenizer.json" && cp "$S/m/tokenizer.json" "$S/m/tokenizer_config.json" "$S/m_pad/"
+expect_ok "generate --print-ids on it" "$DT" generate "$S/m_pad" --prompt "The GNU" -n 80 --temperature 3 --seed 3 --print-ids
+check "it sampled a padding id (457..511)" awk '{ for (i = 1; i <= NF; i++) if ($i >= 457) found = 1 } END { exit !found }' \
+    "$S/last.out"
+expect_ok "the same as text: padding ids add nothing" "$DT" generate "$S/m_pad" --prompt "The GNU" -n 80 \
+    --temperature 3 --seed 3
 expect_ok "train --data --tokenizer" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/m2" --preset tiny \
     --steps 4 --batch 2 --seq 32 --threads 2 --quiet
 check "its checkpoint carries the tokenizer" test -f "$S/m2/tokenizer.json"
