@@ -71,6 +71,7 @@ struct srv_job {
     int echo;
     int logprobs;                /* alternatives per token; −1: no log-probabilities */
     int stream;
+    int include_usage;           /* a stream ends with a usage chunk (stream_options.include_usage) */
     int stop_ids[DT_MAX_EOS + 1]; /* the model's EOS ids and the chat template's end token */
     int n_stop_ids;              /* −1: the model's own */
     choice *c;
@@ -424,7 +425,8 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     if (get_bool(root, "stream", &stream, e) != 0) return -1;
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) return srv_bad(e, "stream_options", "stream_options: expected an object");
-    int include_usage = 1; /* usage is always sent; the field is checked only for its type */
+    int include_usage = 0; /* as OpenAI: a stream's usage chunk ("choices": []) only when asked for, since
+                              the usual loop over chunk.choices[0] fails on it */
     if (so && get_bool(so, "include_usage", &include_usage, e) != 0) return -1;
     if (chat) {
         if (get_bool(root, "logprobs", &want_lp, e) != 0) return -1;
@@ -453,6 +455,7 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     j->sampler.top_k = (int)top_k;
     j->seed = (uint64_t)seed;
     j->stream = stream;
+    j->include_usage = include_usage;
     j->echo = echo;
     j->logprobs = (int)logprobs;
     if (chat ? parse_messages(j, root, e) : parse_prompts(j, root, e)) return -1;
@@ -921,6 +924,7 @@ static void stream_chunk(srv_job *j, choice *c, size_t from, size_t to, size_t l
     if (end) cJSON_AddStringToObject(ch, "finish_reason", finish_reason(c));
     else cJSON_AddNullToObject(ch, "finish_reason");
     cJSON_AddItemToArray(choices, ch);
+    if (j->include_usage) cJSON_AddNullToObject(root, "usage"); /* OpenAI's: null but in the last chunk */
     sse(out, root);
 }
 
@@ -958,6 +962,7 @@ int srv_job_stream(srv_job *j, srv_buf *out) {
             cJSON_AddNullToObject(ch, "logprobs");
             cJSON_AddNullToObject(ch, "finish_reason");
             cJSON_AddItemToArray(choices, ch);
+            if (j->include_usage) cJSON_AddNullToObject(root, "usage");
             sse(out, root);
         }
     }
@@ -981,10 +986,12 @@ int srv_job_stream(srv_job *j, srv_buf *out) {
         else all_ended = 0;
     }
     if (!all_ended) return 0;
-    cJSON *root = reply_head(j, chat ? "chat.completion.chunk" : "text_completion");
-    cJSON_AddArrayToObject(root, "choices");
-    add_usage(j, root);
-    sse(out, root);
+    if (j->include_usage) {
+        cJSON *root = reply_head(j, chat ? "chat.completion.chunk" : "text_completion");
+        cJSON_AddArrayToObject(root, "choices");
+        add_usage(j, root);
+        sse(out, root);
+    }
     srv_buf_puts(out, "data: [DONE]\n\n");
     j->done_sent = 1;
     return 1;

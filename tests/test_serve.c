@@ -479,6 +479,55 @@ static void test_engine_cancel_busy_stop(void **state) {
     dt_model_free(&m);
 }
 
+static int no_job(void *ctx) {
+    (void)ctx;
+    return 0;
+}
+
+/* Requests cancelled while they wait leave the queue at the next step, also behind a live one that
+ * still waits for a slot: they no longer count against max_queue. */
+static void test_engine_cancelled_leave_queue(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_LLAMA, 57);
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    eo.n_slots = 1;
+    eo.max_queue = 3;
+    eo.ctx = 96;
+    dt_engine *e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    const int prompt[2] = {1, 2};
+    dt_engine_request_options r = request(prompt, 2, 90, 0.0f, 1);
+    dt_engine_request *a, *b, *c, *d, *x;
+    assert_int_equal(dt_engine_submit(e, &r, &a, &err), 0);
+    dt_event ev;
+    assert_int_equal(dt_engine_next(a, &ev, 30.0), 1); /* a holds the one slot */
+    assert_int_equal(dt_engine_submit(e, &r, &b, &err), 0);
+    assert_int_equal(dt_engine_submit(e, &r, &c, &err), 0);
+    assert_int_equal(dt_engine_submit(e, &r, &d, &err), 0);
+    assert_int_equal(dt_engine_submit(e, &r, &x, &err), -1); /* three wait: full */
+    dt_engine_cancel(c);
+    dt_engine_cancel(d);
+    /* two jobs: the second runs after a whole pass of the engine's loop, admission included */
+    assert_int_equal(dt_engine_exclusive(e, no_job, NULL), 0);
+    assert_int_equal(dt_engine_exclusive(e, no_job, NULL), 0);
+    dt_engine_stats st;
+    dt_engine_get_stats(e, &st);
+    assert_int_equal(st.requests_done, 0); /* a still runs: b still waits in front of c and d */
+    assert_int_equal(st.queue_depth, 1);
+    assert_int_equal(st.requests_cancelled, 2);
+    assert_int_equal(dt_engine_submit(e, &r, &x, &err), 0); /* room again */
+    dt_engine_release(x);
+    dt_engine_release(d);
+    dt_engine_release(c);
+    dt_engine_release(b);
+    dt_engine_release(a);
+    dt_engine_free(e);
+    dt_model_free(&m);
+}
+
 /* A model whose logits are not finite (an embedding row of NaN: weights that overflowed) ends the
  * request with DT_STOP_ERROR and the message naming the logit, rather than sampling noise or
  * reporting null log-probabilities; the engine goes on serving once the model is sound. */
@@ -702,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_engine_token_logprobs_and_stop),
         cmocka_unit_test(test_engine_cancel_busy_stop),
         cmocka_unit_test(test_engine_nonfinite_logits),
+        cmocka_unit_test(test_engine_cancelled_leave_queue),
         cmocka_unit_test(test_engine_release_and_exclusive),
         cmocka_unit_test(test_prefill_budget_steers_on_step_time),
         cmocka_unit_test(test_decode_reference_median),

@@ -342,7 +342,11 @@ static void admit_locked(dt_engine *e) {
         if (!q->cancel && !e->stopping)
             for (int s = 0; s < e->o.n_slots && slot < 0; s++)
                 if (e->slot_free[s]) slot = s;
-        if (!q->cancel && !e->stopping && slot < 0) break; /* in order: the oldest waits first */
+        if (!q->cancel && !e->stopping && slot < 0) { /* in order: the oldest waits first */
+            pp = &q->next; /* and the cancelled behind it leave the queue now, not when it gets a slot:
+                              they counted against max_queue, refusing live requests with BUSY */
+            continue;
+        }
         *pp = q->next;
         if (e->queue_tail == q) {
             e->queue_tail = NULL;

@@ -76,7 +76,8 @@ async function one(i) {
   } else if (kind < 0.55) { // greedy, streamed: through the SDK or raw
     const exp = pick(E.greedy);
     const what = `request ${i}: streamed greedy ${JSON.stringify(exp.prompt)} max_tokens ${exp.max_tokens}`;
-    const req = { model: 'load', prompt: exp.prompt, max_tokens: exp.max_tokens, temperature: 0, stream: true };
+    const req = { model: 'load', prompt: exp.prompt, max_tokens: exp.max_tokens, temperature: 0, stream: true,
+      stream_options: { include_usage: true } };
     let text = '', finish = null, usage = null, n = 0;
     if (rand() < 0.5) {
       for await (const ch of await api.completions.create(req)) {

@@ -156,7 +156,8 @@ for n in main key q8 llama v2 broken; do stop_server $n; done
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server
 # stops accepting, lets the stream end (finish_reason set, usage, [DONE]) within 10 s, exits 0.
-curl -sN -H 'content-type: application/json' -d "{\"prompt\": \"a\", \"max_tokens\": 1000, \"stream\": true}" \
+curl -sN -H 'content-type: application/json' \
+    -d "{\"prompt\": \"a\", \"max_tokens\": 1000, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
     "$(url slow)/v1/completions" >"$S/term_stream.txt" 2>/dev/null &
 CURL=$!
 for k in $(seq 1 $((200 * SCALE))); do grep -q '^data: {' "$S/term_stream.txt" 2>/dev/null && break; sleep 0.05; done

@@ -192,7 +192,7 @@ test('streaming completions: the chunks concatenate to the reply, each choice en
   const exps = E.diff.greedy.filter((g) => g.max_tokens === 24).slice(0, 2);
   const req = { model: 'streamer', prompt: exps.map((e) => e.prompt), max_tokens: 24, temperature: 0, n: 2 };
   const whole = await main.completions.create(req);
-  const chunks = await collectStream(await main.completions.create({ ...req, stream: true }));
+  const chunks = await collectStream(await main.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }));
   assert.ok(chunks.length > 4, `only ${chunks.length} chunks: not streamed`);
   const id = chunks[0].id;
   const text = {}, ends = {};
@@ -226,7 +226,8 @@ test('streaming completions: the chunks concatenate to the reply, each choice en
 });
 
 test('streaming completions: logprobs ride along with the chunks', async () => {
-  const r = await raw(S.main.url, '/v1/completions', { body: { prompt: 'The program', max_tokens: 6, temperature: 0, logprobs: 2, stream: true } });
+  const r = await raw(S.main.url, '/v1/completions', { body: { prompt: 'The program', max_tokens: 6, temperature: 0, logprobs: 2, stream: true,
+    stream_options: { include_usage: true } } });
   const ev = parseSSE(r.text);
   let n = 0;
   for (const e of ev.slice(0, -2)) for (const c of e.choices) if (c.logprobs) {
@@ -272,7 +273,7 @@ test('chat completions with --chat-template chatml: the reply is the completion 
 test('chat completions streamed: role first, then content deltas that concatenate to the reply, usage, [DONE]', async () => {
   const req = { model: 'chat', messages: MESSAGES, max_tokens: 12, temperature: 0, n: 2 };
   const whole = await main.chat.completions.create(req);
-  const chunks = await collectStream(await main.chat.completions.create({ ...req, stream: true }));
+  const chunks = await collectStream(await main.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } }));
   const content = {}, role = {}, ends = {};
   for (const ch of chunks.slice(0, -1)) {
     assert.equal(ch.object, 'chat.completion.chunk');
@@ -296,6 +297,17 @@ test('chat completions streamed: role first, then content deltas that concatenat
   const r = await raw(S.main.url, '/v1/chat/completions', { body: { ...req, stream: true } });
   const ev = parseSSE(r.text);
   assert.equal(ev[ev.length - 1], '[DONE]');
+  // not asked for, no usage chunk (as OpenAI): every chunk has a choice, the common loop over
+  // chunk.choices[0] runs to the end, and no chunk carries "usage"
+  for (const e of ev.slice(0, -1)) {
+    assert.ok(e.choices.length > 0 && e.choices[0].delta, `a chunk without a choice: ${JSON.stringify(e)}`);
+    assert.ok(!('usage' in e), `usage in a chunk not asked for: ${JSON.stringify(e)}`);
+  }
+  let said = '';
+  for await (const ch of await main.chat.completions.create({ ...req, n: 1, stream: true })) said += ch.choices[0].delta.content ?? '';
+  assert.equal(said, whole.choices[0].message.content);
+  // asked for: usage null in every chunk but the last
+  for (const e of chunks.slice(0, -1)) assert.equal(e.usage, null, `usage in a chunk before the last: ${JSON.stringify(e)}`);
 });
 
 test('chat completions: logprobs and top_logprobs', async () => {
