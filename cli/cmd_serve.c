@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "server.h"
@@ -38,6 +41,10 @@ static void help(void) {
            "  --attention-max-tokens N longest prompt /v1/difftrans/attention takes (its reply grows as\n"
            "                           N^2 per head) [256]\n"
            "  --model-name NAME        the model's id in /v1/models and replies [the directory's name]\n"
+           "  --max-connections N      open connections at most, each a thread; more are closed as they\n"
+           "                           arrive [max(512, 2 x (queue + parallel) + 64)]\n"
+           "  --timeout S              seconds a connection may stay silent (idle between requests, or\n"
+           "                           sending its request) before it is closed [30]\n"
            "  --quiet                  no log lines on stderr\n"
            "  -h, --help               this text\n");
 }
@@ -79,6 +86,8 @@ int cmd_serve(int argc, char **argv) {
         {"max-body", required_argument, 0, 'b'},
         {"attention-max-tokens", required_argument, 0, 'A'},
         {"model-name", required_argument, 0, 'n'},
+        {"max-connections", required_argument, 0, 'C'},
+        {"timeout", required_argument, 0, 'T'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -123,6 +132,8 @@ int cmd_serve(int argc, char **argv) {
             if (!*optarg || strlen(optarg) >= 255) bad = cli_error(cmd, "--model-name: 1 to 254 bytes");
             o.model_name = optarg;
             break;
+        case 'C': bad = parse_int(cmd, "--max-connections", optarg, 1, 65536, &o.max_connections); break;
+        case 'T': bad = parse_int(cmd, "--timeout", optarg, 1, 3600, &o.timeout_s); break;
         case 'Q': o.quiet = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
@@ -140,6 +151,9 @@ int cmd_serve(int argc, char **argv) {
     static srv s;
     memset(&s, 0, sizeof s);
     s.m = &m;
+    /* reply ids count on from a random start: two servers started in the same second gave the same ids */
+    if (getrandom(&s.next_id, sizeof s.next_id, 0) != (ssize_t)sizeof s.next_id)
+        s.next_id = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
     s.opt = o;
     s.n_slots = o.parallel;
     s.ctx = o.ctx ? o.ctx : m.cfg.max_position_embeddings;

@@ -179,6 +179,7 @@ int srv_attention(srv *s, const char *body, size_t len, char **json, size_t *jso
                                                                          : c->num_attention_heads / 2;
     *json = NULL;
     if (srv_json_has_nul(body, len)) return srv_bad(e, NULL, SRV_NUL_REFUSED);
+    if (!srv_utf8_valid(body, len)) return srv_bad(e, NULL, "the request body is not valid UTF-8");
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return srv_bad(e, NULL, "the request body is not valid JSON");
     int rc = 0;

@@ -573,6 +573,8 @@ int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_
     cJSON *root = srv_json_has_nul(body, len) ? NULL : cJSON_ParseWithLength(body, len);
     int rc = 0;
     if (!root && srv_json_has_nul(body, len)) rc = srv_bad(e, NULL, SRV_NUL_REFUSED);
+    /* every string the reply echoes (model, a role in a message) would be invalid JSON text too */
+    else if (root && !srv_utf8_valid(body, len)) rc = srv_bad(e, NULL, "the request body is not valid UTF-8");
     else if (!root) rc = srv_bad(e, NULL, "the request body is not valid JSON");
     else if (!cJSON_IsObject(root)) rc = srv_bad(e, NULL, "the request body must be a JSON object");
     else rc = parse_request(j, root, e);

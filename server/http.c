@@ -23,6 +23,7 @@
 #define POLL_S 0.05
 /* Requests in flight get this long to finish after SIGINT / SIGTERM. */
 #define DRAIN_S 10.0
+#define ANSWER_S 2.0 /* then, the engine stopped, for the handlers still running to answer */
 
 typedef struct {
     srv *s;
@@ -57,6 +58,7 @@ void srv_options_defaults(srv_options *o) {
     o->queue = 64;
     o->max_body = (size_t)1 << 20;
     o->attention_max_tokens = 256;
+    o->timeout_s = 30;
 }
 
 static srv_endpoint endpoint_of(const char *url) {
@@ -267,7 +269,7 @@ static int authorized(req *r) {
     const char *key = r->h->s->opt.api_key;
     if (!key || !*key) return 1;
     const char *got = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!got || strncmp(got, "Bearer ", 7)) return 0;
+    if (!got || strncasecmp(got, "Bearer ", 7)) return 0; /* the scheme is case-insensitive (RFC 7235 §2.1) */
     got += 7;
     /* compared in time that does not depend on where they differ */
     const size_t n = strlen(key), m = strlen(got);
@@ -422,15 +424,19 @@ int srv_serve(srv *s, const char *arch, dt_error *err) {
     else ((struct sockaddr_in *)&addr)->sin_port = htons((uint16_t)s->opt.port);
 
     /* every connection is a thread that may wait on the engine: enough for the queue and the
-     * slots, with room for health checks and idle keep-alive connections */
-    unsigned limit = (unsigned)(s->opt.queue + s->n_slots) * 2 + 64;
+     * slots, with room for health checks and idle keep-alive connections. A thread that waits costs
+     * its stack's touched pages, not the 8 MiB reserved: 512 by default, since clients that open
+     * connections and send nothing (or a byte at a time) hold one each until --timeout */
+    unsigned limit = s->opt.max_connections > 0 ? (unsigned)s->opt.max_connections
+                                                 : (unsigned)(s->opt.queue + s->n_slots) * 2 + 64;
+    if (s->opt.max_connections <= 0 && limit < 512) limit = 512;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
     if (v6) flags |= MHD_USE_IPv6;
     flags |= MHD_USE_ERROR_LOG;
     h.starting = 1;
     h.d = MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, handler, &h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
                            &h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, limit,
-                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)60, MHD_OPTION_NOTIFY_COMPLETED, completed, &h,
+                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, completed, &h,
                            MHD_OPTION_END);
     __atomic_store_n(&h.starting, 0, __ATOMIC_SEQ_CST);
     if (!h.d)
@@ -450,8 +456,10 @@ int srv_serve(srv *s, const char *arch, dt_error *err) {
     while (sigwait(&sigs, &sig) != 0) {
     }
     if (!s->opt.quiet)
-        fprintf(stderr, "difftrans serve: %s: no new connections; finishing the requests in flight (at most %.0f s)\n",
-                strsignal(sig), DRAIN_S);
+        fprintf(stderr,
+                "difftrans serve: %s: no new connections; finishing the requests in flight (at most %.0f s, then "
+                "%.0f s for what is left to answer)\n",
+                strsignal(sig), DRAIN_S, ANSWER_S);
     const MHD_socket ls = MHD_quiesce_daemon(h.d);
     if (ls != MHD_INVALID_SOCKET) close(ls);
     drain(&h, DRAIN_S, &sigs);
@@ -460,7 +468,7 @@ int srv_serve(srv *s, const char *arch, dt_error *err) {
     s->engine_closed = 1;
     dt_engine_stop(s->engine);
     pthread_rwlock_unlock(&s->engine_lock);
-    drain(&h, 2.0, &sigs);
+    drain(&h, ANSWER_S, &sigs);
     MHD_stop_daemon(h.d);
     if (!s->opt.quiet) fprintf(stderr, "difftrans serve: stopped\n");
     return 0;

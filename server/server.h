@@ -43,6 +43,8 @@ size_t srv_utf8_whole(const char *s, size_t n);
  * at the first NUL, so a NUL in a reply would cut its text short (its bytes stay in logprobs'
  * `bytes`). malloc'd, NUL-terminated; NULL when out of memory. */
 char *srv_utf8_repair(const char *s, size_t n, size_t *out_len);
+/* 1 when s[0..n) is well-formed UTF-8 (what JSON text must be, RFC 8259 §8.1). */
+int srv_utf8_valid(const char *s, size_t n);
 /* 1 when a string of the JSON text body[0..n) holds the escape \u0000, which cJSON would cut the
  * string at: such requests are refused rather than read short. */
 int srv_json_has_nul(const char *body, size_t n);
@@ -102,6 +104,8 @@ typedef struct {
     size_t max_body;             /* [1 MiB] */
     int attention_max_tokens;    /* [256] */
     const char *model_name;      /* [the directory's basename] */
+    int max_connections;         /* 0: max(512, 2·(queue + parallel) + 64) */
+    int timeout_s;               /* a connection silent this long is closed [30] */
     int quiet;
 } srv_options;
 

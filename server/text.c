@@ -188,3 +188,15 @@ size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, i
     while (e >= 3 && memcmp(text + e - 3, "\xEF\xBF\xBD", 3) == 0) e -= 3;
     return e;
 }
+
+int srv_utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t part;
+        int cut;
+        const size_t len = utf8_seq(u + i, n - i, &part, &cut);
+        if (!len) return 0;
+        i += len;
+    }
+    return 1;
+}

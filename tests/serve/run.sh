@@ -182,6 +182,42 @@ check "the stream in flight finished (${done_tokens:-no} of 1000 tokens, the ser
     awk -v n="${done_tokens:-0}" -v t="$T_DRAIN" 'BEGIN { exit !(n == 1000 || t >= 9.5) }'
 check "then its usage and [DONE]" sh -c "tail -n 4 '$S/term_stream.txt' | grep -q '\"usage\"' && tail -n 2 '$S/term_stream.txt' | grep -qx 'data: \[DONE\]'"
 
+# ---------------------------------------------------------------- stalled connections
+# --max-connections 8: eight clients that connect and send half a request hold every connection (a
+# ninth is closed at once); --timeout 2 closes them after 2 silent seconds, and requests go through
+start_server stall llama "llama" 4 256 "$S/llama" --max-connections 8 --timeout 2 --quiet
+if [ -n "${PORT[stall]:-}" ]; then
+    check "--max-connections / --timeout: stalled clients hold the connections until the timeout" "$PY" - "${PORT[stall]}" <<'PYEOF'
+import http.client, socket, sys, time
+port = int(sys.argv[1])
+def get():
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        c.request("GET", "/health")
+        return c.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        c.close()
+assert get() == 200
+stalled = []
+for _ in range(8):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    stalled.append(s)
+time.sleep(0.5)
+assert get() is None, "a ninth connection was served past --max-connections 8"
+time.sleep(3)
+t0 = time.time()
+while get() != 200:
+    assert time.time() - t0 < 5, "still refused 5 s after --timeout 2"
+    time.sleep(0.2)
+for s in stalled:
+    assert s.recv(100) == b"", "a stalled connection is still open after --timeout"
+PYEOF
+    stop_server stall
+fi
+
 # ---------------------------------------------------------------- the load test
 # Its RSS is compared before and after the load. Every connection is a thread, so glibc's defaults
 # would add two kinds of noise unrelated to leaks: up to 8 malloc arenas per core, each keeping its
