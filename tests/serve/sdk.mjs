@@ -829,6 +829,19 @@ test('errors: --api-key: a wrong or missing key is 401 invalid_api_key on /v1/* 
   const r = await keyed.completions.create({ model: 'm', prompt: 'The program', max_tokens: 6, temperature: 0 });
   assert.equal(r.choices[0].text, E.diff.greedy.find((g) => g.prompt === 'The program' && g.max_tokens === 6).text);
   await metrics(S.key, { authorization: `Bearer ${S.key.key}` });
+  // the scheme's case does not matter (RFC 7235), the key's does
+  for (const scheme of ['bearer', 'BEARER']) assert.equal((await raw(S.key.url, '/v1/models', { method: 'GET',
+    headers: { authorization: `${scheme} ${S.key.key}` } })).status, 200, scheme);
+  rawError(await raw(S.key.url, '/v1/models', { method: 'GET', headers: { authorization: `Bearer ${S.key.key.toUpperCase()}` } }),
+    401, 'authentication_error', 'invalid_api_key', 'the key in capitals');
+});
+
+test('errors: a body that is not UTF-8 is 400, not echoed into a reply', async () => {
+  const bad = Buffer.concat([Buffer.from('{"model": "m'), Buffer.from([0xff]), Buffer.from('", "prompt": "a", "max_tokens": 1}')]);
+  for (const p of ['/v1/completions', '/v1/difftrans/attention']) {
+    const e = rawError(await raw(S.main.url, p, { body: new Uint8Array(bad) }), 400, 'invalid_request_error', undefined, p);
+    assert.match(e.message, /not valid UTF-8/);
+  }
 });
 
 test('errors: unknown paths are 404, wrong methods 405, nothing of the model directory is served', async () => {
