@@ -129,7 +129,8 @@ int cmd_info(int argc, char **argv) {
                rs->factor, rs->low_freq_factor, rs->high_freq_factor, rs->original_max_position_embeddings);
     if (tok) printf("tokenizer:  %s (%d tokens; the embedding has %d rows)\n", dt_tok_path(tok),
                     (int)dt_tok_vocab_size(tok), c->vocab_size);
-    else if (m.vocab.ids_only_dir) printf("tokenizer:  none (token ids only: neither tokenizer.json nor the byte-level marker)\n");
+    else if (m.vocab.ids_only_dir)
+        printf("tokenizer:  none (token ids only: neither tokenizer.json nor the byte-level marker)\n");
     else printf("tokenizer:  byte-level (token id = byte)\n");
     printf("special tokens: bos %d | pad %d | eos", c->special.bos_token_id, c->special.pad_token_id);
     for (int i = 0; i < c->special.n_eos; i++) printf(" %d", c->special.eos_token_id[i]);

@@ -436,8 +436,8 @@ int srv_serve(srv *s, const char *arch, dt_error *err) {
     h.starting = 1;
     h.d = MHD_start_daemon(flags, (uint16_t)s->opt.port, NULL, NULL, handler, &h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log,
                            &h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_LIMIT, limit,
-                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.timeout_s, MHD_OPTION_NOTIFY_COMPLETED, completed, &h,
-                           MHD_OPTION_END);
+                           MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->opt.timeout_s, MHD_OPTION_NOTIFY_COMPLETED,
+                           completed, &h, MHD_OPTION_END);
     __atomic_store_n(&h.starting, 0, __ATOMIC_SEQ_CST);
     if (!h.d)
         return dt_fail_io(err, "cannot listen on %s port %d (in use, or not an address of this machine?)",

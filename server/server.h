@@ -172,7 +172,7 @@ int srv_job_streaming(const srv_job *j);
  * choice has ended. */
 int srv_job_pump(srv_job *j, double wait_s);
 /* Streaming: the SSE chunks due now (text that became sendable, ends, and after the last choice
- * the usage chunk and [DONE]) appended to out; 1 once [DONE] has been written. */
+ * the usage chunk when asked for, and [DONE]) appended to out; 1 once [DONE] has been written. */
 int srv_job_stream(srv_job *j, srv_buf *out);
 /* -1 with the error into e when the engine ended one of the job's choices with DT_STOP_ERROR (the
  * model's logits not finite): a reply is that error (streaming: an {"error": ...} event, which the

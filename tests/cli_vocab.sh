@@ -132,7 +132,8 @@ expect_ok "eval --tokens (the held-out split)" "$DT" eval "$S/m" --tokens "$S/ds
 # a copy of the checkpoint without its tokenizer files (an HF model downloaded without them): its 457
 # ids are not bytes, so text is refused, ids work, and a quantised copy does not become byte-level
 mkdir -p "$S/m_ids" && cp "$S/m/config.json" "$S/m/generation_config.json" "$S/m/model.safetensors" "$S/m_ids/"
-expect_ok "info: no tokenizer" "$DT" info "$S/m_ids" && out_has "info says token ids only" "$S/last.out" "token ids only"
+expect_ok "info: no tokenizer" "$DT" info "$S/m_ids" &&
+    out_has "info says token ids only" "$S/last.out" "token ids only"
 expect_status "generate --prompt without a tokenizer" 1 "m_ids: the model has no tokenizer.*tokenizer\.json" \
     "$DT" generate "$S/m_ids" --prompt "The GNU" -n 4
 expect_status "generate --prompt-ids without --print-ids" 1 "give --prompt-ids and --print-ids" \
@@ -156,9 +157,10 @@ expect_ok "its tokenizer copied back: text again" "$DT" generate "$S/m_ids" --pr
     "$S/m/config.json" "$S/padded.json"
 expect_ok "init a padded model" "$DT" init --config "$S/padded.json" --out "$S/m_pad" --seed 5
 rm -f "$S/m_pad/difftrans_tokenizer.json" && cp "$S/m/tokenizer.json" "$S/m/tokenizer_config.json" "$S/m_pad/"
-expect_ok "generate --print-ids on it" "$DT" generate "$S/m_pad" --prompt "The GNU" -n 80 --temperature 3 --seed 3 --print-ids
-check "it sampled a padding id (457..511)" awk '{ for (i = 1; i <= NF; i++) if ($i >= 457) found = 1 } END { exit !found }' \
-    "$S/last.out"
+expect_ok "generate --print-ids on it" "$DT" generate "$S/m_pad" --prompt "The GNU" -n 80 --temperature 3 --seed 3 \
+    --print-ids
+check "it sampled a padding id (457..511)" \
+    awk '{ for (i = 1; i <= NF; i++) if ($i >= 457) found = 1 } END { exit !found }' "$S/last.out"
 expect_ok "the same as text: padding ids add nothing" "$DT" generate "$S/m_pad" --prompt "The GNU" -n 80 \
     --temperature 3 --seed 3
 expect_ok "train --data --tokenizer" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/m2" --preset tiny \

@@ -187,7 +187,8 @@ check "then its usage and [DONE]" sh -c "tail -n 4 '$S/term_stream.txt' | grep -
 # ninth is closed at once); --timeout 2 closes them after 2 silent seconds, and requests go through
 start_server stall llama "llama" 4 256 "$S/llama" --max-connections 8 --timeout 2 --quiet
 if [ -n "${PORT[stall]:-}" ]; then
-    check "--max-connections / --timeout: stalled clients hold the connections until the timeout" "$PY" - "${PORT[stall]}" <<'PYEOF'
+    check "--max-connections / --timeout: stalled clients hold the connections until the timeout" \
+        "$PY" - "${PORT[stall]}" <<'PYEOF'
 import http.client, socket, sys, time
 port = int(sys.argv[1])
 def get():
