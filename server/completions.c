@@ -44,6 +44,7 @@ typedef struct {
     size_t lp_chars;             /* characters the entries so far cover */
     char *text;                  /* echo prefix + completion so far, valid UTF-8 */
     size_t text_len, pre;        /* pre: bytes of the echo prefix */
+    size_t tail;                 /* bytes at its end the next token may change (srv_text_tail) */
     size_t sent;                 /* bytes streamed */
     int end_sent;
 } choice;
@@ -618,8 +619,21 @@ int srv_job_streaming(const srv_job *j) {
 
 /* ---------------------------------------------------------------- events */
 
+/* Cuts the choice's completion text comp[0..*clen) at the first stop string in its first `upto`
+ * bytes: 1 when one was there (finish_reason "stop"). */
+static int cut_at_stop(const srv_job *j, choice *c, const char *comp, size_t *clen, size_t upto) {
+    const long cut = srv_stop_find(comp, upto, (const char *const *)j->stops, j->n_stops);
+    if (cut < 0) return 0;
+    *clen = (size_t)cut;
+    c->tail = 0;
+    c->finish_stop = 1;
+    return 1;
+}
+
 /* The completion text after a new token: the whole sequence decoded, past the decoded prompt,
- * cut at the first stop string (which ends the choice). */
+ * cut at the first stop string (which ends the choice). Its tail (a character the next token may
+ * complete, decoded as U+FFFD) is kept but not searched: a stop string that begins with the
+ * character it becomes must not match the stand-in, nor a "\ufffd" one match it. */
 static void update_text(srv_job *j, choice *c) {
     const prompt_t *p = &j->prompts[c->prompt];
     const size_t n = p->n + c->n_gen;
@@ -644,10 +658,8 @@ static void update_text(srv_job *j, choice *c) {
     while (base < p->len && base < len && full[base] == p->text[base]) base++;
     while (base > 0 && base < len && ((unsigned char)full[base] & 0xC0) == 0x80) base--;
     size_t clen = len - base;
-    const long cut = srv_stop_find(full + base, clen, (const char *const *)j->stops, j->n_stops);
-    if (cut >= 0) {
-        clen = (size_t)cut;
-        c->finish_stop = 1;
+    c->tail = srv_text_tail(full + base, clen);
+    if (cut_at_stop(j, c, full + base, &clen, clen - c->tail)) {
         c->ended = 1;
         dt_engine_cancel(c->q); /* its slot is free at the next step */
     }
@@ -691,6 +703,14 @@ static void on_event(srv_job *j, choice *c, const dt_event *ev) {
         break;
     case DT_EVENT_DONE:
         c->ended = 1;
+        if (c->tail) {
+            /* no token comes to complete it: the tail is text, the stop strings looked for in it */
+            size_t clen = c->text_len - c->pre;
+            cut_at_stop(j, c, c->text + c->pre, &clen, clen);
+            c->text_len = c->pre + clen;
+            c->text[c->text_len] = '\0';
+            c->tail = 0;
+        }
         if (ev->stop == DT_STOP_EOS) c->finish_stop = 1;
         if (ev->stop == DT_STOP_ERROR && !j->model_error.status) {
             srv_fail(&j->model_error, 500, "server_error", "model_error", NULL, "%s",

@@ -56,9 +56,15 @@ long srv_stop_find(const char *text, size_t n, const char *const *stops, int k);
 /* The longest suffix of text[0..n) that is a proper prefix of one of the stops: text that must be
  * held back while generation could still complete a stop string there. */
 size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, int k);
-/* How much of a completion's text can be sent now: whole characters, no trailing U+FFFD (a
- * character whose bytes the next token may bring; the decoder's mark), nothing that could still
- * be the start of a stop string. final: everything. */
+/* The bytes at the end of a completion's text s[0..n) that the next token may still change: a
+ * character cut short, which the decoders write as U+FFFD (a byte-level model's bytes as one, a
+ * ByteFallback decoder's as one per byte; raw bytes of one count too), so every trailing U+FFFD.
+ * Until a token follows, the tail is not text: stop strings are not looked for in it, and it is
+ * not sent. (A U+FFFD the model really wrote waits one token longer.) */
+size_t srv_text_tail(const char *s, size_t n);
+/* How much of a completion's text can be sent now: whole characters, not its tail (above), nothing
+ * that could still be the start of a stop string once the tail becomes characters. final:
+ * everything. */
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final);
 
 /* ---------------------------------------------------------------- chat templates (chat.c) */

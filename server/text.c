@@ -181,10 +181,18 @@ size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, i
     return best;
 }
 
+size_t srv_text_tail(const char *s, size_t n) {
+    size_t e = srv_utf8_whole(s, n);
+    while (e >= 3 && memcmp(s + e - 3, "\xEF\xBF\xBD", 3) == 0) e -= 3;
+    return n - e;
+}
+
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final) {
     if (final) return n;
-    size_t e = n - srv_stop_holdback(text, n, stops, k);
-    e = srv_utf8_whole(text, e);
-    while (e >= 3 && memcmp(text + e - 3, "\xEF\xBF\xBD", 3) == 0) e -= 3;
-    return e;
+    /* the tail is no text yet: what could start a stop string is looked for before it (a stop's
+     * prefix followed by the stand-in for the next character would never match), and whatever
+     * the tail becomes, the stop string goes on past what precedes it */
+    size_t e = n - srv_text_tail(text, n);
+    e -= srv_stop_holdback(text, e, stops, k);
+    return srv_utf8_whole(text, e);
 }

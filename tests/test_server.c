@@ -133,6 +133,41 @@ static void test_text_sendable(void **state) {
     /* a stop string whose prefix ends inside a character: the cut falls before that character */
     const char *euro[] = {"\xE2\x82\xAC!"};
     assert_int_equal(srv_text_sendable("x\xE2\x82\xAC", 4, euro, 1, 0), 1);
+    /* the start of a stop string before a character still coming (decoded as U+FFFD) waits: the
+     * stop "ÄÖ" after " ÅÄ" and the first byte of Ö */
+    const char *aeoe[] = {"\xC3\x84\xC3\x96"};
+    const char *t2 = " \xC3\x85\xC3\x84" FFFD;
+    assert_int_equal(srv_text_sendable(t2, strlen(t2), aeoe, 1, 0), 3);
+    assert_int_equal(srv_text_sendable(t2, strlen(t2), aeoe, 1, 1), strlen(t2));
+    /* and the same with the raw bytes of Ö cut short */
+    assert_int_equal(srv_text_sendable(" \xC3\x85\xC3\x84\xC3", 6, aeoe, 1, 0), 3);
+    /* a stop "\ufffd" (or one ending in it) waits for the tail to become text, like any other */
+    const char *fffd[] = {FFFD, "\xC3\x85" FFFD};
+    assert_int_equal(srv_text_sendable(t2, strlen(t2), fffd, 2, 0), 5);
+    assert_int_equal(srv_text_sendable(" \xC3\x85" FFFD, 6, fffd, 2, 0), 1);
+}
+
+static void test_text_tail(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t want;
+        const char *what;
+    } cases[] = {
+        {"abc", 0, "whole characters"},
+        {"ab" FFFD, 3, "a byte-level model's character cut short, decoded"},
+        {"ab" FFFD FFFD FFFD, 9, "a ByteFallback decoder's three bytes of one"},
+        {"a" FFFD "b", 0, "a U+FFFD before a character is text"},
+        {"ab\xE2\x82", 2, "raw bytes cut short"},
+        {"a" FFFD "\xF0\x9F", 5, "raw bytes after a U+FFFD"},
+        {"a\xFF", 0, "a byte that is never UTF-8 is no tail (it is replaced)"},
+        {FFFD, 3, "nothing but the tail"},
+        {"", 0, "empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t got = srv_text_tail(cases[i].s, strlen(cases[i].s));
+        if (got != cases[i].want) fail_msg("%s: %zu, want %zu", cases[i].what, got, cases[i].want);
+    }
 }
 
 static void test_buf(void **state) {
@@ -248,7 +283,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_whole),    cmocka_unit_test(test_utf8_repair),
         cmocka_unit_test(test_stop_find),     cmocka_unit_test(test_stop_holdback),
-        cmocka_unit_test(test_text_sendable), cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_text_sendable), cmocka_unit_test(test_text_tail),
+        cmocka_unit_test(test_buf),
         cmocka_unit_test(test_chat_render),   cmocka_unit_test(test_chat_refusals),
         cmocka_unit_test(test_chat_detect),
     };
