@@ -26,7 +26,8 @@ typedef struct {
     int n_top;
     int top_ids[DT_MAX_TOP_LOGPROBS];
     float top_lp[DT_MAX_TOP_LOGPROBS];
-    size_t offset;               /* text_offset: characters of the choice's text before it */
+    size_t offset;               /* text_offset: the character of the choice's text its first byte is
+                                    in (srv_offsets) */
     int generated;               /* 0: a prompt token (echo) */
 } lp_entry;
 
@@ -37,13 +38,16 @@ typedef struct {
     int got_token;
     int ended;                   /* no more events are read */
     int finish_stop;             /* "stop" (an end token or a stop string), else "length" */
+    int stop_cut;                /* a stop string cut the text */
     int *gen;
     size_t n_gen, cap_gen;
     lp_entry *lp;
     size_t n_lp, cap_lp, lp_sent;
-    size_t lp_chars;             /* characters the entries so far cover */
+    srv_offsets lp_off;          /* the prompt's entries' offsets (echo) */
+    size_t gen_offset;           /* the newest generated token's (update_text) */
     char *text;                  /* echo prefix + completion so far, valid UTF-8 */
     size_t text_len, pre;        /* pre: bytes of the echo prefix */
+    size_t tail;                 /* bytes at its end the next token may change (srv_text_tail) */
     size_t sent;                 /* bytes streamed */
     int end_sent;
 } choice;
@@ -499,6 +503,27 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
 
 /* ---------------------------------------------------------------- submitting */
 
+typedef struct {
+    const dt_model *m;
+    const choice *c;
+} lp_decode_ctx;
+
+/* The text of the log-probability entries [from, to) (srv_offsets' decode). */
+static int lp_decode(void *ctx, size_t from, size_t to, char **text, size_t *len) {
+    const lp_decode_ctx *d = ctx;
+    int *ids = malloc((to - from + 1) * sizeof *ids);
+    if (!ids) return -1;
+    for (size_t i = from; i < to; i++) ids[i - from] = d->c->lp[i].id;
+    dt_error err;
+    const int rc = srv_decode_text(d->m, ids, to - from, text, len, &err);
+    free(ids);
+    return rc;
+}
+
+/* A log-probability entry. Its offset (srv_token_start's: the character its first byte is in, so a
+ * token that goes on with a character cut short begins where that character does — summing the
+ * tokens' texts decoded alone counted a U+FFFD for each such token): a generated token's from
+ * update_text, which decodes the whole sequence anyway; a prompt token's from srv_offset_next. */
 static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, const dt_model *m, int *failed) {
     const int generated = ev && ev->type == DT_EVENT_TOKEN;
     if (dt_grow(&c->lp, &c->cap_lp, c->n_lp + 1, sizeof *c->lp, 64) != 0) {
@@ -509,7 +534,6 @@ static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, const dt_m
     memset(l, 0, sizeof *l);
     l->id = id;
     l->has_lp = has_lp;
-    l->offset = c->lp_chars;
     l->generated = generated;
     if (has_lp && ev) {
         l->logprob = ev->logprob;
@@ -517,16 +541,12 @@ static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, const dt_m
         memcpy(l->top_ids, ev->top_ids, sizeof l->top_ids);
         memcpy(l->top_lp, ev->top_logprobs, sizeof l->top_lp);
     }
-    /* special tokens are not in the text, so they take no characters of it */
-    const dt_tok *tok = dt_model_tok(m);
-    if (tok && dt_tok_is_special(tok, id)) return;
-    char *t = srv_token_text(m, id);
-    if (!t) {
-        *failed = 1;
-        return;
+    if (generated) l->offset = c->gen_offset;
+    else {
+        lp_decode_ctx d = {m, c};
+        if (srv_offset_next(&c->lp_off, c->n_lp - 1, lp_decode, &d, &l->offset) != 0) *failed = 1;
     }
-    c->lp_chars += srv_utf8_chars(t, strlen(t));
-    free(t);
+    if (c->n_lp > 1 && l->offset < l[-1].offset) l->offset = l[-1].offset; /* never back */
 }
 
 typedef struct {
@@ -623,8 +643,22 @@ int srv_job_streaming(const srv_job *j) {
 
 /* ---------------------------------------------------------------- events */
 
+/* Cuts the choice's completion text comp[0..*clen) at the first stop string in its first `upto`
+ * bytes: 1 when one was there (finish_reason "stop"). */
+static int cut_at_stop(const srv_job *j, choice *c, const char *comp, size_t *clen, size_t upto) {
+    const long cut = srv_stop_find(comp, upto, (const char *const *)j->stops, j->n_stops);
+    if (cut < 0) return 0;
+    *clen = (size_t)cut;
+    c->tail = 0;
+    c->finish_stop = 1;
+    c->stop_cut = 1;
+    return 1;
+}
+
 /* The completion text after a new token: the whole sequence decoded, past the decoded prompt,
- * cut at the first stop string (which ends the choice). */
+ * cut at the first stop string (which ends the choice). Its tail (a character the next token may
+ * complete, decoded as U+FFFD) is kept but not searched: a stop string that begins with the
+ * character it becomes must not match the stand-in, nor a "\ufffd" one match it. */
 static void update_text(srv_job *j, choice *c) {
     const prompt_t *p = &j->prompts[c->prompt];
     const size_t n = p->n + c->n_gen;
@@ -649,10 +683,11 @@ static void update_text(srv_job *j, choice *c) {
     while (base < p->len && base < len && full[base] == p->text[base]) base++;
     while (base > 0 && base < len && ((unsigned char)full[base] & 0xC0) == 0x80) base--;
     size_t clen = len - base;
-    const long cut = srv_stop_find(full + base, clen, (const char *const *)j->stops, j->n_stops);
-    if (cut >= 0) {
-        clen = (size_t)cut;
-        c->finish_stop = 1;
+    const char *before = c->text ? c->text + c->pre : "";
+    c->gen_offset = srv_utf8_chars(c->text ? c->text : "", c->pre) +
+                    srv_token_start(before, c->text_len - c->pre, full + base, clen);
+    c->tail = srv_text_tail(full + base, clen);
+    if (cut_at_stop(j, c, full + base, &clen, clen - c->tail)) {
         c->ended = 1;
         dt_engine_cancel(c->q); /* its slot is free at the next step */
     }
@@ -691,11 +726,19 @@ static void on_event(srv_job *j, choice *c, const dt_event *ev) {
             break;
         }
         c->gen[c->n_gen++] = ev->token;
+        update_text(j, c); /* first: the entry's offset */
         if (j->logprobs >= 0) add_lp(c, ev->token, 1, ev, s->m, &j->failed);
-        update_text(j, c);
         break;
     case DT_EVENT_DONE:
         c->ended = 1;
+        if (c->tail) {
+            /* no token comes to complete it: the tail is text, the stop strings looked for in it */
+            size_t clen = c->text_len - c->pre;
+            cut_at_stop(j, c, c->text + c->pre, &clen, clen);
+            c->text_len = c->pre + clen;
+            c->text[c->text_len] = '\0';
+            c->tail = 0;
+        }
         if (ev->stop == DT_STOP_EOS) c->finish_stop = 1;
         if (ev->stop == DT_STOP_ERROR && !j->model_error.status) {
             srv_fail(&j->model_error, 500, "server_error", "model_error", NULL, "%s",
@@ -825,11 +868,15 @@ static cJSON *chat_logprobs(const srv_job *j, const choice *c, size_t a, size_t 
     return o;
 }
 
-/* The log-probability entries a finished choice reports: with a stop string, those of the
- * generated tokens that begin before the cut (and all of the prompt's). */
+/* The log-probability entries of a choice's text up to character `chars`: those that begin before
+ * it. A finished choice's (chars: all of its text): with a stop string, the generated tokens that
+ * begin before the cut (and all of the prompt's), so a token whose bytes straddle the cut is in:
+ * every character of the text is in one of the tokens reported, as without the stop string (one
+ * left out would leave the text's last characters without a token). A stream sends the entries of
+ * the text it has sent, so that it never sends one that the stop string then cuts away. */
 static size_t lp_end(const choice *c, size_t chars) {
     size_t e = c->n_lp;
-    while (c->finish_stop && e > 0 && c->lp[e - 1].generated && c->lp[e - 1].offset >= chars) e--;
+    while ((c->stop_cut || !c->ended) && e > 0 && c->lp[e - 1].generated && c->lp[e - 1].offset >= chars) e--;
     return e;
 }
 
@@ -976,7 +1023,7 @@ int srv_job_stream(srv_job *j, srv_buf *out) {
         const char *text = c->text ? c->text : "";
         const size_t lim = c->pre + srv_text_sendable(text + c->pre, c->text_len - c->pre,
                                                       (const char *const *)j->stops, j->n_stops, c->ended);
-        const size_t lp_b = c->ended ? lp_end(c, srv_utf8_chars(text, c->text_len)) : c->n_lp;
+        const size_t lp_b = lp_end(c, srv_utf8_chars(text, c->ended ? c->text_len : lim));
         if (lim > c->sent || (c->ended && !chat)) {
             stream_chunk(j, c, c->sent, lim > c->sent ? lim : c->sent, c->lp_sent, lp_b > c->lp_sent ? lp_b : c->lp_sent,
                          c->ended && !chat, out);

@@ -52,15 +52,47 @@ int srv_json_has_nul(const char *body, size_t n);
 /* Characters (code points) in valid UTF-8 s[0..n). */
 size_t srv_utf8_chars(const char *s, size_t n);
 
+/* Bytes of the longest common prefix of a[0..na) and b[0..nb) (valid UTF-8) that ends where a
+ * character ends in both. */
+size_t srv_utf8_common(const char *a, size_t na, const char *b, size_t nb);
+
+/* The character a token's first byte is in, from prev[0..n_prev), the text decoded before it, and
+ * cur[0..n_cur), with it: the first character the token changed, or the end of prev (a character
+ * cut short at its end, which the token goes on, included). */
+size_t srv_token_start(const char *prev, size_t n_prev, const char *cur, size_t n_cur);
+/* Where tokens begin in the text they decode to (logprobs' text_offset), in characters (code
+ * points) of that text: a token's offset is the character its first byte belongs to, so a token
+ * that continues a character cut short begins where that character does, and the tokens of one
+ * character share its offset. Decoding the whole prefix for every token would cost its length
+ * each; tokens are taken alone while they decode to whole characters, and a run of tokens that
+ * cut characters is decoded as one until its text is whole again. */
+typedef int (*srv_decode_fn)(void *ctx, size_t from, size_t to, char **text, size_t *len);
+typedef struct {
+    size_t chars;                /* characters before the open run, or before the next token */
+    size_t run;                  /* the open run's first token */
+    int open;
+    size_t last;                 /* the last offset given (offsets never go back) */
+} srv_offsets;
+/* The offset of token i (tokens 0..i-1 given before, in order; the struct zeroed at first).
+ * decode(ctx, from, to): tokens [from, to) as valid UTF-8 (malloc'd), special tokens left out.
+ * -1 when decode fails. */
+int srv_offset_next(srv_offsets *o, size_t i, srv_decode_fn decode, void *ctx, size_t *offset);
+
 /* Stop strings in text[0..n): the byte offset of the earliest occurrence of any of stops[0..k)
  * (empty strings never match), or -1 when none occurs. */
 long srv_stop_find(const char *text, size_t n, const char *const *stops, int k);
 /* The longest suffix of text[0..n) that is a proper prefix of one of the stops: text that must be
  * held back while generation could still complete a stop string there. */
 size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, int k);
-/* How much of a completion's text can be sent now: whole characters, no trailing U+FFFD (a
- * character whose bytes the next token may bring; the decoder's mark), nothing that could still
- * be the start of a stop string. final: everything. */
+/* The bytes at the end of a completion's text s[0..n) that the next token may still change: a
+ * character cut short, which the decoders write as U+FFFD (a byte-level model's bytes as one, a
+ * ByteFallback decoder's as one per byte; raw bytes of one count too), so every trailing U+FFFD.
+ * Until a token follows, the tail is not text: stop strings are not looked for in it, and it is
+ * not sent. (A U+FFFD the model really wrote waits one token longer.) */
+size_t srv_text_tail(const char *s, size_t n);
+/* How much of a completion's text can be sent now: whole characters, not its tail (above), nothing
+ * that could still be the start of a stop string once the tail becomes characters. final:
+ * everything. */
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final);
 
 /* ---------------------------------------------------------------- chat templates (chat.c) */

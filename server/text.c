@@ -155,6 +155,58 @@ size_t srv_utf8_chars(const char *s, size_t n) {
     return c;
 }
 
+size_t srv_utf8_common(const char *a, size_t na, const char *b, size_t nb) {
+    size_t k = 0;
+    while (k < na && k < nb && a[k] == b[k]) k++;
+    /* the texts part inside a character: it is not common to them */
+    const unsigned char *ua = (const unsigned char *)a, *ub = (const unsigned char *)b;
+    while (k > 0 && ((k < na && (ua[k] & 0xC0) == 0x80) || (k < nb && (ub[k] & 0xC0) == 0x80))) k--;
+    return k;
+}
+
+/* ---------------------------------------------------------------- text offsets */
+
+size_t srv_token_start(const char *prev, size_t n_prev, const char *cur, size_t n_cur) {
+    size_t k = srv_utf8_common(prev, n_prev, cur, n_cur);
+    /* the same text: the token's bytes went into the character cut short at its end, whose
+     * stand-in they do not change (E6 and E6 97 both decode as one U+FFFD) */
+    if (k == n_prev && n_cur == n_prev) k -= srv_text_tail(prev, n_prev);
+    return srv_utf8_chars(cur, k);
+}
+
+int srv_offset_next(srv_offsets *o, size_t i, srv_decode_fn decode, void *ctx, size_t *offset) {
+    char *cur = NULL, *prev = NULL;
+    size_t n_cur, n_prev = 0;
+    if (!o->open) {
+        if (decode(ctx, i, i + 1, &cur, &n_cur) != 0) return -1;
+        if (!memmem(cur, n_cur, "\xEF\xBF\xBD", 3)) {
+            /* whole characters after whole characters: its text alone is its text here */
+            *offset = o->chars > o->last ? o->chars : o->last;
+            o->last = *offset;
+            o->chars += srv_utf8_chars(cur, n_cur);
+            free(cur);
+            return 0;
+        }
+        o->open = 1;
+        o->run = i;
+    } else if (decode(ctx, o->run, i + 1, &cur, &n_cur) != 0)
+        return -1;
+    if (o->run < i && decode(ctx, o->run, i, &prev, &n_prev) != 0) {
+        free(cur);
+        return -1;
+    }
+    const size_t off = o->chars + srv_token_start(prev ? prev : "", n_prev, cur, n_cur);
+    *offset = off > o->last ? off : o->last; /* a decoder that rewrites earlier bytes: never back */
+    o->last = *offset;
+    if (srv_text_tail(cur, n_cur) == 0) {
+        o->chars += srv_utf8_chars(cur, n_cur);
+        o->open = 0;
+    }
+    free(cur);
+    free(prev);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- stop strings */
 
 long srv_stop_find(const char *text, size_t n, const char *const *stops, int k) {
@@ -181,12 +233,20 @@ size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, i
     return best;
 }
 
+size_t srv_text_tail(const char *s, size_t n) {
+    size_t e = srv_utf8_whole(s, n);
+    while (e >= 3 && memcmp(s + e - 3, "\xEF\xBF\xBD", 3) == 0) e -= 3;
+    return n - e;
+}
+
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final) {
     if (final) return n;
-    size_t e = n - srv_stop_holdback(text, n, stops, k);
-    e = srv_utf8_whole(text, e);
-    while (e >= 3 && memcmp(text + e - 3, "\xEF\xBF\xBD", 3) == 0) e -= 3;
-    return e;
+    /* the tail is no text yet: what could start a stop string is looked for before it (a stop's
+     * prefix followed by the stand-in for the next character would never match), and whatever
+     * the tail becomes, the stop string goes on past what precedes it */
+    size_t e = n - srv_text_tail(text, n);
+    e -= srv_stop_holdback(text, e, stops, k);
+    return srv_utf8_whole(text, e);
 }
 
 int srv_utf8_valid(const char *s, size_t n) {

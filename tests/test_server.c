@@ -133,6 +133,105 @@ static void test_text_sendable(void **state) {
     /* a stop string whose prefix ends inside a character: the cut falls before that character */
     const char *euro[] = {"\xE2\x82\xAC!"};
     assert_int_equal(srv_text_sendable("x\xE2\x82\xAC", 4, euro, 1, 0), 1);
+    /* the start of a stop string before a character still coming (decoded as U+FFFD) waits: the
+     * stop "ÄÖ" after " ÅÄ" and the first byte of Ö */
+    const char *aeoe[] = {"\xC3\x84\xC3\x96"};
+    const char *t2 = " \xC3\x85\xC3\x84" FFFD;
+    assert_int_equal(srv_text_sendable(t2, strlen(t2), aeoe, 1, 0), 3);
+    assert_int_equal(srv_text_sendable(t2, strlen(t2), aeoe, 1, 1), strlen(t2));
+    /* and the same with the raw bytes of Ö cut short */
+    assert_int_equal(srv_text_sendable(" \xC3\x85\xC3\x84\xC3", 6, aeoe, 1, 0), 3);
+    /* a stop "\ufffd" (or one ending in it) waits for the tail to become text, like any other */
+    const char *fffd[] = {FFFD, "\xC3\x85" FFFD};
+    assert_int_equal(srv_text_sendable(t2, strlen(t2), fffd, 2, 0), 5);
+    assert_int_equal(srv_text_sendable(" \xC3\x85" FFFD, 6, fffd, 2, 0), 1);
+}
+
+static void test_text_tail(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t want;
+        const char *what;
+    } cases[] = {
+        {"abc", 0, "whole characters"},
+        {"ab" FFFD, 3, "a byte-level model's character cut short, decoded"},
+        {"ab" FFFD FFFD FFFD, 9, "a ByteFallback decoder's three bytes of one"},
+        {"a" FFFD "b", 0, "a U+FFFD before a character is text"},
+        {"ab\xE2\x82", 2, "raw bytes cut short"},
+        {"a" FFFD "\xF0\x9F", 5, "raw bytes after a U+FFFD"},
+        {"a\xFF", 0, "a byte that is never UTF-8 is no tail (it is replaced)"},
+        {FFFD, 3, "nothing but the tail"},
+        {"", 0, "empty"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const size_t got = srv_text_tail(cases[i].s, strlen(cases[i].s));
+        if (got != cases[i].want) fail_msg("%s: %zu, want %zu", cases[i].what, got, cases[i].want);
+    }
+}
+
+/* ---------------------------------------------------------------- text offsets */
+
+static void test_token_start(void **state) {
+    (void)state;
+    assert_int_equal(srv_utf8_common("ab\xC3\xA9", 4, "ab\xC3\xA5", 4), 2); /* é and å share a byte */
+    assert_int_equal(srv_utf8_common("abc", 3, "abd", 3), 2);
+    assert_int_equal(srv_utf8_common("ab", 2, "abcd", 4), 2);
+    assert_int_equal(srv_utf8_common("", 0, "x", 1), 0);
+    /* a token after whole characters begins after them */
+    assert_int_equal(srv_token_start("ab", 2, "abc", 3), 2);
+    assert_int_equal(srv_token_start("ab", 2, "ab" FFFD, 5), 2);
+    /* one that completes a character, or goes on with one, begins where that character does:
+     * E6 then E6 97 (both one U+FFFD) then E6 97 A5 (日) */
+    assert_int_equal(srv_token_start("a" FFFD, 4, "a" FFFD, 4), 1);
+    assert_int_equal(srv_token_start("a" FFFD, 4, "a\xE6\x97\xA5", 4), 1);
+    assert_int_equal(srv_token_start("a" FFFD, 4, "a\xE6\x97\xA5" "b", 5), 1);
+    /* after a U+FFFD the next character follows (a byte that is never UTF-8, or one that ends a
+     * cut one: E6 then 41) */
+    assert_int_equal(srv_token_start("a" FFFD, 4, "a" FFFD "b", 5), 2);
+    /* a token that writes nothing begins at the end */
+    assert_int_equal(srv_token_start("ab", 2, "ab", 2), 2);
+}
+
+/* A byte-level model's decode: ids are bytes, 256 and up special (no text). */
+static int bytes_decode(void *ctx, size_t from, size_t to, char **text, size_t *len) {
+    const int *ids = ctx;
+    char raw[64];
+    size_t n = 0;
+    for (size_t i = from; i < to; i++)
+        if (ids[i] < 256) raw[n++] = (char)ids[i];
+    *text = srv_utf8_repair(raw, n, len);
+    return *text ? 0 : -1;
+}
+
+static void test_offsets(void **state) {
+    (void)state;
+    static const struct {
+        const char *bytes;
+        int special_first;
+        size_t want[16];
+        const char *what;
+    } cases[] = {
+        {"h\xC3\xA9llo", 0, {0, 1, 1, 2, 3, 4}, "héllo: é's two bytes at 1"},
+        {"\xE6\x97\xA5\xE6\x9C\xAC a", 1, {0, 0, 0, 0, 1, 1, 1, 2, 3}, "BOS, 日本 a"},
+        {"\xF0\x9F\x98\x80!", 0, {0, 0, 0, 0, 1}, "an emoji's four bytes"},
+        {"a\xFF" "b", 0, {0, 1, 2}, "a byte that is never UTF-8 is a character"},
+        {"a\xE6" "b", 0, {0, 1, 2}, "a character cut short by another is one"},
+        {"\xC3\xA9\xC3", 0, {0, 0, 1}, "the last character still cut short"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int ids[16];
+        size_t n = 0;
+        if (cases[c].special_first) ids[n++] = 256;
+        for (const char *p = cases[c].bytes; *p; p++) ids[n++] = (unsigned char)*p;
+        srv_offsets o = {0};
+        for (size_t i = 0; i < n; i++) {
+            size_t off;
+            assert_int_equal(srv_offset_next(&o, i, bytes_decode, ids, &off), 0);
+            if (off != cases[c].want[i])
+                fail_msg("%s: token %zu at %zu, want %zu", cases[c].what, i, off, cases[c].want[i]);
+        }
+    }
 }
 
 static void test_buf(void **state) {
@@ -248,7 +347,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_whole),    cmocka_unit_test(test_utf8_repair),
         cmocka_unit_test(test_stop_find),     cmocka_unit_test(test_stop_holdback),
-        cmocka_unit_test(test_text_sendable), cmocka_unit_test(test_buf),
+        cmocka_unit_test(test_text_sendable), cmocka_unit_test(test_text_tail),
+        cmocka_unit_test(test_token_start),   cmocka_unit_test(test_offsets),
+        cmocka_unit_test(test_buf),
         cmocka_unit_test(test_chat_render),   cmocka_unit_test(test_chat_refusals),
         cmocka_unit_test(test_chat_detect),
     };

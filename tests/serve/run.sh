@@ -3,10 +3,12 @@
 # OpenAI SDK as the client (CTest: serve_openai; MODULES_DIR is where serve_fetch installed the npm
 # packages). Builds tiny models with the command line — a BPE DIFF model (its tokenizer trained here,
 # BOS and EOS included), its q8_0 copy, a byte-level llama baseline, a DIFF V2 model, and an untrained
-# medium DIFF model that decodes slowly enough to hold a slot — computes what `difftrans generate` and
+# medium DIFF model that decodes slowly enough to hold a slot, and a byte-level and a BPE model of
+# multibyte text — computes what `difftrans generate` and
 # `difftrans forward` answer (expect.mjs), starts the servers with --port 0 and reads their ports from
 # the one line each prints, runs sdk.mjs (completions, streaming, chat, logprobs, models, health,
-# metrics, attention, every error), the page's browser test when it is there, and load.mjs (16
+# metrics, attention, every error), u8.mjs (streamed text against whole text where tokens cut
+# characters), the page's browser test when it is there, and load.mjs (16
 # clients, a few hundred requests), then stops every server with SIGTERM, one of them in the middle
 # of a stream: each must exit 0. Exits 77 (skipped) when node or the npm packages are missing.
 set -u
@@ -33,6 +35,12 @@ expect_ok "quantize it to q8_0" "$DT" quantize "$S/diff" "$S/diff.q8_0" --scheme
 expect_ok "train the llama baseline (bytes)" "$DT" train --data "$CORPUS" --arch transformer --out "$S/llama" --steps 100 "${TRAIN[@]}"
 expect_ok "train the V2 model (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch v2 --out "$S/v2" --steps 20 \
     --preset tiny --batch 4 --seq 32 --lr 1e-2 --warmup 5 --threads 2 --quiet --eval-interval 0
+# a line of 2-, 3- and 4-byte characters: a byte-level and a BPE model whose tokens cut characters
+for i in $(seq 1 300); do echo 'héllo wörld 日本語 ÅÄÖ привет 😀'; done >"$S/u8.txt"
+expect_ok "train the UTF-8 model (bytes)" "$DT" train --data "$S/u8.txt" --arch transformer --out "$S/u8byte" --steps 150 "${TRAIN[@]}"
+expect_ok "tokenizer train (UTF-8)" "$DT" tokenizer train --data "$S/u8.txt" --vocab-size 300 --out "$S/u8tok" --quiet
+expect_ok "train the UTF-8 model (BPE)" "$DT" train --data "$S/u8.txt" --tokenizer "$S/u8tok" --arch transformer --out "$S/u8bpe" \
+    --steps 150 "${TRAIN[@]}"
 expect_ok "init an untrained medium model (slow to decode)" "$DT" init --out "$S/slow" --preset medium --arch diff
 # the llama baseline with a final norm at the largest float (loading refuses a NaN or inf weight, not
 # one that overflows what it multiplies): its logits are inf and NaN
@@ -110,6 +118,8 @@ start_server llama llama "llama" 4 256 "$S/llama"
 start_server v2 v2 "difftrans_v2" 4 256 "$S/v2" --ctx 256
 start_server slow slow "diffllama" 1 1024 "$S/slow" --parallel 1 --queue 1
 start_server broken broken "llama" 2 256 "$S/broken" --parallel 2
+start_server u8byte u8byte "llama" 2 256 "$S/u8byte" --parallel 2 --chat-template chatml
+start_server u8bpe u8bpe "llama" 2 256 "$S/u8bpe" --parallel 2 --chat-template chatml
 if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
 url() { echo "http://127.0.0.1:${PORT[$1]}"; }
 cat >"$S/config.json" <<EOF
@@ -124,7 +134,9 @@ cat >"$S/config.json" <<EOF
   "llama": {"url": "$(url llama)", "pid": ${PID[llama]}, "name": "llama"},
   "v2": {"url": "$(url v2)", "pid": ${PID[v2]}, "name": "v2"},
   "slow": {"url": "$(url slow)", "pid": ${PID[slow]}, "name": "slow", "max_tokens": $SLOW_TOKENS, "context": 1024},
-  "broken": {"url": "$(url broken)", "pid": ${PID[broken]}, "name": "broken"}
+  "broken": {"url": "$(url broken)", "pid": ${PID[broken]}, "name": "broken"},
+  "u8byte": {"url": "$(url u8byte)", "pid": ${PID[u8byte]}, "name": "u8byte"},
+  "u8bpe": {"url": "$(url u8bpe)", "pid": ${PID[u8bpe]}, "name": "u8bpe"}
  }
 }
 EOF
@@ -132,6 +144,9 @@ EOF
 # ---------------------------------------------------------------- the SDK tests
 TMO=$((300 * SCALE))
 expect_ok "sdk.mjs: the OpenAI SDK against the contract" node --test-reporter=spec "$HERE/sdk.mjs" "$S/config.json"
+cat "$S/last.out"
+expect_ok "u8.mjs: streamed text is the whole text where tokens cut characters (stop strings)" node --test-reporter=spec \
+    "$HERE/u8.mjs" "$S/config.json"
 cat "$S/last.out"
 out_has "the server logs one line per request on stderr (method path status)" "$S/main.err" \
     "POST /v1/completions 200" "GET /v1/models 200" "POST /v1/completions 400"
@@ -151,7 +166,7 @@ else
     echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
 fi
 
-for n in main key q8 llama v2 broken; do stop_server $n; done
+for n in main key q8 llama v2 broken u8byte u8bpe; do stop_server $n; done
 
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server
