@@ -425,7 +425,7 @@ static const char *TEXT = "The quick brown fox jumps over the lazy dog. The dog 
                           "Another line of text, with words that repeat: the the the fox fox dog. Caf\xc3\xa9 \xf0\x9f\x9a\x80\n";
 
 /* A BPE of 300 tokens learned on TEXT (pattern gpt2 or llama3; bos / eos / pad but for no_bos:
- * no bos, 2: no eos). */
+ * no bos, 2: no eos, 3: neither eos nor pad, 299 tokens). */
 static void train_tokenizer(const char *dir, const char *pattern, int no_bos) {
     char text_path[600];
     tu_path(text_path, sizeof text_path, "tok_text.txt");
@@ -441,7 +441,11 @@ static void train_tokenizer(const char *dir, const char *pattern, int no_bos) {
     o.min_frequency = 1;
     o.pattern = pattern;
     if (no_bos == 1) o.bos = "";
-    if (no_bos == 2) o.eos = "";
+    if (no_bos >= 2) o.eos = "";
+    if (no_bos == 3) {
+        o.pad = "";
+        o.vocab_size = 299;
+    }
     o.quiet = 1;
     dt_error err;
     if (dt_tok_train(&o, dir, &err) != 0) fail_msg("%s", err.msg);
@@ -511,33 +515,6 @@ static void test_bpe_tokenizers(void **state) {
         gguf_close(&f1);
         gguf_close(&f2);
         dt_model_free(&back);
-        dt_model_free(&m);
-    }
-}
-
-/* A model without EOS: llama.cpp would end generation at its default id 11 (',' in GPT-2's BPE), so
- * an id the model hardly generates stands in: a hole of the embedding, else the pad token. */
-static void test_no_eos(void **state) {
-    (void)state;
-    char dir[600], path[600];
-    tu_path(dir, sizeof dir, "tok_no_eos");
-    train_tokenizer(dir, "llama3", 2);
-    for (int holes = 0; holes < 2; holes++) {
-        dt_config c;
-        llama_config(&c, 0);
-        c.vocab_size = holes ? 320 : 300;
-        dt_model m;
-        dt_error err;
-        assert_int_equal(dt_model_create(&m, &c, &err), 0);
-        if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
-        assert_int_equal(m.cfg.special.n_eos, 0);
-        const int pad = m.cfg.special.pad_token_id;
-        assert_true(pad >= 256 && pad < 300);
-        save_gguf(&m, "no_eos.gguf", DT_F32, path, sizeof path);
-        gguf_file f;
-        assert_int_equal(gguf_open(&f, path, &err), 0);
-        assert_int_equal(kv_int(&f, "tokenizer.ggml.eos_token_id"), holes ? 300 : pad);
-        gguf_close(&f);
         dt_model_free(&m);
     }
 }
@@ -1040,6 +1017,79 @@ static void test_llama_cpp_variants(void **state) {
     assert_int_equal(err.code, DT_ERR_FORMAT);
     assert_non_null(strstr(err.msg, "not a GGUF file"));
     dt_model_free(&m);
+}
+
+/* ---------------------------------------------------------------- special ids */
+
+/* What a GGUF file read back becomes: a checkpoint that loads, with the special ids it had. */
+static void expect_checkpoint_loads(const dt_model *m, const char *name) {
+    char dir[600];
+    tu_path(dir, sizeof dir, name);
+    dt_error err;
+    if (dt_model_save(m, dir, 0, &err) != 0) fail_msg("%s", err.msg);
+    dt_model again;
+    if (dt_model_load(&again, dir, &err) != 0) fail_msg("%s: the checkpoint does not load: %s", name, err.msg);
+    assert_int_equal(again.cfg.special.bos_token_id, m->cfg.special.bos_token_id);
+    assert_int_equal(again.cfg.special.pad_token_id, m->cfg.special.pad_token_id);
+    assert_int_equal(again.cfg.special.n_eos, m->cfg.special.n_eos);
+    dt_model_free(&again);
+}
+
+/* A model without EOS: llama.cpp would end generation at its default id 11 (',' in GPT-2's BPE), so
+ * an id the model hardly generates stands in: a hole of the embedding, else the pad token, else BOS.
+ * The file says which id stands in, and reading it back gives a model without EOS again, whose
+ * checkpoint loads (the hole is no token of its tokenizer.json). */
+static void test_no_eos(void **state) {
+    (void)state;
+    char dir[600], path[600];
+    for (int pad = 1; pad >= 0; pad--) {
+        tu_path(dir, sizeof dir, pad ? "tok_no_eos" : "tok_bos_only");
+        train_tokenizer(dir, "llama3", pad ? 2 : 3);
+        for (int holes = 0; holes < 2; holes++) {
+            dt_config c;
+            llama_config(&c, 0);
+            c.vocab_size = holes ? 320 : pad ? 300 : 299;
+            dt_model m, back;
+            dt_error err;
+            assert_int_equal(dt_model_create(&m, &c, &err), 0);
+            if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+            assert_int_equal(m.cfg.special.n_eos, 0);
+            const int bos = m.cfg.special.bos_token_id, pad_id = m.cfg.special.pad_token_id;
+            assert_true(bos >= 256 && bos < 300);
+            assert_true(pad ? pad_id > bos && pad_id < 300 : pad_id == -1);
+            save_gguf(&m, "no_eos.gguf", DT_F32, path, sizeof path);
+            gguf_file f;
+            assert_int_equal(gguf_open(&f, path, &err), 0);
+            const int64_t eos = kv_int(&f, "tokenizer.ggml.eos_token_id");
+            assert_int_equal(eos, holes ? (pad ? 300 : 299) : pad ? pad_id : bos);
+            assert_int_equal(kv_int(&f, "difftrans.eos_stand_in"), eos);
+            gguf_close(&f);
+            load_gguf(&back, path);
+            assert_int_equal(back.cfg.special.n_eos, 0);
+            assert_int_equal(back.cfg.special.bos_token_id, bos);
+            assert_int_equal(back.cfg.special.pad_token_id, pad_id);
+            expect_checkpoint_loads(&back, "no_eos_ckpt");
+            dt_model_free(&back);
+            if (holes && pad) {
+                /* a file without the key (llama.cpp's, or an older export) naming unused rows as its
+                 * special ids: not kept, so that its checkpoint loads */
+                char edited[600];
+                tu_path(edited, sizeof edited, "unused_specials.gguf");
+                rewrite(path, edited, &(edits){.drop_key = "difftrans.eos_stand_in"});
+                load_gguf(&back, edited);
+                assert_int_equal(back.cfg.special.n_eos, 0);
+                expect_checkpoint_loads(&back, "unused_eos_ckpt");
+                dt_model_free(&back);
+                rewrite(path, edited, &(edits){.u32_key = "tokenizer.ggml.bos_token_id", .u32 = 310});
+                load_gguf(&back, edited);
+                assert_int_equal(back.cfg.special.bos_token_id, -1);
+                assert_int_equal(back.cfg.special.n_eos, 0);
+                expect_checkpoint_loads(&back, "unused_bos_ckpt");
+                dt_model_free(&back);
+            }
+            dt_model_free(&m);
+        }
+    }
 }
 
 int main(void) {

@@ -110,6 +110,7 @@ typedef struct {
     const char *pre;
     int add_bos, add_eos;
     int bos, eos, eot, eom, pad, unk;
+    int eos_stand_in;            /* eos when it only stands in for "none", else -1 */
     char *chat_template;
 } vocab_out;
 
@@ -213,7 +214,7 @@ static int vocab_alloc(vocab_out *v, int64_t n) {
     v->pad_off = malloc((size_t)n * sizeof *v->pad_off);
     if (!v->tok || !v->type || !v->pad_off) return -1;
     for (int64_t i = 0; i < n; i++) v->pad_off[i] = SIZE_MAX;
-    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = -1;
+    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = v->eos_stand_in = -1;
     return 0;
 }
 
@@ -373,6 +374,7 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
         for (int64_t i = 0; i < v->n && v->eos < 0; i++)
             if (v->type[i] == TT_UNUSED) v->eos = (int)i;
         if (v->eos < 0) v->eos = s->pad_token_id >= 0 ? s->pad_token_id : v->bos;
+        v->eos_stand_in = v->eos; /* said in the file, so that reading it back gives "no EOS" again */
     }
     if (s->n_eos > 1) v->eot = s->eos_token_id[1];
     if (s->n_eos > 2) v->eom = s->eos_token_id[2];
@@ -426,6 +428,8 @@ static void write_vocab(gguf_writer *w, vocab_out *v) {
     const int ids[] = {v->bos, v->eos, v->eot, v->eom, v->pad, v->unk};
     for (int i = 0; i < 6; i++)
         if (ids[i] >= 0) gguf_w_u32(w, keys[i], (uint32_t)ids[i]);
+    /* llama.cpp ignores keys it does not know */
+    if (v->eos_stand_in >= 0) gguf_w_u32(w, "difftrans.eos_stand_in", (uint32_t)v->eos_stand_in);
     /* always said: llama.cpp's default for "llama-bpe" is to add BOS */
     gguf_w_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     gguf_w_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos);
@@ -1470,6 +1474,19 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
     if (rc == 0 && (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v.add_bos, err) < 0 ||
                     gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v.add_eos, err) < 0))
         rc = -1;
+    /* EOS as difftrans's export writes it for a model without one (special_ids): none */
+    int stand_in = -1;
+    if (rc == 0 && token_id(f, "difftrans.eos_stand_in", v.n, &stand_in, err) != 0) rc = -1;
+    if (stand_in >= 0 && v.eos == stand_in) v.eos = -1;
+    /* a special id on an unused row (llama.cpp's files may have them too) is no token of the
+     * tokenizer.json made from the file: the config would name an id that its vocabulary lacks, and
+     * the checkpoint written from it would not load. A byte-level model has no tokenizer.json: any
+     * id of its embedding can be a special one. */
+    if (rc == 0 && !is_bytes(&v)) {
+        int *const special[] = {&v.bos, &v.eos, &v.eot, &v.eom, &v.pad};
+        for (int k = 0; k < 5; k++)
+            if (*special[k] >= 0 && v.type[*special[k]] == TT_UNUSED) *special[k] = -1;
+    }
     if (v.bos < 0) v.add_bos = 0;
     if (v.eos < 0) v.add_eos = 0;
     if (rc == 0) {
