@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -1036,12 +1037,55 @@ static void expect_checkpoint_loads(const dt_model *m, const char *name) {
 }
 
 /* A model without EOS: llama.cpp would end generation at its default id 11 (',' in GPT-2's BPE), so
- * an id the model hardly generates stands in: a hole of the embedding, else the pad token, else BOS.
- * The file says which id stands in, and reading it back gives a model without EOS again, whose
- * checkpoint loads (the hole is no token of its tokenizer.json). */
+ * an id the model hardly generates stands in: a hole of the embedding, else the byte 0xFF (the token
+ * "\u00ff" of a byte-level BPE, id 255 of a byte-level model), else the pad token, else BOS. The file
+ * says which id stands in, and reading it back gives a model without EOS again, whose checkpoint
+ * loads (the hole is no token of its tokenizer.json). */
+static void expect_stand_in(dt_model *m, int want, const char *what) {
+    char path[600];
+    save_gguf(m, "no_eos.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    dt_error err;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    const int64_t eos = kv_int(&f, "tokenizer.ggml.eos_token_id");
+    if (eos != want) fail_msg("%s: eos_token_id %lld, not %d", what, (long long)eos, want);
+    assert_int_equal(kv_int(&f, "difftrans.eos_stand_in"), eos);
+    gguf_close(&f);
+    dt_model back;
+    load_gguf(&back, path);
+    assert_int_equal(back.cfg.special.n_eos, 0);
+    assert_int_equal(back.cfg.special.bos_token_id, m->cfg.special.bos_token_id);
+    assert_int_equal(back.cfg.special.pad_token_id, m->cfg.special.pad_token_id);
+    expect_checkpoint_loads(&back, "no_eos_ckpt");
+    dt_model_free(&back);
+}
+
+/* A byte-level BPE without the token of the byte 0xFF: bytes 0..254 as ids 0..254, then "<s>" (and
+ * "<pad>" when pad), no merges. */
+static void tokenizer_without_ff(const char *dir, int pad) {
+    char *json = malloc(16384), ch[4], path[700];
+    assert_non_null(json);
+    size_t n = (size_t)sprintf(json, "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":255,\"content\":\"<s>\","
+                                     "\"special\":true}%s],\"normalizer\":null,\"pre_tokenizer\":{\"type\":"
+                                     "\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},\"post_processor\":"
+                                     "null,\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
+                                     "\"vocab\":{",
+                               pad ? ",{\"id\":256,\"content\":\"<pad>\",\"special\":true}" : "");
+    for (int b = 0; b < 255; b++) {
+        tu_bytelevel_char(b, ch);
+        n += (size_t)sprintf(json + n, "%s\"%s%s\":%d", b ? "," : "", *ch == '"' || *ch == '\\' ? "\\" : "", ch, b);
+    }
+    n += (size_t)sprintf(json + n, "},\"merges\":[]}}");
+    assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    tu_write_file(path, json, n);
+    free(json);
+}
+
 static void test_no_eos(void **state) {
     (void)state;
-    char dir[600], path[600];
+    char dir[600];
+    dt_error err;
     for (int pad = 1; pad >= 0; pad--) {
         tu_path(dir, sizeof dir, pad ? "tok_no_eos" : "tok_bos_only");
         train_tokenizer(dir, "llama3", pad ? 2 : 3);
@@ -1050,30 +1094,20 @@ static void test_no_eos(void **state) {
             llama_config(&c, 0);
             c.vocab_size = holes ? 320 : pad ? 300 : 299;
             dt_model m, back;
-            dt_error err;
             assert_int_equal(dt_model_create(&m, &c, &err), 0);
             if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
             assert_int_equal(m.cfg.special.n_eos, 0);
             const int bos = m.cfg.special.bos_token_id, pad_id = m.cfg.special.pad_token_id;
             assert_true(bos >= 256 && bos < 300);
             assert_true(pad ? pad_id > bos && pad_id < 300 : pad_id == -1);
-            save_gguf(&m, "no_eos.gguf", DT_F32, path, sizeof path);
-            gguf_file f;
-            assert_int_equal(gguf_open(&f, path, &err), 0);
-            const int64_t eos = kv_int(&f, "tokenizer.ggml.eos_token_id");
-            assert_int_equal(eos, holes ? (pad ? 300 : 299) : pad ? pad_id : bos);
-            assert_int_equal(kv_int(&f, "difftrans.eos_stand_in"), eos);
-            gguf_close(&f);
-            load_gguf(&back, path);
-            assert_int_equal(back.cfg.special.n_eos, 0);
-            assert_int_equal(back.cfg.special.bos_token_id, bos);
-            assert_int_equal(back.cfg.special.pad_token_id, pad_id);
-            expect_checkpoint_loads(&back, "no_eos_ckpt");
-            dt_model_free(&back);
+            const int ff = dt_tok_token_to_id(dt_model_tok(&m), "\xc3\xbf", 2);
+            assert_true(ff >= 0 && ff < 256);
+            expect_stand_in(&m, holes ? (pad ? 300 : 299) : ff, "a trained BPE");
             if (holes && pad) {
                 /* a file without the key (llama.cpp's, or an older export) naming unused rows as its
                  * special ids: not kept, so that its checkpoint loads */
-                char edited[600];
+                char path[600], edited[600];
+                save_gguf(&m, "no_eos.gguf", DT_F32, path, sizeof path);
                 tu_path(edited, sizeof edited, "unused_specials.gguf");
                 rewrite(path, edited, &(edits){.drop_key = "difftrans.eos_stand_in"});
                 load_gguf(&back, edited);
@@ -1089,7 +1123,25 @@ static void test_no_eos(void **state) {
             }
             dt_model_free(&m);
         }
+        /* no token of the byte 0xFF: the pad token, else BOS */
+        tu_path(dir, sizeof dir, pad ? "tok_no_ff_pad" : "tok_no_ff");
+        tokenizer_without_ff(dir, pad);
+        dt_config c;
+        llama_config(&c, 0);
+        c.vocab_size = 256 + pad;
+        dt_model m;
+        assert_int_equal(dt_model_create(&m, &c, &err), 0);
+        if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+        m.cfg.special.bos_token_id = 255;
+        if (pad) m.cfg.special.pad_token_id = 256;
+        expect_stand_in(&m, pad ? 256 : 255, pad ? "no 0xFF: the pad token" : "no 0xFF, no pad: BOS");
+        dt_model_free(&m);
     }
+    /* a byte-level model: the byte 0xFF (id 11 would be the byte 0x0B, a vertical tab) */
+    dt_model m;
+    make_llama(&m, 0, 4);
+    expect_stand_in(&m, 255, "a byte-level model");
+    dt_model_free(&m);
 }
 
 int main(void) {

@@ -369,10 +369,17 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
     if (v->eos < 0) {
         /* llama.cpp cannot be told "no EOS": without the key a "gpt2" vocabulary ends generation at id
          * 11 (its default), a frequent token in many BPEs. The least likely token to be generated
-         * stands in: an id without a token, else the pad token, else BOS (none: a byte-level model,
-         * whose id 11 is the byte 0x0B, left as it is) */
+         * stands in: an id without a token, else the byte 0xFF (which UTF-8 text never holds: id 255
+         * of a byte-level model, the token "ÿ" of a byte-level BPE), else the pad token, else BOS */
         for (int64_t i = 0; i < v->n && v->eos < 0; i++)
             if (v->type[i] == TT_UNUSED) v->eos = (int)i;
+        char ff[4];
+        const size_t ff_len = (size_t)tk_utf8_encode(tk_byte_to_char[0xFF], ff);
+        for (int64_t i = 0; i < v->n && v->eos < 0; i++) {
+            size_t len;
+            const char *t = token_at(v, (uint64_t)i, &len);
+            if (v->type[i] == TT_NORMAL && len == ff_len && memcmp(t, ff, len) == 0) v->eos = (int)i;
+        }
         if (v->eos < 0) v->eos = s->pad_token_id >= 0 ? s->pad_token_id : v->bos;
         v->eos_stand_in = v->eos; /* said in the file, so that reading it back gives "no EOS" again */
     }
