@@ -67,6 +67,11 @@ expect_ok "train with it" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --co
 expect_ok "export the BPE model" "$DT" export "$S/bpe" "$S/bpe.gguf" --gguf --type q8_0
 expect_ok "info on it" "$DT" info "$S/bpe.gguf"
 out_has "its tokenizer is the file's" "$S/last.out" "tokenizer:  .*bpe.gguf \\(400 tokens" "special tokens: bos 397"
+expect_ok "the BPE file back to a checkpoint" "$DT" export "$S/bpe.gguf" "$S/bpe-back"
+check "its post-processor is the trained tokenizer's (single and pair templates)" "$PY" -c '
+import json, sys
+a, b = (json.load(open(p))["post_processor"] for p in sys.argv[1:])
+assert a == b, (a, b)' "$S/tok/tokenizer.json" "$S/bpe-back/tokenizer.json"
 expect_ok "the same model quantised as a checkpoint" "$DT" quantize "$S/bpe" "$S/bpe-q8" --scheme q8_0
 expect_ok "generate on the q8_0 BPE checkpoint" "$DT" generate "$S/bpe-q8" --prompt "The license" -n 12 --temperature 0
 cp "$S/last.out" "$S/bpe_gen.txt"

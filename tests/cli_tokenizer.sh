@@ -95,12 +95,26 @@ for pat in gpt2 llama3; do
     expect_ok "$pat: decode it" sh -c "'$DT' tokenizer decode --tokenizer '$D' <'$S/$pat.ids' >'$S/$pat.out'"
     check "$pat: round trip is exact" cmp "$CORPUS" "$S/$pat.out"
     check "$pat: fewer tokens than bytes" test "$(wc -w <"$S/$pat.ids")" -lt "$(($(wc -c <"$CORPUS") / 2))"
+    # a pair of sequences as HF's Llama 3 tokenizer has it: each after its own bos, the second's of type 1
+    check "$pat: the pair template keeps the second sequence" "$PY" -c '
+import json, sys
+pp = json.load(open(sys.argv[1]))["post_processor"]
+bos = {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}
+assert pp["single"] == [bos, {"Sequence": {"id": "A", "type_id": 0}}], pp["single"]
+assert pp["pair"] == [bos, {"Sequence": {"id": "A", "type_id": 0}},
+                      {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
+                      {"Sequence": {"id": "B", "type_id": 1}}], pp["pair"]' "$D/tokenizer.json"
     if [ -d "$TOKREF/tokenizers" ] && command -v node >/dev/null 2>&1; then
         for f in "$CORPUS" "$S/b.txt"; do
             node "$HERE/tokenizer/encode_reference.js" "$TOKREF" "$D/tokenizer.json" "$f" --add-special >"$S/ref.ids" 2>"$S/ref.err"
             "$DT" tokenizer encode --tokenizer "$D" --add-special <"$f" >"$S/our.ids"
             check "$pat: the reference encodes $(basename "$f") identically" cmp "$S/ref.ids" "$S/our.ids"
         done
+        node "$HERE/tokenizer/encode_reference.js" "$TOKREF" "$D/tokenizer.json" "$S/a.txt" --add-special \
+            --pair "$S/b.txt" >"$S/ref.ids" 2>"$S/ref.err"
+        { "$DT" tokenizer encode --tokenizer "$D" --add-special <"$S/a.txt" | tr '\n' ' '
+          "$DT" tokenizer encode --tokenizer "$D" --add-special <"$S/b.txt"; } >"$S/our.ids"
+        check "$pat: the reference encodes a pair as both sequences, each after its bos" cmp "$S/ref.ids" "$S/our.ids"
     fi
 done
 

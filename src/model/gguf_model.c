@@ -1209,10 +1209,10 @@ typedef struct {
     int has_chat;
 } vocab_in;
 
-static void template_item(tk_buf *b, int *oom, const vocab_in *v, int id) {
+static void template_item(tk_buf *b, int *oom, const vocab_in *v, int id, int type_id) {
     json_lit(b, oom, "{\"SpecialToken\":{\"id\":");
     json_str(b, oom, v->tok[id].p, v->tok[id].len);
-    json_lit(b, oom, ",\"type_id\":0}}");
+    json_lit(b, oom, type_id ? ",\"type_id\":1}}" : ",\"type_id\":0}}");
 }
 
 static void special_entry(tk_buf *b, int *oom, const vocab_in *v, int id) {
@@ -1253,13 +1253,15 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
     json_lit(b, &oom, ",\"post_processor\":");
     if (v->add_bos || v->add_eos) {
         json_lit(b, &oom, "{\"type\":\"TemplateProcessing\",\"single\":[");
-        for (int k = 0; k < 2; k++) { /* single, then pair: A then B between the same specials */
+        /* single, then pair: A then B between the same specials, B's of type 1 (as HF's Llama 3
+         * tokenizer and `tokenizer train` write it) */
+        for (int k = 0; k < 2; k++) {
             if (k) json_lit(b, &oom, "],\"pair\":[");
             for (int s = 0; s < 1 + k; s++) {
                 if (s) json_lit(b, &oom, ",");
-                if (v->add_bos) template_item(b, &oom, v, v->bos), json_lit(b, &oom, ",");
+                if (v->add_bos) template_item(b, &oom, v, v->bos, s), json_lit(b, &oom, ",");
                 json_lit(b, &oom, s ? "{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}" : "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}");
-                if (v->add_eos) json_lit(b, &oom, ","), template_item(b, &oom, v, v->eos);
+                if (v->add_eos) json_lit(b, &oom, ","), template_item(b, &oom, v, v->eos, s);
             }
         }
         json_lit(b, &oom, "],\"special_tokens\":{");
