@@ -1144,6 +1144,47 @@ static void test_no_eos(void **state) {
     dt_model_free(&m);
 }
 
+/* llama.cpp ends generation at control tokens of known end-of-turn texts whatever the eos / eot / eom
+ * keys say (Llama 3's "<|eot_id|>" beside its EOS "<|end_of_text|>"): reading a file, difftrans
+ * stops there too. A token of such a text that is no control token is left alone. */
+static void test_eog_by_text(void **state) {
+    (void)state;
+    char dir[600], json_path[700], path[600];
+    tu_path(dir, sizeof dir, "tok_eot");
+    train_tokenizer(dir, "llama3", 0);
+    snprintf(json_path, sizeof json_path, "%s/tokenizer.json", dir);
+    size_t n = 0;
+    char *json = tu_read_file(json_path, &n);
+    char *at = strstr(json, "],\"normalizer\"");
+    assert_non_null(at);
+    const char *more = ",{\"id\":300,\"content\":\"<|eot_id|>\",\"special\":true},"
+                       "{\"id\":301,\"content\":\"<|im_end|>\",\"special\":false}";
+    char *edited = malloc(n + strlen(more) + 1);
+    assert_non_null(edited);
+    sprintf(edited, "%.*s%s%s", (int)(at - json), json, more, at);
+    tu_write_file(json_path, edited, strlen(edited));
+    free(json);
+    free(edited);
+    dt_config c;
+    llama_config(&c, 0);
+    c.vocab_size = 302;
+    dt_model m, back;
+    dt_error err;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+    const int eos = m.cfg.special.eos_token_id[0];
+    assert_int_equal(m.cfg.special.n_eos, 1);
+    assert_int_equal(dt_tok_token_to_id(dt_model_tok(&m), "<|end_of_text|>", 15), eos);
+    save_gguf(&m, "eot.gguf", DT_F32, path, sizeof path);
+    load_gguf(&back, path);
+    assert_int_equal(back.cfg.special.n_eos, 2);
+    assert_int_equal(back.cfg.special.eos_token_id[0], eos);
+    assert_int_equal(back.cfg.special.eos_token_id[1], 300);
+    expect_checkpoint_loads(&back, "eot_ckpt");
+    dt_model_free(&back);
+    dt_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_f32),       cmocka_unit_test(test_round_trip_f16_bf16),
@@ -1153,6 +1194,7 @@ int main(void) {
         cmocka_unit_test(test_hostile_models),       cmocka_unit_test(test_llama_cpp_variants),
         cmocka_unit_test(test_bpe_tokenizers),       cmocka_unit_test(test_tokenizer_refused),
         cmocka_unit_test(test_rope_scaling),         cmocka_unit_test(test_no_eos),
+        cmocka_unit_test(test_eog_by_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

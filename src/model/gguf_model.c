@@ -94,6 +94,53 @@ static int64_t strset_find(const strset *h, const gguf_str *v, const char *s, si
     return -1;
 }
 
+/* ---------------------------------------------------------------- llama.cpp's end of generation */
+
+/* The texts of the tokens llama.cpp ends generation at whatever the eos / eot / eom keys say
+ * (llama-vocab.cpp, special_eog_ids, as of ggml-org/llama.cpp de3ff81). */
+static const char *const EOG_TEXT[] = {
+    "<|eot_id|>", "<|im_end|>",       "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>",    "<|eom_id|>", "<EOT>",    "_<EOT>",    "[EOT]",
+    "[EOS]",         "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
+};
+#define N_EOG ((int)(sizeof EOG_TEXT / sizeof EOG_TEXT[0]))
+
+typedef const char *(*token_fn)(void *ctx, uint64_t i, size_t *len);
+
+/* The index of the string in EOG_TEXT, or -1. */
+static int eog_index(const char *s, size_t len) {
+    for (int k = 0; k < N_EOG; k++)
+        if (strlen(EOG_TEXT[k]) == len && memcmp(EOG_TEXT[k], s, len) == 0) return k;
+    return -1;
+}
+
+/* has[k]: whether one of the n tokens is EOG_TEXT[k]. */
+static void eog_scan(token_fn at, void *ctx, int64_t n, unsigned char has[N_EOG]) {
+    memset(has, 0, N_EOG);
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *t = at(ctx, (uint64_t)i, &len);
+        const int k = eog_index(t, len);
+        if (k >= 0) has[k] = 1;
+    }
+}
+
+/* Whether llama.cpp ends generation at a token of text s in a vocabulary holding the texts has:
+ * one of EOG_TEXT, less the two it takes out again, "<|end|>" beside "<|return|>" and "<|call|>"
+ * (or "<|calls|>" and "<|flush|>"), and "</s>" beside "<|tool_response>". */
+static int eog_by_text(const char *s, size_t len, const unsigned char has[N_EOG]) {
+    const int k = eog_index(s, len);
+#define HAS(t) has[eog_index(t, strlen(t))]
+    if (k < 0) return 0;
+    if (!strcmp(EOG_TEXT[k], "<|end|>") &&
+        ((HAS("<|return|>") && HAS("<|call|>")) || (HAS("<|calls|>") && HAS("<|flush|>"))))
+        return 0;
+    if (!strcmp(EOG_TEXT[k], "</s>") && HAS("<|tool_response>")) return 0;
+#undef HAS
+    return 1;
+}
+
 /* ================================================================ export */
 
 /* ---------------------------------------------------------------- the tokenizer */
@@ -1388,6 +1435,19 @@ static int is_bytes(const vocab_in *v) {
     return 1;
 }
 
+static const char *token_in_at(void *ctx, uint64_t i, size_t *len) {
+    const vocab_in *v = ctx;
+    *len = v->tok[i].len;
+    return v->tok[i].p;
+}
+
+/* Appends a stop id (none: -1) unless it is there already or the list is full. */
+static void add_stop(dt_special_ids *s, int id) {
+    int dup = id < 0 || s->n_eos == DT_MAX_EOS;
+    for (int j = 0; j < s->n_eos; j++) dup |= s->eos_token_id[j] == id;
+    if (!dup) s->eos_token_id[s->n_eos++] = id;
+}
+
 static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     gguf_str model;
@@ -1510,11 +1570,14 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
         s->bos_token_id = v.bos;
         s->pad_token_id = v.pad;
         const int eos[3] = {v.eos, v.eot, v.eom};
-        for (int k = 0; k < 3; k++) {
-            int dup = eos[k] < 0;
-            for (int j = 0; j < s->n_eos; j++) dup |= s->eos_token_id[j] == eos[k];
-            if (!dup) s->eos_token_id[s->n_eos++] = eos[k];
-        }
+        for (int k = 0; k < 3; k++) add_stop(s, eos[k]);
+        /* llama.cpp also ends generation at tokens of known end-of-turn texts (Llama 3's "<|eot_id|>"
+         * beside its EOS "<|end_of_text|>"): stop ids here too when they are control tokens. Those
+         * past DT_MAX_EOS stop ids (a vocabulary of more than five such) are left out. */
+        unsigned char has[N_EOG];
+        eog_scan(token_in_at, &v, v.n, has);
+        for (int64_t i = 0; i < v.n; i++)
+            if (v.type[i] == TT_CONTROL && eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
         if (!is_bytes(&v)) rc = load_vocab(f, &v, c->vocab_size, out, err);
     }
     free(v.tok);
