@@ -1146,7 +1146,8 @@ static void test_no_eos(void **state) {
 
 /* llama.cpp ends generation at control tokens of known end-of-turn texts whatever the eos / eot / eom
  * keys say (Llama 3's "<|eot_id|>" beside its EOS "<|end_of_text|>"): reading a file, difftrans
- * stops there too. A token of such a text that is no control token is left alone. */
+ * stops there too. A token of such a text that is no control token is left alone. Writing a file,
+ * stop ids past the three keys are kept when they are such tokens, else refused. */
 static void test_eog_by_text(void **state) {
     (void)state;
     char dir[600], json_path[700], path[600];
@@ -1182,6 +1183,28 @@ static void test_eog_by_text(void **state) {
     assert_int_equal(back.cfg.special.eos_token_id[1], 300);
     expect_checkpoint_loads(&back, "eot_ckpt");
     dt_model_free(&back);
+    /* more stop ids than the three keys: those llama.cpp finds by their text need none */
+    const int four[] = {eos, 300, 5, 6};
+    memcpy(m.cfg.special.eos_token_id, four, sizeof four);
+    m.cfg.special.n_eos = 4;
+    save_gguf(&m, "eot4.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    assert_int_equal(kv_int(&f, "tokenizer.ggml.eos_token_id"), eos);
+    assert_int_equal(kv_int(&f, "tokenizer.ggml.eot_token_id"), 5);
+    assert_int_equal(kv_int(&f, "tokenizer.ggml.eom_token_id"), 6);
+    gguf_close(&f);
+    load_gguf(&back, path);
+    assert_int_equal(back.cfg.special.n_eos, 4);
+    const int want[] = {eos, 5, 6, 300};
+    assert_memory_equal(back.cfg.special.eos_token_id, want, sizeof want);
+    dt_model_free(&back);
+    /* the others do not fit: refused, naming them ("<|im_end|>" is no control token) */
+    const int five[] = {eos, 301, 5, 6, 7};
+    memcpy(m.cfg.special.eos_token_id, five, sizeof five);
+    m.cfg.special.n_eos = 5;
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "eos_token_id holds 5 ids");
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "ids 6, 7 would not stop it");
     dt_model_free(&m);
 }
 

@@ -430,8 +430,31 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
         if (v->eos < 0) v->eos = s->pad_token_id >= 0 ? s->pad_token_id : v->bos;
         v->eos_stand_in = v->eos; /* said in the file, so that reading it back gives "no EOS" again */
     }
-    if (s->n_eos > 1) v->eot = s->eos_token_id[1];
-    if (s->n_eos > 2) v->eom = s->eos_token_id[2];
+    /* eos_token_id[0] is EOS, the next ids EOT and EOM: the only other keys llama.cpp reads. Past
+     * three, a control token whose text llama.cpp takes for an end of generation needs no key (it
+     * stops there anyway, and reading the file finds it again); the keys go to the others, and ids
+     * that fit neither are refused */
+    unsigned char has[N_EOG];
+    if (s->n_eos > 3) eog_scan(token_at, v, v->n, has);
+    char unfit[128] = "";
+    int n_keyed = 0, n_unfit = 0;
+    for (int j = 1; j < s->n_eos; j++) {
+        const int id = s->eos_token_id[j];
+        size_t len = 0;
+        const char *t = id >= 0 && id < v->n ? token_at(v, (uint64_t)id, &len) : NULL;
+        if (s->n_eos > 3 && t && v->type[id] == TT_CONTROL && eog_by_text(t, len, has)) continue;
+        if (n_keyed < 2) *(n_keyed++ ? &v->eom : &v->eot) = id;
+        else {
+            const size_t at = strlen(unfit);
+            snprintf(unfit + at, sizeof unfit - at, "%s%d", n_unfit++ ? ", " : "", id);
+        }
+    }
+    if (n_unfit)
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: eos_token_id holds %d ids; llama.cpp reads three (tokenizer.ggml.eos_token_id, "
+                            "eot_token_id, eom_token_id) and otherwise ends generation only at control tokens of "
+                            "known end-of-turn texts (such as <|eot_id|>): id%s %s would not stop it",
+                            path, s->n_eos, n_unfit > 1 ? "s" : "", unfit);
     if (s->pad_token_id >= 0) v->pad = s->pad_token_id;
     return 0;
 }
