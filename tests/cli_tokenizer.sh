@@ -68,6 +68,10 @@ echo "1 two 3" >"$S/word.ids"
 expect_fail "a word among the ids" "'two' is not a token id" sh -c "'$DT' tokenizer decode --tokenizer '$T' <'$S/word.ids'"
 echo '{"model": ' >"$S/trunc.json"
 expect_fail "truncated tokenizer.json" "trunc.json: not valid JSON" "$DT" tokenizer info "$S/trunc.json"
+printf 'GGUF\003\000\000\000' >"$S/model.gguf"
+expect_fail "a GGUF file is no tokenizer: where its vocabulary is read" \
+    "model.gguf: a GGUF model file, not a tokenizer: .*a checkpoint directory.*difftrans export .*model.gguf DIR" \
+    "$DT" tokenizer encode --tokenizer "$S/model.gguf"
 expect_fail "missing tokenizer" "nothing-here.json: cannot open" "$DT" tokenizer encode --tokenizer "$S/nothing-here.json"
 expect_fail "no --tokenizer" "--tokenizer PATH is required" "$DT" tokenizer encode
 expect_fail "unknown subcommand" "unknown subcommand 'frob'" "$DT" tokenizer frob
