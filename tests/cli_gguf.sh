@@ -67,11 +67,27 @@ expect_ok "train with it" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --co
 expect_ok "export the BPE model" "$DT" export "$S/bpe" "$S/bpe.gguf" --gguf --type q8_0
 expect_ok "info on it" "$DT" info "$S/bpe.gguf"
 out_has "its tokenizer is the file's" "$S/last.out" "tokenizer:  .*bpe.gguf \\(400 tokens" "special tokens: bos 397"
+expect_ok "the BPE file back to a checkpoint" "$DT" export "$S/bpe.gguf" "$S/bpe-back"
+check "its post-processor is the trained tokenizer's (single and pair templates)" "$PY" -c '
+import json, sys
+a, b = (json.load(open(p))["post_processor"] for p in sys.argv[1:])
+assert a == b, (a, b)' "$S/tok/tokenizer.json" "$S/bpe-back/tokenizer.json"
 expect_ok "the same model quantised as a checkpoint" "$DT" quantize "$S/bpe" "$S/bpe-q8" --scheme q8_0
 expect_ok "generate on the q8_0 BPE checkpoint" "$DT" generate "$S/bpe-q8" --prompt "The license" -n 12 --temperature 0
 cp "$S/last.out" "$S/bpe_gen.txt"
 expect_ok "generate on its GGUF" "$DT" generate "$S/bpe.gguf" --prompt "The license" -n 12 --temperature 0
 check "the same text" cmp "$S/bpe_gen.txt" "$S/last.out"
+
+# an embedding larger than the tokenizer and a config naming no EOS: an unused row stands in for it
+# in the file (llama.cpp cannot be told "no EOS"), and the file read back does not take it for one;
+# it stops where llama.cpp does, at the control token "<|end_of_text|>" (found by its text)
+sed 's/"vocab_size": 400/"vocab_size": 448/' "$S/cfg.json" >"$S/cfg448.json"
+expect_ok "init with an embedding of 448 rows" "$DT" init --config "$S/cfg448.json" --out "$S/pad"
+rm -f "$S/pad/difftrans_tokenizer.json" && cp "$S/tok/tokenizer.json" "$S/tok/tokenizer_config.json" "$S/pad/"
+expect_ok "export it" "$DT" export "$S/pad" "$S/pad.gguf" --gguf
+expect_ok "back to a checkpoint" "$DT" export "$S/pad.gguf" "$S/pad-back"
+expect_ok "which loads" "$DT" info "$S/pad-back"
+out_has "the stand-in is no EOS" "$S/last.out" "special tokens: bos 397 .*eos 398$"
 
 # refusals
 expect_ok "init a DIFF model" "$DT" init --preset small --out "$S/diff"

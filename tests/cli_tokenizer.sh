@@ -68,6 +68,10 @@ echo "1 two 3" >"$S/word.ids"
 expect_fail "a word among the ids" "'two' is not a token id" sh -c "'$DT' tokenizer decode --tokenizer '$T' <'$S/word.ids'"
 echo '{"model": ' >"$S/trunc.json"
 expect_fail "truncated tokenizer.json" "trunc.json: not valid JSON" "$DT" tokenizer info "$S/trunc.json"
+printf 'GGUF\003\000\000\000' >"$S/model.gguf"
+expect_fail "a GGUF file is no tokenizer: where its vocabulary is read" \
+    "model.gguf: a GGUF model file, not a tokenizer: .*a checkpoint directory.*difftrans export .*model.gguf DIR" \
+    "$DT" tokenizer encode --tokenizer "$S/model.gguf"
 expect_fail "missing tokenizer" "nothing-here.json: cannot open" "$DT" tokenizer encode --tokenizer "$S/nothing-here.json"
 expect_fail "no --tokenizer" "--tokenizer PATH is required" "$DT" tokenizer encode
 expect_fail "unknown subcommand" "unknown subcommand 'frob'" "$DT" tokenizer frob
@@ -95,12 +99,26 @@ for pat in gpt2 llama3; do
     expect_ok "$pat: decode it" sh -c "'$DT' tokenizer decode --tokenizer '$D' <'$S/$pat.ids' >'$S/$pat.out'"
     check "$pat: round trip is exact" cmp "$CORPUS" "$S/$pat.out"
     check "$pat: fewer tokens than bytes" test "$(wc -w <"$S/$pat.ids")" -lt "$(($(wc -c <"$CORPUS") / 2))"
+    # a pair of sequences as HF's Llama 3 tokenizer has it: each after its own bos, the second's of type 1
+    check "$pat: the pair template keeps the second sequence" "$PY" -c '
+import json, sys
+pp = json.load(open(sys.argv[1]))["post_processor"]
+bos = {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}
+assert pp["single"] == [bos, {"Sequence": {"id": "A", "type_id": 0}}], pp["single"]
+assert pp["pair"] == [bos, {"Sequence": {"id": "A", "type_id": 0}},
+                      {"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 1}},
+                      {"Sequence": {"id": "B", "type_id": 1}}], pp["pair"]' "$D/tokenizer.json"
     if [ -d "$TOKREF/tokenizers" ] && command -v node >/dev/null 2>&1; then
         for f in "$CORPUS" "$S/b.txt"; do
             node "$HERE/tokenizer/encode_reference.js" "$TOKREF" "$D/tokenizer.json" "$f" --add-special >"$S/ref.ids" 2>"$S/ref.err"
             "$DT" tokenizer encode --tokenizer "$D" --add-special <"$f" >"$S/our.ids"
             check "$pat: the reference encodes $(basename "$f") identically" cmp "$S/ref.ids" "$S/our.ids"
         done
+        node "$HERE/tokenizer/encode_reference.js" "$TOKREF" "$D/tokenizer.json" "$S/a.txt" --add-special \
+            --pair "$S/b.txt" >"$S/ref.ids" 2>"$S/ref.err"
+        { "$DT" tokenizer encode --tokenizer "$D" --add-special <"$S/a.txt" | tr '\n' ' '
+          "$DT" tokenizer encode --tokenizer "$D" --add-special <"$S/b.txt"; } >"$S/our.ids"
+        check "$pat: the reference encodes a pair as both sequences, each after its bos" cmp "$S/ref.ids" "$S/our.ids"
     fi
 done
 

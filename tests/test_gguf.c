@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -425,7 +426,7 @@ static const char *TEXT = "The quick brown fox jumps over the lazy dog. The dog 
                           "Another line of text, with words that repeat: the the the fox fox dog. Caf\xc3\xa9 \xf0\x9f\x9a\x80\n";
 
 /* A BPE of 300 tokens learned on TEXT (pattern gpt2 or llama3; bos / eos / pad but for no_bos:
- * no bos, 2: no eos). */
+ * no bos, 2: no eos, 3: neither eos nor pad, 299 tokens). */
 static void train_tokenizer(const char *dir, const char *pattern, int no_bos) {
     char text_path[600];
     tu_path(text_path, sizeof text_path, "tok_text.txt");
@@ -441,7 +442,11 @@ static void train_tokenizer(const char *dir, const char *pattern, int no_bos) {
     o.min_frequency = 1;
     o.pattern = pattern;
     if (no_bos == 1) o.bos = "";
-    if (no_bos == 2) o.eos = "";
+    if (no_bos >= 2) o.eos = "";
+    if (no_bos == 3) {
+        o.pad = "";
+        o.vocab_size = 299;
+    }
     o.quiet = 1;
     dt_error err;
     if (dt_tok_train(&o, dir, &err) != 0) fail_msg("%s", err.msg);
@@ -511,33 +516,6 @@ static void test_bpe_tokenizers(void **state) {
         gguf_close(&f1);
         gguf_close(&f2);
         dt_model_free(&back);
-        dt_model_free(&m);
-    }
-}
-
-/* A model without EOS: llama.cpp would end generation at its default id 11 (',' in GPT-2's BPE), so
- * an id the model hardly generates stands in: a hole of the embedding, else the pad token. */
-static void test_no_eos(void **state) {
-    (void)state;
-    char dir[600], path[600];
-    tu_path(dir, sizeof dir, "tok_no_eos");
-    train_tokenizer(dir, "llama3", 2);
-    for (int holes = 0; holes < 2; holes++) {
-        dt_config c;
-        llama_config(&c, 0);
-        c.vocab_size = holes ? 320 : 300;
-        dt_model m;
-        dt_error err;
-        assert_int_equal(dt_model_create(&m, &c, &err), 0);
-        if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
-        assert_int_equal(m.cfg.special.n_eos, 0);
-        const int pad = m.cfg.special.pad_token_id;
-        assert_true(pad >= 256 && pad < 300);
-        save_gguf(&m, "no_eos.gguf", DT_F32, path, sizeof path);
-        gguf_file f;
-        assert_int_equal(gguf_open(&f, path, &err), 0);
-        assert_int_equal(kv_int(&f, "tokenizer.ggml.eos_token_id"), holes ? 300 : pad);
-        gguf_close(&f);
         dt_model_free(&m);
     }
 }
@@ -1042,6 +1020,194 @@ static void test_llama_cpp_variants(void **state) {
     dt_model_free(&m);
 }
 
+/* ---------------------------------------------------------------- special ids */
+
+/* What a GGUF file read back becomes: a checkpoint that loads, with the special ids it had. */
+static void expect_checkpoint_loads(const dt_model *m, const char *name) {
+    char dir[600];
+    tu_path(dir, sizeof dir, name);
+    dt_error err;
+    if (dt_model_save(m, dir, 0, &err) != 0) fail_msg("%s", err.msg);
+    dt_model again;
+    if (dt_model_load(&again, dir, &err) != 0) fail_msg("%s: the checkpoint does not load: %s", name, err.msg);
+    assert_int_equal(again.cfg.special.bos_token_id, m->cfg.special.bos_token_id);
+    assert_int_equal(again.cfg.special.pad_token_id, m->cfg.special.pad_token_id);
+    assert_int_equal(again.cfg.special.n_eos, m->cfg.special.n_eos);
+    dt_model_free(&again);
+}
+
+/* A model without EOS: llama.cpp would end generation at its default id 11 (',' in GPT-2's BPE), so
+ * an id the model hardly generates stands in: a hole of the embedding, else the byte 0xFF (the token
+ * "\u00ff" of a byte-level BPE, id 255 of a byte-level model), else the pad token, else BOS. The file
+ * says which id stands in, and reading it back gives a model without EOS again, whose checkpoint
+ * loads (the hole is no token of its tokenizer.json). */
+static void expect_stand_in(dt_model *m, int want, const char *what) {
+    char path[600];
+    save_gguf(m, "no_eos.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    dt_error err;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    const int64_t eos = kv_int(&f, "tokenizer.ggml.eos_token_id");
+    if (eos != want) fail_msg("%s: eos_token_id %lld, not %d", what, (long long)eos, want);
+    assert_int_equal(kv_int(&f, "difftrans.eos_stand_in"), eos);
+    gguf_close(&f);
+    dt_model back;
+    load_gguf(&back, path);
+    assert_int_equal(back.cfg.special.n_eos, 0);
+    assert_int_equal(back.cfg.special.bos_token_id, m->cfg.special.bos_token_id);
+    assert_int_equal(back.cfg.special.pad_token_id, m->cfg.special.pad_token_id);
+    expect_checkpoint_loads(&back, "no_eos_ckpt");
+    dt_model_free(&back);
+}
+
+/* A byte-level BPE without the token of the byte 0xFF: bytes 0..254 as ids 0..254, then "<s>" (and
+ * "<pad>" when pad), no merges. */
+static void tokenizer_without_ff(const char *dir, int pad) {
+    char *json = malloc(16384), ch[4], path[700];
+    assert_non_null(json);
+    size_t n = (size_t)sprintf(json, "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":255,\"content\":\"<s>\","
+                                     "\"special\":true}%s],\"normalizer\":null,\"pre_tokenizer\":{\"type\":"
+                                     "\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true},\"post_processor\":"
+                                     "null,\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\","
+                                     "\"vocab\":{",
+                               pad ? ",{\"id\":256,\"content\":\"<pad>\",\"special\":true}" : "");
+    for (int b = 0; b < 255; b++) {
+        tu_bytelevel_char(b, ch);
+        n += (size_t)sprintf(json + n, "%s\"%s%s\":%d", b ? "," : "", *ch == '"' || *ch == '\\' ? "\\" : "", ch, b);
+    }
+    n += (size_t)sprintf(json + n, "},\"merges\":[]}}");
+    assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    tu_write_file(path, json, n);
+    free(json);
+}
+
+static void test_no_eos(void **state) {
+    (void)state;
+    char dir[600];
+    dt_error err;
+    for (int pad = 1; pad >= 0; pad--) {
+        tu_path(dir, sizeof dir, pad ? "tok_no_eos" : "tok_bos_only");
+        train_tokenizer(dir, "llama3", pad ? 2 : 3);
+        for (int holes = 0; holes < 2; holes++) {
+            dt_config c;
+            llama_config(&c, 0);
+            c.vocab_size = holes ? 320 : pad ? 300 : 299;
+            dt_model m, back;
+            assert_int_equal(dt_model_create(&m, &c, &err), 0);
+            if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+            assert_int_equal(m.cfg.special.n_eos, 0);
+            const int bos = m.cfg.special.bos_token_id, pad_id = m.cfg.special.pad_token_id;
+            assert_true(bos >= 256 && bos < 300);
+            assert_true(pad ? pad_id > bos && pad_id < 300 : pad_id == -1);
+            const int ff = dt_tok_token_to_id(dt_model_tok(&m), "\xc3\xbf", 2);
+            assert_true(ff >= 0 && ff < 256);
+            expect_stand_in(&m, holes ? (pad ? 300 : 299) : ff, "a trained BPE");
+            if (holes && pad) {
+                /* a file without the key (llama.cpp's, or an older export) naming unused rows as its
+                 * special ids: not kept, so that its checkpoint loads */
+                char path[600], edited[600];
+                save_gguf(&m, "no_eos.gguf", DT_F32, path, sizeof path);
+                tu_path(edited, sizeof edited, "unused_specials.gguf");
+                rewrite(path, edited, &(edits){.drop_key = "difftrans.eos_stand_in"});
+                load_gguf(&back, edited);
+                assert_int_equal(back.cfg.special.n_eos, 0);
+                expect_checkpoint_loads(&back, "unused_eos_ckpt");
+                dt_model_free(&back);
+                rewrite(path, edited, &(edits){.u32_key = "tokenizer.ggml.bos_token_id", .u32 = 310});
+                load_gguf(&back, edited);
+                assert_int_equal(back.cfg.special.bos_token_id, -1);
+                assert_int_equal(back.cfg.special.n_eos, 0);
+                expect_checkpoint_loads(&back, "unused_bos_ckpt");
+                dt_model_free(&back);
+            }
+            dt_model_free(&m);
+        }
+        /* no token of the byte 0xFF: the pad token, else BOS */
+        tu_path(dir, sizeof dir, pad ? "tok_no_ff_pad" : "tok_no_ff");
+        tokenizer_without_ff(dir, pad);
+        dt_config c;
+        llama_config(&c, 0);
+        c.vocab_size = 256 + pad;
+        dt_model m;
+        assert_int_equal(dt_model_create(&m, &c, &err), 0);
+        if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+        m.cfg.special.bos_token_id = 255;
+        if (pad) m.cfg.special.pad_token_id = 256;
+        expect_stand_in(&m, pad ? 256 : 255, pad ? "no 0xFF: the pad token" : "no 0xFF, no pad: BOS");
+        dt_model_free(&m);
+    }
+    /* a byte-level model: the byte 0xFF (id 11 would be the byte 0x0B, a vertical tab) */
+    dt_model m;
+    make_llama(&m, 0, 4);
+    expect_stand_in(&m, 255, "a byte-level model");
+    dt_model_free(&m);
+}
+
+/* llama.cpp ends generation at control tokens of known end-of-turn texts whatever the eos / eot / eom
+ * keys say (Llama 3's "<|eot_id|>" beside its EOS "<|end_of_text|>"): reading a file, difftrans
+ * stops there too. A token of such a text that is no control token is left alone. Writing a file,
+ * stop ids past the three keys are kept when they are such tokens, else refused. */
+static void test_eog_by_text(void **state) {
+    (void)state;
+    char dir[600], json_path[700], path[600];
+    tu_path(dir, sizeof dir, "tok_eot");
+    train_tokenizer(dir, "llama3", 0);
+    snprintf(json_path, sizeof json_path, "%s/tokenizer.json", dir);
+    size_t n = 0;
+    char *json = tu_read_file(json_path, &n);
+    char *at = strstr(json, "],\"normalizer\"");
+    assert_non_null(at);
+    const char *more = ",{\"id\":300,\"content\":\"<|eot_id|>\",\"special\":true},"
+                       "{\"id\":301,\"content\":\"<|im_end|>\",\"special\":false}";
+    char *edited = malloc(n + strlen(more) + 1);
+    assert_non_null(edited);
+    sprintf(edited, "%.*s%s%s", (int)(at - json), json, more, at);
+    tu_write_file(json_path, edited, strlen(edited));
+    free(json);
+    free(edited);
+    dt_config c;
+    llama_config(&c, 0);
+    c.vocab_size = 302;
+    dt_model m, back;
+    dt_error err;
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+    const int eos = m.cfg.special.eos_token_id[0];
+    assert_int_equal(m.cfg.special.n_eos, 1);
+    assert_int_equal(dt_tok_token_to_id(dt_model_tok(&m), "<|end_of_text|>", 15), eos);
+    save_gguf(&m, "eot.gguf", DT_F32, path, sizeof path);
+    load_gguf(&back, path);
+    assert_int_equal(back.cfg.special.n_eos, 2);
+    assert_int_equal(back.cfg.special.eos_token_id[0], eos);
+    assert_int_equal(back.cfg.special.eos_token_id[1], 300);
+    expect_checkpoint_loads(&back, "eot_ckpt");
+    dt_model_free(&back);
+    /* more stop ids than the three keys: those llama.cpp finds by their text need none */
+    const int four[] = {eos, 300, 5, 6};
+    memcpy(m.cfg.special.eos_token_id, four, sizeof four);
+    m.cfg.special.n_eos = 4;
+    save_gguf(&m, "eot4.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    assert_int_equal(kv_int(&f, "tokenizer.ggml.eos_token_id"), eos);
+    assert_int_equal(kv_int(&f, "tokenizer.ggml.eot_token_id"), 5);
+    assert_int_equal(kv_int(&f, "tokenizer.ggml.eom_token_id"), 6);
+    gguf_close(&f);
+    load_gguf(&back, path);
+    assert_int_equal(back.cfg.special.n_eos, 4);
+    const int want[] = {eos, 5, 6, 300};
+    assert_memory_equal(back.cfg.special.eos_token_id, want, sizeof want);
+    dt_model_free(&back);
+    /* the others do not fit: refused, naming them ("<|im_end|>" is no control token) */
+    const int five[] = {eos, 301, 5, 6, 7};
+    memcpy(m.cfg.special.eos_token_id, five, sizeof five);
+    m.cfg.special.n_eos = 5;
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "eos_token_id holds 5 ids");
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "ids 6, 7 would not stop it");
+    dt_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_f32),       cmocka_unit_test(test_round_trip_f16_bf16),
@@ -1051,6 +1217,7 @@ int main(void) {
         cmocka_unit_test(test_hostile_models),       cmocka_unit_test(test_llama_cpp_variants),
         cmocka_unit_test(test_bpe_tokenizers),       cmocka_unit_test(test_tokenizer_refused),
         cmocka_unit_test(test_rope_scaling),         cmocka_unit_test(test_no_eos),
+        cmocka_unit_test(test_eog_by_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,6 +94,53 @@ static int64_t strset_find(const strset *h, const gguf_str *v, const char *s, si
     return -1;
 }
 
+/* ---------------------------------------------------------------- llama.cpp's end of generation */
+
+/* The texts of the tokens llama.cpp ends generation at whatever the eos / eot / eom keys say
+ * (llama-vocab.cpp, special_eog_ids, as of ggml-org/llama.cpp de3ff81). */
+static const char *const EOG_TEXT[] = {
+    "<|eot_id|>", "<|im_end|>",       "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>",    "<|eom_id|>", "<EOT>",    "_<EOT>",    "[EOT]",
+    "[EOS]",         "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
+};
+#define N_EOG ((int)(sizeof EOG_TEXT / sizeof EOG_TEXT[0]))
+
+typedef const char *(*token_fn)(void *ctx, uint64_t i, size_t *len);
+
+/* The index of the string in EOG_TEXT, or -1. */
+static int eog_index(const char *s, size_t len) {
+    for (int k = 0; k < N_EOG; k++)
+        if (strlen(EOG_TEXT[k]) == len && memcmp(EOG_TEXT[k], s, len) == 0) return k;
+    return -1;
+}
+
+/* has[k]: whether one of the n tokens is EOG_TEXT[k]. */
+static void eog_scan(token_fn at, void *ctx, int64_t n, unsigned char has[N_EOG]) {
+    memset(has, 0, N_EOG);
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *t = at(ctx, (uint64_t)i, &len);
+        const int k = eog_index(t, len);
+        if (k >= 0) has[k] = 1;
+    }
+}
+
+/* Whether llama.cpp ends generation at a token of text s in a vocabulary holding the texts has:
+ * one of EOG_TEXT, less the two it takes out again, "<|end|>" beside "<|return|>" and "<|call|>"
+ * (or "<|calls|>" and "<|flush|>"), and "</s>" beside "<|tool_response>". */
+static int eog_by_text(const char *s, size_t len, const unsigned char has[N_EOG]) {
+    const int k = eog_index(s, len);
+#define HAS(t) has[eog_index(t, strlen(t))]
+    if (k < 0) return 0;
+    if (!strcmp(EOG_TEXT[k], "<|end|>") &&
+        ((HAS("<|return|>") && HAS("<|call|>")) || (HAS("<|calls|>") && HAS("<|flush|>"))))
+        return 0;
+    if (!strcmp(EOG_TEXT[k], "</s>") && HAS("<|tool_response>")) return 0;
+#undef HAS
+    return 1;
+}
+
 /* ================================================================ export */
 
 /* ---------------------------------------------------------------- the tokenizer */
@@ -110,6 +157,7 @@ typedef struct {
     const char *pre;
     int add_bos, add_eos;
     int bos, eos, eot, eom, pad, unk;
+    int eos_stand_in;            /* eos when it only stands in for "none", else -1 */
     char *chat_template;
 } vocab_out;
 
@@ -213,7 +261,7 @@ static int vocab_alloc(vocab_out *v, int64_t n) {
     v->pad_off = malloc((size_t)n * sizeof *v->pad_off);
     if (!v->tok || !v->type || !v->pad_off) return -1;
     for (int64_t i = 0; i < n; i++) v->pad_off[i] = SIZE_MAX;
-    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = -1;
+    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = v->eos_stand_in = -1;
     return 0;
 }
 
@@ -368,14 +416,45 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
     if (v->eos < 0) {
         /* llama.cpp cannot be told "no EOS": without the key a "gpt2" vocabulary ends generation at id
          * 11 (its default), a frequent token in many BPEs. The least likely token to be generated
-         * stands in: an id without a token, else the pad token, else BOS (none: a byte-level model,
-         * whose id 11 is the byte 0x0B, left as it is) */
+         * stands in: an id without a token, else the byte 0xFF (which UTF-8 text never holds: id 255
+         * of a byte-level model, the token "ÿ" of a byte-level BPE), else the pad token, else BOS */
         for (int64_t i = 0; i < v->n && v->eos < 0; i++)
             if (v->type[i] == TT_UNUSED) v->eos = (int)i;
+        char ff[4];
+        const size_t ff_len = (size_t)tk_utf8_encode(tk_byte_to_char[0xFF], ff);
+        for (int64_t i = 0; i < v->n && v->eos < 0; i++) {
+            size_t len;
+            const char *t = token_at(v, (uint64_t)i, &len);
+            if (v->type[i] == TT_NORMAL && len == ff_len && memcmp(t, ff, len) == 0) v->eos = (int)i;
+        }
         if (v->eos < 0) v->eos = s->pad_token_id >= 0 ? s->pad_token_id : v->bos;
+        v->eos_stand_in = v->eos; /* said in the file, so that reading it back gives "no EOS" again */
     }
-    if (s->n_eos > 1) v->eot = s->eos_token_id[1];
-    if (s->n_eos > 2) v->eom = s->eos_token_id[2];
+    /* eos_token_id[0] is EOS, the next ids EOT and EOM: the only other keys llama.cpp reads. Past
+     * three, a control token whose text llama.cpp takes for an end of generation needs no key (it
+     * stops there anyway, and reading the file finds it again); the keys go to the others, and ids
+     * that fit neither are refused */
+    unsigned char has[N_EOG];
+    if (s->n_eos > 3) eog_scan(token_at, v, v->n, has);
+    char unfit[128] = "";
+    int n_keyed = 0, n_unfit = 0;
+    for (int j = 1; j < s->n_eos; j++) {
+        const int id = s->eos_token_id[j];
+        size_t len = 0;
+        const char *t = id >= 0 && id < v->n ? token_at(v, (uint64_t)id, &len) : NULL;
+        if (s->n_eos > 3 && t && v->type[id] == TT_CONTROL && eog_by_text(t, len, has)) continue;
+        if (n_keyed < 2) *(n_keyed++ ? &v->eom : &v->eot) = id;
+        else {
+            const size_t at = strlen(unfit);
+            snprintf(unfit + at, sizeof unfit - at, "%s%d", n_unfit++ ? ", " : "", id);
+        }
+    }
+    if (n_unfit)
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: eos_token_id holds %d ids; llama.cpp reads three (tokenizer.ggml.eos_token_id, "
+                            "eot_token_id, eom_token_id) and otherwise ends generation only at control tokens of "
+                            "known end-of-turn texts (such as <|eot_id|>): id%s %s would not stop it",
+                            path, s->n_eos, n_unfit > 1 ? "s" : "", unfit);
     if (s->pad_token_id >= 0) v->pad = s->pad_token_id;
     return 0;
 }
@@ -426,6 +505,8 @@ static void write_vocab(gguf_writer *w, vocab_out *v) {
     const int ids[] = {v->bos, v->eos, v->eot, v->eom, v->pad, v->unk};
     for (int i = 0; i < 6; i++)
         if (ids[i] >= 0) gguf_w_u32(w, keys[i], (uint32_t)ids[i]);
+    /* llama.cpp ignores keys it does not know */
+    if (v->eos_stand_in >= 0) gguf_w_u32(w, "difftrans.eos_stand_in", (uint32_t)v->eos_stand_in);
     /* always said: llama.cpp's default for "llama-bpe" is to add BOS */
     gguf_w_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     gguf_w_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos);
@@ -1198,10 +1279,10 @@ typedef struct {
     int has_chat;
 } vocab_in;
 
-static void template_item(tk_buf *b, int *oom, const vocab_in *v, int id) {
+static void template_item(tk_buf *b, int *oom, const vocab_in *v, int id, int type_id) {
     json_lit(b, oom, "{\"SpecialToken\":{\"id\":");
     json_str(b, oom, v->tok[id].p, v->tok[id].len);
-    json_lit(b, oom, ",\"type_id\":0}}");
+    json_lit(b, oom, type_id ? ",\"type_id\":1}}" : ",\"type_id\":0}}");
 }
 
 static void special_entry(tk_buf *b, int *oom, const vocab_in *v, int id) {
@@ -1242,13 +1323,15 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
     json_lit(b, &oom, ",\"post_processor\":");
     if (v->add_bos || v->add_eos) {
         json_lit(b, &oom, "{\"type\":\"TemplateProcessing\",\"single\":[");
-        for (int k = 0; k < 2; k++) { /* single, then pair: A then B between the same specials */
+        /* single, then pair: A then B between the same specials, B's of type 1 (as HF's Llama 3
+         * tokenizer and `tokenizer train` write it) */
+        for (int k = 0; k < 2; k++) {
             if (k) json_lit(b, &oom, "],\"pair\":[");
             for (int s = 0; s < 1 + k; s++) {
                 if (s) json_lit(b, &oom, ",");
-                if (v->add_bos) template_item(b, &oom, v, v->bos), json_lit(b, &oom, ",");
+                if (v->add_bos) template_item(b, &oom, v, v->bos, s), json_lit(b, &oom, ",");
                 json_lit(b, &oom, s ? "{\"Sequence\":{\"id\":\"B\",\"type_id\":1}}" : "{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}");
-                if (v->add_eos) json_lit(b, &oom, ","), template_item(b, &oom, v, v->eos);
+                if (v->add_eos) json_lit(b, &oom, ","), template_item(b, &oom, v, v->eos, s);
             }
         }
         json_lit(b, &oom, "],\"special_tokens\":{");
@@ -1375,6 +1458,19 @@ static int is_bytes(const vocab_in *v) {
     return 1;
 }
 
+static const char *token_in_at(void *ctx, uint64_t i, size_t *len) {
+    const vocab_in *v = ctx;
+    *len = v->tok[i].len;
+    return v->tok[i].p;
+}
+
+/* Appends a stop id (none: -1) unless it is there already or the list is full. */
+static void add_stop(dt_special_ids *s, int id) {
+    int dup = id < 0 || s->n_eos == DT_MAX_EOS;
+    for (int j = 0; j < s->n_eos; j++) dup |= s->eos_token_id[j] == id;
+    if (!dup) s->eos_token_id[s->n_eos++] = id;
+}
+
 static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     gguf_str model;
@@ -1470,6 +1566,19 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
     if (rc == 0 && (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v.add_bos, err) < 0 ||
                     gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v.add_eos, err) < 0))
         rc = -1;
+    /* EOS as difftrans's export writes it for a model without one (special_ids): none */
+    int stand_in = -1;
+    if (rc == 0 && token_id(f, "difftrans.eos_stand_in", v.n, &stand_in, err) != 0) rc = -1;
+    if (stand_in >= 0 && v.eos == stand_in) v.eos = -1;
+    /* a special id on an unused row (llama.cpp's files may have them too) is no token of the
+     * tokenizer.json made from the file: the config would name an id that its vocabulary lacks, and
+     * the checkpoint written from it would not load. A byte-level model has no tokenizer.json: any
+     * id of its embedding can be a special one. */
+    if (rc == 0 && !is_bytes(&v)) {
+        int *const special[] = {&v.bos, &v.eos, &v.eot, &v.eom, &v.pad};
+        for (int k = 0; k < 5; k++)
+            if (*special[k] >= 0 && v.type[*special[k]] == TT_UNUSED) *special[k] = -1;
+    }
     if (v.bos < 0) v.add_bos = 0;
     if (v.eos < 0) v.add_eos = 0;
     if (rc == 0) {
@@ -1484,11 +1593,14 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
         s->bos_token_id = v.bos;
         s->pad_token_id = v.pad;
         const int eos[3] = {v.eos, v.eot, v.eom};
-        for (int k = 0; k < 3; k++) {
-            int dup = eos[k] < 0;
-            for (int j = 0; j < s->n_eos; j++) dup |= s->eos_token_id[j] == eos[k];
-            if (!dup) s->eos_token_id[s->n_eos++] = eos[k];
-        }
+        for (int k = 0; k < 3; k++) add_stop(s, eos[k]);
+        /* llama.cpp also ends generation at tokens of known end-of-turn texts (Llama 3's "<|eot_id|>"
+         * beside its EOS "<|end_of_text|>"): stop ids here too when they are control tokens. Those
+         * past DT_MAX_EOS stop ids (a vocabulary of more than five such) are left out. */
+        unsigned char has[N_EOG];
+        eog_scan(token_in_at, &v, v.n, has);
+        for (int64_t i = 0; i < v.n; i++)
+            if (v.type[i] == TT_CONTROL && eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
         if (!is_bytes(&v)) rc = load_vocab(f, &v, c->vocab_size, out, err);
     }
     free(v.tok);

@@ -245,6 +245,18 @@ static int parse_tokenizer(dt_tok *tok, const cJSON *root, tk_ctx *c, dt_error *
     return read_special_ids(tok, err);
 }
 
+/* A regular file beginning with GGUF's magic (the model files of llama.cpp and `export --gguf`). */
+static int is_gguf(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return 0; /* read_file says why */
+    char magic[4];
+    const int yes = fread(magic, 1, 4, fp) == 4 && memcmp(magic, "GGUF", 4) == 0;
+    fclose(fp);
+    return yes;
+}
+
 int dt_tok_load(dt_tok **out, const char *path, dt_error *err) {
     *out = NULL;
     dt_tok *tok = calloc(1, sizeof *tok);
@@ -252,6 +264,15 @@ int dt_tok_load(dt_tok **out, const char *path, dt_error *err) {
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? dt_pathf(tok->path, sizeof tok->path, err, "%s/tokenizer.json", path)
                                                      : dt_pathf(tok->path, sizeof tok->path, err, "%s", path)) {
+        free(tok);
+        return -1;
+    }
+    if (is_gguf(tok->path)) {
+        /* a model file holding a vocabulary: say where to get it as a tokenizer.json, not "not JSON" */
+        dt_fail_format(err,
+                       "%s: a GGUF model file, not a tokenizer: give a tokenizer.json or a checkpoint directory "
+                       "holding one (`difftrans export %s DIR` writes the file's vocabulary as DIR/tokenizer.json)",
+                       tok->path, tok->path);
         free(tok);
         return -1;
     }

@@ -421,6 +421,20 @@ static cJSON *bytelevel_json(void) {
     return cJSON_Parse("{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}");
 }
 
+/* Appends {kind: {"id": id, "type_id": type_id}} (a TemplateProcessing item); 0 when out of memory. */
+static int add_template_item(cJSON *items, const char *kind, const char *id, int type_id) {
+    cJSON *item = cJSON_CreateObject(), *inner = cJSON_CreateObject();
+    if (!item || !inner || !cJSON_AddStringToObject(inner, "id", id) ||
+        !cJSON_AddNumberToObject(inner, "type_id", type_id) || !cJSON_AddItemToObject(item, kind, inner)) {
+        cJSON_Delete(item);
+        cJSON_Delete(inner);
+        return 0;
+    }
+    if (cJSON_AddItemToArray(items, item)) return 1;
+    cJSON_Delete(item); /* inner with it */
+    return 0;
+}
+
 static cJSON *tokenizer_json(const symbols *s, const dt_tok_train_options *o, const char *const *specials,
                              int n_specials) {
     cJSON *root = cJSON_CreateObject(), *added = cJSON_CreateArray(), *vocab = cJSON_CreateObject(),
@@ -443,38 +457,32 @@ static cJSON *tokenizer_json(const symbols *s, const dt_tok_train_options *o, co
              cJSON_AddTrueToObject(t, "special");
         if (t) cJSON_AddItemToArray(added, t);
     }
-    /* post-processor: the bos token before the text when there is one */
+    /* post-processor: the bos token before the text when there is one; a pair as HF's Llama 3
+     * tokenizer has it, each sequence after its own bos, the second's of type 1 */
     if (ok && o->bos && *o->bos) {
-        cJSON *tp = cJSON_CreateObject(), *single = cJSON_CreateArray(), *sp = cJSON_CreateObject(),
+        cJSON *tp = cJSON_CreateObject(), *single = cJSON_CreateArray(), *pair = cJSON_CreateArray(),
               *st = cJSON_CreateObject(), *entry = cJSON_CreateObject(), *ids = cJSON_CreateArray(),
-              *toks = cJSON_CreateArray(), *item0 = cJSON_CreateObject(), *item1 = cJSON_CreateObject(),
-              *s0 = cJSON_CreateObject(), *s1 = cJSON_CreateObject();
-        ok = tp && single && sp && st && entry && ids && toks && item0 && item1 && s0 && s1;
+              *toks = cJSON_CreateArray();
+        ok = tp && single && pair && st && entry && ids && toks;
         if (ok) {
             cJSON_AddStringToObject(tp, "type", "TemplateProcessing");
-            cJSON_AddStringToObject(s0, "id", o->bos);
-            cJSON_AddNumberToObject(s0, "type_id", 0);
-            cJSON_AddItemToObject(item0, "SpecialToken", s0);
-            cJSON_AddStringToObject(s1, "id", "A");
-            cJSON_AddNumberToObject(s1, "type_id", 0);
-            cJSON_AddItemToObject(item1, "Sequence", s1);
-            cJSON_AddItemToArray(single, item0);
-            cJSON_AddItemToArray(single, item1);
             cJSON_AddItemToObject(tp, "single", single);
-            cJSON_AddItemToObject(tp, "pair", cJSON_Duplicate(single, 1));
+            cJSON_AddItemToObject(tp, "pair", pair);
+            cJSON_AddItemToObject(tp, "special_tokens", st);
             cJSON_AddStringToObject(entry, "id", o->bos);
-            cJSON_AddItemToArray(ids, cJSON_CreateNumber(s->n));
-            cJSON_AddItemToArray(toks, cJSON_CreateString(o->bos));
             cJSON_AddItemToObject(entry, "ids", ids);
             cJSON_AddItemToObject(entry, "tokens", toks);
             cJSON_AddItemToObject(st, o->bos, entry);
-            cJSON_AddItemToObject(tp, "special_tokens", st);
             cJSON_AddItemToObject(root, "post_processor", tp);
-            cJSON_Delete(sp);
+            const char *bos = o->bos;
+            ok = add_template_item(single, "SpecialToken", bos, 0) && add_template_item(single, "Sequence", "A", 0) &&
+                 add_template_item(pair, "SpecialToken", bos, 0) && add_template_item(pair, "Sequence", "A", 0) &&
+                 add_template_item(pair, "SpecialToken", bos, 1) && add_template_item(pair, "Sequence", "B", 1) &&
+                 cJSON_AddItemToArray(ids, cJSON_CreateNumber(s->n)) &&
+                 cJSON_AddItemToArray(toks, cJSON_CreateString(o->bos));
         } else {
-            cJSON_Delete(tp), cJSON_Delete(single), cJSON_Delete(sp), cJSON_Delete(st), cJSON_Delete(entry);
-            cJSON_Delete(ids), cJSON_Delete(toks), cJSON_Delete(item0), cJSON_Delete(item1), cJSON_Delete(s0);
-            cJSON_Delete(s1);
+            cJSON_Delete(tp), cJSON_Delete(single), cJSON_Delete(pair), cJSON_Delete(st), cJSON_Delete(entry);
+            cJSON_Delete(ids), cJSON_Delete(toks);
         }
     } else if (ok)
         cJSON_AddItemToObject(root, "post_processor", cJSON_CreateNull());
