@@ -479,6 +479,19 @@ static void test_engine_cancel_busy_stop(void **state) {
     dt_model_free(&m);
 }
 
+/* An engine of n_slots slots of ctx tokens, max_queue waiting at most. */
+static dt_engine *small_engine(const dt_model *m, int n_slots, int max_queue, int ctx) {
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    eo.n_slots = n_slots;
+    eo.max_queue = max_queue;
+    eo.ctx = ctx;
+    dt_error err;
+    dt_engine *e = dt_engine_create(m, &eo, &err);
+    if (!e) fail_msg("%s", err.msg);
+    return e;
+}
+
 static int no_job(void *ctx) {
     (void)ctx;
     return 0;
@@ -491,13 +504,7 @@ static void test_engine_cancelled_leave_queue(void **state) {
     dt_model m;
     dt_error err;
     make_model(&m, DT_ARCH_LLAMA, 57);
-    dt_engine_options eo;
-    dt_engine_defaults(&eo);
-    eo.n_slots = 1;
-    eo.max_queue = 3;
-    eo.ctx = 96;
-    dt_engine *e = dt_engine_create(&m, &eo, &err);
-    assert_non_null(e);
+    dt_engine *e = small_engine(&m, 1, 3, 96);
     const int prompt[2] = {1, 2};
     dt_engine_request_options r = request(prompt, 2, 90, 0.0f, 1);
     dt_engine_request *a, *b, *c, *d, *x;
@@ -540,12 +547,7 @@ static void test_engine_nonfinite_logits(void **state) {
     float *row = m.w.embed_tokens + (size_t)7 * C;
     const float kept = row[3];
     row[3] = NAN;
-    dt_engine_options eo;
-    dt_engine_defaults(&eo);
-    eo.n_slots = 2;
-    eo.ctx = 64;
-    dt_engine *e = dt_engine_create(&m, &eo, &err);
-    assert_non_null(e);
+    dt_engine *e = small_engine(&m, 2, 64, 64);
     const int prompt[3] = {1, 7, 2};
     dt_engine_request_options r = request(prompt, 3, 5, 0.8f, 1);
     r.top_logprobs = 2;
