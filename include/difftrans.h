@@ -590,7 +590,10 @@ int dt_ids_read(const char *path, int vocab, int **ids, int *rows, int *cols, dt
 int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err);
 
 /* Mean next-token cross-entropy over `tokens` in consecutive windows of T+1 tokens (B windows
- * per forward); *count gets the number of predictions scored. */
+ * per forward); *count gets the number of predictions scored. B and T must be ≥ 1; T is capped
+ * at max_position_embeddings and at n − 1, B at the number of windows (a tail shorter than a
+ * window is not scored). bits per byte, as `difftrans eval` prints it: mean_loss / ln 2 divided
+ * by the text's bytes per token (dt_model_text_tokens gives the bytes). */
 int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T, double *mean_loss, size_t *count,
                    dt_error *err);
 

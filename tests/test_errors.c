@@ -266,6 +266,16 @@ static void test_invalid_argument(void **state) {
     float loss;
     err = fresh();
     expect_err(dt_forward(&m, rs, tokens, NULL, 1, 4, &loss, &err), &err, DT_ERR_INVALID, "out of range");
+    /* a window of 0 tokens once divided by zero; a negative batch passed as "all the windows" */
+    const int text[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    const int batch_window[][2] = {{1, 0}, {0, 4}, {-1, 4}, {2, -5}};
+    for (int i = 0; i < 4; i++) {
+        double mean;
+        size_t scored;
+        err = fresh();
+        expect_err(dt_eval_tokens(&m, text, 9, batch_window[i][0], batch_window[i][1], &mean, &scored, &err), &err,
+                   DT_ERR_INVALID, "must be positive");
+    }
     dt_runstate_free(rs);
     dt_model_free(&m);
     dt_comm *comm = NULL;

@@ -47,6 +47,8 @@ size_t eval_window_count(size_t n, int T, size_t max_windows) {
 int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T, double *mean_loss, size_t *count,
                    dt_error *err) {
     if (n < 2) return dt_fail(err, "evaluation needs at least 2 tokens, got %zu", n);
+    /* checked before the caps below: T = 0 would divide by zero, a negative B would pass as huge */
+    if (B < 1 || T < 1) return dt_fail(err, "batch %d × sequence %d: both must be positive", B, T);
     if (T > m->cfg.max_position_embeddings) T = m->cfg.max_position_embeddings;
     if ((size_t)T + 1 > n) T = (int)(n - 1);
     size_t windows = (n - 1) / (size_t)T;
