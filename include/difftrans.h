@@ -10,6 +10,17 @@
  *     which kind of failure it is (dt_errcode). The library never exits the process, except
  *     to end a data-parallel job whose ranks stopped responding (MPI_Abort, dt_comm_create).
  *   - No global state: two models (or two training runs) can live in one process.
+ *   - Threads: a function taking `const dt_model *` only reads the model, so any number of threads
+ *     may run such functions on one model at once, each with its own dt_runstate, dt_kvcache or
+ *     dt_batch (those are one thread's at a time). Functions taking `dt_model *` (load, create,
+ *     free, init_random, quantize, dequantize, set_tokenizer) need the model to themselves. The
+ *     compute runs on the calling thread's OpenMP team (omp_set_num_threads sets its size).
+ *   - Output: the library writes nothing to stdout. Long jobs (dt_train, dt_tok_train,
+ *     dt_tokenize, calibrating dt_model_quantize) print progress on stderr unless their options'
+ *     `quiet` is set, and their *_defaults leave it 0: a program that wants silence sets it.
+ *   - A dt_model whose dt_model_load or dt_model_create failed is left zeroed: dt_model_free on
+ *     it is harmless, as on a freed one. Outputs a function allocates (*ids, *text, *tokens) are
+ *     the caller's to free() on success only.
  *   - Shapes are written [B, T, C] etc.; matrices use PyTorch Linear layout [out, in], row-major.
  */
 #ifndef DIFFTRANS_H
@@ -548,11 +559,13 @@ typedef struct {
     uint64_t seed;               /* the sampler's stream [42] */
     dt_kv_dtype kv_cache;        /* storage of the cached keys and values [F32] */
     /* Generation ends at any of these ids (not added to the sequence); n_stop < 0: the model's own
-     * (dt_model_stop_ids) [-1]; 0: none. */
+     * (dt_model_stop_ids) [-1]; 0: none; at most DT_MAX_EOS (copied at the call). */
     const int *stop_ids;
     int n_stop;
-    /* Called after every sampled token, with the sequence so far (prompt then generated, the new
-     * token last unless it is a stop id, which is_stop says); a nonzero return ends generation. */
+    /* Called after every sampled token, on the calling thread, with the sequence so far (prompt then
+     * generated, the new token last unless it is a stop id, which is_stop says; seq is valid during
+     * the call only); a nonzero return ends generation (DT_STOP_CALLBACK, or DT_STOP_EOS on a stop
+     * id). */
     int (*on_token)(void *ctx, int token, int is_stop, const int *seq, int n_seq);
     void *ctx;
     volatile int *cancel;        /* when it becomes nonzero (another thread, a signal), generation ends
@@ -574,7 +587,11 @@ int dt_model_stop_ids(const dt_model *m, int *ids);
 /* Continues prompt[n_prompt] (every id checked against the vocabulary; prompt + max_new_tokens must
  * fit max_position_embeddings): the prompt through a KV cache, then sampled tokens into
  * out[max_new_tokens] (may be NULL) until a stop id, max_new_tokens, the callback or *cancel.
- * Deterministic for a given seed. */
+ * Deterministic for a given seed. res may be NULL; on a failure part-way it still says what was
+ * generated (n_generated tokens in out). The options must come from dt_generate_defaults: a zeroed
+ * sampler (top_p 0) is refused. Text for the tokens: dt_model_decode of the whole sequence (a
+ * token's text can depend on its neighbours; `generate` re-decodes after each token and holds back
+ * a trailing U+FFFD, an unfinished character). */
 int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_generate_options *o, int *out,
                 dt_generate_result *res, dt_error *err);
 
@@ -635,7 +652,8 @@ typedef struct {
     int resume;                  /* continue from out_dir's checkpoint and optimizer state (see
                                     dt_train_resume_defaults) */
     int stop_at;                 /* > 0: save and stop after this step; the schedule still spans `steps` */
-    int quiet;                   /* no live progress line */
+    int quiet;                   /* nothing on stderr (else the run's header line, progress, validation
+                                    losses and a summary, from rank 0) */
     volatile int *stop;          /* when *stop becomes nonzero: save a checkpoint and return */
     /* Data parallelism: with a communicator of N ranks every rank runs dt_train with the same
      * options; `batch` is the global batch and rank r computes its rows [r·B/N, (r+1)·B/N) of the
@@ -670,7 +688,10 @@ void dt_train_defaults(dt_train_options *o);
 void dt_train_resume_defaults(dt_train_options *o);
 /* Tokens [0, n_train) of a data file of n tokens train; the rest is the validation split. */
 size_t dt_train_split(size_t n, float val_fraction);
-/* Returns 0 when the run finished or was stopped cleanly (checkpoint saved). */
+/* Returns 0 when the run finished or was stopped cleanly (checkpoint saved). o is written: with
+ * resume, the options the run fixed (batch, seq, lr and the rest of the schedule, seed, steps and
+ * grad_accum when 0) are the saved run's on return; data_path, tokens_path and tokenizer_path are
+ * the caller's again. */
 int dt_train(dt_train_options *o, dt_error *err);
 
 /* ---------------------------------------------------------------- quantisation */

@@ -52,7 +52,8 @@ typedef struct {
     const int *prompt;           /* ids, each checked against the vocabulary (copied at submit) */
     int n_prompt;                /* ≥ 1 */
     int max_new_tokens;          /* ≥ 0; prompt + max_new_tokens ≤ the engine's ctx */
-    dt_sampler sampler;
+    dt_sampler sampler;          /* temperature ≥ 0 (0: greedy), top_k ≥ 0, top_p in (0, 1] (1: off)
+                                    even when greedy: a zeroed sampler (top_p 0) is refused */
     uint64_t seed;
     const int *stop_ids;         /* n_stop < 0: the model's own (dt_model_stop_ids); 0: none; at most
                                     DT_ENGINE_MAX_STOP_IDS */
@@ -91,12 +92,16 @@ typedef struct {
     double t;                    /* dt_seconds() when the event was made */
 } dt_event;
 
+/* There is no defaults function for a request: zero the struct, then set prompt, n_prompt,
+ * max_new_tokens, the sampler (top_p 1 for none) and n_stop (-1 for the model's own stop ids). */
 typedef struct dt_engine_request dt_engine_request;
 
 /* Queues a request. Refused with DT_ERR_INVALID (ids outside the vocabulary, a prompt +
  * max_new_tokens past ctx, the message giving the counts; bad sampler values) or DT_ERR_BUSY
- * (max_queue requests already wait). *out is the caller's handle: read it with dt_engine_next and
- * give it back with dt_engine_release. */
+ * (max_queue requests already wait; also after dt_engine_stop), with *out set to NULL. On success
+ * *out is the caller's handle: read it with dt_engine_next and give it back with dt_engine_release
+ * (exactly once, before dt_engine_free). Any thread may submit; a handle's events are for one
+ * reader at a time. */
 int dt_engine_submit(dt_engine *e, const dt_engine_request_options *r, dt_engine_request **out, dt_error *err);
 /* The next event of a request: 1 with *ev filled, 0 when none came within timeout_s (≥ 0), and
  * after DONE has been read, 0 at once. */
