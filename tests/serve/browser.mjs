@@ -328,6 +328,24 @@ try {
   log('cut characters labelled: ' + cut.map((i) => labels[i]).join(' '));
   noProblems('tokens that cut characters');
 
+  // An attention error (a prompt past --attention-max-tokens) reaches the message box, and the
+  // maps left from the last prompt are said to be that prompt's.
+  const tooLong = 'qzjv '.repeat(400);
+  const refused = await fetch(base + '/v1/difftrans/attention', { method: 'POST', body: JSON.stringify({ prompt: tooLong, layer: 0, head: 0 }) });
+  check(refused.status === 400, `an attention prompt of ${tooLong.length} characters answered ${refused.status}, not 400`);
+  expectError = true;
+  await page.fill('#prompt', tooLong);
+  await page.click('#analyse');
+  await page.waitForSelector('#message.shown', { timeout: 30000 });
+  const attMsg = await page.textContent('#message');
+  check(/400/.test(attMsg) && /tokens/.test(attMsg), `the attention error message box says "${attMsg}"`);
+  const attStatus = await page.textContent('#att-status');
+  check(/previous prompt/.test(attStatus), `after a refused Analyse the status says "${attStatus}", not that the maps are the previous prompt's`);
+  await page.waitForTimeout(200);
+  expectError = false;
+  await page.click('#message-close');
+  noProblems('an attention error');
+
   // A narrow window: nothing wider than the window.
   await page.setViewportSize({ width: 400, height: 900 });
   await page.waitForTimeout(300);
