@@ -99,6 +99,40 @@ static int add_raw(cJSON *o, const char *name, srv_buf *b) {
     return raw && cJSON_AddItemToObject(o, name, raw) ? 0 : -1;
 }
 
+typedef struct {
+    const dt_model *m;
+    const int *ids;
+} att_decode_ctx;
+
+/* tokens [from, to) as text (srv_offsets' decode) */
+static int att_decode(void *ctx, size_t from, size_t to, char **text, size_t *len) {
+    const att_decode_ctx *d = ctx;
+    dt_error err;
+    return srv_decode_text(d->m, d->ids + from, to - from, text, len, &err);
+}
+
+/* The prompt's text and where each token begins in it (logprobs' text_offset, in characters): a
+ * token that holds part of a character reads as U+FFFD in `tokens`, and the page names the
+ * character from these. */
+static int add_text(cJSON *root, const dt_model *m, const int *ids, int T) {
+    char *text;
+    size_t len;
+    dt_error err;
+    if (srv_decode_text(m, ids, (size_t)T, &text, &len, &err) != 0) return -1;
+    cJSON *t = cJSON_AddStringToObject(root, "text", text);
+    free(text);
+    cJSON *off = cJSON_AddArrayToObject(root, "text_offset");
+    if (!t || !off) return -1;
+    srv_offsets o = {0};
+    att_decode_ctx d = {m, ids};
+    for (int i = 0; i < T; i++) {
+        size_t at;
+        if (srv_offset_next(&o, (size_t)i, att_decode, &d, &at) != 0) return -1;
+        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+    }
+    return 0;
+}
+
 static int build_reply(srv *s, att_job *a, char **json, size_t *json_len) {
     const dt_model *m = s->m;
     const dt_config *c = &m->cfg;
@@ -116,6 +150,7 @@ static int build_reply(srv *s, att_job *a, char **json, size_t *json_len) {
         free(txt);
         cJSON_AddItemToArray(ids, cJSON_CreateNumber(a->ids[t]));
     }
+    bad |= add_text(root, m, a->ids, T) != 0;
     cJSON_AddNumberToObject(root, "n_layers", c->num_hidden_layers);
     cJSON_AddNumberToObject(root, "n_heads", c->arch == DT_ARCH_LLAMA ? c->num_attention_heads : h);
     if (c->arch == DT_ARCH_DIFF) {

@@ -302,6 +302,50 @@ try {
   check(!(await page.isVisible('#message')), 'the message box does not close');
   noProblems('an error reply');
 
+  // Tokens that cut a character (byte tokens of "é", "日", "😀", in a byte-level model and in a small
+  // BPE vocabulary) decode alone to U+FFFD: the strip names the character instead, and a span over
+  // a character's pieces reads as that character.
+  const u8 = 'café 日本 😀';
+  const u8att = await api('/v1/difftrans/attention', { prompt: u8, layer: 0, head: 0 });
+  await page.fill('#prompt', u8);
+  await page.click('#analyse');
+  await page.waitForFunction((n) => document.getElementById('att-status').textContent.startsWith(n + ' tokens'), u8att.tokens.length, { timeout: 60000 });
+  const labels = await page.$$eval('#tokens .tok', (bs) => bs.map((b) => b.lastChild.textContent));
+  const cut = u8att.tokens.map((t, i) => (t.includes('\ufffd') ? i : -1)).filter((i) => i >= 0);
+  check(cut.length > 0, `no token of ${JSON.stringify(u8)} cuts a character: ${JSON.stringify(u8att.tokens)}`);
+  for (const i of cut) {
+    check(!labels[i].includes('\ufffd') && /[é日本😀]/u.test(labels[i]), `token ${i} (${JSON.stringify(u8att.tokens[i])}) is labelled ${JSON.stringify(labels[i])}, not by its character`);
+  }
+  const e0 = u8att.tokens.findIndex((t, i) => i > 0 && t.includes('\ufffd') && labels[i].includes('é'));
+  if (e0 >= 0) {
+    let e1 = e0;
+    while (e1 + 1 < labels.length && labels[e1 + 1] === labels[e0] && u8att.text_offset[e1 + 1] === u8att.text_offset[e0]) e1++;
+    await page.click(`#tokens .tok[data-i="${e0}"]`);
+    await page.click(`#tokens .tok[data-i="${e1}"]`);
+    const st = await page.textContent('#span-text');
+    check(st.startsWith('“é”'), `the span of tokens ${e0}–${e1} (é) reads ${JSON.stringify(st)}`);
+  }
+  log('cut characters labelled: ' + cut.map((i) => labels[i]).join(' '));
+  noProblems('tokens that cut characters');
+
+  // An attention error (a prompt past --attention-max-tokens) reaches the message box, and the
+  // maps left from the last prompt are said to be that prompt's.
+  const tooLong = 'qzjv '.repeat(400);
+  const refused = await fetch(base + '/v1/difftrans/attention', { method: 'POST', body: JSON.stringify({ prompt: tooLong, layer: 0, head: 0 }) });
+  check(refused.status === 400, `an attention prompt of ${tooLong.length} characters answered ${refused.status}, not 400`);
+  expectError = true;
+  await page.fill('#prompt', tooLong);
+  await page.click('#analyse');
+  await page.waitForSelector('#message.shown', { timeout: 30000 });
+  const attMsg = await page.textContent('#message');
+  check(/400/.test(attMsg) && /tokens/.test(attMsg), `the attention error message box says "${attMsg}"`);
+  const attStatus = await page.textContent('#att-status');
+  check(/previous prompt/.test(attStatus), `after a refused Analyse the status says "${attStatus}", not that the maps are the previous prompt's`);
+  await page.waitForTimeout(200);
+  expectError = false;
+  await page.click('#message-close');
+  noProblems('an attention error');
+
   // A narrow window: nothing wider than the window.
   await page.setViewportSize({ width: 400, height: 900 });
   await page.waitForTimeout(300);
