@@ -65,6 +65,9 @@ expect_ok "OUT_DIR with a trailing slash" "$DT" quantize "$M" "$S/slash/" --sche
 check "written as the directory it names" test -f "$S/slash/model.safetensors"
 check "no temporary left beside it" bash -c "! ls -d '$S'/slash.tmp.* '$S'/slash/.tmp.* 2>/dev/null"
 expect_fail "an existing OUT_DIR/ too" "already exists" "$DT" quantize "$M" "$S/slash//" --scheme q4_0
+expect_fail "existing output, w8a8" "already exists" \
+    "$DT" quantize "$M" "$S/q8_0" --scheme w8a8 --calib "$CORPUS" --calib-samples 40 --seq 32
+check "refused before the calibration, not after it" bash -c "! grep -q calibrating '$S/last.err'"
 expect_fail "quantising a quantised model" "already quantised" "$DT" quantize "$S/q8_0" "$S/bad6" --scheme q4_0
 expect_fail "training a quantised checkpoint" "quantised.*train the float model" \
     "$DT" train --resume --out "$S/q8_0"
