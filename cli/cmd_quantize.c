@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli.h"
 
@@ -84,6 +85,10 @@ int cmd_quantize(int argc, char **argv) {
                          o.dynamic_activations ? "with --smooth" : "with static activation scales");
     cli_set_threads(threads);
     const char *in = argv[optind], *out = argv[optind + 1];
+    /* the writer refuses it too, but only after loading and calibrating (minutes for a large model) */
+    struct stat sb;
+    if (stat(out, &sb) == 0)
+        return cli_error(cmd, "%s already exists: a quantised checkpoint is written to a new directory", out);
     dt_model m;
     if (dt_model_load(&m, in, &err) != 0) return cli_fail(cmd, &err);
     int rc = 0;

@@ -61,6 +61,13 @@ expect_fail "w8a8 without --calib" "needs --calib" "$DT" quantize "$M" "$S/bad3"
 expect_fail "--smooth on q8_0" "w8a8 only" "$DT" quantize "$M" "$S/bad4" --scheme q8_0 --smooth 0.5
 expect_fail "--smooth out of range" "--smooth" "$DT" quantize "$M" "$S/bad5" --scheme w8a8 --smooth 2 --calib "$CORPUS"
 expect_fail "existing output" "already exists" "$DT" quantize "$M" "$S/q8_0" --scheme q8_0
+expect_ok "OUT_DIR with a trailing slash" "$DT" quantize "$M" "$S/slash/" --scheme q4_0
+check "written as the directory it names" test -f "$S/slash/model.safetensors"
+check "no temporary left beside it" bash -c "! ls -d '$S'/slash.tmp.* '$S'/slash/.tmp.* 2>/dev/null"
+expect_fail "an existing OUT_DIR/ too" "already exists" "$DT" quantize "$M" "$S/slash//" --scheme q4_0
+expect_fail "existing output, w8a8" "already exists" \
+    "$DT" quantize "$M" "$S/q8_0" --scheme w8a8 --calib "$CORPUS" --calib-samples 40 --seq 32
+check "refused before the calibration, not after it" bash -c "! grep -q calibrating '$S/last.err'"
 expect_fail "quantising a quantised model" "already quantised" "$DT" quantize "$S/q8_0" "$S/bad6" --scheme q4_0
 expect_fail "training a quantised checkpoint" "quantised.*train the float model" \
     "$DT" train --resume --out "$S/q8_0"

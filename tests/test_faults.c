@@ -393,6 +393,55 @@ static void test_train_step_write_faults(void **state) {
     run_walk(FAULT_WRITE, 60); /* 87 */
 }
 
+/* ---------------------------------------------------------------- quantisation */
+
+/* dt_model_quantize on a float model, every allocation of it failing in turn: each failure must
+ * leave the model float with nothing of the partial quantisation held. A success goes back to the
+ * float model for the next run. The tokens calibrate w8a8 in memory (no file to read). */
+typedef struct {
+    dt_model m;
+    dt_quant_options o;
+    int tokens[256];
+} quant_ctx;
+
+static int op_quantize(void *p, dt_error *err) {
+    quant_ctx *c = p;
+    if (dt_model_quantize(&c->m, &c->o, err) != 0) {
+        if (dt_model_quant_scheme(&c->m, NULL) != DT_QUANT_NONE) fail_msg("a failed quantize left the model quantised");
+        return -1;
+    }
+    dt_error e2;
+    return dt_model_dequantize(&c->m, &e2);
+}
+
+static void test_quantize_faults(void **state) {
+    (void)state;
+    quant_ctx c;
+    dt_config cfg;
+    dt_error err;
+    tu_tiny_diff_config(&cfg);
+    assert_int_equal(dt_model_create(&c.m, &cfg, &err), 0);
+    dt_model_init_random(&c.m, 5);
+    for (int i = 0; i < 256; i++) c.tokens[i] = (i * 37) % cfg.vocab_size;
+    static const struct {
+        dt_quant_scheme scheme;
+        int smooth, min_injected;
+    } runs[] = {{DT_QUANT_Q8_0, 0, 10}, {DT_QUANT_Q4_0, 0, 10}, {DT_QUANT_W8A8, 1, 40}}; /* 21 (portable 13), 21, 63 */
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        dt_quant_defaults(&c.o);
+        c.o.scheme = runs[r].scheme;
+        c.o.lm_head = 1;
+        c.o.quiet = 1;
+        c.o.smooth_alpha = runs[r].smooth ? 0.5f : -1.0f;
+        c.o.calib_tokens = c.tokens;
+        c.o.calib_n = 256;
+        c.o.calib_samples = 4;
+        c.o.calib_seq = 16;
+        walk(dt_quant_scheme_name(c.o.scheme), FAULT_ALLOC, op_quantize, &c, NULL, runs[r].min_injected);
+    }
+    dt_model_free(&c.m);
+}
+
 /* ---------------------------------------------------------------- the parallel tokenizer encoder */
 
 /* On one thread (the hook counts the calling thread's allocations), with chunks of 16 bytes: every
@@ -449,6 +498,7 @@ int main(void) {
         cmocka_unit_test(test_save_faults),
         cmocka_unit_test(test_train_step_alloc_faults),
         cmocka_unit_test(test_train_step_write_faults),
+        cmocka_unit_test(test_quantize_faults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

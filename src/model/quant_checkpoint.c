@@ -429,7 +429,12 @@ static int write_tensors(const dt_model *m, const char *path, dt_error *err) {
     return rc;
 }
 
-int quant_save(const dt_model *m, const char *dir, dt_error *err) {
+int quant_save(const dt_model *m, const char *out_dir, dt_error *err) {
+    /* "OUT/" names the directory OUT: its temporary name "OUT/.tmp.<pid>" would lie inside the
+     * directory that does not exist yet, and the signal handler would watch OUT for it */
+    char dir[4096];
+    if (dt_pathf(dir, sizeof dir, err, "%s", out_dir) != 0) return -1;
+    for (size_t n = strlen(dir); n > 1 && dir[n - 1] == '/'; n--) dir[n - 1] = '\0';
     struct stat sb;
     if (stat(dir, &sb) == 0)
         return dt_fail(err, "%s already exists: a quantised checkpoint is written to a new directory", dir);

@@ -378,6 +378,7 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
             for (int j = 0; j < in; j++) range = fmaxf(range, ctx.absmax[i][j] / (smoothing ? smooth[j] : 1.0f));
             input_scale = range > 0 ? range / 127.0f : 1.0f / 127.0f;
         }
+        q->n_linear = i + 1; /* so that model_quant_free frees this one when packing it fails */
         rc = qlinear_create(&q->lin[i], scheme_format(o->scheme), w, out, in, smoothing ? smooth : NULL,
                             input_scale, err);
         if (rc == 0 && o->float_activations) q->lin[i].act = QACT_FLOAT;
@@ -387,7 +388,6 @@ int dt_model_quantize(dt_model *m, const dt_quant_options *o, dt_error *err) {
             fill_stats(&q->stats[i], ctx.absmax[i], smoothing ? smooth : NULL, in, tmp);
             q->stats[i].input_scale = input_scale;
         }
-        if (rc == 0) q->n_linear = i + 1;
     }
     free(smooth);
     free(tmp);
