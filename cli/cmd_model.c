@@ -289,9 +289,10 @@ static int export_gguf(const char *cmd, const char *in, const char *out, const c
     if (m.cfg.arch != DT_ARCH_LLAMA)
         rc = cli_error_code(cmd, DT_ERR_UNSUPPORTED,
                             "%s is a %s model: GGUF has no form for it (llama.cpp has no differential-attention "
-                            "architecture); export it with --hf for transformers, or train the matched Transformer "
-                            "(--arch transformer) for llama.cpp",
-                            in, dt_arch_name(m.cfg.arch));
+                            "architecture); %s, or train the matched Transformer (--arch transformer) for llama.cpp",
+                            in, dt_arch_name(m.cfg.arch),
+                            has == DT_QUANT_NONE ? "export it with --hf for transformers"
+                                                 : "its float model exports with --hf for transformers");
     else if (has != DT_QUANT_NONE && type && want != has)
         rc = cli_error(cmd, "%s is quantised as %s: it is written with its own blocks (--type %s, or leave --type out); "
                             "export the float model it was made from for another type",
