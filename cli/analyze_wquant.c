@@ -53,6 +53,10 @@ int cli_analyze_wquant(const char *cmd, char **dirs, int n, const cli_wquant_opt
     int rc = 0;
     /* held out: what `train` holds out of --data; calibration: the rest, or --calib */
     if (dt_an_wq_split(&p, tok, ntok, cal, ncal, &err) != 0) rc = cli_error_code(cmd, err.code, "--data %s: %s", o->data, err.msg);
+    char calib_source[4200];
+    snprintf(calib_source, sizeof calib_source, o->calib ? "--calib %s" : "the calibration part of --data %s",
+             o->calib ? o->calib : o->data);
+    p.calib_source = calib_source;
     if (rc == 0 && o->needle) {
         if (dt_needle_load_testset(&ts, o->needle, &err) != 0)
             rc = cli_error_code(cmd, err.code, "--needle: %s", err.msg);

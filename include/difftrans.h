@@ -709,7 +709,8 @@ typedef struct {
                                     slower) instead of rounding each row to 8-bit blocks for integer dot
                                     products (the default; README "Quantisation" says when to use which) */
     /* Calibration (W8A8 with static scales or smoothing): calib_samples windows of calib_seq
-     * tokens, drawn without overlap from calib_tokens (or the text file calib_path) by seed. */
+     * tokens, drawn without overlap from calib_tokens (or the text file calib_path) by seed. With
+     * calib_tokens, calib_path (may be NULL) only names where they came from in messages. */
     const char *calib_path;
     const int *calib_tokens;
     size_t calib_n;

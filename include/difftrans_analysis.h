@@ -488,6 +488,7 @@ typedef struct {
     int seq, windows;
     const int *calib_tokens;     /* calibration text (w8a8), disjoint from the held-out text */
     size_t calib_n;
+    const char *calib_source;    /* what calib_tokens came from, named in messages (a file); may be NULL */
     int calib_samples, calib_seq;
     uint64_t seed;
     int lm_head;                 /* quantise the LM head too */

@@ -93,6 +93,9 @@ expect_fail "--seq beyond the model's context" "--seq 300: more than .*max_posit
 expect_fail "--seq not a number" "--seq 'x': not an integer" "$DT" analyze outliers "$S/diff" --data "$CORPUS" --seq x
 expect_fail "--bits 0" "--bits 0: must be in 1..24" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 0
 expect_fail "--bits empty item" "--bits '8,,4': empty" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 8,,4
+printf 'tiny text\n' >"$S/short.txt"
+expect_fail "a --calib too short is named as such" "--calib .*short\.txt: [0-9]+ tokens make only 0 calibration windows" \
+    "$DT" analyze quantize "$S/diff" --data "$CORPUS" --calib "$S/short.txt" --schemes w8a8
 expect_fail "--bits on outliers" "--bits does not apply to analyze outliers" \
     "$DT" analyze outliers "$S/diff" --data "$CORPUS" --bits 8
 expect_fail "allocation without --needle" "--needle DIR is required" "$DT" analyze allocation "$S/diff"

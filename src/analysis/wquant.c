@@ -197,6 +197,7 @@ int dt_an_wq_run(const dt_model *m, const dt_an_wq_params *p, const dt_an_wq_sch
         dt_quant_options o = schemes[i].opt;
         o.calib_tokens = p->calib_tokens;
         o.calib_n = p->calib_n;
+        o.calib_path = p->calib_source;
         o.calib_samples = p->calib_samples;
         o.calib_seq = p->calib_seq;
         o.seed = p->seed;

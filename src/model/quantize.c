@@ -318,7 +318,7 @@ static int calib_tokens(const dt_model *m, const dt_quant_options *o, int **owne
     if (o->calib_tokens) {
         *tokens = o->calib_tokens;
         *n = o->calib_n;
-        *what = "calibration tokens";
+        *what = o->calib_path ? o->calib_path : "calibration tokens";
         return 0;
     }
     if (!o->calib_path)
