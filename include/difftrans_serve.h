@@ -64,6 +64,11 @@ typedef struct {
                                     its log-probability given the tokens before it */
 } dt_engine_request_options;
 
+/* The defaults, as dt_generate_defaults' for the same fields: no prompt yet, max_new_tokens 200, the
+ * sampler at temperature 0.8, top_k 0, top_p 0.95, seed 42, the model's own stop ids, no
+ * log-probabilities. A zeroed struct is refused at submit (its top_p 0). */
+void dt_engine_request_defaults(dt_engine_request_options *r);
+
 typedef enum {
     DT_EVENT_PROMPT = 0,         /* a prompt token's log-probabilities (prompt_logprobs) */
     DT_EVENT_TOKEN = 1,          /* a generated token */
@@ -92,8 +97,7 @@ typedef struct {
     double t;                    /* dt_seconds() when the event was made */
 } dt_event;
 
-/* There is no defaults function for a request: zero the struct, then set prompt, n_prompt,
- * max_new_tokens, the sampler (top_p 1 for none) and n_stop (-1 for the model's own stop ids). */
+/* A request: dt_engine_request_defaults, then set prompt, n_prompt and what else differs. */
 typedef struct dt_engine_request dt_engine_request;
 
 /* Queues a request. Refused with DT_ERR_INVALID (ids outside the vocabulary, a prompt +

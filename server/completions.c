@@ -560,7 +560,8 @@ static int submit_all(srv *s, void *ctx) {
     for (int i = 0; i < j->n_choices; i++) {
         choice *c = &j->c[i];
         const prompt_t *p = &j->prompts[c->prompt];
-        dt_engine_request_options r = {0};
+        dt_engine_request_options r;
+        dt_engine_request_defaults(&r);
         r.prompt = p->ids;
         r.n_prompt = (int)p->n;
         r.max_new_tokens = j->max_tokens >= 0 ? j->max_tokens : s->ctx - (int)p->n;

@@ -248,9 +248,15 @@ static void expect_generate(const dt_model *m, const int *prompt, int np, int ma
 }
 
 static dt_engine_request_options request(const int *prompt, int np, int max_new, float temperature, uint64_t seed) {
-    return (dt_engine_request_options){.prompt = prompt, .n_prompt = np, .max_new_tokens = max_new,
-                                       .sampler = {.temperature = temperature, .top_k = 0, .top_p = 1.0f},
-                                       .seed = seed, .n_stop = 0, .top_logprobs = -1};
+    dt_engine_request_options r;
+    dt_engine_request_defaults(&r);
+    r.prompt = prompt;
+    r.n_prompt = np;
+    r.max_new_tokens = max_new;
+    r.sampler = (dt_sampler){.temperature = temperature, .top_k = 0, .top_p = 1.0f};
+    r.seed = seed;
+    r.n_stop = 0;
+    return r;
 }
 
 /* Ten requests of different lengths on three slots (seven wait in the queue, prompts prefill in
@@ -461,6 +467,21 @@ static void test_engine_cancel_busy_stop(void **state) {
     /* refusals */
     e = dt_engine_create(&m, &eo, &err);
     assert_non_null(e);
+    dt_engine_request_options dflt; /* the defaults submit as they are, once given a prompt */
+    dt_engine_request_defaults(&dflt);
+    assert_int_equal(dflt.top_logprobs, -1);
+    assert_true(dflt.sampler.top_p > 0 && dflt.sampler.top_p <= 1 && dflt.n_stop < 0);
+    dflt.prompt = prompt;
+    dflt.n_prompt = 2;
+    dflt.max_new_tokens = 3;
+    assert_int_equal(dt_engine_submit(e, &dflt, &c, &err), 0);
+    collected got_default;
+    collect(c, &got_default);
+    assert_true(got_default.done.stop == DT_STOP_LENGTH || got_default.done.stop == DT_STOP_EOS);
+    dt_engine_release(c);
+    dt_engine_request_options zeroed = {.prompt = prompt, .n_prompt = 2, .max_new_tokens = 1};
+    assert_int_equal(dt_engine_submit(e, &zeroed, &c, &err), -1); /* top_p 0 */
+    assert_int_equal(err.code, DT_ERR_INVALID);
     dt_engine_request_options bad = request(prompt, 2, 89, 0.0f, 1);
     assert_int_equal(dt_engine_submit(e, &bad, &c, &err), -1);
     assert_int_equal(err.code, DT_ERR_INVALID);

@@ -98,6 +98,17 @@ void dt_engine_defaults(dt_engine_options *o) {
 
 /* ---------------------------------------------------------------- requests */
 
+void dt_engine_request_defaults(dt_engine_request_options *r) {
+    dt_generate_options g;
+    dt_generate_defaults(&g);
+    memset(r, 0, sizeof *r);
+    r->max_new_tokens = g.max_new_tokens;
+    r->sampler = g.sampler;
+    r->seed = g.seed;
+    r->n_stop = g.n_stop;
+    r->top_logprobs = -1;
+}
+
 static void request_unref_locked(dt_engine_request *q) {
     if (--q->refs > 0) return;
     pthread_cond_destroy(&q->cond);
