@@ -324,6 +324,23 @@ try {
     await page.click(`#tokens .tok[data-i="${e1}"]`);
     const st = await page.textContent('#span-text');
     check(st.startsWith('“é”'), `the span of tokens ${e0}–${e1} (é) reads ${JSON.stringify(st)}`);
+    // Analysed again, the same prompt keeps its marked span; another text of as many tokens does not
+    const analyse = async (text, n) => {
+      await page.evaluate(() => { document.getElementById('att-status').textContent = ''; });
+      await page.fill('#prompt', text);
+      await page.click('#analyse');
+      await page.waitForFunction((k) => document.getElementById('att-status').textContent.startsWith(k + ' tokens'), n,
+        { timeout: 60000 });
+    };
+    await analyse(u8, u8att.tokens.length);
+    check(await page.locator('#tokens .tok.in-span').count() === e1 - e0 + 1, 'the same prompt analysed again lost its span');
+    const other = 'cafë 日本 😀';
+    const otherAtt = await api('/v1/difftrans/attention', { prompt: other, layer: 0, head: 0 });
+    if (otherAtt.tokens.length === u8att.tokens.length) {
+      await analyse(other, otherAtt.tokens.length);
+      check(await page.locator('#tokens .tok.in-span').count() === 0,
+        `a span marked on ${JSON.stringify(u8)} stayed on ${JSON.stringify(other)} (as many tokens)`);
+    }
   }
   log('cut characters labelled: ' + cut.map((i) => labels[i]).join(' '));
   noProblems('tokens that cut characters');
