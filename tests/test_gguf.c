@@ -1144,10 +1144,11 @@ static void test_no_eos(void **state) {
     dt_model_free(&m);
 }
 
-/* llama.cpp ends generation at control tokens of known end-of-turn texts whatever the eos / eot / eom
- * keys say (Llama 3's "<|eot_id|>" beside its EOS "<|end_of_text|>"): reading a file, difftrans
- * stops there too. A token of such a text that is no control token is left alone. Writing a file,
- * stop ids past the three keys are kept when they are such tokens, else refused. */
+/* llama.cpp ends generation at tokens of known end-of-turn texts whatever the eos / eot / eom keys
+ * say (Llama 3's "<|eot_id|>" beside its EOS "<|end_of_text|>") and whatever their type, and at
+ * fill-in-the-middle tokens ("[PAD]" among them): reading a file, difftrans stops there too (as
+ * tests/llama_cpp/run.sh checks against llama.cpp itself). Writing a file, stop ids past the three
+ * keys are kept when they are such tokens, else refused. */
 static void test_eog_by_text(void **state) {
     (void)state;
     char dir[600], json_path[700], path[600];
@@ -1159,7 +1160,9 @@ static void test_eog_by_text(void **state) {
     char *at = strstr(json, "],\"normalizer\"");
     assert_non_null(at);
     const char *more = ",{\"id\":300,\"content\":\"<|eot_id|>\",\"special\":true},"
-                       "{\"id\":301,\"content\":\"<|im_end|>\",\"special\":false}";
+                       "{\"id\":301,\"content\":\"<|im_end|>\",\"special\":false},"
+                       "{\"id\":302,\"content\":\"[PAD]\",\"special\":true},"
+                       "{\"id\":303,\"content\":\"<|im_start|>\",\"special\":true}";
     char *edited = malloc(n + strlen(more) + 1);
     assert_non_null(edited);
     sprintf(edited, "%.*s%s%s", (int)(at - json), json, more, at);
@@ -1168,7 +1171,7 @@ static void test_eog_by_text(void **state) {
     free(edited);
     dt_config c;
     llama_config(&c, 0);
-    c.vocab_size = 302;
+    c.vocab_size = 304;
     dt_model m, back;
     dt_error err;
     assert_int_equal(dt_model_create(&m, &c, &err), 0);
@@ -1178,9 +1181,10 @@ static void test_eog_by_text(void **state) {
     assert_int_equal(dt_tok_token_to_id(dt_model_tok(&m), "<|end_of_text|>", 15), eos);
     save_gguf(&m, "eot.gguf", DT_F32, path, sizeof path);
     load_gguf(&back, path);
-    assert_int_equal(back.cfg.special.n_eos, 2);
-    assert_int_equal(back.cfg.special.eos_token_id[0], eos);
-    assert_int_equal(back.cfg.special.eos_token_id[1], 300);
+    /* "<|im_end|>" though no control token, "[PAD]" as the fill-in-the-middle pad; not "<|im_start|>" */
+    const int stops[] = {eos, 300, 301, 302};
+    assert_int_equal(back.cfg.special.n_eos, 4);
+    assert_memory_equal(back.cfg.special.eos_token_id, stops, sizeof stops);
     expect_checkpoint_loads(&back, "eot_ckpt");
     dt_model_free(&back);
     /* more stop ids than the three keys: those llama.cpp finds by their text need none */
@@ -1195,16 +1199,16 @@ static void test_eog_by_text(void **state) {
     assert_int_equal(kv_int(&f, "tokenizer.ggml.eom_token_id"), 6);
     gguf_close(&f);
     load_gguf(&back, path);
-    assert_int_equal(back.cfg.special.n_eos, 4);
-    const int want[] = {eos, 5, 6, 300};
+    const int want[] = {eos, 5, 6, 300, 301, 302};
+    assert_int_equal(back.cfg.special.n_eos, 6);
     assert_memory_equal(back.cfg.special.eos_token_id, want, sizeof want);
     dt_model_free(&back);
-    /* the others do not fit: refused, naming them ("<|im_end|>" is no control token) */
-    const int five[] = {eos, 301, 5, 6, 7};
-    memcpy(m.cfg.special.eos_token_id, five, sizeof five);
-    m.cfg.special.n_eos = 5;
-    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "eos_token_id holds 5 ids");
-    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "ids 6, 7 would not stop it");
+    /* the others do not fit: refused, naming them ("<|im_start|>" ends nothing in llama.cpp) */
+    const int six[] = {eos, 301, 302, 5, 303, 7};
+    memcpy(m.cfg.special.eos_token_id, six, sizeof six);
+    m.cfg.special.n_eos = 6;
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "eos_token_id holds 6 ids");
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "id 7 would not stop it");
     dt_model_free(&m);
 }
 

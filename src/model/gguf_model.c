@@ -126,6 +126,32 @@ static void eog_scan(token_fn at, void *ctx, int64_t n, unsigned char has[N_EOG]
     }
 }
 
+/* llama.cpp's fill-in-the-middle pad, repository and file-separator tokens end generation too: the
+ * ids their keys give, else a token of one of these texts (llama-vocab.cpp, as EOG_TEXT). */
+static const char *const FIM_KEY[3] = {"tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
+                                       "tokenizer.ggml.fim_sep_token_id"};
+static const char *const FIM_TEXT[3][6] = {
+    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+    {"<|file_sep|>", NULL},
+};
+
+/* For each fim[k] still -1 (no key), the lowest id of a token of one of FIM_TEXT[k]'s texts, if any
+ * (llama.cpp takes whichever its hash map gives first: the same but in a vocabulary holding two of
+ * a kind's texts). */
+static void fim_by_text(token_fn at, void *ctx, int64_t n, int fim[3]) {
+    int found[3] = {-1, -1, -1};
+    for (int64_t i = 0; i < n; i++) {
+        size_t len;
+        const char *t = at(ctx, (uint64_t)i, &len);
+        for (int k = 0; k < 3; k++)
+            for (int j = 0; found[k] < 0 && FIM_TEXT[k][j]; j++)
+                if (strlen(FIM_TEXT[k][j]) == len && memcmp(FIM_TEXT[k][j], t, len) == 0) found[k] = (int)i;
+    }
+    for (int k = 0; k < 3; k++)
+        if (fim[k] < 0) fim[k] = found[k];
+}
+
 /* Whether llama.cpp ends generation at a token of text s in a vocabulary holding the texts has:
  * one of EOG_TEXT, less the two it takes out again, "<|end|>" beside "<|return|>" and "<|call|>"
  * (or "<|calls|>" and "<|flush|>"), and "</s>" beside "<|tool_response>". */
@@ -431,18 +457,22 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
         v->eos_stand_in = v->eos; /* said in the file, so that reading it back gives "no EOS" again */
     }
     /* eos_token_id[0] is EOS, the next ids EOT and EOM: the only other keys llama.cpp reads. Past
-     * three, a control token whose text llama.cpp takes for an end of generation needs no key (it
-     * stops there anyway, and reading the file finds it again); the keys go to the others, and ids
-     * that fit neither are refused */
+     * three, a token llama.cpp ends generation at by its text needs no key (it stops there anyway,
+     * and reading the file finds it again); the keys go to the others, and ids that fit neither
+     * are refused */
     unsigned char has[N_EOG];
-    if (s->n_eos > 3) eog_scan(token_at, v, v->n, has);
+    int fim[3] = {-1, -1, -1}; /* the export writes no fim keys */
+    if (s->n_eos > 3) {
+        eog_scan(token_at, v, v->n, has);
+        fim_by_text(token_at, v, v->n, fim);
+    }
     char unfit[128] = "";
     int n_keyed = 0, n_unfit = 0;
     for (int j = 1; j < s->n_eos; j++) {
         const int id = s->eos_token_id[j];
         size_t len = 0;
-        const char *t = id >= 0 && id < v->n ? token_at(v, (uint64_t)id, &len) : NULL;
-        if (s->n_eos > 3 && t && v->type[id] == TT_CONTROL && eog_by_text(t, len, has)) continue;
+        const char *t = id >= 0 && id < v->n && v->type[id] != TT_UNUSED ? token_at(v, (uint64_t)id, &len) : NULL;
+        if (s->n_eos > 3 && t && (eog_by_text(t, len, has) || id == fim[0] || id == fim[1] || id == fim[2])) continue;
         if (n_keyed < 2) *(n_keyed++ ? &v->eom : &v->eot) = id;
         else {
             const size_t at = strlen(unfit);
@@ -452,8 +482,9 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
     if (n_unfit)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,
                             "%s: eos_token_id holds %d ids; llama.cpp reads three (tokenizer.ggml.eos_token_id, "
-                            "eot_token_id, eom_token_id) and otherwise ends generation only at control tokens of "
-                            "known end-of-turn texts (such as <|eot_id|>): id%s %s would not stop it",
+                            "eot_token_id, eom_token_id) and otherwise ends generation only at tokens of known "
+                            "end-of-turn or fill-in-the-middle texts (such as <|eot_id|>): id%s %s would not stop "
+                            "it",
                             path, s->n_eos, n_unfit > 1 ? "s" : "", unfit);
     if (s->pad_token_id >= 0) v->pad = s->pad_token_id;
     return 0;
@@ -1595,12 +1626,20 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
         const int eos[3] = {v.eos, v.eot, v.eom};
         for (int k = 0; k < 3; k++) add_stop(s, eos[k]);
         /* llama.cpp also ends generation at tokens of known end-of-turn texts (Llama 3's "<|eot_id|>"
-         * beside its EOS "<|end_of_text|>"): stop ids here too when they are control tokens. Those
-         * past DT_MAX_EOS stop ids (a vocabulary of more than five such) are left out. */
+         * beside its EOS "<|end_of_text|>"), whatever their type (it makes them control tokens), and
+         * at the fill-in-the-middle pad, repository and file-separator tokens: stop ids here too.
+         * Ids on unused rows are no token of the tokenizer.json made from the file (special ids on
+         * them are dropped above); those past DT_MAX_EOS stop ids are left out. */
         unsigned char has[N_EOG];
         eog_scan(token_in_at, &v, v.n, has);
         for (int64_t i = 0; i < v.n; i++)
-            if (v.type[i] == TT_CONTROL && eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
+            if (v.type[i] != TT_UNUSED && eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
+        int fim[3];
+        for (int k = 0; k < 3 && rc == 0; k++)
+            if (token_id(f, FIM_KEY[k], v.n, &fim[k], err) != 0) rc = -1;
+        if (rc == 0) fim_by_text(token_in_at, &v, v.n, fim);
+        for (int k = 0; k < 3 && rc == 0; k++)
+            if (fim[k] >= 0 && v.type[fim[k]] != TT_UNUSED) add_stop(s, fim[k]);
         if (!is_bytes(&v)) rc = load_vocab(f, &v, c->vocab_size, out, err);
     }
     free(v.tok);

@@ -51,7 +51,7 @@
 typedef struct {
     const char *mode, *pos[2];
     int n_pos;
-    const char *ids, *out, *text, *backends, *type, *output_type, *embd_type, *set_str;
+    const char *ids, *out, *text, *backends, *type, *output_type, *embd_type, *set_str, *set_u32;
     int threads, last, add_special, verbose, pure, reps, warmup, qk_layout;
     enum llama_flash_attn_type flash;
     int kv; /* -1: llama.cpp's default (F16), else a ggml_type */
@@ -146,6 +146,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--output-type") == 0) o->output_type = v;
         else if (strcmp(a, "--embd-type") == 0) o->embd_type = v;
         else if (strcmp(a, "--set-str") == 0) o->set_str = v;
+        else if (strcmp(a, "--set-u32") == 0) o->set_u32 = v;
         else if (strcmp(a, "--threads") == 0) {
             if (parse_int(a, v, 1, 1024, &o->threads)) return 1;
         } else if (strcmp(a, "--reps") == 0) {
@@ -582,10 +583,16 @@ static int get_u32(const struct gguf_context *g, const char *arch, const char *s
 }
 
 static int mode_rewrite(const opts *o) {
-    if (o->n_pos != 2 || (!o->qk_layout && !o->set_str))
-        return fail("usage: llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE]");
+    if (o->n_pos != 2 || (!o->qk_layout && !o->set_str && !o->set_u32))
+        return fail("usage: llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE] [--set-u32 KEY=N]");
     const char *eq = o->set_str ? strchr(o->set_str, '=') : NULL;
     if (o->set_str && (!eq || eq == o->set_str)) return fail("--set-str '%s': expected KEY=VALUE", o->set_str);
+    /* --set-u32 adds the key (or sets it): e.g. a token id key the file does not have */
+    const char *eq_u = o->set_u32 ? strchr(o->set_u32, '=') : NULL;
+    char *end_u = NULL;
+    const unsigned long val_u = eq_u ? strtoul(eq_u + 1, &end_u, 10) : 0;
+    if (o->set_u32 && (!eq_u || eq_u == o->set_u32 || end_u == eq_u + 1 || *end_u || val_u > 0xFFFFFFFFul))
+        return fail("--set-u32 '%s': expected KEY=N", o->set_u32);
     struct ggml_context *data = NULL;
     struct gguf_init_params ip = {.no_alloc = false, .ctx = &data};
     struct gguf_context *g = gguf_init_from_file(o->pos[0], ip), *out = NULL;
@@ -610,6 +617,14 @@ static int mode_rewrite(const opts *o) {
             else gguf_set_val_str(out, key, eq + 1);
         }
     }
+    if (rc == 0 && eq_u) {
+        char key[256];
+        if ((size_t)(eq_u - o->set_u32) >= sizeof key) rc = fail("--set-u32: key too long");
+        else {
+            snprintf(key, sizeof key, "%.*s", (int)(eq_u - o->set_u32), o->set_u32);
+            gguf_set_val_u32(out, key, (uint32_t)val_u);
+        }
+    }
     for (int64_t i = 0; rc == 0 && i < gguf_get_n_tensors(g); i++) {
         const char *name = gguf_get_tensor_name(g, i);
         struct ggml_tensor *t = ggml_get_tensor(data, name);
@@ -628,8 +643,8 @@ static int mode_rewrite(const opts *o) {
     if (rc == 0 && snprintf(tmp, sizeof tmp, "%s.tmp", o->pos[1]) >= (int)sizeof tmp) rc = fail("%s: path too long", o->pos[1]);
     if (rc == 0 && !gguf_write_to_file(out, tmp, false)) rc = fail("%s: gguf_write_to_file failed", tmp);
     if (rc == 0 && rename(tmp, o->pos[1]) != 0) rc = fail("%s: cannot rename to %s: %s", tmp, o->pos[1], strerror(errno));
-    if (rc == 0) fprintf(stderr, "llama_ref: %s written, %d q/k tensors reordered%s%s\n", o->pos[1], done,
-                         eq ? ", " : "", eq ? o->set_str : "");
+    if (rc == 0) fprintf(stderr, "llama_ref: %s written, %d q/k tensors reordered%s%s%s%s\n", o->pos[1], done,
+                         eq ? ", " : "", eq ? o->set_str : "", eq_u ? ", " : "", eq_u ? o->set_u32 : "");
     if (out) gguf_free(out);
     gguf_free(g);
     if (data) ggml_free(data);

@@ -208,6 +208,48 @@ else
     echo "(as it must) tokens differ with the wrong pre-tokeniser: $(wc -w <"$S/ll-tok.txt") ids against $(wc -w <"$S/dt-tok.txt")"
 fi
 
+# ---------------------------------------------------------------- the end of generation
+# llama.cpp ends generation at EOS / EOT / EOM, at tokens of known end-of-turn texts whatever their
+# type, and at the fill-in-the-middle tokens (from their keys, else by text): difftrans reading the
+# file must stop at the same ids. GPT-2's vocabulary with added tokens: "<|im_end|>" not special,
+# "[PAD]" (a fill-in-the-middle pad by its text), "<|im_start|>" (ends nothing), "<|file_sep|>"
+cp -r "$S/tok2" "$S/tok3"
+"$PY" - "$S/tok3/tokenizer.json" <<'PYEOF'
+import json, sys
+path = sys.argv[1]
+tok = json.load(open(path, encoding="utf-8"))
+for i, (text, special) in enumerate([("<|im_end|>", False), ("[PAD]", True), ("<|im_start|>", True),
+                                     ("<|file_sep|>", True)]):
+    tok["added_tokens"].append({"id": 512 + i, "content": text, "single_word": False, "lstrip": False,
+                                "rstrip": False, "normalized": False, "special": special})
+json.dump(tok, open(path, "w", encoding="utf-8"), ensure_ascii=False)
+PYEOF
+# (with its EOS, 510 "<|end_of_text|>": a model without one is exported with a stand-in that
+# llama.cpp stops at and difftrans reads back as none)
+sed 's/"vocab_size": 512/"vocab_size": 516, "bos_token_id": 509, "eos_token_id": 510/' "$S/config.json" >"$S/config3.json"
+expect_ok "init a model with added tokens" "$DT" init --config "$S/config3.json" --arch transformer --out "$S/m3"
+rm -f "$S/m3/difftrans_tokenizer.json" && cp "$S/tok3/tokenizer.json" "$S/tok3/tokenizer_config.json" "$S/m3/"
+expect_ok "export it --gguf" "$DT" export "$S/m3" "$S/m3.gguf" --gguf
+expect_ok "rewrite --set-u32 tokenizer.ggml.fim_sep_token_id=514" "$LR" rewrite "$S/m3.gguf" "$S/m3-fim.gguf" \
+    --set-u32 tokenizer.ggml.fim_sep_token_id=514
+# stops_agree GGUF WANT: difftrans's stop ids and llama.cpp's end-of-generation ids, as sorted sets
+stops_agree() {
+    local gguf=$1 want=$2 dt ll
+    expect_ok "difftrans info ${gguf##*/}" "$DT" info "$gguf" &&
+        dt=$(sed -n 's/.*| eos \([0-9 ]*\)$/\1/p' "$S/last.out" | tr ' ' '\n' | grep . | sort -n | tr '\n' ' ')
+    expect_ok "llama_ref info ${gguf##*/}" "$LR" info "$gguf" &&
+        ll=$(sed -n 's/.*end-of-generation ids://p' "$S/last.out" | grep -o " [0-9][0-9]* '" | tr -dc '0-9\n ' |
+            tr ' ' '\n' | grep . | sort -n | tr '\n' ' ')
+    if [ -n "$dt" ] && [ "$dt" = "$ll" ] && [ "$dt" = "$want" ]; then
+        pass
+        echo "end of generation agrees (${gguf##*/}): $dt"
+    else
+        fail "the same end-of-generation ids (${gguf##*/})" "difftrans: $dt" "llama.cpp: $ll" "expected: $want"
+    fi
+}
+stops_agree "$S/m3.gguf" "510 512 513 515 "
+stops_agree "$S/m3-fim.gguf" "510 512 513 514 "
+
 # ---------------------------------------------------------------- the timing mode
 expect_ok "llama_ref bench" "$LR" bench "$S/m-q8_0.gguf" --prompt 16,40 --decode 8 --decode-at 33 --reps 2 --threads 2
 out_has "bench: a JSON line with both prompt lengths and decoding" "$S/last.out" '"engine":"llama.cpp"' '"16":\{"tokens_per_s":\[[0-9.e+]+,[0-9.e+]+\]' \
