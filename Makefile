@@ -1,5 +1,9 @@
-# Thin wrapper over CMake: `make`, `make test`, `make demo`, `make check-asan`, `make fuzz`. See README.md.
+# Thin wrapper over CMake: `make`, `make test`, `make demo`, `make install`, `make check-asan`, `make fuzz`.
+# See README.md.
 BUILD ?= build
+# `make install PREFIX=/usr DESTDIR=/tmp/stage`: PREFIX is set when the build is configured (difftrans.pc
+# and GNUInstallDirs' lib/ or lib/<multiarch>/ follow it); unset, the build keeps the prefix it has
+PREFIX ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # The sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, clang for libFuzzer)
 ASAN_BUILD ?= build-asan
@@ -11,14 +15,19 @@ FUZZ_SECONDS ?= 60
 # `make check-asan` runs those too
 ASAN_QUICK_SKIP ?= ^cli_|^golden_|^baseline_|^tokenizer_reference$$|^test_tokenizer_golden|^test_quant$$|_portable$$|_avx2$$
 
-.PHONY: all build test demo clean deps asan-build check-asan fuzz
+.PHONY: all build test demo install clean deps asan-build check-asan fuzz
 
 all: build
 
 build:
 	@scripts/check-deps.sh
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(if $(PREFIX),-DCMAKE_INSTALL_PREFIX=$(PREFIX)) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# the headers, libdifftrans.so and .a, difftrans.pc and the CLI under PREFIX (/usr/local by default),
+# staged under DESTDIR when it is set
+install: build
+	cmake --install $(BUILD)
 
 test:
 	@scripts/check-deps.sh --install test

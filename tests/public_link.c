@@ -1,7 +1,8 @@
 /* public_link.c — a program that links build/libdifftrans.a and defines functions of its own under
  * names the library uses inside (linear_forward, tk_hash, read_text_file, gguf_open): it must link
  * (those names are local to the library) and the library must go on calling its own. Built and
- * run by CTest as test_public_link. */
+ * run by CTest as test_public_link, and by the install test (check_install.sh) against an installed
+ * copy through pkg-config, linked to libdifftrans.so and to libdifftrans.a. */
 #include <stdio.h>
 #include <string.h>
 
