@@ -158,6 +158,9 @@ static int build_reply(srv *s, att_job *a, char **json, size_t *json_len) {
         for (int l = 0; l < c->num_hidden_layers && lam; l++)
             cJSON_AddItemToArray(lam, cJSON_CreateNumber(dt_model_lambda(m, l)));
     } else cJSON_AddNullToObject(root, "lambda");
+    if (c->arch == DT_ARCH_DIFF_V2)
+        cJSON_AddStringToObject(root, "v2_pairs", c->v2_pairs == DT_V2_PAIRS_CROSS ? "j,j+h" : "2j,2j+1");
+    else cJSON_AddNullToObject(root, "v2_pairs");
     cJSON *layers = cJSON_AddArrayToObject(root, "layers");
     for (int l = a->l0; l < a->l1 && layers && !bad; l++) {
         cJSON *lo = cJSON_CreateObject();
@@ -171,6 +174,12 @@ static int build_reply(srv *s, att_job *a, char **json, size_t *json_len) {
             cJSON *ho = cJSON_CreateObject();
             cJSON_AddItemToArray(heads, ho);
             cJSON_AddNumberToObject(ho, "head", j);
+            /* which query heads the maps read: the pairing differs between DIFF, DIFF V2 and its
+             * v2_pairs "j,j+h" ablation, and the page titles the maps from this, not its own guess */
+            cJSON *qh = cJSON_AddArrayToObject(ho, "query_heads");
+            for (int w = 0; w < a->maps_per_head && qh; w++)
+                cJSON_AddItemToArray(qh, cJSON_CreateNumber(dt_config_query_head(c, j, w)));
+            bad |= !qh;
             const float *m1 = a->tri + (((size_t)(l - a->l0) * nh + (j - a->h0)) * a->maps_per_head) * tl;
             srv_buf b = {0};
             if (c->arch == DT_ARCH_LLAMA) {

@@ -59,6 +59,8 @@ for (const [name, dir] of Object.entries(models)) {
   const m = {
     dir, vocab_size: cfg.vocab_size, context: cfg.max_position_embeddings, layers: cfg.num_hidden_layers,
     heads: cfg.num_attention_heads, model_type: cfg.model_type, eos_ids: eos === null ? [] : [].concat(eos),
+    // DIFF V2's pairing of query heads, as config.json spells it (absent: the default)
+    v2_pairs: cfg.model_type === 'difftrans_v2' ? cfg.difftrans?.v2_pairs ?? '2j,2j+1' : null,
     greedy: [],
   };
   // `difftrans info`: the parameter count and (DIFF) λ per layer the server must report

@@ -2,13 +2,13 @@
 # run.sh PATH_TO_difftrans SCRATCH_DIR MODULES_DIR — `difftrans serve` end to end, with the official
 # OpenAI SDK as the client (CTest: serve_openai; MODULES_DIR is where serve_fetch installed the npm
 # packages). Builds tiny models with the command line — a BPE DIFF model (its tokenizer trained here,
-# BOS and EOS included), its q8_0 copy, a byte-level llama baseline, a DIFF V2 model, and an untrained
-# medium DIFF model that decodes slowly enough to hold a slot, and a byte-level and a BPE model of
-# multibyte text — computes what `difftrans generate` and
-# `difftrans forward` answer (expect.mjs), starts the servers with --port 0 and reads their ports from
-# the one line each prints, runs sdk.mjs (completions, streaming, chat, logprobs, models, health,
-# metrics, attention, every error), u8.mjs (streamed text against whole text where tokens cut
-# characters), the page's browser test when it is there, and load.mjs (16
+# BOS and EOS included), its q8_0 copy, a byte-level llama baseline, a DIFF V2 model and its
+# v2-crossgroup ablation (query heads j and j+h), an untrained medium DIFF model that decodes slowly
+# enough to hold a slot, and a byte-level and a BPE model of multibyte text — computes what
+# `difftrans generate` and `difftrans forward` answer (expect.mjs), starts the servers with --port 0
+# and reads their ports from the one line each prints, runs sdk.mjs (completions, streaming, chat,
+# logprobs, models, health, metrics, attention, every error), u8.mjs (streamed text against whole
+# text where tokens cut characters), the page's browser test when it is there, and load.mjs (16
 # clients, a few hundred requests), then stops every server with SIGTERM, one of them in the middle
 # of a stream: each must exit 0. Exits 77 (skipped) when node or the npm packages are missing.
 set -u
@@ -35,6 +35,9 @@ expect_ok "quantize it to q8_0" "$DT" quantize "$S/diff" "$S/diff.q8_0" --scheme
 expect_ok "train the llama baseline (bytes)" "$DT" train --data "$CORPUS" --arch transformer --out "$S/llama" --steps 100 "${TRAIN[@]}"
 expect_ok "train the V2 model (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch v2 --out "$S/v2" --steps 20 \
     --preset tiny --batch 4 --seq 32 --lr 1e-2 --warmup 5 --threads 2 --quiet --eval-interval 0
+expect_ok "train the V2 crossgroup ablation (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch v2 \
+    --ablation v2-crossgroup --out "$S/v2x" --steps 20 --preset tiny --batch 4 --seq 32 --lr 1e-2 --warmup 5 --threads 2 \
+    --quiet --eval-interval 0
 # a line of 2-, 3- and 4-byte characters: a byte-level and a BPE model whose tokens cut characters
 for i in $(seq 1 300); do echo 'héllo wörld 日本語 ÅÄÖ привет 😀'; done >"$S/u8.txt"
 expect_ok "train the UTF-8 model (bytes)" "$DT" train --data "$S/u8.txt" --arch transformer --out "$S/u8byte" --steps 150 "${TRAIN[@]}"
@@ -57,7 +60,7 @@ f.write(struct.pack("<%df" % ((b - a) // 4), *[3.4e38] * ((b - a) // 4)))
 PYEOF
 if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
 expect_ok "what generate and forward answer (expect.mjs)" node "$HERE/expect.mjs" "$DT" "$S/expect.json" "$S" \
-    diff="$S/diff" q8="$S/diff.q8_0" llama="$S/llama" v2="$S/v2"
+    diff="$S/diff" q8="$S/diff.q8_0" llama="$S/llama" v2="$S/v2" v2x="$S/v2x"
 if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
 
 # ---------------------------------------------------------------- the servers
@@ -116,6 +119,7 @@ start_server key diff "diffllama" 2 256 "$S/diff" --parallel 2 --api-key "$KEY" 
 start_server q8 'diff\.q8_0' 'diffllama( q8_0)?' 4 256 "$S/diff.q8_0"
 start_server llama llama "llama" 4 256 "$S/llama"
 start_server v2 v2 "difftrans_v2" 4 256 "$S/v2" --ctx 256
+start_server v2x v2x "difftrans_v2" 2 256 "$S/v2x" --parallel 2
 start_server slow slow "diffllama" 1 1024 "$S/slow" --parallel 1 --queue 1
 start_server broken broken "llama" 2 256 "$S/broken" --parallel 2
 start_server u8byte u8byte "llama" 2 256 "$S/u8byte" --parallel 2 --chat-template chatml
@@ -133,6 +137,7 @@ cat >"$S/config.json" <<EOF
   "q8": {"url": "$(url q8)", "pid": ${PID[q8]}, "name": "diff.q8_0"},
   "llama": {"url": "$(url llama)", "pid": ${PID[llama]}, "name": "llama"},
   "v2": {"url": "$(url v2)", "pid": ${PID[v2]}, "name": "v2"},
+  "v2x": {"url": "$(url v2x)", "pid": ${PID[v2x]}, "name": "v2x"},
   "slow": {"url": "$(url slow)", "pid": ${PID[slow]}, "name": "slow", "max_tokens": $SLOW_TOKENS, "context": 1024},
   "broken": {"url": "$(url broken)", "pid": ${PID[broken]}, "name": "broken"},
   "u8byte": {"url": "$(url u8byte)", "pid": ${PID[u8byte]}, "name": "u8byte"},
@@ -166,7 +171,7 @@ else
     echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
 fi
 
-for n in main key q8 llama v2 broken u8byte u8bpe; do stop_server $n; done
+for n in main key q8 llama v2 v2x broken u8byte u8bpe; do stop_server $n; done
 
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server

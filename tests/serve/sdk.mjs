@@ -553,6 +553,7 @@ test('attention (DIFF): map1, map2, diff = map1 − λ·map2, λ per layer as di
   assert.equal(a.n_layers, E.diff.layers);
   assert.equal(a.n_heads, E.diff.heads / 2, 'DIFF: H/2 differential heads');
   assert.equal(a.lambda.length, a.n_layers);
+  assert.equal(a.v2_pairs, null);
   a.lambda.forEach((l, i) => near(l, E.diff.lambda[i], 1e-4, `λ of layer ${i}`));
   assert.equal(a.layers.length, a.n_layers);
   let differ = false;
@@ -562,6 +563,7 @@ test('attention (DIFF): map1, map2, diff = map1 − λ·map2, λ per layer as di
     assert.equal(L.heads.length, a.n_heads);
     L.heads.forEach((h, j) => {
       assert.equal(h.head, j);
+      assert.deepEqual(h.query_heads, [j, j + a.n_heads], 'DIFF: head j reads query heads j and j + h');
       checkRows(h.map1, T, `layer ${l} head ${j} map1`);
       checkRows(h.map2, T, `layer ${l} head ${j} map2`);
       checkRows(h.diff, T, `layer ${l} head ${j} diff`, { sumsTo1: false });
@@ -593,33 +595,41 @@ test('attention (llama): one softmax map per head, λ null', async () => {
     assert.equal(L.lambda, null);
     for (const h of L.heads) {
       checkRows(h.map, T, `llama layer ${L.layer} head ${h.head}`);
+      assert.deepEqual(h.query_heads, [h.head]);
       assert.ok(!('map2' in h) || h.map2 === null, 'llama has no second map');
     }
   }
 });
 
-test('attention (V2): query heads 2j and 2j+1, per-token λ, diff row t = map1 − λ_t·map2', async () => {
-  const text = 'This License applies';
-  const a = await attention(S.v2, { prompt: text });
-  assert.equal(a.arch, 'difftrans_v2');
-  assert.equal(a.lambda, null);
-  assert.equal(a.n_heads, E.v2.heads / 2);
-  const T = a.ids.length;
-  assert.deepEqual(a.ids, encode(text, true));
-  let varies = false;
-  for (const L of a.layers) for (const h of L.heads) {
-    checkRows(h.map1, T, 'V2 map1');
-    checkRows(h.map2, T, 'V2 map2');
-    checkRows(h.diff, T, 'V2 diff', { sumsTo1: false });
-    assert.equal(h.lambda.length, T, 'one λ per query token');
-    for (let t = 0; t < T; t++) {
-      assert.ok(Number.isFinite(h.lambda[t]));
-      if (Math.abs(h.lambda[t] - h.lambda[0]) > 1e-4) varies = true;
-      for (let k = 0; k <= t; k++) near(h.diff[t][k], h.map1[t][k] - h.lambda[t] * h.map2[t][k], 1.5e-3, `V2 diff[${t}][${k}]`);
+for (const name of ['v2', 'v2x']) {
+  const what = `attention (V2, ${name}): query heads 2j and 2j+1 (crossgroup: j and j+h), per-token λ, diff = map1 − λ_t·map2`;
+  test(what, async () => {
+    const text = 'This License applies';
+    const a = await attention(S[name], { prompt: text });
+    assert.equal(a.arch, 'difftrans_v2');
+    assert.equal(a.lambda, null);
+    assert.equal(a.n_heads, E[name].heads / 2);
+    assert.equal(a.v2_pairs, E[name].v2_pairs, 'the pairing of config.json');
+    const T = a.ids.length;
+    assert.deepEqual(a.ids, encode(text, true));
+    let varies = false;
+    for (const L of a.layers) for (const h of L.heads) {
+      const j = h.head;
+      const want = E[name].v2_pairs === 'j,j+h' ? [j, j + a.n_heads] : [2 * j, 2 * j + 1];
+      assert.deepEqual(h.query_heads, want, `${name} head ${j}'s query heads`);
+      checkRows(h.map1, T, 'V2 map1');
+      checkRows(h.map2, T, 'V2 map2');
+      checkRows(h.diff, T, 'V2 diff', { sumsTo1: false });
+      assert.equal(h.lambda.length, T, 'one λ per query token');
+      for (let t = 0; t < T; t++) {
+        assert.ok(Number.isFinite(h.lambda[t]));
+        if (Math.abs(h.lambda[t] - h.lambda[0]) > 1e-4) varies = true;
+        for (let k = 0; k <= t; k++) near(h.diff[t][k], h.map1[t][k] - h.lambda[t] * h.map2[t][k], 1.5e-3, `V2 diff[${t}][${k}]`);
+      }
     }
-  }
-  assert.ok(varies, 'V2\'s λ is the same for every token: not per token');
-});
+    assert.ok(varies, 'V2\'s λ is the same for every token: not per token');
+  });
+}
 
 test('attention: too long a prompt, layer or head out of range are refused with 400', async () => {
   const max = S.main.attention_max_tokens;
