@@ -1,8 +1,9 @@
 #!/usr/bin/env node
-// browser.mjs URL SCREENSHOT [NODE_MODULES_DIR] — the page of `difftrans serve` in headless Chromium
-// (Debian's /usr/bin/chromium, driven by playwright-core; no browser is downloaded). URL is a running
-// server (no --api-key); SCREENSHOT the PNG kept as the test artefact; NODE_MODULES_DIR where
-// playwright-core is installed (default: resolved from this file, as node does).
+// browser.mjs URL SCREENSHOT [NODE_MODULES_DIR [V2_PAIRS]] — the page of `difftrans serve` in headless
+// Chromium (Debian's /usr/bin/chromium, driven by playwright-core; no browser is downloaded). URL is a
+// running server (no --api-key); SCREENSHOT the PNG kept as the test artefact; NODE_MODULES_DIR where
+// playwright-core is installed (default: resolved from this file, as node does); V2_PAIRS, for a DIFF V2
+// model, its config's v2_pairs: "2j,2j+1" (the default) or "j,j+h" (the v2-crossgroup ablation).
 //
 // It loads the page and fails on any console error or warning, uncaught page error, failed request
 // or error reply, except in the one step that asks for an error on purpose. It streams a greedy
@@ -13,18 +14,22 @@
 // DIFF model); llama shows map 1 only. It switches layer and head and checks the maps are redrawn,
 // marks an answer span by clicking two tokens and checks #span-share against the share computed
 // here from the API's rows, checks an API error reaches the message box, that the page fits a
-// narrow window, and saves the screenshot. Exit 0 on success, 1 with a message on failure.
+// narrow window, and saves the screenshot.
+// The heads' titles and the head selector name the query heads the model pairs (DIFF j and j + h,
+// DIFF V2 2j and 2j + 1 or, crossgroup, j and j + h), as the API's query_heads does.
+// Exit 0 on success, 1 with a message on failure.
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createRequire } from 'node:module';
 import { pathToFileURL } from 'node:url';
 
-const [url, shot, modules] = process.argv.slice(2);
-if (!url || !shot) {
-  console.error('usage: browser.mjs URL SCREENSHOT [NODE_MODULES_DIR]');
+const [url, shot, modules, pairsArg] = process.argv.slice(2);
+if (!url || !shot || (pairsArg && !['2j,2j+1', 'j,j+h'].includes(pairsArg))) {
+  console.error('usage: browser.mjs URL SCREENSHOT [NODE_MODULES_DIR [2j,2j+1|j,j+h]]');
   process.exit(2);
 }
+const v2Pairs = pairsArg || '2j,2j+1';
 const base = url.replace(/\/+$/, '');
 const from = modules ? path.join(path.resolve(modules), 'noop.js') : import.meta.filename;
 const pw = await import(pathToFileURL(createRequire(from).resolve('playwright-core')).href);
@@ -240,6 +245,36 @@ try {
     }
   }
   noProblems('the attention view');
+
+  // The query heads each head's maps read: DIFF j and j + h, DIFF V2 2j and 2j + 1 or (crossgroup)
+  // j and j + h, llama j — in the API, the head selector and the maps' titles.
+  const queryHeads = (j) => {
+    if (llama) return [j];
+    return arch === 'diffllama' || v2Pairs === 'j,j+h' ? [j, j + H] : [2 * j, 2 * j + 1];
+  };
+  if (arch === 'difftrans_v2') {
+    check(att.v2_pairs === v2Pairs, `the API's v2_pairs is ${JSON.stringify(att.v2_pairs)}, the model's ${v2Pairs}`);
+  }
+  for (const Lx of att.layers) for (const h of Lx.heads) {
+    const want = JSON.stringify(queryHeads(h.head));
+    check(JSON.stringify(h.query_heads) === want,
+      `layer ${Lx.layer} head ${h.head}: the API's query_heads ${JSON.stringify(h.query_heads)}, expected ${want}`);
+  }
+  const headOptions = await page.$$eval('#head option', (os) => os.map((o) => o.textContent));
+  check(headOptions.length === H, `#head has ${headOptions.length} options for ${H} heads`);
+  headOptions.forEach((text, j) => {
+    const q = queryHeads(j);
+    check(llama ? !/query heads/.test(text) : text.includes(`query heads ${q[0]} and ${q[1]}`),
+      `#head option ${j}: "${text}", expected query heads ${q}`);
+  });
+  for (const [w, id] of ids.entries()) {
+    const title = await page.textContent('#title-' + id);
+    if (id === 'diff') continue;
+    const want = llama ? new RegExp(`head ${j2}(?!\\d)`) : new RegExp(`query head ${queryHeads(j2)[w]}(?!\\d)`);
+    check(want.test(title), `head ${j2}: #title-${id} is "${title}", expected ${want}`);
+  }
+  log(`head ${j2}: ${llama ? 'head ' + j2 : 'query heads ' + queryHeads(j2).join(' and ')}` +
+    (arch === 'difftrans_v2' ? ` (v2_pairs ${v2Pairs})` : ''));
 
   // The answer span — the tokens of the needle "9078" in the context (the last two tokens when the
   // texts do not show it): click its first and last token; the share against the API's rows.

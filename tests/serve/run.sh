@@ -160,11 +160,14 @@ check "--quiet: no request lines on stderr" sh -c "! grep -q 'POST /v1' '$S/key.
 # the page in headless Chromium (browser.mjs, the page helper's), its screenshot kept in the build tree
 if [ -f "$HERE/browser.mjs" ] && { command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; } &&
    [ -d "$MODULES/node_modules/playwright-core" ]; then
-    BROWSE=(main llama v2) # the page's three kinds of map; under ASan the DIFF one alone
+    # the page's three kinds of map and V2's two pairings of query heads; under ASan the DIFF one alone
+    BROWSE=(main llama v2 v2x)
     [ "${DT_ASAN:-0}" = 1 ] && BROWSE=(main)
     for m in "${BROWSE[@]}"; do
+        pairs=()
+        [ "$m" = v2x ] && pairs=("j,j+h")
         expect_ok "browser.mjs: the page on the $m server" node "$HERE/browser.mjs" "$(url $m)" "$(dirname "$S")/serve_page_$m.png" \
-            "$MODULES/node_modules"
+            "$MODULES/node_modules" "${pairs[@]}"
         tail -n 5 "$S/last.out"
     done
 else
