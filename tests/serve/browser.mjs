@@ -17,6 +17,10 @@
 // narrow window, and saves the screenshot.
 // The heads' titles and the head selector name the query heads the model pairs (DIFF j and j + h,
 // DIFF V2 2j and 2j + 1 or, crossgroup, j and j + h), as the API's query_heads does.
+// Colour scales: the softmax maps' legend runs from 0 to their largest weight, the difference's from
+// −m to +m, m its largest |value|; a negative cell is orange, a positive one blue; with the reply
+// rewritten on its way to the page (a +x and a −x cell; then a difference reaching far past every
+// softmax weight) the ±x cells differ in colour and the softmax maps' pixels do not change.
 // Exit 0 on success, 1 with a message on failure.
 import fs from 'node:fs';
 import os from 'node:os';
@@ -73,6 +77,32 @@ function pixels(page, id) {
       visible: cv.offsetParent !== null };
   }, id);
 }
+
+// The colour [r, g, b] at the middle of cell (query t, key k) of a map.
+function cellColour(page, id, t, k) {
+  return page.evaluate(([id, t, k]) => {
+    const cv = document.getElementById(id), geo = cv._geo, s = cv.width / geo.W;
+    const copy = document.createElement('canvas');
+    copy.width = cv.width;
+    copy.height = cv.height;
+    const g = copy.getContext('2d', { willReadFrequently: true });
+    g.drawImage(cv, 0, 0);
+    const edge = (i) => geo.margin + Math.round(i * geo.cell);
+    const mid = (i) => Math.floor((edge(i) + edge(i + 1)) / 2 * s);
+    return [...g.getImageData(mid(k), mid(t), 1, 1).data.slice(0, 3)];
+  }, [id, t, k]);
+}
+const blue = (c) => c[2] - c[0] > 8;
+const orange = (c) => c[0] - c[2] > 8;
+
+// A map's legend: its range (data-min, data-max) and text.
+function legendOf(page, id) {
+  return page.evaluate((id) => {
+    const e = document.getElementById('legend-' + id);
+    return { min: Number(e.dataset.min), max: Number(e.dataset.max), text: e.textContent };
+  }, id);
+}
+const maxAbsOf = (rowsList) => Math.max(...rowsList.flat(2).map(Math.abs));
 
 function shareOf(row, a, b) {
   let all = 0, sp = 0;
@@ -319,7 +349,82 @@ try {
   await page.mouse.move(box.x + geo.margin + (tk + 0.5) * geo.cell, box.y + geo.margin + (tq + 0.5) * geo.cell);
   const tip = await page.textContent('#tooltip');
   check(await page.isVisible('#tooltip') && tip.includes(`query ${tq}`) && tip.includes(`key   ${tk}`), `hover tooltip: "${tip}"`);
+  await page.mouse.move(0, 0);
   noProblems('marking a span');
+
+  // The head shown (layer l2, head j2) and the last query token.
+  const hc = headOf(l2, j2), last = n - 1;
+
+  // Colour scales: map 1 and map 2 from 0 to their largest weight, the difference ±its largest |value|.
+  const softIds = llama ? ['map1'] : ['map1', 'map2'];
+  const softMax = maxAbsOf(softIds.map((id) => (llama ? hc.map : hc[id])));
+  for (const id of softIds) {
+    const g = await legendOf(page, id);
+    check(g.min === 0 && g.max === softMax,
+      `the legend of ${id} runs ${g.min}..${g.max}, not 0..${softMax} (the softmax maps' largest weight)`);
+  }
+  if (!llama) {
+    const dMax = maxAbsOf([hc.diff]);
+    const g = await legendOf(page, 'diff');
+    check(g.min === -dMax && g.max === dMax, `the difference's legend runs ${g.min}..${g.max}, not ±${dMax}`);
+    // its most negative and most positive cells, orange and blue
+    let lo = [0, 0, Infinity], hi = [0, 0, -Infinity];
+    hc.diff.forEach((r, t) => r.forEach((v, k) => {
+      if (v < lo[2]) lo = [t, k, v];
+      if (v > hi[2]) hi = [t, k, v];
+    }));
+    if (lo[2] < 0) {
+      const c = await cellColour(page, 'diff', lo[0], lo[1]);
+      check(orange(c), `the difference's cell ${lo[0]},${lo[1]} (${lo[2]}) is rgb(${c}), not orange`);
+    }
+    const c = await cellColour(page, 'diff', hi[0], hi[1]);
+    check(blue(c), `the difference's cell ${hi[0]},${hi[1]} (${hi[2]}) is rgb(${c}), not blue`);
+
+    // The reply rewritten for this head on its way to the page: cells of +x and −x (x half the largest
+    // |value|, which stays), then the same with one cell at −4 × the largest of all, far past every
+    // softmax weight.
+    const ta = last, ka = 0, tb = last, kb = Math.min(1, last);
+    const x = dMax / 2, far = -4 * Math.max(dMax, softMax);
+    let patch = null;
+    await page.route('**/v1/difftrans/attention', async (route) => {
+      const res = await route.fetch();
+      const j = await res.json();
+      if (patch && res.ok()) patch(j.layers.find((y) => y.layer === l2).heads.find((y) => y.head === j2));
+      await route.fulfill({ response: res, json: j });
+    });
+    const reanalyse = async () => {
+      await page.evaluate(() => { document.getElementById('att-status').textContent = ''; });
+      await page.click('#analyse');
+      await page.waitForFunction((k) => document.getElementById('att-status').textContent.startsWith(k + ' tokens'), n,
+        { timeout: 60000 });
+    };
+    patch = (h) => { h.diff[ta][ka] = x; h.diff[tb][kb] = -x; };
+    await reanalyse();
+    const plus = await cellColour(page, 'diff', ta, ka), minus = await cellColour(page, 'diff', tb, kb);
+    check(blue(plus) && orange(minus) && plus.join() !== minus.join(),
+      `+${x} is rgb(${plus}) and −${x} rgb(${minus}): not blue and orange`);
+    const before = {};
+    for (const id of ids) before[id] = await pixels(page, id);
+    patch = (h) => { h.diff[ta][ka] = x; h.diff[tb][kb] = -x; h.diff[last][last] = far; };
+    await reanalyse();
+    const g2 = await legendOf(page, 'diff');
+    check(g2.min === far && g2.max === -far,
+      `with a difference of ${far} its legend runs ${g2.min}..${g2.max}, not ±${-far}`);
+    for (const id of softIds) {
+      check((await pixels(page, id)).hash === before[id].hash, `${id}'s colours changed with the difference's range`);
+      const g = await legendOf(page, id);
+      check(g.max === softMax, `${id}'s legend runs to ${g.max} with the difference at ${far}, not ${softMax}`);
+    }
+    check((await pixels(page, 'diff')).hash !== before.diff.hash, 'the difference was not drawn again, wider');
+    const plus2 = await cellColour(page, 'diff', ta, ka);
+    check(blue(plus2) && plus2.join() !== plus.join(), `+${x} on the wider scale is rgb(${plus2}), as before`);
+    patch = null;
+    await page.unroute('**/v1/difftrans/attention');
+    await reanalyse();
+    log(`colour scales: softmax 0..${softMax.toPrecision(3)}, difference ±${dMax.toPrecision(3)}; ` +
+      `±${x.toPrecision(3)}: rgb(${plus}) / rgb(${minus})`);
+  }
+  noProblems('the colour scales');
 
   await page.screenshot({ path: shot, fullPage: true });
   log('screenshot: ' + shot);
