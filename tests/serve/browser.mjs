@@ -17,6 +17,10 @@
 // narrow window, and saves the screenshot.
 // The heads' titles and the head selector name the query heads the model pairs (DIFF j and j + h,
 // DIFF V2 2j and 2j + 1 or, crossgroup, j and j + h), as the API's query_heads does.
+// From the keyboard: Tab reaches the layer and head selectors, the maps and the λ charts; in a map the
+// arrow keys, Home / End, Ctrl+Home / Ctrl+End and Page Down move a cursor whose cell (aria-activedescendant,
+// role gridcell, its row and column indices) and tooltip give that cell's values, Escape leaves it and the
+// map is as before; in the λ per layer chart Enter shows the layer of the bar under the cursor.
 // Colour scales: the softmax maps' legend runs from 0 to their largest weight, the difference's from
 // −m to +m, m its largest |value|; a negative cell is orange, a positive one blue; with the reply
 // rewritten on its way to the page (a +x and a −x cell; then a difference reaching far past every
@@ -103,6 +107,9 @@ function legendOf(page, id) {
   }, id);
 }
 const maxAbsOf = (rowsList) => Math.max(...rowsList.flat(2).map(Math.abs));
+
+// The page's number format (fmt): 4 decimals, or 3 significant digits below 0.001.
+const fmt = (v) => (Math.abs(v) >= 0.001 || v === 0 ? v.toFixed(4) : v.toExponential(2));
 
 function shareOf(row, a, b) {
   let all = 0, sp = 0;
@@ -354,6 +361,134 @@ try {
 
   // The head shown (layer l2, head j2) and the last query token.
   const hc = headOf(l2, j2), last = n - 1;
+
+  // The keyboard. From Analyse, Tab reaches the selectors, the maps and the λ charts, in that order.
+  const focusedId = () => page.evaluate(() => {
+    const e = document.activeElement;
+    const c = e && e.closest('[id]');
+    return c ? c.id : e ? e.tagName : '';
+  });
+  const stopsWanted = ['layer', 'head', ...ids];
+  if (!llama) stopsWanted.push('lambda');
+  if (arch === 'difftrans_v2') stopsWanted.push('token-lambda');
+  await page.focus('#analyse');
+  const stops = [];
+  for (let i = 0; i < n + 40 && stops[stops.length - 1] !== stopsWanted[stopsWanted.length - 1]; i++) {
+    await page.keyboard.press('Tab');
+    stops.push(await focusedId());
+  }
+  const reached = stops.filter((x) => stopsWanted.includes(x));
+  check(JSON.stringify(reached) === JSON.stringify(stopsWanted),
+    `Tab from Analyse reached ${JSON.stringify(stops)}, not ${stopsWanted.join(', ')} in that order, each once`);
+  // A map's cursor: its cell (aria-activedescendant) and the tooltip.
+  const cursorOf = (id) => page.evaluate((id) => {
+    const cv = document.getElementById(id);
+    const ad = cv.getAttribute('aria-activedescendant');
+    const c = ad ? document.getElementById(ad) : null;
+    const row = c && c.parentElement;
+    const tip = document.getElementById('tooltip');
+    return {
+      focused: document.activeElement === cv, ad, inside: !!c && cv.contains(c), role: c && c.getAttribute('role'),
+      rowRole: row && row.getAttribute('role'), row: row && Number(row.getAttribute('aria-rowindex')),
+      col: c && Number(c.getAttribute('aria-colindex')), text: c ? c.textContent : null,
+      tip: tip.style.display === 'block' ? tip.textContent : null, rowcount: cv.getAttribute('aria-rowcount'),
+    };
+  }, id);
+  async function expectCursor(id, t, k, step) {
+    const c = await cursorOf(id);
+    check(c.focused && c.inside && c.role === 'gridcell' && c.rowRole === 'row',
+      `${step}: canvas#${id} has no active grid cell: ${JSON.stringify(c)}`);
+    check(c.row === t + 1 && c.col === k + 1 && c.rowcount === String(n),
+      `${step}: the cell is at row ${c.row}, column ${c.col} of ${c.rowcount}, not query ${t} key ${k}`);
+    const want = [`query ${t}  `, `key   ${k}  `];
+    if (llama) want.push(`softmax map = ${fmt(hc.map[t][k])}`);
+    else {
+      want.push(`map 1      = ${fmt(hc.map1[t][k])}`, `map 2      = ${fmt(hc.map2[t][k])}`,
+        `difference = ${fmt(hc.diff[t][k])}`);
+    }
+    for (const w of want) check(c.text.includes(w), `${step}: the cell's text "${c.text}" lacks "${w}"`);
+    check(c.tip === c.text.split('; ').join('\n'), `${step}: the tooltip "${c.tip}" is not the cell's text`);
+  }
+  await page.focus('#span-clear');
+  const plainMap = await pixels(page, 'map1');
+  await page.keyboard.press('Tab');
+  await expectCursor('map1', 0, 0, 'map 1 reached by Tab');
+  const p8 = Math.min(8, last);
+  const moves = [
+    ['ArrowDown', 1, 0], ['ArrowDown', 2, 0], ['ArrowDown', 3, 0], ['ArrowDown', 4, 0], ['ArrowRight', 4, 1],
+    ['ArrowRight', 4, 2], ['End', 4, 4], ['ArrowRight', 4, 4], ['ArrowUp', 3, 3], ['ArrowLeft', 3, 2], ['Home', 3, 0],
+    ['Control+End', last, last], ['ArrowDown', last, last], ['Control+Home', 0, 0], ['PageDown', p8, 0],
+    ['End', p8, p8],
+  ].map(([key, t, k]) => [key, Math.min(t, last), Math.min(k, t, last)]);
+  for (const [key, t, k] of moves) {
+    await page.keyboard.press(key);
+    await expectCursor('map1', t, k, `map 1 after ${key}`);
+  }
+  const withCursor = await pixels(page, 'map1');
+  check(withCursor.hash !== plainMap.hash, 'the keyboard cursor is not drawn on map 1');
+  await page.keyboard.press('Escape');
+  const left = await cursorOf('map1');
+  check(left.focused && !left.ad && !left.text && left.tip === null,
+    `Escape did not leave the cell: ${JSON.stringify(left)}`);
+  check((await pixels(page, 'map1')).hash === plainMap.hash, 'after Escape map 1 is not as it was drawn');
+  await page.keyboard.press('ArrowLeft');
+  await expectCursor('map1', p8, p8 - 1, 'map 1, an arrow key after Escape');
+  if (!llama) {
+    // the cursor is the same cell on the next map, and leaves the one before
+    await page.keyboard.press('Tab');
+    await expectCursor('map2', p8, p8 - 1, 'map 2 reached by Tab');
+    check((await cursorOf('map1')).ad === null && (await pixels(page, 'map1')).hash === plainMap.hash,
+      'map 1 keeps its cursor after Tab');
+    // the λ per layer chart: its cursor starts on the layer shown; Home and Enter show layer 0, End and
+    // Enter the last, and the chart drawn again keeps the focus
+    await page.focus('#diff');
+    await page.keyboard.press('Tab');
+    const bar = () => page.evaluate(() => {
+      const svg = document.activeElement;
+      const ad = svg && svg.getAttribute('aria-activedescendant');
+      const b = ad ? document.getElementById(ad) : null;
+      const tip = document.getElementById('tooltip');
+      const box = svg.closest('[id]');
+      return {
+        box: box && box.id, role: svg.getAttribute('role'), ad, barRole: b && b.getAttribute('role'),
+        selected: b && b.getAttribute('aria-selected'), col: b && b.getAttribute('aria-colindex'),
+        label: b && b.getAttribute('aria-label'), tip: tip.style.display === 'block' ? tip.textContent : null,
+      };
+    });
+    let bs = await bar();
+    check(bs.box === 'lambda' && bs.role === 'listbox' && bs.ad === `lambda-bar-${l2}` && bs.barRole === 'option' &&
+      bs.selected === 'true' && bs.tip === bs.label && bs.label.startsWith(`layer ${l2}: λ = `),
+    `the λ chart reached by Tab: ${JSON.stringify(bs)}`);
+    const drawn = () => page.evaluate(() => [document.getElementById('layer').value,
+      document.getElementById('map1').dataset.drawn]);
+    for (const [key, l] of [['Home', 0], ['End', L - 1]]) {
+      await page.keyboard.press(key);
+      await page.keyboard.press('Enter');
+      bs = await bar();
+      const shown = await drawn();
+      check(shown[0] === String(l) && shown[1] === `${l}:${j2}:${n}`,
+        `${key} and Enter in the λ chart show layer ${shown[0]} (maps ${shown[1]}), not ${l}`);
+      check(bs.box === 'lambda' && bs.ad === `lambda-bar-${l}` && bs.selected === 'true' && bs.tip === bs.label,
+        `after Enter on layer ${l} the λ chart lost the focus or its cursor: ${JSON.stringify(bs)}`);
+    }
+    if (arch === 'difftrans_v2') {
+      await page.keyboard.press('Tab');
+      await page.keyboard.press('ArrowRight');
+      bs = await bar();
+      check(bs.box === 'token-lambda' && bs.role === 'grid' && bs.ad === 'token-lambda-bar-1' &&
+        bs.barRole === 'gridcell' && bs.col === '2' && bs.tip === bs.label && bs.label.startsWith('token 1 '),
+      `the λₜ chart, ArrowRight: ${JSON.stringify(bs)}`);
+    }
+    // the layer selector from the keyboard, back to layer l2
+    await page.focus('#layer');
+    for (let i = 0; i < L && (await page.inputValue('#layer')) !== String(l2); i++) {
+      await page.keyboard.press('ArrowUp');
+    }
+    const shown = await drawn();
+    check(shown[1] === `${l2}:${j2}:${n}`, `the layer selector did not go back to layer ${l2}: maps ${shown[1]}`);
+  }
+  log(`keyboard: ${stopsWanted.join(' → ')}; the cursor moved through ${moves.length} keys`);
+  noProblems('the keyboard');
 
   // Colour scales: map 1 and map 2 from 0 to their largest weight, the difference ±its largest |value|.
   const softIds = llama ? ['map1'] : ['map1', 'map2'];
