@@ -440,6 +440,8 @@ int64_t gguf_array_int(const gguf_kv *kv, uint64_t i) {
     return int_at(kv->elem, kv->data, i, &big);
 }
 
+float gguf_array_f32(const gguf_kv *kv, uint64_t i) { return base_bits_float(le32(kv->data + 4 * i)); }
+
 static const char *kind_of(const gguf_kv *kv, char *buf, size_t n) {
     if (kv->type == GGUF_TYPE_ARRAY) snprintf(buf, n, "an array of %llu %s", (unsigned long long)kv->n, gguf_value_type_name(kv->elem));
     else snprintf(buf, n, "a %s", gguf_value_type_name(kv->type));
@@ -616,6 +618,13 @@ void gguf_w_i32_array(gguf_writer *w, const char *key, const int32_t *v, uint64_
     put_u32(w, 0, GGUF_TYPE_INT32);
     put_u64(w, 0, n);
     for (uint64_t i = 0; i < n && !w->oom; i++) put_u32(w, 0, (uint32_t)v[i]);
+}
+
+void gguf_w_f32_array(gguf_writer *w, const char *key, const float *v, uint64_t n) {
+    put_key(w, key, GGUF_TYPE_ARRAY);
+    put_u32(w, 0, GGUF_TYPE_FLOAT32);
+    put_u64(w, 0, n);
+    for (uint64_t i = 0; i < n && !w->oom; i++) put_u32(w, 0, base_float_bits(v[i]));
 }
 
 void gguf_w_kv_copy(gguf_writer *w, const gguf_kv *kv) {

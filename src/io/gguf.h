@@ -106,6 +106,8 @@ int gguf_get_str_array(const gguf_file *f, const gguf_kv *kv, gguf_str **out, dt
 int64_t gguf_array_int(const gguf_kv *kv, uint64_t i);
 /* 1 when kv is an array of integers. */
 int gguf_is_int_array(const gguf_kv *kv);
+/* Element i of an F32 array (kv->elem GGUF_TYPE_FLOAT32, i < kv->n: checked by the caller). */
+float gguf_array_f32(const gguf_kv *kv, uint64_t i);
 
 /* ---------------------------------------------------------------- writing */
 
@@ -139,6 +141,7 @@ void gguf_w_str(gguf_writer *w, const char *key, const char *s, size_t len);
 void gguf_w_str_array(gguf_writer *w, const char *key, uint64_t n, const char *(*get)(void *ctx, uint64_t i, size_t *len),
                       void *ctx);
 void gguf_w_i32_array(gguf_writer *w, const char *key, const int32_t *v, uint64_t n);
+void gguf_w_f32_array(gguf_writer *w, const char *key, const float *v, uint64_t n);
 /* A key-value pair of an open file as it is (for tools that rewrite a file). */
 void gguf_w_kv_copy(gguf_writer *w, const gguf_kv *kv);
 /* A tensor of shape ne[0..n_dims) (ne[0] fastest) and ggml type; its bytes come later, in order.
