@@ -77,7 +77,7 @@ ls "$work/ds"/train-00000.tok "$work/ds"/val-00000.tok >/dev/null
 printf '  1 2\n\n3 4  \n' >"$out/ids/blank_lines.txt"
 
 # GGUF files (`export --gguf`) of a narrow llama: each type (q4_0 with its tied head quantised, so
-# an explicit output.weight), and one with the learned BPE as its vocabulary
+# an explicit output.weight), one with the learned BPE as its vocabulary, one with a SentencePiece one
 cat >"$work/gguf.json" <<'JSON'
 {"model_type": "llama", "vocab_size": 64, "hidden_size": 32, "intermediate_size": 32,
  "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
@@ -89,4 +89,11 @@ for t in f32 f16 q8_0; do "$dt" export "$work/gg" "$out/gguf/$t.gguf" --gguf --t
 "$dt" train --config "$work/gguf.json" --arch transformer --tokenizer "$work/tok_llama3" --data "$work/text.txt" \
     --out "$work/ggbpe" --steps 1 --batch 2 --seq 8 --eval-batches 1 --threads 1 --quiet
 "$dt" export "$work/ggbpe" "$out/gguf/bpe_llama3.gguf" --gguf --type f16 >/dev/null
+# a SentencePiece ("llama") vocabulary: the Llama 2-style fixture, on a model whose embedding holds it
+sed 's/"vocab_size": 64/"vocab_size": 600/; s/"hidden_size": 32/"hidden_size": 16/' "$work/gguf.json" |
+    sed 's/"num_attention_heads": 2/"num_attention_heads": 1/' >"$work/gguf_spm.json"
+"$dt" init --config "$work/gguf_spm.json" --arch transformer --out "$work/ggspm" >/dev/null
+rm -f "$work/ggspm/difftrans_tokenizer.json"
+cp "$here/../tests/tokenizer/fixtures/llama2_like.json" "$work/ggspm/tokenizer.json"
+"$dt" export "$work/ggspm" "$out/gguf/spm_llama2_like.gguf" --gguf --type f16 >/dev/null
 echo "seeds written to $out: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1)"

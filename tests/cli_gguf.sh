@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # cli_gguf.sh — `export --gguf` and GGUF files wherever a model is taken: every type written; info,
 # generate, eval and forward on each; the F32 file (and a quantised model's own blocks) giving the
-# checkpoint's logits byte for byte; a BPE vocabulary carried; GGUF back to a checkpoint; and the
-# refusals: DIFF, a quantised model asked for another type, sizes ggml's blocks cannot hold, bad
-# flags, a truncated file and a file that is not GGUF — each a message and its status (README
-# "Exit status": 1 a bad argument, 2 a bad file, 5 unsupported), no file left behind.
+# checkpoint's logits byte for byte; a BPE vocabulary carried, and a SentencePiece one; GGUF back to
+# a checkpoint; and the refusals: DIFF, a quantised model asked for another type, sizes ggml's
+# blocks cannot hold, a tokenizer llama.cpp cannot reproduce, bad flags, a truncated file and a file
+# that is not GGUF — each a message and its status (README "Exit status": 1 a bad argument, 2 a bad
+# file, 5 unsupported), no file left behind.
 #
 # usage: bash tests/cli_gguf.sh PATH_TO_difftrans SCRATCH_DIR
 set -u
@@ -88,6 +89,28 @@ expect_ok "export it" "$DT" export "$S/pad" "$S/pad.gguf" --gguf
 expect_ok "back to a checkpoint" "$DT" export "$S/pad.gguf" "$S/pad-back"
 expect_ok "which loads" "$DT" info "$S/pad-back"
 out_has "the stand-in is no EOS" "$S/last.out" "special tokens: bos 397 .*eos 398$"
+
+# a SentencePiece-style tokenizer.json (Llama 2's form) is written as a "llama" vocabulary and read
+# back the same; Metaspace's form, which llama.cpp does not reproduce, is refused (status 5)
+sed 's/"vocab_size": 400/"vocab_size": 600/' "$S/cfg.json" >"$S/cfg600.json"
+expect_ok "init a model for llama2_like.json" "$DT" init --config "$S/cfg600.json" --out "$S/spm"
+FIXTURE=$(dirname "$0")/tokenizer/fixtures/llama2_like.json
+rm -f "$S/spm/difftrans_tokenizer.json" && cp "$FIXTURE" "$S/spm/tokenizer.json"
+expect_ok "export it" "$DT" export "$S/spm" "$S/spm.gguf" --gguf
+expect_ok "info on it" "$DT" info "$S/spm.gguf"
+out_has "its tokenizer is the file's" "$S/last.out" "tokenizer:  .*spm.gguf \\(592 tokens; the embedding has 600"
+expect_ok "back to a checkpoint" "$DT" export "$S/spm.gguf" "$S/spm-back"
+printf '  Hello world, caf\xc3\xa9 \xf0\x9f\x99\x82\n<s>x</s>' >"$S/spm.txt"
+for tok in spm spm-back; do
+    expect_ok "encode with $tok" sh -c '"$1" tokenizer encode --tokenizer "$2" --add-special <"$3"' sh "$DT" "$S/$tok" \
+        "$S/spm.txt" && cp "$S/last.out" "$S/ids-$tok.txt"
+done
+check "the file read back encodes as the model did" cmp "$S/ids-spm.txt" "$S/ids-spm-back.txt"
+sed 's/"pre_tokenizer":null/"pre_tokenizer":{"type":"Metaspace","replacement":"▁","prepend_scheme":"first"}/' \
+    "$FIXTURE" >"$S/spm/tokenizer.json"
+expect_status "a Metaspace pre-tokenizer" 5 "a Metaspace pre-tokenizer.*SentencePiece" \
+    "$DT" export "$S/spm" "$S/metaspace.gguf" --gguf
+check "no file left" test ! -e "$S/metaspace.gguf"
 
 # refusals
 expect_ok "init a DIFF model" "$DT" init --preset small --out "$S/diff"

@@ -755,6 +755,17 @@ typedef struct {
     const char *retype_tensor;       /* its type changed to retype (zeros of that type's size) */
     uint32_t retype;
     const char *nan_tensor;          /* its first F32 value made NaN */
+    const char *bool_key;            /* a bool key set to bool_val */
+    int bool_val;
+    int score_set;                   /* tokenizer.ggml.scores[score_at] = score */
+    int64_t score_at;
+    float score;
+    int scores_i32;                  /* tokenizer.ggml.scores as i32 (the values rounded) */
+    int type_set;                    /* tokenizer.ggml.token_type[type_at] = type */
+    int64_t type_at;
+    int32_t type;
+    const char *tok;                 /* tokenizer.ggml.tokens[tok_at] = tok */
+    int64_t tok_at;
 } edits;
 
 typedef struct {
@@ -787,6 +798,43 @@ static const char *one_merge(void *ctx, uint64_t i, size_t *len) {
     return ctx;
 }
 
+static const char *str_at(void *ctx, uint64_t i, size_t *len) {
+    const gguf_str *v = ctx;
+    *len = v[i].len;
+    return v[i].p;
+}
+
+/* The tokenizer arrays of kv with one element changed (or the scores as integers). */
+static void rewrite_array(gguf_writer *w, const gguf_file *f, const gguf_kv *kv, const char *key, const edits *e) {
+    dt_error err;
+    if (!strcmp(key, "tokenizer.ggml.tokens")) {
+        gguf_str *v;
+        if (gguf_get_str_array(f, kv, &v, &err) != 0) fail_msg("%s", err.msg);
+        v[e->tok_at] = (gguf_str){e->tok, strlen(e->tok)};
+        gguf_w_str_array(w, key, kv->n, str_at, v);
+        free(v);
+        return;
+    }
+    float *fv = malloc(kv->n * sizeof *fv);
+    int32_t *iv = malloc(kv->n * sizeof *iv);
+    assert_true(fv && iv);
+    for (uint64_t i = 0; i < kv->n; i++) {
+        fv[i] = kv->elem == GGUF_TYPE_FLOAT32 ? gguf_array_f32(kv, i) : (float)gguf_array_int(kv, i);
+        iv[i] = (int32_t)fv[i];
+    }
+    if (!strcmp(key, "tokenizer.ggml.token_type")) {
+        iv[e->type_at] = e->type;
+        gguf_w_i32_array(w, key, iv, kv->n);
+    } else if (e->scores_i32)
+        gguf_w_i32_array(w, key, iv, kv->n);
+    else {
+        fv[e->score_at] = e->score;
+        gguf_w_f32_array(w, key, fv, kv->n);
+    }
+    free(fv);
+    free(iv);
+}
+
 static void rewrite(const char *in, const char *out, const edits *e) {
     gguf_file f;
     dt_error err;
@@ -799,10 +847,17 @@ static void rewrite(const char *in, const char *out, const edits *e) {
         snprintf(key, sizeof key, "%.*s", (int)kv->key.len, kv->key.p);
         if (!strcmp(key, "general.alignment") || (e->drop_key && !strcmp(key, e->drop_key)) ||
             (e->str_key && !strcmp(key, e->str_key)) || (e->u32_key && !strcmp(key, e->u32_key)) ||
-            (e->arr_key && !strcmp(key, e->arr_key)) || (e->merges && !strcmp(key, "tokenizer.ggml.merges")))
+            (e->arr_key && !strcmp(key, e->arr_key)) || (e->merges && !strcmp(key, "tokenizer.ggml.merges")) ||
+            (e->bool_key && !strcmp(key, e->bool_key)))
             continue;
-        gguf_w_kv_copy(&w, kv);
+        if ((e->tok && !strcmp(key, "tokenizer.ggml.tokens")) ||
+            (e->type_set && !strcmp(key, "tokenizer.ggml.token_type")) ||
+            ((e->score_set || e->scores_i32) && !strcmp(key, "tokenizer.ggml.scores")))
+            rewrite_array(&w, &f, kv, key, e);
+        else
+            gguf_w_kv_copy(&w, kv);
     }
+    if (e->bool_key) gguf_w_bool(&w, e->bool_key, e->bool_val);
     if (e->str_key) gguf_w_str(&w, e->str_key, e->str_val, strlen(e->str_val));
     if (e->u32_key) gguf_w_u32(&w, e->u32_key, e->u32);
     if (e->arr_key) {
@@ -879,7 +934,9 @@ static void test_hostile_models(void **state) {
     expect_load_refused(base, &(edits){.str_key = "llama.rope.scaling.type", .str_val = "yarn"}, U, "'yarn'");
     expect_load_refused(base, &(edits){.u32_key = "tokenizer.ggml.bos_token_id", .u32 = 9999}, F,
                         "tokenizer.ggml.bos_token_id = 9999 is outside");
-    expect_load_refused(base, &(edits){.str_key = "tokenizer.ggml.model", .str_val = "llama"}, U, "SentencePiece");
+    /* a byte-level BPE relabelled SentencePiece: no scores */
+    expect_load_refused(base, &(edits){.str_key = "tokenizer.ggml.model", .str_val = "llama"}, U,
+                        "no tokenizer.ggml.scores");
     expect_load_refused(base, &(edits){.drop_key = "tokenizer.ggml.tokens"}, F, "no tokenizer.ggml.tokens");
     expect_load_refused(base, &(edits){.drop_key = "tokenizer.ggml.merges"}, F, "no tokenizer.ggml.merges");
     expect_load_refused(base, &(edits){.merges = "x y"}, F, "merges[0] \"x y\" is not two tokens");
@@ -1212,6 +1269,397 @@ static void test_eog_by_text(void **state) {
     dt_model_free(&m);
 }
 
+/* ---------------------------------------------------------------- SentencePiece vocabularies */
+
+/* llama.cpp's SentencePiece tokenizer (llama-vocab.cpp, llm_tokenizer_spm and its caller) on the
+ * vocabulary of a GGUF file, written here from that description as the reference difftrans's BPE
+ * is compared with: special tokens (control, user-defined, unknown) found in the raw text (the
+ * longest at the leftmost place; llama.cpp takes them longest first, the same on these texts);
+ * each other part with a space before it (add_space_prefix: the start and the text after a
+ * special token), spaces as "▁", its characters joined two at a time, the pair making the token
+ * of the best score first (the leftmost among equals); a piece that ends as no token given as
+ * its bytes' <0xNN> tokens; BOS and EOS around when asked. `negate`: the scores in reverse order
+ * (what a wrong conversion would give). */
+typedef struct {
+    gguf_file f;
+    gguf_str *tok;
+    int64_t n;
+    const gguf_kv *scores, *types;
+    int add_space_prefix, add_bos, add_eos, bos, eos, negate;
+} spm_ref;
+
+static void spm_ref_open(spm_ref *r, const char *path) {
+    dt_error err;
+    memset(r, 0, sizeof *r);
+    if (gguf_open(&r->f, path, &err) != 0) fail_msg("%s", err.msg);
+    expect_str(&r->f, "tokenizer.ggml.model", "llama");
+    const gguf_kv *tk = gguf_find_kv(&r->f, "tokenizer.ggml.tokens");
+    assert_non_null(tk);
+    assert_int_equal(gguf_get_str_array(&r->f, tk, &r->tok, &err), 0);
+    r->n = (int64_t)tk->n;
+    r->scores = gguf_find_kv(&r->f, "tokenizer.ggml.scores");
+    r->types = gguf_find_kv(&r->f, "tokenizer.ggml.token_type");
+    assert_true(r->scores && r->scores->elem == GGUF_TYPE_FLOAT32 && r->scores->n == tk->n);
+    assert_true(r->types && r->types->n == tk->n);
+    r->add_space_prefix = r->add_bos = 1;
+    gguf_get_bool(&r->f, "tokenizer.ggml.add_space_prefix", &r->add_space_prefix, &err);
+    gguf_get_bool(&r->f, "tokenizer.ggml.add_bos_token", &r->add_bos, &err);
+    gguf_get_bool(&r->f, "tokenizer.ggml.add_eos_token", &r->add_eos, &err);
+    r->bos = (int)kv_int(&r->f, "tokenizer.ggml.bos_token_id");
+    r->eos = (int)kv_int(&r->f, "tokenizer.ggml.eos_token_id");
+}
+
+static void spm_ref_close(spm_ref *r) {
+    free(r->tok);
+    gguf_close(&r->f);
+}
+
+static int64_t spm_ref_find(const spm_ref *r, const char *s, size_t len) {
+    for (int64_t i = 0; i < r->n; i++)
+        if (r->tok[i].len == len && !memcmp(r->tok[i].p, s, len)) return i;
+    return -1;
+}
+
+static float spm_ref_score(const spm_ref *r, int64_t id) {
+    const float v = gguf_array_f32(r->scores, (uint64_t)id);
+    return r->negate ? -v : v;
+}
+
+static void ids_push(int **ids, size_t *n, int id) {
+    *ids = realloc(*ids, (*n + 1) * sizeof **ids);
+    assert_non_null(*ids);
+    (*ids)[(*n)++] = id;
+}
+
+/* One part of the text between special tokens. */
+static void spm_ref_part(const spm_ref *r, const char *text, size_t len, int **ids, size_t *n_ids) {
+    char *s = malloc(3 * len + 4);
+    size_t n = 0;
+    assert_non_null(s);
+    for (size_t i = 0; i < len + (size_t)r->add_space_prefix; i++) {
+        const char c = i < (size_t)r->add_space_prefix ? ' ' : text[i - (size_t)r->add_space_prefix];
+        if (c == ' ') memcpy(s + n, "\xe2\x96\x81", 3), n += 3;
+        else s[n++] = c;
+    }
+    /* the pieces: [start, start + len) of s, linked; pair[i]: the token of piece i and the next */
+    size_t *start = malloc(n * sizeof *start), *plen = malloc(n * sizeof *plen);
+    int64_t *pair = malloc(n * sizeof *pair);
+    int *next = malloc(n * sizeof *next);
+    assert_true(start && plen && pair && next);
+    int m = 0;
+    for (size_t i = 0; i < n; m++) {
+        start[m] = i;
+        plen[m] = 1;
+        while (i + plen[m] < n && ((unsigned char)s[i + plen[m]] & 0xC0) == 0x80) plen[m]++;
+        i += plen[m];
+        next[m] = -1;
+        if (m) next[m - 1] = m;
+    }
+    for (int i = 0; i < m; i++) pair[i] = next[i] < 0 ? -1 : spm_ref_find(r, s + start[i], plen[i] + plen[next[i]]);
+    for (;;) {
+        int best = -1, prev_of_best = -1;
+        for (int i = m ? 0 : -1, prev = -1; i >= 0; prev = i, i = next[i])
+            if (pair[i] >= 0 && (best < 0 || spm_ref_score(r, pair[i]) > spm_ref_score(r, pair[best])))
+                best = i, prev_of_best = prev;
+        if (best < 0) break;
+        plen[best] += plen[next[best]];
+        next[best] = next[next[best]];
+        pair[best] = next[best] < 0 ? -1 : spm_ref_find(r, s + start[best], plen[best] + plen[next[best]]);
+        if (prev_of_best >= 0)
+            pair[prev_of_best] = spm_ref_find(r, s + start[prev_of_best], plen[prev_of_best] + plen[best]);
+    }
+    for (int i = m ? 0 : -1; i >= 0; i = next[i]) {
+        const int64_t id = spm_ref_find(r, s + start[i], plen[i]);
+        if (id >= 0) ids_push(ids, n_ids, (int)id);
+        for (size_t b = 0; id < 0 && b < plen[i]; b++) {
+            char name[8];
+            snprintf(name, sizeof name, "<0x%02X>", (unsigned char)s[start[i] + b]);
+            const int64_t byte = spm_ref_find(r, name, 6);
+            assert_true(byte >= 0);
+            ids_push(ids, n_ids, (int)byte);
+        }
+    }
+    free(s);
+    free(start);
+    free(plen);
+    free(pair);
+    free(next);
+}
+
+static void spm_ref_encode(const spm_ref *r, const char *text, int add_special, int **ids, size_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (add_special && r->add_bos) ids_push(ids, n_ids, r->bos);
+    const size_t len = strlen(text);
+    size_t from = 0;
+    for (size_t i = 0; i <= len; i++) {
+        int64_t hit = -1;
+        for (int64_t t = 0; i < len && t < r->n; t++) {
+            const int64_t type = gguf_array_int(r->types, (uint64_t)t);
+            if ((type == 2 || type == 3 || type == 4) && r->tok[t].len <= len - i &&
+                !memcmp(text + i, r->tok[t].p, r->tok[t].len) && (hit < 0 || r->tok[t].len > r->tok[hit].len))
+                hit = t;
+        }
+        if (hit < 0 && i < len) continue;
+        if (i > from) spm_ref_part(r, text + from, i - from, ids, n_ids);
+        if (hit >= 0) ids_push(ids, n_ids, (int)hit);
+        from = i + (hit >= 0 ? r->tok[hit].len : 0);
+        if (hit >= 0) i = from - 1;
+    }
+    if (add_special && r->add_eos) ids_push(ids, n_ids, r->eos);
+}
+
+/* What the comparisons encode: accents, CJK, emoji (bytes: the vocabulary has neither), runs of
+ * spaces and newlines, a tab, leading spaces, the special tokens' texts. */
+static const char *const SPM_TEXTS[] = {
+    "The tokenizer, the token and the tokens: caf\xc3\xa9, na\xc3\xafve, cr\xc3\xa8me br\xc3\xbbl\xc3\xa9" "e.\n\n"
+    "  Two  spaces,   three;\tand a tab.\n\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x99\x82\xf0\x9f\x9a\x80 end  \n"
+    "<s>inside</s> and <unk> x</s>\n   leading spaces on a line\n",
+    "   three leading spaces",
+    "<s> after a special token",
+    "the",
+    "",
+};
+#define N_SPM_TEXTS ((int)(sizeof SPM_TEXTS / sizeof SPM_TEXTS[0]))
+
+/* difftrans's ids on the texts (with and without the special tokens) are llama.cpp's SentencePiece
+ * ids on the file; with the scores reversed they are not (the comparison sees a wrong order). */
+static void expect_spm_agrees(const dt_model *m, const char *gguf_path) {
+    spm_ref r;
+    spm_ref_open(&r, gguf_path);
+    for (int negate = 0; negate < 2; negate++) {
+        r.negate = negate;
+        int differ = 0;
+        for (int k = 0; k < N_SPM_TEXTS; k++)
+            for (int add_special = 0; add_special < 2; add_special++) {
+                int *a, *b;
+                size_t na, nb;
+                dt_error err;
+                if (dt_model_encode(m, SPM_TEXTS[k], strlen(SPM_TEXTS[k]), add_special, &a, &na, &err) != 0)
+                    fail_msg("%s", err.msg);
+                spm_ref_encode(&r, SPM_TEXTS[k], add_special, &b, &nb);
+                const int same = na == nb && (na == 0 || !memcmp(a, b, na * sizeof *a));
+                if (!negate && !same) {
+                    char msg[4096];
+                    size_t at = (size_t)snprintf(msg, sizeof msg, "text %d (add_special %d): difftrans", k,
+                                                 add_special);
+                    for (size_t i = 0; i < na && at < 2000; i++)
+                        at += (size_t)snprintf(msg + at, sizeof msg - at, " %d", a[i]);
+                    at += (size_t)snprintf(msg + at, sizeof msg - at, "; llama.cpp's SentencePiece");
+                    for (size_t i = 0; i < nb && at < 4000; i++)
+                        at += (size_t)snprintf(msg + at, sizeof msg - at, " %d", b[i]);
+                    fail_msg("%s", msg);
+                }
+                if (k == 0 && !negate) assert_true(na > 20 && 4 * na < 3 * strlen(SPM_TEXTS[0])); /* merges happened */
+                differ += !same;
+                free(a);
+                free(b);
+            }
+        /* the comparison sees a wrong order of the scores */
+        if (negate) assert_true(differ > 0);
+    }
+    spm_ref_close(&r);
+}
+
+/* A folder holding tokenizer.json = the fixture llama2_like.json (a Llama 2-style SentencePiece
+ * BPE: byte_fallback, Prepend + Replace "▁", 250 merges) with each (from, to) replaced once. */
+static void spm_tokenizer(const char *name, char *dir, size_t n, const char *const *edit, int n_edit) {
+    const char *root = getenv("DT_TOKENIZER_TESTS");
+    if (!root) fail_msg("DT_TOKENIZER_TESTS is not set (run under ctest)");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/fixtures/llama2_like.json", root);
+    size_t len = 0;
+    char *json = tu_read_file(path, &len);
+    for (int i = 0; i < n_edit; i++) {
+        const char *from = edit[2 * i], *to = edit[2 * i + 1];
+        char *at = strstr(json, from);
+        if (!at) fail_msg("llama2_like.json has no '%s'", from);
+        char *edited = malloc(len + strlen(to) + 1);
+        assert_non_null(edited);
+        len = (size_t)sprintf(edited, "%.*s%s%s", (int)(at - json), json, to, at + strlen(from));
+        free(json);
+        json = edited;
+    }
+    tu_path(dir, n, name);
+    assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    tu_write_file(path, json, len);
+    free(json);
+}
+
+/* A model of 600 ids (8 past the tokenizer's 592) with that tokenizer. */
+static void spm_model(dt_model *m, const char *dir) {
+    dt_config c;
+    llama_config(&c, 0);
+    c.vocab_size = 600;
+    dt_error err;
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    dt_model_init_random(m, 60);
+    if (dt_model_set_tokenizer(m, dir, &err) != 0) fail_msg("%s", err.msg);
+    m->cfg.special.bos_token_id = 1; /* Llama 2's config.json */
+    m->cfg.special.eos_token_id[0] = 2;
+    m->cfg.special.n_eos = 1;
+}
+
+/* A Llama 2-style tokenizer.json written as a "llama" vocabulary: llama.cpp's SentencePiece on the
+ * file gives difftrans's ids, and so does the file read back; the same tokens, scores and types
+ * written again; the keys llama.cpp's converter may leave out taken at its defaults. */
+static void test_spm_round_trip(void **state) {
+    (void)state;
+    char dir[600], path[600], again[600];
+    spm_tokenizer("tok_spm", dir, sizeof dir, NULL, 0);
+    dt_model m, back, back2;
+    dt_error err;
+    spm_model(&m, dir);
+    save_gguf(&m, "spm.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    expect_str(&f, "tokenizer.ggml.model", "llama");
+    assert_null(gguf_find_kv(&f, "tokenizer.ggml.merges"));
+    const gguf_kv *types = gguf_find_kv(&f, "tokenizer.ggml.token_type");
+    assert_int_equal(gguf_find_kv(&f, "tokenizer.ggml.scores")->n, 600);
+    assert_int_equal(gguf_array_int(types, 0), 2);   /* <unk> */
+    assert_int_equal(gguf_array_int(types, 1), 3);   /* <s> */
+    assert_int_equal(gguf_array_int(types, 13), 6);  /* <0x0A> */
+    assert_int_equal(gguf_array_int(types, 300), 1); /* a character */
+    assert_int_equal(gguf_array_int(types, 599), 5); /* a hole */
+    int prefix = 0;
+    assert_int_equal(gguf_get_bool(&f, "tokenizer.ggml.add_space_prefix", &prefix, &err), 0);
+    assert_int_equal(prefix, 1);
+    assert_int_equal(kv_int(&f, "tokenizer.ggml.unknown_token_id"), 0);
+    gguf_close(&f);
+    expect_spm_agrees(&m, path);
+    load_gguf(&back, path);
+    expect_spm_agrees(&back, path);
+    for (int add_special = 0; add_special < 2; add_special++) expect_same_encoding(&m, &back, add_special);
+    assert_int_equal(back.cfg.special.bos_token_id, 1);
+    assert_int_equal(back.cfg.special.eos_token_id[0], 2);
+    expect_equal_logits(&m, &back, 0.0f, "SentencePiece vocabulary");
+    /* decoding: bytes back together, "▁" as spaces, the space the normalizer added dropped */
+    const char *plain = "  Two  spaces, caf\xc3\xa9 \xf0\x9f\x99\x82 end\n";
+    int *ids;
+    size_t n;
+    char *text;
+    size_t len;
+    if (dt_model_encode(&back, plain, strlen(plain), 0, &ids, &n, &err) != 0) fail_msg("%s", err.msg);
+    if (dt_tok_decode(dt_model_tok(&back), ids, n, 0, &text, &len, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(len, strlen(plain));
+    assert_memory_equal(text, plain, len);
+    free(ids);
+    free(text);
+    /* GGUF → GGUF: the same vocabulary */
+    save_gguf(&back, "spm_again.gguf", DT_F32, again, sizeof again);
+    gguf_file f1, f2;
+    assert_int_equal(gguf_open(&f1, path, &err), 0);
+    assert_int_equal(gguf_open(&f2, again, &err), 0);
+    const char *keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"};
+    for (int i = 0; i < 3; i++) {
+        const gguf_kv *a = gguf_find_kv(&f1, keys[i]), *b = gguf_find_kv(&f2, keys[i]);
+        assert_int_equal(a->size, b->size);
+        assert_memory_equal(a->data, b->data, a->size);
+    }
+    gguf_close(&f1);
+    gguf_close(&f2);
+    expect_checkpoint_loads(&back, "spm_ckpt");
+    dt_model_free(&back);
+    /* llama.cpp's defaults where the keys are absent (SentencePiece: BOS 1 added, EOS 2, a "▁"
+     * before the text), integer scores as llama.cpp also reads them */
+    static const char *const dropped[] = {"tokenizer.ggml.add_space_prefix", "tokenizer.ggml.add_bos_token",
+                                          "tokenizer.ggml.bos_token_id",      "tokenizer.ggml.eos_token_id",
+                                          "tokenizer.ggml.unknown_token_id",  "tokenizer.ggml.pre"};
+    char edited[600];
+    tu_path(edited, sizeof edited, "spm_edited.gguf");
+    for (int k = 0; k < 7; k++) {
+        rewrite(path, edited, k < 6 ? &(edits){.drop_key = dropped[k]} : &(edits){.scores_i32 = 1});
+        load_gguf(&back2, edited);
+        for (int add_special = 0; add_special < 2; add_special++) expect_same_encoding(&m, &back2, add_special);
+        assert_int_equal(back2.cfg.special.bos_token_id, 1);
+        dt_model_free(&back2);
+    }
+    /* without the "▁" before the text: other ids, llama.cpp's */
+    rewrite(path, edited, &(edits){.bool_key = "tokenizer.ggml.add_space_prefix", .bool_val = 0});
+    load_gguf(&back2, edited);
+    expect_spm_agrees(&back2, edited);
+    int *a, *b;
+    size_t na, nb;
+    assert_int_equal(dt_model_encode(&m, "Hello", 5, 0, &a, &na, &err), 0);
+    assert_int_equal(dt_model_encode(&back2, "Hello", 5, 0, &b, &nb, &err), 0);
+    assert_true(na != nb || memcmp(a, b, na * sizeof *a) != 0);
+    free(a);
+    free(b);
+    dt_model_free(&back2);
+    dt_model_free(&m);
+}
+
+/* What llama.cpp's SentencePiece cannot reproduce is refused, by name: the tokenizer.json's form,
+ * a token the BPE never makes from two pieces llama.cpp would join, merges of a token far apart,
+ * a merge of byte tokens. */
+static void test_spm_export_refused(void **state) {
+    (void)state;
+    static const struct {
+        const char *from, *to, *problem;
+    } cases[] = {
+        {"\"pre_tokenizer\":null",
+         "\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\xe2\x96\x81\",\"prepend_scheme\":\"first\","
+         "\"split\":false}",
+         "a Metaspace pre-tokenizer"},
+        {"\"byte_fallback\":true", "\"byte_fallback\":false", "byte_fallback off"},
+        {"\"prepend\":\"\xe2\x96\x81\"", "\"prepend\":\"_\"", "a normalizer other than"},
+        {",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}", "", "a decoder other than"},
+        {"\"content\":\"</s>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false",
+         "\"content\":\"</s>\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":true",
+         "an added token (</s>) found in the normalised text"},
+        {"\"vocab\":{", "\"vocab\":{\"\xe2\x96\x81th\xe2\x96\x81t\":592,",
+         "token 592 \"\xe2\x96\x81th\xe2\x96\x81t\" is \"\xe2\x96\x81th\" + \"\xe2\x96\x81t\", which no merge"},
+        {"]]}}", "],[\"\xe2\x96\x81\",\"th\"]]}}", "are not consecutive"},
+        {"]]}}", "],[\"<0x41>\",\"a\"]]}}", "joins a byte token"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char dir[600];
+        const char *edit[4] = {cases[k].from, cases[k].to, "\"vocab\":{", "\"vocab\":{\"<0x41>a\":593,"};
+        spm_tokenizer("tok_spm_refused", dir, sizeof dir, edit, k == 7 ? 2 : 1);
+        dt_model m;
+        spm_model(&m, dir);
+        expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, cases[k].problem);
+        dt_model_free(&m);
+    }
+}
+
+/* A "llama" vocabulary that is not llama.cpp's, or that no BPE reproduces: refused, naming the file. */
+static void test_spm_hostile(void **state) {
+    (void)state;
+    char dir[600], base[600];
+    spm_tokenizer("tok_spm_hostile", dir, sizeof dir, NULL, 0);
+    dt_model m;
+    spm_model(&m, dir);
+    save_gguf(&m, "spm_base.gguf", DT_F32, base, sizeof base);
+    const dt_errcode F = DT_ERR_FORMAT, U = DT_ERR_UNSUPPORTED;
+    expect_load_refused(base, &(edits){.drop_key = "tokenizer.ggml.scores"}, U, "no tokenizer.ggml.scores");
+    expect_load_refused(base, &(edits){.arr_key = "tokenizer.ggml.scores", .u32 = 1}, F,
+                        "tokenizer.ggml.scores must be 600 f32 (or i32) values, one per token; it holds 2 i32");
+    expect_load_refused(base, &(edits){.str_key = "tokenizer.ggml.scores", .str_val = "1"}, F,
+                        "it holds 1 string");
+    expect_load_refused(base, &(edits){.score_set = 1, .score_at = 400, .score = NAN}, F,
+                        "tokenizer.ggml.scores[400] is nan");
+    const edits no_byte = {.tok = "<0x4l>", .tok_at = 3 + 0x41, .type_set = 1, .type_at = 3 + 0x41, .type = 1};
+    expect_load_refused(base, &no_byte, F, "no byte token <0x41>");
+    expect_load_refused(base, &(edits){.type_set = 1, .type_at = 300, .type = 7}, F,
+                        "tokenizer.ggml.token_type[300] = 7 is none of llama.cpp's types");
+    expect_load_refused(base, &(edits){.type_set = 1, .type_at = 300, .type = 0}, F, "token_type[300] = 0");
+    expect_load_refused(base, &(edits){.type_set = 1, .type_at = 300, .type = 6}, F, "is of type byte but not <0xNN>");
+    /* an unused token llama.cpp can give (a character here): the BPE, without it, cannot */
+    expect_load_refused(base, &(edits){.type_set = 1, .type_at = 300, .type = 5}, U, "is of type unused, yet");
+    /* llama.cpp joins "▁" and "€" (no token) into this token; a BPE takes the "€" as bytes */
+    expect_load_refused(base, &(edits){.tok = "\xe2\x96\x81\xe2\x82\xac", .tok_at = 595}, U,
+                        "joins \"\xe2\x82\xac\", which is no token");
+    expect_load_refused(base, &(edits){.tok = "<0x41>a", .tok_at = 595}, U, "joins a byte token");
+    expect_load_refused(base, &(edits){.str_key = "tokenizer.ggml.model", .str_val = "bert"}, U,
+                        "reads byte-level BPE ('gpt2') and SentencePiece ('llama')");
+    expect_load_refused(base, &(edits){.u32_key = "tokenizer.ggml.bos_token_id", .u32 = 600}, F,
+                        "tokenizer.ggml.bos_token_id = 600 is outside");
+    dt_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_f32),       cmocka_unit_test(test_round_trip_f16_bf16),
@@ -1221,7 +1669,8 @@ int main(void) {
         cmocka_unit_test(test_hostile_models),       cmocka_unit_test(test_llama_cpp_variants),
         cmocka_unit_test(test_bpe_tokenizers),       cmocka_unit_test(test_tokenizer_refused),
         cmocka_unit_test(test_rope_scaling),         cmocka_unit_test(test_no_eos),
-        cmocka_unit_test(test_eog_by_text),
+        cmocka_unit_test(test_eog_by_text),          cmocka_unit_test(test_spm_round_trip),
+        cmocka_unit_test(test_spm_export_refused),   cmocka_unit_test(test_spm_hostile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,8 @@
 /* gguf_model.c — llama-architecture models as GGUF files (README "GGUF"): dt_model_save_gguf
  * writes what llama.cpp's convert_hf_to_gguf.py writes for a LlamaForCausalLM (general.architecture
  * "llama", its hyper-parameters, the tensor names blk.N.attn_q ..., the tokenizer as
- * tokenizer.ggml.*), and gguf_model_load reads such files, ours and llama.cpp's own, back into a
+ * tokenizer.ggml.*: a byte-level BPE as "gpt2", a SentencePiece-style one as "llama" with
+ * gguf_spm.c), and gguf_model_load reads such files, ours and llama.cpp's own, back into a
  * dt_model.
  *
  * Two things differ between the engines and are translated here, both ways:
@@ -26,15 +27,13 @@
 #include "internal.h"
 #include "io/gguf.h"
 #include "model/gguf_model.h"
+#include "model/gguf_spm.h"
 #include "model/model_quant.h"
 #include "tokenizer/tok.h"
 
 /* Llama 3's pre-tokenization regex (tokenizer.json's Split pattern; llama.cpp's "llama-bpe"). */
 static const char LLAMA3_REGEX[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
                                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-/* llama.cpp's token types (tokenizer.ggml.token_type). */
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
 static const char *const LINEAR_NAMES[LIN_PER_LAYER] = {"attn_q", "attn_k", "attn_v", "attn_output",
                                                         "ffn_gate", "ffn_up", "ffn_down"};
@@ -56,13 +55,7 @@ static const float *float_linear(const dt_model *m, int layer, int which) {
 
 /* ---------------------------------------------------------------- a set of strings */
 
-/* Open addressing over indices into (s, len): finds the first string that repeats. */
-typedef struct {
-    int64_t *slot;
-    size_t mask;
-} strset;
-
-static int strset_init(strset *h, int64_t n) {
+int tokset_init(tokset *h, int64_t n) {
     size_t cap = 16;
     while (cap < 2 * (size_t)n) cap *= 2;
     h->mask = cap - 1;
@@ -72,8 +65,7 @@ static int strset_init(strset *h, int64_t n) {
     return 0;
 }
 
-/* Adds string i; returns the index already holding the same bytes, or -1. */
-static int64_t strset_add(strset *h, const gguf_str *v, int64_t i) {
+int64_t tokset_add(tokset *h, const gguf_str *v, int64_t i) {
     size_t k = (size_t)tk_hash(v[i].p, v[i].len) & h->mask;
     while (h->slot[k] >= 0) {
         const gguf_str *o = &v[h->slot[k]];
@@ -84,7 +76,7 @@ static int64_t strset_add(strset *h, const gguf_str *v, int64_t i) {
     return -1;
 }
 
-static int64_t strset_find(const strset *h, const gguf_str *v, const char *s, size_t len) {
+int64_t tokset_find(const tokset *h, const gguf_str *v, const char *s, size_t len) {
     size_t k = (size_t)tk_hash(s, len) & h->mask;
     while (h->slot[k] >= 0) {
         const gguf_str *o = &v[h->slot[k]];
@@ -181,6 +173,9 @@ typedef struct {
     size_t *merge_off, *merge_len;
     int64_t n_merges;
     const char *pre;
+    int spm;                     /* a SentencePiece vocabulary ("llama"), else byte-level BPE ("gpt2") */
+    float *score;                /* [n] SentencePiece's token scores */
+    int add_space_prefix;        /* SentencePiece: "▁" before the text */
     int add_bos, add_eos;
     int bos, eos, eot, eom, pad, unk;
     int eos_stand_in;            /* eos when it only stands in for "none", else -1 */
@@ -194,6 +189,7 @@ static void vocab_out_free(vocab_out *v) {
     free(v->pad_off);
     free(v->merge_off);
     free(v->merge_len);
+    free(v->score);
     free(v->chat_template);
     memset(v, 0, sizeof *v);
 }
@@ -309,11 +305,35 @@ static int refuse_tok(const char *path, dt_error *err, const char *what) {
                         path, what);
 }
 
+/* What both of llama.cpp's tokenizers lack: one special token at most before and after the text,
+ * and added tokens matched as they are (no stripping of the spaces around them). */
+static int check_added_and_post(const dt_tok *tok, const char *engine, const char *path, dt_error *err) {
+    if (tok->post.n_prefix > 1 || tok->post.n_suffix > 1)
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: the model's tokenizer.json has a post-processor adding more than one token before or "
+                            "after the text, which llama.cpp's %s cannot reproduce",
+                            path, engine);
+    for (int i = 0; i < tok->n_added; i++)
+        if (tok->added[i].lstrip || tok->added[i].rstrip || tok->added[i].single_word)
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                                "%s: the model's tokenizer.json has an added token (%.60s) with lstrip, rstrip or "
+                                "single_word, which llama.cpp's %s cannot reproduce",
+                                path, tok->added[i].content, engine);
+    return 0;
+}
+
+/* The post-processor's special tokens and the unknown token. */
+static void vocab_specials(vocab_out *v, const dt_tok *tok) {
+    v->add_bos = tok->post.n_prefix == 1;
+    v->add_eos = tok->post.n_suffix == 1;
+    if (v->add_bos) v->bos = tok->post.prefix[0];
+    if (v->add_eos) v->eos = tok->post.suffix[0];
+    v->unk = tok->model.unk_id;
+}
+
 /* The model's tokenizer.json as llama.cpp's "gpt2" (byte-level BPE) vocabulary. */
-static int vocab_bpe(vocab_out *v, const dt_model *m, const char *path, dt_error *err) {
+static int vocab_bpe(vocab_out *v, const dt_model *m, const cJSON *root, const char *path, dt_error *err) {
     const dt_tok *tok = m->vocab.tok;
-    cJSON *root = cJSON_ParseWithLength(m->vocab.tokenizer_json, m->vocab.tokenizer_json_len);
-    if (!root) return dt_fail_oom(err, "%s: out of memory reading the model's tokenizer.json", path);
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "decoder");
@@ -336,13 +356,7 @@ static int vocab_bpe(vocab_out *v, const dt_model *m, const char *path, dt_error
     else if (cJSON_IsTrue(ignore) != !strcmp(v->pre, "llama-bpe"))
         rc = refuse_tok(path, err, cJSON_IsTrue(ignore) ? "ignore_merges with GPT-2's pre-tokenizer"
                                                         : "Llama 3's pre-tokenizer without ignore_merges");
-    else if (tok->post.n_prefix > 1 || tok->post.n_suffix > 1)
-        rc = refuse_tok(path, err, "a post-processor adding more than one token before or after the text");
-    for (int i = 0; rc == 0 && i < tok->n_added; i++)
-        if (tok->added[i].lstrip || tok->added[i].rstrip || tok->added[i].single_word) {
-            snprintf(what, sizeof what, "an added token (%.60s) with lstrip, rstrip or single_word", tok->added[i].content);
-            rc = refuse_tok(path, err, what);
-        }
+    if (rc == 0) rc = check_added_and_post(tok, "BPE", path, err);
     /* the ids: the model's vocabulary and added tokens, holes as llama.cpp's converter fills them */
     for (int64_t id = 0; rc == 0 && id < v->n; id++) {
         size_t len = 0;
@@ -399,15 +413,37 @@ static int vocab_bpe(vocab_out *v, const dt_model *m, const char *path, dt_error
         v->merge_off[v->n_merges] = off;
         v->merge_len[v->n_merges++] = la + 1 + lb;
     }
-    if (rc == 0) {
-        v->add_bos = tok->post.n_prefix == 1;
-        v->add_eos = tok->post.n_suffix == 1;
-        if (v->add_bos) v->bos = tok->post.prefix[0];
-        if (v->add_eos) v->eos = tok->post.suffix[0];
-        v->unk = tok->model.unk_id;
-    }
-    cJSON_Delete(root);
+    if (rc == 0) vocab_specials(v, tok);
     return rc;
+}
+
+/* The model's tokenizer.json as llama.cpp's "llama" (SentencePiece) vocabulary: the model's tokens
+ * by id (<0xNN> bytes, the unknown token, added tokens as control or user-defined ones), scores
+ * that make llama.cpp join pieces as the merges do (gguf_spm.c). */
+static int vocab_spm(vocab_out *v, const dt_model *m, const cJSON *root, const char *path, dt_error *err) {
+    const dt_tok *tok = m->vocab.tok;
+    v->spm = 1;
+    v->pre = "default";
+    int rc = spm_export_form(tok, root, path, &v->add_space_prefix, err);
+    if (rc == 0) rc = check_added_and_post(tok, "SentencePiece", path, err);
+    for (int64_t id = 0; rc == 0 && id < v->n; id++) {
+        size_t len = 0;
+        const char *s = id < dt_tok_vocab_size(tok) ? dt_tok_id_to_token(tok, (int32_t)id, &len) : NULL;
+        if (!s) continue;
+        int byte;
+        v->tok[id].p = s;
+        v->tok[id].len = len;
+        /* llama.cpp finds control and unknown tokens in the raw text (with parse_special): the
+         * special added tokens, the unknown one among them */
+        const int added = tok->added_of_id[id] >= 0;
+        v->type[id] = !added                                 ? (spm_byte_token(s, len, &byte) ? TT_BYTE : TT_NORMAL)
+                      : !dt_tok_is_special(tok, (int32_t)id) ? TT_USER_DEFINED
+                      : id == tok->model.unk_id              ? TT_UNKNOWN
+                                                             : TT_CONTROL;
+    }
+    if (rc == 0 && pad_holes(v) != 0) rc = dt_fail_oom(err, "%s: out of memory", path);
+    if (rc == 0) vocab_specials(v, tok);
+    return rc; /* the scores once every token is known to be distinct (spm_scores) */
 }
 
 /* The chat template of tokenizer_config.json, when it is one string. */
@@ -441,17 +477,19 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
     }
     if (v->eos < 0) {
         /* llama.cpp cannot be told "no EOS": without the key a "gpt2" vocabulary ends generation at id
-         * 11 (its default), a frequent token in many BPEs. The least likely token to be generated
-         * stands in: an id without a token, else the byte 0xFF (which UTF-8 text never holds: id 255
-         * of a byte-level model, the token "ÿ" of a byte-level BPE), else the pad token, else BOS */
+         * 11 (its default), a frequent token in many BPEs, a "llama" one at id 2. The least likely
+         * token to be generated stands in: an id without a token, else the byte 0xFF (which UTF-8
+         * text never holds: id 255 of a byte-level model, the token "ÿ" of a byte-level BPE,
+         * SentencePiece's <0xFF>), else the pad token, else BOS */
         for (int64_t i = 0; i < v->n && v->eos < 0; i++)
             if (v->type[i] == TT_UNUSED) v->eos = (int)i;
-        char ff[4];
-        const size_t ff_len = (size_t)tk_utf8_encode(tk_byte_to_char[0xFF], ff);
+        char ff[8] = "<0xFF>"; /* SentencePiece's byte token */
+        const size_t ff_len = v->spm ? 6 : (size_t)tk_utf8_encode(tk_byte_to_char[0xFF], ff);
         for (int64_t i = 0; i < v->n && v->eos < 0; i++) {
             size_t len;
             const char *t = token_at(v, (uint64_t)i, &len);
-            if (v->type[i] == TT_NORMAL && len == ff_len && memcmp(t, ff, len) == 0) v->eos = (int)i;
+            if (v->type[i] == (v->spm ? TT_BYTE : TT_NORMAL) && len == ff_len && memcmp(t, ff, len) == 0)
+                v->eos = (int)i;
         }
         if (v->eos < 0) v->eos = s->pad_token_id >= 0 ? s->pad_token_id : v->bos;
         v->eos_stand_in = v->eos; /* said in the file, so that reading it back gives "no EOS" again */
@@ -493,15 +531,15 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
 /* llama.cpp asserts that no two tokens share a string. */
 static int unique_tokens(vocab_out *v, const char *path, dt_error *err) {
     gguf_str *view = malloc((size_t)v->n * sizeof *view);
-    strset h;
-    if (!view || strset_init(&h, v->n) != 0) {
+    tokset h;
+    if (!view || tokset_init(&h, v->n) != 0) {
         free(view);
         return dt_fail_oom(err, "%s: out of memory", path);
     }
     int rc = 0;
     for (int64_t i = 0; i < v->n && rc == 0; i++) {
         view[i].p = token_at(v, (uint64_t)i, &view[i].len);
-        const int64_t j = strset_add(&h, view, i);
+        const int64_t j = tokset_add(&h, view, i);
         if (j >= 0)
             rc = dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: ids %lld and %lld are the same token \"%.*s\": llama.cpp "
                                                        "needs every token distinct",
@@ -512,24 +550,44 @@ static int unique_tokens(vocab_out *v, const char *path, dt_error *err) {
     return rc;
 }
 
+/* A SentencePiece vocabulary's scores, its tokens all known and distinct. */
+static int spm_scores(vocab_out *v, const dt_tok *tok, const char *path, dt_error *err) {
+    gguf_str *view = malloc((size_t)v->n * sizeof *view);
+    v->score = malloc((size_t)v->n * sizeof *v->score);
+    int rc = view && v->score ? 0 : dt_fail_oom(err, "%s: out of memory", path);
+    for (int64_t i = 0; rc == 0 && i < v->n; i++) view[i].p = token_at(v, (uint64_t)i, &view[i].len);
+    if (rc == 0) rc = spm_export_scores(&tok->model, view, v->n, v->score, path, err);
+    free(view);
+    return rc;
+}
+
 static int vocab_export(vocab_out *v, const dt_model *m, const char *path, dt_error *err) {
     memset(v, 0, sizeof *v);
     if (dt_model_check_text(m, err) != 0) return -1; /* a GGUF file carries a vocabulary: none to give it */
     int rc = vocab_alloc(v, m->cfg.vocab_size) != 0 ? dt_fail_oom(err, "%s: out of memory", path) : 0;
     if (rc == 0 && !m->vocab.tok && vocab_bytes(v) != 0) rc = dt_fail_oom(err, "%s: out of memory", path);
-    if (rc == 0 && m->vocab.tok) rc = vocab_bpe(v, m, path, err);
+    if (rc == 0 && m->vocab.tok) {
+        cJSON *root = cJSON_ParseWithLength(m->vocab.tokenizer_json, m->vocab.tokenizer_json_len);
+        if (!root) rc = dt_fail_oom(err, "%s: out of memory reading the model's tokenizer.json", path);
+        else if (spm_export_wanted(m->vocab.tok, root)) rc = vocab_spm(v, m, root, path, err);
+        else rc = vocab_bpe(v, m, root, path, err);
+        cJSON_Delete(root);
+    }
     if (rc == 0) rc = chat_template(v, &m->vocab, path, err);
     if (rc == 0) rc = special_ids(v, &m->cfg, path, err);
     if (rc == 0) rc = unique_tokens(v, path, err);
+    if (rc == 0 && v->spm) rc = spm_scores(v, m->vocab.tok, path, err);
     return rc;
 }
 
 static void write_vocab(gguf_writer *w, vocab_out *v) {
-    gguf_w_str(w, "tokenizer.ggml.model", "gpt2", 4);
+    gguf_w_str(w, "tokenizer.ggml.model", v->spm ? "llama" : "gpt2", v->spm ? 5 : 4);
     gguf_w_str(w, "tokenizer.ggml.pre", v->pre, strlen(v->pre));
     gguf_w_str_array(w, "tokenizer.ggml.tokens", (uint64_t)v->n, token_at, v);
+    if (v->spm) gguf_w_f32_array(w, "tokenizer.ggml.scores", v->score, (uint64_t)v->n);
     gguf_w_i32_array(w, "tokenizer.ggml.token_type", v->type, (uint64_t)v->n);
-    gguf_w_str_array(w, "tokenizer.ggml.merges", (uint64_t)v->n_merges, merge_at, v);
+    if (!v->spm) gguf_w_str_array(w, "tokenizer.ggml.merges", (uint64_t)v->n_merges, merge_at, v);
+    if (v->spm) gguf_w_bool(w, "tokenizer.ggml.add_space_prefix", v->add_space_prefix);
     static const char *const keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
                                        "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id",
                                        "tokenizer.ggml.padding_token_id", "tokenizer.ggml.unknown_token_id"};
@@ -538,7 +596,7 @@ static void write_vocab(gguf_writer *w, vocab_out *v) {
         if (ids[i] >= 0) gguf_w_u32(w, keys[i], (uint32_t)ids[i]);
     /* llama.cpp ignores keys it does not know */
     if (v->eos_stand_in >= 0) gguf_w_u32(w, "difftrans.eos_stand_in", (uint32_t)v->eos_stand_in);
-    /* always said: llama.cpp's default for "llama-bpe" is to add BOS */
+    /* always said: llama.cpp's default for "llama-bpe" and SentencePiece is to add BOS */
     gguf_w_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     gguf_w_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos);
     if (v->chat_template) gguf_w_str(w, "tokenizer.chat_template", v->chat_template, strlen(v->chat_template));
@@ -1302,13 +1360,28 @@ typedef struct {
     gguf_str *tok;
     int64_t n;
     int32_t *type;
-    gguf_str *merges;
-    int64_t n_merges;
-    const char *pre;             /* "gpt-2" or "llama-bpe" */
-    int bos, eos, pad, eot, eom, add_bos, add_eos;
+    gguf_str *merges;            /* "gpt2": tokenizer.ggml.merges */
+    int64_t n_merges;            /* "gpt2": merges; "llama": pairs */
+    const char *pre;             /* "gpt-2" or "llama-bpe" ("gpt2") */
+    int spm;                     /* "llama": SentencePiece */
+    float *score;                /* "llama": [n] */
+    int32_t *pairs;              /* "llama": the merges that reproduce it, [n_merges][2] ids (gguf_spm.c) */
+    int add_space_prefix;        /* "llama" */
+    int bos, eos, pad, eot, eom, unk, add_bos, add_eos;
     gguf_str chat;
     int has_chat;
 } vocab_in;
+
+/* Whether id is a token of the tokenizer.json made from the vocabulary: the ids llama.cpp does not
+ * leave unused (a SentencePiece vocabulary whose unused tokens llama.cpp can give is refused). */
+static int in_tokenizer(const vocab_in *v, int64_t id) { return v->type[id] != TT_UNUSED; }
+
+/* An added token of the tokenizer.json: llama.cpp's control and user-defined tokens, and for
+ * SentencePiece its unknown token, all of which it finds in the raw text before tokenizing
+ * (control and unknown ones with parse_special, as difftrans always does). */
+static int is_added(const vocab_in *v, int32_t type) {
+    return type == TT_CONTROL || type == TT_USER_DEFINED || (v->spm && type == TT_UNKNOWN);
+}
 
 static void template_item(tk_buf *b, int *oom, const vocab_in *v, int id, int type_id) {
     json_lit(b, oom, "{\"SpecialToken\":{\"id\":");
@@ -1327,6 +1400,18 @@ static void special_entry(tk_buf *b, int *oom, const vocab_in *v, int id) {
     json_lit(b, oom, "]}");
 }
 
+/* The parts of a SentencePiece tokenizer.json that differ from a byte-level BPE's (as Hugging Face
+ * writes Llama 2's): "▁" for the spaces (and before the text when llama.cpp adds it), the <0xNN>
+ * tokens of characters outside the vocabulary, and back. */
+#define SPM_MARK "\"\xe2\x96\x81\"" /* "▁" as a JSON string */
+#define SPM_REPLACE "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":" SPM_MARK "}"
+static const char SPM_NORMALIZER[] =
+    "{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"Prepend\",\"prepend\":" SPM_MARK "}," SPM_REPLACE "]}";
+static const char SPM_NORMALIZER_NO_PREFIX[] = SPM_REPLACE;
+static const char SPM_DECODER[] = "{\"type\":\"Sequence\",\"decoders\":[{\"type\":\"Replace\",\"pattern\":{\"String\":"
+                                  SPM_MARK "},\"content\":\" \"},{\"type\":\"ByteFallback\"},{\"type\":\"Fuse\"}";
+static const char SPM_DECODER_STRIP[] = ",{\"type\":\"Strip\",\"content\":\" \",\"start\":1,\"stop\":0}";
+
 /* tokenizer.json for the vocabulary (the format the Rust library writes). */
 static int tokenizer_json(const vocab_in *v, tk_buf *b) {
     int oom = 0;
@@ -1334,17 +1419,21 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
     json_lit(b, &oom, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[");
     int first = 1;
     for (int64_t i = 0; i < v->n; i++) {
-        if (v->type[i] != TT_CONTROL && v->type[i] != TT_USER_DEFINED) continue;
+        if (!is_added(v, v->type[i])) continue;
         snprintf(num, sizeof num, "%s{\"id\":%lld,\"content\":", first ? "" : ",", (long long)i);
         json_lit(b, &oom, num);
         json_str(b, &oom, v->tok[i].p, v->tok[i].len);
         json_lit(b, &oom, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":");
-        json_lit(b, &oom, v->type[i] == TT_CONTROL ? "true}" : "false}");
+        json_lit(b, &oom, v->type[i] != TT_USER_DEFINED ? "true}" : "false}");
         first = 0;
     }
-    json_lit(b, &oom, "],\"normalizer\":null,\"pre_tokenizer\":");
-    if (!strcmp(v->pre, "gpt-2"))
-        json_lit(b, &oom, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true}");
+    json_lit(b, &oom, "],\"normalizer\":");
+    json_lit(b, &oom, !v->spm ? "null" : v->add_space_prefix ? SPM_NORMALIZER : SPM_NORMALIZER_NO_PREFIX);
+    json_lit(b, &oom, ",\"pre_tokenizer\":");
+    if (v->spm) json_lit(b, &oom, "null");
+    else if (!strcmp(v->pre, "gpt-2"))
+        json_lit(b, &oom, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+                          "\"use_regex\":true}");
     else {
         json_lit(b, &oom, "{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":");
         json_str(b, &oom, LLAMA3_REGEX, strlen(LLAMA3_REGEX));
@@ -1374,15 +1463,27 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
         json_lit(b, &oom, "}}");
     } else
         json_lit(b, &oom, "null");
-    json_lit(b, &oom, ",\"decoder\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
-                      "\"use_regex\":true},\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":null,"
-                      "\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":false,"
-                      "\"byte_fallback\":false,\"ignore_merges\":");
-    json_lit(b, &oom, strcmp(v->pre, "llama-bpe") ? "false" : "true");
+    json_lit(b, &oom, ",\"decoder\":");
+    if (v->spm) {
+        json_lit(b, &oom, SPM_DECODER);
+        if (v->add_space_prefix) json_lit(b, &oom, SPM_DECODER_STRIP);
+        json_lit(b, &oom, "]}");
+    } else
+        json_lit(b, &oom, "{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,"
+                          "\"use_regex\":true}");
+    json_lit(b, &oom, ",\"model\":{\"type\":\"BPE\",\"dropout\":null,\"unk_token\":");
+    if (v->spm && v->unk >= 0 && in_tokenizer(v, v->unk)) json_str(b, &oom, v->tok[v->unk].p, v->tok[v->unk].len);
+    else json_lit(b, &oom, "null");
+    json_lit(b, &oom, ",\"continuing_subword_prefix\":null,\"end_of_word_suffix\":null,\"fuse_unk\":");
+    json_lit(b, &oom, v->spm ? "true,\"byte_fallback\":true" : "false,\"byte_fallback\":false");
+    json_lit(b, &oom, ",\"ignore_merges\":");
+    json_lit(b, &oom, !v->spm && !strcmp(v->pre, "llama-bpe") ? "true" : "false");
     json_lit(b, &oom, ",\"vocab\":{");
+    /* a SentencePiece token of any type can be made by joining pieces: all the used ones are the
+     * model's */
     first = 1;
     for (int64_t i = 0; i < v->n; i++) {
-        if (!in_model_vocab(v->type[i])) continue;
+        if (v->spm ? v->type[i] == TT_UNUSED : !in_model_vocab(v->type[i])) continue;
         if (!first) json_lit(b, &oom, ",");
         json_str(b, &oom, v->tok[i].p, v->tok[i].len);
         snprintf(num, sizeof num, ":%lld", (long long)i);
@@ -1391,12 +1492,22 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
     }
     json_lit(b, &oom, "},\"merges\":[");
     for (int64_t i = 0; i < v->n_merges; i++) {
-        const char *s = v->merges[i].p, *sp = memchr(s + 1, ' ', v->merges[i].len - 1);
-        const size_t la = (size_t)(sp - s);
+        const gguf_str *l, *r;
+        gguf_str ls, rs;
+        if (v->spm) {
+            l = &v->tok[v->pairs[2 * i]];
+            r = &v->tok[v->pairs[2 * i + 1]];
+        } else {
+            const char *s = v->merges[i].p, *sp = memchr(s + 1, ' ', v->merges[i].len - 1);
+            ls = (gguf_str){s, (size_t)(sp - s)};
+            rs = (gguf_str){sp + 1, v->merges[i].len - ls.len - 1};
+            l = &ls;
+            r = &rs;
+        }
         json_lit(b, &oom, i ? ",[" : "[");
-        json_str(b, &oom, s, la);
+        json_str(b, &oom, l->p, l->len);
         json_lit(b, &oom, ",");
-        json_str(b, &oom, sp + 1, v->merges[i].len - la - 1);
+        json_str(b, &oom, r->p, r->len);
         json_lit(b, &oom, "]");
     }
     json_lit(b, &oom, "]}}");
@@ -1475,7 +1586,7 @@ static int load_vocab(const gguf_file *f, const vocab_in *v, int vocab_size, dt_
  * nothing else is a token and nothing is added: exactly difftrans's byte-level vocabulary (whose
  * embedding may have fewer rows than 256 bytes). */
 static int is_bytes(const vocab_in *v) {
-    if (v->n_merges || v->add_bos || v->add_eos) return 0;
+    if (v->spm || v->n_merges || v->add_bos || v->add_eos) return 0;
     for (int64_t i = 0; i < v->n; i++) {
         if (i >= 256) {
             if (v->type[i] != TT_UNUSED) return 0;
@@ -1502,22 +1613,69 @@ static void add_stop(dt_special_ids *s, int id) {
     if (!dup) s->eos_token_id[s->n_eos++] = id;
 }
 
+/* A special id of the tokenizer metadata, llama.cpp's default (-1: none) when absent. */
+static int token_id_or(const gguf_file *f, const char *key, int64_t n, int dflt, int *out, dt_error *err) {
+    if (token_id(f, key, n, out, err) != 0) return -1;
+    if (*out < 0 && dflt < n) *out = dflt;
+    return 0;
+}
+
+/* tokenizer.ggml.merges of a "gpt2" vocabulary: each two tokens whose concatenation is one too;
+ * and its pre-tokenizer. */
+static int read_bpe_merges(const gguf_file *f, vocab_in *v, const tokset *h, dt_error *err) {
+    gguf_str pre = {"", 0};
+    if (gguf_get_str(f, "tokenizer.ggml.pre", &pre, err) < 0) return -1;
+    if (pre.len == 5 && !memcmp(pre.p, "gpt-2", 5)) v->pre = "gpt-2";
+    else if ((pre.len == 9 && !memcmp(pre.p, "llama-bpe", 9)) || (pre.len == 6 && !memcmp(pre.p, "llama3", 6)) ||
+             (pre.len == 8 && !memcmp(pre.p, "llama-v3", 8)))
+        v->pre = "llama-bpe";
+    else if (v->n_merges == 0) v->pre = "gpt-2"; /* bytes alone: every pre-tokenizer gives the same ids */
+    else
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: tokenizer.ggml.pre '%.*s': difftrans reproduces llama.cpp's 'gpt-2' and 'llama-bpe' "
+                            "pre-tokenizers only",
+                            f->path, (int)(pre.len > 30 ? 30 : pre.len), pre.p);
+    for (int64_t i = 0; i < v->n_merges; i++) {
+        const gguf_str *s = &v->merges[i];
+        const char *sp = s->len > 1 ? memchr(s->p + 1, ' ', s->len - 1) : NULL;
+        int ok = sp != NULL && sp + 1 < s->p + s->len;
+        if (ok) {
+            const size_t la = (size_t)(sp - s->p), lb = s->len - la - 1;
+            const int64_t a = tokset_find(h, v->tok, s->p, la), b = tokset_find(h, v->tok, sp + 1, lb);
+            char *joined = malloc(la + lb + 1);
+            if (!joined) return dt_fail_oom(err, "%s: out of memory", f->path);
+            memcpy(joined, s->p, la);
+            memcpy(joined + la, sp + 1, lb);
+            const int64_t j = tokset_find(h, v->tok, joined, la + lb);
+            free(joined);
+            ok = a >= 0 && b >= 0 && j >= 0 && in_model_vocab(v->type[a]) && in_model_vocab(v->type[b]) &&
+                 in_model_vocab(v->type[j]);
+        }
+        if (!ok)
+            return dt_fail_format(err, "%s: tokenizer.ggml.merges[%lld] \"%.*s\" is not two tokens whose concatenation "
+                                       "is a token",
+                                  f->path, (long long)i, (int)(s->len > 60 ? 60 : s->len), s->p);
+    }
+    return 0;
+}
+
 static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     gguf_str model;
     int rc = gguf_get_str(f, "tokenizer.ggml.model", &model, err);
     if (rc < 0) return -1;
     if (rc == 1) return dt_fail_format(err, "%s: no tokenizer.ggml.model (llama.cpp needs one too)", f->path);
-    if (model.len != 4 || memcmp(model.p, "gpt2", 4) != 0)
+    vocab_in v = {0};
+    v.spm = model.len == 5 && memcmp(model.p, "llama", 5) == 0;
+    if (!v.spm && (model.len != 4 || memcmp(model.p, "gpt2", 4) != 0))
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,
-                            "%s: tokenizer.ggml.model '%.*s': difftrans reads byte-level BPE tokenizers ('gpt2'); "
-                            "SentencePiece ('llama') and the others have no tokenizer.json form here",
+                            "%s: tokenizer.ggml.model '%.*s': difftrans reads byte-level BPE ('gpt2') and "
+                            "SentencePiece ('llama') vocabularies; the others have no tokenizer.json form here",
                             f->path, (int)(model.len > 20 ? 20 : model.len), model.p);
     const gguf_kv *tk = gguf_find_kv(f, "tokenizer.ggml.tokens"), *mk = gguf_find_kv(f, "tokenizer.ggml.merges");
     const gguf_kv *tt = gguf_find_kv(f, "tokenizer.ggml.token_type");
     if (!tk) return dt_fail_format(err, "%s: no tokenizer.ggml.tokens", f->path);
-    if (!mk) return dt_fail_format(err, "%s: no tokenizer.ggml.merges (llama.cpp's BPE needs them)", f->path);
-    vocab_in v = {0};
+    if (!mk && !v.spm) return dt_fail_format(err, "%s: no tokenizer.ggml.merges (llama.cpp's BPE needs them)", f->path);
     if (gguf_get_str_array(f, tk, &v.tok, err) != 0) return -1;
     v.n = (int64_t)tk->n;
     if (v.n != c->vocab_size) {
@@ -1525,77 +1683,53 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
         return dt_fail_format(err, "%s: %lld tokens but token_embd.weight has %d rows", f->path, (long long)v.n,
                               c->vocab_size);
     }
-    if (gguf_get_str_array(f, mk, &v.merges, err) != 0) {
+    if (!v.spm && gguf_get_str_array(f, mk, &v.merges, err) != 0) {
         free(v.tok);
         return -1;
     }
-    v.n_merges = (int64_t)mk->n;
+    v.n_merges = v.spm ? 0 : (int64_t)mk->n;
     v.type = malloc((size_t)v.n * sizeof *v.type);
-    strset h = {0};
-    if (!v.type || strset_init(&h, v.n) != 0) rc = dt_fail_oom(err, "%s: out of memory", f->path);
-    else rc = 0;
+    if (v.spm) v.score = malloc((size_t)v.n * sizeof *v.score);
+    tokset h = {0};
+    if (!v.type || (v.spm && !v.score) || tokset_init(&h, v.n) != 0)
+        rc = dt_fail_oom(err, "%s: out of memory", f->path);
+    else
+        rc = 0;
     if (rc == 0 && tt && (!gguf_is_int_array(tt) || tt->n != (uint64_t)v.n))
         rc = dt_fail_format(err, "%s: tokenizer.ggml.token_type must be %lld integers, one per token", f->path,
                             (long long)v.n);
     for (int64_t i = 0; rc == 0 && i < v.n; i++) {
         const int64_t t = tt ? gguf_array_int(tt, (uint64_t)i) : TT_NORMAL;
         v.type[i] = t >= TT_NORMAL && t <= TT_BYTE ? (int32_t)t : TT_NORMAL;
-        if (v.tok[i].len == 0 || memchr(v.tok[i].p, 0, v.tok[i].len) || tk_utf8_check(v.tok[i].p, v.tok[i].len) != v.tok[i].len)
+        if (v.spm && v.type[i] != t) /* a type decides how llama.cpp treats the token: all of them matter */
+            rc = dt_fail_format(err, "%s: tokenizer.ggml.token_type[%lld] = %lld is none of llama.cpp's types (1 "
+                                     "normal to 6 byte)",
+                                f->path, (long long)i, (long long)t);
+        else if (v.tok[i].len == 0 || memchr(v.tok[i].p, 0, v.tok[i].len) ||
+                 tk_utf8_check(v.tok[i].p, v.tok[i].len) != v.tok[i].len)
             rc = dt_fail_format(err, "%s: token %lld is empty, or not valid UTF-8 without NUL bytes", f->path, (long long)i);
-        else if (strset_add(&h, v.tok, i) >= 0)
+        else if (tokset_add(&h, v.tok, i) >= 0)
             rc = dt_fail_format(err, "%s: token %lld \"%.*s\" appears twice in tokenizer.ggml.tokens", f->path,
                                 (long long)i, (int)(v.tok[i].len > 60 ? 60 : v.tok[i].len), v.tok[i].p);
     }
-    gguf_str pre = {"", 0};
-    if (rc == 0 && gguf_get_str(f, "tokenizer.ggml.pre", &pre, err) < 0) rc = -1;
-    if (rc == 0) {
-        if (pre.len == 5 && !memcmp(pre.p, "gpt-2", 5)) v.pre = "gpt-2";
-        else if ((pre.len == 9 && !memcmp(pre.p, "llama-bpe", 9)) || (pre.len == 6 && !memcmp(pre.p, "llama3", 6)) ||
-                 (pre.len == 8 && !memcmp(pre.p, "llama-v3", 8)))
-            v.pre = "llama-bpe";
-        else if (v.n_merges == 0) v.pre = "gpt-2"; /* bytes alone: every pre-tokenizer gives the same ids */
-        else
-            rc = dt_fail_code(err, DT_ERR_UNSUPPORTED,
-                              "%s: tokenizer.ggml.pre '%.*s': difftrans reproduces llama.cpp's 'gpt-2' and "
-                              "'llama-bpe' pre-tokenizers only",
-                              f->path, (int)(pre.len > 30 ? 30 : pre.len), pre.p);
-    }
-    /* each merge: two tokens of the vocabulary whose concatenation is one too */
-    for (int64_t i = 0; rc == 0 && i < v.n_merges; i++) {
-        const gguf_str *s = &v.merges[i];
-        const char *sp = s->len > 1 ? memchr(s->p + 1, ' ', s->len - 1) : NULL;
-        int ok = sp != NULL && sp + 1 < s->p + s->len;
-        if (ok) {
-            const size_t la = (size_t)(sp - s->p), lb = s->len - la - 1;
-            const int64_t a = strset_find(&h, v.tok, s->p, la), b = strset_find(&h, v.tok, sp + 1, lb);
-            char *joined = malloc(la + lb + 1);
-            if (!joined) {
-                rc = dt_fail_oom(err, "%s: out of memory", f->path);
-                break;
-            }
-            memcpy(joined, s->p, la);
-            memcpy(joined + la, sp + 1, lb);
-            const int64_t j = strset_find(&h, v.tok, joined, la + lb);
-            free(joined);
-            ok = a >= 0 && b >= 0 && j >= 0 && in_model_vocab(v.type[a]) && in_model_vocab(v.type[b]) &&
-                 in_model_vocab(v.type[j]);
-        }
-        if (!ok)
-            rc = dt_fail_format(err, "%s: tokenizer.ggml.merges[%lld] \"%.*s\" is not two tokens whose concatenation is a "
-                                     "token",
-                                f->path, (long long)i, (int)(s->len > 60 ? 60 : s->len), s->p);
-    }
+    if (rc == 0 && !v.spm) rc = read_bpe_merges(f, &v, &h, err);
+    if (rc == 0 && v.spm) rc = spm_read(f, v.tok, tt ? v.type : NULL, v.n, v.score, &v.pairs, &v.n_merges, err);
     free(h.slot);
-    if (rc == 0 && (token_id(f, "tokenizer.ggml.bos_token_id", v.n, &v.bos, err) ||
-                    token_id(f, "tokenizer.ggml.eos_token_id", v.n, &v.eos, err) ||
+    /* llama.cpp's defaults: SentencePiece's ids 1, 2 and 0 for BOS, EOS and the unknown token */
+    if (rc == 0 && (token_id_or(f, "tokenizer.ggml.bos_token_id", v.n, v.spm ? 1 : -1, &v.bos, err) ||
+                    token_id_or(f, "tokenizer.ggml.eos_token_id", v.n, v.spm ? 2 : -1, &v.eos, err) ||
+                    (v.spm && token_id_or(f, "tokenizer.ggml.unknown_token_id", v.n, 0, &v.unk, err)) ||
                     token_id(f, "tokenizer.ggml.eot_token_id", v.n, &v.eot, err) ||
                     token_id(f, "tokenizer.ggml.eom_token_id", v.n, &v.eom, err) ||
                     token_id(f, "tokenizer.ggml.padding_token_id", v.n, &v.pad, err)))
         rc = -1;
-    /* llama.cpp's defaults: Llama 3's pre-tokenizer adds BOS unless the file says otherwise */
-    v.add_bos = !strcmp(v.pre ? v.pre : "", "llama-bpe");
+    /* and BOS added by Llama 3's pre-tokenizer and SentencePiece, a "▁" before the text by the
+     * latter, unless the file says otherwise */
+    v.add_bos = v.spm || !strcmp(v.pre ? v.pre : "", "llama-bpe");
+    v.add_space_prefix = 1;
     if (rc == 0 && (gguf_get_bool(f, "tokenizer.ggml.add_bos_token", &v.add_bos, err) < 0 ||
-                    gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v.add_eos, err) < 0))
+                    gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v.add_eos, err) < 0 ||
+                    (v.spm && gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &v.add_space_prefix, err) < 0)))
         rc = -1;
     /* EOS as difftrans's export writes it for a model without one (special_ids): none */
     int stand_in = -1;
@@ -1608,7 +1742,7 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
     if (rc == 0 && !is_bytes(&v)) {
         int *const special[] = {&v.bos, &v.eos, &v.eot, &v.eom, &v.pad};
         for (int k = 0; k < 5; k++)
-            if (*special[k] >= 0 && v.type[*special[k]] == TT_UNUSED) *special[k] = -1;
+            if (*special[k] >= 0 && !in_tokenizer(&v, *special[k])) *special[k] = -1;
     }
     if (v.bos < 0) v.add_bos = 0;
     if (v.eos < 0) v.add_eos = 0;
@@ -1633,18 +1767,20 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
         unsigned char has[N_EOG];
         eog_scan(token_in_at, &v, v.n, has);
         for (int64_t i = 0; i < v.n; i++)
-            if (v.type[i] != TT_UNUSED && eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
+            if (in_tokenizer(&v, i) && eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
         int fim[3];
         for (int k = 0; k < 3 && rc == 0; k++)
             if (token_id(f, FIM_KEY[k], v.n, &fim[k], err) != 0) rc = -1;
         if (rc == 0) fim_by_text(token_in_at, &v, v.n, fim);
         for (int k = 0; k < 3 && rc == 0; k++)
-            if (fim[k] >= 0 && v.type[fim[k]] != TT_UNUSED) add_stop(s, fim[k]);
+            if (fim[k] >= 0 && in_tokenizer(&v, fim[k])) add_stop(s, fim[k]);
         if (!is_bytes(&v)) rc = load_vocab(f, &v, c->vocab_size, out, err);
     }
     free(v.tok);
     free(v.merges);
     free(v.type);
+    free(v.score);
+    free(v.pairs);
     return rc;
 }
 

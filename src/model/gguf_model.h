@@ -8,8 +8,8 @@
  * ".gguf" or a regular file that begins with the GGUF magic. */
 int gguf_model_path(const char *path);
 /* The model in a GGUF file: llama.cpp's llama architecture (tensors F32, F16, BF16, Q8_0 or Q4_0;
- * q_proj / k_proj rows put back into HF's RoPE order), its BPE tokenizer (tokenizer.ggml.model
- * "gpt2" with a pre-tokenizer difftrans can express) as the model's vocabulary. Everything the
- * file says is checked; a refusal names the file and the problem. */
+ * q_proj / k_proj rows put back into HF's RoPE order), its tokenizer (tokenizer.ggml.model "gpt2"
+ * with a pre-tokenizer difftrans can express, or "llama", SentencePiece: gguf_spm.h) as the model's
+ * vocabulary. Everything the file says is checked; a refusal names the file and the problem. */
 int gguf_model_load(dt_model *m, const char *path, dt_error *err);
 #endif
