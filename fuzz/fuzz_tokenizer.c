@@ -2,7 +2,8 @@
  * FUZZ_TOKCFG_SEP when the input has one). dt_tok_load must refuse it or give a tokenizer that
  * encodes a few texts into ids of its vocabulary, the same ids through a reusable encoder, and
  * decodes every id it produced; ids outside the vocabulary are refused by decode. The parallel
- * encoder, with chunks of a few bytes, gives the ids of one thread. */
+ * encoder, with chunks of a few bytes, gives the ids of one thread. The ids streamed one at a time
+ * (dt_tok_stream) give the decode's bytes, and every one of them has its bytes (dt_tok_token_bytes). */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,11 +23,30 @@ static const char *const texts[] = {
 
 static void check_decodes(const dt_tok *tok, const int32_t *ids, size_t n) {
     dt_error err;
+    for (size_t i = 0; i < n; i++) {
+        char *bytes;
+        size_t len;
+        if (dt_tok_token_bytes(tok, ids[i], &bytes, &len, &err) != 0) abort();
+        free(bytes);
+    }
     for (int skip = 0; skip < 2; skip++) {
         char *text = NULL;
         size_t len = 0;
         if (dt_tok_decode(tok, ids, n, skip, &text, &len, &err) != 0) abort(); /* its own ids are tokens */
         if (strlen(text) > len) abort();                                       /* NUL-terminated at len */
+        dt_tok_stream *s = dt_tok_stream_new(tok, skip);
+        if (!s) abort();
+        size_t got = 0;
+        for (size_t i = 0; i <= n; i++) {
+            const char *t;
+            size_t tl;
+            if ((i < n ? dt_tok_stream_push(s, ids[i], &t, &tl, &err) : dt_tok_stream_flush(s, &t, &tl, &err)) != 0)
+                abort();
+            if (tl > len - got || memcmp(text + got, t, tl) != 0) abort();
+            got += tl;
+        }
+        if (got != len) abort();
+        dt_tok_stream_free(s);
         free(text);
     }
 }

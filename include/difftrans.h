@@ -590,8 +590,8 @@ int dt_model_stop_ids(const dt_model *m, int *ids);
  * Deterministic for a given seed. res may be NULL; on a failure part-way it still says what was
  * generated (n_generated tokens in out). The options must come from dt_generate_defaults: a zeroed
  * sampler (top_p 0) is refused. Text for the tokens: dt_model_decode of the whole sequence (a
- * token's text can depend on its neighbours; `generate` re-decodes after each token and holds back
- * a trailing U+FFFD, an unfinished character). */
+ * token's text can depend on its neighbours), or, as they come, a dt_model_tok_stream fed the
+ * prompt and then each token (what `generate` prints). */
 int dt_generate(const dt_model *m, const int *prompt, int n_prompt, const dt_generate_options *o, int *out,
                 dt_generate_result *res, dt_error *err);
 
@@ -790,6 +790,46 @@ int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int 
  * error naming it. skip_special: leave special tokens out. */
 int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_special, char **text, size_t *len,
                   dt_error *err);
+/* Text from ids as they come, one at a time (generated text, streamed): each push gives the bytes
+ * that have become final — whole UTF-8 characters that no later id can change — and holds back the
+ * rest: a character whose bytes are not all there yet (ByteLevel's bytes, ByteFallback's <0xXX>
+ * tokens: a run of those is final once a token that is not one ends it, since a later invalid byte
+ * turns the whole run into U+FFFDs), characters a decoder step may still drop at the end (Strip),
+ * an end that may still become a match (Replace of a string). The bytes pushes give, followed by
+ * dt_tok_stream_flush's, are exactly dt_tok_decode's of the ids (skip_special as given, a U+FFFD
+ * for what never completed); after every push, the bytes given so far followed by
+ * dt_tok_stream_pending's are dt_tok_decode's of the ids so far. An id that is no token (outside
+ * the vocabulary, or one it leaves unused: an embedding padded past the tokenizer) adds no text,
+ * as if it were not there. A push costs time in proportion to its token and to what is held back
+ * (a few bytes, or a run of <0xXX> tokens), never to the text before it: streaming n tokens is
+ * O(n), where decoding the whole sequence after each token is O(n²). A decoder chain that rewrites
+ * the joined text with a regex (a Replace with a Regex pattern after Fuse or ByteLevel) or runs
+ * ByteFallback or ByteLevel after them (no published tokenizer does) could change all of it at any
+ * token: its text comes at the flush, decoded whole.
+ * tok NULL: a byte-level model's bytes (ids 0..255; the others add no text), given as they are
+ * (dt_model_decode gives them raw, invalid UTF-8 included), held back only while a character's
+ * bytes are incomplete.
+ * One stream follows one sequence, on one thread at a time; tok is only read (any number of
+ * streams and encoders may share it) and must outlive the stream. *text points into the stream,
+ * NUL-terminated, and stays valid until its next call; -1 only when out of memory. */
+typedef struct dt_tok_stream dt_tok_stream;
+dt_tok_stream *dt_tok_stream_new(const dt_tok *tok, int skip_special);   /* NULL when out of memory */
+void dt_tok_stream_free(dt_tok_stream *s);
+int dt_tok_stream_push(dt_tok_stream *s, int32_t id, const char **text, size_t *len, dt_error *err);
+/* The rest as it would decode if the ids ended here (the stream is left as it was). */
+int dt_tok_stream_pending(dt_tok_stream *s, const char **text, size_t *len, dt_error *err);
+/* The rest, the ids having ended; the stream then starts a new sequence. */
+int dt_tok_stream_flush(dt_tok_stream *s, const char **text, size_t *len, dt_error *err);
+/* The bytes token id adds to a decoded text before the text is made valid UTF-8 (OpenAI's logprobs
+ * `bytes`): a ByteFallback token <0xE6> the byte 0xE6, a ByteLevel token its characters' bytes
+ * through the byte map (the first byte of a 3-byte character when that is what it holds), any other
+ * the token's text as the decoder writes it after other tokens (Metaspace's ▁ a space, a Replace
+ * applied to it, Strip only when it strips every token). The bytes of a text's tokens one after
+ * another are the text's bytes, but where a step changes text across tokens: a Strip of the text's
+ * first or last characters, Metaspace's first ▁, a Replace matching across tokens, a ByteFallback
+ * run that is not valid UTF-8. *bytes is malloc'd (*len bytes, NUL-terminated); an id that is not a
+ * token is an error naming it. */
+int dt_tok_token_bytes(const dt_tok *tok, int32_t id, char **bytes, size_t *len, dt_error *err);
 int32_t dt_tok_vocab_size(const dt_tok *tok);            /* 1 + the largest id (model and added tokens) */
 int32_t dt_tok_token_to_id(const dt_tok *tok, const char *token, size_t len);  /* -1 when absent */
 const char *dt_tok_id_to_token(const dt_tok *tok, int32_t id, size_t *len);   /* NULL when absent */
@@ -880,6 +920,9 @@ int dt_model_encode_prompt(const dt_model *m, const char *text, int **ids, size_
  * is not a token (not a byte, for a byte-level model) is an error naming it. */
 int dt_model_decode(const dt_model *m, const int *ids, size_t n, int skip_special, char **text, size_t *len,
                     dt_error *err);
+/* A dt_tok_stream of the model's text (its tokenizer's, or its bytes): ids of an embedding padded
+ * past the tokenizer add no text. Fails as dt_model_check_text does for a model of token ids only. */
+int dt_model_tok_stream(const dt_model *m, int skip_special, dt_tok_stream **s, dt_error *err);
 /* A whole text file as the model reads text (no special tokens added): what every command that
  * reads text (eval, calibration, analyses, needle, compare, training) goes through. An empty file
  * is an error naming it; *bytes (may be NULL) gets the file's size. */

@@ -268,6 +268,13 @@ int dt_model_decode(const dt_model *m, const int *ids, size_t n, int skip_specia
     return rc;
 }
 
+int dt_model_tok_stream(const dt_model *m, int skip_special, dt_tok_stream **s, dt_error *err) {
+    *s = NULL;
+    if (dt_model_check_text(m, err) != 0) return -1;
+    *s = dt_tok_stream_new(m->vocab.tok, skip_special);
+    return *s ? 0 : dt_fail_oom(err, "decode: out of memory for a text stream");
+}
+
 /* A text file through a vocabulary: bytes (checked against vocab_size), or encoded without special
  * tokens. */
 static int vocab_text_tokens(const dt_vocab *v, int vocab_size, const char *path, int **tokens, size_t *n,

@@ -73,6 +73,8 @@ int tk_dec_parse(tk_dec *d, const cJSON *j, const char *path, dt_error *err) {
         if (!(d->content = tk_strdup(content))) return dt_fail_oom(err, "%s: out of memory", path);
         d->content_len = strlen(content);
         if (tk_json_pattern(j, &d->re, what, path, err) != 0) return -1;
+        const cJSON *pattern = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+        d->literal = cJSON_GetObjectItemCaseSensitive(pattern, "String") != NULL;
     } else if (!strcmp(type, "Sequence")) {
         d->kind = TK_DEC_SEQUENCE;
         keys = KEYS_SEQ;
@@ -103,35 +105,26 @@ void tk_dec_free(tk_dec *d) {
 
 /* ---------------------------------------------------------------- applying */
 
-static int bytelevel(tk_ctx *c, const tk_pieces *in, tk_pieces *out) {
-    tk_buf *bytes = &c->t1;
-    bytes->n = 0;
-    for (size_t i = 0; i < in->n; i++) {
-        const char *s = tk_piece_str(in, i);
-        size_t n = in->v[i].len, mark = bytes->n;
-        int all = 1;
-        for (size_t p = 0; p < n && all;) {
-            int k;
-            int b = tk_char_to_byte(tk_utf8_decode(s + p, &k));
-            if (b < 0) all = 0;
-            else {
-                unsigned char ub = (unsigned char)b;
-                if (tk_buf_put(bytes, &ub, 1) != 0) return -1;
-            }
-            p += (size_t)k;
+/* The steps one piece at a time, shared with the streaming decoder (stream.c), which feeds them a
+ * piece when its token comes. */
+
+int tk_dec_bytelevel_bytes(const char *s, size_t n, tk_buf *bytes) {
+    const size_t mark = bytes->n;
+    for (size_t p = 0; p < n;) {
+        int k;
+        const int b = tk_char_to_byte(tk_utf8_decode(s + p, &k));
+        if (b < 0) { /* a token with a character outside the byte map goes in as it is */
+            bytes->n = mark;
+            return tk_buf_put(bytes, s, n);
         }
-        if (!all) {
-            bytes->n = mark; /* a token with a character outside the byte map goes in as it is */
-            if (tk_buf_put(bytes, s, n) != 0) return -1;
-        }
+        const unsigned char ub = (unsigned char)b;
+        if (tk_buf_put(bytes, &ub, 1) != 0) return -1;
+        p += (size_t)k;
     }
-    tk_buf *text = &c->t2;
-    text->n = 0;
-    if (tk_utf8_lossy(text, bytes->p ? bytes->p : "", bytes->n) != 0) return -1;
-    return tk_pieces_add(out, text->p ? text->p : "", text->n, -1, 0);
+    return 0;
 }
 
-static int flush_bytes(tk_buf *bytes, tk_pieces *out) {
+int tk_dec_fallback_flush(tk_buf *bytes, tk_pieces *out) {
     if (bytes->n == 0) return 0;
     int rc = 0;
     if (tk_utf8_check(bytes->p, bytes->n) == bytes->n) rc = tk_pieces_add(out, bytes->p, bytes->n, -1, 0);
@@ -148,68 +141,89 @@ static int hexval(char c) {
     return -1;
 }
 
+int tk_dec_fallback_byte(const char *s, size_t n) {
+    const int hi = n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' ? hexval(s[3]) : -1;
+    const int lo = hi >= 0 ? hexval(s[4]) : -1;
+    return lo >= 0 ? hi * 16 + lo : -1;
+}
+
+static int metaspace_piece(const tk_dec *d, const char *s, size_t n, int first, tk_buf *out) {
+    for (size_t p = 0; p < n;) {
+        int k;
+        const uint32_t cp = tk_utf8_decode(s + p, &k);
+        int rc = 0;
+        if (cp != d->replacement) rc = tk_buf_put(out, s + p, (size_t)k);
+        else if (!first || d->prepend_never) rc = tk_buf_put(out, " ", 1);
+        if (rc != 0) return -1;
+        p += (size_t)k;
+    }
+    return 0;
+}
+
+static int strip_piece(const tk_dec *d, const char *s, size_t n, tk_buf *out) {
+    char ch[4];
+    const size_t cl = (size_t)tk_utf8_encode(d->strip_char, ch);
+    size_t a = 0, b = n;
+    for (int k = 0; k < d->strip_start && b - a >= cl && !memcmp(s + a, ch, cl); k++) a += cl;
+    for (int k = 0; k < d->strip_stop && b - a >= cl && !memcmp(s + b - cl, ch, cl); k++) b -= cl;
+    return tk_buf_put(out, s + a, b - a);
+}
+
+static int replace_piece(const tk_dec *d, tk_ctx *c, const char *s, size_t n, tk_buf *out) {
+    if (tk_regex_find_matches(&d->re, &c->m, s, n, &c->spans) != 0) return -1;
+    for (size_t k = 0; k < c->spans.n; k++) {
+        const tk_span *sp = &c->spans.v[k];
+        const int rc = sp->is_match ? tk_buf_put(out, d->content, d->content_len)
+                                    : tk_buf_put(out, s + sp->start, sp->end - sp->start);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+int tk_dec_piece(const tk_dec *d, tk_ctx *c, const char *s, size_t n, int first, tk_buf *out) {
+    switch (d->kind) {
+    case TK_DEC_METASPACE: return metaspace_piece(d, s, n, first, out);
+    case TK_DEC_STRIP: return strip_piece(d, s, n, out);
+    case TK_DEC_REPLACE: return replace_piece(d, c, s, n, out);
+    case TK_DEC_FUSE: return tk_buf_put(out, s, n); /* one piece is already fused */
+    default: return -1; /* ByteFallback and ByteLevel join pieces: their callers run them */
+    }
+}
+
+static int bytelevel(tk_ctx *c, const tk_pieces *in, tk_pieces *out) {
+    tk_buf *bytes = &c->t1;
+    bytes->n = 0;
+    for (size_t i = 0; i < in->n; i++)
+        if (tk_dec_bytelevel_bytes(tk_piece_str(in, i), in->v[i].len, bytes) != 0) return -1;
+    tk_buf *text = &c->t2;
+    text->n = 0;
+    if (tk_utf8_lossy(text, bytes->p ? bytes->p : "", bytes->n) != 0) return -1;
+    return tk_pieces_add(out, text->p ? text->p : "", text->n, -1, 0);
+}
+
 static int bytefallback(tk_ctx *c, const tk_pieces *in, tk_pieces *out) {
     tk_buf *bytes = &c->t1;
     bytes->n = 0;
     for (size_t i = 0; i < in->n; i++) {
         const char *s = tk_piece_str(in, i);
-        size_t n = in->v[i].len;
-        int hi = n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' ? hexval(s[3]) : -1;
-        int lo = hi >= 0 ? hexval(s[4]) : -1;
-        if (lo >= 0) {
-            unsigned char b = (unsigned char)(hi * 16 + lo);
-            if (tk_buf_put(bytes, &b, 1) != 0) return -1;
+        const size_t n = in->v[i].len;
+        const int b = tk_dec_fallback_byte(s, n);
+        if (b >= 0) {
+            const unsigned char ub = (unsigned char)b;
+            if (tk_buf_put(bytes, &ub, 1) != 0) return -1;
             continue;
         }
-        if (flush_bytes(bytes, out) != 0 || tk_pieces_add(out, s, n, -1, 0) != 0) return -1;
+        if (tk_dec_fallback_flush(bytes, out) != 0 || tk_pieces_add(out, s, n, -1, 0) != 0) return -1;
     }
-    return flush_bytes(bytes, out);
+    return tk_dec_fallback_flush(bytes, out);
 }
 
-static int metaspace(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
+/* Metaspace, Strip, Replace: each piece on its own (Metaspace's first piece is the text's first). */
+static int each_piece(const tk_dec *d, tk_ctx *c, const tk_pieces *in, tk_pieces *out) {
     for (size_t i = 0; i < in->n; i++) {
-        const char *s = tk_piece_str(in, i);
-        size_t n = in->v[i].len, start = out->text.n;
+        const size_t start = out->text.n;
         if (tk_pieces_add(out, "", 0, -1, 0) != 0) return -1;
-        for (size_t p = 0; p < n;) {
-            int k;
-            uint32_t cp = tk_utf8_decode(s + p, &k);
-            int rc = 0;
-            if (cp != d->replacement) rc = tk_buf_put(&out->text, s + p, (size_t)k);
-            else if (i != 0 || d->prepend_never) rc = tk_buf_put(&out->text, " ", 1);
-            if (rc != 0) return -1;
-            p += (size_t)k;
-        }
-        out->v[out->n - 1].len = out->text.n - start;
-    }
-    return 0;
-}
-
-static int strip(const tk_dec *d, const tk_pieces *in, tk_pieces *out) {
-    char ch[4];
-    size_t cl = (size_t)tk_utf8_encode(d->strip_char, ch);
-    for (size_t i = 0; i < in->n; i++) {
-        const char *s = tk_piece_str(in, i);
-        size_t a = 0, b = in->v[i].len;
-        for (int k = 0; k < d->strip_start && b - a >= cl && !memcmp(s + a, ch, cl); k++) a += cl;
-        for (int k = 0; k < d->strip_stop && b - a >= cl && !memcmp(s + b - cl, ch, cl); k++) b -= cl;
-        if (tk_pieces_add(out, s + a, b - a, -1, 0) != 0) return -1;
-    }
-    return 0;
-}
-
-static int replace(const tk_dec *d, tk_ctx *c, const tk_pieces *in, tk_pieces *out) {
-    for (size_t i = 0; i < in->n; i++) {
-        const char *s = tk_piece_str(in, i);
-        if (tk_regex_find_matches(&d->re, &c->m, s, in->v[i].len, &c->spans) != 0) return -1;
-        size_t start = out->text.n;
-        if (tk_pieces_add(out, "", 0, -1, 0) != 0) return -1;
-        for (size_t k = 0; k < c->spans.n; k++) {
-            const tk_span *sp = &c->spans.v[k];
-            int rc = sp->is_match ? tk_buf_put(&out->text, d->content, d->content_len)
-                                  : tk_buf_put(&out->text, s + sp->start, sp->end - sp->start);
-            if (rc != 0) return -1;
-        }
+        if (tk_dec_piece(d, c, tk_piece_str(in, i), in->v[i].len, i == 0, &out->text) != 0) return -1;
         out->v[out->n - 1].len = out->text.n - start;
     }
     return 0;
@@ -226,7 +240,9 @@ int tk_dec_apply(const tk_dec *d, tk_ctx *c) {
     int rc = 0;
     switch (d->kind) {
     case TK_DEC_BYTELEVEL: rc = bytelevel(c, in, out); break;
-    case TK_DEC_METASPACE: rc = metaspace(d, in, out); break;
+    case TK_DEC_METASPACE:
+    case TK_DEC_STRIP:
+    case TK_DEC_REPLACE: rc = each_piece(d, c, in, out); break;
     case TK_DEC_BYTEFALLBACK: rc = bytefallback(c, in, out); break;
     case TK_DEC_FUSE: {
         size_t start = out->text.n;
@@ -235,8 +251,6 @@ int tk_dec_apply(const tk_dec *d, tk_ctx *c) {
         if (rc == 0) out->v[0].len = out->text.n - start;
         break;
     }
-    case TK_DEC_STRIP: rc = strip(d, in, out); break;
-    case TK_DEC_REPLACE: rc = replace(d, c, in, out); break;
     case TK_DEC_SEQUENCE: break;
     }
     if (rc != 0) return -1;

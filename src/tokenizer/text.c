@@ -117,6 +117,20 @@ size_t tk_utf8_check(const char *s, size_t n) {
     return n;
 }
 
+size_t tk_utf8_complete(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    /* a sequence still open at the end starts at most 3 bytes before it */
+    for (size_t back = 1; back <= 3 && back <= n; back++) {
+        const size_t i = n - back;
+        if ((u[i] & 0xC0) == 0x80) continue;
+        if (u[i] < 0xC2 || u[i] > 0xF4) return n; /* ASCII, or a byte that never starts a character */
+        int valid;
+        const size_t k = utf8_unit(u + i, back, &valid);
+        return !valid && k == back ? i : n; /* well-formed up to the end, and short of a character */
+    }
+    return n;
+}
+
 int tk_utf8_lossy(tk_buf *out, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, run = 0;

@@ -42,6 +42,9 @@ uint32_t tk_utf8_decode(const char *s, int *len);
 int tk_utf8_encode(uint32_t cp, char out[4]);
 /* Offset of the first invalid byte, or n when s[0..n) is valid UTF-8. */
 size_t tk_utf8_check(const char *s, size_t n);
+/* Bytes of s[0..n) before a sequence at its end that more bytes could still make a character (n
+ * when there is none): what is sure to decode the same whatever bytes follow. */
+size_t tk_utf8_complete(const char *s, size_t n);
 /* Appends s[0..n) to out, replacing each maximal invalid subsequence with U+FFFD the way
  * Rust's String::from_utf8_lossy does. */
 int tk_utf8_lossy(tk_buf *out, const char *s, size_t n);
@@ -318,6 +321,7 @@ typedef struct tk_dec {
     uint32_t strip_char;         /* Strip */
     int strip_start, strip_stop;
     tk_regex re;                 /* Replace */
+    int literal;                 /* Replace: the pattern is a string ({"String": ...}), re.source */
     char *content;
     size_t content_len;
     struct tk_dec *items;
@@ -328,6 +332,20 @@ int tk_dec_parse(tk_dec *d, const cJSON *j, const char *path, dt_error *err);
 void tk_dec_free(tk_dec *d);
 /* Runs the decoder chain over the token strings in c->a (using c->b). */
 int tk_dec_apply(const tk_dec *d, tk_ctx *c);
+/* The steps piece by piece (what tk_dec_apply runs over lists, and the streaming decoder over the
+ * pieces as their tokens come):
+ * tk_dec_piece: a step that maps each piece on its own (Metaspace, Strip, Replace; Fuse of one
+ *   piece) appends the piece s[0..n)'s text to out; first: the piece is the first of the step's
+ *   input (Metaspace drops its replacement characters there). -1 for ByteFallback, ByteLevel.
+ * tk_dec_fallback_byte: the byte a ByteFallback piece "<0xXX>" stands for, or -1.
+ * tk_dec_fallback_flush: a run of such bytes (emptied) as ByteFallback writes it into out: one piece
+ *   when it is valid UTF-8, else a U+FFFD piece per byte.
+ * tk_dec_bytelevel_bytes: the bytes ByteLevel makes of a piece (through the byte map, or the piece
+ *   as it is when a character of it is outside the map), appended to bytes. */
+int tk_dec_piece(const tk_dec *d, tk_ctx *c, const char *s, size_t n, int first, tk_buf *out);
+int tk_dec_fallback_byte(const char *s, size_t n);
+int tk_dec_fallback_flush(tk_buf *bytes, tk_pieces *out);
+int tk_dec_bytelevel_bytes(const char *s, size_t n, tk_buf *bytes);
 
 /* ---------------------------------------------------------------- the tokenizer */
 
@@ -358,6 +376,9 @@ int tk_json_only(const cJSON *obj, const char *const *keys, const char *what, co
 /* A pattern object {"String": s} or {"Regex": r}. */
 int tk_json_pattern(const cJSON *obj, tk_regex *re, const char *what, const char *path, dt_error *err);
 char *tk_strdup(const char *s);
+/* What decode(skip_special_tokens) leaves out: a token whose string s[0..len) is a special token's
+ * content. */
+int tk_skipped_as_special(const struct dt_tok *tok, const char *s, size_t len);
 uint64_t tk_hash(const char *s, size_t n);
 
 /* The encoding pipeline in parts (tokenizer.c), for the parallel encoder (parallel.c):

@@ -484,7 +484,7 @@ int dt_tok_is_special(const dt_tok *tok, int32_t id) {
 
 /* What decode(skip_special_tokens) skips in the Rust library: tokens whose string (for an added
  * token, its normalised form) is the content of a special token. */
-static int skipped_as_special(const dt_tok *tok, const char *s, size_t len) {
+int tk_skipped_as_special(const dt_tok *tok, const char *s, size_t len) {
     for (int i = 0; i < tok->n_added; i++)
         if (tok->added[i].special && tok->added[i].len == len && !memcmp(tok->added[i].content, s, len)) return 1;
     return 0;
@@ -506,7 +506,7 @@ int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_spec
     for (size_t i = 0; i < n && rc == 0; i++) {
         size_t l;
         const char *s = dt_tok_id_to_token(tok, ids[i], &l);
-        if (skip_special && skipped_as_special(tok, s, l)) continue;
+        if (skip_special && tk_skipped_as_special(tok, s, l)) continue;
         rc = tk_pieces_add(&c.a, s, l, -1, 0);
     }
     tk_buf out = {0};
@@ -523,6 +523,72 @@ int dt_tok_decode(const dt_tok *tok, const int32_t *ids, size_t n, int skip_spec
     }
     *text = out.p;
     *len = out.n - 1;
+    return 0;
+}
+
+/* A token's bytes through the decoder's steps d (dt_tok_token_bytes): cur holds them, tmp is
+ * scratch; joined: a Fuse or ByteLevel came before (the steps after it read the joined text, in
+ * which the token is somewhere after the start and before the end). 1 when a step gave the token's
+ * raw bytes (ByteFallback's byte, ByteLevel's bytes), which the steps after it never see alone. */
+static int token_bytes_steps(const tk_dec *d, tk_ctx *c, tk_buf *cur, tk_buf *tmp, int *joined) {
+    switch (d->kind) {
+    case TK_DEC_SEQUENCE:
+        for (int i = 0; i < d->n_items; i++) {
+            const int rc = token_bytes_steps(&d->items[i], c, cur, tmp, joined);
+            if (rc != 0) return rc;
+        }
+        return 0;
+    case TK_DEC_BYTEFALLBACK: {
+        const int b = tk_dec_fallback_byte(cur->p, cur->n);
+        if (b < 0) return 0;
+        cur->p[0] = (char)b;
+        cur->n = 1;
+        return 1;
+    }
+    case TK_DEC_BYTELEVEL:
+        tmp->n = 0;
+        if (tk_dec_bytelevel_bytes(cur->p, cur->n, tmp) != 0) return -1;
+        break;
+    case TK_DEC_FUSE: *joined = 1; return 0;
+    default:
+        /* Strip of the joined text: its first and last characters are not this token's (a Strip
+         * before the join strips each token's piece) */
+        if (d->kind == TK_DEC_STRIP && *joined) return 0;
+        tmp->n = 0;
+        if (tk_dec_piece(d, c, cur->p, cur->n, *joined, tmp) != 0) return -1;
+        break;
+    }
+    const tk_buf t = *cur;
+    *cur = *tmp;
+    *tmp = t;
+    return d->kind == TK_DEC_BYTELEVEL;
+}
+
+int dt_tok_token_bytes(const dt_tok *tok, int32_t id, char **bytes, size_t *len, dt_error *err) {
+    *bytes = NULL;
+    *len = 0;
+    size_t n;
+    const char *s = dt_tok_id_to_token(tok, id, &n);
+    if (!s)
+        return dt_fail(err, "id %d: not a token of %s (%s; ids are 0..%d)", id, tok->path,
+                       id >= 0 && id < tok->vocab_size ? "an id the vocabulary leaves unused"
+                                                       : "outside the vocabulary",
+                       tok->vocab_size - 1);
+    tk_ctx c;
+    tk_ctx_init_decoding(&c);
+    tk_buf cur = {0}, tmp = {0};
+    int joined = 0;
+    int rc = tk_buf_put(&cur, s, n) != 0 || tk_buf_reserve(&cur, 1) != 0 || tk_buf_reserve(&tmp, 1) != 0 ? -1 : 0;
+    if (rc == 0 && tok->decoder) rc = token_bytes_steps(tok->decoder, &c, &cur, &tmp, &joined) < 0 ? -1 : 0;
+    if (rc == 0) rc = tk_buf_put(&cur, "", 1);
+    tk_ctx_free(&c);
+    tk_buf_free(&tmp);
+    if (rc != 0) {
+        tk_buf_free(&cur);
+        return dt_fail_oom(err, "%s: decoding id %d failed (out of memory)", tok->path, id);
+    }
+    *bytes = cur.p;
+    *len = cur.n - 1;
     return 0;
 }
 
