@@ -60,56 +60,58 @@ static int parse_ids(const char *s, int V, int **ids, int *n) {
     return 0;
 }
 
-/* Streams decoded text: after every token the whole sequence is decoded again (a token's text
- * can depend on its neighbours) and what is new is printed, holding back a trailing U+FFFD, the
- * mark of a character whose bytes are not all generated yet. A byte-level model's bytes are
- * printed as they come (ids past 255, possible with --prompt-ids, as <id>). */
+/* Streams the generated text through the model's dt_tok_stream, which was fed the prompt first (a
+ * token's text can depend on the tokens before it) and prints the text of each token once it is
+ * final: a character whose bytes are not all generated yet waits, and the flush at the end prints
+ * what is left. The prompt's text is printed already (as typed, or decoded), so the stream's first
+ * `skip` bytes after the prompt, the prompt's text it still held back, are not printed again. Ids
+ * that are no token (an embedding padded past the tokenizer, a byte-level model's ids past 255)
+ * add no text. */
 typedef struct {
-    const dt_model *m;
+    dt_tok_stream *ts;
     int print_ids;
     int first;                   /* no token printed yet */
-    size_t printed;              /* of the decoded text, bytes shown */
+    size_t skip;
     dt_error err;
     int failed;
 } text_stream;
 
-static int stream_text(text_stream *ts, const int *seq, int n, int final) {
-    /* ids of an embedding padded past the tokenizer are no token: sampled, they add no text (as in
-     * the server's replies) */
-    const dt_tok *tok = dt_model_tok(ts->m);
-    int *kept = malloc((size_t)(n ? n : 1) * sizeof *kept), k = 0;
-    if (!kept) {
-        dt_fail_oom(&ts->err, "out of memory for %d ids", n);
-        return ts->failed = 1;
-    }
-    size_t token_len;
-    for (int i = 0; i < n; i++)
-        if (dt_tok_id_to_token(tok, seq[i], &token_len)) kept[k++] = seq[i];
-    char *text;
-    size_t len;
-    const int rc = dt_model_decode(ts->m, kept, (size_t)k, 1, &text, &len, &ts->err);
-    free(kept);
-    if (rc != 0) return ts->failed = 1;
-    size_t end = len;
-    while (!final && end >= ts->printed + 3 && memcmp(text + end - 3, "\xEF\xBF\xBD", 3) == 0) end -= 3;
-    if (end > ts->printed) {
-        fwrite(text + ts->printed, 1, end - ts->printed, stdout);
-        ts->printed = end;
-    }
-    free(text);
-    return 0;
+static void print_text(text_stream *ts, const char *text, size_t len) {
+    const size_t k = len < ts->skip ? len : ts->skip;
+    ts->skip -= k;
+    fwrite(text + k, 1, len - k, stdout);
 }
 
 static int on_token(void *ctx, int token, int is_stop, const int *seq, int n_seq) {
     text_stream *ts = ctx;
     if (ts->print_ids) printf("%s%d", ts->first ? "" : " ", token);
     else if (is_stop) return 0;
-    else if (dt_model_tok(ts->m)) {
-        if (stream_text(ts, seq, n_seq, 0) != 0) return 1;
-    } else if (token > 255) printf("<%d>", token);
-    else putchar(token);
+    else {
+        const char *text;
+        size_t len;
+        if (dt_tok_stream_push(ts->ts, token, &text, &len, &ts->err) != 0) return ts->failed = 1;
+        print_text(ts, text, len);
+    }
     ts->first = 0;
     fflush(stdout);
+    return 0;
+}
+
+/* Feeds the prompt to the stream and prints its text (decoded: ids given by number), or the prompt
+ * as typed; what the stream holds back of it is the skip. */
+static int stream_prompt(text_stream *ts, const int *ids, int n, const char *typed, int show_decoded) {
+    size_t held = 0;
+    for (int i = 0; i <= n; i++) {
+        const char *text;
+        size_t len;
+        const int rc = i < n ? dt_tok_stream_push(ts->ts, ids[i], &text, &len, &ts->err)
+                             : dt_tok_stream_pending(ts->ts, &text, &len, &ts->err);
+        if (rc != 0) return -1;
+        if (show_decoded && !typed) fwrite(text, 1, len, stdout);
+        if (i == n) held = len;
+    }
+    if (typed) fwrite(typed, 1, strlen(typed), stdout);
+    ts->skip = held;
     return 0;
 }
 
@@ -177,20 +179,11 @@ int cmd_generate(int argc, char **argv) {
     if (rc == 0 && (long)n_prompt + n_gen > m.cfg.max_position_embeddings)
         rc = cli_error(cmd, "prompt (%d tokens) + -n %d exceeds max_position_embeddings %d", n_prompt, n_gen,
                        m.cfg.max_position_embeddings);
-    text_stream ts = {.m = &m, .print_ids = print_ids, .first = 1};
-    if (rc == 0 && !print_ids && tok) {
-        /* the prompt as typed; ids given by number are shown decoded */
-        char *text;
-        size_t len;
-        if (dt_model_decode(&m, ids, (size_t)n_prompt, 1, &text, &len, &err) != 0) rc = cli_fail(cmd, &err);
-        else {
-            if (prompt) fwrite(prompt, 1, strlen(prompt), stdout);
-            else fwrite(text, 1, len, stdout);
-            ts.printed = len; /* what follows the prompt's decoded text is new */
-            free(text);
-        }
-    } else if (rc == 0 && !print_ids && prompt) {
-        fwrite(prompt, 1, strlen(prompt), stdout);
+    text_stream ts = {.print_ids = print_ids, .first = 1};
+    if (rc == 0 && !print_ids) {
+        if (dt_model_tok_stream(&m, 1, &ts.ts, &err) != 0) rc = cli_fail(cmd, &err);
+        /* the prompt as typed; ids given by number are shown decoded (a byte-level model's are not) */
+        else if (stream_prompt(&ts, ids, n_prompt, prompt, tok != NULL) != 0) rc = cli_fail(cmd, &ts.err);
     }
     dt_generate_options go;
     dt_generate_defaults(&go);
@@ -218,15 +211,11 @@ int cmd_generate(int argc, char **argv) {
                 2.0 * m.cfg.num_hidden_layers * (n_prompt + n_gen) * m.cfg.num_key_value_heads * m.cfg.head_dim * 4 /
                     1e6);
     if (rc == 0 && ts.failed) rc = cli_fail(cmd, &ts.err);
-    if (rc == 0 && tok && !print_ids) {
-        int *all = malloc((size_t)(n_prompt + res.n_generated) * sizeof *all);
-        if (!all) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
-        else {
-            memcpy(all, ids, (size_t)n_prompt * sizeof *all);
-            memcpy(all + n_prompt, out, (size_t)res.n_generated * sizeof *all);
-            if (stream_text(&ts, all, n_prompt + res.n_generated, 1) != 0) rc = cli_fail(cmd, &ts.err);
-            free(all);
-        }
+    if (rc == 0 && ts.ts) { /* the generation has ended: what the stream held back is text */
+        const char *text;
+        size_t len;
+        if (dt_tok_stream_flush(ts.ts, &text, &len, &ts.err) != 0) rc = cli_fail(cmd, &ts.err);
+        else print_text(&ts, text, len);
     }
     if (rc == 0) putchar('\n');
     fflush(stdout); /* the text first, then what stderr says of it */
@@ -237,6 +226,7 @@ int cmd_generate(int argc, char **argv) {
                 res.decode_s > 0 ? res.n_generated / res.decode_s : 0.0);
     free(out);
     free(ids);
+    dt_tok_stream_free(ts.ts);
     dt_model_free(&m);
     return rc;
 }

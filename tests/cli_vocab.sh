@@ -163,6 +163,34 @@ check "it sampled a padding id (457..511)" \
     awk '{ for (i = 1; i <= NF; i++) if ($i >= 457) found = 1 } END { exit !found }' "$S/last.out"
 expect_ok "the same as text: padding ids add nothing" "$DT" generate "$S/m_pad" --prompt "The GNU" -n 80 \
     --temperature 3 --seed 3
+# the text generate streams as the tokens come is the decode of the whole sequence: untrained models
+# sampling at a high temperature over tokenizers whose text depends on the tokens around (ByteFallback
+# bytes that make a character only together, a run valid so far that a later byte makes invalid;
+# Metaspace's first ▁; a Strip of the text's first space; ByteLevel's bytes of one character), with
+# an embedding padded past them
+for fx in llama2_like metaspace_first bytelevel_gpt2; do
+    "$PY" - "$HERE/tokenizer/fixtures/$fx.json" "$S/m/config.json" "$S/$fx.config.json" <<'PYEOF'
+import json, sys
+tok, cfg = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+ids = list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]
+cfg["vocab_size"] = max(ids) + 1 + 8
+cfg["bos_token_id"] = cfg["eos_token_id"] = cfg["pad_token_id"] = None
+json.dump(cfg, open(sys.argv[3], "w"))
+PYEOF
+    expect_ok "$fx: init a padded model" "$DT" init --config "$S/$fx.config.json" --out "$S/m_$fx" --seed 7
+    rm -f "$S/m_$fx/difftrans_tokenizer.json" "$S/m_$fx/generation_config.json"
+    cp "$HERE/tokenizer/fixtures/$fx.json" "$S/m_$fx/tokenizer.json"
+    GEN=("$DT" generate "$S/m_$fx" --prompt-ids "1" -n 160 --temperature 4 --seed 11 --threads 1)
+    expect_ok "$fx: generate --print-ids" "${GEN[@]}" --print-ids && cp "$S/last.out" "$S/$fx.ids"
+    expect_ok "$fx: generate, the text streamed" "${GEN[@]}" && cp "$S/last.out" "$S/$fx.text"
+    # the prompt's id, then the generated ones that are tokens (below the padding)
+    V=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["vocab_size"] - 8)' "$S/$fx.config.json")
+    awk -v v="$V" '{ printf "1"; for (i = 1; i <= NF; i++) if ($i < v) printf " %s", $i; print "" }' \
+        "$S/$fx.ids" >"$S/$fx.kept"
+    "$DT" tokenizer decode --tokenizer "$S/m_$fx" --skip-special <"$S/$fx.kept" >"$S/$fx.want" 2>"$S/last.err" &&
+        echo >>"$S/$fx.want"
+    check "$fx: the streamed text is the whole decode" cmp "$S/$fx.text" "$S/$fx.want"
+done
 expect_ok "train --data --tokenizer" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/m2" --preset tiny \
     --steps 4 --batch 2 --seq 32 --threads 2 --quiet
 check "its checkpoint carries the tokenizer" test -f "$S/m2/tokenizer.json"
