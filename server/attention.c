@@ -99,38 +99,31 @@ static int add_raw(cJSON *o, const char *name, srv_buf *b) {
     return raw && cJSON_AddItemToObject(o, name, raw) ? 0 : -1;
 }
 
-typedef struct {
-    const dt_model *m;
-    const int *ids;
-} att_decode_ctx;
-
-/* tokens [from, to) as text (srv_offsets' decode) */
-static int att_decode(void *ctx, size_t from, size_t to, char **text, size_t *len) {
-    const att_decode_ctx *d = ctx;
-    dt_error err;
-    return srv_decode_text(d->m, d->ids + from, to - from, text, len, &err);
-}
-
 /* The prompt's text and where each token begins in it (logprobs' text_offset, in characters): a
  * token that holds part of a character reads as U+FFFD in `tokens`, and the page names the
  * character from these. */
 static int add_text(cJSON *root, const dt_model *m, const int *ids, int T) {
-    char *text;
-    size_t len;
+    srv_text t;
     dt_error err;
-    if (srv_decode_text(m, ids, (size_t)T, &text, &len, &err) != 0) return -1;
-    cJSON *t = cJSON_AddStringToObject(root, "text", text);
-    free(text);
-    cJSON *off = cJSON_AddArrayToObject(root, "text_offset");
-    if (!t || !off) return -1;
-    srv_offsets o = {0};
-    att_decode_ctx d = {m, ids};
-    for (int i = 0; i < T; i++) {
+    if (srv_text_init(&t, m, &err) != 0) return -1;
+    srv_buf text = {0};
+    cJSON *off = cJSON_CreateArray();
+    int rc = off ? 0 : -1;
+    for (int i = 0; i < T && rc == 0; i++) {
         size_t at;
-        if (srv_offset_next(&o, (size_t)i, att_decode, &d, &at) != 0) return -1;
-        cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at));
+        rc = srv_text_push(&t, ids[i], &at, &err);
+        if (rc == 0) srv_buf_put(&text, t.cur.p, t.n_fresh);
+        if (rc == 0 && !cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at))) rc = -1;
     }
-    return 0;
+    if (rc == 0) rc = srv_text_end(&t, &err);
+    if (rc == 0) srv_buf_put(&text, t.cur.p, t.n_fresh);
+    srv_text_free(&t);
+    char *s = srv_buf_take(&text, NULL);
+    if (rc == 0 && (!s || !cJSON_AddStringToObject(root, "text", s))) rc = -1;
+    free(s);
+    if (rc == 0 && cJSON_AddItemToObject(root, "text_offset", off)) return 0;
+    cJSON_Delete(off);
+    return -1;
 }
 
 static int build_reply(srv *s, att_job *a, char **json, size_t *json_len) {

@@ -2,10 +2,11 @@
  * requests (one per prompt and choice), their events into text, log-probabilities and the reply,
  * whole or as server-sent events.
  *
- * A choice's text is the decoded sequence (prompt + generated, special tokens left out) past the
- * decoded prompt, decoded again after every token (a token's text can depend on its neighbours),
- * so that the text equals what `difftrans generate` prints. Streaming sends it in whole characters
- * and holds back what could still become a stop string. */
+ * A choice's text is the text of its sequence (prompt + generated, special tokens left out) past
+ * the prompt's, which the library's dt_tok_stream gives as the tokens come (a token's text can
+ * depend on its neighbours), so that it equals what `difftrans generate` prints: only its final
+ * text is looked at for stop strings and streamed (whole characters; a character whose bytes are
+ * not all generated yet waits), holding back what could still become a stop string. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,7 @@ typedef struct {
     int top_ids[DT_MAX_TOP_LOGPROBS];
     float top_lp[DT_MAX_TOP_LOGPROBS];
     size_t offset;               /* text_offset: the character of the choice's text its first byte is
-                                    in (srv_offsets) */
+                                    in (srv_text) */
     int generated;               /* 0: a prompt token (echo) */
 } lp_entry;
 
@@ -39,15 +40,25 @@ typedef struct {
     int ended;                   /* no more events are read */
     int finish_stop;             /* "stop" (an end token or a stop string), else "length" */
     int stop_cut;                /* a stop string cut the text */
-    int *gen;
-    size_t n_gen, cap_gen;
+    size_t n_gen;                /* tokens generated */
     lp_entry *lp;
     size_t n_lp, cap_lp, lp_sent;
-    srv_offsets lp_off;          /* the prompt's entries' offsets (echo) */
+    size_t *prompt_offsets;      /* echo with logprobs: the prompt's tokens' text_offset */
     size_t gen_offset;           /* the newest generated token's (update_text) */
-    char *text;                  /* echo prefix + completion so far, valid UTF-8 */
-    size_t text_len, pre;        /* pre: bytes of the echo prefix */
-    size_t tail;                 /* bytes at its end the next token may change (srv_text_tail) */
+    srv_text seq;                /* the prompt's tokens, then the generated ones, as text */
+    srv_buf text;                /* echo prefix + completion so far, valid UTF-8 */
+    size_t pre, pre_chars;       /* the echo prefix: bytes, characters */
+    size_t fixed, fixed_chars;   /* text's bytes that are final (the rest the next token may change),
+                                    and their characters */
+    /* The completion is the sequence's text past what it shares with the prompt's: past the
+     * prompt's final text, and past the rest it had (prompt_rest) as far as the sequence's text
+     * goes on with it. Until that is settled (the prompt's rest was not final, and the text after
+     * its final text is still shorter or the same), head keeps the final text after it. */
+    srv_buf prompt_rest, head;
+    int settled;
+    size_t prompt_chars;         /* characters of the prompt's final text */
+    size_t base_chars;           /* characters of the sequence's text before the completion */
+    size_t stop_from;            /* completion bytes before it hold no stop string */
     size_t sent;                 /* bytes streamed */
     int end_sent;
 } choice;
@@ -55,8 +66,6 @@ typedef struct {
 typedef struct {
     int *ids;
     size_t n;
-    char *text;                  /* decoded, special tokens left out */
-    size_t len;
 } prompt_t;
 
 struct srv_job {
@@ -162,14 +171,15 @@ static int has_text(const dt_model *m, int id) {
     return dt_tok_id_to_token(tok, id, &len) != NULL;
 }
 
+static char *no_token(int id, size_t *len) {
+    char buf[32];
+    *len = (size_t)snprintf(buf, sizeof buf, "<%d>", id);
+    return strdup(buf);
+}
+
 /* The token's bytes decoded alone (malloc'd; not necessarily UTF-8). */
 static char *token_bytes(const dt_model *m, int id, size_t *len) {
-    if (!has_text(m, id)) {
-        char buf[32];
-        const int w = snprintf(buf, sizeof buf, "<%d>", id);
-        *len = (size_t)w;
-        return strdup(buf);
-    }
+    if (!has_text(m, id)) return no_token(id, len);
     char *text;
     dt_error err;
     if (dt_model_decode(m, &id, 1, 0, &text, len, &err) != 0) return NULL;
@@ -183,22 +193,6 @@ char *srv_token_text(const dt_model *m, int id) {
     char *t = srv_utf8_repair(raw, len, &len);
     free(raw);
     return t;
-}
-
-int srv_decode_text(const dt_model *m, const int *ids, size_t n, char **text, size_t *len, dt_error *err) {
-    int *keep = malloc((n ? n : 1) * sizeof *keep);
-    if (!keep) return dt_fail_oom(err, "decode: out of memory for %zu ids", n);
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (has_text(m, ids[i])) keep[k++] = ids[i];
-    char *raw;
-    size_t raw_len;
-    const int rc = dt_model_decode(m, keep, k, 1, &raw, &raw_len, err);
-    free(keep);
-    if (rc != 0) return -1;
-    *text = srv_utf8_repair(raw, raw_len, len);
-    free(raw);
-    return *text ? 0 : dt_fail_oom(err, "decode: out of memory for %zu bytes", raw_len);
 }
 
 /* ---------------------------------------------------------------- parsing */
@@ -492,45 +486,23 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
             j->n_stops++;
         }
     }
-    for (int i = 0; i < j->n_prompts; i++) {
-        dt_error err;
-        if (srv_decode_text(s->m, j->prompts[i].ids, j->prompts[i].n, &j->prompts[i].text, &j->prompts[i].len,
-                            &err) != 0)
-            return srv_fail_dt(e, &err, "prompt");
-    }
     return 0;
 }
 
 /* ---------------------------------------------------------------- submitting */
 
-typedef struct {
-    const dt_model *m;
-    const choice *c;
-} lp_decode_ctx;
-
-/* The text of the log-probability entries [from, to) (srv_offsets' decode). */
-static int lp_decode(void *ctx, size_t from, size_t to, char **text, size_t *len) {
-    const lp_decode_ctx *d = ctx;
-    int *ids = malloc((to - from + 1) * sizeof *ids);
-    if (!ids) return -1;
-    for (size_t i = from; i < to; i++) ids[i - from] = d->c->lp[i].id;
-    dt_error err;
-    const int rc = srv_decode_text(d->m, ids, to - from, text, len, &err);
-    free(ids);
-    return rc;
-}
-
-/* A log-probability entry. Its offset (srv_token_start's: the character its first byte is in, so a
- * token that goes on with a character cut short begins where that character does — summing the
- * tokens' texts decoded alone counted a U+FFFD for each such token): a generated token's from
- * update_text, which decodes the whole sequence anyway; a prompt token's from srv_offset_next. */
-static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, const dt_model *m, int *failed) {
+/* A log-probability entry. Its offset (srv_text's: the character its first byte is in, so a token
+ * that goes on with a character cut short begins where that character does, and one whose text
+ * depends on the tokens before it is placed by their text together): a generated token's from
+ * update_text, a prompt token's from choice_start. */
+static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, int *failed) {
     const int generated = ev && ev->type == DT_EVENT_TOKEN;
     if (dt_grow(&c->lp, &c->cap_lp, c->n_lp + 1, sizeof *c->lp, 64) != 0) {
         *failed = 1;
         return;
     }
-    lp_entry *l = &c->lp[c->n_lp++];
+    const size_t k = c->n_lp++; /* the prompt's entries come first, one a token */
+    lp_entry *l = &c->lp[k];
     memset(l, 0, sizeof *l);
     l->id = id;
     l->has_lp = has_lp;
@@ -541,12 +513,35 @@ static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, const dt_m
         memcpy(l->top_ids, ev->top_ids, sizeof l->top_ids);
         memcpy(l->top_lp, ev->top_logprobs, sizeof l->top_lp);
     }
-    if (generated) l->offset = c->gen_offset;
-    else {
-        lp_decode_ctx d = {m, c};
-        if (srv_offset_next(&c->lp_off, c->n_lp - 1, lp_decode, &d, &l->offset) != 0) *failed = 1;
+    l->offset = generated ? c->gen_offset : c->prompt_offsets[k];
+    if (k > 0 && l->offset < l[-1].offset) l->offset = l[-1].offset; /* never back */
+}
+
+/* The choice's sequence fed its prompt: the echo's prefix (the prompt's text), the prompt's tokens'
+ * offsets when they are reported, and where the completion starts. */
+static int choice_start(srv_job *j, choice *c, const prompt_t *p, srv_err *e) {
+    dt_error err;
+    if (srv_text_init(&c->seq, j->s->m, &err) != 0) return srv_fail_dt(e, &err, NULL);
+    const int offsets = j->echo && j->logprobs >= 0;
+    if (offsets && !(c->prompt_offsets = malloc(p->n * sizeof *c->prompt_offsets)))
+        return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    for (size_t i = 0; i < p->n; i++) {
+        size_t at;
+        if (srv_text_push(&c->seq, p->ids[i], &at, &err) != 0) return srv_fail_dt(e, &err, NULL);
+        if (offsets) c->prompt_offsets[i] = at;
+        if (j->echo) srv_buf_put(&c->text, c->seq.cur.p, c->seq.n_fresh);
     }
-    if (c->n_lp > 1 && l->offset < l[-1].offset) l->offset = l[-1].offset; /* never back */
+    const char *rest = srv_text_rest(&c->seq);
+    const size_t n_rest = srv_text_rest_len(&c->seq);
+    if (j->echo) srv_buf_put(&c->text, rest, n_rest);
+    srv_buf_put(&c->text, "", 0);
+    srv_buf_put(&c->prompt_rest, rest, n_rest);
+    if (c->text.failed || c->prompt_rest.failed) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    c->pre = c->fixed = c->text.n;
+    c->pre_chars = c->fixed_chars = j->echo ? c->seq.chars + srv_utf8_chars(rest, n_rest) : 0;
+    c->prompt_chars = c->base_chars = c->seq.chars;
+    c->settled = n_rest == 0; /* the prompt's text is final: the completion is what follows it */
+    return 0;
 }
 
 typedef struct {
@@ -616,16 +611,9 @@ int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_
         c->index = i;
         c->prompt = i / j->n;
         const prompt_t *p = &j->prompts[c->prompt];
-        if (j->echo) {
-            c->text = malloc(p->len + 1);
-            if (!c->text) rc = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
-            else {
-                memcpy(c->text, p->text, p->len + 1);
-                c->text_len = c->pre = p->len;
-            }
-            /* the first prompt token has no log-probability; the engine gives the others */
-            if (rc == 0 && j->logprobs >= 0) add_lp(c, p->ids[0], 0, NULL, s->m, &j->failed);
-        }
+        rc = choice_start(j, c, p, e);
+        /* the first prompt token has no log-probability; the engine gives the others */
+        if (rc == 0 && j->echo && j->logprobs >= 0) add_lp(c, p->ids[0], 0, NULL, &j->failed);
     }
     if (rc == 0 && j->failed) rc = srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     submit_ctx sc = {j, e};
@@ -644,74 +632,109 @@ int srv_job_streaming(const srv_job *j) {
 
 /* ---------------------------------------------------------------- events */
 
-/* Cuts the choice's completion text comp[0..*clen) at the first stop string in its first `upto`
- * bytes: 1 when one was there (finish_reason "stop"). */
-static int cut_at_stop(const srv_job *j, choice *c, const char *comp, size_t *clen, size_t upto) {
-    const long cut = srv_stop_find(comp, upto, (const char *const *)j->stops, j->n_stops);
-    if (cut < 0) return 0;
-    *clen = (size_t)cut;
-    c->tail = 0;
+/* Cuts the completion at the first stop string in its final text, looked for from the first byte a
+ * stop string not yet seen could begin at: 1 when one was there (finish_reason "stop"). The rest,
+ * which the next token may change (a character it may complete, decoded as U+FFFD; an end a
+ * decoder may still drop), is not searched: a stop string that begins with the character it
+ * becomes must not match the stand-in, nor a "\ufffd" one match it. */
+static int cut_at_stop(const srv_job *j, choice *c) {
+    const size_t from = c->pre + c->stop_from;
+    if (j->n_stops == 0 || c->fixed <= from) return 0;
+    const long at = srv_stop_find(c->text.p + from, c->fixed - from, (const char *const *)j->stops, j->n_stops);
+    if (at < 0) {
+        /* the final text stays as it is: a stop string is one that begins in its last bytes */
+        size_t longest = 0;
+        for (int i = 0; i < j->n_stops; i++)
+            if (strlen(j->stops[i]) > longest) longest = strlen(j->stops[i]);
+        const size_t done = c->fixed - c->pre;
+        if (c->settled && done >= longest) c->stop_from = done - longest + 1;
+        return 0;
+    }
+    const size_t cut = from + (size_t)at;
+    c->fixed_chars -= srv_utf8_chars(c->text.p + cut, c->fixed - cut);
+    c->fixed = c->text.n = cut;
+    c->text.p[cut] = '\0';
     c->finish_stop = 1;
     c->stop_cut = 1;
     return 1;
 }
 
-/* The completion text after a new token: the whole sequence decoded, past the decoded prompt,
- * cut at the first stop string (which ends the choice). Its tail (a character the next token may
- * complete, decoded as U+FFFD) is kept but not searched: a stop string that begins with the
- * character it becomes must not match the stand-in, nor a "\ufffd" one match it. */
-static void update_text(srv_job *j, choice *c) {
-    const prompt_t *p = &j->prompts[c->prompt];
-    const size_t n = p->n + c->n_gen;
-    int *ids = malloc(n * sizeof *ids);
-    if (!ids) {
+/* The completion after its sequence's text changed (a token, or the end): the text that became
+ * final joins its final text, and the rest is replaced. Until its start is settled, it is worked
+ * out again from the final text after the prompt's (short: the prompt's rest, and a token or two). */
+static void update_completion(srv_job *j, choice *c, int end) {
+    const srv_text *t = &c->seq;
+    const char *rest = srv_text_rest(t);
+    const size_t n_rest = srv_text_rest_len(t);
+    srv_buf *b = &c->text;
+    if (c->settled) {
+        b->n = c->fixed;
+        srv_buf_put(b, t->cur.p, t->n_fresh);
+        c->fixed += t->n_fresh;
+        c->fixed_chars += srv_utf8_chars(t->cur.p, t->n_fresh);
+        srv_buf_put(b, rest, n_rest);
+    } else {
+        srv_buf_put(&c->head, t->cur.p, t->n_fresh);
+        srv_buf seq = {0}; /* the sequence's text after the prompt's final text */
+        srv_buf_put(&seq, c->head.p, c->head.n);
+        srv_buf_put(&seq, rest, n_rest);
+        const size_t base = seq.p ? srv_utf8_common(c->prompt_rest.p, c->prompt_rest.n, seq.p, seq.n) : 0;
+        /* past the prompt's rest, or where final text after the prompt's left it: it stays */
+        c->settled = end || base < c->head.n || c->head.n >= c->prompt_rest.n;
+        const size_t final = base < c->head.n ? c->head.n - base : 0;
+        b->n = c->pre;
+        if (seq.p) srv_buf_put(b, seq.p + base, seq.n - base);
+        c->fixed = c->pre + final;
+        c->fixed_chars = c->pre_chars + (seq.p ? srv_utf8_chars(seq.p + base, final) : 0);
+        c->base_chars = c->prompt_chars + (seq.p ? srv_utf8_chars(seq.p, base) : 0);
+        c->stop_from = 0;
+        j->failed |= seq.failed;
+        srv_buf_free(&seq);
+        if (c->settled) srv_buf_free(&c->head);
+    }
+    srv_buf_put(b, "", 0);
+    j->failed |= b->failed || c->head.failed;
+}
+
+/* The completion after a new token, cut at the first stop string (which ends the choice), and the
+ * token's offset. */
+static void update_text(srv_job *j, choice *c, int token) {
+    const int was_settled = c->settled;
+    char *before = NULL; /* the completion before it, while its start may move */
+    const size_t n_before = c->text.n - c->pre;
+    if (!was_settled && !(before = malloc(n_before + 1))) {
         j->failed = 1;
         return;
     }
-    memcpy(ids, p->ids, p->n * sizeof *ids);
-    memcpy(ids + p->n, c->gen, c->n_gen * sizeof *ids);
-    char *full;
-    size_t len;
+    if (before) memcpy(before, c->text.p + c->pre, n_before);
+    size_t at;
     dt_error err;
-    const int rc = srv_decode_text(j->s->m, ids, n, &full, &len, &err);
-    free(ids);
-    if (rc != 0) {
+    if (srv_text_push(&c->seq, token, &at, &err) != 0) {
+        free(before);
         j->failed = 1;
         return;
     }
-    /* the prompt's text is a prefix of the sequence's unless its last character was incomplete */
-    size_t base = 0;
-    while (base < p->len && base < len && full[base] == p->text[base]) base++;
-    while (base > 0 && base < len && ((unsigned char)full[base] & 0xC0) == 0x80) base--;
-    size_t clen = len - base;
-    const char *before = c->text ? c->text + c->pre : "";
-    c->gen_offset = srv_utf8_chars(c->text ? c->text : "", c->pre) +
-                    srv_token_start(before, c->text_len - c->pre, full + base, clen);
-    c->tail = srv_text_tail(full + base, clen);
-    if (cut_at_stop(j, c, full + base, &clen, clen - c->tail)) {
+    update_completion(j, c, 0);
+    if (j->failed) {
+        free(before);
+        return;
+    }
+    c->gen_offset = c->pre_chars + (was_settled ? (at > c->base_chars ? at - c->base_chars : 0)
+                                                : srv_token_start(before, n_before, c->text.p + c->pre,
+                                                                  c->text.n - c->pre));
+    free(before);
+    if (cut_at_stop(j, c)) {
         c->ended = 1;
         dt_engine_cancel(c->q); /* its slot is free at the next step */
     }
-    char *t = malloc(c->pre + clen + 1);
-    if (!t) {
-        free(full);
-        j->failed = 1;
-        return;
-    }
-    if (c->pre) memcpy(t, c->text, c->pre);
-    memcpy(t + c->pre, full + base, clen);
-    t[c->pre + clen] = '\0';
-    free(full);
-    free(c->text);
-    c->text = t;
-    c->text_len = c->pre + clen;
 }
 
 static void on_event(srv_job *j, choice *c, const dt_event *ev) {
     srv *s = j->s;
     switch (ev->type) {
     case DT_EVENT_PROMPT:
-        if (j->echo && j->logprobs >= 0) add_lp(c, ev->token, 1, ev, s->m, &j->failed);
+        if (j->echo && j->logprobs >= 0 && c->n_lp < j->prompts[c->prompt].n)
+            add_lp(c, ev->token, 1, ev, &j->failed);
         break;
     case DT_EVENT_TOKEN:
         if (!c->got_token) srv_metrics_ttft(s->metrics, ev->t - c->submit_t);
@@ -722,23 +745,18 @@ static void on_event(srv_job *j, choice *c, const dt_event *ev) {
             c->finish_stop = 1; /* DONE follows */
             break;
         }
-        if (dt_grow(&c->gen, &c->cap_gen, c->n_gen + 1, sizeof *c->gen, 64) != 0) {
-            j->failed = 1;
-            break;
-        }
-        c->gen[c->n_gen++] = ev->token;
-        update_text(j, c); /* first: the entry's offset */
-        if (j->logprobs >= 0) add_lp(c, ev->token, 1, ev, s->m, &j->failed);
+        c->n_gen++;
+        update_text(j, c, ev->token); /* first: the entry's offset */
+        if (j->logprobs >= 0) add_lp(c, ev->token, 1, ev, &j->failed);
         break;
     case DT_EVENT_DONE:
         c->ended = 1;
-        if (c->tail) {
-            /* no token comes to complete it: the tail is text, the stop strings looked for in it */
-            size_t clen = c->text_len - c->pre;
-            cut_at_stop(j, c, c->text + c->pre, &clen, clen);
-            c->text_len = c->pre + clen;
-            c->text[c->text_len] = '\0';
-            c->tail = 0;
+        if (!c->stop_cut) {
+            /* no token comes: the rest is text, the stop strings looked for in it */
+            dt_error err;
+            if (srv_text_end(&c->seq, &err) != 0) j->failed = 1;
+            else update_completion(j, c, 1);
+            if (!j->failed) cut_at_stop(j, c);
         }
         if (ev->stop == DT_STOP_EOS) c->finish_stop = 1;
         if (ev->stop == DT_STOP_ERROR && !j->model_error.status) {
@@ -907,15 +925,15 @@ char *srv_job_reply(srv_job *j, size_t *len) {
         const choice *c = &j->c[i];
         cJSON *ch = cJSON_CreateObject();
         cJSON_AddNumberToObject(ch, "index", c->index);
-        const size_t chars = srv_utf8_chars(c->text ? c->text : "", c->text_len);
+        const size_t chars = srv_utf8_chars(c->text.p ? c->text.p : "", c->text.n);
         if (chat) {
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
-            cJSON_AddStringToObject(msg, "content", c->text ? c->text : "");
+            cJSON_AddStringToObject(msg, "content", c->text.p ? c->text.p : "");
             if (j->logprobs >= 0) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(j, c, 0, lp_end(c, chars)));
             else cJSON_AddNullToObject(ch, "logprobs");
         } else {
-            cJSON_AddStringToObject(ch, "text", c->text ? c->text : "");
+            cJSON_AddStringToObject(ch, "text", c->text.p ? c->text.p : "");
             if (j->logprobs >= 0)
                 cJSON_AddItemToObject(ch, "logprobs", completion_logprobs(j, c, 0, lp_end(c, chars), chars));
             else cJSON_AddNullToObject(ch, "logprobs");
@@ -957,7 +975,7 @@ static void stream_chunk(srv_job *j, choice *c, size_t from, size_t to, size_t l
         out->failed = 1;
         return;
     }
-    memcpy(piece, c->text + from, to - from);
+    memcpy(piece, c->text.p + from, to - from);
     piece[to - from] = '\0';
     if (chat) {
         cJSON *delta = cJSON_AddObjectToObject(ch, "delta");
@@ -1021,10 +1039,13 @@ int srv_job_stream(srv_job *j, srv_buf *out) {
     for (int i = 0; i < j->n_choices; i++) {
         choice *c = &j->c[i];
         if (c->end_sent) continue;
-        const char *text = c->text ? c->text : "";
-        const size_t lim = c->pre + srv_text_sendable(text + c->pre, c->text_len - c->pre,
+        const char *text = c->text.p ? c->text.p : "";
+        const size_t lim = c->pre + srv_text_sendable(text + c->pre, c->fixed - c->pre,
                                                       (const char *const *)j->stops, j->n_stops, c->ended);
-        const size_t lp_b = lp_end(c, srv_utf8_chars(text, c->ended ? c->text_len : lim));
+        /* the characters up to lim: the final text's, less the few held back */
+        const size_t chars = c->ended ? c->fixed_chars + srv_utf8_chars(text + c->fixed, c->text.n - c->fixed)
+                                      : c->fixed_chars - srv_utf8_chars(text + lim, c->fixed - lim);
+        const size_t lp_b = lp_end(c, chars);
         if (lim > c->sent || (c->ended && !chat)) {
             stream_chunk(j, c, c->sent, lim > c->sent ? lim : c->sent, c->lp_sent, lp_b > c->lp_sent ? lp_b : c->lp_sent,
                          c->ended && !chat, out);
@@ -1062,9 +1083,12 @@ void srv_job_free(srv_job *j) {
             submitted = 1;
             dt_engine_release(c->q);
         }
-        free(c->gen);
         free(c->lp);
-        free(c->text);
+        free(c->prompt_offsets);
+        srv_text_free(&c->seq);
+        srv_buf_free(&c->text);
+        srv_buf_free(&c->prompt_rest);
+        srv_buf_free(&c->head);
     }
     if (submitted) {
         long prompt, completion;
@@ -1072,10 +1096,7 @@ void srv_job_free(srv_job *j) {
         srv_metrics_tokens(j->s->metrics, prompt, completion);
     }
     free(j->c);
-    for (int i = 0; j->prompts && i < j->n_prompts; i++) {
-        free(j->prompts[i].ids);
-        free(j->prompts[i].text);
-    }
+    for (int i = 0; j->prompts && i < j->n_prompts; i++) free(j->prompts[i].ids);
     free(j->prompts);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->model);

@@ -2,7 +2,7 @@
  * (include/difftrans_serve.h). A client of the public API alone (difftrans.h, difftrans_serve.h),
  * linked into the difftrans binary only: the library never sees libmicrohttpd.
  *
- *   text.c         growable strings, UTF-8 (whole characters, repair), stop strings
+ *   text.c         growable strings, UTF-8 repair, a sequence's text as its tokens come, stop strings
  *   chat.c         chat templates: ChatML, Llama 3, Llama 2, Mistral (detection and rendering)
  *   completions.c  /v1/completions and /v1/chat/completions: request → engine requests → reply
  *   attention.c    /v1/difftrans/attention: the softmax maps of a prompt
@@ -34,15 +34,13 @@ void srv_buf_free(srv_buf *b);
 /* The contents (malloc'd, the buffer emptied), or NULL when an allocation failed. */
 char *srv_buf_take(srv_buf *b, size_t *len);
 
-/* Bytes of s[0..n) up to the end of its last complete character: a trailing sequence that a
- * later byte could still complete is left out (bytes that can never be UTF-8 count as complete:
- * they are replaced when sent). */
-size_t srv_utf8_whole(const char *s, size_t n);
 /* s[0..n) as valid UTF-8, every ill-formed sequence replaced by U+FFFD (the maximal-subpart rule
  * of Unicode §3.9, as the tokenizer's decoder does), and every NUL byte too: cJSON's strings end
  * at the first NUL, so a NUL in a reply would cut its text short (its bytes stay in logprobs'
  * `bytes`). malloc'd, NUL-terminated; NULL when out of memory. */
 char *srv_utf8_repair(const char *s, size_t n, size_t *out_len);
+/* The same, appended to b. */
+void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n);
 /* 1 when s[0..n) is well-formed UTF-8 (what JSON text must be, RFC 8259 §8.1). */
 int srv_utf8_valid(const char *s, size_t n);
 /* 1 when a string of the JSON text body[0..n) holds the escape \u0000, which cJSON would cut the
@@ -57,26 +55,34 @@ size_t srv_utf8_chars(const char *s, size_t n);
 size_t srv_utf8_common(const char *a, size_t na, const char *b, size_t nb);
 
 /* The character a token's first byte is in, from prev[0..n_prev), the text decoded before it, and
- * cur[0..n_cur), with it: the first character the token changed, or the end of prev (a character
- * cut short at its end, which the token goes on, included). */
+ * cur[0..n_cur), with it: the first character the token changed, or, when it changed none, the
+ * U+FFFD at prev's end (a character cut short, which the token goes on) or prev's end. */
 size_t srv_token_start(const char *prev, size_t n_prev, const char *cur, size_t n_cur);
-/* Where tokens begin in the text they decode to (logprobs' text_offset), in characters (code
- * points) of that text: a token's offset is the character its first byte belongs to, so a token
- * that continues a character cut short begins where that character does, and the tokens of one
- * character share its offset. Decoding the whole prefix for every token would cost its length
- * each; tokens are taken alone while they decode to whole characters, and a run of tokens that
- * cut characters is decoded as one until its text is whole again. */
-typedef int (*srv_decode_fn)(void *ctx, size_t from, size_t to, char **text, size_t *len);
+
+/* A token sequence's text as its tokens come (a prompt's, then a completion's), through the
+ * model's dt_tok_stream (special tokens left out; ids that are no token add none): after each token
+ * cur holds the text it made final (n_fresh bytes), then the rest as the text would end if the
+ * tokens ended there, both valid UTF-8 (srv_utf8_repair: a byte-level model's bytes, NULs). So a
+ * token costs its own text, not the sequence's. Its offset (logprobs' text_offset, as OpenAI and
+ * vLLM count it) is the character of the sequence's text its first byte is in: a token that
+ * completes or goes on with a character begins where that character does, one that writes nothing
+ * at the end, and a token whose text depends on those before it (Metaspace's ▁, a space only after
+ * the first token) is placed by the text they make together, not its own alone. */
 typedef struct {
-    size_t chars;                /* characters before the open run, or before the next token */
-    size_t run;                  /* the open run's first token */
-    int open;
-    size_t last;                 /* the last offset given (offsets never go back) */
-} srv_offsets;
-/* The offset of token i (tokens 0..i-1 given before, in order; the struct zeroed at first).
- * decode(ctx, from, to): tokens [from, to) as valid UTF-8 (malloc'd), special tokens left out.
- * -1 when decode fails. */
-int srv_offset_next(srv_offsets *o, size_t i, srv_decode_fn decode, void *ctx, size_t *offset);
+    dt_tok_stream *ts;
+    srv_buf cur;                 /* the last token's final text (n_fresh bytes), then the rest */
+    size_t n_fresh;
+    srv_buf prev;                /* the rest before the last token */
+    size_t chars;                /* characters of final text so far, the last token's included */
+} srv_text;
+int srv_text_init(srv_text *t, const dt_model *m, dt_error *err);
+void srv_text_free(srv_text *t);
+/* The next token: *offset its character. -1 only when out of memory. */
+int srv_text_push(srv_text *t, int id, size_t *offset, dt_error *err);
+/* The tokens have ended: cur's final text is the rest, and nothing is left. */
+int srv_text_end(srv_text *t, dt_error *err);
+static inline const char *srv_text_rest(const srv_text *t) { return t->cur.p ? t->cur.p + t->n_fresh : ""; }
+static inline size_t srv_text_rest_len(const srv_text *t) { return t->cur.n - t->n_fresh; }
 
 /* Stop strings in text[0..n): the byte offset of the earliest occurrence of any of stops[0..k)
  * (empty strings never match), or -1 when none occurs. */
@@ -84,15 +90,8 @@ long srv_stop_find(const char *text, size_t n, const char *const *stops, int k);
 /* The longest suffix of text[0..n) that is a proper prefix of one of the stops: text that must be
  * held back while generation could still complete a stop string there. */
 size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, int k);
-/* The bytes at the end of a completion's text s[0..n) that the next token may still change: a
- * character cut short, which the decoders write as U+FFFD (a byte-level model's bytes as one, a
- * ByteFallback decoder's as one per byte; raw bytes of one count too), so every trailing U+FFFD.
- * Until a token follows, the tail is not text: stop strings are not looked for in it, and it is
- * not sent. (A U+FFFD the model really wrote waits one token longer.) */
-size_t srv_text_tail(const char *s, size_t n);
-/* How much of a completion's text can be sent now: whole characters, not its tail (above), nothing
- * that could still be the start of a stop string once the tail becomes characters. final:
- * everything. */
+/* How much of a completion's final text text[0..n) can be sent now: what could not still be the
+ * start of a stop string. final (no token comes): all of it. */
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final);
 
 /* ---------------------------------------------------------------- chat templates (chat.c) */
@@ -186,11 +185,9 @@ char *srv_err_json(const srv_err *e);
  * shutting down. */
 int srv_with_engine(srv *s, int (*fn)(srv *s, void *ctx), void *ctx, srv_err *e);
 
-/* A token's text as decoded alone (special tokens written out; a byte-level model's ids past 255
- * as "<id>"), valid UTF-8, malloc'd. NULL when out of memory. */
+/* A token's text as decoded alone (special tokens written out; an id that is no token, e.g. a
+ * byte-level model's past 255, as "<id>"), valid UTF-8, malloc'd. NULL when out of memory. */
 char *srv_token_text(const dt_model *m, int id);
-/* ids as the reply's text: special tokens left out, valid UTF-8 (malloc'd). */
-int srv_decode_text(const dt_model *m, const int *ids, size_t n, char **text, size_t *len, dt_error *err);
 
 /* ---------------------------------------------------------------- completions (completions.c) */
 

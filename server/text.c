@@ -1,6 +1,7 @@
-/* text.c — the server's text plumbing: growable strings, UTF-8 that is sent only in whole
- * characters and always valid, and stop strings (matching, and holding back what could still
- * become one). Pure functions: tests/test_server.c checks them. */
+/* text.c — the server's text plumbing: growable strings, UTF-8 that is always valid, a sequence's
+ * text as its tokens come (the library's dt_tok_stream) with where each token begins, and stop
+ * strings (matching, and holding back what could still become one). tests/test_server.c checks
+ * them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,11 +63,9 @@ char *srv_buf_take(srv_buf *b, size_t *len) {
 /* ---------------------------------------------------------------- UTF-8 */
 
 /* The well-formed sequence starting at s[0] (n ≥ 1 bytes there): returns its length, or 0 when
- * it is ill-formed, with *part = the bytes of its maximal subpart (≥ 1: what one U+FFFD
- * replaces) and *cut = 1 when it ran into the end of the text while still well-formed so far
- * (more bytes could complete it). */
-static size_t utf8_seq(const unsigned char *s, size_t n, size_t *part, int *cut) {
-    *cut = 0;
+ * it is ill-formed (or cut short by the end), with *part = the bytes of its maximal subpart (≥ 1:
+ * what one U+FFFD replaces). */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t *part) {
     *part = 1;
     const unsigned char b = s[0];
     size_t len;
@@ -83,14 +82,8 @@ static size_t utf8_seq(const unsigned char *s, size_t n, size_t *part, int *cut)
         if (b == 0xF4) hi = 0x8F;
     } else return 0;
     for (size_t i = 1; i < len; i++) {
-        if (i >= n) {
-            *part = i;
-            *cut = 1;
-            return 0;
-        }
-        const unsigned char c = s[i];
         const unsigned char l = i == 1 ? lo : 0x80, h = i == 1 ? hi : 0xBF;
-        if (c < l || c > h) {
+        if (i >= n || s[i] < l || s[i] > h) {
             *part = i;
             return 0;
         }
@@ -98,38 +91,27 @@ static size_t utf8_seq(const unsigned char *s, size_t n, size_t *part, int *cut)
     return len;
 }
 
-size_t srv_utf8_whole(const char *s, size_t n) {
+void srv_buf_put_utf8(srv_buf *b, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
-    /* the last sequence starts at most 3 bytes before the end */
-    for (size_t back = 1; back <= 4 && back <= n; back++) {
-        const size_t i = n - back;
-        if ((u[i] & 0xC0) == 0x80) continue;
-        size_t part;
-        int cut;
-        if (utf8_seq(u + i, back, &part, &cut) == 0 && cut && part == back) return i;
-        return n;
-    }
-    return n;
-}
-
-char *srv_utf8_repair(const char *s, size_t n, size_t *out_len) {
-    const unsigned char *u = (const unsigned char *)s;
-    srv_buf b = {0};
     size_t i = 0, run = 0; /* run: start of the valid bytes not yet copied */
     while (i < n) {
         size_t part = 1;
-        int cut;
-        const size_t len = u[i] ? utf8_seq(u + i, n - i, &part, &cut) : 0; /* NUL: see server.h */
+        const size_t len = u[i] ? utf8_seq(u + i, n - i, &part) : 0; /* NUL: see server.h */
         if (len) {
             i += len;
             continue;
         }
-        srv_buf_put(&b, s + run, i - run);
-        srv_buf_put(&b, "\xEF\xBF\xBD", 3);
+        srv_buf_put(b, s + run, i - run);
+        srv_buf_put(b, "\xEF\xBF\xBD", 3);
         i += part;
         run = i;
     }
-    srv_buf_put(&b, s + run, n - run);
+    srv_buf_put(b, s + run, n - run);
+}
+
+char *srv_utf8_repair(const char *s, size_t n, size_t *out_len) {
+    srv_buf b = {0};
+    srv_buf_put_utf8(&b, s, n);
     return srv_buf_take(&b, out_len);
 }
 
@@ -164,47 +146,66 @@ size_t srv_utf8_common(const char *a, size_t na, const char *b, size_t nb) {
     return k;
 }
 
-/* ---------------------------------------------------------------- text offsets */
+/* ---------------------------------------------------------------- a sequence's text */
 
 size_t srv_token_start(const char *prev, size_t n_prev, const char *cur, size_t n_cur) {
     size_t k = srv_utf8_common(prev, n_prev, cur, n_cur);
     /* the same text: the token's bytes went into the character cut short at its end, whose
      * stand-in they do not change (E6 and E6 97 both decode as one U+FFFD) */
-    if (k == n_prev && n_cur == n_prev) k -= srv_text_tail(prev, n_prev);
+    if (k == n_prev && n_cur == n_prev && k >= 3 && !memcmp(prev + k - 3, "\xEF\xBF\xBD", 3)) k -= 3;
     return srv_utf8_chars(cur, k);
 }
 
-int srv_offset_next(srv_offsets *o, size_t i, srv_decode_fn decode, void *ctx, size_t *offset) {
-    char *cur = NULL, *prev = NULL;
-    size_t n_cur, n_prev = 0;
-    if (!o->open) {
-        if (decode(ctx, i, i + 1, &cur, &n_cur) != 0) return -1;
-        if (!memmem(cur, n_cur, "\xEF\xBF\xBD", 3)) {
-            /* whole characters after whole characters: its text alone is its text here */
-            *offset = o->chars > o->last ? o->chars : o->last;
-            o->last = *offset;
-            o->chars += srv_utf8_chars(cur, n_cur);
-            free(cur);
-            return 0;
+int srv_text_init(srv_text *t, const dt_model *m, dt_error *err) {
+    memset(t, 0, sizeof *t);
+    return dt_model_tok_stream(m, 1, &t->ts, err);
+}
+
+void srv_text_free(srv_text *t) {
+    dt_tok_stream_free(t->ts);
+    srv_buf_free(&t->cur);
+    srv_buf_free(&t->prev);
+    memset(t, 0, sizeof *t);
+}
+
+/* cur = the stream's final text, then (when not the end) its pending rest, both valid UTF-8. */
+static int text_update(srv_text *t, int rc, const char *fresh, size_t n, int end, dt_error *err) {
+    t->cur.n = 0;
+    if (rc == 0) {
+        srv_buf_put_utf8(&t->cur, fresh, n);
+        srv_buf_put(&t->cur, "", 0); /* a buffer even when empty */
+        t->n_fresh = t->cur.n;
+        if (!end) {
+            const char *rest;
+            size_t n_rest;
+            rc = dt_tok_stream_pending(t->ts, &rest, &n_rest, err);
+            if (rc == 0) srv_buf_put_utf8(&t->cur, rest, n_rest);
         }
-        o->open = 1;
-        o->run = i;
-    } else if (decode(ctx, o->run, i + 1, &cur, &n_cur) != 0)
-        return -1;
-    if (o->run < i && decode(ctx, o->run, i, &prev, &n_prev) != 0) {
-        free(cur);
-        return -1;
     }
-    const size_t off = o->chars + srv_token_start(prev ? prev : "", n_prev, cur, n_cur);
-    *offset = off > o->last ? off : o->last; /* a decoder that rewrites earlier bytes: never back */
-    o->last = *offset;
-    if (srv_text_tail(cur, n_cur) == 0) {
-        o->chars += srv_utf8_chars(cur, n_cur);
-        o->open = 0;
-    }
-    free(cur);
-    free(prev);
+    if (rc == 0 && (t->cur.failed || t->prev.failed)) rc = dt_fail_oom(err, "decode: out of memory");
+    if (rc != 0) return -1;
+    t->chars += srv_utf8_chars(t->cur.p, t->n_fresh);
     return 0;
+}
+
+int srv_text_push(srv_text *t, int id, size_t *offset, dt_error *err) {
+    t->prev.n = 0;
+    srv_buf_put(&t->prev, srv_text_rest(t), srv_text_rest_len(t));
+    srv_buf_put(&t->prev, "", 0);
+    const size_t before = t->chars;
+    const char *fresh;
+    size_t n;
+    const int rc = dt_tok_stream_push(t->ts, id, &fresh, &n, err);
+    if (text_update(t, rc, fresh, n, 0, err) != 0) return -1;
+    *offset = before + srv_token_start(t->prev.p, t->prev.n, t->cur.p, t->cur.n);
+    return 0;
+}
+
+int srv_text_end(srv_text *t, dt_error *err) {
+    const char *fresh;
+    size_t n;
+    const int rc = dt_tok_stream_flush(t->ts, &fresh, &n, err);
+    return text_update(t, rc, fresh, n, 1, err);
 }
 
 /* ---------------------------------------------------------------- stop strings */
@@ -233,28 +234,15 @@ size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, i
     return best;
 }
 
-size_t srv_text_tail(const char *s, size_t n) {
-    size_t e = srv_utf8_whole(s, n);
-    while (e >= 3 && memcmp(s + e - 3, "\xEF\xBF\xBD", 3) == 0) e -= 3;
-    return n - e;
-}
-
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final) {
-    if (final) return n;
-    /* the tail is no text yet: what could start a stop string is looked for before it (a stop's
-     * prefix followed by the stand-in for the next character would never match), and whatever
-     * the tail becomes, the stop string goes on past what precedes it */
-    size_t e = n - srv_text_tail(text, n);
-    e -= srv_stop_holdback(text, e, stops, k);
-    return srv_utf8_whole(text, e);
+    return final ? n : n - srv_stop_holdback(text, n, stops, k);
 }
 
 int srv_utf8_valid(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
         size_t part;
-        int cut;
-        const size_t len = utf8_seq(u + i, n - i, &part, &cut);
+        const size_t len = utf8_seq(u + i, n - i, &part);
         if (!len) return 0;
         i += len;
     }

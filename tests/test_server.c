@@ -6,44 +6,18 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "server.h"
+#include "testutil.h"
 
 #define FFFD "\xEF\xBF\xBD"
 
 /* ---------------------------------------------------------------- UTF-8 */
-
-static void test_utf8_whole(void **state) {
-    (void)state;
-    static const struct {
-        const char *s;
-        size_t want;
-        const char *what;
-    } cases[] = {
-        {"abc", 3, "ASCII"},
-        {"a\xE2\x82\xAC", 4, "a whole euro sign"},
-        {"a\xE2\x82", 1, "two bytes of the euro sign: held back"},
-        {"a\xE2", 1, "its first byte: held back"},
-        {"a\xF0\x9F\x98", 1, "three bytes of an emoji: held back"},
-        {"a\xF0\x9F\x98\x80", 5, "the whole emoji"},
-        {"a\xC3", 1, "the first byte of é"},
-        {"a\xFF", 2, "a byte that is never UTF-8 is not held back (it is replaced)"},
-        {"a\xE0\x80", 3, "E0 80 can never be completed (overlong): not held back"},
-        {"a\xED\xA0", 3, "ED A0 begins a surrogate: never valid, not held back"},
-        {"a\xF4\x90", 3, "F4 90 is past U+10FFFF: not held back"},
-        {"\x80", 1, "a lone continuation byte"},
-        {"\xE2\x82\xAC\xE2\x82", 3, "a whole character, then part of another"},
-        {"", 0, "empty"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const size_t got = srv_utf8_whole(cases[i].s, strlen(cases[i].s));
-        if (got != cases[i].want) fail_msg("%s: %zu, want %zu", cases[i].what, got, cases[i].want);
-    }
-}
 
 static void test_utf8_repair(void **state) {
     (void)state;
@@ -120,57 +94,22 @@ static void test_stop_holdback(void **state) {
 
 static void test_text_sendable(void **state) {
     (void)state;
+    /* the final text (what follows it, a character cut short, is the library's to hold back) */
     const char *stops[] = {"END"};
-    const char *t = "ok " FFFD;
-    assert_int_equal(srv_text_sendable(t, strlen(t), NULL, 0, 0), 3);  /* the decoder's mark waits */
-    assert_int_equal(srv_text_sendable(t, strlen(t), NULL, 0, 1), strlen(t));
+    assert_int_equal(srv_text_sendable("ok ", 3, NULL, 0, 0), 3);
     assert_int_equal(srv_text_sendable("ok E", 4, stops, 1, 0), 3);
     assert_int_equal(srv_text_sendable("ok EN", 5, stops, 1, 1), 5);
     assert_int_equal(srv_text_sendable("ok Ex", 5, stops, 1, 0), 5);
-    /* raw bytes: an incomplete character waits, then goes out whole */
-    assert_int_equal(srv_text_sendable("a\xE2\x82", 3, NULL, 0, 0), 1);
-    assert_int_equal(srv_text_sendable("a\xE2\x82\xAC", 4, NULL, 0, 0), 4);
     /* a stop string whose prefix ends inside a character: the cut falls before that character */
     const char *euro[] = {"\xE2\x82\xAC!"};
     assert_int_equal(srv_text_sendable("x\xE2\x82\xAC", 4, euro, 1, 0), 1);
-    /* the start of a stop string before a character still coming (decoded as U+FFFD) waits: the
-     * stop "ÄÖ" after " ÅÄ" and the first byte of Ö */
+    /* the start of a stop string before a character still coming waits: the stop "ÄÖ" after " ÅÄ" */
     const char *aeoe[] = {"\xC3\x84\xC3\x96"};
-    const char *t2 = " \xC3\x85\xC3\x84" FFFD;
-    assert_int_equal(srv_text_sendable(t2, strlen(t2), aeoe, 1, 0), 3);
-    assert_int_equal(srv_text_sendable(t2, strlen(t2), aeoe, 1, 1), strlen(t2));
-    /* and the same with the raw bytes of Ö cut short */
-    assert_int_equal(srv_text_sendable(" \xC3\x85\xC3\x84\xC3", 6, aeoe, 1, 0), 3);
-    /* a stop "\ufffd" (or one ending in it) waits for the tail to become text, like any other */
-    const char *fffd[] = {FFFD, "\xC3\x85" FFFD};
-    assert_int_equal(srv_text_sendable(t2, strlen(t2), fffd, 2, 0), 5);
-    assert_int_equal(srv_text_sendable(" \xC3\x85" FFFD, 6, fffd, 2, 0), 1);
+    assert_int_equal(srv_text_sendable(" \xC3\x85\xC3\x84", 5, aeoe, 1, 0), 3);
+    assert_int_equal(srv_text_sendable(" \xC3\x85\xC3\x84", 5, aeoe, 1, 1), 5);
 }
 
-static void test_text_tail(void **state) {
-    (void)state;
-    static const struct {
-        const char *s;
-        size_t want;
-        const char *what;
-    } cases[] = {
-        {"abc", 0, "whole characters"},
-        {"ab" FFFD, 3, "a byte-level model's character cut short, decoded"},
-        {"ab" FFFD FFFD FFFD, 9, "a ByteFallback decoder's three bytes of one"},
-        {"a" FFFD "b", 0, "a U+FFFD before a character is text"},
-        {"ab\xE2\x82", 2, "raw bytes cut short"},
-        {"a" FFFD "\xF0\x9F", 5, "raw bytes after a U+FFFD"},
-        {"a\xFF", 0, "a byte that is never UTF-8 is no tail (it is replaced)"},
-        {FFFD, 3, "nothing but the tail"},
-        {"", 0, "empty"},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const size_t got = srv_text_tail(cases[i].s, strlen(cases[i].s));
-        if (got != cases[i].want) fail_msg("%s: %zu, want %zu", cases[i].what, got, cases[i].want);
-    }
-}
-
-/* ---------------------------------------------------------------- text offsets */
+/* ---------------------------------------------------------------- a sequence's text */
 
 static void test_token_start(void **state) {
     (void)state;
@@ -193,19 +132,54 @@ static void test_token_start(void **state) {
     assert_int_equal(srv_token_start("ab", 2, "ab", 2), 2);
 }
 
-/* A byte-level model's decode: ids are bytes, 256 and up special (no text). */
-static int bytes_decode(void *ctx, size_t from, size_t to, char **text, size_t *len) {
-    const int *ids = ctx;
-    char raw[64];
-    size_t n = 0;
-    for (size_t i = from; i < to; i++)
-        if (ids[i] < 256) raw[n++] = (char)ids[i];
-    *text = srv_utf8_repair(raw, n, len);
-    return *text ? 0 : -1;
+/* A model of the tiny preset with the tokenizer at path (NULL: byte-level). */
+static void tiny_model(dt_model *m, const char *tokenizer) {
+    dt_config c;
+    dt_error err;
+    tu_tiny_diff_config(&c);
+    c.vocab_size = 600; /* every fixture's ids, and padding past them */
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    char path[4096];
+    if (tokenizer) snprintf(path, sizeof path, "%s/fixtures/%s", getenv("DT_TOKENIZER_TESTS"), tokenizer);
+    if (dt_model_set_tokenizer(m, tokenizer ? path : NULL, &err) != 0) fail_msg("%s", err.msg);
+}
+
+/* The offsets srv_text gives the ids, and the text they make. */
+static void offsets_of(const dt_model *m, const int *ids, size_t n, size_t *off, srv_buf *text) {
+    srv_text t;
+    dt_error err;
+    assert_int_equal(srv_text_init(&t, m, &err), 0);
+    for (size_t i = 0; i < n; i++) {
+        if (srv_text_push(&t, ids[i], &off[i], &err) != 0) fail_msg("%s", err.msg);
+        srv_buf_put(text, t.cur.p, t.n_fresh);
+        /* what it made final, then the rest: the decode of the ids so far (as valid UTF-8) */
+        char *want, *got_all;
+        size_t want_len, n_all;
+        int kept[64];
+        size_t k = 0;
+        for (size_t j = 0; j <= i; j++)
+            if (dt_model_tok(m) ? dt_tok_id_to_token(dt_model_tok(m), ids[j], NULL) != NULL : ids[j] < 256)
+                kept[k++] = ids[j];
+        assert_int_equal(dt_model_decode(m, kept, k, 1, &want, &want_len, &err), 0);
+        char *repaired = srv_utf8_repair(want, want_len, &want_len);
+        srv_buf all = {0};
+        srv_buf_put(&all, text->p, text->n);
+        srv_buf_put(&all, srv_text_rest(&t), srv_text_rest_len(&t));
+        got_all = srv_buf_take(&all, &n_all);
+        assert_int_equal(n_all, want_len);
+        assert_memory_equal(got_all, repaired, n_all);
+        free(got_all);
+        free(repaired);
+        free(want);
+    }
+    assert_int_equal(srv_text_end(&t, &err), 0);
+    srv_buf_put(text, t.cur.p, t.n_fresh);
+    srv_text_free(&t);
 }
 
 static void test_offsets(void **state) {
     (void)state;
+    /* a byte-level model: ids are bytes, 256 and up no token (no text) */
     static const struct {
         const char *bytes;
         int special_first;
@@ -213,25 +187,68 @@ static void test_offsets(void **state) {
         const char *what;
     } cases[] = {
         {"h\xC3\xA9llo", 0, {0, 1, 1, 2, 3, 4}, "héllo: é's two bytes at 1"},
-        {"\xE6\x97\xA5\xE6\x9C\xAC a", 1, {0, 0, 0, 0, 1, 1, 1, 2, 3}, "BOS, 日本 a"},
+        {"\xE6\x97\xA5\xE6\x9C\xAC a", 1, {0, 0, 0, 0, 1, 1, 1, 2, 3}, "an id past 255, 日本 a"},
         {"\xF0\x9F\x98\x80!", 0, {0, 0, 0, 0, 1}, "an emoji's four bytes"},
         {"a\xFF" "b", 0, {0, 1, 2}, "a byte that is never UTF-8 is a character"},
         {"a\xE6" "b", 0, {0, 1, 2}, "a character cut short by another is one"},
         {"\xC3\xA9\xC3", 0, {0, 0, 1}, "the last character still cut short"},
     };
+    dt_model m;
+    tiny_model(&m, NULL);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         int ids[16];
-        size_t n = 0;
-        if (cases[c].special_first) ids[n++] = 256;
+        size_t n = 0, off[16];
+        if (cases[c].special_first) ids[n++] = 300;
         for (const char *p = cases[c].bytes; *p; p++) ids[n++] = (unsigned char)*p;
-        srv_offsets o = {0};
-        for (size_t i = 0; i < n; i++) {
-            size_t off;
-            assert_int_equal(srv_offset_next(&o, i, bytes_decode, ids, &off), 0);
-            if (off != cases[c].want[i])
-                fail_msg("%s: token %zu at %zu, want %zu", cases[c].what, i, off, cases[c].want[i]);
-        }
+        srv_buf text = {0};
+        offsets_of(&m, ids, n, off, &text);
+        for (size_t i = 0; i < n; i++)
+            if (off[i] != cases[c].want[i])
+                fail_msg("%s: token %zu at %zu, want %zu", cases[c].what, i, off[i], cases[c].want[i]);
+        srv_buf_free(&text);
     }
+    dt_model_free(&m);
+
+    /* Metaspace: a token's ▁ is a space after the first token, which a token decoded alone loses:
+     * " world" begins at the space, character 5 of "hello world hello" (it came out 4 short, one a
+     * word) */
+    tiny_model(&m, "metaspace_first.json");
+    int *ids;
+    size_t n;
+    dt_error err;
+    assert_int_equal(dt_model_encode(&m, "hello world hello", 17, 0, &ids, &n, &err), 0);
+    assert_int_equal(n, 3); /* ▁hello ▁world ▁hello */
+    const int bos_first[] = {dt_tok_bos_id(dt_model_tok(&m)), ids[0], ids[1], ids[2]};
+    size_t off[4];
+    srv_buf text = {0};
+    offsets_of(&m, bos_first, 4, off, &text);
+    assert_int_equal(text.n, 17);
+    assert_memory_equal(text.p, "hello world hello", 17);
+    const size_t want_ms[] = {0, 0, 5, 11};
+    for (int i = 0; i < 4; i++)
+        if (off[i] != want_ms[i]) fail_msg("Metaspace: token %d at %zu, want %zu", i, off[i], want_ms[i]);
+    srv_buf_free(&text);
+    free(ids);
+    dt_model_free(&m);
+
+    /* ByteFallback (and a Strip of the text's first space): 日's first byte token begins where 日
+     * does, the word after it at its space; a padding id writes nothing. (A byte inside a run still
+     * open is placed by the text as it stands then: E6 97 is two U+FFFD until A5 comes.) */
+    tiny_model(&m, "llama2_like.json");
+    const dt_tok *tok = dt_model_tok(&m);
+    const int a = dt_tok_token_to_id(tok, "\xE2\x96\x81" "a", 4);
+    const int seq[] = {1, a, dt_tok_token_to_id(tok, "<0xE6>", 6), dt_tok_token_to_id(tok, "<0x97>", 6), 599,
+                       dt_tok_token_to_id(tok, "<0xA5>", 6), a};
+    size_t got[7];
+    for (int i = 0; i < 7; i++) assert_true(seq[i] >= 0);
+    offsets_of(&m, seq, 7, got, &text);
+    assert_string_equal(text.p, "a日 a");
+    assert_int_equal(got[0], 0);
+    assert_int_equal(got[1], 0);
+    assert_int_equal(got[2], 1);
+    assert_int_equal(got[6], 2);
+    srv_buf_free(&text);
+    dt_model_free(&m);
 }
 
 static void test_buf(void **state) {
@@ -345,9 +362,9 @@ static void test_chat_detect(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_utf8_whole),    cmocka_unit_test(test_utf8_repair),
+        cmocka_unit_test(test_utf8_repair),
         cmocka_unit_test(test_stop_find),     cmocka_unit_test(test_stop_holdback),
-        cmocka_unit_test(test_text_sendable), cmocka_unit_test(test_text_tail),
+        cmocka_unit_test(test_text_sendable),
         cmocka_unit_test(test_token_start),   cmocka_unit_test(test_offsets),
         cmocka_unit_test(test_buf),
         cmocka_unit_test(test_chat_render),   cmocka_unit_test(test_chat_refusals),

@@ -4,7 +4,8 @@
 # packages). Builds tiny models with the command line — a BPE DIFF model (its tokenizer trained here,
 # BOS and EOS included), its q8_0 copy, a byte-level llama baseline, a DIFF V2 model and its
 # v2-crossgroup ablation (query heads j and j+h), an untrained medium DIFF model that decodes slowly
-# enough to hold a slot, and a byte-level and a BPE model of multibyte text — computes what
+# enough to hold a slot, a byte-level and a BPE model of multibyte text, and untrained models over a
+# Metaspace and a ByteFallback tokenizer — computes what
 # `difftrans generate` and `difftrans forward` answer (expect.mjs), starts the servers with --port 0
 # and reads their ports from the one line each prints, runs sdk.mjs (completions, streaming, chat,
 # logprobs, models, health, metrics, attention, every error), u8.mjs (streamed text against whole
@@ -44,6 +45,21 @@ expect_ok "train the UTF-8 model (bytes)" "$DT" train --data "$S/u8.txt" --arch 
 expect_ok "tokenizer train (UTF-8)" "$DT" tokenizer train --data "$S/u8.txt" --vocab-size 300 --out "$S/u8tok" --quiet
 expect_ok "train the UTF-8 model (BPE)" "$DT" train --data "$S/u8.txt" --tokenizer "$S/u8tok" --arch transformer --out "$S/u8bpe" \
     --steps 150 "${TRAIN[@]}"
+# untrained models over hand-made tokenizers whose text depends on the tokens around it: Metaspace (a
+# token's ▁ is a space after the first token), ByteFallback (<0xXX> runs, a Strip of the text's first space)
+for fx in metaspace_first llama2_like; do
+    check "the $fx model's config" "$PY" - "$HERE/../tokenizer/fixtures/$fx.json" "$S/u8bpe/config.json" \
+        "$S/$fx.config.json" <<'PYEOF'
+import json, sys
+tok, cfg = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+cfg["vocab_size"] = max(list(tok["model"]["vocab"].values()) + [a["id"] for a in tok["added_tokens"]]) + 1 + 8
+cfg["bos_token_id"] = cfg["eos_token_id"] = cfg["pad_token_id"] = None
+json.dump(cfg, open(sys.argv[3], "w"))
+PYEOF
+    expect_ok "init the $fx model" "$DT" init --config "$S/$fx.config.json" --out "$S/$fx" --seed 3
+    rm -f "$S/$fx/difftrans_tokenizer.json" "$S/$fx/generation_config.json"
+    cp "$HERE/../tokenizer/fixtures/$fx.json" "$S/$fx/tokenizer.json"
+done
 expect_ok "init an untrained medium model (slow to decode)" "$DT" init --out "$S/slow" --preset medium --arch diff
 # the llama baseline with a final norm at the largest float (loading refuses a NaN or inf weight, not
 # one that overflows what it multiplies): its logits are inf and NaN
@@ -124,6 +140,8 @@ start_server slow slow "diffllama" 1 1024 "$S/slow" --parallel 1 --queue 1
 start_server broken broken "llama" 2 256 "$S/broken" --parallel 2
 start_server u8byte u8byte "llama" 2 256 "$S/u8byte" --parallel 2 --chat-template chatml
 start_server u8bpe u8bpe "llama" 2 256 "$S/u8bpe" --parallel 2 --chat-template chatml
+start_server u8meta metaspace_first "llama" 2 256 "$S/metaspace_first" --parallel 2
+start_server u8fb llama2_like "llama" 2 256 "$S/llama2_like" --parallel 2
 if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
 url() { echo "http://127.0.0.1:${PORT[$1]}"; }
 cat >"$S/config.json" <<EOF
@@ -141,7 +159,9 @@ cat >"$S/config.json" <<EOF
   "slow": {"url": "$(url slow)", "pid": ${PID[slow]}, "name": "slow", "max_tokens": $SLOW_TOKENS, "context": 1024},
   "broken": {"url": "$(url broken)", "pid": ${PID[broken]}, "name": "broken"},
   "u8byte": {"url": "$(url u8byte)", "pid": ${PID[u8byte]}, "name": "u8byte"},
-  "u8bpe": {"url": "$(url u8bpe)", "pid": ${PID[u8bpe]}, "name": "u8bpe"}
+  "u8bpe": {"url": "$(url u8bpe)", "pid": ${PID[u8bpe]}, "name": "u8bpe"},
+  "u8meta": {"url": "$(url u8meta)", "pid": ${PID[u8meta]}, "name": "metaspace_first"},
+  "u8fb": {"url": "$(url u8fb)", "pid": ${PID[u8fb]}, "name": "llama2_like"}
  }
 }
 EOF
@@ -174,7 +194,7 @@ else
     echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
 fi
 
-for n in main key q8 llama v2 v2x broken u8byte u8bpe; do stop_server $n; done
+for n in main key q8 llama v2 v2x broken u8byte u8bpe u8meta u8fb; do stop_server $n; done
 
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server

@@ -13,6 +13,10 @@
 // keeps every token that begins before it (so every character of the text has its token).
 // A character the next token may still complete must not show early (it used to go out as
 // the start of a stop string beginning with it, and a stop "\ufffd" matched its stand-in).
+// The same invariants for untrained models sampling over a ByteFallback tokenizer (a run of <0xXX>
+// tokens valid so far turns into U+FFFDs when a byte that cannot go on with it comes: the text sent
+// before must not show it) and a Metaspace one; a Metaspace prompt token's text_offset is where
+// its space is.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig, loadOpenAI, client } from './lib.mjs';
@@ -20,7 +24,8 @@ import { loadConfig, loadOpenAI, client } from './lib.mjs';
 const cfg = loadConfig(process.argv[2]);
 const sdk = await loadOpenAI(cfg.modules);
 const MODELS = ['u8byte', 'u8bpe'];
-const api = Object.fromEntries(MODELS.map((m) => [m, client(sdk.default, cfg.servers[m].url)]));
+const SAMPLED = ['u8fb', 'u8meta']; // untrained: replies sampled (a temperature, a seed)
+const api = Object.fromEntries([...MODELS, ...SAMPLED].map((m) => [m, client(sdk.default, cfg.servers[m].url)]));
 const ROUNDS = process.env.DT_ASAN === '1' ? 20 : 60;
 
 // a small deterministic generator, so that a failure can be replayed
@@ -91,8 +96,8 @@ function checkByteLp(kind, text, lp, what) {
     `${what}: text_offset of the last character ${JSON.stringify(rest)}`);
 }
 
-function request(kind, prompt, maxTokens, stop, logprobs) {
-  const req = { model: 'm', max_tokens: maxTokens, temperature: 0 };
+function request(kind, prompt, maxTokens, stop, logprobs, sampling) {
+  const req = { model: 'm', max_tokens: maxTokens, temperature: 0, ...(sampling ?? {}) };
   if (logprobs) Object.assign(req, kind === 'chat' ? { logprobs: true, top_logprobs: 1 } : { logprobs: 1 });
   if (kind === 'chat') req.messages = [{ role: 'user', content: prompt }];
   else req.prompt = prompt;
@@ -184,14 +189,41 @@ for (const model of MODELS) {
     }
   });
 
+  randomRequests(model);
+}
+
+for (const model of SAMPLED) {
+  test(`${model}: a sampled reply (a temperature, a seed) is the same twice (the test's premise)`, async () => {
+    const req = request('completion', 'o w', 24, undefined, true, { temperature: 1.5, seed: 5 });
+    assert.deepEqual(await whole(model, 'completion', req), await whole(model, 'completion', req));
+  });
+  randomRequests(model, true);
+}
+
+test('u8meta: echo: a Metaspace token begins at its space, not where its text alone would put it', async () => {
+  const r = await api.u8meta.completions.create({ model: 'm', prompt: 'hello world hello', max_tokens: 0, echo: true,
+    logprobs: 0 });
+  const c = r.choices[0], lp = c.logprobs;
+  assert.equal(c.text, 'hello world hello');
+  // ▁hello ▁world ▁hello between the special tokens the tokenizer adds: " world" begins at its space
+  // (decoded alone, a token loses its ▁: the offsets came out one short a word)
+  const w = lp.tokens.indexOf('world');
+  assert.ok(w >= 1 && lp.tokens[w - 1] === 'hello' && lp.tokens[w + 1] === 'hello', JSON.stringify(lp.tokens));
+  assert.deepEqual(lp.text_offset.slice(w - 1, w + 2), [0, 5, 11]);
+});
+
+function randomRequests(model, sampled = false) {
   test(`${model}: random requests, streamed = whole = the reply without stops, cut at the first (${ROUNDS} requests)`, async () => {
     const bases = new Map(); // the reply without stop strings, by kind, prompt and max_tokens
     let hits = 0;
     for (let i = 0; i < ROUNDS; i++) {
-      const kind = rand() < 0.3 ? 'chat' : 'completion';
+      const kind = !sampled && rand() < 0.3 ? 'chat' : 'completion';
       const prompt = pick(PROMPTS), maxTokens = int(1, 48), logprobs = rand() < 0.5;
-      const key = `${kind}\u0000${prompt}\u0000${maxTokens}\u0000${logprobs}`;
-      if (!bases.has(key)) bases.set(key, await whole(model, kind, request(kind, prompt, maxTokens, undefined, logprobs)));
+      const sampling = sampled ? { temperature: pick([0.7, 1.5, 3]), seed: int(0, 9) } : undefined;
+      const key = `${kind}\u0000${prompt}\u0000${maxTokens}\u0000${logprobs}\u0000${JSON.stringify(sampling)}`;
+      if (!bases.has(key)) {
+        bases.set(key, await whole(model, kind, request(kind, prompt, maxTokens, undefined, logprobs, sampling)));
+      }
       const base = bases.get(key);
       const chars = [...base.text];
       const stops = [];
@@ -204,7 +236,7 @@ for (const model of MODELS) {
         else stops.push(Array.from({ length: int(1, 3) }, () => pick(ALPHABET)).join(''));
       }
       const stop = stops.length === 1 && rand() < 0.5 ? stops[0] : stops;
-      const req = request(kind, prompt, maxTokens, stop, logprobs);
+      const req = request(kind, prompt, maxTokens, stop, logprobs, sampling);
       const what = `${kind} ${JSON.stringify(prompt)} max_tokens ${maxTokens} stop ${JSON.stringify(stop)} (no stop: ${JSON.stringify(base.text)})`;
       const w = await whole(model, kind, req);
       const s = await streamed(model, kind, req);
