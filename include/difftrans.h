@@ -823,10 +823,10 @@ int dt_tok_stream_flush(dt_tok_stream *s, const char **text, size_t *len, dt_err
 /* The bytes token id adds to a decoded text before the text is made valid UTF-8 (OpenAI's logprobs
  * `bytes`): a ByteFallback token <0xE6> the byte 0xE6, a ByteLevel token its characters' bytes
  * through the byte map (the first byte of a 3-byte character when that is what it holds), any other
- * the token's text as the decoder writes it after other tokens (Metaspace's ▁ a space, a Replace
- * applied to it, Strip only when it strips every token). The bytes of a text's tokens one after
- * another are the text's bytes, but where a step changes text across tokens: a Strip of the text's
- * first or last characters, Metaspace's first ▁, a Replace matching across tokens, a ByteFallback
+ * the token's text as the decoder writes it after other tokens (Metaspace's ▁ a space, Replace and
+ * a Strip of each token applied; a Strip of the joined text's first or last characters not). The
+ * bytes of a text's tokens one after another are the text's bytes, but where a step changes text
+ * across tokens: that Strip, Metaspace's first ▁, a Replace matching across tokens, a ByteFallback
  * run that is not valid UTF-8. *bytes is malloc'd (*len bytes, NUL-terminated); an id that is not a
  * token is an error naming it. */
 int dt_tok_token_bytes(const dt_tok *tok, int32_t id, char **bytes, size_t *len, dt_error *err);

@@ -177,22 +177,32 @@ static char *no_token(int id, size_t *len) {
     return strdup(buf);
 }
 
-/* The token's bytes decoded alone (malloc'd; not necessarily UTF-8). */
-static char *token_bytes(const dt_model *m, int id, size_t *len) {
-    if (!has_text(m, id)) return no_token(id, len);
-    char *text;
-    dt_error err;
-    if (dt_model_decode(m, &id, 1, 0, &text, len, &err) != 0) return NULL;
-    return text;
-}
-
 char *srv_token_text(const dt_model *m, int id) {
     size_t len;
-    char *raw = token_bytes(m, id, &len);
+    char *raw;
+    dt_error err;
+    if (!has_text(m, id)) raw = no_token(id, &len);
+    else if (dt_model_decode(m, &id, 1, 0, &raw, &len, &err) != 0) return NULL;
     if (!raw) return NULL;
     char *t = srv_utf8_repair(raw, len, &len);
     free(raw);
     return t;
+}
+
+/* The token's own bytes (logprobs' bytes; malloc'd): dt_tok_token_bytes's (the first byte of a
+ * character for a token that holds it, not U+FFFD's), a byte-level model's byte, "<id>" for an id
+ * that is no token. */
+static char *token_bytes(const dt_model *m, int id, size_t *len) {
+    if (!has_text(m, id)) return no_token(id, len);
+    const dt_tok *tok = dt_model_tok(m);
+    if (tok) {
+        char *bytes;
+        dt_error err;
+        return dt_tok_token_bytes(tok, id, &bytes, len, &err) == 0 ? bytes : NULL;
+    }
+    char *b = malloc(2);
+    if (b) b[0] = (char)id, b[1] = '\0', *len = 1;
+    return b;
 }
 
 /* ---------------------------------------------------------------- parsing */

@@ -15,8 +15,8 @@
 // the start of a stop string beginning with it, and a stop "\ufffd" matched its stand-in).
 // The same invariants for untrained models sampling over a ByteFallback tokenizer (a run of <0xXX>
 // tokens valid so far turns into U+FFFDs when a byte that cannot go on with it comes: the text sent
-// before must not show it) and a Metaspace one; a Metaspace prompt token's text_offset is where
-// its space is.
+// before must not show it) and a Metaspace one; a chat token's bytes are its own (the first byte of
+// a character, not U+FFFD's), and a Metaspace prompt token's text_offset is where its space is.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig, loadOpenAI, client } from './lib.mjs';
@@ -187,6 +187,18 @@ for (const model of MODELS) {
       checkByteLp('completion', c.text, c.logprobs, 'echo');
       assert.deepEqual(c.logprobs.text_offset.slice(0, 8), [0, 0, 0, 1, 1, 1, 2, 3], 'echo: 日本 h');
     }
+  });
+
+  test(`${model}: chat logprobs: the tokens' bytes, one after another, are the text's`, async () => {
+    let parts = 0; // tokens that hold part of a character
+    for (const prompt of PROMPTS) {
+      const w = await whole(model, 'chat', request('chat', prompt, 24, undefined, true));
+      checkByteLp('chat', w.text, w.lp, `${JSON.stringify(prompt)} (${JSON.stringify(w.text)})`);
+      for (const b of w.lp.bytes) {
+        try { new TextDecoder('utf-8', { fatal: true }).decode(Uint8Array.from(b)); } catch { parts++; }
+      }
+    }
+    if (model === 'u8bpe') assert.ok(parts > 0, 'no token held part of a character (the test\'s premise)');
   });
 
   randomRequests(model);
