@@ -177,18 +177,6 @@ static char *no_token(int id, size_t *len) {
     return strdup(buf);
 }
 
-char *srv_token_text(const dt_model *m, int id) {
-    size_t len;
-    char *raw;
-    dt_error err;
-    if (!has_text(m, id)) raw = no_token(id, &len);
-    else if (dt_model_decode(m, &id, 1, 0, &raw, &len, &err) != 0) return NULL;
-    if (!raw) return NULL;
-    char *t = srv_utf8_repair(raw, len, &len);
-    free(raw);
-    return t;
-}
-
 /* The token's own bytes (logprobs' bytes; malloc'd): dt_tok_token_bytes's (the first byte of a
  * character for a token that holds it, not U+FFFD's), a byte-level model's byte, "<id>" for an id
  * that is no token. */
@@ -203,6 +191,17 @@ static char *token_bytes(const dt_model *m, int id, size_t *len) {
     char *b = malloc(2);
     if (b) b[0] = (char)id, b[1] = '\0', *len = 1;
     return b;
+}
+
+/* A token's text in logprobs and on the page: its own bytes (a Metaspace token's ▁ a space, which
+ * decoding it alone would strip as the text's first), made valid UTF-8. */
+char *srv_token_text(const dt_model *m, int id) {
+    size_t len;
+    char *raw = token_bytes(m, id, &len);
+    if (!raw) return NULL;
+    char *t = srv_utf8_repair(raw, len, &len);
+    free(raw);
+    return t;
 }
 
 /* ---------------------------------------------------------------- parsing */

@@ -185,8 +185,9 @@ char *srv_err_json(const srv_err *e);
  * shutting down. */
 int srv_with_engine(srv *s, int (*fn)(srv *s, void *ctx), void *ctx, srv_err *e);
 
-/* A token's text as decoded alone (special tokens written out; an id that is no token, e.g. a
- * byte-level model's past 255, as "<id>"), valid UTF-8, malloc'd. NULL when out of memory. */
+/* A token's text: its own bytes as dt_tok_token_bytes gives them (a Metaspace token with its
+ * space, special tokens written out; an id that is no token, e.g. a byte-level model's past 255,
+ * as "<id>"), made valid UTF-8, malloc'd. NULL when out of memory. */
 char *srv_token_text(const dt_model *m, int id);
 
 /* ---------------------------------------------------------------- completions (completions.c) */
