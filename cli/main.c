@@ -51,7 +51,7 @@ static void usage(FILE *f) {
                "  3  the system refused: a missing or unreadable file, a failed write or rename, a full disk\n"
                "  4  out of memory\n"
                "  5  valid but not supported here (a tokenizer component, an HF option, a kernel path)\n"
-               "  6  training diverged (a non-finite loss or gradient)\n"
+               "  6  training diverged (a non-finite loss, gradient, λ or validation loss)\n"
                "  7  a data-parallel job ended because a rank stopped responding (MPI_Abort)\n"
                "  9  stopped by a signal before the work was done (`study`: the same command resumes it)\n");
 }

@@ -54,8 +54,9 @@ typedef enum {
     DT_ERR_UNSUPPORTED = 5, /* valid, but beyond this implementation or this machine: a tokenizer
                              * component, a Hugging Face option or dtype difftrans cannot express, a
                              * kernel path this CPU cannot run. */
-    DT_ERR_DIVERGED = 6,    /* training produced a non-finite loss or gradient: the inputs are valid, the
-                             * run is not (lower the learning rate; the last checkpoint is intact). */
+    DT_ERR_DIVERGED = 6,    /* training produced a non-finite loss or gradient, or an update made a DIFF
+                             * layer's λ or the validation loss non-finite: the inputs are valid, the run
+                             * is not (lower the learning rate; the last checkpoint is intact). */
     DT_ERR_BUSY = 8,        /* the work is valid but cannot be taken now (the serving engine's queue is
                              * full): try again later. (7 is the exit status of an MPI abort.) */
     DT_ERR_INTERRUPTED = 9, /* stopped on request (a signal) before the work was done; what was done is

@@ -362,6 +362,56 @@ static void test_diverged(void **state) {
     expect_err(dt_train(&o, &err), &err, DT_ERR_DIVERGED, "diverged");
 }
 
+/* One step of training whose loss and gradient are finite but whose update breaks the model: it diverged
+ * at that step, with neither a checkpoint of the broken model nor a metrics line JSON cannot hold. */
+static void expect_diverged_after_update(dt_train_options *o, const char *out, const char *why) {
+    char cmd[1300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out); /* a checkpoint of an earlier run would pass for this one's */
+    assert_int_equal(system(cmd), 0);
+    dt_error err = fresh();
+    expect_err(dt_train(o, &err), &err, DT_ERR_DIVERGED, why);
+    assert_non_null(strstr(err.msg, "step 1:"));
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    assert_false(tu_file_exists(path));
+    snprintf(path, sizeof path, "%s/metrics.jsonl", out);
+    size_t n = 0;
+    char *metrics = tu_read_file(path, &n);
+    assert_non_null(metrics); /* opened before the first step, and left empty */
+    assert_null(strstr(metrics, "inf"));
+    assert_null(strstr(metrics, "nan"));
+    free(metrics);
+}
+
+static void test_diverged_after_update(void **state) {
+    (void)state;
+    char data[1024], out[1024];
+    tu_path(data, sizeof data, "diverge_update.txt");
+    char text[4000];
+    size_t n = 0;
+    while (n + 64 < sizeof text) n += (size_t)snprintf(text + n, sizeof text - n, "a few words, %zu of them. ", n);
+    tu_write_file(data, text, n);
+    dt_train_options o;
+    /* AdamW's first step moves every λ vector entry by about lr: λq·λk jumps from ~0 to ±lr² × (the signs'
+     * sum over head_dim), exp of it overflows and λ is ±inf in some layer (the tiny preset: 2 layers × 2 dot
+     * products of 16 entries), with the λ vectors, the step's loss and its gradient all finite */
+    tu_path(out, sizeof out, "diverge_lambda");
+    tu_tiny_train_options(&o, data, out, 1, 16);
+    dt_error perr;
+    assert_int_equal(dt_config_preset(&o.cfg, "tiny", DT_ARCH_DIFF, &perr), 0);
+    o.lr = 10;
+    o.grad_clip = 0;
+    expect_diverged_after_update(&o, out, "λ of layer");
+    /* a Transformer has no λ: the last step's update is checked by its validation loss (every weight about
+     * 1e15 after it: the attention scores overflow; no later step's loss would see them) */
+    tu_path(out, sizeof out, "diverge_last_update");
+    tu_tiny_train_options(&o, data, out, 1, 16);
+    o.cfg = dt_config_matched(&o.cfg);
+    o.lr = 1e15f;
+    o.grad_clip = 0;
+    expect_diverged_after_update(&o, out, "validation loss");
+}
+
 static int cjson_accepts(const char *text, size_t len) {
     cJSON *j = cJSON_ParseWithLength(text, len);
     cJSON_Delete(j);
@@ -440,6 +490,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_argument),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_diverged),
+        cmocka_unit_test(test_diverged_after_update),
         cmocka_unit_test(test_generate_nonfinite_logits),
         cmocka_unit_test(test_json_text_valid),
     };

@@ -399,6 +399,18 @@ static int evaluate(trainer *tr, const dt_train_options *o, double *val_loss, dt
     return 0;
 }
 
+/* Every rank holds the same parameters after a step, so every rank decides alike. */
+static int lambda_diverged(const dt_model *m, int step, dt_error *err) {
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        const float lambda = dt_model_lambda(m, l);
+        if (!isfinite(lambda))
+            return dt_fail_code(err, DT_ERR_DIVERGED,
+                                "step %d: λ of layer %d is %g after the update — training diverged (try a lower lr)",
+                                step, l, isnan(lambda) ? NAN : (double)lambda);
+    }
+    return 0;
+}
+
 static void format_duration(char *out, size_t n, double s) {
     if (s < 0 || !isfinite(s)) snprintf(out, n, "?");
     else if (s < 60) snprintf(out, n, "%.0fs", s);
@@ -705,6 +717,13 @@ static int train_run(dt_train_options *o, dt_error *err) {
         }
         const float loss = st.loss, gnorm = st.grad_norm;
         tr.step++;
+        /* The step checked its loss and gradient, which were finite; its update can still break the
+         * model: λ = exp(λq1·λk1) − exp(λq2·λk2) + λinit overflows while the λ vectors stay finite.
+         * Caught here, before the metrics line (JSON has no inf) and before a checkpoint of it. */
+        if (lambda_diverged(&tr.model, tr.step, err) != 0) {
+            rc = -1;
+            break;
+        }
         double dt = monotonic_seconds() - t0;
         tr.elapsed += dt;
         tps = (double)B * T / dt;
@@ -723,6 +742,13 @@ static int train_run(dt_train_options *o, dt_error *err) {
         if ((o->eval_interval > 0 && tr.step % o->eval_interval == 0) || last || tr.step == 1) {
             if (evaluate(&tr, o, &val_loss, err) != 0) {
                 rc = -1;
+                break;
+            }
+            /* the model after the step's update: at the last step no later forward would check it */
+            if (!isfinite(val_loss)) {
+                rc = dt_fail_code(err, DT_ERR_DIVERGED,
+                                  "step %d: validation loss %g after the update — training diverged (try a lower lr)",
+                                  tr.step, isnan(val_loss) ? NAN : val_loss);
                 break;
             }
             if (o->eval_hook && o->eval_hook(o->eval_ctx, tr.step, &tr.model, err) != 0) {
