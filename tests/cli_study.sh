@@ -60,6 +60,29 @@ sums "$S/a" >"$S/after.md5"
 check "no run was trained again" cmp -s "$S/before.md5" "$S/after.md5"
 check "the report was written again" test "$S/a/REPORT.md" -nt "$S/before.md5"
 
+# every DIFF run of the larger size diverged (planted in a copy's run.json files): that size is not compared,
+# and with one size left no fit, fraction or crossing exists; the report says so instead of "not resolved",
+# "a fit that does not fall with size" and "do not cross"
+if [ -n "$PY" ]; then
+    rm -rf "$S/dv" && cp -a "$S/a" "$S/dv"
+    "$PY" -c '
+import json, sys
+for p in sys.argv[1:]:
+    r = json.load(open(p))
+    r["diverged"] = "step 9: λ of layer 0 is -inf after the update — training diverged (try a lower lr)"
+    json.dump(r, open(p, "w"))
+' "$S"/dv/runs/24x1-diff-s*/run.json
+    expect_ok "a study whose DIFF runs diverged at one size" "$DT" study "${STUDY[@]}" --out "$S/dv" --quiet
+    out_has "REPORT.md: a size with no pair of runs is not compared, and no fit is claimed" "$S/dv/REPORT.md" \
+        "^\| 24x1 \| n/a \| [0-9.]+ ± [0-9.]+ \| n/a \[n/a, n/a\] \| not compared" \
+        "^\| 24x1 \| .*\| not compared: no seed has both runs \(diverged\) \|$" \
+        "not resolved at [01] .*; at 1 there was nothing to compare: every seed had a run that diverged\." \
+        "The fits give no fraction of the parameters: a fit needs two sizes with measured runs of both kinds" \
+        "The fits give no crossing\." "^\| 24x1 \| DIFF \| 2 of 2 \|"
+    check "REPORT.md: no claim about fits that do not exist" bash -c \
+        '! grep -E "does not fall with size|do not cross|^\| 24x1 \|.*no difference resolved" "$1"' _ "$S/dv/REPORT.md"
+fi
+
 # stopped between runs (SIGTERM after the first run.json), then inside one (SIGKILL after a checkpoint)
 wait_for() { # wait_for PID GLOB-TEST: until the test succeeds or the process ends
     local i

@@ -184,6 +184,8 @@ static const char *fmt_params(char *buf, size_t n, double p) {
 }
 
 static const char *verdict_text(const dt_stats_interval *d, const char *a, const char *b, char *buf, size_t n) {
+    if (d->n == 0) /* no seed has a measured run of both: a diverged run leaves its pair out */
+        return snprintf(buf, n, "not compared: no seed has both runs (diverged)"), buf;
     switch (dt_stats_verdict_of(d, 1)) {
     case DT_STATS_A_BETTER: snprintf(buf, n, "%s lower", a); break;
     case DT_STATS_B_BETTER: snprintf(buf, n, "%s lower", b); break;
@@ -244,10 +246,11 @@ static void md_setup(textbuf *b, const report *r) {
 static void md_headline(textbuf *b, const report *r, const dt_scaling_study *st) {
     const dt_study_options *o = r->o;
     const char *A = display(r, 0), *B = display(r, 1);
-    int a_better = 0, b_better = 0;
+    int a_better = 0, b_better = 0, unpaired = 0;
     for (int i = 0; i < o->n_sizes; i++) {
         dt_stats_verdict v = dt_stats_verdict_of(&st->diff[i], 1);
         a_better += v == DT_STATS_A_BETTER, b_better += v == DT_STATS_B_BETTER;
+        unpaired += st->diff[i].n == 0;
     }
     char lo[32], hi[32], f[32], c[32];
     const double smallest = r->runs[0].nonembedding,
@@ -261,18 +264,27 @@ static void md_headline(textbuf *b, const report *r, const dt_scaling_study *st)
                   o->seeds, o->seeds == 1 ? "" : "s", o->seeds == 1 ? "one value" : "two values");
     tb_printf(b, "%d sizes from %s to %s non-embedding parameters, %d seed%s each. Of the %d sizes, %s's held-out "
                  "loss was lower than the %s's at %d, higher at %d, and the difference was not resolved at %d (the "
-                 "95%% interval of the paired difference over seeds spans zero). ",
+                 "95%% interval of the paired difference over seeds spans zero)",
               o->n_sizes, fmt_params(lo, sizeof lo, smallest), fmt_params(hi, sizeof hi, largest), o->seeds,
-              o->seeds == 1 ? "" : "s", o->n_sizes, A, B, a_better, b_better, o->n_sizes - a_better - b_better);
+              o->seeds == 1 ? "" : "s", o->n_sizes, A, B, a_better, b_better,
+              o->n_sizes - a_better - b_better - unpaired);
+    if (unpaired)
+        tb_printf(b, "; at %d there was nothing to compare: every seed had a run that diverged", unpaired);
+    tb_printf(b, ". ");
     if (isfinite(st->fraction.value))
         tb_printf(b, "From the power-law fits, %s reaches the %s's loss at %s parameters with %s of them (95%% "
                      "interval %s–%s; the paper: about 65%%). ",
                   A, B, fmt_params(f, sizeof f, st->fraction_at), fmt_num(c, sizeof c, 100 * st->fraction.value, "%.0f%%"),
                   fmt_num(lo, sizeof lo, 100 * st->fraction.lo, "%.0f%%"),
                   fmt_num(hi, sizeof hi, 100 * st->fraction.hi, "%.0f%%"));
+    else if (!isfinite(st->b[0].value) || !isfinite(st->b[1].value)) /* dt_scaling_fit_power_law's NAN */
+        tb_printf(b, "The fits give no fraction of the parameters: a fit needs two sizes with measured runs of "
+                     "both kinds (a diverged run leaves its seed's pair out). ");
     else
         tb_printf(b, "The fits give no fraction of the parameters (a fit that does not fall with size). ");
-    if (st->crossing_in_range)
+    if (!isfinite(st->crossing.value))
+        tb_printf(b, "The fits give no crossing. ");
+    else if (st->crossing_in_range)
         tb_printf(b, "The two fitted curves cross at %s parameters, inside the sizes trained (%.0f%% of the "
                      "resamples cross inside them). ",
                   fmt_params(c, sizeof c, st->crossing.value), 100 * st->crossing_share);
