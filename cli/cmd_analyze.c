@@ -57,7 +57,8 @@ static void help(void) {
         "      the label's score is that of the tokens after those prompt+\"red\" and prompt+\"blue\" share.\n"
         "  analyze scaling RUN_DIR...\n"
         "      The paper's \"~65%% of the parameters for the same loss\": give `difftrans train` runs of both\n"
-        "      kinds at several sizes with one token budget; fits log(final val loss) = a + b*log(params) per\n"
+        "      kinds (DIFF and Transformer, each one model: the same ablations at every size) at several sizes\n"
+        "      with one token budget; fits log(final val loss) = a + b*log(params) per\n"
         "      kind and reports the DIFF size whose fitted loss equals the baseline's at its largest run,\n"
         "      as a fraction of that run's parameters (below 1: DIFF needs fewer).\n\n"
         "options:\n"
@@ -427,6 +428,8 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     double *params = calloc((size_t)n, sizeof(double)), *loss = calloc((size_t)n, sizeof(double));
     int *arch = calloc((size_t)n, sizeof(int)), rc = 0;
+    char first_diff[128] = "", first_base[128] = ""; /* the variant of each kind's first run */
+    const char *first_diff_dir = NULL, *first_base_dir = NULL;
     if (!params || !loss || !arch) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     for (int i = 0; rc == 0 && i < n; i++) {
         dt_an_training t;
@@ -438,6 +441,28 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         }
         params[i] = (double)dt_config_param_count(&c);
         arch[i] = c.arch;
+        /* two curves, DIFF's and the Transformer's, each through runs of one model at several sizes: a DIFF V2
+         * run counted with the Transformer, or an ablation with the paper's model, would bend a curve */
+        char what[128];
+        dt_config_describe(&c, what, sizeof what);
+        if (c.arch != DT_ARCH_DIFF && c.arch != DT_ARCH_LLAMA) {
+            rc = cli_error(cmd, "%s: a %s model (%s); the scaling fit takes DIFF (diffllama) and Transformer (llama) "
+                                "runs",
+                           dirs[i], arch_name(c.arch), what);
+            break;
+        }
+        char *first = c.arch == DT_ARCH_DIFF ? first_diff : first_base;
+        const char *first_dir = c.arch == DT_ARCH_DIFF ? first_diff_dir : first_base_dir;
+        if (!first[0]) {
+            snprintf(first, sizeof first_diff, "%s", what);
+            if (c.arch == DT_ARCH_DIFF) first_diff_dir = dirs[i];
+            else first_base_dir = dirs[i];
+        } else if (strcmp(first, what) != 0) {
+            rc = cli_error(cmd, "%s is %s but %s is %s: each kind's fit takes runs of one model (the same ablations) "
+                                "at several sizes",
+                           dirs[i], what, first_dir, first);
+            break;
+        }
         if (dt_an_training_load(dirs[i], &t, &err) != 0) {
             rc = cli_fail(cmd, &err);
             break;

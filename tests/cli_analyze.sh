@@ -77,6 +77,15 @@ rm -rf "$S/run_bpe" && cp -r "$S/run" "$S/run_bpe" && rm -f "$S/run_bpe/difftran
     "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --out "$S/run_bpe" >/dev/null 2>&1
 expect_fail "scaling over runs of two vocabularies" "run_bpe read text differently.*share one vocabulary" \
     "$DT" analyze scaling "$S/run" "$S/run_bpe"
+# one curve per kind through one model's runs: DIFF V2 is neither kind, an ablation is another model
+expect_ok "train DIFF V2 5 steps" "$DT" train --data "$CORPUS" --out "$S/run_v2" --arch v2 --preset tiny --steps 5 \
+    --batch 2 --seq 32 --eval-interval 5 --eval-batches 1 --quiet
+expect_status "scaling over a DIFF V2 run" 1 "run_v2: a DIFF V2 model \(difftrans_v2\); the scaling fit takes DIFF" \
+    "$DT" analyze scaling "$S/run" "$S/run_v2"
+expect_ok "train DIFF+ALiBi 5 steps" "$DT" train --data "$CORPUS" --out "$S/run_alibi" --ablation alibi --preset tiny \
+    --steps 5 --batch 2 --seq 32 --eval-interval 5 --eval-batches 1 --quiet
+expect_status "scaling over DIFF and DIFF+ALiBi runs" 1 "run_alibi is diffllama\+alibi but .*/run is diffllama" \
+    "$DT" analyze scaling "$S/run" "$S/run_alibi"
 expect_fail "icl with odd --shots" "shots 3: must be even.*--shots" "$DT" analyze icl "$S/diff" --shots 3
 expect_fail "icl options do not apply elsewhere" "does not apply" "$DT" analyze training "$S/run" --shots 4
 
