@@ -140,6 +140,10 @@ int cmd_compare(int argc, char **argv) {
     snprintf(marker, sizeof marker, "%s/study.json", out);
     if (access(marker, F_OK) == 0)
         return cli_error(cmd, "--out %s: holds a study (study.json); give the comparison a directory of its own", out);
+    snprintf(marker, sizeof marker, "%s/config.json", out);
+    if (access(marker, F_OK) == 0) /* a checkpoint (a training run's, say): the runs would grow inside it */
+        return cli_error(cmd, "--out %s: holds a model (config.json); give the comparison a directory of its own",
+                         out);
     snprintf(marker, sizeof marker, "%s/report.json", out);
     if (!force && access(marker, F_OK) == 0)
         return cli_error(cmd, "--out %s: holds an earlier comparison (report.json) and its runs; choose a new "

@@ -142,6 +142,9 @@ int cmd_study(int argc, char **argv) {
         return cli_error(cmd, "--out %s: holds a comparison's report (report.json); give the study a directory of "
                               "its own",
                          o.out);
+    snprintf(marker, sizeof marker, "%s/config.json", o.out);
+    if (access(marker, F_OK) == 0) /* a checkpoint (a training run's, say): the study would grow inside it */
+        return cli_error(cmd, "--out %s: holds a model (config.json); give the study a directory of its own", o.out);
     if (!isnan(tpp)) o.tokens_per_param = tpp;
     o.threads = threads;
     char command[8192];

@@ -209,5 +209,13 @@ mkdir -p "$S/a_study" && echo '{}' >"$S/a_study/study.json"
 expect_fail "--out holding a study" "holds a study" "$DT" compare --quick --data "$CORPUS" --out "$S/a_study" --force
 expect_fail "study into a comparison's directory" "holds a comparison's report" \
     "$DT" study --tokens "$S/nope" --out "$N"
+# nor a model's directory (a training run's): neither grows its runs inside a checkpoint
+expect_ok "a model's directory" "$DT" init --out "$S/a_model" --preset tiny
+expect_status "--out holding a model" 1 "a_model: holds a model \(config.json\)" \
+    "$DT" compare --quick --data "$CORPUS" --out "$S/a_model" --force
+expect_status "study into a model's directory" 1 "a_model: holds a model \(config.json\)" \
+    "$DT" study --tokens "$S/nope" --out "$S/a_model"
+check "nothing was written into the model's directory" test "$(ls "$S/a_model" | tr '\n' ' ')" = \
+    "config.json difftrans_tokenizer.json generation_config.json model.safetensors "
 
 finish cli_compare
