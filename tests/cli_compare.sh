@@ -199,6 +199,9 @@ expect_fail "zero --steps" "--steps 0" "$DT" compare --quick --steps 0 --data "$
 expect_fail "missing data file" "$S/nope.txt" "$DT" compare --quick --data "$S/nope.txt" --out "$S/x"
 expect_fail "unknown preset" "huge" "$DT" compare --quick --preset huge --data "$CORPUS" --out "$S/x"
 expect_fail "--seq beyond the context" "seq 100000" "$DT" compare --quick --seq 100000 --data "$CORPUS" --out "$S/x"
+printf 'A short corpus. Only a few words here.\n\nAnother paragraph.\n' >"$S/short.txt"
+expect_status "a corpus shorter than one window" 1 "short.txt: 54 training tokens, fewer than seq \+ 1 = 65$" \
+    "$DT" compare --quick --data "$S/short.txt" --out "$S/x"
 expect_fail "unexpected argument" "unexpected argument 'extra'" "$DT" compare --quick --data "$CORPUS" --out "$S/x" extra
 # a directory that holds an earlier comparison or a study is not written over by mistake
 before=$(cat "$N/report.json")

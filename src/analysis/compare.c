@@ -523,9 +523,11 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     rp_model *runs = calloc((size_t)n_main, sizeof *runs);
     int rc = 0;
     if (!runs) rc = dt_fail_oom(err, "out of memory for %d runs", n_main);
+    else if (n_train < needle_tokens + (size_t)o->seq + 1 && needle_tokens == 0)
+        rc = dt_fail(err, "%s: %zu training tokens, fewer than seq + 1 = %d", train_path, n_train, o->seq + 1);
     else if (n_train < needle_tokens + (size_t)o->seq + 1)
-        rc = dt_fail(err, "%s: %zu training tokens, too few beside the needle set's %zu", train_path, n_train,
-                     needle_tokens);
+        rc = dt_fail(err, "%s: %zu training tokens, fewer than the needle set's %zu plus seq + 1 = %d", train_path,
+                     n_train, needle_tokens, o->seq + 1);
     else if (tail < (size_t)o->seq + 1)
         rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
                      tail, o->seq + 1);
