@@ -64,7 +64,7 @@ check "the report was written again" test "$S/a/REPORT.md" -nt "$S/before.md5"
 # and with one size left no fit, fraction or crossing exists; the report says so instead of "not resolved",
 # "a fit that does not fall with size" and "do not cross"
 if [ -n "$PY" ]; then
-    rm -rf "$S/dv" && cp -a "$S/a" "$S/dv"
+    rm -rf "$S/dv" && cp -a "$S/a" "$S/dv" && rm -rf "$S/dv/plots"
     "$PY" -c '
 import json, sys
 for p in sys.argv[1:]:
@@ -81,6 +81,9 @@ for p in sys.argv[1:]:
         "The fits give no crossing\." "^\| 24x1 \| DIFF \| 2 of 2 \|"
     check "REPORT.md: no claim about fits that do not exist" bash -c \
         '! grep -E "does not fall with size|do not cross|^\| 24x1 \|.*no difference resolved" "$1"' _ "$S/dv/REPORT.md"
+    # the plots are drawn without the fits that do not exist (gnuplot stopped at "nan" and drew nothing)
+    [ -n "$(command -v gnuplot)" ] && check "plots without the fits" test -s "$S/dv/plots/loss.png" -a \
+        -s "$S/dv/plots/position.png" -a ! -e "$S/dv/plots/loss.png.tmp"
 fi
 
 # stopped between runs (SIGTERM after the first run.json), then inside one (SIGKILL after a checkpoint)

@@ -561,14 +561,18 @@ static int write_plots(const report *r, const dt_scaling_study *st, char *note, 
     tb_printf(&gp, "set terminal pngcairo size 900,600\nset key top right\nset grid\n"
                    "set output 'loss.png.tmp'\nset logscale xy\nset xlabel 'non-embedding parameters'\n"
                    "set ylabel 'held-out loss (nats/token)'\nset title 'Held-out loss against size (fits: loss = e^a N^b)'\n");
-    tb_printf(&gp, "f0(x) = exp(%.9g + %.9g * log(x))\nf1(x) = exp(%.9g + %.9g * log(x))\n", st->fit[0].a,
-              st->fit[0].b, st->fit[1].a, st->fit[1].b);
+    /* a fit that does not exist (too few sizes measured) is not drawn: gnuplot stops at "nan" */
+    for (int k = 0; k < 2; k++)
+        if (isfinite(st->fit[k].a) && isfinite(st->fit[k].b))
+            tb_printf(&gp, "f%d(x) = exp(%.9g + %.9g * log(x))\n", k, st->fit[k].a, st->fit[k].b);
     tb_printf(&gp, "plot ");
     for (int v = 0; v < o->n_variants; v++)
-        tb_printf(&gp, "'loss.dat' index %d using 2:3 with points pt %d lc %d title '%s', ", v, 7 - v, v + 1,
-                  display(r, v));
-    tb_printf(&gp, "f0(x) with lines lc 1 title '%s fit', f1(x) with lines lc 2 title '%s fit'\n", display(r, 0),
-              display(r, 1));
+        tb_printf(&gp, "%s'loss.dat' index %d using 2:3 with points pt %d lc %d title '%s'", v ? ", " : "", v, 7 - v,
+                  v + 1, display(r, v));
+    for (int k = 0; k < 2; k++)
+        if (isfinite(st->fit[k].a) && isfinite(st->fit[k].b))
+            tb_printf(&gp, ", f%d(x) with lines lc %d title '%s fit'", k, k + 1, display(r, k));
+    tb_printf(&gp, "\n");
     tb_printf(&gp, "set output 'position.png.tmp'\nunset logscale\nset xlabel 'position in the context'\n"
                    "set title 'Held-out loss by position (%s)'\nplot ",
               o->sizes[big].name);
