@@ -192,10 +192,10 @@ int cmd_eval(int argc, char **argv) {
                    "Mean next-token cross-entropy in consecutive windows of --seq tokens (capped at\n"
                    "max_position_embeddings and at the data's length) [256], --batch windows at a time [8].\n"
                    "--data: the whole file, encoded with the model's tokenizer.json (bytes for a byte-level\n"
-                   "model); --tokens: the validation split of a token dataset. Prints the loss per token,\n"
-                   "perplexity, and bits per byte: the loss of the scored tokens in bits over the bytes of\n"
-                   "text they stand for (the data's bytes per token times the tokens scored), which compares\n"
-                   "models with different tokenizers.\n");
+                   "model); --tokens: the validation split of a token dataset made with the model's tokenizer.\n"
+                   "Prints the loss per token, perplexity, and bits per byte: the loss of the scored tokens\n"
+                   "in bits over the bytes of text they stand for (the data's bytes per token times the\n"
+                   "tokens scored), which compares models with different tokenizers.\n");
             return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -215,6 +215,20 @@ int cmd_eval(int argc, char **argv) {
         if (dt_tokens_info(dataset, &ts, &err) != 0 || dt_tokens_load(dataset, "val", m.cfg.vocab_size, &tokens, &n, &err) != 0)
             rc = cli_fail(cmd, &err);
         else bytes_per_token = (double)ts.bytes / (double)(ts.tokens[0] + ts.tokens[1]);
+        /* ids mean text only through the tokenizer that made them: another one's ids within the embedding would
+         * be scored as other tokens. A model of token ids only has no tokenizer to hold them against. */
+        if (rc == 0 && !m.vocab.ids_only_dir) {
+            dt_vocab dv;
+            if (dt_vocab_load(&dv, dataset, &err) != 0) rc = cli_fail(cmd, &err);
+            else {
+                if (!dt_vocab_same(&dv, &m.vocab))
+                    rc = cli_error(cmd, "--tokens %s: its ids are another tokenizer's than %s's (%s): tokenize the "
+                                        "text with the model's tokenizer, or give --data",
+                                   dataset, argv[optind],
+                                   m.vocab.tok ? "their tokenizer.json files differ" : "the model is byte-level");
+                dt_vocab_free(&dv);
+            }
+        }
     } else {
         size_t bytes = 0;
         if (dt_model_text_tokens(&m, data, &tokens, &n, &bytes, &err) != 0) rc = cli_fail(cmd, &err);

@@ -129,6 +129,12 @@ check "12 ids (no EOS among them)" test "$(wc -w <"$S/ids_a.txt")" -eq 12
 expect_ok "eval --data: loss per token, bits per byte" "$DT" eval "$S/m" --data "$CORPUS" --seq 32 &&
     out_has "eval output" "$S/last.out" "per token" "bits per byte" "bytes per token"
 expect_ok "eval --tokens (the held-out split)" "$DT" eval "$S/m" --tokens "$S/ds" --seq 32
+# a dataset of another tokenizer whose ids all fit the embedding: its ids are other text to this model
+expect_ok "another tokenizer" "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --out "$S/tok_other" --quiet
+expect_ok "a dataset of it" "$DT" tokenize --tokenizer "$S/tok_other" --data "$CORPUS" --out "$S/ds_other" --quiet
+expect_status "eval --tokens of another tokenizer" 1 \
+    "--tokens .*ds_other: its ids are another tokenizer's than .*/m's \(their tokenizer.json files differ\)" \
+    "$DT" eval "$S/m" --tokens "$S/ds_other" --seq 32
 # a copy of the checkpoint without its tokenizer files (an HF model downloaded without them): its 457
 # ids are not bytes, so text is refused, ids work, and a quantised copy does not become byte-level
 mkdir -p "$S/m_ids" && cp "$S/m/config.json" "$S/m/generation_config.json" "$S/m/model.safetensors" "$S/m_ids/"
@@ -139,6 +145,7 @@ expect_status "generate --prompt without a tokenizer" 1 "m_ids: the model has no
 expect_status "generate --prompt-ids without --print-ids" 1 "give --prompt-ids and --print-ids" \
     "$DT" generate "$S/m_ids" --prompt-ids "1 2 3" -n 4
 expect_fail "eval --data without a tokenizer" "m_ids: the model has no tokenizer" "$DT" eval "$S/m_ids" --data "$CORPUS"
+expect_ok "eval --tokens without a tokenizer (ids work)" "$DT" eval "$S/m_ids" --tokens "$S/ds" --seq 32
 expect_fail "serve without a tokenizer" "m_ids: the model has no tokenizer" "$DT" serve "$S/m_ids" --port 1
 expect_ok "quantize it" "$DT" quantize "$S/m_ids" "$S/m_ids_q" --scheme q8_0
 check "its quantised copy says no more than it" test ! -e "$S/m_ids_q/difftrans_tokenizer.json" \
