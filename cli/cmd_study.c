@@ -34,7 +34,7 @@ static void help(void) {
            "options:\n"
            "  --tokens DATASET       a `difftrans tokenize` dataset: train split trains, val split is held out\n"
            "  --out DIR              the study directory (created, or resumed when it holds this study)\n"
-           "  --sizes LIST           2 to 8 model sizes [%s]: %s\n"
+           "  --sizes LIST           2 to 8 model sizes, smallest first [%s]: %s\n"
            "  --variants LIST        2 to 8 models at every size; the first two are fitted against each\n"
            "                         other [diff,transformer]; names: %s\n"
            "  --seeds K              runs per size and variant (seed S + k for run k) [%d]\n"

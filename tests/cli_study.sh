@@ -182,6 +182,11 @@ expect_status "a missing dataset" 3 "$S/nope" "$DT" study --tokens "$S/nope" --o
 expect_status "a text file given as the dataset" 2 "$CORPUS: not a token dataset" \
     "$DT" study --tokens "$CORPUS" --out "$S/c" --quiet
 expect_status "an unknown size" 1 "size 'huge'.*s1" "$DT" study --tokens "$S/ds" --sizes s1,huge --out "$S/c"
+# the report reads the first size as the smallest and the last as the largest
+expect_status "sizes from the largest down" 1 \
+    "sizes: 16x1 \(3392 non-embedding parameters\) after 24x1 \(7008\): list the sizes from the smallest" \
+    "$DT" study --tokens "$S/ds" --sizes 24x1,16x1 --out "$S/c" --quiet
+check "nothing written for sizes out of order" test ! -e "$S/c"
 expect_status "an unknown variant" 1 "variant 'nonsense'" "$DT" study "${STUDY[@]}" --variants diff,nonsense \
     --out "$S/c" --quiet
 expect_status "one variant" 1 "--variants" "$DT" study "${STUDY[@]}" --variants diff --out "$S/c" --quiet

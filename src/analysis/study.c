@@ -135,9 +135,20 @@ int study_plan(const dt_study_options *o, const dt_config *vocab, study_run **ru
     study_run *r = calloc((size_t)(n > 0 ? n : 1), sizeof *r);
     if (!r) return dt_fail_oom(err, "out of memory for %d runs", n);
     int k = 0;
+    size_t before = 0; /* the previous size's DIFF non-embedding parameters */
     for (int i = 0; i < o->n_sizes; i++) {
         dt_config base;
         if (size_config(&o->sizes[i], vocab, o->seq, &base, err) != 0) goto fail;
+        /* the report reads the first size as the smallest and the last as the largest (its range, its
+         * per-layer and by-position tables, whether the fits cross inside the sizes) */
+        const size_t nonembedding = dt_study_nonembedding_params(&base);
+        if (i > 0 && nonembedding <= before) {
+            dt_fail(err, "sizes: %s (%zu non-embedding parameters) after %s (%zu): list the sizes from the smallest "
+                         "to the largest",
+                    o->sizes[i].name, nonembedding, o->sizes[i - 1].name, before);
+            goto fail;
+        }
+        before = nonembedding;
         /* the same tokens for every variant of a size: per non-embedding parameter of its DIFF model */
         const double tokens = o->tokens_per_param * (double)dt_study_nonembedding_params(&base);
         const double per_step = (double)o->batch * o->seq;
