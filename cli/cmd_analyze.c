@@ -492,6 +492,10 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             printf("DIFF size for the baseline's loss at %.0f parameters (%.4f): %.0f parameters = %.2f of the "
                    "baseline's (paper: ~0.65)\n",
                    largest_base, largest_base_loss, need, fraction);
+        if (!isnan(fraction) && !(fit[DT_ARCH_LLAMA].b < 0)) /* the paper's claim compares two falling curves */
+            printf("but the baseline's loss did not fall with size (b %.4f): there is no scaling curve to compare DIFF "
+                   "against, and the fraction says nothing about the paper's claim\n",
+                   fit[DT_ARCH_LLAMA].b);
         if (op->json && is_diff) {
             cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "runs");
             cJSON_AddStringToObject(root, "analysis", "scaling");

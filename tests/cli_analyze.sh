@@ -77,6 +77,25 @@ rm -rf "$S/run_bpe" && cp -r "$S/run" "$S/run_bpe" && rm -f "$S/run_bpe/difftran
     "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --out "$S/run_bpe" >/dev/null 2>&1
 expect_fail "scaling over runs of two vocabularies" "run_bpe read text differently.*share one vocabulary" \
     "$DT" analyze scaling "$S/run" "$S/run_bpe"
+# planted runs at two sizes: DIFF's loss falls, the Transformer's rises; the fraction exists (DIFF's curve reaches
+# the Transformer's loss) but there is no Transformer curve to compare with, and the output says so
+plant_run() { # plant_run DIR ARCH PRESET LAYERS VAL_LOSS
+    "$DT" init --out "$1" --arch "$2" --preset "$3" >/dev/null 2>&1
+    local lam
+    lam=$(printf '0.5,%.0s' $(seq 1 "$4"))
+    printf '{"step":1,"train_loss":5.0,"val_loss":%s,"lr":0.001,"grad_norm":1.0,"lambda":[%s]}\n' "$5" "${lam%,}" \
+        >"$1/metrics.jsonl"
+}
+plant_run "$S/sc_d1" diff tiny 2 5.84
+plant_run "$S/sc_d2" diff small 4 5.70
+plant_run "$S/sc_t1" transformer tiny 2 5.63
+plant_run "$S/sc_t2" transformer small 4 5.84
+expect_ok "scaling with a baseline whose loss rose with size" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 \
+    "$S"/sc_t2 && out_has "the fraction is not read as the paper's claim" "$S/last.out" "b 0\.0195" \
+    "= 0\.15 of the baseline's" "^but the baseline's loss did not fall with size \(b 0\.0195\): there is no scaling"
+plant_run "$S/sc_t2" transformer small 4 5.50
+expect_ok "scaling with both losses falling" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 "$S"/sc_t2
+check "then no such warning" bash -c '! grep -q "did not fall" "$1"' _ "$S/last.out"
 # one curve per kind through one model's runs: DIFF V2 is neither kind, an ablation is another model
 expect_ok "train DIFF V2 5 steps" "$DT" train --data "$CORPUS" --out "$S/run_v2" --arch v2 --preset tiny --steps 5 \
     --batch 2 --seq 32 --eval-interval 5 --eval-batches 1 --quiet

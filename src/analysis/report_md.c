@@ -614,6 +614,11 @@ static void scaling_section(textbuf *b, const rp_report *r) {
     if (isnan(fraction))
         tb_printf(b, "The DIFF fit cannot reach the Transformer's loss (its loss does not fall with size, or a value is "
                      "missing), so no fraction is given.\n\n");
+    else if (!(fit[1].b < 0)) /* the paper's claim compares two falling curves */
+        tb_printf(b, "The Transformer's loss did not fall with size (b = %.4f): at this budget its larger model was no "
+                     "better, so there is no scaling curve to compare DIFF against, and the fraction says nothing "
+                     "about the paper's claim either way.\n\n",
+                  fit[1].b);
     else
         tb_printf(b, "From one run per size this fraction has no interval: read it as a point estimate (%s needs %s "
                      "parameters for the same loss by this fit).\n\n",

@@ -271,13 +271,18 @@ static void md_headline(textbuf *b, const report *r, const dt_scaling_study *st)
     if (unpaired)
         tb_printf(b, "; at %d there was nothing to compare: every seed had a run that diverged", unpaired);
     tb_printf(b, ". ");
-    if (isfinite(st->fraction.value))
+    if (isfinite(st->fraction.value)) {
         tb_printf(b, "From the power-law fits, %s reaches the %s's loss at %s parameters with %s of them (95%% "
                      "interval %s–%s; the paper: about 65%%). ",
                   A, B, fmt_params(f, sizeof f, st->fraction_at), fmt_num(c, sizeof c, 100 * st->fraction.value, "%.0f%%"),
                   fmt_num(lo, sizeof lo, 100 * st->fraction.lo, "%.0f%%"),
                   fmt_num(hi, sizeof hi, 100 * st->fraction.hi, "%.0f%%"));
-    else if (!isfinite(st->b[0].value) || !isfinite(st->b[1].value)) /* dt_scaling_fit_power_law's NAN */
+        if (!(st->b[1].value < 0)) /* the paper's claim compares two falling curves */
+            tb_printf(b, "But the %s's fitted loss does not fall with size (slope %.4f): at this budget its larger "
+                         "models were no better, so that fraction compares %s with no scaling curve and says nothing "
+                         "about the paper's claim either way. ",
+                      B, st->b[1].value, A);
+    } else if (!isfinite(st->b[0].value) || !isfinite(st->b[1].value)) /* dt_scaling_fit_power_law's NAN */
         tb_printf(b, "The fits give no fraction of the parameters: a fit needs two sizes with measured runs of "
                      "both kinds (a diverged run leaves its seed's pair out). ");
     else
