@@ -66,7 +66,7 @@ static void help(void) {
         "  --seq N           window length in tokens (bytes for a byte-level model) [256, at most the model's\n"
         "                    context]\n"
         "  --batches N       windows (one forward each) [4]\n"
-        "  --bits LIST       bit widths in 1..24, comma-separated [16,8,6,4]\n"
+        "  --bits LIST       bit widths in 2..24, comma-separated [16,8,6,4]\n"
         "  --per-row         quantisation scale per query row instead of per head map\n"
         "  --needle DIR      a `difftrans needle generate` directory or its test.jsonl\n"
         "  --max-samples N   use the first N test samples [all]\n"
@@ -96,7 +96,7 @@ static int parse_bits(const char *cmd, const char *s, options *o) {
         if (o->n_bits == MAX_BITS) return -(cli_error(cmd, "--bits '%s': more than %d widths", s, MAX_BITS) != 0);
         memcpy(item, p, len);
         item[len] = '\0';
-        if (parse_int(cmd, "--bits", item, 1, 24, &o->bits[o->n_bits]) != 0) return -1;
+        if (parse_int(cmd, "--bits", item, 2, 24, &o->bits[o->n_bits]) != 0) return -1;
         o->n_bits++;
         if (!comma) break;
         p = comma + 1;

@@ -436,7 +436,7 @@ typedef struct {
     /* The analyses below need the reference kernel, which they select by themselves. */
     int keep_logits;             /* keep the scaled pre-softmax attention scores [B, H, T, T] */
     int logit_bits;              /* > 0: fake-quantise those scores to this many bits (symmetric,
-                                    absmax scale) before the softmax; forward-only */
+                                    absmax scale; at least 2) before the softmax; forward-only */
     int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
     /* Training: the LM head and the cross-entropy run over chunks of rows, so the [B·T, V] logits
      * never exist whole (the backward recomputes each chunk; with one chunk it keeps the

@@ -326,7 +326,7 @@ typedef struct {
     const int *tokens;               /* the text as the model's tokens */
     size_t n;
     int seq, windows;                /* up to `windows` windows of seq + 1 tokens, as dt_an_eval_text */
-    int n_bits;                      /* bit widths bits[0, n_bits), each 1..24 */
+    int n_bits;                      /* bit widths bits[0, n_bits), each 2..24 */
     const int *bits;
     int per_row;                     /* absmax scale per query row instead of per head map */
     const dt_needle_testset *needle; /* NULL: no needle accuracy */

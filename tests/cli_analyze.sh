@@ -119,7 +119,9 @@ expect_fail "missing model" "$S/nomodel" "$DT" analyze outliers "$S/nomodel" --d
 expect_fail "--seq beyond the model's context" "--seq 300: more than .*max_position_embeddings 256" \
     "$DT" analyze outliers "$S/diff" --data "$CORPUS" --seq 300
 expect_fail "--seq not a number" "--seq 'x': not an integer" "$DT" analyze outliers "$S/diff" --data "$CORPUS" --seq x
-expect_fail "--bits 0" "--bits 0: must be in 1..24" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 0
+expect_fail "--bits 0" "--bits 0: must be in 2..24" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 0
+expect_status "--bits 1 (no level but zero)" 1 "--bits 1: must be in 2..24" \
+    "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 8,1
 expect_fail "--bits empty item" "--bits '8,,4': empty" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --bits 8,,4
 printf 'tiny text\n' >"$S/short.txt"
 expect_fail "a --calib too short is named as such" "--calib .*short\.txt: [0-9]+ tokens make only 0 calibration windows" \

@@ -203,7 +203,7 @@ static void test_quantize_loss(void **state) {
 }
 
 /* The logit-quantisation table is dt_an_eval_text (and dt_an_needle_exact) at each width: the same
- * numbers, row 0 unquantised; widths outside 1..24 are refused before any work. */
+ * numbers, row 0 unquantised; widths outside 2..24 are refused before any work. */
 static void test_quant_run_rows(void **state) {
     (void)state;
     size_t n;
@@ -237,6 +237,14 @@ static void test_quant_run_rows(void **state) {
     const dt_an_quant_params q = {.tokens = tok, .n = n, .seq = 48, .windows = 2, .n_bits = 2, .bits = bad};
     assert_int_equal(dt_an_quant_run(&m, &q, rows, &err), -1);
     assert_non_null(strstr(err.msg, "bits 25"));
+    /* 1 bit has no level but zero: its loss was NaN (0·∞ in every score), now it is refused */
+    const int one[1] = {1};
+    const dt_an_quant_params q1 = {.tokens = tok, .n = n, .seq = 48, .windows = 2, .n_bits = 1, .bits = one};
+    assert_int_equal(dt_an_quant_run(&m, &q1, rows, &err), -1);
+    assert_non_null(strstr(err.msg, "bits 1: must be in 2..24"));
+    const dt_run_options o1 = {.logit_bits = 1};
+    assert_null(dt_runstate_create_with(&m, 1, 8, &o1, &err));
+    assert_non_null(strstr(err.msg, "to 1 bits: must be 0 (off) or 2..24"));
     dt_model_free(&m);
     free(tok);
 }

@@ -346,9 +346,10 @@ int dt_an_needle_exact(const dt_model *m, const dt_tok *tok, const dt_run_option
 int dt_an_quant_run(const dt_model *m, const dt_an_quant_params *p, dt_an_quant_row *rows, dt_error *err) {
     if (p->n_bits < 0 || (p->n_bits > 0 && !p->bits))
         return dt_fail(err, "logit quantisation: n_bits %d with bits %s", p->n_bits, p->bits ? "given" : "NULL");
+    /* 1 bit, symmetric, has no level but zero (2^0 − 1 steps): every score would be 0·∞ */
     for (int b = 0; b < p->n_bits; b++)
-        if (p->bits[b] < 1 || p->bits[b] > 24)
-            return dt_fail(err, "logit quantisation: bits %d: must be in 1..24", p->bits[b]);
+        if (p->bits[b] < 2 || p->bits[b] > 24)
+            return dt_fail(err, "logit quantisation: bits %d: must be in 2..24", p->bits[b]);
     for (int b = 0; b <= p->n_bits; b++) {
         dt_an_quant_row *q = &rows[b];
         memset(q, 0, sizeof *q);

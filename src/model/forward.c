@@ -187,8 +187,8 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     rs->ctx_heads = c->arch == DT_ARCH_LLAMA ? c->num_attention_heads : c->num_attention_heads / 2;
     rs->ctx_width = c->arch == DT_ARCH_DIFF ? 2 * c->head_dim : c->head_dim;
     if (opt) rs->opt = *opt;
-    if (rs->opt.logit_bits < 0 || rs->opt.logit_bits > 24) {
-        dt_fail(err, "attention logit quantisation to %d bits: must be 0 (off) or 1..24", rs->opt.logit_bits);
+    if (rs->opt.logit_bits < 0 || rs->opt.logit_bits == 1 || rs->opt.logit_bits > 24) { /* 1 bit: zero alone */
+        dt_fail(err, "attention logit quantisation to %d bits: must be 0 (off) or 2..24", rs->opt.logit_bits);
         dt_runstate_free(rs);
         return NULL;
     }
