@@ -289,10 +289,11 @@ static int save_checkpoint(const dt_train_options *o, trainer *tr, dt_error *err
             rc = dt_fail_oom(err, "out of memory gathering the optimizer state of %zu parameters", P);
         if (comm_agree(tr->comm, rc, NULL, NULL, 0, err) != 0) return -1;
         comm_gatherv_f32(tr->comm, tr->ts.adam_m, whole, tr->ts.bounds, "gathering the optimizer state");
-        comm_gatherv_f32(tr->comm, tr->ts.adam_v, whole + (tr->rank == 0 ? P : 0), tr->ts.bounds,
+        /* whole is NULL on the other ranks: no offset from it (NULL + 0 is undefined behaviour) */
+        comm_gatherv_f32(tr->comm, tr->ts.adam_v, tr->rank == 0 ? whole + P : NULL, tr->ts.bounds,
                          "gathering the optimizer state");
         m = whole;
-        v = whole + P;
+        v = whole ? whole + P : NULL;
     }
     if (tr->rank == 0) rc = write_checkpoint(o, tr, m, v, err);
     free(whole);
