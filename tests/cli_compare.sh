@@ -91,6 +91,9 @@ check "a run directory per variant" test -s "$A/diff-subln/metrics.jsonl"
 expect_ok "compare --ablations with named ablations" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 10 \
     --tasks icl --ablations diff,transformer+alibi,v2 --data "$CORPUS" --out "$S/abl2" &&
     out_has "the ablations side by side" "$S/abl2/REPORT.md" "\| transformer\+alibi \| [0-9]+ \|" "\| DIFF V2 \| [0-9]+ \|"
+# without the diff / transformer pair there is no loss-against-size point (it was read from before the runs)
+check "report.json: no size points without the pair" "$PY" -c \
+    "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j['sizes']==[] else 1)" "$S/abl2/report.json"
 expect_fail "an unknown variant" "variant 'bogus'" "$DT" compare --quick --ablations diff,bogus --data "$CORPUS" --out "$S/x"
 expect_fail "an unknown task" "--tasks: unknown task 'nope'" "$DT" compare --quick --tasks recall,nope --data "$CORPUS" --out "$S/x"
 

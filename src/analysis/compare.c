@@ -609,9 +609,11 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     }
     if (rc == 0 && o->n_sizes > 0 && (r.diff < 0 || r.base < 0))
         rc = dt_fail(err, "scaling needs the variants diff and transformer");
-    r.n_sizes = 1 + o->n_sizes;
+    /* the loss-against-size points are the diff / transformer pair's: variants without that pair have none
+     * (rp_run(&r, -1, 0) read before the runs) */
+    r.n_sizes = r.diff >= 0 && r.base >= 0 ? 1 + o->n_sizes : 0;
     r.size_names[0] = o->preset;
-    for (int k = 0; k < 2 && rc == 0; k++) {
+    for (int k = 0; k < 2 && rc == 0 && r.n_sizes > 0; k++) {
         r.size_params[0][k] = (double)rp_run(&r, k ? r.base : r.diff, 0)->n_params;
         r.size_loss[0][k] = rp_run(&r, k ? r.base : r.diff, 0)->training.final_val_loss;
     }

@@ -90,7 +90,8 @@ typedef struct {
     const char *variant_key[RP_MAX_VARIANTS]; /* e.g. "diff", "transformer" */
     rp_model *runs;          /* [n_variants × n_seeds], variant-major: runs[v * n_seeds + s] */
     int diff, base;          /* indices of the "diff" and "transformer" variants, -1 when absent */
-    int n_sizes;             /* runs per kind for the loss-against-size fit (1: no fit); seed 0 only */
+    int n_sizes;             /* runs per kind for the loss-against-size fit (1: no fit; 0: no diff / transformer
+                                pair among the variants); seed 0 only */
     const char *size_names[RP_MAX_SIZES];
     double size_params[RP_MAX_SIZES][2], size_loss[RP_MAX_SIZES][2]; /* [size][0 = DIFF, 1 = Transformer] */
 } rp_report;
