@@ -67,13 +67,20 @@ size_t srv_token_start(const char *prev, size_t n_prev, const char *cur, size_t 
  * vLLM count it) is the character of the sequence's text its first byte is in: a token that
  * completes or goes on with a character begins where that character does, one that writes nothing
  * at the end, and a token whose text depends on those before it (Metaspace's ▁, a space only after
- * the first token) is placed by the text they make together, not its own alone. */
+ * the first token) is placed by the text they make together, not its own alone. A token whose own
+ * bytes (dt_tok_token_bytes) go on with a character the tokens before it left open begins where
+ * that character does even while the text cannot show it yet: a run of ByteFallback tokens <0xF0>
+ * <0x9D> decodes as two U+FFFD until the character is complete, and placing <0x9D> by that text put
+ * it one character on (and, as offsets never go back, the tokens after the character too). */
 typedef struct {
     dt_tok_stream *ts;
+    const dt_tok *tok;           /* the model's tokenizer (NULL: bytes), for the tokens' own bytes */
     srv_buf cur;                 /* the last token's final text (n_fresh bytes), then the rest */
     size_t n_fresh;
     srv_buf prev;                /* the rest before the last token */
     size_t chars;                /* characters of final text so far, the last token's included */
+    int utf8_need;               /* continuation bytes the character the tokens' own bytes left open lacks */
+    size_t open_char;            /* that character's offset */
 } srv_text;
 int srv_text_init(srv_text *t, const dt_model *m, dt_error *err);
 void srv_text_free(srv_text *t);

@@ -158,6 +158,7 @@ size_t srv_token_start(const char *prev, size_t n_prev, const char *cur, size_t 
 
 int srv_text_init(srv_text *t, const dt_model *m, dt_error *err) {
     memset(t, 0, sizeof *t);
+    t->tok = dt_model_tok(m);
     return dt_model_tok_stream(m, 1, &t->ts, err);
 }
 
@@ -188,16 +189,66 @@ static int text_update(srv_text *t, int rc, const char *fresh, size_t n, int end
     return 0;
 }
 
+/* The token's own bytes (*own malloc'd; none for an id that is no token: it adds no text). -1 only
+ * when out of memory. */
+static int own_bytes(const srv_text *t, int id, char **own, size_t *n, dt_error *err) {
+    *own = NULL;
+    *n = 0;
+    if (!t->tok) { /* a byte-level model: ids 0..255 are the bytes */
+        if (id < 0 || id > 255) return 0;
+        if (!(*own = malloc(1))) return dt_fail_oom(err, "decode: out of memory");
+        (*own)[0] = (char)id;
+        *n = 1;
+        return 0;
+    }
+    if (dt_tok_token_bytes(t->tok, id, own, n, err) == 0) return 0;
+    return err->code == DT_ERR_NOMEM ? -1 : 0;
+}
+
+/* The character the token's own bytes b[0..n) leave open at their end, the token beginning at
+ * character `offset`: its offset and the continuation bytes it lacks (0: none open). Bytes that go
+ * on with the character left open before (the token began inside it, at its offset) begin no
+ * character. */
+static void track_open_char(srv_text *t, const unsigned char *b, size_t n, size_t offset) {
+    size_t begun = 0; /* characters the bytes so far began */
+    size_t i = 0;
+    if (t->utf8_need > 0)
+        for (; i < n && (b[i] & 0xC0) == 0x80 && t->utf8_need > 0; i++) t->utf8_need--;
+    if (i > 0) begun = 1; /* the character it went on with, at offset */
+    for (; i < n; i++) {
+        if ((b[i] & 0xC0) == 0x80 && t->utf8_need > 0) {
+            t->utf8_need--;
+            continue;
+        }
+        /* a lead byte opens a character of 2-4 bytes; anything else is a character of its own */
+        const int need = b[i] >= 0xC2 && b[i] <= 0xDF ? 1 : b[i] >= 0xE0 && b[i] <= 0xEF ? 2
+                                                       : b[i] >= 0xF0 && b[i] <= 0xF4 ? 3 : 0;
+        t->utf8_need = need;
+        t->open_char = offset + begun;
+        begun++;
+    }
+}
+
 int srv_text_push(srv_text *t, int id, size_t *offset, dt_error *err) {
     t->prev.n = 0;
     srv_buf_put(&t->prev, srv_text_rest(t), srv_text_rest_len(t));
     srv_buf_put(&t->prev, "", 0);
     const size_t before = t->chars;
+    char *own;
+    size_t n_own;
+    if (own_bytes(t, id, &own, &n_own, err) != 0) return -1;
     const char *fresh;
     size_t n;
     const int rc = dt_tok_stream_push(t->ts, id, &fresh, &n, err);
-    if (text_update(t, rc, fresh, n, 0, err) != 0) return -1;
+    if (text_update(t, rc, fresh, n, 0, err) != 0) {
+        free(own);
+        return -1;
+    }
     *offset = before + srv_token_start(t->prev.p, t->prev.n, t->cur.p, t->cur.n);
+    const unsigned char *b = (const unsigned char *)own;
+    if (n_own > 0 && (b[0] & 0xC0) == 0x80 && t->utf8_need > 0) *offset = t->open_char;
+    if (n_own > 0) track_open_char(t, b, n_own, *offset);
+    free(own);
     return 0;
 }
 

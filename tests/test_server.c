@@ -231,9 +231,11 @@ static void test_offsets(void **state) {
     free(ids);
     dt_model_free(&m);
 
-    /* ByteFallback (and a Strip of the text's first space): 日's first byte token begins where 日
-     * does, the word after it at its space; a padding id writes nothing. (A byte inside a run still
-     * open is placed by the text as it stands then: E6 97 is two U+FFFD until A5 comes.) */
+    /* ByteFallback (and a Strip of the text's first space): 日's byte tokens begin where 日 does,
+     * the word after it at its space; a padding id writes nothing. Each byte of a run still open
+     * belongs to the character its lead byte began, though the text shows E6 97 as two U+FFFD until
+     * A5 comes (the 97 was placed at the second, and with a 4-byte character the word after it one
+     * character on, as offsets never go back) */
     tiny_model(&m, "llama2_like.json");
     const dt_tok *tok = dt_model_tok(&m);
     const int a = dt_tok_token_to_id(tok, "\xE2\x96\x81" "a", 4);
@@ -243,10 +245,23 @@ static void test_offsets(void **state) {
     for (int i = 0; i < 7; i++) assert_true(seq[i] >= 0);
     offsets_of(&m, seq, 7, got, &text);
     assert_string_equal(text.p, "a日 a");
-    assert_int_equal(got[0], 0);
-    assert_int_equal(got[1], 0);
-    assert_int_equal(got[2], 1);
-    assert_int_equal(got[6], 2);
+    const size_t want_fb[] = {0, 0, 1, 1, 2, 1, 2}; /* the padding id at the end: 日 still open */
+    for (int i = 0; i < 7; i++)
+        if (got[i] != want_fb[i]) fail_msg("ByteFallback, 日: token %d at %zu, want %zu", i, got[i], want_fb[i]);
+    srv_buf_free(&text);
+    /* 𝄞 (F0 9D 84 9E) in four byte tokens between words, then an 'é' (C3 A9) */
+    const char *const pieces[] = {"<0xF0>", "<0x9D>", "<0x84>", "<0x9E>", "<0xC3>", "<0xA9>"};
+    int seq4[9] = {1, a};
+    for (int i = 0; i < 4; i++) seq4[2 + i] = dt_tok_token_to_id(tok, pieces[i], 6);
+    seq4[6] = a;
+    for (int i = 0; i < 2; i++) seq4[7 + i] = dt_tok_token_to_id(tok, pieces[4 + i], 6);
+    for (int i = 0; i < 9; i++) assert_true(seq4[i] >= 0);
+    size_t got4[9];
+    offsets_of(&m, seq4, 9, got4, &text);
+    assert_string_equal(text.p, "a\xF0\x9D\x84\x9E a\xC3\xA9");
+    const size_t want4[] = {0, 0, 1, 1, 1, 1, 2, 4, 4};
+    for (int i = 0; i < 9; i++)
+        if (got4[i] != want4[i]) fail_msg("ByteFallback, U+1D11E: token %d at %zu, want %zu", i, got4[i], want4[i]);
     srv_buf_free(&text);
     dt_model_free(&m);
 }
