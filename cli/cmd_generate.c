@@ -63,8 +63,8 @@ static int parse_ids(const char *s, int V, int **ids, int *n) {
 /* Streams the generated text through the model's dt_tok_stream, which was fed the prompt first (a
  * token's text can depend on the tokens before it) and prints the text of each token once it is
  * final: a character whose bytes are not all generated yet waits, and the flush at the end prints
- * what is left. The prompt's text is printed already (as typed, or decoded), so the stream's first
- * `skip` bytes after the prompt, the prompt's text it still held back, are not printed again. Ids
+ * what is left. A prompt printed as typed is whole already, so the stream's first `skip` bytes after
+ * it, the prompt's text it still held back, are not printed again (nor those of a prompt not shown). Ids
  * that are no token (an embedding padded past the tokenizer, a byte-level model's ids past 255)
  * add no text. */
 typedef struct {
@@ -97,21 +97,26 @@ static int on_token(void *ctx, int token, int is_stop, const int *seq, int n_seq
     return 0;
 }
 
-/* Feeds the prompt to the stream and prints its text (decoded: ids given by number), or the prompt
- * as typed; what the stream holds back of it is the skip. */
+/* Feeds the prompt to the stream and prints its text: as typed, or decoded (ids given by number), or
+ * not at all (a byte-level model's ids). Decoded, only what the prompt made final is printed: the
+ * rest comes with the generated text, which may still change it (a character the prompt's last
+ * tokens cut short: printed as its U+FFFD stand-in and skipped by its length, it took bytes of the
+ * completed character and of the text after it). Typed or not shown, what the stream holds back of
+ * the prompt is the skip. */
 static int stream_prompt(text_stream *ts, const int *ids, int n, const char *typed, int show_decoded) {
-    size_t held = 0;
-    for (int i = 0; i <= n; i++) {
+    const int print_decoded = show_decoded && !typed;
+    for (int i = 0; i < n; i++) {
         const char *text;
         size_t len;
-        const int rc = i < n ? dt_tok_stream_push(ts->ts, ids[i], &text, &len, &ts->err)
-                             : dt_tok_stream_pending(ts->ts, &text, &len, &ts->err);
-        if (rc != 0) return -1;
-        if (show_decoded && !typed) fwrite(text, 1, len, stdout);
-        if (i == n) held = len;
+        if (dt_tok_stream_push(ts->ts, ids[i], &text, &len, &ts->err) != 0) return -1;
+        if (print_decoded) fwrite(text, 1, len, stdout);
     }
     if (typed) fwrite(typed, 1, strlen(typed), stdout);
-    ts->skip = held;
+    ts->skip = 0;
+    if (!print_decoded) {
+        const char *held;
+        if (dt_tok_stream_pending(ts->ts, &held, &ts->skip, &ts->err) != 0) return -1;
+    }
     return 0;
 }
 

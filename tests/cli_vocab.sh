@@ -198,6 +198,33 @@ PYEOF
         echo >>"$S/$fx.want"
     check "$fx: the streamed text is the whole decode" cmp "$S/$fx.text" "$S/$fx.want"
 done
+# a prompt given as ids that ends inside a character, which the generated tokens complete: a
+# byte-level BPE model that learned a line of 2-, 3- and 4-byte characters, its prompt the line's ids
+# cut after each of its first tokens (several cuts fall inside a character). The streamed text (the
+# prompt decoded, then the generation) is the decode of the whole sequence; the prompt's cut
+# character was printed as U+FFFD and skipped by its 3 bytes when it came, which took bytes of the
+# character and of the text after it
+for i in $(seq 1 200); do echo 'héllo wörld 日本語 ÅÄÖ привет 😀'; done >"$S/u8.txt"
+expect_ok "tokenizer train (UTF-8 text)" "$DT" tokenizer train --data "$S/u8.txt" --vocab-size 262 --out "$S/u8tok" --quiet
+expect_ok "train on it" "$DT" train --data "$S/u8.txt" --tokenizer "$S/u8tok" --arch transformer --out "$S/u8m" \
+    --preset tiny --steps 150 --batch 8 --seq 64 --lr 1e-2 --warmup 10 --threads 2 --quiet --eval-interval 0
+expect_ok "encode the line" sh -c 'head -n 2 "$2" | "$1" tokenizer encode --tokenizer "$3" --add-special' sh "$DT" \
+    "$S/u8.txt" "$S/u8tok" && cp "$S/last.out" "$S/u8.ids"
+n_cut=0
+for k in $(seq 34 2 60); do
+    P=$(tr ' ' '\n' <"$S/u8.ids" | head -n "$k" | tr '\n' ' ')
+    GEN=("$DT" generate "$S/u8m" --prompt-ids "$P" -n 6 --temperature 0 --threads 1)
+    expect_ok "cut after $k ids: generate --print-ids" "${GEN[@]}" --print-ids || continue
+    G=$(cat "$S/last.out")
+    expect_ok "cut after $k ids: generate" "${GEN[@]}" && cp "$S/last.out" "$S/u8.text"
+    echo "$P $G" | "$DT" tokenizer decode --tokenizer "$S/u8tok" --skip-special >"$S/u8.want" 2>"$S/last.err" &&
+        echo >>"$S/u8.want"
+    check "cut after $k ids: the streamed text is the whole decode" cmp "$S/u8.text" "$S/u8.want"
+    # the prompt alone decodes to a cut character (a U+FFFD at its end)
+    echo "$P" | "$DT" tokenizer decode --tokenizer "$S/u8tok" --skip-special 2>/dev/null | grep -q $'\xEF\xBF\xBD$' &&
+        n_cut=$((n_cut + 1))
+done
+check "some cuts fall inside a character (the test's premise): $n_cut" test "$n_cut" -ge 2
 expect_ok "train --data --tokenizer" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/m2" --preset tiny \
     --steps 4 --batch 2 --seq 32 --threads 2 --quiet
 check "its checkpoint carries the tokenizer" test -f "$S/m2/tokenizer.json"
