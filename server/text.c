@@ -189,11 +189,12 @@ static int text_update(srv_text *t, int rc, const char *fresh, size_t n, int end
     return 0;
 }
 
-/* The token's own bytes (*own malloc'd; none for an id that is no token: it adds no text). -1 only
- * when out of memory. */
+/* The token's own bytes (*own malloc'd; none for an id that is no token, or a special one: they add
+ * no text, the stream leaving special tokens out). -1 only when out of memory. */
 static int own_bytes(const srv_text *t, int id, char **own, size_t *n, dt_error *err) {
     *own = NULL;
     *n = 0;
+    if (t->tok && dt_tok_is_special(t->tok, id)) return 0;
     if (!t->tok) { /* a byte-level model: ids 0..255 are the bytes */
         if (id < 0 || id > 255) return 0;
         if (!(*own = malloc(1))) return dt_fail_oom(err, "decode: out of memory");

@@ -249,6 +249,15 @@ static void test_offsets(void **state) {
     for (int i = 0; i < 7; i++)
         if (got[i] != want_fb[i]) fail_msg("ByteFallback, 日: token %d at %zu, want %zu", i, got[i], want_fb[i]);
     srv_buf_free(&text);
+    /* a special token inside the run writes nothing (the stream leaves it out): the run goes on */
+    const int seq_special[] = {1, a, seq[2], 1, seq[3], seq[5], a};
+    offsets_of(&m, seq_special, 7, got, &text);
+    assert_string_equal(text.p, "a日 a");
+    const size_t want_special[] = {0, 0, 1, 1, 1, 1, 2};
+    for (int i = 0; i < 7; i++)
+        if (got[i] != want_special[i])
+            fail_msg("ByteFallback, 日 around <s>: token %d at %zu, want %zu", i, got[i], want_special[i]);
+    srv_buf_free(&text);
     /* 𝄞 (F0 9D 84 9E) in four byte tokens between words, then an 'é' (C3 A9) */
     const char *const pieces[] = {"<0xF0>", "<0x9D>", "<0x84>", "<0x9E>", "<0xC3>", "<0xA9>"};
     int seq4[9] = {1, a};
