@@ -386,7 +386,13 @@ int cmd_export(int argc, char **argv) {
     dt_error err;
     if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);
     int rc = 0; /* the vocabulary goes with the model */
-    if (dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_fail(cmd, &err);
+    const dt_quant_scheme scheme = dt_model_quant_scheme(&m, NULL);
+    if (save.hf_export && scheme != DT_QUANT_NONE) /* named here: the library's message names OUT_DIR */
+        rc = cli_error_code(cmd, DT_ERR_UNSUPPORTED,
+                            "%s: a quantised model (%s) has no Hugging Face form here: export --hf the float model "
+                            "it was made from",
+                            argv[optind], dt_quant_scheme_name(scheme));
+    else if (dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], save.hf_export ? " (Hugging Face layout)" : "");
     dt_model_free(&m);
     return rc;

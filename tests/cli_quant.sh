@@ -27,7 +27,8 @@ for scheme in q8_0 q4_0 w8a8; do
     expect_fail "forward --grads $scheme refused" "quantised.*float model" \
         "$DT" forward "$Q" --input "$S/ids.txt" --output "$S/g_$scheme.safetensors" --grads
     check "no gradient file left" test ! -e "$S/g_$scheme.safetensors"
-    expect_fail "export --hf $scheme refused" "quantised.*float model" "$DT" export "$Q" "$S/hf_$scheme" --hf
+    expect_fail "export --hf $scheme refused, naming the model" "^difftrans export: $Q: a quantised model.*float model" \
+        "$DT" export "$Q" "$S/hf_$scheme" --hf
     check "no HF export left" test ! -e "$S/hf_$scheme"
 done
 expect_ok "info on a quantised model" "$DT" info "$S/w8a8"

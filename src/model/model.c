@@ -366,8 +366,8 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
     char path[4200];
     if (m->quant && hf_export)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,
-                            "%s: a quantised model (%s) has no Hugging Face form here: export the float model it "
-                            "was made from",
+                            "%s: a quantised model (%s) cannot be written in the Hugging Face form: write the "
+                            "float model it was made from",
                             dir, dt_quant_scheme_name(m->quant->opt.scheme));
     if (m->quant) return quant_save(m, dir, err);
     struct stat sb;
