@@ -466,6 +466,23 @@ static void expect_same_encoding(const dt_model *a, const dt_model *b, int add_s
     free(ib);
 }
 
+/* The two files hold the same bytes under each of the n keys (a vocabulary written again). */
+static void expect_same_values(const char *path1, const char *path2, const char *const *keys, int n) {
+    gguf_file f1, f2;
+    dt_error err;
+    if (gguf_open(&f1, path1, &err) != 0) fail_msg("%s", err.msg);
+    if (gguf_open(&f2, path2, &err) != 0) fail_msg("%s", err.msg);
+    for (int i = 0; i < n; i++) {
+        const gguf_kv *a = gguf_find_kv(&f1, keys[i]), *b = gguf_find_kv(&f2, keys[i]);
+        assert_non_null(a);
+        assert_non_null(b);
+        assert_int_equal(a->size, b->size);
+        assert_memory_equal(a->data, b->data, a->size);
+    }
+    gguf_close(&f1);
+    gguf_close(&f2);
+}
+
 static void test_bpe_tokenizers(void **state) {
     (void)state;
     const char *patterns[] = {"llama3", "gpt2"}, *pres[] = {"llama-bpe", "gpt-2"};
@@ -504,17 +521,8 @@ static void test_bpe_tokenizers(void **state) {
         /* the special tokens decode, and the file read back writes the same tokens again */
         char again[600];
         save_gguf(&back, "bpe_again.gguf", DT_F32, again, sizeof again);
-        gguf_file f1, f2;
-        assert_int_equal(gguf_open(&f1, path, &err), 0);
-        assert_int_equal(gguf_open(&f2, again, &err), 0);
         const char *keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges"};
-        for (int i = 0; i < 3; i++) {
-            const gguf_kv *a = gguf_find_kv(&f1, keys[i]), *b = gguf_find_kv(&f2, keys[i]);
-            assert_int_equal(a->size, b->size);
-            assert_memory_equal(a->data, b->data, a->size);
-        }
-        gguf_close(&f1);
-        gguf_close(&f2);
+        expect_same_values(path, again, keys, 3);
         dt_model_free(&back);
         dt_model_free(&m);
     }
@@ -1549,17 +1557,8 @@ static void test_spm_round_trip(void **state) {
     free(text);
     /* GGUF → GGUF: the same vocabulary */
     save_gguf(&back, "spm_again.gguf", DT_F32, again, sizeof again);
-    gguf_file f1, f2;
-    assert_int_equal(gguf_open(&f1, path, &err), 0);
-    assert_int_equal(gguf_open(&f2, again, &err), 0);
     const char *keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"};
-    for (int i = 0; i < 3; i++) {
-        const gguf_kv *a = gguf_find_kv(&f1, keys[i]), *b = gguf_find_kv(&f2, keys[i]);
-        assert_int_equal(a->size, b->size);
-        assert_memory_equal(a->data, b->data, a->size);
-    }
-    gguf_close(&f1);
-    gguf_close(&f2);
+    expect_same_values(path, again, keys, 3);
     expect_checkpoint_loads(&back, "spm_ckpt");
     dt_model_free(&back);
     /* llama.cpp's defaults where the keys are absent (SentencePiece: BOS 1 added, EOS 2, a "▁"
