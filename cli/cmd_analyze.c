@@ -58,9 +58,10 @@ static void help(void) {
         "  analyze scaling RUN_DIR...\n"
         "      The paper's \"~65%% of the parameters for the same loss\": give `difftrans train` runs of both\n"
         "      kinds (DIFF and Transformer, each one model: the same ablations at every size) at several sizes\n"
-        "      with one token budget; fits log(final val loss) = a + b*log(params) per\n"
-        "      kind and reports the DIFF size whose fitted loss equals the baseline's at its largest run,\n"
-        "      as a fraction of that run's parameters (below 1: DIFF needs fewer).\n\n"
+        "      with one token budget; fits log(final val loss) = a + b*log(N) per kind, N the run's\n"
+        "      non-embedding parameters (all but the token embedding and LM head, as `difftrans study` and\n"
+        "      `compare --scaling` count them), and reports the DIFF size whose fitted loss equals the\n"
+        "      baseline's at its largest run, as a fraction of that run's N (below 1: DIFF needs fewer).\n\n"
         "options:\n"
         "  --data FILE.txt   text (outliers, quantize)\n"
         "  --seq N           window length in tokens (bytes for a byte-level model) [256, at most the model's\n"
@@ -426,11 +427,13 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
 
 static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
+    /* params: the fit's size, the non-embedding count (as the study's); all: every parameter, shown beside it */
     double *params = calloc((size_t)n, sizeof(double)), *loss = calloc((size_t)n, sizeof(double));
+    double *all = calloc((size_t)n, sizeof(double));
     int *arch = calloc((size_t)n, sizeof(int)), rc = 0;
     char first_diff[128] = "", first_base[128] = ""; /* the variant of each kind's first run */
     const char *first_diff_dir = NULL, *first_base_dir = NULL;
-    if (!params || !loss || !arch) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
+    if (!params || !loss || !all || !arch) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     for (int i = 0; rc == 0 && i < n; i++) {
         dt_an_training t;
         char path[4200];
@@ -439,7 +442,8 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             rc = cli_fail(cmd, &err);
             break;
         }
-        params[i] = (double)dt_config_param_count(&c);
+        params[i] = (double)dt_config_nonembedding_param_count(&c);
+        all[i] = (double)dt_config_param_count(&c);
         arch[i] = c.arch;
         /* two curves, DIFF's and the Transformer's, each through runs of one model at several sizes: a DIFF V2
          * run counted with the Transformer, or an ablation with the paper's model, would bend a curve */
@@ -480,16 +484,17 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         const dt_scaling_fit *fit = sc.fit;
         const double largest_base = sc.base_params, largest_base_loss = sc.base_loss, need = sc.diff_params;
         const double fraction = is_diff ? sc.fraction : NAN;
-        printf("analyze scaling: log(val loss) = a + b*log(params) per kind\n");
-        printf("%-28s %-11s %12s %10s\n", "run", "arch", "params", "val loss");
-        for (int i = 0; i < n; i++) printf("%-28s %-11s %12.0f %10.4f\n", dirs[i], arch_name(arch[i]), params[i], loss[i]);
+        printf("analyze scaling: log(val loss) = a + b*log(N) per kind, N = non-embedding parameters\n");
+        printf("%-28s %-11s %14s %12s %10s\n", "run", "arch", "N (non-emb.)", "all params", "val loss");
+        for (int i = 0; i < n; i++)
+            printf("%-28s %-11s %14.0f %12.0f %10.4f\n", dirs[i], arch_name(arch[i]), params[i], all[i], loss[i]);
         for (int k = 1; k >= 0; k--)
             printf("fit %-11s %d run(s): a %.4f  b %.4f\n", arch_name(k), fit[k].n, fit[k].a, fit[k].b);
         if (isnan(fraction))
             printf("DIFF size for the baseline's loss: not available (needs >= 2 sizes of each kind, with loss falling "
                    "with size)\n");
         else
-            printf("DIFF size for the baseline's loss at %.0f parameters (%.4f): %.0f parameters = %.2f of the "
+            printf("DIFF size for the baseline's loss at %.0f non-embedding parameters (%.4f): %.0f = %.2f of the "
                    "baseline's (paper: ~0.65)\n",
                    largest_base, largest_base_loss, need, fraction);
         if (!isnan(fraction) && !(fit[DT_ARCH_LLAMA].b < 0)) /* the paper's claim compares two falling curves */
@@ -499,9 +504,11 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         if (op->json && is_diff) {
             cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "runs");
             cJSON_AddStringToObject(root, "analysis", "scaling");
+            cJSON_AddStringToObject(root, "size", "nonembedding_params"); /* the fit's N: "params" counts all */
             for (int i = 0; i < n; i++) {
                 cJSON *e = json_entry(arr, "run", dirs[i], arch[i]);
-                cJSON_AddNumberToObject(e, "params", params[i]);
+                cJSON_AddNumberToObject(e, "params", all[i]);
+                cJSON_AddNumberToObject(e, "nonembedding_params", params[i]);
                 cJSON_AddNumberToObject(e, "final_val_loss", loss[i]);
             }
             for (int k = 0; k < 2; k++) {
@@ -519,6 +526,7 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         free(is_diff);
     }
     free(params);
+    free(all);
     free(loss);
     free(arch);
     return rc;

@@ -375,6 +375,10 @@ typedef struct {
 /* Parameters of a model of this config, from its layout (nothing is allocated for them);
  * 0 when the config is invalid. */
 size_t dt_config_param_count(const dt_config *cfg);
+/* Those outside the token embedding and the LM head (counted once when tied): the model size of
+ * scaling laws (Kaplan et al. 2020), which every loss-against-size fit here uses. 0 when the config
+ * is invalid. */
+size_t dt_config_nonembedding_param_count(const dt_config *cfg);
 /* Build the layout for cfg and allocate zeroed parameters. */
 int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err);
 void dt_model_free(dt_model *m);

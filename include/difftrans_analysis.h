@@ -957,7 +957,7 @@ void dt_study_options_default(dt_study_options *o);
 /* "s1,s3,80x2" → sizes (the built-in ones, or HIDDENxLAYERS with 4 heads and F ≈ 8/3·hidden). */
 int dt_study_parse_sizes(const char *list, dt_study_size *out, int *n, dt_error *err);
 const char *dt_study_size_names(void);
-/* Parameters outside the token embedding and the LM head. */
+/* Parameters outside the token embedding and the LM head: dt_config_nonembedding_param_count. */
 size_t dt_study_nonembedding_params(const dt_config *c);
 /* Trains and measures every run not yet done, then (rank 0) writes out/REPORT.md, out/report.json and
  * out/plots/. */

@@ -100,7 +100,7 @@ expect_fail "an unknown task" "--tasks: unknown task 'nope'" "$DT" compare --qui
 expect_ok "compare --quick --scaling small" "$DT" compare --quick --quiet --threads 1 --steps 20 --seeds 1 \
     --tasks none --data "$CORPUS" --out "$S/scaling" --scaling small &&
     out_has "the report fits loss against size" "$S/scaling/REPORT.md" "## Loss against model size" "\| tiny \|" \
-        "\| small \|" "fitted exponent b"
+        "\| small \|" "fitted exponent b" "N the non-embedding parameters" "\| DIFF N \| Transformer N \|"
 check "report.json lists both sizes" "$PY" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if [s['preset'] for s in j['sizes']]==['tiny','small'] else 1)" "$S/scaling/report.json"
 expect_fail "--scaling with an unknown preset" "huge" "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling huge
 expect_fail "--scaling naming the comparison's own preset" "scaling tiny: the comparison's own preset" \
@@ -152,7 +152,11 @@ assert bpe[1]["preset"] == "small" and byte[1]["preset"] == "small"
 # 457 tokens against 256: the embedding and (untied) LM head grow by 201 rows of hidden_size each
 d = bpe[1]["diff_params"] - byte[1]["diff_params"]
 assert d > 0 and d % 201 == 0, (bpe[1], byte[1])
-assert bpe[1]["transformer_params"] - byte[1]["transformer_params"] == d, (bpe[1], byte[1])' \
+assert bpe[1]["transformer_params"] - byte[1]["transformer_params"] == d, (bpe[1], byte[1])
+# the fit'"'"'s size leaves them out (as `difftrans study` and `analyze scaling` count): the same under either vocabulary
+for k in ("diff", "transformer"):
+    n = bpe[1][k + "_nonembedding_params"]
+    assert n == byte[1][k + "_nonembedding_params"] and 0 < n < bpe[1][k + "_params"] - d, (bpe[1], byte[1])' \
         "$S/bpe_scaling/report.json" "$S/scaling/report.json"
     check "every run carries the tokenizer" cmp "$B/diff/tokenizer.json" "$S/tok/tokenizer.json"
     check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"

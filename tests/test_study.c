@@ -57,6 +57,14 @@ static void test_nonembedding(void **state) {
     const size_t C = 48, F = 128;
     assert_int_equal(base->nonembedding, 2 * (4 * C * C + 3 * C * F + 2 * C) + C);
     assert_int_equal(base->params, base->nonembedding + 2 * 1000 * C); /* untied embedding and LM head */
+    /* the library's count, which analyze scaling and compare --scaling fit too; a tied head is one matrix */
+    assert_int_equal(dt_config_nonembedding_param_count(&base->cfg), base->nonembedding);
+    dt_config tied = base->cfg;
+    tied.tie_word_embeddings = 1;
+    assert_int_equal(dt_config_param_count(&tied), base->nonembedding + 1000 * C);
+    assert_int_equal(dt_config_nonembedding_param_count(&tied), base->nonembedding);
+    tied.hidden_size = 0; /* invalid: 0, as dt_config_param_count */
+    assert_int_equal(dt_config_nonembedding_param_count(&tied), 0);
     free(runs);
 }
 

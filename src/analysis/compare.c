@@ -614,7 +614,8 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     r.n_sizes = r.diff >= 0 && r.base >= 0 ? 1 + o->n_sizes : 0;
     r.size_names[0] = o->preset;
     for (int k = 0; k < 2 && rc == 0 && r.n_sizes > 0; k++) {
-        r.size_params[0][k] = (double)rp_run(&r, k ? r.base : r.diff, 0)->n_params;
+        r.size_params[0][k] = (double)dt_config_nonembedding_param_count(&rp_run(&r, k ? r.base : r.diff, 0)->cfg);
+        r.size_all[0][k] = (double)rp_run(&r, k ? r.base : r.diff, 0)->n_params;
         r.size_loss[0][k] = rp_run(&r, k ? r.base : r.diff, 0)->training.final_val_loss;
     }
     for (int i = 0; i < o->n_sizes && rc == 0; i++) {
@@ -628,7 +629,8 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
             if ((rc = dt_pathf(cpath, sizeof cpath, err, "%s/config.json", jb->dir)) != 0 ||
                 (rc = dt_config_load(&trained, cpath, err)) != 0)
                 break;
-            r.size_params[1 + i][k] = (double)dt_config_param_count(&trained);
+            r.size_params[1 + i][k] = (double)dt_config_nonembedding_param_count(&trained);
+            r.size_all[1 + i][k] = (double)dt_config_param_count(&trained);
             if ((rc = dt_an_training_load(jb->dir, &t, err)) == 0) {
                 r.size_loss[1 + i][k] = t.final_val_loss;
                 dt_an_training_free(&t);

@@ -93,7 +93,8 @@ typedef struct {
     int n_sizes;             /* runs per kind for the loss-against-size fit (1: no fit; 0: no diff / transformer
                                 pair among the variants); seed 0 only */
     const char *size_names[RP_MAX_SIZES];
-    double size_params[RP_MAX_SIZES][2], size_loss[RP_MAX_SIZES][2]; /* [size][0 = DIFF, 1 = Transformer] */
+    /* [size][0 = DIFF, 1 = Transformer]; size_params: non-embedding (the fit's N, as the study's), size_all: every one */
+    double size_params[RP_MAX_SIZES][2], size_all[RP_MAX_SIZES][2], size_loss[RP_MAX_SIZES][2];
 } rp_report;
 
 static inline const rp_model *rp_run(const rp_report *r, int variant, int seed) {

@@ -276,8 +276,11 @@ cJSON *rp_json(const rp_report *r, int plots) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddItemToArray(sz, e);
         cJSON_AddStringToObject(e, "preset", r->size_names[i]);
-        cJSON_AddNumberToObject(e, "diff_params", r->size_params[i][0]);
-        cJSON_AddNumberToObject(e, "transformer_params", r->size_params[i][1]);
+        /* the fit's N is the non-embedding count; *_params keep counting every parameter, as before */
+        cJSON_AddNumberToObject(e, "diff_params", r->size_all[i][0]);
+        cJSON_AddNumberToObject(e, "transformer_params", r->size_all[i][1]);
+        cJSON_AddNumberToObject(e, "diff_nonembedding_params", r->size_params[i][0]);
+        cJSON_AddNumberToObject(e, "transformer_nonembedding_params", r->size_params[i][1]);
         add_num(e, "diff_val_loss", r->size_loss[i][0]);
         add_num(e, "transformer_val_loss", r->size_loss[i][1]);
     }

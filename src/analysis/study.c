@@ -108,8 +108,7 @@ void dt_study_options_default(dt_study_options *o) {
 /* ---------------------------------------------------------------- the plan */
 
 size_t dt_study_nonembedding_params(const dt_config *c) {
-    size_t n = dt_config_param_count(c), emb = (size_t)c->vocab_size * c->hidden_size;
-    return n - emb - (c->tie_word_embeddings ? 0 : emb);
+    return dt_config_nonembedding_param_count(c);
 }
 
 /* The DIFF config of a size: the base every variant of that size is built on. */

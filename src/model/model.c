@@ -121,6 +121,12 @@ size_t dt_config_param_count(const dt_config *cfg) {
     return lb.offset;
 }
 
+size_t dt_config_nonembedding_param_count(const dt_config *cfg) {
+    const size_t n = dt_config_param_count(cfg), emb = (size_t)cfg->vocab_size * cfg->hidden_size;
+    if (n == 0) return 0;
+    return n - emb - (cfg->tie_word_embeddings ? 0 : emb);
+}
+
 /* The tensor table of cfg (names, shapes, offsets) without the parameters themselves. */
 static int model_layout(dt_model *m, const dt_config *cfg, dt_error *err) {
     memset(m, 0, sizeof *m);
