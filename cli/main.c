@@ -43,12 +43,15 @@ static void usage(FILE *f) {
                "usage: difftrans COMMAND [options]   (difftrans COMMAND --help for each)\n\ncommands:\n");
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\npresets: %s\n", dt_config_preset_names());
+    fprintf(f, "\noutputs (--out, --json, OUT_DIR, ...): written under a temporary name and renamed; missing\n"
+               "directories on their path are created, like mkdir -p (status 3 when one cannot be)\n");
     fprintf(f, "\nexit status (every command):\n"
                "  0  success\n"
                "  1  bad usage: an unknown option, a bad argument or value\n"
                "  2  a file that is not what it should be: corrupt, truncated, or lying (checkpoint,\n"
                "     config.json, tokenizer.json, token dataset, training state, ...)\n"
-               "  3  the system refused: a missing or unreadable file, a failed write or rename, a full disk\n"
+               "  3  the system refused: a missing or unreadable file, a failed write or rename, a full disk,\n"
+               "     an output directory that cannot be made (a file in its path)\n"
                "  4  out of memory\n"
                "  5  valid but not supported here (a tokenizer component, an HF option, a kernel path)\n"
                "  6  training diverged (a non-finite loss, gradient, λ or validation loss)\n"

@@ -58,8 +58,12 @@ char *tokenizer_config_text(const dt_tok *tok);
  * 256 bytes in GPT-2's ByteLevel alphabet, no merges, no special tokens), for AutoTokenizer;
  * -1 when out of memory. Free both with cJSON_free. */
 int tokenizer_bytes_json(char **json_text, char **config_text);
-/* util.c: creates the directory path unless it exists (as a directory); -1 naming it otherwise. */
+/* util.c: creates the directory path and its missing parents, like `mkdir -p`, unless it exists as a
+ * directory; -1 (DT_ERR_IO) naming path and the component that could not be made (a file where a
+ * directory should be, a permission) otherwise. Every output directory is made through it. */
 int dir_ensure(const char *path, dt_error *err);
+/* dir_ensure of the directory path names a file in (nothing for a bare name or one in /). */
+int dir_ensure_parent(const char *path, dt_error *err);
 /* Writes len bytes to path through a temporary file and a rename (nothing half-written). */
 int write_file_atomic(const char *path, const void *data, size_t len, dt_error *err);
 

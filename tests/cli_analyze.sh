@@ -152,8 +152,10 @@ for bad in 'back {"step":1,"train_loss":5,"grad_norm":4.8,"lambda":[0.2,0.3]}|:2
     expect_fail "training on a metrics file that lies: $name" "lie_$name/metrics.jsonl${rest#*|}" \
         "$DT" analyze training "$S/lie_$name"
 done
-expect_fail "--json into a missing directory" "$S/nodir/x.json" \
-    "$DT" analyze training "$S/run" --json "$S/nodir/x.json"
+expect_ok "--json into a missing directory creates it" "$DT" analyze training "$S/run" --json "$S/nodir/x.json"
+check "the JSON is there" test -s "$S/nodir/x.json"
+expect_status "--json under a file" 3 "x.json/y.json: .*x.json exists and is not a directory" \
+    "$DT" analyze training "$S/run" --json "$S/nodir/x.json/y.json"
 expect_fail "a failing analysis writes no JSON" "$S/nomodel" \
     "$DT" analyze allocation "$S/diff" "$S/nomodel" --needle "$S/needle" --json "$S/fail.json"
 if [ -e "$S/fail.json" ] || ls "$S"/*.tmp.* >/dev/null 2>&1; then fail "no partial JSON files left"; else pass; fi

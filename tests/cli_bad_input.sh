@@ -553,8 +553,9 @@ fw_case too_long 'max_position_embeddings|too long|exceed' "$long\n"
 
 expect_fail "forward without --output" -x "$OUT/fw.safetensors" 'output' -- "$DT" forward "$GOOD" --input "$IDS"
 expect_fail "forward without MODEL_DIR" 'MODEL_DIR' -- "$DT" forward --input "$IDS" --output "$OUT/fw.safetensors"
-expect_fail "forward --output in a missing directory" 'no_such_out_dir' -- \
-    "$DT" forward "$GOOD" --input "$IDS" --output "$OUT/no_such_out_dir/fw.safetensors" --threads 1
+printf 'keep me\n' >"$S/plain_file"
+expect_fail "forward --output under a regular file" 'plain_file/fw.safetensors' \
+    'plain_file exists and is not a directory' -- "$DT" forward "$GOOD" --input "$IDS" --output "$S/plain_file/fw.safetensors" --threads 1
 mkdir -p "$S/out_is_dir.safetensors"
 expect_fail "forward --output is a directory" 'out_is_dir\.safetensors' 'directory' -- \
     "$DT" forward "$GOOD" --input "$IDS" --output "$S/out_is_dir.safetensors" --threads 1
@@ -672,10 +673,9 @@ expect_fail "init --seed abc" -x "$OUT/init" 'seed.*abc' -- "$DT" init --preset 
 expect_fail "init --bogus" -x "$OUT/init" 'bogus' -- "$DT" init --preset tiny --bogus --out "$OUT/init"
 expect_fail "init without --out" 'out' -- "$DT" init --preset tiny
 expect_fail "init --out (missing value)" 'out' -- "$DT" init --preset tiny --out
-expect_fail "init --out under a missing parent" 'no_parent' 'no such file|cannot create' -- \
-    "$DT" init --preset tiny --out "$OUT/no_parent/model"
-[ -e "$OUT/no_parent" ] && fail "init --out under a missing parent created $OUT/no_parent" || pass
 printf 'keep me\n' >"$S/a_file"
+expect_fail "init --out under a regular file" 'a_file/model' 'a_file exists and is not a directory' -- \
+    "$DT" init --preset tiny --out "$S/a_file/model"
 expect_fail "init --out is a regular file" 'a_file' 'not a directory|exists|cannot create' -- \
     "$DT" init --preset tiny --out "$S/a_file"
 if [ "$(cat "$S/a_file")" = "keep me" ]; then pass; else fail "init --out a regular file changed the file"; fi
@@ -718,8 +718,9 @@ expect_fail "export --bogus" -x "$OUT/exp" 'bogus' -- "$DT" export "$GOOD" "$OUT
 printf 'keep me\n' >"$S/export_file"
 expect_fail "export OUT_DIR is a regular file" 'export_file' 'not a directory|exists' -- "$DT" export "$GOOD" "$S/export_file"
 if [ "$(cat "$S/export_file")" = "keep me" ]; then pass; else fail "export to a regular file changed the file"; fi
-expect_fail "export OUT_DIR under a missing parent" 'no_parent' 'no such file|cannot create' -- \
-    "$DT" export "$GOOD" "$OUT/no_parent/exp"
+expect_fail "export OUT_DIR under a regular file" 'export_file/exp' \
+    'export_file exists and is not a directory' -- "$DT" export "$GOOD" "$S/export_file/exp"
+if [ "$(cat "$S/export_file")" = "keep me" ]; then pass; else fail "export under a regular file changed the file"; fi
 
 # ---------------------------------------------------------------- replacing a model, resuming a run
 

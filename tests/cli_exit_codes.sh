@@ -2,7 +2,7 @@
 # cli_exit_codes.sh — the exit status tells failures apart (README.md "Exit status", issue 17):
 # a bad option or argument 1, a file that is not what it should be 2 (a truncated
 # model.safetensors, a config.json that lies about the tensors), the system refusing 3 (a missing
-# checkpoint or data file, an output directory that cannot be written), out of memory 4 (a model
+# checkpoint or data file, an output directory that cannot be made or written), out of memory 4 (a model
 # too large for an address-space cap), not supported 5 (a config.json asking for gelu), training
 # diverged 6; and the message still names the file or argument. A data file that is not UTF-8,
 # which the tokenizer's encoder refuses as its argument, is the file's fault (2).
@@ -52,6 +52,28 @@ rm -f "$S/m_noconf" && cp -r "$S/m" "$S/m_noconf" && rm "$S/m_noconf/config.json
 expect_status "a checkpoint without its config.json" 3 "config.json" "$DT" info "$S/m_noconf"
 mkdir -p "$S/data_dir"
 expect_status "a directory given as the data file" 3 "data_dir" "$DT" eval "$S/m" --data "$S/data_dir"
+
+# an output's missing directories are made (mkdir -p); a file in their way is status 3 naming the output and it
+N=$S/new/a
+expect_ok "init --out with missing parents" "$DT" init --out "$N/b/m" --preset tiny
+expect_ok "train --out with missing parents" "$DT" train --data "$S/text.txt" --out "$N/c/run" --preset tiny \
+    --steps 2 --batch 1 --seq 16 --eval-interval 1 --eval-batches 1 --quiet
+check "it wrote its checkpoint there" test -s "$N/c/run/model.safetensors"
+expect_ok "quantize into missing parents" "$DT" quantize "$N/b/m" "$N/d/q8" --scheme q8_0
+expect_ok "export --hf into missing parents" "$DT" export "$N/b/m" "$N/e/hf" --hf
+expect_ok "tokenize --out with missing parents" "$DT" tokenize --tokenizer "$S/tok" --data "$S/text.txt" \
+    --documents line --out "$N/f/ds" --quiet
+expect_ok "analyze --json with missing parents" "$DT" analyze outliers "$N/b/m" --data "$S/text.txt" --seq 16 \
+    --batches 1 --json "$N/g/h/o.json"
+check "every output is in place" test -s "$N/d/q8/model.safetensors" -a -s "$N/e/hf/config.json" \
+    -a -s "$N/f/ds/dataset.json" -a -s "$N/g/h/o.json"
+expect_status "train --out under a file" 3 "text.txt/x/run: .*text.txt exists and is not a directory" \
+    "$DT" train --data "$S/text.txt" --out "$S/text.txt/x/run" --preset tiny --steps 2
+expect_status "quantize into a path under a file" 3 "text.txt/q: .*text.txt exists and is not a directory" \
+    "$DT" quantize "$N/b/m" "$S/text.txt/q" --scheme q8_0
+expect_status "analyze --json under a file" 3 "text.txt/o.json: .*text.txt exists and is not a directory" \
+    "$DT" analyze outliers "$N/b/m" --data "$S/text.txt" --seq 16 --batches 1 --json "$S/text.txt/o.json"
+check "no temporary was left anywhere" test -z "$(find "$S" -name '*.tmp.*')"
 
 # ---------------------------------------------------------------- 4: out of memory
 # 2 × 10^6 × 256 float parameters (2 GB) under a 1.5 GB address-space cap

@@ -386,6 +386,47 @@ static void test_path_join_refuses_truncation(void **state) {
 
 static int exists(const char *path) { return access(path, F_OK) == 0; }
 
+/* Output directories are made like `mkdir -p`: every missing parent, an existing one kept; a file in the
+ * way is DT_ERR_IO naming the output and that file; an atomic write makes its file's directories. */
+static void test_dir_ensure_makes_parents(void **state) {
+    (void)state;
+    char root[1200], deep[1400], again[1400], file[1400], under[1500], out[1600];
+    tu_path(root, sizeof root, "mkdirs");
+    snprintf(deep, sizeof deep, "%s/a/b//c/", root);
+    snprintf(again, sizeof again, "%s/a/b/c", root);
+    dt_error err;
+    assert_int_equal(dir_ensure(deep, &err), 0);
+    assert_int_equal(dir_ensure(again, &err), 0); /* there already */
+    struct stat sb;
+    assert_true(stat(again, &sb) == 0 && S_ISDIR(sb.st_mode));
+
+    snprintf(file, sizeof file, "%s/a/file", root);
+    tu_write_file(file, "x", 1);
+    snprintf(under, sizeof under, "%s/x/y", file);
+    assert_int_equal(dir_ensure(under, &err), -1);
+    assert_int_equal(err.code, DT_ERR_IO);
+    assert_non_null(strstr(err.msg, under)); /* the output first, then the part in the way */
+    char want[1700];
+    snprintf(want, sizeof want, "%s exists and is not a directory", file);
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(dir_ensure(file, &err), -1);
+    assert_int_equal(err.code, DT_ERR_IO);
+    assert_non_null(strstr(err.msg, "exists and is not a directory"));
+
+    snprintf(out, sizeof out, "%s/d/e/out.json", root);
+    dt_atomic_file f;
+    assert_int_equal(dt_atomic_open(&f, out, &err), 0);
+    assert_true(fputs("{}", f.fp) >= 0);
+    assert_int_equal(dt_atomic_commit(&f, &err), 0);
+    assert_true(exists(out));
+    snprintf(out, sizeof out, "%s/out.json", under);
+    assert_int_equal(dt_atomic_open(&f, out, &err), -1);
+    assert_int_equal(err.code, DT_ERR_IO);
+    assert_non_null(strstr(err.msg, out));
+    assert_non_null(strstr(err.msg, want));
+    assert_int_equal(dir_ensure_parent("bare-name.json", &err), 0); /* the working directory */
+}
+
 /* dt_remove_temporaries, what the CLI's SIGINT / SIGTERM handler runs: this process's temporaries
  * go — an atomic write's file, a quantised checkpoint's directory with its files — and nothing
  * else does: a finished output, another process's temporary, a name that only resembles one. */
@@ -435,6 +476,7 @@ int main(void) {
         cmocka_unit_test(test_grow_refuses_and_leaves_untouched),
         cmocka_unit_test(test_path_join_refuses_truncation),
         cmocka_unit_test(test_remove_temporaries),
+        cmocka_unit_test(test_dir_ensure_makes_parents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

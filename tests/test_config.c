@@ -651,9 +651,14 @@ static void test_save_failures(void **state) {
     dt_error err = {0};
     assert_int_equal(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &err), 0);
     char path[1200];
-    tu_path(path, sizeof path, "missing_dir/config.json");
+    tu_path(path, sizeof path, "missing_dir/config.json"); /* made, as every output's directory */
+    remove(path);
+    assert_int_equal(dt_config_save(&c, path, &err), 0);
+    assert_true(tu_file_exists(path));
+    tu_path(path, sizeof path, "missing_dir/config.json/config.json"); /* one that cannot be: a file in the way */
     assert_int_equal(dt_config_save(&c, path, &err), -1);
     assert_non_null(strstr(err.msg, path));
+    assert_int_equal(err.code, DT_ERR_IO);
     assert_false(tu_file_exists(path));
     tu_path(path, sizeof path, "invalid_config.json");
     c.hidden_size = 0;
@@ -695,10 +700,11 @@ static void test_tokenizer(void **state) {
         assert_int_equal(dt_tokenizer_check(dir, &err), -1);
         if (strncmp(err.msg, file, strlen(file)) != 0) fail_msg("message does not name the file: %s", err.msg);
     }
-    char missing[1300];
-    snprintf(missing, sizeof missing, "%s/no_such_dir", dir);
-    assert_int_equal(dt_tokenizer_save(missing, &err), -1);
-    assert_non_null(strstr(err.msg, missing));
+    char under[1400]; /* a directory that cannot be made: the file is in its path */
+    snprintf(under, sizeof under, "%s/sub", file);
+    assert_int_equal(dt_tokenizer_save(under, &err), -1);
+    assert_non_null(strstr(err.msg, under));
+    assert_int_equal(err.code, DT_ERR_IO);
     assert_int_equal(count_tmp_files(), 0);
 }
 

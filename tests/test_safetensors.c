@@ -834,8 +834,10 @@ static void test_writer_failures(void **state) {
     char path[1200];
     float x[4] = {1, 2, 3, 4};
     dt_st_entry ok = {.name = "x", .ndim = 1, .shape = {4}, .data = x};
-    tu_path(path, sizeof path, "no_such_dir/out.safetensors");
-    expect_write_fails(path, &ok, 1, "No such file");
+    tu_path(path, sizeof path, "a_file");
+    tu_write_file(path, "x", 1);
+    tu_path(path, sizeof path, "a_file/out.safetensors"); /* its directory cannot be made */
+    expect_write_fails(path, &ok, 1, "a_file exists and is not a directory");
 
     tu_path(path, sizeof path, "w_bad.safetensors");
     remove(path); /* left by a previous run of this test */

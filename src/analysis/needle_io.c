@@ -298,10 +298,7 @@ int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *c
                          const char *dir, dt_error *err) {
     if (dt_needle_params_validate(p, err) != 0) return -1;
     if (!corpus || !corpus->bytes || corpus->n == 0) return dt_fail(err, "corpus is empty");
-    struct stat sb;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return dt_fail_io(err, "%s: cannot create directory: %s", dir, strerror(errno));
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: not a directory", dir);
+    if (dir_ensure(dir, err) != 0) return -1;
 
     uint64_t tr, te;
     dt_needle_stream_seeds(p->seed, &tr, &te);

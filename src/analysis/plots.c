@@ -284,8 +284,7 @@ static int write_data(const rp_report *r, const char *plots, int cairo, dt_error
 int pl_write(const rp_report *r, const char *out_dir, char *note, size_t note_n, dt_error *err) {
     char plots[4200];
     if (dt_pathf(plots, sizeof plots, err, "%s/plots", out_dir)) return -1;
-    if (mkdir(plots, 0755) != 0 && errno != EEXIST)
-        return dt_fail_io(err, "%s: cannot create: %s", plots, strerror(errno));
+    if (dir_ensure(plots, err) != 0) return -1;
     const int gnuplot = have_gnuplot();
     const int cairo = gnuplot && system("gnuplot -e 'set terminal pngcairo' >/dev/null 2>&1") == 0;
     if (write_data(r, plots, cairo, err) != 0) return -1;

@@ -543,7 +543,7 @@ static int write_plots(const report *r, const dt_scaling_study *st, char *note, 
     const dt_study_options *o = r->o;
     char dir[4200];
     if (dt_pathf(dir, sizeof dir, err, "%s/plots", o->out)) return -1;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return dt_fail_io(err, "%s: cannot create: %s", dir, strerror(errno));
+    if (dir_ensure(dir, err) != 0) return -1;
     textbuf loss = {0}, pos = {0}, gp = {0};
     tb_printf(&loss, "# variant non-embedding-params heldout-loss (one line per run)\n");
     for (int v = 0; v < o->n_variants; v++) {

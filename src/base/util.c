@@ -56,6 +56,10 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
                                "renamed over the old one",
                           path, what);
     }
+    if (dir_ensure_parent(path, err) != 0) {
+        memset(f, 0, sizeof *f);
+        return -1;
+    }
     temp_dir_register(path); /* before the file exists: a signal may come at any time after */
     f->fp = fopen(f->tmp, "wb");
     if (!f->fp) return dt_fail_io(err, "%s: cannot create: %s", path, strerror(errno));
@@ -206,10 +210,42 @@ int read_text_file(const char *path, size_t max_bytes, const char *what, char **
     return 0;
 }
 
-int dir_ensure(const char *path, dt_error *err) {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST)
-        return dt_fail_io(err, "%s: cannot create the directory: %s", path, strerror(errno));
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return dt_fail_io(err, "%s: not a directory", path);
+/* `mkdir -p`, as a user expects of an output path (and Hugging Face's save_pretrained does): a
+ * component that exists is used as it is, a missing one is made. Each is looked at before it is
+ * made, so that an existing directory on a read-only file system or in one we may not write to
+ * is not refused; two processes making the same one both succeed (EEXIST, then a directory).
+ * Messages begin with `output`, the path the caller was asked to write. */
+static int make_dirs(const char *path, const char *output, dt_error *err) {
+    char p[4096];
+    if (dt_pathf(p, sizeof p, err, "%s", path) != 0) return -1;
+    const size_t n = strlen(p);
+    if (n == 0) return dt_fail(err, "an empty directory name");
+    for (size_t i = 1; i <= n; i++) {
+        if ((i < n && p[i] != '/') || p[i - 1] == '/') continue; /* the end of a component: p[0, i) */
+        const char c = p[i];
+        p[i] = '\0';
+        struct stat st;
+        int rc = 0;
+        if (stat(p, &st) != 0 && mkdir(p, 0755) != 0 && errno != EEXIST)
+            rc = dt_fail_io(err, "%s: cannot create the directory %s: %s", output, p, strerror(errno));
+        else if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+            rc = !strcmp(p, output) ? dt_fail_io(err, "%s: exists and is not a directory", output)
+                                    : dt_fail_io(err, "%s: %s exists and is not a directory, so nothing can be "
+                                                      "created in it", output, p);
+        if (rc != 0) return rc;
+        p[i] = c;
+    }
     return 0;
+}
+
+int dir_ensure(const char *path, dt_error *err) { return make_dirs(path, path, err); }
+
+int dir_ensure_parent(const char *path, dt_error *err) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return 0; /* the working directory, or / */
+    char dir[4096];
+    if ((size_t)(slash - path) >= sizeof dir) return dt_fail(err, "%s: path too long", path);
+    memcpy(dir, path, (size_t)(slash - path));
+    dir[slash - path] = '\0';
+    return make_dirs(dir, path, err);
 }

@@ -563,10 +563,11 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     r.eos = o->append_eos ? dt_tok_eos_id(tok) : -1;
     const int32_t vocab = dt_tok_vocab_size(tok);
     const int width = vocab <= 65536 ? 2 : 4;
-    const int created = mkdir(o->out_dir, 0755) == 0;
-    if (!created && errno != EEXIST) {
+    struct stat sb;
+    const int created = stat(o->out_dir, &sb) != 0;
+    if (dir_ensure(o->out_dir, err) != 0) {
         dt_tok_free(tok);
-        return dt_fail_io(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
+        return -1;
     }
     for (int s = 0; s < 2; s++)
         r.w[s] = (shard_writer){.dir = o->out_dir, .split = s, .width = width, .vocab = (uint32_t)vocab,

@@ -376,15 +376,12 @@ int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options
                             "float model it was made from",
                             dir, dt_quant_scheme_name(m->quant->opt.scheme));
     if (m->quant) return quant_save(m, dir, err);
-    struct stat sb;
     const char *unsupported = hf_export ? hf_unsupported_option(&m->cfg) : NULL;
     if (unsupported)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,
                             "%s: cannot export for Hugging Face: transformers has no equivalent of %s", dir,
                             unsupported);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return dt_fail_io(err, "%s: cannot create directory: %s", dir, strerror(errno));
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: exists and is not a directory", dir);
+    if (dir_ensure(dir, err) != 0) return -1;
     dt_config cfg = m->cfg;
     const float *params = m->params;
     float *folded = NULL;

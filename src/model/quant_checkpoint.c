@@ -440,6 +440,7 @@ int quant_save(const dt_model *m, const char *out_dir, dt_error *err) {
         return dt_fail(err, "%s already exists: a quantised checkpoint is written to a new directory", dir);
     char tmp[4096], path[4200];
     if (dt_pathf(tmp, sizeof tmp, err, "%s.tmp.%ld", dir, (long)getpid()) != 0) return -1;
+    if (dir_ensure_parent(dir, err) != 0) return -1; /* OUT's parents, as for any output */
     temp_dir_register(dir); /* dir.tmp.<pid> goes, with its files, if a signal ends the process */
     /* named as the caller named it: the temporary name is ours */
     if (mkdir(tmp, 0755) != 0) return dt_fail_io(err, "%s: cannot create directory: %s", dir, strerror(errno));

@@ -685,8 +685,7 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
                                   "string of its own",
                              roles[i], given[i], (int)k);
     }
-    if (rc == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
-        rc = dt_fail_io(err, "%s: cannot create directory: %s", out_dir, strerror(errno));
+    if (rc == 0) rc = dir_ensure(out_dir, err);
     if (rc == 0) {
         cJSON *tok = tokenizer_json(&s, o, specials, n_specials);
         rc = write_json(out_dir, "tokenizer.json", tok, err);

@@ -626,10 +626,7 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
 /* Rank 0: the output directory and its metrics file (kept up to the resumed step). */
 static FILE *open_metrics(const dt_train_options *o, const trainer *tr, dt_error *err) {
     char path[4200];
-    if (mkdir(o->out_dir, 0755) != 0 && errno != EEXIST) {
-        dt_fail_io(err, "%s: cannot create directory: %s", o->out_dir, strerror(errno));
-        return NULL;
-    }
+    if (dir_ensure(o->out_dir, err) != 0) return NULL;
     if (dt_pathf(path, sizeof path, err, "%s/metrics.jsonl", o->out_dir)) return NULL;
     if (o->resume ? truncate_metrics(path, tr->step + 1, err) : (unlink(path), 0)) return NULL;
     FILE *mf = fopen(path, "a");
