@@ -9,6 +9,19 @@
 #include "difftrans_analysis.h"
 #include "cli.h"
 
+static volatile int stop_requested; /* SIGINT/SIGTERM: every training saves its checkpoint and compare stops */
+
+/* The fields of the comparison's plan (compare.json) and the flags that set them, for a refused resume. */
+static const cli_flag PLAN_FLAGS[] = {
+    {"preset", "--preset"},     {"steps", "--steps"},         {"batch", "--batch"},
+    {"seq", "--seq"},           {"lr", "--lr"},               {"seed", "--seed"},
+    {"seeds", "--seeds"},       {"variants", "--ablations"},  {"tasks", "--tasks"},
+    {"task_ratio", "--task-ratio"}, {"task_examples", "--quick"}, {"curve_points", "--quick"},
+    {"needle", "--needle"},     {"quick", "--quick"},         {"sizes", "--scaling"},
+    {"data_kind", "--data/--tokens"}, {"data_fingerprint", "--data/--tokens"},
+    {"tokenizer_fingerprint", "--tokenizer"},
+};
+
 static void help(void) {
     dt_cmp_options d, q;
     dt_cmp_options_default(&d, 0);
@@ -22,8 +35,12 @@ static void help(void) {
            "long-form multi-needle retrieval and attention allocation) and writes REPORT_DIR/REPORT.md (means with\n"
            "95%% confidence intervals next to the paper's figures, verdicts drawn from the intervals, the command\n"
            "line that reproduces it), REPORT_DIR/report.json (every number of every run) and, when gnuplot is on\n"
-           "PATH, PNG plots in REPORT_DIR/plots. Stopped by Ctrl-C or SIGTERM it exits 9; the same command then\n"
-           "trains every run from the start (`difftrans study` is the one that resumes where it stopped).\n\n"
+           "PATH, PNG plots in REPORT_DIR/plots.\n\n"
+           "A comparison resumes: stopped by Ctrl-C or SIGTERM (exit status 9: every training saves a checkpoint),\n"
+           "killed or rebooted, the same command continues it, keeping the runs that finished and continuing each\n"
+           "other one from its checkpoint (saved every tenth of its steps); the analyses and the report are made\n"
+           "again. REPORT_DIR/compare.json records the options that fix the runs (and the data's and tokenizer's\n"
+           "contents): other options are refused, naming the first that differs; --force starts over.\n\n"
            "options:\n"
            "  --data FILE.txt    training text (or --tokens); its last 10%% is held out\n"
            "  --tokenizer PATH   read --data through this tokenizer.json (or its directory): every run is a BPE\n"
@@ -53,7 +70,8 @@ static void help(void) {
            "  --jobs N           trainings at once, each on one thread; 1: one at a time on --threads\n"
            "                     threads [%d]\n"
            "  --quiet            no progress lines\n"
-           "  --force            write into an --out that holds an earlier comparison (its runs trained again)\n",
+           "  --force            start over in an --out that holds an earlier comparison: every run is trained\n"
+           "                     again, whatever options it was made with\n",
            d.preset, dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (unsigned long long)d.seed,
            d.seeds, d.task_ratio, dt_cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
 }
@@ -146,8 +164,11 @@ int cmd_compare(int argc, char **argv) {
     if (access(marker, F_OK) == 0) /* a checkpoint (a training run's, say): the runs would grow inside it */
         return cli_error(cmd, "--out %s: holds a model (config.json); give the comparison a directory of its own",
                          out);
+    /* one with a plan (compare.json) resumes; a report without one is a comparison from before resuming */
+    char plan[4200];
+    snprintf(plan, sizeof plan, "%s/compare.json", out);
     snprintf(marker, sizeof marker, "%s/report.json", out);
-    if (!force && access(marker, F_OK) == 0)
+    if (!force && access(plan, F_OK) != 0 && access(marker, F_OK) == 0)
         return cli_error(cmd, "--out %s: holds an earlier comparison (report.json) and its runs; choose a new "
                               "directory, or give --force to train and write them again",
                          out);
@@ -187,6 +208,7 @@ int cmd_compare(int argc, char **argv) {
     }
     o.n_sizes = n_sizes;
     memcpy(o.sizes, sizes, sizeof sizes);
+    o.restart = force;
     char command[8192];
     cli_join_command(argv, argc, command, sizeof command);
     o.command = command;
@@ -198,8 +220,16 @@ int cmd_compare(int argc, char **argv) {
     cli_set_threads(threads);
 
     dt_error err;
+    cli_catch_stop_signals(&stop_requested);
+    o.stop = &stop_requested;
     int rc = dt_cmp_run(&o, &err);
+    cli_default_stop_signals();
     if (!quiet && ps.tty) fputc('\n', stderr);
+    if (rc != 0 && strstr(err.msg, "compare.json: the comparison there was planned with")) {
+        const size_t n = strlen(err.msg);
+        snprintf(err.msg + n, sizeof err.msg - n, ", or give --force to start it over");
+        return cli_fail_flags(cmd, &err, PLAN_FLAGS, (int)(sizeof PLAN_FLAGS / sizeof *PLAN_FLAGS));
+    }
     if (rc != 0) return cli_fail(cmd, &err);
     printf("compare: wrote %s/REPORT.md and %s/report.json\n", out, out);
     return 0;

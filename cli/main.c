@@ -56,7 +56,7 @@ static void usage(FILE *f) {
                "  5  valid but not supported here (a tokenizer component, an HF option, a kernel path)\n"
                "  6  training diverged (a non-finite loss, gradient, λ or validation loss)\n"
                "  7  a data-parallel job ended because a rank stopped responding (MPI_Abort)\n"
-               "  9  stopped by a signal before the work was done (`study`: the same command resumes it)\n");
+               "  9  stopped by a signal before the work was done (`study`, `compare`: the same command resumes it)\n");
 }
 
 /* The exit status of the first failure reported with a code (cli_fail, cli_error_code); 0 while

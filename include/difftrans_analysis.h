@@ -871,6 +871,9 @@ typedef struct {
     int jobs;                   /* trainings run at once (> 1: each on one thread) [2] */
     int n_sizes;
     char sizes[DT_CMP_MAX_SIZES][32]; /* scaling presets */
+    int restart;                /* 1: train every run afresh, whatever out holds; 0: resume (below) */
+    volatile int *stop;         /* when it becomes nonzero: every training saves a checkpoint and the call
+                                   returns DT_ERR_INTERRUPTED; NULL: never. A failing training sets it too */
     dt_cmp_progress_fn progress;   /* may be NULL */
     void *progress_ctx;
 } dt_cmp_options;
@@ -898,7 +901,12 @@ const char *dt_cmp_variant_names(void);
 
 /* Checks the options (data readable, sizes fit) before anything is trained, then runs everything
  * and writes out/REPORT.md, out/report.json and out/plots. With a real vocabulary (tokenizer or
- * tokens) the needle set is read through the tokenizer and needs the text (data, not tokens). */
+ * tokens) the needle set is read through the tokenizer and needs the text (data, not tokens).
+ * Resuming: out/compare.json records every option that fixes the runs (and fingerprints of the
+ * data and tokenizer); unless restart is set, a call on a directory that holds one refuses other
+ * options (DT_ERR_INVALID naming the first that differs), keeps the runs that trained every step,
+ * continues each other run from its checkpoint (saved every tenth of the steps) and trains the
+ * rest; the analyses and the report are made again from all of them. */
 int dt_cmp_run(const dt_cmp_options *o, dt_error *err);
 
 /* ---------------------------------------------------------------- the scaling study

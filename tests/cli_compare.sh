@@ -13,6 +13,9 @@
 #                      tasks: every run carries the tokenizer, the report counts tokens and has the task
 #                      tables (each symbol one token); --tokens (a token dataset) too; a tokenizer
 #                      without a token for a task symbol is refused naming it
+#   resuming           SIGINT inside the first run (status 9) and SIGKILL inside the second, each resumed
+#                      by the same command: the models and report.json of the uninterrupted comparison;
+#                      other options refused naming the field and its flag, --force starts over
 #   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset,
 #                      variant or task: exit status 1 and a message naming the argument or the file
 # Prints a summary and exits 1 when any check failed.
@@ -105,6 +108,73 @@ check "report.json lists both sizes" "$PY" -c "import json,sys; j=json.load(open
 expect_fail "--scaling with an unknown preset" "huge" "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling huge
 expect_fail "--scaling naming the comparison's own preset" "scaling tiny: the comparison's own preset" \
     "$DT" compare --quick --data "$CORPUS" --out "$S/bad" --scaling tiny,small
+
+# ---------------------------------------------------------------- resuming
+
+# stopped by SIGINT inside the first training, then killed inside the second, the same command finishes
+# the comparison: the finished run is kept, the other continues from its checkpoint, and the report is
+# the one an uninterrupted comparison writes (every number; only the command line and the paths differ)
+RUN=(compare --quick --threads 1 --jobs 1 --seeds 1 --steps 400 --tasks recall --data "$CORPUS")
+expect_ok "an uninterrupted comparison" "$DT" "${RUN[@]}" --quiet --out "$S/whole"
+wait_for() { # wait_for PID TEST: until the test succeeds or the process ends
+    local i
+    for i in $(seq 1 6000); do
+        kill -0 "$1" 2>/dev/null || return 1
+        if eval "$2"; then return 0; fi
+        sleep 0.02
+    done
+    return 1
+}
+mid_run() { # mid_run DIR: DIR holds a checkpoint before its run's last step
+    local st
+    st=$(grep -o '"step":[[:space:]]*[0-9]*' "$1/train_state.json" 2>/dev/null | grep -o '[0-9]*$')
+    [ -n "$st" ] && [ "$st" -lt 400 ]
+}
+R=$S/resume
+"$DT" "${RUN[@]}" --quiet --out "$R" >/dev/null 2>"$S/r.err" </dev/null &
+pid=$!
+if wait_for $pid 'mid_run "$R/diff"'; then pass; else fail "SIGINT: the first run was not caught in training"; fi
+kill -INT $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ $rc -eq 9 ]; then pass; else fail "SIGINT: exit status $rc, not 9: $(cat "$S/r.err")"; fi
+out_has "SIGINT: the message says how to resume" "$S/r.err" "stopped; the finished runs and the checkpoint of each"
+check "the stopped run is not done" bash -c '! grep -qs "\"done\":[[:space:]]*true" "$1"' _ "$R/diff/curve.json"
+"$DT" "${RUN[@]}" --quiet --out "$R" >/dev/null 2>"$S/r.err" </dev/null &
+pid=$!
+if wait_for $pid 'mid_run "$R/transformer"'; then pass
+else fail "SIGKILL: the second run was not caught in training"; fi
+kill -KILL $pid 2>/dev/null
+wait $pid 2>/dev/null
+check "the first run finished before the kill" grep -q '"done":[[:space:]]*true' "$R/diff/curve.json"
+expect_ok "the stopped comparison resumes" "$DT" "${RUN[@]}" --out "$R"
+out_has "it says what it kept" "$S/last.err" "resuming .*resume: 1 of 2 trainings done, 1 continued from a checkpoint"
+check "the resumed models are the uninterrupted ones" cmp "$R/transformer/model.safetensors" \
+    "$S/whole/transformer/model.safetensors"
+check "the first one too" cmp "$R/diff/model.safetensors" "$S/whole/diff/model.safetensors"
+if [ -n "$PY" ]; then
+    check "the resumed report is the uninterrupted one" "$PY" -c '
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for r in (a, b):
+    del r["command"]
+    for m in r["runs"]:
+        del m["dir"]
+assert a == b, [k for k in a if a[k] != b.get(k)]
+assert len(a["runs"][0]["learning_curve"]) == 3, "the learning curve was kept"
+' "$R/report.json" "$S/whole/report.json"
+fi
+cp "$R/compare.json" "$S/plan.json"
+expect_status "a resume with other options" 1 \
+    "compare.json: the comparison there was planned with steps 400, not 500: .*--force to start it over \(--steps\)" \
+    "$DT" compare --quick --threads 1 --jobs 1 --seeds 1 --steps 500 --tasks recall --data "$CORPUS" --out "$R"
+expect_status "a resume on other data" 1 "planned with data_fingerprint .*\(--data/--tokens\)" \
+    "$DT" compare --quick --threads 1 --jobs 1 --seeds 1 --steps 400 --tasks recall --data "$S/plan.json" --out "$R"
+check "the plan is unchanged" cmp "$R/compare.json" "$S/plan.json"
+expect_ok "--force starts it over with other options" "$DT" compare --quick --quiet --threads 1 --seeds 1 \
+    --steps 8 --tasks none --data "$CORPUS" --out "$R" --force
+check "the plan is the new one" grep -q '"steps":[[:space:]]*8,' "$R/compare.json"
+check "so is every run" test "$(wc -l <"$R/diff/metrics.jsonl")" = 8 -a "$(wc -l <"$R/transformer/metrics.jsonl")" = 8
 
 # ---------------------------------------------------------------- --quick --needle
 
@@ -211,10 +281,11 @@ expect_status "a corpus shorter than one window" 1 "short.txt: 54 training token
     "$DT" compare --quick --data "$S/short.txt" --out "$S/x"
 expect_fail "unexpected argument" "unexpected argument 'extra'" "$DT" compare --quick --data "$CORPUS" --out "$S/x" extra
 # a directory that holds an earlier comparison or a study is not written over by mistake
-before=$(cat "$N/report.json")
+# (one from before comparisons resumed: a report and no compare.json)
+mkdir -p "$S/old" && cp "$N/report.json" "$S/old/"
 expect_fail "--out holding an earlier comparison" "holds an earlier comparison.*--force" \
-    "$DT" compare --quick --data "$CORPUS" --out "$N"
-check "the earlier report is unchanged" test "$before" = "$(cat "$N/report.json")"
+    "$DT" compare --quick --data "$CORPUS" --out "$S/old"
+check "the earlier report is unchanged" cmp "$N/report.json" "$S/old/report.json"
 mkdir -p "$S/a_study" && echo '{}' >"$S/a_study/study.json"
 expect_fail "--out holding a study" "holds a study" "$DT" compare --quick --data "$CORPUS" --out "$S/a_study" --force
 expect_fail "study into a comparison's directory" "holds a comparison's report" \

@@ -5,7 +5,15 @@
  *   VARIANT/            the first run of each variant (seed 0)
  *   VARIANT-seedS/      run S ≥ 1 of each variant
  *   scaling-PRESET/     diff/ and transformer/ at the other --scaling sizes (first seed)
+ *   compare.json        the plan: every option that fixes what the runs are (checked on resume)
  *   REPORT.md, report.json, plots/
+ *
+ * Resuming, as the study does (study.c): each run directory is a `difftrans train` checkpoint
+ * (saved every tenth of the steps) with curve.json beside it, the run's task-accuracy curve so far,
+ * rewritten at each point and marked done once the run has trained every step. A resumed call
+ * keeps a done run, continues one with a checkpoint (train_state.json) from it exactly, with the
+ * curve points it had up to there, and trains any other afresh. The analyses, cheap next to the
+ * trainings and kept only in the report, run again on every run.
  */
 #include "difftrans_analysis.h"
 
@@ -18,8 +26,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "analysis/needle.h"
+#include "analysis/plan.h"
 #include "analysis/report.h"
 #include "analysis/textbuf.h"
 #include "internal.h"
@@ -156,6 +168,7 @@ typedef struct {
     double *job_done;    /* [n_jobs] steps done by each training */
     int n_jobs;
     double other_done;   /* analyses */
+    double kept;         /* steps of the runs an earlier call trained: not in the ETA's rate */
     char msg[4608];
 } progress;
 
@@ -165,7 +178,7 @@ static void report_locked(progress *p) {
     double done = p->other_done;
     for (int j = 0; j < p->n_jobs; j++) done += p->job_done[j];
     double el = monotonic_seconds() - p->t0;
-    double eta = done > 0 ? el / done * (p->total - done) : NAN;
+    double eta = done - p->kept > 0 ? el / (done - p->kept) * (p->total - done) : NAN;
     p->o->progress(p->o->progress_ctx, done, p->total, eta, p->msg);
 }
 
@@ -196,6 +209,9 @@ typedef struct {
     int n_curve;
     rp_curve_point curve[RP_MAX_CURVE];
     int want_curve;
+    int trained;     /* an earlier call trained it to the last step (its curve.json says done) */
+    int resume;      /* an earlier call left a checkpoint of it, at step resume_step: continued from there */
+    int resume_step;
     int rc;
     dt_error err;
 } job;
@@ -207,7 +223,8 @@ typedef struct {
     progress *p;
     job *jobs;
     int n_jobs, next, threads_per_job;
-    volatile int stop;   /* set when a training fails: the others save and stop */
+    volatile int *stop;  /* the caller's, or own_stop; set when a training fails: the others save and stop */
+    volatile int own_stop;
 } pool;
 
 typedef struct {
@@ -216,6 +233,58 @@ typedef struct {
     dt_task_eval_options eval; /* a smaller evaluation set than the final one */
     int every;
 } run_ctx;
+
+/* dir/curve.json: the n points of a run's curve, and whether it has trained every step. */
+static int curve_save(const job *jb, int done, dt_error *err) {
+    char path[4500];
+    if (dt_pathf(path, sizeof path, err, "%s/curve.json", jb->dir) != 0) return -1;
+    cJSON *j = cJSON_CreateObject(), *pts = cJSON_AddArrayToObject(j, "points");
+    int ok = pts && cJSON_AddBoolToObject(j, "done", done);
+    for (int i = 0; ok && i < jb->n_curve; i++) {
+        cJSON *pt = cJSON_CreateObject(), *acc = cJSON_AddArrayToObject(pt, "accuracy");
+        ok = cJSON_AddItemToArray(pts, pt) && acc && cJSON_AddNumberToObject(pt, "step", jb->curve[i].step);
+        for (int k = 0; ok && k < DT_N_TASKS; k++) /* NAN (a task not mixed in) is null */
+            ok = cJSON_AddItemToArray(acc, isnan(jb->curve[i].accuracy[k])
+                                               ? cJSON_CreateNull()
+                                               : cJSON_CreateNumber(jb->curve[i].accuracy[k]));
+    }
+    int rc = ok ? dt_an_write_json(path, j, err) : dt_fail_oom(err, "%s: out of memory", path);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* The curve an earlier call saved for jb (into jb->curve) and whether it was done; 0 with
+ * *done = 0 and no points when there is none. */
+static int curve_load(job *jb, int *done, dt_error *err) {
+    char path[4500];
+    *done = 0;
+    jb->n_curve = 0;
+    if (dt_pathf(path, sizeof path, err, "%s/curve.json", jb->dir) != 0) return -1;
+    if (access(path, F_OK) != 0) return 0;
+    cJSON *j = json_load_file(path, err);
+    if (!j) return -1;
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "done"),
+                *pts = cJSON_GetObjectItemCaseSensitive(j, "points"), *pt;
+    int ok = cJSON_IsBool(d) && cJSON_IsArray(pts) && cJSON_GetArraySize(pts) <= RP_MAX_CURVE;
+    const cJSON *list = ok ? pts : NULL;
+    cJSON_ArrayForEach(pt, list) {
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(pt, "step"),
+                    *acc = cJSON_GetObjectItemCaseSensitive(pt, "accuracy");
+        rp_curve_point *c = &jb->curve[jb->n_curve];
+        ok = ok && cJSON_IsNumber(st) && st->valuedouble >= 1 && cJSON_IsArray(acc) &&
+             cJSON_GetArraySize(acc) == DT_N_TASKS;
+        for (int k = 0; ok && k < DT_N_TASKS; k++) {
+            const cJSON *a = cJSON_GetArrayItem(acc, k);
+            ok = cJSON_IsNull(a) || cJSON_IsNumber(a);
+            c->accuracy[k] = cJSON_IsNumber(a) ? a->valuedouble : NAN;
+        }
+        if (ok) c->step = st->valueint, jb->n_curve++;
+    }
+    if (ok) *done = cJSON_IsTrue(d);
+    cJSON_Delete(j);
+    if (!ok) jb->n_curve = 0;
+    return ok ? 0 : dt_fail_format(err, "%s: not a run's curve (done, points of step and accuracy)", path);
+}
 
 static int on_eval(void *ctx, int step, const dt_model *m, dt_error *err) {
     run_ctx *rc = ctx;
@@ -227,8 +296,11 @@ static int on_eval(void *ctx, int step, const dt_model *m, dt_error *err) {
     report_locked(p);
     pthread_mutex_unlock(&p->mu);
     const int tasks = rc->pl->mix ? rc->pl->o->tasks : 0;
-    if (!jb->want_curve || !tasks || (step % rc->every != 0 && step != rc->pl->o->steps) || jb->n_curve >= RP_MAX_CURVE)
+    if (!jb->want_curve || !tasks || (step % rc->every != 0 && step != rc->pl->o->steps))
         return 0;
+    /* a resumed run measures again the points past its checkpoint that an earlier call had taken */
+    while (jb->n_curve > 0 && jb->curve[jb->n_curve - 1].step >= step) jb->n_curve--;
+    if (jb->n_curve >= RP_MAX_CURVE) return 0;
     rp_curve_point *pt = &jb->curve[jb->n_curve];
     pt->step = step;
     dt_task_eval_options eo = rc->eval;
@@ -242,30 +314,37 @@ static int on_eval(void *ctx, int step, const dt_model *m, dt_error *err) {
         dt_task_result_free(&r);
     }
     jb->n_curve++;
-    return 0;
+    return curve_save(jb, 0, err);
 }
 
 static int train_job(pool *pl, int j) {
     const dt_cmp_options *o = pl->o;
     job *jb = &pl->jobs[j];
+    if (jb->trained) return 0;
+    const int eval_interval = o->steps / 20 > 0 ? o->steps / 20 : 1;
     dt_train_options t;
-    dt_train_defaults(&t);
+    if (jb->resume) {
+        dt_train_resume_defaults(&t); /* the schedule, seed and model are the checkpoint's */
+    } else {
+        dt_train_defaults(&t);
+        t.tokenizer_path = o->tokenizer;
+        t.cfg = jb->cfg;
+        t.batch = o->batch;
+        t.seq = o->seq;
+        t.seed = jb->seed;
+        t.lr = o->lr;
+        t.warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
+        t.eval_interval = eval_interval;
+        t.eval_batches = o->quick ? 2 : 8;
+        t.save_interval = o->steps / 10 > 0 ? o->steps / 10 : 1; /* a stopped comparison loses at most a tenth */
+        jb->n_curve = 0;
+    }
     t.data_path = o->tokens ? NULL : pl->train_path;
     t.tokens_path = o->tokens;
-    t.tokenizer_path = o->tokenizer;
     t.out_dir = jb->dir;
-    t.cfg = jb->cfg;
     t.steps = o->steps;
-    t.batch = o->batch;
-    t.seq = o->seq;
-    t.seed = jb->seed;
-    t.lr = o->lr;
-    t.warmup = o->steps / 10 < 100 ? o->steps / 10 : 100;
-    t.eval_interval = o->steps / 20 > 0 ? o->steps / 20 : 1;
-    t.eval_batches = o->quick ? 2 : 8;
-    t.save_interval = 0;
     t.quiet = 1;
-    t.stop = &pl->stop;
+    t.stop = pl->stop;
     if (pl->mix && o->tasks) {
         t.batch_hook = dt_task_mix_batch;
         t.batch_ctx = (void *)pl->mix;
@@ -273,14 +352,15 @@ static int train_job(pool *pl, int j) {
     run_ctx rc = {.pl = pl, .j = j};
     int points = o->curve_points > 0 ? o->curve_points : 1;
     int k = (20 + points - 1) / points; /* curve points fall on evaluation steps: every k-th one */
-    rc.every = t.eval_interval * (k > 0 ? k : 1);
+    rc.every = eval_interval * (k > 0 ? k : 1);
     rc.eval = (dt_task_eval_options){.train_len = o->seq, .per_cell = o->quick ? 2 : 8, .seed = o->seed ^ 0xC0A1ull,
                                 .filler = pl->mix ? pl->mix->filler : NULL, .filler_n = pl->mix ? pl->mix->filler_n : 0,
                                 .symbols = pl->mix ? pl->mix->symbols : NULL};
     t.eval_hook = on_eval;
     t.eval_ctx = &rc;
-    jb->n_curve = 0;
-    return dt_train(&t, &jb->err);
+    if (dt_train(&t, &jb->err) != 0) return -1;
+    if (*pl->stop) return 1; /* saved, not finished: the next call continues it */
+    return curve_save(jb, 1, &jb->err);
 }
 
 static void *worker(void *arg) {
@@ -288,13 +368,13 @@ static void *worker(void *arg) {
     if (pl->threads_per_job > 0) omp_set_num_threads(pl->threads_per_job);
     for (;;) {
         pthread_mutex_lock(&pl->p->mu);
-        int j = pl->stop ? pl->n_jobs : pl->next++;
+        int j = *pl->stop ? pl->n_jobs : pl->next++;
         pthread_mutex_unlock(&pl->p->mu);
         if (j >= pl->n_jobs) break;
         pl->jobs[j].rc = train_job(pl, j);
         pthread_mutex_lock(&pl->p->mu);
-        pl->p->job_done[j] = pl->o->steps;
-        if (pl->jobs[j].rc != 0) pl->stop = 1;
+        if (pl->jobs[j].rc == 0) pl->p->job_done[j] = pl->o->steps;
+        if (pl->jobs[j].rc < 0) *pl->stop = 1;
         pthread_mutex_unlock(&pl->p->mu);
     }
     return NULL;
@@ -319,6 +399,10 @@ static int run_jobs(pool *pl, int jobs, dt_error *err) {
     }
     for (int j = 0; j < pl->n_jobs; j++)
         if (pl->jobs[j].rc == -1) return dt_fail_code(err, pl->jobs[j].err.code, "%s", pl->jobs[j].err.msg);
+    if (*pl->stop)
+        return dt_fail_code(err, DT_ERR_INTERRUPTED, "%s: stopped; the finished runs and the checkpoint of each "
+                                                     "unfinished one are kept, and the same options resume the "
+                                                     "comparison", pl->o->out);
     for (int j = 0; j < pl->n_jobs; j++)
         if (pl->jobs[j].rc != 0) return dt_fail(err, "%s: training did not run", pl->jobs[j].dir);
     return 0;
@@ -386,6 +470,73 @@ static int run_dir(char *out, size_t cap, const dt_cmp_options *o, const char *k
     if (s == 0) snprintf(name, sizeof name, "%s", key);
     else snprintf(name, sizeof name, "%s-seed%d", key, s);
     return dt_pathf(out, cap, err, "%s/%s", o->out, name);
+}
+
+/* ---------------------------------------------------------------- resuming */
+
+/* What an earlier call left of jb. Resuming, a run that trained every step is kept with its curve
+ * and one with a checkpoint continues; otherwise (a new or restarted comparison) its state is
+ * removed, so that a later resume cannot take a run of other options for one of these. */
+static int job_state(job *jb, int resuming, dt_error *err) {
+    char state[4500], curve[4500];
+    if (dt_pathf(state, sizeof state, err, "%s/train_state.json", jb->dir) ||
+        dt_pathf(curve, sizeof curve, err, "%s/curve.json", jb->dir))
+        return -1;
+    jb->trained = jb->resume = 0;
+    jb->n_curve = 0;
+    if (!resuming) {
+        const char *const old[2] = {state, curve};
+        for (int i = 0; i < 2; i++)
+            if (unlink(old[i]) != 0 && errno != ENOENT && errno != ENOTDIR)
+                return dt_fail_io(err, "%s: cannot remove an earlier comparison's run state: %s", old[i],
+                                  strerror(errno));
+        return 0;
+    }
+    int done = 0;
+    if (curve_load(jb, &done, err) != 0) return -1;
+    jb->trained = done;
+    jb->resume = !done && access(state, F_OK) == 0;
+    if (!jb->trained && !jb->resume) jb->n_curve = 0; /* points of a run that saved no checkpoint yet */
+    if (jb->resume) { /* its step, for the progress only: dt_train reads and checks the state itself */
+        cJSON *j = json_load_file(state, err);
+        if (!j) return -1;
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(j, "step");
+        jb->resume_step = cJSON_IsNumber(st) && st->valuedouble > 0 ? st->valueint : 0;
+        cJSON_Delete(j);
+    }
+    return 0;
+}
+
+/* Everything that fixes what the runs are (compare.json); a resumed comparison must have the same.
+ * The data and the tokenizer by their contents: the paths may be given from another directory. */
+static cJSON *plan_json(const dt_cmp_options *o, const char *data_fp, const char *tok_fp) {
+    cJSON *j = cJSON_CreateObject(), *variants = cJSON_AddArrayToObject(j, "variants"),
+          *sizes = cJSON_AddArrayToObject(j, "sizes"), *tasks = cJSON_AddArrayToObject(j, "tasks");
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed); /* all 64 bits: a double keeps 53 */
+    int ok = j && variants && sizes && tasks;
+    for (int v = 0; ok && v < o->n_variants; v++)
+        ok = cJSON_AddItemToArray(variants, cJSON_CreateString(o->variants[v]));
+    for (int i = 0; ok && i < o->n_sizes; i++) ok = cJSON_AddItemToArray(sizes, cJSON_CreateString(o->sizes[i]));
+    for (int k = 0; ok && k < DT_N_TASKS; k++)
+        if (o->tasks & (1 << k)) ok = cJSON_AddItemToArray(tasks, cJSON_CreateString(dt_task_name((dt_task_kind)k)));
+    ok = ok && cJSON_AddStringToObject(j, "preset", o->preset) && cJSON_AddNumberToObject(j, "steps", o->steps) &&
+         cJSON_AddNumberToObject(j, "batch", o->batch) && cJSON_AddNumberToObject(j, "seq", o->seq) &&
+         cJSON_AddNumberToObject(j, "lr", plan_float_decimal(o->lr)) && cJSON_AddStringToObject(j, "seed", seed) &&
+         cJSON_AddNumberToObject(j, "seeds", o->seeds) &&
+         cJSON_AddNumberToObject(j, "task_ratio", o->tasks ? o->task_ratio : 0) &&
+         cJSON_AddNumberToObject(j, "task_examples", o->tasks ? o->task_examples : 0) &&
+         cJSON_AddNumberToObject(j, "curve_points", o->curve_points) && cJSON_AddBoolToObject(j, "needle", o->needle) &&
+         cJSON_AddBoolToObject(j, "quick", o->quick) &&
+         cJSON_AddStringToObject(j, "data_kind", o->tokens ? "tokens" : "text") &&
+         cJSON_AddStringToObject(j, "data_fingerprint", data_fp) &&
+         (tok_fp ? cJSON_AddStringToObject(j, "tokenizer_fingerprint", tok_fp)
+                 : cJSON_AddNullToObject(j, "tokenizer_fingerprint"));
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
 }
 
 /* ---------------------------------------------------------------- the run */
@@ -470,7 +621,7 @@ static int load_training_tokens(const dt_cmp_options *o, const char *train_path,
 
 /* dt_cmp_run after the checks, with the progress state and the job table allocated. */
 static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt_task_symbols *symbols, progress *p, job *jobs,
-                        dt_error *err) {
+                        const cJSON *plan, int resuming, dt_error *err) {
     const int n_main = o->n_variants * o->seeds;
     int *tok = NULL;
     size_t n = 0;
@@ -575,9 +726,24 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
             if (rc == 0) rc = dt_pathf(jb->dir, sizeof jb->dir, err, "%s/%s", sd, k ? "transformer" : "diff");
         }
     }
+    /* what earlier calls trained; the plan is written once no state of other options is left */
+    int kept = 0, continued = 0;
+    for (int j = 0; j < p->n_jobs && rc == 0; j++) {
+        if ((rc = job_state(&jobs[j], resuming, err)) != 0) break;
+        const int done = jobs[j].trained ? o->steps : jobs[j].resume ? jobs[j].resume_step : 0;
+        p->job_done[j] = done, p->kept += done;
+        kept += jobs[j].trained, continued += jobs[j].resume;
+    }
+    char plan_path[4200];
+    if (rc == 0 && !resuming && (rc = dt_pathf(plan_path, sizeof plan_path, err, "%s/compare.json", o->out)) == 0)
+        rc = dt_an_write_json(plan_path, (void *)plan, err);
     pool pl = {.o = o, .train_path = train_path, .mix = &mix, .p = p, .jobs = jobs, .n_jobs = p->n_jobs};
+    pl.stop = o->stop ? o->stop : &pl.own_stop;
+    if (rc == 0 && resuming)
+        report_progress(p, "resuming %s: %d of %d trainings done, %d continued from a checkpoint", o->out, kept,
+                        p->n_jobs, continued);
     if (rc == 0) {
-        report_progress(p, "training %d model(s), %d at a time", p->n_jobs, o->jobs > 1 ? o->jobs : 1);
+        report_progress(p, "training %d model(s), %d at a time", p->n_jobs - kept, o->jobs > 1 ? o->jobs : 1);
         rc = run_jobs(&pl, o->jobs, err);
     }
     /* the analyses, one run at a time */
@@ -585,6 +751,11 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
         for (int v = 0; v < o->n_variants && rc == 0; v++) {
             rp_model *m = &runs[v * o->seeds + s];
             const job *jb = &jobs[v * o->seeds + s];
+            if (*pl.stop) {
+                rc = dt_fail_code(err, DT_ERR_INTERRUPTED, "%s: stopped while analysing; every run is trained, and "
+                                                           "the same options resume the comparison", o->out);
+                break;
+            }
             report_progress(p, "analysing %s", jb->what);
             if ((rc = rp_analyze_model(m, jb->dir, variant_display(o->variants[v]), &ao, err)) != 0) break;
             m->n_curve = jb->n_curve;
@@ -662,15 +833,36 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     }
     /* a real vocabulary: the tokens of the tasks' symbols, before any work (a symbol without one is refused) */
     dt_task_symbols symbols = {0}, *sym = NULL;
+    char data_fp[17], tok_fp[17] = "";
     if (o->tokenizer || o->tokens) {
         dt_tok *t = NULL;
         if (dt_tok_load(&t, o->tokenizer ? o->tokenizer : o->tokens, err) != 0) return -1;
         int rc = o->tasks ? dt_task_symbols_from_tokenizer(&symbols, t, err) : 0;
+        const char *tok_file = dt_tok_path(t);
+        if (rc == 0 && o->tokenizer) rc = plan_fingerprint(&tok_file, 1, tok_fp, err);
         dt_tok_free(t);
-        if (rc != 0) return -1;
+        if (rc != 0) {
+            dt_task_symbols_free(&symbols);
+            return -1;
+        }
         if (o->tasks) sym = &symbols;
     }
-    if (dir_ensure(o->out, err) != 0) {
+    /* the plan: checked against the one an earlier call left (before anything is written), else written
+     * once its runs' old state is gone (compare_with) */
+    char a[4200], b[4200], plan_path[4200];
+    const char *const data_files[2] = {o->tokens ? a : o->data, b};
+    int rc = o->tokens ? dt_pathf(a, sizeof a, err, "%s/dataset.json", o->tokens) ||
+                             dt_pathf(b, sizeof b, err, "%s/tokenizer.json", o->tokens)
+                       : 0;
+    if (rc == 0) rc = plan_fingerprint(data_files, o->tokens ? 2 : 1, data_fp, err);
+    if (rc == 0) rc = dt_pathf(plan_path, sizeof plan_path, err, "%s/compare.json", o->out);
+    cJSON *plan = rc == 0 ? plan_json(o, data_fp, o->tokenizer ? tok_fp : NULL) : NULL;
+    if (rc == 0 && !plan) rc = dt_fail_oom(err, "out of memory for the comparison's plan");
+    const int resuming = rc == 0 && !o->restart && access(plan_path, F_OK) == 0;
+    if (rc == 0 && resuming) rc = plan_check(plan_path, plan, "comparison", err);
+    if (rc == 0) rc = dir_ensure(o->out, err);
+    if (rc != 0) {
+        cJSON_Delete(plan);
         dt_task_symbols_free(&symbols);
         return -1;
     }
@@ -680,13 +872,13 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     p.total = (double)n_jobs * o->steps + (double)n_main * ANALYSIS_STEPS(o);
     p.job_done = calloc((size_t)n_jobs, sizeof *p.job_done);
     job *jobs = calloc((size_t)n_jobs, sizeof *jobs);
-    int rc = 0;
     if (!p.job_done || !jobs || pthread_mutex_init(&p.mu, NULL) != 0)
         rc = dt_fail_oom(err, "out of memory for %d trainings", n_jobs);
     else {
-        rc = compare_with(o, cfgs, sym, &p, jobs, err);
+        rc = compare_with(o, cfgs, sym, &p, jobs, plan, resuming, err);
         pthread_mutex_destroy(&p.mu);
     }
+    cJSON_Delete(plan);
     free(p.job_done);
     free(jobs);
     dt_task_symbols_free(&symbols);

@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "analysis/plan.h"
 #include "analysis/study.h"
 #include "base/base.h"
 #include "dist/comm.h"
@@ -182,30 +183,11 @@ fail:
  * dataset made again from other text, or with another tokenizer, differs; the runs of a study must
  * all read the same one. */
 static int dataset_fingerprint(const char *dir, char out[17], dt_error *err) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    static const char *const files[2] = {"dataset.json", "tokenizer.json"};
-    for (int f = 0; f < 2; f++) {
-        char path[4200], *text = NULL;
-        size_t len = 0;
-        if (dt_pathf(path, sizeof path, err, "%s/%s", dir, files[f]) ||
-            read_text_file(path, (size_t)64 << 20, "a dataset file", &text, &len, err))
-            return -1;
-        for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)text[i]) * 0x100000001b3ull;
-        free(text);
-    }
-    snprintf(out, 17, "%016llx", (unsigned long long)h);
-    return 0;
-}
-
-/* The shortest decimal that reads back as f, as a double: what a person wrote (0.002), not the
- * float widened (0.0020000000949949026). */
-static double float_decimal(float f) {
-    char buf[32];
-    for (int digits = 1; digits < 9; digits++) {
-        snprintf(buf, sizeof buf, "%.*g", digits, (double)f);
-        if (strtof(buf, NULL) == f) return strtod(buf, NULL);
-    }
-    return (double)f;
+    char a[4200], b[4200];
+    if (dt_pathf(a, sizeof a, err, "%s/dataset.json", dir) || dt_pathf(b, sizeof b, err, "%s/tokenizer.json", dir))
+        return -1;
+    const char *const files[2] = {a, b};
+    return plan_fingerprint(files, 2, out, err);
 }
 
 /* Everything that fixes what the runs are; a resumed study must have the same. */
@@ -226,7 +208,7 @@ static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_
     ok = ok && cJSON_AddNumberToObject(j, "seeds", o->seeds) && cJSON_AddNumberToObject(j, "seed", (double)o->seed) &&
          cJSON_AddNumberToObject(j, "tokens_per_param", o->tokens_per_param) &&
          cJSON_AddNumberToObject(j, "batch", o->batch) && cJSON_AddNumberToObject(j, "seq", o->seq) &&
-         cJSON_AddNumberToObject(j, "lr", float_decimal(o->lr)) &&
+         cJSON_AddNumberToObject(j, "lr", plan_float_decimal(o->lr)) &&
          cJSON_AddNumberToObject(j, "vocab_size", vocab->vocab_size) &&
          cJSON_AddNumberToObject(j, "train_tokens", (double)n_train) &&
          cJSON_AddNumberToObject(j, "val_tokens", (double)n_val) &&
@@ -238,29 +220,6 @@ static cJSON *plan_json(const dt_study_options *o, const dt_config *vocab, size_
         return NULL;
     }
     return j;
-}
-
-/* 0 when path holds the same plan; -1 naming the first field that differs. lr is a float: plans
- * written before float_decimal hold it widened (0.0020000000949949026 for 0.002) and still match. */
-static int check_plan(const char *path, const cJSON *want, dt_error *err) {
-    cJSON *have = json_load_file(path, err);
-    if (!have) return -1;
-    int rc = 0;
-    for (const cJSON *w = want->child; w && rc == 0; w = w->next) {
-        const cJSON *h = cJSON_GetObjectItemCaseSensitive(have, w->string);
-        const int same_float = h && !strcmp(w->string, "lr") && cJSON_IsNumber(h) &&
-                               (float)h->valuedouble == (float)w->valuedouble;
-        if (!same_float && (!h || !cJSON_Compare(w, h, 1))) {
-            char *a = cJSON_PrintUnformatted(w), *b = h ? cJSON_PrintUnformatted(h) : NULL;
-            rc = dt_fail(err, "%s: the study there was planned with %s %s, not %s: resume it with the options it was "
-                              "made with, or choose another output directory",
-                         path, w->string, b ? b : "(none)", a ? a : "?");
-            cJSON_free(a);
-            cJSON_free(b);
-        }
-    }
-    cJSON_Delete(have);
-    return rc;
 }
 
 /* ---------------------------------------------------------------- one run */
@@ -578,7 +537,7 @@ int dt_study_run(const dt_study_options *o, dt_error *err) {
         nonce = ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
         rc = dt_pathf(path, sizeof path, err, "%s/study.json", o->out);
         if (rc == 0) rc = dir_ensure(o->out, err);
-        if (rc == 0 && file_exists(path)) rc = check_plan(path, plan, err);
+        if (rc == 0 && file_exists(path)) rc = plan_check(path, plan, "study", err);
         else if (rc == 0) rc = dt_an_write_json(path, plan, err);
         char runs[4200];
         if (rc == 0) rc = dt_pathf(runs, sizeof runs, err, "%s/runs", o->out);
