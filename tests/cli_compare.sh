@@ -228,6 +228,31 @@ for k in ("diff", "transformer"):
     n = bpe[1][k + "_nonembedding_params"]
     assert n == byte[1][k + "_nonembedding_params"] and 0 < n < bpe[1][k + "_params"] - d, (bpe[1], byte[1])' \
         "$S/bpe_scaling/report.json" "$S/scaling/report.json"
+    # the held-out text in bytes as well as tokens: the last tenth of the corpus's ids, decoded (the same
+    # tokenizer through the CLI), and bits per byte from them
+    "$DT" tokenizer encode --tokenizer "$S/tok" <"$CORPUS" | tr -s ' \n' '\n' | grep . >"$S/ids.txt"
+    n=$(wc -l <"$S/ids.txt")
+    tail_n=$((n - (n - n / 10)))
+    tail_bytes=$(tail -n "$tail_n" "$S/ids.txt" | tr '\n' ' ' | "$DT" tokenizer decode --tokenizer "$S/tok" \
+        --skip-special | wc -c)
+    check "report.json: the held-out text in tokens and in bytes, and bits per byte" "$PY" -c '
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+tokens, nbytes = int(sys.argv[2]), int(sys.argv[3])
+assert r["unit"] == "token" and r["heldout_tokens"] == tokens and r["heldout_bytes"] == nbytes, (r["heldout_tokens"],
+    r["heldout_bytes"], tokens, nbytes)
+assert abs(r["bytes_per_token"] - nbytes / tokens) < 1e-12
+for m in r["runs"]:
+    want = m["training"]["final_val_loss"] / math.log(2) / (nbytes / tokens)
+    assert abs(m["final_val_bits_per_byte"] - want) < 1e-6 * want, (m["final_val_bits_per_byte"], want)
+b = json.load(open(sys.argv[4])) # bytes: one per token
+assert b["unit"] == "byte" and b["heldout_bytes"] == b["heldout_tokens"] and b["bytes_per_token"] == 1
+for m in b["runs"]:
+    assert abs(m["final_val_bits_per_byte"] - m["training"]["final_val_loss"] / math.log(2)) < 1e-9
+' "$S/bpe_scaling/report.json" "$tail_n" "$tail_bytes" "$S/scaling/report.json"
+    out_has "REPORT.md gives the bytes and bits per byte" "$S/bpe_scaling/REPORT.md" \
+        "validation split, $tail_n tokens, $tail_bytes bytes as the tokenizer decodes them" \
+        "\| final validation loss \(bits/byte\) \| — \| — \| [0-9.]+ \| [0-9.]+ \|"
     check "every run carries the tokenizer" cmp "$B/diff/tokenizer.json" "$S/tok/tokenizer.json"
     check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"
     out_has "REPORT.md counts tokens" "$B/REPORT.md" "vocabulary: the BPE tokenizer of" "nats/token" \
@@ -256,6 +281,12 @@ for m in r["runs"]:
     expect_ok "compare --tokens" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 --tokens "$S/ds" \
         --tasks recall --out "$S/bpe_tokens"
     check "its runs trained on the dataset" test -f "$S/bpe_tokens/diff/tokenizer.json"
+    check "report.json: the val split in tokens and bytes (its documents' text, no end-of-document tokens)" "$PY" -c '
+import json, sys
+r, d = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert r["heldout_tokens"] == d["splits"]["val"]["tokens"], (r["heldout_tokens"], d["splits"]["val"])
+assert r["heldout_tokens"] - d["splits"]["val"]["documents"] < r["heldout_bytes"] < d["bytes"], r["heldout_bytes"]
+' "$S/bpe_tokens/report.json" "$S/ds/dataset.json"
     out_has "with the recall task in tokens" "$S/bpe_tokens/REPORT.md" "### recall" "a query every 3 tokens"
     expect_fail "a tokenizer without a token for a task symbol" "the task symbol '.n' .newline. has no token.*metaspace_first.json|metaspace_first.json.*the task symbol '.n'" \
         "$DT" compare --quick --tokenizer "$HERE/tokenizer/fixtures/metaspace_first.json" --data "$CORPUS" --out "$S/x"

@@ -54,7 +54,7 @@ static char *report_of(rp_model *runs, const char *out_name) {
     tu_path(out, sizeof out, out_name);
     mkdir(out, 0755);
     rp_report r = {.command = "difftrans compare --quick", .seed = 5, .preset = "tiny", .data = "x.txt",
-                   .train_text = "x.txt", .steps = 2, .batch = 1, .seq = 8, .heldout_bytes = 100, .windows = 1,
+                   .train_text = "x.txt", .steps = 2, .batch = 1, .seq = 8, .heldout_tokens = 100, .windows = 1,
                    .n_variants = 2, .n_seeds = SEEDS, .variant_key = {"diff", "transformer"}, .runs = runs,
                    .diff = 0, .base = 1, .n_sizes = 1};
     dt_error err;
@@ -319,7 +319,7 @@ static char *report_with_sizes(const double loss[2][2], const char *out_name) {
     tu_path(out, sizeof out, out_name);
     mkdir(out, 0755);
     rp_report r = {.command = "difftrans compare --quick --scaling small", .seed = 5, .preset = "tiny", .data = "x.txt",
-                   .train_text = "x.txt", .steps = 2, .batch = 1, .seq = 8, .heldout_bytes = 100, .windows = 1,
+                   .train_text = "x.txt", .steps = 2, .batch = 1, .seq = 8, .heldout_tokens = 100, .windows = 1,
                    .n_variants = 2, .n_seeds = SEEDS, .variant_key = {"diff", "transformer"}, .runs = runs,
                    .diff = 0, .base = 1, .n_sizes = 2, .size_names = {"tiny", "small"},
                    .size_params = {{231872, 231744}, {1066624, 1066112}},

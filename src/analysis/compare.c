@@ -619,6 +619,22 @@ static int load_training_tokens(const dt_cmp_options *o, const char *train_path,
     return 0;
 }
 
+/* The bytes the n tokens of the held-out text stand for, as the tokenizer at path decodes them
+ * (special tokens, a token dataset's document ends, left out): the text itself for a lossless
+ * tokenizer (byte-level BPE; a token cut from its character at the tail's start aside), the
+ * normalised text for one with a normalizer. */
+static int decoded_bytes(const char *path, const int *tok, size_t n, size_t *bytes, dt_error *err) {
+    dt_tok *t = NULL;
+    if (dt_tok_load(&t, path, err) != 0) return -1;
+    char *text = NULL;
+    size_t len = 0;
+    const int rc = dt_tok_decode(t, tok, n, 1, &text, &len, err);
+    dt_tok_free(t);
+    free(text);
+    if (rc == 0) *bytes = len;
+    return rc;
+}
+
 /* dt_cmp_run after the checks, with the progress state and the job table allocated. */
 static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt_task_symbols *symbols, progress *p, job *jobs,
                         const cJSON *plan, int resuming, dt_error *err) {
@@ -682,6 +698,10 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     else if (tail < (size_t)o->seq + 1)
         rc = dt_fail(err, "%s: the held-out tail is %zu tokens, fewer than seq + 1 = %d", o->tokens ? o->tokens : train_path,
                      tail, o->seq + 1);
+    /* the held-out text's bytes: bits per byte compare vocabularies, where a loss per token does not */
+    size_t tail_bytes = tail;
+    if (rc == 0 && (o->tokenizer || o->tokens))
+        rc = decoded_bytes(o->tokenizer ? o->tokenizer : o->tokens, tok + n_train, tail, &tail_bytes, err);
     /* depth's filler: the training part, in the runs' tokens (bytes, or ids of the vocabulary) */
     const int *text = tok + needle_tokens; /* the training part of the text itself */
     const size_t text_n = n_train > needle_tokens ? n_train - needle_tokens : 0;
@@ -760,6 +780,7 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
             if ((rc = rp_analyze_model(m, jb->dir, variant_display(o->variants[v]), &ao, err)) != 0) break;
             m->n_curve = jb->n_curve;
             memcpy(m->curve, jb->curve, sizeof m->curve);
+            m->bytes_per_token = tail > 0 && tail_bytes > 0 ? (double)tail_bytes / (double)tail : 0;
             pthread_mutex_lock(&p->mu);
             p->other_done += ANALYSIS_STEPS(o);
             pthread_mutex_unlock(&p->mu);
@@ -768,7 +789,7 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     /* scaling: DIFF and its baseline at the other sizes, first seed, same budget and mix */
     rp_report r = {.command = o->command, .seed = o->seed, .preset = o->preset, .data = o->data ? o->data : o->tokens,
                    .train_text = train_path, .needle_dir = o->needle ? needle_dir : NULL, .steps = o->steps,
-                   .batch = o->batch, .seq = o->seq, .heldout_bytes = tail,
+                   .batch = o->batch, .seq = o->seq, .heldout_tokens = tail, .heldout_bytes = tail_bytes,
                    .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
                    .needle_context = np.contexts[0], .needle_needles = np.needles, .needle_queries = np.queries,
                    .tasks = o->tasks, .task_ratio = o->task_ratio, .task_symbols = symbols, .n_variants = o->n_variants,

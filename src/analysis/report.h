@@ -30,6 +30,7 @@ typedef struct {
     char dir[4096];  /* its run / checkpoint directory */
     dt_config cfg;
     size_t n_params;
+    double bytes_per_token;  /* of the held-out text, for bits per byte; 0: unknown */
     double *lambda;  /* [L] λ of the final weights (DIFF), NULL for the baseline */
     dt_an_training training;
     dt_an_outliers outliers;
@@ -79,7 +80,8 @@ typedef struct {
     uint64_t seed;           /* of the first run of each variant; run s used seed + s */
     const char *preset, *data, *train_text, *needle_dir; /* needle_dir NULL without --needle */
     int steps, batch, seq;
-    size_t heldout_bytes;    /* tokens (bytes for byte-level runs) of the held-out tail the analyses used */
+    size_t heldout_tokens;   /* tokens (bytes for byte-level runs) of the held-out tail the analyses used */
+    size_t heldout_bytes;    /* the bytes of that text (as its tokenizer decodes it); 0: unknown */
     const char *tokenizer;   /* the runs' tokenizer.json or token dataset; NULL: byte-level runs */
     int windows;
     int needle_context, needle_needles, needle_queries;

@@ -27,6 +27,9 @@ static cJSON *model_json(const rp_model *m) {
     cJSON_AddNumberToObject(e, "head_dim", m->cfg.head_dim);
     if (m->lambda) cJSON_AddItemToObject(e, "lambda_final", cJSON_CreateDoubleArray(m->lambda, L));
     dt_an_training_add_json(cJSON_AddObjectToObject(e, "training"), &m->training);
+    /* a loss every vocabulary shares: nats per token over bytes per token, in bits */
+    add_num(e, "final_val_bits_per_byte", m->bytes_per_token > 0
+                                              ? m->training.final_val_loss / (M_LN2 * m->bytes_per_token) : NAN);
     cJSON *ic = cJSON_AddObjectToObject(e, "icl");
     cJSON_AddNumberToObject(ic, "shots", m->icl_setup.shots);
     cJSON_AddNumberToObject(ic, "queries", m->icl_setup.queries);
@@ -226,8 +229,13 @@ cJSON *rp_json(const rp_report *r, int plots) {
     cJSON_AddNumberToObject(root, "steps", r->steps);
     cJSON_AddNumberToObject(root, "batch", r->batch);
     cJSON_AddNumberToObject(root, "seq", r->seq);
-    cJSON_AddNumberToObject(root, "heldout_bytes", (double)r->heldout_bytes);
-    /* what seq, heldout_bytes, windows and the task lengths count */
+    /* the held-out text in the unit (tokens for a BPE comparison) and in bytes: before bits per byte,
+     * heldout_bytes counted the unit */
+    cJSON_AddNumberToObject(root, "heldout_tokens", (double)r->heldout_tokens);
+    add_num(root, "heldout_bytes", r->heldout_bytes ? (double)r->heldout_bytes : NAN);
+    add_num(root, "bytes_per_token", r->heldout_bytes && r->heldout_tokens
+                                         ? (double)r->heldout_bytes / (double)r->heldout_tokens : NAN);
+    /* what seq, heldout_tokens, windows and the task lengths count */
     cJSON_AddStringToObject(root, "unit", r->tokenizer ? "token" : "byte");
     if (r->tokenizer) cJSON_AddStringToObject(root, "tokenizer", r->tokenizer);
     cJSON_AddNumberToObject(root, "windows", r->windows);

@@ -21,6 +21,9 @@
 typedef double (*getter)(const rp_model *m, int arg);
 
 static double g_final_val(const rp_model *m, int a) { return m->training.final_val_loss; }
+static double g_final_bpb(const rp_model *m, int a) { /* nats per token over bytes per token, in bits */
+    return m->bytes_per_token > 0 ? m->training.final_val_loss / (M_LN2 * m->bytes_per_token) : NAN;
+}
 static double g_quant_loss(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].loss : NAN; }
 static double g_quant_acc(const rp_model *m, int row) { return row < m->n_quant ? m->quant[row].accuracy : NAN; }
 static double g_quant_delta(const rp_model *m, int row) {
@@ -654,9 +657,16 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
                   r->tokenizer);
     tb_printf(b, "- same data and token budget: %d steps × batch %d × %d %ss = %lld training tokens per run\n",
               r->steps, r->batch, r->seq, unit, (long long)r->steps * r->batch * r->seq);
-    tb_printf(b, "- outliers and quantisation: the held-out tail of the training text (the validation split, %zu "
-                 "%ss), %d window(s) of %d %ss\n",
-              r->heldout_bytes, unit, r->windows, r->seq, unit);
+    if (r->tokenizer && r->heldout_bytes)
+        tb_printf(b, "- outliers and quantisation: the held-out tail of the training text (the validation split, %zu "
+                     "tokens, %zu bytes as the tokenizer decodes them: %.3f bytes per token), %d window(s) of %d "
+                     "tokens\n",
+                  r->heldout_tokens, r->heldout_bytes, (double)r->heldout_bytes / (double)r->heldout_tokens,
+                  r->windows, r->seq);
+    else
+        tb_printf(b, "- outliers and quantisation: the held-out tail of the training text (the validation split, %zu "
+                     "%ss), %d window(s) of %d %ss\n",
+                  r->heldout_tokens, unit, r->windows, r->seq, unit);
     if (r->needle_dir)
         tb_printf(b, "- needle set: `%s` (context %d bytes, %d needles, %d queries); its train.txt is put before the "
                      "training text, so that the held-out tail is the text's alone (the tasks' filler and the "
@@ -700,10 +710,14 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
                         M(bpe ? "held-out loss, fp32 attention (nats/token)" : "held-out loss, fp32 attention (nats/byte)",
                           NULL, NULL, g_quant_loss, 0, "%.4f", 1, NULL),
                         M(bpe ? "held-out next-token accuracy" : "held-out next-byte accuracy", NULL, NULL, g_quant_acc, 0,
-                          "%.4f", 0, NULL)};
-        tb_printf(b, "The validation loss is next-%s loss on the held-out text (never on task examples).\n\n",
-                  bpe ? "token" : "byte");
-        table(b, r, "measure", ms, 3);
+                          "%.4f", 0, NULL),
+                        M("final validation loss (bits/byte)", NULL, NULL, g_final_bpb, 0, "%.4f", 1, NULL)};
+        tb_printf(b, "The validation loss is next-%s loss on the held-out text (never on task examples)%s.\n\n",
+                  bpe ? "token" : "byte",
+                  bpe && r->heldout_bytes ? "; in bits per byte it is divided by the held-out text's bytes per token "
+                                            "and by ln 2, a figure runs of other tokenizers share"
+                                          : "");
+        table(b, r, "measure", ms, bpe && r->heldout_bytes ? 4 : 3);
     }
 
     protocol_section(b, r);
