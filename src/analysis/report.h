@@ -95,7 +95,8 @@ typedef struct {
     int n_sizes;             /* runs per kind for the loss-against-size fit (1: no fit; 0: no diff / transformer
                                 pair among the variants); seed 0 only */
     const char *size_names[RP_MAX_SIZES];
-    /* [size][0 = DIFF, 1 = Transformer]; size_params: non-embedding (the fit's N, as the study's), size_all: every one */
+    /* [size][0 = DIFF, 1 = Transformer]; size_params: non-embedding (the fit's N, as the study's),
+     * size_all: every parameter */
     double size_params[RP_MAX_SIZES][2], size_all[RP_MAX_SIZES][2], size_loss[RP_MAX_SIZES][2];
 } rp_report;
 

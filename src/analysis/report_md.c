@@ -603,19 +603,19 @@ static void scaling_section(textbuf *b, const rp_report *r) {
     const dt_scaling_fit fit[2] = {sc.fit[1], sc.fit[0]}; /* [0 = DIFF, 1 = Transformer], as the table */
     const double fraction = sc.fraction;
     tb_printf(b, "## Loss against model size\n\nBoth kinds at %d sizes with the same data, seed and token budget (the "
-                 "first seed only: one run per size, so no interval); log(final validation loss) = a + b·log(N) fitted per "
-                 "kind, N the non-embedding parameters (all but the token embedding and the LM head, the usual size "
-                 "of scaling laws, as `difftrans study` and `analyze scaling` count it).\n\n| preset | DIFF N | "
-                 "Transformer N | DIFF all parameters | Transformer all parameters | DIFF val loss | Transformer val "
-                 "loss |\n| --- | --- | --- | --- | --- | --- | --- |\n",
+                 "first seed only: one run per size, so no interval); log(final validation loss) = a + b·log(N) "
+                 "fitted per kind, N the non-embedding parameters (all but the token embedding and the LM head, the "
+                 "usual size of scaling laws, as `difftrans study` and `analyze scaling` count it).\n\n| preset | "
+                 "DIFF N | Transformer N | DIFF all parameters | Transformer all parameters | DIFF val loss | "
+                 "Transformer val loss |\n| --- | --- | --- | --- | --- | --- | --- |\n",
               r->n_sizes);
     for (int i = 0; i < r->n_sizes; i++)
         tb_printf(b, "| %s | %.0f | %.0f | %.0f | %.0f | %.4f | %.4f |\n", r->size_names[i], r->size_params[i][0],
                   r->size_params[i][1], r->size_all[i][0], r->size_all[i][1], r->size_loss[i][0], r->size_loss[i][1]);
     tb_printf(b, "\n| measure | paper DIFF | paper Transformer | ours DIFF | ours Transformer |\n| --- | --- | --- | --- | --- |\n");
     tb_printf(b, "| fitted exponent b | — | — | %.4f | %.4f |\n", fit[0].b, fit[1].b);
-    tb_printf(b, "| DIFF N for the Transformer's loss at its largest size, as a fraction of its N | ~0.65 | 1 | %.3f | 1 "
-                 "|\n\n",
+    tb_printf(b, "| DIFF N for the Transformer's loss at its largest size, as a fraction of its N | ~0.65 | 1 "
+                 "| %.3f | 1 |\n\n",
               fraction);
     if (isnan(fraction))
         tb_printf(b, "The DIFF fit cannot reach the Transformer's loss (its loss does not fall with size, or a value is "
