@@ -107,19 +107,25 @@ static int add_text(cJSON *root, const dt_model *m, const int *ids, int T) {
     dt_error err;
     if (srv_text_init(&t, m, &err) != 0) return -1;
     srv_buf text = {0};
-    cJSON *off = cJSON_CreateArray();
-    int rc = off ? 0 : -1;
+    size_t *at = malloc((size_t)(T > 0 ? T : 1) * sizeof *at);
+    int rc = at ? 0 : -1;
     for (int i = 0; i < T && rc == 0; i++) {
-        size_t at;
-        rc = srv_text_push(&t, ids[i], &at, &err);
+        rc = srv_text_push(&t, ids[i], &at[i], &err);
         if (rc == 0) srv_buf_put(&text, t.cur.p, t.n_fresh);
-        if (rc == 0 && !cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at))) rc = -1;
+        if (rc == 0) srv_text_revise(&t, at, (size_t)i); /* a ByteFallback run the token ended */
     }
     if (rc == 0) rc = srv_text_end(&t, &err);
-    if (rc == 0) srv_buf_put(&text, t.cur.p, t.n_fresh);
+    if (rc == 0) {
+        srv_buf_put(&text, t.cur.p, t.n_fresh);
+        srv_text_revise(&t, at, (size_t)T);
+    }
     srv_text_free(&t);
+    cJSON *off = rc == 0 ? cJSON_CreateArray() : NULL;
+    for (int i = 0; off && i < T; i++)
+        if (!cJSON_AddItemToArray(off, cJSON_CreateNumber((double)at[i]))) rc = -1;
+    free(at);
     char *s = srv_buf_take(&text, NULL);
-    if (rc == 0 && (!s || !cJSON_AddStringToObject(root, "text", s))) rc = -1;
+    if (rc == 0 && (!s || !off || !cJSON_AddStringToObject(root, "text", s))) rc = -1;
     free(s);
     if (rc == 0 && cJSON_AddItemToObject(root, "text_offset", off)) return 0;
     cJSON_Delete(off);

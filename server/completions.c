@@ -27,8 +27,8 @@ typedef struct {
     int n_top;
     int top_ids[DT_MAX_TOP_LOGPROBS];
     float top_lp[DT_MAX_TOP_LOGPROBS];
-    size_t offset;               /* text_offset: the character of the choice's text its first byte is
-                                    in (srv_text) */
+    size_t offset;               /* the character of the sequence's text its first byte is in (srv_text);
+                                    text_offset is that in the choice's text (text_offset) */
     int generated;               /* 0: a prompt token (echo) */
 } lp_entry;
 
@@ -43,11 +43,16 @@ typedef struct {
     size_t n_gen;                /* tokens generated */
     lp_entry *lp;
     size_t n_lp, cap_lp, lp_sent;
-    size_t *prompt_offsets;      /* echo with logprobs: the prompt's tokens' text_offset */
+    size_t *prompt_offsets;      /* echo with logprobs: the prompt's tokens' offsets */
     size_t gen_offset;           /* the newest generated token's (update_text) */
+    size_t n_prompt;             /* the prompt's tokens: the sequence's tokens before the generated ones */
+    size_t first_offset;         /* the first generated token's offset, when there is one */
+    int prompt_run;              /* the prompt ended inside a ByteFallback run (srv_text) */
     srv_text seq;                /* the prompt's tokens, then the generated ones, as text */
     srv_buf text;                /* echo prefix + completion so far, valid UTF-8 */
     size_t pre, pre_chars;       /* the echo prefix: bytes, characters */
+    size_t pre_final;            /* its bytes that are the prompt's final text (the rest is the prompt's
+                                    only once the completion's start is settled) */
     size_t fixed, fixed_chars;   /* text's bytes that are final (the rest the next token may change),
                                     and their characters */
     /* The completion is the sequence's text past what it shares with the prompt's: past the
@@ -57,7 +62,8 @@ typedef struct {
     srv_buf prompt_rest, head;
     int settled;
     size_t prompt_chars;         /* characters of the prompt's final text */
-    size_t base_chars;           /* characters of the sequence's text before the completion */
+    size_t base_chars;           /* characters of the sequence's text before the completion (with echo,
+                                    the prompt's part of the text once settled) */
     size_t stop_from;            /* completion bytes before it hold no stop string */
     size_t sent;                 /* bytes streamed */
     int end_sent;
@@ -500,10 +506,11 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
 
 /* ---------------------------------------------------------------- submitting */
 
-/* A log-probability entry. Its offset (srv_text's: the character its first byte is in, so a token
- * that goes on with a character cut short begins where that character does, and one whose text
- * depends on the tokens before it is placed by their text together): a generated token's from
- * update_text, a prompt token's from choice_start. */
+/* A log-probability entry. Its offset (srv_text's: the character of the sequence's text its first
+ * byte is in, so a token that goes on with a character cut short begins where that character does,
+ * and one whose text depends on the tokens before it is placed by their text together): a
+ * generated token's from update_text, a prompt token's from choice_start; both placed again when a
+ * ByteFallback run they are in ends (apply_revised). */
 static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, int *failed) {
     const int generated = ev && ev->type == DT_EVENT_TOKEN;
     if (dt_grow(&c->lp, &c->cap_lp, c->n_lp + 1, sizeof *c->lp, 64) != 0) {
@@ -537,9 +544,15 @@ static int choice_start(srv_job *j, choice *c, const prompt_t *p, srv_err *e) {
     for (size_t i = 0; i < p->n; i++) {
         size_t at;
         if (srv_text_push(&c->seq, p->ids[i], &at, &err) != 0) return srv_fail_dt(e, &err, NULL);
-        if (offsets) c->prompt_offsets[i] = at;
+        if (offsets) {
+            c->prompt_offsets[i] = at;
+            srv_text_revise(&c->seq, c->prompt_offsets, i); /* a ByteFallback run it ended */
+        }
         if (j->echo) srv_buf_put(&c->text, c->seq.cur.p, c->seq.n_fresh);
     }
+    c->n_prompt = p->n;
+    c->prompt_run = c->seq.run_open;
+    c->pre_final = c->text.n;
     const char *rest = srv_text_rest(&c->seq);
     const size_t n_rest = srv_text_rest_len(&c->seq);
     if (j->echo) srv_buf_put(&c->text, rest, n_rest);
@@ -668,6 +681,14 @@ static int cut_at_stop(const srv_job *j, choice *c) {
     return 1;
 }
 
+/* Bytes of the first k characters of valid UTF-8 s[0..n) (all of them when it has fewer). */
+static size_t utf8_char_bytes(const char *s, size_t n, size_t k) {
+    size_t i = 0;
+    for (; i < n; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80 && k-- == 0) break;
+    return i;
+}
+
 /* The completion after its sequence's text changed (a token, or the end): the text that became
  * final joins its final text, and the rest is replaced. Until its start is settled, it is worked
  * out again from the final text after the prompt's (short: the prompt's rest, and a token or two). */
@@ -687,11 +708,29 @@ static void update_completion(srv_job *j, choice *c, int end) {
         srv_buf seq = {0}; /* the sequence's text after the prompt's final text */
         srv_buf_put(&seq, c->head.p, c->head.n);
         srv_buf_put(&seq, rest, n_rest);
-        const size_t base = seq.p ? srv_utf8_common(c->prompt_rest.p, c->prompt_rest.n, seq.p, seq.n) : 0;
-        /* past the prompt's rest, or where final text after the prompt's left it: it stays */
-        c->settled = end || base < c->head.n || c->head.n >= c->prompt_rest.n;
-        const size_t final = base < c->head.n ? c->head.n - base : 0;
-        b->n = c->pre;
+        size_t base;
+        if (c->prompt_run) {
+            /* the run's text says nothing of where the prompt's part ends while it lasts (its bytes
+             * read as U+FFFDs, one a token when the run ends invalid): the first generated token's
+             * place does, once the run has ended */
+            const int generated = c->seq.n_pushed > c->n_prompt;
+            const int known = generated && !srv_text_provisional(&c->seq, c->n_prompt);
+            const size_t first = c->first_offset > c->prompt_chars ? c->first_offset - c->prompt_chars : 0;
+            base = !generated ? seq.n : known ? utf8_char_bytes(seq.p, seq.n, first) : 0;
+            /* a start inside the rest could still move with it */
+            c->settled = end || (known && base <= c->head.n);
+        } else {
+            base = seq.p ? srv_utf8_common(c->prompt_rest.p, c->prompt_rest.n, seq.p, seq.n) : 0;
+            /* past the prompt's rest, or where final text after the prompt's left it: it stays */
+            c->settled = end || base < c->head.n || c->head.n >= c->prompt_rest.n;
+        }
+        const size_t final = c->settled && base < c->head.n ? c->head.n - base : 0;
+        /* with echo the text is the sequence's: the prompt's part of it, then the completion (the
+         * prompt's rest as it read alone would count a character the completion completes twice) */
+        b->n = c->pre_final;
+        if (j->echo && seq.p) srv_buf_put(b, seq.p, base);
+        c->pre = b->n;
+        c->pre_chars = j->echo ? c->prompt_chars + (seq.p ? srv_utf8_chars(seq.p, base) : 0) : 0;
         if (seq.p) srv_buf_put(b, seq.p + base, seq.n - base);
         c->fixed = c->pre + final;
         c->fixed_chars = c->pre_chars + (seq.p ? srv_utf8_chars(seq.p + base, final) : 0);
@@ -705,33 +744,39 @@ static void update_completion(srv_job *j, choice *c, int end) {
     j->failed |= b->failed || c->head.failed;
 }
 
+/* The offsets of the tokens a ByteFallback run that ended has placed again (srv_text): the
+ * prompt's, the entries', the first generated token's. */
+static void apply_revised(const srv_job *j, choice *c) {
+    const srv_text *t = &c->seq;
+    const size_t n_prompt_lp = j->echo && j->logprobs >= 0 ? c->n_prompt : 0;
+    for (size_t i = 0; i < t->n_revised; i++) {
+        const size_t q = t->revised_first + i, at = t->revised[i];
+        size_t e; /* its entry */
+        if (q < c->n_prompt) {
+            if (c->prompt_offsets) c->prompt_offsets[q] = at;
+            e = n_prompt_lp ? q : (size_t)-1;
+        } else {
+            if (q == c->n_prompt) c->first_offset = at;
+            e = j->logprobs >= 0 ? n_prompt_lp + (q - c->n_prompt) : (size_t)-1;
+        }
+        if (e < c->n_lp) c->lp[e].offset = at;
+    }
+}
+
 /* The completion after a new token, cut at the first stop string (which ends the choice), and the
  * token's offset. */
 static void update_text(srv_job *j, choice *c, int token) {
-    const int was_settled = c->settled;
-    char *before = NULL; /* the completion before it, while its start may move */
-    const size_t n_before = c->text.n - c->pre;
-    if (!was_settled && !(before = malloc(n_before + 1))) {
-        j->failed = 1;
-        return;
-    }
-    if (before) memcpy(before, c->text.p + c->pre, n_before);
     size_t at;
     dt_error err;
     if (srv_text_push(&c->seq, token, &at, &err) != 0) {
-        free(before);
         j->failed = 1;
         return;
     }
+    c->gen_offset = at;
+    if (c->seq.n_pushed == c->n_prompt + 1) c->first_offset = at;
+    apply_revised(j, c);
     update_completion(j, c, 0);
-    if (j->failed) {
-        free(before);
-        return;
-    }
-    c->gen_offset = c->pre_chars + (was_settled ? (at > c->base_chars ? at - c->base_chars : 0)
-                                                : srv_token_start(before, n_before, c->text.p + c->pre,
-                                                                  c->text.n - c->pre));
-    free(before);
+    if (j->failed) return;
     if (cut_at_stop(j, c)) {
         c->ended = 1;
         dt_engine_cancel(c->q); /* its slot is free at the next step */
@@ -764,7 +809,10 @@ static void on_event(srv_job *j, choice *c, const dt_event *ev) {
             /* no token comes: the rest is text, the stop strings looked for in it */
             dt_error err;
             if (srv_text_end(&c->seq, &err) != 0) j->failed = 1;
-            else update_completion(j, c, 1);
+            else {
+                apply_revised(j, c);
+                update_completion(j, c, 1);
+            }
             if (!j->failed) cut_at_stop(j, c);
         }
         if (ev->stop == DT_STOP_EOS) c->finish_stop = 1;
@@ -821,6 +869,13 @@ static const char *finish_reason(const choice *c) {
     return c->finish_stop ? "stop" : "length";
 }
 
+/* An entry's text_offset: its character in the choice's text, which with echo is the sequence's
+ * text and without it the completion, the sequence's text past base_chars. */
+static size_t text_offset(const srv_job *j, const choice *c, const lp_entry *l) {
+    if (j->echo) return l->offset;
+    return l->offset > c->base_chars ? l->offset - c->base_chars : 0;
+}
+
 /* Completions' logprobs of entries [a, b): tokens, token_logprobs, top_logprobs, text_offset. */
 static cJSON *completion_logprobs(const srv_job *j, const choice *c, size_t a, size_t b, size_t max_offset) {
     const dt_model *m = j->s->m;
@@ -851,7 +906,8 @@ static cJSON *completion_logprobs(const srv_job *j, const choice *c, size_t a, s
             }
             cJSON_AddItemToArray(tops, top);
         }
-        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(l->offset < max_offset ? l->offset : max_offset)));
+        const size_t at = text_offset(j, c, l);
+        cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)(at < max_offset ? at : max_offset)));
     }
     return o;
 }
@@ -902,9 +958,13 @@ static cJSON *chat_logprobs(const srv_job *j, const choice *c, size_t a, size_t 
  * every character of the text is in one of the tokens reported, as without the stop string (one
  * left out would leave the text's last characters without a token). A stream sends the entries of
  * the text it has sent, so that it never sends one that the stop string then cuts away. */
-static size_t lp_end(const choice *c, size_t chars) {
+static size_t lp_end(const srv_job *j, const choice *c, size_t chars) {
     size_t e = c->n_lp;
-    while ((c->stop_cut || !c->ended) && e > 0 && c->lp[e - 1].generated && c->lp[e - 1].offset >= chars) e--;
+    /* a stream holds back the prompt's entries too: those of a ByteFallback run the prompt ends in
+     * are placed anew when the run ends */
+    while (e > 0 && (!c->ended || (c->stop_cut && c->lp[e - 1].generated)) &&
+           text_offset(j, c, &c->lp[e - 1]) >= chars)
+        e--;
     return e;
 }
 
@@ -939,12 +999,12 @@ char *srv_job_reply(srv_job *j, size_t *len) {
             cJSON *msg = cJSON_AddObjectToObject(ch, "message");
             cJSON_AddStringToObject(msg, "role", "assistant");
             cJSON_AddStringToObject(msg, "content", c->text.p ? c->text.p : "");
-            if (j->logprobs >= 0) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(j, c, 0, lp_end(c, chars)));
+            if (j->logprobs >= 0) cJSON_AddItemToObject(ch, "logprobs", chat_logprobs(j, c, 0, lp_end(j, c, chars)));
             else cJSON_AddNullToObject(ch, "logprobs");
         } else {
             cJSON_AddStringToObject(ch, "text", c->text.p ? c->text.p : "");
             if (j->logprobs >= 0)
-                cJSON_AddItemToObject(ch, "logprobs", completion_logprobs(j, c, 0, lp_end(c, chars), chars));
+                cJSON_AddItemToObject(ch, "logprobs", completion_logprobs(j, c, 0, lp_end(j, c, chars), chars));
             else cJSON_AddNullToObject(ch, "logprobs");
         }
         cJSON_AddStringToObject(ch, "finish_reason", finish_reason(c));
@@ -1049,12 +1109,14 @@ int srv_job_stream(srv_job *j, srv_buf *out) {
         choice *c = &j->c[i];
         if (c->end_sent) continue;
         const char *text = c->text.p ? c->text.p : "";
-        const size_t lim = c->pre + srv_text_sendable(text + c->pre, c->fixed - c->pre,
-                                                      (const char *const *)j->stops, j->n_stops, c->ended);
+        /* with echo, the prompt's part of the text is known once the completion's start is */
+        const size_t lim = !c->settled && !c->ended ? c->pre_final
+                           : c->pre + srv_text_sendable(text + c->pre, c->fixed - c->pre,
+                                                        (const char *const *)j->stops, j->n_stops, c->ended);
         /* the characters up to lim: the final text's, less the few held back */
         const size_t chars = c->ended ? c->fixed_chars + srv_utf8_chars(text + c->fixed, c->text.n - c->fixed)
                                       : c->fixed_chars - srv_utf8_chars(text + lim, c->fixed - lim);
-        const size_t lp_b = lp_end(c, chars);
+        const size_t lp_b = lp_end(j, c, chars);
         if (lim > c->sent || (c->ended && !chat)) {
             stream_chunk(j, c, c->sent, lim > c->sent ? lim : c->sent, c->lp_sent, lp_b > c->lp_sent ? lp_b : c->lp_sent,
                          c->ended && !chat, out);

@@ -69,9 +69,13 @@ size_t srv_token_start(const char *prev, size_t n_prev, const char *cur, size_t 
  * at the end, and a token whose text depends on those before it (Metaspace's ▁, a space only after
  * the first token) is placed by the text they make together, not its own alone. A token whose own
  * bytes (dt_tok_token_bytes) go on with a character the tokens before it left open begins where
- * that character does even while the text cannot show it yet: a run of ByteFallback tokens <0xF0>
- * <0x9D> decodes as two U+FFFD until the character is complete, and placing <0x9D> by that text put
- * it one character on (and, as offsets never go back, the tokens after the character too). */
+ * that character does even while the text cannot show it yet.
+ * A run of ByteFallback tokens (<0xXX>) is placed by its bytes, not by the text while it lasts: it
+ * decodes as its characters when its bytes are valid UTF-8 and as one U+FFFD a token when they are
+ * not, which only the token that ends it (or the end) decides. Until then its tokens are placed as
+ * if it stayed valid (the character their byte is in; a token that writes nothing inside it where
+ * the next byte goes); when it ends, every token pushed since it began is placed again, and
+ * revised_first, n_revised, revised say where (an invalid run: its k-th byte at its k-th U+FFFD). */
 typedef struct {
     dt_tok_stream *ts;
     const dt_tok *tok;           /* the model's tokenizer (NULL: bytes), for the tokens' own bytes */
@@ -81,15 +85,33 @@ typedef struct {
     size_t chars;                /* characters of final text so far, the last token's included */
     int utf8_need;               /* continuation bytes the character the tokens' own bytes left open lacks */
     size_t open_char;            /* that character's offset */
+    size_t n_pushed;             /* tokens pushed */
+    int run_open;                /* a ByteFallback run has begun and no token has ended it */
+    srv_buf run;                 /* its bytes */
+    size_t run_start;            /* the character it begins at */
+    size_t run_first;            /* the first token pushed since it began (an index of the pushes) */
+    size_t *run_at;              /* [n_pushed - run_first]: the run's bytes before each of those tokens */
+    size_t cap_run_at;
+    size_t revised_first, n_revised; /* the tokens the last push or end placed again, and where */
+    size_t *revised;
+    size_t cap_revised;
 } srv_text;
 int srv_text_init(srv_text *t, const dt_model *m, dt_error *err);
 void srv_text_free(srv_text *t);
-/* The next token: *offset its character. -1 only when out of memory. */
+/* The next token: *offset its character (for a token of a ByteFallback run, until the run ends).
+ * -1 only when out of memory. */
 int srv_text_push(srv_text *t, int id, size_t *offset, dt_error *err);
-/* The tokens have ended: cur's final text is the rest, and nothing is left. */
+/* The tokens have ended: cur's final text is the rest, and nothing is left (a run still open ends:
+ * its tokens are placed again). */
 int srv_text_end(srv_text *t, dt_error *err);
 static inline const char *srv_text_rest(const srv_text *t) { return t->cur.p ? t->cur.p + t->n_fresh : ""; }
 static inline size_t srv_text_rest_len(const srv_text *t) { return t->cur.n - t->n_fresh; }
+/* 1 while the offset of push `index` may still change (it is in a ByteFallback run not yet ended). */
+static inline int srv_text_provisional(const srv_text *t, size_t index) {
+    return t->run_open && index >= t->run_first && index < t->n_pushed;
+}
+/* The last push's or end's new offsets into off[0..n), indexed by push (those past n left out). */
+void srv_text_revise(const srv_text *t, size_t *off, size_t n);
 
 /* Stop strings in text[0..n): the byte offset of the earliest occurrence of any of stops[0..k)
  * (empty strings never match), or -1 when none occurs. */

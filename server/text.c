@@ -166,6 +166,9 @@ void srv_text_free(srv_text *t) {
     dt_tok_stream_free(t->ts);
     srv_buf_free(&t->cur);
     srv_buf_free(&t->prev);
+    srv_buf_free(&t->run);
+    free(t->run_at);
+    free(t->revised);
     memset(t, 0, sizeof *t);
 }
 
@@ -189,21 +192,29 @@ static int text_update(srv_text *t, int rc, const char *fresh, size_t n, int end
     return 0;
 }
 
+typedef enum { OWN_NONE = 0, OWN_BYTE, OWN_TEXT } own_kind;
+
 /* The token's own bytes (*own malloc'd; none for an id that is no token, or a special one: they add
- * no text, the stream leaving special tokens out). -1 only when out of memory. */
-static int own_bytes(const srv_text *t, int id, char **own, size_t *n, dt_error *err) {
+ * no text, the stream leaving special tokens out), and what kind of token it is: a ByteFallback
+ * <0xXX> (the decoder gave its one byte) or another that writes text. -1 only when out of memory. */
+static int own_bytes(const srv_text *t, int id, char **own, size_t *n, own_kind *kind, dt_error *err) {
     *own = NULL;
     *n = 0;
+    *kind = OWN_NONE;
     if (t->tok && dt_tok_is_special(t->tok, id)) return 0;
     if (!t->tok) { /* a byte-level model: ids 0..255 are the bytes */
         if (id < 0 || id > 255) return 0;
         if (!(*own = malloc(1))) return dt_fail_oom(err, "decode: out of memory");
         (*own)[0] = (char)id;
         *n = 1;
+        *kind = OWN_TEXT;
         return 0;
     }
-    if (dt_tok_token_bytes(t->tok, id, own, n, err) == 0) return 0;
-    return err->code == DT_ERR_NOMEM ? -1 : 0;
+    if (dt_tok_token_bytes(t->tok, id, own, n, err) != 0) return err->code == DT_ERR_NOMEM ? -1 : 0;
+    size_t len;
+    const char *s = dt_tok_id_to_token(t->tok, id, &len);
+    *kind = *n == 1 && s && len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' ? OWN_BYTE : OWN_TEXT;
+    return 0;
 }
 
 /* The character the token's own bytes b[0..n) leave open at their end, the token beginning at
@@ -230,14 +241,69 @@ static void track_open_char(srv_text *t, const unsigned char *b, size_t n, size_
     }
 }
 
+/* Whether a run's bytes s[0..n) can still decode as UTF-8 (1: complete, 2: ending inside a
+ * character that later bytes may complete) or can no longer (0). */
+static int run_validity(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t part;
+        const size_t len = utf8_seq(s + i, n - i, &part);
+        if (len) {
+            i += len;
+            continue;
+        }
+        /* cut short by the end, not ill-formed: the lead byte and all that follows fit */
+        return s[i] >= 0xC2 && s[i] <= 0xF4 && i + part == n ? 2 : 0;
+    }
+    return 1;
+}
+
+/* Where a token of the run goes that has k of its bytes before it (a byte token: the k-th; one that
+ * writes nothing: where the next byte goes), while the run's n bytes so far decode as `validity`
+ * says: the character that byte is in (past the last: after them, or in the one still open), or
+ * when invalid its k-th U+FFFD. */
+static size_t run_offset(const srv_text *t, size_t k, size_t n, int validity) {
+    if (!validity) return t->run_start + k;
+    const unsigned char *u = (const unsigned char *)t->run.p;
+    size_t begun = 0;
+    for (size_t i = 0; i < k && i < n; i++) begun += (u[i] & 0xC0) != 0x80;
+    const int inside = k < n ? (u[k] & 0xC0) == 0x80 : validity == 2;
+    return t->run_start + begun - (inside && begun > 0);
+}
+
+/* The run ends (a token that is not a byte, or the end): every token since it began placed again. */
+static int run_end(srv_text *t, dt_error *err) {
+    if (!t->run_open) return 0;
+    const size_t n = t->n_pushed - t->run_first;
+    if (dt_grow(&t->revised, &t->cap_revised, n + 1, sizeof *t->revised, 16) != 0)
+        return dt_fail_oom(err, "decode: out of memory");
+    const int validity = run_validity((const unsigned char *)t->run.p, t->run.n) == 1;
+    for (size_t i = 0; i < n; i++) t->revised[i] = run_offset(t, t->run_at[i], t->run.n, validity);
+    t->revised_first = t->run_first;
+    t->n_revised = n;
+    t->run_open = 0;
+    t->run.n = 0;
+    return 0;
+}
+
+void srv_text_revise(const srv_text *t, size_t *off, size_t n) {
+    for (size_t i = 0; i < t->n_revised && t->revised_first + i < n; i++) off[t->revised_first + i] = t->revised[i];
+}
+
 int srv_text_push(srv_text *t, int id, size_t *offset, dt_error *err) {
+    t->n_revised = 0;
     t->prev.n = 0;
     srv_buf_put(&t->prev, srv_text_rest(t), srv_text_rest_len(t));
     srv_buf_put(&t->prev, "", 0);
     const size_t before = t->chars;
     char *own;
     size_t n_own;
-    if (own_bytes(t, id, &own, &n_own, err) != 0) return -1;
+    own_kind kind;
+    if (own_bytes(t, id, &own, &n_own, &kind, err) != 0) return -1;
+    /* a token that is not a byte ends the run: the decoder writes the run's text before its own */
+    if (kind == OWN_TEXT && run_end(t, err) != 0) {
+        free(own);
+        return -1;
+    }
     const char *fresh;
     size_t n;
     const int rc = dt_tok_stream_push(t->ts, id, &fresh, &n, err);
@@ -247,13 +313,34 @@ int srv_text_push(srv_text *t, int id, size_t *offset, dt_error *err) {
     }
     *offset = before + srv_token_start(t->prev.p, t->prev.n, t->cur.p, t->cur.n);
     const unsigned char *b = (const unsigned char *)own;
-    if (n_own > 0 && (b[0] & 0xC0) == 0x80 && t->utf8_need > 0) *offset = t->open_char;
-    if (n_own > 0) track_open_char(t, b, n_own, *offset);
+    if (kind == OWN_BYTE || (kind == OWN_NONE && t->run_open)) {
+        if (!t->run_open) { /* its first byte: where the text changed */
+            t->run_open = 1;
+            t->run_start = *offset;
+            t->run_first = t->n_pushed;
+            t->run.n = 0;
+            t->utf8_need = 0;
+        }
+        const size_t k = t->run.n, i = t->n_pushed - t->run_first;
+        if (kind == OWN_BYTE) srv_buf_put(&t->run, own, 1);
+        if (t->run.failed || dt_grow(&t->run_at, &t->cap_run_at, i + 1, sizeof *t->run_at, 16) != 0) {
+            free(own);
+            return dt_fail_oom(err, "decode: out of memory");
+        }
+        t->run_at[i] = k;
+        *offset = run_offset(t, k, t->run.n, run_validity((const unsigned char *)t->run.p, t->run.n));
+    } else {
+        if (n_own > 0 && (b[0] & 0xC0) == 0x80 && t->utf8_need > 0) *offset = t->open_char;
+        if (n_own > 0) track_open_char(t, b, n_own, *offset);
+    }
     free(own);
+    t->n_pushed++;
     return 0;
 }
 
 int srv_text_end(srv_text *t, dt_error *err) {
+    t->n_revised = 0;
+    if (run_end(t, err) != 0) return -1;
     const char *fresh;
     size_t n;
     const int rc = dt_tok_stream_flush(t->ts, &fresh, &n, err);

@@ -151,6 +151,9 @@ static void offsets_of(const dt_model *m, const int *ids, size_t n, size_t *off,
     assert_int_equal(srv_text_init(&t, m, &err), 0);
     for (size_t i = 0; i < n; i++) {
         if (srv_text_push(&t, ids[i], &off[i], &err) != 0) fail_msg("%s", err.msg);
+        srv_text_revise(&t, off, i);
+        for (size_t j = 0; j < i; j++)
+            if (off[j] > off[j + 1]) fail_msg("token %zu at %zu after token %zu at %zu", j + 1, off[j + 1], j, off[j]);
         srv_buf_put(text, t.cur.p, t.n_fresh);
         /* what it made final, then the rest: the decode of the ids so far (as valid UTF-8) */
         char *want, *got_all;
@@ -173,6 +176,7 @@ static void offsets_of(const dt_model *m, const int *ids, size_t n, size_t *off,
         free(want);
     }
     assert_int_equal(srv_text_end(&t, &err), 0);
+    srv_text_revise(&t, off, n);
     srv_buf_put(text, t.cur.p, t.n_fresh);
     srv_text_free(&t);
 }
@@ -245,7 +249,7 @@ static void test_offsets(void **state) {
     for (int i = 0; i < 7; i++) assert_true(seq[i] >= 0);
     offsets_of(&m, seq, 7, got, &text);
     assert_string_equal(text.p, "a日 a");
-    const size_t want_fb[] = {0, 0, 1, 1, 2, 1, 2}; /* the padding id at the end: 日 still open */
+    const size_t want_fb[] = {0, 0, 1, 1, 1, 1, 2}; /* the padding id: in 日, still open */
     for (int i = 0; i < 7; i++)
         if (got[i] != want_fb[i]) fail_msg("ByteFallback, 日: token %d at %zu, want %zu", i, got[i], want_fb[i]);
     srv_buf_free(&text);
@@ -272,6 +276,41 @@ static void test_offsets(void **state) {
     for (int i = 0; i < 9; i++)
         if (got4[i] != want4[i]) fail_msg("ByteFallback, U+1D11E: token %d at %zu, want %zu", i, got4[i], want4[i]);
     srv_buf_free(&text);
+    /* A run is placed by its bytes: é€ in one run is two characters (<0xE2> began the second, not
+     * the first, which the run's text could not show while it read as U+FFFDs); a run that is not
+     * valid UTF-8 decodes as one U+FFFD a byte token, each token at its own (they were all put at
+     * the first, and the token after the run three on); a run max_tokens cut short likewise; a
+     * token that writes nothing inside an invalid run goes where the next byte would */
+    const int b_id = dt_tok_token_to_id(tok, "b", 1);
+    int fb[6];
+    const char *const fbp[] = {"<0xC3>", "<0xA9>", "<0xE2>", "<0x82>", "<0xAC>", "<0x41>"};
+    for (int i = 0; i < 6; i++) assert_true((fb[i] = dt_tok_token_to_id(tok, fbp[i], 6)) >= 0);
+    assert_true(b_id >= 0);
+    static const struct {
+        int n, ids[8];
+        const char *text;
+        size_t want[8];
+    } runs[] = {
+        {8, {1, -1, 0, 1, 2, 3, 4, -2}, "a\xC3\xA9\xE2\x82\xAC" "b", {0, 0, 1, 1, 2, 2, 2, 3}},
+        {6, {1, -1, 0, 1, 2, -2}, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b", {0, 0, 1, 2, 3, 4}},
+        {4, {1, -1, 2, 3}, "a\xEF\xBF\xBD\xEF\xBF\xBD", {0, 0, 1, 2}},
+        {5, {1, -1, 2, -3, -2}, "a\xEF\xBF\xBD" "b", {0, 0, 1, 2, 2}},
+        {6, {1, -1, 2, 3, 5, 4}, "a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD", {0, 0, 1, 2, 3, 4}},
+    };
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        int ids[8];
+        size_t got_r[8];
+        for (int i = 0; i < runs[r].n; i++) {
+            const int v = runs[r].ids[i];
+            ids[i] = i == 0 ? v : v == -1 ? a : v == -2 ? b_id : v == -3 ? 1 : fb[v];
+        }
+        offsets_of(&m, ids, (size_t)runs[r].n, got_r, &text);
+        assert_string_equal(text.p, runs[r].text);
+        for (int i = 0; i < runs[r].n; i++)
+            if (got_r[i] != runs[r].want[i])
+                fail_msg("ByteFallback run %zu: token %d at %zu, want %zu", r, i, got_r[i], runs[r].want[i]);
+        srv_buf_free(&text);
+    }
     dt_model_free(&m);
 }
 

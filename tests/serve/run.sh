@@ -60,6 +60,12 @@ PYEOF
     rm -f "$S/$fx/difftrans_tokenizer.json" "$S/$fx/generation_config.json"
     cp "$HERE/../tokenizer/fixtures/$fx.json" "$S/$fx/tokenizer.json"
 done
+# a model trained over the ByteFallback tokenizer on text whose € is not in its vocabulary: greedy
+# replies hold runs of <0xXX> tokens (E2 82 AC) that prompts and max_tokens can cut
+mkdir -p "$S/fbtok" && cp "$HERE/../tokenizer/fixtures/llama2_like.json" "$S/fbtok/tokenizer.json"
+for i in $(seq 1 400); do echo 'a€b c€d a€b é€'; done >"$S/fb.txt"
+expect_ok "train the ByteFallback model" "$DT" train --data "$S/fb.txt" --tokenizer "$S/fbtok" --arch transformer \
+    --out "$S/u8fbt" --steps 150 "${TRAIN[@]}"
 expect_ok "init an untrained medium model (slow to decode)" "$DT" init --out "$S/slow" --preset medium --arch diff
 # the llama baseline with a final norm at the largest float (loading refuses a NaN or inf weight, not
 # one that overflows what it multiplies): its logits are inf and NaN
@@ -142,6 +148,7 @@ start_server u8byte u8byte "llama" 2 256 "$S/u8byte" --parallel 2 --chat-templat
 start_server u8bpe u8bpe "llama" 2 256 "$S/u8bpe" --parallel 2 --chat-template chatml
 start_server u8meta metaspace_first "llama" 2 256 "$S/metaspace_first" --parallel 2
 start_server u8fb llama2_like "llama" 2 256 "$S/llama2_like" --parallel 2
+start_server u8fbt u8fbt "llama" 2 256 "$S/u8fbt" --parallel 2
 if [ "$N_FAIL" -ne 0 ]; then finish serve_openai; fi
 url() { echo "http://127.0.0.1:${PORT[$1]}"; }
 cat >"$S/config.json" <<EOF
@@ -161,7 +168,8 @@ cat >"$S/config.json" <<EOF
   "u8byte": {"url": "$(url u8byte)", "pid": ${PID[u8byte]}, "name": "u8byte"},
   "u8bpe": {"url": "$(url u8bpe)", "pid": ${PID[u8bpe]}, "name": "u8bpe"},
   "u8meta": {"url": "$(url u8meta)", "pid": ${PID[u8meta]}, "name": "metaspace_first"},
-  "u8fb": {"url": "$(url u8fb)", "pid": ${PID[u8fb]}, "name": "llama2_like"}
+  "u8fb": {"url": "$(url u8fb)", "pid": ${PID[u8fb]}, "name": "llama2_like"},
+  "u8fbt": {"url": "$(url u8fbt)", "pid": ${PID[u8fbt]}, "name": "u8fbt"}
  }
 }
 EOF
@@ -194,7 +202,7 @@ else
     echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
 fi
 
-for n in main key q8 llama v2 v2x broken u8byte u8bpe u8meta u8fb; do stop_server $n; done
+for n in main key q8 llama v2 v2x broken u8byte u8bpe u8meta u8fb u8fbt; do stop_server $n; done
 
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server
