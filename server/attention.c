@@ -223,8 +223,8 @@ int srv_attention(srv *s, const char *body, size_t len, char **json, size_t *jso
     *json = NULL;
     if (srv_json_has_nul(body, len)) return srv_bad(e, NULL, SRV_NUL_REFUSED);
     if (!srv_utf8_valid(body, len)) return srv_bad(e, NULL, "the request body is not valid UTF-8");
-    cJSON *root = cJSON_ParseWithLength(body, len);
-    if (!root) return srv_bad(e, NULL, "the request body is not valid JSON");
+    cJSON *root = srv_json_parse(body, len, e);
+    if (!root) return -1;
     int rc = 0;
     att_job a = {.m = m, .l0 = 0, .l1 = L, .h0 = 0, .h1 = Hout};
     a.maps_per_head = c->arch == DT_ARCH_LLAMA ? 1 : 2;

@@ -139,6 +139,23 @@ int srv_fail_dt(srv_err *e, const dt_error *err, const char *param) {
     }
 }
 
+cJSON *srv_json_parse(const char *body, size_t len, srv_err *e) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
+    if (!root) {
+        srv_bad(e, NULL, "the request body is not valid JSON");
+        return NULL;
+    }
+    /* cJSON stops after the first value: what follows it would be dropped unread */
+    for (; end && end < body + len; end++)
+        if (*end != ' ' && *end != '\t' && *end != '\n' && *end != '\r') {
+            srv_bad(e, NULL, "the request body is not valid JSON: byte %zu follows its value", (size_t)(end - body));
+            cJSON_Delete(root);
+            return NULL;
+        }
+    return root;
+}
+
 char *srv_err_json(const srv_err *e) {
     cJSON *root = cJSON_CreateObject(), *o = cJSON_AddObjectToObject(root, "error");
     if (!o) {
@@ -608,12 +625,12 @@ int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_
     const unsigned long long id = __atomic_fetch_add(&s->next_id, 1, __ATOMIC_RELAXED);
     snprintf(j->id, sizeof j->id, "%s-%08lx%016llx", kind == SRV_JOB_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, id);
-    cJSON *root = srv_json_has_nul(body, len) ? NULL : cJSON_ParseWithLength(body, len);
+    cJSON *root = srv_json_has_nul(body, len) ? NULL : srv_json_parse(body, len, e);
     int rc = 0;
     if (!root && srv_json_has_nul(body, len)) rc = srv_bad(e, NULL, SRV_NUL_REFUSED);
     /* every string the reply echoes (model, a role in a message) would be invalid JSON text too */
     else if (root && !srv_utf8_valid(body, len)) rc = srv_bad(e, NULL, "the request body is not valid UTF-8");
-    else if (!root) rc = srv_bad(e, NULL, "the request body is not valid JSON");
+    else if (!root) rc = -1; /* srv_json_parse said why */
     else if (!cJSON_IsObject(root)) rc = srv_bad(e, NULL, "the request body must be a JSON object");
     else rc = parse_request(j, root, e);
     cJSON_Delete(root);

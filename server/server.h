@@ -207,6 +207,10 @@ int srv_bad(srv_err *e, const char *param, const char *fmt, ...) __attribute__((
 /* The error of a failed library call: INVALID → 400, BUSY → 503 queue_full, NOMEM and the rest →
  * 500. */
 int srv_fail_dt(srv_err *e, const dt_error *err, const char *param);
+/* A request body as JSON: one value, nothing after it but white space (RFC 8259's JSON-text;
+ * cJSON alone takes '{"max_tokens": 5} {"n": 9}' as its first object). NULL with a 400 in e when it
+ * is not. */
+struct cJSON *srv_json_parse(const char *body, size_t len, srv_err *e);
 /* {"error": {...}} (malloc'd; NULL when out of memory). */
 char *srv_err_json(const srv_err *e);
 

@@ -666,9 +666,13 @@ test('errors: a body over --max-body is 413 body_too_large; one under it is serv
 });
 
 test('errors: JSON that does not parse, or is not an object', async () => {
-  for (const text of ['{"prompt": ', 'not json', '', '[1, 2]', '"a string"', '{"prompt": "x",}']) {
+  // a second value or anything else after the object (cJSON read the first and dropped the rest)
+  for (const text of ['{"prompt": ', 'not json', '', '[1, 2]', '"a string"', '{"prompt": "x",}', '{"prompt": "x"} x',
+    '{"prompt": "x"}{"max_tokens": 1}']) {
     rawError(await raw(S.main.url, '/v1/completions', { body: text }), 400, 'invalid_request_error', undefined, `body ${JSON.stringify(text)}`);
     rawError(await raw(S.main.url, '/v1/chat/completions', { body: text }), 400, 'invalid_request_error', undefined, `chat body ${JSON.stringify(text)}`);
+    rawError(await raw(S.main.url, '/v1/difftrans/attention', { body: text }), 400, 'invalid_request_error', undefined,
+      `attention body ${JSON.stringify(text)}`);
   }
 });
 
