@@ -85,6 +85,7 @@ struct srv_job {
     int n, max_tokens;
     dt_sampler sampler;
     uint64_t seed;
+    uint64_t serial;             /* the server's count of requests (from a random start): the id's */
     char *stops[MAX_STOPS + 1];
     int n_stops;
     int echo;
@@ -483,7 +484,13 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     j->sampler.temperature = (float)temperature;
     j->sampler.top_p = (float)top_p;
     j->sampler.top_k = (int)top_k;
-    j->seed = (uint64_t)seed;
+    /* without a seed every request draws its own (as OpenAI's: the same request twice at a
+     * temperature gave the same text, a fixed default seed): the request's serial, mixed
+     * (splitmix64's finaliser) so that consecutive requests' seeds share no bits */
+    uint64_t z = j->serial + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    j->seed = field(root, "seed") ? (uint64_t)seed : z ^ (z >> 31);
     j->stream = stream;
     j->include_usage = include_usage;
     j->echo = echo;
@@ -623,6 +630,7 @@ int srv_job_create(srv *s, srv_job_kind kind, const char *body, size_t len, srv_
     j->kind = kind;
     j->created = (long)time(NULL);
     const unsigned long long id = __atomic_fetch_add(&s->next_id, 1, __ATOMIC_RELAXED);
+    j->serial = id;
     snprintf(j->id, sizeof j->id, "%s-%08lx%016llx", kind == SRV_JOB_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)j->created, id);
     cJSON *root = srv_json_has_nul(body, len) ? NULL : srv_json_parse(body, len, e);

@@ -122,7 +122,7 @@ test('completions: a list of prompts (text and ids), n > 1, index = prompt_index
   }
 });
 
-test('completions: sampling with n > 1 gives different choices; a seed reproduces them; a fixed default seed', async () => {
+test('completions: sampling with n > 1 gives different choices; a seed reproduces them; without one each request draws anew', async () => {
   const req = { model: 'm', prompt: 'The program', max_tokens: 24, temperature: 1, n: 3, seed: 123 };
   const a = await main.completions.create(req);
   const b = await main.completions.create(req);
@@ -133,10 +133,13 @@ test('completions: sampling with n > 1 gives different choices; a seed reproduce
   assert.notDeepEqual(texts(c), texts(a), 'another seed gives other choices');
   const greedy = E.diff.greedy.find((g) => g.prompt === 'The program' && g.max_tokens === 24);
   assert.ok(texts(a).some((t) => t !== greedy.text), 'temperature 1 is not greedy');
+  // as OpenAI's: without a seed the same request twice samples two replies (a fixed default seed
+  // gave every unseeded request the same text); null is no seed
   const { seed, ...noSeed } = req;
   const d = await main.completions.create(noSeed);
-  const e = await main.completions.create(noSeed);
-  assert.deepEqual(texts(d), texts(e), 'without a seed replies are reproducible (a fixed default seed)');
+  const e = await main.completions.create({ ...noSeed, seed: null });
+  assert.notDeepEqual(texts(d), texts(e), 'without a seed two requests sampled the same 3 × 24 tokens');
+  assert.notDeepEqual(texts(d), texts(a), 'without a seed, the choices of seed 123');
 });
 
 test('completions: top_k 1 and a tiny top_p are greedy at temperature 1; max_tokens defaults to 16', async () => {
