@@ -411,6 +411,40 @@ static int parse_messages(srv_job *j, const cJSON *root, srv_err *e) {
     return rc;
 }
 
+/* OpenAI parameters this server cannot honour, refused when they would change the reply (they were
+ * read past, so a logit_bias banning a token, best_of 4, a suffix, a tool list or a JSON
+ * response_format came back as if never asked for); their neutral values pass, as clients send
+ * them. */
+static int refuse_unsupported(const cJSON *root, int chat, long n, srv_err *e) {
+    const cJSON *lb = field(root, "logit_bias");
+    if (lb && (!cJSON_IsObject(lb) || lb->child))
+        return srv_bad(e, "logit_bias", "logit_bias: not supported (only {} or null)");
+    if (!chat) {
+        const cJSON *bo = field(root, "best_of"), *sfx = field(root, "suffix");
+        if (bo && (!is_integer(bo) || (bo->valuedouble != 1 && bo->valuedouble != (double)n)))
+            return srv_bad(e, "best_of", "best_of %g: not supported (only 1, or n = %ld)",
+                           cJSON_IsNumber(bo) ? bo->valuedouble : 0.0, n);
+        if (sfx && (!cJSON_IsString(sfx) || sfx->valuestring[0]))
+            return srv_bad(e, "suffix", "suffix: not supported (only \"\" or null)");
+        return 0;
+    }
+    const cJSON *tools = field(root, "tools"), *fns = field(root, "functions"), *rf = field(root, "response_format");
+    if (tools && (!cJSON_IsArray(tools) || tools->child))
+        return srv_bad(e, "tools", "tools: not supported (this server has no tool calling; only [] or null)");
+    if (fns && (!cJSON_IsArray(fns) || fns->child))
+        return srv_bad(e, "functions", "functions: not supported (this server has no function calling)");
+    const cJSON *tc = field(root, "tool_choice");
+    if (tc && !(cJSON_IsString(tc) && (!strcmp(tc->valuestring, "none") || !strcmp(tc->valuestring, "auto"))))
+        return srv_bad(e, "tool_choice", "tool_choice: not supported (only \"none\" or \"auto\" without tools)");
+    if (rf) {
+        const cJSON *type = cJSON_IsObject(rf) ? cJSON_GetObjectItemCaseSensitive(rf, "type") : NULL;
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text"))
+            return srv_bad(e, "response_format", "response_format: only {\"type\": \"text\"} (this server does not "
+                                                 "constrain replies to JSON)");
+    }
+    return 0;
+}
+
 static int parse_stop(srv_job *j, const cJSON *root, srv_err *e) {
     const cJSON *st = field(root, "stop");
     if (!st) return 0;
@@ -479,6 +513,7 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
         if (get_num(root, penalties[i], -2, 2, &v, e) != 0) return -1;
         if (v != 0) return srv_bad(e, penalties[i], "%s %g: not supported (only 0)", penalties[i], v);
     }
+    if (refuse_unsupported(root, chat, n, e) != 0) return -1;
     if (parse_stop(j, root, e) != 0) return -1;
     j->n = (int)n;
     j->sampler.temperature = (float)temperature;

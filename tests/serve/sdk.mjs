@@ -337,6 +337,18 @@ test('chat completions: bad messages are refused', async () => {
     [{ messages: [{ role: 'user', content: 5 }] }, 'content not a string'], [{ messages: 'hi' }, 'messages not a list'], [{}, 'no messages field']]) {
     await sdkError(main.chat.completions.create({ model: 'c', max_tokens: 2, ...body }), sdk.BadRequestError, 400, 'invalid_request_error', undefined, what);
   }
+  // what the server cannot honour is refused naming it (a tool list or a JSON response_format was
+  // read past: a plain-text reply came back as if they had been honoured); neutral values pass
+  const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object', properties: {} } } };
+  for (const [extra, param] of [[{ tools: [tool] }, 'tools'], [{ tool_choice: 'required' }, 'tool_choice'],
+    [{ response_format: { type: 'json_object' } }, 'response_format'], [{ logit_bias: { 5: -100 } }, 'logit_bias']]) {
+    const e = await sdkError(main.chat.completions.create({ model: 'c', max_tokens: 2, messages: MESSAGES, ...extra }),
+      sdk.BadRequestError, 400, 'invalid_request_error', undefined, param);
+    assert.equal(e.param, param);
+  }
+  const ok = await main.chat.completions.create({ model: 'c', max_tokens: 2, messages: MESSAGES, tools: [], tool_choice: 'none',
+    response_format: { type: 'text' }, logit_bias: {} });
+  assert.equal(ok.choices.length, 1);
 });
 
 // ---------------------------------------------------------------- logprobs and echo
@@ -690,11 +702,17 @@ test('errors: wrong types and invalid values name the field', async () => {
     [{ prompt: 'x', echo: 1 }, 'echo'], [{ prompt: 'x', stop: 5 }, 'stop'], [{ prompt: 'x', stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
     [{ prompt: 'x', seed: 'x' }, 'seed'], [{ prompt: 'x', logprobs: -1 }, 'logprobs'], [{ prompt: 'x', presence_penalty: 0.5 }, 'presence_penalty'],
     [{ prompt: 'x', frequency_penalty: 1 }, 'frequency_penalty'],
+    // what the server cannot honour is refused, not read past (the reply came back as if not asked)
+    [{ prompt: 'x', logit_bias: { 5: 100 } }, 'logit_bias'], [{ prompt: 'x', best_of: 3 }, 'best_of'],
+    [{ prompt: 'x', suffix: 'end' }, 'suffix'],
   ];
   for (const [body, param] of cases) {
     const e = await sdkError(main.completions.create({ model: 'm', ...body }), sdk.BadRequestError, 400, 'invalid_request_error', undefined, JSON.stringify(body));
     assert.equal(e.param, param, `${JSON.stringify(body)}: param`);
   }
+  // their neutral values are served, as clients send them
+  const ok = await main.completions.create({ model: 'm', prompt: 'x', max_tokens: 2, n: 2, logit_bias: {}, best_of: 2, suffix: null });
+  assert.equal(ok.choices.length, 2);
   // and nothing was left running
   const h = await raw(S.main.url, '/health', { method: 'GET' });
   assert.equal(h.json.slots_in_use, 0);
