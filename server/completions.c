@@ -360,13 +360,15 @@ static int parse_messages(srv_job *j, const cJSON *root, srv_err *e) {
             rc = srv_bad(e, "messages", "messages[%d]: expected {\"role\": ..., \"content\": ...}", i);
             break;
         }
-        if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "user") &&
-            strcmp(role->valuestring, "assistant")) {
-            rc = srv_bad(e, "messages", "messages[%d].role '%s': expected system, user or assistant", i,
+        if (strcmp(role->valuestring, "system") && strcmp(role->valuestring, "developer") &&
+            strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")) {
+            rc = srv_bad(e, "messages", "messages[%d].role '%s': expected system, developer, user or assistant", i,
                          role->valuestring);
             break;
         }
-        m[i].role = role->valuestring;
+        /* OpenAI's newer name of the system message (the SDKs' examples send it): the templates
+         * know system */
+        m[i].role = strcmp(role->valuestring, "developer") ? role->valuestring : "system";
         if (cJSON_IsString(content)) {
             m[i].content = content->valuestring;
             m[i].len = strlen(content->valuestring);

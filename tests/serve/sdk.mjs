@@ -351,6 +351,14 @@ test('chat completions: bad messages are refused', async () => {
   assert.equal(ok.choices.length, 1);
 });
 
+test('chat completions: a developer message is a system message (OpenAI\'s newer name for it)', async () => {
+  const req = { model: 'c', max_tokens: 8, temperature: 0 };
+  const sys = await main.chat.completions.create({ ...req, messages: MESSAGES });
+  const dev = await main.chat.completions.create({ ...req, messages: [{ ...MESSAGES[0], role: 'developer' }, MESSAGES[1]] });
+  assert.equal(dev.choices[0].message.content, sys.choices[0].message.content);
+  assert.deepEqual(dev.usage, sys.usage);
+});
+
 // ---------------------------------------------------------------- logprobs and echo
 
 const LP = cfg.expect.logprobs;
