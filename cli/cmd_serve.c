@@ -22,7 +22,8 @@ static void help(void) {
            "Requests are decoded together: up to --parallel sequences share every step, joining and\n"
            "leaving between steps. Prints one line, 'difftrans serve: listening on http://HOST:PORT\n"
            "(...)', when ready; one line per request on stderr. SIGINT / SIGTERM: no new connections,\n"
-           "the requests in flight get 10 s to finish (then they end, finish_reason \"length\"), exit 0.\n\n"
+           "the requests in flight get --drain-timeout to finish (then they end with a 503\n"
+           "shutting_down error, an error event when streamed), exit 0.\n\n"
            "  --host ADDR              address to listen on (a name or a numeric IPv4 / IPv6 address);\n"
            "                           anything but loopback exposes the model to the network [127.0.0.1]\n"
            "  --port N                 TCP port, 0 = any free one (the line printed says which) [8080]\n"
@@ -45,6 +46,8 @@ static void help(void) {
            "                           arrive [max(512, 2 x (queue + parallel) + 64)]\n"
            "  --timeout S              seconds a connection may stay silent (idle between requests, or\n"
            "                           sending its request) before it is closed [30]\n"
+           "  --drain-timeout S        seconds the requests in flight get to finish after SIGINT /\n"
+           "                           SIGTERM [10]\n"
            "  --quiet                  no log lines on stderr\n"
            "  -h, --help               this text\n");
 }
@@ -88,6 +91,7 @@ int cmd_serve(int argc, char **argv) {
         {"model-name", required_argument, 0, 'n'},
         {"max-connections", required_argument, 0, 'C'},
         {"timeout", required_argument, 0, 'T'},
+        {"drain-timeout", required_argument, 0, 'D'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -134,6 +138,7 @@ int cmd_serve(int argc, char **argv) {
             break;
         case 'C': bad = parse_int(cmd, "--max-connections", optarg, 1, 65536, &o.max_connections); break;
         case 'T': bad = parse_int(cmd, "--timeout", optarg, 1, 3600, &o.timeout_s); break;
+        case 'D': bad = parse_int(cmd, "--drain-timeout", optarg, 0, 3600, &o.drain_s); break;
         case 'Q': o.quiet = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);

@@ -98,6 +98,7 @@ struct srv_job {
     int n_choices;
     int head_sent, done_sent;
     int failed;                  /* a decode failed (out of memory): the reply is an error */
+    int cancelled;               /* srv_job_cancel: its requests' ends are ours, not the engine's */
     srv_err model_error;         /* status 0, or a choice the engine ended with DT_STOP_ERROR: the reply is
                                     this error */
 };
@@ -883,6 +884,15 @@ static void on_event(srv_job *j, choice *c, const dt_event *ev) {
                      ev->error ? ev->error : "the model's step failed");
             srv_job_cancel(j); /* the other choices: the reply is this error */
         }
+        /* not a cancel of ours (a stop string, the client gone): the engine stopped under it, the
+         * server shutting down past its --drain-timeout. A reply cut there is not one that reached
+         * max_tokens, which finish_reason "length" would tell the client */
+        if (ev->stop == DT_STOP_CANCELLED && !j->cancelled && !j->model_error.status) {
+            srv_fail(&j->model_error, 503, "server_error", "shutting_down", NULL,
+                     "the server shut down before the reply was complete (%d tokens generated); send it again",
+                     ev->n_generated);
+            srv_job_cancel(j);
+        }
         break;
     }
 }
@@ -921,6 +931,7 @@ int srv_job_pump(srv_job *j, double wait_s) {
 }
 
 void srv_job_cancel(srv_job *j) {
+    j->cancelled = 1;
     for (int i = 0; i < j->n_choices; i++)
         if (j->c[i].q) dt_engine_cancel(j->c[i].q);
 }

@@ -22,7 +22,6 @@
 /* How long a waiting handler sleeps between looks at its client's socket. */
 #define POLL_S 0.05
 /* Requests in flight get this long to finish after SIGINT / SIGTERM. */
-#define DRAIN_S 10.0
 #define ANSWER_S 2.0 /* then, the engine stopped, for the handlers still running to answer */
 
 typedef struct {
@@ -59,6 +58,7 @@ void srv_options_defaults(srv_options *o) {
     o->max_body = (size_t)1 << 20;
     o->attention_max_tokens = 256;
     o->timeout_s = 30;
+    o->drain_s = 10;
 }
 
 static srv_endpoint endpoint_of(const char *url) {
@@ -459,10 +459,10 @@ int srv_serve(srv *s, const char *arch, dt_error *err) {
         fprintf(stderr,
                 "difftrans serve: %s: no new connections; finishing the requests in flight (at most %.0f s, then "
                 "%.0f s for what is left to answer)\n",
-                strsignal(sig), DRAIN_S, ANSWER_S);
+                strsignal(sig), (double)s->opt.drain_s, ANSWER_S);
     const MHD_socket ls = MHD_quiesce_daemon(h.d);
     if (ls != MHD_INVALID_SOCKET) close(ls);
-    drain(&h, DRAIN_S, &sigs);
+    drain(&h, (double)s->opt.drain_s, &sigs);
     /* what is still running ends now: its last event says cancelled, and its handler answers */
     pthread_rwlock_wrlock(&s->engine_lock);
     s->engine_closed = 1;

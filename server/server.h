@@ -166,6 +166,7 @@ typedef struct {
     const char *model_name;      /* [the directory's basename] */
     int max_connections;         /* 0: max(512, 2·(queue + parallel) + 64) */
     int timeout_s;               /* a connection silent this long is closed [30] */
+    int drain_s;                 /* seconds the requests in flight get after SIGINT / SIGTERM [10] */
     int quiet;
 } srv_options;
 
@@ -279,7 +280,7 @@ char *srv_metrics_text(srv_metrics *mt, const dt_engine_stats *st, size_t *len);
 
 /* Serves until SIGINT / SIGTERM (which the caller has blocked in every thread: the main thread
  * waits for them with sigwait), then stops accepting, lets requests in flight finish for up to
- * 10 s, frees the engine (ending the rest) and returns 0. -1 with a message in err when the
+ * opt.drain_s, frees the engine (ending the rest: 503 shutting_down) and returns 0. -1 with a message in err when the
  * daemon cannot start. The listening line goes to stdout. */
 int srv_serve(srv *s, const char *arch, dt_error *err);
 

@@ -206,7 +206,8 @@ for n in main key q8 llama v2 v2x broken u8byte u8bpe u8meta u8fb u8fbt; do stop
 
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server
-# stops accepting, lets the stream end (finish_reason set, usage, [DONE]) within 10 s, exits 0.
+# stops accepting, lets the stream end (finish_reason set, usage, [DONE]) within 10 s, exits 0; a
+# machine too slow for 1000 tokens in 10 s sees the stream end with the shutting_down error event.
 curl -sN -H 'content-type: application/json' \
     -d "{\"prompt\": \"a\", \"max_tokens\": 1000, \"stream\": true, \"stream_options\": {\"include_usage\": true}}" \
     "$(url slow)/v1/completions" >"$S/term_stream.txt" 2>/dev/null &
@@ -226,12 +227,43 @@ stop_server slow signalled
 T_EXIT=$(date +%s.%N)
 T_DRAIN=$(awk -v a="$T_EXIT" -v b="$T_TERM" 'BEGIN { printf "%.1f", a - b }')
 wait $CURL
-check "the stream in flight ended with a finish_reason" grep -qE '"finish_reason": ?"(length|stop)"' "$S/term_stream.txt"
-# it ran to its max_tokens, or was ended after the 10 s it is given
-done_tokens=$(grep -o '"completion_tokens": \?[0-9]*' "$S/term_stream.txt" | grep -o '[0-9]*$' | tail -n 1)
-check "the stream in flight finished (${done_tokens:-no} of 1000 tokens, the server exited $T_DRAIN s after SIGTERM)" \
-    awk -v n="${done_tokens:-0}" -v t="$T_DRAIN" 'BEGIN { exit !(n == 1000 || t >= 9.5) }'
-check "then its usage and [DONE]" sh -c "tail -n 4 '$S/term_stream.txt' | grep -q '\"usage\"' && tail -n 2 '$S/term_stream.txt' | grep -qx 'data: \[DONE\]'"
+if grep -q '"shutting_down"' "$S/term_stream.txt"; then
+    check "the stream cut by the shutdown was given its 10 s (the server exited $T_DRAIN s after SIGTERM)" \
+        awk -v t="$T_DRAIN" 'BEGIN { exit !(t >= 9.5) }'
+else
+    check "the stream in flight ended with a finish_reason" grep -qE '"finish_reason": ?"(length|stop)"' "$S/term_stream.txt"
+    done_tokens=$(grep -o '"completion_tokens": \?[0-9]*' "$S/term_stream.txt" | grep -o '[0-9]*$' | tail -n 1)
+    check "the stream in flight finished (${done_tokens:-no} of 1000 tokens)" test "${done_tokens:-0}" = 1000
+    check "then its usage and [DONE]" sh -c "tail -n 4 '$S/term_stream.txt' | grep -q '\"usage\"' && tail -n 2 '$S/term_stream.txt' | grep -qx 'data: \[DONE\]'"
+fi
+
+# ---------------------------------------------------------------- requests cut by the shutdown
+# --drain-timeout 0: what is in flight at SIGTERM is cut at once. A reply cut short is not one that
+# reached max_tokens (it came back as 200 with finish_reason "length"): a whole reply is a 503
+# shutting_down, a stream ends with that error event and no [DONE] (the SDKs raise it); exit 0.
+start_server cut slow "diffllama" 2 1024 "$S/slow" --parallel 2 --drain-timeout 0
+if [ -n "${PORT[cut]:-}" ]; then
+    curl -sN -H 'content-type: application/json' -d '{"prompt": "a", "max_tokens": 1000, "stream": true}' \
+        "$(url cut)/v1/completions" >"$S/cut_stream.txt" 2>/dev/null &
+    CURL_S=$!
+    curl -s -o "$S/cut_whole.txt" -w '%{http_code}' -H 'content-type: application/json' \
+        -d '{"prompt": "a", "max_tokens": 1000}' "$(url cut)/v1/completions" >"$S/cut_whole.code" 2>/dev/null &
+    CURL_W=$!
+    # both in a slot, the stream past its first chunk
+    for k in $(seq 1 $((200 * SCALE))); do
+        grep -q '^data: {' "$S/cut_stream.txt" 2>/dev/null &&
+            curl -s "$(url cut)/health" 2>/dev/null | grep -q '"slots_in_use": \?2' && break
+        sleep 0.05
+    done
+    kill -TERM "${PID[cut]}"
+    stop_server cut signalled
+    wait $CURL_S $CURL_W
+    check "a stream cut by the shutdown ends with the shutting_down error event" \
+        sh -c "tail -n 2 '$S/cut_stream.txt' | grep -q '^data: {\"error\":.*\"code\":\"shutting_down\"'"
+    check "and neither a finish_reason nor [DONE]" sh -c "! grep -qE '\"finish_reason\":\"|^data: \[DONE\]' '$S/cut_stream.txt'"
+    check "a whole reply cut by the shutdown is 503 shutting_down (got $(cat "$S/cut_whole.code"))" \
+        sh -c "test \"\$(cat '$S/cut_whole.code')\" = 503 && grep -q '\"code\":\"shutting_down\"' '$S/cut_whole.txt'"
+fi
 
 # ---------------------------------------------------------------- stalled connections
 # --max-connections 8: eight clients that connect and send half a request hold every connection (a
