@@ -1181,6 +1181,12 @@ int srv_job_stream(srv_job *j, srv_buf *out) {
     for (int i = 0; i < j->n_choices; i++) {
         choice *c = &j->c[i];
         if (c->end_sent) continue;
+        /* an echo goes out with its tokens' entries, which the engine gives as it reads the prompt:
+         * sent before them, the prompt's text came with the first token's entry alone */
+        if (j->echo && j->logprobs >= 0 && !c->ended && c->n_lp < c->n_prompt) {
+            all_ended = 0;
+            continue;
+        }
         const char *text = c->text.p ? c->text.p : "";
         /* with echo, the prompt's part of the text is known once the completion's start is */
         const size_t lim = !c->settled && !c->ended ? c->pre_final

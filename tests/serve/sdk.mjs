@@ -238,6 +238,13 @@ test('streaming completions: logprobs ride along with the chunks', async () => {
     c.logprobs.token_logprobs.forEach((x) => isLogprob(x, 'streamed token_logprob'));
   }
   assert.equal(n, ev[ev.length - 2].usage.completion_tokens, 'one logprob per streamed token');
+  // with echo the prompt's text comes with its tokens' entries (it came with the first token's
+  // alone, the others in the next chunk with the first generated token's text)
+  const e = parseSSE((await raw(S.main.url, '/v1/completions', { body: { prompt: 'The program', max_tokens: 3, temperature: 0,
+    logprobs: 0, echo: true, stream: true, stream_options: { include_usage: true } } })).text);
+  const first = e[0].choices[0];
+  assert.ok(first.text.startsWith('The program'), JSON.stringify(first.text));
+  assert.ok(first.logprobs.tokens.length >= e[e.length - 2].usage.prompt_tokens, JSON.stringify(first.logprobs));
 });
 
 // ---------------------------------------------------------------- chat
