@@ -231,10 +231,12 @@ if grep -q '"shutting_down"' "$S/term_stream.txt"; then
     check "the stream cut by the shutdown was given its 10 s (the server exited $T_DRAIN s after SIGTERM)" \
         awk -v t="$T_DRAIN" 'BEGIN { exit !(t >= 9.5) }'
 else
-    check "the stream in flight ended with a finish_reason" grep -qE '"finish_reason": ?"(length|stop)"' "$S/term_stream.txt"
+    check "the stream in flight ended with a finish_reason" \
+        grep -qE '"finish_reason": ?"(length|stop)"' "$S/term_stream.txt"
     done_tokens=$(grep -o '"completion_tokens": \?[0-9]*' "$S/term_stream.txt" | grep -o '[0-9]*$' | tail -n 1)
     check "the stream in flight finished (${done_tokens:-no} of 1000 tokens)" test "${done_tokens:-0}" = 1000
-    check "then its usage and [DONE]" sh -c "tail -n 4 '$S/term_stream.txt' | grep -q '\"usage\"' && tail -n 2 '$S/term_stream.txt' | grep -qx 'data: \[DONE\]'"
+    check "then its usage and [DONE]" sh -c "tail -n 4 '$S/term_stream.txt' | grep -q '\"usage\"' &&
+        tail -n 2 '$S/term_stream.txt' | grep -qx 'data: \[DONE\]'"
 fi
 
 # ---------------------------------------------------------------- requests cut by the shutdown
@@ -260,7 +262,8 @@ if [ -n "${PORT[cut]:-}" ]; then
     wait $CURL_S $CURL_W
     check "a stream cut by the shutdown ends with the shutting_down error event" \
         sh -c "tail -n 2 '$S/cut_stream.txt' | grep -q '^data: {\"error\":.*\"code\":\"shutting_down\"'"
-    check "and neither a finish_reason nor [DONE]" sh -c "! grep -qE '\"finish_reason\":\"|^data: \[DONE\]' '$S/cut_stream.txt'"
+    check "and neither a finish_reason nor [DONE]" \
+        sh -c "! grep -qE '\"finish_reason\":\"|^data: \[DONE\]' '$S/cut_stream.txt'"
     check "a whole reply cut by the shutdown is 503 shutting_down (got $(cat "$S/cut_whole.code"))" \
         sh -c "test \"\$(cat '$S/cut_whole.code')\" = 503 && grep -q '\"code\":\"shutting_down\"' '$S/cut_whole.txt'"
 fi

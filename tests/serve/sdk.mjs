@@ -122,7 +122,8 @@ test('completions: a list of prompts (text and ids), n > 1, index = prompt_index
   }
 });
 
-test('completions: sampling with n > 1 gives different choices; a seed reproduces them; without one each request draws anew', async () => {
+test('completions: sampling with n > 1 gives different choices; a seed reproduces them; without one each request draws anew',
+  async () => {
   const req = { model: 'm', prompt: 'The program', max_tokens: 24, temperature: 1, n: 3, seed: 123 };
   const a = await main.completions.create(req);
   const b = await main.completions.create(req);
@@ -240,8 +241,9 @@ test('streaming completions: logprobs ride along with the chunks', async () => {
   assert.equal(n, ev[ev.length - 2].usage.completion_tokens, 'one logprob per streamed token');
   // with echo the prompt's text comes with its tokens' entries (it came with the first token's
   // alone, the others in the next chunk with the first generated token's text)
-  const e = parseSSE((await raw(S.main.url, '/v1/completions', { body: { prompt: 'The program', max_tokens: 3, temperature: 0,
-    logprobs: 0, echo: true, stream: true, stream_options: { include_usage: true } } })).text);
+  const body = { prompt: 'The program', max_tokens: 3, temperature: 0, logprobs: 0, echo: true, stream: true,
+    stream_options: { include_usage: true } };
+  const e = parseSSE((await raw(S.main.url, '/v1/completions', { body })).text);
   const first = e[0].choices[0];
   assert.ok(first.text.startsWith('The program'), JSON.stringify(first.text));
   assert.ok(first.logprobs.tokens.length >= e[e.length - 2].usage.prompt_tokens, JSON.stringify(first.logprobs));
@@ -353,15 +355,16 @@ test('chat completions: bad messages are refused', async () => {
       sdk.BadRequestError, 400, 'invalid_request_error', undefined, param);
     assert.equal(e.param, param);
   }
-  const ok = await main.chat.completions.create({ model: 'c', max_tokens: 2, messages: MESSAGES, tools: [], tool_choice: 'none',
-    response_format: { type: 'text' }, logit_bias: {} });
+  const ok = await main.chat.completions.create({ model: 'c', max_tokens: 2, messages: MESSAGES, tools: [],
+    tool_choice: 'none', response_format: { type: 'text' }, logit_bias: {} });
   assert.equal(ok.choices.length, 1);
 });
 
 test('chat completions: a developer message is a system message (OpenAI\'s newer name for it)', async () => {
   const req = { model: 'c', max_tokens: 8, temperature: 0 };
   const sys = await main.chat.completions.create({ ...req, messages: MESSAGES });
-  const dev = await main.chat.completions.create({ ...req, messages: [{ ...MESSAGES[0], role: 'developer' }, MESSAGES[1]] });
+  const developer = [{ ...MESSAGES[0], role: 'developer' }, MESSAGES[1]];
+  const dev = await main.chat.completions.create({ ...req, messages: developer });
   assert.equal(dev.choices[0].message.content, sys.choices[0].message.content);
   assert.deepEqual(dev.usage, sys.usage);
 });
@@ -726,7 +729,8 @@ test('errors: wrong types and invalid values name the field', async () => {
     assert.equal(e.param, param, `${JSON.stringify(body)}: param`);
   }
   // their neutral values are served, as clients send them
-  const ok = await main.completions.create({ model: 'm', prompt: 'x', max_tokens: 2, n: 2, logit_bias: {}, best_of: 2, suffix: null });
+  const ok = await main.completions.create({ model: 'm', prompt: 'x', max_tokens: 2, n: 2, logit_bias: {}, best_of: 2,
+    suffix: null });
   assert.equal(ok.choices.length, 2);
   // and nothing was left running
   const h = await raw(S.main.url, '/health', { method: 'GET' });
