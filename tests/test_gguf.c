@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <cjson/cJSON.h>
 
 #include "base/base.h"
 #include "difftrans.h"
@@ -554,6 +555,27 @@ static void test_tokenizer_refused(void **state) {
     if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
     expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "a normalizer (NFC)");
     dt_model_free(&m);
+    /* merges of one rank (difftrans_merge_ranks all 0): llama.cpp's BPE would rank them by place */
+    tu_path(dir, sizeof dir, "tok_ranks");
+    train_tokenizer(dir, "gpt2", 1);
+    snprintf(json_path, sizeof json_path, "%s/tokenizer.json", dir);
+    json = tu_read_file(json_path, &n);
+    cJSON *root = cJSON_Parse(json), *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+    assert_non_null(model);
+    cJSON *ranks = cJSON_AddArrayToObject(model, "difftrans_merge_ranks");
+    const int n_merges = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(model, "merges"));
+    assert_true(ranks && n_merges > 0);
+    for (int k = 0; k < n_merges; k++) cJSON_AddItemToArray(ranks, cJSON_CreateNumber(0));
+    edited = cJSON_PrintUnformatted(root);
+    assert_non_null(edited);
+    tu_write_file(json_path, edited, strlen(edited));
+    cJSON_free(edited);
+    cJSON_Delete(root);
+    free(json);
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    if (dt_model_set_tokenizer(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+    expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED, "merge ranks of its own (difftrans_merge_ranks)");
+    dt_model_free(&m);
 }
 
 /* ---------------------------------------------------------------- hostile files: containers */
@@ -769,6 +791,8 @@ typedef struct {
     int64_t score_at;
     float score;
     int scores_i32;                  /* tokenizer.ggml.scores as i32 (the values rounded) */
+    int scores_tied;                 /* tokenizer.ggml.scores all -1000 (1, gguf-py's LlamaHfVocab), or rounded
+                                        down to a multiple of 4 (2): distinct tokens of equal scores */
     int type_set;                    /* tokenizer.ggml.token_type[type_at] = type */
     int64_t type_at;
     int32_t type;
@@ -835,7 +859,10 @@ static void rewrite_array(gguf_writer *w, const gguf_file *f, const gguf_kv *kv,
         gguf_w_i32_array(w, key, iv, kv->n);
     } else if (e->scores_i32)
         gguf_w_i32_array(w, key, iv, kv->n);
-    else {
+    else if (e->scores_tied) {
+        for (uint64_t i = 0; i < kv->n; i++) fv[i] = e->scores_tied == 1 ? -1000.0f : 4.0f * floorf(fv[i] / 4.0f);
+        gguf_w_f32_array(w, key, fv, kv->n);
+    } else {
         fv[e->score_at] = e->score;
         gguf_w_f32_array(w, key, fv, kv->n);
     }
@@ -860,7 +887,7 @@ static void rewrite(const char *in, const char *out, const edits *e) {
             continue;
         if ((e->tok && !strcmp(key, "tokenizer.ggml.tokens")) ||
             (e->type_set && !strcmp(key, "tokenizer.ggml.token_type")) ||
-            ((e->score_set || e->scores_i32) && !strcmp(key, "tokenizer.ggml.scores")))
+            ((e->score_set || e->scores_i32 || e->scores_tied) && !strcmp(key, "tokenizer.ggml.scores")))
             rewrite_array(&w, &f, kv, key, e);
         else
             gguf_w_kv_copy(&w, kv);
@@ -1431,11 +1458,12 @@ static const char *const SPM_TEXTS[] = {
 #define N_SPM_TEXTS ((int)(sizeof SPM_TEXTS / sizeof SPM_TEXTS[0]))
 
 /* difftrans's ids on the texts (with and without the special tokens) are llama.cpp's SentencePiece
- * ids on the file; with the scores reversed they are not (the comparison sees a wrong order). */
-static void expect_spm_agrees(const dt_model *m, const char *gguf_path) {
+ * ids on the file; with the scores reversed they are not (the comparison sees a wrong order), unless
+ * all_tied (reversed, they tie as before). */
+static void expect_spm_agrees_tied(const dt_model *m, const char *gguf_path, int all_tied) {
     spm_ref r;
     spm_ref_open(&r, gguf_path);
-    for (int negate = 0; negate < 2; negate++) {
+    for (int negate = 0; negate < 2 - all_tied; negate++) {
         r.negate = negate;
         int differ = 0;
         for (int k = 0; k < N_SPM_TEXTS; k++)
@@ -1468,6 +1496,8 @@ static void expect_spm_agrees(const dt_model *m, const char *gguf_path) {
     }
     spm_ref_close(&r);
 }
+
+static void expect_spm_agrees(const dt_model *m, const char *gguf_path) { expect_spm_agrees_tied(m, gguf_path, 0); }
 
 /* A folder holding tokenizer.json = the fixture llama2_like.json (a Llama 2-style SentencePiece
  * BPE: byte_fallback, Prepend + Replace "▁", 250 merges) with each (from, to) replaced once. */
@@ -1590,6 +1620,139 @@ static void test_spm_round_trip(void **state) {
     dt_model_free(&m);
 }
 
+/* The encodings of the texts by the model's tokenizer with its tokenizer.json's merge ranks
+ * dropped (as a plain Hugging Face tokenizer reads it, ties in the merges' order): how many of
+ * them differ from the model's own. */
+static int differ_without_ranks(const dt_model *m) {
+    const char *json = m->vocab.tokenizer_json;
+    const char *at = strstr(json, ",\"difftrans_merge_ranks\":[");
+    assert_non_null(at);
+    char dir[600], path[700];
+    tu_path(dir, sizeof dir, "tok_plain");
+    assert_int_equal(mkdir(dir, 0755) == 0 || errno == EEXIST, 1);
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    char *plain = malloc((size_t)(at - json) + 3);
+    assert_non_null(plain);
+    const int len = sprintf(plain, "%.*s}}", (int)(at - json), json);
+    tu_write_file(path, plain, (size_t)len);
+    free(plain);
+    dt_tok *tok;
+    dt_error err;
+    if (dt_tok_load(&tok, path, &err) != 0) fail_msg("%s", err.msg);
+    int differ = 0;
+    for (int k = 0; k < N_SPM_TEXTS; k++) {
+        int *a;
+        int32_t *b;
+        size_t na, nb;
+        if (dt_model_encode(m, SPM_TEXTS[k], strlen(SPM_TEXTS[k]), 0, &a, &na, &err) != 0) fail_msg("%s", err.msg);
+        if (dt_tok_encode(tok, SPM_TEXTS[k], strlen(SPM_TEXTS[k]), 0, &b, &nb, &err) != 0) fail_msg("%s", err.msg);
+        differ += na != nb || (na && memcmp(a, b, na * sizeof *a) != 0);
+        free(a);
+        free(b);
+    }
+    dt_tok_free(tok);
+    return differ;
+}
+
+/* Distinct tokens of equal scores (gguf-py's LlamaHfVocab gives every token -1000): llama.cpp
+ * joins the leftmost of the tied pairs first, and so does difftrans reading the file (its
+ * tokenizer.json's merges ranked alike: difftrans_merge_ranks), where the merges' order alone
+ * (ties by id) gives other ids; written again as GGUF, the ties are kept. */
+static void test_spm_tied_scores(void **state) {
+    (void)state;
+    char dir[600], base[600], tied[600], again[600];
+    spm_tokenizer("tok_spm_tied", dir, sizeof dir, NULL, 0);
+    dt_model m, back, back2;
+    spm_model(&m, dir);
+    save_gguf(&m, "spm_tied_base.gguf", DT_F32, base, sizeof base);
+    tu_path(tied, sizeof tied, "spm_tied.gguf");
+    for (int mode = 1; mode <= 2; mode++) {
+        rewrite(base, tied, &(edits){.scores_tied = mode});
+        load_gguf(&back, tied);
+        expect_spm_agrees_tied(&back, tied, mode == 1);
+        assert_true(differ_without_ranks(&back) > 0);
+        save_gguf(&back, "spm_tied_again.gguf", DT_F32, again, sizeof again);
+        expect_spm_agrees_tied(&back, again, mode == 1);
+        load_gguf(&back2, again);
+        for (int add_special = 0; add_special < 2; add_special++) expect_same_encoding(&back, &back2, add_special);
+        dt_model_free(&back2);
+        expect_checkpoint_loads(&back, "spm_tied_ckpt");
+        dt_model_free(&back);
+    }
+    dt_model_free(&m);
+}
+
+/* ",\"difftrans_merge_ranks\":[...]" for the fixture's 250 merges (n of them) with one extra after
+ * merge 6: rank k for merge k up to `upto`, then k - 1 (a tie at upto), `first` in place of 0. */
+static void ranks_field(char *buf, size_t cap, int n, int upto, int first) {
+    size_t at = (size_t)snprintf(buf, cap, "]],\"difftrans_merge_ranks\":[");
+    for (int k = 0; k < n && at < cap; k++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%d", k ? "," : "", k == 0 ? first : k <= upto ? k : k - 1);
+    assert_true(at + 4 < cap);
+    strcpy(buf + at, "]}}");
+}
+
+/* model.difftrans_merge_ranks that are no ranks are refused by name; ranks that tie two tokens
+ * where one of them also has a merge of another rank cannot be scores (llama.cpp scores all the
+ * ways of making a token alike): the export refuses them, and writes a tie within a token. */
+static void test_spm_merge_ranks_refused(void **state) {
+    (void)state;
+    static char buf[4096];
+    static const struct {
+        int n, upto, first;
+        const char *head; /* in place of the ranks' first three, 0, 0, 1 */
+        const char *problem;
+    } bad[] = {
+        {1, 0, 0, NULL, "model.difftrans_merge_ranks must be an array of 250 ranks, one per merge"},
+        {250, 249, 1, NULL, "model.difftrans_merge_ranks[0] is not 0"},
+        {250, 0, 0, "0,2,1", "model.difftrans_merge_ranks[1] is not the rank before it or the next integer"},
+        {250, 0, 0, "0,0.5,1", "model.difftrans_merge_ranks[1] is not the rank before it"},
+        {250, 0, 0, "0,1e20,1", "model.difftrans_merge_ranks[1] is not the rank before it"},
+        {250, 0, 0, "0,\"1\",1", "model.difftrans_merge_ranks[1] is not the rank before it"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char dir[600], path[700], *edited = NULL;
+        ranks_field(buf, sizeof buf, bad[k].n, bad[k].upto, bad[k].first);
+        if (bad[k].head) {
+            char *at = strstr(buf, "[0,0,1,");
+            assert_non_null(at);
+            edited = malloc(strlen(buf) + 16);
+            assert_non_null(edited);
+            sprintf(edited, "%.*s[%s%s", (int)(at - buf), buf, bad[k].head, at + 6);
+        }
+        const char *edit[2] = {"]]}}", edited ? edited : buf};
+        spm_tokenizer("tok_ranks_bad", dir, sizeof dir, edit, 1);
+        snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+        dt_tok *tok;
+        dt_error err = {0};
+        assert_int_equal(dt_tok_load(&tok, path, &err), -1);
+        assert_int_equal(err.code, DT_ERR_FORMAT);
+        if (strncmp(err.msg, path, strlen(path)) != 0 || !strstr(err.msg, bad[k].problem))
+            fail_msg("expected '%s: ... %s' in: %s", path, bad[k].problem, err.msg);
+        free(edited);
+    }
+    /* "▁th" made by "▁t" + "h" (merge 6) and by "▁" + "th" (merge 7): of one rank, the export
+     * scores them alike; of two, while "en" (merge 8) ties with the second, it cannot */
+    for (int mixed = 0; mixed < 2; mixed++) {
+        char dir[600], path[600];
+        ranks_field(buf, sizeof buf, 251, mixed ? 7 : 6, 0);
+        const char *edit[4] = {"[\"\xe2\x96\x81t\",\"h\"],", "[\"\xe2\x96\x81t\",\"h\"],[\"\xe2\x96\x81\",\"th\"],",
+                               "]]}}", buf};
+        spm_tokenizer("tok_ranks_mixed", dir, sizeof dir, edit, 2);
+        dt_model m;
+        spm_model(&m, dir);
+        if (mixed)
+            expect_save_refused(&m, DT_F32, DT_ERR_UNSUPPORTED,
+                                "make token 348 \"\xe2\x96\x81th\" (rank 6) and token 349 \"en\" (rank 7) are "
+                                "linked by tied ranks");
+        else {
+            save_gguf(&m, "spm_ranks.gguf", DT_F32, path, sizeof path);
+            expect_spm_agrees(&m, path);
+        }
+        dt_model_free(&m);
+    }
+}
+
 /* What llama.cpp's SentencePiece cannot reproduce is refused, by name: the tokenizer.json's form,
  * a token the BPE never makes from two pieces llama.cpp would join, merges of a token far apart,
  * a merge of byte tokens. */
@@ -1670,6 +1833,7 @@ int main(void) {
         cmocka_unit_test(test_rope_scaling),         cmocka_unit_test(test_no_eos),
         cmocka_unit_test(test_eog_by_text),          cmocka_unit_test(test_spm_round_trip),
         cmocka_unit_test(test_spm_export_refused),   cmocka_unit_test(test_spm_hostile),
+        cmocka_unit_test(test_spm_tied_scores),      cmocka_unit_test(test_spm_merge_ranks_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -356,6 +356,9 @@ static int vocab_bpe(vocab_out *v, const dt_model *m, const cJSON *root, const c
     else if (cJSON_IsTrue(ignore) != !strcmp(v->pre, "llama-bpe"))
         rc = refuse_tok(path, err, cJSON_IsTrue(ignore) ? "ignore_merges with GPT-2's pre-tokenizer"
                                                         : "Llama 3's pre-tokenizer without ignore_merges");
+    else if (!json_unset(model, "difftrans_merge_ranks"))
+        rc = refuse_tok(path, err, "merge ranks of its own (difftrans_merge_ranks), where llama.cpp's BPE ranks the "
+                                   "merges by their place in the list");
     if (rc == 0) rc = check_added_and_post(tok, "BPE", path, err);
     /* the ids: the model's vocabulary and added tokens, holes as llama.cpp's converter fills them */
     for (int64_t id = 0; rc == 0 && id < v->n; id++) {
@@ -1366,6 +1369,7 @@ typedef struct {
     int spm;                     /* "llama": SentencePiece */
     float *score;                /* "llama": [n] */
     int32_t *pairs;              /* "llama": the merges that reproduce it, [n_merges][2] ids (gguf_spm.c) */
+    uint32_t *ranks;             /* "llama": [n_merges] their ranks, equal for equal scores */
     int add_space_prefix;        /* "llama" */
     int bos, eos, pad, eot, eom, unk, add_bos, add_eos;
     gguf_str chat;
@@ -1510,7 +1514,18 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
         json_str(b, &oom, r->p, r->len);
         json_lit(b, &oom, "]");
     }
-    json_lit(b, &oom, "]}}");
+    json_lit(b, &oom, "]");
+    /* merges of equal scores tied, as llama.cpp ties them (bpe.c, parse_ranks); left out when no
+     * two tie, which a plain list says as well */
+    if (v->spm && v->n_merges > 0 && v->ranks[v->n_merges - 1] + 1 < (uint64_t)v->n_merges) {
+        json_lit(b, &oom, ",\"difftrans_merge_ranks\":[");
+        for (int64_t i = 0; i < v->n_merges; i++) {
+            snprintf(num, sizeof num, "%s%u", i ? "," : "", v->ranks[i]);
+            json_lit(b, &oom, num);
+        }
+        json_lit(b, &oom, "]");
+    }
+    json_lit(b, &oom, "}}");
     return oom ? -1 : 0;
 }
 
@@ -1713,7 +1728,8 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
                                 (long long)i, (int)(v.tok[i].len > 60 ? 60 : v.tok[i].len), v.tok[i].p);
     }
     if (rc == 0 && !v.spm) rc = read_bpe_merges(f, &v, &h, err);
-    if (rc == 0 && v.spm) rc = spm_read(f, v.tok, tt ? v.type : NULL, v.n, v.score, &v.pairs, &v.n_merges, err);
+    if (rc == 0 && v.spm)
+        rc = spm_read(f, v.tok, tt ? v.type : NULL, v.n, v.score, &v.pairs, &v.ranks, &v.n_merges, err);
     free(h.slot);
     /* llama.cpp's defaults: SentencePiece's ids 1, 2 and 0 for BOS, EOS and the unknown token */
     if (rc == 0 && (token_id_or(f, "tokenizer.ggml.bos_token_id", v.n, v.spm ? 1 : -1, &v.bos, err) ||
@@ -1781,6 +1797,7 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
     free(v.type);
     free(v.score);
     free(v.pairs);
+    free(v.ranks);
     return rc;
 }
 

@@ -6,12 +6,15 @@
  * concatenation is a token, best by that token's score; a BPE takes the pairs its merges list,
  * best by rank. They give the same ids when the merges are exactly the pairs llama.cpp can meet,
  * ranked as the merged tokens' scores rank them:
- *   - reading, the merges are every cut of every token into two tokens, by score (ties by id,
- *     as Hugging Face's converter orders them), and a file where llama.cpp could join a piece the
- *     BPE cannot hold (a character outside the vocabulary, a byte token) is refused;
- *   - writing, a token's score is the rank of the merges that make it, and every cut of a token
- *     into two pieces the BPE can make must be a merge, unless llama.cpp can never meet the two
- *     pieces side by side (below, never_neighbours). */
+ *   - reading, the merges are every cut of every token into two tokens, by score, and merges of
+ *     equal scores share a rank (model.difftrans_merge_ranks beside the list, which orders them by
+ *     id as Hugging Face's converter does): a tie goes to the leftmost pair in difftrans as in
+ *     llama.cpp, where a plain Hugging Face tokenizer takes the first in the list. A file where
+ *     llama.cpp could join a piece the BPE cannot hold (a character outside the vocabulary, a byte
+ *     token) is refused;
+ *   - writing, a token's score is the rank of the merges that make it (tied ranks, tied scores),
+ *     and every cut of a token into two pieces the BPE can make must be a merge, unless llama.cpp
+ *     can never meet the two pieces side by side (below, never_neighbours). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,9 +183,11 @@ typedef struct {
     int32_t a, b, t;             /* left, right, merged token */
 } merge_rec;
 
+/* By rank, then (within a tie) by merged token: a token's merges side by side. */
 static int by_rank(const void *x, const void *y) {
     const merge_rec *p = x, *q = y;
-    return (p->rank > q->rank) - (p->rank < q->rank);
+    if (p->rank != q->rank) return (p->rank > q->rank) - (p->rank < q->rank);
+    return (p->t > q->t) - (p->t < q->t);
 }
 
 typedef struct {
@@ -262,8 +267,11 @@ static int check_cuts(export_ctx *x, int check) {
     return 0;
 }
 
-/* The merges in rank order; a token's merges consecutive, none joining a byte token; the token's
- * score -(1 + the index of its run of merges), every other token below them all. */
+/* The merges in rank order, none joining a byte token, in groups that llama.cpp scores alike:
+ * consecutive merges of one token (a tokenizer.json converted from SentencePiece has one for each
+ * cut), or merges of one rank (tied: difftrans_merge_ranks). A token's merges all in one group, a
+ * group never both; the token's score -(1 + the index of its group), every other token below
+ * them all. */
 static int rank_scores(export_ctx *x, merge_rec **out, size_t *n_out) {
     const tk_bpe *bpe = x->bpe;
     merge_rec *v = malloc((bpe->n_merges ? bpe->n_merges : 1) * sizeof *v);
@@ -281,10 +289,16 @@ static int rank_scores(export_ctx *x, merge_rec **out, size_t *n_out) {
     qsort(v, n, sizeof *v, by_rank);
     *n_out = n;
     for (int64_t i = 0; i < x->n; i++) run[i] = -1;
-    int64_t runs = 0;
+    int64_t groups = 0;
+    size_t start = 0; /* the group's first merge */
+    int many_tokens = 0, many_ranks = 0;
     int rc = 0;
     for (size_t k = 0; k < n && rc == 0; k++) {
         const merge_rec *e = &v[k];
+        const int new_group = k == 0 || (e->rank != v[k - 1].rank && e->t != v[k - 1].t);
+        if (new_group) start = k, many_tokens = many_ranks = 0, groups++;
+        many_tokens |= e->t != v[start].t;
+        many_ranks |= e->rank != v[start].rank;
         if (e->t >= x->n || e->a >= x->n || e->b >= x->n) /* the model's ids are the file's */
             rc = dt_fail(x->err, "%s: merge %u names an id past the vocabulary of %lld", x->path, e->rank,
                          (long long)x->n);
@@ -294,9 +308,16 @@ static int rank_scores(export_ctx *x, merge_rec **out, size_t *n_out) {
                               "the BPE can join the bytes it falls back to, which llama.cpp's SentencePiece never does",
                               x->path, e->rank, (int)x->tok[e->a].len, x->tok[e->a].p, (int)x->tok[e->b].len,
                               x->tok[e->b].p);
-        else if (k > 0 && e->t == v[k - 1].t)
-            continue;
-        else if (run[e->t] >= 0)
+        else if (many_tokens && many_ranks)
+            rc = dt_fail_code(x->err, DT_ERR_UNSUPPORTED,
+                              "%s: the merges of the model's tokenizer.json that make token %d \"%.*s\" (rank %u) and "
+                              "token %d \"%.*s\" (rank %u) are linked by tied ranks (difftrans_merge_ranks) and by a "
+                              "token made at two ranks: llama.cpp scores every way of making a token alike and ties "
+                              "equal scores, so it would tie merges that the BPE ranks apart",
+                              x->path, v[start].t, (int)(x->tok[v[start].t].len > 60 ? 60 : x->tok[v[start].t].len),
+                              x->tok[v[start].t].p, v[start].rank, e->t,
+                              (int)(x->tok[e->t].len > 60 ? 60 : x->tok[e->t].len), x->tok[e->t].p, e->rank);
+        else if (run[e->t] >= 0 && run[e->t] != groups - 1)
             rc = dt_fail_code(x->err, DT_ERR_UNSUPPORTED,
                               "%s: the merges of the model's tokenizer.json that make token %d \"%.*s\" are not "
                               "consecutive (rank %u comes after other tokens' merges): llama.cpp ranks every way of "
@@ -304,9 +325,9 @@ static int rank_scores(export_ctx *x, merge_rec **out, size_t *n_out) {
                               x->path, e->t, (int)(x->tok[e->t].len > 60 ? 60 : x->tok[e->t].len), x->tok[e->t].p,
                               e->rank);
         else
-            run[e->t] = runs++;
+            run[e->t] = groups - 1;
     }
-    for (int64_t i = 0; i < x->n; i++) x->score[i] = -(float)(1 + (run[i] >= 0 ? run[i] : runs));
+    for (int64_t i = 0; i < x->n; i++) x->score[i] = -(float)(1 + (run[i] >= 0 ? run[i] : groups));
     free(run);
     return rc;
 }
@@ -359,7 +380,8 @@ typedef struct {
 } scored_merge;
 
 /* Best score first; then as Hugging Face's converter orders equals: by token id, then by the ids
- * of the left and right pieces. */
+ * of the left and right pieces (the list's order, which only a plain Hugging Face tokenizer
+ * follows within a tie). */
 static int by_score(const void *x, const void *y) {
     const scored_merge *p = x, *q = y;
     if (p->score != q->score) return p->score < q->score ? 1 : -1;
@@ -404,8 +426,9 @@ static int read_scores(const gguf_file *f, int64_t n, float *score, dt_error *er
 }
 
 int spm_read(const gguf_file *f, const gguf_str *tok, const int32_t *type, int64_t n, float *score, int32_t **pairs,
-             int64_t *n_pairs, dt_error *err) {
+             uint32_t **ranks, int64_t *n_pairs, dt_error *err) {
     *pairs = NULL;
+    *ranks = NULL;
     *n_pairs = 0;
     if (read_scores(f, n, score, err) != 0) return -1;
     tokset set = {0};
@@ -475,10 +498,13 @@ int spm_read(const gguf_file *f, const gguf_str *tok, const int32_t *type, int64
     if (rc == 0) {
         qsort(m, n_m, sizeof *m, by_score);
         *pairs = malloc((n_m ? n_m : 1) * 2 * sizeof **pairs);
-        if (!*pairs) rc = dt_fail_oom(err, "%s: out of memory", f->path);
+        *ranks = malloc((n_m ? n_m : 1) * sizeof **ranks);
+        if (!*pairs || !*ranks) rc = dt_fail_oom(err, "%s: out of memory", f->path);
         for (size_t k = 0; rc == 0 && k < n_m; k++) {
             (*pairs)[2 * k] = m[k].a;
             (*pairs)[2 * k + 1] = m[k].b;
+            /* equal scores, one rank: llama.cpp joins the leftmost of them first */
+            (*ranks)[k] = k == 0 ? 0 : (*ranks)[k - 1] + (m[k].score != m[k - 1].score);
         }
         *n_pairs = (int64_t)n_m;
     }

@@ -51,8 +51,9 @@ int spm_export_form(const dt_tok *tok, const cJSON *root, const char *path, int 
 /* The scores (score[n]) under which llama.cpp's SentencePiece joins the pieces of any text as
  * the model's BPE merges them, for the n tokens the file holds (tok[i]: the model's vocabulary,
  * its added tokens, the ids left without a token; distinct). A merge-made token scores by the
- * rank of its merges (they must be consecutive); a cut of a token into two pieces that no merge
- * joins must be one llama.cpp can never meet, or the vocabulary is refused by name. */
+ * rank of its merges (they must be consecutive; tied ranks give tied scores); a cut of a token
+ * into two pieces that no merge joins must be one llama.cpp can never meet, or the vocabulary is
+ * refused by name. */
 int spm_export_scores(const tk_bpe *bpe, const gguf_str *tok, int64_t n, float *score, const char *path,
                       dt_error *err);
 
@@ -61,8 +62,10 @@ int spm_export_scores(const tk_bpe *bpe, const gguf_str *tok, int64_t n, float *
 /* A "llama" vocabulary of n tokens (type[n] checked by the caller, or NULL: all normal): its
  * scores (score[n], from tokenizer.ggml.scores, one finite F32 or I32 a token), every <0xNN> byte
  * token present, and the merges that make a BPE of the used tokens (all but type unused) give
- * llama.cpp's ids: pairs[2k], pairs[2k + 1] the left and right ids of merge k, in rank order
- * (*pairs malloc'd). What no BPE can reproduce is refused, naming the file. */
+ * llama.cpp's ids: pairs[2k], pairs[2k + 1] the left and right ids of merge k, in rank order,
+ * ranks[k] its rank (0, 1, ...: merges of equal scores tie, the leftmost pair first, as
+ * model.difftrans_merge_ranks says); *pairs and *ranks malloc'd. What no BPE can reproduce is
+ * refused, naming the file. */
 int spm_read(const gguf_file *f, const gguf_str *tok, const int32_t *type, int64_t n, float *score, int32_t **pairs,
-             int64_t *n_pairs, dt_error *err);
+             uint32_t **ranks, int64_t *n_pairs, dt_error *err);
 #endif

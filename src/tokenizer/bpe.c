@@ -1,6 +1,9 @@
 /* bpe.c — the BPE model: vocabulary and merges from tokenizer.json, and the tokenization of one
  * piece (initial symbols with unk / byte_fallback, then merges in rank order exactly as the Rust
- * library's priority queue applies them), behind a per-context cache of recent pieces. */
+ * library's priority queue applies them), behind a per-context cache of recent pieces.
+ *
+ * A merge's rank is its index in model.merges, unless model.difftrans_merge_ranks gives the ranks
+ * (tied ones, for a vocabulary read from a GGUF SentencePiece file: see parse_ranks). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +74,7 @@ static void merge_insert(tk_bpe *m, int32_t a, int32_t b, uint32_t rank, int32_t
 
 static const char *const KEYS_BPE[] = {"type", "dropout", "unk_token", "continuing_subword_prefix",
                                        "end_of_word_suffix", "fuse_unk", "byte_fallback", "ignore_merges",
-                                       "vocab", "merges", NULL};
+                                       "vocab", "merges", "difftrans_merge_ranks", NULL};
 
 static int dup_opt(const cJSON *j, const char *key, char **out, const char *path, dt_error *err) {
     const char *s = NULL;
@@ -145,7 +148,41 @@ static int lookup_or_fail(const tk_bpe *m, const char *s, size_t n, int32_t *id,
     return 0;
 }
 
-static int parse_merges(tk_bpe *m, const cJSON *merges, const char *path, dt_error *err) {
+/* model.difftrans_merge_ranks: one rank per merge, nondecreasing from 0, where equal ranks tie and
+ * a tie goes to the leftmost pair. llama.cpp's SentencePiece joins pieces so: best score first,
+ * at equal scores the leftmost, whichever tokens they make. A merges list cannot say it (its
+ * order is total), so the GGUF reader writes the ranks beside it, under a name that the Rust
+ * library ignores (it then ranks tied merges by their place in the list). ranks[k] on success
+ * (malloc'd), or NULL without the key. */
+static int parse_ranks(const cJSON *j, int n_merges, uint32_t **ranks, const char *path, dt_error *err) {
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "difftrans_merge_ranks");
+    *ranks = NULL;
+    if (!r || cJSON_IsNull(r)) return 0;
+    if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != n_merges)
+        return dt_fail_format(err, "%s: model.difftrans_merge_ranks must be an array of %d ranks, one per merge", path,
+                              n_merges);
+    *ranks = malloc((size_t)(n_merges ? n_merges : 1) * sizeof **ranks);
+    if (!*ranks) return dt_fail_oom(err, "%s: out of memory", path);
+    int k = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, r) {
+        const double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        const double prev = k ? (double)(*ranks)[k - 1] : 0;
+        /* the range first: only then is v a value uint32_t holds */
+        if (!cJSON_IsNumber(e) || v < prev || v > (k ? prev + 1 : 0) || v != (double)(uint32_t)v) {
+            free(*ranks);
+            *ranks = NULL;
+            return dt_fail_format(err, "%s: model.difftrans_merge_ranks[%d] is not %s", path, k,
+                                  k ? "the rank before it or the next integer (ranks run 0, 1, ... in the merges' "
+                                      "order)"
+                                    : "0");
+        }
+        (*ranks)[k++] = (uint32_t)v;
+    }
+    return 0;
+}
+
+static int parse_merges(tk_bpe *m, const cJSON *merges, const uint32_t *ranks, const char *path, dt_error *err) {
     if (!cJSON_IsArray(merges)) return dt_fail_format(err, "%s: model.merges is missing or not an array", path);
     size_t cnt = (size_t)cJSON_GetArraySize(merges);
     m->merge_cap = pow2_at_least(2 * cnt + 2);
@@ -202,7 +239,7 @@ static int parse_merges(tk_bpe *m, const cJSON *merges, const char *path, dt_err
             rc = -1;
             break;
         }
-        merge_insert(m, ia, ib, (uint32_t)rank, inew);
+        merge_insert(m, ia, ib, ranks ? ranks[rank] : (uint32_t)rank, inew);
         rank++;
     }
     tk_buf_free(&joined);
@@ -243,7 +280,13 @@ int tk_bpe_parse(tk_bpe *m, const cJSON *j, const char *path, dt_error *err) {
         m->suffix = NULL;
     }
     if (parse_vocab(m, cJSON_GetObjectItemCaseSensitive(j, "vocab"), path, err) != 0) return -1;
-    if (parse_merges(m, cJSON_GetObjectItemCaseSensitive(j, "merges"), path, err) != 0) return -1;
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(j, "merges");
+    uint32_t *ranks = NULL;
+    if (!cJSON_IsArray(merges)) return dt_fail_format(err, "%s: model.merges is missing or not an array", path);
+    if (parse_ranks(j, cJSON_GetArraySize(merges), &ranks, path, err) != 0) return -1;
+    const int rc = parse_merges(m, merges, ranks, path, err);
+    free(ranks);
+    if (rc != 0) return -1;
     if (m->unk_token) m->unk_id = tk_bpe_lookup(m, m->unk_token, strlen(m->unk_token));
     for (int b = 0; b < 256; b++) {
         char name[8];
@@ -307,7 +350,8 @@ static int sym_add(bpe_scratch *w, int32_t id, uint32_t len) {
     return 0;
 }
 
-/* min-heap on (rank, pos): the Rust library's BinaryHeap with its reversed ordering */
+/* min-heap on (rank, pos): the Rust library's BinaryHeap with its reversed ordering; with tied
+ * ranks (parse_ranks), the leftmost pair first, as llama.cpp's SentencePiece */
 static int item_less(const merge_item *a, const merge_item *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }

@@ -10,12 +10,15 @@
  *                                             tokens, as llama.cpp's server and CLI take prompts)
  *   llama_ref bench MODEL.gguf                prompt and decode tokens/s, a JSON line
  *   llama_ref quantize IN.gguf OUT.gguf --type q8_0|q4_0|f16   llama_model_quantize, as llama-quantize
- *   llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE] [--scores id|negate]
+ *   llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE] [--scores id|negate|tie|coarse]
  *                                             a copy made wrong on purpose, for the tests to show
  *                                             that they catch it: each head's q/k rows in the other
  *                                             RoPE layout, a string key changed (tokenizer.ggml.pre),
  *                                             the SentencePiece scores in another order (-id, or
- *                                             the file's reversed); or (--vocab-from V.gguf) with
+ *                                             the file's reversed), or tied (tie: all -1000, as
+ *                                             gguf-py's LlamaHfVocab writes them; coarse: the
+ *                                             file's rounded down to a step of 4, so that runs of
+ *                                             tokens share a score); or (--vocab-from V.gguf) with
  *                                             V's tokenizer.* keys in place of its own (llama.cpp's
  *                                             vocabulary-only test files on a model)
  *
@@ -156,8 +159,8 @@ static int parse_args(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--set-u32") == 0) o->set_u32 = v;
         else if (strcmp(a, "--vocab-from") == 0) o->vocab_from = v;
         else if (strcmp(a, "--scores") == 0) {
-            if (strcmp(v, "id") != 0 && strcmp(v, "negate") != 0)
-                return fail("--scores '%s': expected id or negate", v);
+            if (strcmp(v, "id") != 0 && strcmp(v, "negate") != 0 && strcmp(v, "tie") != 0 && strcmp(v, "coarse") != 0)
+                return fail("--scores '%s': expected id, negate, tie or coarse", v);
             o->scores = v;
         }
         else if (strcmp(a, "--threads") == 0) {
@@ -624,7 +627,8 @@ static int graft_vocab(struct gguf_context *out, const char *from) {
 }
 
 /* tokenizer.ggml.scores (F32) in another order: -id (a SentencePiece vocabulary converted in id
- * order: its merges ranked by id) or the file's negated (the worst merges first). */
+ * order: its merges ranked by id) or the file's negated (the worst merges first); or tied: all
+ * -1000 (tie) or the file's rounded down to a multiple of 4 (coarse). */
 static int rewrite_scores(struct gguf_context *out, const char *path, const char *how) {
     const int64_t k = gguf_find_key(out, "tokenizer.ggml.scores");
     if (k < 0 || gguf_get_kv_type(out, k) != GGUF_TYPE_ARRAY || gguf_get_arr_type(out, k) != GGUF_TYPE_FLOAT32)
@@ -633,7 +637,11 @@ static int rewrite_scores(struct gguf_context *out, const char *path, const char
     const float *old = gguf_get_arr_data(out, k);
     float *v = malloc((n ? n : 1) * sizeof *v);
     if (!v) return fail("out of memory");
-    for (size_t i = 0; i < n; i++) v[i] = strcmp(how, "id") == 0 ? -(float)i : -old[i];
+    for (size_t i = 0; i < n; i++)
+        v[i] = !strcmp(how, "id")       ? -(float)i
+               : !strcmp(how, "negate") ? -old[i]
+               : !strcmp(how, "tie")    ? -1000.0f
+                                        : 4.0f * floorf(old[i] / 4.0f);
     gguf_set_arr_data(out, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v, n);
     free(v);
     return 0;
@@ -642,7 +650,7 @@ static int rewrite_scores(struct gguf_context *out, const char *path, const char
 static int mode_rewrite(const opts *o) {
     if (o->n_pos != 2 || (!o->qk_layout && !o->set_str && !o->set_u32 && !o->scores && !o->vocab_from))
         return fail("usage: llama_ref rewrite IN.gguf OUT.gguf [--qk-layout] [--set-str KEY=VALUE] [--set-u32 KEY=N] "
-                    "[--scores id|negate] [--vocab-from V.gguf]");
+                    "[--scores id|negate|tie|coarse] [--vocab-from V.gguf]");
     const char *eq = o->set_str ? strchr(o->set_str, '=') : NULL;
     if (o->set_str && (!eq || eq == o->set_str)) return fail("--set-str '%s': expected KEY=VALUE", o->set_str);
     /* --set-u32 adds the key (or sets it): e.g. a token id key the file does not have */

@@ -17,7 +17,8 @@
 #     and GPT-2's pre-tokenisation), and differently once the file names the other pre-tokeniser;
 #   - SentencePiece ("llama") vocabularies: Llama 2-style tokenizer.json files written as GGUF,
 #     tokenised alike by llama.cpp and difftrans (and by difftrans reading the file back), their
-#     logits compared, a wrong score order caught; llama.cpp's own Llama vocabulary read by
+#     logits compared, a wrong score order caught, tied scores joined leftmost first by both (and
+#     kept when difftrans writes the file again); llama.cpp's own Llama vocabulary read by
 #     difftrans, giving the ids llama.cpp and Hugging Face give on llama.cpp's test texts;
 #   - the harness's timing mode runs (bench/llama_cpp_bench.py uses it).
 # Exits 77 (skipped) when the packages are not installed or python3 is missing.
@@ -223,9 +224,11 @@ fi
 # finds and llama.cpp with parse_special, as its server takes prompts): llama.cpp's ids are
 # difftrans's, with and without the special tokens, and difftrans's again after it reads the file
 # back; the logits agree on the file; the scores in another order (llama_ref rewrite --scores) give
-# other ids. Then llama.cpp's own Llama SentencePiece test vocabulary (models/ggml-vocab-llama-spm.gguf
-# of its source, on a model of 32000 ids): difftrans reads it and gives, on llama.cpp's test texts,
-# the ids llama.cpp gives and those its .out file holds (Hugging Face's, from which it was made).
+# other ids; tied scores (--scores tie, coarse) give llama.cpp's ids in difftrans reading the file
+# and in llama.cpp on the file difftrans writes back from it. Then llama.cpp's own Llama
+# SentencePiece test vocabulary (models/ggml-vocab-llama-spm.gguf of its source, on a model of 32000
+# ids): difftrans reads it and gives, on llama.cpp's test texts, the ids llama.cpp gives and those
+# its .out file holds (Hugging Face's, from which it was made).
 SPM_DIR=$S/spm
 mkdir -p "$SPM_DIR"
 {
@@ -301,6 +304,51 @@ spm_case() {
         echo "(as it must) $name with the scores in another order ($wrong): tokens differ"
     else
         fail "$name: the scores in another order ($wrong) are caught" "llama.cpp's ids equal difftrans's"
+    fi
+    # tied scores, distinct tokens of one score (tie: all -1000, as gguf-py's LlamaHfVocab writes
+    # them; coarse: the scores rounded to a step of 4): llama.cpp joins the leftmost tied pair
+    # first, and so does difftrans reading the file (model.difftrans_merge_ranks), and llama.cpp on
+    # the file difftrans writes back from it (the ties kept as scores)
+    local tie tg tb
+    for tie in tie coarse; do
+        tg=$SPM_DIR/$tie-$name.gguf tb=$SPM_DIR/back-$tie-$name
+        expect_ok "rewrite --scores $tie ($name)" "$LR" rewrite "$g" "$tg" --scores "$tie" &&
+            expect_ok "difftrans reads $name with scores $tie" "$DT" export "$tg" "$tb" &&
+            expect_ok "export it --gguf again ($name, scores $tie)" "$DT" export "$tb" "$tb.gguf" --gguf || continue
+        spm_tokens_agree "$name, scores $tie" "$tg" "$tb" "$tb"
+        spm_tokens_agree "$name, scores $tie, written again" "$tb.gguf" "$tb" "$tb"
+        hf_ignores_ranks "$name, scores $tie" "$tb/tokenizer.json"
+    done
+}
+
+# hf_ignores_ranks DESC TOKENIZER_JSON: Hugging Face's tokenizers (npm, when cli_tokenizer's
+# references are installed) loads a tokenizer.json with model.difftrans_merge_ranks and gives the
+# ids it gives without them (ties in the merges' order), which on long.txt are not llama.cpp's
+TOKREF=$(dirname "$S")/tokref/node_modules
+hf_ignores_ranks() {
+    local desc=$1 json=$2
+    if [ ! -d "$TOKREF/tokenizers" ] || ! command -v node >/dev/null 2>&1; then
+        echo "SKIPPED ($desc: Hugging Face's tokenizers): $TOKREF/tokenizers is not installed (tokenizer_reference)"
+        return
+    fi
+    mkdir -p "$S/plain" &&
+        "$PY" -c 'import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+assert "difftrans_merge_ranks" in t["model"], "no difftrans_merge_ranks"
+del t["model"]["difftrans_merge_ranks"]
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)' "$json" "$S/plain/tokenizer.json" ||
+        { fail "$desc: a tokenizer.json with difftrans_merge_ranks"; return; }
+    expect_ok "Hugging Face's tokenizers on it: $desc" node "$HERE/../tokenizer/encode_reference.js" "$TOKREF" \
+        "$json" "$SPM_DIR/long.txt" && cp "$S/last.out" "$S/hf-tok.txt"
+    expect_ok "Hugging Face's tokenizers without the ranks: $desc" node "$HERE/../tokenizer/encode_reference.js" \
+        "$TOKREF" "$S/plain/tokenizer.json" "$SPM_DIR/long.txt" && cp "$S/last.out" "$S/hf-plain.txt"
+    if [ -s "$S/hf-tok.txt" ] && cmp -s "$S/hf-tok.txt" "$S/hf-plain.txt"; then
+        pass
+        echo "Hugging Face's tokenizers ignores difftrans_merge_ranks ($desc): $(wc -w <"$S/hf-tok.txt") ids, $(
+            "$DT" tokenizer encode --tokenizer "$(dirname "$json")" <"$SPM_DIR/long.txt" | cmp -s - "$S/hf-tok.txt" &&
+                echo "difftrans's" || echo "not difftrans's (ties in the merges' order)")"
+    else
+        fail "$desc: Hugging Face's tokenizers reads the tokenizer.json as it reads it without the ranks"
     fi
 }
 # llama2_like's merge tokens come in id order: only reversing them changes its merge order; the
