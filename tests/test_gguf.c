@@ -1314,7 +1314,8 @@ static void test_eog_by_text(void **state) {
  * special token), spaces as "▁", its characters joined two at a time, the pair making the token
  * of the best score first (the leftmost among equals); a piece that ends as no token given as
  * its bytes' <0xNN> tokens; BOS and EOS around when asked. `negate`: the scores in reverse order
- * (what a wrong conversion would give). */
+ * (what a wrong conversion would give). A token of text "<|im_end|>" is special whatever its type
+ * (llama.cpp makes the tokens of its end-of-turn texts control tokens). */
 typedef struct {
     gguf_file f;
     gguf_str *tok;
@@ -1431,7 +1432,8 @@ static void spm_ref_encode(const spm_ref *r, const char *text, int add_special, 
         int64_t hit = -1;
         for (int64_t t = 0; i < len && t < r->n; t++) {
             const int64_t type = gguf_array_int(r->types, (uint64_t)t);
-            if ((type == 2 || type == 3 || type == 4) && r->tok[t].len <= len - i &&
+            const int control = r->tok[t].len == 10 && !memcmp(r->tok[t].p, "<|im_end|>", 10);
+            if ((type == 2 || type == 3 || type == 4 || control) && r->tok[t].len <= len - i &&
                 !memcmp(text + i, r->tok[t].p, r->tok[t].len) && (hit < 0 || r->tok[t].len > r->tok[hit].len))
                 hit = t;
         }
@@ -1452,6 +1454,7 @@ static const char *const SPM_TEXTS[] = {
     "<s>inside</s> and <unk> x</s>\n   leading spaces on a line\n",
     "   three leading spaces",
     "<s> after a special token",
+    "a reply<|im_end|>\nthe next",
     "the",
     "",
 };
@@ -1617,6 +1620,50 @@ static void test_spm_round_trip(void **state) {
     free(a);
     free(b);
     dt_model_free(&back2);
+    dt_model_free(&m);
+}
+
+/* A normal token of an end-of-turn text, "<|im_end|>" (in place of 591 "▁main(argv):"): llama.cpp
+ * makes it a control token, found in a prompt as one token, left out of the text it prints; a
+ * stop id. difftrans reading the file makes it an added special token. */
+static void test_spm_eot_text(void **state) {
+    (void)state;
+    char dir[600], base[600], path[600];
+    spm_tokenizer("tok_spm_eot", dir, sizeof dir, NULL, 0);
+    dt_model m, back;
+    spm_model(&m, dir);
+    save_gguf(&m, "spm_eot_base.gguf", DT_F32, base, sizeof base);
+    tu_path(path, sizeof path, "spm_eot.gguf");
+    rewrite(base, path, &(edits){.tok = "<|im_end|>", .tok_at = 591});
+    load_gguf(&back, path);
+    int stop = 0;
+    for (int k = 0; k < back.cfg.special.n_eos; k++) stop |= back.cfg.special.eos_token_id[k] == 591;
+    assert_true(stop);
+    expect_spm_agrees(&back, path);
+    int *ids;
+    size_t n;
+    char *text;
+    size_t len;
+    dt_error err;
+    const char *in = "a reply<|im_end|>";
+    if (dt_model_encode(&back, in, strlen(in), 0, &ids, &n, &err) != 0) fail_msg("%s", err.msg);
+    assert_true(n > 1);
+    assert_int_equal(ids[n - 1], 591);
+    for (int skip = 0; skip < 2; skip++) {
+        if (dt_tok_decode(dt_model_tok(&back), ids, n, skip, &text, &len, &err) != 0) fail_msg("%s", err.msg);
+        const char *want = skip ? "a reply" : in;
+        if (len != strlen(want) || memcmp(text, want, len) != 0)
+            fail_msg("decoded '%.*s', not '%s'", (int)len, text, want);
+        free(text);
+    }
+    free(ids);
+    /* written again, a control token */
+    save_gguf(&back, "spm_eot_again.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    assert_int_equal(gguf_array_int(gguf_find_kv(&f, "tokenizer.ggml.token_type"), 591), 3);
+    gguf_close(&f);
+    dt_model_free(&back);
     dt_model_free(&m);
 }
 
@@ -1834,6 +1881,7 @@ int main(void) {
         cmocka_unit_test(test_eog_by_text),          cmocka_unit_test(test_spm_round_trip),
         cmocka_unit_test(test_spm_export_refused),   cmocka_unit_test(test_spm_hostile),
         cmocka_unit_test(test_spm_tied_scores),      cmocka_unit_test(test_spm_merge_ranks_refused),
+        cmocka_unit_test(test_spm_eot_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1374,6 +1374,7 @@ typedef struct {
     int bos, eos, pad, eot, eom, unk, add_bos, add_eos;
     gguf_str chat;
     int has_chat;
+    unsigned char *control;      /* [n] made a control token by its text (read_vocab), whatever its type */
 } vocab_in;
 
 /* Whether id is a token of the tokenizer.json made from the vocabulary: the ids llama.cpp does not
@@ -1382,10 +1383,15 @@ static int in_tokenizer(const vocab_in *v, int64_t id) { return v->type[id] != T
 
 /* An added token of the tokenizer.json: llama.cpp's control and user-defined tokens, and for
  * SentencePiece its unknown token, all of which it finds in the raw text before tokenizing
- * (control and unknown ones with parse_special, as difftrans always does). */
-static int is_added(const vocab_in *v, int32_t type) {
-    return type == TT_CONTROL || type == TT_USER_DEFINED || (v->spm && type == TT_UNKNOWN);
+ * (control and unknown ones with parse_special, as difftrans always does); and the tokens it
+ * makes control tokens by their text. A special one (all but the user-defined) is left out of
+ * the text decoded without the special tokens, as llama.cpp prints no control token. */
+static int is_added(const vocab_in *v, int64_t id) {
+    const int32_t type = v->type[id];
+    return type == TT_CONTROL || type == TT_USER_DEFINED || (v->spm && type == TT_UNKNOWN) || v->control[id];
 }
+
+static int is_special(const vocab_in *v, int64_t id) { return v->type[id] != TT_USER_DEFINED || v->control[id]; }
 
 static void template_item(tk_buf *b, int *oom, const vocab_in *v, int id, int type_id) {
     json_lit(b, oom, "{\"SpecialToken\":{\"id\":");
@@ -1423,12 +1429,12 @@ static int tokenizer_json(const vocab_in *v, tk_buf *b) {
     json_lit(b, &oom, "{\"version\":\"1.0\",\"truncation\":null,\"padding\":null,\"added_tokens\":[");
     int first = 1;
     for (int64_t i = 0; i < v->n; i++) {
-        if (!is_added(v, v->type[i])) continue;
+        if (!is_added(v, i)) continue;
         snprintf(num, sizeof num, "%s{\"id\":%lld,\"content\":", first ? "" : ",", (long long)i);
         json_lit(b, &oom, num);
         json_str(b, &oom, v->tok[i].p, v->tok[i].len);
         json_lit(b, &oom, ",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":");
-        json_lit(b, &oom, v->type[i] != TT_USER_DEFINED ? "true}" : "false}");
+        json_lit(b, &oom, is_special(v, i) ? "true}" : "false}");
         first = 0;
     }
     json_lit(b, &oom, "],\"normalizer\":");
@@ -1704,9 +1710,10 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
     }
     v.n_merges = v.spm ? 0 : (int64_t)mk->n;
     v.type = malloc((size_t)v.n * sizeof *v.type);
+    v.control = calloc((size_t)v.n, 1);
     if (v.spm) v.score = malloc((size_t)v.n * sizeof *v.score);
     tokset h = {0};
-    if (!v.type || (v.spm && !v.score) || tokset_init(&h, v.n) != 0)
+    if (!v.type || !v.control || (v.spm && !v.score) || tokset_init(&h, v.n) != 0)
         rc = dt_fail_oom(err, "%s: out of memory", f->path);
     else
         rc = 0;
@@ -1776,20 +1783,29 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
         const int eos[3] = {v.eos, v.eot, v.eom};
         for (int k = 0; k < 3; k++) add_stop(s, eos[k]);
         /* llama.cpp also ends generation at tokens of known end-of-turn texts (Llama 3's "<|eot_id|>"
-         * beside its EOS "<|end_of_text|>"), whatever their type (it makes them control tokens), and
-         * at the fill-in-the-middle pad, repository and file-separator tokens: stop ids here too.
-         * Ids on unused rows are no token of the tokenizer.json made from the file (special ids on
-         * them are dropped above); those past DT_MAX_EOS stop ids are left out. */
+         * beside its EOS "<|end_of_text|>"), whatever their type, and at the fill-in-the-middle pad,
+         * repository and file-separator tokens: stop ids here too. Ids on unused rows are no token
+         * of the tokenizer.json made from the file (special ids on them are dropped above); those
+         * past DT_MAX_EOS stop ids are left out. It makes all of those found by their text control
+         * tokens (even the "<|end|>" and "</s>" it ends nothing at): found in a prompt as special
+         * tokens, never printed; added special tokens of the tokenizer.json (is_added). */
         unsigned char has[N_EOG];
         eog_scan(token_in_at, &v, v.n, has);
-        for (int64_t i = 0; i < v.n; i++)
-            if (in_tokenizer(&v, i) && eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
-        int fim[3];
+        for (int64_t i = 0; i < v.n; i++) {
+            if (!in_tokenizer(&v, i)) continue;
+            if (eog_by_text(v.tok[i].p, v.tok[i].len, has)) add_stop(s, (int)i);
+            v.control[i] = eog_index(v.tok[i].p, v.tok[i].len) >= 0;
+        }
+        int fim[3], by_key[3];
         for (int k = 0; k < 3 && rc == 0; k++)
             if (token_id(f, FIM_KEY[k], v.n, &fim[k], err) != 0) rc = -1;
+            else by_key[k] = fim[k] >= 0;
         if (rc == 0) fim_by_text(token_in_at, &v, v.n, fim);
         for (int k = 0; k < 3 && rc == 0; k++)
-            if (fim[k] >= 0 && in_tokenizer(&v, fim[k])) add_stop(s, fim[k]);
+            if (fim[k] >= 0 && in_tokenizer(&v, fim[k])) {
+                add_stop(s, fim[k]);
+                v.control[fim[k]] |= !by_key[k];
+            }
         if (!is_bytes(&v)) rc = load_vocab(f, &v, c->vocab_size, out, err);
     }
     free(v.tok);
@@ -1798,6 +1814,7 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
     free(v.score);
     free(v.pairs);
     free(v.ranks);
+    free(v.control);
     return rc;
 }
 

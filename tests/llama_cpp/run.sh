@@ -361,6 +361,40 @@ else
     echo "SKIPPED (Llama 2's own tokenizer.json): $L2_JSON is not installed (llama_cpp_fetch installs it)"
 fi
 
+# An ordinary token of an end-of-turn text ("<|im_end|>", id 592 of llama2_like's vocabulary, no
+# merge makes it): llama.cpp makes it a control token by its text, found in a prompt as one token
+# (parse_special) and never printed; difftrans reading the file makes it an added special token
+EM=$SPM_DIR/m-eot
+printf 'a reply<|im_end|>\nthe next<|im_end|> x' >"$SPM_DIR/eot.txt"
+if expect_ok "init a model for an end-of-turn text" "$DT" init --config "$SPM_DIR/config-llama2_like.json" \
+    --arch transformer --out "$EM" && rm -f "$EM/difftrans_tokenizer.json" &&
+    expect_ok "llama2_like with <|im_end|> in its vocabulary" "$PY" -c 'import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["model"]["vocab"]["<|im_end|>"] = 592
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)' \
+        "$HERE/../tokenizer/fixtures/llama2_like.json" "$EM/tokenizer.json" &&
+    expect_ok "export it --gguf (<|im_end|>)" "$DT" export "$EM" "$SPM_DIR/eot.gguf" --gguf &&
+    expect_ok "difftrans reads it back (<|im_end|>)" "$DT" export "$SPM_DIR/eot.gguf" "$SPM_DIR/back-eot" &&
+    expect_ok "difftrans tokenizer encode: <|im_end|>" sh -c '"$1" tokenizer encode --tokenizer "$2" <"$3"' sh "$DT" \
+        "$SPM_DIR/back-eot" "$SPM_DIR/eot.txt" && cp "$S/last.out" "$S/dt-tok.txt" &&
+    expect_ok "llama.cpp tokenize: <|im_end|>" "$LR" tokenize "$SPM_DIR/eot.gguf" --text "$SPM_DIR/eot.txt" \
+        --parse-special && cp "$S/last.out" "$S/ll-tok.txt"; then
+    if cmp -s "$S/dt-tok.txt" "$S/ll-tok.txt" && [ "$(tr ' ' '\n' <"$S/ll-tok.txt" | grep -c '^592$')" -eq 2 ]; then
+        pass
+        echo "an ordinary token of an end-of-turn text is special, as llama.cpp takes it: $(cat "$S/ll-tok.txt")"
+    else
+        fail "an ordinary <|im_end|> is a special token in difftrans reading the file, as in llama.cpp" \
+            "difftrans: $(cat "$S/dt-tok.txt")" "llama.cpp: $(cat "$S/ll-tok.txt")"
+    fi
+    expect_ok "difftrans tokenizer decode --skip-special (<|im_end|>)" sh -c \
+        '"$1" tokenizer decode --tokenizer "$2" --skip-special <"$3"' sh "$DT" "$SPM_DIR/back-eot" "$S/ll-tok.txt" &&
+        if grep -q 'im_end' "$S/last.out" || ! grep -q 'the next' "$S/last.out"; then
+            fail "<|im_end|> left out of the text decoded without the special tokens" "$(cat "$S/last.out")"
+        else pass; fi
+    expect_ok "difftrans info (<|im_end|>)" "$DT" info "$SPM_DIR/eot.gguf" &&
+        out_has "<|im_end|> a stop id" "$S/last.out" "special tokens: bos 1 \\| pad -1 \\| eos 2 592"
+fi
+
 # llama.cpp's own test vocabulary on a byte-level model of 32000 ids (llama_ref rewrite --vocab-from)
 LL_SPM=$(cd "$MODULES" && pwd)/llama.cpp/models/ggml-vocab-llama-spm.gguf
 sed 's/"vocab_size": 512/"vocab_size": 32000/' "$S/config.json" >"$SPM_DIR/config-32k.json"
