@@ -1341,7 +1341,8 @@ static void spm_ref_open(spm_ref *r, const char *path) {
     gguf_get_bool(&r->f, "tokenizer.ggml.add_space_prefix", &r->add_space_prefix, &err);
     gguf_get_bool(&r->f, "tokenizer.ggml.add_bos_token", &r->add_bos, &err);
     gguf_get_bool(&r->f, "tokenizer.ggml.add_eos_token", &r->add_eos, &err);
-    r->bos = (int)kv_int(&r->f, "tokenizer.ggml.bos_token_id");
+    /* llama.cpp's default BOS where the file names none */
+    r->bos = gguf_find_kv(&r->f, "tokenizer.ggml.bos_token_id") ? (int)kv_int(&r->f, "tokenizer.ggml.bos_token_id") : 1;
     r->eos = (int)kv_int(&r->f, "tokenizer.ggml.eos_token_id");
 }
 
@@ -1667,6 +1668,61 @@ static void test_spm_eot_text(void **state) {
     dt_model_free(&m);
 }
 
+/* A SentencePiece model without BOS (none in its config, none added by its tokenizer): llama.cpp
+ * takes id 1 as BOS where the file names none, and cannot be told otherwise; the file says
+ * add_bos_token false (llama.cpp adds nothing) and difftrans.bos_stand_in 1, so that reading it back
+ * gives no BOS again, as does writing that again. llama.cpp's own files without the key keep BOS 1. */
+static void test_spm_no_bos(void **state) {
+    (void)state;
+    const char *root = getenv("DT_TOKENIZER_TESTS");
+    if (!root) fail_msg("DT_TOKENIZER_TESTS is not set (run under ctest)");
+    char fixture[1200], dir[600], path[600], again[600], edited[600];
+    snprintf(fixture, sizeof fixture, "%s/fixtures/llama2_like.json", root);
+    size_t len;
+    char *json = tu_read_file(fixture, &len);
+    char *from = strstr(json, "\"post_processor\":"), *to = strstr(json, ",\"decoder\":");
+    assert_true(from && to && from < to);
+    *to = 0;
+    const char *edit[2] = {from, "\"post_processor\":null"};
+    spm_tokenizer("tok_spm_no_bos", dir, sizeof dir, edit, 1);
+    free(json);
+    dt_model m, back, back2;
+    spm_model(&m, dir);
+    m.cfg.special.bos_token_id = -1;
+    save_gguf(&m, "spm_no_bos.gguf", DT_F32, path, sizeof path);
+    gguf_file f;
+    dt_error err;
+    int add_bos = 1;
+    assert_int_equal(gguf_open(&f, path, &err), 0);
+    assert_null(gguf_find_kv(&f, "tokenizer.ggml.bos_token_id"));
+    assert_int_equal(gguf_get_bool(&f, "tokenizer.ggml.add_bos_token", &add_bos, &err), 0);
+    assert_int_equal(add_bos, 0);
+    assert_int_equal(kv_int(&f, "difftrans.bos_stand_in"), 1);
+    gguf_close(&f);
+    load_gguf(&back, path);
+    assert_int_equal(back.cfg.special.bos_token_id, -1);
+    assert_int_equal(back.cfg.special.eos_token_id[0], 2);
+    for (int add_special = 0; add_special < 2; add_special++) expect_same_encoding(&m, &back, add_special);
+    expect_spm_agrees(&back, path);
+    expect_checkpoint_loads(&back, "spm_no_bos_ckpt");
+    save_gguf(&back, "spm_no_bos_again.gguf", DT_F32, again, sizeof again);
+    const char *keys[] = {"tokenizer.ggml.add_bos_token", "difftrans.bos_stand_in", "tokenizer.ggml.tokens"};
+    expect_same_values(path, again, keys, 3);
+    dt_model_free(&back);
+    /* without the key, llama.cpp's BOS (not added: add_bos_token false) */
+    tu_path(edited, sizeof edited, "spm_no_bos_edited.gguf");
+    rewrite(path, edited, &(edits){.drop_key = "difftrans.bos_stand_in"});
+    load_gguf(&back2, edited);
+    assert_int_equal(back2.cfg.special.bos_token_id, 1);
+    dt_model_free(&back2);
+    /* a BOS the file names is kept */
+    rewrite(path, edited, &(edits){.u32_key = "tokenizer.ggml.bos_token_id", .u32 = 1});
+    load_gguf(&back2, edited);
+    assert_int_equal(back2.cfg.special.bos_token_id, 1);
+    dt_model_free(&back2);
+    dt_model_free(&m);
+}
+
 /* The encodings of the texts by the model's tokenizer with its tokenizer.json's merge ranks
  * dropped (as a plain Hugging Face tokenizer reads it, ties in the merges' order): how many of
  * them differ from the model's own. */
@@ -1881,7 +1937,7 @@ int main(void) {
         cmocka_unit_test(test_eog_by_text),          cmocka_unit_test(test_spm_round_trip),
         cmocka_unit_test(test_spm_export_refused),   cmocka_unit_test(test_spm_hostile),
         cmocka_unit_test(test_spm_tied_scores),      cmocka_unit_test(test_spm_merge_ranks_refused),
-        cmocka_unit_test(test_spm_eot_text),
+        cmocka_unit_test(test_spm_eot_text),         cmocka_unit_test(test_spm_no_bos),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

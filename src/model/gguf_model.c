@@ -179,6 +179,7 @@ typedef struct {
     int add_bos, add_eos;
     int bos, eos, eot, eom, pad, unk;
     int eos_stand_in;            /* eos when it only stands in for "none", else -1 */
+    int bos_stand_in;            /* the BOS llama.cpp takes where the model has none, else -1 */
     char *chat_template;
 } vocab_out;
 
@@ -283,7 +284,7 @@ static int vocab_alloc(vocab_out *v, int64_t n) {
     v->pad_off = malloc((size_t)n * sizeof *v->pad_off);
     if (!v->tok || !v->type || !v->pad_off) return -1;
     for (int64_t i = 0; i < n; i++) v->pad_off[i] = SIZE_MAX;
-    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = v->eos_stand_in = -1;
+    v->bos = v->eos = v->eot = v->eom = v->pad = v->unk = v->eos_stand_in = v->bos_stand_in = -1;
     return 0;
 }
 
@@ -470,6 +471,10 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
                             "bos_token_id",
                             path, v->bos, s->bos_token_id);
     if (s->bos_token_id >= 0) v->bos = s->bos_token_id;
+    /* llama.cpp cannot be told "no BOS" either: without the key a "llama" vocabulary's BOS is id 1,
+     * and an id outside the vocabulary is ignored for that default. add_bos_token false keeps it
+     * from adding one; the stand-in, said in the file, keeps reading it back from finding one */
+    if (v->spm && v->bos < 0 && v->n > 1) v->bos_stand_in = 1;
     if (s->n_eos > 0) {
         if (v->add_eos && s->eos_token_id[0] != v->eos)
             return dt_fail_code(err, DT_ERR_UNSUPPORTED,
@@ -599,6 +604,7 @@ static void write_vocab(gguf_writer *w, vocab_out *v) {
         if (ids[i] >= 0) gguf_w_u32(w, keys[i], (uint32_t)ids[i]);
     /* llama.cpp ignores keys it does not know */
     if (v->eos_stand_in >= 0) gguf_w_u32(w, "difftrans.eos_stand_in", (uint32_t)v->eos_stand_in);
+    if (v->bos_stand_in >= 0) gguf_w_u32(w, "difftrans.bos_stand_in", (uint32_t)v->bos_stand_in);
     /* always said: llama.cpp's default for "llama-bpe" and SentencePiece is to add BOS */
     gguf_w_bool(w, "tokenizer.ggml.add_bos_token", v->add_bos);
     gguf_w_bool(w, "tokenizer.ggml.add_eos_token", v->add_eos);
@@ -1754,10 +1760,15 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
                     gguf_get_bool(f, "tokenizer.ggml.add_eos_token", &v.add_eos, err) < 0 ||
                     (v.spm && gguf_get_bool(f, "tokenizer.ggml.add_space_prefix", &v.add_space_prefix, err) < 0)))
         rc = -1;
-    /* EOS as difftrans's export writes it for a model without one (special_ids): none */
-    int stand_in = -1;
-    if (rc == 0 && token_id(f, "difftrans.eos_stand_in", v.n, &stand_in, err) != 0) rc = -1;
+    /* EOS as difftrans's export writes it for a model without one (special_ids): none; and BOS,
+     * llama.cpp's default where the file names none */
+    int stand_in = -1, bos_stand_in = -1, bos_key = -1;
+    if (rc == 0 && (token_id(f, "difftrans.eos_stand_in", v.n, &stand_in, err) != 0 ||
+                    token_id(f, "difftrans.bos_stand_in", v.n, &bos_stand_in, err) != 0 ||
+                    token_id(f, "tokenizer.ggml.bos_token_id", v.n, &bos_key, err) != 0))
+        rc = -1;
     if (stand_in >= 0 && v.eos == stand_in) v.eos = -1;
+    if (bos_stand_in >= 0 && bos_key < 0 && v.bos == bos_stand_in) v.bos = -1;
     /* a special id on an unused row (llama.cpp's files may have them too) is no token of the
      * tokenizer.json made from the file: the config would name an id that its vocabulary lacks, and
      * the checkpoint written from it would not load. A byte-level model has no tokenizer.json: any

