@@ -32,6 +32,12 @@ static void help(void) {
            "  --kv-cache TYPE          f32 | f16 | int8: storage of the cached keys and values [f32]\n"
            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* and /metrics\n"
            "                           (/ and /health stay open) [none]\n"
+           "  --cors ORIGINS           let pages from these origins call the server from a browser: a\n"
+           "                           comma-separated list of scheme://host[:port] (e.g. http://localhost:3000),\n"
+           "                           or * for any page; repeatable. Preflights (OPTIONS) are answered and\n"
+           "                           replies carry Access-Control-Allow-Origin. Off by default: with it any\n"
+           "                           web page open in a browser on this machine could use the model (and\n"
+           "                           read its replies); with --api-key a page needs the key as well [none]\n"
            "  --threads N              OpenMP threads of the engine's compute [all cores]\n"
            "  --queue N                requests waiting for a slot before more are refused with 503 [64]\n"
            "  --chat-template NAME     chatml | llama3 | llama2 | mistral for /v1/chat/completions\n"
@@ -92,6 +98,7 @@ int cmd_serve(int argc, char **argv) {
         {"max-connections", required_argument, 0, 'C'},
         {"timeout", required_argument, 0, 'T'},
         {"drain-timeout", required_argument, 0, 'D'},
+        {"cors", required_argument, 0, 'O'},
         {"quiet", no_argument, 0, 'Q'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
@@ -139,6 +146,14 @@ int cmd_serve(int argc, char **argv) {
         case 'C': bad = parse_int(cmd, "--max-connections", optarg, 1, 65536, &o.max_connections); break;
         case 'T': bad = parse_int(cmd, "--timeout", optarg, 1, 3600, &o.timeout_s); break;
         case 'D': bad = parse_int(cmd, "--drain-timeout", optarg, 0, 3600, &o.drain_s); break;
+        case 'O': {
+            char why[300];
+            if (o.n_cors == SRV_MAX_CORS)
+                bad = cli_error(cmd, "--cors: at most %d times (each takes a list)", SRV_MAX_CORS);
+            else if (srv_cors_check(optarg, why, sizeof why) != 0) bad = cli_error(cmd, "--cors %s", why);
+            else o.cors[o.n_cors++] = optarg;
+            break;
+        }
         case 'Q': o.quiet = 1; break;
         case 'h': help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);

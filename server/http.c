@@ -46,6 +46,7 @@ typedef struct {
     srv_buf pending;             /* streamed bytes not yet handed to libmicrohttpd */
     size_t pending_off;
     int stream_done;
+    const char *cors_origin;     /* its Access-Control-Allow-Origin: "*", its Origin, or NULL: none */
 } req;
 
 void srv_options_defaults(srv_options *o) {
@@ -72,6 +73,84 @@ static srv_endpoint endpoint_of(const char *url) {
     return SRV_EP_OTHER;
 }
 
+/* ---------------------------------------------------------------- CORS */
+
+/* scheme://host[:port] and nothing more, as a browser writes an Origin header: a path or a
+ * trailing slash would never equal one, and the origin is echoed in a header, so only the
+ * characters of a host and a port pass. */
+static int origin_ok(const char *p, size_t n) {
+    size_t k;
+    if (n > 7 && !strncmp(p, "http://", 7)) k = 7;
+    else if (n > 8 && !strncmp(p, "https://", 8)) k = 8;
+    else return 0;
+    for (size_t i = k; i < n; i++) {
+        const char c = p[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+              c == ':' || c == '[' || c == ']'))
+            return 0;
+    }
+    return 1;
+}
+
+/* The next element of a comma-separated list at *p (spaces around it left out); 0 at its end. */
+static int next_elem(const char **p, const char **elem, size_t *n) {
+    if (!*p) return 0;
+    const char *end = strchr(*p, ',');
+    const char *a = *p, *b = end ? end : *p + strlen(*p);
+    while (a < b && *a == ' ') a++;
+    while (b > a && b[-1] == ' ') b--;
+    *elem = a;
+    *n = (size_t)(b - a);
+    *p = end ? end + 1 : NULL;
+    return 1;
+}
+
+int srv_cors_check(const char *list, char *msg, size_t msg_n) {
+    const char *p = list, *o;
+    size_t n;
+    while (next_elem(&p, &o, &n))
+        if (!(n == 1 && *o == '*') && !origin_ok(o, n)) {
+            snprintf(msg, msg_n, "'%.*s': expected * or an origin such as http://localhost:3000 (scheme://host[:port], "
+                     "no path, no trailing slash)", (int)n, o);
+            return -1;
+        }
+    return 0;
+}
+
+/* What Access-Control-Allow-Origin a request from origin gets: "*" when --cors allows any, the
+ * origin itself when --cors names it, NULL otherwise (the browser then keeps the reply from the
+ * page). */
+static const char *cors_allow(const srv_options *opt, const char *origin) {
+    const char *match = NULL;
+    for (int i = 0; i < opt->n_cors; i++) {
+        const char *p = opt->cors[i], *o;
+        size_t n;
+        while (next_elem(&p, &o, &n)) {
+            if (n == 1 && *o == '*') return "*";
+            if (origin && strlen(origin) == n && !strncasecmp(o, origin, n)) match = origin;
+        }
+    }
+    return match;
+}
+
+static void add_cors(const req *r, struct MHD_Response *resp) {
+    if (!r->h->s->opt.n_cors) return;
+    if (r->cors_origin) MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->cors_origin);
+    /* a reply that depends on the Origin must not be served from a cache to another origin */
+    if (!r->cors_origin || strcmp(r->cors_origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+}
+
+/* A list of header names as a preflight asks for them: tokens (RFC 9110 §5.6.2), commas, spaces. */
+static int header_list_ok(const char *s) {
+    size_t n = 0;
+    for (; s[n]; n++) {
+        const char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("-_.,+ ", c)))
+            return 0;
+    }
+    return n > 0 && n <= 2048;
+}
+
 /* The client closed its end (or the connection broke): nothing it asked for is wanted. */
 static int client_gone(req *r) {
     if (r->client_gone) return 1;
@@ -96,6 +175,7 @@ static enum MHD_Result send_buffer(req *r, int status, const char *type, char *b
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    add_cors(r, resp);
     if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (status == 405) {
@@ -246,6 +326,7 @@ static enum MHD_Result do_completion(req *r, srv_job_kind kind) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
         MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+        add_cors(r, resp);
         const enum MHD_Result rc = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
         MHD_destroy_response(resp);
         r->status = 200;
@@ -264,6 +345,37 @@ static enum MHD_Result do_completion(req *r, srv_job_kind kind) {
 }
 
 /* ---------------------------------------------------------------- routing */
+
+/* A browser asks before a cross-origin POST with a JSON body or an Authorization header (and the
+ * OpenAI SDK's x-stainless-* headers): without a 2xx naming the method and every header, the page
+ * never sends the request. The preflight carries no key, so it is answered before the key is
+ * checked; the request that follows is checked as any other. */
+static enum MHD_Result do_preflight(req *r) {
+    if (!r->cors_origin) {
+        const char *origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+        srv_err e;
+        if (r->h->s->opt.n_cors)
+            srv_fail(&e, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                     "cross-origin request from '%s': not an origin --cors allows", origin ? origin : "(none)");
+        else
+            srv_fail(&e, 403, "invalid_request_error", "origin_not_allowed", NULL,
+                     "cross-origin request from '%s': this server answers none (start it with --cors ORIGIN)",
+                     origin ? origin : "(none)");
+        return send_error(r, &e);
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    add_cors(r, resp);
+    MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    const char *want = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                            want && header_list_ok(want) ? want : "Authorization, Content-Type");
+    MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    const enum MHD_Result rc = MHD_queue_response(r->conn, MHD_HTTP_NO_CONTENT, resp);
+    MHD_destroy_response(resp);
+    r->status = MHD_HTTP_NO_CONTENT;
+    return rc;
+}
 
 static int authorized(req *r) {
     const char *key = r->h->s->opt.api_key;
@@ -286,6 +398,9 @@ static enum MHD_Result dispatch(req *r, const char *url) {
                  r->method, r->path);
         return send_error(r, &e);
     }
+    if (!strcmp(r->method, "OPTIONS") &&
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method"))
+        return do_preflight(r);
     const int needs_key = r->ep != SRV_EP_PAGE && r->ep != SRV_EP_HEALTH;
     if (needs_key && !authorized(r)) {
         srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
@@ -334,6 +449,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *conn, const cha
         r->ep = endpoint_of(url);
         snprintf(r->method, sizeof r->method, "%s", method);
         snprintf(r->path, sizeof r->path, "%s", url);
+        r->cors_origin = cors_allow(&h->s->opt, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Origin"));
         __atomic_add_fetch(&h->in_flight, 1, __ATOMIC_SEQ_CST);
         *con_cls = r;
         /* A body announced larger than the limit is not kept. It is refused before it is sent

@@ -151,6 +151,8 @@ const char *srv_chat_end_token(srv_chat_kind k);
 
 /* ---------------------------------------------------------------- the server */
 
+#define SRV_MAX_CORS 16
+
 typedef struct {
     const char *host;            /* [127.0.0.1] */
     int port;                    /* 0: any free port [8080] */
@@ -167,8 +169,16 @@ typedef struct {
     int max_connections;         /* 0: max(512, 2·(queue + parallel) + 64) */
     int timeout_s;               /* a connection silent this long is closed [30] */
     int drain_s;                 /* seconds the requests in flight get after SIGINT / SIGTERM [10] */
+    /* --cors: the origins whose pages may call the server (each a comma-separated list of
+     * scheme://host[:port] or "*"); none: cross-origin requests get no CORS headers */
+    const char *cors[SRV_MAX_CORS];
+    int n_cors;
     int quiet;
 } srv_options;
+
+/* 0 when every element of the comma-separated list is "*" or an origin (http:// or https://, a
+ * host, an optional port, nothing after); -1 with what is wrong in msg otherwise. */
+int srv_cors_check(const char *list, char *msg, size_t msg_n);
 
 void srv_options_defaults(srv_options *o);
 

@@ -9,7 +9,8 @@
 # `difftrans generate` and `difftrans forward` answer (expect.mjs), starts the servers with --port 0
 # and reads their ports from the one line each prints, runs sdk.mjs (completions, streaming, chat,
 # logprobs, models, health, metrics, attention, every error), u8.mjs (streamed text against whole
-# text where tokens cut characters), the page's browser test when it is there, and load.mjs (16
+# text where tokens cut characters), the page's browser test and cors.mjs (a page of another origin
+# calling a --cors server) when Chromium is there, and load.mjs (16
 # clients, a few hundred requests), then stops every server with SIGTERM, one of them in the middle
 # of a stream: each must exit 0. Exits 77 (skipped) when node or the npm packages are missing.
 set -u
@@ -136,8 +137,9 @@ KEY=sekrit-key-0123456789
 MAXBODY=4096
 SLOW_TOKENS=400
 [ "${DT_ASAN:-0}" = 1 ] && SLOW_TOKENS=100
-start_server main dt-diff "diffllama" 4 256 "$S/diff" --parallel 4 --chat-template chatml --attention-max-tokens 64 --model-name dt-diff
-start_server key diff "diffllama" 2 256 "$S/diff" --parallel 2 --api-key "$KEY" --max-body $MAXBODY --quiet
+start_server main dt-diff "diffllama" 4 256 "$S/diff" --parallel 4 --chat-template chatml --attention-max-tokens 64 \
+    --model-name dt-diff --cors http://allowed.example:8000,https://also.example
+start_server key diff "diffllama" 2 256 "$S/diff" --parallel 2 --api-key "$KEY" --max-body $MAXBODY --quiet --cors '*'
 start_server q8 'diff\.q8_0' 'diffllama( q8_0)?' 4 256 "$S/diff.q8_0"
 start_server llama llama "llama" 4 256 "$S/llama"
 start_server v2 v2 "difftrans_v2" 4 256 "$S/v2" --ctx 256
@@ -198,6 +200,10 @@ if [ -f "$HERE/browser.mjs" ] && { command -v chromium >/dev/null 2>&1 || [ -x /
             "$MODULES/node_modules" "${pairs[@]}"
         tail -n 5 "$S/last.out"
     done
+    # a cross-origin page's fetch, preflight and all, against a server of its own with --cors
+    expect_ok "cors.mjs: a page of another origin calls the server (--cors)" node "$HERE/cors.mjs" "$DT" "$S/llama" \
+        "$MODULES/node_modules" "$(url q8)"
+    tail -n 3 "$S/last.out"
 else
     echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
 fi

@@ -916,6 +916,60 @@ test('errors: unknown paths are 404, wrong methods 405, nothing of the model dir
   }
 });
 
+test('CORS: --cors answers preflights and marks replies (streams, errors) for the origins it names', async () => {
+  const ALLOWED = 'http://allowed.example:8000';
+  // what a browser sends before the SDK's POST: no key, the method and headers it means to send
+  const ask = 'authorization, content-type, x-stainless-lang, x-stainless-retry-count';
+  const pre = (url, p, origin) => raw(url, p, { method: 'OPTIONS',
+    headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': ask } });
+  for (const p of ['/v1/completions', '/v1/chat/completions', '/v1/models']) {
+    const r = await pre(S.main.url, p, ALLOWED);
+    assert.equal(r.status, 204, `preflight ${p}: ${r.status} ${r.text.slice(0, 200)}`);
+    assert.equal(r.headers.get('access-control-allow-origin'), ALLOWED, `preflight ${p}: the origin`);
+    assert.match(r.headers.get('access-control-allow-methods') ?? '', /\bPOST\b/, `preflight ${p}: methods`);
+    const allowed = (r.headers.get('access-control-allow-headers') ?? '').toLowerCase().split(/\s*,\s*/);
+    for (const h of ask.split(', ')) assert.ok(allowed.includes(h), `preflight ${p}: ${h} not in ${allowed}`);
+    assert.match(r.headers.get('vary') ?? '', /origin/i, `preflight ${p}: Vary: Origin`);
+  }
+  // the second origin of the list, and an origin it does not name
+  const also = await pre(S.main.url, '/v1/completions', 'https://also.example');
+  assert.equal(also.headers.get('access-control-allow-origin'), 'https://also.example');
+  rawError(await pre(S.main.url, '/v1/completions', 'http://evil.example'), 403, 'invalid_request_error',
+    'origin_not_allowed', 'preflight from an origin --cors does not name');
+  // a server without --cors answers none, and adds nothing to its replies
+  const none = await pre(S.q8.url, '/v1/completions', ALLOWED);
+  rawError(none, 403, 'invalid_request_error', 'origin_not_allowed', 'preflight to a server without --cors');
+  assert.equal(none.headers.get('access-control-allow-origin'), null);
+  const post = (url, body, origin) => raw(url, '/v1/completions', { body, headers: { origin } });
+  const plain = await post(S.q8.url, { prompt: 'a', max_tokens: 1 }, ALLOWED);
+  assert.equal(plain.status, 200);
+  assert.equal(plain.headers.get('access-control-allow-origin'), null, 'no CORS header without --cors');
+
+  // through the SDK, as a browser build of it sends them: a reply, a stream and an error carry the origin
+  const fromPage = client(OpenAI, S.main.url, 'unused', { defaultHeaders: { origin: ALLOWED } });
+  const { response } = await fromPage.completions.create({ model: 'm', prompt: 'a', max_tokens: 2 }).withResponse();
+  assert.equal(response.headers.get('access-control-allow-origin'), ALLOWED, 'a whole reply');
+  const st = await fromPage.completions.create({ model: 'm', prompt: 'a', max_tokens: 2, stream: true }).withResponse();
+  assert.equal(st.response.headers.get('access-control-allow-origin'), ALLOWED, 'a stream');
+  for await (const chunk of st.data) assert.equal(chunk.object, 'text_completion');
+  const bad = await post(S.main.url, { prompt: 'a', max_tokens: -1 }, ALLOWED);
+  assert.equal(bad.status, 400);
+  assert.equal(bad.headers.get('access-control-allow-origin'), ALLOWED, 'an error reply (the page can read why)');
+  const evil = await post(S.main.url, { prompt: 'a', max_tokens: 1 }, 'http://evil.example');
+  assert.equal(evil.headers.get('access-control-allow-origin'), null, 'an origin --cors does not name');
+
+  // --cors '*' with --api-key: the preflight needs no key (a browser sends none), the request does
+  const star = await pre(S.key.url, '/v1/chat/completions', 'http://anywhere.example');
+  assert.equal(star.status, 204);
+  assert.equal(star.headers.get('access-control-allow-origin'), '*');
+  const unkeyed = await post(S.key.url, { prompt: 'a', max_tokens: 1 }, 'http://x.example');
+  rawError(unkeyed, 401, 'authentication_error', 'invalid_api_key', "--cors '*' without the key");
+  assert.equal(unkeyed.headers.get('access-control-allow-origin'), '*');
+  const keyedPage = client(OpenAI, S.key.url, S.key.key, { defaultHeaders: { origin: 'http://x.example' } });
+  const k = await keyedPage.completions.create({ model: 'm', prompt: 'a', max_tokens: 1 }).withResponse();
+  assert.equal(k.response.headers.get('access-control-allow-origin'), '*');
+});
+
 test('the page: GET / is the built-in HTML with the element ids the browser test uses', async () => {
   const r = await raw(S.main.url, '/', { method: 'GET' });
   assert.equal(r.status, 200);
