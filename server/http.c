@@ -254,8 +254,9 @@ static enum MHD_Result do_models(req *r, const char *url) {
     srv_err e;
     if (!strncmp(url, "/v1/models/", 11)) {
         if (strcmp(url + 11, r->h->s->name)) {
-            srv_fail(&e, 404, "not_found_error", "model_not_found", "model", "the model '%s' is not served here "
-                     "(this server serves '%s')", url + 11, r->h->s->name);
+            /* OpenAI's type and code: the SDKs and clients branch on them, not on the status alone */
+            srv_fail(&e, 404, "invalid_request_error", "model_not_found", "model", "The model '%s' does not exist: "
+                     "this server serves '%s'", url + 11, r->h->s->name);
             return send_error(r, &e);
         }
         return send_cjson(r, 200, model_object(r->h));
@@ -393,9 +394,9 @@ static int authorized(req *r) {
 static enum MHD_Result dispatch(req *r, const char *url) {
     srv_err e;
     if (r->ep == SRV_EP_OTHER) {
-        srv_fail(&e, 404, "not_found_error", "not_found", NULL, "%s %s: no such path (served: /, /health, "
-                 "/metrics, /v1/models, /v1/completions, /v1/chat/completions, /v1/difftrans/attention)",
-                 r->method, r->path);
+        srv_fail(&e, 404, "invalid_request_error", "unknown_url", NULL, "Invalid URL (%s %s): no such path "
+                 "(served: /, /health, /metrics, /v1/models, /v1/completions, /v1/chat/completions, "
+                 "/v1/difftrans/attention)", r->method, r->path);
         return send_error(r, &e);
     }
     if (!strcmp(r->method, "OPTIONS") &&
@@ -410,8 +411,8 @@ static enum MHD_Result dispatch(req *r, const char *url) {
     const int post = r->ep == SRV_EP_COMPLETIONS || r->ep == SRV_EP_CHAT || r->ep == SRV_EP_ATTENTION;
     const int method_ok = post ? !strcmp(r->method, "POST") : !strcmp(r->method, "GET") || !strcmp(r->method, "HEAD");
     if (!method_ok) {
-        srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%s %s: use %s", r->method, r->path,
-                 post ? "POST" : "GET");
+        srv_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "Invalid method for URL (%s %s): use %s",
+                 r->method, r->path, post ? "POST" : "GET");
         return send_error(r, &e);
     }
     if (r->too_large) {

@@ -904,15 +904,20 @@ test('errors: unknown paths are 404, wrong methods 405, nothing of the model dir
     '/../config.json', '/../../../../etc/passwd', '/%2e%2e/%2e%2e/etc/passwd', '/..%2f..%2fetc%2fpasswd', '/./config.json', '//etc/passwd']) {
     for (const method of ['GET', 'POST']) {
       const r = await rawPath(S.main.url, p, method);
-      rawError(r, 404, 'not_found_error', undefined, `${method} ${p}`);
+      // OpenAI's shape: type invalid_request_error (there is no not_found_error type), code unknown_url
+      rawError(r, 404, 'invalid_request_error', 'unknown_url', `${method} ${p}`);
     }
   }
-  await sdkError(main.post('/nothing-here', { body: {} }), sdk.NotFoundError, 404, 'not_found_error', undefined, 'SDK POST /v1/nothing-here');
+  await sdkError(main.post('/nothing-here', { body: {} }), sdk.NotFoundError, 404, 'invalid_request_error', 'unknown_url',
+    'SDK POST /v1/nothing-here');
+  const gone = await sdkError(main.models.retrieve('no-such-model'), sdk.NotFoundError, 404, 'invalid_request_error',
+    'model_not_found', 'GET /v1/models/no-such-model');
+  assert.equal(gone.param, 'model');
+  assert.equal((await main.models.retrieve(S.main.name)).id, S.main.name);
   for (const [method, p] of [['GET', '/v1/completions'], ['GET', '/v1/chat/completions'], ['POST', '/health'], ['POST', '/v1/models'],
     ['DELETE', '/v1/completions'], ['GET', '/v1/difftrans/attention'], ['POST', '/metrics']]) {
     const r = await raw(S.main.url, p, { method, body: method === 'POST' ? {} : undefined });
-    assert.equal(r.status, 405, `${method} ${p}: ${r.status} ${r.text.slice(0, 200)}`);
-    assert.ok(r.json?.error?.message, `${method} ${p}: an OpenAI-shaped error body`);
+    rawError(r, 405, 'invalid_request_error', 'method_not_allowed', `${method} ${p}`);
   }
 });
 
