@@ -141,6 +141,63 @@ int srv_fail_dt(srv_err *e, const dt_error *err, const char *param) {
     }
 }
 
+static int cmp_names(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Refuses an object that holds a key twice, anywhere in v (path: where v is, "" at the top). cJSON
+ * keeps both members and its lookups find the first, where JSON.parse and Python's json keep the
+ * last: a body built by one of them (or by a proxy that checked the other value) would mean one
+ * thing to its sender and another here, so neither is taken. Sorted, not compared in pairs: a
+ * body of max_body bytes may hold 10^5 keys. */
+static int check_dup_keys(const cJSON *v, char *path, size_t cap, srv_err *e) {
+    const size_t at = strlen(path);
+    if (cJSON_IsArray(v)) {
+        int i = 0;
+        for (const cJSON *c = v->child; c; c = c->next, i++) {
+            snprintf(path + at, cap - at, "[%d]", i);
+            if (check_dup_keys(c, path, cap, e) != 0) return -1;
+        }
+        path[at] = '\0';
+        return 0;
+    }
+    if (!cJSON_IsObject(v)) return 0;
+    size_t n = 0;
+    for (const cJSON *c = v->child; c; c = c->next) n++;
+    if (n > 1) {
+        const char **names = malloc(n * sizeof *names);
+        if (!names) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        size_t k = 0;
+        for (const cJSON *c = v->child; c; c = c->next) names[k++] = c->string ? c->string : "";
+        qsort(names, n, sizeof *names, cmp_names);
+        const char *dup = NULL;
+        for (k = 1; k < n && !dup; k++)
+            if (!strcmp(names[k - 1], names[k])) dup = names[k];
+        if (dup) {
+            const char *where = at ? path : "the request body";
+            /* the key goes into the reply's JSON: only when it is text, and whole */
+            const size_t dn = strlen(dup);
+            if (dn > 200 || at > 200 || !srv_utf8_valid(dup, dn) || !srv_utf8_valid(path, at))
+                srv_bad(e, NULL, "a key appears twice in an object of the request body");
+            else {
+                char param[sizeof e->param];
+                snprintf(param, sizeof param, "%s%s%s", path, at ? "." : "", dup);
+                /* cut short, it may end inside a character */
+                srv_bad(e, srv_utf8_valid(param, strlen(param)) ? param : NULL,
+                        "duplicate key '%s' in %s: JSON parsers disagree on which value counts, so this server takes "
+                        "neither", dup, where);
+            }
+            free(names);
+            return -1;
+        }
+        free(names);
+    }
+    for (const cJSON *c = v->child; c; c = c->next) {
+        snprintf(path + at, cap - at, "%s%s", at ? "." : "", c->string ? c->string : "");
+        if (check_dup_keys(c, path, cap, e) != 0) return -1;
+    }
+    path[at] = '\0';
+    return 0;
+}
+
 cJSON *srv_json_parse(const char *body, size_t len, srv_err *e) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
@@ -155,6 +212,11 @@ cJSON *srv_json_parse(const char *body, size_t len, srv_err *e) {
             cJSON_Delete(root);
             return NULL;
         }
+    char path[256] = "";
+    if (check_dup_keys(root, path, sizeof path, e) != 0) {
+        cJSON_Delete(root);
+        return NULL;
+    }
     return root;
 }
 

@@ -709,6 +709,27 @@ test('errors: JSON that does not parse, or is not an object', async () => {
   }
 });
 
+test('errors: a key given twice is refused with 400 naming it, not read as its first value', async () => {
+  // JSON.parse keeps the last value, cJSON found the first: max_tokens 50 was served as 1
+  const cases = [
+    ['/v1/completions', '{"prompt": "a", "max_tokens": 1, "max_tokens": 50}', 'max_tokens'],
+    ['/v1/completions', '{"prompt": "a", "prom\\u0070t": "b"}', 'prompt'], // the same key, escaped
+    ['/v1/completions', '{"prompt": "a", "stream": true, "stream_options": {"include_usage": true, '
+      + '"include_usage": false}}', 'stream_options.include_usage'],
+    ['/v1/chat/completions', '{"messages": [{"role": "user", "content": "a", "role": "system"}]}', 'messages[0].role'],
+    ['/v1/difftrans/attention', '{"prompt": "a b", "layer": 0, "layer": 1}', 'layer'],
+  ];
+  for (const [p, body, param] of cases) {
+    const e = rawError(await raw(S.main.url, p, { body }), 400, 'invalid_request_error', undefined, `${p} ${body}`);
+    assert.equal(e.param, param, `${body}: param`);
+    assert.match(e.message, /duplicate key/, `${body}: message`);
+  }
+  // distinct keys, and the same key in different objects, are not duplicates
+  const ok = await raw(S.main.url, '/v1/chat/completions', { body: '{"max_tokens": 1, "messages": [{"role": "system", '
+    + '"content": "a"}, {"role": "user", "content": "b"}]}' });
+  assert.equal(ok.status, 200, ok.text.slice(0, 300));
+});
+
 test('errors: wrong types and invalid values name the field', async () => {
   const cases = [
     [{ prompt: 5 }, 'prompt'], [{ prompt: [] }, 'prompt'], [{ prompt: [[]] }, 'prompt'], [{ prompt: [1.5] }, 'prompt'],
