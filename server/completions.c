@@ -555,6 +555,8 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     if (get_bool(root, "stream", &stream, e) != 0) return -1;
     const cJSON *so = field(root, "stream_options");
     if (so && !cJSON_IsObject(so)) return srv_bad(e, "stream_options", "stream_options: expected an object");
+    /* as OpenAI: a client that sets it believes it streams, and would wait for a usage chunk */
+    if (so && !stream) return srv_bad(e, "stream_options", "stream_options: only allowed when stream is true");
     int include_usage = 0; /* as OpenAI: a stream's usage chunk ("choices": []) only when asked for, since
                               the usual loop over chunk.choices[0] fails on it */
     if (so && get_bool(so, "include_usage", &include_usage, e) != 0) return -1;

@@ -744,14 +744,21 @@ test('errors: wrong types and invalid values name the field', async () => {
     // what the server cannot honour is refused, not read past (the reply came back as if not asked)
     [{ prompt: 'x', logit_bias: { 5: 100 } }, 'logit_bias'], [{ prompt: 'x', best_of: 3 }, 'best_of'],
     [{ prompt: 'x', suffix: 'end' }, 'suffix'],
+    // OpenAI's 400: stream_options without streaming
+    [{ prompt: 'x', stream_options: { include_usage: true } }, 'stream_options'],
+    [{ prompt: 'x', stream: false, stream_options: { include_usage: false } }, 'stream_options'],
   ];
   for (const [body, param] of cases) {
     const e = await sdkError(main.completions.create({ model: 'm', ...body }), sdk.BadRequestError, 400, 'invalid_request_error', undefined, JSON.stringify(body));
     assert.equal(e.param, param, `${JSON.stringify(body)}: param`);
   }
+  const ce = await sdkError(main.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'x' }],
+    stream_options: { include_usage: true } }), sdk.BadRequestError, 400, 'invalid_request_error', undefined,
+  'chat stream_options');
+  assert.equal(ce.param, 'stream_options');
   // their neutral values are served, as clients send them
   const ok = await main.completions.create({ model: 'm', prompt: 'x', max_tokens: 2, n: 2, logit_bias: {}, best_of: 2,
-    suffix: null });
+    suffix: null, stream_options: null });
   assert.equal(ok.choices.length, 2);
   // and nothing was left running
   const h = await raw(S.main.url, '/health', { method: 'GET' });
