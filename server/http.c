@@ -404,7 +404,8 @@ static enum MHD_Result dispatch(req *r, const char *url) {
         return do_preflight(r);
     const int needs_key = r->ep != SRV_EP_PAGE && r->ep != SRV_EP_HEALTH;
     if (needs_key && !authorized(r)) {
-        srv_fail(&e, 401, "authentication_error", "invalid_api_key", NULL,
+        /* OpenAI's type for a missing or wrong key; the SDKs tell it by the status (AuthenticationError) */
+        srv_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL,
                  "a missing or wrong API key: send the server's --api-key as 'Authorization: Bearer KEY'");
         return send_error(r, &e);
     }

@@ -894,14 +894,19 @@ test('a client that disconnects mid-stream frees its slot at the next step (the 
 });
 
 test('errors: --api-key: a wrong or missing key is 401 invalid_api_key on /v1/* and /metrics; /health and / need none', async () => {
+  // OpenAI's 401 body: type invalid_request_error, code invalid_api_key (authentication_error is no type of its API)
+  const AUTH = 'invalid_request_error';
   await sdkError(client(OpenAI, S.key.url, 'wrong-key').completions.create({ model: 'm', prompt: 'x', max_tokens: 1 }),
-    sdk.AuthenticationError, 401, 'authentication_error', 'invalid_api_key', 'wrong key');
-  await sdkError(client(OpenAI, S.key.url, S.key.key + 'x').models.list(), sdk.AuthenticationError, 401, 'authentication_error', 'invalid_api_key', 'key with a suffix');
-  await sdkError(client(OpenAI, S.key.url, S.key.key.slice(0, -1)).models.list(), sdk.AuthenticationError, 401, 'authentication_error', 'invalid_api_key', 'key prefix');
+    sdk.AuthenticationError, 401, AUTH, 'invalid_api_key', 'wrong key');
+  await sdkError(client(OpenAI, S.key.url, S.key.key + 'x').models.list(), sdk.AuthenticationError, 401, AUTH,
+    'invalid_api_key', 'key with a suffix');
+  await sdkError(client(OpenAI, S.key.url, S.key.key.slice(0, -1)).models.list(), sdk.AuthenticationError, 401, AUTH,
+    'invalid_api_key', 'key prefix');
   for (const [method, p, body] of [['POST', '/v1/completions', { prompt: 'x' }], ['POST', '/v1/chat/completions', { messages: MESSAGES }],
     ['GET', '/v1/models'], ['GET', '/metrics'], ['POST', '/v1/difftrans/attention', { prompt: 'x' }]]) {
-    rawError(await raw(S.key.url, p, { method, body }), 401, 'authentication_error', 'invalid_api_key', `${p} without a key`);
-    rawError(await raw(S.key.url, p, { method, body, headers: { authorization: S.key.key } }), 401, 'authentication_error', 'invalid_api_key', `${p}: the key without Bearer`);
+    rawError(await raw(S.key.url, p, { method, body }), 401, AUTH, 'invalid_api_key', `${p} without a key`);
+    rawError(await raw(S.key.url, p, { method, body, headers: { authorization: S.key.key } }), 401, AUTH,
+      'invalid_api_key', `${p}: the key without Bearer`);
   }
   assert.equal((await raw(S.key.url, '/health', { method: 'GET' })).status, 200);
   const page = await raw(S.key.url, '/', { method: 'GET' });
@@ -915,7 +920,7 @@ test('errors: --api-key: a wrong or missing key is 401 invalid_api_key on /v1/* 
   for (const scheme of ['bearer', 'BEARER']) assert.equal((await raw(S.key.url, '/v1/models', { method: 'GET',
     headers: { authorization: `${scheme} ${S.key.key}` } })).status, 200, scheme);
   rawError(await raw(S.key.url, '/v1/models', { method: 'GET', headers: { authorization: `Bearer ${S.key.key.toUpperCase()}` } }),
-    401, 'authentication_error', 'invalid_api_key', 'the key in capitals');
+    401, AUTH, 'invalid_api_key', 'the key in capitals');
 });
 
 test('errors: a body that is not UTF-8 is 400, not echoed into a reply', async () => {
@@ -996,7 +1001,7 @@ test('CORS: --cors answers preflights and marks replies (streams, errors) for th
   assert.equal(star.status, 204);
   assert.equal(star.headers.get('access-control-allow-origin'), '*');
   const unkeyed = await post(S.key.url, { prompt: 'a', max_tokens: 1 }, 'http://x.example');
-  rawError(unkeyed, 401, 'authentication_error', 'invalid_api_key', "--cors '*' without the key");
+  rawError(unkeyed, 401, 'invalid_request_error', 'invalid_api_key', "--cors '*' without the key");
   assert.equal(unkeyed.headers.get('access-control-allow-origin'), '*');
   const keyedPage = client(OpenAI, S.key.url, S.key.key, { defaultHeaders: { origin: 'http://x.example' } });
   const k = await keyedPage.completions.create({ model: 'm', prompt: 'a', max_tokens: 1 }).withResponse();
