@@ -189,6 +189,7 @@ int cmd_serve(int argc, char **argv) {
         const char *end = srv_chat_end_token(s.chat);
         s.chat_end_id = dt_tok_token_to_id(tok, end, strlen(end));
     }
+    srv_set_fingerprint(&s);
     token_string(&m, tok ? dt_tok_bos_id(tok) : -1, s.bos, sizeof s.bos);
     token_string(&m, tok ? dt_tok_eos_id(tok) : -1, s.eos, sizeof s.eos);
     s.metrics = rc == 0 ? srv_metrics_new() : NULL;

@@ -237,6 +237,17 @@ char *srv_err_json(const srv_err *e) {
     return s;
 }
 
+void srv_set_fingerprint(srv *s) {
+    const dt_config *c = &s->m->cfg;
+    char what[256];
+    snprintf(what, sizeof what, "%s|%s|kv%d|%dx%d|%.0f|%d|%d", dt_arch_name(c->arch),
+             dt_quant_scheme_name(dt_model_quant_scheme(s->m, NULL)), (int)s->opt.kv_cache, s->n_slots, s->ctx,
+             (double)dt_config_param_count(c), c->vocab_size, c->num_hidden_layers);
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a: stable across builds and machines, unlike a pointer */
+    for (const char *p = what; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%016llx", (unsigned long long)h);
+}
+
 int srv_with_engine(srv *s, int (*fn)(srv *s, void *ctx), void *ctx, srv_err *e) {
     pthread_rwlock_rdlock(&s->engine_lock);
     int rc;
@@ -1120,6 +1131,7 @@ static cJSON *reply_head(const srv_job *j, const char *object) {
     cJSON_AddStringToObject(root, "object", object);
     cJSON_AddNumberToObject(root, "created", (double)j->created);
     cJSON_AddStringToObject(root, "model", j->model);
+    cJSON_AddStringToObject(root, "system_fingerprint", j->s->fingerprint);
     return root;
 }
 

@@ -192,6 +192,7 @@ typedef struct srv {
     srv_chat_kind chat;          /* SRV_CHAT_NONE: chat requests are refused */
     int chat_end_id;             /* the template's end token in the vocabulary, or -1 */
     char bos[64], eos[64];       /* the tokenizer's strings of them ("" when none) */
+    char fingerprint[32];        /* replies' system_fingerprint (srv_set_fingerprint) */
     /* The engine, and whether it may still be used: readers hold engine_lock (shared) around every
      * call that needs the engine alive (submit, stats, exclusive); shutdown takes it exclusively,
      * sets engine_closed and frees the engine. Request handles stay valid after that. */
@@ -224,6 +225,11 @@ int srv_fail_dt(srv_err *e, const dt_error *err, const char *param);
 struct cJSON *srv_json_parse(const char *body, size_t len, srv_err *e);
 /* {"error": {...}} (malloc'd; NULL when out of memory). */
 char *srv_err_json(const srv_err *e);
+
+/* s->fingerprint from what the server computes with (architecture, quantisation, KV-cache type, slots,
+ * context, sizes): OpenAI's system_fingerprint, which tells a client using seed that replies may
+ * differ because the backend did. */
+void srv_set_fingerprint(srv *s);
 
 /* Runs fn with the engine alive (engine_lock held shared): -1 with 503 when the server is
  * shutting down. */

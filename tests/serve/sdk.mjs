@@ -464,6 +464,40 @@ test('logprobs without echo: one per generated token, the greedy token is the to
 
 // ---------------------------------------------------------------- models, health, metrics
 
+test('reply objects: id, object, created, model, system_fingerprint as OpenAI\'s, alike in every chunk', async () => {
+  const now = () => Math.floor(Date.now() / 1000);
+  const t0 = now();
+  const fp = /^fp_[0-9a-f]{16}$/;
+  const c = await main.completions.create({ model: 'any-name', prompt: 'a', max_tokens: 1 });
+  const msgs = [{ role: 'user', content: 'a' }];
+  const ch = await main.chat.completions.create({ model: 'm', messages: msgs, max_tokens: 1 });
+  for (const [r, prefix, object] of [[c, 'cmpl-', 'text_completion'], [ch, 'chatcmpl-', 'chat.completion']]) {
+    assert.ok(r.id.startsWith(prefix), `${object}: id ${r.id}`);
+    assert.equal(r.object, object);
+    assert.ok(Number.isInteger(r.created) && r.created >= t0 - 1 && r.created <= now() + 1,
+      `${object}: created ${r.created}`);
+    assert.match(r.system_fingerprint ?? '', fp, `${object}: system_fingerprint`);
+  }
+  assert.equal(c.model, 'any-name', 'the model the request named');
+  assert.equal(ch.system_fingerprint, c.system_fingerprint, 'one server, one fingerprint');
+  assert.notEqual(c.id, (await main.completions.create({ model: 'm', prompt: 'a', max_tokens: 1 })).id, 'ids differ');
+  // every chunk of a stream: the same id, created and fingerprint
+  const chunks = [];
+  for await (const k of await main.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'a' }],
+    max_tokens: 2, stream: true, stream_options: { include_usage: true } })) chunks.push(k);
+  assert.ok(chunks.length >= 3);
+  for (const k of chunks) {
+    assert.equal(k.object, 'chat.completion.chunk');
+    assert.equal(k.id, chunks[0].id);
+    assert.equal(k.created, chunks[0].created);
+    assert.equal(k.system_fingerprint, c.system_fingerprint);
+  }
+  // another backend (q8_0 weights): another fingerprint
+  const q = await client(OpenAI, S.q8.url).completions.create({ model: 'm', prompt: 'a', max_tokens: 1 });
+  assert.match(q.system_fingerprint ?? '', fp);
+  assert.notEqual(q.system_fingerprint, c.system_fingerprint, 'q8_0 and float weights');
+});
+
 test('/v1/models describes each served model', async () => {
   const want = [[S.main, 'diff', 'diffllama', 'none', 2], [S.q8, 'q8', 'diffllama', 'q8_0', 2],
     [S.llama, 'llama', 'llama', 'none', E.llama.heads], [S.v2, 'v2', 'difftrans_v2', 'none', E.v2.heads / 2]];
