@@ -1925,6 +1925,37 @@ static void test_spm_hostile(void **state) {
     dt_model_free(&m);
 }
 
+/* A "llama" vocabulary with one token of 600 KB (200000 "▁"): each of its cuts was looked up by
+ * hashing both pieces (and counting their characters), O(L²) for a token of L bytes, so loading
+ * the file took minutes, and so did writing it back. The two together take well under a second now;
+ * the bound leaves room for a loaded machine and the sanitizers. */
+static void test_spm_long_token(void **state) {
+    (void)state;
+    char dir[600], base[600], path[600], again[600];
+    spm_tokenizer("tok_spm_long", dir, sizeof dir, NULL, 0);
+    dt_model m, back;
+    spm_model(&m, dir);
+    save_gguf(&m, "spm_long_base.gguf", DT_F32, base, sizeof base);
+    const size_t n = 200000;
+    char *tok = malloc(3 * n + 1);
+    assert_non_null(tok);
+    for (size_t i = 0; i < n; i++) memcpy(tok + 3 * i, "\xe2\x96\x81", 3);
+    tok[3 * n] = '\0';
+    tu_path(path, sizeof path, "spm_long.gguf");
+    /* a normal token (an unused one would not be written back) */
+    rewrite(base, path, &(edits){.tok = tok, .tok_at = 595, .type_set = 1, .type_at = 595, .type = 1});
+    const double t0 = dt_seconds();
+    load_gguf(&back, path);
+    save_gguf(&back, "spm_long_again.gguf", DT_F32, again, sizeof again);
+    const double took = dt_seconds() - t0;
+    if (!(took < 30)) fail_msg("loading and saving a vocabulary with a 600 KB token took %.1f s", took);
+    const char *keys[] = {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"};
+    expect_same_values(path, again, keys, 3);
+    free(tok);
+    dt_model_free(&back);
+    dt_model_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_f32),       cmocka_unit_test(test_round_trip_f16_bf16),
@@ -1938,6 +1969,7 @@ int main(void) {
         cmocka_unit_test(test_spm_export_refused),   cmocka_unit_test(test_spm_hostile),
         cmocka_unit_test(test_spm_tied_scores),      cmocka_unit_test(test_spm_merge_ranks_refused),
         cmocka_unit_test(test_spm_eot_text),         cmocka_unit_test(test_spm_no_bos),
+        cmocka_unit_test(test_spm_long_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -61,29 +61,46 @@ int tokset_init(tokset *h, int64_t n) {
     h->mask = cap - 1;
     h->slot = malloc(cap * sizeof *h->slot);
     if (!h->slot) return -1;
-    memset(h->slot, 0xFF, cap * sizeof *h->slot);
+    for (size_t k = 0; k < cap; k++) h->slot[k].id = -1;
     return 0;
 }
 
+uint64_t tokset_hash(const char *s, size_t len) {
+    uint64_t h = 0, pw = 1;
+    for (size_t i = 0; i < len; i++, pw *= TOKSET_MUL) h += (unsigned char)s[i] * pw;
+    return h;
+}
+
+/* The polynomial hash's low bits depend on the bytes' low bits alone: the slot comes from all of
+ * its bits, and the length (splitmix64's finaliser). */
+static size_t slot_of(const tokset *h, uint64_t hash, size_t len) {
+    uint64_t z = hash ^ ((uint64_t)len * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (size_t)(z ^ (z >> 31)) & h->mask;
+}
+
 int64_t tokset_add(tokset *h, const gguf_str *v, int64_t i) {
-    size_t k = (size_t)tk_hash(v[i].p, v[i].len) & h->mask;
-    while (h->slot[k] >= 0) {
-        const gguf_str *o = &v[h->slot[k]];
-        if (o->len == v[i].len && memcmp(o->p, v[i].p, o->len) == 0) return h->slot[k];
-        k = (k + 1) & h->mask;
+    const uint64_t hash = tokset_hash(v[i].p, v[i].len);
+    const int64_t j = tokset_find_hashed(h, v, v[i].p, v[i].len, hash);
+    if (j >= 0) return j;
+    size_t k = slot_of(h, hash, v[i].len);
+    while (h->slot[k].id >= 0) k = (k + 1) & h->mask;
+    h->slot[k].id = i;
+    h->slot[k].hash = hash;
+    return -1;
+}
+
+int64_t tokset_find_hashed(const tokset *h, const gguf_str *v, const char *s, size_t len, uint64_t hash) {
+    for (size_t k = slot_of(h, hash, len); h->slot[k].id >= 0; k = (k + 1) & h->mask) {
+        const gguf_str *o = &v[h->slot[k].id];
+        if (h->slot[k].hash == hash && o->len == len && memcmp(o->p, s, len) == 0) return h->slot[k].id;
     }
-    h->slot[k] = i;
     return -1;
 }
 
 int64_t tokset_find(const tokset *h, const gguf_str *v, const char *s, size_t len) {
-    size_t k = (size_t)tk_hash(s, len) & h->mask;
-    while (h->slot[k] >= 0) {
-        const gguf_str *o = &v[h->slot[k]];
-        if (o->len == len && memcmp(o->p, s, len) == 0) return h->slot[k];
-        k = (k + 1) & h->mask;
-    }
-    return -1;
+    return tokset_find_hashed(h, v, s, len, tokset_hash(s, len));
 }
 
 /* ---------------------------------------------------------------- llama.cpp's end of generation */

@@ -59,6 +59,37 @@ static size_t last_char_len(const char *s, size_t n) {
     return n - start;
 }
 
+/* The cuts of a token s[0..len) into a prefix s[0..k) and a suffix s[k..len), k rising, with the
+ * two pieces' tokset hashes in O(1) a cut: looking each piece up by its own hash made a token of
+ * L bytes cost O(L²), and a GGUF file with one token of 300 KB took most of a minute to load. */
+typedef struct {
+    const char *s;
+    size_t len, k;
+    uint64_t whole, pre;         /* the token's hash, the prefix's */
+    uint64_t pw, inv, inv_mul;   /* TOKSET_MUL^k, its inverse, TOKSET_MUL's inverse */
+} cut_walk;
+
+static uint64_t mul_inverse(void) {
+    uint64_t x = TOKSET_MUL; /* right to 3 bits (an odd number squared is 1 mod 8); Newton doubles them */
+    for (int i = 0; i < 5; i++) x *= 2 - TOKSET_MUL * x;
+    return x;
+}
+
+static void walk_start(cut_walk *w, const char *s, size_t len) {
+    *w = (cut_walk){.s = s, .len = len, .whole = tokset_hash(s, len), .pw = 1, .inv = 1, .inv_mul = mul_inverse()};
+}
+
+/* Moves the cut on to k (>= the current one). */
+static void walk_to(cut_walk *w, size_t k) {
+    for (; w->k < k; w->k++) {
+        w->pre += (unsigned char)w->s[w->k] * w->pw;
+        w->pw *= TOKSET_MUL;
+        w->inv *= w->inv_mul;
+    }
+}
+
+static uint64_t walk_suffix(const cut_walk *w) { return (w->whole - w->pre) * w->inv; }
+
 /* ================================================================ writing */
 
 /* ---------------------------------------------------------------- the tokenizer.json's form */
@@ -206,9 +237,9 @@ typedef struct {
 /* A piece llama.cpp can hold: any one character (its pieces start as the characters), or a token
  * the BPE can make (llama.cpp can too: it joins at least the pairs the merges join). *id: the
  * token, or -1. */
-static int usable(const export_ctx *x, const char *s, size_t len, int64_t *id) {
-    *id = tokset_find(&x->set, x->tok, s, len);
-    return n_chars(s, len) == 1 || (*id >= 0 && x->made[*id]);
+static int usable(const export_ctx *x, const char *s, size_t len, uint64_t hash, int single, int64_t *id) {
+    *id = tokset_find_hashed(&x->set, x->tok, s, len, hash);
+    return single || (*id >= 0 && x->made[*id]);
 }
 
 /* The BPE's merge of tokens a and b, or -1. */
@@ -227,11 +258,11 @@ static int64_t merge_of(const tk_bpe *bpe, int64_t a, int64_t b) {
  *   - r one character, l longer, ending with character c: c + r is a merge, and better than every
  *     token piece + c (strictly: at equal scores llama.cpp takes the leftmost pair, piece + c).
  * The same holds in the BPE: the ranks follow the scores. */
-static int never_neighbours(const export_ctx *x, const char *l, size_t ll, const char *r, size_t rl) {
-    const int left_single = n_chars(l, ll) == 1;
+static int never_neighbours(const export_ctx *x, const char *l, size_t ll, int left_single, const char *r, size_t rl,
+                            int right_single) {
     const size_t cl = left_single ? char_len(r) : last_char_len(l, ll);
     const char *c = left_single ? r : l + ll - cl;
-    if (left_single ? cl >= rl : n_chars(r, rl) != 1) return 0;
+    if (left_single ? right_single : !right_single) return 0;
     if ((left_single ? ll : rl) == cl && !memcmp(left_single ? l : r, c, cl)) return 0; /* the same character */
     const int64_t ic = tokset_find(&x->set, x->tok, c, cl);
     const int64_t other = tokset_find(&x->set, x->tok, left_single ? l : r, left_single ? ll : rl);
@@ -246,15 +277,23 @@ static int check_cuts(export_ctx *x, int check) {
     for (int64_t i = 0; i < x->n; i++) {
         const char *s = x->tok[i].p;
         const size_t len = x->tok[i].len;
-        for (size_t k = char_len(s); k < len; k += char_len(s + k)) {
+        const size_t first = char_len(s);
+        cut_walk w;
+        walk_start(&w, s, len);
+        for (size_t k = first, next; k < len; k = next) {
+            next = k + char_len(s + k);
+            walk_to(&w, k);
+            const int l_single = k == first, r_single = next == len;
             int64_t ia, ib;
-            if (!usable(x, s, k, &ia) || !usable(x, s + k, len - k, &ib)) continue;
+            if (!usable(x, s, k, w.pre, l_single, &ia) || !usable(x, s + k, len - k, walk_suffix(&w), r_single, &ib))
+                continue;
             if (!check) {
-                if (ia >= 0 && n_chars(s, k) == 1) x->best_first[ia] = fmaxf(x->best_first[ia], x->score[i]);
-                if (ib >= 0 && n_chars(s + k, len - k) == 1) x->best_last[ib] = fmaxf(x->best_last[ib], x->score[i]);
+                if (ia >= 0 && l_single) x->best_first[ia] = fmaxf(x->best_first[ia], x->score[i]);
+                if (ib >= 0 && r_single) x->best_last[ib] = fmaxf(x->best_last[ib], x->score[i]);
                 continue;
             }
-            if (merge_of(x->bpe, ia, ib) == i || never_neighbours(x, s, k, s + k, len - k)) continue;
+            if (merge_of(x->bpe, ia, ib) == i || never_neighbours(x, s, k, l_single, s + k, len - k, r_single))
+                continue;
             return dt_fail_code(x->err, DT_ERR_UNSUPPORTED,
                                 "%s: token %lld \"%.*s\" is \"%.*s\" + \"%.*s\", which no merge of the model's "
                                 "tokenizer.json joins: llama.cpp's SentencePiece joins any two neighbouring pieces "
@@ -460,20 +499,27 @@ int spm_read(const gguf_file *f, const gguf_str *tok, const int32_t *type, int64
         const int32_t i = order[o].id;
         const char *s = tok[i].p;
         const size_t len = tok[i].len;
-        made[i] = n_chars(s, len) == 1; /* llama.cpp's pieces start as the characters */
-        for (size_t k = char_len(s); rc == 0 && k < len; k += char_len(s + k)) {
+        const size_t first = char_len(s);
+        made[i] = first == len; /* llama.cpp's pieces start as the characters */
+        cut_walk w;
+        walk_start(&w, s, len);
+        for (size_t k = first, next; rc == 0 && k < len; k = next) {
+            next = k + char_len(s + k);
+            walk_to(&w, k);
             const gguf_str l = {s, k}, r = {s + k, len - k};
-            const int64_t ia = tokset_find(&set, tok, l.p, l.len), ib = tokset_find(&set, tok, r.p, r.len);
+            const int64_t ia = tokset_find_hashed(&set, tok, l.p, l.len, w.pre);
+            const int64_t ib = tokset_find_hashed(&set, tok, r.p, r.len, walk_suffix(&w));
             /* pieces llama.cpp can hold: a character, or a token it can make */
-            const int ua = n_chars(l.p, l.len) == 1 || (ia >= 0 && made[ia]);
-            const int ub = n_chars(r.p, r.len) == 1 || (ib >= 0 && made[ib]);
+            const int ua = k == first || (ia >= 0 && made[ia]);
+            const int ub = next == len || (ib >= 0 && made[ib]);
             if (ua && ub) made[i] = 1;
             if (ua && ub && (ia < 0 || ib < 0))
                 rc = dt_fail_code(err, DT_ERR_UNSUPPORTED,
                                   "%s: token %d \"%.*s\" joins \"%.*s\", which is no token: llama.cpp's SentencePiece "
                                   "joins a character outside the vocabulary to its neighbour, where a BPE takes the "
                                   "character's bytes",
-                                  f->path, i, (int)(len > 60 ? 60 : len), s, (int)(ia < 0 ? l.len : r.len),
+                                  f->path, i, (int)(len > 60 ? 60 : len), s,
+                                  (int)((ia < 0 ? l.len : r.len) > 60 ? 60 : (ia < 0 ? l.len : r.len)),
                                   ia < 0 ? l.p : r.p);
             /* a BPE holds the byte tokens of the characters outside its vocabulary too */
             else if ((ua || is_byte_token(&l)) && (ub || is_byte_token(&r)) && (is_byte_token(&l) || is_byte_token(&r)))

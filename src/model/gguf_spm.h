@@ -21,17 +21,27 @@
 /* llama.cpp's token types (tokenizer.ggml.token_type). */
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER_DEFINED = 4, TT_UNUSED = 5, TT_BYTE = 6 };
 
-/* A set of strings: open addressing over indices into an array of views (gguf_model.c). */
+/* A set of strings: open addressing over indices into an array of views (gguf_model.c). Keyed by
+ * a polynomial hash, sum of s[i]·TOKSET_MUL^i (mod 2^64), which the hashes of a string's prefixes
+ * give for its suffixes in O(1): the cuts of a token are looked up without hashing each piece. */
 typedef struct {
-    int64_t *slot;
+    struct {
+        int64_t id;              /* -1: empty */
+        uint64_t hash;
+    } *slot;
     size_t mask;
 } tokset;
 
+#define TOKSET_MUL 0x100000001B3ull /* odd, so invertible mod 2^64 */
+
 int tokset_init(tokset *h, int64_t n);
+uint64_t tokset_hash(const char *s, size_t len);
 /* Adds v[i]; returns the index already holding the same bytes, or -1. */
 int64_t tokset_add(tokset *h, const gguf_str *v, int64_t i);
 /* The index of the string s[0..len) in v, or -1. */
 int64_t tokset_find(const tokset *h, const gguf_str *v, const char *s, size_t len);
+/* The same, hash = tokset_hash(s, len). */
+int64_t tokset_find_hashed(const tokset *h, const gguf_str *v, const char *s, size_t len, uint64_t hash);
 
 /* 1 when s[0..len) is a byte token "<0xNN>" (upper-case hex, as llama.cpp and the BPE's
  * byte_fallback spell them), its byte in *byte. */
