@@ -90,8 +90,9 @@ open(p, "wb").write(struct.pack("<Q", len(s)) + s + b[8 + n:])
 PYEOF
     expect_fail "blocks disagree with shapes" "down_proj.qblocks.*has shape.*imply" "$DT" eval "$S/lying" --data "$S/short.txt"
     expect_fail "lying checkpoint in generate" "down_proj.qblocks" "$DT" generate "$S/lying" --prompt "a" -n 2
-    # a quantization_config whose description contradicts its scheme, a layer that keeps its float
-    # weight beside its blocks, smoothing missing from a layer of a smoothed model: refused (2)
+    # a quantization_config whose description contradicts its scheme, or whose scheme is unknown (it
+    # was status 1, bad usage, as for --scheme), a layer that keeps its float weight beside its
+    # blocks, smoothing missing from a layer of a smoothed model: refused (2)
     cat >"$S/edit_quant.py" <<'PYEOF'
 import json, struct, sys
 src, dst, what = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -103,6 +104,7 @@ meta = h.pop("__metadata__", None)
 data = {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}
 if what == "bits": c["quantization_config"]["weight_bits"] = 4
 if what == "block": c["quantization_config"]["block_size"] = 64
+if what == "scheme": c["quantization_config"]["scheme"] = "q3_k"
 if what == "both":  # the float up_proj beside its blocks
     rows, cols = h["model.embed_tokens.weight"]["shape"]
     h["model.layers.0.mlp.up_proj.weight"] = dict(h["model.embed_tokens.weight"])
@@ -120,7 +122,8 @@ open(dst + "/model.safetensors", "wb").write(struct.pack("<Q", len(hdr)) + hdr +
 json.dump(c, open(dst + "/config.json", "w"))
 PYEOF
     for case in "q8_0 bits weight_bits must be 8" "q8_0 block block_size must be 32" \
-        "q8_0 both up_proj.weight' beside its quantised form" "smooth nosmooth up_proj.smooth' is missing"; do
+        "q8_0 both up_proj.weight' beside its quantised form" "smooth nosmooth up_proj.smooth' is missing" \
+        "q8_0 scheme config.json: quantization_config: unknown quantisation scheme 'q3_k'"; do
         read -r from what want <<<"$case"
         rm -rf "$S/edit_$what" && cp -r "$S/$from" "$S/edit_$what"
         check "edit a quantised checkpoint: $what" "$PY" "$S/edit_quant.py" "$S/$from" "$S/edit_$what" "$what"

@@ -87,9 +87,10 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
         else if (!cJSON_IsString(scheme))
             rc = dt_fail_format(err, "%s: quantization_config.scheme must be a string", path);
         else if (dt_quant_scheme_parse(scheme->valuestring, &o->scheme, err) != 0) {
+            /* the parser's code is for a command-line argument: here the file is at fault */
             char msg[sizeof err->msg];
             snprintf(msg, sizeof msg, "%s", err->msg);
-            rc = dt_fail_code(err, err->code, "%s: quantization_config: %s", path, msg);
+            rc = dt_fail_format(err, "%s: quantization_config: %s", path, msg);
         } else if (!cJSON_IsString(act))
             rc = dt_fail_format(err, "%s: quantization_config.activations must be a string", path);
         else if (lm && !cJSON_IsBool(lm))
