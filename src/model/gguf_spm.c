@@ -542,7 +542,7 @@ int spm_read(const gguf_file *f, const gguf_str *tok, const int32_t *type, int64
                               f->path, i, (int)(len > 60 ? 60 : len), s);
     }
     if (rc == 0) {
-        qsort(m, n_m, sizeof *m, by_score);
+        if (n_m) qsort(m, n_m, sizeof *m, by_score); /* m is NULL without merges */
         *pairs = malloc((n_m ? n_m : 1) * 2 * sizeof **pairs);
         *ranks = malloc((n_m ? n_m : 1) * sizeof **ranks);
         if (!*pairs || !*ranks) rc = dt_fail_oom(err, "%s: out of memory", f->path);
