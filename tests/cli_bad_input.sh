@@ -710,6 +710,23 @@ expect_fail "forward --output is a FIFO" 'out_fifo' 'not a regular file' -- \
 if [ -p "$S/out_fifo" ]; then pass; else fail "forward --output replaced the FIFO at $S/out_fifo"; fi
 rm -f "$S/out_fifo"
 
+# An output that is a file of the model read: the logits replaced the checkpoint's weights (or
+# its config, or the GGUF file), with status 0. Refused, and the model left as it was (checked
+# at the end: the good checkpoint still loads).
+expect_fail "forward --output is the model's weights" 'model\.safetensors' "model's own" -- \
+    "$DT" forward "$GOOD" --input "$IDS" --output "$GST" --threads 1
+expect_fail "forward --output is the model's config.json" 'good/config\.json' "model's own" -- \
+    "$DT" forward "$GOOD" --input "$IDS" --output "$S/../$(basename "$S")/good/config.json" --threads 1
+expect_ok "fixture: a llama checkpoint" "$DT" init --preset tiny --arch transformer --out "$S/fw_llama"
+expect_ok "fixture: its GGUF file" "$DT" export "$S/fw_llama" "$S/fw_llama.gguf" --gguf
+cp "$S/fw_llama.gguf" "$S/fw_llama_copy.gguf"
+expect_fail "forward --output is the GGUF model" 'fw_llama\.gguf' "model's own" -- \
+    "$DT" forward "$S/fw_llama.gguf" --input "$IDS" --output "$S/fw_llama.gguf" --threads 1
+if cmp -s "$S/fw_llama.gguf" "$S/fw_llama_copy.gguf"; then pass; else
+    fail "forward --output replaced the GGUF model"
+fi
+rm -rf "$S/fw_llama" "$S/fw_llama.gguf" "$S/fw_llama_copy.gguf"
+
 expect_fail "info without MODEL_DIR" 'MODEL_DIR' -- "$DT" info
 expect_fail "info with two directories" 'MODEL_DIR' -- "$DT" info "$GOOD" "$GOOD"
 expect_fail "info --bogus" 'bogus|MODEL_DIR' -- "$DT" info --bogus
