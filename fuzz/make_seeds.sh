@@ -14,7 +14,7 @@ sep=$'\n==model.safetensors==\n' # FUZZ_CKPT_SEP in fuzz_seps.h
 shard_sep=$'\n==shard==\n'      # FUZZ_SHARD_SEP
 tokcfg_sep=$'\n==tokenizer_config.json==\n' # FUZZ_TOKCFG_SEP
 tokens_sep=$'\n==tok==\n'       # FUZZ_TOKENS_SEP
-mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state,shards,tokenizer,tokens,gguf}
+mkdir -p "$out"/{safetensors,config,checkpoint,ids,train_state,shards,tokenizer,tokens,gguf,spm,request}
 
 # a text corpus the training run reads (any text will do; this one is in every Debian install)
 data=/usr/share/common-licenses/GPL-3
@@ -96,4 +96,30 @@ sed 's/"vocab_size": 64/"vocab_size": 600/; s/"hidden_size": 32/"hidden_size": 1
 rm -f "$work/ggspm/difftrans_tokenizer.json"
 cp "$here/../tests/tokenizer/fixtures/llama2_like.json" "$work/ggspm/tokenizer.json"
 "$dt" export "$work/ggspm" "$out/gguf/spm_llama2_like.gguf" --gguf --type f16 >/dev/null
+# SentencePiece vocabularies as fuzz_spm reads them: a flags byte (1: add_space_prefix, 2: scores
+# as i32), then one token a line, its first byte its coarse score + 8, "_" for "▁"; "==text==" then a text
+printf '\x01\x08_t\n\x09h\n\x0ath\n\x0b_th\n\x05e\n\x0c_the\n\x03o\n\x04_\n\x06__\n\x07to\n'\
+'\x02ke\n\x0aken\n\x09tok\n\x0atoken\n\x0b_token\n\x0f_tokens\n\x05s\n\x08en\n\x04n\n\x03k' >"$out/spm/llama_like"
+printf '\x00\x08a\n\x08b\n\x08ab\n\x08ba\n\x08aba\n\x07bab\n\x09abab\n\x08c\n\x06abc\n\x06bca\n\x06cab\n'\
+'==text==\nabcabab babab' >"$out/spm/no_prefix"
+printf '\x03\x08\xc3\xa9\n\x09caf\n\x0acaf\xc3\xa9\n\x07c\n\x07a\n\x07f\n\x06ca\n\x0b_caf\xc3\xa9\n\x08_\n\x08_c' \
+    >"$out/spm/i32_accents"
+printf '\x01a\nb' >"$out/spm/no_merges"
+
+# request bodies as fuzz_request reads them: a byte choosing the endpoint (its value mod 3:
+# completions, chat, attention), the model (/3 mod 2: a tokenizer, bytes) and the chat template
+# (/6 mod 5: none, chatml, llama3, llama2, mistral), then the body
+request() { printf "\\x$(printf %02x "$1")%s" "$2" >"$out/request/$3"; }
+request 0 '{"prompt":"Hello world","max_tokens":4,"logprobs":2,"echo":true,"stop":["lo"]}' completion_echo
+request 3 '{"prompt":[[72,101],[108]],"max_tokens":3,"stream":true,"n":2,"stream_options":{"include_usage":true}}' \
+    completion_ids_stream_bytes
+request 0 '{"prompt":[599,0],"max_tokens":2,"logprobs":0,"echo":true}' completion_no_token_ids
+request 7 '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":4,'\
+'"logprobs":true,"top_logprobs":2}' chat_chatml
+request 19 '{"messages":[{"role":"user","content":[{"type":"text","text":"caf\u00e9 \ud83d\ude42"}]}],"stream":true,'\
+'"max_completion_tokens":3,"temperature":0}' chat_llama2_stream
+request 28 '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},'\
+'{"role":"user","content":"c"}],"max_tokens":2,"seed":5,"top_k":3,"top_p":0.5}' chat_mistral_bytes
+request 2 '{"prompt":"Hello","layer":0}' attention
+request 5 '{"prompt":[1,2,3],"head":1}' attention_bytes
 echo "seeds written to $out: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1)"

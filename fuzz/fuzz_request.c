@@ -1,0 +1,171 @@
+/* fuzz_request.c — a request body from anyone to the server's OpenAI endpoints (server/):
+ * /v1/completions, /v1/chat/completions and /v1/difftrans/attention, as http.c drives them. The
+ * first byte picks the endpoint, the model (a SentencePiece-like tokenizer, or bytes) and the chat
+ * template; the rest is the body. A request is refused with an error object of status 400..599, or
+ * runs to its end on a small DIFF model through the serving engine: streamed, every server-sent
+ * event and the [DONE] that ends it; whole, a reply; either way JSON that parses. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "difftrans.h"
+#include "difftrans_serve.h"
+#include "fuzz_util.h"
+#include "server.h"
+
+enum { MODELS = 2, CTX = 96 };
+
+static dt_model models[MODELS]; /* 0: the llama2_like fixture's tokenizer, 1: bytes */
+static srv servers[MODELS][5];  /* by chat template (SRV_CHAT_NONE .. SRV_CHAT_MISTRAL) */
+static dt_engine *engines[MODELS];
+static srv_metrics *metrics;
+
+static void must(int ok, const char *what, const dt_error *err) {
+    if (ok) return;
+    fprintf(stderr, "fuzz_request: %s: %s\n", what, err ? err->msg : "failed");
+    abort();
+}
+
+static void token_string(const dt_model *m, int id, char *out, size_t n) {
+    out[0] = '\0';
+    const dt_tok *tok = dt_model_tok(m);
+    size_t len;
+    const char *s = tok && id >= 0 ? dt_tok_id_to_token(tok, id, &len) : NULL;
+    if (s && len < n) snprintf(out, n, "%.*s", (int)len, s);
+}
+
+static void setup(void) {
+    dt_error err;
+    metrics = srv_metrics_new();
+    must(metrics != NULL, "metrics", NULL);
+    for (int k = 0; k < MODELS; k++) {
+        dt_config c;
+        must(dt_config_preset(&c, "tiny", DT_ARCH_DIFF, &err) == 0, "preset", &err);
+        c.hidden_size = 32;
+        c.num_attention_heads = 4;
+        c.num_key_value_heads = 4;
+        c.head_dim = 8;
+        c.intermediate_size = 48;
+        c.num_hidden_layers = 1;
+        c.max_position_embeddings = CTX;
+        c.vocab_size = k == 0 ? 600 : 256; /* 600: ids past the tokenizer's 592 */
+        dt_model *m = &models[k];
+        must(dt_model_create(m, &c, &err) == 0, "model", &err);
+        dt_model_init_random(m, 7);
+        if (k == 0) must(dt_model_set_tokenizer(m, FUZZ_TOKENIZER, &err) == 0, FUZZ_TOKENIZER, &err);
+        dt_engine_options eo;
+        dt_engine_defaults(&eo);
+        eo.n_slots = 2;
+        eo.ctx = CTX;
+        eo.max_queue = 6;
+        engines[k] = dt_engine_create(m, &eo, &err);
+        must(engines[k] != NULL, "engine", &err);
+        for (int chat = 0; chat < 5; chat++) {
+            srv *s = &servers[k][chat];
+            s->opt.queue = eo.max_queue;
+            s->opt.attention_max_tokens = 16;
+            s->m = m;
+            snprintf(s->name, sizeof s->name, "fuzz");
+            s->ctx = CTX;
+            s->n_slots = eo.n_slots;
+            s->chat = (srv_chat_kind)chat;
+            const dt_tok *tok = dt_model_tok(m);
+            const char *end = chat ? srv_chat_end_token(s->chat) : NULL;
+            s->chat_end_id = tok && end ? dt_tok_token_to_id(tok, end, strlen(end)) : -1;
+            token_string(m, tok ? dt_tok_bos_id(tok) : -1, s->bos, sizeof s->bos);
+            token_string(m, tok ? dt_tok_eos_id(tok) : -1, s->eos, sizeof s->eos);
+            s->engine = engines[k];
+            s->metrics = metrics;
+            must(pthread_rwlock_init(&s->engine_lock, NULL) == 0, "lock", NULL);
+        }
+    }
+}
+
+static void expect_json(const char *p, size_t n) {
+    cJSON *j = cJSON_ParseWithLength(p, n);
+    if (!j) abort();
+    cJSON_Delete(j);
+}
+
+static void expect_error(const srv_err *e) {
+    if (e->status < 400 || e->status > 599) abort();
+    char *j = srv_err_json(e);
+    if (!j) abort(); /* out of memory: not with these sizes */
+    expect_json(j, strlen(j));
+    free(j);
+}
+
+/* The server-sent events in out[0..n): each "data: JSON\n\n", the last possibly "data: [DONE]". */
+static void expect_events(const char *p, size_t n, int *done) {
+    while (n > 0) {
+        if (*done || n < 8 || memcmp(p, "data: ", 6) != 0) abort();
+        const char *end = NULL;
+        for (size_t i = 6; i + 1 < n; i++)
+            if (p[i] == '\n' && p[i + 1] == '\n') {
+                end = p + i;
+                break;
+            }
+        if (!end) abort();
+        const size_t len = (size_t)(end - p) - 6;
+        if (len == 6 && !memcmp(p + 6, "[DONE]", 6)) *done = 1;
+        else expect_json(p + 6, len);
+        n -= (size_t)(end + 2 - p);
+        p = end + 2;
+    }
+}
+
+static void run_job(srv *s, srv_job_kind kind, const char *body, size_t len) {
+    srv_job *j;
+    srv_err e;
+    if (srv_job_create(s, kind, body, len, &j, &e) != 0) {
+        expect_error(&e);
+        return;
+    }
+    if (srv_job_streaming(j)) {
+        srv_buf out = {0};
+        int done = 0, ended = 0;
+        while (!ended) {
+            ended = srv_job_stream(j, &out);
+            if (out.failed) abort();
+            expect_events(out.p, out.n, &done);
+            out.n = 0;
+            if (!ended) srv_job_pump(j, 0.05);
+        }
+        if (!done && srv_job_error(j, &e) == 0) abort(); /* only an error ends a stream without [DONE] */
+        srv_buf_free(&out);
+    } else {
+        while (!srv_job_pump(j, 0.05)) continue;
+        if (srv_job_error(j, &e) != 0) expect_error(&e);
+        else {
+            size_t n = 0;
+            char *reply = srv_job_reply(j, &n);
+            if (!reply) abort();
+            expect_json(reply, n);
+            free(reply);
+        }
+    }
+    srv_job_free(j);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, setup);
+    if (n < 1) return 0;
+    const int endpoint = data[0] % 3, model = (data[0] / 3) % MODELS, chat = (data[0] / 6) % 5;
+    srv *s = &servers[model][chat];
+    const char *body = (const char *)data + 1;
+    const size_t len = n - 1;
+    if (endpoint == 2) {
+        char *json = NULL;
+        size_t json_len = 0;
+        srv_err e;
+        if (srv_attention(s, body, len, &json, &json_len, &e) != 0) expect_error(&e);
+        else expect_json(json, json_len);
+        free(json);
+    } else
+        run_job(s, endpoint ? SRV_JOB_CHAT : SRV_JOB_COMPLETION, body, len);
+    return 0;
+}
