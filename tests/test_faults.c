@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -301,6 +302,32 @@ static void test_save_faults(void **state) {
     __real_free(c.before);
 }
 
+/* ---------------------------------------------------------------- saving into a new directory */
+
+/* A failed save into a directory it created leaves no directory: a full disk at config.json left
+ * one holding model.safetensors alone (a checkpoint that does not load). */
+static void check_absent(void *p) {
+    const ckpt_ctx *c = p;
+    struct stat sb;
+    if (stat(c->dir, &sb) == 0) fail_msg("%s was left behind by a failed save", c->dir);
+}
+
+static void test_save_new_dir_faults(void **state) {
+    (void)state;
+    ckpt_ctx c;
+    dt_config cfg;
+    dt_error err;
+    tu_tiny_diff_config(&cfg);
+    tu_path(c.dir, sizeof c.dir, "save_new");
+    char rm[1200];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", c.dir); /* the walk's last, successful save of an earlier run */
+    assert_int_equal(system(rm), 0);
+    assert_int_equal(dt_model_create(&c.m, &cfg, &err), 0);
+    dt_model_init_random(&c.m, 5);
+    walk("save into a new directory", FAULT_WRITE, op_save, &c, check_absent, 30); /* 45 */
+    dt_model_free(&c.m);
+}
+
 /* ---------------------------------------------------------------- a training step */
 
 /* The run directory is restored from `pristine` (a run at step 2) before every attempt. A failed
@@ -496,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_load_faults),
         cmocka_unit_test(test_tokenizer_encode_faults),
         cmocka_unit_test(test_save_faults),
+        cmocka_unit_test(test_save_new_dir_faults),
         cmocka_unit_test(test_train_step_alloc_faults),
         cmocka_unit_test(test_train_step_write_faults),
         cmocka_unit_test(test_quantize_faults),

@@ -1,5 +1,6 @@
 /* model.c — the model's parameter layout (the one place it is described), allocation,
  * initialisation, and checkpoint directories (config.json + model.safetensors + tokenizer). */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -365,7 +366,36 @@ int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *e
     return dt_model_save_with(m, dir, &opt, err);
 }
 
+/* After a failed save into a directory the save created: its files (every one of them the save's)
+ * and the directory go, best effort (the save's error is the one to report). A full disk at
+ * config.json left a new directory holding model.safetensors alone, which looked like a
+ * checkpoint and failed to load. */
+static void remove_created_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (d) {
+        for (struct dirent *e; (e = readdir(d));) {
+            char path[4200];
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+                dt_pathf(path, sizeof path, NULL, "%s/%s", dir, e->d_name) == 0)
+                unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(dir);
+}
+
+static int save_dir(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err);
+
 int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err) {
+    if (m->quant) return save_dir(m, dir, opt, err); /* a new directory, written whole or not at all */
+    struct stat sb;
+    const int is_new = stat(dir, &sb) != 0 && errno == ENOENT;
+    const int rc = save_dir(m, dir, opt, err);
+    if (rc != 0 && is_new && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) remove_created_dir(dir);
+    return rc;
+}
+
+static int save_dir(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err) {
     const int hf_export = opt->hf_export;
     if (opt->dtype != DT_F32 && opt->dtype != DT_F16 && opt->dtype != DT_BF16)
         return dt_fail(err, "%s: cannot store weights as dtype %d", dir, (int)opt->dtype);
