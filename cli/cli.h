@@ -86,6 +86,9 @@ int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *o
  * (train_state.json, optimizer.safetensors, metrics.jsonl) is removed, so that no resume
  * continues it on the new weights. Prints the error and returns 1, else 0. */
 int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else);
+/* The name of the file of the model at `model` (a GGUF file, or a file of a checkpoint directory
+ * that its loader reads) that `output` already is, in name[n]; NULL when it is none of them. */
+const char *cli_model_file_at(const char *model, const char *output, char *name, size_t n);
 /* Reads a config: a preset name ("small") or a path to a config.json. */
 int cli_config(const char *cmd, const char *spec, dt_arch arch, dt_config *cfg);
 /* cli_config, refusing a config.json whose model_type is not arch when --arch was given

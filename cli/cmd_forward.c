@@ -1,46 +1,12 @@
 /* cmd_forward.c — `difftrans forward`: the interop surface. A batch of token ids in, logits,
  * loss and (optionally) every parameter's gradient out, as a safetensors file. */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
-
-/* The name of the file of the model at `model` (a GGUF file, or a file of a checkpoint directory
- * that its loader reads) that `output` already is, or NULL: the logits written there replaced the
- * model (`forward M --output M/model.safetensors` destroyed the checkpoint and exited 0). */
-static const char *model_file_at(const char *model, const char *output, char *name, size_t n) {
-    static const char *const files[] = {"config.json", "generation_config.json", "model.safetensors",
-                                        "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
-                                        "difftrans_tokenizer.json"};
-    struct stat out, m;
-    if (stat(output, &out) != 0 || stat(model, &m) != 0) return NULL;
-    if (!S_ISDIR(m.st_mode)) {
-        snprintf(name, n, "%s", model);
-        return m.st_dev == out.st_dev && m.st_ino == out.st_ino ? name : NULL;
-    }
-    DIR *d = opendir(model);
-    if (!d) return NULL; /* the loader will say what is wrong */
-    const char *hit = NULL;
-    for (struct dirent *e; !hit && (e = readdir(d));) {
-        const size_t len = strlen(e->d_name);
-        int ours = len > 18 && !strncmp(e->d_name, "model-", 6) && !strcmp(e->d_name + len - 12, ".safetensors");
-        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) ours |= !strcmp(e->d_name, files[i]);
-        char path[4200];
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", model, e->d_name);
-        if (ours && stat(path, &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
-            snprintf(name, n, "%s", path);
-            hit = name;
-        }
-    }
-    closedir(d);
-    return hit;
-}
 
 static void help(void) {
     printf("usage: difftrans forward MODEL_DIR --input IDS.txt --output OUT.safetensors [--grads]\n\n"
@@ -79,7 +45,7 @@ int cmd_forward(int argc, char **argv) {
     cli_set_threads(threads);
 
     char name[4200];
-    if (model_file_at(argv[optind], output, name, sizeof name))
+    if (cli_model_file_at(argv[optind], output, name, sizeof name))
         return cli_error(cmd, "--output %s: is the model's own %s, which the logits would replace", output, name);
     dt_model m;
     dt_error err;

@@ -295,6 +295,12 @@ static int export_gguf(const char *cmd, const char *in, const char *out, const c
     dt_dtype dtype = DT_F32;
     dt_quant_scheme want = DT_QUANT_NONE;
     if (type && parse_gguf_type(cmd, type, &dtype, &want)) return 1;
+    /* a GGUF file rewritten in place (another --type) is what the user asked for; a checkpoint's
+     * own file replaced by a GGUF file is the checkpoint lost */
+    struct stat in_st;
+    char name[4200];
+    if (stat(in, &in_st) == 0 && S_ISDIR(in_st.st_mode) && cli_model_file_at(in, out, name, sizeof name))
+        return cli_error(cmd, "%s: is the model's own %s, which the GGUF file would replace", out, name);
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, in, &err) != 0) return cli_fail(cmd, &err);

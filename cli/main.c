@@ -1,5 +1,6 @@
 /* main.c — `difftrans COMMAND ...`: dispatch and the helpers every command shares. */
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <omp.h>
@@ -307,6 +308,37 @@ int cli_parse_size(const char *cmd, const char *name, const char *s, uint64_t *o
         return 0;
     }
     return -(cli_error(cmd, "%s '%s': unknown unit (use B, KB, MB, GB, TB, KiB, MiB, GiB or TiB)", name, s) != 0);
+}
+
+/* An output written there replaced the model: `forward M --output M/model.safetensors` and
+ * `export M M/model.safetensors --gguf` destroyed the checkpoint and exited 0. */
+const char *cli_model_file_at(const char *model, const char *output, char *name, size_t n) {
+    static const char *const files[] = {"config.json", "generation_config.json", "model.safetensors",
+                                        "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json",
+                                        "difftrans_tokenizer.json"};
+    struct stat out, m;
+    if (stat(output, &out) != 0 || stat(model, &m) != 0) return NULL;
+    if (!S_ISDIR(m.st_mode)) {
+        snprintf(name, n, "%s", model);
+        return m.st_dev == out.st_dev && m.st_ino == out.st_ino ? name : NULL;
+    }
+    DIR *d = opendir(model);
+    if (!d) return NULL; /* the loader will say what is wrong */
+    const char *hit = NULL;
+    for (struct dirent *e; !hit && (e = readdir(d));) {
+        const size_t len = strlen(e->d_name);
+        int ours = len > 18 && !strncmp(e->d_name, "model-", 6) && !strcmp(e->d_name + len - 12, ".safetensors");
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) ours |= !strcmp(e->d_name, files[i]);
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", model, e->d_name);
+        if (ours && stat(path, &st) == 0 && st.st_dev == out.st_dev && st.st_ino == out.st_ino) {
+            snprintf(name, n, "%s", path);
+            hit = name;
+        }
+    }
+    closedir(d);
+    return hit;
 }
 
 int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else) {

@@ -712,13 +712,18 @@ rm -f "$S/out_fifo"
 
 # An output that is a file of the model read: the logits replaced the checkpoint's weights (or
 # its config, or the GGUF file), with status 0. Refused, and the model left as it was (checked
-# at the end: the good checkpoint still loads).
+# at the end: the good checkpoint still loads; the GGUF file compared below).
 expect_fail "forward --output is the model's weights" 'model\.safetensors' "model's own" -- \
     "$DT" forward "$GOOD" --input "$IDS" --output "$GST" --threads 1
 expect_fail "forward --output is the model's config.json" 'good/config\.json' "model's own" -- \
     "$DT" forward "$GOOD" --input "$IDS" --output "$S/../$(basename "$S")/good/config.json" --threads 1
 expect_ok "fixture: a llama checkpoint" "$DT" init --preset tiny --arch transformer --out "$S/fw_llama"
+# export --gguf over the checkpoint's own weights wrote the GGUF file there, status 0 (a GGUF
+# file rewritten in place, another --type, stays allowed)
+expect_fail "export --gguf OUT is the model's weights" 'fw_llama/model\.safetensors' "model's own" -- \
+    "$DT" export "$S/fw_llama" "$S/fw_llama/model.safetensors" --gguf
 expect_ok "fixture: its GGUF file" "$DT" export "$S/fw_llama" "$S/fw_llama.gguf" --gguf
+expect_ok "export --gguf of a GGUF file over itself" "$DT" export "$S/fw_llama.gguf" "$S/fw_llama.gguf" --gguf
 cp "$S/fw_llama.gguf" "$S/fw_llama_copy.gguf"
 expect_fail "forward --output is the GGUF model" 'fw_llama\.gguf' "model's own" -- \
     "$DT" forward "$S/fw_llama.gguf" --input "$IDS" --output "$S/fw_llama.gguf" --threads 1
