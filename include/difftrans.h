@@ -911,7 +911,8 @@ const dt_tok *dt_model_tok(const dt_model *m);
  * that came without its tokenizer (dt_vocab.ids_only_dir) and what to put there. Every text
  * function below refuses so; a caller checks first to refuse before any work. */
 int dt_model_check_text(const dt_model *m, dt_error *err);
-/* 1 when two vocabularies read text the same way (both bytes, or the same tokenizer.json bytes). */
+/* 1 when two vocabularies read text the same way (both bytes, or tokenizer.json files of the same JSON
+ * value: whitespace and the order of an object's keys aside). */
 int dt_vocab_same(const dt_vocab *a, const dt_vocab *b);
 /* Text into the model's ids: encoded by its tokenizer (add_special: the post-processor's BOS etc.,
  * as encode(add_special_tokens=True)), or its bytes, each checked against vocab_size. *ids is

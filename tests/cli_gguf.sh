@@ -78,6 +78,9 @@ expect_ok "generate on the q8_0 BPE checkpoint" "$DT" generate "$S/bpe-q8" --pro
 cp "$S/last.out" "$S/bpe_gen.txt"
 expect_ok "generate on its GGUF" "$DT" generate "$S/bpe.gguf" --prompt "The license" -n 12 --temperature 0
 check "the same text" cmp "$S/bpe_gen.txt" "$S/last.out"
+expect_ok "a dataset of the trained tokenizer" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/bpe-ds"
+expect_ok "eval --tokens on the GGUF (its rebuilt tokenizer.json is the trained one)" "$DT" eval "$S/bpe.gguf" \
+    --tokens "$S/bpe-ds"
 
 # an embedding larger than the tokenizer and a config naming no EOS: an unused row stands in for it
 # in the file (llama.cpp cannot be told "no EOS"), and the file read back does not take it for one;

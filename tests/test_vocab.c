@@ -163,6 +163,49 @@ static void test_bpe_vocabulary_travels(void **state) {
     dt_model_free(&m);
 }
 
+/* Vocabularies are one when their tokenizer.json files hold one JSON value: a model read back from
+ * the GGUF it was exported to has the trained tokenizer's file rebuilt without its final newline, and
+ * `eval --tokens` refused the dataset made with that very tokenizer. */
+static void test_vocab_same_by_value(void **state) {
+    (void)state;
+    char tokdir[512], text[512], path[600];
+    make_tokenizer(tokdir, sizeof tokdir, text, sizeof text);
+    snprintf(path, sizeof path, "%s/tokenizer.json", tokdir);
+    size_t n;
+    char *json = tu_read_file(path, &n);
+    assert_true(n > 2 && json[n - 1] == '\n');
+    char *variant = malloc(n + 2);
+    assert_non_null(variant);
+    /* laid out otherwise: a leading space and no final newline */
+    variant[0] = ' ';
+    memcpy(variant + 1, json, n - 1);
+    char vpath[640];
+    snprintf(vpath, sizeof vpath, "%s.layout.json", path);
+    tu_write_file(vpath, variant, n);
+    dt_vocab a, b;
+    dt_error err;
+    assert_int_equal(dt_vocab_load(&a, path, &err), 0);
+    assert_int_equal(dt_vocab_load(&b, vpath, &err), 0);
+    assert_true(dt_vocab_same(&a, &b));
+    dt_vocab_free(&b);
+    /* a value that differs (bos strips the space before it) is another tokenizer */
+    memcpy(variant, json, n);
+    variant[n] = '\0';
+    char *at = strstr(variant, "\"lstrip\":false");
+    assert_non_null(at);
+    const char *lstrip_true = "\"lstrip\":true";
+    const size_t old_len = strlen("\"lstrip\":false"), new_len = strlen(lstrip_true);
+    memmove(at + new_len, at + old_len, strlen(at) - old_len + 1);
+    memcpy(at, lstrip_true, new_len);
+    tu_write_file(vpath, variant, strlen(variant));
+    assert_int_equal(dt_vocab_load(&b, vpath, &err), 0);
+    assert_false(dt_vocab_same(&a, &b));
+    dt_vocab_free(&b);
+    dt_vocab_free(&a);
+    free(variant);
+    free(json);
+}
+
 /* A checkpoint with neither vocabulary file: bytes while its ids can be bytes; past 256 ids, token ids
  * only — every text function refuses naming it, and a copy of it does not turn into a byte-level
  * model (the marker written into a quantised copy said "bytes" of a BPE model's ids). */
@@ -480,6 +523,7 @@ static void test_prompts_and_stop_ids(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_byte_level_model),    cmocka_unit_test(test_bpe_vocabulary_travels),
+        cmocka_unit_test(test_vocab_same_by_value),
         cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_calibration_reads_tokens),
         cmocka_unit_test(test_dequantize),          cmocka_unit_test(test_checkpoint_without_tokenizer),
         cmocka_unit_test(test_generate),            cmocka_unit_test(test_prompts_and_stop_ids),

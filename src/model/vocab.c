@@ -177,8 +177,18 @@ int dt_model_check_text(const dt_model *m, dt_error *err) { return vocab_check_t
 int dt_vocab_same(const dt_vocab *a, const dt_vocab *b) {
     if (a->ids_only_dir || b->ids_only_dir) return a->ids_only_dir && b->ids_only_dir; /* nothing to tell apart */
     if (!a->tok || !b->tok) return !a->tok && !b->tok;
-    return a->tokenizer_json_len == b->tokenizer_json_len &&
-           memcmp(a->tokenizer_json, b->tokenizer_json, a->tokenizer_json_len) == 0;
+    if (a->tokenizer_json_len == b->tokenizer_json_len &&
+        memcmp(a->tokenizer_json, b->tokenizer_json, a->tokenizer_json_len) == 0)
+        return 1;
+    /* One tokenizer written twice differs in layout alone: the GGUF reader rebuilds a trained tokenizer's
+     * file without the newline `tokenizer train` ends it with, a pretty-printer indents it. Its values
+     * decide the ids; a file that does not parse here (or memory short) counts as another tokenizer. */
+    cJSON *ja = cJSON_ParseWithLength(a->tokenizer_json, a->tokenizer_json_len);
+    cJSON *jb = ja ? cJSON_ParseWithLength(b->tokenizer_json, b->tokenizer_json_len) : NULL;
+    const int same = ja && jb && cJSON_Compare(ja, jb, 1);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+    return same;
 }
 
 /* Bytes as ids, each checked against the vocabulary (a model may have fewer than 256 ids). */
