@@ -71,7 +71,7 @@ static void help(void) {
            "                     threads [%d]\n"
            "  --quiet            no progress lines\n"
            "  --force            start over in an --out that holds an earlier comparison: every run is trained\n"
-           "                     again, whatever options it was made with\n",
+           "                     again, whatever options it was made with (its report is removed first)\n",
            d.preset, dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (unsigned long long)d.seed,
            d.seeds, d.task_ratio, dt_cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
 }

@@ -175,6 +175,21 @@ expect_ok "--force starts it over with other options" "$DT" compare --quick --qu
     --steps 8 --tasks none --data "$CORPUS" --out "$R" --force
 check "the plan is the new one" grep -q '"steps":[[:space:]]*8,' "$R/compare.json"
 check "so is every run" test "$(wc -l <"$R/diff/metrics.jsonl")" = 8 -a "$(wc -l <"$R/transformer/metrics.jsonl")" = 8
+# started over again and stopped in its first run: the report of the comparison it replaces is gone
+"$DT" compare --quick --quiet --threads 1 --jobs 1 --seeds 1 --steps 400 --tasks none --data "$CORPUS" --out "$R" \
+    --force >/dev/null 2>"$S/r.err" </dev/null &
+pid=$!
+past_old() { # a checkpoint of the new run: past the 8 steps of the replaced one, before its last
+    local st
+    st=$(grep -o '"step":[[:space:]]*[0-9]*' "$R/diff/train_state.json" 2>/dev/null | grep -o '[0-9]*$')
+    [ -n "$st" ] && [ "$st" -gt 8 ] && [ "$st" -lt 400 ]
+}
+if wait_for $pid past_old; then pass; else fail "--force: the new run was not caught in training"; fi
+kill -INT $pid 2>/dev/null
+wait $pid
+rc=$?
+if [ $rc -eq 9 ]; then pass; else fail "--force, SIGINT: exit status $rc, not 9: $(cat "$S/r.err")"; fi
+check "no report of the replaced comparison is left" test ! -e "$R/REPORT.md" -a ! -e "$R/report.json"
 
 # ---------------------------------------------------------------- --quick --needle
 

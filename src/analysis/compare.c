@@ -754,7 +754,14 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
         p->job_done[j] = done, p->kept += done;
         kept += jobs[j].trained, continued += jobs[j].resume;
     }
-    char plan_path[4200];
+    /* a new or restarted comparison stopped before its report must not leave an earlier comparison's report
+     * beside its runs, read as theirs */
+    static const char *const reports[] = {"REPORT.md", "report.json"};
+    char plan_path[4200], old_report[4200];
+    for (int i = 0; i < 2 && rc == 0 && !resuming; i++)
+        if ((rc = dt_pathf(old_report, sizeof old_report, err, "%s/%s", o->out, reports[i])) == 0 &&
+            unlink(old_report) != 0 && errno != ENOENT)
+            rc = dt_fail_io(err, "%s: cannot remove an earlier comparison's report: %s", old_report, strerror(errno));
     if (rc == 0 && !resuming && (rc = dt_pathf(plan_path, sizeof plan_path, err, "%s/compare.json", o->out)) == 0)
         rc = dt_an_write_json(plan_path, (void *)plan, err);
     pool pl = {.o = o, .train_path = train_path, .mix = &mix, .p = p, .jobs = jobs, .n_jobs = p->n_jobs};
