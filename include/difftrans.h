@@ -938,8 +938,8 @@ int dt_model_text_tokens(const dt_model *m, const char *path, int **tokens, size
 int dt_vocab_load(dt_vocab *v, const char *path, dt_error *err);
 void dt_vocab_free(dt_vocab *v);
 int dt_vocab_text_tokens(const dt_vocab *v, const char *path, int **tokens, size_t *n, size_t *bytes, dt_error *err);
-/* The same for the models in dirs (their vocabularies, read from the directories, must be the same;
- * a mix is refused naming the dirs). */
+/* The same for the models in dirs (their vocabularies, read from the directories or GGUF files, must be
+ * the same; a mix is refused naming the dirs). */
 int dt_models_text(const char *const *dirs, int n, const char *path, int **tokens, size_t *count, dt_error *err);
 /* 0 when the models in dirs share one vocabulary (as dt_models_text requires), without reading text:
  * losses per token of models that split text differently are not comparable. */

@@ -81,6 +81,9 @@ check "the same text" cmp "$S/bpe_gen.txt" "$S/last.out"
 expect_ok "a dataset of the trained tokenizer" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/bpe-ds"
 expect_ok "eval --tokens on the GGUF (its rebuilt tokenizer.json is the trained one)" "$DT" eval "$S/bpe.gguf" \
     --tokens "$S/bpe-ds"
+expect_ok "analyze outliers on the checkpoint and its GGUF" "$DT" analyze outliers "$S/bpe" "$S/bpe.gguf" \
+    --data "$S/short.txt" --seq 32 --batches 1
+out_has "both models measured" "$S/last.out" "bpe.gguf +Transformer"
 
 # an embedding larger than the tokenizer and a config naming no EOS: an unused row stands in for it
 # in the file (llama.cpp cannot be told "no EOS"), and the file read back does not take it for one;

@@ -14,6 +14,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "gguf_model.h"
 #include "internal.h"
 
 /* Published tokenizer.json files are up to tens of MB (Llama 3: 9 MB); the loader's own limit. */
@@ -347,9 +348,18 @@ static int models_vocab(const char *const *dirs, int n, dt_vocab *first, dt_erro
         char cpath[4200];
         dt_config cfg;
         dt_vocab v;
-        rc = dt_pathf(cpath, sizeof cpath, err, "%s/config.json", dirs[i]);
-        if (rc == 0) rc = dt_config_load(&cfg, cpath, err);
-        if (rc == 0) rc = vocab_load_dir(&v, dirs[i], &cfg, err);
+        if (gguf_model_path(dirs[i])) { /* its vocabulary is in the file, with the weights */
+            dt_model gm;
+            rc = dt_model_load(&gm, dirs[i], err);
+            if (rc != 0) break;
+            v = gm.vocab;
+            memset(&gm.vocab, 0, sizeof gm.vocab);
+            dt_model_free(&gm);
+        } else {
+            rc = dt_pathf(cpath, sizeof cpath, err, "%s/config.json", dirs[i]);
+            if (rc == 0) rc = dt_config_load(&cfg, cpath, err);
+            if (rc == 0) rc = vocab_load_dir(&v, dirs[i], &cfg, err);
+        }
         if (rc != 0) break;
         if (i == 0) {
             *first = v;
