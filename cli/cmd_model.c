@@ -195,7 +195,8 @@ int cmd_eval(int argc, char **argv) {
                    "model); --tokens: the validation split of a token dataset made with the model's tokenizer.\n"
                    "Prints the loss per token, perplexity, and bits per byte: the loss of the scored tokens\n"
                    "in bits over the bytes of text they stand for (the data's bytes per token times the\n"
-                   "tokens scored), which compares models with different tokenizers.\n");
+                   "tokens scored; for --tokens the split's text as the tokenizer decodes it, special\n"
+                   "tokens left out, as compare counts it), which compares models with different tokenizers.\n");
             return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -228,6 +229,15 @@ int cmd_eval(int argc, char **argv) {
                                    m.vocab.tok ? "their tokenizer.json files differ" : "the model is byte-level");
                 dt_vocab_free(&dv);
             }
+        }
+        /* the split's own bytes, as compare counts them: the whole dataset's ratio (its end-of-document
+         * tokens among the tokens) gave another bits per byte for the same held-out tokens */
+        if (rc == 0 && n > 0 && !m.vocab.ids_only_dir) {
+            char *text = NULL;
+            size_t len = 0;
+            if (dt_model_decode(&m, tokens, n, 1, &text, &len, &err) != 0) rc = cli_fail(cmd, &err);
+            else if (len > 0) bytes_per_token = (double)len / (double)n;
+            free(text);
         }
     } else {
         size_t bytes = 0;

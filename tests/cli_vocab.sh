@@ -129,6 +129,19 @@ check "12 ids (no EOS among them)" test "$(wc -w <"$S/ids_a.txt")" -eq 12
 expect_ok "eval --data: loss per token, bits per byte" "$DT" eval "$S/m" --data "$CORPUS" --seq 32 &&
     out_has "eval output" "$S/last.out" "per token" "bits per byte" "bytes per token"
 expect_ok "eval --tokens (the held-out split)" "$DT" eval "$S/m" --tokens "$S/ds" --seq 32
+cp "$S/last.out" "$S/eval_tokens.out"
+# its bytes per token are the held-out split's as the tokenizer decodes it (what compare counts), not the
+# whole dataset's
+check "eval --tokens: bytes per token of the held-out split" "$PY" - "$S/ds" "$DT" "$S/eval_tokens.out" <<'PYEOF'
+import array, re, subprocess, sys
+d, dt, out = sys.argv[1:]
+ids = array.array("H", open(d + "/val-00000.tok", "rb").read()[64:])
+text = subprocess.run([dt, "tokenizer", "decode", "--tokenizer", d, "--skip-special"], check=True,
+                      input=" ".join(map(str, ids)).encode(), capture_output=True).stdout
+got = float(re.search(r"\(([0-9.]+) bytes per token\)", open(out).read()).group(1))
+want = len(text) / len(ids)
+assert abs(got - want) <= 0.0005, (got, want)
+PYEOF
 # a dataset of another tokenizer whose ids all fit the embedding: its ids are other text to this model
 expect_ok "another tokenizer" "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --out "$S/tok_other" --quiet
 expect_ok "a dataset of it" "$DT" tokenize --tokenizer "$S/tok_other" --data "$CORPUS" --out "$S/ds_other" --quiet
