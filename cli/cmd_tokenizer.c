@@ -280,7 +280,8 @@ static void train_help(void) {
            "  --vocab-size N     all tokens: 256 bytes + merges + special tokens [%d]\n"
            "  --pattern P        pre-tokenization: gpt2 (GPT-2's regex) or llama3 (Llama-3's, digits in\n"
            "                     groups of 3, ignore_merges) [%s]\n"
-           "  --bos/--eos/--pad  special tokens ('' for none); --add-special puts bos before the text\n"
+           "  --bos/--eos/--pad  special tokens ('' for none); bos goes before the text where special\n"
+           "                     tokens are added (`tokenizer encode --add-special`, generate's prompts)\n"
            "                     [%s %s %s]\n"
            "  --min-frequency N  pairs seen fewer times are not merged [%d]\n"
            "Progress (merges done, ETA) goes to stderr unless --quiet.\n",

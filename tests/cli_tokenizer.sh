@@ -36,6 +36,9 @@ expect_ok "info on a directory" "$DT" tokenizer info "$S/dir"
 out_has "info lists the components" "$S/last.out" "byte_fallback" "vocab size" "normalizer +Sequence" "bos +1 <s>"
 expect_ok "tokenizer --help" "$DT" tokenizer --help
 out_has "help names the subcommands" "$S/last.out" "encode" "decode" "info" "train"
+# train has no --add-special: its help says which command adds the bos it names
+expect_ok "tokenizer train --help" "$DT" tokenizer train --help
+out_has "the bos is added by encode --add-special" "$S/last.out" "tokenizer encode --add-special"
 
 # ---- --threads: the same ids as one thread on a large text whose long runs of spaces and
 #      newlines, and added tokens, straddle the cut points
