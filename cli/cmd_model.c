@@ -261,7 +261,7 @@ int cmd_eval(int argc, char **argv) {
 
 static void export_help(void) {
     printf("usage: difftrans export MODEL OUT_DIR [--hf] [--dtype f32|bf16|f16] [--max-shard-size SIZE] [--force]\n"
-           "       difftrans export MODEL OUT.gguf --gguf [--type f32|f16|bf16|q8_0|q4_0] [--lm-head]\n\n"
+           "       difftrans export MODEL OUT.gguf --gguf [--type f32|f16|bf16|q8_0|q4_0] [--lm-head] [--force]\n\n"
            "Rewrites a checkpoint. With --hf the result is what plain Hugging Face\n"
            "transformers (DiffLlamaForCausalLM / LlamaForCausalLM) loads and reproduces exactly:\n"
            "learnable per-head norm weights are folded into o_proj's columns and no tensor or\n"
@@ -286,7 +286,9 @@ static void export_help(void) {
            "                        left out), embeddings and norms F32. Quantised rows must be whole\n"
            "                        32-weight blocks: hidden and intermediate sizes multiples of 32\n"
            "  --lm-head             with q8_0 / q4_0 on a float model: quantise the LM head too [float;\n"
-           "                        a quantised model's head is written as it is]\n");
+           "                        a quantised model's head is written as it is]\n"
+           "  --force               replace an OUT that exists and is not a GGUF file (an existing GGUF\n"
+           "                        file is replaced without it)\n");
 }
 
 /* --type of --gguf: a float type or a block scheme. */
@@ -301,7 +303,18 @@ static int parse_gguf_type(const char *cmd, const char *s, dt_dtype *dtype, dt_q
 }
 
 /* The model as a GGUF file: quantised first when a float model is asked for as q8_0 / q4_0. */
-static int export_gguf(const char *cmd, const char *in, const char *out, const char *type, int lm_head) {
+/* 1 when path is a regular file that does not begin with the GGUF magic. */
+static int file_not_gguf(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    char magic[4] = {0};
+    FILE *f = fopen(path, "rb");
+    const size_t got = f ? fread(magic, 1, sizeof magic, f) : 0;
+    if (f) fclose(f);
+    return got != sizeof magic || memcmp(magic, "GGUF", sizeof magic) != 0;
+}
+
+static int export_gguf(const char *cmd, const char *in, const char *out, const char *type, int lm_head, int force) {
     dt_dtype dtype = DT_F32;
     dt_quant_scheme want = DT_QUANT_NONE;
     if (type && parse_gguf_type(cmd, type, &dtype, &want)) return 1;
@@ -311,6 +324,11 @@ static int export_gguf(const char *cmd, const char *in, const char *out, const c
     char name[4200];
     if (stat(in, &in_st) == 0 && S_ISDIR(in_st.st_mode) && cli_model_file_at(in, out, name, sizeof name))
         return cli_error(cmd, "%s: is the model's own %s, which the GGUF file would replace", out, name);
+    /* a GGUF file is replaced like any build output; another file under that name (a checkpoint's
+     * model.safetensors, its config.json) was lost without a word */
+    if (!force && file_not_gguf(out))
+        return cli_error(cmd, "%s: exists and is not a GGUF file: choose another name, or give --force to replace it",
+                         out);
     dt_model m;
     dt_error err;
     if (dt_model_load(&m, in, &err) != 0) return cli_fail(cmd, &err);
@@ -379,7 +397,7 @@ int cmd_export(int argc, char **argv) {
         case 'g': gguf = 1; break;
         case 'T': type = optarg, gguf_flag = "--type"; break;
         case 'L': lm_head = 1, gguf_flag = "--lm-head"; break;
-        case 'F': force = 1, dir_flag = dir_flag ? dir_flag : "--force"; break;
+        case 'F': force = 1; break;
         case 'h': export_help(); return 0;
         default: return cli_bad_option(cmd, argc, argv);
         }
@@ -388,7 +406,7 @@ int cmd_export(int argc, char **argv) {
         return cli_error(cmd, "expected MODEL and %s (see difftrans export --help)", gguf ? "OUT.gguf" : "OUT_DIR");
     if (gguf && dir_flag) return cli_error(cmd, "%s is for checkpoint directories, not --gguf (see --type)", dir_flag);
     if (!gguf && gguf_flag) return cli_error(cmd, "%s goes with --gguf", gguf_flag);
-    if (gguf) return export_gguf(cmd, argv[optind], argv[optind + 1], type, lm_head);
+    if (gguf) return export_gguf(cmd, argv[optind], argv[optind + 1], type, lm_head, force);
     const char *out = argv[optind + 1];
     const size_t out_len = strlen(out);
     if (out_len > 5 && strcmp(out + out_len - 5, ".gguf") == 0)

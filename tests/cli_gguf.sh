@@ -81,6 +81,14 @@ check "the same text" cmp "$S/bpe_gen.txt" "$S/last.out"
 expect_ok "a dataset of the trained tokenizer" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/bpe-ds"
 expect_ok "eval --tokens on the GGUF (its rebuilt tokenizer.json is the trained one)" "$DT" eval "$S/bpe.gguf" \
     --tokens "$S/bpe-ds"
+# OUT is replaced when it is a GGUF file; any other file only with --force (a checkpoint's weights were lost)
+cp "$S/bpe/config.json" "$S/keep.json"
+expect_status "export --gguf over a file that is not GGUF" 1 "keep.json: exists and is not a GGUF file.*--force" \
+    "$DT" export "$S/bpe" "$S/keep.json" --gguf
+check "the file is untouched" cmp "$S/keep.json" "$S/bpe/config.json"
+expect_ok "export --gguf over an earlier GGUF file" "$DT" export "$S/bpe" "$S/bpe.gguf" --gguf --type q8_0
+expect_ok "export --gguf --force over the other file" "$DT" export "$S/bpe" "$S/keep.json" --gguf --force
+check "now a GGUF file" sh -c "head -c 4 '$S/keep.json' | grep -q GGUF"
 expect_ok "analyze outliers on the checkpoint and its GGUF" "$DT" analyze outliers "$S/bpe" "$S/bpe.gguf" \
     --data "$S/short.txt" --seq 32 --batches 1
 out_has "both models measured" "$S/last.out" "bpe.gguf +Transformer"
