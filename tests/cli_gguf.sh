@@ -12,6 +12,8 @@ set -u
 . "$(dirname "$0")/cli_lib.sh" "$@"
 export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2
 
+expect_ok "difftrans --help" "$DT" --help
+out_has "its command list says export writes GGUF" "$S/last.out" "^  export .*GGUF .*--gguf"
 M=$S/m
 check "init a small Transformer" "$DT" init --preset small --arch transformer --out "$M"
 echo "72 101 108 108 111 32 119 111 114 108 100 10 84 104 101 32" >"$S/ids.txt"
