@@ -7,13 +7,14 @@
  * the best score (the leftmost among equals) until none does, and gives a piece that is no token
  * as its bytes' <0xNN> tokens.
  *
- * Every score differs: where two tokens score the same the BPE ranks their merges by id, as
- * Hugging Face's converter does, and llama.cpp takes the leftmost pair (README "GGUF": Llama 2's
- * own vocabulary has fifteen runs of "▁" at one score), so the ids can differ there by design.
+ * Scores may tie (flag bit 2): the reader gives merges of equal scores one rank, which the BPE
+ * takes leftmost first, as llama.cpp does (README "GGUF": files of gguf-py's LlamaHfVocab score
+ * every token -1000, and Llama 2's own vocabulary has fifteen runs of "▁" at one score).
  *
- * Input: a first byte of flags (bit 0: tokenizer.ggml.add_space_prefix; bit 1: scores as i32),
- * then lines: each a token, its first byte its score's coarse part (0..15, 1024 apart; the line's
- * place breaks ties), the rest its text ("_" standing for "▁"); after a line "==text==" the rest
+ * Input: a first byte of flags (bit 0: tokenizer.ggml.add_space_prefix; bit 1: scores as i32;
+ * bit 2: tied scores), then lines: each a token, its first byte its score's coarse part (0..15,
+ * 1024 apart; without bit 2 the line's place breaks ties), the rest its text ("_" standing for
+ * "▁"); after a line "==text==" the rest
  * is one more text to encode. Lines that are no token (empty, not UTF-8, holding NUL, a repeat, <0x..>) are left out:
  * the loader's refusal of those is fuzz_gguf's to find. Ids 0..2 are <unk>, <s>, </s>, 3..258 the
  * byte tokens, then the input's tokens (at most MAX_TOKENS). */
@@ -70,7 +71,7 @@ static void add(vocab *v, const char *s, size_t len, float score, int32_t type) 
 }
 
 /* Line `line` as a token: "_" is "▁". */
-static void add_line(vocab *v, const uint8_t *p, size_t n, int line) {
+static void add_line(vocab *v, const uint8_t *p, size_t n, int line, int ties) {
     if (n < 2 || v->n >= 3 + 256 + MAX_TOKENS) return;
     char buf[3 * 256];
     size_t len = 0;
@@ -81,9 +82,9 @@ static void add_line(vocab *v, const uint8_t *p, size_t n, int line) {
     if (!valid_utf8((const unsigned char *)buf, len) || find(v, buf, len) >= 0 ||
         (len >= 3 && !memcmp(buf, "<0x", 3)))
         return;
-    /* an integer no other line has, above the specials' and byte tokens' (so that i32 scores are
-     * the same scores) */
-    add(v, buf, len, (float)((p[0] % 16 - 8) * 1024 - line - 1), 1);
+    /* an integer above the specials' and byte tokens' (so that i32 scores are the same scores),
+     * that no other line has unless ties are asked for */
+    add(v, buf, len, (float)((p[0] % 16 - 8) * 1024 - (ties ? 0 : line + 1)), 1);
 }
 
 static const char *str_at(void *ctx, uint64_t i, size_t *len) {
@@ -262,7 +263,7 @@ static void compare(const dt_model *m, const vocab *v, const char *text, size_t 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     if (n < 1) return 0;
-    const int space_prefix = data[0] & 1, scores_i32 = (data[0] >> 1) & 1;
+    const int space_prefix = data[0] & 1, scores_i32 = (data[0] >> 1) & 1, ties = (data[0] >> 2) & 1;
     size_t n1, n2;
     const uint8_t *text;
     fz_split(data + 1, n - 1, TEXT_SEP, sizeof TEXT_SEP - 1, &n1, &text, &n2);
@@ -278,7 +279,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     }
     for (size_t i = 0, start = 0, line = 0; i <= n1; i++)
         if (i == n1 || data[1 + i] == '\n') {
-            add_line(&v, data + 1 + start, i - start, (int)line++);
+            add_line(&v, data + 1 + start, i - start, (int)line++, ties);
             start = i + 1;
         }
     char path[1024];

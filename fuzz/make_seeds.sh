@@ -97,7 +97,7 @@ rm -f "$work/ggspm/difftrans_tokenizer.json"
 cp "$here/../tests/tokenizer/fixtures/llama2_like.json" "$work/ggspm/tokenizer.json"
 "$dt" export "$work/ggspm" "$out/gguf/spm_llama2_like.gguf" --gguf --type f16 >/dev/null
 # SentencePiece vocabularies as fuzz_spm reads them: a flags byte (1: add_space_prefix, 2: scores
-# as i32), then one token a line, its first byte its coarse score + 8, "_" for "▁"; "==text==" then a text
+# as i32, 4: tied scores), then one token a line, its first byte its coarse score + 8, "_" for "▁"; "==text==" then a text
 printf '\x01\x08_t\n\x09h\n\x0ath\n\x0b_th\n\x05e\n\x0c_the\n\x03o\n\x04_\n\x06__\n\x07to\n'\
 '\x02ke\n\x0aken\n\x09tok\n\x0atoken\n\x0b_token\n\x0f_tokens\n\x05s\n\x08en\n\x04n\n\x03k' >"$out/spm/llama_like"
 printf '\x00\x08a\n\x08b\n\x08ab\n\x08ba\n\x08aba\n\x07bab\n\x09abab\n\x08c\n\x06abc\n\x06bca\n\x06cab\n'\
@@ -105,6 +105,8 @@ printf '\x00\x08a\n\x08b\n\x08ab\n\x08ba\n\x08aba\n\x07bab\n\x09abab\n\x08c\n\x0
 printf '\x03\x08\xc3\xa9\n\x09caf\n\x0acaf\xc3\xa9\n\x07c\n\x07a\n\x07f\n\x06ca\n\x0b_caf\xc3\xa9\n\x08_\n\x08_c' \
     >"$out/spm/i32_accents"
 printf '\x01a\nb' >"$out/spm/no_merges"
+# ab and ba tie: llama.cpp joins the leftmost of them first
+printf '\x04\x08a\n\x08b\n\x09ab\n\x09ba\n\x08bab\n\x07abab\n==text==\nbabab ababa abba' >"$out/spm/ties"
 
 # request bodies as fuzz_request reads them: a byte choosing the endpoint (its value mod 3:
 # completions, chat, attention), the model (/3 mod 2: a tokenizer, bytes) and the chat template
