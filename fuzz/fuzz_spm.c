@@ -25,6 +25,7 @@
 #include "difftrans.h"
 #include "fuzz_util.h"
 #include "io/gguf.h"
+#include "../tests/spm_reference.h"
 
 #define MAX_TOKENS 300
 #define TEXT_SEP "\n==text==\n"
@@ -168,6 +169,16 @@ static void push(ids *o, int id) {
     o->v = p;
 }
 
+static int64_t vocab_find(const void *ctx, const char *s, size_t len) { return find(ctx, s, len); }
+
+static float vocab_score(const void *ctx, int64_t id) { return ((const vocab *)ctx)->score[id]; }
+
+/* A piece's token, or its bytes' (ids 3 + byte) when it is none */
+static void push_piece(void *out, int64_t id, const char *p, size_t len) {
+    if (id >= 0) push(out, (int)id);
+    for (size_t b = 0; id < 0 && b < len; b++) push(out, 3 + (unsigned char)p[b]);
+}
+
 /* A text without special tokens, with "▁" for its spaces (and one before it when asked). */
 static void ref_part(const vocab *v, const char *text, size_t len, int space_prefix, ids *out) {
     char *s = malloc(3 * len + 4);
@@ -177,41 +188,9 @@ static void ref_part(const vocab *v, const char *text, size_t len, int space_pre
     for (size_t i = 0; i < len; i++)
         if (text[i] == ' ') memcpy(s + n, SPACE, 3), n += 3;
         else s[n++] = text[i];
-    /* the pieces, linked: [start, start + plen) of s; pair[i] the token of piece i and the next */
-    size_t *start = malloc((n + 1) * sizeof *start), *plen = malloc((n + 1) * sizeof *plen);
-    int64_t *pair = malloc((n + 1) * sizeof *pair);
-    int *next = malloc((n + 1) * sizeof *next);
-    if (!start || !plen || !pair || !next) abort();
-    int m = 0;
-    for (size_t i = 0; i < n; m++) {
-        start[m] = i;
-        plen[m] = 1;
-        while (i + plen[m] < n && ((unsigned char)s[i + plen[m]] & 0xC0) == 0x80) plen[m]++;
-        i += plen[m];
-        next[m] = -1;
-        if (m) next[m - 1] = m;
-    }
-    for (int i = 0; i < m; i++) pair[i] = next[i] < 0 ? -1 : find(v, s + start[i], plen[i] + plen[next[i]]);
-    for (;;) {
-        int best = -1, prev_of_best = -1;
-        for (int i = m ? 0 : -1, prev = -1; i >= 0; prev = i, i = next[i])
-            if (pair[i] >= 0 && (best < 0 || v->score[pair[i]] > v->score[pair[best]])) best = i, prev_of_best = prev;
-        if (best < 0) break;
-        plen[best] += plen[next[best]];
-        next[best] = next[next[best]];
-        pair[best] = next[best] < 0 ? -1 : find(v, s + start[best], plen[best] + plen[next[best]]);
-        if (prev_of_best >= 0) pair[prev_of_best] = find(v, s + start[prev_of_best], plen[prev_of_best] + plen[best]);
-    }
-    for (int i = m ? 0 : -1; i >= 0; i = next[i]) {
-        const int64_t id = find(v, s + start[i], plen[i]);
-        if (id >= 0) push(out, (int)id);
-        for (size_t b = 0; id < 0 && b < plen[i]; b++) push(out, 3 + (unsigned char)s[start[i] + b]);
-    }
+    const spm_ref_vocab rv = {v, vocab_find, vocab_score};
+    if (spm_ref_pieces(&rv, s, n, push_piece, out) != 0) abort();
     free(s);
-    free(start);
-    free(plen);
-    free(pair);
-    free(next);
 }
 
 /* The special tokens (<unk>, <s>, </s>) found in the raw text, leftmost, the longest there; a "▁"

@@ -24,6 +24,7 @@
 #include "io/gguf.h"
 #include "model/gguf_model.h"
 #include "model/model_quant.h"
+#include "spm_reference.h"
 #include "testutil.h"
 
 /* ---------------------------------------------------------------- models */
@@ -1368,6 +1369,29 @@ static void ids_push(int **ids, size_t *n, int id) {
     (*ids)[(*n)++] = id;
 }
 
+static int64_t ref_find(const void *r, const char *s, size_t len) { return spm_ref_find(r, s, len); }
+
+static float ref_score(const void *r, int64_t id) { return spm_ref_score(r, id); }
+
+typedef struct {
+    const spm_ref *r;
+    int **ids;
+    size_t *n_ids;
+} ids_out;
+
+/* A piece's token, or its bytes' <0xNN> tokens when it is none */
+static void push_piece(void *out, int64_t id, const char *p, size_t len) {
+    ids_out *o = out;
+    if (id >= 0) ids_push(o->ids, o->n_ids, (int)id);
+    for (size_t b = 0; id < 0 && b < len; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", (unsigned char)p[b]);
+        const int64_t byte = spm_ref_find(o->r, name, 6);
+        assert_true(byte >= 0);
+        ids_push(o->ids, o->n_ids, (int)byte);
+    }
+}
+
 /* One part of the text between special tokens. */
 static void spm_ref_part(const spm_ref *r, const char *text, size_t len, int **ids, size_t *n_ids) {
     char *s = malloc(3 * len + 4);
@@ -1378,49 +1402,10 @@ static void spm_ref_part(const spm_ref *r, const char *text, size_t len, int **i
         if (c == ' ') memcpy(s + n, "\xe2\x96\x81", 3), n += 3;
         else s[n++] = c;
     }
-    /* the pieces: [start, start + len) of s, linked; pair[i]: the token of piece i and the next */
-    size_t *start = malloc(n * sizeof *start), *plen = malloc(n * sizeof *plen);
-    int64_t *pair = malloc(n * sizeof *pair);
-    int *next = malloc(n * sizeof *next);
-    assert_true(start && plen && pair && next);
-    int m = 0;
-    for (size_t i = 0; i < n; m++) {
-        start[m] = i;
-        plen[m] = 1;
-        while (i + plen[m] < n && ((unsigned char)s[i + plen[m]] & 0xC0) == 0x80) plen[m]++;
-        i += plen[m];
-        next[m] = -1;
-        if (m) next[m - 1] = m;
-    }
-    for (int i = 0; i < m; i++) pair[i] = next[i] < 0 ? -1 : spm_ref_find(r, s + start[i], plen[i] + plen[next[i]]);
-    for (;;) {
-        int best = -1, prev_of_best = -1;
-        for (int i = m ? 0 : -1, prev = -1; i >= 0; prev = i, i = next[i])
-            if (pair[i] >= 0 && (best < 0 || spm_ref_score(r, pair[i]) > spm_ref_score(r, pair[best])))
-                best = i, prev_of_best = prev;
-        if (best < 0) break;
-        plen[best] += plen[next[best]];
-        next[best] = next[next[best]];
-        pair[best] = next[best] < 0 ? -1 : spm_ref_find(r, s + start[best], plen[best] + plen[next[best]]);
-        if (prev_of_best >= 0)
-            pair[prev_of_best] = spm_ref_find(r, s + start[prev_of_best], plen[prev_of_best] + plen[best]);
-    }
-    for (int i = m ? 0 : -1; i >= 0; i = next[i]) {
-        const int64_t id = spm_ref_find(r, s + start[i], plen[i]);
-        if (id >= 0) ids_push(ids, n_ids, (int)id);
-        for (size_t b = 0; id < 0 && b < plen[i]; b++) {
-            char name[8];
-            snprintf(name, sizeof name, "<0x%02X>", (unsigned char)s[start[i] + b]);
-            const int64_t byte = spm_ref_find(r, name, 6);
-            assert_true(byte >= 0);
-            ids_push(ids, n_ids, (int)byte);
-        }
-    }
+    const spm_ref_vocab rv = {r, ref_find, ref_score};
+    ids_out o = {r, ids, n_ids};
+    assert_int_equal(spm_ref_pieces(&rv, s, n, push_piece, &o), 0);
     free(s);
-    free(start);
-    free(plen);
-    free(pair);
-    free(next);
 }
 
 static void spm_ref_encode(const spm_ref *r, const char *text, int add_special, int **ids, size_t *n_ids) {
