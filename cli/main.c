@@ -26,7 +26,7 @@ static const struct {
     {"eval", cmd_eval, "loss, perplexity and bits per byte of a checkpoint on a text file"},
     {"init", cmd_init, "write a freshly initialised checkpoint from a preset or config"},
     {"info", cmd_info, "print a checkpoint's config, parameter count and λ per layer"},
-    {"export", cmd_export, "rewrite a checkpoint: for Hugging Face transformers (--hf), or GGUF for llama.cpp (--gguf)"},
+    {"export", cmd_export, "rewrite a checkpoint: for Hugging Face (--hf), or as GGUF for llama.cpp (--gguf)"},
     {"bench", cmd_bench, "training, prefill and decode throughput against the machine's peak"},
     {"needle", cmd_needle, "multi-needle retrieval: generate the data set, score a checkpoint on it"},
     {"analyze", cmd_analyze, "the paper's analyses: outliers, quantize, allocation, training, icl, scaling"},
