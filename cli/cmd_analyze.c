@@ -6,9 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "difftrans_analysis.h"
 #include "cli.h"
+
+/* the width of the tables' first column: the longest model or run path given (28 at least) */
+static int name_w = 28;
 
 #define MAX_BITS 16
 
@@ -182,10 +186,10 @@ static int run_outliers(const char *cmd, char **dirs, int n, const options *op) 
             }
         if (rc == 0) {
             printf("analyze outliers: %s, %d window(s) of %d tokens\n", op->data, res[0].windows, seq);
-            printf("%-28s %-11s | %12s %12s %10s | %12s %12s %10s\n", "model", "arch", "logit top1", "logit top10",
-                   "median", "hidden top1", "hidden top10", "median");
+            printf("%-*s %-11s | %12s %12s %10s | %12s %12s %10s\n", name_w, "model", "arch", "logit top1",
+                   "logit top10", "median", "hidden top1", "hidden top10", "median");
             for (int i = 0; i < n; i++)
-                printf("%-28s %-11s | %12.4g %12.4g %10.4g | %12.4g %12.4g %10.4g\n", dirs[i],
+                printf("%-*s %-11s | %12.4g %12.4g %10.4g | %12.4g %12.4g %10.4g\n", name_w, dirs[i],
                        arch_name(models[i].cfg.arch), res[i].logits.top1, res[i].logits.top10, res[i].logits.median,
                        res[i].hidden.top1, res[i].hidden.top10, res[i].hidden.median);
             if (op->json) {
@@ -249,7 +253,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                 "analyze quantize: %s, %zu predictions per model; attention logits fake-quantised (symmetric, absmax "
                 "scale %s)\n",
                 op->data, rows[0].count, scale);
-            printf("%-28s %-11s %6s | %10s %10s", "model", "arch", "bits", "loss", "accuracy");
+            printf("%-*s %-11s %6s | %10s %10s", name_w, "model", "arch", "bits", "loss", "accuracy");
             if (op->needle) printf(" %12s", "needle acc");
             printf(" | %10s\n", "loss delta");
             for (int i = 0; i < n; i++)
@@ -260,8 +264,8 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                         snprintf(bits, sizeof bits, "%d", q->bits);
                     else
                         snprintf(bits, sizeof bits, "fp32");
-                    printf("%-28s %-11s %6s | %10.5f %10.4f", dirs[i], arch_name(models[i].cfg.arch), bits, q->loss,
-                           q->accuracy);
+                    printf("%-*s %-11s %6s | %10.5f %10.4f", name_w, dirs[i], arch_name(models[i].cfg.arch), bits,
+                           q->loss, q->accuracy);
                     if (op->needle)
                         printf(" %12.3f", q->needle_total > 0 ? (double)q->needle_correct / q->needle_total : 0.0);
                     printf(" | %+10.5f\n", q->loss - rows[(size_t)i * R].loss);
@@ -318,9 +322,9 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
             printf("answer share = sum(w, answer span) / sum(|w|, context); noise = sum(|w|, context outside span) / "
                    "sum(|w|, context);\nw = A (baseline) or A1 - lambda*A2 (DIFF); means over layers, heads and "
                    "queries\n");
-            printf("%-28s %-11s %6s | %12s %12s\n", "model", "arch", "heads", "answer", "noise");
+            printf("%-*s %-11s %6s | %12s %12s\n", name_w, "model", "arch", "heads", "answer", "noise");
             for (int i = 0; i < n; i++)
-                printf("%-28s %-11s %6d | %12.4f %12.4f\n", dirs[i], arch_name(models[i].cfg.arch), res[i].heads,
+                printf("%-*s %-11s %6d | %12.4f %12.4f\n", name_w, dirs[i], arch_name(models[i].cfg.arch), res[i].heads,
                        res[i].mean_answer_share, res[i].mean_noise_share);
             printf("per layer (answer / noise):\n");
             for (int i = 0; i < n; i++) {
@@ -397,10 +401,10 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     if (rc == 0) {
         printf("analyze icl: %d shots, %d orders, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,
                op->icl.permutations, op->icl.queries, (unsigned long long)op->icl.seed);
-        printf("%-28s %-11s %8s %8s %8s %8s %8s\n", "model", "arch", "mean", "std", "min", "max", "spread");
+        printf("%-*s %-11s %8s %8s %8s %8s %8s\n", name_w, "model", "arch", "mean", "std", "min", "max", "spread");
         for (int i = 0; i < n; i++)
-            printf("%-28s %-11s %8.4f %8.4f %8.4f %8.4f %8.4f\n", dirs[i], arch_name(models[i].cfg.arch), res[i].mean,
-                   res[i].std, res[i].min, res[i].max, res[i].max - res[i].min);
+            printf("%-*s %-11s %8.4f %8.4f %8.4f %8.4f %8.4f\n", name_w, dirs[i], arch_name(models[i].cfg.arch),
+                   res[i].mean, res[i].std, res[i].min, res[i].max, res[i].max - res[i].min);
         if (op->json) {
             cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "models");
             char seed[32];
@@ -485,11 +489,15 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         const double largest_base = sc.base_params, largest_base_loss = sc.base_loss, need = sc.diff_params;
         const double fraction = is_diff ? sc.fraction : NAN;
         printf("analyze scaling: log(val loss) = a + b*log(N) per kind, N = non-embedding parameters\n");
-        printf("%-28s %-11s %14s %12s %10s\n", "run", "arch", "N (non-emb.)", "all params", "val loss");
+        printf("%-*s %-11s %14s %12s %10s\n", name_w, "run", "arch", "N (non-emb.)", "all params", "val loss");
         for (int i = 0; i < n; i++)
-            printf("%-28s %-11s %14.0f %12.0f %10.4f\n", dirs[i], arch_name(arch[i]), params[i], all[i], loss[i]);
+            printf("%-*s %-11s %14.0f %12.0f %10.4f\n", name_w, dirs[i], arch_name(arch[i]), params[i], all[i],
+                   loss[i]);
         for (int k = 1; k >= 0; k--)
-            printf("fit %-11s %d run(s): a %.4f  b %.4f\n", arch_name(k), fit[k].n, fit[k].a, fit[k].b);
+            if (isnan(fit[k].a) || isnan(fit[k].b))
+                printf("fit %-11s %d run(s): none (needs runs at >= 2 sizes)\n", arch_name(k), fit[k].n);
+            else
+                printf("fit %-11s %d run(s): a %.4f  b %.4f\n", arch_name(k), fit[k].n, fit[k].a, fit[k].b);
         if (isnan(fraction))
             printf("DIFF size for the baseline's loss: not available (needs >= 2 sizes of each kind, with loss falling "
                    "with size)\n");
@@ -546,11 +554,11 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
         printf("analyze training: spikes = grad_norm > mean + 3 std or > 3x median of the preceding <= %d steps (after "
                "%d)\n",
                DT_AN_SPIKE_WINDOW, DT_AN_SPIKE_MIN_HISTORY);
-        printf("%-28s %-11s %6s %9s %9s | %9s %9s %9s %6s\n", "run", "arch", "steps", "train", "val", "gn mean",
+        printf("%-*s %-11s %6s %9s %9s | %9s %9s %9s %6s\n", name_w, "run", "arch", "steps", "train", "val", "gn mean",
                "gn std", "gn max", "spikes");
         for (int i = 0; i < n; i++) {
             const dt_an_training *t = &res[i];
-            printf("%-28s %-11s %6d", dirs[i], arch_name(t->arch), t->n_steps);
+            printf("%-*s %-11s %6d", name_w, dirs[i], arch_name(t->arch), t->n_steps);
             print_num(t->final_train_loss);
             print_num(t->final_val_loss);
             printf(" | %9.4g %9.4g %9.4g %6d\n", t->gn_mean, t->gn_std, t->gn_max, t->spikes);
@@ -717,6 +725,17 @@ int cmd_analyze(int argc, char **argv) {
     if (k == 1 && op.wq.schemes && (op.given_bits || op.given_per_row))
         return cli_error(cmd, "--bits / --per-row quantise attention logits; --schemes quantises weights: one at a time");
     if (op.wq.schemes && k != 1) return cli_error(cmd, "--schemes does not apply to analyze %s", kind);
+    for (int i = 0; i < n; i++)
+        if ((int)strlen(dirs[i]) > name_w) name_w = strlen(dirs[i]) < 200 ? (int)strlen(dirs[i]) : 200;
+    /* training and scaling read what `difftrans train` leaves in its --out (config.json,
+     * metrics.jsonl): a model file (a GGUF one, say) failed on a path inside it, "Not a directory" */
+    for (int i = 0; (k == 3 || k == 5) && i < n; i++) {
+        struct stat st;
+        if (stat(dirs[i], &st) == 0 && !S_ISDIR(st.st_mode))
+            return cli_error(cmd, "%s: is a file; analyze %s reads training run directories (a `difftrans train` "
+                                  "--out, with its metrics.jsonl)",
+                             dirs[i], kind);
+    }
     cli_set_threads(op.threads);
     switch (k) {
     case 0: return run_outliers(cmd, dirs, n, &op);

@@ -68,9 +68,18 @@ expect_ok "icl" "$DT" analyze icl "$S/diff" "$S/base" --shots 4 --permutations 3
 json_ok "icl JSON" "$S/i.json" \
     "len(j['models'])==2 and all(len(m['accuracy'])==3 and 0<=m['min']<=m['mean']<=m['max']<=1 for m in j['models'])"
 expect_ok "scaling on one run" "$DT" analyze scaling "$S/run" --json "$S/s.json" &&
-    out_has "scaling table" "$S/last.out" "log\(val loss\)" "not available"
+    out_has "scaling table" "$S/last.out" "log\(val loss\)" "not available" "run\(s\): none \(needs runs at >= 2 sizes\)" &&
+    { if grep -qw nan "$S/last.out"; then fail "scaling on one run" "prints nan"; else pass; fi; } &&
+    # the run's path ($S/run, often past 28 characters) widens the first column instead of pushing the row out of line
+    { if awk 'NR == 2 { h = index($0, " arch") } NR == 3 { r = index($0, " " $2 " ") } END { exit !(h > 0 && h == r) }' \
+        "$S/last.out"; then pass; else fail "scaling table" "columns out of line: $(sed -n 2,3p "$S/last.out")"; fi; }
 json_ok "scaling JSON" "$S/s.json" "len(j['runs'])==1 and j['diff_params_fraction'] is None and j['runs'][0]['params']>0"
 expect_fail "scaling on a model without metrics" "metrics" "$DT" analyze scaling "$S/diff"
+# a model file (a GGUF one, say) where a run directory belongs: said so, not "Not a directory"
+expect_status "scaling on a file" 1 "run/config.json: is a file; analyze scaling reads training run directories" \
+    "$DT" analyze scaling "$S/run" "$S/run/config.json"
+expect_status "training on a file" 1 "metrics.jsonl: is a file; analyze training reads training run directories" \
+    "$DT" analyze training "$S/run/metrics.jsonl"
 # the same run under another vocabulary (a tokenizer.json of its own): its loss per token is another measure
 rm -rf "$S/run_bpe" && cp -r "$S/run" "$S/run_bpe" && rm -f "$S/run_bpe/difftrans_tokenizer.json" &&
     sed -i -E 's/"vocab_size":[[:space:]]*256/"vocab_size": 300/' "$S/run_bpe/config.json" &&
