@@ -224,6 +224,12 @@ int cmd_serve(int argc, char **argv) {
         if (!o.quiet && s.chat == SRV_CHAT_NONE)
             fprintf(stderr, "difftrans serve: no chat template recognised in %s's tokenizer_config.json: "
                             "/v1/chat/completions is refused (--chat-template NAME chooses one)\n", dir);
+        /* a template whose markers the vocabulary lacks still works as a text format, but the model
+         * reads each marker as many ordinary tokens and a reply ends only at EOS or max_tokens */
+        if (!o.quiet && s.chat != SRV_CHAT_NONE && s.chat_end_id < 0)
+            fprintf(stderr, "difftrans serve: chat template %s: %s's vocabulary has no token %s, so the template's "
+                            "markers are read as plain text and a reply ends only at EOS or max_tokens\n",
+                    srv_chat_name(s.chat), dir, srv_chat_end_token(s.chat));
         if (srv_serve(&s, arch, &err) != 0) rc = cli_fail(cmd, &err);
         if (rc != 0) dt_engine_stop(s.engine);
     }

@@ -185,6 +185,9 @@ expect_ok "u8.mjs: streamed text is the whole text where tokens cut characters (
 cat "$S/last.out"
 out_has "the server logs one line per request on stderr (method path status)" "$S/main.err" \
     "POST /v1/completions 200" "GET /v1/models 200" "POST /v1/completions 400"
+# chatml on a vocabulary without <|im_end|> (the tokenizer trained above): said at the start
+out_has "a chat template whose end token the vocabulary lacks is said" "$S/main.err" \
+    "chat template chatml: .*vocabulary has no token <\|im_end\|>, so the template's markers are read as plain text"
 check "--quiet: no request lines on stderr" sh -c "! grep -q 'POST /v1' '$S/key.err'"
 
 # the page in headless Chromium (browser.mjs, the page helper's), its screenshot kept in the build tree
