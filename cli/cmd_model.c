@@ -302,7 +302,6 @@ static int parse_gguf_type(const char *cmd, const char *s, dt_dtype *dtype, dt_q
     return 0;
 }
 
-/* The model as a GGUF file: quantised first when a float model is asked for as q8_0 / q4_0. */
 /* 1 when path is a regular file that does not begin with the GGUF magic. */
 static int file_not_gguf(const char *path) {
     struct stat st;
@@ -314,6 +313,7 @@ static int file_not_gguf(const char *path) {
     return got != sizeof magic || memcmp(magic, "GGUF", sizeof magic) != 0;
 }
 
+/* The model as a GGUF file: quantised first when a float model is asked for as q8_0 / q4_0. */
 static int export_gguf(const char *cmd, const char *in, const char *out, const char *type, int lm_head, int force) {
     dt_dtype dtype = DT_F32;
     dt_quant_scheme want = DT_QUANT_NONE;

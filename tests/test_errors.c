@@ -345,14 +345,19 @@ static void test_generate_nonfinite_logits(void **state) {
     dt_model_free(&m);
 }
 
+/* A small training text at path: enough windows for a few steps of the tiny preset. */
+static void write_words(const char *path) {
+    char text[4000];
+    size_t n = 0;
+    while (n + 64 < sizeof text) n += (size_t)snprintf(text + n, sizeof text - n, "a few words, %zu of them. ", n);
+    tu_write_file(path, text, n);
+}
+
 static void test_diverged(void **state) {
     (void)state;
     char data[1024], out[1024];
     tu_path(data, sizeof data, "diverge.txt");
-    char text[4000];
-    size_t n = 0;
-    while (n + 64 < sizeof text) n += (size_t)snprintf(text + n, sizeof text - n, "a few words, %zu of them. ", n);
-    tu_write_file(data, text, n);
+    write_words(data);
     tu_path(out, sizeof out, "diverge_run");
     dt_train_options o;
     tu_tiny_train_options(&o, data, out, 20, 16);
@@ -387,10 +392,7 @@ static void test_diverged_after_update(void **state) {
     (void)state;
     char data[1024], out[1024];
     tu_path(data, sizeof data, "diverge_update.txt");
-    char text[4000];
-    size_t n = 0;
-    while (n + 64 < sizeof text) n += (size_t)snprintf(text + n, sizeof text - n, "a few words, %zu of them. ", n);
-    tu_write_file(data, text, n);
+    write_words(data);
     dt_train_options o;
     /* AdamW's first step moves every λ vector entry by about lr: λq·λk jumps from ~0 to ±lr² × (the signs'
      * sum over head_dim), exp of it overflows and λ is ±inf in some layer (the tiny preset: 2 layers × 2 dot
