@@ -375,6 +375,10 @@ static void check_run(void *p) {
     snprintf(state, sizeof state, "%s/.next/train_state.json", c->dir);
     if (!tu_file_exists(state)) {
         check_same(c->dir, c->before);
+        char stage[1100];
+        snprintf(stage, sizeof stage, "%s/.next", c->dir);
+        struct stat sb;
+        if (stat(stage, &sb) == 0) fail_msg("%s: a checkpoint stage whose writing failed was left behind", stage);
     } else { /* failed inside the commit: the next resume completes it */
         dt_error err;
         if (resume_to(c->dir, 3, &err) != 0) fail_msg("resume after a failed commit: %s", err.msg);

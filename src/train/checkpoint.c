@@ -43,6 +43,12 @@ int checkpoint_stage(const char *dir, char *stage, size_t n, dt_error *err) {
     return 0;
 }
 
+void checkpoint_discard(const char *dir) {
+    char stage[4200];
+    dt_error ignored;
+    if (dt_pathf(stage, sizeof stage, &ignored, "%s/%s", dir, STAGE) == 0) discard_stage(stage, &ignored);
+}
+
 static int move(const char *stage, const char *dir, const char *name, dt_error *err) {
     char from[4400], to[4400];
     if (dt_pathf(from, sizeof from, err, "%s/%s", stage, name) || dt_pathf(to, sizeof to, err, "%s/%s", dir, name))
@@ -64,8 +70,14 @@ int checkpoint_commit(const char *dir, dt_error *err) {
             rc = move(stage, dir, e->d_name, err);
     closedir(d);
     if (rc == 0) rc = move(stage, dir, LAST, err);
-    if (rc == 0) rc = sync_dir(dir, err);
-    if (rc == 0) rc = discard_stage(stage, err);
+    if (rc != 0) return -1;
+    /* committed: the emptied stage goes even when the sync fails */
+    rc = sync_dir(dir, err);
+    dt_error discard_err;
+    if (discard_stage(stage, &discard_err) != 0 && rc == 0) {
+        if (err) *err = discard_err;
+        rc = -1;
+    }
     return rc;
 }
 

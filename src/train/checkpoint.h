@@ -14,6 +14,9 @@
 
 /* Creates DIR/.next (emptied if a previous attempt left one) and writes its path into stage. */
 int checkpoint_stage(const char *dir, char *stage, size_t n, dt_error *err);
+/* Removes DIR/.next whatever it holds: a stage whose writing failed (a full disk) is not left behind.
+ * Its own failures are not reported: the caller reports the one that stopped the stage. */
+void checkpoint_discard(const char *dir);
 /* Moves the complete DIR/.next into DIR (see above) and syncs the directory. */
 int checkpoint_commit(const char *dir, dt_error *err);
 /* Finishes a commit that was interrupted, or discards an incomplete stage. */

@@ -254,9 +254,8 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
     return bad ? -1 : 0;
 }
 
-/* Rank 0: the model, the (whole) optimizer state m, v [P] and the train state, staged then
- * committed. */
-static int write_checkpoint(const dt_train_options *o, trainer *tr, const float *m, const float *v, dt_error *err) {
+/* Rank 0: the model, the (whole) optimizer state m, v [P] and the train state into DIR/.next. */
+static int stage_checkpoint(const dt_train_options *o, trainer *tr, const float *m, const float *v, dt_error *err) {
     char stage[4200], path[4400];
     dt_save_options so = {.dtype = DT_F32}; /* the vocabulary travels with the model */
     if (checkpoint_stage(o->out_dir, stage, sizeof stage, err) || dt_model_save_with(&tr->model, stage, &so, err))
@@ -274,7 +273,17 @@ static int write_checkpoint(const dt_train_options *o, trainer *tr, const float 
     int rc = dt_pathf(path, sizeof path, err, "%s/train_state.json", stage);
     if (rc == 0) rc = write_text_atomic(path, text, err);
     cJSON_free(text);
-    return rc == 0 ? checkpoint_commit(o->out_dir, err) : -1;
+    return rc;
+}
+
+/* Rank 0: the checkpoint staged, then committed; a stage that could not be completed is removed
+ * (DIR keeps the previous checkpoint, and no half-written .next/). */
+static int write_checkpoint(const dt_train_options *o, trainer *tr, const float *m, const float *v, dt_error *err) {
+    if (stage_checkpoint(o, tr, m, v, err) != 0) {
+        checkpoint_discard(o->out_dir);
+        return -1;
+    }
+    return checkpoint_commit(o->out_dir, err);
 }
 
 /* Every rank takes part: with ZeRO-1 rank 0 gathers the moments first. Every rank learns
