@@ -1239,7 +1239,8 @@ static void test_no_eos(void **state) {
 
 /* llama.cpp ends generation at tokens of known end-of-turn texts whatever the eos / eot / eom keys
  * say (Llama 3's "<|eot_id|>" beside its EOS "<|end_of_text|>") and whatever their type, and at
- * fill-in-the-middle tokens ("[PAD]" among them): reading a file, difftrans stops there too (as
+ * fill-in-the-middle pad tokens ("[PAD]" among them), and makes these and the fill-in-the-middle
+ * prefix / suffix / middle tokens control tokens: reading a file, difftrans does both too (as
  * tests/llama_cpp/run.sh checks against llama.cpp itself). Writing a file, stop ids past the three
  * keys are kept when they are such tokens, else refused. */
 static void test_eog_by_text(void **state) {
@@ -1255,7 +1256,10 @@ static void test_eog_by_text(void **state) {
     const char *more = ",{\"id\":300,\"content\":\"<|eot_id|>\",\"special\":true},"
                        "{\"id\":301,\"content\":\"<|im_end|>\",\"special\":false},"
                        "{\"id\":302,\"content\":\"[PAD]\",\"special\":true},"
-                       "{\"id\":303,\"content\":\"<|im_start|>\",\"special\":true}";
+                       "{\"id\":303,\"content\":\"<|im_start|>\",\"special\":true},"
+                       "{\"id\":304,\"content\":\"<|fim_prefix|>\",\"special\":false},"
+                       "{\"id\":305,\"content\":\"<MID>\",\"special\":false},"
+                       "{\"id\":306,\"content\":\"<FIM>\",\"special\":false}";
     char *edited = malloc(n + strlen(more) + 1);
     assert_non_null(edited);
     sprintf(edited, "%.*s%s%s", (int)(at - json), json, more, at);
@@ -1264,7 +1268,7 @@ static void test_eog_by_text(void **state) {
     free(edited);
     dt_config c;
     llama_config(&c, 0);
-    c.vocab_size = 304;
+    c.vocab_size = 307;
     dt_model m, back;
     dt_error err;
     assert_int_equal(dt_model_create(&m, &c, &err), 0);
@@ -1278,6 +1282,11 @@ static void test_eog_by_text(void **state) {
     const int stops[] = {eos, 300, 301, 302};
     assert_int_equal(back.cfg.special.n_eos, 4);
     assert_memory_equal(back.cfg.special.eos_token_id, stops, sizeof stops);
+    /* the fill-in-the-middle prefix and middle end nothing, but are control tokens as in llama.cpp:
+     * special (as "<|im_end|>" is); a user-defined token of another text stays what it was */
+    const dt_tok *tok = dt_model_tok(&back);
+    assert_true(dt_tok_is_special(tok, 301) && dt_tok_is_special(tok, 304) && dt_tok_is_special(tok, 305));
+    assert_false(dt_tok_is_special(tok, 306));
     expect_checkpoint_loads(&back, "eot_ckpt");
     dt_model_free(&back);
     /* more stop ids than the three keys: those llama.cpp finds by their text need none */

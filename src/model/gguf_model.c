@@ -139,23 +139,40 @@ static void eog_scan(token_fn at, void *ctx, int64_t n, unsigned char has[N_EOG]
  * ids their keys give, else a token of one of these texts (llama-vocab.cpp, as EOG_TEXT). */
 static const char *const FIM_KEY[3] = {"tokenizer.ggml.fim_pad_token_id", "tokenizer.ggml.fim_rep_token_id",
                                        "tokenizer.ggml.fim_sep_token_id"};
-static const char *const FIM_TEXT[3][6] = {
+#define FIM_TEXTS 9 /* the most texts of one kind, and the NULL after them */
+static const char *const FIM_TEXT[3][FIM_TEXTS] = {
     {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
     {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
     {"<|file_sep|>", NULL},
 };
 
+/* llama.cpp's fill-in-the-middle prefix, suffix and middle tokens end nothing, but found by their
+ * text (no key gives them: the newer key, else the older one) they become control tokens. */
+static const char *const FIM_INFILL_KEY[3][2] = {
+    {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+    {"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+    {"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+};
+static const char *const FIM_INFILL_TEXT[3][FIM_TEXTS] = {
+    {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
+     "<|prefix|>", NULL},
+    {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>",
+     "<|suffix|>", NULL},
+    {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>",
+     "<|middle|>", NULL},
+};
+
 /* For each fim[k] still -1 (no key), the lowest id of a token of one of FIM_TEXT[k]'s texts, if any
  * (llama.cpp takes whichever its hash map gives first: the same but in a vocabulary holding two of
  * a kind's texts). */
-static void fim_by_text(token_fn at, void *ctx, int64_t n, int fim[3]) {
+static void fim_by_text(token_fn at, void *ctx, int64_t n, const char *const texts[3][FIM_TEXTS], int fim[3]) {
     int found[3] = {-1, -1, -1};
     for (int64_t i = 0; i < n; i++) {
         size_t len;
         const char *t = at(ctx, (uint64_t)i, &len);
         for (int k = 0; k < 3; k++)
-            for (int j = 0; found[k] < 0 && FIM_TEXT[k][j]; j++)
-                if (strlen(FIM_TEXT[k][j]) == len && memcmp(FIM_TEXT[k][j], t, len) == 0) found[k] = (int)i;
+            for (int j = 0; found[k] < 0 && texts[k][j]; j++)
+                if (strlen(texts[k][j]) == len && memcmp(texts[k][j], t, len) == 0) found[k] = (int)i;
     }
     for (int k = 0; k < 3; k++)
         if (fim[k] < 0) fim[k] = found[k];
@@ -527,7 +544,7 @@ static int special_ids(vocab_out *v, const dt_config *c, const char *path, dt_er
     int fim[3] = {-1, -1, -1}; /* the export writes no fim keys */
     if (s->n_eos > 3) {
         eog_scan(token_at, v, v->n, has);
-        fim_by_text(token_at, v, v->n, fim);
+        fim_by_text(token_at, v, v->n, FIM_TEXT, fim);
     }
     char unfit[128] = "";
     int n_keyed = 0, n_unfit = 0;
@@ -1815,8 +1832,9 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
          * repository and file-separator tokens: stop ids here too. Ids on unused rows are no token
          * of the tokenizer.json made from the file (special ids on them are dropped above); those
          * past DT_MAX_EOS stop ids are left out. It makes all of those found by their text control
-         * tokens (even the "<|end|>" and "</s>" it ends nothing at): found in a prompt as special
-         * tokens, never printed; added special tokens of the tokenizer.json (is_added). */
+         * tokens (even the "<|end|>" and "</s>" it ends nothing at), and the fill-in-the-middle
+         * prefix, suffix and middle ones: found in a prompt as special tokens, never printed; added
+         * special tokens of the tokenizer.json (is_added). */
         unsigned char has[N_EOG];
         eog_scan(token_in_at, &v, v.n, has);
         for (int64_t i = 0; i < v.n; i++) {
@@ -1828,12 +1846,20 @@ static int read_vocab(const gguf_file *f, dt_config *c, dt_vocab *out, dt_error 
         for (int k = 0; k < 3 && rc == 0; k++)
             if (token_id(f, FIM_KEY[k], v.n, &fim[k], err) != 0) rc = -1;
             else by_key[k] = fim[k] >= 0;
-        if (rc == 0) fim_by_text(token_in_at, &v, v.n, fim);
+        if (rc == 0) fim_by_text(token_in_at, &v, v.n, FIM_TEXT, fim);
         for (int k = 0; k < 3 && rc == 0; k++)
             if (fim[k] >= 0 && in_tokenizer(&v, fim[k])) {
                 add_stop(s, fim[k]);
                 v.control[fim[k]] |= !by_key[k];
             }
+        int infill[3] = {-1, -1, -1};
+        for (int k = 0; k < 3 && rc == 0; k++)
+            for (int j = 0; j < 2 && rc == 0 && infill[k] < 0; j++)
+                if (token_id(f, FIM_INFILL_KEY[k][j], v.n, &infill[k], err) != 0) rc = -1;
+        int by_text[3] = {-1, -1, -1};
+        if (rc == 0) fim_by_text(token_in_at, &v, v.n, FIM_INFILL_TEXT, by_text);
+        for (int k = 0; k < 3 && rc == 0; k++)
+            if (infill[k] < 0 && by_text[k] >= 0 && in_tokenizer(&v, by_text[k])) v.control[by_text[k]] = 1;
         if (!is_bytes(&v)) rc = load_vocab(f, &v, c->vocab_size, out, err);
     }
     free(v.tok);
