@@ -38,7 +38,8 @@ static void help(void) {
            "Prints the CPU, the kernel path in use and OpenBLAS's core (as `difftrans info --system`;\n"
            "DT_ISA=portable|avx2|avx512 forces a path, OPENBLAS_CORETYPE an OpenBLAS core), a table per model\n"
            "and one JSON line per model (lines starting with '{', with \"cpu\", \"kernels\", \"blas_core\",\n"
-           "\"blas_core_forced\" (the user's OPENBLAS_CORETYPE) and \"blas_core_chosen\" (difftrans's)).\n\n"
+           "\"blas_core_forced\" (the user's OPENBLAS_CORETYPE), \"blas_core_chosen\" (difftrans's) and \"loadavg\"\n"
+           "(the last minute's as the run started: above 0.5, other work shares the cores and bench warns)).\n\n"
            "model:\n"
            "  --arch A          diff | transformer | both: the DIFF model and its parameter-matched\n"
            "                    baseline of the same sizes [both]\n"
@@ -94,6 +95,7 @@ static const cli_flag config_flags[] = {
 typedef struct {
     double sgemm_gflops;
     int sgemm_n;
+    double loadavg; /* the last minute's, as the run starts (NAN where unknown) */
 } probe_result;
 
 static int run_sgemm_probe(void *arg, void *out, dt_error *err) {
@@ -337,6 +339,7 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
     json_num("read_bandwidth_decoder_gbs", bw->decoder_gbs, 0);
     json_num("decode_bandwidth_gbs", decode_gbs, 0);
     json_num("decode_bound_fraction", bound_fraction, 0);
+    json_num("loadavg", p->loadavg, 0);
     json_str("cpu", si.cpu);
     printf(",");
     json_str("kernels", si.path);
@@ -497,6 +500,14 @@ int cmd_bench(int argc, char **argv) {
     probe_result p = {.sgemm_gflops = NAN};
     if (o.train && dt_bench_isolated(run_sgemm_probe, NULL, &p, sizeof p, NULL, &err) != 0)
         return cli_fail(CMD, &err);
+    if (getloadavg(&p.loadavg, 1) != 1) p.loadavg = NAN;
+    /* other work on the cores: threads spinning while they wait hold the core the other one needs
+     * (a 2-thread decoding step ran 10× slower beside one busy process) */
+    if (p.loadavg > 0.5)
+        fprintf(stderr,
+                "bench: the load average is %.2f: other processes are using the cores, so these numbers "
+                "will be low and noisy (docs/PERFORMANCE.md, \"Comparing fairly on a shared machine\")\n",
+                p.loadavg);
     /* the read bandwidth just before and just after each model, of a buffer of the size of its
      * decoding's weights (the same cache levels serve both): a model's bound is the larger of the
      * two (on a shared machine the bandwidth moved by half between moments seconds apart: Zen 5, 35
@@ -507,7 +518,7 @@ int cmd_bench(int argc, char **argv) {
     size_t read_before_set = 0;
     if (!json_only) {
         cli_print_system(stdout, "");
-        printf("machine: %d threads", n_threads);
+        printf("machine: %d threads | load average %.2f", n_threads, p.loadavg);
         if (o.train) printf(" | sgemm %d³ best of 3: %.2f GFLOP/s", p.sgemm_n, p.sgemm_gflops);
         printf("\n");
     }

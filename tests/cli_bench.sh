@@ -35,7 +35,7 @@ import json, math, sys
 keys = ["arch", "d_model", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "batch", "seq", "threads",
         "params", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
         "train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token",
-        "read_bandwidth_gbs", "read_bandwidth_sum_gbs", "read_bandwidth_decoder_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "cpu", "kernels", "blas_core", "blas_core_forced", "blas_core_chosen", "quant"]
+        "read_bandwidth_gbs", "read_bandwidth_sum_gbs", "read_bandwidth_decoder_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "loadavg", "cpu", "kernels", "blas_core", "blas_core_forced", "blas_core_chosen", "quant"]
 sizes = {"d_model": 64, "layers": 1, "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 64,
          "batch": 2, "seq": 16, "threads": 2}
 lines = open(sys.argv[1]).read().splitlines()
@@ -67,7 +67,10 @@ for line in lines:
             not isinstance(j.get("blas_core_chosen"), bool) or (j["blas_core_forced"] and j["blas_core_chosen"]):
         bad("%s: blas_core %r / blas_core_forced %r / blas_core_chosen %r" % (
             j.get("arch"), j.get("blas_core"), j.get("blas_core_forced"), j.get("blas_core_chosen")))
-    for k in keys[11:keys.index("cpu")]:
+    load = j.get("loadavg")
+    if load is not None and (not isinstance(load, (int, float)) or isinstance(load, bool) or not load >= 0):
+        bad("%s: loadavg = %r is neither null nor a number >= 0" % (j.get("arch"), load))
+    for k in keys[11:keys.index("loadavg")]:
         v = j.get(k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             bad("%s: %s = %r is not a positive number" % (j.get("arch"), k, v))
