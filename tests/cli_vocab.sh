@@ -148,6 +148,18 @@ expect_ok "a dataset of it" "$DT" tokenize --tokenizer "$S/tok_other" --data "$C
 expect_status "eval --tokens of another tokenizer" 1 \
     "--tokens .*ds_other: its ids are another tokenizer's than .*/m's \(their tokenizer.json files differ\)" \
     "$DT" eval "$S/m" --tokens "$S/ds_other" --seq 32
+# a run on a dataset that has moved since: the refusal names the path its state recorded and --tokens,
+# as a text run's names --data (it said only that the dataset could not be opened)
+cp -a "$S/ds_other" "$S/ds_moving"
+expect_ok "a run on a dataset" "$DT" train --tokens "$S/ds_moving" --out "$S/m_moving" --preset tiny --steps 2 \
+    --batch 2 --seq 32 --threads 1 --quiet
+mv "$S/ds_moving" "$S/ds_moved"
+expect_status "train --resume when the dataset has moved" 3 \
+    "ds_moving: cannot open: .*m_moving/train_state.json recorded.*--tokens" \
+    "$DT" train --resume --out "$S/m_moving" --steps 3 --threads 1 --quiet
+expect_ok "train --resume --tokens where it is now" "$DT" train --resume --out "$S/m_moving" --steps 3 \
+    --tokens "$S/ds_moved" --threads 1 --quiet
+rm -rf "$S/m_moving" "$S/ds_moved"
 # a copy of the checkpoint without its tokenizer files (an HF model downloaded without them): its 457
 # ids are not bytes, so text is refused, ids work, and a quantised copy does not become byte-level
 mkdir -p "$S/m_ids" && cp "$S/m/config.json" "$S/m/generation_config.json" "$S/m/model.safetensors" "$S/m_ids/"

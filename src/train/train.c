@@ -568,6 +568,13 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
             load_train_state(path, o, tr, data_path, data_cap, err))
             return -1;
         if (!o->data_path && !o->tokens_path) o->data_path = data_path;
+        /* the data moved since: said before validate_options, whose check of a dataset's directory
+         * does not know that the path came from the state file */
+        const char *recorded = o->tokens_path ? o->tokens_path : o->data_path;
+        if (!data_given && access(recorded, F_OK) != 0)
+            return dt_fail_io(err, "%s: cannot open: %s (the path %s/train_state.json recorded; give %s to say "
+                                   "where the data is now)",
+                              recorded, strerror(errno), o->out_dir, o->tokens_path ? "tokens_path" : "data_path");
     }
     /* checked before anything is allocated; a resumed run's options came from its state file */
     if (validate_options(o, err) != 0) return -1;
@@ -575,10 +582,6 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
      * (a path that does not resolve is left for the loader to report) */
     const char **data = o->tokens_path ? &o->tokens_path : &o->data_path;
     if (realpath(*data, tr->data_abs)) *data = tr->data_abs;
-    else if (o->resume && !data_given)
-        return dt_fail_io(err, "%s: cannot open: %s (the path %s/train_state.json recorded; give %s to say where the "
-                               "data is now)",
-                          *data, strerror(errno), o->out_dir, o->tokens_path ? "tokens_path" : "data_path");
     if (o->tokens_path || o->tokenizer_path) {
         if (dt_pathf(tr->tokenizer_buf, sizeof tr->tokenizer_buf, err, "%s",
                      o->tokens_path ? o->tokens_path : o->tokenizer_path) != 0)
