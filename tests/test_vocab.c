@@ -163,6 +163,20 @@ static void test_bpe_vocabulary_travels(void **state) {
     dt_model_free(&m);
 }
 
+/* *out (freed first) = text with the first `from` replaced by `to`; 0 when text has no `from`. */
+static int replace_first(const char *text, char **out, const char *from, const char *to) {
+    const char *at = strstr(text, from);
+    if (!at) return 0;
+    const size_t head = (size_t)(at - text), from_len = strlen(from), to_len = strlen(to);
+    free(*out);
+    *out = malloc(strlen(text) - from_len + to_len + 1);
+    assert_non_null(*out);
+    memcpy(*out, text, head);
+    memcpy(*out + head, to, to_len);
+    strcpy(*out + head + to_len, at + from_len);
+    return 1;
+}
+
 /* Vocabularies are one when their tokenizer.json files hold one JSON value: a model read back from
  * the GGUF it was exported to has the trained tokenizer's file rebuilt without its final newline, and
  * `eval --tokens` refused the dataset made with that very tokenizer. */
@@ -201,6 +215,27 @@ static void test_vocab_same_by_value(void **state) {
     assert_int_equal(dt_vocab_load(&b, vpath, &err), 0);
     assert_false(dt_vocab_same(&a, &b));
     dt_vocab_free(&b);
+    /* an added token matched in the normalised text: the same ids without a normaliser (a tokenizer
+     * read back from its GGUF file has every such flag false), not with one */
+    assert_true(replace_first(json, &variant, "\"normalized\":false", "\"normalized\":true"));
+    tu_write_file(vpath, variant, strlen(variant));
+    assert_int_equal(dt_vocab_load(&b, vpath, &err), 0);
+    assert_true(dt_vocab_same(&a, &b));
+    dt_vocab_free(&b);
+    char *with_nfc = NULL;
+    assert_true(replace_first(variant, &with_nfc, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}"));
+    tu_write_file(vpath, with_nfc, strlen(with_nfc));
+    assert_true(replace_first(json, &variant, "\"normalizer\":null", "\"normalizer\":{\"type\":\"NFC\"}"));
+    char npath[700];
+    snprintf(npath, sizeof npath, "%s.nfc.json", path);
+    tu_write_file(npath, variant, strlen(variant));
+    dt_vocab c;
+    assert_int_equal(dt_vocab_load(&b, vpath, &err), 0);
+    assert_int_equal(dt_vocab_load(&c, npath, &err), 0);
+    assert_false(dt_vocab_same(&c, &b));
+    dt_vocab_free(&c);
+    dt_vocab_free(&b);
+    free(with_nfc);
     dt_vocab_free(&a);
     free(variant);
     free(json);

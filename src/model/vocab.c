@@ -175,6 +175,18 @@ static int vocab_check_text(const dt_vocab *v, dt_error *err) {
 
 int dt_model_check_text(const dt_model *m, dt_error *err) { return vocab_check_text(&m->vocab, err); }
 
+static int has_normalizer(const cJSON *tokenizer) {
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(tokenizer, "normalizer");
+    return n && !cJSON_IsNull(n);
+}
+
+static void drop_added_normalized(cJSON *tokenizer) {
+    cJSON *t, *added = cJSON_GetObjectItemCaseSensitive(tokenizer, "added_tokens");
+    cJSON_ArrayForEach(t, added) {
+        if (cJSON_IsObject(t)) cJSON_DeleteItemFromObjectCaseSensitive(t, "normalized");
+    }
+}
+
 int dt_vocab_same(const dt_vocab *a, const dt_vocab *b) {
     if (a->ids_only_dir || b->ids_only_dir) return a->ids_only_dir && b->ids_only_dir; /* nothing to tell apart */
     if (!a->tok || !b->tok) return !a->tok && !b->tok;
@@ -186,6 +198,15 @@ int dt_vocab_same(const dt_vocab *a, const dt_vocab *b) {
      * decide the ids; a file that does not parse here (or memory short) counts as another tokenizer. */
     cJSON *ja = cJSON_ParseWithLength(a->tokenizer_json, a->tokenizer_json_len);
     cJSON *jb = ja ? cJSON_ParseWithLength(b->tokenizer_json, b->tokenizer_json_len) : NULL;
+    /* An added token's "normalized" says whether it is matched in the normalised text: without a
+     * normaliser that is the text itself (at most overlapping added tokens are matched in another
+     * order, and the ids still stand for the same text). GGUF keeps no such flag, so a tokenizer read
+     * back from the GGUF file it was exported to (which refuses normalisers) has it false where the
+     * original may have it true, as Hugging Face's non-special added tokens do by default. */
+    if (ja && jb && !has_normalizer(ja) && !has_normalizer(jb)) {
+        drop_added_normalized(ja);
+        drop_added_normalized(jb);
+    }
     const int same = ja && jb && cJSON_Compare(ja, jb, 1);
     cJSON_Delete(ja);
     cJSON_Delete(jb);
