@@ -115,7 +115,9 @@ int cmd_tokenize(int argc, char **argv) {
     o.n_val_inputs = n_val;
     dt_tokenize_stats st;
     dt_error err;
-    if (dt_tokenize(&o, &st, &err) != 0) rc = cli_fail(cmd, &err);
+    static const cli_flag flags[] = {{"val_fraction", "--val-fraction"}, {"doc_split", "--documents"},
+                                     {"shard_tokens", "--shard-tokens"}};
+    if (dt_tokenize(&o, &st, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, (int)(sizeof flags / sizeof flags[0]));
     free(inputs);
     free(val_inputs);
     if (rc != 0) return rc;

@@ -399,8 +399,18 @@ expect_fail "tokenize: missing input" "nowhere\.txt" "$DT" tokenize --tokenizer 
 expect_fail "tokenize: empty input" "empty\.txt: data file is empty" "$DT" tokenize --tokenizer "$S/tok" --data "$S/empty.txt" --out "$S/y"
 printf 'ok \xff\xfe bad\n\nmore\n' >"$S/bad_utf8.txt"
 expect_fail "tokenize: invalid UTF-8 named with its file" "bad_utf8\.txt" "$DT" tokenize --tokenizer "$S/tok" --data "$S/bad_utf8.txt" --out "$S/y" --val-fraction 0 --quiet
-expect_fail "tokenize: too few documents to hold out" "too few to hold out" "$DT" tokenize --tokenizer "$S/tok" \
-    --data "$CORPUS" --out "$S/y" --documents file --quiet
+# the advice is the flags', and true: a fraction of 1/N holds one of N documents out (it said "lower")
+expect_status "tokenize: too few documents to hold out" 1 \
+    "1 documents are too few to hold out 0.01 .*val_fraction of 1/1 or more.*\(--val-fraction, --documents\)" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/y" --documents file --quiet
+expect_fail "tokenize: too few documents in several files" \
+    "and the other inputs: 2 documents .*1/2 or more.*--val-fraction" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" "$CORPUS" --out "$S/y" --documents file --val-fraction 0.4 --quiet
+expect_ok "tokenize: a fraction of 1/N holds one out" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" "$CORPUS" \
+    --out "$S/y_half" --documents file --val-fraction 0.5 --quiet &&
+    out_has "one of two documents held out" "$S/last.out" "from 2 documents"
+check "its validation split holds one" grep -qE '"documents":[[:space:]]*1\b' "$S/y_half/dataset.json"
+rm -rf "$S/y_half"
 check "no dataset written by the refusals" test ! -e "$S/y/dataset.json"
 
 finish cli_vocab

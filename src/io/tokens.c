@@ -580,9 +580,12 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     for (int i = 0; i < o->n_val_inputs && rc == 0; i++) rc = tokenize_file(&r, o->val_inputs[i], err);
     if (rc == 0) rc = flush_batch(&r, err);
     for (int s = 0; s < 2 && rc == 0; s++) rc = writer_close_shard(&r.w[s], err);
+    /* named with the caller's option names, which the CLI turns into its flags */
     if (rc == 0 && o->val_fraction > 0 && r.w[1].total == 0)
-        rc = dt_fail(err, "%s: %" PRIu64 " documents are too few to hold out %g of them (lower val_fraction, or "
-                          "cut finer documents)", o->inputs[0], r.next_doc, (double)o->val_fraction);
+        rc = dt_fail(err, "%s%s: %" PRIu64 " documents are too few to hold out %g of them (a val_fraction of 1/%" PRIu64
+                          " or more holds one out, 0 none; or cut finer documents with doc_split)",
+                     o->inputs[0], o->n_inputs > 1 ? " and the other inputs" : "", r.next_doc, (double)o->val_fraction,
+                     r.next_doc);
     if (rc == 0 && r.w[0].total == 0) rc = dt_fail(err, "%s: no training tokens", o->inputs[0]);
     /* every shard is complete: only now do they take their names, then the manifest */
     for (int s = 0; s < 2 && rc == 0; s++)
