@@ -37,7 +37,7 @@ static void help(void) {
            "  --seed N                  initialisation and data-order seed [%llu]\n"
            "  --threads N               OpenMP threads [all cores]\n"
            "evaluation and checkpoints:\n"
-           "  --val-fraction X          held-out fraction of the data [%g]\n"
+           "  --val-fraction X          held-out fraction of --data [%g] (--tokens: the dataset's val split)\n"
            "  --eval-interval N         validate every N steps, 0 = only at the end [%d]\n"
            "  --eval-batches N          validation batches per evaluation [%d]\n"
            "  --save-interval N         checkpoint every N steps, 0 = only at the end [%d]\n"
@@ -104,7 +104,7 @@ int cmd_train(int argc, char **argv) {
     const char *cmd = "train", *preset = "small", *config_path = NULL, *ablations = NULL;
     const char *arch_flag = NULL; /* --arch as given: a --config file of another model_type is refused */
     dt_arch arch = DT_ARCH_DIFF;
-    int threads = 0, subln = 0, force = 0;
+    int threads = 0, subln = 0, force = 0, val_fraction_given = 0;
     char ignored[256] = ""; /* the options a resumed run keeps from its state file, as given */
     float comm_timeout = (float)DEFAULT_COMM_TIMEOUT;
     /* --resume anywhere on the line decides what the other options start from: a new run's
@@ -149,7 +149,10 @@ int cmd_train(int argc, char **argv) {
         case 'g': bad = parse_float(cmd, "--grad-clip", optarg, 0, 1e9, &o.grad_clip); break;
         case 'r': bad = parse_u64(cmd, "--seed", optarg, &o.seed); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
-        case 'v': bad = parse_float(cmd, "--val-fraction", optarg, 0.001, 0.9, &o.val_fraction); break;
+        case 'v':
+            bad = parse_float(cmd, "--val-fraction", optarg, 0.001, 0.9, &o.val_fraction);
+            val_fraction_given = 1;
+            break;
         case 'e': bad = parse_int(cmd, "--eval-interval", optarg, 0, 100000000, &o.eval_interval); break;
         case 'E': bad = parse_int(cmd, "--eval-batches", optarg, 1, 100000, &o.eval_batches); break;
         case 'i': bad = parse_int(cmd, "--save-interval", optarg, 0, 100000000, &o.save_interval); break;
@@ -173,6 +176,10 @@ int cmd_train(int argc, char **argv) {
     if (!o.resume) {
         if (!o.data_path && !o.tokens_path)
             return cli_error(cmd, "--data FILE or --tokens DATASET is required (see difftrans train --help)");
+        /* it was ignored without a word: a dataset's split was made by `tokenize` */
+        if (o.tokens_path && val_fraction_given)
+            return cli_error(cmd, "--val-fraction: a --tokens dataset holds out its own val split (`difftrans tokenize "
+                                  "--val-fraction` sets it)");
         if (cli_config_arch(cmd, config_path ? config_path : preset, arch_flag, arch, &o.cfg) != 0) return 1;
         if (o.cfg.arch == DT_ARCH_DIFF && subln) o.cfg.use_subln_weight = 1;
         if (ablations && cli_apply_ablations(cmd, ablations, &o.cfg) != 0) return 1;

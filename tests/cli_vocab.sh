@@ -116,6 +116,10 @@ PYEOF
 # ---------------------------------------------------------------- train, checkpoint, generate, eval
 expect_ok "train --tokens" "$DT" train --tokens "$S/ds" --out "$S/m" --preset tiny --steps 30 --batch 4 --seq 32 \
     --lr 3e-3 --eval-interval 15 --threads 2 --quiet
+# a dataset has its split already: --val-fraction was ignored without a word
+expect_status "train --tokens --val-fraction" 1 "--val-fraction: a --tokens dataset holds out its own val split" \
+    "$DT" train --tokens "$S/ds" --out "$S/m_vf" --preset tiny --steps 2 --val-fraction 0.5 --threads 1 --quiet
+check "nothing written by it" test ! -e "$S/m_vf"
 check "the checkpoint carries its tokenizer, not the byte marker" test -f "$S/m/tokenizer.json" \
     -a -f "$S/m/tokenizer_config.json" -a ! -e "$S/m/difftrans_tokenizer.json"
 out_has "vocab_size and eos from the tokenizer" "$S/m/config.json" '"vocab_size":[[:space:]]*457' \
