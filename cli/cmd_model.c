@@ -358,10 +358,12 @@ static int export_gguf(const char *cmd, const char *in, const char *out, const c
     }
     if (rc == 0 && dt_model_save_gguf(&m, out, dtype, &err) != 0) rc = cli_fail(cmd, &err);
     if (rc == 0) {
-        const dt_quant_scheme s = dt_model_quant_scheme(&m, NULL);
+        /* the head as written: a quantised model's own, or the one --lm-head just quantised */
+        dt_quant_options q;
+        const dt_quant_scheme s = dt_model_quant_scheme(&m, &q);
         printf("wrote %s (GGUF, %s%s)\n", out,
                s != DT_QUANT_NONE ? dt_quant_scheme_name(s) : dtype == DT_F16 ? "f16" : dtype == DT_BF16 ? "bf16" : "f32",
-               s != DT_QUANT_NONE && lm_head ? ", LM head quantised" : "");
+               s != DT_QUANT_NONE && q.lm_head ? ", LM head quantised" : "");
     }
     dt_model_free(&m);
     return rc;

@@ -44,7 +44,7 @@ check "F32 GGUF: the checkpoint's greedy text" cmp "$S/ref_gen.txt" "$S/last.out
 expect_ok "quantize q8_0 with the head" "$DT" quantize "$M" "$S/q8" --scheme q8_0 --lm-head
 expect_ok "forward on the q8_0 checkpoint" "$DT" forward "$S/q8" --input "$S/ids.txt" --output "$S/q8.safetensors"
 expect_ok "export the q8_0 checkpoint" "$DT" export "$S/q8" "$S/q8.gguf" --gguf
-out_has "its own scheme and head" "$S/last.out" "GGUF, q8_0"
+out_has "its own scheme and head" "$S/last.out" "GGUF, q8_0, LM head quantised"
 expect_ok "forward on its GGUF" "$DT" forward "$S/q8.gguf" --input "$S/ids.txt" --output "$S/q8g.safetensors"
 check "q8_0 GGUF: the quantised checkpoint's logits, byte for byte" cmp "$S/q8.safetensors" "$S/q8g.safetensors"
 expect_status "a quantised model asked for another type" 1 "quantised as q8_0.*--type q8_0" \
