@@ -265,7 +265,8 @@ static void export_help(void) {
            "Rewrites a checkpoint. With --hf the result is what plain Hugging Face\n"
            "transformers (DiffLlamaForCausalLM / LlamaForCausalLM) loads and reproduces exactly:\n"
            "learnable per-head norm weights are folded into o_proj's columns and no tensor or\n"
-           "config key of our own is written.\n\n"
+           "config key of our own is written. A quantised model is copied as it is (one file, its\n"
+           "float tensors F32): --hf, --dtype and --max-shard-size are for float models.\n\n"
            "  --dtype D             store the weights as f32 [default], bf16 or f16 (rounded to\n"
            "                        nearest even, as torch casts); config.json's torch_dtype says which\n"
            "  --max-shard-size S    split the weights into model-0000K-of-0000N.safetensors shards of\n"
@@ -428,7 +429,10 @@ int cmd_export(int argc, char **argv) {
                             "%s: a quantised model (%s) has no Hugging Face form here: export --hf the float model "
                             "it was made from",
                             argv[optind], dt_quant_scheme_name(scheme));
-    else if (dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) rc = cli_fail(cmd, &err);
+    else if (dt_model_save_with(&m, argv[optind + 1], &save, &err) != 0) {
+        static const cli_flag flags[] = {{"dtype", "--dtype"}, {"max_shard_bytes", "--max-shard-size"}};
+        rc = cli_fail_flags(cmd, &err, flags, (int)(sizeof flags / sizeof flags[0]));
+    }
     if (rc == 0) printf("wrote %s%s\n", argv[optind + 1], save.hf_export ? " (Hugging Face layout)" : "");
     dt_model_free(&m);
     return rc;

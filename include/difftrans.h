@@ -414,7 +414,8 @@ typedef struct {
  * the model's vocabulary (m->vocab: tokenizer.json + tokenizer_config.json, or the byte-level
  * marker, plus, with hf_export, a tokenizer.json whose ids are the bytes so that AutoTokenizer
  * loads the directory). A quantised model is written as a new directory (quantization_config in
- * config.json, README "Quantisation"); hf_export refuses it. */
+ * config.json, README "Quantisation"), one file with its float tensors F32; hf_export, another dtype
+ * and max_shard_bytes refuse it (DT_ERR_UNSUPPORTED). */
 int dt_model_save_with(const dt_model *m, const char *dir, const dt_save_options *opt, dt_error *err);
 /* A Transformer (llama) model as one GGUF file, llama.cpp's format (README "GGUF"), for llama.cpp
  * and ollama: general.architecture "llama", the config as llama.* keys, llama.cpp's tensor names

@@ -2,8 +2,8 @@
 # cli_quant.sh — `difftrans quantize` end to end: every scheme written and read back by the
 # inference commands (generate, eval, forward, needle eval, info), and every bad input of issue 9:
 # an unknown scheme, calibration text too short, a checkpoint whose scales disagree with its
-# shapes, training and --grads on a quantised checkpoint, export --hf — each a message, status 1
-# and no output left behind.
+# shapes, training and --grads on a quantised checkpoint, export --hf / --dtype / --max-shard-size — each a
+# message, status 1 (5 for the exports) and no output left behind.
 #
 # usage: bash tests/cli_quant.sh PATH_TO_difftrans SCRATCH_DIR
 set -u
@@ -30,6 +30,12 @@ for scheme in q8_0 q4_0 w8a8; do
     expect_fail "export --hf $scheme refused, naming the model" "^difftrans export: $Q: a quantised model.*float model" \
         "$DT" export "$Q" "$S/hf_$scheme" --hf
     check "no HF export left" test ! -e "$S/hf_$scheme"
+    # the quantised layout is one file of F32 float tensors: these options were dropped without a word
+    expect_status "export --dtype bf16 $scheme refused" 5 "a quantised model.*dtype applies to float models.*--dtype" \
+        "$DT" export "$Q" "$S/bf_$scheme" --dtype bf16
+    expect_status "export --max-shard-size $scheme refused" 5 "max_shard_bytes applies to float models.*--max-shard-size" \
+        "$DT" export "$Q" "$S/bf_$scheme" --max-shard-size 100KB
+    check "no copy left" test ! -e "$S/bf_$scheme"
 done
 expect_ok "info on a quantised model" "$DT" info "$S/w8a8"
 out_has "info names the scheme" "$S/last.out" "quantised: w8a8, static activation scales"

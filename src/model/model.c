@@ -405,6 +405,13 @@ static int save_dir(const dt_model *m, const char *dir, const dt_save_options *o
                             "%s: a quantised model (%s) cannot be written in the Hugging Face form: write the "
                             "float model it was made from",
                             dir, dt_quant_scheme_name(m->quant->opt.scheme));
+    /* the quantised layout has one file and F32 float tensors: either option was dropped without a word */
+    if (m->quant && (opt->dtype != DT_F32 || opt->max_shard_bytes))
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                            "%s: a quantised model (%s) is written as one model.safetensors with its float tensors "
+                            "in F32: %s applies to float models (write the float model it was made from)",
+                            dir, dt_quant_scheme_name(m->quant->opt.scheme),
+                            opt->dtype != DT_F32 ? "dtype" : "max_shard_bytes");
     if (m->quant) return quant_save(m, dir, err);
     const char *unsupported = hf_export ? hf_unsupported_option(&m->cfg) : NULL;
     if (unsupported)
