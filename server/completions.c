@@ -544,6 +544,14 @@ static int parse_stop(srv_job *j, const cJSON *root, srv_err *e) {
     return 0;
 }
 
+/* splitmix64's finaliser: nearby inputs give seeds that share no bits */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
 static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     srv *s = j->s;
     const int chat = j->kind == SRV_JOB_CHAT;
@@ -598,12 +606,8 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     j->sampler.top_p = (float)top_p;
     j->sampler.top_k = (int)top_k;
     /* without a seed every request draws its own (as OpenAI's: the same request twice at a
-     * temperature gave the same text, a fixed default seed): the request's serial, mixed
-     * (splitmix64's finaliser) so that consecutive requests' seeds share no bits */
-    uint64_t z = j->serial + 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    j->seed = field(root, "seed") ? (uint64_t)seed : z ^ (z >> 31);
+     * temperature gave the same text, a fixed default seed): the request's serial, mixed */
+    j->seed = field(root, "seed") ? (uint64_t)seed : mix64(j->serial);
     j->stream = stream;
     j->include_usage = include_usage;
     j->echo = echo;
@@ -720,7 +724,11 @@ static int submit_all(srv *s, void *ctx) {
         r.n_prompt = (int)p->n;
         r.max_new_tokens = j->max_tokens >= 0 ? j->max_tokens : s->ctx - (int)p->n;
         r.sampler = j->sampler;
-        r.seed = j->seed + (uint64_t)(c->index % j->n); /* the n choices of a prompt differ */
+        /* the n choices of a prompt differ: the first draws with the seed itself (as generate --seed
+         * does), the others with the seed mixed with their index; seed + index was another request's
+         * seed, so that seeds 5 and 6 with n 2 shared a choice */
+        const int jc = c->index % j->n;
+        r.seed = jc == 0 ? j->seed : mix64(j->seed ^ mix64((uint64_t)jc));
         r.stop_ids = j->n_stop_ids > 0 ? j->stop_ids : NULL;
         r.n_stop = j->n_stop_ids;
         r.top_logprobs = j->logprobs;

@@ -132,6 +132,9 @@ test('completions: sampling with n > 1 gives different choices; a seed reproduce
   assert.ok(new Set(texts(a)).size > 1, `n = 3 sampled choices are all ${JSON.stringify(texts(a)[0])}`);
   const c = await main.completions.create({ ...req, seed: 124 });
   assert.notDeepEqual(texts(c), texts(a), 'another seed gives other choices');
+  // choice j drew with seed + j, another request's seed: seed 123's second choice was seed 124's first
+  const shared = texts(c).filter((t) => texts(a).includes(t));
+  assert.deepEqual(shared, [], 'seeds 123 and 124 with n = 3 share choices');
   const greedy = E.diff.greedy.find((g) => g.prompt === 'The program' && g.max_tokens === 24);
   assert.ok(texts(a).some((t) => t !== greedy.text), 'temperature 1 is not greedy');
   // as OpenAI's: without a seed the same request twice samples two replies (a fixed default seed
