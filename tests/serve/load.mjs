@@ -4,7 +4,8 @@
 // abandoned mid-way by aborting the stream or the request. Every reply that completes must be
 // complete and right: greedy ones are `difftrans generate --temperature 0` on the same prompt
 // (expect.mjs computed them), usage counts agree with the choices, a prompt always counts the same
-// tokens. After the load the server must be idle (/health: no slot in use, nothing queued: the
+// tokens; greedy requests with stop strings, n > 1, echo and log-probabilities are the reply the
+// same request got alone on the idle server. After the load the server must be idle (/health: no slot in use, nothing queued: the
 // abandoned requests gave their slots back), have generated at least the tokens its replies hold,
 // and its memory must not have grown. (That an abandoned stream is stopped at the next step, not run
 // to its max_tokens, is sdk.mjs's test on the slow model: the tiny model here decodes 200 tokens in
@@ -39,7 +40,7 @@ function longPrompt() { // 1 to ~150 tokens of text
   return Array.from({ length: n }, () => pick(WORDS)).join(' ');
 }
 
-const stats = { greedy: 0, streamed: 0, sampled: 0, aborted: 0, abortedBudget: 0, completedTokens: 0 };
+const stats = { greedy: 0, streamed: 0, sampled: 0, varied: 0, aborted: 0, abortedBudget: 0, completedTokens: 0 };
 const promptTokens = new Map(); // prompt text → the prompt_tokens first seen
 
 function checkPromptTokens(prompt, n) {
@@ -59,8 +60,78 @@ function checkGreedyUsage(u, exp, what) {
   assert.equal(u.total_tokens, u.prompt_tokens + u.completion_tokens, `${what}: total_tokens`);
 }
 
+// Greedy requests whose replies hold more than text: stop strings, n > 1, echo with
+// log-probabilities (the prompt's and the completion's), token-id prompts. Each is sent alone first,
+// on the idle server (alone[k]); under load, streamed or not, the reply must be that one: the same
+// choices, texts, finish_reasons, usage and tokens, and log-probabilities within rounding (the
+// batched products sum in another order, README "Continuous batching").
+const STOPS = [[' the'], ['e', '\n'], ['or', 'ic', ' a'], ['\n']];
+const VARIED = Array.from({ length: 12 }, (_, k) => {
+  const exp = E.greedy[(k * 5) % E.greedy.length];
+  const r = { model: 'load', prompt: k % 3 === 1 ? exp.prompt_ids : exp.prompt, max_tokens: 4 + 3 * k, temperature: 0,
+    n: 1 + (k % 3) };
+  if (k % 2 === 0) r.stop = STOPS[(k / 2) % STOPS.length];
+  if (k % 4 === 1) { r.echo = true; r.logprobs = 2; } else if (k % 4 === 3) r.logprobs = 1;
+  return r;
+});
+const alone = [];
+// a reply's choices by index: text, finish_reason and the logprobs' lists, streamed chunks joined
+function choicesOf(reply, events) {
+  const out = [];
+  for (const e of events ?? [reply]) {
+    for (const c of e.choices ?? []) {
+      const o = (out[c.index] ??= { text: '', finish_reason: null, tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] });
+      o.text += c.text;
+      if (c.finish_reason) o.finish_reason = c.finish_reason;
+      for (const f of ['tokens', 'token_logprobs', 'top_logprobs', 'text_offset']) o[f].push(...(c.logprobs?.[f] ?? []));
+    }
+  }
+  return out;
+}
+function sameReply(got, want, what) {
+  assert.equal(got.length, want.length, `${what}: choices`);
+  want.forEach((w, c) => {
+    const g = got[c], at = `${what}: choice ${c}`;
+    assert.ok(g, `${at} missing`);
+    assert.equal(g.text, w.text, `${at}: text`);
+    assert.equal(g.finish_reason, w.finish_reason, `${at}: finish_reason`);
+    assert.deepEqual(g.tokens, w.tokens, `${at}: tokens`);
+    assert.deepEqual(g.text_offset, w.text_offset, `${at}: text_offset`);
+    w.token_logprobs.forEach((x, t) => {
+      const y = g.token_logprobs[t];
+      assert.ok(x === null ? y === null : Math.abs(y - x) <= 1e-4, `${at}: token_logprobs[${t}] ${y}, alone ${x}`);
+    });
+    w.top_logprobs.forEach((x, t) => {
+      const y = g.top_logprobs[t];
+      if (x === null) return assert.equal(y, null, `${at}: top_logprobs[${t}]`);
+      assert.deepEqual(Object.keys(y).sort(), Object.keys(x).sort(), `${at}: top_logprobs[${t}]'s tokens`);
+      for (const k of Object.keys(x)) assert.ok(Math.abs(y[k] - x[k]) <= 1e-4, `${at}: top_logprobs[${t}][${JSON.stringify(k)}]`);
+    });
+  });
+}
+
 // one request of the mix; returns nothing, throws on a wrong reply
 async function one(i) {
+  if (rand() < 0.15) { // greedy with stop strings, n, echo, logprobs: the reply it got alone
+    const k = Math.floor(rand() * VARIED.length), req = VARIED[k];
+    const what = `request ${i}: varied ${k} ${JSON.stringify(req)}`;
+    let got, usage;
+    if (rand() < 0.5) {
+      const r = await api.completions.create(req);
+      [got, usage] = [choicesOf(r), r.usage];
+    } else {
+      const r = await raw(srv.url, '/v1/completions', { body: { ...req, stream: true, stream_options: { include_usage: true } } });
+      assert.equal(r.status, 200, `${what}: ${r.text.slice(0, 200)}`);
+      const ev = parseSSE(r.text);
+      assert.equal(ev[ev.length - 1], '[DONE]', `${what}: ends with [DONE]`);
+      [got, usage] = [choicesOf(null, ev.slice(0, -2)), ev[ev.length - 2].usage];
+    }
+    sameReply(got, alone[k].choices, what);
+    assert.deepEqual(usage, alone[k].usage, `${what}: usage`);
+    stats.varied++;
+    stats.completedTokens += usage.completion_tokens;
+    return;
+  }
   const kind = rand();
   if (kind < 0.3) { // greedy, not streamed, text or ids
     const exp = pick(E.greedy);
@@ -179,6 +250,10 @@ async function generatedTotal() {
 }
 
 test(`load: ${CLIENTS} clients, ${TOTAL} requests after ${WARMUP} to warm up`, async () => {
+  for (const req of VARIED) {
+    const r = await api.completions.create(req);
+    alone.push({ choices: choicesOf(r), usage: r.usage });
+  }
   await round(WARMUP, 0);
   await idle('after the warm-up');
   const rss0 = rssBytes(srv.pid);
@@ -192,9 +267,10 @@ test(`load: ${CLIENTS} clients, ${TOTAL} requests after ${WARMUP} to warm up`, a
   const gen1 = await generatedTotal();
   const rss1 = rssBytes(srv.pid);
   console.log(`load: ${TOTAL} requests in ${seconds.toFixed(1)} s: ${stats.greedy} greedy, ${stats.streamed} streamed greedy, ` +
-    `${stats.sampled} sampled, ${stats.aborted} abandoned; generated ${gen1 - gen0} tokens (${stats.completedTokens} in complete replies); ` +
+    `${stats.sampled} sampled, ${stats.varied} with stop / n / echo / logprobs, ${stats.aborted} abandoned; generated ${gen1 - gen0} tokens (${stats.completedTokens} in complete replies); ` +
     `RSS ${(rss0 / 2 ** 20).toFixed(1)} → ${(rss1 / 2 ** 20).toFixed(1)} MiB`);
-  assert.ok(stats.greedy > 0 && stats.streamed > 0 && stats.sampled > 0 && stats.aborted > 0, 'every kind of request ran');
+  assert.ok(stats.greedy > 0 && stats.streamed > 0 && stats.sampled > 0 && stats.varied > 0 && stats.aborted > 0,
+    'every kind of request ran');
   const extra = gen1 - gen0 - stats.completedTokens;
   assert.ok(extra >= 0, `the server counts ${gen1 - gen0} generated tokens, fewer than the ${stats.completedTokens} the replies hold`);
   assert.ok(extra <= stats.abortedBudget, `${extra} tokens for abandoned requests whose max_tokens add up to ${stats.abortedBudget}`);
