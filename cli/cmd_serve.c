@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,8 +42,9 @@ static void help(void) {
            "  --threads N              OpenMP threads of the engine's compute [all cores]\n"
            "  --queue N                requests waiting for a slot before more are refused with 503 [64]\n"
            "  --chat-template NAME     chatml | llama3 | llama2 | mistral for /v1/chat/completions\n"
-           "                           [recognised from tokenizer_config.json's chat_template; chat is\n"
-           "                           refused when it is none of these]\n"
+           "                           [recognised from tokenizer_config.json's chat_template, a GGUF\n"
+           "                           model's tokenizer.chat_template; chat is refused when it is none\n"
+           "                           of these]\n"
            "  --max-body BYTES         largest request body; more is refused with 413 (a number, or with\n"
            "                           KB/MB/KiB/MiB...) [1 MiB]\n"
            "  --attention-max-tokens N longest prompt /v1/difftrans/attention takes (its reply grows as\n"
@@ -221,9 +223,13 @@ int cmd_serve(int argc, char **argv) {
         const dt_quant_scheme q = dt_model_quant_scheme(&m, NULL);
         snprintf(arch, sizeof arch, "%s%s%s", dt_arch_name(m.cfg.arch), q != DT_QUANT_NONE ? " " : "",
                  q != DT_QUANT_NONE ? dt_quant_scheme_name(q) : "");
+        /* a model that is a file is a GGUF one, whose template is a key of the file */
+        struct stat st;
+        const int gguf = stat(dir, &st) == 0 && S_ISREG(st.st_mode);
         if (!o.quiet && s.chat == SRV_CHAT_NONE)
-            fprintf(stderr, "difftrans serve: no chat template recognised in %s's tokenizer_config.json: "
-                            "/v1/chat/completions is refused (--chat-template NAME chooses one)\n", dir);
+            fprintf(stderr, "difftrans serve: no chat template recognised in %s's %s: "
+                            "/v1/chat/completions is refused (--chat-template NAME chooses one)\n", dir,
+                    gguf ? "tokenizer.chat_template" : "tokenizer_config.json");
         /* a template whose markers the vocabulary lacks still works as a text format, but the model
          * reads each marker as many ordinary tokens and a reply ends only at EOS or max_tokens */
         if (!o.quiet && s.chat != SRV_CHAT_NONE && s.chat_end_id < 0)

@@ -2,8 +2,8 @@
 # run.sh PATH_TO_difftrans SCRATCH_DIR MODULES_DIR — `difftrans serve` end to end, with the official
 # OpenAI SDK as the client (CTest: serve_openai; MODULES_DIR is where serve_fetch installed the npm
 # packages). Builds tiny models with the command line — a BPE DIFF model (its tokenizer trained here,
-# BOS and EOS included), its q8_0 copy, a byte-level llama baseline, a DIFF V2 model and its
-# v2-crossgroup ablation (query heads j and j+h), an untrained medium DIFF model that decodes slowly
+# BOS and EOS included), its q8_0 copy, a byte-level llama baseline and its GGUF file, a DIFF V2
+# model and its v2-crossgroup ablation (query heads j and j+h), an untrained medium DIFF model that decodes slowly
 # enough to hold a slot, a byte-level and a BPE model of multibyte text, and untrained models over a
 # Metaspace and a ByteFallback tokenizer — computes what
 # `difftrans generate` and `difftrans forward` answer (expect.mjs), starts the servers with --port 0
@@ -35,6 +35,7 @@ expect_ok "tokenizer train (BOS and EOS)" "$DT" tokenizer train --data "$CORPUS"
 expect_ok "train the DIFF model (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch diff --out "$S/diff" --steps 200 "${TRAIN[@]}"
 expect_ok "quantize it to q8_0" "$DT" quantize "$S/diff" "$S/diff.q8_0" --scheme q8_0
 expect_ok "train the llama baseline (bytes)" "$DT" train --data "$CORPUS" --arch transformer --out "$S/llama" --steps 100 "${TRAIN[@]}"
+expect_ok "export the llama baseline to GGUF" "$DT" export "$S/llama" "$S/llama.gguf" --gguf
 expect_ok "train the V2 model (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch v2 --out "$S/v2" --steps 20 \
     --preset tiny --batch 4 --seq 32 --lr 1e-2 --warmup 5 --threads 2 --quiet --eval-interval 0
 expect_ok "train the V2 crossgroup ablation (BPE)" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --arch v2 \
@@ -142,6 +143,7 @@ start_server main dt-diff "diffllama" 4 256 "$S/diff" --parallel 4 --chat-templa
 start_server key diff "diffllama" 2 256 "$S/diff" --parallel 2 --api-key "$KEY" --max-body $MAXBODY --quiet --cors '*'
 start_server q8 'diff\.q8_0' 'diffllama( q8_0)?' 4 256 "$S/diff.q8_0"
 start_server llama llama "llama" 4 256 "$S/llama"
+start_server gguf 'llama\.gguf' "llama" 2 256 "$S/llama.gguf" --parallel 2
 start_server v2 v2 "difftrans_v2" 4 256 "$S/v2" --ctx 256
 start_server v2x v2x "difftrans_v2" 2 256 "$S/v2x" --parallel 2
 start_server slow slow "diffllama" 1 1024 "$S/slow" --parallel 1 --queue 1
@@ -163,6 +165,7 @@ cat >"$S/config.json" <<EOF
   "key": {"url": "$(url key)", "pid": ${PID[key]}, "name": "diff", "key": "$KEY", "max_body": $MAXBODY},
   "q8": {"url": "$(url q8)", "pid": ${PID[q8]}, "name": "diff.q8_0"},
   "llama": {"url": "$(url llama)", "pid": ${PID[llama]}, "name": "llama"},
+  "gguf": {"url": "$(url gguf)", "pid": ${PID[gguf]}, "name": "llama.gguf"},
   "v2": {"url": "$(url v2)", "pid": ${PID[v2]}, "name": "v2"},
   "v2x": {"url": "$(url v2x)", "pid": ${PID[v2x]}, "name": "v2x"},
   "slow": {"url": "$(url slow)", "pid": ${PID[slow]}, "name": "slow", "max_tokens": $SLOW_TOKENS, "context": 1024},
@@ -188,6 +191,8 @@ out_has "the server logs one line per request on stderr (method path status)" "$
 # chatml on a vocabulary without <|im_end|> (the tokenizer trained above): said at the start
 out_has "a chat template whose end token the vocabulary lacks is said" "$S/main.err" \
     "chat template chatml: .*vocabulary has no token <\|im_end\|>, so the template's markers are read as plain text"
+out_has "a GGUF model without a chat template is said to lack its tokenizer.chat_template" "$S/gguf.err" \
+    "no chat template recognised in .*llama\.gguf's tokenizer\.chat_template: /v1/chat/completions is refused"
 check "--quiet: no request lines on stderr" sh -c "! grep -q 'POST /v1' '$S/key.err'"
 
 # the page in headless Chromium (browser.mjs, the page helper's), its screenshot kept in the build tree
@@ -211,7 +216,7 @@ else
     echo "SKIPPED: the browser test (browser.mjs, Debian's chromium or playwright-core missing)"
 fi
 
-for n in main key q8 llama v2 v2x broken u8byte u8bpe u8meta u8fb u8fbt; do stop_server $n; done
+for n in main key q8 llama gguf v2 v2x broken u8byte u8bpe u8meta u8fb u8fbt; do stop_server $n; done
 
 # ---------------------------------------------------------------- SIGTERM in the middle of a stream
 # The slow server's one slot streams a long reply; SIGTERM arrives after its first chunk: the server

@@ -86,14 +86,18 @@ test('completions: a text prompt at temperature 0 is `difftrans generate --tempe
   }
 });
 
-test('completions: the other models (q8_0, llama, V2) are generate too', async () => {
-  for (const [name, c] of [['q8', client(OpenAI, S.q8.url)], ['llama', client(OpenAI, S.llama.url)], ['v2', client(OpenAI, S.v2.url)]]) {
-    for (const exp of E[name].greedy) {
+test('completions: the other models (q8_0, llama, its GGUF file, V2) are generate too', async () => {
+  // the GGUF file holds the llama baseline's weights: the same greedy replies
+  for (const [name, srv, want] of [['q8', S.q8, 'q8'], ['llama', S.llama, 'llama'], ['gguf', S.gguf, 'llama'], ['v2', S.v2, 'v2']]) {
+    const c = client(OpenAI, srv.url);
+    for (const exp of E[want].greedy) {
       const r = await c.completions.create({ model: name, prompt: exp.prompt, max_tokens: exp.max_tokens, temperature: 0 });
-      checkGreedy(r.choices[0], exp, name, name);
+      checkGreedy(r.choices[0], exp, want, name);
       checkUsage(r.usage, exp.prompt_ids.length, undefined, name);
     }
   }
+  const models = await client(OpenAI, S.gguf.url).models.list();
+  assert.equal(models.data[0].id, S.gguf.name, 'a GGUF model\'s id is its file name');
 });
 
 test('completions: a token-id prompt is taken as given', async () => {
