@@ -125,9 +125,11 @@ char *srv_metrics_text(srv_metrics *mt, const dt_engine_stats *st, size_t *len) 
         for (int i = 0; i < MAX_STATUS && mt->requests[ep][i].count; i++)
             srv_buf_printf(&b, "difftrans_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", endpoint_names[ep],
                            mt->requests[ep][i].status, (unsigned long long)mt->requests[ep][i].count);
-    counter(&b, "difftrans_prompt_tokens_total", "Prompt tokens of the completed requests.", mt->prompt_tokens);
-    counter(&b, "difftrans_generated_tokens_total", "Tokens generated for the completed requests.",
-            mt->generated_tokens);
+    /* counted as each request the engine took ends: finished, stopped, or its client gone */
+    counter(&b, "difftrans_prompt_tokens_total", "Prompt tokens of the requests the engine took (cancelled ones too).",
+            mt->prompt_tokens);
+    counter(&b, "difftrans_generated_tokens_total",
+            "Tokens generated for the requests the engine took (cancelled ones too).", mt->generated_tokens);
     put_histogram(&b, "difftrans_time_to_first_token_seconds", "Seconds from a request's submission to its first token.",
                   &mt->ttft);
     put_histogram(&b, "difftrans_time_per_output_token_seconds", "Seconds between consecutive tokens of a request.",
