@@ -43,7 +43,11 @@ static void help_generate(void) {
            "Deterministic: the same arguments and corpus give byte-identical files.\n\n"
            "  --corpus FILE     filler text (required)\n"
            "  --out DIR         output directory, created if missing (required)\n"
-           "  --context LIST    context lengths in bytes, comma-separated [512,1024]\n"
+           "  --model MODEL     size the set for this model: without --context, the longest context at which\n"
+           "                    every test sample fits its max_position_embeddings in its tokens (through its\n"
+           "                    tokenizer, or bytes), after the longest that fits half of them; without\n"
+           "                    --needles, fewer needles where 6 do not fit; a --context given is checked\n"
+           "  --context LIST    context lengths in bytes, comma-separated [512,1024; with --model: fitted]\n"
            "  --needles N       needles per sample [6]\n"
            "  --queries R       needles asked per sample, R <= N; the first is the one at the depth [2]\n"
            "  --depths LIST     depths in [0, 1] of the first queried needle [0,0.25,0.5,0.75,1]\n"
@@ -51,7 +55,8 @@ static void help_generate(void) {
            "  --test N          test samples [100]\n"
            "  --seed S          [42]; train and test samples draw from two different streams of it\n\n"
            "Sample i of a set gets context LIST[(i / #depths) %% #contexts] and depth DEPTHS[i %% #depths]\n"
-           "(round-robin over the cells).\n");
+           "(round-robin over the cells). The default contexts suit a byte-level model of 1024 positions or more;\n"
+           "`needle eval` refuses a sample longer than its model's context in tokens, so give --model for others.\n");
 }
 
 static void help_eval(void) {
@@ -107,16 +112,72 @@ static int parse_depth_item(const char *cmd, const char *name, const char *item,
     return 0;
 }
 
+/* --model: the contexts in the model's tokens. A context given is checked; else the longest contexts
+ * that fit (and, unless the user chose them, as many of the 6 needles as fit, queries at most those). */
+static int size_for_model(const char *cmd, const char *model_dir, dt_needle_params *p, const dt_needle_corpus *corpus,
+                          int context_given, int needles_given, int queries_given) {
+    dt_error err;
+    dt_model m;
+    if (dt_model_load(&m, model_dir, &err) != 0) return cli_fail(cmd, &err);
+    if (dt_model_check_text(&m, &err) != 0) {
+        dt_model_free(&m);
+        return cli_fail(cmd, &err);
+    }
+    const dt_tok *tok = dt_model_tok(&m);
+    const int T = m.cfg.max_position_embeddings;
+    const char *unit = tok ? "tokens" : "bytes";
+    int rc = 0, most[DT_NEEDLE_MAX_LIST];
+    if (context_given) {
+        for (int i = 0; rc == 0 && i < p->n_contexts; i++) {
+            if (dt_needle_most_tokens(p, corpus, tok, p->contexts[i], &most[i], &err) != 0) rc = cli_fail(cmd, &err);
+            else if (most[i] > T)
+                rc = cli_error(cmd, "--context %d: a test sample of that context is %d %s as %s reads it, more than "
+                               "its max_position_embeddings %d (leave --context out to fit it)", p->contexts[i],
+                               most[i], unit, model_dir, T);
+        }
+    } else {
+        const int needles0 = p->needles;
+        int n;
+        while ((n = dt_needle_fit_contexts(p, corpus, tok, T, most, &err)) == 0) {
+            if (needles_given || p->needles == 1 || (queries_given && p->needles == p->queries)) break;
+            p->needles--;
+            if (p->queries > p->needles) p->queries = p->needles;
+        }
+        if (n < 0) rc = cli_fail(cmd, &err);
+        else if (n == 0) {
+            const int shortest = p->needles * DT_NEEDLE_UNIT_MAX;
+            int t = 0;
+            if (dt_needle_most_tokens(p, corpus, tok, shortest, &t, &err) != 0) rc = cli_fail(cmd, &err);
+            else
+                rc = cli_error(cmd, "%s holds %d positions: a test sample of %d needles and %d queries (context "
+                               "%d bytes, the least that holds them) is %d %s; give fewer --needles or --queries",
+                               model_dir, T, p->needles, p->queries, shortest, t, unit);
+        } else if (p->needles != needles0)
+            printf("%d needles and %d queries per sample, the most whose samples fit %s's %d positions\n", p->needles,
+                   p->queries, model_dir, T);
+    }
+    if (rc == 0) {
+        printf("contexts for %s (max_position_embeddings %d, read as %s):", model_dir, T,
+               tok ? "its tokenizer's tokens" : "bytes");
+        for (int i = 0; i < p->n_contexts; i++)
+            printf("%s %d bytes (test samples of at most %d %s)", i ? "," : "", p->contexts[i], most[i], unit);
+        printf("\n");
+    }
+    dt_model_free(&m);
+    return rc;
+}
+
 static int needle_generate(int argc, char **argv) {
     static const struct option opts[] = {
         {"corpus", required_argument, 0, 'c'}, {"out", required_argument, 0, 'o'},
         {"context", required_argument, 0, 'C'}, {"needles", required_argument, 0, 'N'},
         {"queries", required_argument, 0, 'R'}, {"depths", required_argument, 0, 'd'},
         {"train", required_argument, 0, 't'},  {"test", required_argument, 0, 'e'},
-        {"seed", required_argument, 0, 's'},   {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"seed", required_argument, 0, 's'},   {"model", required_argument, 0, 'm'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
-    const char *cmd = "needle generate", *corpus_path = NULL, *out = NULL;
+    const char *cmd = "needle generate", *corpus_path = NULL, *out = NULL, *model_dir = NULL;
+    int context_given = 0, needles_given = 0, queries_given = 0;
     dt_needle_params p;
     dt_needle_params_default(&p);
     optind = 1;
@@ -127,11 +188,19 @@ static int needle_generate(int argc, char **argv) {
         switch (ch) {
         case 'c': corpus_path = optarg; break;
         case 'o': out = optarg; break;
+        case 'm': model_dir = optarg; break;
         case 'C':
             bad = parse_list(cmd, "--context", optarg, DT_NEEDLE_MAX_LIST, p.contexts, parse_context_item, &p.n_contexts);
+            context_given = 1;
             break;
-        case 'N': bad = parse_int(cmd, "--needles", optarg, 1, DT_NEEDLE_MAX_NEEDLES, &p.needles); break;
-        case 'R': bad = parse_int(cmd, "--queries", optarg, 1, DT_NEEDLE_MAX_NEEDLES, &p.queries); break;
+        case 'N':
+            bad = parse_int(cmd, "--needles", optarg, 1, DT_NEEDLE_MAX_NEEDLES, &p.needles);
+            needles_given = 1;
+            break;
+        case 'R':
+            bad = parse_int(cmd, "--queries", optarg, 1, DT_NEEDLE_MAX_NEEDLES, &p.queries);
+            queries_given = 1;
+            break;
         case 'd': bad = parse_list(cmd, "--depths", optarg, DT_NEEDLE_MAX_LIST, p.depths, parse_depth_item, &p.n_depths); break;
         case 't': bad = parse_int(cmd, "--train", optarg, 0, DT_NEEDLE_MAX_SAMPLES, &p.n_train); break;
         case 'e': bad = parse_int(cmd, "--test", optarg, 0, DT_NEEDLE_MAX_SAMPLES, &p.n_test); break;
@@ -144,6 +213,8 @@ static int needle_generate(int argc, char **argv) {
     if (optind != argc) return cli_error(cmd, "unexpected argument '%s' (see difftrans needle generate --help)", argv[optind]);
     if (!corpus_path || !out) return cli_error(cmd, "--corpus FILE and --out DIR are required");
     dt_error err;
+    /* fitting starts from the fewest needles asked for; the defaults' 6 may not fit */
+    if (model_dir && !context_given && queries_given && !needles_given && p.queries > p.needles) p.needles = p.queries;
     static const cli_flag params_flags[] = {
         {"needles", "--needles"}, {"queries", "--queries"}, {"context length", "--context"},
         {"context lengths", "--context"}, {"depth", "--depths"}, {"depths", "--depths"}, {"train", "--train"},
@@ -152,6 +223,13 @@ static int needle_generate(int argc, char **argv) {
 
     dt_needle_corpus corpus;
     if (dt_needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_fail(cmd, &err);
+    if (model_dir) {
+        const int rc = size_for_model(cmd, model_dir, &p, &corpus, context_given, needles_given, queries_given);
+        if (rc != 0) {
+            dt_needle_corpus_free(&corpus);
+            return rc;
+        }
+    }
     int rc = dt_needle_write_dataset(&p, &corpus, corpus_path, out, &err);
     dt_needle_corpus_free(&corpus);
     if (rc != 0) return cli_fail(cmd, &err);

@@ -184,6 +184,20 @@ char *dt_needle_sample_to_json(const dt_needle_sample *s);
 void dt_needle_stream_seeds(uint64_t seed, uint64_t *train_seed, uint64_t *test_seed);
 /* The cell (context length, depth) of sample i of a set: round-robin, depths varying fastest. */
 void dt_needle_cell_of(const dt_needle_params *p, long i, int *context_length, double *depth);
+/* The most tokens a sample of p's test set (its train set when p->n_test is 0) takes at a context of
+ * `context` bytes, read as dt_needle_eval reads it (tok: the model's tokenizer, no special tokens
+ * added; NULL: bytes). Sample i's text at one length depends on its seed and depth alone, so this
+ * bounds the set's samples of that length whatever else p->contexts lists. */
+int dt_needle_most_tokens(const dt_needle_params *p, const dt_needle_corpus *corpus, const dt_tok *tok, int context,
+                          int *most, dt_error *err);
+/* Context lengths for a model of max_tokens positions that reads text through tok (NULL: bytes):
+ * p->contexts becomes the longest context in bytes at which every sample of the test set is at most
+ * max_tokens tokens (dt_needle_most_tokens), preceded by the longest at most max_tokens / 2 when that
+ * one holds p->needles. most (may be NULL; room for 2) gets each context's most tokens. Returns the
+ * number of contexts set; 0, p unchanged, when not even the shortest context holding p->needles fits
+ * max_tokens (fewer needles or queries may); -1 on error. */
+int dt_needle_fit_contexts(dt_needle_params *p, const dt_needle_corpus *corpus, const dt_tok *tok, int max_tokens,
+                           int *most, dt_error *err);
 
 /* Writes dir/train.txt, dir/test.jsonl and dir/needle.json (each atomically; dir is created if
  * missing). corpus_path is only recorded in needle.json. */

@@ -21,7 +21,7 @@ expect_ok "needle --help" "$DT" needle --help && out_has "needle --help describe
     "test.jsonl" "needle.json"
 expect_ok "needle generate --help" "$DT" needle generate --help &&
     out_has "generate --help lists the options" "$S/last.out" "--corpus" "--context" "--needles" "--queries" \
-        "--depths" "--train" "--test" "--seed"
+        "--depths" "--train" "--test" "--seed" "--model"
 expect_ok "needle eval --help" "$DT" needle eval --help &&
     out_has "eval --help lists the options" "$S/last.out" "--data" "--json" "--threads"
 expect_ok "difftrans --help lists needle" "$DT" --help && out_has "needle in the command list" "$S/last.out" "needle"
@@ -112,6 +112,39 @@ assert len(r['items']) == 24 and all(len(i['predicted_ids']) == 5 for i in r['it
 fi
 expect_ok "eval takes the test.jsonl path too" "$DT" needle eval "$S/model" --data "$S/a/test.jsonl" --quiet --threads 1
 if [ -s "$S/last.err" ]; then fail "--quiet prints nothing on stderr" "$(head -c 300 "$S/last.err")"; else pass; fi
+
+# ---------------------------------------------------------------- sized for a model (--model)
+
+# the default contexts (512 and 1024 bytes) are too long for a tiny model, byte-level or BPE
+expect_ok "generate with the default contexts" "$DT" needle generate --corpus "$CORPUS" --out "$S/dflt" \
+    --train 0 --test 5
+expect_fail "eval refuses the defaults on the tiny model" "longer than the model's max_position_embeddings 256" \
+    "$DT" needle eval "$S/model" --data "$S/dflt" --quiet --threads 1
+if expect_ok "generate sized for the tiny byte-level model" "$DT" needle generate --corpus "$CORPUS" --out "$S/fit" \
+    --model "$S/model" --train 4 --test 10; then
+    out_has "generate --model says what it chose" "$S/last.out" \
+        "^[1-5] needles and 2 queries per sample, the most whose samples fit .*256 positions" \
+        "contexts for .*max_position_embeddings 256, read as bytes.*test samples of at most 25[0-6] bytes"
+fi
+expect_ok "eval takes the set sized for it" "$DT" needle eval "$S/model" --data "$S/fit" --quiet --threads 1
+expect_ok "learn a BPE tokenizer" "$DT" tokenizer train --data "$CORPUS" --vocab-size 400 --out "$S/tok"
+expect_ok "a tiny BPE model" "$DT" train --data "$CORPUS" --tokenizer "$S/tok" --out "$S/bpe" --preset tiny \
+    --steps 1 --batch 1 --seq 32 --threads 1
+if expect_ok "generate sized for the BPE model" "$DT" needle generate --corpus "$CORPUS" --out "$S/fitbpe" \
+    --model "$S/bpe" --needles 2 --queries 1 --train 4 --test 10; then
+    out_has "contexts in the BPE model's tokens" "$S/last.out" \
+        "read as its tokenizer's tokens\): [0-9]+ bytes \(test samples of at most 1[0-2][0-9] tokens\)," \
+        ", [0-9]+ bytes \(test samples of at most 2[45][0-9] tokens\)"
+fi
+expect_ok "eval takes the BPE set" "$DT" needle eval "$S/bpe" --data "$S/fitbpe" --quiet --threads 1
+expect_fail "a --context too long for the model" \
+    "--context 1024: a test sample of that context is [0-9]+ tokens as .*bpe reads it, more than its max_pos" \
+    "$DT" needle generate --corpus "$CORPUS" --out "$S/bad" --model "$S/bpe" --context 1024
+expect_fail "--needles that no context of the model holds" \
+    "model holds 256 positions: a test sample of 6 needles and 2 queries .* give fewer --needles or --queries" \
+    "$DT" needle generate --corpus "$CORPUS" --out "$S/bad" --model "$S/model" --needles 6
+expect_fail "--model that is not a model" "$S/nomodel" "$DT" needle generate --corpus "$CORPUS" --out "$S/bad" \
+    --model "$S/nomodel"
 
 # ---------------------------------------------------------------- refusals
 

@@ -668,6 +668,114 @@ static void test_eval_counts(void **state) {
     dt_needle_corpus_free(&c);
 }
 
+/* English-like filler: words of a small list in sentences and lines, from a fixed generator. */
+static void words_corpus(dt_needle_corpus *c, const char *file) {
+    static const char *const words[] = {"the", "river", "runs", "under", "an", "old", "stone", "bridge", "and",
+                                        "people", "walk", "there", "every", "morning", "with", "their", "dogs"};
+    char *buf = malloc(20000);
+    assert_non_null(buf);
+    size_t n = 0;
+    uint64_t r = 7;
+    while (n < 19900) {
+        r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+        const char *w = words[(r >> 33) % 17];
+        n += (size_t)sprintf(buf + n, "%s%s", w, (r >> 20) % 11 == 0 ? ".\n" : (r >> 20) % 7 == 0 ? ". " : " ");
+    }
+    tu_write_file(file, buf, n);
+    dt_error err;
+    assert_int_equal(dt_needle_corpus_from_bytes(c, buf, n, "words", &err), 0);
+    free(buf);
+}
+
+/* Contexts sized for a model. Bytes: a sample is its context plus its questions, so the fit is exact.
+ * A trained BPE: the set written at the fitted contexts passes dt_needle_eval on a model of exactly
+ * that many positions, where the default contexts are refused, and one byte more would not fit. */
+static void test_fit_contexts(void **state) {
+    (void)state;
+    dt_needle_corpus c;
+    char corpus_path[4096], tok_dir[4096], set_dir[4096];
+    tu_path(corpus_path, sizeof corpus_path, "fit_words.txt");
+    tu_path(tok_dir, sizeof tok_dir, "fit_tok");
+    tu_path(set_dir, sizeof set_dir, "fit_set");
+    words_corpus(&c, corpus_path);
+    dt_error err;
+    dt_needle_params p;
+    dt_needle_params_default(&p);
+    p.n_train = 0;
+    p.n_test = 20;
+    const int shortest = p.needles * DT_NEEDLE_UNIT_MAX;
+    int questions, most[2], t;
+    assert_int_equal(dt_needle_most_tokens(&p, &c, NULL, shortest, &t, &err), 0);
+    questions = t - shortest;
+    assert_true(questions >= 2 * 54 && questions <= 2 * 62);
+    assert_int_equal(dt_needle_fit_contexts(&p, &c, NULL, 800, most, &err), 2);
+    assert_int_equal(p.contexts[0], 400 - questions);
+    assert_int_equal(p.contexts[1], 800 - questions);
+    assert_int_equal(most[0], 400);
+    assert_int_equal(most[1], 800);
+    /* half of 500 cannot hold 6 needles: one context */
+    assert_int_equal(dt_needle_fit_contexts(&p, &c, NULL, 500, most, &err), 1);
+    assert_int_equal(p.contexts[0], 500 - questions);
+    /* nothing fits: 0, p as it was */
+    const dt_needle_params before = p;
+    assert_int_equal(dt_needle_fit_contexts(&p, &c, NULL, shortest + questions - 1, most, &err), 0);
+    assert_memory_equal(&p, &before, sizeof p);
+    expect_error(dt_needle_fit_contexts(&p, &c, NULL, 0, most, &err), &err, "max_tokens");
+
+    dt_tok_train_options o;
+    dt_tok_train_defaults(&o);
+    const char *files[1] = {corpus_path};
+    o.files = files;
+    o.n_files = 1;
+    o.vocab_size = 300;
+    o.quiet = 1;
+    if (dt_tok_train(&o, tok_dir, &err) != 0) fail_msg("%s", err.msg);
+    dt_config cfg;
+    dt_model m;
+    assert_int_equal(dt_config_preset(&cfg, "tiny", DT_ARCH_DIFF, &err), 0);
+    cfg.vocab_size = 300;
+    assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
+    if (dt_model_set_tokenizer(&m, tok_dir, &err) != 0) fail_msg("%s", err.msg);
+    const dt_tok *tok = dt_model_tok(&m);
+    const int T = m.cfg.max_position_embeddings;
+    dt_needle_testset ts;
+    dt_needle_results r;
+    dt_needle_params_default(&p);
+    p.needles = 3;
+    p.n_train = 0;
+    p.n_test = 20;
+    assert_int_equal(dt_needle_write_dataset(&p, &c, corpus_path, set_dir, &err), 0);
+    assert_int_equal(dt_needle_load_testset(&ts, set_dir, &err), 0);
+    expect_error(dt_needle_eval(&m, tok, &ts, &r, NULL, NULL, &err), &err, "max_position_embeddings");
+    dt_needle_testset_free(&ts);
+
+    const int n = dt_needle_fit_contexts(&p, &c, tok, T, most, &err);
+    if (n < 0) fail_msg("%s", err.msg);
+    assert_true(n >= 1);
+    assert_true(most[n - 1] <= T && most[n - 1] > T - 16);
+    assert_true(p.contexts[n - 1] > T - questions); /* tokens were counted, not bytes */
+    assert_int_equal(dt_needle_most_tokens(&p, &c, tok, p.contexts[n - 1] + 1, &t, &err), 0);
+    assert_true(t > T);
+    assert_int_equal(dt_needle_write_dataset(&p, &c, corpus_path, set_dir, &err), 0);
+    assert_int_equal(dt_needle_load_testset(&ts, set_dir, &err), 0);
+    if (dt_needle_eval(&m, tok, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
+    assert_int_equal(r.total, 40);
+    int longest = 0;
+    for (int i = 0; i < ts.n; i++) {
+        int32_t *ids = NULL;
+        size_t k = 0;
+        const dt_needle_sample *sm = &ts.samples[i];
+        assert_int_equal(dt_tok_encode(tok, sm->text, (size_t)sm->text_length, 0, &ids, &k, &err), 0);
+        free(ids);
+        if ((int)k > longest) longest = (int)k;
+    }
+    assert_int_equal(longest, most[n - 1]);
+    dt_needle_results_free(&r);
+    dt_needle_testset_free(&ts);
+    dt_model_free(&m);
+    dt_needle_corpus_free(&c);
+}
+
 int main(void) {
     /* Decoding tiny models token by token: waking a second thread for every small product costs
      * far more than it saves (seconds instead of a fraction of one on a busy machine). */
@@ -684,6 +792,7 @@ int main(void) {
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_eval_matches_greedy),
         cmocka_unit_test(test_eval_counts),
+        cmocka_unit_test(test_fit_contexts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

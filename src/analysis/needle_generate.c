@@ -81,6 +81,7 @@
  */
 #include "analysis/needle.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,82 @@ void dt_needle_stream_seeds(uint64_t seed, uint64_t *train_seed, uint64_t *test_
 void dt_needle_cell_of(const dt_needle_params *p, long i, int *context_length, double *depth) {
     *depth = p->depths[i % p->n_depths];
     *context_length = p->contexts[(i / p->n_depths) % p->n_contexts];
+}
+
+int dt_needle_most_tokens(const dt_needle_params *p, const dt_needle_corpus *corpus, const dt_tok *tok, int context,
+                          int *most, dt_error *err) {
+    if (dt_needle_params_validate(p, err) != 0) return -1;
+    uint64_t stream[2];
+    dt_needle_stream_seeds(p->seed, &stream[0], &stream[1]);
+    const int test = p->n_test > 0, n = test ? p->n_test : p->n_train;
+    uint64_t rng = stream[test];
+    *most = 0;
+    for (int i = 0; i < n; i++) {
+        int unused;
+        double depth;
+        dt_needle_cell_of(p, i, &unused, &depth);
+        dt_needle_sample s;
+        const uint64_t seed = dt_rng_next(&rng);
+        if (dt_needle_generate_sample(p, context, depth, seed, corpus, &s, err) != 0) return -1;
+        size_t count = (size_t)s.text_length;
+        int rc = 0;
+        if (tok) {
+            int32_t *ids = NULL;
+            rc = dt_tok_encode(tok, s.text, (size_t)s.text_length, 0, &ids, &count, err);
+            free(ids);
+        }
+        dt_needle_sample_free(&s);
+        if (rc != 0) return -1;
+        if (count > (size_t)*most) *most = count > INT_MAX ? INT_MAX : (int)count;
+    }
+    return 0;
+}
+
+/* The longest context (bytes) whose samples stay within max_tokens, *most their most tokens; 0 when
+ * the shortest that holds the needles does not. Doubling, then halving the gap: every length
+ * returned was measured, so the promise holds even where a longer context happened to fit. */
+static int longest_fit(const dt_needle_params *p, const dt_needle_corpus *corpus, const dt_tok *tok, int max_tokens,
+                       int *best, int *most, dt_error *err) {
+    int lo = p->needles * DT_NEEDLE_UNIT_MAX, hi = 0, t;
+    *best = 0;
+    if (dt_needle_most_tokens(p, corpus, tok, lo, &t, err) != 0) return -1;
+    if (t > max_tokens) return 0;
+    *most = t;
+    while (lo < DT_NEEDLE_MAX_CONTEXT) {
+        const int next = lo > DT_NEEDLE_MAX_CONTEXT / 2 ? DT_NEEDLE_MAX_CONTEXT : 2 * lo;
+        if (dt_needle_most_tokens(p, corpus, tok, next, &t, err) != 0) return -1;
+        if (t > max_tokens) {
+            hi = next;
+            break;
+        }
+        lo = next, *most = t;
+    }
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        if (dt_needle_most_tokens(p, corpus, tok, mid, &t, err) != 0) return -1;
+        if (t > max_tokens) hi = mid;
+        else lo = mid, *most = t;
+    }
+    *best = lo;
+    return 0;
+}
+
+int dt_needle_fit_contexts(dt_needle_params *p, const dt_needle_corpus *corpus, const dt_tok *tok, int max_tokens,
+                           int *most, dt_error *err) {
+    if (max_tokens < 1) return dt_fail(err, "max_tokens = %d: must be positive", max_tokens);
+    if (dt_needle_params_validate(p, err) != 0) return -1;
+    int full, half, most_full = 0, most_half = 0;
+    if (longest_fit(p, corpus, tok, max_tokens, &full, &most_full, err) != 0) return -1;
+    if (full == 0) return 0;
+    if (longest_fit(p, corpus, tok, max_tokens / 2, &half, &most_half, err) != 0) return -1;
+    p->n_contexts = 0;
+    if (half > 0 && half < full) {
+        if (most) most[p->n_contexts] = most_half;
+        p->contexts[p->n_contexts++] = half;
+    }
+    if (most) most[p->n_contexts] = most_full;
+    p->contexts[p->n_contexts++] = full;
+    return p->n_contexts;
 }
 
 /* Uniform in [0, n), n ≥ 1, without modulo bias (rejects the top 2^64 mod n outputs). */
