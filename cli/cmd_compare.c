@@ -202,6 +202,8 @@ int cmd_compare(int argc, char **argv) {
             }
         }
     }
+    if (o.tasks == 0 && !isnan(ratio))
+        return cli_error(cmd, "--task-ratio %g: no task is mixed into training (--tasks none)", ratio);
     if (n_variants) {
         o.n_variants = n_variants;
         for (int i = 0; i < n_variants; i++) o.variants[i] = variants[i];

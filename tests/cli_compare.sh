@@ -216,7 +216,10 @@ for m in r["runs"]:
     for row in m["weight_quantisation"]:
         assert row["needle_total"] > 0 and 0 <= row["needle_accuracy"] <= 1, row
 assert "diff" in r["summary"]["needle_accuracy_w8a8"] and "transformer" in r["summary"]["needle_accuracy_w8a8"]
-' "$N/report.json"
+# --tasks none: no task batch was trained, as compare.json says (report.json said the default 0.95)
+assert r["tasks"] == [] and r["task_ratio"] == 0, (r["tasks"], r["task_ratio"])
+assert json.load(open(sys.argv[2]))["task_ratio"] == 0
+' "$N/report.json" "$N/compare.json"
 fi
 
 # ---------------------------------------------------------------- real vocabularies
@@ -322,6 +325,8 @@ expect_fail "zero --steps" "--steps 0" "$DT" compare --quick --steps 0 --data "$
 expect_fail "missing data file" "$S/nope.txt" "$DT" compare --quick --data "$S/nope.txt" --out "$S/x"
 expect_fail "unknown preset" "huge" "$DT" compare --quick --preset huge --data "$CORPUS" --out "$S/x"
 expect_fail "--seq beyond the context" "seq 100000" "$DT" compare --quick --seq 100000 --data "$CORPUS" --out "$S/x"
+expect_fail "--task-ratio without tasks" "--task-ratio 0.5: no task is mixed into training \(--tasks none\)" \
+    "$DT" compare --quick --tasks none --task-ratio 0.5 --data "$CORPUS" --out "$S/x"
 printf 'A short corpus. Only a few words here.\n\nAnother paragraph.\n' >"$S/short.txt"
 expect_status "a corpus shorter than one window" 1 "short.txt: 54 training tokens, fewer than seq \+ 1 = 65$" \
     "$DT" compare --quick --data "$S/short.txt" --out "$S/x"
