@@ -19,9 +19,15 @@ static void test_t_quantiles(void **state) {
     near(dt_stats_t975(2), 4.303, 1e-3);
     near(dt_stats_t975(10), 2.228, 1e-3);
     near(dt_stats_t975(30), 2.042, 1e-3);
-    near(dt_stats_t975(60), 2.000, 1e-3);
-    near(dt_stats_t975(1000), 1.960, 1e-3);
-    assert_true(dt_stats_t975(45) < dt_stats_t975(30) && dt_stats_t975(45) > dt_stats_t975(60));
+    /* past the table, R's qt(0.975, df) to 6 decimals: the intervals over a task's examples use these */
+    near(dt_stats_t975(31), 2.039513, 1e-5);
+    near(dt_stats_t975(45), 2.014103, 1e-5);
+    near(dt_stats_t975(60), 2.000298, 1e-5);
+    near(dt_stats_t975(121), 1.979764, 1e-5);
+    near(dt_stats_t975(200), 1.971896, 1e-5);
+    near(dt_stats_t975(1000), 1.962339, 1e-5);
+    near(dt_stats_t975(1000000), 1.959966, 1e-5);
+    for (int df = 1; df < 3000; df++) assert_true(dt_stats_t975(df + 1) < dt_stats_t975(df));
     assert_true(isnan(dt_stats_t975(0)));
 }
 
