@@ -799,12 +799,18 @@ typedef struct {
     int correct, total;             /* over all cells */
     double accuracy;
     double *example_accuracy;       /* [n_examples]: per-example fraction correct (for intervals over examples) */
+    int *example_total;             /* [n_examples]: the queries each example scored */
     int n_examples;
     double order_std;               /* icl: std over orders of the per-order accuracy; else NAN */
 } dt_task_result;
 
-/* Frees example_accuracy; safe on a zeroed result. */
+/* Frees example_accuracy and example_total; safe on a zeroed result. */
 void dt_task_result_free(dt_task_result *r);
+/* a->accuracy − b->accuracy with its 95% interval over the examples, for two models scored on the same
+ * examples (the same dt_task_eval_options): that difference of pooled accuracies is the mean over the
+ * n examples of (correct_a − correct_b)·n / total, each example's queries fixed by the example, so
+ * Student's t over those terms. n = 0 and NaNs when the two did not score the same examples. */
+dt_stats_interval dt_task_paired_diff_ci(const dt_task_result *a, const dt_task_result *b);
 
 /* What to evaluate: the grid of each task, sized to the model's context and the training length. */
 typedef struct {

@@ -348,6 +348,55 @@ static void test_scaling_baseline_not_falling(void **state) {
     free(b);
 }
 
+/* One seed: the recall sentence's difference is that of the two accuracies it prints (examples of 2, 2
+ * and 8 queries: 6/12 against 4/12), its interval the one over examples weighted by their queries. */
+static void test_one_seed_task_verdict(void **state) {
+    (void)state;
+    double acc_d[3] = {1, 0, 0.5}, acc_t[3] = {0, 1, 0.25};
+    int tot[3] = {2, 2, 8};
+    rp_model runs[2];
+    fake_model(&runs[0], "DIFF", "one_d", 1.0, 38.8);
+    fake_model(&runs[1], "Transformer", "one_t", 1.0, 318.0);
+    for (int v = 0; v < 2; v++) {
+        dt_task_result *t = &runs[v].task[DT_TASK_RECALL];
+        runs[v].tasks = 1 << DT_TASK_RECALL;
+        *t = (dt_task_result){.kind = DT_TASK_RECALL, .correct = v ? 4 : 6, .total = 12, .accuracy = (v ? 4 : 6) / 12.0,
+                              .example_accuracy = v ? acc_t : acc_d, .example_total = tot, .n_examples = 3};
+    }
+    char out[4200];
+    tu_path(out, sizeof out, "one_seed");
+    mkdir(out, 0755);
+    rp_report r = {.command = "difftrans compare --quick --seeds 1", .seed = 5, .preset = "tiny", .data = "x.txt",
+                   .train_text = "x.txt", .steps = 2, .batch = 1, .seq = 8, .heldout_tokens = 100, .windows = 1,
+                   .n_variants = 2, .n_seeds = 1, .variant_key = {"diff", "transformer"}, .runs = runs,
+                   .diff = 0, .base = 1, .n_sizes = 1, .tasks = 1 << DT_TASK_RECALL, .task_ratio = 0.5};
+    dt_error err;
+    if (rp_write(&r, out, &err) != 0) fail_msg("%s", err.msg);
+    char path[4300];
+    snprintf(path, sizeof path, "%s/REPORT.md", out);
+    char *md = tu_read_file(path, NULL);
+    const char *want = "No difference this run can resolve on recall accuracy: DIFF 0.500, Transformer 0.333 "
+                       "(difference 0.167, 95% CI -1.268 to 1.601, over 3 paired examples of one run each; higher "
+                       "is better).";
+    if (!strstr(md, want)) fail_msg("REPORT.md lacks: %s", want);
+    free(md);
+    /* report.json's summary takes the same pairs (it gave no interval and no pairs with one run) */
+    snprintf(path, sizeof path, "%s/report.json", out);
+    char *js = tu_read_file(path, NULL);
+    const char *rec = strstr(js, "\"recall_accuracy\"");
+    assert_non_null(rec);
+    const char *d = strstr(rec, "\"difference_to_transformer\"");
+    assert_non_null(d);
+    char buf[400];
+    snprintf(buf, sizeof buf, "%.*s", (int)sizeof buf - 1, d);
+    for (char *q = buf; *q; q++)
+        if (*q == '\t' || *q == '\n') *q = ' ';
+    if (!strstr(buf, "\"n\": 3,") || !strstr(buf, "\"mean\": 0.16666666666666") ||
+        !strstr(buf, "\"ci95_low\": -1.26766666666") || !strstr(buf, "\"paired_over\": \"examples\""))
+        fail_msg("report.json's recall difference: %s", buf);
+    free(js);
+}
+
 static void test_missing_run_dir(void **state) {
     (void)state;
     rp_model m;
@@ -366,6 +415,7 @@ int main(void) {
         cmocka_unit_test(test_wquant_needle_side_by_side),
         cmocka_unit_test(test_protocol_section),
         cmocka_unit_test(test_scaling_baseline_not_falling),
+        cmocka_unit_test(test_one_seed_task_verdict),
         cmocka_unit_test(test_missing_run_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

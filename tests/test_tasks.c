@@ -287,6 +287,36 @@ static void test_score_batched(void **state) {
     dt_model_free(&m);
 }
 
+/* The paired interval over examples is that of the pooled accuracies' difference. Examples of 2, 2 and 8
+ * queries; A gets 2/2, 0/2, 4/8 = 6/12 = 0.5, B 0/2, 2/2, 2/8 = 4/12 = 1/3. Terms (cA − cB)·3/12: 0.5,
+ * −0.5, 0.5; mean 1/6 = 0.5 − 1/3 (the mean of the per-example differences, 1/3, is not), sd √(1/3),
+ * half = 4.303·√(1/3)/√3 = 4.303/3. */
+static void test_paired_examples(void **state) {
+    (void)state;
+    double acc_a[3] = {1, 0, 0.5}, acc_b[3] = {0, 1, 0.25};
+    int tot[3] = {2, 2, 8}, other[3] = {2, 2, 4};
+    dt_task_result a = {.correct = 6, .total = 12, .accuracy = 0.5, .example_accuracy = acc_a, .example_total = tot,
+                        .n_examples = 3};
+    dt_task_result b = a;
+    b.correct = 4, b.accuracy = 4.0 / 12, b.example_accuracy = acc_b;
+    dt_stats_interval d = dt_task_paired_diff_ci(&a, &b);
+    assert_int_equal(d.n, 3);
+    assert_true(fabs(d.mean - (a.accuracy - b.accuracy)) < 1e-12);
+    assert_true(fabs(d.half - 4.303 / 3) < 1e-9);
+    assert_true(fabs(d.lo - (1.0 / 6 - 4.303 / 3)) < 1e-9);
+    /* the other way round: the same interval, mirrored */
+    dt_stats_interval e = dt_task_paired_diff_ci(&b, &a);
+    assert_true(fabs(e.mean + d.mean) < 1e-12 && fabs(e.half - d.half) < 1e-12);
+    /* examples that differ, or another count of them, are not paired */
+    b.example_total = other;
+    assert_int_equal(dt_task_paired_diff_ci(&a, &b).n, 0);
+    b.example_total = tot;
+    b.n_examples = 2;
+    dt_stats_interval none = dt_task_paired_diff_ci(&a, &b);
+    assert_int_equal(none.n, 0);
+    assert_true(isnan(none.mean) && isnan(none.half));
+}
+
 /* dt_task_evaluate: cells as documented, counts add up, the same answer twice. */
 static void test_evaluate(void **state) {
     (void)state;
@@ -697,7 +727,7 @@ int main(void) {
         cmocka_unit_test(test_score_rigged),  cmocka_unit_test(test_score_batched),
         cmocka_unit_test(test_evaluate),      cmocka_unit_test(test_mix),
         cmocka_unit_test(test_symbols),       cmocka_unit_test(test_symbols_rows),
-        cmocka_unit_test(test_symbols_scoring),
+        cmocka_unit_test(test_symbols_scoring), cmocka_unit_test(test_paired_examples),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

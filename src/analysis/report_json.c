@@ -179,7 +179,16 @@ static void add_summary(cJSON *sum, const rp_report *r, const char *key, double 
         cJSON_AddItemToObject(e, r->variant_key[v], o);
         if (r->base >= 0 && v != r->base) {
             dt_stats_interval d = dt_stats_paired_diff_ci(x, y, r->n_seeds);
-            cJSON_AddItemToObject(o, "difference_to_transformer", interval_json(&d));
+            /* one run each: a task's examples are the pairs, as REPORT.md's verdict takes them */
+            const rp_model *a = rp_run(r, v, 0), *c = rp_run(r, r->base, 0);
+            int over_examples = 0;
+            if (r->n_seeds < 2 && get == s_task && (a->tasks & c->tasks & (1 << arg))) {
+                const dt_stats_interval t = dt_task_paired_diff_ci(&a->task[arg], &c->task[arg]);
+                if (t.n > 0) d = t, over_examples = 1;
+            }
+            cJSON *dj = interval_json(&d);
+            cJSON_AddItemToObject(o, "difference_to_transformer", dj);
+            cJSON_AddStringToObject(dj, "paired_over", over_examples ? "examples" : "runs");
             if (lower < 0) continue;
             dt_stats_verdict w = dt_stats_verdict_of(&d, lower);
             cJSON_AddStringToObject(o, "verdict", w == DT_STATS_A_BETTER   ? "variant better"

@@ -170,11 +170,13 @@ static dt_stats_interval paired(const rp_report *r, int v, int b, const measure 
         return dt_stats_paired_diff_ci(x, y, r->n_seeds);
     }
     const rp_model *a = rp_run(r, v, 0), *c = rp_run(r, b, 0);
-    if (ms->task >= 0 && (a->tasks & c->tasks & (1 << ms->task)) &&
-        a->task[ms->task].n_examples == c->task[ms->task].n_examples) {
+    if (ms->task >= 0 && (a->tasks & c->tasks & (1 << ms->task))) {
         const dt_task_result *ta = &a->task[ms->task], *tc = &c->task[ms->task];
-        snprintf(unit, unit_n, "%d paired examples of one run each", ta->n_examples);
-        return dt_stats_paired_diff_ci(ta->example_accuracy, tc->example_accuracy, ta->n_examples);
+        const dt_stats_interval d = dt_task_paired_diff_ci(ta, tc);
+        if (d.n > 0) {
+            snprintf(unit, unit_n, "%d paired examples of one run each", d.n);
+            return d;
+        }
     }
     snprintf(unit, unit_n, "one run each, so no interval");
     double x = ms->get(a, ms->arg) - ms->get(c, ms->arg);

@@ -73,7 +73,38 @@ int dt_task_score_examples(const dt_model *m, const dt_task_example *ex, int n, 
 
 void dt_task_result_free(dt_task_result *r) {
     free(r->example_accuracy);
+    free(r->example_total);
     memset(r, 0, sizeof *r);
+}
+
+/* The mean of per-example fractions weights an example of 2 queries as much as one of 8: its
+ * difference was not the difference of the accuracies the report prints beside it. */
+dt_stats_interval dt_task_paired_diff_ci(const dt_task_result *a, const dt_task_result *b) {
+    dt_stats_interval r = {0, NAN, NAN, NAN, NAN};
+    const int n = a->n_examples;
+    if (n < 1 || n != b->n_examples || a->total < 1 || a->total != b->total || !a->example_accuracy ||
+        !b->example_accuracy || !a->example_total || !b->example_total)
+        return r;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        if (a->example_total[i] != b->example_total[i]) return r;
+        const double k = a->example_total[i];
+        if (k > 0) sum += (a->example_accuracy[i] - b->example_accuracy[i]) * k;
+    }
+    const double scale = (double)n / a->total;
+    r.n = n;
+    r.mean = sum / a->total;
+    if (n < 2) return r;
+    double ss = 0;
+    for (int i = 0; i < n; i++) {
+        const double k = a->example_total[i];
+        const double u = k > 0 ? (a->example_accuracy[i] - b->example_accuracy[i]) * k * scale : 0;
+        ss += (u - r.mean) * (u - r.mean);
+    }
+    r.half = dt_stats_t975(n - 1) * sqrt(ss / (n - 1) / n);
+    r.lo = r.mean - r.half;
+    r.hi = r.mean + r.half;
+    return r;
 }
 
 static uint64_t mix64(uint64_t a, uint64_t b) {
@@ -135,8 +166,10 @@ int dt_task_evaluate(const dt_model *m, dt_task_kind kind, const dt_task_eval_op
     dt_task_example *ex = malloc((size_t)n * sizeof *ex);
     dt_task_score *sc = malloc((size_t)n * sizeof *sc);
     r->example_accuracy = malloc((size_t)n * sizeof *r->example_accuracy);
-    int rc =
-        ex && sc && r->example_accuracy ? 0 : dt_fail_oom(err, "%s: out of memory for %d examples", dt_task_name(kind), n);
+    r->example_total = malloc((size_t)n * sizeof *r->example_total);
+    int rc = ex && sc && r->example_accuracy && r->example_total
+                 ? 0
+                 : dt_fail_oom(err, "%s: out of memory for %d examples", dt_task_name(kind), n);
     for (int c = 0; c < r->n_cells && rc == 0; c++)
         for (int i = 0; i < o->per_cell && rc == 0; i++) rc = make_example(&r->cells[c], o, i, &ex[c * o->per_cell + i], err);
     if (rc == 0) rc = dt_task_score_examples(m, ex, n, sc, err);
@@ -151,6 +184,7 @@ int dt_task_evaluate(const dt_model *m, dt_task_kind kind, const dt_task_eval_op
                 cell->correct += s->correct;
                 cell->total += s->total;
                 r->example_accuracy[c * o->per_cell + i] = s->total ? (double)s->correct / s->total : NAN;
+                r->example_total[c * o->per_cell + i] = s->total;
             }
             cell->accuracy = cell->total ? (double)cell->correct / cell->total : NAN;
             r->correct += cell->correct;
