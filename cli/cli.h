@@ -51,6 +51,9 @@ typedef struct {
  * shots, ...): the flags of the fields the message names as whole words follow it, in the
  * order of flags[0, n) ("... (--batch, --grad-accum)"), so that the user reads what they typed. */
 int cli_fail_flags(const char *cmd, const dt_error *err, const cli_flag *flags, int n);
+/* A needle set too long for a model (its message says "longer than the model's
+ * max_position_embeddings"): adds where to get one that fits (`needle generate --model MODEL`). */
+void cli_needle_fit_hint(dt_error *err, const char *model);
 /* argv[0, argc) after "difftrans", joined with spaces, arguments with shell-special characters
  * single-quoted: the command line a report prints so that it can be run again. */
 void cli_join_command(char **argv, int argc, char *out, size_t n);

@@ -244,8 +244,10 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                                           .n_bits = op->n_bits, .bits = op->bits, .per_row = op->per_row,
                                           .needle = op->needle ? &ts : NULL, .needle_tok = toks[i],
                                           .max_samples = op->max_samples};
-            if (dt_an_quant_run(&models[i], &p, &rows[(size_t)i * R], &err) != 0)
+            if (dt_an_quant_run(&models[i], &p, &rows[(size_t)i * R], &err) != 0) {
+                cli_needle_fit_hint(&err, dirs[i]);
                 rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
+            }
         }
         if (rc == 0) {
             const char *scale = op->per_row ? "per query row" : "per head map";
@@ -313,8 +315,10 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
         rc = 1;
     else {
         for (int i = 0; i < n && rc == 0; i++)
-            if (dt_an_allocation_run(&models[i], toks[i], &ts, op->max_samples, &res[i], &err) != 0)
+            if (dt_an_allocation_run(&models[i], toks[i], &ts, op->max_samples, &res[i], &err) != 0) {
+                cli_needle_fit_hint(&err, dirs[i]);
                 rc = cli_error_code(cmd, err.code, "%s: %s", dirs[i], err.msg);
+            }
         if (rc == 0) {
             printf("analyze allocation: %s, %d sample(s), %d query row(s) (the position predicting the first answer "
                    "byte or token)\n",

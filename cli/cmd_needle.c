@@ -112,6 +112,13 @@ static int parse_depth_item(const char *cmd, const char *name, const char *item,
     return 0;
 }
 
+void cli_needle_fit_hint(dt_error *err, const char *model) {
+    if (!strstr(err->msg, "longer than the model's max_position_embeddings")) return;
+    const size_t n = strlen(err->msg);
+    snprintf(err->msg + n, sizeof err->msg - n, "; `difftrans needle generate --model %s` makes a set that fits it",
+             model);
+}
+
 /* --model: the contexts in the model's tokens. A context given is checked; else the longest contexts
  * that fit (and, unless the user chose them, as many of the 6 needles as fit, queries at most those). */
 static int size_for_model(const char *cmd, const char *model_dir, dt_needle_params *p, const dt_needle_corpus *corpus,
@@ -377,7 +384,10 @@ static int needle_evaluate(int argc, char **argv) {
     progress_state ps = {.tty = isatty(2), .last_tenth = 0};
     dt_needle_results r;
     int rc = 0;
-    if (dt_needle_eval(&m, tok, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) rc = cli_fail(cmd, &err);
+    if (dt_needle_eval(&m, tok, &ts, &r, quiet ? NULL : show_progress, &ps, &err) != 0) {
+        cli_needle_fit_hint(&err, model_dir);
+        rc = cli_fail(cmd, &err);
+    }
     if (rc == 0) {
         int n_queries = 0;
         for (int i = 0; i < ts.n; i++) n_queries += ts.samples[i].n_queries;

@@ -118,8 +118,11 @@ if [ -s "$S/last.err" ]; then fail "--quiet prints nothing on stderr" "$(head -c
 # the default contexts (512 and 1024 bytes) are too long for a tiny model, byte-level or BPE
 expect_ok "generate with the default contexts" "$DT" needle generate --corpus "$CORPUS" --out "$S/dflt" \
     --train 0 --test 5
-expect_fail "eval refuses the defaults on the tiny model" "longer than the model's max_position_embeddings 256" \
+expect_fail "eval refuses the defaults on the tiny model, saying how to fit them" \
+    "longer than the model's max_position_embeddings 256; .difftrans needle generate --model $S/model. makes a set" \
     "$DT" needle eval "$S/model" --data "$S/dflt" --quiet --threads 1
+expect_fail "so does analyze allocation" "max_position_embeddings 256; .difftrans needle generate --model $S/model" \
+    "$DT" analyze allocation "$S/model" --needle "$S/dflt"
 if expect_ok "generate sized for the tiny byte-level model" "$DT" needle generate --corpus "$CORPUS" --out "$S/fit" \
     --model "$S/model" --train 4 --test 10; then
     out_has "generate --model says what it chose" "$S/last.out" \
