@@ -40,7 +40,8 @@ static void help(void) {
 static void help_generate(void) {
     printf("usage: difftrans needle generate --corpus FILE.txt --out DIR [options]\n\n"
            "Writes DIR/train.txt, DIR/test.jsonl and DIR/needle.json (see difftrans needle --help for the format).\n"
-           "Deterministic: the same arguments and corpus give byte-identical files.\n\n"
+           "Deterministic: the same arguments and corpus (and --model's tokenizer and context) give byte-identical\n"
+           "files.\n\n"
            "  --corpus FILE     filler text (required)\n"
            "  --out DIR         output directory, created if missing (required)\n"
            "  --model MODEL     size the set for this model: without --context, the longest context at which\n"
