@@ -44,7 +44,8 @@ static void help(void) {
         "  analyze allocation MODEL_DIR... --needle DIR [--max-samples N]\n"
         "      Allocation: attention of the position predicting the first answer byte (the space of \"Answer: \")\n"
         "      on the needle's value bytes in the context vs. the rest of the context, per layer, averaged over\n"
-        "      heads, queries and samples. DIFF uses D = A_i - lambda*A_(i+H/2) per differential head. answer\n"
+        "      heads, queries and samples. DIFF uses D = A_i - lambda*A_(i+H/2) per differential head, DIFF V2\n"
+        "      D = A_2j - lambda_t*A_(2j+1) per output head with the row's own lambda. answer\n"
         "      share = sum(D over span) / sum(|D| over context); noise share = sum(|D| over context outside the\n"
         "      span) / sum(|D| over context). Raw sums are in the JSON. A model with a tokenizer.json reads the\n"
         "      sample through it: the row is the prompt's last token, the span the tokens overlapping the value.\n"
@@ -324,7 +325,8 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
                    "byte or token)\n",
                    ts.path, res[0].samples, res[0].rows);
             printf("answer share = sum(w, answer span) / sum(|w|, context); noise = sum(|w|, context outside span) / "
-                   "sum(|w|, context);\nw = A (baseline) or A1 - lambda*A2 (DIFF); means over layers, heads and "
+                   "sum(|w|, context);\nw = A (baseline) or A1 - lambda*A2 (DIFF; DIFF V2: the row's lambda); means over layers, "
+                   "heads and "
                    "queries\n");
             printf("%-*s %-11s %6s | %12s %12s\n", name_w, "model", "arch", "heads", "answer", "noise");
             for (int i = 0; i < n; i++)

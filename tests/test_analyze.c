@@ -396,6 +396,35 @@ static void test_alloc_row_hand_maps(void **state) {
     assert_true(fabs(dt_an_alloc_answer_share(&s) + dt_an_alloc_noise_share(&s) - (1 - 2 * 0.15 / 0.78)) < 1e-6);
 }
 
+/* DIFF V2: w = A_2j − λ_t·A_2j+1 per output head (it read each query head as a Transformer's). Without
+ * λ (v2-nolambda) every row of w sums to 0; with the sigmoid λ to 1 − λ_row, within (0, 1). */
+static void test_allocation_v2(void **state) {
+    (void)state;
+    dt_needle_testset ts;
+    make_testset(&ts, 3);
+    for (int nolambda = 0; nolambda < 2; nolambda++) {
+        dt_config base, cfg;
+        dt_model m;
+        dt_error err;
+        assert_int_equal(dt_config_preset(&base, "tiny", DT_ARCH_DIFF_V2, &err), 0);
+        cfg = base;
+        if (nolambda) assert_int_equal(dt_config_ablation(&cfg, &base, "v2-nolambda", &err), 0);
+        assert_int_equal(dt_model_create(&m, &cfg, &err), 0);
+        dt_model_init_random(&m, 5);
+        dt_an_allocation a;
+        if (dt_an_allocation_run(&m, NULL, &ts, 2, &a, &err) != 0) fail_msg("%s", err.msg);
+        assert_int_equal(a.heads, cfg.num_attention_heads / 2);
+        for (int l = 0; l < a.n_layers; l++) {
+            if (nolambda && !(fabs(a.row[l]) < 1e-5)) fail_msg("v2-nolambda layer %d: row sum %g, want 0", l, a.row[l]);
+            if (!nolambda && !(a.row[l] > 0.05 && a.row[l] < 0.95))
+                fail_msg("v2 layer %d: row sum %g, want 1 - sigmoid", l, a.row[l]);
+        }
+        dt_an_allocation_free(&a);
+        dt_model_free(&m);
+    }
+    dt_needle_testset_free(&ts);
+}
+
 /* A real run: row sums are 1 (baseline) and 1 − λ (DIFF) in every layer; shares are consistent. */
 static void test_allocation_run(void **state) {
     (void)state;
@@ -957,6 +986,7 @@ int main(void) {
         cmocka_unit_test(test_needle_exact_matches_greedy),
         cmocka_unit_test(test_alloc_row_hand_maps),
         cmocka_unit_test(test_allocation_run),
+        cmocka_unit_test(test_allocation_v2),
         cmocka_unit_test(test_allocation_rigged_model),
         cmocka_unit_test(test_spikes_and_lambda),
         cmocka_unit_test(test_analysis_json),

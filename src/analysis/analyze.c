@@ -407,7 +407,7 @@ int dt_an_allocation_run(const dt_model *m, const dt_tok *tok, const dt_needle_t
     memset(out, 0, sizeof *out);
     const dt_config *c = &m->cfg;
     const int L = c->num_hidden_layers, H = c->num_attention_heads, diff = c->arch == DT_ARCH_DIFF;
-    const int heads = diff ? H / 2 : H;
+    const int v2 = c->arch == DT_ARCH_DIFF_V2, heads = diff || v2 ? H / 2 : H;
     int ns = max_samples > 0 && max_samples < ts->n ? max_samples : ts->n;
     if (ns == 0) return dt_fail_format(err, "%s: no test samples", ts->path);
     int T;
@@ -446,10 +446,19 @@ int dt_an_allocation_run(const dt_model *m, const dt_tok *tok, const dt_needle_t
             const int span_len = an_tokens_covering(e, nd->value_offset + nd->value_length) - span0;
             for (int l = 0; l < L; l++) {
                 const float *att = dt_runstate_attention(rs, l);
-                float lambda = diff ? dt_model_lambda(m, l) : 0.0f;
+                /* DIFF V2's output head subtracts its second query head's map with the row's own λ; read
+                 * as separate softmax maps its heads were a Transformer's */
+                size_t nlam = 0;
+                const float *tl = v2 ? dt_runstate_token_lambda(rs, l, &nlam) : NULL; /* [T, h] */
+                if (tl && nlam != (size_t)len * heads) {
+                    dt_fail(err, "allocation: layer %d: %zu token λ values, expected %d", l, nlam, len * heads);
+                    goto fail;
+                }
                 for (int h = 0; h < heads; h++) {
-                    const float *a1 = att + (size_t)h * len * len;
-                    const float *a2 = diff ? att + (size_t)(h + heads) * len * len : NULL;
+                    const float lambda = v2 ? (tl ? tl[(size_t)row * heads + h] : 1.0f)
+                                            : diff ? dt_model_lambda(m, l) : 0.0f;
+                    const float *a1 = att + (size_t)dt_config_query_head(c, h, 0) * len * len;
+                    const float *a2 = diff || v2 ? att + (size_t)dt_config_query_head(c, h, 1) * len * len : NULL;
                     dt_an_alloc_sums sums;
                     dt_an_alloc_row(a1, a2, lambda, len, row, ctx_len, span0, span_len, &sums);
                     out->answer_share[l] += dt_an_alloc_answer_share(&sums);
