@@ -44,6 +44,8 @@ typedef struct {
     lp_entry *lp;
     size_t n_lp, cap_lp, lp_sent;
     size_t *prompt_offsets;      /* echo with logprobs: the prompt's tokens' offsets */
+    size_t *sent_offsets;        /* and when the prompt was text: theirs in it (srv_text_place) */
+    size_t sent_chars;           /* a text prompt's characters when it is echoed (as sent) */
     size_t gen_offset;           /* the newest generated token's (update_text) */
     size_t n_prompt;             /* the prompt's tokens: the sequence's tokens before the generated ones */
     size_t first_offset;         /* the first generated token's offset, when there is one */
@@ -72,6 +74,8 @@ typedef struct {
 typedef struct {
     int *ids;
     size_t n;
+    char *text;                  /* a text prompt with echo: the text, echoed as sent (NULL: ids) */
+    size_t len;
 } prompt_t;
 
 struct srv_job {
@@ -103,6 +107,11 @@ struct srv_job {
                                     this error */
 };
 _Static_assert(DT_MAX_EOS + 1 <= DT_ENGINE_MAX_STOP_IDS, "the engine takes a request's stop ids");
+
+/* The choice echoes its prompt's tokens decoded (a prompt of ids; a text prompt is echoed as sent). */
+static int echo_decoded(const srv_job *j, const choice *c) {
+    return j->echo && !j->prompts[c->prompt].text;
+}
 
 /* ---------------------------------------------------------------- errors */
 
@@ -375,6 +384,16 @@ static int encode_text(srv *s, const char *text, int add_special, const char *wh
     return 0;
 }
 
+/* A text prompt: its tokens, and with echo the text, which the echo is (as OpenAI's and vLLM's: its
+ * decoding would leave its special tokens out). */
+static int prompt_text(srv_job *j, const char *text, const char *where, prompt_t *p, srv_err *e) {
+    if (encode_text(j->s, text, 1, where, p, e) != 0) return -1;
+    if (!j->echo) return 0;
+    p->len = strlen(text);
+    if (!(p->text = strdup(text))) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+    return 0;
+}
+
 static int parse_prompts(srv_job *j, const cJSON *root, srv_err *e) {
     const cJSON *p = field(root, "prompt");
     if (!p) return srv_bad(e, "prompt", "prompt: required (a string, a list of strings, a list of token ids or a "
@@ -390,7 +409,7 @@ static int parse_prompts(srv_job *j, const cJSON *root, srv_err *e) {
     j->prompts = calloc((size_t)n, sizeof *j->prompts);
     if (!j->prompts) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     j->n_prompts = n;
-    if (cJSON_IsString(p)) return encode_text(j->s, p->valuestring, 1, "prompt", &j->prompts[0], e);
+    if (cJSON_IsString(p)) return prompt_text(j, p->valuestring, "prompt", &j->prompts[0], e);
     if (cJSON_IsNumber(p->child)) return parse_ids(j->s, p, "prompt", &j->prompts[0], e);
     int i = 0;
     const cJSON *it;
@@ -399,7 +418,7 @@ static int parse_prompts(srv_job *j, const cJSON *root, srv_err *e) {
         char where[32];
         snprintf(where, sizeof where, "prompt[%d]", i);
         if (strings && cJSON_IsString(it)) {
-            if (encode_text(j->s, it->valuestring, 1, where, &j->prompts[i], e) != 0) return -1;
+            if (prompt_text(j, it->valuestring, where, &j->prompts[i], e) != 0) return -1;
         } else if (!strings && cJSON_IsArray(it)) {
             if (parse_ids(j->s, it, where, &j->prompts[i], e) != 0) return -1;
         } else
@@ -674,12 +693,12 @@ static void add_lp(choice *c, int id, int has_lp, const dt_event *ev, int *faile
     if (k > 0 && l->offset < l[-1].offset) l->offset = l[-1].offset; /* never back */
 }
 
-/* The choice's sequence fed its prompt: the echo's prefix (the prompt's text), the prompt's tokens'
- * offsets when they are reported, and where the completion starts. */
+/* The choice's sequence fed its prompt: the echo's prefix (the prompt as sent, or its tokens' text),
+ * the prompt's tokens' offsets when they are reported, and where the completion starts. */
 static int choice_start(srv_job *j, choice *c, const prompt_t *p, srv_err *e) {
     dt_error err;
     if (srv_text_init(&c->seq, j->s->m, &err) != 0) return srv_fail_dt(e, &err, NULL);
-    const int offsets = j->echo && j->logprobs >= 0;
+    const int offsets = j->echo && j->logprobs >= 0, decoded = echo_decoded(j, c);
     if (offsets && !(c->prompt_offsets = malloc(p->n * sizeof *c->prompt_offsets)))
         return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     for (size_t i = 0; i < p->n; i++) {
@@ -689,19 +708,27 @@ static int choice_start(srv_job *j, choice *c, const prompt_t *p, srv_err *e) {
             c->prompt_offsets[i] = at;
             srv_text_revise(&c->seq, c->prompt_offsets, i); /* a ByteFallback run it ended */
         }
-        if (j->echo) srv_buf_put(&c->text, c->seq.cur.p, c->seq.n_fresh);
+        if (decoded) srv_buf_put(&c->text, c->seq.cur.p, c->seq.n_fresh);
+    }
+    if (j->echo && p->text) {
+        srv_buf_put(&c->text, p->text, p->len);
+        c->sent_chars = srv_utf8_chars(p->text, p->len);
+        if (offsets && !(c->sent_offsets = malloc(p->n * sizeof *c->sent_offsets)))
+            return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
+        if (offsets && srv_text_place(j->s->m, p->text, p->len, p->ids, p->n, c->sent_offsets, &err) != 0)
+            return srv_fail_dt(e, &err, NULL);
     }
     c->n_prompt = p->n;
     c->prompt_run = c->seq.run_open;
     c->pre_final = c->text.n;
     const char *rest = srv_text_rest(&c->seq);
     const size_t n_rest = srv_text_rest_len(&c->seq);
-    if (j->echo) srv_buf_put(&c->text, rest, n_rest);
+    if (decoded) srv_buf_put(&c->text, rest, n_rest);
     srv_buf_put(&c->text, "", 0);
     srv_buf_put(&c->prompt_rest, rest, n_rest);
     if (c->text.failed || c->prompt_rest.failed) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
     c->pre = c->fixed = c->text.n;
-    c->pre_chars = c->fixed_chars = j->echo ? c->seq.chars + srv_utf8_chars(rest, n_rest) : 0;
+    c->pre_chars = c->fixed_chars = decoded ? c->seq.chars + srv_utf8_chars(rest, n_rest) : c->sent_chars;
     c->prompt_chars = c->base_chars = c->seq.chars;
     c->settled = n_rest == 0; /* the prompt's text is final: the completion is what follows it */
     return 0;
@@ -871,12 +898,14 @@ static void update_completion(srv_job *j, choice *c, int end) {
             c->settled = end || base < c->head.n || c->head.n >= c->prompt_rest.n;
         }
         const size_t final = c->settled && base < c->head.n ? c->head.n - base : 0;
-        /* with echo the text is the sequence's: the prompt's part of it, then the completion (the
-         * prompt's rest as it read alone would count a character the completion completes twice) */
+        /* with echo of ids the text is the sequence's: the prompt's part of it, then the completion
+         * (the prompt's rest as it read alone would count a character the completion completes
+         * twice); a text prompt's echo is the text as sent, the completion after it */
+        const int decoded = echo_decoded(j, c);
         b->n = c->pre_final;
-        if (j->echo && seq.p) srv_buf_put(b, seq.p, base);
+        if (decoded && seq.p) srv_buf_put(b, seq.p, base);
         c->pre = b->n;
-        c->pre_chars = j->echo ? c->prompt_chars + (seq.p ? srv_utf8_chars(seq.p, base) : 0) : 0;
+        c->pre_chars = decoded ? c->prompt_chars + (seq.p ? srv_utf8_chars(seq.p, base) : 0) : c->sent_chars;
         if (seq.p) srv_buf_put(b, seq.p + base, seq.n - base);
         c->fixed = c->pre + final;
         c->fixed_chars = c->pre_chars + (seq.p ? srv_utf8_chars(seq.p + base, final) : 0);
@@ -1025,11 +1054,13 @@ static const char *finish_reason(const choice *c) {
     return c->finish_stop ? "stop" : "length";
 }
 
-/* An entry's text_offset: its character in the choice's text, which with echo is the sequence's
- * text and without it the completion, the sequence's text past base_chars. */
+/* An entry's text_offset: its character in the choice's text, which with echo of ids is the
+ * sequence's text, and otherwise the completion (the sequence's text past base_chars) after the
+ * text prompt as sent, when echoed (its tokens placed in it by srv_text_place). */
 static size_t text_offset(const srv_job *j, const choice *c, const lp_entry *l) {
-    if (j->echo) return l->offset;
-    return l->offset > c->base_chars ? l->offset - c->base_chars : 0;
+    if (c->sent_offsets && !l->generated) return c->sent_offsets[l - c->lp];
+    if (echo_decoded(j, c)) return l->offset;
+    return c->sent_chars + (l->offset > c->base_chars ? l->offset - c->base_chars : 0);
 }
 
 /* Completions' logprobs of entries [a, b): tokens, token_logprobs, top_logprobs, text_offset. */
@@ -1319,6 +1350,7 @@ void srv_job_free(srv_job *j) {
         }
         free(c->lp);
         free(c->prompt_offsets);
+        free(c->sent_offsets);
         srv_text_free(&c->seq);
         srv_buf_free(&c->text);
         srv_buf_free(&c->prompt_rest);
@@ -1330,7 +1362,10 @@ void srv_job_free(srv_job *j) {
         srv_metrics_tokens(j->s->metrics, prompt, completion);
     }
     free(j->c);
-    for (int i = 0; j->prompts && i < j->n_prompts; i++) free(j->prompts[i].ids);
+    for (int i = 0; j->prompts && i < j->n_prompts; i++) {
+        free(j->prompts[i].ids);
+        free(j->prompts[i].text);
+    }
     free(j->prompts);
     for (int i = 0; i < j->n_stops; i++) free(j->stops[i]);
     free(j->model);

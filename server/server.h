@@ -112,6 +112,14 @@ static inline int srv_text_provisional(const srv_text *t, size_t index) {
 }
 /* The last push's or end's new offsets into off[0..n), indexed by push (those past n left out). */
 void srv_text_revise(const srv_text *t, size_t *off, size_t n);
+/* Where each of ids[0..n), the tokens of the text prompt text[0..len), begins in that text as it was
+ * sent (the echo of a text prompt is the text itself, which its decoding need not be: special
+ * tokens are left out of it), in characters: a token's offset in the prompt's decoding, moved on
+ * by the special tokens before it whose text the prompt holds there (one the tokenizer added, a
+ * BOS, holds none: it is where the text goes on), at most the text's length (a normalizer may
+ * have changed the text). -1 only when out of memory. */
+int srv_text_place(const dt_model *m, const char *text, size_t len, const int *ids, size_t n, size_t *off,
+                   dt_error *err);
 
 /* Stop strings in text[0..n): the byte offset of the earliest occurrence of any of stops[0..k)
  * (empty strings never match), or -1 when none occurs. */

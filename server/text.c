@@ -347,6 +347,38 @@ int srv_text_end(srv_text *t, dt_error *err) {
     return text_update(t, rc, fresh, n, 1, err);
 }
 
+int srv_text_place(const dt_model *m, const char *text, size_t len, const int *ids, size_t n, size_t *off,
+                   dt_error *err) {
+    srv_text t;
+    int rc = srv_text_init(&t, m, err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        rc = srv_text_push(&t, ids[i], &off[i], err);
+        if (rc == 0) srv_text_revise(&t, off, i);
+    }
+    /* ended: a ByteFallback run the prompt ends in is placed for good (the text as sent is final) */
+    if (rc == 0) rc = srv_text_end(&t, err);
+    if (rc == 0) srv_text_revise(&t, off, n);
+    srv_text_free(&t);
+    if (rc != 0) return -1;
+    const dt_tok *tok = dt_model_tok(m);
+    const size_t chars = srv_utf8_chars(text, len);
+    size_t shift = 0, at = 0, byte = 0; /* the special tokens' characters so far; character at begins at byte */
+    for (size_t i = 0; i < n; i++) {
+        size_t o = off[i] + shift;
+        if (o > chars) o = chars;
+        if (i > 0 && o < off[i - 1]) o = off[i - 1];
+        for (; at < o; at++) {
+            byte++;
+            while (byte < len && ((unsigned char)text[byte] & 0xC0) == 0x80) byte++;
+        }
+        size_t tl = 0;
+        const char *s = tok && dt_tok_is_special(tok, ids[i]) ? dt_tok_id_to_token(tok, ids[i], &tl) : NULL;
+        if (s && tl > 0 && tl <= len - byte && !memcmp(text + byte, s, tl)) shift += srv_utf8_chars(s, tl);
+        off[i] = o;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- stop strings */
 
 long srv_stop_find(const char *text, size_t n, const char *const *stops, int k) {

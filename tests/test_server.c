@@ -314,6 +314,36 @@ static void test_offsets(void **state) {
     dt_model_free(&m);
 }
 
+/* A text prompt's tokens placed in the text as sent, its echo: a special token the text holds at its
+ * own text, the text's characters after it moved on by it (its decoding leaves it out: they were
+ * the decoding's, "hé\nbye"'s, an echo of ids), a BOS the tokenizer added where the text begins. */
+static void test_text_place(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    tiny_model(&m, "llama3_like.json");
+    const char *text = "h\xC3\xA9<|eot_id|>\nbye<|eot_id|>";
+    int *ids;
+    size_t n;
+    assert_int_equal(dt_model_encode_prompt(&m, text, &ids, &n, &err), 0);
+    assert_int_equal(n, 9); /* <|begin_of_text|> h é <|eot_id|> \n b y e <|eot_id|> */
+    size_t off[9];
+    assert_int_equal(srv_text_place(&m, text, strlen(text), ids, n, off, &err), 0);
+    const size_t want[] = {0, 0, 1, 2, 12, 13, 14, 15, 16};
+    for (size_t i = 0; i < n; i++)
+        if (off[i] != want[i]) fail_msg("token %zu (id %d) at %zu, want %zu", i, ids[i], off[i], want[i]);
+    free(ids);
+    /* a text that does not hold the special token where the ids put it (ids and text that are not
+     * each other's): its characters are not skipped, and no offset passes the text's end */
+    const int eot = dt_tok_token_to_id(dt_model_tok(&m), "<|eot_id|>", 10), h = 104;
+    const int other[] = {h, eot, h, h, h};
+    assert_int_equal(srv_text_place(&m, "hh", 2, other, 5, off, &err), 0);
+    const size_t want_other[] = {0, 1, 1, 2, 2};
+    for (size_t i = 0; i < 5; i++)
+        if (off[i] != want_other[i]) fail_msg("other text: token %zu at %zu, want %zu", i, off[i], want_other[i]);
+    dt_model_free(&m);
+}
+
 static void test_buf(void **state) {
     (void)state;
     srv_buf b = {0};
@@ -429,6 +459,7 @@ int main(void) {
         cmocka_unit_test(test_stop_find),     cmocka_unit_test(test_stop_holdback),
         cmocka_unit_test(test_text_sendable),
         cmocka_unit_test(test_token_start),   cmocka_unit_test(test_offsets),
+        cmocka_unit_test(test_text_place),
         cmocka_unit_test(test_buf),
         cmocka_unit_test(test_chat_render),   cmocka_unit_test(test_chat_refusals),
         cmocka_unit_test(test_chat_detect),

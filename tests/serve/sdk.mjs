@@ -445,6 +445,30 @@ test('logprobs with echo: max_tokens 0 scores the prompt only; a text prompt ech
   assert.equal(one.choices[0].logprobs.tokens.length, T + 1);
 });
 
+test('echo: a text prompt is echoed as sent, its special tokens too (its decoding left them out); text_offset indexes into it', async () => {
+  const prompt = '<|end_of_text|>The program<|end_of_text|>\nIt';
+  const req = { model: 'm', prompt, max_tokens: 4, temperature: 0 };
+  const plain = (await main.completions.create(req)).choices[0].text;
+  const r = await main.completions.create({ ...req, echo: true, logprobs: 0 });
+  const c = r.choices[0], lp = c.logprobs;
+  assert.equal(c.text, prompt + plain, 'the prompt as sent, then the completion');
+  // the BOS the tokenizer adds is in no text: it is where the text begins; every other token's text
+  // is where its offset says, the prompt's special tokens at their own
+  assert.equal(lp.tokens[0], '<|begin_of_text|>');
+  assert.equal(lp.text_offset[0], 0);
+  assert.equal(lp.tokens.filter((t) => t === '<|end_of_text|>').length, 2, JSON.stringify(lp.tokens));
+  for (let i = 1; i < lp.tokens.length; i++) {
+    assert.equal(c.text.substr(lp.text_offset[i], lp.tokens[i].length), lp.tokens[i],
+      `token ${i} ${JSON.stringify(lp.tokens[i])} at ${lp.text_offset[i]} of ${JSON.stringify(c.text)}`);
+  }
+  assert.equal(lp.text_offset[r.usage.prompt_tokens], prompt.length, 'the completion begins after the prompt');
+  // streamed: the same text and entries
+  const ev = parseSSE((await raw(S.main.url, '/v1/completions', { body: { ...req, echo: true, logprobs: 0, stream: true } })).text);
+  const chunks = ev.slice(0, -1).map((e) => e.choices[0]);
+  assert.equal(chunks.map((ch) => ch.text).join(''), c.text, 'streamed text');
+  assert.deepEqual(chunks.flatMap((ch) => ch.logprobs.text_offset), lp.text_offset, 'streamed text_offset');
+});
+
 test('logprobs without echo: one per generated token, the greedy token is the top alternative', async () => {
   const exp = E.diff.greedy.find((g) => g.prompt === 'The program' && g.max_tokens === 24);
   const r = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 0, logprobs: 5 });
