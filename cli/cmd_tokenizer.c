@@ -10,11 +10,13 @@
 #include "cli.h"
 
 static void tokenizer_help(FILE *f) {
+    dt_tok_train_options d;
+    dt_tok_train_defaults(&d);
     fprintf(f,
             "usage: difftrans tokenizer encode --tokenizer PATH [--add-special] [--threads N] [--stats] < TEXT\n"
             "       difftrans tokenizer decode --tokenizer PATH [--skip-special] < IDS\n"
             "       difftrans tokenizer info PATH\n"
-            "       difftrans tokenizer train --data FILE... --vocab-size N --out DIR [--pattern gpt2|llama3]\n"
+            "       difftrans tokenizer train --data FILE... --out DIR [--vocab-size N] [--pattern gpt2|llama3]\n"
             "                                 [--bos TOKEN] [--eos TOKEN] [--pad TOKEN] [--min-frequency N]\n\n"
             "PATH is a Hugging Face tokenizer.json (model BPE) or a directory holding one.\n"
             "  encode  reads all of stdin as it is (a trailing newline is part of the text; it must be\n"
@@ -25,7 +27,9 @@ static void tokenizer_help(FILE *f) {
             "  decode  reads whitespace-separated ids from stdin and writes the text, nothing added.\n"
             "          --skip-special leaves special tokens out.\n"
             "  info    vocabulary size, merges, components, added and special tokens.\n"
-            "  train   learns a byte-level BPE (see difftrans tokenizer train --help).\n");
+            "  train   learns a byte-level BPE of --vocab-size tokens [%d] (see difftrans tokenizer\n"
+            "          train --help).\n",
+            d.vocab_size);
 }
 
 /* All of a stream, byte-exact. */

@@ -36,9 +36,17 @@ expect_ok "info on a directory" "$DT" tokenizer info "$S/dir"
 out_has "info lists the components" "$S/last.out" "byte_fallback" "vocab size" "normalizer +Sequence" "bos +1 <s>"
 expect_ok "tokenizer --help" "$DT" tokenizer --help
 out_has "help names the subcommands" "$S/last.out" "encode" "decode" "info" "train"
+# --vocab-size has a default: every usage line shows it optional (one showed it required)
+TRAIN_USAGE='tokenizer train --data FILE\.\.\. --out DIR \[--vocab-size N\]'
+out_has "tokenizer --help: train's --vocab-size optional, its default said" "$S/last.out" "$TRAIN_USAGE" \
+    "--vocab-size tokens \[8192\]"
+out_has "README: train's --vocab-size optional" "$HERE/../README.md" \
+    '`train --data FILE\.\.\. --out DIR \[--vocab-size N\]'
 # train has no --add-special: its help says which command adds the bos it names
 expect_ok "tokenizer train --help" "$DT" tokenizer train --help
 out_has "the bos is added by encode --add-special" "$S/last.out" "tokenizer encode --add-special"
+out_has "tokenizer train --help: --vocab-size optional, its default said" "$S/last.out" "$TRAIN_USAGE" \
+    "--vocab-size N .*\[8192\]"
 
 # ---- --threads: the same ids as one thread on a large text whose long runs of spaces and
 #      newlines, and added tokens, straddle the cut points
