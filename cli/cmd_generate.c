@@ -210,11 +210,15 @@ int cmd_generate(int argc, char **argv) {
         if (dt_generate(&m, ids, n_prompt, &wo, NULL, &wres, &err) != 0) rc = cli_fail(cmd, &err);
     }
     if (rc == 0 && dt_generate(&m, ids, n_prompt, &go, out, &res, &err) != 0) rc = cli_fail(cmd, &err);
-    if (rc == 0 && kv_dtype != DT_KV_F32 && res.kv_cache_bytes > 0) /* the cache the run used, on stderr */
-        fprintf(stderr, "KV cache: %d positions, %.2f MB (%s; f32 would take %.2f MB)\n", n_prompt + n_gen,
-                res.kv_cache_bytes / 1e6, kv_dtype == DT_KV_F16 ? "f16" : "int8",
-                2.0 * m.cfg.num_hidden_layers * (n_prompt + n_gen) * m.cfg.num_key_value_heads * m.cfg.head_dim * 4 /
-                    1e6);
+    if (rc == 0 && kv_dtype != DT_KV_F32 && res.kv_cache_bytes > 0) { /* the cache the run used, on stderr */
+        char used[32], f32[32];
+        cli_format_bytes((double)res.kv_cache_bytes, used, sizeof used);
+        cli_format_bytes(2.0 * m.cfg.num_hidden_layers * (n_prompt + n_gen) * m.cfg.num_key_value_heads *
+                             m.cfg.head_dim * 4,
+                         f32, sizeof f32);
+        fprintf(stderr, "KV cache: %d positions, %s (%s; f32 would take %s)\n", n_prompt + n_gen, used,
+                kv_dtype == DT_KV_F16 ? "f16" : "int8", f32);
+    }
     if (rc == 0 && ts.failed) rc = cli_fail(cmd, &ts.err);
     if (rc == 0 && ts.ts) { /* the generation has ended: what the stream held back is text */
         const char *text;

@@ -138,13 +138,16 @@ int cmd_info(int argc, char **argv) {
     printf("parameters: %zu in %d tensors\n", m.n_params, m.n_tensors);
     dt_quant_options qo;
     const dt_quant_scheme qs = dt_model_quant_scheme(&m, &qo);
-    if (qs != DT_QUANT_NONE)
-        printf("quantised: %s%s%s%s | weights read per decoded token %.2f MB\n", dt_quant_scheme_name(qs),
+    if (qs != DT_QUANT_NONE) {
+        char per_token[32];
+        cli_format_bytes((double)dt_model_decode_bytes(&m), per_token, sizeof per_token);
+        printf("quantised: %s%s%s%s | weights read per decoded token %s\n", dt_quant_scheme_name(qs),
                qs == DT_QUANT_W8A8 ? (qo.dynamic_activations ? ", dynamic per-token activations" : ", static activation scales")
                : qo.float_activations ? ", float activations"
                                       : ", activations in int8 blocks of 32",
                qs == DT_QUANT_W8A8 && qo.smooth_alpha >= 0 ? ", smoothed" : "", qo.lm_head ? ", LM head too" : "",
-               dt_model_decode_bytes(&m) / 1e6);
+               per_token);
+    }
     if (c->arch == DT_ARCH_DIFF_V2) {
         static const char *const lambdas[] = {"a per-token λ = sigmoid(W_λ x)", "λ = 1 (no W_λ)",
                                               "a per-token λ = W_λ x (no sigmoid)"};

@@ -100,9 +100,13 @@ int cmd_quantize(int argc, char **argv) {
                                      {"calib_path", "--calib"}, {"smooth_alpha", "--smooth"}};
     if (rc == 0 && dt_model_quantize(&m, &o, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, 4);
     if (rc == 0 && dt_model_save(&m, out, 0, &err) != 0) rc = cli_fail(cmd, &err);
-    if (rc == 0)
-        printf("wrote %s: %s, weights read per decoded token %.2f MB (float32: %.2f MB, %.2fx smaller)\n", out,
-               scheme, dt_model_decode_bytes(&m) / 1e6, before / 1e6, (double)before / dt_model_decode_bytes(&m));
+    if (rc == 0) {
+        char per_token[32], per_token_f32[32];
+        cli_format_bytes((double)dt_model_decode_bytes(&m), per_token, sizeof per_token);
+        cli_format_bytes((double)before, per_token_f32, sizeof per_token_f32);
+        printf("wrote %s: %s, weights read per decoded token %s (float32: %s, %.2fx smaller)\n", out, scheme, per_token,
+               per_token_f32, (double)before / dt_model_decode_bytes(&m));
+    }
     dt_model_free(&m);
     return rc;
 }

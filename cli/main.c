@@ -451,6 +451,12 @@ void cli_format_eta(double seconds, char *out, size_t n) {
     else snprintf(out, n, "%dm%02ds", s / 60, s % 60);
 }
 
+void cli_format_bytes(double bytes, char *out, size_t n) {
+    if (bytes >= 1e6) snprintf(out, n, "%.2f MB", bytes / 1e6);
+    else if (bytes >= 1e3) snprintf(out, n, "%.1f KB", bytes / 1e3);
+    else snprintf(out, n, "%.0f bytes", bytes);
+}
+
 /* The flag the handler sets: one long-running command per process. */
 static volatile int *stop_flag;
 

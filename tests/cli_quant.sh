@@ -13,11 +13,14 @@ export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=2
 M=$S/model
 check "a short training run" "$DT" train --data "$CORPUS" --out "$M" --preset tiny --steps 30 --batch 4 --seq 32 --quiet
 head -c 4000 "$CORPUS" >"$S/short.txt"
+# sizes with the unit that shows them (KB below 1 MB, bytes below 1 KB): a tiny model's read "0.00 MB"
+SIZE_RE='[1-9][0-9]*(\.[0-9]+)? (bytes|KB|MB)'
 
 for scheme in q8_0 q4_0 w8a8; do
     Q=$S/$scheme
     expect_ok "quantize $scheme" "$DT" quantize "$M" "$Q" --scheme "$scheme" --calib "$CORPUS" --calib-samples 40 --seq 32
-    out_has "quantize $scheme reports the size" "$S/last.out" "wrote .*$scheme" "smaller"
+    out_has "quantize $scheme reports the size" "$S/last.out" "wrote .*$scheme" "smaller" \
+        "weights read per decoded token $SIZE_RE \\(float32: $SIZE_RE, "
     out_has "$scheme config" "$Q/config.json" '"quantization_config"' "\"scheme\":[[:space:]]*\"$scheme\"" '"quant_method"'
     expect_ok "generate $scheme" "$DT" generate "$Q" --prompt "The " -n 8 --temperature 0
     expect_ok "eval $scheme" "$DT" eval "$Q" --data "$S/short.txt" --seq 32
@@ -39,6 +42,8 @@ for scheme in q8_0 q4_0 w8a8; do
 done
 expect_ok "info on a quantised model" "$DT" info "$S/w8a8"
 out_has "info names the scheme" "$S/last.out" "quantised: w8a8, static activation scales"
+out_has "info: the weights read per token, its unit showing the number" "$S/last.out" \
+    "weights read per decoded token $SIZE_RE\$"
 expect_ok "analyze outliers on a quantised model" "$DT" analyze outliers "$S/q4_0" --data "$S/short.txt" --seq 32 --batches 2
 expect_ok "w8a8 dynamic, no calibration" "$DT" quantize "$M" "$S/dyn" --scheme w8a8 --dynamic
 out_has "dynamic config" "$S/dyn/config.json" 'int8-dynamic-per-token'
@@ -50,7 +55,9 @@ expect_ok "needle eval on q8_0" "$DT" needle eval "$S/q8_0" --data "$S/needle"
 # narrower KV caches, memory reported
 for kv in f16 int8; do
     expect_ok "generate --kv-cache $kv" "$DT" generate "$S/q8_0" --prompt "The " -n 8 --temperature 0 --kv-cache "$kv"
-    out_has "KV cache memory ($kv)" "$S/last.err" "KV cache: 12 positions, .* MB \\($kv; f32 would take"
+    # a tiny model's cache is KBs: a number with its unit (it read "0.00 MB")
+    out_has "KV cache memory ($kv)" "$S/last.err" \
+        "KV cache: 12 positions, $SIZE_RE \\($kv; f32 would take $SIZE_RE\\)"
 done
 expect_fail "bad --kv-cache" "--kv-cache 'f8'" "$DT" generate "$M" --prompt "a" -n 2 --kv-cache f8
 
