@@ -177,7 +177,7 @@ int cmd_eval(int argc, char **argv) {
         {0, 0, 0, 0},
     };
     const char *cmd = "eval", *data = NULL, *dataset = NULL;
-    int seq = 256, batch = 8, threads = 0;
+    int seq = 256, batch = 8, threads = 0, seq_given = 0;
     optind = 1;
     opterr = 0;
     int ch;
@@ -186,14 +186,18 @@ int cmd_eval(int argc, char **argv) {
         switch (ch) {
         case 'd': data = optarg; break;
         case 'k': dataset = optarg; break;
-        case 't': bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &seq); break;
+        case 't':
+            bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &seq);
+            seq_given = 1;
+            break;
         case 'b': bad = parse_int(cmd, "--batch", optarg, 1, 4096, &batch); break;
         case 'j': bad = parse_int(cmd, "--threads", optarg, 1, 1024, &threads); break;
         case 'h':
             printf("usage: difftrans eval MODEL_DIR (--data FILE.txt | --tokens DATASET) [--seq N] [--batch N]\n"
                    "                      [--threads N]\n\n"
                    "Mean next-token cross-entropy in consecutive windows of --seq tokens (capped at\n"
-                   "max_position_embeddings and at the data's length) [256], --batch windows at a time [8].\n"
+                   "max_position_embeddings, which a note on stderr says, and at the data's length) [256],\n"
+                   "--batch windows at a time [8].\n"
                    "--data: the whole file, encoded with the model's tokenizer.json (bytes for a byte-level\n"
                    "model); --tokens: the validation split of a token dataset made with the model's tokenizer.\n"
                    "Prints the loss per token, perplexity, and bits per byte: the loss of the scored tokens\n"
@@ -249,6 +253,13 @@ int cmd_eval(int argc, char **argv) {
     }
     const char *what = dataset ? dataset : data;
     if (rc == 0 && n < 2) rc = cli_error(cmd, "%s: too short to evaluate (%zu token%s)", what, n, n == 1 ? "" : "s");
+    /* a --seq past the model's positions was cut without a word (the default's cap is --help's) */
+    if (rc == 0 && seq_given && seq > m.cfg.max_position_embeddings) {
+        const int used = (size_t)m.cfg.max_position_embeddings + 1 > n ? (int)(n - 1) : m.cfg.max_position_embeddings;
+        fprintf(stderr, "eval: --seq %d is more than %s's max_position_embeddings %d: windows of %d tokens%s\n", seq,
+                argv[optind], m.cfg.max_position_embeddings, used,
+                used < m.cfg.max_position_embeddings ? " (the data's length)" : "");
+    }
     if (rc == 0 && dt_eval_tokens(&m, tokens, n, batch, seq, &loss, &scored, &err) != 0)
         rc = cli_fail(cmd, &err);
     if (rc == 0)

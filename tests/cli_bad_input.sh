@@ -638,6 +638,16 @@ expect_fail "eval --seq abc" 'seq.*abc' -- "${EV[@]}" --data "$SMALL_TXT" --seq 
 expect_fail "eval --batch 0" 'batch' -- "${EV[@]}" --data "$SMALL_TXT" --batch 0
 expect_fail "eval --bogus" 'bogus' -- "${EV[@]}" --data "$SMALL_TXT" --bogus
 expect_fail "eval without MODEL_DIR" 'MODEL_DIR' -- "$DT" eval --data "$SMALL_TXT"
+# --seq past max_position_embeddings (256) is capped: a note says so and the windows it used (it was silent)
+expect_ok "eval --seq past max_position_embeddings" "${EV[@]}" --data "$SMALL_TXT" --seq 5000
+check "eval --seq 5000: a note of the cap" grep -qx \
+    "eval: --seq 5000 is more than $GOOD's max_position_embeddings 256: windows of 256 tokens" "$S/.stderr"
+expect_ok "eval --seq past max_position_embeddings and the data" "${EV[@]}" --data "$S/short40.txt" --seq 5000
+check "eval --seq 5000 on 40 bytes: the windows the data allows" grep -qx \
+    "eval: --seq 5000 is more than $GOOD's max_position_embeddings 256: windows of 39 tokens (the data's length)" \
+    "$S/.stderr"
+expect_ok "eval --seq within max_position_embeddings" "${EV[@]}" --data "$SMALL_TXT" --seq 256
+check "eval --seq 256: no note" test ! -s "$S/.stderr"
 
 # ---------------------------------------------------------------- options
 
