@@ -148,5 +148,8 @@ printf '{"model_type": "llama"}' >"$S/fake.gguf"
 expect_status "a .gguf that is not one" 2 "fake.gguf: not a GGUF file" "$DT" info "$S/fake.gguf"
 expect_ok "export --help" "$DT" export --help
 out_has "the help tells of --gguf" "$S/last.out" "--gguf" "--type T" "q8_0" "llama.cpp has no" "--lm-head"
+# both vocabularies README documents (it told of the byte-level BPE "gpt2" alone)
+out_has "the help tells of both GGUF vocabularies" "$S/last.out" 'BPE tokenizer.json as "gpt2"' \
+    'SentencePiece-style BPE \(Llama 2' 'as "llama"'
 
 finish cli_gguf
