@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # cli_kill_checkpoint.sh — a training run killed with SIGKILL at random moments, while it writes a
-# checkpoint after every step, always leaves a checkpoint that loads and resumes.
+# checkpoint after every step, always leaves a checkpoint that loads and resumes, and the run
+# finished through all the kills equals an uninterrupted one bit for bit (README, "Training").
 #
 # usage: bash tests/cli_kill_checkpoint.sh PATH_TO_difftrans SCRATCH_DIR
 #
 # A small model with --save-interval 1 spends most of its time in checkpointing, so random kill
 # times land inside it (the model, optimizer and train-state files are staged and moved into
-# place with train_state.json last; see src/train/checkpoint.c). ROUNDS kills (default 12), each
-# at a random delay after the run has made its first checkpoint; after each: `info` loads the
-# directory and `train --resume` continues it by one step. Deterministic from KILL_SEED.
+# place with train_state.json last; see src/train/checkpoint.c). The interval is given to the
+# first run: a resume keeps the saved run's. ROUNDS kills (default 12), each at a random delay
+# after the run has made its first checkpoint; after each: `info` loads the directory and
+# `train --resume --stop-at` continues it by one step (the schedule of --steps kept). Then the run
+# is finished and compared with one never interrupted. Deterministic from KILL_SEED.
 set -u
 . "$(dirname "$0")/cli_lib.sh" "$@"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 ROUNDS=${ROUNDS:-12}
 RANDOM=${KILL_SEED:-11}
+STEPS=200
 run=$S/run
 cfg=$S/config.json
 cat >"$cfg" <<'JSON'
@@ -21,29 +25,42 @@ cat >"$cfg" <<'JSON'
  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 8,
  "max_position_embeddings": 64}
 JSON
-expect_ok "first checkpoint" "$DT" train --config "$cfg" --data "$CORPUS" --out "$run" --steps 1 --batch 2 --seq 16 \
-    --eval-batches 1 --threads 1 --quiet
+RUN=(train --config "$cfg" --data "$CORPUS" --steps $STEPS --batch 2 --seq 16 --eval-batches 1 --eval-interval 0
+     --threads 1 --quiet)
+expect_ok "first checkpoint" "$DT" "${RUN[@]}" --out "$run" --save-interval 1 --stop-at 1
+# the step a resume continues from: a complete stage (.next/train_state.json, written last) is
+# committed by the resume before it reads anything, so a kill inside a commit can leave
+# train_state.json one checkpoint behind the model files (src/train/checkpoint.h)
+resume_step() {
+    local state=$run/train_state.json
+    [ -f "$run/.next/train_state.json" ] && state=$run/.next/train_state.json
+    "${PY:-python3}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$state" 2>/dev/null || echo 0
+}
 steps=1
 for round in $(seq 1 "$ROUNDS"); do
-    "$DT" train --resume --out "$run" --steps 100000 --save-interval 1 --eval-interval 0 --threads 1 --quiet \
-        >/dev/null 2>"$S/train.err" </dev/null &
+    "$DT" train --resume --out "$run" --threads 1 --quiet >/dev/null 2>"$S/train.err" </dev/null &
     pid=$!
     # 20..400 ms: the run is reading the checkpoint, stepping, or writing the next one
     sleep "0.$(printf '%03d' $((20 + RANDOM % 380)))"
     kill -KILL "$pid" 2>/dev/null
     wait "$pid" 2>/dev/null
+    check "round $round: the resumed run said nothing" test ! -s "$S/train.err"
     expect_ok "round $round: the killed run's directory loads" "$DT" info "$run"
-    # the step a resume continues from: a complete stage (.next/train_state.json, written last) is
-    # committed by the resume before it reads anything, so a kill inside a commit can leave
-    # train_state.json one checkpoint behind the model files (src/train/checkpoint.h)
-    state=$run/train_state.json
-    [ -f "$run/.next/train_state.json" ] && state=$run/.next/train_state.json
-    now=$("${PY:-python3}" -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$state" \
-        2>/dev/null || echo 0)
+    now=$(resume_step)
     if [ "$now" -lt "$steps" ]; then fail "round $round: the run went back from step $steps to $now"; else pass; fi
+    [ "$now" -ge $STEPS ] && break # a fast machine: the run ended before the kill
     steps=$((now + 1))
-    expect_ok "round $round: it resumes (step $now → $steps)" "$DT" train --resume --out "$run" --steps "$steps" \
+    expect_ok "round $round: it resumes (step $now → $steps)" "$DT" train --resume --out "$run" --stop-at "$steps" \
         --threads 1 --quiet
 done
-echo "cli_kill_checkpoint: $ROUNDS kills, run at step $steps"
+if [ "$(resume_step)" -lt $STEPS ]; then
+    expect_ok "the killed run finishes" "$DT" train --resume --out "$run" --threads 1 --quiet
+fi
+expect_ok "an uninterrupted run" "$DT" "${RUN[@]}" --out "$S/ref" --save-interval 0
+for f in model.safetensors optimizer.safetensors; do
+    check "$f of the killed and resumed run equals the uninterrupted run's" cmp "$S/ref/$f" "$run/$f"
+done
+check "the killed run's metrics have each step once, with the uninterrupted run's losses" \
+    cmp <(cut -d, -f1-2 "$S/ref/metrics.jsonl") <(cut -d, -f1-2 "$run/metrics.jsonl")
+echo "cli_kill_checkpoint: $ROUNDS kills, last at step $steps of $STEPS"
 finish cli_kill_checkpoint
