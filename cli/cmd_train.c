@@ -42,8 +42,9 @@ static void help(void) {
            "  --eval-batches N          validation batches per evaluation [%d]\n"
            "  --save-interval N         checkpoint every N steps, 0 = only at the end [%d]\n"
            "  --resume                  continue the run in --out (same data, optimizer state, RNG);\n"
-           "                            --steps may extend it, other options come from the saved run\n"
-           "                            (--data: where the same data is now)\n"
+           "                            --steps may extend it, --grad-accum split its batch otherwise;\n"
+           "                            other options come from the saved run (--data: where the same\n"
+           "                            data is now)\n"
            "  --stop-at N               save and stop after step N, keeping the schedule of --steps\n"
            "  --force                   train a new model in an --out that holds one (replacing it)\n"
            "  --quiet                   no progress output\n"
@@ -57,7 +58,8 @@ static void help(void) {
            "mpirun -np N difftrans train ... trains one model on N ranks. --batch is the global batch\n"
            "(a multiple of N × --grad-accum); rank r computes rows [r·B/N, (r+1)·B/N) of the batch one\n"
            "process would draw, so the run follows the one-process run to float rounding. Rank 0\n"
-           "writes DIR; every rank reads it on --resume, which works with any N. Threads per rank:\n"
+           "writes DIR; every rank reads it on --resume, which works with any N dividing the run's\n"
+           "--batch (give --grad-accum where N × the saved one does not divide it). Threads per rank:\n"
            "--threads, else OMP_NUM_THREADS, else the cores the rank is bound to (or its machine's\n"
            "cores / its ranks there). Ranks started with a different program, options or data are\n"
            "refused at start-up.\n"
@@ -203,7 +205,22 @@ int cmd_train(int argc, char **argv) {
     dt_comm_free(comm);
     cli_default_stop_signals();
     /* in a job, rank 0 reports for every rank (the others' message is empty) */
-    if (rc != 0) return cli_fail_flags(cmd, &err, train_flags, (int)(sizeof train_flags / sizeof train_flags[0]));
+    if (rc != 0) {
+        /* a resumed run's batch, seq, lr, ... are the saved run's: a refusal naming one points at
+         * train_state.json, not at a flag that was ignored */
+        static const char *const saved[] = {"batch", "seq", "lr", "min_lr_ratio", "warmup", "weight_decay",
+                                            "grad_clip", "val_fraction", "eval_interval", "eval_batches",
+                                            "save_interval", "tokenizer_path"};
+        cli_flag flags[sizeof train_flags / sizeof train_flags[0]];
+        int n = 0;
+        for (size_t i = 0; i < sizeof train_flags / sizeof train_flags[0]; i++) {
+            int keep = 1;
+            for (size_t k = 0; resume && k < sizeof saved / sizeof saved[0]; k++)
+                keep &= strcmp(train_flags[i].field, saved[k]) != 0;
+            if (keep) flags[n++] = train_flags[i];
+        }
+        return cli_fail_flags(cmd, &err, flags, n);
+    }
     /* a run that stopped before its last step (the library said where it saved it) */
     if (!o.quiet && rank == 0 && (stop_requested || (o.stop_at > 0 && o.stop_at < o.steps)))
         fprintf(stderr, "continue with: difftrans train --resume --out %s\n", o.out_dir);

@@ -628,6 +628,9 @@ expect_fail "train --resume on a directory without a run" 'not_a_run' 'train_sta
 if [ -n "$(ls -A "$S/not_a_run")" ]; then
     fail "train --resume on a directory without a run left files: $(ls -A "$S/not_a_run" | tr '\n' ' ')"
 else pass; fi
+# the batch is the saved run's (2): the refusal says so and points at --grad-accum, not at an ignored --batch
+expect_fail "train --resume --grad-accum that does not divide the saved batch" 'grad_accum 3' 'batch of 2' \
+    '\(--grad-accum\)$' -- "$DT" train --resume --out "$GOOD" --grad-accum 3 --threads 1 --quiet
 
 EV=("$DT" eval "$GOOD" --seq 32 --batch 2 --threads 1)
 expect_fail "eval --data empty file" 'empty\.txt' 'empty' -- "${EV[@]}" --data "$S/empty.txt"

@@ -94,6 +94,19 @@ expect_ok "1 process stops at 25" "$DT" "${RUN[@]}" --steps 50 --stop-at 25 --ou
 expect_ok "resume on 2 ranks with ZeRO-1" "${MPIRUN[@]}" -np 2 "$DT" train --resume --out "$S/r12" --quiet --zero 1
 same_losses "1 → 2 ranks follows the uninterrupted run" "$S/one" "$S/r12"
 
+# ---- resume on N ranks that the saved batch (4) does not fit: what may change is named
+expect_ok "1 process, --grad-accum 4, stops at 2" "$DT" "${RUN[@]}" --steps 4 --stop-at 2 --grad-accum 4 \
+    --out "$S/k4"
+expect_fail "resume of --grad-accum 4 on 2 ranks names --grad-accum, not the saved --batch" \
+    "grad_accum 4: must divide the 2 sequences per rank .*k4 \(a batch of 4 on 2 ranks\) \(--grad-accum\)$" \
+    "${MPIRUN[@]}" -np 2 "$DT" train --resume --out "$S/k4" --quiet --threads 1
+expect_ok "... and resumes with --grad-accum 2" "${MPIRUN[@]}" -np 2 "$DT" train --resume --out "$S/k4" --quiet \
+    --threads 1 --grad-accum 2
+expect_ok "1 process, --batch 3, stops at 2" "$DT" "${RUN[@]}" --steps 4 --stop-at 2 --batch 3 --out "$S/b3"
+expect_fail "resume of --batch 3 on 2 ranks says the run's batch cannot be split" \
+    "the run in .*b3 has a batch of 3 sequences, which 2 ranks cannot split" \
+    "${MPIRUN[@]}" -np 2 "$DT" train --resume --out "$S/b3" --quiet --threads 1
+
 # ---- refused at start-up
 cp "$CORPUS" "$S/other.txt" && echo "one more line" >>"$S/other.txt"
 expect_fail "ranks with different data are refused" "ranks differ in the data file" \

@@ -531,6 +531,14 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
     if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "batch %d: must be in 1..4096", o->batch);
     const int ranks = dt_comm_size(o->comm);
     if (o->grad_accum <= 0 || o->batch % (o->grad_accum * ranks) != 0) {
+        /* the batch is the saved run's: say what may change instead (the ranks or grad_accum) */
+        if (o->resume && o->batch % ranks != 0)
+            return dt_fail(err, "the run in %s has a batch of %d sequences, which %d ranks cannot split: continue it "
+                                "on a number of ranks that divides %d", o->out_dir, o->batch, ranks, o->batch);
+        if (o->resume)
+            return dt_fail(err, "grad_accum %d: must divide the %d sequences per rank of the run in %s (a batch of "
+                                "%d on %d rank%s)", o->grad_accum, o->batch / ranks, o->out_dir, o->batch, ranks,
+                           ranks > 1 ? "s" : "");
         if (ranks == 1)
             return dt_fail(err, "grad_accum %d: must be positive and divide batch %d", o->grad_accum, o->batch);
         return dt_fail(err, "batch %d: must be a multiple of ranks × grad_accum = %d × %d", o->batch, ranks,
