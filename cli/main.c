@@ -5,11 +5,13 @@
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -357,6 +359,14 @@ int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, 
         if (!force)
             return cli_error(cmd, "%s %s: already holds a checkpoint (%s); %s, or give --force to replace it", flag,
                              dir, marks[i], what_else);
+        /* a training run holds its directory's flock (src/train/checkpoint.h): its files are not
+         * removed from under it */
+        const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        const int busy = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+        if (fd >= 0) close(fd);
+        if (busy)
+            return cli_error_code(cmd, DT_ERR_IO, "%s %s: a difftrans train is writing it; let it finish or stop it "
+                                                  "(Ctrl-C) first", flag, dir);
         fprintf(stderr, "difftrans %s: replacing the checkpoint in %s\n", cmd, dir);
         for (size_t k = 0; k < sizeof old_run / sizeof old_run[0]; k++) {
             snprintf(path, sizeof path, "%s/%s", dir, old_run[k]);

@@ -11,7 +11,8 @@
 # first run: a resume keeps the saved run's. ROUNDS kills (default 12), each at a random delay
 # after the run has made its first checkpoint; after each: `info` loads the directory and
 # `train --resume --stop-at` continues it by one step (the schedule of --steps kept). Then the run
-# is finished and compared with one never interrupted. Deterministic from KILL_SEED.
+# is finished and compared with one never interrupted. Deterministic from KILL_SEED. Last, runs
+# into a directory that a run is writing are refused.
 set -u
 . "$(dirname "$0")/cli_lib.sh" "$@"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
@@ -62,5 +63,24 @@ for f in model.safetensors optimizer.safetensors; do
 done
 check "the killed run's metrics have each step once, with the uninterrupted run's losses" \
     cmp <(cut -d, -f1-2 "$S/ref/metrics.jsonl") <(cut -d, -f1-2 "$run/metrics.jsonl")
+
+# While a run writes the directory, a second run into it is refused (status 3) — it would stage
+# into the same .next/ — and so is --force, which would remove the files from under it.
+"$DT" train --resume --out "$run" --steps 100000 --threads 1 --quiet >/dev/null 2>"$S/long.err" </dev/null &
+pid=$!
+for _ in $(seq 1 600); do
+    [ "$(wc -l <"$run/metrics.jsonl")" -gt $((STEPS + 2)) ] && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+done
+expect_status "a second --resume while the run writes its directory" 3 "run: another difftrans train is writing" \
+    "$DT" train --resume --out "$run" --threads 1 --quiet
+expect_status "a --force run into it" 3 "a difftrans train is writing it" "$DT" "${RUN[@]}" --out "$run" --force
+expect_status "init --force into it" 3 "a difftrans train is writing it" "$DT" init --out "$run" --force --preset tiny
+kill -INT $pid
+wait $pid
+check "the running run, stopped by Ctrl-C, exits 0 having said nothing else" test $? -eq 0 -a ! -s "$S/long.err"
+check "... and leaves its state file" test -s "$run/train_state.json"
+expect_ok "... which resumes" "$DT" train --resume --out "$run" --stop-at $(($(resume_step) + 1)) --threads 1 --quiet
 echo "cli_kill_checkpoint: $ROUNDS kills, last at step $steps of $STEPS"
 finish cli_kill_checkpoint

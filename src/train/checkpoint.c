@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -89,4 +90,16 @@ int checkpoint_recover(const char *dir, dt_error *err) {
     if (stat(stage, &sb) != 0) return 0; /* nothing was interrupted */
     if (stat(last, &sb) == 0) return checkpoint_commit(dir, err);
     return discard_stage(stage, err);
+}
+
+int checkpoint_lock(const char *dir, int *fd, dt_error *err) {
+    *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (*fd < 0) return dt_fail_io(err, "%s: cannot open directory: %s", dir, strerror(errno));
+    if (flock(*fd, LOCK_EX | LOCK_NB) == 0) return 0;
+    const int busy = errno == EWOULDBLOCK;
+    close(*fd);
+    *fd = -1;
+    if (!busy) return 0; /* a file system without locks (some NFS mounts): the run goes on unguarded */
+    return dt_fail_io(err, "%s: another difftrans train is writing this directory; let it finish or stop it "
+                           "(Ctrl-C) first", dir);
 }

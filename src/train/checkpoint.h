@@ -21,4 +21,8 @@ void checkpoint_discard(const char *dir);
 int checkpoint_commit(const char *dir, dt_error *err);
 /* Finishes a commit that was interrupted, or discards an incomplete stage. */
 int checkpoint_recover(const char *dir, dt_error *err);
+/* Takes an exclusive flock(2) on DIR for as long as *fd stays open (the process's end, however
+ * it ends, releases it), so that two training runs never stage into the same DIR/.next. A DIR
+ * another process holds is refused; one whose file system cannot lock (*fd = -1) is not. */
+int checkpoint_lock(const char *dir, int *fd, dt_error *err);
 #endif

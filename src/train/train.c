@@ -85,6 +85,7 @@ typedef struct {
     uint64_t data_fingerprint, saved_fingerprint;
     size_t saved_n_tokens;       /* 0: a state file from before the fingerprint */
     char data_abs[4096];         /* the data's absolute path, which the state file records */
+    int lock_fd;                 /* rank 0: holds the output directory's lock (checkpoint_lock); -1: none */
     /* sums over the timed steps (all but the first) for the closing summary */
     int timed;
     double step_s, compute_s, wait_s, exposed_s, comm_s, spread;
@@ -518,6 +519,7 @@ static void trainer_free(trainer *tr) {
     free(tr->tokens);
     free(tr->in);
     free(tr->tg);
+    if (tr->lock_fd >= 0) close(tr->lock_fd);
 }
 
 static int validate_options(const dt_train_options *o, dt_error *err) {
@@ -643,10 +645,11 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     return 0;
 }
 
-/* Rank 0: the output directory and its metrics file (kept up to the resumed step). */
-static FILE *open_metrics(const dt_train_options *o, const trainer *tr, dt_error *err) {
+/* Rank 0: the output directory, locked, and its metrics file (kept up to the resumed step). */
+static FILE *open_metrics(const dt_train_options *o, trainer *tr, dt_error *err) {
     char path[4200];
     if (dir_ensure(o->out_dir, err) != 0) return NULL;
+    if (tr->lock_fd < 0 && checkpoint_lock(o->out_dir, &tr->lock_fd, err) != 0) return NULL;
     if (dt_pathf(path, sizeof path, err, "%s/metrics.jsonl", o->out_dir)) return NULL;
     if (o->resume ? truncate_metrics(path, tr->step + 1, err) : (unlink(path), 0)) return NULL;
     FILE *mf = fopen(path, "a");
@@ -683,14 +686,23 @@ int dt_train(dt_train_options *o, dt_error *err) {
 static int train_run(dt_train_options *o, dt_error *err) {
     trainer tr;
     memset(&tr, 0, sizeof tr);
+    tr.lock_fd = -1;
     tr.comm = o->comm;
     tr.rank = dt_comm_rank(o->comm);
     tr.ranks = dt_comm_size(o->comm);
     const int quiet = o->quiet || tr.rank != 0; /* rank 0 speaks for the job */
     char data_path[4096] = "";
-    /* an interrupted checkpoint commit is finished (or discarded) before any rank reads DIR */
-    int rc = o->resume && o->out_dir && tr.rank == 0 ? checkpoint_recover(o->out_dir, err) : 0;
-    if (comm_agree(tr.comm, rc, NULL, NULL, 0, err) != 0) return -1;
+    /* an interrupted checkpoint commit is finished (or discarded) before any rank reads DIR, and
+     * not while another run is writing it (a missing DIR is left to the loaders to report) */
+    int rc = 0;
+    struct stat sb;
+    if (o->resume && o->out_dir && tr.rank == 0 && stat(o->out_dir, &sb) == 0 && S_ISDIR(sb.st_mode))
+        rc = checkpoint_lock(o->out_dir, &tr.lock_fd, err);
+    if (rc == 0 && o->resume && o->out_dir && tr.rank == 0) rc = checkpoint_recover(o->out_dir, err);
+    if (comm_agree(tr.comm, rc, NULL, NULL, 0, err) != 0) {
+        if (tr.lock_fd >= 0) close(tr.lock_fd);
+        return -1;
+    }
     rc = setup(&tr, o, data_path, sizeof data_path, err);
     uint64_t fp[3] = {0, 0, 0};
     static const char *const fp_names[3] = {"the program (binary)", "the options or model config",
