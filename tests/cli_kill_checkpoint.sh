@@ -58,6 +58,8 @@ if [ "$(resume_step)" -lt $STEPS ]; then
     expect_ok "the killed run finishes" "$DT" train --resume --out "$run" --threads 1 --quiet
 fi
 expect_ok "an uninterrupted run" "$DT" "${RUN[@]}" --out "$S/ref" --save-interval 0
+check "--eval-interval 0 validates after the first and the last step only (README, --help)" test \
+    "$(grep -n '"val_loss"' "$S/ref/metrics.jsonl" | cut -d: -f1 | tr '\n' ' ')" = "1 $STEPS "
 for f in model.safetensors optimizer.safetensors; do
     check "$f of the killed and resumed run equals the uninterrupted run's" cmp "$S/ref/$f" "$run/$f"
 done
