@@ -66,7 +66,9 @@ static void help(void) {
            "refused at start-up.\n"
            "Faults: a rank that dies ends the job at once (mpirun reports it and stops the others);\n"
            "a rank that hangs ends it within --comm-timeout S seconds (rank 0 names the ranks that did\n"
-           "not arrive; the others give up after 1.5·S + 2 s). The last checkpoint stays intact.\n",
+           "not arrive; the others give up after 1.5·S + 2 s). The last checkpoint stays intact.\n"
+           "Ctrl-C to mpirun reaches the ranks late (after --mca odls_base_sigkill_timeout S, 1 s, with\n"
+           "SIGKILL S later) and mpirun exits 1; SIGINT or SIGTERM to one rank stops every rank at once.\n",
            dt_config_preset_names(), dt_ablation_names(), d.steps, d.batch, d.seq, (double)d.lr, (double)d.min_lr_ratio, d.warmup,
            (double)d.weight_decay, (double)d.grad_clip, (unsigned long long)d.seed, (double)d.val_fraction,
            d.eval_interval, d.eval_batches, d.save_interval, DEFAULT_COMM_TIMEOUT);

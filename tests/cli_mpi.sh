@@ -6,8 +6,9 @@
 # The same global batch gives the one-process result: per-step train loss within 1e-4 relative
 # over 50 steps for plain, --grad-accum and --zero 1 runs, and two 2-rank runs agree bit for
 # bit; resume 2 → 1 and 1 → 2 ranks follows the uninterrupted run; ranks with different data are
-# refused; Ctrl-C to mpirun saves and stops every rank; a rank killed with SIGKILL or stopped
-# (hung) ends the job within a bounded time naming the rank, and the last checkpoint resumes.
+# refused; Ctrl-C to mpirun (status 1) or SIGTERM to a rank (status 0) saves and stops every rank;
+# a rank killed with SIGKILL (status 137) or stopped (hung: 7) ends the job within a bounded time
+# naming the rank, and the last checkpoint resumes.
 TMO=120
 . "$(dirname "$0")/cli_lib.sh" "$@"
 export OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1
@@ -119,15 +120,25 @@ expect_fail "a batch the ranks cannot split is refused" "batch 3: must be a mult
 LONG=("${RUN[@]}" --steps 1000000 --eval-interval 0 --save-interval 10)
 
 # Ctrl-C to mpirun: every rank stops after the same step and rank 0 saves (no checkpoint before)
-"${MPIRUN[@]}" -np 2 "$DT" "${LONG[@]}" --save-interval 0 --out "$S/int" >"$S/int.log" 2>&1 &
+# (not --quiet: rank 0's closing line says whether it saved)
+LOUD=()
+for a in "${LONG[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
+"${MPIRUN[@]}" -np 2 "$DT" "${LOUD[@]}" --save-interval 0 --out "$S/int" >"$S/int.log" 2>&1 &
 MP=$!
 if wait_for "$S/int/metrics.jsonl" 60; then
     sleep 0.5
     kill -INT $MP
     t0=$SECONDS
     wait $MP
+    rc=$?
     if [ $((SECONDS - t0)) -le 20 ] && [ -s "$S/int/train_state.json" ]; then pass; else
         fail "Ctrl-C to mpirun saves and stops" "$(tail -c 600 "$S/int.log")"
+    fi
+    # README: mpirun's status after a signal is 1 although the ranks exited 0; rank 0 says it saved
+    if [ $rc -eq 1 ] && grep -q "interrupted at step .*: checkpoint saved" "$S/int.log" &&
+        ! grep -q "non-zero" "$S/int.log"; then pass; else
+        fail "Ctrl-C to mpirun: status 1 from mpirun, 0 from the ranks, rank 0 says it saved (status $rc)" \
+            "$(tail -c 600 "$S/int.log")"
     fi
     expect_ok "the interrupted run resumes" "$DT" train --resume --out "$S/int" --threads 1 --quiet \
         --steps "$(($(sed -n 's/.*"step":[[:space:]]*\([0-9]*\).*/\1/p' "$S/int/train_state.json") + 3))"
@@ -136,11 +147,30 @@ else
     kill -9 $MP 2>/dev/null
 fi
 
-# fault_run NAME SIGNAL EXTRA...: start a long job, send SIGNAL to rank 1 once it has checkpointed,
-# and expect the job to end (non-zero) within 30 s with a message naming rank 1.
+# SIGTERM to one rank (README: the way to stop at once): every rank stops after the same step, rank
+# 0 saves, and mpirun exits 0
+"${MPIRUN[@]}" -np 2 "$DT" "${LOUD[@]}" --save-interval 0 --out "$S/term" >"$S/term.log" 2>&1 &
+MP=$!
+if wait_for "$S/term/metrics.jsonl" 60 && sleep 0.5 && pid=$(rank_pid $MP 1); then
+    kill -TERM "$pid"
+    t0=$SECONDS
+    wait $MP
+    rc=$?
+    if [ $rc -eq 0 ] && [ $((SECONDS - t0)) -le 10 ] && [ -s "$S/term/train_state.json" ] &&
+        grep -q "interrupted at step .*: checkpoint saved" "$S/term.log"; then pass; else
+        fail "SIGTERM to rank 1 stops the job with status 0 and a checkpoint (status $rc)" \
+            "$(tail -c 600 "$S/term.log")"
+    fi
+else
+    fail "the SIGTERM run started" "$(tail -c 600 "$S/term.log")"
+    kill -9 $MP 2>/dev/null
+fi
+
+# fault_run NAME SIGNAL STATUS EXTRA...: start a long job, send SIGNAL to rank 1 once it has
+# checkpointed, and expect the job to end with STATUS (README) within 30 s with a message naming rank 1.
 fault_run() {
-    local name=$1 sig=$2 pid t0 rc
-    shift 2
+    local name=$1 sig=$2 want=$3 pid t0 rc
+    shift 3
     "${MPIRUN[@]}" -np 2 "$DT" "${LONG[@]}" --out "$S/$name" "$@" >"$S/$name.log" 2>&1 &
     local mp=$!
     if ! wait_for "$S/$name/train_state.json" 60 || ! pid=$(rank_pid $mp 1); then
@@ -157,14 +187,14 @@ fault_run() {
     fi
     wait $mp
     rc=$?
-    if [ $rc -ne 0 ] && grep -qE "rank 1[^0-9]" "$S/$name.log"; then pass; else
-        fail "$name: the job fails naming rank 1 (status $rc)" "$(tail -c 800 "$S/$name.log")"
+    if [ $rc -eq "$want" ] && grep -qE "rank 1[^0-9]" "$S/$name.log"; then pass; else
+        fail "$name: the job fails with status $want naming rank 1 (status $rc)" "$(tail -c 800 "$S/$name.log")"
     fi
     kill -9 "$pid" 2>/dev/null # a stopped rank, should the launcher have left it
     expect_ok "$name: the last checkpoint resumes" "$DT" train --resume --out "$S/$name" --threads 1 --quiet \
         --steps "$(($(sed -n 's/.*"step":[[:space:]]*\([0-9]*\).*/\1/p' "$S/$name/train_state.json") + 3))"
 }
-fault_run killed KILL
-fault_run hung STOP --comm-timeout 3
+fault_run killed KILL 137
+fault_run hung STOP 7 --comm-timeout 3
 
 finish cli_mpi
