@@ -2,7 +2,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <omp.h>
 #include <signal.h>
@@ -11,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -346,9 +344,6 @@ const char *cli_model_file_at(const char *model, const char *output, char *name,
 int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else) {
     static const char *const marks[] = {"train_state.json", "config.json", "model.safetensors",
                                         "model.safetensors.index.json"};
-    /* what a resume would read of the old run: gone with it, so that it is not continued on the
-     * new weights (the weights' own files are replaced by the save) */
-    static const char *const old_run[] = {"train_state.json", "optimizer.safetensors", "metrics.jsonl"};
     struct stat sb;
     if (stat(dir, &sb) != 0) return 0; /* a new directory */
     if (!S_ISDIR(sb.st_mode)) return cli_error(cmd, "%s %s: exists and is not a directory", flag, dir);
@@ -359,21 +354,9 @@ int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, 
         if (!force)
             return cli_error(cmd, "%s %s: already holds a checkpoint (%s); %s, or give --force to replace it", flag,
                              dir, marks[i], what_else);
-        /* a training run holds its directory's flock (src/train/checkpoint.h): its files are not
-         * removed from under it */
-        const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        const int busy = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-        if (fd >= 0) close(fd);
-        if (busy)
-            return cli_error_code(cmd, DT_ERR_IO, "%s %s: a difftrans train is writing it; let it finish or stop it "
-                                                  "(Ctrl-C) first", flag, dir);
+        dt_error err;
+        if (dt_train_forget(dir, &err) != 0) return cli_fail(cmd, &err);
         fprintf(stderr, "difftrans %s: replacing the checkpoint in %s\n", cmd, dir);
-        for (size_t k = 0; k < sizeof old_run / sizeof old_run[0]; k++) {
-            snprintf(path, sizeof path, "%s/%s", dir, old_run[k]);
-            if (unlink(path) != 0 && errno != ENOENT)
-                return cli_error_code(cmd, DT_ERR_IO, "%s: cannot remove the old run's file: %s", path,
-                                      strerror(errno));
-        }
         break;
     }
     return 0;

@@ -699,6 +699,11 @@ size_t dt_train_split(size_t n, float val_fraction);
  * grad_accum when 0) are the saved run's on return; data_path, tokens_path and tokenizer_path are
  * the caller's again. */
 int dt_train(dt_train_options *o, dt_error *err);
+/* Removes what a resume would read of the training run in dir (train_state.json,
+ * optimizer.safetensors, metrics.jsonl and a checkpoint it was still writing when it stopped), so
+ * that a model saved there anew is not continued as that run; the model's own files stay for the
+ * save to replace. A dir a running dt_train is writing is refused (DT_ERR_IO), nothing removed. */
+int dt_train_forget(const char *dir, dt_error *err);
 
 /* ---------------------------------------------------------------- quantisation */
 

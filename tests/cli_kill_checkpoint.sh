@@ -77,12 +77,18 @@ for _ in $(seq 1 600); do
 done
 expect_status "a second --resume while the run writes its directory" 3 "run: another difftrans train is writing" \
     "$DT" train --resume --out "$run" --threads 1 --quiet
-expect_status "a --force run into it" 3 "a difftrans train is writing it" "$DT" "${RUN[@]}" --out "$run" --force
-expect_status "init --force into it" 3 "a difftrans train is writing it" "$DT" init --out "$run" --force --preset tiny
+expect_status "a --force run into it" 3 "another difftrans train is writing" "$DT" "${RUN[@]}" --out "$run" --force
+expect_status "init --force into it" 3 "another difftrans train is writing" "$DT" init --out "$run" --force --preset tiny
 kill -INT $pid
 wait $pid
 check "the running run, stopped by Ctrl-C, exits 0 having said nothing else" test $? -eq 0 -a ! -s "$S/long.err"
 check "... and leaves its state file" test -s "$run/train_state.json"
 expect_ok "... which resumes" "$DT" train --resume --out "$run" --stop-at $(($(resume_step) + 1)) --threads 1 --quiet
+# --force forgets the old run whole: a checkpoint it had staged but not committed (killed inside
+# the commit) would otherwise be committed by the next --resume, the old weights with it
+mkdir -p "$run/.next" && cp "$run/train_state.json" "$run/model.safetensors" "$run/.next/"
+expect_ok "init --force over a run with a staged checkpoint" "$DT" init --out "$run" --force --preset tiny
+check "... removes the staged checkpoint" test ! -e "$run/.next"
+check "... and the old run's state" test ! -e "$run/train_state.json" -a ! -e "$run/optimizer.safetensors"
 echo "cli_kill_checkpoint: $ROUNDS kills, last at step $steps of $STEPS"
 finish cli_kill_checkpoint

@@ -103,3 +103,21 @@ int checkpoint_lock(const char *dir, int *fd, dt_error *err) {
     return dt_fail_io(err, "%s: another difftrans train is writing this directory; let it finish or stop it "
                            "(Ctrl-C) first", dir);
 }
+
+int dt_train_forget(const char *dir, dt_error *err) {
+    static const char *const old_run[] = {"train_state.json", "optimizer.safetensors", "metrics.jsonl"};
+    int fd;
+    if (checkpoint_lock(dir, &fd, err) != 0) return -1;
+    char path[4400];
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < sizeof old_run / sizeof old_run[0]; k++) {
+        rc = dt_pathf(path, sizeof path, err, "%s/%s", dir, old_run[k]);
+        if (rc == 0 && unlink(path) != 0 && errno != ENOENT)
+            rc = dt_fail_io(err, "%s: cannot remove the old run's file: %s", path, strerror(errno));
+    }
+    /* a finished stage would otherwise be committed by the next resume, the old run's weights with it */
+    if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/%s", dir, STAGE);
+    if (rc == 0) rc = discard_stage(path, err);
+    if (fd >= 0) close(fd);
+    return rc;
+}
