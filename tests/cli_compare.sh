@@ -7,11 +7,14 @@
 #                      learning curves), report.json (python3: every run, the summary), the run
 #                      directories of both seeds, the PNGs when gnuplot is on PATH
 #   --ablations        three variants side by side, one table per measure with parameter counts
-#   --quick --needle   the needle set, DIR/train.txt, the retrieval / allocation tables and needle
-#                      accuracy per post-training quantisation scheme (REPORT.md, report.json)
+#   --quick --needle   the needle set (filling the models' 256 positions, recorded in compare.json),
+#                      DIR/train.txt, the retrieval / allocation tables and needle accuracy per
+#                      post-training quantisation scheme (REPORT.md, report.json)
 #   --tokenizer        BPE runs (a tokenizer from tests/make_bpe_tokenizer.py) with --needle and the
 #                      tasks: every run carries the tokenizer, the report counts tokens and has the task
-#                      tables (each symbol one token); --tokens (a token dataset) too; a tokenizer
+#                      tables (each symbol one token); the needle set fills the positions in its tokens,
+#                      a resume takes compare.json's set (an older plan without one: the byte sizing),
+#                      a planned set too long is refused; --tokens (a token dataset) too; a tokenizer
 #                      without a token for a task symbol is refused naming it
 #   resuming           SIGINT inside the first run (status 9) and SIGKILL inside the second, each resumed
 #                      by the same command: the models and report.json of the uninterrupted comparison;
@@ -197,6 +200,18 @@ N=$S/needle
 expect_ok "compare --quick --needle" "$DT" compare --quick --needle --quiet --threads 1 --seeds 1 --tasks none \
     --data "$CORPUS" --out "$N"
 check "needle test set" test -s "$N/needle/test.jsonl"
+if [ -n "$PY" ]; then
+    # sized as `needle generate --model` sizes a set: the longest context whose test samples fit the tiny preset's
+    # 256 positions, here bytes (it was 5/8 of them whatever the samples took), recorded in compare.json
+    check "the byte-level needle set fills the models' 256 positions" "$PY" -c '
+import json, sys
+lengths = [json.loads(l)["text_length"] for l in open(sys.argv[1] + "/needle/test.jsonl")]
+assert max(lengths) <= 256 and max(lengths) >= 240, lengths
+n, plan = json.load(open(sys.argv[1] + "/needle/needle.json")), json.load(open(sys.argv[1] + "/compare.json"))
+assert plan["needle_set"] == {"contexts": n["contexts"], "needles": n["needles"], "queries": n["queries"],
+                              "train": n["train"], "test": n["test"]}, (plan["needle_set"], n)
+' "$N"
+fi
 check "training text with the needle set" test -s "$N/train.txt"
 # the needle samples first, the corpus after them: dt_train holds out the text's tail, which must
 # be the corpus's (the samples were once appended, and the held-out loss was measured on them)
@@ -271,6 +286,52 @@ for m in b["runs"]:
     out_has "REPORT.md gives the bytes and bits per byte" "$S/bpe_scaling/REPORT.md" \
         "validation split, $tail_n tokens, $tail_bytes bytes as the tokenizer decodes them" \
         "\| final validation loss \(bits/byte\) \| — \| — \| [0-9.]+ \| [0-9.]+ \|"
+    # the needle set in the models' tokens: 160 bytes (5/8 of 256 positions taken as bytes) gave samples of at
+    # most 158 of this tokenizer's tokens, well inside the 256 positions
+    check "compare --tokenizer --needle: the needle set fills the models' 256 positions in their tokens" "$PY" -c '
+import json, subprocess, sys
+most = 0
+for line in open(sys.argv[1] + "/needle/test.jsonl"):
+    ids = subprocess.run([sys.argv[2], "tokenizer", "encode", "--tokenizer", sys.argv[3]],
+                         input=json.loads(line)["text"], capture_output=True, text=True, check=True).stdout.split()
+    most = max(most, len(ids))
+assert 192 <= most <= 256, most
+assert json.load(open(sys.argv[1] + "/compare.json"))["needle_set"]["contexts"] == \
+    json.load(open(sys.argv[1] + "/needle/needle.json"))["contexts"]
+' "$B" "$DT" "$S/tok"
+    # a resume takes the set compare.json records (the runs trained on it), and a compare.json from before the
+    # record keeps the byte sizing its runs trained on
+    BPE_RUN=(compare --quick --quiet --threads 1 --seeds 1 --steps 4 --tokenizer "$S/tok" --needle --data "$CORPUS")
+    cp -r "$B" "$S/bpe_planned"
+    "$PY" -c '
+import json, sys
+p = json.load(open(sys.argv[1])); p["needle_set"]["needles"] -= 1; json.dump(p, open(sys.argv[1], "w"))' \
+        "$S/bpe_planned/compare.json"
+    expect_ok "a resume keeps compare.json's needle set" "$DT" "${BPE_RUN[@]}" --out "$S/bpe_planned"
+    check "its needle set is the planned one" "$PY" -c '
+import json, sys
+p = json.load(open(sys.argv[1] + "/compare.json"))["needle_set"]
+n = json.load(open(sys.argv[1] + "/needle/needle.json"))
+assert (n["contexts"], n["needles"], n["queries"]) == (p["contexts"], p["needles"], p["queries"]), (n, p)
+' "$S/bpe_planned"
+    cp -r "$B" "$S/bpe_old"
+    "$PY" -c '
+import json, sys
+p = json.load(open(sys.argv[1])); del p["needle_set"]; json.dump(p, open(sys.argv[1], "w"))' "$S/bpe_old/compare.json"
+    expect_ok "a resume of a comparison planned before compare.json recorded its needle set" "$DT" "${BPE_RUN[@]}" \
+        --out "$S/bpe_old"
+    out_has "it keeps the set its runs trained on" "$S/bpe_old/REPORT.md" \
+        "ours uses 160-byte contexts, 4 needles, 1 query"
+    check "and its plan as it was" test "$(grep -c needle_set "$S/bpe_old/compare.json")" = 0
+    expect_ok "--force replans it" "$DT" "${BPE_RUN[@]}" --out "$S/bpe_old" --force
+    check "with the fitted set" cmp "$S/bpe_old/needle/test.jsonl" "$B/needle/test.jsonl"
+    "$PY" -c '
+import json, sys
+p = json.load(open(sys.argv[1])); p["needle_set"]["contexts"] = [900]; json.dump(p, open(sys.argv[1], "w"))' \
+        "$S/bpe_old/compare.json"
+    expect_status "a planned needle set longer than the models' positions" 1 \
+        "compare.json plans 900-byte needle contexts, whose test samples take up to [0-9]+ tokens, .*256 positions; --force" \
+        "$DT" "${BPE_RUN[@]}" --out "$S/bpe_old"
     check "every run carries the tokenizer" cmp "$B/diff/tokenizer.json" "$S/tok/tokenizer.json"
     check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"
     out_has "REPORT.md counts tokens" "$B/REPORT.md" "vocabulary: the BPE tokenizer of" "nats/token" \

@@ -18,6 +18,7 @@
 #include "difftrans_analysis.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -436,10 +437,10 @@ static int concat_files(const char *a, const char *b, const char *out, dt_error 
     return dt_atomic_commit(&f, err);
 }
 
-/* The long-form needle set sized for the model's context: a context of 5/8 of it (at most 4096
- * bytes), up to 6 needles and 2 queries of 64 bytes each in the rest. */
-static int needle_set(const dt_cmp_options *o, const dt_config *c, const char *dir, dt_needle_params *np, dt_error *err) {
-    const int maxp = c->max_position_embeddings;
+/* The needle set of comparisons planned before compare.json recorded it: a context of 5/8 of the
+ * preset's positions taken as bytes (at most 4096), up to 6 needles and 2 queries of 64 bytes each
+ * in the rest. Their runs trained on it, so a resume of one keeps it. */
+static int needle_params_bytes(const dt_cmp_options *o, int maxp, dt_needle_params *np, dt_error *err) {
     int ctx = maxp * 5 / 8;
     if (ctx > 4096) ctx = 4096;
     int needles = ctx / DT_NEEDLE_UNIT_MAX;
@@ -449,15 +450,122 @@ static int needle_set(const dt_cmp_options *o, const dt_config *c, const char *d
     if (queries > needles) queries = needles;
     if (needles < 1 || queries < 1)
         return dt_fail(err, "needle: preset %s's context (%d bytes) is too short for a needle set", o->preset, maxp);
-    dt_needle_params_default(np);
     np->n_contexts = 1;
     np->contexts[0] = ctx;
     np->needles = needles;
     np->queries = queries;
+    return dt_needle_params_validate(np, err);
+}
+
+/* The needle set for models of maxp positions reading text through tok (NULL: bytes), as `needle
+ * generate --model` sizes one: the longest context whose test samples all fit maxp in tokens, with
+ * as many of the paper's 6 needles (2 queries) as fit. One context, the longest: the report's
+ * samples are few, and each cell of a second length would get half of them. */
+static int needle_params_fit(const dt_cmp_options *o, const dt_needle_corpus *corpus, const dt_tok *tok, int maxp,
+                             dt_needle_params *np, dt_error *err) {
+    int most[2], n = 0;
+    for (np->needles = 6; np->needles >= 1; np->needles--) {
+        np->queries = np->needles < 2 ? np->needles : 2;
+        if ((n = dt_needle_fit_contexts(np, corpus, tok, maxp, most, err)) != 0) break;
+    }
+    if (n < 0) return -1;
+    if (n == 0) {
+        np->needles = np->queries = 1;
+        return dt_fail(err, "needle: preset %s's %d positions cannot hold a test sample of one needle and one query "
+                            "(%s)", o->preset, maxp, tok ? "in the tokenizer's tokens" : "bytes");
+    }
+    np->contexts[0] = np->contexts[n - 1];
+    np->n_contexts = 1;
+    return 0;
+}
+
+/* compare.json's "needle_set": what fixes the set beside the plan's seed and data. */
+static cJSON *needle_set_json(const dt_needle_params *np) {
+    cJSON *j = cJSON_CreateObject(), *ctx = cJSON_AddArrayToObject(j, "contexts");
+    int ok = j && ctx;
+    for (int i = 0; ok && i < np->n_contexts; i++) ok = cJSON_AddItemToArray(ctx, cJSON_CreateNumber(np->contexts[i]));
+    ok = ok && cJSON_AddNumberToObject(j, "needles", np->needles) &&
+         cJSON_AddNumberToObject(j, "queries", np->queries) && cJSON_AddNumberToObject(j, "train", np->n_train) &&
+         cJSON_AddNumberToObject(j, "test", np->n_test);
+    if (!ok) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    return j;
+}
+
+static int json_int_member(const cJSON *j, const char *name, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, name);
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= INT_MIN && v->valuedouble <= INT_MAX) ||
+        v->valuedouble != (double)(int)v->valuedouble)
+        return 0;
+    *out = (int)v->valuedouble;
+    return 1;
+}
+
+/* The needle set a resumed comparison was planned with: its compare.json's needle_set, or, from a
+ * compare.json older than that member, the byte sizing its runs trained on (*legacy set). */
+static int needle_params_planned(const dt_cmp_options *o, const char *plan_path, int maxp, dt_needle_params *np,
+                                 int *legacy, dt_error *err) {
+    cJSON *plan = json_load_file(plan_path, err);
+    if (!plan) return -1;
+    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(plan, "needle_set"), *ctx, *c;
+    *legacy = ns == NULL;
+    int rc = 0;
+    if (*legacy) rc = needle_params_bytes(o, maxp, np, err);
+    else {
+        ctx = cJSON_GetObjectItemCaseSensitive(ns, "contexts");
+        int ok = cJSON_IsArray(ctx) && cJSON_GetArraySize(ctx) >= 1 &&
+                 cJSON_GetArraySize(ctx) <= DT_NEEDLE_MAX_LIST && json_int_member(ns, "needles", &np->needles) &&
+                 json_int_member(ns, "queries", &np->queries) && json_int_member(ns, "train", &np->n_train) &&
+                 json_int_member(ns, "test", &np->n_test);
+        np->n_contexts = 0;
+        const cJSON *list = ok ? ctx : NULL;
+        cJSON_ArrayForEach(c, list) {
+            ok = ok && cJSON_IsNumber(c) && c->valuedouble >= 1 && c->valuedouble <= DT_NEEDLE_MAX_CONTEXT &&
+                 c->valuedouble == (double)(int)c->valuedouble;
+            if (ok) np->contexts[np->n_contexts++] = (int)c->valuedouble;
+        }
+        dt_error why;
+        if (!ok) rc = dt_fail_format(err, "%s: needle_set: not contexts, needles, queries, train and test as integers",
+                                     plan_path);
+        else if (dt_needle_params_validate(np, &why) != 0)
+            rc = dt_fail_format(err, "%s: needle_set: %s", plan_path, why.msg);
+    }
+    cJSON_Delete(plan);
+    return rc;
+}
+
+/* The comparison's needle set: a resumed one's as planned, a new one's fitted to the models. The
+ * runs' shortest context bounds it; a planned set that does not fit it (an edited plan) is refused
+ * before any training. */
+static int needle_params(const dt_cmp_options *o, const dt_config *cfgs, const dt_tok *tok, const char *plan_path,
+                         int resuming, dt_needle_params *np, int *legacy, dt_error *err) {
+    int maxp = cfgs[0].max_position_embeddings;
+    for (int v = 1; v < o->n_variants; v++)
+        if (cfgs[v].max_position_embeddings < maxp) maxp = cfgs[v].max_position_embeddings;
+    dt_needle_params_default(np);
     np->n_train = o->quick ? 40 : 400;
     np->n_test = o->quick ? 10 : 50;
     np->seed = o->seed;
-    if (dt_needle_params_validate(np, err) != 0) return -1;
+    *legacy = 0;
+    dt_needle_corpus corpus = {0};
+    if (dt_needle_corpus_load(&corpus, o->data, err) != 0) return -1;
+    int rc = resuming ? needle_params_planned(o, plan_path, maxp, np, legacy, err)
+                      : needle_params_fit(o, &corpus, tok, maxp, np, err);
+    for (int i = 0; rc == 0 && resuming && i < np->n_contexts; i++) {
+        int most = 0;
+        if ((rc = dt_needle_most_tokens(np, &corpus, tok, np->contexts[i], &most, err)) == 0 && most > maxp)
+            rc = dt_fail(err, "needle: %s plans %d-byte needle contexts, whose test samples take up to %d %s, more "
+                              "than the models' %d positions; --force starts the comparison over with a set that "
+                              "fits", plan_path, np->contexts[i], most, tok ? "tokens" : "bytes", maxp);
+    }
+    dt_needle_corpus_free(&corpus);
+    return rc;
+}
+
+/* DIR/needle: the needle set np. */
+static int needle_set(const dt_cmp_options *o, const dt_needle_params *np, const char *dir, dt_error *err) {
     dt_needle_corpus corpus = {0};
     if (dt_needle_corpus_load(&corpus, o->data, err) != 0) return -1;
     int rc = dt_needle_write_dataset(np, &corpus, o->data, dir, err);
@@ -637,7 +745,8 @@ static int decoded_bytes(const char *path, const int *tok, size_t n, size_t *byt
 
 /* dt_cmp_run after the checks, with the progress state and the job table allocated. */
 static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt_task_symbols *symbols, progress *p, job *jobs,
-                        const cJSON *plan, int resuming, dt_error *err) {
+                        const cJSON *plan, int resuming, const dt_needle_params *np, int needle_legacy,
+                        dt_error *err) {
     const int n_main = o->n_variants * o->seeds;
     int *tok = NULL;
     size_t n = 0;
@@ -646,17 +755,19 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
     char needle_dir[4200], needle_train[4300], train_txt[4200];
     const char *train_path = o->data ? o->data : o->tokens;
     dt_needle_testset ts = {0};
-    dt_needle_params np = {0};
     size_t needle_tokens = 0; /* the needle samples' tokens at the start of the training text */
     if (o->needle) {
         if (dt_pathf(needle_dir, sizeof needle_dir, err, "%s/needle", o->out) ||
             dt_pathf(needle_train, sizeof needle_train, err, "%s/train.txt", needle_dir) ||
             dt_pathf(train_txt, sizeof train_txt, err, "%s/train.txt", o->out))
             return -1;
+        if (needle_legacy)
+            report_progress(p, "the needle set of %s/compare.json, planned before needle sets were sized in the "
+                               "models' tokens: %d-byte contexts, %d needle%s, %d quer%s (--force starts over with "
+                               "a fitted set)", o->out, np->contexts[0], np->needles, np->needles == 1 ? "" : "s",
+                           np->queries, np->queries == 1 ? "y" : "ies");
         report_progress(p, "writing the needle set into %s", needle_dir);
-        dt_config c0;
-        if (dt_config_preset(&c0, o->preset, DT_ARCH_DIFF, err) != 0 || needle_set(o, &c0, needle_dir, &np, err) != 0 ||
-            concat_files(needle_train, o->data, train_txt, err) != 0 ||
+        if (needle_set(o, np, needle_dir, err) != 0 || concat_files(needle_train, o->data, train_txt, err) != 0 ||
             dt_needle_load_testset(&ts, needle_dir, err) != 0)
             return -1;
         /* the samples go first: dt_train holds out the text's tail, which must not be task samples; the
@@ -664,20 +775,19 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
          * merge across the seam) */
         dt_vocab v;
         int *ntok = NULL;
-        if (dt_vocab_load(&v, o->tokenizer, err) != 0) return -1;
+        if (dt_vocab_load(&v, o->tokenizer, err) != 0) {
+            dt_needle_testset_free(&ts);
+            return -1;
+        }
         const int vrc = dt_vocab_text_tokens(&v, needle_train, &ntok, &needle_tokens, NULL, err);
         dt_vocab_free(&v);
         free(ntok);
-        if (vrc != 0) return -1;
+        if (vrc != 0) {
+            dt_needle_testset_free(&ts);
+            return -1;
+        }
         needle_tokens += 8;
         train_path = train_txt;
-        for (int i = 0; i < ts.n; i++)
-            if (ts.samples[i].text_length > c0.max_position_embeddings) {
-                dt_fail(err, "needle: %s sample %d is %d bytes, more than the model's context %d", ts.path, i,
-                        ts.samples[i].text_length, c0.max_position_embeddings);
-                dt_needle_testset_free(&ts);
-                return -1;
-            }
     }
 
     /* the held-out tail (dt_train's validation split) for the analyses, and the task filler (the training part) */
@@ -798,7 +908,7 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
                    .train_text = train_path, .needle_dir = o->needle ? needle_dir : NULL, .steps = o->steps,
                    .batch = o->batch, .seq = o->seq, .heldout_tokens = tail, .heldout_bytes = tail_bytes,
                    .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
-                   .needle_context = np.contexts[0], .needle_needles = np.needles, .needle_queries = np.queries,
+                   .needle_context = np->contexts[0], .needle_needles = np->needles, .needle_queries = np->queries,
                    .tasks = o->tasks, .task_ratio = o->tasks ? o->task_ratio : 0, .task_symbols = symbols, .n_variants = o->n_variants,
                    .n_seeds = o->seeds, .runs = runs, .diff = -1, .base = -1};
     for (int v = 0; v < o->n_variants; v++) {
@@ -862,14 +972,14 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     /* a real vocabulary: the tokens of the tasks' symbols, before any work (a symbol without one is refused) */
     dt_task_symbols symbols = {0}, *sym = NULL;
     char data_fp[17], tok_fp[17] = "";
+    dt_tok *t = NULL; /* kept for the needle set's sizing */
     if (o->tokenizer || o->tokens) {
-        dt_tok *t = NULL;
         if (dt_tok_load(&t, o->tokenizer ? o->tokenizer : o->tokens, err) != 0) return -1;
         int rc = o->tasks ? dt_task_symbols_from_tokenizer(&symbols, t, err) : 0;
         const char *tok_file = dt_tok_path(t);
         if (rc == 0 && o->tokenizer) rc = plan_fingerprint(&tok_file, 1, tok_fp, err);
-        dt_tok_free(t);
         if (rc != 0) {
+            dt_tok_free(t);
             dt_task_symbols_free(&symbols);
             return -1;
         }
@@ -888,6 +998,18 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     if (rc == 0 && !plan) rc = dt_fail_oom(err, "out of memory for the comparison's plan");
     const int resuming = rc == 0 && !o->restart && access(plan_path, F_OK) == 0;
     if (rc == 0 && resuming) rc = plan_check(plan_path, plan, "comparison", err);
+    /* the needle set is not an option but follows from them (and from how they were sized when the
+     * comparison was planned): recorded beside them, taken from there on a resume */
+    dt_needle_params np = {0};
+    int needle_legacy = 0;
+    if (rc == 0 && o->needle && (rc = needle_params(o, cfgs, t, plan_path, resuming, &np, &needle_legacy, err)) == 0) {
+        cJSON *ns = needle_set_json(&np);
+        if (!ns || !cJSON_AddItemToObject(plan, "needle_set", ns)) {
+            cJSON_Delete(ns);
+            rc = dt_fail_oom(err, "out of memory for the comparison's plan");
+        }
+    }
+    dt_tok_free(t);
     if (rc == 0) rc = dir_ensure(o->out, err);
     if (rc != 0) {
         cJSON_Delete(plan);
@@ -903,7 +1025,7 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     if (!p.job_done || !jobs || pthread_mutex_init(&p.mu, NULL) != 0)
         rc = dt_fail_oom(err, "out of memory for %d trainings", n_jobs);
     else {
-        rc = compare_with(o, cfgs, sym, &p, jobs, plan, resuming, err);
+        rc = compare_with(o, cfgs, sym, &p, jobs, plan, resuming, &np, needle_legacy, err);
         pthread_mutex_destroy(&p.mu);
     }
     cJSON_Delete(plan);
