@@ -54,6 +54,12 @@ int cli_fail_flags(const char *cmd, const dt_error *err, const cli_flag *flags, 
 /* A needle set too long for a model (its message says "longer than the model's
  * max_position_embeddings"): adds where to get one that fits (`needle generate --model MODEL`). */
 void cli_needle_fit_hint(dt_error *err, const char *model);
+/* The model the needle set data was sized for (`needle generate --model`, its needle.json), against
+ * m loaded from model_dir: a warning on stderr when m reads text otherwise (another tokenizer, or
+ * another number of positions). Such a set is still text m reads, as any --data is, unlike a token
+ * dataset's ids: it is scored, its contexts just are not the longest m holds. Returns 0, or the
+ * status of a needle.json that cannot be read (printed). */
+int cli_needle_sized_check(const char *cmd, const char *data, const char *model_dir, const dt_model *m);
 /* argv[0, argc) after "difftrans", joined with spaces, arguments with shell-special characters
  * single-quoted: the command line a report prints so that it can be run again. */
 void cli_join_command(char **argv, int argc, char *out, size_t n);

@@ -240,6 +240,8 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
     else if (load_models(cmd, dirs, n, models, toks, 1, &seq) != 0)
         rc = 1;
     else {
+        for (int i = 0; i < n && rc == 0 && op->needle; i++)
+            rc = cli_needle_sized_check(cmd, op->needle, dirs[i], &models[i]);
         for (int i = 0; i < n && rc == 0; i++) {
             const dt_an_quant_params p = {.tokens = tok, .n = ntok, .seq = seq, .windows = op->batches,
                                           .n_bits = op->n_bits, .bits = op->bits, .per_row = op->per_row,
@@ -315,6 +317,7 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
     else if (load_models(cmd, dirs, n, models, toks, 0, &seq) != 0)
         rc = 1;
     else {
+        for (int i = 0; i < n && rc == 0; i++) rc = cli_needle_sized_check(cmd, op->needle, dirs[i], &models[i]);
         for (int i = 0; i < n && rc == 0; i++)
             if (dt_an_allocation_run(&models[i], toks[i], &ts, op->max_samples, &res[i], &err) != 0) {
                 cli_needle_fit_hint(&err, dirs[i]);

@@ -32,7 +32,8 @@ static void help(void) {
            "The corpus loses NUL and CR bytes; other control bytes and malformed UTF-8 become spaces.\n\n"
            "Files in DIR: train.txt (samples, each followed by \"\\n\\n\"; for `difftrans train --data`),\n"
            "test.jsonl (one object per sample: text, byte offsets of every needle sentence and value, of every\n"
-           "question and of every expected answer) and needle.json (parameters, seeds, generator version).\n\n"
+           "question and of every expected answer) and needle.json (parameters, seeds, generator version, and\n"
+           "the model the set was sized for: path, max_position_embeddings, tokenizer fingerprint).\n\n"
            "difftrans needle generate --help and difftrans needle eval --help list the options.\n",
            DT_NEEDLE_UNIT_MAX, DT_NEEDLE_UNIT_MAX);
 }
@@ -57,7 +58,8 @@ static void help_generate(void) {
            "  --seed S          [42]; train and test samples draw from two different streams of it\n\n"
            "Sample i of a set gets context LIST[(i / #depths) %% #contexts] and depth DEPTHS[i %% #depths]\n"
            "(round-robin over the cells). The default contexts suit a byte-level model of 1024 positions or more;\n"
-           "`needle eval` refuses a sample longer than its model's context in tokens, so give --model for others.\n");
+           "`needle eval` refuses a sample longer than its model's context in tokens, so give --model for others.\n"
+           "needle.json records --model (its path, max_position_embeddings and tokenizer fingerprint).\n");
 }
 
 static void help_eval(void) {
@@ -68,7 +70,9 @@ static void help_eval(void) {
            "length, depth) cell and overall; first-query is the accuracy of the question at the cell's depth.\n"
            "A model with a tokenizer.json reads the text through it: the prompt is the tokens that end before\n"
            "the answer, and the answer the tokens that overlap it (\" 12345\" when the space joins the value);\n"
-           "the greedy tokens must be exactly those (so they decode to the answer text).\n\n"
+           "the greedy tokens must be exactly those (so they decode to the answer text).\n"
+           "A set sized for a model of another tokenizer or context (`needle generate --model`, needle.json) is\n"
+           "scored with a warning: its text reads the same, but its contexts are not the longest this one holds.\n\n"
            "  --data PATH       a directory from `needle generate` or its test.jsonl (required)\n"
            "  --json OUT.json   also write the cells and every answer as JSON\n"
            "  --threads N       OpenMP threads [all cores]\n"
@@ -120,14 +124,36 @@ void cli_needle_fit_hint(dt_error *err, const char *model) {
              model);
 }
 
+static void describe_reader(const dt_needle_model *x, char *out, size_t n) {
+    if (x->tokenizer[0]) snprintf(out, n, "tokenizer %s, %d positions", x->tokenizer, x->max_position_embeddings);
+    else snprintf(out, n, "bytes, %d positions", x->max_position_embeddings);
+}
+
+int cli_needle_sized_check(const char *cmd, const char *data, const char *model_dir, const dt_model *m) {
+    dt_error err;
+    dt_needle_model want, have;
+    const int sized = dt_needle_sized_for(data, &want, &err);
+    if (sized < 0 || (sized == 1 && dt_needle_model_of(m, model_dir, &have, &err) != 0)) return cli_fail(cmd, &err);
+    if (sized == 0 || (strcmp(want.tokenizer, have.tokenizer) == 0 &&
+                       want.max_position_embeddings == have.max_position_embeddings))
+        return 0;
+    char a[64], b[64];
+    describe_reader(&want, a, sizeof a);
+    describe_reader(&have, b, sizeof b);
+    fprintf(stderr, "difftrans %s: warning: %s was sized for %s (%s), not for %s (%s): its contexts are the longest "
+            "that fit that model, not this one; `difftrans needle generate --model %s` makes a set sized for it\n",
+            cmd, data, want.path, a, have.path, b, have.path);
+    return 0;
+}
+
 /* --model: the contexts in the model's tokens. A context given is checked; else the longest contexts
  * that fit (and, unless the user chose them, as many of the 6 needles as fit, queries at most those). */
 static int size_for_model(const char *cmd, const char *model_dir, dt_needle_params *p, const dt_needle_corpus *corpus,
-                          int context_given, int needles_given, int queries_given) {
+                          int context_given, int needles_given, int queries_given, dt_needle_model *sized) {
     dt_error err;
     dt_model m;
     if (dt_model_load(&m, model_dir, &err) != 0) return cli_fail(cmd, &err);
-    if (dt_model_check_text(&m, &err) != 0) {
+    if (dt_model_check_text(&m, &err) != 0 || dt_needle_model_of(&m, model_dir, sized, &err) != 0) {
         dt_model_free(&m);
         return cli_fail(cmd, &err);
     }
@@ -231,14 +257,15 @@ static int needle_generate(int argc, char **argv) {
 
     dt_needle_corpus corpus;
     if (dt_needle_corpus_load(&corpus, corpus_path, &err) != 0) return cli_fail(cmd, &err);
+    dt_needle_model sized;
     if (model_dir) {
-        const int rc = size_for_model(cmd, model_dir, &p, &corpus, context_given, needles_given, queries_given);
+        const int rc = size_for_model(cmd, model_dir, &p, &corpus, context_given, needles_given, queries_given, &sized);
         if (rc != 0) {
             dt_needle_corpus_free(&corpus);
             return rc;
         }
     }
-    int rc = dt_needle_write_dataset(&p, &corpus, corpus_path, out, &err);
+    int rc = dt_needle_write_dataset_for(&p, &corpus, corpus_path, model_dir ? &sized : NULL, out, &err);
     dt_needle_corpus_free(&corpus);
     if (rc != 0) return cli_fail(cmd, &err);
     printf("wrote %s/train.txt (%d samples), %s/test.jsonl (%d samples), %s/needle.json\n", out, p.n_train, out,
@@ -380,6 +407,12 @@ static int needle_evaluate(int argc, char **argv) {
         dt_model_free(&m);
         dt_needle_testset_free(&ts);
         return cli_fail(cmd, &err);
+    }
+    const int sized_rc = cli_needle_sized_check(cmd, data, model_dir, &m);
+    if (sized_rc != 0) {
+        dt_model_free(&m);
+        dt_needle_testset_free(&ts);
+        return sized_rc;
     }
     const dt_tok *tok = dt_model_tok(&m); /* NULL: a byte-level model */
     progress_state ps = {.tty = isatty(2), .last_tenth = 0};

@@ -920,6 +920,10 @@ int dt_model_check_text(const dt_model *m, dt_error *err);
 /* 1 when two vocabularies read text the same way (both bytes, or tokenizer.json files of the same JSON
  * value: whitespace and the order of an object's keys aside). */
 int dt_vocab_same(const dt_vocab *a, const dt_vocab *b);
+/* A tokenizer's identity as dt_vocab_same tells tokenizers apart, for a file to record: 16 hex
+ * digits, equal for vocabularies dt_vocab_same finds the same; "" for a byte-level one. A
+ * vocabulary of token ids only (no tokenizer) is refused, as dt_model_check_text refuses it. */
+int dt_vocab_fingerprint(const dt_vocab *v, char out[17], dt_error *err);
 /* Text into the model's ids: encoded by its tokenizer (add_special: the post-processor's BOS etc.,
  * as encode(add_special_tokens=True)), or its bytes, each checked against vocab_size. *ids is
  * malloc'd (free it; it holds at least one id). */

@@ -79,7 +79,8 @@ dt_stats_verdict dt_stats_verdict_of(const dt_stats_interval *diff, int lower_be
  *   dt_needle_params_default / dt_needle_params_validate   what to generate
  *   dt_needle_corpus_load / dt_needle_corpus_from_bytes    filler source (cleaned once)
  *   dt_needle_generate_sample                           one sample from a 64-bit seed
- *   dt_needle_write_dataset                             DIR/train.txt, DIR/test.jsonl, DIR/needle.json
+ *   dt_needle_write_dataset(_for)                       DIR/train.txt, DIR/test.jsonl, DIR/needle.json
+ *   dt_needle_sized_for                                 the model a set's needle.json says it was sized for
  *   dt_needle_load_testset                              test.jsonl back, every offset re-checked
  *   dt_needle_eval                                      greedy exact-match accuracy per cell */
 
@@ -203,6 +204,25 @@ int dt_needle_fit_contexts(dt_needle_params *p, const dt_needle_corpus *corpus, 
  * missing). corpus_path is only recorded in needle.json. */
 int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path,
                          const char *dir, dt_error *err);
+
+/* The model a set was sized for: its samples fit its positions in its tokens (dt_needle_fit_contexts),
+ * which another tokenizer reads as other numbers of tokens. */
+typedef struct {
+    char path[4096];                 /* the model's directory as given */
+    int max_position_embeddings;
+    char tokenizer[17];              /* dt_vocab_fingerprint of its vocabulary; "" for a byte-level model */
+} dt_needle_model;
+/* *out for the model m loaded from path; a model of token ids only is refused (it reads no text). */
+int dt_needle_model_of(const dt_model *m, const char *path, dt_needle_model *out, dt_error *err);
+/* dt_needle_write_dataset recording in needle.json ("model") the model the set was sized for
+ * (NULL: none). */
+int dt_needle_write_dataset_for(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path,
+                                const dt_needle_model *model, const char *dir, dt_error *err);
+/* The model the needle.json beside the test set at path (a directory, or its test.jsonl) records:
+ * 1 with *model; 0 when it records none (a set sized for no model, one written before needle.json
+ * recorded it, or a test.jsonl without needle.json); -1 (DT_ERR_FORMAT naming the file) when
+ * needle.json is not JSON or its "model" is not what dt_needle_write_dataset_for writes. */
+int dt_needle_sized_for(const char *path, dt_needle_model *model, dt_error *err);
 
 /* A loaded test set; owns its samples. */
 typedef struct {

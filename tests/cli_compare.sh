@@ -299,6 +299,13 @@ assert 192 <= most <= 256, most
 assert json.load(open(sys.argv[1] + "/compare.json"))["needle_set"]["contexts"] == \
     json.load(open(sys.argv[1] + "/needle/needle.json"))["contexts"]
 ' "$B" "$DT" "$S/tok"
+    check "its needle.json records the runs it was sized for" "$PY" -c '
+import json, re, sys
+m = json.load(open(sys.argv[1] + "/needle/needle.json"))["model"]
+assert m["path"] == sys.argv[1] + "/diff" and m["max_position_embeddings"] == 256, m
+assert re.fullmatch("[0-9a-f]{16}", m["tokenizer_fingerprint"]), m' "$B"
+    expect_ok "needle eval of a run on it" "$DT" needle eval "$B/transformer" --data "$B/needle" --quiet --threads 1
+    check "says nothing of its sizing" test ! -s "$S/last.err"
     # a resume takes the set compare.json records (the runs trained on it), and a compare.json from before the
     # record keeps the byte sizing its runs trained on
     BPE_RUN=(compare --quick --quiet --threads 1 --seeds 1 --steps 4 --tokenizer "$S/tok" --needle --data "$CORPUS")
@@ -323,6 +330,7 @@ p = json.load(open(sys.argv[1])); del p["needle_set"]; json.dump(p, open(sys.arg
     out_has "it keeps the set its runs trained on" "$S/bpe_old/REPORT.md" \
         "ours uses 160-byte contexts, 4 needles, 1 query"
     check "and its plan as it was" test "$(grep -c needle_set "$S/bpe_old/compare.json")" = 0
+    check "a set sized for no model" grep -q '"model":[[:space:]]*null' "$S/bpe_old/needle/needle.json"
     expect_ok "--force replans it" "$DT" "${BPE_RUN[@]}" --out "$S/bpe_old" --force
     check "with the fitted set" cmp "$S/bpe_old/needle/test.jsonl" "$B/needle/test.jsonl"
     "$PY" -c '

@@ -6,6 +6,8 @@
 #   generate  a tiny set from the GPL-3 text: the three files, byte-identical on a rerun, different
 #             with another seed; every recorded offset checked against the text (python3)
 #   eval      a fresh `init --preset tiny` model: the accuracy table and the --json cells
+#   --model   sets sized for a byte-level and a BPE model; needle.json records the model (path, positions,
+#             tokenizer fingerprint), and eval / analyze allocation on another tokenizer's model warn
 #   refusals  bad arguments, an empty or missing corpus, samples longer than the model's context:
 #             exit status 1 and a message naming the argument or the file
 # Prints a summary and exits 1 when any check failed.
@@ -140,6 +142,38 @@ if expect_ok "generate sized for the BPE model" "$DT" needle generate --corpus "
         ", [0-9]+ bytes \(test samples of at most 2[45][0-9] tokens\)"
 fi
 expect_ok "eval takes the BPE set" "$DT" needle eval "$S/bpe" --data "$S/fitbpe" --quiet --threads 1
+check "and says nothing of its sizing" test ! -s "$S/last.err"
+# needle.json records the model a set was sized for; another tokenizer's model is told so (the set is text it reads,
+# as --data is: scored, not refused), a copy of the model with its tokenizer.json laid out otherwise is not
+if [ -n "$PY" ]; then
+    check "needle.json records the model: its path, positions and tokenizer" "$PY" -c '
+import json, re, sys
+bpe, byte, none = (json.load(open(d + "/needle.json"))["model"] for d in sys.argv[1:4])
+assert bpe["path"].endswith("/bpe") and bpe["max_position_embeddings"] == 256, bpe
+assert re.fullmatch("[0-9a-f]{16}", bpe["tokenizer_fingerprint"]), bpe
+assert byte["path"].endswith("/model") and byte["max_position_embeddings"] == 256, byte
+assert byte["tokenizer_fingerprint"] is None and none is None, (byte, none)' "$S/fitbpe" "$S/fit" "$S/dflt"
+    cp -r "$S/bpe" "$S/bpe_copy"
+    "$PY" -c '
+import json, sys
+j = json.load(open(sys.argv[1])); json.dump(j, open(sys.argv[1], "w"), indent=2, sort_keys=True)' \
+        "$S/bpe_copy/tokenizer.json"
+    expect_ok "eval of the BPE set on the model with its tokenizer laid out otherwise" "$DT" needle eval \
+        "$S/bpe_copy" --data "$S/fitbpe" --quiet --threads 1
+    check "says nothing of its sizing" test ! -s "$S/last.err"
+fi
+expect_ok "eval of the byte-level set on the BPE model" "$DT" needle eval "$S/bpe" --data "$S/fit" --quiet --threads 1
+out_has "warns that it was sized for another tokenizer" "$S/last.err" \
+    "needle eval: warning: $S/fit was sized for $S/model \(bytes, 256 positions\), not for $S/bpe " \
+    "not for $S/bpe \(tokenizer [0-9a-f]{16}, 256 positions\): its contexts are the longest that fit that model" \
+    "not this one; .difftrans needle generate --model $S/bpe. makes a set sized for it"
+expect_ok "so does analyze allocation" "$DT" analyze allocation "$S/model" "$S/bpe" --needle "$S/fit" --max-samples 1
+out_has "for the model of the other tokenizer" "$S/last.err" \
+    "analyze allocation: warning: $S/fit was sized for .* not for $S/bpe "
+check "only for it" test "$(grep -c warning "$S/last.err")" = 1
+printf '{"model": {"path": 3}}\n' >"$S/fit/needle.json"
+expect_status "a needle.json whose model is not a model record" 2 "$S/fit/needle.json: model: not a path" \
+    "$DT" needle eval "$S/model" --data "$S/fit" --quiet --threads 1
 expect_fail "a --context too long for the model" \
     "--context 1024: a test sample of that context is [0-9]+ tokens as .*bpe reads it, more than its max_pos" \
     "$DT" needle generate --corpus "$CORPUS" --out "$S/bad" --model "$S/bpe" --context 1024

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 #include <math.h>
@@ -756,7 +757,31 @@ static void test_fit_contexts(void **state) {
     assert_true(p.contexts[n - 1] > T - questions); /* tokens were counted, not bytes */
     assert_int_equal(dt_needle_most_tokens(&p, &c, tok, p.contexts[n - 1] + 1, &t, &err), 0);
     assert_true(t > T);
-    assert_int_equal(dt_needle_write_dataset(&p, &c, corpus_path, set_dir, &err), 0);
+    /* needle.json records the model it was sized for: its tokenizer, as the model's vocabulary is told apart */
+    dt_needle_model sized, back;
+    assert_int_equal(dt_needle_model_of(&m, "fit_model", &sized, &err), 0);
+    assert_string_equal(sized.path, "fit_model");
+    assert_int_equal(sized.max_position_embeddings, T);
+    char fp[17];
+    assert_int_equal(dt_vocab_fingerprint(&m.vocab, fp, &err), 0);
+    assert_string_equal(sized.tokenizer, fp);
+    assert_int_equal(strlen(fp), 16);
+    assert_int_equal(dt_needle_write_dataset_for(&p, &c, corpus_path, &sized, set_dir, &err), 0);
+    char jsonl[4200];
+    snprintf(jsonl, sizeof jsonl, "%s/test.jsonl", set_dir);
+    const char *const where[2] = {set_dir, jsonl}; /* the set's directory, or its test.jsonl */
+    for (int i = 0; i < 2; i++) {
+        if (dt_needle_sized_for(where[i], &back, &err) != 1) fail_msg("%s: %s", where[i], err.msg);
+        assert_string_equal(back.path, "fit_model");
+        assert_int_equal(back.max_position_embeddings, T);
+        assert_string_equal(back.tokenizer, fp);
+    }
+    dt_model bytes_model;
+    assert_int_equal(dt_config_preset(&cfg, "tiny", DT_ARCH_DIFF, &err), 0);
+    assert_int_equal(dt_model_create(&bytes_model, &cfg, &err), 0);
+    assert_int_equal(dt_needle_model_of(&bytes_model, "bytes_model", &sized, &err), 0);
+    assert_string_equal(sized.tokenizer, "");
+    dt_model_free(&bytes_model);
     assert_int_equal(dt_needle_load_testset(&ts, set_dir, &err), 0);
     if (dt_needle_eval(&m, tok, &ts, &r, NULL, NULL, &err) != 0) fail_msg("%s", err.msg);
     assert_int_equal(r.total, 40);
@@ -776,6 +801,37 @@ static void test_fit_contexts(void **state) {
     dt_needle_corpus_free(&c);
 }
 
+/* A set sized for no model, or from before needle.json recorded one, records none; a test.jsonl with no
+ * needle.json beside it neither; a needle.json whose model is not what the writer writes is refused. */
+static void test_sized_for(void **state) {
+    (void)state;
+    char d[1200], path[1300];
+    dt_needle_params p;
+    write_set("sized_none", 3, &p, d, sizeof d);
+    dt_needle_model got;
+    dt_error err;
+    assert_int_equal(dt_needle_sized_for(d, &got, &err), 0);
+    snprintf(path, sizeof path, "%s/needle.json", d);
+    size_t n;
+    char *json = tu_read_file(path, &n);
+    assert_non_null(strstr(json, "\"model\":\tnull"));
+    const char *const old = "{\n\t\"generator\":\t\"difftrans needle\",\n";
+    assert_int_equal(strncmp(json, old, strlen(old)), 0);
+    free(json);
+    tu_write_file(path, old, strlen(old) - 2); /* no model, and not even JSON */
+    expect_error(dt_needle_sized_for(d, &got, &err), &err, "needle.json");
+    const char *bad = "{\"model\": {\"path\": \"m\", \"max_position_embeddings\": 0, "
+                      "\"tokenizer_fingerprint\": null}}";
+    tu_write_file(path, bad, strlen(bad));
+    expect_error(dt_needle_sized_for(d, &got, &err), &err, "needle.json: model: not a path, max_position_embeddings");
+    const char *before = "{\"generator\": \"difftrans needle\", \"version\": 1}";
+    tu_write_file(path, before, strlen(before));
+    assert_int_equal(dt_needle_sized_for(d, &got, &err), 0);
+    assert_int_equal(unlink(path), 0);
+    snprintf(path, sizeof path, "%s/test.jsonl", d);
+    assert_int_equal(dt_needle_sized_for(path, &got, &err), 0);
+}
+
 int main(void) {
     /* Decoding tiny models token by token: waking a second thread for every small product costs
      * far more than it saves (seconds instead of a fraction of one on a busy machine). */
@@ -793,6 +849,7 @@ int main(void) {
         cmocka_unit_test(test_eval_matches_greedy),
         cmocka_unit_test(test_eval_counts),
         cmocka_unit_test(test_fit_contexts),
+        cmocka_unit_test(test_sized_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

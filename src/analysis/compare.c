@@ -539,11 +539,16 @@ static int needle_params_planned(const dt_cmp_options *o, const char *plan_path,
 /* The comparison's needle set: a resumed one's as planned, a new one's fitted to the models. The
  * runs' shortest context bounds it; a planned set that does not fit it (an edited plan) is refused
  * before any training. */
-static int needle_params(const dt_cmp_options *o, const dt_config *cfgs, const dt_tok *tok, const char *plan_path,
-                         int resuming, dt_needle_params *np, int *legacy, dt_error *err) {
+static int needle_positions(const dt_cmp_options *o, const dt_config *cfgs) {
     int maxp = cfgs[0].max_position_embeddings;
     for (int v = 1; v < o->n_variants; v++)
         if (cfgs[v].max_position_embeddings < maxp) maxp = cfgs[v].max_position_embeddings;
+    return maxp;
+}
+
+static int needle_params(const dt_cmp_options *o, const dt_config *cfgs, const dt_tok *tok, const char *plan_path,
+                         int resuming, dt_needle_params *np, int *legacy, dt_error *err) {
+    const int maxp = needle_positions(o, cfgs);
     dt_needle_params_default(np);
     np->n_train = o->quick ? 40 : 400;
     np->n_test = o->quick ? 10 : 50;
@@ -564,11 +569,12 @@ static int needle_params(const dt_cmp_options *o, const dt_config *cfgs, const d
     return rc;
 }
 
-/* DIR/needle: the needle set np. */
-static int needle_set(const dt_cmp_options *o, const dt_needle_params *np, const char *dir, dt_error *err) {
+/* DIR/needle: the needle set np, sized for the model `sized` (NULL: for none). */
+static int needle_set(const dt_cmp_options *o, const dt_needle_params *np, const dt_needle_model *sized,
+                      const char *dir, dt_error *err) {
     dt_needle_corpus corpus = {0};
     if (dt_needle_corpus_load(&corpus, o->data, err) != 0) return -1;
-    int rc = dt_needle_write_dataset(np, &corpus, o->data, dir, err);
+    int rc = dt_needle_write_dataset_for(np, &corpus, o->data, sized, dir, err);
     dt_needle_corpus_free(&corpus);
     return rc;
 }
@@ -767,19 +773,19 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
                                "a fitted set)", o->out, np->contexts[0], np->needles, np->needles == 1 ? "" : "s",
                            np->queries, np->queries == 1 ? "y" : "ies");
         report_progress(p, "writing the needle set into %s", needle_dir);
-        if (needle_set(o, np, needle_dir, err) != 0 || concat_files(needle_train, o->data, train_txt, err) != 0 ||
-            dt_needle_load_testset(&ts, needle_dir, err) != 0)
-            return -1;
         /* the samples go first: dt_train holds out the text's tail, which must not be task samples; the
          * filler and the calibration windows below start after them (a few tokens of margin for a
-         * merge across the seam) */
+         * merge across the seam). The set is recorded as sized for the runs (the first variant's run
+         * standing for them), unless it is an older plan's, sized for none. */
         dt_vocab v;
         int *ntok = NULL;
-        if (dt_vocab_load(&v, o->tokenizer, err) != 0) {
-            dt_needle_testset_free(&ts);
-            return -1;
-        }
-        const int vrc = dt_vocab_text_tokens(&v, needle_train, &ntok, &needle_tokens, NULL, err);
+        if (dt_vocab_load(&v, o->tokenizer, err) != 0) return -1;
+        dt_needle_model sized = {.max_position_embeddings = needle_positions(o, cfgs)};
+        int vrc = run_dir(sized.path, sizeof sized.path, o, o->variants[0], 0, err) ||
+                  dt_vocab_fingerprint(&v, sized.tokenizer, err) ||
+                  needle_set(o, np, needle_legacy ? NULL : &sized, needle_dir, err) ||
+                  concat_files(needle_train, o->data, train_txt, err) || dt_needle_load_testset(&ts, needle_dir, err);
+        if (vrc == 0) vrc = dt_vocab_text_tokens(&v, needle_train, &ntok, &needle_tokens, NULL, err);
         dt_vocab_free(&v);
         free(ntok);
         if (vrc != 0) {

@@ -14,7 +14,9 @@
  *   offset/length: the needle sentence; value_offset/value_length: the value inside it, the
  *   answer span for attention analyses; question_offset: the 'Q' of "Question:";
  *   prompt_end_offset: where the expected answer begins.
- * DIR/needle.json the parameters, the seeds, the generator version and the format strings.
+ * DIR/needle.json the parameters, the seeds, the generator version, the format strings and "model":
+ *                 what the set was sized for (needle generate --model): {"path", "max_position_embeddings",
+ *                 "tokenizer_fingerprint" (dt_vocab_fingerprint; null: bytes)}, or null.
  */
 #include "analysis/needle.h"
 
@@ -256,7 +258,18 @@ static int write_set(const dt_needle_params *p, const dt_needle_corpus *corpus, 
     return 0;
 }
 
-static cJSON *params_json(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path) {
+/* needle.json's "model": what the set was sized for, null when for no model. */
+static int add_model(cJSON *o, const dt_needle_model *m) {
+    if (!m) return cJSON_AddNullToObject(o, "model") != NULL;
+    cJSON *j = cJSON_AddObjectToObject(o, "model");
+    return j && cJSON_AddStringToObject(j, "path", m->path) &&
+           cJSON_AddNumberToObject(j, "max_position_embeddings", m->max_position_embeddings) &&
+           (m->tokenizer[0] ? cJSON_AddStringToObject(j, "tokenizer_fingerprint", m->tokenizer)
+                            : cJSON_AddNullToObject(j, "tokenizer_fingerprint"));
+}
+
+static cJSON *params_json(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path,
+                          const dt_needle_model *model) {
     uint64_t tr, te;
     dt_needle_stream_seeds(p->seed, &tr, &te);
     cJSON *o = cJSON_CreateObject(), *fmt = NULL, *ctx = NULL, *dep = NULL;
@@ -276,7 +289,8 @@ static cJSON *params_json(const dt_needle_params *p, const dt_needle_corpus *cor
     ok = ok && cJSON_AddNumberToObject(o, "needles", p->needles) && cJSON_AddNumberToObject(o, "queries", p->queries) &&
          cJSON_AddNumberToObject(o, "train", p->n_train) && cJSON_AddNumberToObject(o, "test", p->n_test) &&
          cJSON_AddStringToObject(o, "corpus", corpus_path ? corpus_path : "") &&
-         cJSON_AddNumberToObject(o, "corpus_bytes", (double)corpus->n) && (fmt = cJSON_AddObjectToObject(o, "format")) &&
+         cJSON_AddNumberToObject(o, "corpus_bytes", (double)corpus->n) && add_model(o, model) &&
+         (fmt = cJSON_AddObjectToObject(o, "format")) &&
          cJSON_AddStringToObject(fmt, "needle", DT_NEEDLE_SENTENCE_HEAD "{key}" DT_NEEDLE_SENTENCE_MID "{value}.") &&
          cJSON_AddStringToObject(fmt, "query", DT_NEEDLE_QUESTION_HEAD "{key}" DT_NEEDLE_QUESTION_TAIL "{value}") &&
          cJSON_AddStringToObject(fmt, "keys", "lowercase a-z words of 4..8 letters, distinct within a sample") &&
@@ -296,6 +310,53 @@ static cJSON *params_json(const dt_needle_params *p, const dt_needle_corpus *cor
 
 int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path,
                          const char *dir, dt_error *err) {
+    return dt_needle_write_dataset_for(p, corpus, corpus_path, NULL, dir, err);
+}
+
+int dt_needle_model_of(const dt_model *m, const char *path, dt_needle_model *out, dt_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!path) return dt_fail(err, "path: the model's directory is required");
+    if (snprintf(out->path, sizeof out->path, "%s", path) >= (int)sizeof out->path)
+        return dt_fail(err, "%s: path too long", path);
+    out->max_position_embeddings = m->cfg.max_position_embeddings;
+    return dt_vocab_fingerprint(&m->vocab, out->tokenizer, err);
+}
+
+int dt_needle_sized_for(const char *path, dt_needle_model *model, dt_error *err) {
+    memset(model, 0, sizeof *model);
+    struct stat sb;
+    char json[4200];
+    const char *slash = strrchr(path, '/');
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? dt_pathf(json, sizeof json, err, "%s/needle.json", path)
+        : slash ? dt_pathf(json, sizeof json, err, "%.*s/needle.json", (int)(slash - path), path)
+                : dt_pathf(json, sizeof json, err, "needle.json"))
+        return -1;
+    if (access(json, F_OK) != 0) return 0; /* a test.jsonl alone */
+    cJSON *o = json_load_file(json, err);
+    if (!o) return -1;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "model");
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(m, "path"),
+                *mx = cJSON_GetObjectItemCaseSensitive(m, "max_position_embeddings"),
+                *mt = cJSON_GetObjectItemCaseSensitive(m, "tokenizer_fingerprint");
+    int rc = 0;
+    if (!m || cJSON_IsNull(m)) rc = 0; /* sized for no model, or written before the record */
+    else if (!cJSON_IsString(mp) || !cJSON_IsNumber(mx) || !(mx->valuedouble >= 1 && mx->valuedouble <= INT_MAX) ||
+             !(cJSON_IsNull(mt) || (cJSON_IsString(mt) && strlen(mt->valuestring) == 16)) ||
+             strlen(mp->valuestring) >= sizeof model->path)
+        rc = dt_fail_format(err, "%s: model: not a path, max_position_embeddings and tokenizer_fingerprint (16 hex "
+                                 "digits or null)", json);
+    else {
+        snprintf(model->path, sizeof model->path, "%s", mp->valuestring);
+        model->max_position_embeddings = (int)mx->valuedouble;
+        if (cJSON_IsString(mt)) memcpy(model->tokenizer, mt->valuestring, 17);
+        rc = 1;
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+int dt_needle_write_dataset_for(const dt_needle_params *p, const dt_needle_corpus *corpus, const char *corpus_path,
+                                const dt_needle_model *model, const char *dir, dt_error *err) {
     if (dt_needle_params_validate(p, err) != 0) return -1;
     if (!corpus || !corpus->bytes || corpus->n == 0) return dt_fail(err, "corpus is empty");
     if (dir_ensure(dir, err) != 0) return -1;
@@ -319,7 +380,7 @@ int dt_needle_write_dataset(const dt_needle_params *p, const dt_needle_corpus *c
     if (dt_atomic_commit(&f, err) != 0) return -1;
 
     if (dt_pathf(path, sizeof path, err, "%s/needle.json", dir)) return -1;
-    cJSON *o = params_json(p, corpus, corpus_path);
+    cJSON *o = params_json(p, corpus, corpus_path, model);
     char *json = o ? cJSON_Print(o) : NULL;
     cJSON_Delete(o);
     if (!json) return dt_fail_oom(err, "%s: out of memory", path);

@@ -7,6 +7,8 @@
  * training checkpoint, a quantised copy, an export) then carries the same vocabulary without going
  * back to the source directory, which may be gone, or be the directory being written. */
 #include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -211,6 +213,64 @@ int dt_vocab_same(const dt_vocab *a, const dt_vocab *b) {
     cJSON_Delete(ja);
     cJSON_Delete(jb);
     return same;
+}
+
+/* FNV-1a over a JSON value as dt_vocab_same compares it: an object's members in the order of their
+ * keys, so that a file written with its keys in another order hashes the same. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static int by_key(const void *a, const void *b) {
+    return strcmp((*(const cJSON *const *)a)->string, (*(const cJSON *const *)b)->string);
+}
+
+static int hash_json(const cJSON *j, uint64_t *h) {
+    const unsigned char tag = (unsigned char)(j->type & 0xff);
+    *h = fnv(*h, &tag, 1);
+    if (cJSON_IsString(j)) {
+        const size_t n = strlen(j->valuestring);
+        *h = fnv(fnv(*h, &n, sizeof n), j->valuestring, n);
+    } else if (cJSON_IsNumber(j)) {
+        char num[32];
+        const int n = snprintf(num, sizeof num, "%.17g", j->valuedouble);
+        *h = fnv(*h, num, (size_t)n);
+    } else if (cJSON_IsArray(j) || cJSON_IsObject(j)) {
+        const size_t n = (size_t)cJSON_GetArraySize(j);
+        *h = fnv(*h, &n, sizeof n);
+        const cJSON **items = malloc((n ? n : 1) * sizeof *items), *c;
+        if (!items) return -1;
+        size_t i = 0;
+        cJSON_ArrayForEach(c, j) items[i++] = c;
+        if (cJSON_IsObject(j)) qsort(items, n, sizeof *items, by_key);
+        int rc = 0;
+        for (i = 0; rc == 0 && i < n; i++) {
+            if (cJSON_IsObject(j)) {
+                const size_t k = strlen(items[i]->string);
+                *h = fnv(fnv(*h, &k, sizeof k), items[i]->string, k);
+            }
+            rc = hash_json(items[i], h);
+        }
+        free(items);
+        return rc;
+    }
+    return 0;
+}
+
+int dt_vocab_fingerprint(const dt_vocab *v, char out[17], dt_error *err) {
+    out[0] = '\0';
+    if (v->ids_only_dir) return vocab_check_text(v, err);
+    if (!v->tok) return 0;
+    cJSON *j = cJSON_ParseWithLength(v->tokenizer_json, v->tokenizer_json_len);
+    if (!j) return dt_fail_oom(err, "%s: out of memory reading the tokenizer", dt_tok_path(v->tok));
+    if (!has_normalizer(j)) drop_added_normalized(j);
+    uint64_t h = 0xcbf29ce484222325ull;
+    const int rc = hash_json(j, &h);
+    cJSON_Delete(j);
+    if (rc != 0) return dt_fail_oom(err, "%s: out of memory reading the tokenizer", dt_tok_path(v->tok));
+    snprintf(out, 17, "%016llx", (unsigned long long)h);
+    return 0;
 }
 
 /* Bytes as ids, each checked against the vocabulary (a model may have fewer than 256 ids). */
