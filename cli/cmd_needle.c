@@ -124,6 +124,8 @@ void cli_needle_fit_hint(dt_error *err, const char *model) {
              model);
 }
 
+static const char *plural(int n, const char *one, const char *many) { return n == 1 ? one : many; }
+
 static void describe_reader(const dt_needle_model *x, char *out, size_t n) {
     if (x->tokenizer[0]) snprintf(out, n, "tokenizer %s, %d positions", x->tokenizer, x->max_position_embeddings);
     else snprintf(out, n, "bytes, %d positions", x->max_position_embeddings);
@@ -183,12 +185,14 @@ static int size_for_model(const char *cmd, const char *model_dir, dt_needle_para
             int t = 0;
             if (dt_needle_most_tokens(p, corpus, tok, shortest, &t, &err) != 0) rc = cli_fail(cmd, &err);
             else
-                rc = cli_error(cmd, "%s holds %d positions: a test sample of %d needles and %d queries (context "
-                               "%d bytes, the least that holds them) is %d %s; give fewer --needles or --queries",
-                               model_dir, T, p->needles, p->queries, shortest, t, unit);
+                rc = cli_error(cmd, "%s holds %d positions: a test sample of %d %s and %d %s (context %d bytes, "
+                               "the least that holds them) is %d %s; give fewer --needles or --queries",
+                               model_dir, T, p->needles, plural(p->needles, "needle", "needles"), p->queries,
+                               plural(p->queries, "query", "queries"), shortest, t, unit);
         } else if (p->needles != needles0)
-            printf("%d needles and %d queries per sample, the most whose samples fit %s's %d positions\n", p->needles,
-                   p->queries, model_dir, T);
+            printf("%d %s and %d %s per sample, the most whose samples fit %s's %d positions\n", p->needles,
+                   plural(p->needles, "needle", "needles"), p->queries, plural(p->queries, "query", "queries"),
+                   model_dir, T);
     }
     if (rc == 0) {
         printf("contexts for %s (max_position_embeddings %d, read as %s):", model_dir, T,
@@ -268,10 +272,12 @@ static int needle_generate(int argc, char **argv) {
     int rc = dt_needle_write_dataset_for(&p, &corpus, corpus_path, model_dir ? &sized : NULL, out, &err);
     dt_needle_corpus_free(&corpus);
     if (rc != 0) return cli_fail(cmd, &err);
-    printf("wrote %s/train.txt (%d samples), %s/test.jsonl (%d samples), %s/needle.json\n", out, p.n_train, out,
-           p.n_test, out);
-    printf("cells: %d context lengths x %d depths, %d needles, %d queries per sample, seed %llu\n", p.n_contexts,
-           p.n_depths, p.needles, p.queries, (unsigned long long)p.seed);
+    printf("wrote %s/train.txt (%d %s), %s/test.jsonl (%d %s), %s/needle.json\n", out, p.n_train,
+           plural(p.n_train, "sample", "samples"), out, p.n_test, plural(p.n_test, "sample", "samples"), out);
+    printf("cells: %d %s x %d %s, %d %s, %d %s per sample, seed %llu\n", p.n_contexts,
+           plural(p.n_contexts, "context length", "context lengths"), p.n_depths, plural(p.n_depths, "depth", "depths"),
+           p.needles, plural(p.needles, "needle", "needles"), p.queries, plural(p.queries, "query", "queries"),
+           (unsigned long long)p.seed);
     return 0;
 }
 
@@ -425,7 +431,8 @@ static int needle_evaluate(int argc, char **argv) {
     if (rc == 0) {
         int n_queries = 0;
         for (int i = 0; i < ts.n; i++) n_queries += ts.samples[i].n_queries;
-        printf("needle eval: %s on %s (%d samples, %d queries)\n", model_dir, ts.path, ts.n, n_queries);
+        printf("needle eval: %s on %s (%d %s, %d %s)\n", model_dir, ts.path, ts.n, plural(ts.n, "sample", "samples"),
+               n_queries, plural(n_queries, "query", "queries"));
         printf("%8s %6s %8s %8s %8s %9s %12s\n", "context", "depth", "samples", "queries", "correct", "accuracy",
                "first-query");
         for (int i = 0; i < r.n_cells; i++) {

@@ -328,7 +328,7 @@ p = json.load(open(sys.argv[1])); del p["needle_set"]; json.dump(p, open(sys.arg
     expect_ok "a resume of a comparison planned before compare.json recorded its needle set" "$DT" "${BPE_RUN[@]}" \
         --out "$S/bpe_old"
     out_has "it keeps the set its runs trained on" "$S/bpe_old/REPORT.md" \
-        "ours uses 160-byte contexts, 4 needles, 1 query"
+        "ours uses 160-byte contexts, 4 needles, 1 query" "needle set: .* \(context 160 bytes, 4 needles, 1 query\)"
     check "and its plan as it was" test "$(grep -c needle_set "$S/bpe_old/compare.json")" = 0
     check "a set sized for no model" grep -q '"model":[[:space:]]*null' "$S/bpe_old/needle/needle.json"
     expect_ok "--force replans it" "$DT" "${BPE_RUN[@]}" --out "$S/bpe_old" --force

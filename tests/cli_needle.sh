@@ -33,7 +33,12 @@ expect_ok "difftrans --help lists needle" "$DT" --help && out_has "needle in the
 GEN=(needle generate --corpus "$CORPUS" --context 96,128 --needles 2 --queries 2 --depths 0,0.5,1 --train 9
     --test 12 --seed 5)
 expect_ok "generate a tiny set" "$DT" "${GEN[@]}" --out "$S/a" &&
-    out_has "generate reports what it wrote" "$S/last.out" "train.txt \(9 samples\)" "test.jsonl \(12 samples\)"
+    out_has "generate reports what it wrote" "$S/last.out" "train.txt \(9 samples\)" "test.jsonl \(12 samples\)" \
+        "cells: 2 context lengths x 3 depths, 2 needles, 2 queries per sample, seed 5"
+expect_ok "generate a set of one of each" "$DT" needle generate --corpus "$CORPUS" --context 96 --needles 1 --queries 1 \
+    --depths 0.5 --train 1 --test 1 --out "$S/one" &&
+    out_has "its counts in the singular" "$S/last.out" "train.txt \(1 sample\), .*test.jsonl \(1 sample\)" \
+        "cells: 1 context length x 1 depth, 1 needle, 1 query per sample, seed 42"
 for f in train.txt test.jsonl needle.json; do
     check "$f written and not empty" test -s "$S/a/$f"
 done

@@ -670,10 +670,11 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
                      "%ss), %d window(s) of %d %ss\n",
                   r->heldout_tokens, unit, r->windows, r->seq, unit);
     if (r->needle_dir)
-        tb_printf(b, "- needle set: `%s` (context %d bytes, %d needles, %d queries); its train.txt is put before the "
+        tb_printf(b, "- needle set: `%s` (context %d bytes, %d %s, %d %s); its train.txt is put before the "
                      "training text, so that the held-out tail is the text's alone (the tasks' filler and the "
                      "calibration windows skip it too)\n",
-                  r->needle_dir, r->needle_context, r->needle_needles, r->needle_queries);
+                  r->needle_dir, r->needle_context, r->needle_needles, r->needle_needles == 1 ? "needle" : "needles",
+                  r->needle_queries, r->needle_queries == 1 ? "query" : "queries");
     tb_printf(b, "- verdicts: \"X better\" when the 95%% interval of the paired difference (over runs; with one run, "
                  "over a task's examples) excludes zero and is not a point made of fewer than 3 equal "
                  "differences, otherwise \"no difference this run can resolve\"\n");
@@ -776,8 +777,9 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
 
     if (d0->have_needle) {
         tb_printf(b, "## Multi-needle retrieval\n\nGreedy exact match of every queried value. The paper's figure is for "
-                     "4K contexts with 6 needles and 2 queries; ours uses %d-byte contexts, %d needles, %d %s.\n\n",
-                  r->needle_context, r->needle_needles, r->needle_queries, r->needle_queries == 1 ? "query" : "queries");
+                     "4K contexts with 6 needles and 2 queries; ours uses %d-byte contexts, %d %s, %d %s.\n\n",
+                  r->needle_context, r->needle_needles, r->needle_needles == 1 ? "needle" : "needles",
+                  r->needle_queries, r->needle_queries == 1 ? "query" : "queries");
         measure ms[DT_NEEDLE_MAX_LIST * DT_NEEDLE_MAX_LIST + 1];
         char labels[DT_NEEDLE_MAX_LIST * DT_NEEDLE_MAX_LIST][64];
         int n = 0;
