@@ -116,8 +116,8 @@ void srv_text_revise(const srv_text *t, size_t *off, size_t n);
  * sent (the echo of a text prompt is the text itself, which its decoding need not be: special
  * tokens are left out of it), in characters: a token's offset in the prompt's decoding, moved on
  * by the special tokens before it whose text the prompt holds there (one the tokenizer added, a
- * BOS, holds none: it is where the text goes on), at most the text's length (a normalizer may
- * have changed the text). -1 only when out of memory. */
+ * BOS, holds none, even where the text begins with its text: it is where the text goes on), at most
+ * the text's length (a normalizer may have changed the text). -1 only when out of memory. */
 int srv_text_place(const dt_model *m, const char *text, size_t len, const int *ids, size_t n, size_t *off,
                    dt_error *err);
 

@@ -347,6 +347,22 @@ int srv_text_end(srv_text *t, dt_error *err) {
     return text_update(t, rc, fresh, n, 1, err);
 }
 
+/* How many of ids[0..n) are the ids the tokenizer adds before a text (its BOS), all of them or none. */
+static int added_prefix(const dt_tok *tok, const int *ids, size_t n, size_t *added, dt_error *err) {
+    dt_tok_summary s;
+    dt_tok_info(tok, &s);
+    *added = 0;
+    if (s.n_prefix == 0 || (size_t)s.n_prefix > n) return 0;
+    int32_t *pre;
+    size_t n_pre;
+    if (dt_tok_encode(tok, "", 0, 1, &pre, &n_pre, err) != 0) return -1;
+    size_t k = 0;
+    while (k < (size_t)s.n_prefix && k < n_pre && pre[k] == ids[k]) k++;
+    free(pre);
+    if (k == (size_t)s.n_prefix) *added = k;
+    return 0;
+}
+
 int srv_text_place(const dt_model *m, const char *text, size_t len, const int *ids, size_t n, size_t *off,
                    dt_error *err) {
     srv_text t;
@@ -361,6 +377,10 @@ int srv_text_place(const dt_model *m, const char *text, size_t len, const int *i
     srv_text_free(&t);
     if (rc != 0) return -1;
     const dt_tok *tok = dt_model_tok(m);
+    /* an added BOS holds no text even where the text begins with its own: "<|begin_of_text|>x" is
+     * BOS, BOS, x, and the written one is the second (matched to the text, the added one put it after) */
+    size_t added = 0;
+    if (tok && added_prefix(tok, ids, n, &added, err) != 0) return -1;
     const size_t chars = srv_utf8_chars(text, len);
     size_t shift = 0, at = 0, byte = 0; /* the special tokens' characters so far; character at begins at byte */
     for (size_t i = 0; i < n; i++) {
@@ -372,7 +392,8 @@ int srv_text_place(const dt_model *m, const char *text, size_t len, const int *i
             while (byte < len && ((unsigned char)text[byte] & 0xC0) == 0x80) byte++;
         }
         size_t tl = 0;
-        const char *s = tok && dt_tok_is_special(tok, ids[i]) ? dt_tok_id_to_token(tok, ids[i], &tl) : NULL;
+        const char *s = tok && i >= added && dt_tok_is_special(tok, ids[i]) ? dt_tok_id_to_token(tok, ids[i], &tl)
+                                                                           : NULL;
         if (s && tl > 0 && tl <= len - byte && !memcmp(text + byte, s, tl)) shift += srv_utf8_chars(s, tl);
         off[i] = o;
     }

@@ -333,6 +333,18 @@ static void test_text_place(void **state) {
     for (size_t i = 0; i < n; i++)
         if (off[i] != want[i]) fail_msg("token %zu (id %d) at %zu, want %zu", i, ids[i], off[i], want[i]);
     free(ids);
+    /* a text that begins with the BOS's own text: the added BOS holds none of it, the written one
+     * is at 0 too (the added one took the text and put the written one after it, at 17) */
+    const char *bos_text = "<|begin_of_text|>x";
+    assert_int_equal(dt_model_encode_prompt(&m, bos_text, &ids, &n, &err), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(ids[0], ids[1]);
+    assert_int_equal(srv_text_place(&m, bos_text, strlen(bos_text), ids, n, off, &err), 0);
+    const size_t want_bos[] = {0, 0, 17};
+    for (size_t i = 0; i < n; i++)
+        if (off[i] != want_bos[i])
+            fail_msg("BOS text: token %zu (id %d) at %zu, want %zu", i, ids[i], off[i], want_bos[i]);
+    free(ids);
     /* a text that does not hold the special token where the ids put it (ids and text that are not
      * each other's): its characters are not skipped, and no offset passes the text's end */
     const int eot = dt_tok_token_to_id(dt_model_tok(&m), "<|eot_id|>", 10), h = 104;
