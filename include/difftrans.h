@@ -657,7 +657,8 @@ typedef struct {
     float val_fraction;
     int resume;                  /* continue from out_dir's checkpoint and optimizer state (see
                                     dt_train_resume_defaults) */
-    int stop_at;                 /* > 0: save and stop after this step; the schedule still spans `steps` */
+    int stop_at;                 /* > 0: save and stop after this step (at most steps); the schedule still
+                                    spans `steps` */
     int quiet;                   /* nothing on stderr (else the run's header line, progress, validation
                                     losses and a summary, from rank 0) */
     volatile int *stop;          /* when *stop becomes nonzero: save a checkpoint and return */

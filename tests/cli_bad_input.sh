@@ -762,7 +762,7 @@ if [ "$(cat "$S/export_file")" = "keep me" ]; then pass; else fail "export under
 # A new run, an init or an export into a directory that holds a checkpoint is refused (the
 # model stays as it was) unless --force; a run continues only on the data it was trained on,
 # found by the absolute path its state recorded (from any directory), or at a new path given
-# with --data; --stop-at at or before the saved step is refused.
+# with --data; --stop-at at or before the saved step is refused, and so is one past --steps.
 RUN=$S/run_copy
 rm -rf "$RUN" && cp -a "$GOOD" "$RUN"
 before=$(snapshot "$RUN")
@@ -774,6 +774,14 @@ expect_fail "export into a directory that holds a checkpoint" 'run_copy' 'alread
     "$DT" export "$GOOD" "$RUN" --hf
 expect_fail "train --resume --stop-at at the saved step" 'stop-at' 'already at step 2' -- \
     "$DT" train --resume --out "$RUN" --steps 4 --stop-at 2 --threads 1 --quiet
+# --stop-at past --steps was never reached: the run trained to its end unasked
+expect_fail "train --resume --stop-at past the saved run's steps" 'stop_at 3: past steps 2' '--steps' '--stop-at' -- \
+    "$DT" train --resume --out "$RUN" --stop-at 3 --threads 1 --quiet
+expect_fail "train --resume --stop-at past --steps" 'stop_at 5: past steps 4' '--steps' '--stop-at' -- \
+    "$DT" train --resume --out "$RUN" --steps 4 --stop-at 5 --threads 1 --quiet
+expect_fail "train --stop-at past --steps" 'stop_at 3: past steps 2' '--steps' '--stop-at' -x "$S/stop_past" -- \
+    "$DT" train --preset tiny --data "$DATA" --out "$S/stop_past" --steps 2 --stop-at 3 --batch 2 --seq 32 \
+    --threads 1 --quiet
 head -c 20000 "$DATA" >"$S/other_data.txt"
 expect_fail "train --resume on other data" 'other_data\.txt' 'not the data' -- \
     "$DT" train --resume --out "$RUN" --steps 3 --data "$S/other_data.txt" --threads 1 --quiet

@@ -530,6 +530,10 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
     if (o->tokens_path && tokens_dir_check(o->tokens_path, err) != 0) return -1;
     if (!o->out_dir) return dt_fail(err, "out_dir: an output directory is required");
     if (o->steps <= 0) return dt_fail(err, "steps %d: must be positive", o->steps);
+    /* the run ends at steps: a later stop_at was never reached, and the run went on to the end unasked */
+    if (o->stop_at > o->steps)
+        return dt_fail(err, "stop_at %d: past steps %d, the run's last step (steps %d or more trains that far)",
+                       o->stop_at, o->steps, o->stop_at);
     if (o->batch <= 0 || o->batch > 4096) return dt_fail(err, "batch %d: must be in 1..4096", o->batch);
     const int ranks = dt_comm_size(o->comm);
     if (o->grad_accum <= 0 || o->batch % (o->grad_accum * ranks) != 0) {
