@@ -76,6 +76,7 @@ int __real_fputc(int c, FILE *f);
 int __real_fflush(FILE *f);
 int __real_fsync(int fd);
 int __real_rename(const char *a, const char *b);
+int __real_link(const char *a, const char *b);
 FILE *__real_fopen(const char *path, const char *mode);
 
 static void *counted(void *p) {
@@ -117,6 +118,7 @@ int __wrap_fputc(int c, FILE *f) { return stream_fails(f) ? EOF : __real_fputc(c
 int __wrap_fflush(FILE *f) { return f && stream_fails(f) ? EOF : __real_fflush(f); }
 int __wrap_fsync(int fd) { return write_fails() ? -1 : __real_fsync(fd); }
 int __wrap_rename(const char *a, const char *b) { return write_fails() ? -1 : __real_rename(a, b); }
+int __wrap_link(const char *a, const char *b) { return write_fails() ? -1 : __real_link(a, b); }
 /* opening a file for writing is where a full directory or a quota shows first */
 FILE *__wrap_fopen(const char *path, const char *mode) {
     if (strpbrk(mode, "wa") && write_fails()) return NULL;
@@ -339,6 +341,7 @@ typedef struct {
     char *before;      /* the step-2 files */
     char *after_model; /* model.safetensors of a clean step 3 */
     size_t after_n;
+    dt_model after;    /* and the model loaded from it */
 } run_ctx;
 
 static void sh(const char *fmt, const char *a, const char *b) {
@@ -381,6 +384,20 @@ static void check_run(void *p) {
         if (stat(stage, &sb) == 0) fail_msg("%s: a checkpoint stage whose writing failed was left behind", stage);
     } else { /* failed inside the commit: the next resume completes it */
         dt_error err;
+        /* until then a reader (info, generate, eval) loads the new checkpoint whole, writing nothing:
+         * DIR itself may hold the new model.safetensors beside the old train_state.json, or the reverse */
+        char stage[1100];
+        snprintf(stage, sizeof stage, "%s/.next", c->dir);
+        char *dir_before = snapshot(c->dir), *stage_before = snapshot(stage);
+        dt_model r;
+        if (dt_model_load(&r, c->dir, &err) != 0) fail_msg("reading %s after a failed commit: %s", c->dir, err.msg);
+        if (r.n_params != c->after.n_params || memcmp(r.params, c->after.params, r.n_params * sizeof *r.params) != 0)
+            fail_msg("%s: after a failed commit, a reader loads a model that is not the new checkpoint's", c->dir);
+        dt_model_free(&r);
+        check_same(c->dir, dir_before);
+        check_same(stage, stage_before);
+        __real_free(dir_before);
+        __real_free(stage_before);
         if (resume_to(c->dir, 3, &err) != 0) fail_msg("resume after a failed commit: %s", err.msg);
         snprintf(model, sizeof model, "%s/model.safetensors", c->dir);
         size_t n;
@@ -407,11 +424,13 @@ static void run_walk(fault_kind kind, long min_injected) {
     char model[1100];
     snprintf(model, sizeof model, "%s/model.safetensors", c.dir);
     c.after_model = tu_read_file(model, &c.after_n);
+    if (dt_model_load(&c.after, c.dir, &err) != 0) fail_msg("%s", err.msg);
     restore(&c);
     c.before = snapshot(c.dir);
     walk("training step", kind, op_train_step, &c, check_run, min_injected);
     __real_free(c.before);
     free(c.after_model);
+    dt_model_free(&c.after);
 }
 
 static void test_train_step_alloc_faults(void **state) {

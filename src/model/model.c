@@ -12,6 +12,7 @@
 #include "difftrans.h"
 #include "model/gguf_model.h"
 #include "model/model_quant.h"
+#include "train/checkpoint.h"
 #include "internal.h"
 #include "base/base.h"
 
@@ -260,14 +261,29 @@ static int read_tensor(const dt_st_set *set, const dt_tensor *t, float *p, dt_er
     return 0;
 }
 
+static int load_dir(dt_model *m, const char *dir, dt_error *err);
+
 int dt_model_load(dt_model *m, const char *dir, dt_error *err) {
-    char path[4200];
-    dt_config cfg;
     memset(m, 0, sizeof *m);
     if (gguf_model_path(dir)) return gguf_model_load(m, dir, err); /* a GGUF file (llama.cpp's format) */
     struct stat sb;
     if (stat(dir, &sb) != 0) return dt_fail_io(err, "%s: %s", dir, strerror(errno));
     if (!S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: not a model directory", dir);
+    /* a training run killed inside a checkpoint's commit left DIR part new, part old: the new
+     * checkpoint is whole in its stage until the next resume finishes the commit (a reader must not) */
+    char stage[4200];
+    if (checkpoint_pending(dir, stage, sizeof stage)) {
+        if (load_dir(m, stage, err) == 0) return 0;
+        /* a running commit that finished meanwhile took the stage away: DIR is whole again */
+        if (checkpoint_pending(dir, stage, sizeof stage)) return -1;
+    }
+    return load_dir(m, dir, err);
+}
+
+static int load_dir(dt_model *m, const char *dir, dt_error *err) {
+    char path[4200];
+    dt_config cfg;
+    memset(m, 0, sizeof *m);
     if (dt_pathf(path, sizeof path, err, "%s/config.json", dir) || dt_config_load(&cfg, path, err)) return -1;
     dt_quant_options quant; /* a quantised checkpoint: its linear layers are integer tensors */
     if (quant_config_read(path, &quant, err) != 0) return -1;

@@ -58,6 +58,25 @@ static int move(const char *stage, const char *dir, const char *name, dt_error *
     return 0;
 }
 
+/* Puts the staged file into DIR and keeps it in the stage too (a second link, renamed into place):
+ * until train_state.json leaves the stage, a reader finds the whole new checkpoint there, while
+ * DIR holds some of its files beside the previous one's. A file system without hard links moves it. */
+static int place(const char *stage, const char *dir, const char *name, dt_error *err) {
+    char from[4400], via[4400], to[4400];
+    if (dt_pathf(from, sizeof from, err, "%s/%s", stage, name) ||
+        dt_pathf(via, sizeof via, err, "%s/%s.tmp.commit", stage, name) ||
+        dt_pathf(to, sizeof to, err, "%s/%s", dir, name))
+        return -1;
+    if (unlink(via) != 0 && errno != ENOENT) return dt_fail_io(err, "%s: cannot remove: %s", via, strerror(errno));
+    if (link(from, via) != 0) {
+        if (errno == EPERM || errno == ENOTSUP || errno == EOPNOTSUPP || errno == EMLINK)
+            return move(stage, dir, name, err);
+        return dt_fail_io(err, "%s: cannot link to %s: %s", from, via, strerror(errno));
+    }
+    if (rename(via, to) != 0) return dt_fail_io(err, "%s: cannot rename to %s: %s", via, to, strerror(errno));
+    return 0;
+}
+
 int checkpoint_commit(const char *dir, dt_error *err) {
     char stage[4200];
     if (dt_pathf(stage, sizeof stage, err, "%s/%s", dir, STAGE) != 0 || sync_dir(stage, err) != 0) return -1;
@@ -68,7 +87,7 @@ int checkpoint_commit(const char *dir, dt_error *err) {
     while (rc == 0 && (e = readdir(d)))
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, LAST) &&
             !strstr(e->d_name, ".tmp."))
-            rc = move(stage, dir, e->d_name, err);
+            rc = place(stage, dir, e->d_name, err);
     closedir(d);
     if (rc == 0) rc = move(stage, dir, LAST, err);
     if (rc != 0) return -1;
@@ -90,6 +109,14 @@ int checkpoint_recover(const char *dir, dt_error *err) {
     if (stat(stage, &sb) != 0) return 0; /* nothing was interrupted */
     if (stat(last, &sb) == 0) return checkpoint_commit(dir, err);
     return discard_stage(stage, err);
+}
+
+int checkpoint_pending(const char *dir, char *stage, size_t n) {
+    char last[4400];
+    struct stat sb;
+    if (dt_pathf(stage, n, NULL, "%s/%s", dir, STAGE) || dt_pathf(last, sizeof last, NULL, "%s/%s", stage, LAST))
+        return 0;
+    return stat(last, &sb) == 0;
 }
 
 int checkpoint_lock(const char *dir, int *fd, dt_error *err) {
