@@ -342,23 +342,24 @@ const char *cli_model_file_at(const char *model, const char *output, char *name,
 }
 
 int cli_check_new_model_dir(const char *cmd, const char *flag, const char *dir, int force, const char *what_else) {
-    static const char *const marks[] = {"train_state.json", "config.json", "model.safetensors",
-                                        "model.safetensors.index.json"};
+    static const char *const marks[] = {"config.json", "model.safetensors", "model.safetensors.index.json"};
     struct stat sb;
     if (stat(dir, &sb) != 0) return 0; /* a new directory */
     if (!S_ISDIR(sb.st_mode)) return cli_error(cmd, "%s %s: exists and is not a directory", flag, dir);
-    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
-        char path[4200];
+    char path[4400];
+    /* a run killed inside its first checkpoint's commit has it only in DIR/.next, which --resume finishes */
+    int hit = dt_train_checkpoint(dir, path, sizeof path);
+    for (size_t i = 0; !hit && i < sizeof marks / sizeof marks[0]; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, marks[i]);
-        if (access(path, F_OK) != 0) continue;
-        if (!force)
-            return cli_error(cmd, "%s %s: already holds a checkpoint (%s); %s, or give --force to replace it", flag,
-                             dir, marks[i], what_else);
-        dt_error err;
-        if (dt_train_forget(dir, &err) != 0) return cli_fail(cmd, &err);
-        fprintf(stderr, "difftrans %s: replacing the checkpoint in %s\n", cmd, dir);
-        break;
+        hit = access(path, F_OK) == 0;
     }
+    if (!hit) return 0;
+    if (!force)
+        return cli_error(cmd, "%s %s: already holds a checkpoint (%s); %s, or give --force to replace it", flag, dir,
+                         path, what_else);
+    dt_error err;
+    if (dt_train_forget(dir, &err) != 0) return cli_fail(cmd, &err);
+    fprintf(stderr, "difftrans %s: replacing the checkpoint in %s\n", cmd, dir);
     return 0;
 }
 

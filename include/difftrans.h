@@ -705,6 +705,11 @@ int dt_train(dt_train_options *o, dt_error *err);
  * that a model saved there anew is not continued as that run; the model's own files stay for the
  * save to replace. A dir a running dt_train is writing is refused (DT_ERR_IO), nothing removed. */
 int dt_train_forget(const char *dir, dt_error *err);
+/* 1 when dir holds a training run that dt_train resumes, with state set to the path of the
+ * train_state.json it continues from: dir/.next/train_state.json when a kill interrupted the commit of
+ * that checkpoint (the resume finishes it; dir may hold no train_state.json yet), else dir's own.
+ * 0 when there is none (or the path does not fit in n). */
+int dt_train_checkpoint(const char *dir, char *state, size_t n);
 
 /* ---------------------------------------------------------------- quantisation */
 

@@ -772,6 +772,13 @@ expect_fail "init into a directory that holds a checkpoint" 'run_copy' 'already 
     "$DT" init --preset tiny --out "$RUN"
 expect_fail "export into a directory that holds a checkpoint" 'run_copy' 'already holds a checkpoint' 'force' -- \
     "$DT" export "$GOOD" "$RUN" --hf
+# a run killed inside its first checkpoint's commit has it whole in DIR/.next only: --resume finishes it
+STAGED=$S/staged_first
+rm -rf "$STAGED" && mkdir -p "$STAGED/.next" && cp -a "$GOOD"/. "$STAGED/.next/" && rm -f "$STAGED/.next/metrics.jsonl"
+expect_fail "train into a directory whose first checkpoint a kill left staged" 'staged_first/\.next/train_state\.json' \
+    'resume' 'force' -- "$DT" train --preset tiny --data "$DATA" --out "$STAGED" --steps 2 --batch 2 --seq 32 \
+    --threads 1 --quiet
+check "... and the staged checkpoint is kept" test -s "$STAGED/.next/train_state.json"
 expect_fail "train --resume --stop-at at the saved step" 'stop-at' 'already at step 2' -- \
     "$DT" train --resume --out "$RUN" --steps 4 --stop-at 2 --threads 1 --quiet
 # --stop-at past --steps was never reached: the run trained to its end unasked

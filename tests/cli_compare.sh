@@ -16,9 +16,10 @@
 #                      a resume takes compare.json's set (an older plan without one: the byte sizing),
 #                      a planned set too long is refused; --tokens (a token dataset) too; a tokenizer
 #                      without a token for a task symbol is refused naming it
-#   resuming           SIGINT inside the first run (status 9) and SIGKILL inside the second, each resumed
-#                      by the same command: the models and report.json of the uninterrupted comparison;
-#                      other options refused naming the field and its flag, --force starts over
+#   resuming           SIGINT inside the first run (status 9) and SIGKILL inside the second (its checkpoint
+#                      then staged as a kill inside its first commit leaves it), each resumed by the same
+#                      command: the models and report.json of the uninterrupted comparison; other options
+#                      refused naming the field and its flag, --force starts over (a staged checkpoint too)
 #   refusals           missing --data / --out, bad --steps, a missing data file, an unknown preset,
 #                      variant or task: exit status 1 and a message naming the argument or the file
 # Prints a summary and exits 1 when any check failed.
@@ -150,6 +151,19 @@ else fail "SIGKILL: the second run was not caught in training"; fi
 kill -KILL $pid 2>/dev/null
 wait $pid 2>/dev/null
 check "the first run finished before the kill" grep -q '"done":[[:space:]]*true' "$R/diff/curve.json"
+# the second run's checkpoint as a kill inside the commit of its first leaves it: whole in DIR/.next (written
+# last there, train_state.json says it is complete), DIR without a train_state.json; the resume finishes the commit
+staged_first() {
+    local f
+    if [ ! -f "$1/.next/train_state.json" ]; then
+        rm -rf "$1/.next" && mkdir "$1/.next" || return 1
+        for f in "$1"/*; do
+            case ${f##*/} in metrics.jsonl | curve.json) ;; *) mv "$f" "$1/.next/" || return 1 ;; esac
+        done
+    fi
+    rm -f "$1/train_state.json" && [ -f "$1/.next/train_state.json" ]
+}
+check "a checkpoint whose first commit a kill interrupted" staged_first "$R/transformer"
 expect_ok "the stopped comparison resumes" "$DT" "${RUN[@]}" --out "$R"
 out_has "it says what it kept" "$S/last.err" "resuming .*resume: 1 of 2 trainings done, 1 continued from a checkpoint"
 check "the resumed models are the uninterrupted ones" cmp "$R/transformer/model.safetensors" \
@@ -178,7 +192,9 @@ expect_ok "--force starts it over with other options" "$DT" compare --quick --qu
     --steps 8 --tasks none --data "$CORPUS" --out "$R" --force
 check "the plan is the new one" grep -q '"steps":[[:space:]]*8,' "$R/compare.json"
 check "so is every run" test "$(wc -l <"$R/diff/metrics.jsonl")" = 8 -a "$(wc -l <"$R/transformer/metrics.jsonl")" = 8
-# started over again and stopped in its first run: the report of the comparison it replaces is gone
+# started over again and stopped in its first run: the report of the comparison it replaces is gone, and so is
+# a checkpoint of it a kill left staged in a run not started yet (a resume would continue that run)
+mkdir -p "$R/transformer/.next" && cp "$R/transformer/train_state.json" "$R/transformer/.next/"
 "$DT" compare --quick --quiet --threads 1 --jobs 1 --seeds 1 --steps 400 --tasks none --data "$CORPUS" --out "$R" \
     --force >/dev/null 2>"$S/r.err" </dev/null &
 pid=$!
@@ -193,6 +209,7 @@ wait $pid
 rc=$?
 if [ $rc -eq 9 ]; then pass; else fail "--force, SIGINT: exit status $rc, not 9: $(cat "$S/r.err")"; fi
 check "no report of the replaced comparison is left" test ! -e "$R/REPORT.md" -a ! -e "$R/report.json"
+check "nor its staged checkpoint" test ! -e "$R/transformer/.next" -a ! -e "$R/transformer/train_state.json"
 
 # ---------------------------------------------------------------- --quick --needle
 

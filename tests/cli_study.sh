@@ -7,6 +7,8 @@
 #                  REPORT.md (the command at its top, the per-size table with intervals and verdicts, the
 #                  fits, the protocol's tables), report.json (python3: the fit, the sizes, every run), plots
 #   the same again nothing is trained again (the runs' files are untouched) and the report is rewritten
+#   a staged run   a run's checkpoint whole in DIR/.next only (a kill inside its first commit): the resume
+#                  commits it and measures it, training nothing
 #   stopped        SIGTERM once the first run is measured: exit status 9, finished runs kept; SIGKILL in the
 #                  middle of a run (after one of its checkpoints); each time the same command resumes, and the
 #                  resumed study's every run measures exactly what the uninterrupted one's did
@@ -58,6 +60,19 @@ touch -d '2000-01-01' "$S/a/REPORT.md"
 expect_ok "the same study again" "$DT" study "${STUDY[@]}" --out "$S/a" --quiet
 sums "$S/a" >"$S/after.md5"
 check "no run was trained again" cmp -s "$S/before.md5" "$S/after.md5"
+
+# a run whose last checkpoint a kill left inside the commit of its first: whole in DIR/.next, no train_state.json
+# in DIR; the resume finishes the commit (the staged model becomes the run's) instead of training the run again
+cp -r "$S/a" "$S/k"
+K=$(ls -d "$S"/k/runs/*/ | head -n 1)
+K=${K%/}
+rm "$K/run.json" && mkdir "$K/.next" &&
+    for f in "$K"/*; do case ${f##*/} in metrics.jsonl) ;; *) mv "$f" "$K/.next/" ;; esac; done
+staged=$(stat -c %i "$K/.next/model.safetensors")
+expect_ok "a study with a run's first checkpoint staged" "$DT" study "${STUDY[@]}" --out "$S/k" --quiet
+check "the staged checkpoint was committed, not trained again" \
+    test "$(stat -c %i "$K/model.safetensors")" = "$staged" -a ! -e "$K/.next"
+check "... and measures what it did" cmp "$K/run.json" "$S/a/runs/${K##*/}/run.json"
 check "the report was written again" test "$S/a/REPORT.md" -nt "$S/before.md5"
 
 # every DIFF run of the larger size diverged (planted in a copy's run.json files): that size is not compared,

@@ -11,7 +11,7 @@
  * Resuming, as the study does (study.c): each run directory is a `difftrans train` checkpoint
  * (saved every tenth of the steps) with curve.json beside it, the run's task-accuracy curve so far,
  * rewritten at each point and marked done once the run has trained every step. A resumed call
- * keeps a done run, continues one with a checkpoint (train_state.json) from it exactly, with the
+ * keeps a done run, continues one with a checkpoint (dt_train_checkpoint) from it exactly, with the
  * curve points it had up to there, and trains any other afresh. The analyses, cheap next to the
  * trainings and kept only in the report, run again on every run.
  */
@@ -593,23 +593,20 @@ static int run_dir(char *out, size_t cap, const dt_cmp_options *o, const char *k
  * removed, so that a later resume cannot take a run of other options for one of these. */
 static int job_state(job *jb, int resuming, dt_error *err) {
     char state[4500], curve[4500];
-    if (dt_pathf(state, sizeof state, err, "%s/train_state.json", jb->dir) ||
-        dt_pathf(curve, sizeof curve, err, "%s/curve.json", jb->dir))
-        return -1;
+    if (dt_pathf(curve, sizeof curve, err, "%s/curve.json", jb->dir)) return -1;
     jb->trained = jb->resume = 0;
     jb->n_curve = 0;
     if (!resuming) {
-        const char *const old[2] = {state, curve};
-        for (int i = 0; i < 2; i++)
-            if (unlink(old[i]) != 0 && errno != ENOENT && errno != ENOTDIR)
-                return dt_fail_io(err, "%s: cannot remove an earlier comparison's run state: %s", old[i],
-                                  strerror(errno));
-        return 0;
+        if (unlink(curve) != 0 && errno != ENOENT && errno != ENOTDIR)
+            return dt_fail_io(err, "%s: cannot remove an earlier comparison's run state: %s", curve, strerror(errno));
+        /* the checkpoint a kill left staged too: a resume before this run's first one would continue it */
+        struct stat sb;
+        return stat(jb->dir, &sb) == 0 && S_ISDIR(sb.st_mode) ? dt_train_forget(jb->dir, err) : 0;
     }
     int done = 0;
     if (curve_load(jb, &done, err) != 0) return -1;
     jb->trained = done;
-    jb->resume = !done && access(state, F_OK) == 0;
+    jb->resume = !done && dt_train_checkpoint(jb->dir, state, sizeof state);
     if (!jb->trained && !jb->resume) jb->n_curve = 0; /* points of a run that saved no checkpoint yet */
     if (jb->resume) { /* its step, for the progress only: dt_train reads and checks the state itself */
         cJSON *j = json_load_file(state, err);

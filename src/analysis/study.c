@@ -8,8 +8,9 @@
  *                           measured, run.json (written last, atomically: its presence means done)
  *   REPORT.md, report.json, plots/   written by study_report.c from the run.json files
  *
- * Resuming: a run with run.json is done; a run with a checkpoint (train_state.json) continues
- * from it exactly (dt_train's resume); any other run starts afresh. Runs save a checkpoint every
+ * Resuming: a run with run.json is done; a run with a checkpoint (dt_train_checkpoint: one whose
+ * commit a kill interrupted counts) continues from it exactly (dt_train's resume); any other run
+ * starts afresh. Runs save a checkpoint every
  * tenth of their steps, so a killed study loses at most that much of the run it was in.
  *
  * Runs are independent, so parallelism is over runs: `jobs` at once in this process (each on
@@ -291,9 +292,8 @@ static int train_run(study *st, int r, dt_error *err) {
     const dt_study_options *o = st->o;
     study_run *x = &st->runs[r];
     char path[4400];
-    if (dt_pathf(path, sizeof path, err, "%s/train_state.json", x->dir)) return -1;
     dt_train_options t;
-    if (file_exists(path)) {
+    if (dt_train_checkpoint(x->dir, path, sizeof path)) {
         dt_train_resume_defaults(&t);
     } else {
         dt_train_defaults(&t);

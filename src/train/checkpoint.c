@@ -119,6 +119,13 @@ int checkpoint_pending(const char *dir, char *stage, size_t n) {
     return stat(last, &sb) == 0;
 }
 
+int dt_train_checkpoint(const char *dir, char *state, size_t n) {
+    char stage[4200];
+    struct stat sb;
+    if (checkpoint_pending(dir, stage, sizeof stage)) return dt_pathf(state, n, NULL, "%s/%s", stage, LAST) == 0;
+    return dt_pathf(state, n, NULL, "%s/%s", dir, LAST) == 0 && stat(state, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
 int checkpoint_lock(const char *dir, int *fd, dt_error *err) {
     *fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (*fd < 0) return dt_fail_io(err, "%s: cannot open directory: %s", dir, strerror(errno));
