@@ -197,6 +197,9 @@ expect_fail "depth below 0" "--depths -0.25: must be in \[0, 1\]" "$DT" "${G[@]}
 expect_fail "depth not a number" "--depths '0.5x': not a number" "$DT" "${G[@]}" --depths 0.5x
 expect_fail "empty list item" "--context '512,,1024': empty item" "$DT" "${G[@]}" --context 512,,1024
 expect_fail "context too small" "context length 100 is too small to hold 6 needles" "$DT" "${G[@]}" --context 100
+expect_fail "context too small for one needle, in the singular" \
+    "context length 30 is too small to hold 1 needle of up to 39 bytes \(needs >= 39\)" \
+    "$DT" "${G[@]}" --context 30 --needles 1 --queries 1
 expect_fail "needles not a number" "--needles 'abc': not an integer" "$DT" "${G[@]}" --needles abc
 expect_fail "negative train count" "--train -1: must be in" "$DT" "${G[@]}" --train -1
 expect_fail "missing --out" "--corpus FILE and --out DIR are required" "$DT" needle generate --corpus "$CORPUS"

@@ -117,9 +117,9 @@ int dt_needle_params_validate(const dt_needle_params *p, dt_error *err) {
         if (p->contexts[i] > DT_NEEDLE_MAX_CONTEXT)
             return dt_fail(err, "context length %d: at most %d bytes", p->contexts[i], DT_NEEDLE_MAX_CONTEXT);
         if (p->contexts[i] < need)
-            return dt_fail(err,
-                           "context length %d is too small to hold %d needles of up to %d bytes each (needs >= %d)",
-                           p->contexts[i], p->needles, DT_NEEDLE_UNIT_MAX, need);
+            return dt_fail(err, "context length %d is too small to hold %d needle%s of up to %d bytes%s (needs >= %d)",
+                           p->contexts[i], p->needles, p->needles == 1 ? "" : "s", DT_NEEDLE_UNIT_MAX,
+                           p->needles == 1 ? "" : " each", need);
         for (int j = 0; j < i; j++)
             if (p->contexts[j] == p->contexts[i]) return dt_fail(err, "context length %d is listed twice", p->contexts[i]);
     }
