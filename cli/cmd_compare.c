@@ -62,7 +62,9 @@ static void help(void) {
            "  --ablations LIST   train these variants side by side instead of the pair (%s);\n"
            "                     the report has one table per measure with every variant and its parameters\n"
            "  --needle           also a long-form needle set from --data (DIR/needle) in training and evaluation,\n"
-           "                     its context the longest whose samples fit the models' positions in their tokens\n"
+           "                     its context the longest whose samples fit the training window (--seq) in the\n"
+           "                     runs' tokens; a --seq too short for one needle and its question is refused,\n"
+           "                     naming the --seq that holds one (as bytes, --quick's %d are too few)\n"
            "  --scaling LIST     also train DIFF and Transformer at these presets (first seed) and fit loss\n"
            "                     against size (the fraction of the baseline's parameters DIFF needs; paper ~65%%;\n"
            "                     size: non-embedding parameters, as `study` and `analyze scaling` count it)\n"
@@ -74,7 +76,8 @@ static void help(void) {
            "  --force            start over in an --out that holds an earlier comparison: every run is trained\n"
            "                     again, whatever options it was made with (its report is removed first)\n",
            d.preset, dt_config_preset_names(), d.steps, d.batch, d.seq, (double)d.lr, (unsigned long long)d.seed,
-           d.seeds, d.task_ratio, dt_cmp_variant_names(), q.steps, q.batch, q.seq, q.seeds, q.task_examples, d.jobs);
+           d.seeds, d.task_ratio, dt_cmp_variant_names(), q.seq, q.steps, q.batch, q.seq, q.seeds, q.task_examples,
+           d.jobs);
 }
 
 typedef struct {
@@ -233,6 +236,8 @@ int cmd_compare(int argc, char **argv) {
         snprintf(err.msg + n, sizeof err.msg - n, ", or give --force to start it over");
         return cli_fail_flags(cmd, &err, PLAN_FLAGS, (int)(sizeof PLAN_FLAGS / sizeof *PLAN_FLAGS));
     }
+    static const cli_flag needle_flags[] = {{"seq", "--seq"}, {"needle", "--needle"}};
+    if (rc != 0 && strncmp(err.msg, "needle: seq ", 12) == 0) return cli_fail_flags(cmd, &err, needle_flags, 2);
     if (rc != 0) return cli_fail(cmd, &err);
     printf("compare: wrote %s/REPORT.md and %s/report.json\n", out, out);
     return 0;

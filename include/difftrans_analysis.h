@@ -942,11 +942,13 @@ const char *dt_cmp_variant_names(void);
 /* Checks the options (data readable, sizes fit) before anything is trained, then runs everything
  * and writes out/REPORT.md, out/report.json and out/plots. With a real vocabulary (tokenizer or
  * tokens) the needle set is read through the tokenizer and needs the text (data, not tokens).
- * With needle, the set's context is the longest whose test samples fit the variants' positions read
- * as the models read them (dt_needle_fit_contexts), with up to 6 needles and 2 queries.
+ * With needle, the set's context is the longest whose test samples fit the training window (seq)
+ * read as the models read them (dt_needle_fit_contexts), with up to 6 needles and 2 queries; a seq
+ * too short for one needle and its question is refused naming the seq that holds one.
  * Resuming: out/compare.json records every option that fixes the runs (and fingerprints of the
  * data and tokenizer, and the needle set, which a resume makes again as recorded: from a
- * compare.json without it, the set of 5/8 of the positions as bytes that preceded it); unless
+ * compare.json without it, the set of 5/8 of the positions as bytes that preceded it; a recorded
+ * set longer than the window is kept, and the report says so); unless
  * restart is set, a call on a directory that holds one refuses other options (DT_ERR_INVALID
  * naming the first that differs), keeps the runs that trained every step,
  * continues each other run from its checkpoint (saved every tenth of the steps) and trains the

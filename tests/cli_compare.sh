@@ -7,13 +7,15 @@
 #                      learning curves), report.json (python3: every run, the summary), the run
 #                      directories of both seeds, the PNGs when gnuplot is on PATH
 #   --ablations        three variants side by side, one table per measure with parameter counts
-#   --quick --needle   the needle set (filling the models' 256 positions, recorded in compare.json),
+#   --quick --needle   refused at --quick's 64 bytes, naming the --seq that holds a sample; with --seq 128
+#                      the needle set (filling the training window, recorded in compare.json),
 #                      DIR/train.txt, the retrieval / allocation tables and needle accuracy per
 #                      post-training quantisation scheme (REPORT.md, report.json)
 #   --tokenizer        BPE runs (a tokenizer from tests/make_bpe_tokenizer.py) with --needle and the
 #                      tasks: every run carries the tokenizer, the report counts tokens and has the task
-#                      tables (each symbol one token); the needle set fills the positions in its tokens,
-#                      a resume takes compare.json's set (an older plan without one: the byte sizing),
+#                      tables (each symbol one token); the needle set fills the training window in its
+#                      tokens, a resume takes compare.json's set (an older plan without one: the byte
+#                      sizing; either past the window: said in the progress and REPORT.md),
 #                      a planned set too long is refused; --tokens (a token dataset) too; a tokenizer
 #                      without a token for a task symbol is refused naming it
 #   resuming           SIGINT inside the first run (status 9) and SIGKILL inside the second (its checkpoint
@@ -214,16 +216,26 @@ check "nor its staged checkpoint" test ! -e "$R/transformer/.next" -a ! -e "$R/t
 # ---------------------------------------------------------------- --quick --needle
 
 N=$S/needle
-expect_ok "compare --quick --needle" "$DT" compare --quick --needle --quiet --threads 1 --seeds 1 --tasks none \
-    --data "$CORPUS" --out "$N"
+# the runs train on windows of --seq and the paper scores retrieval within the trained context: a window too
+# short for one needle and its question (101 bytes of this corpus) is refused before anything is written
+expect_status "compare --quick --needle: 64-byte windows hold no needle sample" 1 \
+    "needle: seq 64 cannot hold a test sample of one needle and one query \(up to 101 bytes\).* seq 101 or more is needed \(--seq, --needle\)$" \
+    "$DT" compare --quick --needle --quiet --threads 1 --seeds 1 --tasks none --data "$CORPUS" --out "$N"
+check "and writes nothing" test ! -e "$N"
+expect_ok "compare --quick --needle --seq 128" "$DT" compare --quick --needle --quiet --threads 1 --seeds 1 \
+    --tasks none --seq 128 --data "$CORPUS" --out "$N"
 check "needle test set" test -s "$N/needle/test.jsonl"
+out_has "REPORT.md says the needle samples are within the training window" "$N/REPORT.md" \
+    "Its test samples take up to 12[0-9] bytes, within the training window of 128"
 if [ -n "$PY" ]; then
-    # sized as `needle generate --model` sizes a set: the longest context whose test samples fit the tiny preset's
-    # 256 positions, here bytes (it was 5/8 of them whatever the samples took), recorded in compare.json
-    check "the byte-level needle set fills the models' 256 positions" "$PY" -c '
+    # the longest context whose test samples fit the training window of 128 bytes (it was the tiny preset's 256
+    # positions, which the 64- or 128-byte windows never trained), recorded in compare.json
+    check "the byte-level needle set fills the training window" "$PY" -c '
 import json, sys
 lengths = [json.loads(l)["text_length"] for l in open(sys.argv[1] + "/needle/test.jsonl")]
-assert max(lengths) <= 256 and max(lengths) >= 240, lengths
+assert max(lengths) <= 128 and max(lengths) >= 120, lengths
+ns = json.load(open(sys.argv[1] + "/report.json"))["needle_set"]
+assert ns["longest_test_sample"] == max(lengths) and ns["within_training_window"] is True, ns
 n, plan = json.load(open(sys.argv[1] + "/needle/needle.json")), json.load(open(sys.argv[1] + "/compare.json"))
 assert plan["needle_set"] == {"contexts": n["contexts"], "needles": n["needles"], "queries": n["queries"],
                               "train": n["train"], "test": n["test"]}, (plan["needle_set"], n)
@@ -261,7 +273,7 @@ if [ -n "$PY" ]; then
     check "make a BPE tokenizer" "$PY" "$HERE/make_bpe_tokenizer.py" "$CORPUS" "$S/tok" 200
     B=$S/bpe
     expect_ok "compare --tokenizer --needle" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 \
-        --tokenizer "$S/tok" --needle --data "$CORPUS" --out "$B"
+        --seq 128 --tokenizer "$S/tok" --needle --data "$CORPUS" --out "$B"
     # the scaling sizes' parameters are their trained models' (the tokenizer's vocabulary), not the preset's
     expect_ok "compare --tokenizer --scaling small" "$DT" compare --quick --quiet --threads 1 --seeds 1 --steps 4 \
         --tasks none --tokenizer "$S/tok" --data "$CORPUS" --out "$S/bpe_scaling" --scaling small
@@ -303,16 +315,15 @@ for m in b["runs"]:
     out_has "REPORT.md gives the bytes and bits per byte" "$S/bpe_scaling/REPORT.md" \
         "validation split, $tail_n tokens, $tail_bytes bytes as the tokenizer decodes them" \
         "\| final validation loss \(bits/byte\) \| — \| — \| [0-9.]+ \| [0-9.]+ \|"
-    # the needle set in the models' tokens: 160 bytes (5/8 of 256 positions taken as bytes) gave samples of at
-    # most 158 of this tokenizer's tokens, well inside the 256 positions
-    check "compare --tokenizer --needle: the needle set fills the models' 256 positions in their tokens" "$PY" -c '
+    # the needle set in the runs' tokens, within their 128-token training window
+    check "compare --tokenizer --needle: the needle set fills the training window in its tokens" "$PY" -c '
 import json, subprocess, sys
 most = 0
 for line in open(sys.argv[1] + "/needle/test.jsonl"):
     ids = subprocess.run([sys.argv[2], "tokenizer", "encode", "--tokenizer", sys.argv[3]],
                          input=json.loads(line)["text"], capture_output=True, text=True, check=True).stdout.split()
     most = max(most, len(ids))
-assert 192 <= most <= 256, most
+assert 112 <= most <= 128, most
 assert json.load(open(sys.argv[1] + "/compare.json"))["needle_set"]["contexts"] == \
     json.load(open(sys.argv[1] + "/needle/needle.json"))["contexts"]
 ' "$B" "$DT" "$S/tok"
@@ -325,13 +336,17 @@ assert re.fullmatch("[0-9a-f]{16}", m["tokenizer_fingerprint"]), m' "$B"
     check "says nothing of its sizing" test ! -s "$S/last.err"
     # a resume takes the set compare.json records (the runs trained on it), and a compare.json from before the
     # record keeps the byte sizing its runs trained on
-    BPE_RUN=(compare --quick --quiet --threads 1 --seeds 1 --steps 4 --tokenizer "$S/tok" --needle --data "$CORPUS")
+    BPE_RUN=(compare --quick --quiet --threads 1 --seeds 1 --steps 4 --seq 128 --tokenizer "$S/tok" --needle
+        --data "$CORPUS")
     cp -r "$B" "$S/bpe_planned"
     "$PY" -c '
 import json, sys
-p = json.load(open(sys.argv[1])); p["needle_set"]["needles"] -= 1; json.dump(p, open(sys.argv[1], "w"))' \
-        "$S/bpe_planned/compare.json"
+p = json.load(open(sys.argv[1])); p["needle_set"].update(contexts=[150], needles=3, queries=1)
+json.dump(p, open(sys.argv[1], "w"))' "$S/bpe_planned/compare.json"
+    # a set planned when sets filled the models' 256 positions: kept, and said to pass the 128-token window
     expect_ok "a resume keeps compare.json's needle set" "$DT" "${BPE_RUN[@]}" --out "$S/bpe_planned"
+    out_has "and says it passes the training window" "$S/bpe_planned/REPORT.md" \
+        "Its test samples take up to 1[3-9][0-9] tokens, more than the training window of 128: the positions past it"
     check "its needle set is the planned one" "$PY" -c '
 import json, sys
 p = json.load(open(sys.argv[1] + "/compare.json"))["needle_set"]
@@ -345,7 +360,8 @@ p = json.load(open(sys.argv[1])); del p["needle_set"]; json.dump(p, open(sys.arg
     expect_ok "a resume of a comparison planned before compare.json recorded its needle set" "$DT" "${BPE_RUN[@]}" \
         --out "$S/bpe_old"
     out_has "it keeps the set its runs trained on" "$S/bpe_old/REPORT.md" \
-        "ours uses 160-byte contexts, 4 needles, 1 query" "needle set: .* \(context 160 bytes, 4 needles, 1 query\)"
+        "ours uses 160-byte contexts, 4 needles, 1 query" "needle set: .* \(context 160 bytes, 4 needles, 1 query\)" \
+        "Its test samples take up to [0-9]+ tokens, more than the training window of 128: the positions past it"
     check "and its plan as it was" test "$(grep -c needle_set "$S/bpe_old/compare.json")" = 0
     check "a set sized for no model" grep -q '"model":[[:space:]]*null' "$S/bpe_old/needle/needle.json"
     expect_ok "--force replans it" "$DT" "${BPE_RUN[@]}" --out "$S/bpe_old" --force
@@ -360,7 +376,7 @@ p = json.load(open(sys.argv[1])); p["needle_set"]["contexts"] = [900]; json.dump
     check "every run carries the tokenizer" cmp "$B/diff/tokenizer.json" "$S/tok/tokenizer.json"
     check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"
     out_has "REPORT.md counts tokens" "$B/REPORT.md" "vocabulary: the BPE tokenizer of" "nats/token" \
-        "64 tokens = 2048 training tokens per run" "## Multi-needle retrieval"
+        "128 tokens = 4096 training tokens per run" "## Multi-needle retrieval"
     out_has "REPORT.md has the tasks, in tokens" "$B/REPORT.md" "## Tasks learned in training" \
         "a query every 3 tokens" "every symbol of the formats below is one token" "### recall" "### depth" \
         "### icl" "\| length 64, K = 2 \|" "### Learning curves"

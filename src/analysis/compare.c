@@ -457,25 +457,37 @@ static int needle_params_bytes(const dt_cmp_options *o, int maxp, dt_needle_para
     return dt_needle_params_validate(np, err);
 }
 
-/* The needle set for models of maxp positions reading text through tok (NULL: bytes), as `needle
- * generate --model` sizes one: the longest context whose test samples all fit maxp in tokens, with
- * as many of the paper's 6 needles (2 queries) as fit. One context, the longest: the report's
- * samples are few, and each cell of a second length would get half of them. */
+/* The needle set for runs trained on windows of o->seq tokens of tok (NULL: bytes), models of maxp
+ * positions: the longest context whose test samples all fit the training window, with as many of
+ * the paper's 6 needles (2 queries) as fit, *longest their most tokens. The window, not the
+ * positions: the paper scores retrieval within the context its models were trained (or extended)
+ * to, and positions past the window are never trained here, so a longer sample would measure
+ * extrapolation; a window too short for one sample is refused, naming the seq that holds one. One
+ * context, the longest: the report's samples are few, and each cell of a second length would get
+ * half of them. */
 static int needle_params_fit(const dt_cmp_options *o, const dt_needle_corpus *corpus, const dt_tok *tok, int maxp,
-                             dt_needle_params *np, dt_error *err) {
+                             dt_needle_params *np, int *longest, dt_error *err) {
     int most[2], n = 0;
     for (np->needles = 6; np->needles >= 1; np->needles--) {
         np->queries = np->needles < 2 ? np->needles : 2;
-        if ((n = dt_needle_fit_contexts(np, corpus, tok, maxp, most, err)) != 0) break;
+        if ((n = dt_needle_fit_contexts(np, corpus, tok, o->seq, most, err)) != 0) break;
     }
     if (n < 0) return -1;
     if (n == 0) {
         np->needles = np->queries = 1;
-        return dt_fail(err, "needle: preset %s's %d positions cannot hold a test sample of one needle and one query "
-                            "(%s)", o->preset, maxp, tok ? "in the tokenizer's tokens" : "bytes");
+        int need = 0;
+        const char *unit = tok ? "tokens" : "bytes";
+        if (dt_needle_most_tokens(np, corpus, tok, np->needles * DT_NEEDLE_UNIT_MAX, &need, err) != 0) return -1;
+        if (need > maxp)
+            return dt_fail(err, "needle: preset %s's %d positions cannot hold a test sample of one needle and one "
+                                "query (up to %d %s)", o->preset, maxp, need, unit);
+        return dt_fail(err, "needle: seq %d cannot hold a test sample of one needle and one query (up to %d %s); the "
+                            "runs train on windows of seq %s and retrieval is scored within them, so seq %d or more "
+                            "is needed", o->seq, need, unit, unit, need);
     }
     np->contexts[0] = np->contexts[n - 1];
     np->n_contexts = 1;
+    *longest = most[n - 1];
     return 0;
 }
 
@@ -536,9 +548,10 @@ static int needle_params_planned(const dt_cmp_options *o, const char *plan_path,
     return rc;
 }
 
-/* The comparison's needle set: a resumed one's as planned, a new one's fitted to the models. The
- * runs' shortest context bounds it; a planned set that does not fit it (an edited plan) is refused
- * before any training. */
+/* The comparison's needle set: a resumed one's as planned (sized, if planned before sets were sized
+ * to the training window, to the models' positions: *longest then says by how far it passes the
+ * window), a new one's fitted to the training window. The runs' shortest context bounds it; a
+ * planned set that does not fit it (an edited plan) is refused before any training. */
 static int needle_positions(const dt_cmp_options *o, const dt_config *cfgs) {
     int maxp = cfgs[0].max_position_embeddings;
     for (int v = 1; v < o->n_variants; v++)
@@ -547,20 +560,23 @@ static int needle_positions(const dt_cmp_options *o, const dt_config *cfgs) {
 }
 
 static int needle_params(const dt_cmp_options *o, const dt_config *cfgs, const dt_tok *tok, const char *plan_path,
-                         int resuming, dt_needle_params *np, int *legacy, dt_error *err) {
+                         int resuming, dt_needle_params *np, int *legacy, int *longest, dt_error *err) {
     const int maxp = needle_positions(o, cfgs);
     dt_needle_params_default(np);
     np->n_train = o->quick ? 40 : 400;
     np->n_test = o->quick ? 10 : 50;
     np->seed = o->seed;
     *legacy = 0;
+    *longest = 0;
     dt_needle_corpus corpus = {0};
     if (dt_needle_corpus_load(&corpus, o->data, err) != 0) return -1;
     int rc = resuming ? needle_params_planned(o, plan_path, maxp, np, legacy, err)
-                      : needle_params_fit(o, &corpus, tok, maxp, np, err);
+                      : needle_params_fit(o, &corpus, tok, maxp, np, longest, err);
     for (int i = 0; rc == 0 && resuming && i < np->n_contexts; i++) {
         int most = 0;
-        if ((rc = dt_needle_most_tokens(np, &corpus, tok, np->contexts[i], &most, err)) == 0 && most > maxp)
+        if ((rc = dt_needle_most_tokens(np, &corpus, tok, np->contexts[i], &most, err)) == 0 && most > *longest)
+            *longest = most;
+        if (rc == 0 && most > maxp)
             rc = dt_fail(err, "needle: %s plans %d-byte needle contexts, whose test samples take up to %d %s, more "
                               "than the models' %d positions; --force starts the comparison over with a set that "
                               "fits", plan_path, np->contexts[i], most, tok ? "tokens" : "bytes", maxp);
@@ -749,7 +765,7 @@ static int decoded_bytes(const char *path, const int *tok, size_t n, size_t *byt
 /* dt_cmp_run after the checks, with the progress state and the job table allocated. */
 static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt_task_symbols *symbols, progress *p, job *jobs,
                         const cJSON *plan, int resuming, const dt_needle_params *np, int needle_legacy,
-                        dt_error *err) {
+                        int needle_longest, dt_error *err) {
     const int n_main = o->n_variants * o->seeds;
     int *tok = NULL;
     size_t n = 0;
@@ -769,6 +785,11 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
                                "models' tokens: %d-byte contexts, %d needle%s, %d quer%s (--force starts over with "
                                "a fitted set)", o->out, np->contexts[0], np->needles, np->needles == 1 ? "" : "s",
                            np->queries, np->queries == 1 ? "y" : "ies");
+        if (needle_longest > o->seq) /* a plan from before sets were sized to the training window */
+            report_progress(p, "the needle set of %s/compare.json has test samples of up to %d %s, longer than the "
+                               "training window (seq %d): its retrieval scores measure positions the runs never "
+                               "trained (--force starts over with a set that fits the window)", o->out,
+                           needle_longest, o->tokenizer ? "tokens" : "bytes", o->seq);
         report_progress(p, "writing the needle set into %s", needle_dir);
         /* the samples go first: dt_train holds out the text's tail, which must not be task samples; the
          * filler and the calibration windows below start after them (a few tokens of margin for a
@@ -912,6 +933,7 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
                    .batch = o->batch, .seq = o->seq, .heldout_tokens = tail, .heldout_bytes = tail_bytes,
                    .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
                    .needle_context = np->contexts[0], .needle_needles = np->needles, .needle_queries = np->queries,
+                   .needle_longest = needle_longest,
                    .tasks = o->tasks, .task_ratio = o->tasks ? o->task_ratio : 0, .task_symbols = symbols, .n_variants = o->n_variants,
                    .n_seeds = o->seeds, .runs = runs, .diff = -1, .base = -1};
     for (int v = 0; v < o->n_variants; v++) {
@@ -1004,8 +1026,9 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     /* the needle set is not an option but follows from them (and from how they were sized when the
      * comparison was planned): recorded beside them, taken from there on a resume */
     dt_needle_params np = {0};
-    int needle_legacy = 0;
-    if (rc == 0 && o->needle && (rc = needle_params(o, cfgs, t, plan_path, resuming, &np, &needle_legacy, err)) == 0) {
+    int needle_legacy = 0, needle_longest = 0;
+    if (rc == 0 && o->needle &&
+        (rc = needle_params(o, cfgs, t, plan_path, resuming, &np, &needle_legacy, &needle_longest, err)) == 0) {
         cJSON *ns = needle_set_json(&np);
         if (!ns || !cJSON_AddItemToObject(plan, "needle_set", ns)) {
             cJSON_Delete(ns);
@@ -1028,7 +1051,7 @@ int dt_cmp_run(const dt_cmp_options *o, dt_error *err) {
     if (!p.job_done || !jobs || pthread_mutex_init(&p.mu, NULL) != 0)
         rc = dt_fail_oom(err, "out of memory for %d trainings", n_jobs);
     else {
-        rc = compare_with(o, cfgs, sym, &p, jobs, plan, resuming, &np, needle_legacy, err);
+        rc = compare_with(o, cfgs, sym, &p, jobs, plan, resuming, &np, needle_legacy, needle_longest, err);
         pthread_mutex_destroy(&p.mu);
     }
     cJSON_Delete(plan);

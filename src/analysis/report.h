@@ -85,6 +85,7 @@ typedef struct {
     const char *tokenizer;   /* the runs' tokenizer.json or token dataset; NULL: byte-level runs */
     int windows;
     int needle_context, needle_needles, needle_queries;
+    int needle_longest;      /* the most tokens (bytes) of a needle test sample; past seq: never trained */
     int tasks;               /* bit mask of the tasks mixed into training */
     double task_ratio;       /* fraction of steps that were task batches */
     const dt_task_symbols *task_symbols; /* the tasks' symbols as tokens of the runs' vocabulary; NULL: bytes */

@@ -265,6 +265,8 @@ cJSON *rp_json(const rp_report *r, int plots) {
         cJSON_AddNumberToObject(n, "context", r->needle_context);
         cJSON_AddNumberToObject(n, "needles", r->needle_needles);
         cJSON_AddNumberToObject(n, "queries", r->needle_queries);
+        cJSON_AddNumberToObject(n, "longest_test_sample", r->needle_longest);
+        cJSON_AddBoolToObject(n, "within_training_window", r->needle_longest <= r->seq);
     } else
         cJSON_AddNullToObject(root, "needle_set");
     cJSON_AddBoolToObject(root, "plots", plots == 1);

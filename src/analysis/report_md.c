@@ -669,12 +669,24 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
         tb_printf(b, "- outliers and quantisation: the held-out tail of the training text (the validation split, %zu "
                      "%ss), %d window(s) of %d %ss\n",
                   r->heldout_tokens, unit, r->windows, r->seq, unit);
-    if (r->needle_dir)
+    if (r->needle_dir) {
         tb_printf(b, "- needle set: `%s` (context %d bytes, %d %s, %d %s); its train.txt is put before the "
                      "training text, so that the held-out tail is the text's alone (the tasks' filler and the "
-                     "calibration windows skip it too)\n",
+                     "calibration windows skip it too). ",
                   r->needle_dir, r->needle_context, r->needle_needles, r->needle_needles == 1 ? "needle" : "needles",
                   r->needle_queries, r->needle_queries == 1 ? "query" : "queries");
+        /* the paper scores retrieval within the context its models were trained (or extended) to */
+        if (r->needle_longest > r->seq)
+            tb_printf(b, "Its test samples take up to %d %ss, more than the training window of %d: the positions "
+                         "past it were never trained, so its retrieval scores measure extrapolation, which the "
+                         "paper's needle test does not (a set planned before sets were sized to the window; "
+                         "`--force` starts over with one that fits)\n",
+                      r->needle_longest, unit, r->seq);
+        else
+            tb_printf(b, "Its test samples take up to %d %ss, within the training window of %d, as the paper scores "
+                         "retrieval within the context its models were trained to\n",
+                      r->needle_longest, unit, r->seq);
+    }
     tb_printf(b, "- verdicts: \"X better\" when the 95%% interval of the paired difference (over runs; with one run, "
                  "over a task's examples) excludes zero and is not a point made of fewer than 3 equal "
                  "differences, otherwise \"no difference this run can resolve\"\n");
