@@ -48,7 +48,9 @@ static void help_generate(void) {
            "  --model MODEL     size the set for this model: without --context, the longest context at which\n"
            "                    every test sample fits its max_position_embeddings in its tokens (through its\n"
            "                    tokenizer, or bytes), after the longest that fits half of them; without\n"
-           "                    --needles, fewer needles where 6 do not fit; a --context given is checked\n"
+           "                    --needles, fewer needles where 6 do not fit; a --context given is checked;\n"
+           "                    a note says when the samples pass the training window (seq) its\n"
+           "                    train_state.json records\n"
            "  --context LIST    context lengths in bytes, comma-separated [512,1024; with --model: fitted]\n"
            "  --needles N       needles per sample [6]\n"
            "  --queries R       needles asked per sample, R <= N; the first is the one at the depth [2]\n"
@@ -201,6 +203,17 @@ static int size_for_model(const char *cmd, const char *model_dir, dt_needle_para
             printf("%s %d bytes (test samples of at most %d %s)", i ? "," : "", p->contexts[i], most[i], unit);
         printf("\n");
     }
+    /* a run trained on shorter windows never trained the positions past them: said, not refused (a model
+     * extended or meant to be probed past its window is the user's call) */
+    int window = 0, longest = 0;
+    const int has_window = rc == 0 ? dt_train_window(model_dir, &window, &err) : 0;
+    if (has_window < 0) rc = cli_fail(cmd, &err);
+    for (int i = 0; has_window == 1 && i < p->n_contexts; i++)
+        if (most[i] > longest) longest = most[i];
+    if (has_window == 1 && longest > window)
+        printf("note: %s was trained on windows of %d %s (its train_state.json seq); test samples of up to %d %s "
+               "reach positions past them that it never trained, so its scores there measure extrapolation\n",
+               model_dir, window, unit, longest, unit);
     dt_model_free(&m);
     return rc;
 }

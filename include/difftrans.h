@@ -710,6 +710,10 @@ int dt_train_forget(const char *dir, dt_error *err);
  * that checkpoint (the resume finishes it; dir may hold no train_state.json yet), else dir's own.
  * 0 when there is none (or the path does not fit in n). */
 int dt_train_checkpoint(const char *dir, char *state, size_t n);
+/* The training window (seq) of the run in dir as its train_state.json records it: 1 with *seq; 0
+ * when dir has no train_state.json (a model saved or exported without its run); -1 (DT_ERR_FORMAT
+ * naming the file) when the file records no seq. Positions past it were never trained. */
+int dt_train_window(const char *dir, int *seq, dt_error *err);
 
 /* ---------------------------------------------------------------- quantisation */
 

@@ -135,6 +135,8 @@ if expect_ok "generate sized for the tiny byte-level model" "$DT" needle generat
     out_has "generate --model says what it chose" "$S/last.out" \
         "^[1-5] needles and 2 queries per sample, the most whose samples fit .*256 positions" \
         "contexts for .*max_position_embeddings 256, read as bytes.*test samples of at most 25[0-6] bytes"
+    check "and no note of a training window for a model that records none (init)" \
+        bash -c '! grep -q "^note:" "$1"' _ "$S/last.out"
 fi
 expect_ok "eval takes the set sized for it" "$DT" needle eval "$S/model" --data "$S/fit" --quiet --threads 1
 expect_ok "learn a BPE tokenizer" "$DT" tokenizer train --data "$CORPUS" --vocab-size 400 --out "$S/tok"
@@ -144,8 +146,14 @@ if expect_ok "generate sized for the BPE model" "$DT" needle generate --corpus "
     --model "$S/bpe" --needles 2 --queries 1 --train 4 --test 10; then
     out_has "contexts in the BPE model's tokens" "$S/last.out" \
         "read as its tokenizer's tokens\): [0-9]+ bytes \(test samples of at most 1[0-2][0-9] tokens\)," \
-        ", [0-9]+ bytes \(test samples of at most 2[45][0-9] tokens\)"
+        ", [0-9]+ bytes \(test samples of at most 2[45][0-9] tokens\)" \
+        "^note: $S/bpe was trained on windows of 32 tokens \(its train_state.json seq\); test samples of up to 2[45][0-9] tokens reach positions past them"
 fi
+cp -r "$S/bpe" "$S/bpe_noseq"
+sed -i 's/"seq":/"window":/' "$S/bpe_noseq/train_state.json"
+expect_fail "generate --model on a run whose train_state.json records no seq" \
+    "bpe_noseq/train_state.json: seq: not a positive integer" \
+    "$DT" needle generate --corpus "$CORPUS" --out "$S/bad" --model "$S/bpe_noseq" --needles 2 --queries 1 --test 2
 expect_ok "eval takes the BPE set" "$DT" needle eval "$S/bpe" --data "$S/fitbpe" --quiet --threads 1
 check "and says nothing of its sizing" test ! -s "$S/last.err"
 # needle.json records the model a set was sized for; another tokenizer's model is told so (the set is text it reads,

@@ -832,3 +832,18 @@ static int train_run(dt_train_options *o, dt_error *err) {
     trainer_free(&tr);
     return rc;
 }
+
+int dt_train_window(const char *dir, int *seq, dt_error *err) {
+    char path[4200];
+    if (!dir) return dt_fail(err, "dir: no run directory given");
+    if (dt_pathf(path, sizeof path, err, "%s/train_state.json", dir) != 0) return -1;
+    if (access(path, F_OK) != 0) return 0;
+    cJSON *j = json_load_file(path, err);
+    if (!j) return -1;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "seq");
+    const int ok = cJSON_IsNumber(s) && s->valuedouble >= 1 && s->valuedouble <= (1 << 20) &&
+                   s->valuedouble == (double)(int)s->valuedouble;
+    if (ok) *seq = (int)s->valuedouble;
+    cJSON_Delete(j);
+    return ok ? 1 : dt_fail_format(err, "%s: seq: not a positive integer (the run's training window)", path);
+}
