@@ -834,10 +834,9 @@ static int train_run(dt_train_options *o, dt_error *err) {
 }
 
 int dt_train_window(const char *dir, int *seq, dt_error *err) {
-    char path[4200];
+    char path[4400];
     if (!dir) return dt_fail(err, "dir: no run directory given");
-    if (dt_pathf(path, sizeof path, err, "%s/train_state.json", dir) != 0) return -1;
-    if (access(path, F_OK) != 0) return 0;
+    if (!dt_train_checkpoint(dir, path, sizeof path)) return 0; /* its state, staged when a commit was cut */
     cJSON *j = json_load_file(path, err);
     if (!j) return -1;
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "seq");
