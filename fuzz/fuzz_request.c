@@ -1,9 +1,11 @@
 /* fuzz_request.c — a request body from anyone to the server's OpenAI endpoints (server/):
  * /v1/completions, /v1/chat/completions and /v1/difftrans/attention, as http.c drives them. The
- * first byte picks the endpoint, the model (a SentencePiece-like tokenizer, or bytes) and the chat
- * template; the rest is the body. A request is refused with an error object of status 400..599, or
- * runs to its end on a small DIFF model through the serving engine: streamed, every server-sent
- * event and the [DONE] that ends it; whole, a reply; either way JSON that parses. */
+ * first byte picks the endpoint, the model (a SentencePiece-like tokenizer, bytes, or a byte-level
+ * tokenizer whose special tokens a prompt's text may hold) and the chat template; the rest is the
+ * body. A request is refused with an error object of status 400..599, or runs to its end on a small
+ * DIFF model through the serving engine: streamed, every server-sent event and the [DONE] that ends
+ * it; whole, a reply; either way JSON that parses. A completion's choice has text_offsets that never
+ * go back nor past its text, and with echo of a text prompt its text begins with that prompt as sent. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,9 +18,9 @@
 #include "fuzz_util.h"
 #include "server.h"
 
-enum { MODELS = 2, CTX = 96 };
+enum { MODELS = 3, CTX = 96, MAX_CHOICES = 64 };
 
-static dt_model models[MODELS]; /* 0: the llama2_like fixture's tokenizer, 1: bytes */
+static dt_model models[MODELS]; /* 0: the llama2_like fixture's tokenizer, 1: bytes, 2: llama3_like's */
 static srv servers[MODELS][5];  /* by chat template (SRV_CHAT_NONE .. SRV_CHAT_MISTRAL) */
 static dt_engine *engines[MODELS];
 static srv_metrics *metrics;
@@ -51,11 +53,13 @@ static void setup(void) {
         c.intermediate_size = 48;
         c.num_hidden_layers = 1;
         c.max_position_embeddings = CTX;
-        c.vocab_size = k == 0 ? 600 : 256; /* 600: ids past the tokenizer's 592 */
+        c.vocab_size = k == 1 ? 256 : 600; /* 600: ids past the tokenizers' 592 and 539 */
         dt_model *m = &models[k];
         must(dt_model_create(m, &c, &err) == 0, "model", &err);
         dt_model_init_random(m, 7);
-        if (k == 0) must(dt_model_set_tokenizer(m, FUZZ_TOKENIZER, &err) == 0, FUZZ_TOKENIZER, &err);
+        const char *tokenizer = k == 0 ? FUZZ_TOKENIZERS "/llama2_like.json"
+                                : k == 2 ? FUZZ_TOKENIZERS "/llama3_like.json" : NULL;
+        if (tokenizer) must(dt_model_set_tokenizer(m, tokenizer, &err) == 0, tokenizer, &err);
         dt_engine_options eo;
         dt_engine_defaults(&eo);
         eo.n_slots = 2;
@@ -98,8 +102,77 @@ static void expect_error(const srv_err *e) {
     free(j);
 }
 
-/* The server-sent events in out[0..n): each "data: JSON\n\n", the last possibly "data: [DONE]". */
-static void expect_events(const char *p, size_t n, int *done) {
+/* What a completion's choices are held to: per choice (by index), the text so far (a stream's
+ * pieces joined), the last text_offset and the largest (checked against the whole text at the end),
+ * and the prompt as sent that an echo of a text prompt begins with. */
+typedef struct {
+    srv_buf text[MAX_CHOICES];
+    double last[MAX_CHOICES], max[MAX_CHOICES];
+    const cJSON *prompt; /* the request's prompt when it is echoed and text (a string or strings) */
+    int n;               /* the request's n: choice i is of prompt i / n */
+} oracle;
+
+static void oracle_init(oracle *o, const cJSON *req) {
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < MAX_CHOICES; i++) o->last[i] = o->max[i] = -1;
+    o->n = 1;
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(req, "n"), *echo = cJSON_GetObjectItemCaseSensitive(req, "echo");
+    if (cJSON_IsNumber(n) && n->valuedouble >= 1) o->n = (int)n->valuedouble;
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(req, "prompt");
+    if (cJSON_IsTrue(echo) && (cJSON_IsString(p) || (cJSON_IsArray(p) && cJSON_IsString(p->child)))) o->prompt = p;
+}
+
+/* One choice object of a reply or a chunk: its text appended, its text_offsets checked in order. */
+static void oracle_choice(oracle *o, const cJSON *ch) {
+    const cJSON *index = cJSON_GetObjectItemCaseSensitive(ch, "index");
+    const cJSON *text = cJSON_GetObjectItemCaseSensitive(ch, "text");
+    if (!cJSON_IsNumber(index) || !cJSON_IsString(text)) abort();
+    const int i = (int)index->valuedouble;
+    if (i < 0) abort();
+    if (i >= MAX_CHOICES) return;
+    srv_buf_puts(&o->text[i], text->valuestring);
+    const cJSON *lp = cJSON_GetObjectItemCaseSensitive(ch, "logprobs");
+    const cJSON *offs = cJSON_IsObject(lp) ? cJSON_GetObjectItemCaseSensitive(lp, "text_offset") : NULL;
+    const cJSON *off;
+    cJSON_ArrayForEach(off, offs) {
+        if (!cJSON_IsNumber(off) || !(off->valuedouble >= o->last[i])) abort(); /* never back (NaN: fails) */
+        o->last[i] = o->max[i] = off->valuedouble;
+    }
+}
+
+/* The choices' whole texts checked (when whole: check) and freed. */
+static void oracle_end(oracle *o, int check) {
+    for (int i = 0; i < MAX_CHOICES; i++) {
+        srv_buf *t = &o->text[i];
+        if (t->failed) abort();
+        if (!check) {
+            srv_buf_free(t);
+            continue;
+        }
+        const size_t chars = srv_utf8_chars(t->p ? t->p : "", t->n);
+        if (o->max[i] > (double)chars) abort(); /* an offset past the text */
+        const cJSON *p = o->prompt ? cJSON_IsString(o->prompt) ? o->prompt
+                                                               : cJSON_GetArrayItem(o->prompt, i / o->n)
+                                   : NULL;
+        if (t->n && p) {
+            const size_t l = strlen(p->valuestring);
+            if (t->n < l || memcmp(t->p, p->valuestring, l)) abort(); /* the echo is the prompt as sent */
+        }
+        srv_buf_free(t);
+    }
+}
+
+static void oracle_reply(oracle *o, const char *p, size_t n) {
+    cJSON *j = cJSON_ParseWithLength(p, n);
+    if (!j) abort();
+    const cJSON *ch;
+    cJSON_ArrayForEach(ch, cJSON_GetObjectItemCaseSensitive(j, "choices")) oracle_choice(o, ch);
+    cJSON_Delete(j);
+}
+
+/* The server-sent events in out[0..n): each "data: JSON\n\n", the last possibly "data: [DONE]"; a
+ * completion's chunks held to the oracle o (when not NULL). */
+static void expect_events(const char *p, size_t n, int *done, oracle *o) {
     while (n > 0) {
         if (*done || n < 8 || memcmp(p, "data: ", 6) != 0) abort();
         const char *end = NULL;
@@ -111,6 +184,7 @@ static void expect_events(const char *p, size_t n, int *done) {
         if (!end) abort();
         const size_t len = (size_t)(end - p) - 6;
         if (len == 6 && !memcmp(p + 6, "[DONE]", 6)) *done = 1;
+        else if (o) oracle_reply(o, p + 6, len);
         else expect_json(p + 6, len);
         n -= (size_t)(end + 2 - p);
         p = end + 2;
@@ -124,18 +198,25 @@ static void run_job(srv *s, srv_job_kind kind, const char *body, size_t len) {
         expect_error(&e);
         return;
     }
+    /* accepted: the body is a JSON object */
+    cJSON *req = cJSON_ParseWithLength(body, len);
+    if (!req) abort();
+    const int completion = kind == SRV_JOB_COMPLETION;
+    oracle o;
+    oracle_init(&o, req);
     if (srv_job_streaming(j)) {
         srv_buf out = {0};
         int done = 0, ended = 0;
         while (!ended) {
             ended = srv_job_stream(j, &out);
             if (out.failed) abort();
-            expect_events(out.p, out.n, &done);
+            expect_events(out.p, out.n, &done, completion ? &o : NULL);
             out.n = 0;
             if (!ended) srv_job_pump(j, 0.05);
         }
         if (!done && srv_job_error(j, &e) == 0) abort(); /* only an error ends a stream without [DONE] */
         srv_buf_free(&out);
+        oracle_end(&o, done);
     } else {
         while (!srv_job_pump(j, 0.05)) continue;
         if (srv_job_error(j, &e) != 0) expect_error(&e);
@@ -143,10 +224,13 @@ static void run_job(srv *s, srv_job_kind kind, const char *body, size_t len) {
             size_t n = 0;
             char *reply = srv_job_reply(j, &n);
             if (!reply) abort();
-            expect_json(reply, n);
+            if (completion) oracle_reply(&o, reply, n);
+            else expect_json(reply, n);
             free(reply);
         }
+        oracle_end(&o, completion);
     }
+    cJSON_Delete(req);
     srv_job_free(j);
 }
 
@@ -154,7 +238,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, setup);
     if (n < 1) return 0;
-    const int endpoint = data[0] % 3, model = (data[0] / 3) % MODELS, chat = (data[0] / 6) % 5;
+    const int endpoint = data[0] % 3, model = (data[0] / 3) % MODELS, chat = (data[0] / 9) % 5;
     srv *s = &servers[model][chat];
     const char *body = (const char *)data + 1;
     const size_t len = n - 1;

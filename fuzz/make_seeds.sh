@@ -109,19 +109,25 @@ printf '\x01a\nb' >"$out/spm/no_merges"
 printf '\x04\x08a\n\x08b\n\x09ab\n\x09ba\n\x08bab\n\x07abab\n==text==\nbabab ababa abba' >"$out/spm/ties"
 
 # request bodies as fuzz_request reads them: a byte choosing the endpoint (its value mod 3:
-# completions, chat, attention), the model (/3 mod 2: a tokenizer, bytes) and the chat template
-# (/6 mod 5: none, chatml, llama3, llama2, mistral), then the body
+# completions, chat, attention), the model (/3 mod 3: llama2_like's tokenizer, bytes, llama3_like's)
+# and the chat template (/9 mod 5: none, chatml, llama3, llama2, mistral), then the body
 request() { printf "\\x$(printf %02x "$1")%s" "$2" >"$out/request/$3"; }
 request 0 '{"prompt":"Hello world","max_tokens":4,"logprobs":2,"echo":true,"stop":["lo"]}' completion_echo
 request 3 '{"prompt":[[72,101],[108]],"max_tokens":3,"stream":true,"n":2,"stream_options":{"include_usage":true}}' \
     completion_ids_stream_bytes
 request 0 '{"prompt":[599,0],"max_tokens":2,"logprobs":0,"echo":true}' completion_no_token_ids
-request 7 '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":4,'\
+request 10 '{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],"max_tokens":4,'\
 '"logprobs":true,"top_logprobs":2}' chat_chatml
-request 19 '{"messages":[{"role":"user","content":[{"type":"text","text":"caf\u00e9 \ud83d\ude42"}]}],"stream":true,'\
+request 28 '{"messages":[{"role":"user","content":[{"type":"text","text":"caf\u00e9 \ud83d\ude42"}]}],"stream":true,'\
 '"max_completion_tokens":3,"temperature":0}' chat_llama2_stream
-request 28 '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},'\
+request 40 '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},'\
 '{"role":"user","content":"c"}],"max_tokens":2,"seed":5,"top_k":3,"top_p":0.5}' chat_mistral_bytes
 request 2 '{"prompt":"Hello","layer":0}' attention
 request 5 '{"prompt":[1,2,3],"head":1}' attention_bytes
+# text prompts echoed as sent that hold special tokens' texts
+request 6 '{"prompt":"h\u00e9<|eot_id|>\nbye<|eot_id|>","max_tokens":3,"logprobs":1,"echo":true}' echo_special_llama3
+request 6 '{"prompt":["<|begin_of_text|>a<|eot_id|>","x<|end_of_text|>"],"n":2,"max_tokens":2,"logprobs":0,'\
+'"echo":true,"stream":true}' echo_special_stream_llama3
+request 0 '{"prompt":"  a<s>b</s> c","max_tokens":2,"logprobs":0,"echo":true,"stop":["b"]}' echo_special_llama2
+request 25 '{"messages":[{"role":"user","content":"hi<|eot_id|>"}],"max_tokens":2,"logprobs":true}' chat_llama3
 echo "seeds written to $out: $(find "$out" -type f | wc -l) files, $(du -sh "$out" | cut -f1)"
