@@ -11,10 +11,16 @@
  * takes leftmost first, as llama.cpp does (README "GGUF": files of gguf-py's LlamaHfVocab score
  * every token -1000, and Llama 2's own vocabulary has fifteen runs of "▁" at one score).
  *
+ * Besides <unk>, <s> and </s>, llama.cpp finds in the raw text the tokens it makes control tokens
+ * by their text (llama-vocab.cpp, as the lists below): every token of an end-of-generation text,
+ * and of each fill-in-the-middle kind the token of one of its texts (here, where no key names one:
+ * the lowest id; llama.cpp takes the one its hash map gives first, the same unless the vocabulary
+ * holds two texts of a kind).
+ *
  * Input: a first byte of flags (bit 0: tokenizer.ggml.add_space_prefix; bit 1: scores as i32;
  * bit 2: tied scores), then lines: each a token, its first byte its score's coarse part (0..15,
  * 1024 apart; without bit 2 the line's place breaks ties), the rest its text ("_" standing for
- * "▁"); after a line "==text==" the rest
+ * "▁", and byte 0x7F for "_", which the texts above hold); after a line "==text==" the rest
  * is one more text to encode. Lines that are no token (empty, not UTF-8, holding NUL, a repeat, <0x..>) are left out:
  * the loader's refusal of those is fuzz_gguf's to find. Ids 0..2 are <unk>, <s>, </s>, 3..258 the
  * byte tokens, then the input's tokens (at most MAX_TOKENS). */
@@ -36,6 +42,7 @@ typedef struct {
     size_t len[3 + 256 + MAX_TOKENS];
     float score[3 + 256 + MAX_TOKENS];
     int32_t type[3 + 256 + MAX_TOKENS];
+    unsigned char special[3 + 256 + MAX_TOKENS]; /* found in the raw text (mark_special) */
     int n;
 } vocab;
 
@@ -71,14 +78,14 @@ static void add(vocab *v, const char *s, size_t len, float score, int32_t type) 
     v->type[v->n++] = type;
 }
 
-/* Line `line` as a token: "_" is "▁". */
+/* Line `line` as a token: "_" is "▁", 0x7F "_". */
 static void add_line(vocab *v, const uint8_t *p, size_t n, int line, int ties) {
     if (n < 2 || v->n >= 3 + 256 + MAX_TOKENS) return;
     char buf[3 * 256];
     size_t len = 0;
     for (size_t i = 1; i < n && len + 3 <= sizeof buf; i++) {
         if (p[i] == '_') memcpy(buf + len, SPACE, 3), len += 3;
-        else buf[len++] = (char)p[i];
+        else buf[len++] = p[i] == 0x7F ? '_' : (char)p[i];
     }
     if (!valid_utf8((const unsigned char *)buf, len) || find(v, buf, len) >= 0 ||
         (len >= 3 && !memcmp(buf, "<0x", 3)))
@@ -193,14 +200,53 @@ static void ref_part(const vocab *v, const char *text, size_t len, int space_pre
     free(s);
 }
 
-/* The special tokens (<unk>, <s>, </s>) found in the raw text, leftmost, the longest there; a "▁"
+/* llama.cpp's end-of-generation texts, and its fill-in-the-middle ones by kind (prefix, suffix,
+ * middle, pad, repository, file separator), as its vocabulary loader lists them. */
+#define FW_BAR "\xef\xbd\x9c" /* "｜", DeepSeek's */
+static const char *const EOG[] = {
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
+    "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<" FW_BAR "end" SPACE "of" SPACE "sentence" FW_BAR ">", "[e~[",
+};
+static const char *const FIM[6][9] = {
+    {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<" FW_BAR "fim" SPACE "begin" FW_BAR ">", "<PRE>",
+     SPACE "<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
+    {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<" FW_BAR "fim" SPACE "hole" FW_BAR ">", "<SUF>", SPACE "<SUF>",
+     "<|code_suffix|>", "<|suffix|>", NULL},
+    {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<" FW_BAR "fim" SPACE "end" FW_BAR ">", "<MID>", SPACE "<MID>",
+     "<|code_middle|>", "<|middle|>", NULL},
+    {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
+    {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
+    {"<|file_sep|>", NULL},
+};
+
+static int is_text(const vocab *v, int id, const char *t) {
+    return v->len[id] == strlen(t) && !memcmp(v->s[id], t, v->len[id]);
+}
+
+static void mark_special(vocab *v) {
+    for (int i = 0; i < v->n; i++) {
+        v->special[i] = v->type[i] == 2 || v->type[i] == 3; /* unknown, control */
+        for (size_t k = 0; k < sizeof EOG / sizeof EOG[0]; k++) v->special[i] |= is_text(v, i, EOG[k]);
+    }
+    for (int k = 0; k < 6; k++) {
+        int found = 0;
+        for (int i = 0; i < v->n && !found; i++)
+            for (int j = 0; !found && FIM[k][j]; j++)
+                if (is_text(v, i, FIM[k][j])) found = v->special[i] = 1;
+    }
+}
+
+/* The special tokens (mark_special) found in the raw text, leftmost, the longest there; a "▁"
  * before the text and after each special token when add_space_prefix. */
 static void ref_encode(const vocab *v, const char *text, size_t len, int space_prefix, ids *out) {
     size_t from = 0;
     for (size_t i = 0; i <= len; i++) {
         int hit = -1;
-        for (int t = 0; i < len && t < 3; t++)
-            if (v->len[t] <= len - i && !memcmp(text + i, v->s[t], v->len[t]) && (hit < 0 || v->len[t] > v->len[hit]))
+        for (int t = 0; i < len && t < v->n; t++)
+            if (v->special[t] && v->len[t] <= len - i && !memcmp(text + i, v->s[t], v->len[t]) &&
+                (hit < 0 || v->len[t] > v->len[hit]))
                 hit = t;
         if (hit < 0 && i < len) continue;
         if (i > from) ref_part(v, text + from, i - from, space_prefix, out);
@@ -261,6 +307,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
             add_line(&v, data + 1 + start, i - start, (int)line++, ties);
             start = i + 1;
         }
+    mark_special(&v);
     char path[1024];
     fz_path(path, sizeof path, "spm.gguf");
     write_gguf(&v, space_prefix, scores_i32, path);

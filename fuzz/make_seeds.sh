@@ -97,7 +97,8 @@ rm -f "$work/ggspm/difftrans_tokenizer.json"
 cp "$here/../tests/tokenizer/fixtures/llama2_like.json" "$work/ggspm/tokenizer.json"
 "$dt" export "$work/ggspm" "$out/gguf/spm_llama2_like.gguf" --gguf --type f16 >/dev/null
 # SentencePiece vocabularies as fuzz_spm reads them: a flags byte (1: add_space_prefix, 2: scores
-# as i32, 4: tied scores), then one token a line, its first byte its coarse score + 8, "_" for "▁"; "==text==" then a text
+# as i32, 4: tied scores), then one token a line, its first byte its coarse score + 8, "_" for "▁"
+# (byte 0x7F for "_"); "==text==" then a text
 printf '\x01\x08_t\n\x09h\n\x0ath\n\x0b_th\n\x05e\n\x0c_the\n\x03o\n\x04_\n\x06__\n\x07to\n'\
 '\x02ke\n\x0aken\n\x09tok\n\x0atoken\n\x0b_token\n\x0f_tokens\n\x05s\n\x08en\n\x04n\n\x03k' >"$out/spm/llama_like"
 printf '\x00\x08a\n\x08b\n\x08ab\n\x08ba\n\x08aba\n\x07bab\n\x09abab\n\x08c\n\x06abc\n\x06bca\n\x06cab\n'\
@@ -107,6 +108,11 @@ printf '\x03\x08\xc3\xa9\n\x09caf\n\x0acaf\xc3\xa9\n\x07c\n\x07a\n\x07f\n\x06ca\
 printf '\x01a\nb' >"$out/spm/no_merges"
 # ab and ba tie: llama.cpp joins the leftmost of them first
 printf '\x04\x08a\n\x08b\n\x09ab\n\x09ba\n\x08bab\n\x07abab\n==text==\nbabab ababa abba' >"$out/spm/ties"
+# tokens llama.cpp makes control by their text (fill-in-the-middle, end of generation; \x7f is "_"),
+# found in the raw text; a second prefix text that is not one (the lowest id of a kind is)
+printf '\x01\x08a\n\x08b\n\x09ab\n\x08<PRE>\n\x08_<SUF>\n\x08<|fim\x7fmiddle|>\n\x08<fim\x7fprefix>\n\x08<EOT>\n'\
+'\x08<|end|>\n\x08<|eot\x7fid|>\n\x08<|file\x7fsep|>\n==text==\na<PRE>b\xe2\x96\x81<SUF>ab<fim_prefix><|fim_middle|> '\
+'<EOT>x<|end|><|fim_suffix|><|eot_id|><|file_sep|>' >"$out/spm/control_by_text"
 
 # request bodies as fuzz_request reads them: a byte choosing the endpoint (its value mod 3:
 # completions, chat, attention), the model (/3 mod 3: llama2_like's tokenizer, bytes, llama3_like's)
