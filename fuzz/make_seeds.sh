@@ -96,6 +96,14 @@ sed 's/"vocab_size": 64/"vocab_size": 600/; s/"hidden_size": 32/"hidden_size": 1
 rm -f "$work/ggspm/difftrans_tokenizer.json"
 cp "$here/../tests/tokenizer/fixtures/llama2_like.json" "$work/ggspm/tokenizer.json"
 "$dt" export "$work/ggspm" "$out/gguf/spm_llama2_like.gguf" --gguf --type f16 >/dev/null
+# fill-in-the-middle texts as ordinary tokens of a BPE vocabulary (the reader makes the prefix,
+# suffix and middle ones control tokens by their text, the lowest id of a kind)
+"$dt" init --config "$work/gguf_spm.json" --arch transformer --out "$work/ggfim" >/dev/null
+rm -f "$work/ggfim/difftrans_tokenizer.json"
+sed 's/"Ġjumping":535}/"Ġjumping":535,"<|fim_prefix|>":536,"<PRE>":537,"<SUF>":538,"<|fim_middle|>":539}/
+     s/"id":536,/"id":540,/; s/"id":537,/"id":541,/; s/"id":538,/"id":542,/; s/"ids":\[536\]/"ids":[540]/' \
+    "$here/../tests/tokenizer/fixtures/llama3_like.json" >"$work/ggfim/tokenizer.json"
+"$dt" export "$work/ggfim" "$out/gguf/bpe_fim_by_text.gguf" --gguf --type f16 >/dev/null
 # SentencePiece vocabularies as fuzz_spm reads them: a flags byte (1: add_space_prefix, 2: scores
 # as i32, 4: tied scores), then one token a line, its first byte its coarse score + 8, "_" for "▁"
 # (byte 0x7F for "_"); "==text==" then a text
