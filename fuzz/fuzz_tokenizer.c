@@ -3,10 +3,17 @@
  * encodes a few texts into ids of its vocabulary, the same ids through a reusable encoder, and
  * decodes every id it produced; ids outside the vocabulary are refused by decode. The parallel
  * encoder, with chunks of a few bytes, gives the ids of one thread. The ids streamed one at a time
- * (dt_tok_stream) give the decode's bytes, and every one of them has its bytes (dt_tok_token_bytes). */
+ * (dt_tok_stream) give the decode's bytes, and every one of them has its bytes (dt_tok_token_bytes).
+ * The same file with every added token's "normalized" flipped is, without a normalizer, the same
+ * vocabulary to dt_vocab_same (GGUF keeps no such flag); and where it says so, the ids either gives
+ * a text decode to the text of the other's. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "difftrans.h"
 #include "fuzz_seps.h"
@@ -49,6 +56,74 @@ static void check_decodes(const dt_tok *tok, const int32_t *ids, size_t n) {
         dt_tok_stream_free(s);
         free(text);
     }
+}
+
+static void write_file(const char *path, const char *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) abort(); /* the harness's own files */
+}
+
+/* decode(ids[0..n)) by tok, malloc'd */
+static char *decoded(const dt_tok *tok, const int32_t *ids, size_t n) {
+    char *text = NULL;
+    size_t len;
+    dt_error err;
+    if (dt_tok_decode(tok, ids, n, 0, &text, &len, &err) != 0) abort();
+    return text;
+}
+
+static void check_normalized_flag(const dt_tok *tok, const uint8_t *json, size_t n, const uint8_t *cfg, size_t n_cfg) {
+    cJSON *j = cJSON_ParseWithLength((const char *)json, n);
+    if (!j) abort(); /* dt_tok_load took it */
+    const cJSON *norm = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
+    const int has_normalizer = norm && !cJSON_IsNull(norm);
+    cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(j, "added_tokens")) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(t, "normalized");
+        const int was = !f || cJSON_IsTrue(f); /* true when not given */
+        cJSON_DeleteItemFromObjectCaseSensitive(t, "normalized");
+        if (!cJSON_AddBoolToObject(t, "normalized", !was)) abort();
+    }
+    char *flipped = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!flipped) abort();
+    char dir[1024], path[1100];
+    fz_path(dir, sizeof dir, "flipped");
+    if (mkdir(dir, 0700) != 0 && access(dir, F_OK) != 0) abort();
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    write_file(path, flipped, strlen(flipped));
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (cfg) write_file(path, (const char *)cfg, n_cfg);
+    else unlink(path);
+    dt_tok *tok2;
+    dt_error err;
+    if (dt_tok_load(&tok2, dir, &err) != 0) {
+        if (!has_normalizer) abort(); /* the flag means nothing to it then */
+        cJSON_free(flipped);
+        return;
+    }
+    const dt_vocab a = {.tok = (dt_tok *)tok, .tokenizer_json = (char *)json, .tokenizer_json_len = n};
+    const dt_vocab b = {.tok = tok2, .tokenizer_json = flipped, .tokenizer_json_len = strlen(flipped)};
+    const int same = dt_vocab_same(&a, &b);
+    if (!has_normalizer && !same) abort();
+    for (size_t k = 0; same && k < sizeof texts / sizeof texts[0]; k++) {
+        int32_t *ids = NULL, *ids2 = NULL;
+        size_t n_ids = 0, n_ids2 = 0;
+        const size_t len = strlen(texts[k]);
+        const int rc = dt_tok_encode(tok, texts[k], len, 0, &ids, &n_ids, &err);
+        const int rc2 = dt_tok_encode(tok2, texts[k], len, 0, &ids2, &n_ids2, &err);
+        if (rc != rc2) abort();
+        if (rc == 0) {
+            char *s1 = decoded(tok, ids, n_ids), *s2 = decoded(tok, ids2, n_ids2);
+            if (strcmp(s1, s2) != 0) abort();
+            free(s1);
+            free(s2);
+        }
+        free(ids);
+        free(ids2);
+    }
+    dt_tok_free(tok2);
+    cJSON_free(flipped);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
@@ -107,6 +182,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t n) {
         if (dt_tok_decode(tok, &bad[i], 1, 0, &text, &len, &err) == 0) abort();
         if (text) abort();
     }
+    check_normalized_flag(tok, data, n1, p2 != data + n1 ? p2 : NULL, n2);
     dt_tok_free(tok);
     return 0;
 }
