@@ -928,7 +928,8 @@ const dt_tok *dt_model_tok(const dt_model *m);
  * function below refuses so; a caller checks first to refuse before any work. */
 int dt_model_check_text(const dt_model *m, dt_error *err);
 /* 1 when two vocabularies read text the same way (both bytes, or tokenizer.json files of the same JSON
- * value: whitespace and the order of an object's keys aside). */
+ * value: whitespace and the order of an object's keys aside, and when neither has a normalizer, the
+ * added tokens' "normalized" flags, which then change no text and which GGUF does not keep). */
 int dt_vocab_same(const dt_vocab *a, const dt_vocab *b);
 /* A tokenizer's identity as dt_vocab_same tells tokenizers apart, for a file to record: 16 hex
  * digits, equal for vocabularies dt_vocab_same finds the same; "" for a byte-level one. A
