@@ -328,9 +328,8 @@ static int run_allocation(const char *cmd, char **dirs, int n, const options *op
                    "byte or token)\n",
                    ts.path, res[0].samples, res[0].rows);
             printf("answer share = sum(w, answer span) / sum(|w|, context); noise = sum(|w|, context outside span) / "
-                   "sum(|w|, context);\nw = A (baseline) or A1 - lambda*A2 (DIFF; DIFF V2: the row's lambda); means over layers, "
-                   "heads and "
-                   "queries\n");
+                   "sum(|w|, context);\nw = A (baseline) or A1 - lambda*A2 (DIFF; DIFF V2: the row's lambda); "
+                   "means over layers, heads and queries\n");
             printf("%-*s %-11s %6s | %12s %12s\n", name_w, "model", "arch", "heads", "answer", "noise");
             for (int i = 0; i < n; i++)
                 printf("%-*s %-11s %6d | %12.4f %12.4f\n", name_w, dirs[i], arch_name(models[i].cfg.arch), res[i].heads,

@@ -934,7 +934,8 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
                    .tokenizer = o->tokens ? o->tokens : o->tokenizer, .windows = windows,
                    .needle_context = np->contexts[0], .needle_needles = np->needles, .needle_queries = np->queries,
                    .needle_longest = needle_longest,
-                   .tasks = o->tasks, .task_ratio = o->tasks ? o->task_ratio : 0, .task_symbols = symbols, .n_variants = o->n_variants,
+                   .tasks = o->tasks, .task_ratio = o->tasks ? o->task_ratio : 0, .task_symbols = symbols,
+                   .n_variants = o->n_variants,
                    .n_seeds = o->seeds, .runs = runs, .diff = -1, .base = -1};
     for (int v = 0; v < o->n_variants; v++) {
         r.variant_key[v] = o->variants[v];

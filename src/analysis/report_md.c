@@ -804,7 +804,8 @@ static void markdown(textbuf *b, const rp_report *r, int plots, const char *plot
         }
         table(b, r, "measure", ms, n);
         tb_printf(b, "## Attention allocation on retrieval\n\nAttention of the position predicting the first answer "
-                     "%s; w = A (Transformer) or A1 − λ·A2 (DIFF; DIFF V2: A_p − λ_t·A_q, the row's λ). answer share = Σ w over the answer span / Σ |w| over "
+                     "%s; w = A (Transformer) or A1 − λ·A2 (DIFF; DIFF V2: A_p − λ_t·A_q, the row's λ). "
+                     "answer share = Σ w over the answer span / Σ |w| over "
                      "the context; noise share = Σ |w| over the rest of the context / Σ |w| over the context.\n\n",
                   r->tokenizer ? "token (the answer span: the tokens overlapping the value)" : "byte");
         n = 0;
