@@ -103,6 +103,14 @@ struct stat;
 /* The same as a descriptor (close with close()); *sb (when not NULL) gets the file's fstat. */
 int open_regular_fd(const char *path, struct stat *sb, dt_error *err);
 
+/* model/model.c: the stage of a training directory's checkpoint (train/checkpoint.h), which the
+ * loaders of DIR read too: DIR/.next, complete once train_state.json is in it. checkpoint_pending:
+ * 1 when DIR/.next holds a complete checkpoint whose commit has not finished (stage = its path),
+ * the checkpoint a reader of DIR loads, whole, and the one the next resume commits. */
+#define CHECKPOINT_STAGE ".next"
+#define CHECKPOINT_LAST "train_state.json" /* written last, renamed last: it names the step of the others */
+int checkpoint_pending(const char *dir, char *stage, size_t n);
+
 /* model/vocab.c: a model's vocabulary. vocab_load_dir reads a checkpoint directory's (see
  * dt_model_load) and checks cfg's special ids against it; vocab_load_tokenizer a tokenizer.json
  * (or its directory) that must fit vocab_size ids; vocab_save writes it into dir (hf_export: a

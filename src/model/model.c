@@ -12,7 +12,6 @@
 #include "difftrans.h"
 #include "model/gguf_model.h"
 #include "model/model_quant.h"
-#include "train/checkpoint.h"
 #include "internal.h"
 #include "base/base.h"
 
@@ -259,6 +258,15 @@ static int read_tensor(const dt_st_set *set, const dt_tensor *t, float *p, dt_er
             return dt_fail_format(err, "%s: tensor '%s' holds a non-finite value (%g) at index %zu", file->path,
                                   t->name, (double)p[j], j);
     return 0;
+}
+
+int checkpoint_pending(const char *dir, char *stage, size_t n) {
+    char last[4400];
+    struct stat sb;
+    if (dt_pathf(stage, n, NULL, "%s/%s", dir, CHECKPOINT_STAGE) ||
+        dt_pathf(last, sizeof last, NULL, "%s/%s", stage, CHECKPOINT_LAST))
+        return 0;
+    return stat(last, &sb) == 0;
 }
 
 static int load_dir(dt_model *m, const char *dir, dt_error *err);

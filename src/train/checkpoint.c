@@ -8,10 +8,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "train/checkpoint.h"
 
-#define STAGE ".next"
-#define LAST "train_state.json" /* written last, renamed last: it names the step of the others */
+#define STAGE CHECKPOINT_STAGE
+#define LAST CHECKPOINT_LAST
 
 static int sync_dir(const char *dir, dt_error *err) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -109,14 +110,6 @@ int checkpoint_recover(const char *dir, dt_error *err) {
     if (stat(stage, &sb) != 0) return 0; /* nothing was interrupted */
     if (stat(last, &sb) == 0) return checkpoint_commit(dir, err);
     return discard_stage(stage, err);
-}
-
-int checkpoint_pending(const char *dir, char *stage, size_t n) {
-    char last[4400];
-    struct stat sb;
-    if (dt_pathf(stage, n, NULL, "%s/%s", dir, STAGE) || dt_pathf(last, sizeof last, NULL, "%s/%s", stage, LAST))
-        return 0;
-    return stat(last, &sb) == 0;
 }
 
 int dt_train_checkpoint(const char *dir, char *state, size_t n) {

@@ -8,7 +8,7 @@
  * the previous checkpoint) or a complete one (the commit is finished by checkpoint_recover, before
  * anything reads DIR to resume). A reader, which must not write, reads a complete DIR/.next
  * instead of DIR: DIR may hold the new checkpoint's model.safetensors beside the previous one's
- * train_state.json (checkpoint_pending). */
+ * train_state.json (checkpoint_pending, internal.h: the loaders use it too). */
 #ifndef DT_CHECKPOINT_H
 #define DT_CHECKPOINT_H
 #include <stddef.h>
@@ -24,9 +24,6 @@ void checkpoint_discard(const char *dir);
 int checkpoint_commit(const char *dir, dt_error *err);
 /* Finishes a commit that was interrupted, or discards an incomplete stage. */
 int checkpoint_recover(const char *dir, dt_error *err);
-/* 1 when DIR/.next holds a complete checkpoint whose commit has not finished (stage = its path):
- * the checkpoint a reader of DIR loads, whole, and the one the next resume commits. */
-int checkpoint_pending(const char *dir, char *stage, size_t n);
 /* Takes an exclusive flock(2) on DIR for as long as *fd stays open (the process's end, however
  * it ends, releases it), so that two training runs never stage into the same DIR/.next. A DIR
  * another process holds is refused; one whose file system cannot lock (*fd = -1) is not. */
