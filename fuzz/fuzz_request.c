@@ -5,7 +5,8 @@
  * body. A request is refused with an error object of status 400..599, or runs to its end on a small
  * DIFF model through the serving engine: streamed, every server-sent event and the [DONE] that ends
  * it; whole, a reply; either way JSON that parses. A completion's choice has text_offsets that never
- * go back nor past its text, and with echo of a text prompt its text begins with that prompt as sent. */
+ * go back nor past its text, and with echo of a text prompt its text begins with that prompt as sent,
+ * the prompt's tokens at their text in it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -108,6 +109,7 @@ static void expect_error(const srv_err *e) {
 typedef struct {
     srv_buf text[MAX_CHOICES];
     double last[MAX_CHOICES], max[MAX_CHOICES];
+    size_t entries[MAX_CHOICES]; /* logprobs entries so far */
     const cJSON *prompt; /* the request's prompt when it is echoed and text (a string or strings) */
     int n;               /* the request's n: choice i is of prompt i / n */
 } oracle;
@@ -122,6 +124,41 @@ static void oracle_init(oracle *o, const cJSON *req) {
     if (cJSON_IsTrue(echo) && (cJSON_IsString(p) || (cJSON_IsArray(p) && cJSON_IsString(p->child)))) o->prompt = p;
 }
 
+/* The text prompt choice i echoes, or NULL. */
+static const char *oracle_prompt(const oracle *o, int i) {
+    const cJSON *p = !o->prompt                 ? NULL
+                     : cJSON_IsString(o->prompt) ? o->prompt
+                                                 : cJSON_GetArrayItem(o->prompt, i / o->n);
+    return cJSON_IsString(p) ? p->valuestring : NULL;
+}
+
+/* The bytes of character c of the NUL-terminated s ("" past its end). */
+static const char *char_at(const char *s, size_t c, size_t *len) {
+    size_t i = 0;
+    for (; s[i] && c > 0; c--)
+        for (i++; ((unsigned char)s[i] & 0xC0) == 0x80; i++) {}
+    size_t n = s[i] ? 1 : 0;
+    while (s[i] && ((unsigned char)s[i + n] & 0xC0) == 0x80) n++;
+    *len = n;
+    return s + i;
+}
+
+/* An echoed text prompt's token at an offset inside it is at its own text: a token whose text begins
+ * with a character that no normaliser or decoder of these models adds or changes (not a space, which
+ * Prepend adds and ▁ decodes as, nor U+FFFD, a piece of a character) finds that character there,
+ * unless it is the first, a BOS the tokenizer added where the text may begin with anything. */
+static void oracle_place(const oracle *o, int i, const cJSON *token, double offset) {
+    const char *sent = oracle_prompt(o, i);
+    if (!sent || !cJSON_IsString(token) || o->entries[i] == 0) return;
+    const char *t = token->valuestring;
+    size_t tl = 0, cl;
+    while (t[tl] && (tl == 0 || ((unsigned char)t[tl] & 0xC0) == 0x80)) tl++;
+    if (tl == 0 || t[0] == ' ' || (tl == 3 && !memcmp(t, "\xEF\xBF\xBD", 3))) return;
+    if (offset >= (double)srv_utf8_chars(sent, strlen(sent))) return; /* the completion's */
+    const char *c = char_at(sent, (size_t)offset, &cl);
+    if (cl != tl || memcmp(c, t, tl)) abort(); /* a token not where its text is in the prompt */
+}
+
 /* One choice object of a reply or a chunk: its text appended, its text_offsets checked in order. */
 static void oracle_choice(oracle *o, const cJSON *ch) {
     const cJSON *index = cJSON_GetObjectItemCaseSensitive(ch, "index");
@@ -133,10 +170,14 @@ static void oracle_choice(oracle *o, const cJSON *ch) {
     srv_buf_puts(&o->text[i], text->valuestring);
     const cJSON *lp = cJSON_GetObjectItemCaseSensitive(ch, "logprobs");
     const cJSON *offs = cJSON_IsObject(lp) ? cJSON_GetObjectItemCaseSensitive(lp, "text_offset") : NULL;
+    const cJSON *tokens = cJSON_IsObject(lp) ? cJSON_GetObjectItemCaseSensitive(lp, "tokens") : NULL;
     const cJSON *off;
+    int k = 0;
     cJSON_ArrayForEach(off, offs) {
         if (!cJSON_IsNumber(off) || !(off->valuedouble >= o->last[i])) abort(); /* never back (NaN: fails) */
         o->last[i] = o->max[i] = off->valuedouble;
+        oracle_place(o, i, cJSON_GetArrayItem(tokens, k++), off->valuedouble);
+        o->entries[i]++;
     }
 }
 
@@ -151,12 +192,10 @@ static void oracle_end(oracle *o, int check) {
         }
         const size_t chars = srv_utf8_chars(t->p ? t->p : "", t->n);
         if (o->max[i] > (double)chars) abort(); /* an offset past the text */
-        const cJSON *p = o->prompt ? cJSON_IsString(o->prompt) ? o->prompt
-                                                               : cJSON_GetArrayItem(o->prompt, i / o->n)
-                                   : NULL;
+        const char *p = oracle_prompt(o, i);
         if (t->n && p) {
-            const size_t l = strlen(p->valuestring);
-            if (t->n < l || memcmp(t->p, p->valuestring, l)) abort(); /* the echo is the prompt as sent */
+            const size_t l = strlen(p);
+            if (t->n < l || memcmp(t->p, p, l)) abort(); /* the echo is the prompt as sent */
         }
         srv_buf_free(t);
     }

@@ -114,10 +114,14 @@ static inline int srv_text_provisional(const srv_text *t, size_t index) {
 void srv_text_revise(const srv_text *t, size_t *off, size_t n);
 /* Where each of ids[0..n), the tokens of the text prompt text[0..len), begins in that text as it was
  * sent (the echo of a text prompt is the text itself, which its decoding need not be: special
- * tokens are left out of it), in characters: a token's offset in the prompt's decoding, moved on
- * by the special tokens before it whose text the prompt holds there (one the tokenizer added, a
- * BOS, holds none, even where the text begins with its text: it is where the text goes on), at most
- * the text's length (a normalizer may have changed the text). -1 only when out of memory. */
+ * tokens are left out of it, and a normalizer may have changed it), in characters. The special
+ * tokens the text holds (one the tokenizer added, a BOS, holds none, even where the text begins
+ * with its text) are at their text; each piece of text between them, which the encoder normalised
+ * on its own, is lined up with its tokens' decoding (seg_line_up): exact where a normalizer added
+ * text at its start (Prepend: where the text it precedes begins), took whitespace from its ends
+ * (Strip) or changed characters one for one (Lowercase, NFC, a Replace the decoder does not undo);
+ * where one changed their number (NFKC's "ﬁ" → "fi"), the piece's tokens up to the change may be off by the
+ * difference. Never back, never past the text's end. -1 only when out of memory. */
 int srv_text_place(const dt_model *m, const char *text, size_t len, const int *ids, size_t n, size_t *off,
                    dt_error *err);
 

@@ -363,40 +363,111 @@ static int added_prefix(const dt_tok *tok, const int *ids, size_t n, size_t *add
     return 0;
 }
 
+/* The byte at which character c of s[0..n) begins, counting from byte `from` (n past the end). */
+static size_t utf8_skip(const char *s, size_t n, size_t from, size_t c) {
+    size_t i = from;
+    for (; i < n && c > 0; c--)
+        for (i++; i < n && ((unsigned char)s[i] & 0xC0) == 0x80; i++) {}
+    return i;
+}
+
+/* How a segment's decoding d[0..nd) lines up with the segment as sent o[0..no), both valid UTF-8:
+ * their common end, and before it, where the decoding is the longer, its extra characters at the
+ * start (a Prepend's ▁: where the text it precedes begins) and the rest character by character;
+ * where not, their common start, then the decoding's part where the text holds it (what a Strip
+ * took away around it) or else character by character (Lowercase, NFC, a Replace the decoder does
+ * not undo). In characters: pre the common start, mid_d and mid_o the parts between, extra the
+ * decoding's characters more at their start, at where mid_d is in mid_o. */
+typedef struct {
+    size_t pre, mid_d, mid_o, extra, at;
+} seg_align;
+
+static seg_align seg_line_up(const char *d, size_t nd, const char *o, size_t no) {
+    size_t suf = 0, pre = 0;
+    while (suf < nd && suf < no && d[nd - 1 - suf] == o[no - 1 - suf]) suf++;
+    while (suf > 0 && ((unsigned char)d[nd - suf] & 0xC0) == 0x80) suf--;
+    seg_align a = {0, srv_utf8_chars(d, nd - suf), srv_utf8_chars(o, no - suf), 0, 0};
+    if (a.mid_d > a.mid_o) {
+        a.extra = a.mid_d - a.mid_o;
+        return a;
+    }
+    while (pre + suf < nd && pre + suf < no && d[pre] == o[pre]) pre++;
+    while (pre > 0 && pre < nd && ((unsigned char)d[pre] & 0xC0) == 0x80) pre--;
+    a.pre = srv_utf8_chars(d, pre);
+    a.mid_d -= a.pre;
+    a.mid_o -= a.pre;
+    const size_t md = nd - suf - pre, mo = no - suf - pre;
+    const char *in = md > 0 && md < mo ? memmem(o + pre, mo, d + pre, md) : NULL;
+    if (in) a.at = srv_utf8_chars(o + pre, (size_t)(in - (o + pre)));
+    return a;
+}
+
+static size_t seg_place(const seg_align *a, size_t p) {
+    if (p < a->pre) return p;
+    if (p >= a->pre + a->mid_d) return p - a->mid_d + a->mid_o;
+    size_t q = p - a->pre;
+    q = a->extra ? (q > a->extra ? q - a->extra : 0) : q + a->at;
+    return a->pre + (q < a->mid_o ? q : a->mid_o);
+}
+
 int srv_text_place(const dt_model *m, const char *text, size_t len, const int *ids, size_t n, size_t *off,
                    dt_error *err) {
     srv_text t;
+    srv_buf dec = {0}; /* the prompt's decoding, special tokens left out */
     int rc = srv_text_init(&t, m, err);
     for (size_t i = 0; rc == 0 && i < n; i++) {
         rc = srv_text_push(&t, ids[i], &off[i], err);
         if (rc == 0) srv_text_revise(&t, off, i);
+        if (rc == 0) srv_buf_put(&dec, t.cur.p, t.n_fresh);
     }
     /* ended: a ByteFallback run the prompt ends in is placed for good (the text as sent is final) */
     if (rc == 0) rc = srv_text_end(&t, err);
     if (rc == 0) srv_text_revise(&t, off, n);
+    if (rc == 0) srv_buf_put(&dec, t.cur.p, t.n_fresh);
     srv_text_free(&t);
-    if (rc != 0) return -1;
+    if (rc == 0 && dec.failed) rc = dt_fail_oom(err, "decode: out of memory");
     const dt_tok *tok = dt_model_tok(m);
     /* an added BOS holds no text even where the text begins with its own: "<|begin_of_text|>x" is
      * BOS, BOS, x, and the written one is the second (matched to the text, the added one put it after) */
     size_t added = 0;
-    if (tok && added_prefix(tok, ids, n, &added, err) != 0) return -1;
-    const size_t chars = srv_utf8_chars(text, len);
-    size_t shift = 0, at = 0, byte = 0; /* the special tokens' characters so far; character at begins at byte */
-    for (size_t i = 0; i < n; i++) {
-        size_t o = off[i] + shift;
-        if (o > chars) o = chars;
-        if (i > 0 && o < off[i - 1]) o = off[i - 1];
-        for (; at < o; at++) {
-            byte++;
-            while (byte < len && ((unsigned char)text[byte] & 0xC0) == 0x80) byte++;
-        }
-        size_t tl = 0;
-        const char *s = tok && i >= added && dt_tok_is_special(tok, ids[i]) ? dt_tok_id_to_token(tok, ids[i], &tl)
-                                                                           : NULL;
-        if (s && tl > 0 && tl <= len - byte && !memcmp(text + byte, s, tl)) shift += srv_utf8_chars(s, tl);
-        off[i] = o;
+    if (rc == 0 && tok && added_prefix(tok, ids, n, &added, err) != 0) rc = -1;
+    if (rc != 0) {
+        srv_buf_free(&dec);
+        return -1;
     }
+    /* The text is cut into segments by the special tokens it holds, which the encoder cut out before
+     * normalising what lies between; each segment's decoding is lined up with it as sent. */
+    const char *d = dec.p ? dec.p : "";
+    const size_t nd = dec.n, d_chars = srv_utf8_chars(d, nd);
+    size_t first = 0, d_at = 0, d_byte = 0, o_byte = 0, o_chars = 0; /* where the segment begins */
+    for (size_t j = 0; j <= n; j++) {
+        size_t tl = 0;
+        const char *s = j < n && tok && j >= added && dt_tok_is_special(tok, ids[j])
+                            ? dt_tok_id_to_token(tok, ids[j], &tl)
+                            : NULL;
+        const char *in = s && tl > 0 ? memmem(text + o_byte, len - o_byte, s, tl) : NULL;
+        if (j < n && !in) continue;
+        size_t d_end = j < n ? off[j] : d_chars;
+        if (d_end < d_at) d_end = d_at;
+        if (d_end > d_chars) d_end = d_chars;
+        const size_t d_end_byte = utf8_skip(d, nd, d_byte, d_end - d_at);
+        const size_t o_end = in ? (size_t)(in - text) : len;
+        const seg_align a = seg_line_up(d + d_byte, d_end_byte - d_byte, text + o_byte, o_end - o_byte);
+        for (size_t i = first; i < j; i++) {
+            const size_t p = off[i] < d_at ? 0 : off[i] > d_end ? d_end - d_at : off[i] - d_at;
+            off[i] = o_chars + seg_place(&a, p);
+        }
+        o_chars += srv_utf8_chars(text + o_byte, o_end - o_byte);
+        if (j < n) {
+            off[j] = o_chars;
+            o_chars += srv_utf8_chars(s, tl);
+            o_byte = o_end + tl;
+        }
+        first = j + 1;
+        d_at = d_end;
+        d_byte = d_end_byte;
+    }
+    srv_buf_free(&dec);
     return 0;
 }
 

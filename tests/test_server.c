@@ -346,13 +346,31 @@ static void test_text_place(void **state) {
             fail_msg("BOS text: token %zu (id %d) at %zu, want %zu", i, ids[i], off[i], want_bos[i]);
     free(ids);
     /* a text that does not hold the special token where the ids put it (ids and text that are not
-     * each other's): its characters are not skipped, and no offset passes the text's end */
+     * each other's): its characters are not skipped, the decoding's extra "hh" is taken to be at the
+     * start, and no offset passes the text's end */
     const int eot = dt_tok_token_to_id(dt_model_tok(&m), "<|eot_id|>", 10), h = 104;
     const int other[] = {h, eot, h, h, h};
     assert_int_equal(srv_text_place(&m, "hh", 2, other, 5, off, &err), 0);
-    const size_t want_other[] = {0, 1, 1, 2, 2};
+    const size_t want_other[] = {0, 0, 0, 0, 1};
     for (size_t i = 0; i < 5; i++)
         if (off[i] != want_other[i]) fail_msg("other text: token %zu at %zu, want %zu", i, off[i], want_other[i]);
+    dt_model_free(&m);
+    /* a normaliser that adds text (Prepend ▁: each piece between special tokens gets one, which the
+     * decoder strips only at the decoding's start): the added ▁ is where the text it precedes begins,
+     * and the characters after it are not moved by it; ByteFallback pieces of a character are at it */
+    tiny_model(&m, "llama2_like.json");
+    const char *l2 = "  a<s>b</s> c\xE4\xB8\x96<s>\xE4\xB8\x96</s>  a\xE2\x96\x81 b";
+    assert_int_equal(dt_model_encode_prompt(&m, l2, &ids, &n, &err), 0);
+    /* <s> ▁▁ ▁a <s> ▁ b </s> ▁▁ c <0xE4> <0xB8> <0x96> <s> ▁ <0xE4> <0xB8> <0x96> </s> ▁▁ ▁a ▁▁ b
+     * (the last piece's ▁ as sent decodes as a space: its decoding is not it after the added ▁) */
+    const size_t want_l2[] = {0, 0, 1, 3, 6, 6, 7, 11, 12, 13, 13, 13, 14, 17, 17, 17, 17, 18, 22, 23, 25, 27};
+    assert_int_equal(n, sizeof want_l2 / sizeof *want_l2);
+    size_t l2_off[sizeof want_l2 / sizeof *want_l2];
+    assert_int_equal(srv_text_place(&m, l2, strlen(l2), ids, n, l2_off, &err), 0);
+    for (size_t i = 0; i < n; i++)
+        if (l2_off[i] != want_l2[i])
+            fail_msg("Prepend: token %zu (id %d) at %zu, want %zu", i, ids[i], l2_off[i], want_l2[i]);
+    free(ids);
     dt_model_free(&m);
 }
 
