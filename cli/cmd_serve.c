@@ -74,15 +74,6 @@ static void basename_of(const char *dir, char *out, size_t n) {
     snprintf(out, n, "%.*s", (int)(end - start), dir + start);
 }
 
-/* The tokenizer's string of a special id ("" when none). */
-static void token_string(const dt_model *m, int id, char *out, size_t n) {
-    out[0] = '\0';
-    const dt_tok *tok = dt_model_tok(m);
-    size_t len;
-    const char *s = tok && id >= 0 ? dt_tok_id_to_token(tok, id, &len) : NULL;
-    if (s && len < n) snprintf(out, n, "%.*s", (int)len, s);
-}
-
 int cmd_serve(int argc, char **argv) {
     static const struct option opts[] = {
         {"host", required_argument, 0, 'H'},
@@ -185,15 +176,8 @@ int cmd_serve(int argc, char **argv) {
     if (o.model_name) snprintf(s.name, sizeof s.name, "%s", o.model_name);
     else basename_of(dir, s.name, sizeof s.name);
     s.chat = o.chat_template ? forced : srv_chat_detect(m.vocab.tokenizer_config, m.vocab.tokenizer_config_len);
-    s.chat_end_id = -1;
-    const dt_tok *tok = dt_model_tok(&m);
-    if (tok && s.chat != SRV_CHAT_NONE) {
-        const char *end = srv_chat_end_token(s.chat);
-        s.chat_end_id = dt_tok_token_to_id(tok, end, strlen(end));
-    }
+    srv_set_vocab_texts(&s);
     srv_set_fingerprint(&s);
-    token_string(&m, tok ? dt_tok_bos_id(tok) : -1, s.bos, sizeof s.bos);
-    token_string(&m, tok ? dt_tok_eos_id(tok) : -1, s.eos, sizeof s.eos);
     s.metrics = rc == 0 ? srv_metrics_new() : NULL;
     if (rc == 0 && !s.metrics) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     int locked = rc == 0 && pthread_rwlock_init(&s.engine_lock, NULL) == 0;

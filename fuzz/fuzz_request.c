@@ -32,14 +32,6 @@ static void must(int ok, const char *what, const dt_error *err) {
     abort();
 }
 
-static void token_string(const dt_model *m, int id, char *out, size_t n) {
-    out[0] = '\0';
-    const dt_tok *tok = dt_model_tok(m);
-    size_t len;
-    const char *s = tok && id >= 0 ? dt_tok_id_to_token(tok, id, &len) : NULL;
-    if (s && len < n) snprintf(out, n, "%.*s", (int)len, s);
-}
-
 static void setup(void) {
     dt_error err;
     metrics = srv_metrics_new();
@@ -77,11 +69,7 @@ static void setup(void) {
             s->ctx = CTX;
             s->n_slots = eo.n_slots;
             s->chat = (srv_chat_kind)chat;
-            const dt_tok *tok = dt_model_tok(m);
-            const char *end = chat ? srv_chat_end_token(s->chat) : NULL;
-            s->chat_end_id = tok && end ? dt_tok_token_to_id(tok, end, strlen(end)) : -1;
-            token_string(m, tok ? dt_tok_bos_id(tok) : -1, s->bos, sizeof s->bos);
-            token_string(m, tok ? dt_tok_eos_id(tok) : -1, s->eos, sizeof s->eos);
+            srv_set_vocab_texts(s);
             s->engine = engines[k];
             s->metrics = metrics;
             must(pthread_rwlock_init(&s->engine_lock, NULL) == 0, "lock", NULL);

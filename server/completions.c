@@ -257,6 +257,22 @@ void srv_set_fingerprint(srv *s) {
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%016llx", (unsigned long long)h);
 }
 
+/* The tokenizer's string of id into out[0..n) ("" when none, or too long for out). */
+static void token_text(const dt_tok *tok, int id, char *out, size_t n) {
+    out[0] = '\0';
+    size_t len;
+    const char *t = tok && id >= 0 ? dt_tok_id_to_token(tok, id, &len) : NULL;
+    if (t && len < n) snprintf(out, n, "%.*s", (int)len, t);
+}
+
+void srv_set_vocab_texts(srv *s) {
+    const dt_tok *tok = dt_model_tok(s->m);
+    const char *end = s->chat != SRV_CHAT_NONE ? srv_chat_end_token(s->chat) : NULL;
+    s->chat_end_id = tok && end ? dt_tok_token_to_id(tok, end, strlen(end)) : -1;
+    token_text(tok, tok ? dt_tok_bos_id(tok) : -1, s->bos, sizeof s->bos);
+    token_text(tok, tok ? dt_tok_eos_id(tok) : -1, s->eos, sizeof s->eos);
+}
+
 int srv_with_engine(srv *s, int (*fn)(srv *s, void *ctx), void *ctx, srv_err *e) {
     pthread_rwlock_rdlock(&s->engine_lock);
     int rc;

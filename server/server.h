@@ -242,6 +242,9 @@ char *srv_err_json(const srv_err *e);
  * context, sizes): OpenAI's system_fingerprint, which tells a client using seed that replies may
  * differ because the backend did. */
 void srv_set_fingerprint(srv *s);
+/* s->chat_end_id (the end token of s->chat's template, -1 when the vocabulary lacks it or there is no
+ * chat), s->bos and s->eos (their texts) from s->m's tokenizer. */
+void srv_set_vocab_texts(srv *s);
 
 /* Runs fn with the engine alive (engine_lock held shared): -1 with 503 when the server is
  * shutting down. */

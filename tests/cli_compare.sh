@@ -122,15 +122,6 @@ expect_fail "--scaling naming the comparison's own preset" "scaling tiny: the co
 # the one an uninterrupted comparison writes (every number; only the command line and the paths differ)
 RUN=(compare --quick --threads 1 --jobs 1 --seeds 1 --steps 400 --tasks recall --data "$CORPUS")
 expect_ok "an uninterrupted comparison" "$DT" "${RUN[@]}" --quiet --out "$S/whole"
-wait_for() { # wait_for PID TEST: until the test succeeds or the process ends
-    local i
-    for i in $(seq 1 6000); do
-        kill -0 "$1" 2>/dev/null || return 1
-        if eval "$2"; then return 0; fi
-        sleep 0.02
-    done
-    return 1
-}
 mid_run() { # mid_run DIR: DIR holds a checkpoint before its run's last step
     local st
     st=$(grep -o '"step":[[:space:]]*[0-9]*' "$1/train_state.json" 2>/dev/null | grep -o '[0-9]*$')

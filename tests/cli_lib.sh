@@ -98,6 +98,18 @@ out_has() {
     fi
 }
 
+# wait_for PID TEST: polls the shell test TEST (eval'd) every 20 ms until it succeeds (0) or the
+# process PID ends or two minutes pass (1)
+wait_for() {
+    local i
+    for i in $(seq 1 6000); do
+        kill -0 "$1" 2>/dev/null || return 1
+        if eval "$2"; then return 0; fi
+        sleep 0.02
+    done
+    return 1
+}
+
 finish() {
     echo "$1: $N_PASS passed, $N_FAIL failed"
     if [ "$N_FAIL" -ne 0 ]; then

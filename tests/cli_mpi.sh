@@ -55,8 +55,8 @@ rank_pid() {
     return 1
 }
 
-# wait_for FILE SECONDS
-wait_for() {
+# wait_for_file FILE SECONDS
+wait_for_file() {
     local i
     for i in $(seq 1 $(($2 * 10))); do
         [ -e "$1" ] && return 0
@@ -125,7 +125,7 @@ LOUD=()
 for a in "${LONG[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
 "${MPIRUN[@]}" -np 2 "$DT" "${LOUD[@]}" --save-interval 0 --out "$S/int" >"$S/int.log" 2>&1 &
 MP=$!
-if wait_for "$S/int/metrics.jsonl" 60; then
+if wait_for_file "$S/int/metrics.jsonl" 60; then
     sleep 0.5
     kill -INT $MP
     t0=$SECONDS
@@ -151,7 +151,7 @@ fi
 # 0 saves, and mpirun exits 0
 "${MPIRUN[@]}" -np 2 "$DT" "${LOUD[@]}" --save-interval 0 --out "$S/term" >"$S/term.log" 2>&1 &
 MP=$!
-if wait_for "$S/term/metrics.jsonl" 60 && sleep 0.5 && pid=$(rank_pid $MP 1); then
+if wait_for_file "$S/term/metrics.jsonl" 60 && sleep 0.5 && pid=$(rank_pid $MP 1); then
     kill -TERM "$pid"
     t0=$SECONDS
     wait $MP
@@ -173,7 +173,7 @@ fault_run() {
     shift 3
     "${MPIRUN[@]}" -np 2 "$DT" "${LONG[@]}" --out "$S/$name" "$@" >"$S/$name.log" 2>&1 &
     local mp=$!
-    if ! wait_for "$S/$name/train_state.json" 60 || ! pid=$(rank_pid $mp 1); then
+    if ! wait_for_file "$S/$name/train_state.json" 60 || ! pid=$(rank_pid $mp 1); then
         fail "$name: the job started and checkpointed" "$(tail -c 600 "$S/$name.log")"
         kill -9 $mp 2>/dev/null
         return

@@ -117,15 +117,6 @@ for p in glob.glob(sys.argv[1] + "/runs/*/run.json"):
 fi
 
 # stopped between runs (SIGTERM after the first run.json), then inside one (SIGKILL after a checkpoint)
-wait_for() { # wait_for PID GLOB-TEST: until the test succeeds or the process ends
-    local i
-    for i in $(seq 1 3000); do
-        kill -0 "$1" 2>/dev/null || return 1
-        if eval "$2"; then return 0; fi
-        sleep 0.02
-    done
-    return 1
-}
 "$DT" study "${STUDY[@]}" --out "$S/b" --jobs 1 --threads 1 --quiet >/dev/null 2>"$S/b.err" </dev/null &
 pid=$!
 wait_for $pid 'ls "$S"/b/runs/*/run.json >/dev/null 2>&1'

@@ -548,10 +548,7 @@ static int needle_params_planned(const dt_cmp_options *o, const char *plan_path,
     return rc;
 }
 
-/* The comparison's needle set: a resumed one's as planned (sized, if planned before sets were sized
- * to the training window, to the models' positions: *longest then says by how far it passes the
- * window), a new one's fitted to the training window. The runs' shortest context bounds it; a
- * planned set that does not fit it (an edited plan) is refused before any training. */
+/* The runs' fewest positions (max_position_embeddings), which bound every needle sample. */
 static int needle_positions(const dt_cmp_options *o, const dt_config *cfgs) {
     int maxp = cfgs[0].max_position_embeddings;
     for (int v = 1; v < o->n_variants; v++)
@@ -559,6 +556,10 @@ static int needle_positions(const dt_cmp_options *o, const dt_config *cfgs) {
     return maxp;
 }
 
+/* The comparison's needle set: a resumed one's as planned (sized, if planned before sets were sized
+ * to the training window, to the models' positions: *longest then says by how far it passes the
+ * window), a new one's fitted to the training window. The runs' shortest context bounds it; a
+ * planned set that does not fit it (an edited plan) is refused before any training. */
 static int needle_params(const dt_cmp_options *o, const dt_config *cfgs, const dt_tok *tok, const char *plan_path,
                          int resuming, dt_needle_params *np, int *legacy, int *longest, dt_error *err) {
     const int maxp = needle_positions(o, cfgs);
