@@ -237,6 +237,97 @@ static void test_lying_config_is_format(void **state) {
     expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_FORMAT, "100000");
 }
 
+/* The tiny model's checkpoint DIR/model.safetensors rewritten with one tensor more (name, shape
+ * [n]) and, when int8 names one, that tensor stored as I8. */
+static void rewrite_tensors(const char *dir, const char *extra, int n, const char *int8) {
+    dt_model m;
+    dt_error err = fresh();
+    if (dt_model_load(&m, dir, &err) != 0) fail_msg("%s", err.msg);
+    dt_st_entry *e = calloc((size_t)m.n_tensors + 1, sizeof *e);
+    float *ones = calloc((size_t)n + 1, sizeof *ones);
+    int8_t *codes = calloc(1u << 20, 1);
+    assert_non_null(e);
+    assert_non_null(ones);
+    assert_non_null(codes);
+    for (int i = 0; i < n; i++) ones[i] = 1.0f;
+    for (int i = 0; i < m.n_tensors; i++) {
+        const dt_tensor *t = &m.tensors[i];
+        e[i] = (dt_st_entry){.name = t->name, .ndim = t->ndim, .shape = {t->shape[0], t->shape[1]},
+                             .data = m.params + t->offset};
+        if (int8 && strcmp(t->name, int8) == 0) {
+            assert_true(t->numel <= (1u << 20));
+            e[i].dtype = DT_I8;
+            e[i].raw = codes;
+        }
+    }
+    int k = m.n_tensors;
+    if (extra) e[k++] = (dt_st_entry){.name = extra, .ndim = 1, .shape = {n}, .data = ones};
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (dt_st_write(path, e, k, &err) != 0) fail_msg("%s", err.msg);
+    free(e);
+    free(ones);
+    free(codes);
+    dt_model_free(&m);
+}
+
+/* A tensor the model would not read is refused naming it and the config.json key that leaves it
+ * unused (it was dropped without a word: a checkpoint with biases ran without them); HF's
+ * recomputed RoPE buffer is the one exception. An integer tensor where a float parameter goes is
+ * refused (it was read as its integer codes). */
+static void test_unused_tensor_is_format(void **state) {
+    (void)state;
+    char dir[1024];
+    dt_config c;
+    tu_tiny_diff_config(&c);
+    const int C = c.hidden_size, hd = c.head_dim;
+    static const struct {
+        const char *name, *want;
+    } cases[] = {
+        {"model.layers.0.self_attn.q_proj.bias", "'model.layers.0.self_attn.q_proj.bias' is a bias, and config.json's "
+                                                 "attention_bias is false"},
+        {"model.layers.0.mlp.down_proj.bias", "config.json's mlp_bias is false"},
+        {"model.layers.9.input_layernorm.weight", "'model.layers.9.input_layernorm.weight' is of a layer past "
+                                                  "config.json's num_hidden_layers"},
+        {"model.extra.weight", "'model.extra.weight' is not a parameter of the model config.json describes"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        save_tiny("unused_tensor", dir, sizeof dir);
+        rewrite_tensors(dir, cases[i].name, C, NULL);
+        dt_model m;
+        dt_error err = fresh();
+        expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_FORMAT, cases[i].want);
+        expect_err(-1, &err, DT_ERR_FORMAT, "unused_tensor/model.safetensors: tensor ");
+    }
+    /* the same λ vector under model_type llama */
+    save_tiny("unused_lambda", dir, sizeof dir);
+    rewrite_tensors(dir, NULL, 0, NULL);
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    char *text = tu_read_file(cfg, NULL), *at = strstr(text, "\"diffllama\"");
+    assert_non_null(at);
+    char out[8192];
+    snprintf(out, sizeof out, "%.*s\"llama\"%s", (int)(at - text), text, at + strlen("\"diffllama\""));
+    free(text);
+    write_text(cfg, out);
+    dt_model m;
+    dt_error err = fresh();
+    expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_FORMAT,
+               "self_attn.lambda_k1' is a DiffLlama λ vector, and config.json's model_type is not diffllama");
+
+    save_tiny("inv_freq", dir, sizeof dir);
+    rewrite_tensors(dir, "model.layers.0.self_attn.rotary_emb.inv_freq", hd / 2, NULL);
+    err = fresh();
+    if (dt_model_load(&m, dir, &err) != 0) fail_msg("transformers' inv_freq buffer refused: %s", err.msg);
+    dt_model_free(&m);
+
+    save_tiny("int8_weight", dir, sizeof dir);
+    rewrite_tensors(dir, NULL, 0, "model.layers.0.self_attn.q_proj.weight");
+    err = fresh();
+    expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_FORMAT,
+               "tensor 'model.layers.0.self_attn.q_proj.weight' is I8, not a float (F32, F16, BF16)");
+}
+
 static void test_unsupported(void **state) {
     (void)state;
     char path[1024];
@@ -488,6 +579,7 @@ int main(void) {
         cmocka_unit_test(test_missing_file_is_io),
         cmocka_unit_test(test_truncated_safetensors_is_format),
         cmocka_unit_test(test_lying_config_is_format),
+        cmocka_unit_test(test_unused_tensor_is_format),
         cmocka_unit_test(test_unsupported),
         cmocka_unit_test(test_invalid_argument),
         cmocka_unit_test(test_out_of_memory),

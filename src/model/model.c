@@ -245,6 +245,61 @@ static int check_tensor(const dt_st_set *set, const dt_tensor *t, const char *di
         return dt_fail_format(err, "%s: tensor '%s' has shape %s but config.json implies %s", file->path, t->name, got,
                               want);
     }
+    /* integers in a float slot are another format's codes (bitsandbytes, GPTQ), never the weights */
+    if (s->dtype != DT_F32 && s->dtype != DT_F16 && s->dtype != DT_BF16)
+        return dt_fail_format(err,
+                              "%s: tensor '%s' is %s, not a float (F32, F16, BF16); config.json has no "
+                              "quantization_config that would read it",
+                              file->path, t->name, s->dtype == DT_I8 ? "I8" : "U8");
+    return 0;
+    return 0;
+}
+
+/* Why config.json leaves a tensor of the checkpoint unused, for its error: biases and λ vectors
+ * name the key that would have used them. */
+static const char *unused_tensor_reason(const dt_config *c, const char *name) {
+    const size_t n = strlen(name);
+    if (n > 5 && strcmp(name + n - 5, ".bias") == 0)
+        return strstr(name, ".mlp.") ? "a bias, and config.json's mlp_bias is false (bias-free layers only)"
+                                     : "a bias, and config.json's attention_bias is false (bias-free layers only)";
+    const int lambda = strstr(name, ".self_attn.lambda_") && !strstr(name, ".lambda_proj.");
+    if (lambda && c->arch != DT_ARCH_DIFF) return "a DiffLlama λ vector, and config.json's model_type is not diffllama";
+    if (lambda && c->fixed_lambda)
+        return "a λ vector, and config.json says difftrans.fixed_lambda";
+    if (strcmp(name, "lm_head.weight") == 0 && c->tie_word_embeddings)
+        return "not of the embedding's shape, and config.json's tie_word_embeddings is true";
+    int layer;
+    if (sscanf(name, "model.layers.%d.", &layer) == 1 && layer >= c->num_hidden_layers)
+        return "of a layer past config.json's num_hidden_layers";
+    return "not a parameter of the model config.json describes";
+}
+
+/* A tensor of the checkpoint that the model does not read would be dropped without a word, and
+ * the model then computes something else than its writer's (a bias, a layer more, a λ under
+ * model_type llama; transformers itself only warns). RoPE's inverse frequencies, which older
+ * transformers saved, are recomputed from config.json as transformers does; the quantised
+ * layers' tensors are checked by their loader. */
+static int check_no_unused_tensor(const dt_model *m, const dt_st_set *set, const dt_quant_options *quant,
+                                  dt_error *err) {
+    for (int f = 0; f < set->n_files; f++)
+        for (int i = 0; i < set->files[f].n; i++) {
+            const char *name = set->files[f].tensors[i].name;
+            const size_t n = strlen(name), k = strlen(".rotary_emb.inv_freq");
+            if (dt_model_find(m, name) || (n > k && strcmp(name + n - k, ".rotary_emb.inv_freq") == 0)) continue;
+            if (strcmp(name, "lm_head.weight") == 0 && m->cfg.tie_word_embeddings &&
+                tensor_shape_matches(&set->files[f].tensors[i], dt_model_find(m, "model.embed_tokens.weight")))
+                continue; /* compared with the embedding below */
+            int quantised = 0; /* "X.qweight", "X.scales", ... of a replaced "X.weight" */
+            const char *dot = strrchr(name, '.');
+            for (int t = 0; dot && t < m->n_tensors && !quantised; t++) {
+                const char *tn = m->tensors[t].name;
+                quantised = quant_replaces_tensor(quant, tn) && strncmp(tn, name, (size_t)(dot - name) + 1) == 0 &&
+                            strcmp(tn + (dot - name), ".weight") == 0;
+            }
+            if (!quantised)
+                return dt_fail_format(err, "%s: tensor '%s' is %s", set->files[f].path, name,
+                                      unused_tensor_reason(&m->cfg, name));
+        }
     return 0;
 }
 
@@ -338,6 +393,8 @@ static int load_dir(dt_model *m, const char *dir, dt_error *err) {
     m->vocab = vocab; /* dt_model_free frees it from here on */
     int rc = 0;
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        /* the tensors config.json expects first: a config that lies about the sizes is named so */
+        if (pass == 1 && (rc = check_no_unused_tensor(m, &set, &quant, err)) != 0) break;
         if (pass == 1 && model_alloc(m, err) != 0) {
             dt_st_set_close(&set);
             return -1;
