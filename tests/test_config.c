@@ -490,6 +490,11 @@ static void test_bad_reals(void **state) {
 static void test_unsupported(void **state) {
     (void)state;
     expect_extra_fails("\"hidden_act\": \"gelu\"", "hidden_act 'gelu' is not supported");
+    /* transformers' other name of SiLU is read, not refused */
+    char swish[2048];
+    dt_config c;
+    minimal_json(swish, sizeof swish, "llama", "\"hidden_act\": \"swish\"");
+    expect_load_ok(swish, &c);
     /* every rope_scaling type but linear and llama3 changes the model in a way we do not implement */
     const char *types[] = {"dynamic", "yarn", "longrope", "ntk", "su", "mrope"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

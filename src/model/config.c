@@ -382,9 +382,10 @@ static int parse_reals(const cJSON *root, dt_config *c, const char *path, dt_err
 static int parse_unsupported(const cJSON *root, const char *path, dt_error *err) {
     const cJSON *act = get_key(root, "hidden_act");
     if (act && !cJSON_IsString(act)) return dt_fail_format(err, "%s: key 'hidden_act' must be a string", path);
-    if (act && strcmp(act->valuestring, "silu") != 0)
-        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu)", path,
-                            act->valuestring);
+    /* transformers' ACT2FN maps "swish" to the same SiLU as "silu" */
+    if (act && strcmp(act->valuestring, "silu") != 0 && strcmp(act->valuestring, "swish") != 0)
+        return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu, or swish)",
+                            path, act->valuestring);
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
         int on = 0;
