@@ -340,6 +340,22 @@ static void test_unsupported(void **state) {
     write_text(path, "{\"model_type\": \"mistral\", \"vocab_size\": 256}");
     err = fresh();
     expect_err(dt_config_load(&c, path, &err), &err, DT_ERR_UNSUPPORTED, "mistral");
+
+    /* a checkpoint quantised by another of transformers' methods is a valid one we cannot read */
+    char dir[1024], cfg[1200];
+    save_tiny("bitsandbytes", dir, sizeof dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    char *text = tu_read_file(cfg, NULL), *brace = strrchr(text, '}');
+    assert_non_null(brace);
+    char out[8192];
+    snprintf(out, sizeof out, "%.*s, \"quantization_config\": {\"quant_method\": \"bitsandbytes\", "
+             "\"load_in_8bit\": true}}", (int)(brace - text), text);
+    free(text);
+    write_text(cfg, out);
+    dt_model m;
+    err = fresh();
+    expect_err(dt_model_load(&m, dir, &err), &err, DT_ERR_UNSUPPORTED,
+               "bitsandbytes/config.json: quantization_config.quant_method 'bitsandbytes' is not supported");
 }
 
 static void test_invalid_argument(void **state) {

@@ -81,9 +81,13 @@ int quant_config_read(const char *path, dt_quant_options *o, dt_error *err) {
         const cJSON *lm = cJSON_GetObjectItemCaseSensitive(qc, "lm_head");
         const cJSON *alpha = cJSON_GetObjectItemCaseSensitive(qc, "smoothquant_alpha");
         if (!cJSON_IsObject(qc)) rc = dt_fail_format(err, "%s: quantization_config must be an object", path);
-        else if (!cJSON_IsString(method) || strcmp(method->valuestring, "difftrans") != 0)
-            rc = dt_fail_format(
-                err, "%s: quantization_config.quant_method must be \"difftrans\" (other methods are not read)", path);
+        else if (!cJSON_IsString(method))
+            rc = dt_fail_format(err, "%s: quantization_config.quant_method must be a string", path);
+        else if (strcmp(method->valuestring, "difftrans") != 0) /* transformers' other methods: valid, not ours */
+            rc = dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                              "%s: quantization_config.quant_method '%s' is not supported (only difftrans's own; "
+                              "read the float model, and quantize it with difftrans quantize)",
+                              path, method->valuestring);
         else if (!cJSON_IsString(scheme))
             rc = dt_fail_format(err, "%s: quantization_config.scheme must be a string", path);
         else if (dt_quant_scheme_parse(scheme->valuestring, &o->scheme, err) != 0) {
