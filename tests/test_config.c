@@ -491,10 +491,10 @@ static void test_unsupported(void **state) {
     (void)state;
     expect_extra_fails("\"hidden_act\": \"gelu\"", "hidden_act 'gelu' is not supported");
     /* transformers' other name of SiLU is read, not refused */
-    char swish[2048];
+    char ok_json[2048];
     dt_config c;
-    minimal_json(swish, sizeof swish, "llama", "\"hidden_act\": \"swish\"");
-    expect_load_ok(swish, &c);
+    minimal_json(ok_json, sizeof ok_json, "llama", "\"hidden_act\": \"swish\"");
+    expect_load_ok(ok_json, &c);
     /* every rope_scaling type but linear and llama3 changes the model in a way we do not implement */
     const char *types[] = {"dynamic", "yarn", "longrope", "ntk", "su", "mrope"};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
@@ -507,6 +507,13 @@ static void test_unsupported(void **state) {
                        "rope_parameters type 'yarn' is not supported");
     expect_extra_fails("\"attention_bias\": true", "attention_bias = true is not supported");
     expect_extra_fails("\"mlp_bias\": true", "mlp_bias = true is not supported");
+    /* RoPE over part of each head (it was read past, rotating whole heads) */
+    expect_extra_fails("\"partial_rotary_factor\": 0.5", "partial_rotary_factor 0.5 is not supported");
+    expect_extra_fails("\"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.25}",
+                       "rope_parameters.partial_rotary_factor 0.25 is not supported");
+    expect_extra_fails("\"partial_rotary_factor\": \"half\"", "key 'partial_rotary_factor' must be a finite number");
+    minimal_json(ok_json, sizeof ok_json, "llama", "\"partial_rotary_factor\": 1.0");
+    expect_load_ok(ok_json, &c);
     char json[2048];
     minimal_json(json, sizeof json, "llama", "\"difftrans\": {\"subln_weight\": true}");
     expect_load_fails(json, "subln_weight only exists for diffllama");

@@ -378,6 +378,15 @@ static int parse_reals(const cJSON *root, dt_config *c, const char *path, dt_err
     return 0;
 }
 
+static int json_double(const cJSON *obj, const char *key, double *out, const char *path, dt_error *err) {
+    const cJSON *v = get_key(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return dt_fail_format(err, "%s: key '%s' must be a finite number", path, key);
+    *out = v->valuedouble;
+    return 1;
+}
+
 /* Options that would change the model in ways we do not implement: refuse, never ignore. */
 static int parse_unsupported(const cJSON *root, const char *path, dt_error *err) {
     const cJSON *act = get_key(root, "hidden_act");
@@ -386,6 +395,18 @@ static int parse_unsupported(const cJSON *root, const char *path, dt_error *err)
     if (act && strcmp(act->valuestring, "silu") != 0 && strcmp(act->valuestring, "swish") != 0)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED, "%s: hidden_act '%s' is not supported (only silu, or swish)",
                             path, act->valuestring);
+    /* transformers' RoPE takes it from either place and rotates only that part of each head */
+    const char *const partial_from[] = {NULL, "rope_parameters", "rope_scaling"};
+    for (int i = 0; i < 3; i++) {
+        const cJSON *obj = partial_from[i] ? get_key(root, partial_from[i]) : root;
+        double f = 1;
+        const int rc = cJSON_IsObject(obj) ? json_double(obj, "partial_rotary_factor", &f, path, err) : 0;
+        if (rc < 0) return -1;
+        if (f != 1)
+            return dt_fail_code(err, DT_ERR_UNSUPPORTED,
+                                "%s: %s%spartial_rotary_factor %g is not supported (RoPE rotates whole heads here)",
+                                path, partial_from[i] ? partial_from[i] : "", partial_from[i] ? "." : "", f);
+    }
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
     for (int i = 0; i < 2; i++) {
         int on = 0;
@@ -397,14 +418,6 @@ static int parse_unsupported(const cJSON *root, const char *path, dt_error *err)
     return 0;
 }
 
-static int json_double(const cJSON *obj, const char *key, double *out, const char *path, dt_error *err) {
-    const cJSON *v = get_key(obj, key);
-    if (!v) return 0;
-    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
-        return dt_fail_format(err, "%s: key '%s' must be a finite number", path, key);
-    *out = v->valuedouble;
-    return 1;
-}
 
 /* rope_scaling (transformers ≤ 4.x) or rope_parameters (5.x, which also carries rope_theta):
  * {"rope_type" (or the older "type"): "linear" | "llama3" | "default", "factor", ...}. Every
