@@ -370,6 +370,9 @@ typedef struct {
                                     forward passes use instead of their float slots in params */
     float *rope_inv_freq;        /* [head_dim/2], from cfg (dt_rope_inv_freq) */
     dt_vocab vocab;              /* what the token ids mean; saved with every checkpoint of the model */
+    char *generation_config;     /* generation_config.json as loaded (compact JSON; NULL: none): its
+                                    keys other than the token ids of cfg.special (transformers'
+                                    sampling defaults, ...) go into every checkpoint of the model */
 } dt_model;
 
 /* Parameters of a model of this config, from its layout (nothing is allocated for them);

@@ -80,10 +80,12 @@ struct cJSON;
 /* A small JSON file (config.json and its kin, at most 16 MiB) that must be one JSON value; NULL
  * with a message naming the file and the line otherwise. Free with cJSON_Delete. */
 struct cJSON *json_load_file(const char *path, dt_error *err);
-/* generation_config.json: read its token ids into s (1 when the file does not exist, s untouched);
- * write s and nothing else of ours. */
-int generation_config_load(dt_special_ids *s, const char *path, dt_error *err);
-int generation_config_save(const dt_special_ids *s, const char *path, dt_error *err);
+/* generation_config.json: read its token ids into s (1 when the file does not exist, s untouched)
+ * and, when keep is not NULL, the whole file as compact JSON into *keep (NULL without a file; free
+ * it); write s over the token ids of kept (NULL: none), its other keys (transformers' sampling
+ * defaults, transformers_version, ...) as they were. */
+int generation_config_load(dt_special_ids *s, char **keep, const char *path, dt_error *err);
+int generation_config_save(const dt_special_ids *s, const char *kept, const char *path, dt_error *err);
 /* config.json with torch_dtype naming the stored dtype. */
 int config_save_dtype(const dt_config *cfg, const char *path, dt_dtype dtype, dt_error *err);
 int special_ids_parse(const struct cJSON *root, dt_special_ids *s, const char *path, dt_error *err);

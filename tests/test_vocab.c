@@ -371,6 +371,63 @@ static void test_vocabulary_must_fit(void **state) {
     dt_model_free(&m);
 }
 
+/* DIR/generation_config.json holds every one of want (NULL-terminated), compact-spaced as cJSON
+ * prints ("\"key\":\tvalue"). */
+static void expect_generation_config(const char *dir, const char *const *want) {
+    char path[600];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    char *text = tu_read_file(path, NULL);
+    for (int i = 0; want[i]; i++)
+        if (!strstr(text, want[i])) fail_msg("%s lacks %s:\n%s", path, want[i], text);
+    free(text);
+}
+
+/* generation_config.json's other keys (transformers' sampling defaults, its version) go into every
+ * checkpoint written from the model: a save, an export for Hugging Face in BF16, a quantised copy
+ * (they were dropped: a Hub model exported back lost its do_sample / temperature / top_p); the
+ * token ids written are the model's. */
+static void test_generation_config_travels(void **state) {
+    (void)state;
+    dt_model m, back;
+    dt_error err;
+    char dir[512], path[600];
+    make_model(&m, 256);
+    tu_path(dir, sizeof dir, "gen_src");
+    assert_int_equal(dt_model_save(&m, dir, 0, &err), 0);
+    dt_model_free(&m);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    const char *gen = "{\"_from_model_config\": false, \"bos_token_id\": 1, \"do_sample\": true, "
+                      "\"eos_token_id\": [2, 7], \"temperature\": 0.6, \"top_p\": 0.9, "
+                      "\"transformers_version\": \"4.44.0\"}";
+    tu_write_file(path, gen, strlen(gen));
+    assert_int_equal(dt_model_load(&m, dir, &err), 0);
+    assert_int_equal(m.cfg.special.n_eos, 2);
+    m.cfg.special.eos_token_id[1] = 9; /* the model's ids are the ones written */
+    static const char *const want[] = {"\"_from_model_config\":\tfalse", "\"bos_token_id\":\t1",
+                                       "\"do_sample\":\ttrue", "\"eos_token_id\":\t[2, 9]",
+                                       "\"temperature\":\t0.6", "\"top_p\":\t0.9",
+                                       "\"transformers_version\":\t\"4.44.0\"", NULL};
+    char out[512];
+    tu_path(out, sizeof out, "gen_saved");
+    assert_int_equal(dt_model_save(&m, out, 0, &err), 0);
+    expect_generation_config(out, want);
+    assert_int_equal(dt_model_load(&back, out, &err), 0); /* and again from the copy */
+    tu_path(out, sizeof out, "gen_hf");
+    dt_save_options opt = {.hf_export = 1, .dtype = DT_BF16};
+    assert_int_equal(dt_model_save_with(&back, out, &opt, &err), 0);
+    expect_generation_config(out, want);
+    dt_model_free(&back);
+    dt_quant_options qo;
+    dt_quant_defaults(&qo);
+    qo.scheme = DT_QUANT_Q8_0;
+    qo.quiet = 1;
+    if (dt_model_quantize(&m, &qo, &err) != 0) fail_msg("%s", err.msg);
+    fresh_dir(out, sizeof out, "gen_q8");
+    assert_int_equal(dt_model_save(&m, out, 0, &err), 0);
+    expect_generation_config(out, want);
+    dt_model_free(&m);
+}
+
 /* w8a8 calibration text goes through the model's tokenizer: calibrating on the file gives the static
  * scales of calibrating on the file's tokens, not those of its bytes (ids 0-255 are valid BPE ids
  * too, so reading bytes would run silently on the wrong inputs). */
@@ -584,7 +641,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_byte_level_model),    cmocka_unit_test(test_bpe_vocabulary_travels),
         cmocka_unit_test(test_vocab_same_by_value),
-        cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_calibration_reads_tokens),
+        cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_generation_config_travels),
+        cmocka_unit_test(test_calibration_reads_tokens),
         cmocka_unit_test(test_dequantize),          cmocka_unit_test(test_checkpoint_without_tokenizer),
         cmocka_unit_test(test_generate),            cmocka_unit_test(test_prompts_and_stop_ids),
     };

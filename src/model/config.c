@@ -592,7 +592,8 @@ int dt_config_load(dt_config *cfg, const char *path, dt_error *err) {
     return 0;
 }
 
-int generation_config_load(dt_special_ids *s, const char *path, dt_error *err) {
+int generation_config_load(dt_special_ids *s, char **keep, const char *path, dt_error *err) {
+    if (keep) *keep = NULL;
     struct stat sb;
     if (stat(path, &sb) != 0 && errno == ENOENT) return 1;
     cJSON *root = json_load_file(path, err);
@@ -600,16 +601,34 @@ int generation_config_load(dt_special_ids *s, const char *path, dt_error *err) {
     dt_special_ids ids = *s;
     int rc = cJSON_IsObject(root) ? special_ids_parse(root, &ids, path, err)
                                   : dt_fail_format(err, "%s: top level is not a JSON object", path);
+    char *text = rc == 0 && keep ? cJSON_PrintUnformatted(root) : NULL;
+    if (rc == 0 && keep && !text) rc = dt_fail_oom(err, "%s: out of memory", path);
     cJSON_Delete(root);
-    if (rc == 0) *s = ids;
-    return rc;
+    if (rc != 0) return rc;
+    *s = ids;
+    if (keep) { /* cJSON's allocation: the model frees its copy with free() */
+        *keep = strdup(text);
+        cJSON_free(text);
+        if (!*keep) return dt_fail_oom(err, "%s: out of memory", path);
+    }
+    return 0;
 }
 
-int generation_config_save(const dt_special_ids *s, const char *path, dt_error *err) {
-    cJSON *root = cJSON_CreateObject();
-    int ok = root && special_ids_add(root, s) == 0;
+int generation_config_save(const dt_special_ids *s, const char *kept, const char *path, dt_error *err) {
+    cJSON *root = kept ? cJSON_Parse(kept) : cJSON_CreateObject(), *ids = cJSON_CreateObject();
+    int ok = cJSON_IsObject(root) && ids && special_ids_add(ids, s) == 0;
+    /* the ids in place (transformers writes the keys sorted), the other keys as they came */
+    while (ok && ids->child) {
+        cJSON *item = cJSON_DetachItemViaPointer(ids, ids->child);
+        char key[16]; /* cJSON frees the item's own name before it copies the one given */
+        snprintf(key, sizeof key, "%s", item->string);
+        ok = cJSON_HasObjectItem(root, key) ? cJSON_ReplaceItemInObjectCaseSensitive(root, key, item)
+                                            : cJSON_AddItemToObject(root, key, item);
+        if (!ok) cJSON_Delete(item);
+    }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
+    cJSON_Delete(ids);
     if (!text) return dt_fail_oom(err, "%s: out of memory", path);
     int rc = write_text_atomic(path, text, err);
     cJSON_free(text);

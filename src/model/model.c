@@ -168,6 +168,7 @@ int dt_model_create(dt_model *m, const dt_config *cfg, dt_error *err) {
 void dt_model_free(dt_model *m) {
     model_quant_free(m);
     vocab_free(&m->vocab);
+    free(m->generation_config);
     free(m->tensors);
     free(m->params);
     free(m->w.layers);
@@ -351,16 +352,24 @@ static int load_dir(dt_model *m, const char *dir, dt_error *err) {
     dt_quant_options quant; /* a quantised checkpoint: its linear layers are integer tensors */
     if (quant_config_read(path, &quant, err) != 0) return -1;
     /* generation_config.json's token ids take precedence over config.json's, as in transformers */
+    char *gen = NULL; /* the file's other keys, for every save of the model */
     if (dt_pathf(path, sizeof path, err, "%s/generation_config.json", dir) ||
-        generation_config_load(&cfg.special, path, err) < 0)
+        generation_config_load(&cfg.special, &gen, path, err) < 0)
         return -1;
-    if (dt_config_validate(&cfg, path, err) != 0) return fail_as_format(err);
+    if (dt_config_validate(&cfg, path, err) != 0) {
+        free(gen);
+        return fail_as_format(err);
+    }
     dt_vocab vocab; /* read before the weights: a vocabulary that does not fit is refused cheaply */
-    if (vocab_load_dir(&vocab, dir, &cfg, err) != 0) return -1;
+    if (vocab_load_dir(&vocab, dir, &cfg, err) != 0) {
+        free(gen);
+        return -1;
+    }
 
     dt_st_set set;
     if (dt_st_set_open(&set, dir, err) != 0) {
         vocab_free(&vocab);
+        free(gen);
         return -1;
     }
     /* A checkpoint written by HF without our "difftrans" key may still carry subln weights. */
@@ -380,6 +389,7 @@ static int load_dir(dt_model *m, const char *dir, dt_error *err) {
                                                   set.files[f].path, set.files[f].tensors[i].name);
                     dt_st_set_close(&set);
                     vocab_free(&vocab);
+                    free(gen);
                     return rc;
                 }
     }
@@ -388,9 +398,11 @@ static int load_dir(dt_model *m, const char *dir, dt_error *err) {
     if (model_layout(m, &cfg, err) != 0) {
         dt_st_set_close(&set);
         vocab_free(&vocab);
+        free(gen);
         return -1;
     }
-    m->vocab = vocab; /* dt_model_free frees it from here on */
+    m->vocab = vocab; /* dt_model_free frees them from here on */
+    m->generation_config = gen;
     int rc = 0;
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         /* the tensors config.json expects first: a config that lies about the sizes is named so */
@@ -557,7 +569,7 @@ static int save_dir(const dt_model *m, const char *dir, const dt_save_options *o
     if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/config.json", dir);
     if (rc == 0) rc = config_save_dtype(&cfg, path, opt->dtype, err);
     if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/generation_config.json", dir);
-    if (rc == 0) rc = generation_config_save(&cfg.special, path, err);
+    if (rc == 0) rc = generation_config_save(&cfg.special, m->generation_config, path, err);
     if (rc == 0) rc = vocab_save(&m->vocab, dir, hf_export, err);
     free(entries);
     free(extra_names);

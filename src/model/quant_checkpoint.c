@@ -455,7 +455,7 @@ int quant_save(const dt_model *m, const char *out_dir, dt_error *err) {
     if (rc == 0) rc = dt_config_save(&m->cfg, path, err);
     if (rc == 0) rc = add_quant_config(path, m->quant, err);
     if (rc == 0) rc = dt_pathf(path, sizeof path, err, "%s/generation_config.json", tmp);
-    if (rc == 0) rc = generation_config_save(&m->cfg.special, path, err);
+    if (rc == 0) rc = generation_config_save(&m->cfg.special, m->generation_config, path, err);
     if (rc == 0) rc = vocab_save(&m->vocab, tmp, 0, err); /* the vocabulary the float model was trained with */
     if (rc == 0 && rename(tmp, dir) != 0)
         rc = dt_fail_io(err, "%s: cannot rename %s into place: %s", dir, tmp, strerror(errno));
