@@ -9,7 +9,10 @@
 static void help(void) {
     printf("usage: difftrans generate MODEL_DIR [--prompt TEXT | --prompt-ids \"3 1 4\"] [options]\n\n"
            "Feeds the prompt through the model in batched chunks (its matrix products over many rows at\n"
-           "once), then continues it one token at a time through a KV cache and streams the text.\n\n"
+           "once), then continues it one token at a time through a KV cache and streams the text.\n"
+           "Where the model's generation_config.json sets do_sample, temperature, top_k or top_p, they\n"
+           "are the defaults of the flags below, read as transformers' generate reads them (without\n"
+           "do_sample true: greedy; with it, top_k 50 unless set); its max_new_tokens is -n's.\n\n"
            "  --prompt TEXT       prompt text, encoded with the model's tokenizer.json (BOS added as\n"
            "                      transformers does), or as bytes for a byte-level model [\"\" → BOS, or\n"
            "                      byte '\\n']; generation stops at an eos_token_id (generation_config.json)\n"
@@ -133,6 +136,7 @@ int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL;
     dt_kv_dtype kv_dtype = DT_KV_F32;
     int n_gen = 200, threads = 0, print_ids = 0, timings = 0, warmup = 0;
+    int given_n = 0, given_t = 0, given_k = 0, given_p = 0; /* over generation_config.json's defaults */
     dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f};
     uint64_t seed = 42;
     optind = 1;
@@ -143,10 +147,11 @@ int cmd_generate(int argc, char **argv) {
         switch (ch) {
         case 'p': prompt = optarg; break;
         case 'P': prompt_ids = optarg; break;
-        case 'n': bad = parse_int(cmd, "-n/--tokens", optarg, 0, 1 << 24, &n_gen); break;
-        case 'T': bad = parse_float(cmd, "--temperature", optarg, 0, 100, &sampler.temperature); break;
-        case 'k': bad = parse_int(cmd, "--top-k", optarg, 0, 1 << 24, &sampler.top_k); break;
+        case 'n': bad = parse_int(cmd, "-n/--tokens", optarg, 0, 1 << 24, &n_gen), given_n = 1; break;
+        case 'T': bad = parse_float(cmd, "--temperature", optarg, 0, 100, &sampler.temperature), given_t = 1; break;
+        case 'k': bad = parse_int(cmd, "--top-k", optarg, 0, 1 << 24, &sampler.top_k), given_k = 1; break;
         case 'u':
+            given_p = 1;
             bad = parse_float(cmd, "--top-p", optarg, -1e30, 1e30, &sampler.top_p);
             if (!bad && !(sampler.top_p > 0 && sampler.top_p <= 1))
                 bad = cli_error(cmd, "--top-p %s: must be in (0, 1] (1 = off)", optarg);
@@ -174,7 +179,24 @@ int cmd_generate(int argc, char **argv) {
     const dt_tok *tok = dt_model_tok(&m); /* NULL for a byte-level model */
     int *ids = NULL, n_prompt = 0, rc = 0;
     size_t n = 0;
-    if ((!prompt_ids || !print_ids) && dt_model_check_text(&m, &err) != 0) /* before any work */
+    /* the model's generation_config.json sets the defaults of what the flags leave unsaid, as in
+     * transformers' generate */
+    dt_generate_options defaults = {.max_new_tokens = n_gen, .sampler = sampler};
+    const int from_file = dt_model_generation_defaults(&m, &defaults, &err);
+    if (from_file < 0) rc = cli_error_code(cmd, err.code, "%s/%s", argv[optind], err.msg);
+    if (!given_n) n_gen = defaults.max_new_tokens;
+    if (from_file > 0) {
+        if (!given_t) sampler.temperature = defaults.sampler.temperature;
+        if (!given_k) sampler.top_k = defaults.sampler.top_k;
+        if (!given_p) sampler.top_p = defaults.sampler.top_p;
+        if (sampler.temperature == 0) fprintf(stderr, "sampling: greedy");
+        else
+            fprintf(stderr, "sampling: temperature %g, top-k %d, top-p %g", (double)sampler.temperature, sampler.top_k,
+                    (double)sampler.top_p);
+        fprintf(stderr, " (generation_config.json's, where no flag says)\n");
+    }
+    if (rc != 0) /* named above */;
+    else if ((!prompt_ids || !print_ids) && dt_model_check_text(&m, &err) != 0) /* before any work */
         rc = cli_error_code(cmd, err.code, "%s (or give --prompt-ids and --print-ids)", err.msg);
     else if (prompt_ids) rc = parse_ids(prompt_ids, m.cfg.vocab_size, &ids, &n_prompt);
     else if (dt_model_encode_prompt(&m, prompt ? prompt : "", &ids, &n, &err) != 0)

@@ -82,6 +82,23 @@ printf '{"eos_token_id": ' >"$S/m/generation_config.json"
 expect_fail "generation_config.json not JSON" "generation_config\.json is not valid JSON" "$DT" info "$S/m"
 rm -f "$S/m/generation_config.json"
 expect_ok "no generation_config.json is fine" "$DT" info "$S/m"
+# its sampling is generate's default as transformers' generate reads it; the flags win; -n from max_new_tokens
+expect_ok "generate, difftrans's sampling" "$DT" generate "$S/m" --prompt-ids "1 2" -n 12 --print-ids --seed 5
+cp "$S/last.out" "$S/sampled.out"
+expect_ok "generate greedy" "$DT" generate "$S/m" --prompt-ids "1 2" -n 12 --print-ids --temperature 0
+cp "$S/last.out" "$S/greedy.out"
+check "sampling and greedy differ on this model" test "$(cat "$S/sampled.out")" != "$(cat "$S/greedy.out")"
+printf '{"temperature": 0.6, "max_new_tokens": 12}\n' >"$S/m/generation_config.json"
+expect_ok "generate under a temperature without do_sample" "$DT" generate "$S/m" --prompt-ids "1 2" --print-ids --seed 5
+check "greedy, as transformers decodes without do_sample, 12 tokens" cmp "$S/last.out" "$S/greedy.out"
+out_has "the sampling is said" "$S/last.err" "sampling: greedy \\(generation_config.json's"
+expect_ok "generate with --temperature over it" "$DT" generate "$S/m" --prompt-ids "1 2" --print-ids --seed 5 \
+    --temperature 0.8 --top-p 0.95 --top-k 0
+check "the flags win" cmp "$S/last.out" "$S/sampled.out"
+printf '{"do_sample": 1}\n' >"$S/m/generation_config.json"
+expect_status "a do_sample that is not a boolean" 2 "$S/m/generation_config.json: key 'do_sample' must be true or false" \
+    "$DT" generate "$S/m" --prompt-ids "1 2" --print-ids
+rm -f "$S/m/generation_config.json"
 
 # ---------------------------------------------------------------- refusals
 expect_fail "bad --dtype" "--dtype 'f8'" "$DT" export "$S/m" "$S/x" --dtype f8

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -428,6 +429,59 @@ static void test_generation_config_travels(void **state) {
     dt_model_free(&m);
 }
 
+/* A checkpoint with generation_config.json gen ("" for none), loaded; its defaults into o over
+ * dt_generate_defaults'; returns dt_model_generation_defaults' result (err's message on -1). */
+static int generation_defaults_of(const char *gen, dt_generate_options *o, dt_error *err) {
+    dt_model m;
+    char dir[512], path[600];
+    make_model(&m, 256);
+    tu_path(dir, sizeof dir, "gen_defaults");
+    assert_int_equal(dt_model_save(&m, dir, 0, err), 0);
+    dt_model_free(&m);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (*gen) tu_write_file(path, gen, strlen(gen));
+    else assert_int_equal(unlink(path), 0);
+    assert_int_equal(dt_model_load(&m, dir, err), 0);
+    dt_generate_defaults(o);
+    const int rc = dt_model_generation_defaults(&m, o, err);
+    dt_model_free(&m);
+    return rc;
+}
+
+/* generation_config.json's sampling is generate's default as transformers' generate reads it (it
+ * was ignored: a model published with temperature 0.6 and top_p 0.9 sampled at 0.8 and 0.95). */
+static void test_generation_defaults(void **state) {
+    (void)state;
+    dt_generate_options o;
+    dt_error err;
+    assert_int_equal(generation_defaults_of("{\"do_sample\": true, \"temperature\": 0.6, \"top_p\": 0.9, "
+                                            "\"max_new_tokens\": 33}", &o, &err), 1);
+    assert_true(o.sampler.temperature == 0.6f && o.sampler.top_p == 0.9f);
+    assert_int_equal(o.sampler.top_k, 50); /* transformers' default top_k */
+    assert_int_equal(o.max_new_tokens, 33);
+    /* a temperature without do_sample: transformers decodes greedily */
+    assert_int_equal(generation_defaults_of("{\"temperature\": 0.6}", &o, &err), 1);
+    assert_true(o.sampler.temperature == 0.0f);
+    assert_int_equal(generation_defaults_of("{\"do_sample\": true, \"top_k\": 0}", &o, &err), 1);
+    assert_true(o.sampler.temperature == 1.0f && o.sampler.top_p == 1.0f);
+    assert_int_equal(o.sampler.top_k, 0);
+    /* none set, or no file: difftrans's own defaults stay */
+    dt_generate_options d;
+    dt_generate_defaults(&d);
+    assert_int_equal(generation_defaults_of("{\"bos_token_id\": 1}", &o, &err), 0);
+    assert_memory_equal(&o.sampler, &d.sampler, sizeof d.sampler);
+    assert_int_equal(o.max_new_tokens, d.max_new_tokens);
+    assert_int_equal(generation_defaults_of("", &o, &err), 0);
+    assert_memory_equal(&o.sampler, &d.sampler, sizeof d.sampler);
+    /* bad values are named */
+    assert_int_equal(generation_defaults_of("{\"do_sample\": \"yes\"}", &o, &err), -1);
+    assert_non_null(strstr(err.msg, "generation_config.json: key 'do_sample' must be true or false"));
+    assert_int_equal(generation_defaults_of("{\"do_sample\": true, \"top_p\": 1.5}", &o, &err), -1);
+    assert_non_null(strstr(err.msg, "top_p 1.5 in (0, 1]"));
+    assert_int_equal(generation_defaults_of("{\"max_new_tokens\": -2}", &o, &err), -1);
+    assert_non_null(strstr(err.msg, "max_new_tokens -2 is negative"));
+}
+
 /* w8a8 calibration text goes through the model's tokenizer: calibrating on the file gives the static
  * scales of calibrating on the file's tokens, not those of its bytes (ids 0-255 are valid BPE ids
  * too, so reading bytes would run silently on the wrong inputs). */
@@ -642,6 +696,7 @@ int main(void) {
         cmocka_unit_test(test_byte_level_model),    cmocka_unit_test(test_bpe_vocabulary_travels),
         cmocka_unit_test(test_vocab_same_by_value),
         cmocka_unit_test(test_vocabulary_must_fit), cmocka_unit_test(test_generation_config_travels),
+        cmocka_unit_test(test_generation_defaults),
         cmocka_unit_test(test_calibration_reads_tokens),
         cmocka_unit_test(test_dequantize),          cmocka_unit_test(test_checkpoint_without_tokenizer),
         cmocka_unit_test(test_generate),            cmocka_unit_test(test_prompts_and_stop_ids),
