@@ -66,7 +66,8 @@ static void help(void) {
         "      with one token budget; fits log(final val loss) = a + b*log(N) per kind, N the run's\n"
         "      non-embedding parameters (all but the token embedding and LM head, as `difftrans study` and\n"
         "      `compare --scaling` count them), and reports the DIFF size whose fitted loss equals the\n"
-        "      baseline's at its largest run, as a fraction of that run's N (below 1: DIFF needs fewer).\n\n"
+        "      baseline's at its largest size (the mean over its runs of that size), as a fraction of that N\n"
+        "      (below 1: DIFF needs fewer).\n\n"
         "options:\n"
         "  --data FILE.txt   text (outliers, quantize)\n"
         "  --seq N           window length in tokens (bytes for a byte-level model) [256, at most the model's\n"
@@ -509,6 +510,10 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         if (isnan(fraction))
             printf("DIFF size for the baseline's loss: not available (needs >= 2 sizes of each kind, with loss falling "
                    "with size)\n");
+        else if (sc.base_runs > 1)
+            printf("DIFF size for the baseline's loss at %.0f non-embedding parameters (%.4f, the mean of its %d runs "
+                   "there): %.0f = %.2f of the baseline's (paper: ~0.65)\n",
+                   largest_base, largest_base_loss, sc.base_runs, need, fraction);
         else
             printf("DIFF size for the baseline's loss at %.0f non-embedding parameters (%.4f): %.0f = %.2f of the "
                    "baseline's (paper: ~0.65)\n",

@@ -640,13 +640,15 @@ double dt_scaling_params_for_loss(const dt_scaling_fit *fit, double loss);
 typedef struct {
     dt_scaling_fit fit[2];            /* [dt_arch]: fit[DT_ARCH_LLAMA] the baseline's, fit[DT_ARCH_DIFF] DIFF's */
     double base_params;       /* the baseline's largest run */
-    double base_loss;         /* its loss (NAN without a baseline run) */
+    double base_loss;         /* its loss, the mean over base_runs runs of that size (NAN without a baseline run) */
+    int base_runs;            /* the baseline's runs of that size (seeds) */
     double diff_params;       /* the DIFF size the DIFF fit gives that loss (NAN when it cannot) */
     double fraction;          /* diff_params / base_params: the paper's ~0.65 */
 } dt_scaling_comparison;
 
 /* From n runs of either kind (is_diff[i] nonzero for DIFF): the fit per kind and the fraction of
- * the baseline's parameters DIFF needs for the baseline's loss at its largest run. */
+ * the baseline's parameters DIFF needs for the baseline's loss at its largest size (the mean loss of
+ * its runs of that size: the same whatever the order of the runs). */
 dt_scaling_comparison dt_scaling_compare(const double *params, const double *loss, const int *is_diff, int n);
 
 /* The scaling study's statistics (`difftrans study`): runs of two kinds (0: DIFF, 1: its

@@ -43,6 +43,23 @@ static void test_compare_mixed_runs(void **state) {
     assert_true(isnan(dt_scaling_compare(n, loss, all_diff, 6).fraction));
 }
 
+/* Two seeds of the baseline's largest size: the fraction is taken at their mean loss, so giving the runs
+ * in another order gives the same answer (it took whichever run came first). */
+static void test_compare_seeds_at_largest(void **state) {
+    (void)state;
+    double n[6] = {1e6, 4e6, 1e6, 4e6, 4e6, 1e6}, loss[6];
+    int is_diff[6] = {1, 1, 0, 0, 0, 0};
+    for (int i = 0; i < 6; i++) loss[i] = is_diff[i] ? 5 * pow(n[i] / 0.65, -0.1) : 5 * pow(n[i], -0.1);
+    loss[3] *= 1.01, loss[4] *= 0.99; /* the two largest baseline runs straddle the curve */
+    dt_scaling_comparison c = dt_scaling_compare(n, loss, is_diff, 6);
+    assert_int_equal(c.base_runs, 2);
+    assert_float_equal(c.base_loss, 5 * pow(4e6, -0.1), 1e-12);
+    assert_float_equal(c.fraction, 0.65, 1e-9);
+    double n2[6] = {1e6, 4e6, 1e6, 4e6, 4e6, 1e6}, loss2[6] = {loss[0], loss[1], loss[2], loss[4], loss[3], loss[5]};
+    dt_scaling_comparison c2 = dt_scaling_compare(n2, loss2, is_diff, 6);
+    assert_float_equal(c2.fraction, c.fraction, 1e-12);
+}
+
 static void test_degenerate(void **state) {
     (void)state;
     const double n[2] = {1e6, 1e6}, l[2] = {2, 2.1}, up[2] = {1, 2};
@@ -187,6 +204,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_power_law),
         cmocka_unit_test(test_compare_mixed_runs),
+        cmocka_unit_test(test_compare_seeds_at_largest),
         cmocka_unit_test(test_degenerate),
         cmocka_unit_test(test_study_exact),
         cmocka_unit_test(test_study_crossing),

@@ -37,8 +37,14 @@ dt_scaling_comparison dt_scaling_compare(const double *params, const double *los
     }
     free(px);
     free(ly);
+    /* several runs (seeds) at the largest size: their mean, so that the order the runs are given in
+     * does not pick one of them */
+    double sum = 0;
     for (int i = 0; i < n; i++)
-        if (!is_diff[i] && params[i] > c.base_params) c.base_params = params[i], c.base_loss = loss[i];
+        if (!is_diff[i] && params[i] > c.base_params) c.base_params = params[i];
+    for (int i = 0; i < n; i++)
+        if (!is_diff[i] && params[i] == c.base_params) sum += loss[i], c.base_runs++;
+    if (c.base_runs > 0) c.base_loss = sum / c.base_runs;
     c.diff_params = dt_scaling_params_for_loss(&c.fit[1], c.base_loss);
     c.fraction = c.base_params > 0 ? c.diff_params / c.base_params : NAN;
     return c;
