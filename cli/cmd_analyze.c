@@ -540,6 +540,19 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             }
             if (isnan(fraction)) cJSON_AddNullToObject(root, "diff_params_fraction");
             else cJSON_AddNumberToObject(root, "diff_params_fraction", fraction);
+            /* what the fraction is taken at, as the text says it: the baseline's largest size, its loss there
+             * (the mean of its runs of that size) and the DIFF size the DIFF fit gives that loss */
+            if (sc.base_runs > 0) {
+                cJSON_AddNumberToObject(root, "baseline_nonembedding_params", largest_base);
+                cJSON_AddNumberToObject(root, "baseline_val_loss", largest_base_loss);
+                cJSON_AddNumberToObject(root, "baseline_runs", sc.base_runs);
+            } else {
+                cJSON_AddNullToObject(root, "baseline_nonembedding_params");
+                cJSON_AddNullToObject(root, "baseline_val_loss");
+                cJSON_AddNumberToObject(root, "baseline_runs", 0);
+            }
+            if (isnan(need)) cJSON_AddNullToObject(root, "diff_nonembedding_params");
+            else cJSON_AddNumberToObject(root, "diff_nonembedding_params", need);
             rc = write_json(cmd, op->json, root);
             cJSON_Delete(root);
         }

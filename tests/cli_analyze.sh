@@ -108,6 +108,12 @@ out_has "the table and the fit name N" "$S/last.out" "N = non-embedding paramete
 json_ok "scaling JSON: the fit is over the non-embedding counts" "$S/sc.json" "j['size']=='nonembedding_params'
     and all(r['params'] - r['nonembedding_params'] == (32768 if r['run'].endswith('1') else 65536) for r in j['runs'])
     and abs(__import__('math').log(5.70 / 5.84) / __import__('math').log(804480 / 100800) - j['fit_diff']['b']) < 1e-9"
+# the fraction's terms, as the text prints them: the baseline's largest N and loss, and the DIFF N for that loss
+json_ok "scaling JSON: what the fraction is taken at" "$S/sc.json" "j['baseline_nonembedding_params']==803968
+    and abs(j['baseline_val_loss']-5.84)<1e-9 and j['baseline_runs']==1
+    and abs(j['diff_nonembedding_params']/803968-j['diff_params_fraction'])<1e-12"
+json_ok "scaling JSON on one run: no fraction, no terms" "$S/s.json" "j['diff_nonembedding_params'] is None
+    and j['baseline_runs']==(0 if j['runs'][0]['arch']=='DIFF' else 1)"
 plant_run "$S/sc_t2" transformer small 4 5.50
 expect_ok "scaling with both losses falling" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 "$S"/sc_t2
 check "then no such warning" bash -c '! grep -q "did not fall" "$1"' _ "$S/last.out"
