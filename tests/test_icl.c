@@ -73,6 +73,41 @@ static void test_prompts(void **state) {
     assert_int_equal(dt_icl_prompt(&p, 0, 0, a, 40, &la), -1); /* too small a buffer */
 }
 
+/* The query word of a prompt: what follows its last "Input: ". */
+static void query_word(const char *prompt, char word[16]) {
+    const char *last = NULL;
+    for (const char *p = strstr(prompt, "Input: "); p; p = strstr(p + 1, "Input: ")) last = p;
+    assert_non_null(last);
+    assert_int_equal(sscanf(last, "Input: %15[a-z]", word), 1);
+}
+
+/* Consecutive seeds draw unrelated words. The item streams began at seed·φ, splitmix's own step, so
+ * seed s + 1 drew seed s's numbers shifted by one and its words were the same letters ("mrqxila",
+ * "eqxilat", "dxila" for seeds 1, 2, 3): --seed gave no new examples. */
+static void test_seeds_independent(void **state) {
+    (void)state;
+    dt_icl_params p;
+    dt_icl_params_default(&p);
+    char a[2048], b[2048], wa[16], wb[16];
+    int la, lb, related = 0, total = 0;
+    for (uint64_t s = 1; s <= 4; s++)
+        for (int q = 0; q < p.queries; q++) {
+            p.seed = s;
+            assert_true(dt_icl_prompt(&p, 0, q, a, sizeof a, &la) > 0);
+            p.seed = s + 1;
+            assert_true(dt_icl_prompt(&p, 0, q, b, sizeof b, &lb) > 0);
+            query_word(a, wa);
+            query_word(b, wb);
+            /* draws shifted by one: b's letters from its second on were a's from its third on */
+            if (strlen(wa) >= 4 && strlen(wb) >= 3) {
+                related += !strncmp(wb + 1, wa + 2, 2);
+                total++;
+            }
+        }
+    assert_true(total > 32);
+    assert_true(related * 10 < total);
+}
+
 static void test_summary(void **state) {
     (void)state;
     const double acc[3] = {0.5, 0.75, 1.0};
@@ -117,6 +152,7 @@ static void test_run_on_a_model(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_prompts),
+        cmocka_unit_test(test_seeds_independent),
         cmocka_unit_test(test_summary),
         cmocka_unit_test(test_run_on_a_model),
     };

@@ -24,9 +24,10 @@ static void make_word(uint64_t *rng, int label, char *w) {
 }
 
 /* Demonstration d (0..shots) or query q of the task: alternate labels so each half is balanced;
- * every item has its own random stream derived from the seed. */
+ * every item has its own random stream derived from the seed. The seed is mixed first: a stream
+ * starting at seed·φ (splitmix's own step) made seed s + 1's draws seed s's shifted by one. */
 static void item(const dt_icl_params *p, int kind, int index, char *w, int *label) {
-    uint64_t rng = p->seed * 0x9E3779B97F4A7C15ull + (uint64_t)kind * 1000003u + (uint64_t)index;
+    uint64_t mix = p->seed, rng = dt_rng_next(&mix) + (uint64_t)kind * 1000003u + (uint64_t)index;
     dt_rng_next(&rng);
     *label = index & 1;
     make_word(&rng, *label, w);
