@@ -442,7 +442,7 @@ typedef enum { DT_ATTENTION_FUSED = 0, DT_ATTENTION_REFERENCE = 1 } dt_attention
 typedef struct {
     dt_attention_kernel kernel;
     /* The analyses below need the reference kernel, which they select by themselves. */
-    int keep_logits;             /* keep the scaled pre-softmax attention scores [B, H, T, T] */
+    int keep_logits;             /* keep the scaled attention scores q·kᵀ/√hd [B, H, T, T] */
     int logit_bits;              /* > 0: fake-quantise those scores to this many bits (symmetric,
                                     absmax scale; at least 2) before the softmax; forward-only */
     int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
@@ -477,8 +477,8 @@ const float *dt_runstate_logits(const dt_runstate *rs); /* NULL with chunked_los
 /* Attention probabilities of the last forward for a layer: [B, H, T, T] softmax maps (for DIFF
  * query head i < H/2 pairs with i + H/2). NULL unless the run state uses the reference kernel. */
 const float *dt_runstate_attention(const dt_runstate *rs, int layer);
-/* The scaled (and quantised) attention scores of a layer [B, H, T, T], zero above the diagonal;
- * NULL unless the run state keeps them (keep_logits). */
+/* The scaled attention scores q·kᵀ/√hd of a layer [B, H, T, T], zero above the diagonal: before
+ * ALiBi's position bias and logit_bits' quantisation; NULL unless the run state keeps them (keep_logits). */
 const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer);
 /* DIFF V2: the per-token λ of a layer's last forward, [B, T, h] (λ_{t,j} = sigmoid((W_λ x_t)_j),
  * output head j subtracting query head 2j + 1 from 2j; dt_config_query_head for the ablations;

@@ -279,6 +279,40 @@ static void test_attention_logit_hooks(void **state) {
     dt_model_free(&m);
 }
 
+/* The kept scores are q·kᵀ/√hd, the activations the outlier statistics are about: ALiBi's bias, a fixed
+ * −m·(t − c) that reached 64 at 256 positions, is not in them, so an ALiBi model keeps the scores of the same
+ * weights without position encoding (RoPE would rotate q and k). */
+static void test_attention_logits_without_alibi_bias(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    for (int arch = 0; arch < 2; arch++) {
+        make_model(&m, arch ? DT_ARCH_DIFF : DT_ARCH_LLAMA, 2, 0, 0, 52);
+        const int T = 12, H = m.cfg.num_attention_heads;
+        int tok[12];
+        random_tokens(tok, T, m.cfg.vocab_size, 4);
+        const float *lg[2];
+        dt_runstate *rs[2];
+        for (int k = 0; k < 2; k++) {
+            m.cfg.position = k ? DT_POS_NONE : DT_POS_ALIBI;
+            rs[k] = dt_runstate_create_with(&m, 1, T, &(dt_run_options){.keep_logits = 1}, &err);
+            assert_non_null(rs[k]);
+            assert_int_equal(dt_forward(&m, rs[k], tok, NULL, 1, T, NULL, &err), 0);
+            lg[k] = dt_runstate_attention_logits(rs[k], 0); /* layer 0: both read the same embeddings */
+            assert_non_null(lg[k]);
+        }
+        double worst = 0;
+        for (size_t i = 0; i < (size_t)H * T * T; i++) {
+            const double d = fabs((double)lg[0][i] - lg[1][i]);
+            if (!(d <= worst)) worst = d; /* a NaN sticks, and fails below */
+        }
+        assert_true(worst < 1e-6);
+        dt_runstate_free(rs[0]);
+        dt_runstate_free(rs[1]);
+        dt_model_free(&m);
+    }
+}
+
 static void test_forward_rejects_bad_tokens(void **state) {
     (void)state;
     dt_model m;
@@ -437,6 +471,7 @@ int main(void) {
         cmocka_unit_test(test_hf_export_same_logits),
         cmocka_unit_test(test_differential_map),
         cmocka_unit_test(test_attention_logit_hooks),
+        cmocka_unit_test(test_attention_logits_without_alibi_bias),
         cmocka_unit_test(test_forward_rejects_bad_tokens),
         cmocka_unit_test(test_resume_equals_uninterrupted),
         cmocka_unit_test(test_grad_accum_matches_whole_batch),

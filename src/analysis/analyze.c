@@ -4,7 +4,8 @@
  *
  * Text windows: up to W consecutive, non-overlapping windows of T bytes from the start of the file,
  * one forward (B = 1) each, with the reference attention kernel keeping the scaled pre-softmax
- * scores (q·kᵀ/√hd, after RoPE, before the mask/softmax).
+ * scores (q·kᵀ/√hd, after RoPE, before the mask/softmax and before ALiBi's bias: −m·(t − c) is a
+ * fixed function of the distance, 64 at 256 positions for a slope of 1/4, not an activation).
  *   attention logits: every causal entry (column ≤ row) of every layer, every query head (for DIFF
  *                     both maps of each differential head), every window;
  *   hidden states:    every entry of the residual stream entering layers 0 .. L (layer 0 = the

@@ -51,19 +51,22 @@ static void quantize_scores(float *a, int T, const attention_shape *s) {
 /* att_bi[T, T] = causal softmax(q_i·k_gᵀ·scale − slope·(t − c)) of query head i; q_i, k_g are
  * strided [T, hd] heads. The upper triangle is written as exact zeros: the saved map is the real
  * probability matrix, and the backward products can then run over the full square. With
- * s->logits the scaled, biased (and, with s->logit_bits, quantised) scores are copied to `logits`
- * first. With s->softmax1 the row is normalised by 1 + Σ exp: a virtual key of score 0. */
+ * s->logits the scaled scores q·kᵀ·scale are copied to `logits`, before ALiBi's bias (a fixed
+ * function of the distance, not an activation: the outlier statistics would count it) and before
+ * s->logit_bits' quantisation. With s->softmax1 the row is normalised by 1 + Σ exp: a virtual key
+ * of score 0. */
 static void causal_softmax_scores(float *a, float *logits, int i, const float *qi, int ldq, const float *kg, int ldk,
                                   int T, int hd, float scale, const attention_shape *s) {
     const float slope = s->alibi ? s->alibi[i] : 0.0f;
     /* scores without the scale, which is applied below as HF does: (q·kᵀ)·scale */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, 1.0f, qi, ldq, kg, ldk, 0.0f, a, T);
     for (int t = 0; t < T; t++)
-        for (int c = 0; c <= t; c++) a[(size_t)t * T + c] = a[(size_t)t * T + c] * scale - slope * (float)(t - c);
+        for (int c = 0; c < T; c++) {
+            const float scaled = c <= t ? a[(size_t)t * T + c] * scale : 0.0f;
+            if (logits) logits[(size_t)t * T + c] = scaled;
+            if (c <= t) a[(size_t)t * T + c] = scaled - slope * (float)(t - c);
+        }
     if (s->logit_bits > 0) quantize_scores(a, T, s);
-    if (logits)
-        for (int t = 0; t < T; t++)
-            for (int c = 0; c < T; c++) logits[(size_t)t * T + c] = c <= t ? a[(size_t)t * T + c] : 0.0f;
     for (int t = 0; t < T; t++) {
         float *row = a + (size_t)t * T;
         float mx = s->softmax1 ? 0.0f : -INFINITY;

@@ -92,7 +92,7 @@ typedef struct {
     int logit_bits;              /* > 0: fake-quantise the scaled scores to this many bits before the
                                     softmax (symmetric, absmax scale); the backward treats it as identity */
     int logit_per_row;           /* the absmax is taken per query row (1) or per head map (0) */
-    float *logits;               /* optional [B, H, T, T]: receives the scaled (quantised) causal scores */
+    float *logits;               /* optional [B, H, T, T]: receives the scaled causal scores q·kᵀ·scale */
     /* Backward: write dq, dk, dv (=) instead of adding into them (+=), so that the caller need
      * not zero them; dλ and dsubln are still added into. */
     int set_grads;
