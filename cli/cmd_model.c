@@ -261,7 +261,7 @@ int cmd_eval(int argc, char **argv) {
                 used < m.cfg.max_position_embeddings ? " (the data's length)" : "");
     }
     if (rc == 0 && dt_eval_tokens(&m, tokens, n, batch, seq, &loss, &scored, &err) != 0)
-        rc = cli_fail(cmd, &err);
+        rc = cli_error_code(cmd, err.code, "%s on %s: %s", argv[optind], what, err.msg);
     if (rc == 0)
         printf("%s on %s: loss %.4f per token | perplexity %.3f | %.4f bits per byte | %zu tokens scored "
                "(%.3f bytes per token)\n",

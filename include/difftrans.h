@@ -626,7 +626,8 @@ int dt_text_load(const char *path, int **tokens, size_t *n, dt_error *err);
  * per forward); *count gets the number of predictions scored. B and T must be ≥ 1; T is capped
  * at max_position_embeddings and at n − 1, B at the number of windows (a tail shorter than a
  * window is not scored). bits per byte, as `difftrans eval` prints it: mean_loss / ln 2 divided
- * by the text's bytes per token (dt_model_text_tokens gives the bytes). */
+ * by the text's bytes per token (dt_model_text_tokens gives the bytes). Weights whose products
+ * overflow float32 (a loss that is not finite) fail with DT_ERR_FORMAT naming the windows. */
 int dt_eval_tokens(const dt_model *m, const int *tokens, size_t n, int B, int T, double *mean_loss, size_t *count,
                    dt_error *err);
 

@@ -199,6 +199,19 @@ PYEOF
     expect_fail "old scale past a half" "past the range of the half-precision scales.*difftrans quantize FLOAT_MODEL OUT --scheme q8_0" \
         "$DT" eval "$S/old_big" --data "$S/short.txt"
     expect_fail "--float-activations on w8a8" "applies to q8_0 and q4_0" "$DT" quantize "$M" "$S/bad7" --scheme w8a8 --dynamic --float-activations
+    # a float LM head of finite weights whose logits overflow: eval printed "loss nan" and exited 0
+    rm -rf "$S/overflow" && cp -r "$S/q8_0" "$S/overflow"
+    check "an LM head that overflows float32" "$PY" - "$S/overflow/model.safetensors" <<'PYEOF'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+lo, hi = json.loads(b[8:8 + n])["lm_head.weight"]["data_offsets"]
+b[8 + n + lo:8 + n + hi] = struct.pack("<2f", 3e38, -3e38) * ((hi - lo) // 8)
+open(p, "wb").write(bytes(b))
+PYEOF
+    expect_status "eval of weights that overflow" 2 "^difftrans eval: $S/overflow on $S/short.txt: the loss of windows 0\\.\\.[0-9]+ \\(tokens 0\\.\\.[0-9]+\\) is (nan|inf|-inf): the model's weights overflow float32" \
+        "$DT" eval "$S/overflow" --data "$S/short.txt"
 fi
 # quality of each scheme, DIFF and baseline side by side
 check "a baseline" "$DT" train --data "$CORPUS" --out "$S/base" --arch transformer --preset tiny --steps 30 --batch 4 --seq 32 --quiet

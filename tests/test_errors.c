@@ -452,6 +452,29 @@ static void test_generate_nonfinite_logits(void **state) {
     dt_model_free(&m);
 }
 
+/* The same weights under eval: a loss that is not finite is refused naming the windows, where the mean came back
+ * as nan with success (`difftrans eval` printed "loss nan" and exited 0). */
+static void test_eval_nonfinite_loss(void **state) {
+    (void)state;
+    dt_config c;
+    tu_tiny_diff_config(&c);
+    dt_model m;
+    dt_error err = fresh();
+    assert_int_equal(dt_model_create(&m, &c, &err), 0);
+    dt_model_init_random(&m, 7);
+    const size_t head = (size_t)c.vocab_size * c.hidden_size;
+    for (size_t i = 0; i < head; i++) m.w.lm_head[i] = i % 2 ? 3e38f : -3e38f;
+    const int text[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    double mean = 0;
+    size_t scored = 0;
+    expect_err(dt_eval_tokens(&m, text, 9, 1, 4, &mean, &scored, &err), &err, DT_ERR_FORMAT,
+               "the loss of window 0 (tokens 0..4) is");
+    assert_non_null(strstr(err.msg, "overflow float32"));
+    err = fresh();
+    expect_err(dt_eval_tokens(&m, text, 9, 2, 4, &mean, &scored, &err), &err, DT_ERR_FORMAT, "windows 0..1");
+    dt_model_free(&m);
+}
+
 /* A small training text at path: enough windows for a few steps of the tiny preset. */
 static void write_words(const char *path) {
     char text[4000];
@@ -602,6 +625,7 @@ int main(void) {
         cmocka_unit_test(test_diverged),
         cmocka_unit_test(test_diverged_after_update),
         cmocka_unit_test(test_generate_nonfinite_logits),
+        cmocka_unit_test(test_eval_nonfinite_loss),
         cmocka_unit_test(test_json_text_valid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

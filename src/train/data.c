@@ -1,5 +1,6 @@
 /* data.c — byte-level text data and held-out evaluation. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,8 +33,25 @@ int eval_windows(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int
                  size_t max_windows, double *mean_loss, size_t *count, dt_error *err) {
     size_t windows = eval_window_count(n, T, max_windows), scored;
     if (windows == 0) return dt_fail(err, "evaluation needs at least %d tokens, got %zu", T + 1, n);
-    double total;
-    if (eval_window_range(m, rs, in, tg, tokens, B, T, 0, windows, &total, &scored, err) != 0) return -1;
+    double total = 0;
+    scored = 0;
+    /* batch by batch, so that a loss that is not finite is refused naming its windows: a mean of nan printed
+     * as a result says nothing of where the model broke */
+    for (size_t w0 = 0; w0 < windows; w0 += (size_t)B) {
+        const size_t end = windows - w0 < (size_t)B ? windows : w0 + (size_t)B;
+        double part;
+        size_t got;
+        if (eval_window_range(m, rs, in, tg, tokens, B, T, w0, end, &part, &got, err) != 0) return -1;
+        if (!isfinite(part)) {
+            char which[64];
+            if (end - w0 == 1) snprintf(which, sizeof which, "window %zu", w0);
+            else snprintf(which, sizeof which, "windows %zu..%zu", w0, end - 1);
+            return dt_fail_format(err, "the loss of %s (tokens %zu..%zu) is %g: the model's weights overflow float32",
+                                  which, w0 * (size_t)T, end * (size_t)T, isnan(part) ? NAN : part);
+        }
+        total += part;
+        scored += got;
+    }
     *mean_loss = total / (double)scored;
     if (count) *count = scored;
     return 0;

@@ -18,7 +18,8 @@ void grad_scale(float *g, size_t n, float s);
 void adamw_step(float *p, const float *g, float *m, float *v, const unsigned char *decay, size_t n, int t,
                 const adamw_hparams *h, float lr);
 /* Mean loss over consecutive windows of T+1 tokens (at most max_windows, 0 = all), B at a
- * time, reusing a caller's run state and token buffers in, tg [B·T] (data.c). */
+ * time, reusing a caller's run state and token buffers in, tg [B·T] (data.c); a batch whose loss
+ * is not finite fails (DT_ERR_FORMAT) naming its windows. */
 int eval_windows(const dt_model *m, dt_runstate *rs, int *in, int *tg, const int *tokens, size_t n, int B, int T,
                  size_t max_windows, double *mean_loss, size_t *count, dt_error *err);
 /* Windows eval_windows scores: (n − 1) / T, at most max_windows (0 = all). */
