@@ -20,7 +20,9 @@ static void quantize_help(void) {
            "  w8a8   8-bit weights per output channel and 8-bit activations: static per-tensor input\n"
            "         scales calibrated on --calib text (default), or per token at run time (--dynamic)\n"
            "options:\n"
-           "  --calib FILE        calibration text (needed by w8a8 unless --dynamic without --smooth)\n"
+           "  --calib FILE        calibration text (needed by w8a8 unless --dynamic without --smooth;\n"
+           "                      refused, as are --calib-samples, --seq and --seed, where nothing is\n"
+           "                      calibrated)\n"
            "  --calib-samples N   windows drawn without overlap from FILE [300]; refused when FILE is\n"
            "                      too short for N windows of T tokens\n"
            "  --seq T             tokens per calibration window [128, at most the model's context]\n"
@@ -45,7 +47,7 @@ int cmd_quantize(int argc, char **argv) {
     const char *cmd = "quantize", *scheme = NULL;
     dt_quant_options o;
     dt_quant_defaults(&o);
-    int threads = 0, seq_given = 0;
+    int threads = 0, seq_given = 0, samples_given = 0, seed_given = 0;
     dt_error err;
     optind = 1;
     opterr = 0;
@@ -55,9 +57,12 @@ int cmd_quantize(int argc, char **argv) {
         switch (ch) {
         case 'S': scheme = optarg; break;
         case 'c': o.calib_path = optarg; break;
-        case 'n': bad = parse_int(cmd, "--calib-samples", optarg, 1, 1 << 24, &o.calib_samples); break;
+        case 'n':
+            bad = parse_int(cmd, "--calib-samples", optarg, 1, 1 << 24, &o.calib_samples);
+            samples_given = 1;
+            break;
         case 't': bad = parse_int(cmd, "--seq", optarg, 1, 1 << 20, &o.calib_seq), seq_given = 1; break;
-        case 's': bad = parse_u64(cmd, "--seed", optarg, &o.seed); break;
+        case 's': bad = parse_u64(cmd, "--seed", optarg, &o.seed), seed_given = 1; break;
         case 'a': bad = parse_float(cmd, "--smooth", optarg, 0, 1, &o.smooth_alpha); break;
         case 'd': o.dynamic_activations = 1; break;
         case 'l': o.lm_head = 1; break;
@@ -80,9 +85,27 @@ int cmd_quantize(int argc, char **argv) {
                          scheme);
     if (o.scheme == DT_QUANT_W8A8 && o.float_activations)
         return cli_error(cmd, "--float-activations applies to q8_0 and q4_0 (w8a8 multiplies int8 activations)");
-    if (o.scheme == DT_QUANT_W8A8 && !o.calib_path && (!o.dynamic_activations || o.smooth_alpha >= 0))
+    const int calibrated = o.scheme == DT_QUANT_W8A8 && (!o.dynamic_activations || o.smooth_alpha >= 0);
+    if (calibrated && !o.calib_path)
         return cli_error(cmd, "w8a8 %s needs --calib FILE (text to measure activation ranges on)",
                          o.dynamic_activations ? "with --smooth" : "with static activation scales");
+    /* they were dropped without a word: a q8_0 model "calibrated" on the user's text was not */
+    if (!calibrated && (o.calib_path || samples_given || seq_given || seed_given)) {
+        char given[64] = "";
+        const char *names[] = {"--calib", "--calib-samples", "--seq", "--seed"};
+        const int on[] = {o.calib_path != NULL, samples_given, seq_given, seed_given};
+        for (int i = 0; i < 4; i++)
+            if (on[i]) {
+                const size_t used = strlen(given);
+                snprintf(given + used, sizeof given - used, "%s%s", used ? ", " : "", names[i]);
+            }
+        const int w8a8 = o.scheme == DT_QUANT_W8A8;
+        return cli_error(cmd, "%s: %s takes no calibration (%s); calibration is for w8a8 with static scales or "
+                              "--smooth",
+                         given, w8a8 ? "w8a8 --dynamic" : scheme,
+                         w8a8 ? "its activation scales come from each token at run time"
+                              : "its scales come from the weights and, at run time, the activations");
+    }
     cli_set_threads(threads);
     const char *in = argv[optind], *out = argv[optind + 1];
     /* the writer refuses it too, but only after loading and calibrating (minutes for a large model) */

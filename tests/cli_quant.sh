@@ -18,7 +18,9 @@ SIZE_RE='[1-9][0-9]*(\.[0-9]+)? (bytes|KB|MB)'
 
 for scheme in q8_0 q4_0 w8a8; do
     Q=$S/$scheme
-    expect_ok "quantize $scheme" "$DT" quantize "$M" "$Q" --scheme "$scheme" --calib "$CORPUS" --calib-samples 40 --seq 32
+    calib=()
+    [ "$scheme" = w8a8 ] && calib=(--calib "$CORPUS" --calib-samples 40 --seq 32)
+    expect_ok "quantize $scheme" "$DT" quantize "$M" "$Q" --scheme "$scheme" "${calib[@]}"
     out_has "quantize $scheme reports the size" "$S/last.out" "wrote .*$scheme" "smaller" \
         "weights read per decoded token $SIZE_RE \\(float32: $SIZE_RE, "
     out_has "$scheme config" "$Q/config.json" '"quantization_config"' "\"scheme\":[[:space:]]*\"$scheme\"" '"quant_method"'
@@ -72,6 +74,17 @@ expect_fail "calibration text too short" "short.txt.*fewer than the 300 samples"
     "$DT" quantize "$M" "$S/bad2" --scheme w8a8 --calib "$S/short.txt"
 check "nothing written for short calibration" bash -c "! ls -d '$S'/bad2* 2>/dev/null"
 expect_fail "w8a8 without --calib" "needs --calib" "$DT" quantize "$M" "$S/bad3" --scheme w8a8
+# calibration options where nothing is calibrated were dropped without a word
+for case in "q8_0|--calib" "q4_0|--seed 3" "q8_0|--calib-samples 20 --seq 32" "w8a8 --dynamic|--calib"; do
+    IFS='|' read -r how opts <<<"$case"
+    flags=$(echo "$opts" | sed -E 's/ [0-9]+//g; s/ /, /g')
+    read -ra how_a <<<"$how"
+    read -ra opts_a <<<"$opts"
+    [ "${opts_a[0]}" = --calib ] && opts_a+=("$CORPUS")
+    expect_status "$how with $opts refused" 1 "^difftrans quantize: $flags: $how takes no calibration" \
+        "$DT" quantize "$M" "$S/bad_calib" --scheme "${how_a[@]}" "${opts_a[@]}"
+    check "nothing written for $how with $opts" test ! -e "$S/bad_calib"
+done
 expect_fail "--smooth on q8_0" "w8a8 only" "$DT" quantize "$M" "$S/bad4" --scheme q8_0 --smooth 0.5
 expect_fail "--smooth out of range" "--smooth" "$DT" quantize "$M" "$S/bad5" --scheme w8a8 --smooth 2 --calib "$CORPUS"
 expect_fail "existing output" "already exists" "$DT" quantize "$M" "$S/q8_0" --scheme q8_0
