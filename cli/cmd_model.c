@@ -353,7 +353,14 @@ static int export_gguf(const char *cmd, const char *in, const char *out, const c
     if (dt_model_load(&m, in, &err) != 0) return cli_fail(cmd, &err);
     const dt_quant_scheme has = dt_model_quant_scheme(&m, NULL);
     int rc = 0;
-    if (m.cfg.arch != DT_ARCH_LLAMA)
+    const char *no_hf = dt_config_hf_unsupported(&m.cfg);
+    if (m.cfg.arch != DT_ARCH_LLAMA && no_hf) /* --hf would be refused too: DIFF V2, the ablations */
+        rc = cli_error_code(cmd, DT_ERR_UNSUPPORTED,
+                            "%s is a %s model: GGUF has no form for it (llama.cpp has no differential-attention "
+                            "architecture), nor has Hugging Face (transformers has no equivalent of %s); train the "
+                            "matched Transformer (--arch transformer) for llama.cpp",
+                            in, dt_arch_name(m.cfg.arch), no_hf);
+    else if (m.cfg.arch != DT_ARCH_LLAMA)
         rc = cli_error_code(cmd, DT_ERR_UNSUPPORTED,
                             "%s is a %s model: GGUF has no form for it (llama.cpp has no differential-attention "
                             "architecture); %s, or train the matched Transformer (--arch transformer) for llama.cpp",

@@ -187,6 +187,10 @@ float dt_lambda_init(int layer);
 /* RoPE inverse frequencies inv_freq[head_dim/2] exactly as transformers computes them in float32
  * (rope_theta^(−2i/hd), then the config's rope_scaling). */
 void dt_rope_inv_freq(const dt_config *cfg, float *inv_freq);
+/* The first of cfg's options that transformers' llama / diffllama cannot express, as `export --hf`
+ * names it ("model_type difftrans_v2 (DIFF V2)", "difftrans.position = alibi", ...), or NULL when
+ * the model has a Hugging Face form. */
+const char *dt_config_hf_unsupported(const dt_config *cfg);
 /* Architecture name as in config.json's model_type: "llama", "diffllama", "difftrans_v2". */
 const char *dt_arch_name(dt_arch arch);
 /* The architecture as tables and reports name it: "Transformer", "DIFF", "DIFF V2". */

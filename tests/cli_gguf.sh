@@ -133,6 +133,16 @@ expect_ok "init a DIFF model" "$DT" init --preset small --out "$S/diff"
 expect_status "DIFF has no GGUF form" 5 "diffllama.*llama.cpp has no differential-attention architecture" \
     "$DT" export "$S/diff" "$S/diff.gguf" --gguf
 check "no DIFF file left" test ! -e "$S/diff.gguf"
+# DIFF V2 and a DIFF ablation have no Hugging Face form either: the refusal pointed to --hf, which refuses them
+expect_ok "init a DIFF V2 model" "$DT" init --preset tiny --arch v2 --out "$S/v2"
+expect_ok "init a DIFF model with ALiBi" "$DT" init --preset tiny --ablation alibi --out "$S/diff-alibi"
+for case in "v2|model_type difftrans_v2" "diff-alibi|difftrans.position = alibi"; do
+    IFS='|' read -r name why <<<"$case"
+    expect_status "$name has no GGUF form" 5 "nor has Hugging Face \\(transformers has no equivalent of $why" \
+        "$DT" export "$S/$name" "$S/$name.gguf" --gguf
+    check "$name: no --hf advised" bash -c "! grep -q -- --hf '$S/last.err'"
+    check "no $name file left" test ! -e "$S/$name.gguf"
+done
 expect_ok "init a tiny Transformer (SwiGLU 176)" "$DT" init --preset tiny --arch transformer --out "$S/tiny"
 expect_status "rows that are not whole blocks" 5 "176 inputs, not a multiple of 32" \
     "$DT" export "$S/tiny" "$S/tiny.gguf" --gguf --type q4_0

@@ -156,6 +156,28 @@ static void test_matched(void **state) {
     assert_int_equal(back.use_subln_weight, 0);
 }
 
+/* What export --hf refuses, which export --gguf's refusal must not advise (it pointed DIFF V2 to --hf) */
+static void test_hf_unsupported(void **state) {
+    (void)state;
+    dt_config base, c;
+    dt_error err = {0};
+    assert_int_equal(dt_config_preset(&base, "tiny", DT_ARCH_DIFF, &err), 0);
+    assert_null(dt_config_hf_unsupported(&base));
+    c = dt_config_matched(&base);
+    assert_null(dt_config_hf_unsupported(&c));
+    const char *ablations[][2] = {{"v2", "model_type difftrans_v2 (DIFF V2)"}, {"alibi", "difftrans.position = alibi"},
+                                  {"nope", "difftrans.position = none"}, {"softmax1", "difftrans.softmax1"},
+                                  {"nonorm", "difftrans.head_norm = false"}};
+    for (size_t i = 0; i < sizeof ablations / sizeof *ablations; i++) {
+        assert_int_equal(dt_config_ablation(&c, &base, ablations[i][0], &err), 0);
+        const char *why = dt_config_hf_unsupported(&c);
+        assert_non_null(why);
+        assert_string_equal(why, ablations[i][1]);
+    }
+    assert_int_equal(dt_config_ablation(&c, &base, "fixedlambda", &err), 0);
+    assert_null(dt_config_hf_unsupported(&c));
+}
+
 static void test_lambda_init(void **state) {
     (void)state;
     assert_float_equal(dt_lambda_init(0), 0.2f, 1e-7);
@@ -729,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_unknown_preset),
         cmocka_unit_test(test_matched),
         cmocka_unit_test(test_lambda_init),
+        cmocka_unit_test(test_hf_unsupported),
         cmocka_unit_test(test_round_trip_presets),
         cmocka_unit_test(test_round_trip_odd_values),
         cmocka_unit_test(test_saved_json),

@@ -444,8 +444,7 @@ static int load_dir(dt_model *m, const char *dir, dt_error *err) {
     return rc;
 }
 
-/* The first of cfg's options that transformers' llama / diffllama cannot express, or NULL. */
-static const char *hf_unsupported_option(const dt_config *c) {
+const char *dt_config_hf_unsupported(const dt_config *c) {
     if (c->arch == DT_ARCH_DIFF_V2) return "model_type difftrans_v2 (DIFF V2)";
     if (c->position == DT_POS_ALIBI) return "difftrans.position = alibi";
     if (c->position == DT_POS_NONE) return "difftrans.position = none";
@@ -506,7 +505,7 @@ static int save_dir(const dt_model *m, const char *dir, const dt_save_options *o
                             dir, dt_quant_scheme_name(m->quant->opt.scheme),
                             opt->dtype != DT_F32 ? "dtype" : "max_shard_bytes");
     if (m->quant) return quant_save(m, dir, err);
-    const char *unsupported = hf_export ? hf_unsupported_option(&m->cfg) : NULL;
+    const char *unsupported = hf_export ? dt_config_hf_unsupported(&m->cfg) : NULL;
     if (unsupported)
         return dt_fail_code(err, DT_ERR_UNSUPPORTED,
                             "%s: cannot export for Hugging Face: transformers has no equivalent of %s", dir,
