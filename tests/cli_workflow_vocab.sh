@@ -138,6 +138,17 @@ after_training "$S/bpe" "$CORPUS" bpe
 expect_ok "bpe: eval reads text as tokens, not bytes" "$DT" eval "$S/bpe.q8_0" --data "$CORPUS" --seq 32
 out_has "bpe: more than one byte per token" "$S/last.out" "\(([2-9]|1\.[1-9])[0-9.]* bytes per token\)"
 
+# an empty prompt starts from BOS; a tokenizer without one is refused, naming the flag once (it read "--prompt:
+# prompt: empty", and the server's 400 "prompt: prompt: empty")
+expect_ok "bpe: an empty prompt on a quantised model" "$DT" generate "$S/bpe.q4_0" --prompt "" -n 4 --print-ids
+expect_ok "a tokenizer without BOS" "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --bos '' --out "$S/tok_nobos" \
+    --quiet
+expect_ok "train on it" "$DT" train --data "$CORPUS" --tokenizer "$S/tok_nobos" --out "$S/nobos" "${TRAIN[@]}"
+expect_ok "quantize it" "$DT" quantize "$S/nobos" "$S/nobos.q4_0" --scheme q4_0
+expect_status "no BOS: an empty prompt refused" 1 \
+    "^difftrans generate: --prompt: text: empty, and the tokenizer has no BOS token to start from\$" \
+    "$DT" generate "$S/nobos.q4_0" --prompt "" -n 4
+
 # ---------------------------------------------------------------- a byte-level model
 expect_ok "train --data (bytes)" "$DT" train --data "$CORPUS" --out "$S/bytes" "${TRAIN[@]}"
 check "bytes: the byte-level marker, no tokenizer.json" test -f "$S/bytes/difftrans_tokenizer.json" -a ! -e "$S/bytes/tokenizer.json"

@@ -325,7 +325,7 @@ int dt_model_encode_prompt(const dt_model *m, const char *text, int **ids, size_
     if (bos < 0) {
         free(*ids);
         *ids = NULL;
-        return dt_fail(err, "prompt: empty, and the tokenizer has no BOS token to start from");
+        return dt_fail(err, "text: empty, and the tokenizer has no BOS token to start from");
     }
     (*ids)[0] = bos; /* an empty prompt starts from BOS (the buffer holds one id) */
     *n = 1;
