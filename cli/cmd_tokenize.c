@@ -23,8 +23,9 @@ static void help(void) {
            "  --val-fraction X       fraction of documents held out, spread evenly; 0 = none [0.01]\n"
            "  --no-eos               do not append the tokenizer's EOS token after each document\n"
            "  --shard-tokens N       tokens per shard [134217728]\n"
-           "  --block-size SIZE      bytes read at a time, and the longest piece of a document encoded\n"
-           "                         at once (cut after a newline before a non-space) [4MiB]\n"
+           "  --block-size SIZE      bytes read at a time, and about the longest piece of a document\n"
+           "                         encoded at once (cut only where the ids stay those of the whole\n"
+           "                         document; never for Llama 2-style tokenizers) [4MiB]\n"
            "  --threads N            encoding threads [all cores]\n"
            "  --quiet                no progress line\n");
 }

@@ -999,8 +999,10 @@ typedef struct {
     dt_doc_split doc_split;      /* what a document is [paragraph: text up to a blank line] */
     int append_eos;              /* the tokenizer's EOS after each document (when it has one) [1] */
     uint64_t shard_tokens;       /* tokens per shard [2^27] */
-    uint64_t block_bytes;        /* read size, and the longest piece of a document encoded at once
-                                    (0: 4 MiB); memory stays a few blocks whatever the input size */
+    uint64_t block_bytes;        /* read size, and about the longest piece of a document encoded at
+                                    once (0: 4 MiB); memory stays a few blocks whatever the input size,
+                                    except for a document the tokenizer cannot cut (README "Token
+                                    datasets"), which is read whole */
     int quiet;                   /* no progress line on stderr */
 } dt_tokenize_options;
 

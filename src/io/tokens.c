@@ -22,9 +22,9 @@
  * inputs'.
  *
  * Tokenising streams: each file is read in blocks and cut into documents (a file, a line, or a
- * paragraph ending in a blank line); a document longer than a block is encoded in pieces cut
- * after a newline that is followed by a non-space character (a place where the GPT-2 / Llama-3
- * pre-tokenizer regexes split anyway), so memory stays bounded whatever the size of the input.
+ * paragraph ending in a blank line); a document longer than a block is encoded in pieces cut where
+ * the tokenizer's ids do not change (tk_stream_cut), so memory stays bounded whatever the size of
+ * the input; a tokenizer that cannot be cut there reads each document whole.
  * Pieces are encoded in parallel, one encoder per thread, and written in input order.
  */
 #include <errno.h>
@@ -44,6 +44,7 @@
 #include "difftrans.h"
 #include "internal.h"
 #include "base/base.h"
+#include "tokenizer/tok.h"
 
 #define TOK_MAGIC "DTTOKENS"
 #define TOK_VERSION 1
@@ -277,10 +278,11 @@ static int add_piece(tokenize_run *r, const char *text, size_t len, int last, co
     return 0;
 }
 
-/* The end of the first document in buf[0..n), or 0 when none ends there (more text may follow). */
-static size_t document_end(const char *buf, size_t n, dt_doc_split mode) {
+/* The end of the first document in buf[0..n), or 0 when none ends there (more text may follow).
+ * The search starts at *from and leaves there where it may go on once more text follows. */
+static size_t document_end(const char *buf, size_t n, dt_doc_split mode, size_t *from) {
     if (mode == DT_DOC_FILE) return 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = *from; i < n; i++) {
         if (buf[i] != '\n') continue;
         if (mode == DT_DOC_LINE) return i + 1;
         /* paragraph: a newline, optional blanks, another newline; the run of newlines belongs to it */
@@ -288,29 +290,22 @@ static size_t document_end(const char *buf, size_t n, dt_doc_split mode) {
         while (j < n && (buf[j] == ' ' || buf[j] == '\t' || buf[j] == '\r')) j++;
         if (j < n && buf[j] == '\n') {
             while (j < n && (buf[j] == '\n' || buf[j] == '\r')) j++;
-            if (j < n) return j; /* the run may continue in the next block otherwise */
+            if (j < n) return j;
+        }
+        if (j == n) { /* the blanks or the run may go on in the text that follows */
+            *from = i;
             return 0;
         }
     }
+    *from = n;
     return 0;
-}
-
-/* Where to cut a long document: after the last newline followed by a non-space, else after the
- * last space, else at the last UTF-8 character boundary. */
-static size_t piece_end(const char *buf, size_t n) {
-    for (size_t i = n - 1; i > 0; i--)
-        if (buf[i - 1] == '\n' && buf[i] != '\n' && buf[i] != ' ' && buf[i] != '\t' && buf[i] != '\r') return i;
-    for (size_t i = n - 1; i > 0; i--)
-        if (buf[i] == ' ' && buf[i - 1] != ' ') return i;
-    size_t i = n;
-    while (i > 1 && ((unsigned char)buf[i - 1] & 0xC0) == 0x80) i--;
-    return i > 1 ? i - 1 : n;
 }
 
 static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
     FILE *fp = open_regular_file(path, err);
     if (!fp) return -1;
-    const size_t block = r->o->block_bytes ? (size_t)r->o->block_bytes : BLOCK_BYTES, cap = 2 * block;
+    const size_t block = r->o->block_bytes ? (size_t)r->o->block_bytes : BLOCK_BYTES;
+    size_t cap = 2 * block;
     char *buf = malloc(cap);
     if (!buf) {
         fclose(fp);
@@ -318,13 +313,26 @@ static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
     }
     size_t pos = 0, len = 0;  /* unconsumed text is buf[pos, len) */
     uint64_t base = 0;        /* file offset of buf[0] */
-    int rc = 0, eof = 0;
+    size_t doc_from = 0;      /* from pos: where the search for the document's end goes on */
+    size_t cut_from = 0;      /* from pos: where the search for a place to cut it goes on (0: none yet) */
+    int rc = 0, eof = 0, more = 0;
     while (rc == 0 && !(eof && pos == len)) {
-        if (!eof && len - pos < block) { /* top up: move the rest to the front once per block */
+        if (!eof && (len - pos < block || more)) { /* top up: move the rest to the front once per block */
             memmove(buf, buf + pos, len - pos);
             base += pos;
             len -= pos;
             pos = 0;
+            if (more && cap - len < block) { /* no place to cut it yet: the piece grows */
+                char *bigger = cap <= SIZE_MAX / 2 ? realloc(buf, 2 * cap) : NULL;
+                if (!bigger) {
+                    rc = dt_fail_oom(err, "%s: out of memory for a piece of %zu bytes with no place to cut it (from "
+                                     "byte %" PRIu64 ")", path, len, base);
+                    break;
+                }
+                buf = bigger;
+                cap *= 2;
+            }
+            more = 0;
             size_t got = fread(buf + len, 1, cap - len, fp);
             if (ferror(fp)) {
                 rc = dt_fail_io(err, "%s: read failed: %s", path, strerror(errno));
@@ -336,14 +344,25 @@ static int tokenize_file(tokenize_run *r, const char *path, dt_error *err) {
             progress(r, 0);
             continue;
         }
-        size_t avail = len - pos, end = document_end(buf + pos, avail, r->o->doc_split);
+        size_t avail = len - pos, end = document_end(buf + pos, avail, r->o->doc_split, &doc_from);
         int last = 1;
+        if (end == 0 && eof) end = avail;
         if (end == 0) {
-            if (eof) end = avail;
-            else end = piece_end(buf + pos, avail < block ? avail : block), last = 0;
+            /* a document longer than a block: cut where its parts encode as the whole does, else read on */
+            size_t to = cut_from ? avail - block : avail < block ? avail : block;
+            if (to < cut_from) to = cut_from;
+            end = tk_stream_cut(r->tok, buf + pos, avail, cut_from, to);
+            if (end == 0) {
+                cut_from = to > 0 ? to : 1;
+                more = 1;
+                continue;
+            }
+            last = 0;
         }
         rc = add_piece(r, buf + pos, end, last, path, base + pos, err);
         pos += end;
+        doc_from = doc_from > end ? doc_from - end : 0;
+        cut_from = 0;
     }
     free(buf);
     fclose(fp);

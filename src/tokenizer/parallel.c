@@ -710,3 +710,126 @@ int dt_tok_encode_parallel(const dt_tok *tok, const char *text, size_t len, int 
     tk_par_defaults(&par);
     return tk_encode_parallel(tok, text, len, add_special, n_threads, &par, ids, n_ids, err);
 }
+
+/* ---------------------------------------------------------------- cutting a stream of text */
+
+/* A normaliser that maps each character on its own, or composes characters that neither a
+ * newline nor a space takes part in: the parts of a text cut there normalise to the whole's
+ * parts. Prepend, Strip and Replace see the ends of each part. */
+static int norm_stream_ok(const tk_norm *n) {
+    switch (n->kind) {
+    case TK_NORM_NFC: case TK_NORM_NFD: case TK_NORM_NFKC: case TK_NORM_NFKD: case TK_NORM_LOWERCASE:
+        return 1;
+    case TK_NORM_SEQUENCE:
+        for (int i = 0; i < n->n_items; i++)
+            if (!norm_stream_ok(&n->items[i])) return 0;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The stages after the regex scan work on its pieces one by one; these add to a text's first
+ * piece (or to every text), which each part of a cut text would get again. */
+static int pre_stream_ok(const tk_pre *p) {
+    if (p->kind == TK_PRE_BYTELEVEL) return !p->add_prefix_space;
+    if (p->kind == TK_PRE_METASPACE) return p->prepend_scheme == TK_PREPEND_NEVER;
+    if (p->kind == TK_PRE_SEQUENCE)
+        for (int i = 0; i < p->n_items; i++)
+            if (!pre_stream_ok(&p->items[i])) return 0;
+    return 1;
+}
+
+static int added_stream_ok(const tk_added *a) {
+    return !a->lstrip && !a->rstrip && !memchr(a->content, '\n', a->len) && !memchr(a->content, ' ', a->len) &&
+           !memchr(a->match, '\n', a->match_len) && !memchr(a->match, ' ', a->match_len);
+}
+
+static const tk_pre *stream_stage(const dt_tok *tok) {
+    const tk_pre *rest;
+    int n_rest;
+    const tk_pre *stage = tk_pre_regex_stage(tok->pre, &rest, &n_rest);
+    if (!stage || !pre_stream_ok(stage) || (tok->normalizer && !norm_stream_ok(tok->normalizer))) return NULL;
+    for (int i = 0; i < n_rest; i++)
+        if (!pre_stream_ok(&rest[i])) return NULL;
+    for (int i = 0; i < tok->n_added; i++)
+        if (!added_stream_ok(&tok->added[i])) return NULL;
+    return stage;
+}
+
+/* The code point that ends at s + at (valid UTF-8 before it). */
+static uint32_t cp_before(const char *s, size_t at) {
+    size_t i = at - 1;
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+    int len;
+    return tk_utf8_decode(s + i, &len);
+}
+
+#define STREAM_WINDOW ((size_t)16 << 10) /* text scanned on each side of a candidate cut */
+#define STREAM_TRIES 16                  /* candidates checked per call */
+
+/* Whether cutting s[w..e) at c leaves the regex scan's spans before c as they are and ends a piece
+ * there: the scan of s[w..c) alone (where the text's end stands in for what follows, e.g. for
+ * `\s+(?!\S)`) against the scan of s[w..e), both normalised first. The scan from w stands in for
+ * the scan from the text's start: the regexes of published tokenizers agree with it from their
+ * first match after a newline or a space on. -1: out of memory or a regex failure. */
+static int stream_cut_checks(const dt_tok *tok, const tk_pre *stage, tk_ctx *ctx, const char *s, size_t w,
+                             size_t c, size_t e) {
+    tk_buf whole_n = {0}, left_n = {0};
+    tk_spans whole = {0}, left = {0};
+    const char *a = s + w;
+    size_t na = e - w, nb = c - w;
+    int ok = 1;
+    if (tok->normalizer) {
+        ok = tk_norm_apply(tok->normalizer, ctx, s + w, e - w, &whole_n) == 0 &&
+             tk_norm_apply(tok->normalizer, ctx, s + w, c - w, &left_n) == 0 ? 1 : -1;
+        if (ok == 1) ok = left_n.n <= whole_n.n && memcmp(left_n.p, whole_n.p, left_n.n) == 0;
+        a = whole_n.p;
+        na = whole_n.n;
+        nb = left_n.n;
+    }
+    if (ok == 1 && (tk_regex_find_matches(&stage->re, &ctx->m, a, na, &whole) != 0 ||
+                    tk_regex_find_matches(&stage->re, &ctx->m, a, nb, &left) != 0))
+        ok = -1;
+    if (ok == 1) {
+        size_t k = 0;
+        while (k < whole.n && whole.v[k].end < nb) k++;
+        ok = k + 1 < whole.n && whole.v[k].end == nb && left.n == k + 1 &&
+             tk_pre_stage_cut_ok(stage, whole.v[k].is_match, whole.v[k + 1].is_match);
+        for (size_t i = 0; ok && i <= k; i++)
+            ok = left.v[i].start == whole.v[i].start && left.v[i].end == whole.v[i].end &&
+                 left.v[i].is_match == whole.v[i].is_match;
+    }
+    tk_buf_free(&whole_n);
+    tk_buf_free(&left_n);
+    free(whole.v);
+    free(left.v);
+    return ok;
+}
+
+size_t tk_stream_cut(const dt_tok *tok, const char *s, size_t n, size_t from, size_t to) {
+    const tk_pre *stage = stream_stage(tok);
+    if (!stage || n <= STREAM_WINDOW) return 0;
+    if (to > n - STREAM_WINDOW) to = n - STREAM_WINDOW; /* the scan must see what follows the cut */
+    if (from < 2) from = 2;
+    tk_ctx ctx;
+    tk_ctx_init_decoding(&ctx);
+    size_t cut = 0;
+    for (size_t c = to, tries = 0; c >= from && tries < STREAM_TRIES && !cut; c--) {
+        /* after a newline between two characters that are not spaces, or before a space after one
+         * (the bytes are checked for UTF-8 below: until then a character read may be garbage) */
+        int len, at_newline = s[c - 1] == '\n';
+        if (at_newline ? ((unsigned char)s[c] & 0xC0) == 0x80 || tk_is_white_space(cp_before(s, c - 1)) ||
+                             tk_is_white_space(tk_utf8_decode(s + c, &len))
+                       : s[c] != ' ' || tk_is_white_space(cp_before(s, c)))
+            continue;
+        tries++;
+        size_t w = c > STREAM_WINDOW ? c - STREAM_WINDOW : 0, e = c + STREAM_WINDOW;
+        while (w < c && ((unsigned char)s[w] & 0xC0) == 0x80) w++;
+        while (e < n && ((unsigned char)s[e] & 0xC0) == 0x80) e++;
+        if (tk_utf8_check(s + w, e - w) != e - w) cut = c; /* refused when it is encoded: any cut will do */
+        else if (stream_cut_checks(tok, stage, &ctx, s, w, c, e) == 1) cut = c;
+    }
+    tk_ctx_free(&ctx);
+    return cut;
+}

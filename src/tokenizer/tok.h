@@ -416,6 +416,14 @@ void tk_par_defaults(tk_par *p);
 int tk_encode_parallel(const struct dt_tok *tok, const char *text, size_t len, int add_special, int n_threads,
                        const tk_par *par, int32_t **ids, size_t *n_ids, dt_error *err);
 
+/* Where a long text read a block at a time (s[0..n), s[0] a place where it began or was cut) may
+ * be cut so that its two parts, encoded apart, give the ids of the whole: the last such place in
+ * [from, to] that the pre-tokenizer's regex scan over the text around it confirms (after a newline
+ * between two characters that are not spaces, or before a space after one), or 0 when there is
+ * none there yet or the tokenizer cannot be cut at all (no regex scan first; a normaliser or
+ * pre-tokenizer that adds to a text's start; an added token that strips spaces or holds one). */
+size_t tk_stream_cut(const struct dt_tok *tok, const char *s, size_t n, size_t from, size_t to);
+
 int tk_ctx_init(tk_ctx *c);
 void tk_ctx_init_decoding(tk_ctx *c); /* no word cache; the matcher made when a regex first runs */
 void tk_ctx_free(tk_ctx *c);
