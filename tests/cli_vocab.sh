@@ -178,7 +178,13 @@ expect_status "train --resume when the dataset has moved" 3 \
     "$DT" train --resume --out "$S/m_moving" --steps 3 --threads 1 --quiet
 expect_ok "train --resume --tokens where it is now" "$DT" train --resume --out "$S/m_moving" --steps 3 \
     --tokens "$S/ds_moved" --threads 1 --quiet
-rm -rf "$S/m_moving" "$S/ds_moved"
+# the same ids with another tokenizer.json beside them are other text to the run: refused as eval refuses
+# them (the run went on, its checkpoint keeping a tokenizer the new steps' ids did not come from)
+rm -rf "$S/ds_swapped" && cp -a "$S/ds_moved" "$S/ds_swapped" && cp "$S/tok/tokenizer.json" "$S/ds_swapped/"
+expect_status "train --resume on the same ids of another tokenizer" 1 \
+    "ds_swapped: its ids are another tokenizer's than the run in .*m_moving was trained on.*--tokens" \
+    "$DT" train --resume --out "$S/m_moving" --steps 4 --tokens "$S/ds_swapped" --threads 1 --quiet
+rm -rf "$S/m_moving" "$S/ds_moved" "$S/ds_swapped"
 # a copy of the checkpoint without its tokenizer files (an HF model downloaded without them): its 457
 # ids are not bytes, so text is refused, ids work, and a quantised copy does not become byte-level
 mkdir -p "$S/m_ids" && cp "$S/m/config.json" "$S/m/generation_config.json" "$S/m/model.safetensors" "$S/m_ids/"

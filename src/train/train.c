@@ -604,6 +604,20 @@ static int setup(trainer *tr, dt_train_options *o, char *data_path, size_t data_
     }
     if (o->resume) {
         if (dt_model_load(&tr->model, o->out_dir, err) != 0) return -1;
+        /* a dataset's ids mean text through its own tokenizer: the run's must be that one (equal ids
+         * made by another tokenizer.json would leave the checkpoint with a tokenizer of other text) */
+        if (o->tokens_path && !tr->model.vocab.ids_only_dir) {
+            dt_vocab dv;
+            if (dt_vocab_load(&dv, o->tokens_path, err) != 0) return -1;
+            const int same = dt_vocab_same(&dv, &tr->model.vocab);
+            dt_vocab_free(&dv);
+            if (!same)
+                return dt_fail(err, "tokens_path %s: its ids are another tokenizer's than the run in %s was trained "
+                                    "on (%s): continue it on a dataset made with %s/tokenizer.json",
+                               o->tokens_path, o->out_dir,
+                               tr->model.vocab.tok ? "their tokenizer.json files differ" : "the run is byte-level",
+                               o->out_dir);
+        }
     } else {
         if (tr->tokenizer_dir && train_vocab_from_tokenizer(&o->cfg, tr->tokenizer_dir, err) != 0) return -1;
         if (dt_model_create(&tr->model, &o->cfg, err) != 0) return -1;
