@@ -113,6 +113,12 @@ cp "$CORPUS" "$S/other.txt" && echo "one more line" >>"$S/other.txt"
 expect_fail "ranks with different data are refused" "ranks differ in the data file" \
     "${MPIRUN[@]}" -np 1 "$DT" "${RUN[@]}" --steps 5 --out "$S/mix" : -np 1 "$DT" "${RUN[@]}" --steps 5 \
     --out "$S/mix" --data "$S/other.txt"
+# rank 0 made --out and its metrics.jsonl before the ranks compared their starts
+check "a refused job leaves no --out" test ! -e "$S/mix"
+expect_fail "ranks with different options are refused" "ranks differ in the options or model config" \
+    "${MPIRUN[@]}" -np 1 "$DT" "${RUN[@]}" --steps 5 --out "$S/mix" : -np 1 "$DT" "${RUN[@]}" --steps 5 \
+    --out "$S/mix" --lr 0.01
+check "nor does that one" test ! -e "$S/mix"
 expect_fail "a batch the ranks cannot split is refused" "batch 3: must be a multiple of ranks.*--batch" \
     "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 5 --batch 3 --out "$S/odd"
 

@@ -727,8 +727,14 @@ static int train_run(dt_train_options *o, dt_error *err) {
                                             "the data file"};
     if (rc == 0 && tr.ranks > 1) fingerprints(o, &tr, fp);
     FILE *mf = NULL;
-    if (rc == 0 && tr.rank == 0 && !(mf = open_metrics(o, &tr, err))) rc = -1;
+    /* --out is made only once every rank agreed to run: a job refused for a rank's data or options
+     * left a new --out holding an empty metrics.jsonl */
     if (comm_agree(tr.comm, rc, fp, fp_names, 3, err) != 0) {
+        trainer_free(&tr);
+        return -1;
+    }
+    if (tr.rank == 0 && !(mf = open_metrics(o, &tr, err))) rc = -1;
+    if (comm_agree(tr.comm, rc, NULL, NULL, 0, err) != 0) {
         if (mf) fclose(mf);
         trainer_free(&tr);
         return -1;
