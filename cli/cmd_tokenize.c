@@ -117,7 +117,7 @@ int cmd_tokenize(int argc, char **argv) {
     dt_tokenize_stats st;
     dt_error err;
     static const cli_flag flags[] = {{"val_fraction", "--val-fraction"}, {"doc_split", "--documents"},
-                                     {"shard_tokens", "--shard-tokens"}};
+                                     {"shard_tokens", "--shard-tokens"}, {"block_bytes", "--block-size"}};
     if (dt_tokenize(&o, &st, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, (int)(sizeof flags / sizeof flags[0]));
     free(inputs);
     free(val_inputs);

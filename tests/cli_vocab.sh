@@ -87,6 +87,8 @@ PYEOF
     "$DT" tokenizer encode --tokenizer "$2" <"$3" >"$S/whole_ids.txt" 2>/dev/null
     check "$1: a file tokenized in pieces encodes exactly as the whole file" cmp "$S/block_ids.txt" "$S/whole_ids.txt"
 }
+expect_status "tokenize --block-size below 64 bytes names it" 1 "block_bytes 63: must be in 64..2\^32 \(--block-size\)" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/ds_b63" --block-size 63 --quiet
 stream_case gpt2 "$S/tok" "$CORPUS"
 "$DT" tokenizer train --pattern gpt2 --data "$S/crlf.txt" --vocab-size 400 --out "$S/tok_crlf" --quiet 2>/dev/null
 "$DT" tokenizer train --data "$S/crlf.txt" --vocab-size 400 --out "$S/tok_crlf_llama3" --quiet 2>/dev/null

@@ -547,7 +547,7 @@ static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error
         return dt_fail(err, "tokenize: unknown document split %d", (int)o->doc_split);
     if (o->shard_tokens == 0) return dt_fail(err, "tokenize: shard_tokens must be > 0");
     if (o->block_bytes != 0 && (o->block_bytes < 64 || o->block_bytes > ((uint64_t)1 << 32)))
-        return dt_fail(err, "tokenize: block size %llu must be in 64..2^32 bytes", (unsigned long long)o->block_bytes);
+        return dt_fail(err, "tokenize: block_bytes %llu: must be in 64..2^32", (unsigned long long)o->block_bytes);
     if (o->n_val_inputs < 0 || (o->n_val_inputs > 0 && !o->val_inputs))
         return dt_fail(err, "tokenize: %d validation files but no list of them", o->n_val_inputs);
     /* both would hold out documents of the inputs and take the validation files: which split a
