@@ -253,7 +253,6 @@ static int check_tensor(const dt_st_set *set, const dt_tensor *t, const char *di
                               "quantization_config that would read it",
                               file->path, t->name, s->dtype == DT_I8 ? "I8" : "U8");
     return 0;
-    return 0;
 }
 
 /* Why config.json leaves a tensor of the checkpoint unused, for its error: biases and λ vectors
