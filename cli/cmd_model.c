@@ -90,26 +90,43 @@ int cmd_init(int argc, char **argv) {
 /* ---------------------------------------------------------------- info */
 
 int cmd_info(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"system", no_argument, 0, 'S'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0},
+    };
     const char *cmd = "info";
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: difftrans info MODEL_DIR\n       difftrans info --system\n\n"
-               "Prints the config, the parameter count and λ of every layer; with --system, the CPU, the\n"
-               "kernel path in use (portable | avx2 | avx512, the widest the CPU supports unless DT_ISA=...\n"
-               "forces one), the CPU's vector features and OpenBLAS's core.\n");
-        return 0;
+    int system = 0;
+    optind = 1;
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'S': system = 1; break;
+        case 'h':
+            printf("usage: difftrans info MODEL_DIR\n       difftrans info --system\n\n"
+                   "Prints the config, the parameter count and λ of every layer; with --system, the CPU, the\n"
+                   "kernel path in use (portable | avx2 | avx512, the widest the CPU supports unless DT_ISA=...\n"
+                   "forces one), the CPU's vector features and OpenBLAS's core. It takes no other option.\n");
+            return 0;
+        default: return cli_bad_option(cmd, argc, argv);
+        }
     }
-    if (argc == 2 && !strcmp(argv[1], "--system")) {
+    if (system && optind < argc)
+        return cli_error(cmd, "--system describes this machine and takes no MODEL_DIR (got '%s')", argv[optind]);
+    if (system) {
         cli_print_system(stdout, "");
         return 0;
     }
-    if (argc != 2 || argv[1][0] == '-')
-        return cli_error(cmd, "expected one MODEL_DIR or --system (see difftrans info --help)");
+    if (optind == argc) return cli_error(cmd, "expected one MODEL_DIR or --system (see difftrans info --help)");
+    if (optind < argc - 1)
+        return cli_error(cmd, "unexpected argument '%s': info takes one MODEL_DIR (see difftrans info --help)",
+                         argv[optind + 1]);
+    const char *dir = argv[optind];
     dt_model m;
     dt_error err;
-    if (dt_model_load(&m, argv[1], &err) != 0) return cli_fail(cmd, &err);
+    if (dt_model_load(&m, dir, &err) != 0) return cli_fail(cmd, &err);
     const dt_tok *tok = dt_model_tok(&m); /* NULL: byte-level */
     const dt_config *c = &m.cfg;
-    printf("model:      %s\n", argv[1]);
+    printf("model:      %s\n", dir);
     static const char *const kinds[] = {"llama (Transformer)", "diffllama (DIFF Transformer)",
                                         "difftrans_v2 (DIFF Transformer V2)"};
     char what[96];

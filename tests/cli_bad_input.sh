@@ -746,8 +746,10 @@ fi
 rm -rf "$S/fw_llama" "$S/fw_llama.gguf" "$S/fw_llama_copy.gguf"
 
 expect_fail "info without MODEL_DIR" 'MODEL_DIR' -- "$DT" info
-expect_fail "info with two directories" 'MODEL_DIR' -- "$DT" info "$GOOD" "$GOOD"
-expect_fail "info --bogus" 'bogus|MODEL_DIR' -- "$DT" info --bogus
+expect_fail "info with two directories" "unexpected argument '$GOOD'" 'one MODEL_DIR' -- "$DT" info "$GOOD" "$GOOD"
+expect_fail "info --bogus" "near '--bogus'" -- "$DT" info --bogus
+expect_fail "info MODEL_DIR --json" "near '--json'" -- "$DT" info "$GOOD" --json
+expect_fail "info MODEL_DIR --system" "takes no MODEL_DIR \\(got '$GOOD'\\)" -- "$DT" info "$GOOD" --system
 expect_fail "export with one directory" 'OUT_DIR|MODEL_DIR' -- "$DT" export "$GOOD"
 expect_fail "export --bogus" -x "$OUT/exp" 'bogus' -- "$DT" export "$GOOD" "$OUT/exp" --bogus
 printf 'keep me\n' >"$S/export_file"
