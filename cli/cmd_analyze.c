@@ -68,7 +68,9 @@ static void help(void) {
         "      non-embedding parameters (all but the token embedding and LM head, as `difftrans study` and\n"
         "      `compare --scaling` count them), and reports the DIFF size whose fitted loss equals the\n"
         "      baseline's at its largest size (the mean over its runs of that size), as a fraction of that N\n"
-        "      (below 1: DIFF needs fewer).\n\n"
+        "      (below 1: DIFF needs fewer). A run's budget (\"tokens\": steps to its last validation loss ×\n"
+        "      batch × grad_accum × seq, from its train_state.json) is in the table; runs of several budgets\n"
+        "      are fitted, and a line names them with their budgets.\n\n"
         "options:\n"
         "  --data FILE.txt   text (outliers, quantize)\n"
         "  --seq N           window length in tokens (bytes for a byte-level model) [256, at most the model's\n"
@@ -439,15 +441,20 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     return rc;
 }
 
+/* b: steps, batch, grad_accum, seq */
+static double run_tokens(const int *b) { return (double)b[0] * b[1] * b[2] * b[3]; }
+
 static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
     dt_error err;
     /* params: the fit's size, the non-embedding count (as the study's); all: every parameter, shown beside it */
     double *params = calloc((size_t)n, sizeof(double)), *loss = calloc((size_t)n, sizeof(double));
     double *all = calloc((size_t)n, sizeof(double));
+    /* each loss's token budget, the tokens trained before it was measured: steps × batch × grad_accum × seq */
+    int(*budget)[4] = calloc((size_t)n, sizeof *budget);
     int *arch = calloc((size_t)n, sizeof(int)), rc = 0;
     char first_diff[128] = "", first_base[128] = ""; /* the variant of each kind's first run */
     const char *first_diff_dir = NULL, *first_base_dir = NULL;
-    if (!params || !loss || !all || !arch) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
+    if (!params || !loss || !all || !budget || !arch) rc = cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     for (int i = 0; rc == 0 && i < n; i++) {
         dt_an_training t;
         char path[4200];
@@ -486,6 +493,10 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             break;
         }
         loss[i] = t.final_val_loss;
+        if (t.batch > 0) { /* 0: no train_state.json, the budget unknown */
+            budget[i][0] = t.final_val_step, budget[i][1] = t.batch;
+            budget[i][2] = t.grad_accum, budget[i][3] = t.seq;
+        }
         dt_an_training_free(&t);
         if (isnan(loss[i])) rc = cli_error(cmd, "%s: its metrics.jsonl has no validation loss", dirs[i]);
     }
@@ -499,10 +510,13 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
         const double largest_base = sc.base_params, largest_base_loss = sc.base_loss, need = sc.diff_params;
         const double fraction = is_diff ? sc.fraction : NAN;
         printf("analyze scaling: log(val loss) = a + b*log(N) per kind, N = non-embedding parameters\n");
-        printf("%-*s %-11s %14s %12s %10s\n", name_w, "run", "arch", "N (non-emb.)", "all params", "val loss");
-        for (int i = 0; i < n; i++)
-            printf("%-*s %-11s %14.0f %12.0f %10.4f\n", name_w, dirs[i], arch_name(arch[i]), params[i], all[i],
-                   loss[i]);
+        printf("%-*s %-11s %14s %12s %10s %12s\n", name_w, "run", "arch", "N (non-emb.)", "all params", "val loss",
+               "tokens");
+        for (int i = 0; i < n; i++) {
+            printf("%-*s %-11s %14.0f %12.0f %10.4f", name_w, dirs[i], arch_name(arch[i]), params[i], all[i], loss[i]);
+            if (budget[i][1]) printf(" %12.0f\n", run_tokens(budget[i]));
+            else printf(" %12s\n", "?"); /* no train_state.json */
+        }
         for (int k = 1; k >= 0; k--)
             if (isnan(fit[k].a) || isnan(fit[k].b))
                 printf("fit %-11s %d run(s): none (needs runs at >= 2 sizes)\n", arch_name(k), fit[k].n);
@@ -523,15 +537,46 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             printf("but the baseline's loss did not fall with size (b %.4f): there is no scaling curve to compare DIFF "
                    "against, and the fraction says nothing about the paper's claim\n",
                    fit[DT_ARCH_LLAMA].b);
+        /* a curve of loss against size holds the budget fixed, as the paper's sizes were trained on one: a run
+         * trained on more tokens is lower for that and not its size, which bends the fit. Runs whose budget grows
+         * with their size (`difftrans study`'s tokens per parameter) are a curve too, of another question. */
+        int budgets_differ = 0, budgets_known = 0;
+        for (int i = 0; i < n; i++) {
+            budgets_known += budget[i][1] > 0;
+            for (int k = 0; k < i; k++)
+                if (budget[i][1] && budget[k][1] && run_tokens(budget[i]) != run_tokens(budget[k])) budgets_differ = 1;
+        }
+        if (budgets_differ) {
+            printf("but the runs' token budgets differ (the tokens trained before the loss taken):");
+            for (int i = 0; i < n; i++) {
+                int seen = 0, more = 0;
+                for (int k = 0; k < i && !seen; k++)
+                    seen = budget[k][1] && run_tokens(budget[k]) == run_tokens(budget[i]);
+                if (seen || !budget[i][1]) continue;
+                for (int k = i + 1; k < n; k++) more += budget[k][1] && run_tokens(budget[k]) == run_tokens(budget[i]);
+                printf("%s %s", i ? ";" : "", dirs[i]);
+                if (more) printf(" and %d other run%s", more, more > 1 ? "s" : "");
+                printf(": %.0f (%d step%s × batch %d", run_tokens(budget[i]), budget[i][0], budget[i][0] > 1 ? "s" : "",
+                       budget[i][1]);
+                if (budget[i][2] > 1) printf(" × grad_accum %d", budget[i][2]);
+                printf(" × seq %d)", budget[i][3]);
+            }
+            printf(". A loss reflects its run's budget as well as its size, and the paper's ~0.65 compares sizes "
+                   "trained on one budget\n");
+        }
         if (op->json && is_diff) {
             cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "runs");
             cJSON_AddStringToObject(root, "analysis", "scaling");
+            if (budgets_differ || budgets_known == n) cJSON_AddBoolToObject(root, "one_token_budget", !budgets_differ);
+            else cJSON_AddNullToObject(root, "one_token_budget"); /* a run without train_state.json */
             cJSON_AddStringToObject(root, "size", "nonembedding_params"); /* the fit's N: "params" counts all */
             for (int i = 0; i < n; i++) {
                 cJSON *e = json_entry(arr, "run", dirs[i], arch[i]);
                 cJSON_AddNumberToObject(e, "params", all[i]);
                 cJSON_AddNumberToObject(e, "nonembedding_params", params[i]);
                 cJSON_AddNumberToObject(e, "final_val_loss", loss[i]);
+                if (budget[i][1]) cJSON_AddNumberToObject(e, "tokens", run_tokens(budget[i]));
+                else cJSON_AddNullToObject(e, "tokens");
             }
             for (int k = 0; k < 2; k++) {
                 cJSON *f = cJSON_AddObjectToObject(root, k == DT_ARCH_DIFF ? "fit_diff" : "fit_transformer");
@@ -563,6 +608,7 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
     free(params);
     free(all);
     free(loss);
+    free(budget);
     free(arch);
     return rc;
 }

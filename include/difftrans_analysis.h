@@ -442,12 +442,16 @@ typedef struct {
     double final_train_loss;
     double final_val_loss; /* NAN when no line has val_loss */
     int final_val_step;
+    /* train_state.json's batch, grad_accum and seq beside a run directory's metrics (a step trains their product
+     * of tokens, so final_val_step times it before final_val_loss); all 0 when there is no such file */
+    int batch, grad_accum, seq;
     int n_lambda_points;   /* λ at up to DT_AN_LAMBDA_POINTS lines spread over the run (analyze.c) */
     int lambda_step[DT_AN_LAMBDA_POINTS];
     double *lambda_at;     /* [n_lambda_points × n_layers] */
 } dt_an_training;
 
-/* path: a training run directory (its metrics.jsonl, and config.json when present) or a metrics file. */
+/* path: a training run directory (its metrics.jsonl, and config.json and train_state.json when present) or a
+ * metrics file. */
 int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err);
 /* Frees the arrays; safe on a zeroed struct. */
 void dt_an_training_free(dt_an_training *t);

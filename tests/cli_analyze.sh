@@ -73,7 +73,8 @@ expect_ok "scaling on one run" "$DT" analyze scaling "$S/run" --json "$S/s.json"
     # the run's path ($S/run, often past 28 characters) widens the first column instead of pushing the row out of line
     { if awk 'NR == 2 { h = index($0, " arch") } NR == 3 { r = index($0, " " $2 " ") } END { exit !(h > 0 && h == r) }' \
         "$S/last.out"; then pass; else fail "scaling table" "columns out of line: $(sed -n 2,3p "$S/last.out")"; fi; }
-json_ok "scaling JSON" "$S/s.json" "len(j['runs'])==1 and j['diff_params_fraction'] is None and j['runs'][0]['params']>0"
+json_ok "scaling JSON" "$S/s.json" "len(j['runs'])==1 and j['diff_params_fraction'] is None and j['runs'][0]['params']>0
+    and j['runs'][0]['tokens']==5*2*32 and j['one_token_budget'] is True"
 expect_fail "scaling on a model without metrics" "metrics" "$DT" analyze scaling "$S/diff"
 # a model file (a GGUF one, say) where a run directory belongs: said so, not "Not a directory"
 expect_status "scaling on a file" 1 "run/config.json: is a file; analyze scaling reads training run directories" \
@@ -117,6 +118,22 @@ json_ok "scaling JSON on one run: no fraction, no terms" "$S/s.json" "j['diff_no
 plant_run "$S/sc_t2" transformer small 4 5.50
 expect_ok "scaling with both losses falling" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 "$S"/sc_t2
 check "then no such warning" bash -c '! grep -q "did not fall" "$1"' _ "$S/last.out"
+json_ok "scaling JSON: runs without train_state.json have no known budget" "$S/sc.json" \
+    "j['one_token_budget'] is None and all(r['tokens'] is None for r in j['runs'])"
+# a curve of loss against size is one of runs trained on one budget; another budget is said, naming the runs
+for r in sc_d1 sc_d2 sc_t1 sc_t2; do printf '{"batch": 4, "seq": 64}\n' >"$S/$r/train_state.json"; done
+expect_ok "scaling with one token budget" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 "$S"/sc_t2 \
+    --json "$S/sc1.json" && check "then no budget warning" bash -c '! grep -q "budget" "$1"' _ "$S/last.out"
+json_ok "scaling JSON: one budget" "$S/sc1.json" "j['one_token_budget'] is True and all(r['tokens']==256 for r in j['runs'])"
+printf '{"batch": 4, "grad_accum": 2, "seq": 64}\n' >"$S/sc_d1/train_state.json"
+expect_ok "scaling over two token budgets" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 "$S"/sc_t2 \
+    --json "$S/sc2.json" && out_has "the budgets are said, with their runs" "$S/last.out" "^but the runs' token budgets differ" \
+    "sc_d1: 512 \(1 step × batch 4 × grad_accum 2 × seq 64\); [^ ]*sc_d2 and 2 other runs: 256 \(1 step × batch 4 × seq 64\)\."
+json_ok "scaling JSON: two budgets" "$S/sc2.json" "j['one_token_budget'] is False
+    and [r['tokens'] for r in j['runs']]==[512,256,256,256]"
+printf '{"batch": 4, "seq": 0}\n' >"$S/sc_d1/train_state.json"
+expect_status "scaling over a run whose train_state.json is corrupt" 2 'sc_d1/train_state.json: "seq" is not an integer' \
+    "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2
 # one curve per kind through one model's runs: DIFF V2 is neither kind, an ablation is another model
 expect_ok "train DIFF V2 5 steps" "$DT" train --data "$CORPUS" --out "$S/run_v2" --arch v2 --preset tiny --steps 5 \
     --batch 2 --seq 32 --eval-interval 5 --eval-batches 1 --quiet

@@ -577,16 +577,49 @@ static int get_number(const cJSON *o, const char *name, double *v) {
     return 0;
 }
 
+/* batch, grad_accum and seq from a run's train_state.json, as train wrote them (grad_accum, newer, may be absent) */
+static int load_step_tokens(const char *path, dt_an_training *out, dt_error *err) {
+    char *text = read_text(path, err);
+    if (!text) return -1;
+    cJSON *j = cJSON_Parse(text);
+    if (!j) {
+        const int oom = json_text_valid(text, strlen(text));
+        free(text);
+        return oom ? dt_fail_oom(err, "%s: out of memory parsing it", path)
+                   : dt_fail_format(err, "%s: not JSON (not a train_state.json written by train?)", path);
+    }
+    free(text);
+    static const char *const keys[] = {"batch", "grad_accum", "seq"};
+    int *const dst[] = {&out->batch, &out->grad_accum, &out->seq};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *x = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, keys[k]) : NULL;
+        if (!x && k == 1) {
+            out->grad_accum = 1;
+            continue;
+        }
+        if (!cJSON_IsNumber(x) || !(x->valuedouble >= 1 && x->valuedouble <= 1 << 20) ||
+            x->valuedouble != floor(x->valuedouble)) {
+            cJSON_Delete(j);
+            out->batch = out->grad_accum = out->seq = 0;
+            return dt_fail_format(err, "%s: \"%s\" is not an integer in 1..%d", path, keys[k], 1 << 20);
+        }
+        *dst[k] = (int)x->valuedouble;
+    }
+    cJSON_Delete(j);
+    return 0;
+}
+
 int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
     memset(out, 0, sizeof *out);
     out->arch = -1;
     out->final_val_loss = NAN;
     struct stat st;
     if (stat(path, &st) != 0) return dt_fail_io(err, "%s: %s", path, strerror(errno));
-    char cfgpath[4200] = "";
+    char cfgpath[4200] = "", statepath[4200] = "";
     if (S_ISDIR(st.st_mode)) {
         if (dt_pathf(out->path, sizeof out->path, err, "%s/metrics.jsonl", path) ||
-            dt_pathf(cfgpath, sizeof cfgpath, err, "%s/config.json", path))
+            dt_pathf(cfgpath, sizeof cfgpath, err, "%s/config.json", path) ||
+            dt_pathf(statepath, sizeof statepath, err, "%s/train_state.json", path))
             return -1;
     } else if (dt_pathf(out->path, sizeof out->path, err, "%s", path)) {
         return -1;
@@ -598,6 +631,7 @@ int dt_an_training_load(const char *path, dt_an_training *out, dt_error *err) {
         out->arch = cfg.arch;
         cfg_layers = cfg.num_hidden_layers;
     }
+    if (statepath[0] && access(statepath, F_OK) == 0 && load_step_tokens(statepath, out, err) != 0) return -1;
     char *text = read_text(out->path, err);
     if (!text) return -1;
     size_t cap = 0;
