@@ -59,8 +59,9 @@ static void help(void) {
         "      synthetic task (words whose first letter is a-m are \"red\", n-z \"blue\"): --shots balanced\n"
         "      demonstrations \"Input: WORD\\nLabel: LABEL\\n\\n\", then a query; the answer is the label with\n"
         "      the higher log-probability. The same demonstrations in --permutations orders, each scored on\n"
-        "      the same --queries: accuracy per order, mean, std, min, max (chance is 0.5). With a tokenizer.json\n"
-        "      the label's score is that of the tokens after those prompt+\"red\" and prompt+\"blue\" share.\n"
+        "      the same --queries: accuracy per order, mean, std, min, max and spread (max − min) (chance is\n"
+        "      0.5). With a tokenizer.json the label's score is that of the tokens after those prompt+\"red\"\n"
+        "      and prompt+\"blue\" share.\n"
         "  analyze scaling RUN_DIR...\n"
         "      The paper's \"~65%% of the parameters for the same loss\": give `difftrans train` runs of both\n"
         "      kinds (DIFF and Transformer, each one model: the same ablations at every size) at several sizes\n"
@@ -401,8 +402,8 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
     }
     int done = 0;
     for (; rc == 0 && done < n; done++) {
-        fprintf(stderr, "analyze icl: %s (%d orders × %d queries)\n", dirs[done], op->icl.permutations,
-                op->icl.queries);
+        fprintf(stderr, "analyze icl: %s (%d order%s × %d queries)\n", dirs[done], op->icl.permutations,
+                op->icl.permutations > 1 ? "s" : "", op->icl.queries);
         if (dt_icl_run(&models[done], toks[done], &op->icl, &res[done], &err) != 0) {
             static const cli_flag icl_flags[] = {
                 {"shots", "--shots"}, {"queries", "--queries"}, {"permutations", "--permutations"}};
@@ -411,8 +412,9 @@ static int run_icl(const char *cmd, char **dirs, int n, const options *op) {
         }
     }
     if (rc == 0) {
-        printf("analyze icl: %d shots, %d orders, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,
-               op->icl.permutations, op->icl.queries, (unsigned long long)op->icl.seed);
+        printf("analyze icl: %d shots, %d order%s, %d queries per order, seed %llu (chance 0.5)\n", op->icl.shots,
+               op->icl.permutations, op->icl.permutations > 1 ? "s" : "", op->icl.queries,
+               (unsigned long long)op->icl.seed);
         printf("%-*s %-11s %8s %8s %8s %8s %8s\n", name_w, "model", "arch", "mean", "std", "min", "max", "spread");
         for (int i = 0; i < n; i++)
             printf("%-*s %-11s %8.4f %8.4f %8.4f %8.4f %8.4f\n", name_w, dirs[i], arch_name(models[i].cfg.arch),

@@ -621,7 +621,7 @@ void dt_icl_summarize(const double *acc, int n, double *mean, double *std, doubl
 int dt_icl_run(const dt_model *m, const dt_tok *tok, const dt_icl_params *p, dt_icl_result *out, dt_error *err);
 /* Frees accuracy; safe on a zeroed result. */
 void dt_icl_result_free(dt_icl_result *r);
-/* Adds accuracy (per order), mean, std, min, max to o; 0, or -1 when out of memory. */
+/* Adds accuracy (per order), mean, std, min, max and spread (max − min) to o; 0, or -1 when out of memory. */
 int dt_icl_result_add_json(struct cJSON *o, const dt_icl_result *r);
 
 /* ---------------------------------------------------------------- scaling

@@ -67,6 +67,11 @@ expect_ok "icl" "$DT" analyze icl "$S/diff" "$S/base" --shots 4 --permutations 3
     out_has "icl table" "$S/last.out" "4 shots, 3 orders" "DIFF" "Transformer" "spread"
 json_ok "icl JSON" "$S/i.json" \
     "len(j['models'])==2 and all(len(m['accuracy'])==3 and 0<=m['min']<=m['mean']<=m['max']<=1 for m in j['models'])"
+# the table's spread column is in the JSON too
+json_ok "icl JSON: spread" "$S/i.json" "all(abs(m['spread']-(m['max']-m['min']))<1e-12 for m in j['models'])"
+expect_ok "icl in one order" "$DT" analyze icl "$S/diff" --shots 2 --permutations 1 --queries 2 &&
+    out_has "one order is singular" "$S/last.out" "^analyze icl: 2 shots, 1 order, 2 queries" &&
+    out_has "its progress too" "$S/last.err" "\(1 order × 2 queries\)"
 expect_ok "scaling on one run" "$DT" analyze scaling "$S/run" --json "$S/s.json" &&
     out_has "scaling table" "$S/last.out" "log\(val loss\)" "not available" "run\(s\): none \(needs runs at >= 2 sizes\)" &&
     { if grep -qw nan "$S/last.out"; then fail "scaling on one run" "prints nan"; else pass; fi; } &&

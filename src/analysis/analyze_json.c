@@ -108,6 +108,6 @@ int dt_icl_result_add_json(cJSON *o, const dt_icl_result *r) {
     int ok = 1;
     if (r->accuracy) ok = add_array(o, "accuracy", r->accuracy, r->permutations);
     ok = ok && add_num(o, "mean", r->mean) && add_num(o, "std", r->std) && add_num(o, "min", r->min) &&
-         add_num(o, "max", r->max);
+         add_num(o, "max", r->max) && add_num(o, "spread", r->max - r->min);
     return ok ? 0 : -1;
 }
