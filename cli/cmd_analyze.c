@@ -30,7 +30,8 @@ static void help(void) {
         "  analyze quantize MODEL_DIR... --data FILE.txt [--bits 16,8,6,4] [--per-row] [--needle DIR]\n"
         "      Quantisation: loss (mean next-token cross-entropy, nats) and next-token accuracy with the attention\n"
         "      logits fake-quantised (symmetric, absmax scale per head map, or per query row with --per-row)\n"
-        "      to each bit width, plus the unquantised row; windows as for outliers (--seq + 1 tokens each).\n"
+        "      to each bit width, plus the unquantised row (bits none; a quantised checkpoint's weights stay\n"
+        "      as they are in every row); windows as for outliers (--seq + 1 tokens each).\n"
         "      --needle DIR adds exact-match needle accuracy (teacher-forced: every answer byte must be the\n"
         "      argmax given the true earlier bytes — the same verdict as greedy decoding).\n"
         "  analyze quantize MODEL_DIR... --data FILE.txt --schemes q8_0,q4_0,w8a8,... [--calib FILE]\n"
@@ -261,8 +262,16 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
             const char *scale = op->per_row ? "per query row" : "per head map";
             printf(
                 "analyze quantize: %s, %zu predictions per model; attention logits fake-quantised (symmetric, absmax "
-                "scale %s)\n",
+                "scale %s; bits none: not quantised)\n",
                 op->data, rows[0].count, scale);
+            /* the row of unquantised logits is not a float model's: a quantised checkpoint's weights are its own in
+             * every row, and only the logits change */
+            for (int i = 0; i < n; i++) {
+                const dt_quant_scheme qs = dt_model_quant_scheme(&models[i], NULL);
+                if (qs != DT_QUANT_NONE)
+                    printf("%s: weights %s in every row, the logits alone quantised\n", dirs[i],
+                           dt_quant_scheme_name(qs));
+            }
             printf("%-*s %-11s %6s | %10s %10s", name_w, "model", "arch", "bits", "loss", "accuracy");
             if (op->needle) printf(" %12s", "needle acc");
             printf(" | %10s\n", "loss delta");
@@ -273,7 +282,7 @@ static int run_quantize(const char *cmd, char **dirs, int n, const options *op) 
                     if (q->bits)
                         snprintf(bits, sizeof bits, "%d", q->bits);
                     else
-                        snprintf(bits, sizeof bits, "fp32");
+                        snprintf(bits, sizeof bits, "none");
                     printf("%-*s %-11s %6s | %10.5f %10.4f", name_w, dirs[i], arch_name(models[i].cfg.arch), bits,
                            q->loss, q->accuracy);
                     if (op->needle)

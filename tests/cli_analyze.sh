@@ -47,9 +47,15 @@ json_ok "outliers JSON" "$S/o.json" \
 
 expect_ok "quantize" "$DT" analyze quantize "${M[@]}" --data "$CORPUS" --seq 64 --batches 2 --bits 8,2 \
     --needle "$S/needle" --max-samples 2 --json "$S/q.json" &&
-    out_has "quantize table" "$S/last.out" "per head map" "needle acc" "DIFF +fp32" "DIFF +8" "Transformer +2"
+    out_has "quantize table" "$S/last.out" "per head map" "needle acc" "DIFF +none" "DIFF +8" "Transformer +2"
 json_ok "quantize JSON" "$S/q.json" \
     "j['scale']=='per_head_map' and [r['bits'] for r in j['models'][0]['rows']]==[0,8,2] and j['models'][1]['rows'][0]['needle_total']==2 and 0<=j['models'][0]['rows'][2]['accuracy']<=1"
+# a q8_0 checkpoint's row of unquantised logits is not an fp32 model's: it says what stays quantised
+expect_ok "quantize q8_0 fixture" "$DT" quantize "$S/diff" "$S/diff_q8" --scheme q8_0
+expect_ok "quantize on a q8_0 model" "$DT" analyze quantize "$S/diff_q8" --data "$CORPUS" --seq 32 --batches 1 --bits 4 &&
+    out_has "its rows say what is quantised" "$S/last.out" "diff_q8: weights q8_0 in every row, the logits alone" \
+        "diff_q8 +DIFF +none \|" &&
+    check "no row says fp32" bash -c '! grep -q fp32 "$1"' _ "$S/last.out"
 expect_ok "quantize --per-row" "$DT" analyze quantize "$S/diff" --data "$CORPUS" --seq 32 --batches 1 --bits 4 --per-row &&
     out_has "--per-row says so" "$S/last.out" "per query row"
 
