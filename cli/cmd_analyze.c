@@ -52,7 +52,8 @@ static void help(void) {
         "      span) / sum(|D| over context). Raw sums are in the JSON. A model with a tokenizer.json reads the\n"
         "      sample through it: the row is the prompt's last token, the span the tokens overlapping the value.\n"
         "  analyze training RUN_DIR...\n"
-        "      From metrics.jsonl: lambda per layer (first, last, min, max), gradient norm mean/std/max and\n"
+        "      From metrics.jsonl: lambda per layer (first, last, min, max; for DIFF V2, whose lambda is per\n"
+        "      token and head, the mean over the logging step's last forward), gradient norm mean/std/max and\n"
         "      spikes (grad_norm > mean + 3 std, or > 3x the median, of the preceding <= 50 steps; needs 10 earlier\n"
         "      steps), final train and validation loss.\n"
         "  analyze icl MODEL_DIR... [--shots 8] [--permutations 6] [--queries 32] [--seed 1]\n"
@@ -648,12 +649,20 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
             printf(" | %9.4g %9.4g %9.4g %6d\n", t->gn_mean, t->gn_std, t->gn_max, t->spikes);
         }
         printf("lambda per layer: first -> last [min, max]\n");
+        int any_v2 = 0;
+        for (int i = 0; i < n; i++) any_v2 |= res[i].arch == DT_ARCH_DIFF_V2;
+        /* V2's λ is no parameter but a value per token and head, which the log can only hold as a mean */
+        if (any_v2)
+            printf("  (DIFF V2: λ_t is per token and head; each logged value is its mean over the tokens and heads "
+                   "of the step's last forward, a validation batch on evaluation steps)\n");
         for (int i = 0; i < n; i++) {
             const dt_an_training *t = &res[i];
             printf("  %-26s", dirs[i]);
             if (t->arch == DT_ARCH_LLAMA)
                 printf(" (baseline: no lambda)");
-            else
+            else if (t->arch == DT_ARCH_DIFF_V2)
+                printf(" (mean λ_t)");
+            if (t->arch != DT_ARCH_LLAMA)
                 for (int l = 0; l < t->n_layers; l++)
                     printf(" L%d %.4f -> %.4f [%.4f, %.4f]", l, t->lambda_first[l], t->lambda_last[l], t->lambda_min[l],
                            t->lambda_max[l]);
@@ -669,6 +678,10 @@ static int run_training(const char *cmd, char **dirs, int n, const options *op) 
             for (int i = 0; ok && i < n; i++) {
                 cJSON *e = json_entry(arr, "run", dirs[i], res[i].arch);
                 ok = e && cJSON_AddStringToObject(e, "metrics", res[i].path) && dt_an_training_add_json(e, &res[i]) == 0;
+                /* λ of a V2 run is the mean of the per-token λ over the logging step's last forward */
+                if (ok && res[i].arch == DT_ARCH_DIFF_V2)
+                    ok = cJSON_AddStringToObject(e, "lambda_is", "mean over the tokens and heads of the last forward")
+                         != NULL;
             }
             rc = write_json(cmd, op->json, ok ? root : NULL);
             cJSON_Delete(root);

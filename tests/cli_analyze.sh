@@ -148,6 +148,12 @@ expect_status "scaling over a run whose train_state.json is corrupt" 2 'sc_d1/tr
 # one curve per kind through one model's runs: DIFF V2 is neither kind, an ablation is another model
 expect_ok "train DIFF V2 5 steps" "$DT" train --data "$CORPUS" --out "$S/run_v2" --arch v2 --preset tiny --steps 5 \
     --batch 2 --seq 32 --eval-interval 5 --eval-batches 1 --quiet
+# a V2 run's λ is per token and head: the table and the JSON say its logged value is a mean, a DIFF run's not
+expect_ok "training on DIFF V2 and DIFF" "$DT" analyze training "$S/run_v2" "$S/run" --json "$S/t2.json" &&
+    out_has "V2's λ is said to be a mean" "$S/last.out" "DIFF V2: λ_t is per token and head; each logged value is its mean" \
+        "run_v2 +\(mean λ_t\) L0 " && check "the DIFF run's λ is not called a mean" bash -c \
+        '! grep -E "/run +\(mean" "$1"' _ "$S/last.out"
+json_ok "training JSON: V2's λ is a mean" "$S/t2.json" "'lambda_is' in j['runs'][0] and 'lambda_is' not in j['runs'][1]"
 expect_status "scaling over a DIFF V2 run" 1 "run_v2: a DIFF V2 model \(difftrans_v2\); the scaling fit takes DIFF" \
     "$DT" analyze scaling "$S/run" "$S/run_v2"
 expect_ok "train DIFF+ALiBi 5 steps" "$DT" train --data "$CORPUS" --out "$S/run_alibi" --ablation alibi --preset tiny \
