@@ -537,8 +537,8 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             else
                 printf("fit %-11s %d run(s): a %.4f  b %.4f\n", arch_name(k), fit[k].n, fit[k].a, fit[k].b);
         if (isnan(fraction))
-            printf("DIFF size for the baseline's loss: not available (needs >= 2 sizes of each kind, with loss falling "
-                   "with size)\n");
+            printf("DIFF size for the baseline's loss: not available (needs DIFF runs at >= 2 sizes, with loss falling "
+                   "with size, and a baseline run)\n");
         else if (sc.base_runs > 1)
             printf("DIFF size for the baseline's loss at %.0f non-embedding parameters (%.4f, the mean of its %d runs "
                    "there): %.0f = %.2f of the baseline's (paper: ~0.65)\n",
@@ -547,7 +547,10 @@ static int run_scaling(const char *cmd, char **dirs, int n, const options *op) {
             printf("DIFF size for the baseline's loss at %.0f non-embedding parameters (%.4f): %.0f = %.2f of the "
                    "baseline's (paper: ~0.65)\n",
                    largest_base, largest_base_loss, need, fraction);
-        if (!isnan(fraction) && !(fit[DT_ARCH_LLAMA].b < 0)) /* the paper's claim compares two falling curves */
+        if (!isnan(fraction) && isnan(fit[DT_ARCH_LLAMA].b)) /* one size: no slope to judge */
+            printf("but the baseline's runs are of one size: whether its loss falls with size, as the paper's claim "
+                   "has it, is not known\n");
+        else if (!isnan(fraction) && !(fit[DT_ARCH_LLAMA].b < 0)) /* the paper's claim compares two falling curves */
             printf("but the baseline's loss did not fall with size (b %.4f): there is no scaling curve to compare DIFF "
                    "against, and the fraction says nothing about the paper's claim\n",
                    fit[DT_ARCH_LLAMA].b);

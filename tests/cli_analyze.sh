@@ -129,6 +129,12 @@ json_ok "scaling JSON on one run: no fraction, no terms" "$S/s.json" "j['diff_no
 plant_run "$S/sc_t2" transformer small 4 5.50
 expect_ok "scaling with both losses falling" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 "$S"/sc_t2
 check "then no such warning" bash -c '! grep -q "did not fall" "$1"' _ "$S/last.out"
+# a DIFF curve and a baseline of one size: the fraction exists, the baseline's slope does not (it printed "b nan")
+expect_ok "scaling with the baseline at one size" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_d2 "$S"/sc_t1 &&
+    out_has "the baseline's one size is said" "$S/last.out" "^but the baseline's runs are of one size" &&
+    check "no nan" bash -c '! grep -qiw nan "$1"' _ "$S/last.out"
+expect_ok "scaling without a DIFF curve" "$DT" analyze scaling "$S"/sc_d1 "$S"/sc_t1 "$S"/sc_t2 &&
+    out_has "what the fraction needs" "$S/last.out" "not available \(needs DIFF runs at >= 2 sizes"
 json_ok "scaling JSON: runs without train_state.json have no known budget" "$S/sc.json" \
     "j['one_token_budget'] is None and all(r['tokens'] is None for r in j['runs'])"
 # a curve of loss against size is one of runs trained on one budget; another budget is said, naming the runs
