@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -15,7 +16,9 @@ static void help(void) {
            "See README \"Token datasets\".\n\n"
            "  --tokenizer PATH       tokenizer.json, or a directory holding one\n"
            "  --data FILE...         UTF-8 text files (several after one --data, or --data repeated)\n"
-           "  --out DATASET          output directory (created)\n"
+           "  --out DATASET          output directory (created; written whole under a temporary name,\n"
+           "                         then renamed)\n"
+           "  --force                replace the dataset an --out holds (whole: no shard of it stays)\n"
            "  --documents MODE       what a document is: paragraph (text up to a blank line), line,\n"
            "                         or file [paragraph]\n"
            "  --val FILE...          UTF-8 text files that are the validation split, whole: no document\n"
@@ -38,7 +41,7 @@ int cmd_tokenize(int argc, char **argv) {
         {"shard-tokens", required_argument, 0, 's'}, {"threads", required_argument, 0, 'j'},
         {"quiet", no_argument, 0, 'q'},           {"help", no_argument, 0, 'h'},
         {"block-size", required_argument, 0, 'B'}, {"val", required_argument, 0, 'V'},
-        {0, 0, 0, 0},
+        {"force", no_argument, 0, 'F'},           {0, 0, 0, 0},
     };
     const char *cmd = "tokenize";
     dt_tokenize_options o;
@@ -50,7 +53,7 @@ int cmd_tokenize(int argc, char **argv) {
         free(val_inputs);
         return cli_error_code(cmd, DT_ERR_NOMEM, "out of memory");
     }
-    int n_inputs = 0, n_val = 0, threads = 0, rc = 0, fraction_given = 0;
+    int n_inputs = 0, n_val = 0, threads = 0, rc = 0, fraction_given = 0, force = 0;
     optind = 1;
     opterr = 0;
     int ch;
@@ -87,6 +90,7 @@ int cmd_tokenize(int argc, char **argv) {
         }
         case 'j': rc = parse_int(cmd, "--threads", optarg, 1, 1024, &threads) ? 1 : 0; break;
         case 'q': o.quiet = 1; break;
+        case 'F': force = 1; break;
         case 'B': rc = cli_parse_size(cmd, "--block-size", optarg, &o.block_bytes) ? 1 : 0; break;
         case 'h':
             help();
@@ -103,6 +107,17 @@ int cmd_tokenize(int argc, char **argv) {
     if (rc == 0 && n_val > 0 && fraction_given && o.val_fraction > 0)
         rc = cli_error(cmd, "--val and --val-fraction %g: the validation split is either the --val files or a "
                             "fraction of the --data documents, not both", (double)o.val_fraction);
+    /* a dataset is hours of work on a large corpus, and a training run's --resume checks its
+     * tokens: replacing one takes --force, as a checkpoint does for train and init */
+    char manifest[4200];
+    if (rc == 0 && snprintf(manifest, sizeof manifest, "%s/dataset.json", o.out_dir) < (int)sizeof manifest &&
+        access(manifest, F_OK) == 0) {
+        if (!force)
+            rc = cli_error(cmd, "--out %s: already holds a token dataset (%s); choose a new directory, or give --force "
+                                "to replace it", o.out_dir, manifest);
+        else if (!o.quiet)
+            fprintf(stderr, "difftrans %s: replacing the dataset in %s\n", cmd, o.out_dir);
+    }
     if (rc != 0) {
         free(inputs);
         free(val_inputs);

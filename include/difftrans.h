@@ -994,7 +994,8 @@ typedef struct {
     const char *const *val_inputs; /* text files that are the validation split whole (then
                                     val_fraction must be 0: no document of inputs is held out) */
     int n_val_inputs;
-    const char *out_dir;
+    const char *out_dir;         /* built whole under a temporary name, then renamed: a dataset there is
+                                    replaced whole; a directory holding other files is refused */
     float val_fraction;          /* documents held out, spread evenly [0.01]; 0 = none */
     dt_doc_split doc_split;      /* what a document is [paragraph: text up to a blank line] */
     int append_eos;              /* the tokenizer's EOS after each document (when it has one) [1] */

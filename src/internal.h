@@ -19,6 +19,8 @@ int write_text_atomic(const char *path, const char *text, dt_error *err);
  * flush, fsync and close (the temporary file stays), then the rename. */
 int atomic_finish(dt_atomic_file *f, dt_error *err);
 int atomic_rename(dt_atomic_file *f, dt_error *err);
+/* fsync of the directory path's entry is in, so that a rename to path is durable. */
+int sync_parent_dir(const char *path, dt_error *err);
 /* temporaries.c: path's directory holds (or will) "<name>.tmp.<pid>" temporaries of this process,
  * for dt_remove_temporaries to remove on a signal. Call it before the temporary is made. */
 void temp_dir_register(const char *path);

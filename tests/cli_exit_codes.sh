@@ -102,22 +102,23 @@ expect_status "training at lr 10" 6 "diverged" \
     --batch 2 --seq 32 --eval-interval 0 --threads 1
 
 # ---------------------------------------------------------------- 9: stopped by a signal
-# SIGTERM to a command writing its outputs (tokenize, whose finished shards keep their temporary
-# names until the last one is done): status 9, and no temporary file left behind.
+# SIGTERM to a command writing its outputs (tokenize, which builds its dataset in a temporary
+# directory whose finished shards keep their temporary names until the last one is done): status
+# 9, and no temporary file or directory left behind.
 for i in $(seq 1 400); do cat "$S/text.txt"; done >"$S/big.txt"
 "$DT" tokenize --tokenizer "$S/tok" --data "$S/big.txt" --out "$S/ds_sig" --shard-tokens 2000 --threads 1 --quiet \
     2>"$S/sig.err" &
 pid=$!
 for _ in $(seq 1 2000); do
-    ls "$S/ds_sig" 2>/dev/null | grep -q '\.tmp\.' && break
+    ls "$S"/ds_sig.tmp.* 2>/dev/null | grep -q '\.tmp\.' && break
     sleep 0.005
 done
-if ls "$S/ds_sig" 2>/dev/null | grep -q '\.tmp\.'; then
+if ls "$S"/ds_sig.tmp.* 2>/dev/null | grep -q '\.tmp\.'; then
     kill -TERM $pid
     wait $pid
     rc=$?
     if [ $rc -eq 9 ]; then pass; else fail "tokenize stopped by SIGTERM: status $rc, not 9: $(cat "$S/sig.err")"; fi
-    left=$(ls "$S/ds_sig" 2>/dev/null | grep '\.tmp\.')
+    left=$(ls -d "$S"/ds_sig* 2>/dev/null)
     if [ -z "$left" ]; then pass; else fail "tokenize stopped by SIGTERM left temporary files: $left"; fi
     out_has "the message says it was stopped" "$S/sig.err" "stopped by a signal"
 else

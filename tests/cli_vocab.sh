@@ -440,4 +440,34 @@ check "its validation split holds one" grep -qE '"documents":[[:space:]]*1\b' "$
 rm -rf "$S/y_half"
 check "no dataset written by the refusals" test ! -e "$S/y/dataset.json"
 
+# ---------------------------------------------------------------- an --out that holds a dataset
+# is refused without --force; with it the dataset is replaced whole (none of the earlier run's
+# shards stay), and a run that fails leaves the old one as it was
+R=$S/ds_again
+rm -rf "$R"
+expect_ok "a dataset in many shards" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$R" \
+    --shard-tokens 1000 --quiet
+check "it has a second shard" test -f "$R/train-00001.tok"
+cp -a "$R" "$S/ds_again.before"
+expect_status "tokenize into a dataset without --force is refused" 1 \
+    "--out .*ds_again: already holds a token dataset .*dataset\.json.*give --force to replace it" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$R" --quiet
+check "the refused run left the dataset as it was" diff -r "$S/ds_again.before" "$R"
+expect_fail "tokenize --force of text that fails" "bad_utf8\.txt" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" "$S/bad_utf8.txt" --out "$R" --force --quiet
+check "the failed run left the old dataset as it was" diff -r "$S/ds_again.before" "$R"
+expect_ok "tokenize --force replaces it" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$R" --force --quiet
+check "only the new dataset's files are there" \
+    test "$(ls "$R" | tr '\n' ' ')" = "dataset.json tokenizer.json tokenizer_config.json train-00000.tok val-00000.tok "
+expect_ok "train on the replaced dataset" "$DT" train --tokens "$R" --out "$S/m_again" --preset tiny --steps 1 \
+    --batch 2 --seq 16 --quiet
+check "no temporary directory left beside it" test -z "$(ls -d "$S"/ds_again.tmp.* "$S"/ds_again.old.* 2>/dev/null)"
+# (a name with ".tmp." in it is the user's too: only "<dataset file>.tmp.<pid>" is a temporary)
+echo "my notes" >"$R/notes.tmp.txt"
+expect_status "a dataset directory holding a file of the user's is not replaced" 1 \
+    "ds_again: holds notes\.tmp\.txt, which is no file of a token dataset" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$R" --force --quiet
+check "the user's file is still there" test -f "$R/notes.tmp.txt"
+rm -rf "$R" "$S/ds_again.before" "$S/m_again"
+
 finish cli_vocab

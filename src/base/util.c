@@ -67,7 +67,7 @@ int dt_atomic_open(dt_atomic_file *f, const char *path, dt_error *err) {
 }
 
 /* The rename is durable only once the directory entry is on disk: fsync the directory. */
-static int sync_parent_dir(const char *path, dt_error *err) {
+int sync_parent_dir(const char *path, dt_error *err) {
     char dir[4096];
     const char *slash = strrchr(path, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");

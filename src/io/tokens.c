@@ -26,9 +26,16 @@
  * the tokenizer's ids do not change (tk_stream_cut), so memory stays bounded whatever the size of
  * the input; a tokenizer that cannot be cut there reads each document whole.
  * Pieces are encoded in parallel, one encoder per thread, and written in input order.
+ *
+ * The dataset is built whole in "<out>.tmp.<pid>" beside the output directory and takes its name
+ * only once complete: a dataset already there is exchanged for it in one rename (renameat2's
+ * RENAME_EXCHANGE), so a reader sees the old dataset or the new one, never shards of both, and a
+ * run that fails leaves the old one as it was.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <math.h>
 #include <omp.h>
@@ -172,6 +179,7 @@ typedef struct {
 
 typedef struct {
     const dt_tokenize_options *o;
+    const char *dir;             /* where the dataset is built: out_dir's temporary name */
     const dt_tok *tok;
     int32_t eos;
     shard_writer w[2];
@@ -414,7 +422,7 @@ static int write_manifest(const tokenize_run *r, const char *tok_path, dt_error 
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
     char path[4200];
-    if (dt_pathf(path, sizeof path, err, "%s/%s", r->o->out_dir, MANIFEST) != 0) {
+    if (dt_pathf(path, sizeof path, err, "%s/%s", r->dir, MANIFEST) != 0) {
         cJSON_free(text);
         return -1;
     }
@@ -562,13 +570,106 @@ static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error
                : 0;
 }
 
-/* Shards of an earlier dataset in dir that this one did not write. */
-static void remove_stale_shards(const char *dir, const int *n_files) {
-    for (int s = 0; s < 2; s++)
-        for (int k = n_files[s];; k++) {
-            char path[4200];
-            if (shard_file_name(path, sizeof path, dir, s, k, NULL) != 0 || unlink(path) != 0) break;
+/* A name that a token dataset's directory holds: its manifest, the tokenizer copy, its shards, and
+ * the temporaries of a run that was killed while writing it. */
+static int dataset_file_name(const char *name) {
+    size_t len = strlen(name);
+    const char *tmp = strstr(name, ".tmp."); /* "<file>.tmp.<pid>": a killed writer's temporary */
+    if (tmp && tmp[5] && strspn(tmp + 5, "0123456789") == strlen(tmp + 5)) len = (size_t)(tmp - name);
+    static const char *const fixed[] = {MANIFEST, "tokenizer.json", "tokenizer_config.json"};
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        if (len == strlen(fixed[i]) && !strncmp(name, fixed[i], len)) return 1;
+    for (int s = 0; s < 2; s++) { /* train-NNNNN.tok, val-NNNNN.tok */
+        const size_t n = strlen(SPLIT_NAMES[s]);
+        if (len <= n + 5 || strncmp(name, SPLIT_NAMES[s], n) != 0 || name[n] != '-' ||
+            strncmp(name + len - 4, ".tok", 4) != 0)
+            continue;
+        size_t d = n + 1;
+        while (d < len - 4 && name[d] >= '0' && name[d] <= '9') d++;
+        if (d == len - 4) return 1;
+    }
+    return 0;
+}
+
+/* The first entry of dir that is no file of a token dataset into *name (empty when none). */
+static int foreign_entry(const char *dir, char *name, size_t n, dt_error *err) {
+    DIR *d = opendir(dir);
+    if (!d) return dt_fail_io(err, "%s: cannot open: %s", dir, strerror(errno));
+    name[0] = '\0';
+    for (struct dirent *e; !name[0] && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && !dataset_file_name(e->d_name))
+            snprintf(name, n, "%s", e->d_name);
+    closedir(d);
+    return 0;
+}
+
+/* Removes a dataset directory that this call built or replaced: its dataset files, then itself
+ * (left where anything else has appeared in it). */
+static void remove_dataset_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *e; (e = readdir(d));) {
+        char path[4400];
+        if (dataset_file_name(e->d_name) && dt_pathf(path, sizeof path, NULL, "%s/%s", dir, e->d_name) == 0)
+            unlink(path);
+    }
+    closedir(d);
+    rmdir(dir);
+}
+
+/* out = out_dir without trailing slashes, or the directory it links to; *exists when it is a
+ * directory already, which must hold nothing but a token dataset: the whole directory is replaced,
+ * and no file of the user's goes with it. tmp = the name the new dataset is built under. */
+static int staging_paths(const char *out_dir, char *out, size_t n_out, char *tmp, size_t n_tmp, int *exists,
+                         dt_error *err) {
+    if (dt_pathf(out, n_out, err, "%s", out_dir) != 0) return -1;
+    for (size_t n = strlen(out); n > 1 && out[n - 1] == '/'; n--) out[n - 1] = '\0';
+    struct stat sb;
+    *exists = stat(out, &sb) == 0;
+    if (*exists && !S_ISDIR(sb.st_mode)) return dt_fail_io(err, "%s: exists and is not a directory", out_dir);
+    if (*exists && lstat(out, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+        /* the rename replaces the link's target, where the dataset is read from, not the link */
+        char real[PATH_MAX];
+        if (!realpath(out, real)) return dt_fail_io(err, "%s: cannot resolve: %s", out_dir, strerror(errno));
+        if (dt_pathf(out, n_out, err, "%s", real) != 0) return -1;
+    }
+    char other[256];
+    if (*exists && foreign_entry(out, other, sizeof other, err) != 0) return -1;
+    if (*exists && other[0])
+        return dt_fail(err, "%s: holds %s, which is no file of a token dataset: a dataset is written into a new or "
+                            "empty directory, or over another dataset, which it replaces whole", out_dir, other);
+    return dt_pathf(tmp, n_tmp, err, "%s.tmp.%ld", out, (long)getpid());
+}
+
+/* The dataset built in tmp takes out's name: in one exchange when a directory is there (the old
+ * dataset then goes from tmp), else by a rename. */
+static int staging_commit(const char *tmp, const char *out, int exists, dt_error *err) {
+    if (!exists) {
+        if (rename(tmp, out) != 0)
+            return dt_fail_io(err, "%s: cannot rename %s into place: %s", out, tmp, strerror(errno));
+        return sync_parent_dir(out, err);
+    }
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0) {
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+            return dt_fail_io(err, "%s: cannot exchange it for %s: %s", out, tmp, strerror(errno));
+        /* a file system without the exchange: the old dataset steps aside for the new one; a crash in
+         * between leaves it whole under the aside name */
+        char aside[4300];
+        if (dt_pathf(aside, sizeof aside, err, "%s.old.%ld", out, (long)getpid()) != 0) return -1;
+        if (rename(out, aside) != 0)
+            return dt_fail_io(err, "%s: cannot move it aside to %s: %s", out, aside, strerror(errno));
+        if (rename(tmp, out) != 0) {
+            const int saved = errno;
+            if (rename(aside, out) != 0)
+                return dt_fail_io(err, "%s: cannot rename %s into place (%s), and the old dataset is now %s", out, tmp,
+                                  strerror(saved), aside);
+            return dt_fail_io(err, "%s: cannot rename %s into place: %s", out, tmp, strerror(saved));
         }
+        remove_dataset_dir(aside);
+        return sync_parent_dir(out, err);
+    }
+    remove_dataset_dir(tmp); /* the old dataset, now under the temporary name */
+    return sync_parent_dir(out, err);
 }
 
 int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error *err) {
@@ -582,14 +683,22 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     r.eos = o->append_eos ? dt_tok_eos_id(tok) : -1;
     const int32_t vocab = dt_tok_vocab_size(tok);
     const int width = vocab <= 65536 ? 2 : 4;
-    struct stat sb;
-    const int created = stat(o->out_dir, &sb) != 0;
-    if (dir_ensure(o->out_dir, err) != 0) {
+    char out[4096], tmp[4200];
+    int exists = 0;
+    if (staging_paths(o->out_dir, out, sizeof out, tmp, sizeof tmp, &exists, err) != 0 ||
+        dir_ensure_parent(out, err) != 0) {
         dt_tok_free(tok);
         return -1;
     }
+    temp_dir_register(out); /* tmp goes, with its files, if a signal ends the process */
+    remove_dataset_dir(tmp); /* what a killed process of the same pid left */
+    if (mkdir(tmp, 0755) != 0) {
+        dt_tok_free(tok);
+        return dt_fail_io(err, "%s: cannot create directory %s: %s", o->out_dir, tmp, strerror(errno));
+    }
+    r.dir = tmp;
     for (int s = 0; s < 2; s++)
-        r.w[s] = (shard_writer){.dir = o->out_dir, .split = s, .width = width, .vocab = (uint32_t)vocab,
+        r.w[s] = (shard_writer){.dir = tmp, .split = s, .width = width, .vocab = (uint32_t)vocab,
                                 .shard_tokens = o->shard_tokens};
     r.t0 = r.last_report = monotonic_seconds();
     int rc = 0;
@@ -609,11 +718,13 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
     /* every shard is complete: only now do they take their names, then the manifest */
     for (int s = 0; s < 2 && rc == 0; s++)
         for (int i = 0; i < r.w[s].n_files && rc == 0; i++) rc = atomic_rename(&r.w[s].files[i], err);
-    if (rc == 0) rc = tokenizer_copy_from(dt_tok_path(tok), o->out_dir, err);
+    if (rc == 0) rc = tokenizer_copy_from(dt_tok_path(tok), tmp, err);
     if (rc == 0) rc = write_manifest(&r, dt_tok_path(tok), err);
+    const int n_shards[2] = {r.w[0].n_files, r.w[1].n_files};
+    for (int s = 0; s < 2; s++) writer_abort(&r.w[s]); /* unlinks only temporaries still there */
+    if (rc == 0) rc = staging_commit(tmp, out, exists, err);
+    if (rc != 0) remove_dataset_dir(tmp);
     if (rc == 0) {
-        int n_files[2] = {r.w[0].n_files, r.w[1].n_files};
-        remove_stale_shards(o->out_dir, n_files);
         progress(&r, 1);
         if (stats) {
             memset(stats, 0, sizeof *stats);
@@ -623,14 +734,12 @@ int dt_tokenize(const dt_tokenize_options *o, dt_tokenize_stats *stats, dt_error
             for (int s = 0; s < 2; s++) {
                 stats->tokens[s] = r.w[s].total;
                 stats->documents[s] = r.w[s].documents;
-                stats->shards[s] = r.w[s].n_files;
+                stats->shards[s] = n_shards[s];
             }
         }
     } else if (r.progress_shown) {
         fputc('\n', stderr);
     }
-    for (int s = 0; s < 2; s++) writer_abort(&r.w[s]); /* unlinks only temporaries still there */
-    if (rc != 0 && created) rmdir(o->out_dir); /* the directory this call made, when nothing is in it */
     for (int i = 0; i < r.n_pieces; i++) free(r.pieces[i].text), free(r.pieces[i].ids);
     free(r.pieces);
     dt_tok_free(tok);
