@@ -426,6 +426,17 @@ expect_fail "tokenize: missing input" "nowhere\.txt" "$DT" tokenize --tokenizer 
 expect_fail "tokenize: empty input" "empty\.txt: data file is empty" "$DT" tokenize --tokenizer "$S/tok" --data "$S/empty.txt" --out "$S/y"
 printf 'ok \xff\xfe bad\n\nmore\n' >"$S/bad_utf8.txt"
 expect_fail "tokenize: invalid UTF-8 named with its file" "bad_utf8\.txt" "$DT" tokenize --tokenizer "$S/tok" --data "$S/bad_utf8.txt" --out "$S/y" --val-fraction 0 --quiet
+# the offset is the file's, not the offset in the document or the piece of it that was encoded
+# (tok_other, learned by `tokenizer train`, is one whose long documents are cut into pieces)
+{ printf 'first paragraph\n\n'; cat "$CORPUS" "$CORPUS"; printf 'bad \xff here\n'; } >"$S/bad_late.txt"
+at=$(( $(wc -c <"$S/bad_late.txt") - 7 ))
+expect_status "tokenize: invalid UTF-8 in a later document at its offset in the file" 2 \
+    "bad_late\.txt: invalid UTF-8 at byte $at\$" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$S/bad_late.txt" --out "$S/y" --val-fraction 0 --quiet
+expect_status "tokenize: invalid UTF-8 in a later piece of a document at its offset in the file" 2 \
+    "bad_late\.txt: invalid UTF-8 at byte $at\$" \
+    "$DT" tokenize --tokenizer "$S/tok_other" --data "$S/bad_late.txt" --out "$S/y" --val-fraction 0 \
+    --documents file --block-size 4096 --quiet
 # the advice is the flags', and true: a fraction of 1/N holds one of N documents out (it said "lower")
 expect_status "tokenize: too few documents to hold out" 1 \
     "1 documents are too few to hold out 0.01 .*val_fraction of 1/1 or more.*\(--val-fraction, --documents\)" \

@@ -237,9 +237,15 @@ static int flush_batch(tokenize_run *r, dt_error *err) {
 #pragma omp critical
                 if (!failed || i < failed - 1) {
                     failed = i + 1;
-                    /* the encoder refusing its text (invalid UTF-8) is the data file's fault */
-                    dt_fail_code(&first_err, e.code == DT_ERR_INVALID ? DT_ERR_FORMAT : e.code,
-                                 "%.300s (the text from byte %" PRIu64 "): %.600s", p->file, p->offset, e.msg);
+                    /* the encoder refusing its text (invalid UTF-8) is the data file's fault, and the
+                     * place a user looks for is in the file, not in the piece the encoder had */
+                    const size_t bad = e.code == DT_ERR_INVALID ? tk_utf8_check(p->text, p->len) : p->len;
+                    if (bad != p->len)
+                        dt_fail_format(&first_err, "%.300s: invalid UTF-8 at byte %" PRIu64, p->file,
+                                       p->offset + (uint64_t)bad);
+                    else
+                        dt_fail_code(&first_err, e.code == DT_ERR_INVALID ? DT_ERR_FORMAT : e.code,
+                                     "%.300s (the text from byte %" PRIu64 "): %.600s", p->file, p->offset, e.msg);
                 }
             }
         }
