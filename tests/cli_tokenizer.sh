@@ -90,6 +90,13 @@ expect_fail "train without data" "--data" "$DT" tokenizer train --vocab-size 300
 : >"$S/empty.txt"
 expect_fail "train on an empty file" "empty.txt: no text" "$DT" tokenizer train --data "$S/empty.txt" --vocab-size 300 --out "$S/empty-out" --quiet
 check "no output directory content after a failed train" test ! -e "$S/empty-out/tokenizer.json"
+# an empty file among others adds nothing and is named in a warning (as `tokenize` does); all
+# empty is no text at all
+expect_ok "train on a corpus and an empty file" "$DT" tokenizer train --data "$CORPUS" "$S/empty.txt" --vocab-size 300 \
+    --out "$S/with-empty" --quiet &&
+    out_has "the empty file is named in a warning" "$S/last.err" "warning: .*empty\.txt is empty: it adds no text"
+expect_status "train on empty files only" 2 "empty\.txt and every other data file are empty \(2 files\)" \
+    "$DT" tokenizer train --data "$S/empty.txt" "$S/empty.txt" --vocab-size 300 --out "$S/empty-out" --quiet
 expect_fail "train on invalid UTF-8" "bad.txt: invalid UTF-8 at byte 3" "$DT" tokenizer train --data "$S/bad.txt" --vocab-size 300 --out "$S/bad-out" --quiet
 expect_fail "a special token that is already a token" "bos 'a': already token 97.*--bos" \
     "$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --bos a --out "$S/bos_a" --quiet

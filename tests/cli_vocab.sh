@@ -424,6 +424,19 @@ check "nothing written by the refused runs" test ! -e "$S/x"
 expect_fail "tokenize: missing input" "nowhere\.txt" "$DT" tokenize --tokenizer "$S/tok" --data "$S/nowhere.txt" --out "$S/y"
 : >"$S/empty.txt"
 expect_fail "tokenize: empty input" "empty\.txt: data file is empty" "$DT" tokenize --tokenizer "$S/tok" --data "$S/empty.txt" --out "$S/y"
+# an empty file among others adds no documents and is named in a warning (as `tokenizer train`
+# does); all of them empty, or every --val file, is refused
+expect_ok "tokenize: an empty file among others" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" "$S/empty.txt" \
+    --out "$S/y_empty" --documents line --quiet &&
+    out_has "the empty file is named in a warning" "$S/last.err" "warning: .*empty\.txt is empty: it adds no documents"
+expect_ok "the same without it" "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --out "$S/y_alone" --documents line \
+    --quiet
+check "the empty file changed nothing" cmp "$S/y_empty/train-00000.tok" "$S/y_alone/train-00000.tok"
+rm -rf "$S/y_empty" "$S/y_alone"
+expect_status "tokenize: empty inputs only" 2 "empty\.txt and every other data file are empty \(2 files\)" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$S/empty.txt" "$S/empty.txt" --out "$S/y"
+expect_status "tokenize: an empty --val file alone" 2 "empty\.txt: validation file is empty" \
+    "$DT" tokenize --tokenizer "$S/tok" --data "$CORPUS" --val "$S/empty.txt" --out "$S/y"
 printf 'ok \xff\xfe bad\n\nmore\n' >"$S/bad_utf8.txt"
 expect_fail "tokenize: invalid UTF-8 named with its file" "bad_utf8\.txt" "$DT" tokenize --tokenizer "$S/tok" --data "$S/bad_utf8.txt" --out "$S/y" --val-fraction 0 --quiet
 # the offset is the file's, not the offset in the document or the piece of it that was encoded

@@ -538,15 +538,26 @@ void dt_tokenize_defaults(dt_tokenize_options *o) {
     o->shard_tokens = (uint64_t)1 << 27;
 }
 
-/* Every input a regular, non-empty file; *total gets their bytes. */
-static int check_inputs(const char *const *files, int n, uint64_t *total, dt_error *err) {
+/* Every input a regular file; *total gets their bytes. An empty file among others adds no
+ * documents and is passed over with a warning (a corpus of many files may hold one, and
+ * `tokenizer train` takes it too); inputs that are all empty would make a split of nothing. */
+static int check_inputs(const char *const *files, int n, const char *what, uint64_t *total, dt_error *err) {
+    int empty = 0;
     for (int i = 0; i < n; i++) {
         struct stat sb;
         if (!files[i]) return dt_fail(err, "tokenize: input %d is NULL", i);
         if (stat(files[i], &sb) != 0) return dt_fail_io(err, "%s: %s", files[i], strerror(errno));
         if (!S_ISREG(sb.st_mode)) return dt_fail_io(err, "%s: not a regular file", files[i]);
-        if (sb.st_size == 0) return dt_fail_format(err, "%s: data file is empty", files[i]);
+        empty += sb.st_size == 0;
         *total += (uint64_t)sb.st_size;
+    }
+    if (n > 0 && empty == n)
+        return n == 1 ? dt_fail_format(err, "%s: %s file is empty", files[0], what)
+                      : dt_fail_format(err, "%s and every other %s file are empty (%d files)", files[0], what, n);
+    for (int i = 0; i < n; i++) {
+        struct stat sb;
+        if (stat(files[i], &sb) == 0 && sb.st_size == 0)
+            fprintf(stderr, "tokenize: warning: %s is empty: it adds no documents\n", files[i]);
     }
     return 0;
 }
@@ -570,8 +581,8 @@ static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error
         return dt_fail(err, "tokenize: validation files and val_fraction %g are exclusive (val_fraction must be 0)",
                        (double)o->val_fraction);
     *total = 0;
-    return check_inputs(o->inputs, o->n_inputs, total, err) != 0 ||
-                   check_inputs(o->val_inputs, o->n_val_inputs, total, err) != 0
+    return check_inputs(o->inputs, o->n_inputs, "data", total, err) != 0 ||
+                   check_inputs(o->val_inputs, o->n_val_inputs, "validation", total, err) != 0
                ? -1
                : 0;
 }

@@ -649,9 +649,18 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
         if (!o->quiet) fprintf(stderr, "counting words in %s\n", o->files[f]);
         rc = count_file(o->files[f], &pre, &c, &t, &bytes, err);
     }
+    /* as `tokenize` says of it: an empty file among others is taken, and adds nothing */
+    for (int f = 0; f < o->n_files && rc == 0 && bytes > 0 && o->n_files > 1; f++) {
+        struct stat sb;
+        if (stat(o->files[f], &sb) == 0 && sb.st_size == 0)
+            fprintf(stderr, "tokenizer train: warning: %s is empty: it adds no text\n", o->files[f]);
+    }
     tk_ctx_free(&c);
     tk_pre_free(&pre);
-    if (rc == 0 && bytes == 0) rc = dt_fail_format(err, "%s: no text to learn from (empty data)", o->files[0]);
+    if (rc == 0 && bytes == 0)
+        rc = o->n_files == 1 ? dt_fail_format(err, "%s: no text to learn from (empty data)", o->files[0])
+                             : dt_fail_format(err, "%s and every other data file are empty (%d files): no text to "
+                                                   "learn from", o->files[0], o->n_files);
     if (rc == 0 && add_byte_symbols(&s) != 0) rc = dt_fail_oom(err, "out of memory");
     for (size_t i = 0; rc == 0 && i < t.n; i++) {
         const char *p = t.keys.p + t.key_off[i];
