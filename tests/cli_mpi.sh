@@ -110,15 +110,29 @@ expect_fail "resume of --batch 3 on 2 ranks says the run's batch cannot be split
 
 # ---- refused at start-up
 cp "$CORPUS" "$S/other.txt" && echo "one more line" >>"$S/other.txt"
-expect_fail "ranks with different data are refused" "ranks differ in the data file" \
+# what differs is named, with each rank's value, and the flag (a hash alone left the user to guess)
+expect_fail "ranks with different data are refused, naming both files" \
+    "ranks differ in the data file: data_path .*/[^/ ]+ on rank 0, .*other\.txt on rank 1; n_tokens [0-9]+ on rank 0, "\
+"[0-9]+ on rank 1 \(--data\)$" \
     "${MPIRUN[@]}" -np 1 "$DT" "${RUN[@]}" --steps 5 --out "$S/mix" : -np 1 "$DT" "${RUN[@]}" --steps 5 \
     --out "$S/mix" --data "$S/other.txt"
 # rank 0 made --out and its metrics.jsonl before the ranks compared their starts
 check "a refused job leaves no --out" test ! -e "$S/mix"
-expect_fail "ranks with different options are refused" "ranks differ in the options or model config" \
+expect_fail "ranks with different options are refused, naming the option and both values" \
+    "ranks differ in the options or model config: lr 0\.001 on rank 0, 0\.01 on rank 1 \(--lr\)$" \
     "${MPIRUN[@]}" -np 1 "$DT" "${RUN[@]}" --steps 5 --out "$S/mix" : -np 1 "$DT" "${RUN[@]}" --steps 5 \
     --out "$S/mix" --lr 0.01
 check "nor does that one" test ! -e "$S/mix"
+"$DT" tokenizer train --data "$CORPUS" --vocab-size 300 --out "$S/tok_a" --quiet 2>/dev/null
+"$DT" tokenizer train --data "$CORPUS" --vocab-size 320 --out "$S/tok_b" --quiet 2>/dev/null
+"$DT" tokenize --tokenizer "$S/tok_a" --data "$CORPUS" --out "$S/ds_a" --quiet >/dev/null 2>&1
+"$DT" tokenize --tokenizer "$S/tok_b" --data "$CORPUS" --out "$S/ds_b" --quiet >/dev/null 2>&1
+expect_fail "ranks with datasets of other tokenizers: the vocabularies and the datasets are named" \
+    "options or model config: vocab_size 300 on rank 0, 320 on rank 1; and in the data file: "\
+"tokens_path .*ds_a on rank 0, .*ds_b on rank 1; n_tokens" \
+    "${MPIRUN[@]}" -np 1 "$DT" train --tokens "$S/ds_a" --preset tiny --batch 4 --seq 32 --steps 5 --quiet \
+    --threads 1 --out "$S/mix" : -np 1 "$DT" train --tokens "$S/ds_b" --preset tiny --batch 4 --seq 32 --steps 5 \
+    --quiet --threads 1 --out "$S/mix"
 expect_fail "a batch the ranks cannot split is refused" "batch 3: must be a multiple of ranks.*--batch" \
     "${MPIRUN[@]}" -np 2 "$DT" "${RUN[@]}" --steps 5 --batch 3 --out "$S/odd"
 

@@ -40,6 +40,7 @@ struct dt_comm {
     /* allocated by dt_comm_create, so that no collective allocates (and none can fail for memory) */
     int *counts;                 /* [2][size]: the counts and displacements of a v-collective */
     struct agreement *agree;     /* [size]: comm_agree's gathered statuses */
+    struct agreement *agree_mine; /* this rank's, before the gather (too large for the stack) */
 };
 
 static int launched_by_mpi(void) {
@@ -53,6 +54,7 @@ typedef struct agreement {
     int status, code;
     uint64_t fp[MAX_FP];
     char msg[sizeof(((dt_error *)0)->msg)];
+    char detail[MAX_FP][COMM_DETAIL_BYTES]; /* what each fingerprint covers, as the rank has it */
 } agreement;
 
 #define INITIAL_REQUESTS 64
@@ -87,10 +89,11 @@ int dt_comm_create(dt_comm **out, double timeout_s, dt_error *err) {
     MPI_Comm_free(&node);
     c->counts = malloc(2 * (size_t)c->size * sizeof(int));
     c->agree = malloc((size_t)c->size * sizeof *c->agree);
+    c->agree_mine = malloc(sizeof *c->agree_mine);
     c->reqs = malloc(INITIAL_REQUESTS * sizeof *c->reqs);
     c->cap_reqs = c->reqs ? INITIAL_REQUESTS : 0;
     const int size = c->size;
-    if (!c->counts || !c->agree || !c->reqs) {
+    if (!c->counts || !c->agree || !c->agree_mine || !c->reqs) {
         dt_comm_free(c);
         return dt_fail_oom(err, "out of memory for the communicator of %d ranks", size);
     }
@@ -314,17 +317,78 @@ void comm_bcast(dt_comm *c, void *buf, size_t bytes, const char *what) {
     comm_wait(c, what);
 }
 
+/* The value of `name` in "name value" lines, as a length into *len; NULL when there is none. */
+static const char *detail_value(const char *lines, const char *name, size_t name_len, size_t *len) {
+    for (const char *p = lines; *p;) {
+        const char *end = strchr(p, '\n');
+        if (!end) end = p + strlen(p);
+        if ((size_t)(end - p) > name_len && !strncmp(p, name, name_len) && p[name_len] == ' ') {
+            *len = (size_t)(end - p) - name_len - 1;
+            return p + name_len + 1;
+        }
+        p = *end ? end + 1 : end;
+    }
+    return NULL;
+}
+
+/* Appends to msg[used..) each name whose value differs between rank 0 and a rank whose
+ * fingerprint k differs from rank 0's: "lr 0.001 on rank 0, 0.01 on rank 1" (a name that only
+ * some ranks have is "(none)" on the others). Returns the new length; unchanged when the lines
+ * name nothing that differs. */
+static size_t describe_difference(const agreement *all, int size, int k, char *msg, size_t cap, size_t used) {
+    const size_t start = used;
+    int listed = 0;
+    for (int from = 0; from < size; from++) { /* rank 0's names, then names only other ranks have */
+        if (from > 0 && all[from].fp[k] == all[0].fp[k]) continue;
+        for (const char *p = all[from].detail[k]; *p && used + 64 < cap;) {
+            const char *end = strchr(p, '\n');
+            if (!end) end = p + strlen(p);
+            const char *sp = memchr(p, ' ', (size_t)(end - p));
+            const size_t name_len = sp ? (size_t)(sp - p) : 0;
+            size_t l0 = 0, lr = 0;
+            const char *v0 = name_len ? detail_value(all[0].detail[k], p, name_len, &l0) : NULL;
+            int seen = from > 0 && v0 != NULL; /* rank 0's names were listed from its own lines */
+            for (int e = 1; e < from && !seen; e++)
+                seen = all[e].fp[k] != all[0].fp[k] && detail_value(all[e].detail[k], p, name_len, &lr);
+            for (int r = 1, first = 1; name_len && !seen && r < size && used + 64 < cap; r++) {
+                if (all[r].fp[k] == all[0].fp[k]) continue;
+                const char *v = detail_value(all[r].detail[k], p, name_len, &lr);
+                if (v && v0 && lr == l0 && !memcmp(v, v0, l0)) continue;
+                if (first)
+                    used += (size_t)snprintf(msg + used, cap - used, "%s%.*s %.*s on rank 0", listed++ ? "; " : "",
+                                             (int)name_len, p, v0 ? (int)l0 : 6, v0 ? v0 : "(none)");
+                first = 0;
+                if (used + 64 < cap)
+                    used += (size_t)snprintf(msg + used, cap - used, ", %.*s on rank %d", v ? (int)lr : 6,
+                                             v ? v : "(none)", r);
+            }
+            p = *end ? end + 1 : end;
+        }
+    }
+    if (used >= cap) used = cap - 1;
+    return listed ? used : start;
+}
+
 int comm_agree(dt_comm *c, int status, const uint64_t *fp, const char *const *fp_names, int n_fp, dt_error *err) {
+    return comm_agree_detail(c, status, fp, fp_names, NULL, n_fp, err);
+}
+
+int comm_agree_detail(dt_comm *c, int status, const uint64_t *fp, const char *const *fp_names,
+                      const char *const *fp_detail, int n_fp, dt_error *err) {
     if (!c || !c->mpi || c->size == 1) return status;
     if (n_fp > MAX_FP) n_fp = MAX_FP;
-    agreement mine = {.status = status};
-    for (int i = 0; i < n_fp; i++) mine.fp[i] = fp[i];
-    if (status != 0) {
-        mine.code = err->code;
-        snprintf(mine.msg, sizeof mine.msg, "%s", err->msg);
+    agreement *all = c->agree, *mine = c->agree_mine;
+    memset(mine, 0, sizeof *mine);
+    mine->status = status;
+    for (int i = 0; i < n_fp; i++) {
+        mine->fp[i] = fp[i];
+        if (fp_detail && fp_detail[i]) snprintf(mine->detail[i], sizeof mine->detail[i], "%s", fp_detail[i]);
     }
-    agreement *all = c->agree;
-    comm_allgather(c, &mine, all, sizeof mine, "the agreement between ranks");
+    if (status != 0) {
+        mine->code = err->code;
+        snprintf(mine->msg, sizeof mine->msg, "%s", err->msg);
+    }
+    comm_allgather(c, mine, all, sizeof *mine, "the agreement between ranks");
     int failed = 0, differs = -1;
     for (int r = 0; r < c->size; r++) {
         if (all[r].status != 0) failed = 1;
@@ -350,20 +414,34 @@ int comm_agree(dt_comm *c, int status, const uint64_t *fp, const char *const *fp
                 else if (strcmp(all[r].msg, all[first].msg) != 0) same = 0;
             }
         size_t used = 0;
+        const size_t cap = sizeof err->msg;
         if (failed && same && n_failed == c->size) { /* every rank failed alike: say it once */
-            snprintf(err->msg, sizeof err->msg, "%s", all[first].msg);
+            snprintf(err->msg, cap, "%s", all[first].msg);
         } else if (failed) {
-            for (int r = 0; r < c->size && used + 8 < sizeof err->msg; r++)
+            for (int r = 0; r < c->size && used + 8 < cap; r++)
                 if (all[r].status != 0)
-                    used += (size_t)snprintf(err->msg + used, sizeof err->msg - used, "%srank %d: %s",
-                                             used ? "; " : "", r, all[r].msg);
+                    used += (size_t)snprintf(err->msg + used, cap - used, "%srank %d: %s", used ? "; " : "", r,
+                                             all[r].msg);
         } else {
-            used = (size_t)snprintf(err->msg, sizeof err->msg, "the ranks differ in %s: rank 0 has %016llx, and",
-                                    fp_names[differs], (unsigned long long)all[0].fp[differs]);
-            for (int r = 1; r < c->size && used + 40 < sizeof err->msg; r++)
-                if (all[r].fp[differs] != all[0].fp[differs])
-                    used += (size_t)snprintf(err->msg + used, sizeof err->msg - used, " rank %d %016llx", r,
-                                             (unsigned long long)all[r].fp[differs]);
+            /* every fingerprint that differs, by what it covers where the ranks say (the option and
+             * its values: a hash alone left the user to find which of twenty options it was) */
+            for (int k = differs; k < n_fp && used + 64 < cap; k++) {
+                int odd = 0;
+                for (int r = 1; r < c->size; r++) odd |= all[r].fp[k] != all[0].fp[k];
+                if (!odd) continue;
+                used += (size_t)snprintf(err->msg + used, cap - used, "%s %s: ",
+                                         k > differs ? "; and in" : "the ranks differ in", fp_names[k]);
+                if (used >= cap) break;
+                const size_t at = used;
+                used = describe_difference(all, c->size, k, err->msg, cap, used);
+                if (used != at) continue;
+                used += (size_t)snprintf(err->msg + used, cap - used, "rank 0 has %016llx, and",
+                                         (unsigned long long)all[0].fp[k]);
+                for (int r = 1; r < c->size && used + 40 < cap; r++)
+                    if (all[r].fp[k] != all[0].fp[k])
+                        used += (size_t)snprintf(err->msg + used, cap - used, " rank %d %016llx", r,
+                                                 (unsigned long long)all[r].fp[k]);
+            }
         }
     }
     return -1;
@@ -403,6 +481,7 @@ void dt_comm_free(dt_comm *c) {
     free(c->reqs);
     free(c->counts);
     free(c->agree);
+    free(c->agree_mine);
     free(c->beat_in);
     free(c->last);
     free(c->heard);

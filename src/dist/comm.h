@@ -45,6 +45,12 @@ void comm_bcast(dt_comm *c, void *buf, size_t bytes, const char *what);
  * rank 0's err naming each failed rank and its message (or the first fingerprint that differs and
  * the ranks that differ) and the other ranks' err empty: rank 0 reports for the job. */
 int comm_agree(dt_comm *c, int status, const uint64_t *fp, const char *const *fp_names, int n_fp, dt_error *err);
+#define COMM_DETAIL_BYTES 1536 /* the longest fp_detail text taken (the options and model config take ~900) */
+/* comm_agree where fp_detail[i] (or NULL) says what fingerprint i covers as "name value" lines: a
+ * fingerprint that differs is then named by the names whose values differ, with each rank's value
+ * ("lr 0.001 on rank 0, 0.01 on rank 1"); by the hashes when the lines are alike (cut short). */
+int comm_agree_detail(dt_comm *c, int status, const uint64_t *fp, const char *const *fp_names,
+                      const char *const *fp_detail, int n_fp, dt_error *err);
 /* Fails when n values are too many for one MPI collective (more than INT_MAX) on more than one rank. */
 int comm_check_count(const dt_comm *c, size_t n, dt_error *err);
 /* Slices of n items over the ranks: bounds[r] = n·r/size, bounds[size] = n (size + 1 entries). */

@@ -489,9 +489,30 @@ static uint64_t data_fingerprint(const int *tokens, size_t n) {
     return sampled;
 }
 
-/* What every rank must share: its program, its options and model config, its data. */
-static void fingerprints(const dt_train_options *o, const trainer *tr, uint64_t fp[3]) {
+/* Appends "name value" to the detail lines d[*n..cap) (comm_agree_detail), while they fit. */
+static void detail_add(char *d, size_t cap, size_t *n, const char *name, const char *value) {
+    const int w = snprintf(d + *n, cap - *n, "%s %s\n", name, value);
+    if (w > 0 && (size_t)w < cap - *n) *n += (size_t)w;
+    else d[*n] = '\0';
+}
+
+static void detail_number(char *d, size_t cap, size_t *n, const char *name, double v) {
+    char num[40];
+    snprintf(num, sizeof num, "%.7g", v); /* a float's digits: 0.001, not 0.0010000000474974513 */
+    detail_add(d, cap, n, name, num);
+}
+
+/* What every rank must share: its program, its options and model config, its data; detail[3]
+ * gets what each covers as "name value" lines, for the message that names what differs. */
+static void fingerprints(const dt_train_options *o, const trainer *tr, uint64_t fp[3],
+                         char detail[3][COMM_DETAIL_BYTES]) {
+    size_t n = 0;
     fp[0] = file_fingerprint("/proc/self/exe");
+    char exe[4096];
+    const ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[len > 0 ? len : 0] = '\0';
+    detail[0][0] = '\0';
+    if (len > 0) detail_add(detail[0], COMM_DETAIL_BYTES, &n, "program", exe);
     cJSON *j = options_to_json(o, tr);
     /* the data's and tokenizer's paths may differ between machines (each rank resolves them to
      * absolute ones); their content may not, and fp[2] says so of the data */
@@ -501,16 +522,36 @@ static void fingerprints(const dt_train_options *o, const trainer *tr, uint64_t 
     cJSON_DeleteItemFromObject(j, "data_tokens");
     cJSON_DeleteItemFromObject(j, "data_fingerprint");
     char *text = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
     const dt_config *c = &tr->model.cfg;
     const double cfg[] = {c->arch, c->vocab_size, c->hidden_size, c->intermediate_size, c->num_hidden_layers,
                           c->num_attention_heads, c->num_key_value_heads, c->head_dim, c->max_position_embeddings,
                           c->rms_norm_eps, c->rope_theta, c->tie_word_embeddings, c->lambda_std_dev,
                           c->use_subln_weight, c->position, c->softmax1, c->no_head_norm, c->fixed_lambda,
                           o->grad_accum, o->zero};
+    static const char *const cfg_names[] = {"arch", "vocab_size", "hidden_size", "intermediate_size",
+                                            "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                            "head_dim", "max_position_embeddings", "rms_norm_eps", "rope_theta",
+                                            "tie_word_embeddings", "lambda_std_dev", "use_subln_weight", "position",
+                                            "softmax1", "no_head_norm", "fixed_lambda", "grad_accum", "zero"};
     fp[1] = fnv1a(fnv1a(FNV_START, cfg, sizeof cfg), text ? text : "", text ? strlen(text) : 0);
     cJSON_free(text);
+    n = 0;
+    detail[1][0] = '\0';
+    for (const cJSON *it = j ? j->child : NULL; it; it = it->next) {
+        if (cJSON_IsNumber(it)) detail_number(detail[1], COMM_DETAIL_BYTES, &n, it->string, it->valuedouble);
+        else if (cJSON_IsString(it)) detail_add(detail[1], COMM_DETAIL_BYTES, &n, it->string, it->valuestring);
+    }
+    cJSON_Delete(j);
+    for (size_t i = 0; i < sizeof cfg / sizeof cfg[0]; i++)
+        if (strcmp(cfg_names[i], "grad_accum")) detail_number(detail[1], COMM_DETAIL_BYTES, &n, cfg_names[i], cfg[i]);
     fp[2] = fnv1a(FNV_START, tr->tokens, tr->n_tokens * sizeof(int));
+    /* where each rank read its data: the paths that differ are the first thing to look at */
+    n = 0;
+    detail[2][0] = '\0';
+    if (o->data_path) detail_add(detail[2], COMM_DETAIL_BYTES, &n, "data_path", o->data_path);
+    if (o->tokens_path) detail_add(detail[2], COMM_DETAIL_BYTES, &n, "tokens_path", o->tokens_path);
+    if (o->tokenizer_path) detail_add(detail[2], COMM_DETAIL_BYTES, &n, "tokenizer_path", o->tokenizer_path);
+    detail_number(detail[2], COMM_DETAIL_BYTES, &n, "n_tokens", (double)tr->n_tokens);
 }
 
 static void trainer_free(trainer *tr) {
@@ -725,11 +766,14 @@ static int train_run(dt_train_options *o, dt_error *err) {
     uint64_t fp[3] = {0, 0, 0};
     static const char *const fp_names[3] = {"the program (binary)", "the options or model config",
                                             "the data file"};
-    if (rc == 0 && tr.ranks > 1) fingerprints(o, &tr, fp);
+    char detail[3][COMM_DETAIL_BYTES];
+    const char *const details[3] = {detail[0], detail[1], detail[2]};
+    detail[0][0] = detail[1][0] = detail[2][0] = '\0';
+    if (rc == 0 && tr.ranks > 1) fingerprints(o, &tr, fp, detail);
     FILE *mf = NULL;
     /* --out is made only once every rank agreed to run: a job refused for a rank's data or options
      * left a new --out holding an empty metrics.jsonl */
-    if (comm_agree(tr.comm, rc, fp, fp_names, 3, err) != 0) {
+    if (comm_agree_detail(tr.comm, rc, fp, fp_names, details, 3, err) != 0) {
         trainer_free(&tr);
         return -1;
     }
