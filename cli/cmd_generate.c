@@ -1,5 +1,6 @@
 /* cmd_generate.c — `difftrans generate`: prompt → KV-cache decoding → streamed text or ids. */
 #include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,7 +8,8 @@
 #include "cli.h"
 
 static void help(void) {
-    printf("usage: difftrans generate MODEL_DIR [--prompt TEXT | --prompt-ids \"3 1 4\"] [options]\n\n"
+    printf("usage: difftrans generate MODEL_DIR [--prompt TEXT | --prompt-file FILE | --prompt-ids \"3 1 4\"]\n"
+           "                          [options]\n\n"
            "Feeds the prompt through the model in batched chunks (its matrix products over many rows at\n"
            "once), then continues it one token at a time through a KV cache and streams the text.\n"
            "Where the model's generation_config.json sets do_sample, temperature, top_k or top_p, they\n"
@@ -16,6 +18,8 @@ static void help(void) {
            "  --prompt TEXT       prompt text, encoded with the model's tokenizer.json (BOS added as\n"
            "                      transformers does), or as bytes for a byte-level model [\"\" → BOS, or\n"
            "                      byte '\\n']; generation stops at an eos_token_id (generation_config.json)\n"
+           "  --prompt-file FILE  the prompt text read from FILE (- = stdin) whole, as it is (a trailing\n"
+           "                      newline is part of it); it must be valid UTF-8\n"
            "  --prompt-ids IDS    prompt as whitespace-separated token ids instead\n"
            "  -n, --tokens N      tokens to generate [200]\n"
            "  --temperature X     0 = greedy (argmax) [0.8]\n"
@@ -63,6 +67,65 @@ static int parse_ids(const char *s, int V, int **ids, int *n) {
     return 0;
 }
 
+/* The byte offset of the first byte of s[0..n) that does not begin or continue a valid UTF-8
+ * character (overlong forms, surrogates and code points past U+10FFFF are not valid), or n. */
+static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        const unsigned c = s[i];
+        const size_t len = c < 0x80                ? 1
+                           : c >= 0xC2 && c <= 0xDF ? 2
+                           : c >= 0xE0 && c <= 0xEF ? 3
+                           : c >= 0xF0 && c <= 0xF4 ? 4
+                                                    : 0;
+        if (!len || i + len > n) return i;
+        /* the second byte's range rules out overlong forms, surrogates and code points past U+10FFFF */
+        const unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+        if (len > 1 && (s[i + 1] < lo || s[i + 1] > hi)) return i;
+        for (size_t k = 2; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        i += len;
+    }
+    return n;
+}
+
+/* --prompt-file: all of path's bytes (stdin for "-"), NUL-terminated (the prompt may hold NULs: *len
+ * counts them). Prints the error naming the flag and the file and returns its status. */
+static int read_prompt_file(const char *cmd, const char *path, char **text, size_t *len) {
+    const int is_stdin = !strcmp(path, "-");
+    const char *name = is_stdin ? "stdin" : path;
+    FILE *fp = is_stdin ? stdin : fopen(path, "rb");
+    if (!fp) return cli_error_code(cmd, DT_ERR_IO, "--prompt-file %s: %s", name, strerror(errno));
+    size_t cap = 1 << 12, n = 0;
+    char *buf = malloc(cap);
+    int rc = buf ? 0 : cli_error_code(cmd, DT_ERR_NOMEM, "--prompt-file %s: out of memory", name);
+    while (rc == 0) {
+        if (dt_grow(&buf, &cap, n + 1, 1, 0) != 0) {
+            rc = cli_error_code(cmd, DT_ERR_NOMEM, "--prompt-file %s: out of memory at %zu bytes", name, n);
+            break;
+        }
+        const size_t got = fread(buf + n, 1, cap - n - 1, fp);
+        n += got;
+        if (got == 0) break;
+    }
+    /* a directory opens, and its first read fails (EISDIR) */
+    if (rc == 0 && ferror(fp))
+        rc = cli_error_code(cmd, DT_ERR_IO, "--prompt-file %s: read failed: %s", name, strerror(errno));
+    if (!is_stdin) fclose(fp);
+    const size_t bad = rc == 0 ? utf8_invalid_at((const unsigned char *)buf, n) : n;
+    if (rc == 0 && bad < n)
+        rc = cli_error_code(cmd, DT_ERR_FORMAT, "--prompt-file %s: not valid UTF-8 (byte 0x%02X at offset %zu)", name,
+                            (unsigned char)buf[bad], bad);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
 /* Streams the generated text through the model's dt_tok_stream, which was fed the prompt first (a
  * token's text can depend on the tokens before it) and prints the text of each token once it is
  * final: a character whose bytes are not all generated yet waits, and the flush at the end prints
@@ -106,7 +169,8 @@ static int on_token(void *ctx, int token, int is_stop, const int *seq, int n_seq
  * tokens cut short: printed as its U+FFFD stand-in and skipped by its length, it took bytes of the
  * completed character and of the text after it). Typed or not shown, what the stream holds back of
  * the prompt is the skip. */
-static int stream_prompt(text_stream *ts, const int *ids, int n, const char *typed, int show_decoded) {
+static int stream_prompt(text_stream *ts, const int *ids, int n, const char *typed, size_t typed_len,
+                         int show_decoded) {
     const int print_decoded = show_decoded && !typed;
     for (int i = 0; i < n; i++) {
         const char *text;
@@ -114,7 +178,7 @@ static int stream_prompt(text_stream *ts, const int *ids, int n, const char *typ
         if (dt_tok_stream_push(ts->ts, ids[i], &text, &len, &ts->err) != 0) return -1;
         if (print_decoded) fwrite(text, 1, len, stdout);
     }
-    if (typed) fwrite(typed, 1, strlen(typed), stdout);
+    if (typed) fwrite(typed, 1, typed_len, stdout);
     ts->skip = 0;
     if (!print_decoded) {
         const char *held;
@@ -131,9 +195,10 @@ int cmd_generate(int argc, char **argv) {
         {"seed", required_argument, 0, 's'},    {"print-ids", no_argument, 0, 'I'},
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"kv-cache", required_argument, 0, 'K'}, {"timings", no_argument, 0, 'G'},
-        {"warmup", no_argument, 0, 'W'},         {0, 0, 0, 0},
+        {"warmup", no_argument, 0, 'W'},         {"prompt-file", required_argument, 0, 'F'},
+        {0, 0, 0, 0},
     };
-    const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL;
+    const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL, *prompt_file = NULL;
     dt_kv_dtype kv_dtype = DT_KV_F32;
     int n_gen = 200, threads = 0, print_ids = 0, timings = 0, warmup = 0;
     int given_n = 0, given_t = 0, given_k = 0, given_p = 0; /* over generation_config.json's defaults */
@@ -147,6 +212,7 @@ int cmd_generate(int argc, char **argv) {
         switch (ch) {
         case 'p': prompt = optarg; break;
         case 'P': prompt_ids = optarg; break;
+        case 'F': prompt_file = optarg; break;
         case 'n': bad = parse_int(cmd, "-n/--tokens", optarg, 0, 1 << 24, &n_gen), given_n = 1; break;
         case 'T': bad = parse_float(cmd, "--temperature", optarg, 0, 100, &sampler.temperature), given_t = 1; break;
         case 'k': bad = parse_int(cmd, "--top-k", optarg, 0, 1 << 24, &sampler.top_k), given_k = 1; break;
@@ -170,12 +236,25 @@ int cmd_generate(int argc, char **argv) {
         if (bad) return 1;
     }
     if (optind != argc - 1) return cli_error(cmd, "expected one MODEL_DIR (see difftrans generate --help)");
-    if (prompt && prompt_ids) return cli_error(cmd, "give --prompt or --prompt-ids, not both");
+    if (!!prompt + !!prompt_ids + !!prompt_file > 1)
+        return cli_error(cmd, "give one of --prompt, --prompt-file and --prompt-ids, not %s",
+                         !prompt_file ? "--prompt and --prompt-ids" : prompt ? "--prompt and --prompt-file"
+                                                                             : "--prompt-file and --prompt-ids");
     cli_set_threads(threads);
+    char *file_text = NULL; /* --prompt-file's, read before the model loads: a bad file costs no load */
+    size_t prompt_len = prompt ? strlen(prompt) : 0;
+    if (prompt_file) {
+        const int frc = read_prompt_file(cmd, prompt_file, &file_text, &prompt_len);
+        if (frc != 0) return frc;
+        prompt = file_text;
+    }
 
     dt_model m;
     dt_error err;
-    if (dt_model_load(&m, argv[optind], &err) != 0) return cli_fail(cmd, &err);
+    if (dt_model_load(&m, argv[optind], &err) != 0) {
+        free(file_text);
+        return cli_fail(cmd, &err);
+    }
     const dt_tok *tok = dt_model_tok(&m); /* NULL for a byte-level model */
     int *ids = NULL, n_prompt = 0, rc = 0;
     size_t n = 0;
@@ -199,8 +278,10 @@ int cmd_generate(int argc, char **argv) {
     else if ((!prompt_ids || !print_ids) && dt_model_check_text(&m, &err) != 0) /* before any work */
         rc = cli_error_code(cmd, err.code, "%s (or give --prompt-ids and --print-ids)", err.msg);
     else if (prompt_ids) rc = parse_ids(prompt_ids, m.cfg.vocab_size, &ids, &n_prompt);
-    else if (dt_model_encode_prompt(&m, prompt ? prompt : "", &ids, &n, &err) != 0)
-        rc = cli_error_code(cmd, err.code, "--prompt: %s", err.msg);
+    else if ((prompt_len > 0 ? dt_model_encode(&m, prompt, prompt_len, 1, &ids, &n, &err)
+                              : dt_model_encode_prompt(&m, "", &ids, &n, &err)) != 0)
+        rc = prompt_file ? cli_error_code(cmd, err.code, "--prompt-file %s: %s", prompt_file, err.msg)
+                         : cli_error_code(cmd, err.code, "--prompt: %s", err.msg);
     else n_prompt = (int)n;
     if (rc == 0 && n_prompt == 0) rc = cli_error(cmd, "--prompt-ids: no token ids given");
     if (rc == 0 && (long)n_prompt + n_gen > m.cfg.max_position_embeddings)
@@ -210,7 +291,7 @@ int cmd_generate(int argc, char **argv) {
     if (rc == 0 && !print_ids) {
         if (dt_model_tok_stream(&m, 1, &ts.ts, &err) != 0) rc = cli_fail(cmd, &err);
         /* the prompt as typed; ids given by number are shown decoded (a byte-level model's are not) */
-        else if (stream_prompt(&ts, ids, n_prompt, prompt, tok != NULL) != 0) rc = cli_fail(cmd, &ts.err);
+        else if (stream_prompt(&ts, ids, n_prompt, prompt, prompt_len, tok != NULL) != 0) rc = cli_fail(cmd, &ts.err);
     }
     dt_generate_options go;
     dt_generate_defaults(&go);
@@ -257,6 +338,7 @@ int cmd_generate(int argc, char **argv) {
                 res.decode_s > 0 ? res.n_generated / res.decode_s : 0.0);
     free(out);
     free(ids);
+    free(file_text);
     dt_tok_stream_free(ts.ts);
     dt_model_free(&m);
     return rc;
