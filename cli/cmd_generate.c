@@ -26,6 +26,9 @@ static void help(void) {
            "  --top-k N           sample only among the N most likely tokens, 0 = off [0]\n"
            "  --top-p X           nucleus sampling threshold, 1 = off [0.95]\n"
            "  --seed N            sampling seed [42]\n"
+           "  --stop STR          end where the generated text holds STR (valid UTF-8, not printed, as\n"
+           "                      OpenAI's stop); up to 4 (--stop A --stop B); while streaming, text that\n"
+           "                      could still begin one waits, and is printed when it does not\n"
            "  --print-ids         print the generated token ids (one line) instead of text\n"
            "  --kv-cache TYPE     f32 | f16 | int8: storage of the cached keys and values (f16 halves the\n"
            "                      memory, int8 about quarters it: one scale per position and kv head);\n"
@@ -135,6 +138,7 @@ static int read_prompt_file(const char *cmd, const char *path, char **text, size
  * add no text. */
 typedef struct {
     dt_tok_stream *ts;
+    dt_stop_matcher *stop;       /* --stop's: the text after the prompt goes through it */
     int print_ids;
     int first;                   /* no token printed yet */
     size_t skip;
@@ -142,10 +146,16 @@ typedef struct {
     int failed;
 } text_stream;
 
-static void print_text(text_stream *ts, const char *text, size_t len) {
+/* 1 when a stop string ended the text (nothing more is printed), -1 when out of memory. */
+static int print_text(text_stream *ts, const char *text, size_t len) {
     const size_t k = len < ts->skip ? len : ts->skip;
     ts->skip -= k;
-    fwrite(text + k, 1, len - k, stdout);
+    text += k;
+    len -= k;
+    int stopped = 0;
+    if (ts->stop && (stopped = dt_stop_matcher_push(ts->stop, text, len, &text, &len, &ts->err)) < 0) return -1;
+    fwrite(text, 1, len, stdout);
+    return stopped;
 }
 
 static int on_token(void *ctx, int token, int is_stop, const int *seq, int n_seq) {
@@ -156,7 +166,12 @@ static int on_token(void *ctx, int token, int is_stop, const int *seq, int n_seq
         const char *text;
         size_t len;
         if (dt_tok_stream_push(ts->ts, token, &text, &len, &ts->err) != 0) return ts->failed = 1;
-        print_text(ts, text, len);
+        const int stopped = print_text(ts, text, len);
+        if (stopped < 0) return ts->failed = 1;
+        if (stopped) {
+            fflush(stdout);
+            return 1; /* the stop string's token is the last */
+        }
     }
     ts->first = 0;
     fflush(stdout);
@@ -196,7 +211,7 @@ int cmd_generate(int argc, char **argv) {
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"kv-cache", required_argument, 0, 'K'}, {"timings", no_argument, 0, 'G'},
         {"warmup", no_argument, 0, 'W'},         {"prompt-file", required_argument, 0, 'F'},
-        {0, 0, 0, 0},
+        {"stop", required_argument, 0, 'S'},      {0, 0, 0, 0},
     };
     const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL, *prompt_file = NULL;
     dt_kv_dtype kv_dtype = DT_KV_F32;
@@ -204,6 +219,8 @@ int cmd_generate(int argc, char **argv) {
     int given_n = 0, given_t = 0, given_k = 0, given_p = 0; /* over generation_config.json's defaults */
     dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f};
     uint64_t seed = 42;
+    const char *stops[DT_MAX_STOP_STRINGS];
+    int n_stops = 0;
     optind = 1;
     opterr = 0;
     int ch;
@@ -213,6 +230,17 @@ int cmd_generate(int argc, char **argv) {
         case 'p': prompt = optarg; break;
         case 'P': prompt_ids = optarg; break;
         case 'F': prompt_file = optarg; break;
+        case 'S': {
+            const size_t bad_at = utf8_invalid_at((const unsigned char *)optarg, strlen(optarg));
+            if (!*optarg) bad = cli_error(cmd, "--stop: empty (it would never match)");
+            else if (bad_at < strlen(optarg))
+                bad = cli_error(cmd, "--stop: not valid UTF-8 (byte 0x%02X at offset %zu)",
+                                (unsigned char)optarg[bad_at], bad_at);
+            else if (n_stops == DT_MAX_STOP_STRINGS)
+                bad = cli_error(cmd, "--stop: at most %d stop strings, as the server's stop", DT_MAX_STOP_STRINGS);
+            else stops[n_stops++] = optarg;
+            break;
+        }
         case 'n': bad = parse_int(cmd, "-n/--tokens", optarg, 0, 1 << 24, &n_gen), given_n = 1; break;
         case 'T': bad = parse_float(cmd, "--temperature", optarg, 0, 100, &sampler.temperature), given_t = 1; break;
         case 'k': bad = parse_int(cmd, "--top-k", optarg, 0, 1 << 24, &sampler.top_k), given_k = 1; break;
@@ -240,6 +268,8 @@ int cmd_generate(int argc, char **argv) {
         return cli_error(cmd, "give one of --prompt, --prompt-file and --prompt-ids, not %s",
                          !prompt_file ? "--prompt and --prompt-ids" : prompt ? "--prompt and --prompt-file"
                                                                              : "--prompt-file and --prompt-ids");
+    if (n_stops && print_ids)
+        return cli_error(cmd, "--stop looks for text and --print-ids prints ids: give one of them");
     cli_set_threads(threads);
     char *file_text = NULL; /* --prompt-file's, read before the model loads: a bad file costs no load */
     size_t prompt_len = prompt ? strlen(prompt) : 0;
@@ -290,6 +320,7 @@ int cmd_generate(int argc, char **argv) {
     text_stream ts = {.print_ids = print_ids, .first = 1};
     if (rc == 0 && !print_ids) {
         if (dt_model_tok_stream(&m, 1, &ts.ts, &err) != 0) rc = cli_fail(cmd, &err);
+        else if (n_stops && dt_stop_matcher_new(&ts.stop, stops, n_stops, &err) != 0) rc = cli_fail(cmd, &err);
         /* the prompt as typed; ids given by number are shown decoded (a byte-level model's are not) */
         else if (stream_prompt(&ts, ids, n_prompt, prompt, prompt_len, tok != NULL) != 0) rc = cli_fail(cmd, &ts.err);
     }
@@ -323,11 +354,18 @@ int cmd_generate(int argc, char **argv) {
                 kv_dtype == DT_KV_F16 ? "f16" : "int8", f32);
     }
     if (rc == 0 && ts.failed) rc = cli_fail(cmd, &ts.err);
-    if (rc == 0 && ts.ts) { /* the generation has ended: what the stream held back is text */
+    if (rc == 0 && ts.ts && !(ts.stop && dt_stop_matcher_stopped(ts.stop))) {
+        /* the generation has ended: what the stream held back is text, and so is what could have
+         * begun a stop string */
         const char *text;
         size_t len;
-        if (dt_tok_stream_flush(ts.ts, &text, &len, &ts.err) != 0) rc = cli_fail(cmd, &ts.err);
-        else print_text(&ts, text, len);
+        int stopped = 0;
+        if (dt_tok_stream_flush(ts.ts, &text, &len, &ts.err) != 0 || (stopped = print_text(&ts, text, len)) < 0)
+            rc = cli_fail(cmd, &ts.err);
+        else if (!stopped && ts.stop) {
+            dt_stop_matcher_flush(ts.stop, &text, &len);
+            fwrite(text, 1, len, stdout);
+        }
     }
     if (rc == 0) putchar('\n');
     fflush(stdout); /* the text first, then what stderr says of it */
@@ -340,6 +378,7 @@ int cmd_generate(int argc, char **argv) {
     free(ids);
     free(file_text);
     dt_tok_stream_free(ts.ts);
+    dt_stop_matcher_free(ts.stop);
     dt_model_free(&m);
     return rc;
 }

@@ -856,6 +856,37 @@ int dt_tok_stream_push(dt_tok_stream *s, int32_t id, const char **text, size_t *
 int dt_tok_stream_pending(dt_tok_stream *s, const char **text, size_t *len, dt_error *err);
 /* The rest, the ids having ended; the stream then starts a new sequence. */
 int dt_tok_stream_flush(dt_tok_stream *s, const char **text, size_t *len, dt_error *err);
+/* Stop strings, as OpenAI's `stop` (`generate --stop`, the server's `stop`): generation ends where its
+ * text contains one of them, the text cut before it (the stop string is not part of it). Bytes are
+ * compared as they are: in valid UTF-8 text a valid UTF-8 stop string matches at character
+ * boundaries only. Empty strings never match. */
+#define DT_MAX_STOP_STRINGS 4    /* as OpenAI's API allows */
+/* The byte offset of the first stop string in text[0..n): of the occurrence of any of stops[0..k)
+ * that ends first (of those, the one that starts first), where text given a byte at a time would
+ * first hold one; -1 when none. */
+long dt_stop_find(const char *text, size_t n, const char *const *stops, int k);
+/* The longest suffix of text[0..n) that is a proper prefix of one of stops[0..k): text to hold back
+ * while what comes next could still complete a stop string there. */
+size_t dt_stop_holdback(const char *text, size_t n, const char *const *stops, int k);
+/* Text as it becomes final (a dt_tok_stream's bytes) checked for stop strings: each push gives the
+ * text that can be shown now — everything pushed so far but a stop string found (and all after it)
+ * and, while none is, the end that could still become one (held back: dt_stop_holdback of the text
+ * so far). The bytes pushes give, followed by dt_stop_matcher_flush's, are the text pushed cut
+ * before the first stop string in it, whatever the pieces it came in; a push that finds one returns
+ * 1, and later pushes give nothing. A push costs time in proportion to its text and the stop
+ * strings, never to the text before it. The stop strings are copied; *text points into the
+ * matcher and stays valid until its next call. */
+typedef struct dt_stop_matcher dt_stop_matcher;
+/* At most DT_MAX_STOP_STRINGS stops (none: nothing is held back or cut), none NULL. */
+int dt_stop_matcher_new(dt_stop_matcher **s, const char *const *stops, int k, dt_error *err);
+void dt_stop_matcher_free(dt_stop_matcher *s);
+/* 1 when a stop string was found (generation should end), 0 when not, -1 only when out of memory. */
+int dt_stop_matcher_push(dt_stop_matcher *s, const char *text, size_t len, const char **out, size_t *out_len,
+                         dt_error *err);
+/* The text held back, the text having ended (nothing after a stop string). */
+void dt_stop_matcher_flush(dt_stop_matcher *s, const char **out, size_t *out_len);
+/* 1 once a push found a stop string. */
+int dt_stop_matcher_stopped(const dt_stop_matcher *s);
 /* The bytes token id adds to a decoded text before the text is made valid UTF-8 (OpenAI's logprobs
  * `bytes`): a ByteFallback token <0xE6> the byte 0xE6, a ByteLevel token its characters' bytes
  * through the byte map (the first byte of a 3-byte character when that is what it holds), any other

@@ -17,7 +17,6 @@
 
 #include "server.h"
 
-#define MAX_STOPS 4
 #define MAX_N 16
 
 typedef struct {
@@ -90,7 +89,7 @@ struct srv_job {
     dt_sampler sampler;
     uint64_t seed;
     uint64_t serial;             /* the server's count of requests (from a random start): the id's */
-    char *stops[MAX_STOPS + 1];
+    char *stops[DT_MAX_STOP_STRINGS + 1];
     int n_stops;
     int echo;
     int logprobs;                /* alternatives per token; −1: no log-probabilities */
@@ -566,8 +565,8 @@ static int parse_stop(srv_job *j, const cJSON *root, srv_err *e) {
         return 0;
     }
     if (!cJSON_IsArray(st)) return srv_bad(e, "stop", "stop: expected a string or a list of strings");
-    if (cJSON_GetArraySize(st) > MAX_STOPS)
-        return srv_bad(e, "stop", "stop: %d strings, at most %d", cJSON_GetArraySize(st), MAX_STOPS);
+    if (cJSON_GetArraySize(st) > DT_MAX_STOP_STRINGS)
+        return srv_bad(e, "stop", "stop: %d strings, at most %d", cJSON_GetArraySize(st), DT_MAX_STOP_STRINGS);
     const cJSON *it;
     cJSON_ArrayForEach(it, st) {
         if (!cJSON_IsString(it)) return srv_bad(e, "stop", "stop: expected strings");
@@ -851,7 +850,7 @@ int srv_job_streaming(const srv_job *j) {
 static int cut_at_stop(const srv_job *j, choice *c) {
     const size_t from = c->pre + c->stop_from;
     if (j->n_stops == 0 || c->fixed <= from) return 0;
-    const long at = srv_stop_find(c->text.p + from, c->fixed - from, (const char *const *)j->stops, j->n_stops);
+    const long at = dt_stop_find(c->text.p + from, c->fixed - from, (const char *const *)j->stops, j->n_stops);
     if (at < 0) {
         /* the final text stays as it is: a stop string is one that begins in its last bytes */
         size_t longest = 0;

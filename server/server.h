@@ -125,14 +125,8 @@ void srv_text_revise(const srv_text *t, size_t *off, size_t n);
 int srv_text_place(const dt_model *m, const char *text, size_t len, const int *ids, size_t n, size_t *off,
                    dt_error *err);
 
-/* Stop strings in text[0..n): the byte offset of the earliest occurrence of any of stops[0..k)
- * (empty strings never match), or -1 when none occurs. */
-long srv_stop_find(const char *text, size_t n, const char *const *stops, int k);
-/* The longest suffix of text[0..n) that is a proper prefix of one of the stops: text that must be
- * held back while generation could still complete a stop string there. */
-size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, int k);
 /* How much of a completion's final text text[0..n) can be sent now: what could not still be the
- * start of a stop string. final (no token comes): all of it. */
+ * start of a stop string (dt_stop_holdback). final (no token comes): all of it. */
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final);
 
 /* ---------------------------------------------------------------- chat templates (chat.c) */

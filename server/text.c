@@ -473,32 +473,8 @@ int srv_text_place(const dt_model *m, const char *text, size_t len, const int *i
 
 /* ---------------------------------------------------------------- stop strings */
 
-long srv_stop_find(const char *text, size_t n, const char *const *stops, int k) {
-    long best = -1;
-    for (int i = 0; i < k; i++) {
-        const size_t l = strlen(stops[i]);
-        if (l == 0 || l > n) continue;
-        const char *p = memmem(text, n, stops[i], l);
-        if (p && (best < 0 || p - text < best)) best = p - text;
-    }
-    return best;
-}
-
-size_t srv_stop_holdback(const char *text, size_t n, const char *const *stops, int k) {
-    size_t best = 0;
-    for (int i = 0; i < k; i++) {
-        const size_t l = strlen(stops[i]);
-        for (size_t h = (l - (l > 0)) < n ? l - (l > 0) : n; h > best; h--)
-            if (memcmp(text + n - h, stops[i], h) == 0) {
-                best = h;
-                break;
-            }
-    }
-    return best;
-}
-
 size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, int k, int final) {
-    return final ? n : n - srv_stop_holdback(text, n, stops, k);
+    return final ? n : n - dt_stop_holdback(text, n, stops, k);
 }
 
 int srv_utf8_valid(const char *s, size_t n) {

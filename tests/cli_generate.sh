@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# cli_generate.sh — what `difftrans generate` reads and where it stops: --prompt-file, on an untrained
-# byte-level model (its text is the bytes it samples, so every expected output is worked out here).
+# cli_generate.sh — what `difftrans generate` reads and where it stops: --prompt-file, --stop, on
+# untrained models (their text is what they sample, so every expected output is worked out here from
+# a run without the option).
 # usage: cli_generate.sh PATH_TO_difftrans SCRATCH_DIR
 . "$(dirname "$0")/cli_lib.sh" "$@"
 
@@ -44,5 +45,73 @@ expect_status "--prompt-file and --prompt" 1 'not --prompt and --prompt-file' \
     "${GEN[@]}" --prompt-file "$S/p.txt" --prompt "a" -n 2
 expect_status "--prompt-file and --prompt-ids" 1 'not --prompt-file and --prompt-ids' \
     "${GEN[@]}" --prompt-file "$S/p.txt" --prompt-ids "1" -n 2
+
+# ---------------------------------------------------------------- --stop
+
+expect_status "--stop empty" 1 '--stop: empty' "${GEN[@]}" --prompt "a" -n 2 --stop ""
+# a stop string that begins inside a character (its continuation byte) is no text
+expect_status "--stop not UTF-8" 1 '--stop: not valid UTF-8 \(byte 0xA9 at offset 0\)' \
+    "${GEN[@]}" --prompt "a" -n 2 --stop $'\xa9x'
+expect_status "five --stop" 1 '--stop: at most 4' "${GEN[@]}" --prompt "a" -n 2 --stop a --stop b --stop c --stop d \
+    --stop e
+expect_status "--stop with --print-ids" 1 '--stop .*--print-ids' "${GEN[@]}" --prompt "a" -n 2 --stop a --print-ids
+
+if [ -z "$PY" ]; then
+    echo "SKIPPED: --stop on generated text (python3 is needed to work out the expected text)"
+else
+    # a model with a byte-level BPE (tests/tokenizer/fixtures): text with characters of several bytes,
+    # which tokens of one byte cut
+    sed 's/"vocab_size":[^,]*/"vocab_size": 540/' "$S/m/config.json" >"$S/c540.json"
+    expect_ok "fixture: a model of 540 tokens" "$DT" init --config "$S/c540.json" --out "$S/bm"
+    rm -f "$S/bm/difftrans_tokenizer.json"
+    cp "$(dirname "$0")/tokenizer/fixtures/bytelevel_gpt2.json" "$S/bm/tokenizer.json"
+    BGEN=("$DT" generate "$S/bm" --threads 1 --prompt "Zq" -n 60 --temperature 1.5 --seed 3)
+    expect_ok "generate without --stop" "${BGEN[@]}" && cp "$S/last.out" "$S/full.txt"
+    # the stop strings picked from the text generated, and what generate must print with them: the
+    # text cut where it first holds one (OpenAI's stop), the rest never printed
+    check "stop strings from the text" "$PY" - "$S" <<'PYEOF'
+import os, sys
+d = sys.argv[1]
+full = open(os.path.join(d, "full.txt"), encoding="utf-8").read()
+assert full.startswith("Zq") and full.endswith("\n"), repr(full[:40])
+c = full[2:-1]
+assert len(c) > 30, repr(c)
+def cut(stops):
+    for e in range(1, len(c) + 1):
+        hits = [e - len(s) for s in stops if c[:e].endswith(s)]
+        if hits:
+            return c[:min(hits)]
+    return c
+clean = lambda s: "\n" not in s and "\0" not in s
+cases = {}
+# spans tokens: four characters from the middle
+i = next(i for i in range(8, len(c) - 4) if clean(c[i:i + 4]))
+cases["span"] = [c[i:i + 4]]
+# begins with a character of several bytes (generated as tokens of its bytes or more)
+j = next(j for j in range(len(c) - 1) if ord(c[j]) > 0x7F and c[j] != "\ufffd" and clean(c[j:j + 2]))
+cases["multibyte"] = [c[j:j + 2]]
+# never completes: the text's last characters begin it (held back while streaming, printed at the end)
+cases["never"] = [c[-2:] + "\u2603\u2603"]
+# two, one inside the other: the one whose end comes first cuts, not the one that starts first
+k = next(k for k in range(8, len(c) - 6) if clean(c[k:k + 6]) and c.index(c[k + 2]) == k + 2)
+cases["two"] = [c[k:k + 6], c[k + 2]]
+# the prompt's text is not the generated text
+cases["prompt"] = ["Zq"]
+for name, stops in cases.items():
+    assert all(clean(s) and s for s in stops), (name, stops)
+    for n, s in enumerate(stops):
+        open(os.path.join(d, "stop_%s_%d" % (name, n)), "w", encoding="utf-8").write(s)
+    open(os.path.join(d, "want_%s" % name), "w", encoding="utf-8").write("Zq" + cut(stops) + "\n")
+assert cut(cases["span"]) != c and cut(cases["multibyte"]) != c and cut(cases["never"]) == c
+assert cut(cases["two"]) == c[:k + 2]
+assert "Zq" in c or cut(cases["prompt"]) == c
+PYEOF
+    for name in span multibyte never two prompt; do
+        args=()
+        for f in "$S"/stop_"$name"_*; do args+=(--stop "$(<"$f")"); done
+        expect_ok "--stop ($name)" "${BGEN[@]}" "${args[@]}"
+        check "--stop ($name): the text cut before the stop string" cmp "$S/last.out" "$S/want_$name"
+    done
+fi
 
 finish cli_generate

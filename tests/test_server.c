@@ -1,7 +1,7 @@
 /* test_server.c — the pure parts of `difftrans serve` (server/text.c, server/chat.c): text sent
- * in whole characters and always valid UTF-8, stop strings found and held back, and the chat
- * templates written as their published Jinja renders them. The HTTP side is tested through the
- * OpenAI SDK (tests/serve/). */
+ * in whole characters and always valid UTF-8, stop strings held back (test_stop has the library's
+ * search), and the chat templates written as their published Jinja renders them. The HTTP side is
+ * tested through the OpenAI SDK (tests/serve/). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -62,35 +62,6 @@ static void test_utf8_repair(void **state) {
 }
 
 /* ---------------------------------------------------------------- stop strings */
-
-static void test_stop_find(void **state) {
-    (void)state;
-    const char *stops[] = {"wor", "lo", ""};
-    const char *t = "hello world";
-    assert_int_equal(srv_stop_find(t, strlen(t), stops, 3), 3);  /* the earliest, not the first listed */
-    assert_int_equal(srv_stop_find(t, strlen(t), stops, 1), 6);
-    assert_int_equal(srv_stop_find(t, 4, stops, 3), -1);          /* "lo" is not inside "hell" */
-    assert_int_equal(srv_stop_find(t, strlen(t), stops + 2, 1), -1); /* an empty stop never matches */
-    const char *nl[] = {"\n\n"};
-    assert_int_equal(srv_stop_find("a\nb\n\nc", 6, nl, 1), 3);
-}
-
-static void test_stop_holdback(void **state) {
-    (void)state;
-    const char *stops[] = {"world", "wx", "abc"};
-    assert_int_equal(srv_stop_holdback("hello wor", 9, stops, 3), 3);
-    assert_int_equal(srv_stop_holdback("hello w", 7, stops, 3), 1);
-    assert_int_equal(srv_stop_holdback("hello", 5, stops, 3), 0);
-    assert_int_equal(srv_stop_holdback("xxab", 4, stops, 3), 2);
-    /* a whole stop string is no prefix still to come (srv_stop_find has it) */
-    assert_int_equal(srv_stop_holdback("abc", 3, stops + 2, 1), 0);
-    /* the longest over all stops */
-    const char *two[] = {"ab", "bab"};
-    assert_int_equal(srv_stop_holdback("xba", 3, two, 2), 2);
-    /* the text shorter than the stop */
-    const char *longer[] = {"hello"};
-    assert_int_equal(srv_stop_holdback("he", 2, longer, 1), 2);
-}
 
 static void test_text_sendable(void **state) {
     (void)state;
@@ -486,7 +457,6 @@ static void test_chat_detect(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_repair),
-        cmocka_unit_test(test_stop_find),     cmocka_unit_test(test_stop_holdback),
         cmocka_unit_test(test_text_sendable),
         cmocka_unit_test(test_token_start),   cmocka_unit_test(test_offsets),
         cmocka_unit_test(test_text_place),
