@@ -552,8 +552,8 @@ typedef struct {
 
 /* Pick the next token from logits [V] (modified in place: they become probabilities).
  * temperature 0 → argmax (the first of equal largest; NaN is never chosen); otherwise
- * softmax(logits / T) restricted to the top-k tokens and to the smallest set whose probability
- * reaches top_p. scratch holds V entries. */
+ * softmax(logits / T) restricted to the top-k tokens and, of those (renormalised, as transformers
+ * and vLLM), to the smallest set whose probability reaches top_p. scratch holds V entries. */
 int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch);
 
 /* Why dt_generate stopped (which reports a failure as its error instead), or a serving engine's

@@ -678,6 +678,27 @@ static void test_sample_greedy_and_truncation(void **state) {
     }
 }
 
+/* top-k then top-p: top-p counts the probabilities of the top-k tokens renormalised (transformers'
+ * TopPLogitsWarper softmaxes what TopKLogitsWarper left; vLLM's apply_top_k_top_p likewise). */
+static void test_sample_top_k_then_top_p(void **state) {
+    (void)state;
+    const float probs[5] = {0.05f, 0.5f, 0.1f, 0.2f, 0.15f};
+    float logits[5], work[5];
+    dt_prob_index scratch[5];
+    for (int i = 0; i < 5; i++) logits[i] = logf(probs[i]);
+    uint64_t rng = 3;
+    /* the top 3 renormalised are 0.59, 0.24, 0.18: top-p 0.8 keeps two (of the whole vocabulary's
+     * probabilities, 0.5 + 0.2 fell short and kept three) */
+    const dt_sampler s = {.temperature = 1, .top_k = 3, .top_p = 0.8f};
+    for (int t = 0; t < 50; t++) {
+        memcpy(work, logits, sizeof work);
+        const int id = dt_sample(work, 5, &s, &rng, scratch);
+        assert_true(id == 1 || id == 3);
+        assert_true(fabsf(work[1] - 0.5f / 0.7f) < 1e-5f && fabsf(work[3] - 0.2f / 0.7f) < 1e-5f);
+        assert_true(work[0] == 0 && work[2] == 0 && work[4] == 0);
+    }
+}
+
 /* The step time of 4 decoding rows and k prompt rows from position P on, as measured for config E
  * q8_0 on 2 threads (ms): a fixed cost for the first prompt row that grows with P (the slot's
  * cache is read once per chunk), and a cost per row that grows with the positions it attends. */
@@ -766,6 +787,7 @@ static void test_decode_reference_median(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_greedy_and_truncation),
+        cmocka_unit_test(test_sample_top_k_then_top_p),
         cmocka_unit_test(test_batch_matches_decode_step),
         cmocka_unit_test(test_batch_chunking_same_bits),
         cmocka_unit_test(test_batch_refusals),

@@ -63,7 +63,12 @@ int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_
     int n = V;
     if ((s->top_k > 0 && s->top_k < V) || s->top_p < 1.0f) {
         qsort(scratch, (size_t)V, sizeof *scratch, by_prob_desc);
-        if (s->top_k > 0 && s->top_k < n) n = s->top_k;
+        if (s->top_k > 0 && s->top_k < n) {
+            n = s->top_k;
+            /* top-p counts the top-k tokens' probabilities renormalised, as transformers and vLLM do */
+            sum = 0;
+            for (int i = 0; i < n; i++) sum += scratch[i].p;
+        }
         if (s->top_p < 1.0f) {
             float cum = 0;
             for (int i = 0; i < n; i++) {
