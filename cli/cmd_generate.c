@@ -25,6 +25,8 @@ static void help(void) {
            "  --temperature X     0 = greedy (argmax) [0.8]\n"
            "  --top-k N           sample only among the N most likely tokens, 0 = off [0]\n"
            "  --top-p X           nucleus sampling threshold, 1 = off [0.95]\n"
+           "  --min-p X           keep only tokens at least X times as likely as the most likely one\n"
+           "                      (after --temperature, before --top-k and --top-p, as vLLM), 0 = off [0]\n"
            "  --seed N            sampling seed [42]\n"
            "  --stop STR          end where the generated text holds STR (valid UTF-8, not printed, as\n"
            "                      OpenAI's stop); up to 4 (--stop A --stop B); while streaming, text that\n"
@@ -211,13 +213,14 @@ int cmd_generate(int argc, char **argv) {
         {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
         {"kv-cache", required_argument, 0, 'K'}, {"timings", no_argument, 0, 'G'},
         {"warmup", no_argument, 0, 'W'},         {"prompt-file", required_argument, 0, 'F'},
-        {"stop", required_argument, 0, 'S'},      {0, 0, 0, 0},
+        {"stop", required_argument, 0, 'S'},      {"min-p", required_argument, 0, 'm'},
+        {0, 0, 0, 0},
     };
     const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL, *prompt_file = NULL;
     dt_kv_dtype kv_dtype = DT_KV_F32;
     int n_gen = 200, threads = 0, print_ids = 0, timings = 0, warmup = 0;
     int given_n = 0, given_t = 0, given_k = 0, given_p = 0; /* over generation_config.json's defaults */
-    dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f};
+    dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .min_p = 0.0f};
     uint64_t seed = 42;
     const char *stops[DT_MAX_STOP_STRINGS];
     int n_stops = 0;
@@ -250,6 +253,7 @@ int cmd_generate(int argc, char **argv) {
             if (!bad && !(sampler.top_p > 0 && sampler.top_p <= 1))
                 bad = cli_error(cmd, "--top-p %s: must be in (0, 1] (1 = off)", optarg);
             break;
+        case 'm': bad = parse_float(cmd, "--min-p", optarg, 0, 1, &sampler.min_p); break;
         case 's': bad = parse_u64(cmd, "--seed", optarg, &seed); break;
         case 'I': print_ids = 1; break;
         case 'G': timings = 1; break;
@@ -300,8 +304,8 @@ int cmd_generate(int argc, char **argv) {
         if (!given_p) sampler.top_p = defaults.sampler.top_p;
         if (sampler.temperature == 0) fprintf(stderr, "sampling: greedy");
         else
-            fprintf(stderr, "sampling: temperature %g, top-k %d, top-p %g", (double)sampler.temperature, sampler.top_k,
-                    (double)sampler.top_p);
+            fprintf(stderr, "sampling: temperature %g, top-k %d, top-p %g, min-p %g", (double)sampler.temperature,
+                    sampler.top_k, (double)sampler.top_p, (double)sampler.min_p);
         fprintf(stderr, " (generation_config.json's, where no flag says)\n");
     }
     if (rc != 0) /* named above */;

@@ -543,6 +543,8 @@ typedef struct {
     float temperature;           /* 0 = greedy */
     int top_k;                   /* 0 = off */
     float top_p;                 /* 1 = off */
+    float min_p;                 /* 0 = off: keep the tokens whose probability is at least min_p × the top
+                                    token's */
 } dt_sampler;
 
 typedef struct {
@@ -552,8 +554,14 @@ typedef struct {
 
 /* Pick the next token from logits [V] (modified in place: they become probabilities).
  * temperature 0 → argmax (the first of equal largest; NaN is never chosen); otherwise
- * softmax(logits / T) restricted to the top-k tokens and, of those (renormalised, as transformers
- * and vLLM), to the smallest set whose probability reaches top_p. scratch holds V entries. */
+ * softmax(logits / T), then min-p, top-k and top-p in vLLM's order: the tokens whose probability
+ * is at least min_p × the top token's, of those the top-k, and of those (renormalised, as
+ * transformers and vLLM) the smallest set whose probability reaches top_p. min-p comes after the
+ * temperature as in vLLM and transformers (llama.cpp's default chain applies the temperature last,
+ * so that its min-p sees the untempered probabilities) and before top-p as in vLLM (llama.cpp's
+ * chain and transformers apply it after top-p, keeping what both keep of the whole distribution,
+ * where vLLM's top-p counts what min-p kept, renormalised); with top-k the order does not matter.
+ * scratch holds V entries. */
 int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_index *scratch);
 
 /* Why dt_generate stopped (which reports a failure as its error instead), or a serving engine's
@@ -568,7 +576,7 @@ typedef enum {
 
 typedef struct {
     int max_new_tokens;          /* tokens to generate at most (0: none) [200] */
-    dt_sampler sampler;          /* [temperature 0.8, top_k 0, top_p 0.95] */
+    dt_sampler sampler;          /* [temperature 0.8, top_k 0, top_p 0.95, min_p 0] */
     uint64_t seed;               /* the sampler's stream [42] */
     dt_kv_dtype kv_cache;        /* storage of the cached keys and values [F32] */
     /* Generation ends at any of these ids (not added to the sequence); n_stop < 0: the model's own

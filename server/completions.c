@@ -595,7 +595,7 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     if (!j->model) return srv_fail(e, 500, "server_error", NULL, NULL, "out of memory");
 
     long max_tokens = chat ? -1 : 16, n = 1, top_k = 0, logprobs = -1, top_logprobs = 0, seed = 0;
-    double temperature = 1.0, top_p = 1.0;
+    double temperature = 1.0, top_p = 1.0, min_p = 0.0;
     int stream = 0, echo = 0, want_lp = 0;
     if (get_int(root, "max_tokens", 0, 1L << 30, &max_tokens, e) != 0) return -1;
     if (chat && get_int(root, "max_completion_tokens", 0, 1L << 30, &max_tokens, e) != 0) return -1;
@@ -603,6 +603,8 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     if (get_num(root, "top_p", 0, 1, &top_p, e) != 0) return -1;
     if (field(root, "top_p") && top_p <= 0) return srv_bad(e, "top_p", "top_p 0: must be in (0, 1]");
     if (get_int(root, "top_k", 0, s->m->cfg.vocab_size, &top_k, e) != 0) return -1;
+    /* vLLM's and llama.cpp's server's field (not OpenAI's): read, where it was ignored */
+    if (get_num(root, "min_p", 0, 1, &min_p, e) != 0) return -1;
     if (get_int(root, "seed", -(1L << 62), 1L << 62, &seed, e) != 0) return -1;
     if (get_int(root, "n", 1, MAX_N, &n, e) != 0) return -1;
     if (get_bool(root, "stream", &stream, e) != 0) return -1;
@@ -639,6 +641,7 @@ static int parse_request(srv_job *j, const cJSON *root, srv_err *e) {
     j->sampler.temperature = (float)temperature;
     j->sampler.top_p = (float)top_p;
     j->sampler.top_k = (int)top_k;
+    j->sampler.min_p = (float)min_p;
     /* without a seed every request draws its own (as OpenAI's: the same request twice at a
      * temperature gave the same text, a fixed default seed): the request's serial, mixed */
     j->seed = field(root, "seed") ? (uint64_t)seed : mix64(j->serial);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# cli_generate.sh — what `difftrans generate` reads and where it stops: --prompt-file, --stop, on
-# untrained models (their text is what they sample, so every expected output is worked out here from
-# a run without the option).
+# cli_generate.sh — what `difftrans generate` reads, samples and where it stops: --prompt-file,
+# --min-p, --stop, on untrained models (their text is what they sample, so every expected output is
+# worked out here from a run without the option).
 # usage: cli_generate.sh PATH_TO_difftrans SCRATCH_DIR
 . "$(dirname "$0")/cli_lib.sh" "$@"
 
@@ -45,6 +45,19 @@ expect_status "--prompt-file and --prompt" 1 'not --prompt and --prompt-file' \
     "${GEN[@]}" --prompt-file "$S/p.txt" --prompt "a" -n 2
 expect_status "--prompt-file and --prompt-ids" 1 'not --prompt-file and --prompt-ids' \
     "${GEN[@]}" --prompt-file "$S/p.txt" --prompt-ids "1" -n 2
+
+# ---------------------------------------------------------------- --min-p
+
+expect_ok "greedy" "${GEN[@]}" --prompt "The" -n 12 --temperature 0 --print-ids && cp "$S/last.out" "$S/greedy.ids"
+# min-p 1 keeps the most likely token alone: greedy, at any temperature
+expect_ok "--min-p 1 at temperature 1.5" "${GEN[@]}" --prompt "The" -n 12 --temperature 1.5 --top-p 1 --min-p 1 --print-ids
+check "--min-p 1 is greedy" cmp "$S/last.out" "$S/greedy.ids"
+expect_ok "sampling" "${GEN[@]}" --prompt "The" -n 12 --temperature 1.5 --seed 4 --print-ids && cp "$S/last.out" "$S/s.ids"
+expect_ok "--min-p 0" "${GEN[@]}" --prompt "The" -n 12 --temperature 1.5 --seed 4 --min-p 0 --print-ids
+check "--min-p 0 is off (the default)" cmp "$S/last.out" "$S/s.ids"
+for bad in 2 -0.1 abc nan; do
+    expect_status "--min-p $bad" 1 "--min-p" "${GEN[@]}" --prompt "a" -n 2 --min-p "$bad"
+done
 
 # ---------------------------------------------------------------- --stop
 

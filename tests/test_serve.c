@@ -699,6 +699,112 @@ static void test_sample_top_k_then_top_p(void **state) {
     }
 }
 
+/* The probabilities dt_sample draws from, worked out the plain way in double precision: softmax of
+ * logits / T; the tokens at least min_p times as likely as the most likely; of those the top_k; of
+ * those, renormalised, the fewest (most likely first) whose probability reaches top_p. */
+static void reference_probs(const float *logits, int V, double T, int top_k, double top_p, double min_p, double *p) {
+    double mx = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) mx = fmax(mx, logits[i]);
+    for (int i = 0; i < V; i++) sum += p[i] = exp((logits[i] - mx) / T);
+    double top = 0;
+    for (int i = 0; i < V; i++) top = fmax(top, p[i] / sum);
+    int order[64];
+    int n = 0;
+    for (int i = 0; i < V; i++)
+        if (p[i] / sum >= min_p * top) order[n++] = i;
+    for (int a = 0; a < n; a++) /* most likely first, the lower id first among equals */
+        for (int b = a + 1; b < n; b++)
+            if (p[order[b]] > p[order[a]] || (p[order[b]] == p[order[a]] && order[b] < order[a])) {
+                const int t = order[a];
+                order[a] = order[b];
+                order[b] = t;
+            }
+    if (top_k > 0 && top_k < n) n = top_k;
+    double kept = 0;
+    for (int i = 0; i < n; i++) kept += p[order[i]];
+    if (top_p < 1) {
+        double cum = 0;
+        for (int i = 0; i < n; i++) {
+            cum += p[order[i]] / kept;
+            if (cum >= top_p) {
+                n = i + 1;
+                break;
+            }
+        }
+    }
+    kept = 0;
+    for (int i = 0; i < n; i++) kept += p[order[i]];
+    double q[64] = {0};
+    for (int i = 0; i < n; i++) q[order[i]] = p[order[i]] / kept;
+    for (int i = 0; i < V; i++) p[i] = q[i];
+}
+
+/* dt_sample's probabilities (what it leaves in logits) against reference_probs, and every draw
+ * from the tokens it keeps. Returns how many tokens it kept. */
+static int check_against_reference(const float *logits, int V, const dt_sampler *s, uint64_t *rng) {
+    float work[64];
+    dt_prob_index scratch[64];
+    double want[64];
+    reference_probs(logits, V, s->temperature, s->top_k, s->top_p, s->min_p, want);
+    int kept = 0;
+    for (int t = 0; t < 50; t++) {
+        memcpy(work, logits, (size_t)V * sizeof *work);
+        const int id = dt_sample(work, V, s, rng, scratch);
+        assert_true(id >= 0 && id < V && want[id] > 0);
+        kept = 0;
+        for (int i = 0; i < V; i++) {
+            assert_true(fabs(work[i] - want[i]) <= 1e-5); /* fails on NaN */
+            assert_true((work[i] > 0) == (want[i] > 0));
+            kept += want[i] > 0;
+        }
+    }
+    return kept;
+}
+
+/* min-p: the tokens at least min_p times as likely as the most likely, after the temperature and
+ * before top-k and top-p (vLLM's order), on distributions where min-p keeps another set than top-p
+ * and where the orders disagree; random ones against the reference. */
+static void test_sample_min_p(void **state) {
+    (void)state;
+    const double probs[5] = {0.5, 0.2, 0.15, 0.1, 0.05};
+    float logits[5];
+    for (int i = 0; i < 5; i++) logits[i] = (float)log(probs[(i + 2) % 5]); /* the top token is not id 0 */
+    uint64_t rng = 11;
+    /* min-p 0.25: 0.5, 0.2 and 0.15 (at least 0.125); top-p 0.9 alone keeps 0.1 too */
+    const dt_sampler min_p = {.temperature = 1, .top_k = 0, .top_p = 1, .min_p = 0.25f};
+    assert_int_equal(check_against_reference(logits, 5, &min_p, &rng), 3);
+    const dt_sampler top_p = {.temperature = 1, .top_k = 0, .top_p = 0.9f};
+    assert_int_equal(check_against_reference(logits, 5, &top_p, &rng), 4);
+    /* both: top-p 0.8 over min-p's three renormalised (0.59, 0.24, 0.18) keeps two, where top-p
+     * over the whole distribution then min-p (llama.cpp's and transformers' order) keeps three */
+    const dt_sampler both = {.temperature = 1, .top_k = 0, .top_p = 0.8f, .min_p = 0.25f};
+    assert_int_equal(check_against_reference(logits, 5, &both, &rng), 2);
+    /* after the temperature: at T 2 min-p 0.5 keeps three (ratios √0.4, √0.3), at T 1 the top alone */
+    const dt_sampler hot = {.temperature = 2, .top_k = 0, .top_p = 1, .min_p = 0.5f};
+    assert_int_equal(check_against_reference(logits, 5, &hot, &rng), 3);
+    const dt_sampler cool = {.temperature = 1, .top_k = 0, .top_p = 1, .min_p = 0.5f};
+    assert_int_equal(check_against_reference(logits, 5, &cool, &rng), 1);
+    /* with top-k: the fewer of the two */
+    const dt_sampler k2 = {.temperature = 1, .top_k = 2, .top_p = 1, .min_p = 0.25f};
+    assert_int_equal(check_against_reference(logits, 5, &k2, &rng), 2);
+    const dt_sampler k4 = {.temperature = 1, .top_k = 4, .top_p = 1, .min_p = 0.25f};
+    assert_int_equal(check_against_reference(logits, 5, &k4, &rng), 3);
+    /* min-p 1: the most likely alone, as greedy */
+    const dt_sampler one = {.temperature = 1, .top_k = 0, .top_p = 1, .min_p = 1};
+    assert_int_equal(check_against_reference(logits, 5, &one, &rng), 1);
+    /* random distributions and settings */
+    uint64_t r = 0x9E3779B97F4A7C15ULL;
+    for (int trial = 0; trial < 300; trial++) {
+        float l[48];
+        for (int i = 0; i < 48; i++) l[i] = (float)((dt_rng_uniform(&r) - 0.5) * 8);
+        const dt_sampler s = {.temperature = 0.3f + 2 * dt_rng_uniform(&r),
+                              .top_k = trial % 3 ? 0 : 1 + (int)(dt_rng_uniform(&r) * 20),
+                              .top_p = trial % 2 ? 1.0f : 0.2f + 0.8f * dt_rng_uniform(&r),
+                              .min_p = trial % 5 ? dt_rng_uniform(&r) * 0.6f : 0.0f};
+        check_against_reference(l, 48, &s, &rng);
+    }
+}
+
 /* The step time of 4 decoding rows and k prompt rows from position P on, as measured for config E
  * q8_0 on 2 threads (ms): a fixed cost for the first prompt row that grows with P (the slot's
  * cache is read once per chunk), and a cost per row that grows with the positions it attends. */
@@ -788,6 +894,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_sample_greedy_and_truncation),
         cmocka_unit_test(test_sample_top_k_then_top_p),
+        cmocka_unit_test(test_sample_min_p),
         cmocka_unit_test(test_batch_matches_decode_step),
         cmocka_unit_test(test_batch_chunking_same_bits),
         cmocka_unit_test(test_batch_refusals),

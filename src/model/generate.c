@@ -54,15 +54,19 @@ int dt_sample(float *logits, int V, const dt_sampler *s, uint64_t *rng, dt_prob_
     const int best = argmax(logits, V);
     if (s->temperature <= 0.0f) return best;
 
+    /* weights relative to the top token's (1), so that min-p's bound is min_p itself; 0 keeps them all */
     float sum = 0;
+    int n = 0;
     for (int i = 0; i < V; i++) {
-        scratch[i].p = expf((logits[i] - logits[best]) / s->temperature);
-        scratch[i].id = i;
-        sum += scratch[i].p;
+        const float p = expf((logits[i] - logits[best]) / s->temperature);
+        if (p < s->min_p) continue;
+        scratch[n].p = p;
+        scratch[n].id = i;
+        sum += p;
+        n++;
     }
-    int n = V;
-    if ((s->top_k > 0 && s->top_k < V) || s->top_p < 1.0f) {
-        qsort(scratch, (size_t)V, sizeof *scratch, by_prob_desc);
+    if ((s->top_k > 0 && s->top_k < n) || s->top_p < 1.0f) {
+        qsort(scratch, (size_t)n, sizeof *scratch, by_prob_desc);
         if (s->top_k > 0 && s->top_k < n) {
             n = s->top_k;
             /* top-p counts the top-k tokens' probabilities renormalised, as transformers and vLLM do */
@@ -116,10 +120,12 @@ static int check_generate(const dt_model *m, const int *prompt, int n_prompt, co
     if (o->max_new_tokens < 0) return dt_fail(err, "generate: max_new_tokens %d is negative", o->max_new_tokens);
     if (o->n_stop > DT_MAX_EOS) return dt_fail(err, "generate: %d stop ids (at most %d)", o->n_stop, DT_MAX_EOS);
     if (o->n_stop > 0 && !o->stop_ids) return dt_fail(err, "generate: n_stop %d but no stop_ids", o->n_stop);
-    if (!(o->sampler.temperature >= 0) || !(o->sampler.top_p > 0 && o->sampler.top_p <= 1) || o->sampler.top_k < 0)
-        return dt_fail(err, "sampler temperature %g, top_p %g, top_k %d: need temperature >= 0, top_p in "
-                            "(0, 1], top_k >= 0",
-                       (double)o->sampler.temperature, (double)o->sampler.top_p, o->sampler.top_k);
+    if (!(o->sampler.temperature >= 0) || !(o->sampler.top_p > 0 && o->sampler.top_p <= 1) || o->sampler.top_k < 0 ||
+        !(o->sampler.min_p >= 0 && o->sampler.min_p <= 1))
+        return dt_fail(err, "sampler temperature %g, top_p %g, top_k %d, min_p %g: need temperature >= 0, top_p in "
+                            "(0, 1], top_k >= 0, min_p in [0, 1]",
+                       (double)o->sampler.temperature, (double)o->sampler.top_p, o->sampler.top_k,
+                       (double)o->sampler.min_p);
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= c->vocab_size)
             return dt_fail(err, "generate: prompt token %d at position %d is outside the vocabulary [0, %d)", prompt[i],

@@ -185,10 +185,10 @@ static int check_request(const dt_engine *e, const dt_engine_request_options *r,
     if (r->top_logprobs > DT_MAX_TOP_LOGPROBS)
         return dt_fail(err, "engine: top_logprobs %d (at most %d)", r->top_logprobs, DT_MAX_TOP_LOGPROBS);
     const dt_sampler *s = &r->sampler;
-    if (!(s->temperature >= 0) || !(s->top_p > 0 && s->top_p <= 1) || s->top_k < 0)
-        return dt_fail(err, "engine: sampler temperature %g, top_p %g, top_k %d: need temperature >= 0, top_p in "
-                            "(0, 1], top_k >= 0",
-                       (double)s->temperature, (double)s->top_p, s->top_k);
+    if (!(s->temperature >= 0) || !(s->top_p > 0 && s->top_p <= 1) || s->top_k < 0 || !(s->min_p >= 0 && s->min_p <= 1))
+        return dt_fail(err, "engine: sampler temperature %g, top_p %g, top_k %d, min_p %g: need temperature >= 0, "
+                            "top_p in (0, 1], top_k >= 0, min_p in [0, 1]",
+                       (double)s->temperature, (double)s->top_p, s->top_k, (double)s->min_p);
     return 0;
 }
 

@@ -150,12 +150,16 @@ test('completions: sampling with n > 1 gives different choices; a seed reproduce
   assert.notDeepEqual(texts(d), texts(a), 'without a seed, the choices of seed 123');
 });
 
-test('completions: top_k 1 and a tiny top_p are greedy at temperature 1; max_tokens defaults to 16', async () => {
+test('completions: top_k 1, a tiny top_p and min_p 1 are greedy at temperature 1; max_tokens defaults to 16', async () => {
   const exp = E.diff.greedy.find((g) => g.prompt === 'You may' && g.max_tokens === 24);
   const k = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 1, top_k: 1, seed: 5 });
   checkGreedy(k.choices[0], exp, 'diff', 'top_k 1');
   const p = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 1, top_p: 1e-6, seed: 5 });
   checkGreedy(p.choices[0], exp, 'diff', 'top_p 1e-6');
+  // min_p (vLLM's field): 1 keeps the most likely token alone; read, not ignored
+  const mp = await main.completions.create({ model: 'm', prompt: exp.prompt, max_tokens: 24, temperature: 1, top_p: 1, min_p: 1,
+    seed: 5 });
+  checkGreedy(mp.choices[0], exp, 'diff', 'min_p 1');
   const d = await main.completions.create({ model: 'm', prompt: exp.prompt, temperature: 0 });
   if (finishOf(exp, 'diff') === 'length') assert.equal(d.usage.completion_tokens, 16, 'max_tokens defaults to 16');
   assert.ok(exp.text.startsWith(d.choices[0].text), `${JSON.stringify(d.choices[0].text)} is not a prefix of ${JSON.stringify(exp.text)}`);
@@ -802,6 +806,7 @@ test('errors: wrong types and invalid values name the field', async () => {
     [{ prompt: 'x', max_tokens: 'x' }, 'max_tokens'], [{ prompt: 'x', max_tokens: -1 }, 'max_tokens'], [{ prompt: 'x', max_tokens: 2.5 }, 'max_tokens'],
     [{ prompt: 'x', temperature: 'hot' }, 'temperature'], [{ prompt: 'x', temperature: -1 }, 'temperature'],
     [{ prompt: 'x', top_p: 1.5 }, 'top_p'], [{ prompt: 'x', top_k: -1 }, 'top_k'],
+    [{ prompt: 'x', min_p: 1.5 }, 'min_p'], [{ prompt: 'x', min_p: -0.1 }, 'min_p'], [{ prompt: 'x', min_p: 'x' }, 'min_p'],
     [{ prompt: 'x', n: 0 }, 'n'], [{ prompt: 'x', n: 17 }, 'n'], [{ prompt: 'x', stream: 'yes' }, 'stream'],
     [{ prompt: 'x', echo: 1 }, 'echo'], [{ prompt: 'x', stop: 5 }, 'stop'], [{ prompt: 'x', stop: ['a', 'b', 'c', 'd', 'e'] }, 'stop'],
     [{ prompt: 'x', seed: 'x' }, 'seed'], [{ prompt: 'x', logprobs: -1 }, 'logprobs'], [{ prompt: 'x', presence_penalty: 0.5 }, 'presence_penalty'],
