@@ -12,9 +12,9 @@ static void help(void) {
            "                          [options]\n\n"
            "Feeds the prompt through the model in batched chunks (its matrix products over many rows at\n"
            "once), then continues it one token at a time through a KV cache and streams the text.\n"
-           "Where the model's generation_config.json sets do_sample, temperature, top_k or top_p, they\n"
-           "are the defaults of the flags below, read as transformers' generate reads them (without\n"
-           "do_sample true: greedy; with it, top_k 50 unless set); its max_new_tokens is -n's.\n\n"
+           "Where the model's generation_config.json sets do_sample, temperature, top_k, top_p or\n"
+           "min_p, they are the defaults of the flags below, read as transformers' generate reads them\n"
+           "(without do_sample true: greedy; with it, top_k 50 unless set); its max_new_tokens is -n's.\n\n"
            "  --prompt TEXT       prompt text, encoded with the model's tokenizer.json (BOS added as\n"
            "                      transformers does), or as bytes for a byte-level model [\"\" → BOS, or\n"
            "                      byte '\\n']; generation stops at an eos_token_id (generation_config.json)\n"
@@ -219,7 +219,7 @@ int cmd_generate(int argc, char **argv) {
     const char *cmd = "generate", *prompt = NULL, *prompt_ids = NULL, *prompt_file = NULL;
     dt_kv_dtype kv_dtype = DT_KV_F32;
     int n_gen = 200, threads = 0, print_ids = 0, timings = 0, warmup = 0;
-    int given_n = 0, given_t = 0, given_k = 0, given_p = 0; /* over generation_config.json's defaults */
+    int given_n = 0, given_t = 0, given_k = 0, given_p = 0, given_m = 0; /* over generation_config.json's */
     dt_sampler sampler = {.temperature = 0.8f, .top_k = 0, .top_p = 0.95f, .min_p = 0.0f};
     uint64_t seed = 42;
     const char *stops[DT_MAX_STOP_STRINGS];
@@ -253,7 +253,7 @@ int cmd_generate(int argc, char **argv) {
             if (!bad && !(sampler.top_p > 0 && sampler.top_p <= 1))
                 bad = cli_error(cmd, "--top-p %s: must be in (0, 1] (1 = off)", optarg);
             break;
-        case 'm': bad = parse_float(cmd, "--min-p", optarg, 0, 1, &sampler.min_p); break;
+        case 'm': bad = parse_float(cmd, "--min-p", optarg, 0, 1, &sampler.min_p), given_m = 1; break;
         case 's': bad = parse_u64(cmd, "--seed", optarg, &seed); break;
         case 'I': print_ids = 1; break;
         case 'G': timings = 1; break;
@@ -302,6 +302,7 @@ int cmd_generate(int argc, char **argv) {
         if (!given_t) sampler.temperature = defaults.sampler.temperature;
         if (!given_k) sampler.top_k = defaults.sampler.top_k;
         if (!given_p) sampler.top_p = defaults.sampler.top_p;
+        if (!given_m) sampler.min_p = defaults.sampler.min_p;
         if (sampler.temperature == 0) fprintf(stderr, "sampling: greedy");
         else
             fprintf(stderr, "sampling: temperature %g, top-k %d, top-p %g, min-p %g", (double)sampler.temperature,

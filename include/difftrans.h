@@ -604,9 +604,9 @@ typedef struct {
 void dt_generate_defaults(dt_generate_options *o);
 /* What the model's generation_config.json asks of generate, as transformers' generate reads it:
  * its max_new_tokens into o->max_new_tokens when it has one; and 1, with o->sampler filled, when it
- * sets any of do_sample, temperature, top_k, top_p — without do_sample true that is greedy
- * (transformers' default), with it temperature, top_k and top_p default to transformers' 1, 50 and
- * 1; 0, the sampler untouched, when it sets none (or the model has no generation_config.json); -1
+ * sets any of do_sample, temperature, top_k, top_p, min_p — without do_sample true that is greedy
+ * (transformers' default), with it temperature, top_k, top_p and min_p default to transformers' 1,
+ * 50, 1 and off; 0, the sampler untouched, when it sets none (or the model has no generation_config.json); -1
  * on a value of the wrong type or range, naming the key. */
 int dt_model_generation_defaults(const dt_model *m, dt_generate_options *o, dt_error *err);
 /* The model's end-of-sequence ids into ids[DT_MAX_EOS]: generation_config.json's eos_token_id,

@@ -55,6 +55,14 @@ check "--min-p 1 is greedy" cmp "$S/last.out" "$S/greedy.ids"
 expect_ok "sampling" "${GEN[@]}" --prompt "The" -n 12 --temperature 1.5 --seed 4 --print-ids && cp "$S/last.out" "$S/s.ids"
 expect_ok "--min-p 0" "${GEN[@]}" --prompt "The" -n 12 --temperature 1.5 --seed 4 --min-p 0 --print-ids
 check "--min-p 0 is off (the default)" cmp "$S/last.out" "$S/s.ids"
+# generation_config.json's min_p is --min-p's default, as transformers' generate reads it
+cp -r "$S/m" "$S/m_gc"
+printf '{"do_sample": true, "temperature": 1.5, "top_k": 0, "top_p": 0.95, "min_p": 1.0}\n' >"$S/m_gc/generation_config.json"
+expect_ok "generation_config.json's min_p 1" "$DT" generate "$S/m_gc" --threads 1 --prompt "The" -n 12 --print-ids
+check "generation_config.json's min_p 1 is greedy" cmp "$S/last.out" "$S/greedy.ids"
+out_has "it says so" "$S/last.err" 'min-p 1 \(generation_config'
+expect_ok "--min-p 0 over it" "$DT" generate "$S/m_gc" --threads 1 --prompt "The" -n 12 --seed 4 --min-p 0 --print-ids
+check "--min-p 0 over generation_config.json's: sampling again" cmp "$S/last.out" "$S/s.ids"
 for bad in 2 -0.1 abc nan; do
     expect_status "--min-p $bad" 1 "--min-p" "${GEN[@]}" --prompt "a" -n 2 --min-p "$bad"
 done

@@ -465,6 +465,9 @@ static void test_generation_defaults(void **state) {
     assert_int_equal(generation_defaults_of("{\"do_sample\": true, \"top_k\": 0}", &o, &err), 1);
     assert_true(o.sampler.temperature == 1.0f && o.sampler.top_p == 1.0f);
     assert_int_equal(o.sampler.top_k, 0);
+    assert_true(o.sampler.min_p == 0.0f); /* off unless set */
+    assert_int_equal(generation_defaults_of("{\"do_sample\": true, \"min_p\": 0.05}", &o, &err), 1);
+    assert_true(o.sampler.min_p == 0.05f && o.sampler.temperature == 1.0f);
     /* none set, or no file: difftrans's own defaults stay */
     dt_generate_options d;
     dt_generate_defaults(&d);
@@ -478,6 +481,8 @@ static void test_generation_defaults(void **state) {
     assert_non_null(strstr(err.msg, "generation_config.json: key 'do_sample' must be true or false"));
     assert_int_equal(generation_defaults_of("{\"do_sample\": true, \"top_p\": 1.5}", &o, &err), -1);
     assert_non_null(strstr(err.msg, "top_p 1.5 in (0, 1]"));
+    assert_int_equal(generation_defaults_of("{\"do_sample\": true, \"min_p\": 2}", &o, &err), -1);
+    assert_non_null(strstr(err.msg, "min_p 2 in [0, 1]"));
     assert_int_equal(generation_defaults_of("{\"max_new_tokens\": -2}", &o, &err), -1);
     assert_non_null(strstr(err.msg, "max_new_tokens -2 is negative"));
 }

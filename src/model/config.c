@@ -640,25 +640,31 @@ int dt_model_generation_defaults(const dt_model *m, dt_generate_options *o, dt_e
     cJSON *root = cJSON_Parse(m->generation_config);
     if (!root) return dt_fail_oom(err, "generation_config.json: out of memory");
     const char *path = "generation_config.json";
-    static const char *const keys[] = {"do_sample", "temperature", "top_k", "top_p"};
+    static const char *const keys[] = {"do_sample", "temperature", "top_k", "top_p", "min_p"};
     int sets = 0, sample = 0, top_k = 50, n_new = 0, has_new = 0, rc = 0;
-    double temperature = 1, top_p = 1;
-    for (int i = 0; i < 4; i++) sets |= get_key(root, keys[i]) != NULL;
+    double temperature = 1, top_p = 1, min_p = 0;
+    for (int i = 0; i < 5; i++) sets |= get_key(root, keys[i]) != NULL;
     if (json_bool(root, "do_sample", &sample, path, err) < 0 ||
         json_double(root, "temperature", &temperature, path, err) < 0 ||
         json_int(root, "top_k", &top_k, path, err) < 0 || json_double(root, "top_p", &top_p, path, err) < 0 ||
+        json_double(root, "min_p", &min_p, path, err) < 0 ||
         (has_new = json_int(root, "max_new_tokens", &n_new, path, err)) < 0)
         rc = -1;
     else if (n_new < 0) rc = dt_fail_format(err, "%s: max_new_tokens %d is negative", path, n_new);
-    else if (!(temperature >= 0 && temperature <= 100) || top_k < 0 || !(top_p > 0 && top_p <= 1))
+    else if (!(temperature >= 0 && temperature <= 100) || top_k < 0 || !(top_p > 0 && top_p <= 1) ||
+             !(min_p >= 0 && min_p <= 1))
         rc = dt_fail_format(err,
-                            "%s: sampling out of range (temperature %g in [0, 100], top_k %d >= 0, top_p %g in (0, 1])",
-                            path, temperature, top_k, top_p);
+                            "%s: sampling out of range (temperature %g in [0, 100], top_k %d >= 0, top_p %g in (0, 1], "
+                            "min_p %g in [0, 1])",
+                            path, temperature, top_k, top_p, min_p);
     cJSON_Delete(root);
     if (rc != 0) return -1;
     if (has_new) o->max_new_tokens = n_new;
     if (!sets) return 0;
-    o->sampler = (dt_sampler){.temperature = sample ? (float)temperature : 0.0f, .top_k = top_k, .top_p = (float)top_p};
+    o->sampler = (dt_sampler){.temperature = sample ? (float)temperature : 0.0f,
+                              .top_k = top_k,
+                              .top_p = (float)top_p,
+                              .min_p = (float)min_p};
     return 1;
 }
 
