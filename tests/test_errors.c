@@ -429,18 +429,24 @@ static void test_out_of_memory(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* A tiny DIFF model whose LM head overflows float32: every logit is ±inf or NaN. */
+static void overflowing_model(dt_model *m) {
+    dt_config c;
+    tu_tiny_diff_config(&c);
+    dt_error err = fresh();
+    assert_int_equal(dt_model_create(m, &c, &err), 0);
+    dt_model_init_random(m, 7);
+    const size_t head = (size_t)c.vocab_size * c.hidden_size;
+    for (size_t i = 0; i < head; i++) m->w.lm_head[i] = i % 2 ? 3e38f : -3e38f;
+}
+
 /* Weights that overflow float32 (finite, but their products are not): generate refuses to sample
  * from inf / NaN logits, naming the logit and the position, instead of printing noise. */
 static void test_generate_nonfinite_logits(void **state) {
     (void)state;
-    dt_config c;
-    tu_tiny_diff_config(&c);
     dt_model m;
+    overflowing_model(&m);
     dt_error err = fresh();
-    assert_int_equal(dt_model_create(&m, &c, &err), 0);
-    dt_model_init_random(&m, 7);
-    const size_t head = (size_t)c.vocab_size * c.hidden_size;
-    for (size_t i = 0; i < head; i++) m.w.lm_head[i] = i % 2 ? 3e38f : -3e38f;
     dt_generate_options o;
     dt_generate_defaults(&o);
     o.max_new_tokens = 2;
@@ -456,14 +462,9 @@ static void test_generate_nonfinite_logits(void **state) {
  * as nan with success (`difftrans eval` printed "loss nan" and exited 0). */
 static void test_eval_nonfinite_loss(void **state) {
     (void)state;
-    dt_config c;
-    tu_tiny_diff_config(&c);
     dt_model m;
+    overflowing_model(&m);
     dt_error err = fresh();
-    assert_int_equal(dt_model_create(&m, &c, &err), 0);
-    dt_model_init_random(&m, 7);
-    const size_t head = (size_t)c.vocab_size * c.hidden_size;
-    for (size_t i = 0; i < head; i++) m.w.lm_head[i] = i % 2 ? 3e38f : -3e38f;
     const int text[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
     double mean = 0;
     size_t scored = 0;
