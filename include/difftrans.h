@@ -674,6 +674,9 @@ typedef struct {
                                     (with resume, 0 takes the saved run's) */
     float lr, min_lr_ratio;      /* peak learning rate; cosine decays to lr·min_lr_ratio */
     int warmup;                  /* linear warm-up steps */
+    /* Refused before the run, naming the option, outside what a resume reads back: lr positive and
+     * finite, min_lr_ratio in [0, 1], weight_decay and grad_clip finite ≥ 0, beta1 ≤ 0.999999 and
+     * beta2 ≤ 0.999999999 (≥ 0; the update divides by 1 − beta^t), adam_eps in [1e-30, 1]. */
     float weight_decay, grad_clip, beta1, beta2, adam_eps;
     uint64_t seed;
     int eval_interval, eval_batches, save_interval;

@@ -426,6 +426,47 @@ static void test_grad_accum_matches_whole_batch(void **state) {
     omp_set_num_threads(omp_get_num_procs());
 }
 
+/* A run dt_train starts is one it can continue: an option it takes is one train_state.json may
+ * hold (a val_fraction of 0.95 trained, then its resume refused the state file as corrupt), and one
+ * a resume would refuse is refused before the run, naming the option (a beta1 of 1 trained into
+ * "diverged": the bias correction divides by 1 − beta1^t = 0). */
+static void test_options_resume_accepts(void **state) {
+    (void)state;
+    char dir[1024];
+    dt_train_options o;
+    dt_error err;
+    tu_path(dir, sizeof dir, "run_val95");
+    train_opts(&o, dir, 2);
+    o.val_fraction = 0.95f;
+    o.stop_at = 1;
+    if (dt_train(&o, &err) != 0) fail_msg("%s", err.msg);
+    dt_train_options r;
+    dt_train_resume_defaults(&r);
+    r.out_dir = dir;
+    r.quiet = 1;
+    if (dt_train(&r, &err) != 0) fail_msg("%s", err.msg);
+    assert_true(r.val_fraction == 0.95f);
+#define OPT(name, value) {#name, offsetof(dt_train_options, name), value}
+    static const struct {
+        const char *name;
+        size_t offset;
+        float value;
+    } bad[] = {OPT(beta1, 1),         OPT(beta2, 1),          OPT(beta1, -0.5f),           OPT(adam_eps, 0),
+               OPT(min_lr_ratio, 2),  OPT(grad_clip, INFINITY), OPT(weight_decay, INFINITY)};
+#undef OPT
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        tu_path(dir, sizeof dir, "run_bad_option");
+        train_opts(&o, dir, 2);
+        *(float *)((char *)&o + bad[i].offset) = bad[i].value;
+        err.code = DT_ERR_NONE;
+        assert_int_equal(dt_train(&o, &err), -1);
+        assert_int_equal(err.code, DT_ERR_INVALID);
+        char want[64];
+        snprintf(want, sizeof want, "%s %g:", bad[i].name, (double)bad[i].value);
+        if (!strstr(err.msg, want)) fail_msg("%s: expected '%s'", err.msg, want);
+    }
+}
+
 static void test_training_learns_real_text(void **state) {
     (void)state;
     int *tok;
@@ -475,6 +516,7 @@ int main(void) {
         cmocka_unit_test(test_forward_rejects_bad_tokens),
         cmocka_unit_test(test_resume_equals_uninterrupted),
         cmocka_unit_test(test_grad_accum_matches_whole_batch),
+        cmocka_unit_test(test_options_resume_accepts),
         cmocka_unit_test(test_training_learns_real_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -17,6 +17,8 @@
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -170,8 +172,41 @@ static int json_u64(const cJSON *j, const char *key, uint64_t *out, const char *
     return 0;
 }
 
+/* The range of each option a run records in train_state.json: dt_train refuses a value outside it
+ * before the run starts, and a resume refuses a state file holding one, so that every run dt_train
+ * starts is one it can continue (the command line's own limits are narrower). A float option's range
+ * holds floats: an lr is any positive finite one, a beta below 1 (the update divides by 1 − beta^t). */
+typedef struct {
+    const char *key;
+    double lo, hi;
+} run_range;
+static const run_range run_ranges[] = {
+    {"step", 0, INT_MAX},          {"steps", 1, INT_MAX},          {"batch", 1, 4096},
+    {"grad_accum", 1, 4096},       {"seq", 1, 1 << 20},            {"lr", FLT_TRUE_MIN, FLT_MAX},
+    {"min_lr_ratio", 0, 1},        {"warmup", 0, INT_MAX},         {"weight_decay", 0, FLT_MAX},
+    {"grad_clip", 0, FLT_MAX},     {"beta1", 0, 0.999999},         {"beta2", 0, 0.999999999},
+    {"adam_eps", 1e-30, 1},        {"eval_interval", 0, INT_MAX},  {"eval_batches", 1, INT_MAX},
+    {"save_interval", 0, INT_MAX}, {"val_fraction", FLT_TRUE_MIN, 1 - 0x1p-24},
+};
+
+static const run_range *range_of(const char *key) {
+    for (size_t i = 0; i < sizeof run_ranges / sizeof *run_ranges; i++)
+        if (strcmp(run_ranges[i].key, key) == 0) return &run_ranges[i];
+    return NULL;
+}
+
+static int json_run_int(const cJSON *j, const char *key, int *out, const char *path, dt_error *err) {
+    const run_range *r = range_of(key);
+    return json_int(j, key, (int)r->lo, (int)r->hi, out, path, err);
+}
+
+static int json_run_float(const cJSON *j, const char *key, float *out, const char *path, dt_error *err) {
+    const run_range *r = range_of(key);
+    return json_float(j, key, r->lo, r->hi, out, path, err);
+}
+
 /* Restores the hyper-parameters and counters of a run from train_state.json, each checked
- * against the range the command line allows. `steps` given on the command line (nonzero in
+ * against its run_ranges entry. `steps` given on the command line (nonzero in
  * *o) overrides the saved one so that a run can be extended. */
 static int load_train_state(const char *path, dt_train_options *o, trainer *tr, char *data_path, size_t data_cap,
                             dt_error *err) {
@@ -190,29 +225,26 @@ static int load_train_state(const char *path, dt_train_options *o, trainer *tr, 
         cJSON_Delete(j);
         return dt_fail_format(err, "%s: not valid JSON", path);
     }
-    const int big = 100000000;
     int steps = 0;
     double elapsed = 0;
-    int bad = json_int(j, "step", 0, big, &tr->step, path, err) || json_int(j, "steps", 1, big, &steps, path, err) ||
-              json_int(j, "batch", 1, 4096, &o->batch, path, err) ||
-              json_int(j, "seq", 1, 1 << 20, &o->seq, path, err) ||
-              json_float(j, "lr", 1e-12, 10, &o->lr, path, err) ||
-              json_float(j, "min_lr_ratio", 0, 1, &o->min_lr_ratio, path, err) ||
-              json_int(j, "warmup", 0, big, &o->warmup, path, err) ||
-              json_float(j, "weight_decay", 0, 10, &o->weight_decay, path, err) ||
-              json_float(j, "grad_clip", 0, 1e9, &o->grad_clip, path, err) ||
-              json_float(j, "beta1", 0, 0.999999, &o->beta1, path, err) ||
-              json_float(j, "beta2", 0, 0.999999999, &o->beta2, path, err) ||
-              json_float(j, "adam_eps", 1e-30, 1, &o->adam_eps, path, err) ||
-              json_int(j, "eval_interval", 0, big, &o->eval_interval, path, err) ||
-              json_int(j, "eval_batches", 1, 100000, &o->eval_batches, path, err) ||
-              json_int(j, "save_interval", 0, big, &o->save_interval, path, err) ||
-              json_float(j, "val_fraction", 0.001, 0.9, &o->val_fraction, path, err) ||
+    int bad = json_run_int(j, "step", &tr->step, path, err) || json_run_int(j, "steps", &steps, path, err) ||
+              json_run_int(j, "batch", &o->batch, path, err) || json_run_int(j, "seq", &o->seq, path, err) ||
+              json_run_float(j, "lr", &o->lr, path, err) ||
+              json_run_float(j, "min_lr_ratio", &o->min_lr_ratio, path, err) ||
+              json_run_int(j, "warmup", &o->warmup, path, err) ||
+              json_run_float(j, "weight_decay", &o->weight_decay, path, err) ||
+              json_run_float(j, "grad_clip", &o->grad_clip, path, err) ||
+              json_run_float(j, "beta1", &o->beta1, path, err) || json_run_float(j, "beta2", &o->beta2, path, err) ||
+              json_run_float(j, "adam_eps", &o->adam_eps, path, err) ||
+              json_run_int(j, "eval_interval", &o->eval_interval, path, err) ||
+              json_run_int(j, "eval_batches", &o->eval_batches, path, err) ||
+              json_run_int(j, "save_interval", &o->save_interval, path, err) ||
+              json_run_float(j, "val_fraction", &o->val_fraction, path, err) ||
               json_number(j, "elapsed_seconds", 0, 1e12, &elapsed, path, err) ||
               json_u64(j, "rng", &tr->rng, path, err) || json_u64(j, "seed", &o->seed, path, err);
     int accum = 1; /* absent from runs saved before gradient accumulation existed */
     if (!bad && cJSON_GetObjectItemCaseSensitive(j, "grad_accum"))
-        bad = json_int(j, "grad_accum", 1, 4096, &accum, path, err) != 0;
+        bad = json_run_int(j, "grad_accum", &accum, path, err) != 0;
     if (o->grad_accum <= 0) o->grad_accum = accum; /* given on the command line, it may change */
     /* absent from runs saved before they were recorded: such a resume is not checked */
     if (!bad && cJSON_GetObjectItemCaseSensitive(j, "data_fingerprint")) {
@@ -600,6 +632,17 @@ static int validate_options(const dt_train_options *o, dt_error *err) {
         return dt_fail(err, "val_fraction %g: must be in (0, 1)", (double)o->val_fraction);
     if (o->eval_interval < 0 || o->save_interval < 0 || o->eval_batches <= 0)
         return dt_fail(err, "eval_interval and save_interval must be >= 0 and eval_batches positive");
+    /* what the checks above leave open, the ranges a resume holds the run to */
+    const struct {
+        const char *key;
+        double value;
+    } given[] = {{"min_lr_ratio", o->min_lr_ratio}, {"weight_decay", o->weight_decay}, {"grad_clip", o->grad_clip},
+                 {"beta1", o->beta1},               {"beta2", o->beta2},               {"adam_eps", o->adam_eps}};
+    for (size_t i = 0; i < sizeof given / sizeof *given; i++) {
+        const run_range *r = range_of(given[i].key);
+        if (!(given[i].value >= r->lo && given[i].value <= r->hi))
+            return dt_fail(err, "%s %g: must be in [%g, %g]", r->key, given[i].value, r->lo, r->hi);
+    }
     return 0;
 }
 
