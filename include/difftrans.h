@@ -511,7 +511,8 @@ dt_kvcache *dt_kvcache_create_with(const dt_model *m, int max_tokens, dt_kv_dtyp
 /* Bytes the cached keys and values (and their scales) take. */
 size_t dt_kvcache_bytes(const dt_kvcache *c);
 void dt_kvcache_free(dt_kvcache *c);
-/* Feed one token at position pos (0, 1, 2, ... in order); writes logits [V]. */
+/* Feed one token at position pos (0, 1, 2, ... in order); writes logits [V]. pos may go back to
+ * rewrite the sequence from there (0 starts a new one), but not past the positions fed: refused. */
 int dt_decode_step(const dt_model *m, dt_kvcache *c, int token, int pos, float *logits, dt_error *err);
 
 /* KV caches for n_slots sequences of up to ctx tokens each and activations for up to max_rows rows
@@ -523,7 +524,8 @@ typedef struct {
     int slot;                    /* which sequence: 0..n_slots−1 */
     int pos;                     /* its position: rows of one slot in one step are consecutive
                                     positions in increasing order, and its positions 0..pos−1 were
-                                    fed in earlier steps or earlier rows of this one */
+                                    fed in earlier steps or earlier rows of this one (a first row
+                                    past the positions its slot was fed is refused) */
     int token;                   /* the token at pos */
     int want_logits;             /* 1: this row's logits [V] are written (next row of `logits`) */
 } dt_batch_row;

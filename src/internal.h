@@ -138,7 +138,7 @@ size_t decode_head_work(int n, int hd);
  * of `layer` into out + r·ldo ([H·hd]; DIFF V2: the query heads, combined by the caller), with
  * sc1, sc2 [R, lds] as scratch (lds ≥ n0 − 1 + R), each row the same bits for any R; kv_store
  * puts a position's k and v [KV·hd] into the cache in its storage type; kv_max_tokens is the
- * cache's length. */
+ * cache's length; kv_fed the positions 0..kv_fed − 1 a sequence has fed (kv_set_fed after a step). */
 int kv_attention_tasks(const dt_config *c);
 /* model/generate.c: 0 when logits [V] are all finite; else fails naming the first that is not and
  * the position whose logits they are (weights that overflow float32 give inf / NaN logits, from
@@ -151,4 +151,6 @@ void kv_attention_task(const dt_model *m, const dt_kvcache *kc, int layer, int t
                        size_t ldq, float *out, size_t ldo, float *sc1, float *sc2, size_t lds);
 void kv_store(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads, const float *k, const float *v);
 int kv_max_tokens(const dt_kvcache *kc);
+int kv_fed(const dt_kvcache *kc);
+void kv_set_fed(dt_kvcache *kc, int fed);
 #endif

@@ -88,6 +88,15 @@ static void check_decode_matches_forward(dt_arch arch, int kv, int tied, int sub
     }
     assert_int_equal(dt_decode_step(&m, kc, tokens[0], T, logits, &err), -1); /* past the cache */
     assert_int_equal(dt_decode_step(&m, kc, V, 0, logits, &err), -1);          /* token out of range */
+    /* going back rewrites the sequence from there; skipping ahead would attend to positions not fed */
+    assert_int_equal(dt_decode_step(&m, kc, tokens[3], 3, logits, &err), 0);
+    assert_int_equal(dt_decode_step(&m, kc, tokens[5], 5, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "position 5 after the 4 positions fed"));
+    dt_kvcache_free(kc);
+    kc = dt_kvcache_create(&m, T, &err);
+    assert_non_null(kc);
+    assert_int_equal(dt_decode_step(&m, kc, tokens[1], 1, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "position 1 after the 0 positions fed"));
     dt_kvcache_free(kc);
     dt_runstate_free(rs);
     dt_model_free(&m);

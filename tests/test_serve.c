@@ -202,6 +202,19 @@ static void test_batch_refusals(void **state) {
     const dt_batch_row many[5] = {{0, 0, 1, 0}};
     assert_int_equal(dt_batch_step(&m, b, many, 5, logits, &err), -1);
     assert_non_null(strstr(err.msg, "5 rows"));
+    /* a slot goes on from the positions it was fed, across steps as within one: a skip would attend
+     * to positions never fed (zeros, or a sequence the slot held before) */
+    const dt_batch_row two[] = {{1, 0, 1, 0}, {1, 1, 2, 1}}, skip[] = {{1, 3, 3, 1}}, unfed[] = {{0, 1, 1, 1}};
+    assert_int_equal(dt_batch_step(&m, b, two, 2, logits, &err), 0);
+    assert_int_equal(dt_batch_step(&m, b, skip, 1, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "slot 1 at position 3 after the 2 positions it was fed"));
+    assert_int_equal(dt_batch_step(&m, b, unfed, 1, logits, &err), -1);
+    assert_non_null(strstr(err.msg, "slot 0 at position 1 after the 0 positions"));
+    const dt_batch_row next[] = {{1, 2, 3, 1}}, back[] = {{1, 1, 5, 1}}, again[] = {{1, 3, 3, 1}};
+    assert_int_equal(dt_batch_step(&m, b, next, 1, logits, &err), 0);
+    assert_int_equal(dt_batch_step(&m, b, back, 1, logits, &err), 0); /* rewrites from position 1 */
+    assert_int_equal(dt_batch_step(&m, b, again, 1, logits, &err), -1); /* position 2 is the old sequence's */
+    assert_non_null(strstr(err.msg, "after the 2 positions"));
     dt_batch_free(b);
     assert_null(dt_batch_create(&m, 0, 8, 4, DT_KV_F32, &err));
     assert_null(dt_batch_create(&m, 1, 97, 4, DT_KV_F32, &err)); /* past max_position_embeddings */

@@ -135,14 +135,18 @@ static int check_rows(const dt_model *m, const dt_batch *b, const dt_batch_row *
             return dt_fail(err, "batch: row %d: position %d is past the end of the context (%d tokens)", r, w->pos,
                            b->ctx);
         /* a slot's rows in one step follow each other: the attention of each reads the ones before */
-        for (int e = r - 1; e >= 0; e--)
-            if (rows[e].slot == w->slot) {
-                if (rows[e].pos != w->pos - 1)
-                    return dt_fail(err, "batch: row %d: slot %d at position %d after its row %d at position %d "
-                                        "(a slot's rows must be consecutive positions)",
-                                   r, w->slot, w->pos, e, rows[e].pos);
-                break;
-            }
+        int e = r - 1;
+        while (e >= 0 && rows[e].slot != w->slot) e--;
+        if (e >= 0 && rows[e].pos != w->pos - 1)
+            return dt_fail(err, "batch: row %d: slot %d at position %d after its row %d at position %d "
+                                "(a slot's rows must be consecutive positions)",
+                           r, w->slot, w->pos, e, rows[e].pos);
+        /* and its first row those fed before (positions never fed would be zeros, or another sequence's) */
+        const int fed = kv_fed(b->slots[w->slot]);
+        if (e < 0 && w->pos > fed)
+            return dt_fail(err, "batch: row %d: slot %d at position %d after the %d positions it was fed (it goes "
+                                "on from position %d, or back; position 0 starts it again)",
+                           r, w->slot, w->pos, fed, fed);
     }
     return 0;
 }
@@ -158,6 +162,7 @@ int dt_batch_step(const dt_model *m, dt_batch *b, const dt_batch_row *rows, int 
     const int KV = c->num_key_value_heads, qdim = H * hd, kvdim = KV * hd, h = H / 2;
     const int v2 = c->arch == DT_ARCH_DIFF_V2;
     if (check_rows(m, b, rows, n, err) != 0) return -1;
+    for (int r = 0; r < n; r++) kv_set_fed(b->slots[rows[r].slot], rows[r].pos + 1); /* nothing below fails */
 
     for (int r = 0; r < n; r++)
         memcpy(b->x + (size_t)r * C, m->w.embed_tokens + (size_t)rows[r].token * C, (size_t)C * sizeof(float));

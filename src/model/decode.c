@@ -18,6 +18,8 @@
 
 struct dt_kvcache {
     int max_tokens;
+    int fed;                     /* positions 0..fed − 1 hold the sequence being fed: a step may go on
+                                    from fed or go back (rewrite from an earlier position), never skip */
     dt_kv_dtype dtype;
     size_t bytes;                /* of the cached keys and values (and their scales) */
     float *k, *v;                /* F32: [L, max_tokens, KV·hd] each, after RoPE for k */
@@ -367,6 +369,8 @@ void kv_store(dt_kvcache *kc, int layer, int pos, int kvdim, int kv_heads, const
 }
 
 int kv_max_tokens(const dt_kvcache *kc) { return kc->max_tokens; }
+int kv_fed(const dt_kvcache *kc) { return kc->fed; }
+void kv_set_fed(dt_kvcache *kc, int fed) { kc->fed = fed; }
 
 int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float *logits, dt_error *err) {
     const dt_config *c = &m->cfg;
@@ -377,6 +381,11 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
         return dt_fail(err, "token id %d at position %d is out of range [0, %d)", token, pos, c->vocab_size);
     if (pos < 0 || pos >= kc->max_tokens)
         return dt_fail(err, "position %d is past the end of the context (%d tokens)", pos, kc->max_tokens);
+    /* the attention reads positions 0..pos: ones never fed would be zeros, or another sequence's */
+    if (pos > kc->fed)
+        return dt_fail(err, "position %d after the %d positions fed so far (a step goes on from position %d, or "
+                            "back; 0 starts a new sequence)", pos, kc->fed, kc->fed);
+    kc->fed = pos + 1;
 
     dt_decode_profile *prof = kc->prof;
     double t = prof ? monotonic_seconds() : 0.0;
