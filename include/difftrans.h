@@ -220,7 +220,8 @@ int dt_config_ablation(dt_config *out, const dt_config *base, const char *name, 
 void dt_config_describe(const dt_config *cfg, char *buf, size_t n);
 /* The query head that map `which` (0: the first, 1: the subtracted one) of output head j reads:
  * DIFF j + which·H/2; DIFF V2 2j + which, or j + which·H/2 with v2_pairs "j,j+h"; a Transformer's
- * head j is its query head j (which ignored). For analyses that look at a head's two maps. */
+ * head j is its query head j (which ignored). For analyses that look at a head's two maps. -1 for
+ * a j outside the output heads or a `which` other than 0 or 1. */
 int dt_config_query_head(const dt_config *cfg, int j, int which);
 
 /* ---------------------------------------------------------------- safetensors */
@@ -395,7 +396,7 @@ void dt_model_init_random(dt_model *m, uint64_t seed);
 void dt_weights_view(const dt_model *m, float *buf, dt_weights *views, dt_layer_weights *layer_views);
 const dt_tensor *dt_model_find(const dt_model *m, const char *name);
 /* λ of a layer from the current weights (DIFF; λinit with fixed_lambda), 0 for the baseline and
- * for DIFF V2 (whose λ depends on the token). */
+ * for DIFF V2 (whose λ depends on the token); NaN for a layer outside 0..L−1. */
 float dt_model_lambda(const dt_model *m, int layer);
 
 /* Checkpoint directory: config.json (+ generation_config.json), the weights (one file or shards;
@@ -478,6 +479,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
  * with targets; it overwrites the logits with their gradient (copy them first if needed). */
 void dt_backward(const dt_model *m, dt_runstate *rs, float *grads);
 const float *dt_runstate_logits(const dt_runstate *rs); /* NULL with chunked_loss */
+/* The per-layer views below are NULL for a layer outside the model (0..L−1; dt_runstate_hidden 0..L). */
 /* Attention probabilities of the last forward for a layer: [B, H, T, T] softmax maps (for DIFF
  * query head i < H/2 pairs with i + H/2). NULL unless the run state uses the reference kernel. */
 const float *dt_runstate_attention(const dt_runstate *rs, int layer);

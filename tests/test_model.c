@@ -217,6 +217,47 @@ static void test_hf_export_same_logits(void **state) {
     dt_model_free(&m);
 }
 
+/* The per-layer and per-head views answer "none" (NULL, NaN, -1) for a layer or head outside the
+ * model: they read past the model's arrays (dt_model_lambda(m, L) crashed). */
+static void test_views_outside_the_model(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 4, 0, 0, 43);
+    const int T = 4, L = m.cfg.num_hidden_layers, H = m.cfg.num_attention_heads;
+    int tok[4] = {1, 2, 3, 4};
+    dt_run_options ro = {.kernel = DT_ATTENTION_REFERENCE, .keep_logits = 1};
+    dt_runstate *rs = dt_runstate_create_with(&m, 1, T, &ro, &err);
+    assert_non_null(rs);
+    assert_int_equal(dt_forward(&m, rs, tok, NULL, 1, T, NULL, &err), 0);
+    const int outside[] = {-1, L, 1 << 20};
+    for (size_t i = 0; i < sizeof outside / sizeof *outside; i++) {
+        const int l = outside[i];
+        size_t n = 1;
+        int heads = 0;
+        assert_null(dt_runstate_attention(rs, l));
+        assert_null(dt_runstate_attention_logits(rs, l));
+        assert_null(dt_runstate_head_context(rs, l, &heads, NULL));
+        assert_null(dt_runstate_token_lambda(rs, l, &n));
+        assert_int_equal(n, 0);
+        assert_true(isnan(dt_model_lambda(&m, l)));
+    }
+    assert_non_null(dt_runstate_attention(rs, L - 1));
+    assert_non_null(dt_runstate_hidden(rs, L)); /* the final norm's input */
+    assert_null(dt_runstate_hidden(rs, L + 1));
+    assert_null(dt_runstate_hidden(rs, -1));
+    assert_true(isfinite(dt_model_lambda(&m, L - 1)));
+    assert_int_equal(dt_config_query_head(&m.cfg, H / 2 - 1, 1), H - 1);
+    assert_int_equal(dt_config_query_head(&m.cfg, H / 2, 0), -1);
+    assert_int_equal(dt_config_query_head(&m.cfg, -1, 0), -1);
+    assert_int_equal(dt_config_query_head(&m.cfg, 0, 2), -1);
+    const dt_config base = dt_config_matched(&m.cfg);
+    assert_int_equal(dt_config_query_head(&base, H - 1, 1), H - 1); /* which is ignored */
+    assert_int_equal(dt_config_query_head(&base, H, 0), -1);
+    dt_runstate_free(rs);
+    dt_model_free(&m);
+}
+
 /* The paper's illustration at model level: each row of A_j − λ·A_{j+H/2} sums to 1 − λ and
  * some weights are negative. */
 static void test_differential_map(void **state) {
@@ -519,6 +560,7 @@ int main(void) {
         cmocka_unit_test(test_chunked_loss_matches_whole),
         cmocka_unit_test(test_save_load_bit_exact),
         cmocka_unit_test(test_hf_export_same_logits),
+        cmocka_unit_test(test_views_outside_the_model),
         cmocka_unit_test(test_differential_map),
         cmocka_unit_test(test_attention_logit_hooks),
         cmocka_unit_test(test_attention_logits_without_alibi_bias),

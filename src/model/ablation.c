@@ -139,7 +139,8 @@ void dt_config_describe(const dt_config *c, char *buf, size_t n) {
 
 int dt_config_query_head(const dt_config *c, int j, int which) {
     const int H = c->num_attention_heads;
-    if (c->arch == DT_ARCH_LLAMA) return j;
+    if (c->arch == DT_ARCH_LLAMA) return j >= 0 && j < H ? j : -1;
+    if (j < 0 || j >= H / 2 || which < 0 || which > 1) return -1;
     if (c->arch == DT_ARCH_DIFF || c->v2_pairs == DT_V2_PAIRS_CROSS) return j + which * (H / 2);
     return 2 * j + which;
 }

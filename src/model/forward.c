@@ -38,6 +38,7 @@ typedef struct {
 
 struct dt_runstate {
     int Bmax, Tmax;
+    int L;                       /* the model's layers: the accessors below answer NULL past them */
     dt_attention_kernel kernel;
     dt_run_options opt;
     int threads;                 /* OpenMP threads the fused kernel's scratch was sized for */
@@ -183,6 +184,7 @@ dt_runstate *dt_runstate_create_with(const dt_model *m, int B, int T, const dt_r
     if (!rs) goto oom;
     rs->Bmax = B;
     rs->Tmax = T;
+    rs->L = m->cfg.num_hidden_layers;
     rs->heads_out = c->num_attention_heads / 2;
     rs->ctx_heads = c->arch == DT_ARCH_LLAMA ? c->num_attention_heads : c->num_attention_heads / 2;
     rs->ctx_width = c->arch == DT_ARCH_DIFF ? 2 * c->head_dim : c->head_dim;
@@ -254,19 +256,26 @@ void runstate_profile_reset(dt_runstate *rs) {
 }
 
 const float *dt_runstate_logits(const dt_runstate *rs) { return rs->opt.chunked_loss ? NULL : rs->logits; }
+static int has_layer(const dt_runstate *rs, int layer) { return layer >= 0 && layer < rs->L; }
+
 const float *dt_runstate_attention(const dt_runstate *rs, int layer) {
-    return rs->kernel == DT_ATTENTION_REFERENCE ? rs->acts[layer].att : NULL;
+    return has_layer(rs, layer) && rs->kernel == DT_ATTENTION_REFERENCE ? rs->acts[layer].att : NULL;
 }
-const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer) { return rs->acts[layer].logits; }
-const float *dt_runstate_hidden(const dt_runstate *rs, int layer) { return rs->resid[layer]; }
+const float *dt_runstate_attention_logits(const dt_runstate *rs, int layer) {
+    return has_layer(rs, layer) ? rs->acts[layer].logits : NULL;
+}
+const float *dt_runstate_hidden(const dt_runstate *rs, int layer) {
+    return layer >= 0 && layer <= rs->L ? rs->resid[layer] : NULL;
+}
 const float *dt_runstate_head_context(const dt_runstate *rs, int layer, int *heads, int *width) {
     if (heads) *heads = rs->ctx_heads;
     if (width) *width = rs->ctx_width;
+    if (!has_layer(rs, layer)) return NULL;
     /* DIFF keeps u_j (pre) for the norm's backward; the others' head outputs are o_proj's input */
     return rs->acts[layer].head_rstd ? rs->acts[layer].pre : rs->acts[layer].atty;
 }
 const float *dt_runstate_token_lambda(const dt_runstate *rs, int layer, size_t *n) {
-    const float *lam = rs->acts[layer].vlam;
+    const float *lam = has_layer(rs, layer) ? rs->acts[layer].vlam : NULL;
     if (n) *n = lam ? (size_t)rs->B * rs->T * rs->heads_out : 0;
     return lam;
 }

@@ -203,6 +203,7 @@ void dt_model_init_random(dt_model *m, uint64_t seed) {
 }
 
 float dt_model_lambda(const dt_model *m, int layer) {
+    if (layer < 0 || layer >= m->cfg.num_hidden_layers) return NAN;
     if (m->cfg.arch != DT_ARCH_DIFF) return 0.0f;
     if (m->cfg.fixed_lambda) return dt_lambda_init(layer);
     const dt_layer_weights *lw = &m->w.layers[layer];
