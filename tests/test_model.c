@@ -87,6 +87,8 @@ static void check_decode_matches_forward(dt_arch arch, int kv, int tied, int sub
         if (d > 2e-5f) fail_msg("arch %d kv %d tied %d subln %d: position %d differs by %g", arch, kv, tied, subln, t, d);
     }
     assert_int_equal(dt_decode_step(&m, kc, tokens[0], T, logits, &err), -1); /* past the cache */
+    assert_int_equal(dt_decode_step(&m, kc, tokens[0], -1, logits, &err), -1); /* before it, not "past the end" */
+    if (!strstr(err.msg, "position -1 is outside the context 0..10")) fail_msg("%s", err.msg);
     assert_int_equal(dt_decode_step(&m, kc, V, 0, logits, &err), -1);          /* token out of range */
     /* going back rewrites the sequence from there; skipping ahead would attend to positions not fed */
     assert_int_equal(dt_decode_step(&m, kc, tokens[3], 3, logits, &err), 0);

@@ -199,6 +199,9 @@ static void test_batch_refusals(void **state) {
     const dt_batch_row pos[] = {{0, 8, 1, 1}};
     assert_int_equal(dt_batch_step(&m, b, pos, 1, logits, &err), -1);
     assert_non_null(strstr(err.msg, "position 8"));
+    const dt_batch_row before[] = {{0, -1, 1, 1}};
+    assert_int_equal(dt_batch_step(&m, b, before, 1, logits, &err), -1);
+    if (!strstr(err.msg, "position -1 is outside the context 0..7")) fail_msg("%s", err.msg);
     const dt_batch_row many[5] = {{0, 0, 1, 0}};
     assert_int_equal(dt_batch_step(&m, b, many, 5, logits, &err), -1);
     assert_non_null(strstr(err.msg, "5 rows"));

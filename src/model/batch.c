@@ -132,8 +132,7 @@ static int check_rows(const dt_model *m, const dt_batch *b, const dt_batch_row *
         if (w->token < 0 || w->token >= m->cfg.vocab_size)
             return dt_fail(err, "batch: row %d: token id %d is out of range [0, %d)", r, w->token, m->cfg.vocab_size);
         if (w->pos < 0 || w->pos >= b->ctx)
-            return dt_fail(err, "batch: row %d: position %d is past the end of the context (%d tokens)", r, w->pos,
-                           b->ctx);
+            return dt_fail(err, "batch: row %d: position %d is outside the context 0..%d", r, w->pos, b->ctx - 1);
         /* a slot's rows in one step follow each other: the attention of each reads the ones before */
         int e = r - 1;
         while (e >= 0 && rows[e].slot != w->slot) e--;

@@ -380,7 +380,7 @@ int dt_decode_step(const dt_model *m, dt_kvcache *kc, int token, int pos, float 
     if (token < 0 || token >= c->vocab_size)
         return dt_fail(err, "token id %d at position %d is out of range [0, %d)", token, pos, c->vocab_size);
     if (pos < 0 || pos >= kc->max_tokens)
-        return dt_fail(err, "position %d is past the end of the context (%d tokens)", pos, kc->max_tokens);
+        return dt_fail(err, "position %d is outside the context 0..%d", pos, kc->max_tokens - 1);
     /* the attention reads positions 0..pos: ones never fed would be zeros, or another sequence's */
     if (pos > kc->fed)
         return dt_fail(err, "position %d after the %d positions fed so far (a step goes on from position %d, or "
