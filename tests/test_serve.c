@@ -440,6 +440,70 @@ static void test_engine_token_logprobs_and_stop(void **state) {
     dt_model_free(&m);
 }
 
+/* What test_engine_cancel_busy_stop does between two steps of the engine (dt_engine_exclusive: no
+ * step runs meanwhile), so that it cannot race the requests it looks at: on a loaded machine a
+ * request of 80 tokens of the tiny model finished between two lines of the test, and the queue the
+ * next line expected full had room. Results are checked on the test's thread. */
+typedef struct {
+    dt_engine *e;
+    const dt_engine_request_options *r;
+    dt_engine_request *a, *b, *c, *d;
+    int running;                 /* the slot was still taken when the job ran */
+    int rc_b, rc_c, rc_d;
+    dt_error err_c;
+    volatile int stopping_seen;  /* phase 2: a submit was refused as the engine shut down */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int ready;                   /* phase 2: the slot is taken, the test may stop the engine */
+} paused;
+
+static int slot_taken(dt_engine *e) {
+    dt_engine_stats st;
+    dt_engine_get_stats(e, &st);
+    return st.slots_in_use == 1 && st.queue_depth == 0;
+}
+
+/* a runs: b waits for the slot, c finds the queue full, a is cancelled */
+static int pause_submit_cancel(void *ctx) {
+    paused *p = ctx;
+    if (!(p->running = slot_taken(p->e))) return 0;
+    dt_error err;
+    p->rc_b = dt_engine_submit(p->e, p->r, &p->b, &err);
+    p->rc_c = dt_engine_submit(p->e, p->r, &p->c, &p->err_c);
+    dt_engine_cancel(p->a);
+    return 0;
+}
+
+/* b runs, d waits: the test stops the engine while no step runs (a submit is refused for the full queue
+ * until the stop, then for the shutdown) */
+static int pause_until_stop(void *ctx) {
+    paused *p = ctx;
+    p->running = slot_taken(p->e);
+    dt_error err;
+    if (p->running) p->rc_d = dt_engine_submit(p->e, p->r, &p->d, &err);
+    pthread_mutex_lock(&p->mu);
+    p->ready = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->mu);
+    if (!p->running || p->rc_d != 0) return 0;
+    for (int i = 0; i < 100000 && !p->stopping_seen; i++) {
+        dt_engine_request *x = NULL;
+        if (dt_engine_submit(p->e, p->r, &x, &err) == 0) {
+            dt_engine_release(x);
+            return 0;
+        }
+        p->stopping_seen = strstr(err.msg, "shutting down") != NULL;
+        if (!p->stopping_seen) usleep(100);
+    }
+    return 0;
+}
+
+static void *exclusive_thread(void *arg) {
+    paused *p = arg;
+    dt_engine_exclusive(p->e, pause_until_stop, p);
+    return NULL;
+}
+
 /* A full queue refuses with DT_ERR_BUSY; a cancelled request frees its slot for the next; the stop
  * ends whatever still runs; refusals name the counts. */
 static void test_engine_cancel_busy_stop(void **state) {
@@ -456,31 +520,57 @@ static void test_engine_cancel_busy_stop(void **state) {
     assert_non_null(e);
     const int prompt[2] = {1, 2};
     dt_engine_request_options r = request(prompt, 2, 80, 0.0f, 1);
-    dt_engine_request *a, *b, *c;
-    assert_int_equal(dt_engine_submit(e, &r, &a, &err), 0);
+    paused p = {.e = e, .r = &r};
     dt_event ev;
-    assert_int_equal(dt_engine_next(a, &ev, 30.0), 1); /* a runs: it has its slot */
-    assert_int_equal(dt_engine_submit(e, &r, &b, &err), 0); /* b waits */
-    assert_int_equal(dt_engine_submit(e, &r, &c, &err), -1);
-    assert_int_equal(err.code, DT_ERR_BUSY);
-    dt_engine_cancel(a);
+    /* a that finished before the pause is tried again */
+    for (int tries = 0; !p.running; tries++) {
+        assert_true(tries < 50);
+        assert_int_equal(dt_engine_submit(e, &r, &p.a, &err), 0);
+        assert_int_equal(dt_engine_next(p.a, &ev, 30.0), 1); /* a runs: it has its slot */
+        assert_int_equal(dt_engine_exclusive(e, pause_submit_cancel, &p), 0);
+        if (!p.running) dt_engine_release(p.a);
+    }
+    assert_int_equal(p.rc_b, 0); /* b waits */
+    assert_int_equal(p.rc_c, -1);
+    assert_null(p.c);
+    assert_int_equal(p.err_c.code, DT_ERR_BUSY);
+    assert_non_null(strstr(p.err_c.msg, "1 requests already wait for one of 1 slots (the queue holds 1)"));
     collected got;
-    do assert_int_equal(dt_engine_next(a, &ev, 30.0), 1);
+    do assert_int_equal(dt_engine_next(p.a, &ev, 30.0), 1);
     while (ev.type != DT_EVENT_DONE);
     assert_int_equal(ev.stop, DT_STOP_CANCELLED);
     assert_true(ev.n_generated < 80);
-    dt_engine_release(a);
-    assert_int_equal(dt_engine_next(b, &ev, 30.0), 1); /* b took the slot */
+    dt_engine_release(p.a);
+    assert_int_equal(dt_engine_next(p.b, &ev, 30.0), 1); /* b took the slot */
     assert_int_equal(ev.type, DT_EVENT_TOKEN);
-    dt_engine_stop(e); /* ends b; no new requests */
-    collect(b, &got);
-    assert_int_equal(got.done.stop, DT_STOP_CANCELLED);
-    assert_int_equal(dt_engine_submit(e, &r, &c, &err), -1);
+    pthread_mutex_init(&p.mu, NULL);
+    pthread_cond_init(&p.cond, NULL);
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, exclusive_thread, &p), 0);
+    pthread_mutex_lock(&p.mu);
+    while (!p.ready) pthread_cond_wait(&p.cond, &p.mu);
+    pthread_mutex_unlock(&p.mu);
+    dt_engine_stop(e); /* ends b and d; no new requests */
+    pthread_join(t, NULL);
+    pthread_mutex_destroy(&p.mu);
+    pthread_cond_destroy(&p.cond);
+    if (p.running) { /* b had not finished when the job ran: it ran until the stop */
+        assert_int_equal(p.rc_d, 0);
+        assert_true(p.stopping_seen);
+        collect(p.d, &got);
+        assert_int_equal(got.done.stop, DT_STOP_CANCELLED);
+        assert_int_equal(got.n_tokens, 0);
+        dt_engine_release(p.d);
+    }
+    collect(p.b, &got);
+    if (p.running) assert_int_equal(got.done.stop, DT_STOP_CANCELLED);
+    assert_int_equal(dt_engine_submit(e, &r, &p.c, &err), -1);
     assert_int_equal(err.code, DT_ERR_BUSY);
-    dt_engine_release(b);
+    dt_engine_release(p.b);
     dt_engine_free(e);
 
     /* refusals */
+    dt_engine_request *c;
     e = dt_engine_create(&m, &eo, &err);
     assert_non_null(e);
     dt_engine_request_options dflt; /* the defaults submit as they are, once given a prompt */
