@@ -622,9 +622,15 @@ int generation_config_save(const dt_special_ids *s, const char *kept, const char
         cJSON *item = cJSON_DetachItemViaPointer(ids, ids->child);
         char key[16]; /* cJSON frees the item's own name before it copies the one given */
         snprintf(key, sizeof key, "%s", item->string);
-        ok = cJSON_HasObjectItem(root, key) ? cJSON_ReplaceItemInObjectCaseSensitive(root, key, item)
-                                            : cJSON_AddItemToObject(root, key, item);
-        if (!ok) cJSON_Delete(item);
+        if (!cJSON_HasObjectItem(root, key)) {
+            if (!(ok = cJSON_AddItemToObject(root, key, item))) cJSON_Delete(item);
+        } else if (!(ok = cJSON_ReplaceItemInObjectCaseSensitive(root, key, item))) {
+            cJSON_Delete(item);
+        } else {
+            /* cJSON puts the item in even when copying its name ran out of memory: a nameless key
+             * (written as "") in root, which frees it */
+            ok = item->string != NULL;
+        }
     }
     char *text = ok ? cJSON_Print(root) : NULL;
     cJSON_Delete(root);
