@@ -238,7 +238,8 @@ int cmd_compare(int argc, char **argv) {
     }
     static const cli_flag needle_flags[] = {{"seq", "--seq"}, {"needle", "--needle"}};
     if (rc != 0 && strncmp(err.msg, "needle: seq ", 12) == 0) return cli_fail_flags(cmd, &err, needle_flags, 2);
-    if (rc != 0) return cli_fail(cmd, &err);
+    static const cli_flag restart_flag[] = {{"restart", "--force"}};
+    if (rc != 0) return cli_fail_flags(cmd, &err, restart_flag, 1);
     printf("compare: wrote %s/REPORT.md and %s/report.json\n", out, out);
     return 0;
 }

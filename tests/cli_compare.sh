@@ -362,7 +362,7 @@ import json, sys
 p = json.load(open(sys.argv[1])); p["needle_set"]["contexts"] = [900]; json.dump(p, open(sys.argv[1], "w"))' \
         "$S/bpe_old/compare.json"
     expect_status "a planned needle set longer than the models' positions" 1 \
-        "compare.json plans 900-byte needle contexts, whose test samples take up to [0-9]+ tokens, .*256 positions; --force" \
+        "compare.json plans 900-byte needle contexts, whose test samples take up to [0-9]+ tokens, .*256 positions; restart starts the comparison over with a set that fits \(--force\)" \
         "$DT" "${BPE_RUN[@]}" --out "$S/bpe_old"
     check "every run carries the tokenizer" cmp "$B/diff/tokenizer.json" "$S/tok/tokenizer.json"
     check "the baseline too" cmp "$B/transformer/tokenizer.json" "$S/tok/tokenizer.json"

@@ -579,7 +579,7 @@ static int needle_params(const dt_cmp_options *o, const dt_config *cfgs, const d
             *longest = most;
         if (rc == 0 && most > maxp)
             rc = dt_fail(err, "needle: %s plans %d-byte needle contexts, whose test samples take up to %d %s, more "
-                              "than the models' %d positions; --force starts the comparison over with a set that "
+                              "than the models' %d positions; restart starts the comparison over with a set that "
                               "fits", plan_path, np->contexts[i], most, tok ? "tokens" : "bytes", maxp);
     }
     dt_needle_corpus_free(&corpus);
@@ -783,13 +783,13 @@ static int compare_with(const dt_cmp_options *o, const dt_config *cfgs, const dt
             return -1;
         if (needle_legacy)
             report_progress(p, "the needle set of %s/compare.json, planned before needle sets were sized in the "
-                               "models' tokens: %d-byte contexts, %d needle%s, %d quer%s (--force starts over with "
-                               "a fitted set)", o->out, np->contexts[0], np->needles, np->needles == 1 ? "" : "s",
+                               "models' tokens: %d-byte contexts, %d needle%s, %d quer%s (a comparison started "
+                               "over fits its set)", o->out, np->contexts[0], np->needles, np->needles == 1 ? "" : "s",
                            np->queries, np->queries == 1 ? "y" : "ies");
         if (needle_longest > o->seq) /* a plan from before sets were sized to the training window */
             report_progress(p, "the needle set of %s/compare.json has test samples of up to %d %s, longer than the "
                                "training window (seq %d): its retrieval scores measure positions the runs never "
-                               "trained (--force starts over with a set that fits the window)", o->out,
+                               "trained (a comparison started over fits its set to the window)", o->out,
                            needle_longest, o->tokenizer ? "tokens" : "bytes", o->seq);
         report_progress(p, "writing the needle set into %s", needle_dir);
         /* the samples go first: dt_train holds out the text's tail, which must not be task samples; the
