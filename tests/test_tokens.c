@@ -276,6 +276,33 @@ static void test_validation_files(void **state) {
         fail_msg("an empty validation file: '%s'", err.msg);
 }
 
+/* Options a library caller left out are refused naming the field (the CLI's flags never reach here). */
+static void test_missing_options_named(void **state) {
+    (void)state;
+    static const char *const in[1] = {"unused.txt"};
+    static const struct {
+        const char *tok, *out, *field;
+        const char *const *inputs;
+        int n_inputs;
+    } cases[] = {
+        {NULL, "o", "tokenizer_path", in, 1},
+        {"t", NULL, "out_dir", in, 1},
+        {"t", "o", "n_inputs 0", in, 0},
+        {"t", "o", "inputs NULL", NULL, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        dt_tokenize_stats st;
+        dt_error err = {0};
+        if (tokenize_files(cases[i].tok, cases[i].inputs, cases[i].n_inputs, NULL, 0, 0, cases[i].out, &st, &err) == 0)
+            fail_msg("case %zu accepted", i);
+        if (!strstr(err.msg, cases[i].field)) fail_msg("case %zu: '%s' does not name %s", i, err.msg, cases[i].field);
+    }
+    dt_tokenize_stats st;
+    dt_error err = {0};
+    if (tokenize_files("t", in, 1, NULL, 2, 0, "o", &st, &err) == 0 || !strstr(err.msg, "n_val_inputs 2"))
+        fail_msg("validation count without a list: '%s'", err.msg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_good_dataset),
@@ -283,6 +310,7 @@ int main(void) {
         cmocka_unit_test(test_count_checked_before_growing),
         cmocka_unit_test(test_manifest_numbers_out_of_range),
         cmocka_unit_test(test_validation_files),
+        cmocka_unit_test(test_missing_options_named),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

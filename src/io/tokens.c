@@ -563,9 +563,11 @@ static int check_inputs(const char *const *files, int n, const char *what, uint6
 }
 
 static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error *err) {
-    if (!o->tokenizer_path) return dt_fail(err, "tokenize: no tokenizer given");
-    if (!o->out_dir) return dt_fail(err, "tokenize: no output directory given");
-    if (o->n_inputs <= 0) return dt_fail(err, "tokenize: no input files given");
+    if (!o->tokenizer_path) return dt_fail(err, "tokenize: tokenizer_path is NULL (a tokenizer.json or its directory)");
+    if (!o->out_dir) return dt_fail(err, "tokenize: out_dir is NULL (the dataset's directory)");
+    if (o->n_inputs <= 0 || !o->inputs)
+        return dt_fail(err, "tokenize: n_inputs %d, inputs %s: no input files given", o->n_inputs,
+                       o->inputs ? "given" : "NULL");
     if (!(o->val_fraction >= 0 && o->val_fraction < 1))
         return dt_fail(err, "tokenize: val_fraction %g must be in [0, 1)", (double)o->val_fraction);
     if (o->doc_split != DT_DOC_FILE && o->doc_split != DT_DOC_LINE && o->doc_split != DT_DOC_PARAGRAPH)
@@ -574,7 +576,8 @@ static int check_options(const dt_tokenize_options *o, uint64_t *total, dt_error
     if (o->block_bytes != 0 && (o->block_bytes < 64 || o->block_bytes > ((uint64_t)1 << 32)))
         return dt_fail(err, "tokenize: block_bytes %llu: must be in 64..2^32", (unsigned long long)o->block_bytes);
     if (o->n_val_inputs < 0 || (o->n_val_inputs > 0 && !o->val_inputs))
-        return dt_fail(err, "tokenize: %d validation files but no list of them", o->n_val_inputs);
+        return dt_fail(err, "tokenize: n_val_inputs %d with val_inputs %s", o->n_val_inputs,
+                       o->val_inputs ? "given" : "NULL");
     /* both would hold out documents of the inputs and take the validation files: which split a
      * reader means would be ambiguous */
     if (o->n_val_inputs > 0 && o->val_fraction != 0)
