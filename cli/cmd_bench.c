@@ -203,7 +203,7 @@ static void print_profile(const dt_config *c, const dt_bench_options *o, const d
     }
     for (int part = 0; part < DT_BENCH_PROF_PARTS; part++) {
         double flops = part == DT_BENCH_PROF_ATTN_FWD ? attn : part == DT_BENCH_PROF_ATTN_BWD ? 2 * attn
-                       : part == DT_BENCH_PROF_LM_HEAD ? 4 * 2 * rows * c->hidden_size * c->vocab_size : 0;
+                       : part == DT_BENCH_PROF_LM_HEAD ? p->lm_head_flops / n : 0;
         profile_line(part_names[part], p->part[part] / n, step, flops);
         accounted += p->part[part] / n;
         if (part == DT_BENCH_PROF_ATTN_FWD || part == DT_BENCH_PROF_ATTN_BWD) {
@@ -238,7 +238,8 @@ static void print_profile_json(const dt_config *c, const dt_bench_result *r) {
             for (int l = 0; l < L; l++) printf("%s%.6g", l ? "," : "", 1e3 * p->mm[l][k][dir] / n);
             printf("]");
         }
-    printf(",\"parallel_regions\":%.6g,\"region_us\":%.6g}", p->regions / n, r->region_us);
+    printf(",\"lm_head_flops\":%.0f,\"parallel_regions\":%.6g,\"region_us\":%.6g}", p->lm_head_flops / n,
+           p->regions / n, r->region_us);
 }
 
 /* ---- the decode step's profile (--profile with decoding) */

@@ -29,7 +29,9 @@ extern "C" {
  *     threads inside their tasks, so threads·wall − busy is time threads spent waiting there;
  *   norms (with their fused residual adds), RoPE, SwiGLU, the embedding, zeroing of gradient
  *     scratch: the elementwise passes; LM head (its products) and loss (softmax cross-entropy,
- *     forward and backward); optimizer: gradient norm + clipping, AdamW;
+ *     forward and backward), with lm_head_flops the FLOPs of the products it ran (6·B·T·C·V a step,
+ *     8·B·T·C·V when the chunked loss recomputes the logits in the backward: a batch of more than
+ *     max(256, 2^21 / V) rows); optimizer: gradient norm + clipping, AdamW;
  *   regions: the parallel regions the step starts, which with the measured cost of an empty
  *     region (dt_bench_result.region_us) estimates thread start/stop. */
 #define DT_BENCH_PROFILE_LAYERS 64 /* layers beyond it are added into the last row */
@@ -57,6 +59,7 @@ typedef struct {
     double mm[DT_BENCH_PROFILE_LAYERS][DT_BENCH_MM_KINDS][2]; /* seconds, [layer][kind][0 forward, 1 backward] */
     double attn_busy[2];                               /* Σ over threads of task time, s: forward, backward */
     double regions;                                    /* parallel regions started */
+    double lm_head_flops;                              /* of the LM head part's products */
 } dt_bench_profile;
 
 /* Where the time of a decode step goes (dt_bench_options.profile, decoding), seconds summed over

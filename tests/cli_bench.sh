@@ -125,6 +125,31 @@ else
     fail "bench --no-train --profile exited with status $?: $(tail -3 "$S/perr.txt")"
 fi
 
+# ---- the training step's profile: its parts (products and the rest) add up to at most the step,
+# and the LM head's FLOPs are those of the products it ran (a byte vocabulary's batch is one chunk
+# of the loss: forward and backward, 6·B·T·C·V), which its GFLOP/s line divides
+if timeout 60 "$DT" bench --arch diff --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 2 --seq 16 \
+    --steps 2 --threads 2 --no-prefill --no-decode --profile >"$S/tp.txt" 2>"$S/tperr.txt"; then
+    "$PY" - "$S/tp.txt" <<'EOF' || fail "bench --profile training (stdout in $S/tp.txt)"
+import json, re, sys
+text = open(sys.argv[1]).read()
+rows = [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+assert len(rows) == 1, rows
+p = rows[0]["profile"]
+parts = ["embedding", "norms", "rope", "swiglu", "zeroing", "attention_forward", "attention_backward", "lm_head",
+         "loss", "grad_norm_clip", "adamw"]
+total = sum(p[k + "_ms"] for k in parts) + sum(sum(v) for k, v in p.items() if k.startswith("mm_"))
+assert 0.5 * p["step_ms"] <= total <= p["step_ms"] * 1.0001, (total, p)
+assert p["lm_head_flops"] == 6 * 2 * 16 * 64 * 64, p["lm_head_flops"]
+m = re.search(r"^    LM head products +[0-9.]+ ms +[0-9.]+% +([0-9.]+) GFLOP/s$", text, re.M)
+assert m, "no LM head line"
+want = p["lm_head_flops"] / p["lm_head_ms"] / 1e6
+assert abs(float(m.group(1)) - want) <= 0.01 * want + 0.01, (m.group(1), want)
+EOF
+else
+    fail "bench --profile (training) exited with status $?: $(tail -3 "$S/tperr.txt")"
+fi
+
 # ---- --help
 if "$DT" bench --help >"$S/help.txt" 2>&1; then
     for flag in --arch --d-model --kv-heads --decode-tokens --no-train --json-only; do

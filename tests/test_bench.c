@@ -231,10 +231,49 @@ static void test_decode_profile(void **state) {
         }
 }
 
+/* The LM head's FLOPs in a training step's profile are those of the products it ran: forward and
+ * backward (6·N·C·V) when the batch's logits fit one chunk of the chunked loss, and the forward
+ * again when the backward recomputes each chunk (8·N·C·V; chunks of max(256, 2^21 / V) rows).
+ * bench printed 8·N·C·V always, so a byte vocabulary's LM head read 4/3 of its GFLOP/s. */
+static void test_profile_lm_head_flops(void **state) {
+    (void)state;
+    const struct {
+        int vocab, batch, seq, recomputed;
+    } cases[] = {{256, 2, 32, 0}, {8192, 2, 256, 1}}; /* 64 rows ≤ 8192; 512 rows > 256 */
+    for (int i = 0; i < 2; i++) {
+        dt_bench_sizes s;
+        dt_bench_sizes_default(&s);
+        s.hidden_size = 64;
+        s.num_hidden_layers = 1;
+        s.num_attention_heads = 4;
+        s.intermediate_size = 96;
+        s.vocab_size = cases[i].vocab;
+        dt_bench_options o;
+        dt_bench_defaults(&o);
+        o.batch = cases[i].batch;
+        o.seq = cases[i].seq;
+        o.steps = 2;
+        o.prefill = o.decode = 0;
+        o.profile = 1;
+        dt_config c;
+        dt_error err;
+        assert_int_equal(dt_bench_config(DT_ARCH_DIFF, &s, &o, &c, &err), 0);
+        dt_bench_result r;
+        if (dt_bench_model(&c, &o, &r, &err) != 0) fail_msg("%s", err.msg);
+        const double rows = (double)o.batch * o.seq;
+        const double per_step = (cases[i].recomputed ? 8 : 6) * rows * 64 * cases[i].vocab;
+        assert_int_equal(r.prof_steps, 2);
+        if (!(r.prof.lm_head_flops == 2 * per_step))
+            fail_msg("vocab %d, %g rows: LM head FLOPs %.0f, expected 2 steps × %.0f", cases[i].vocab, rows,
+                     r.prof.lm_head_flops, per_step);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bandwidth_bounds_decoding),
         cmocka_unit_test(test_decode_profile),
+        cmocka_unit_test(test_profile_lm_head_flops),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_config_from_sizes),
         cmocka_unit_test(test_context_length),

@@ -191,6 +191,7 @@ static void profile_copy(const dt_profile *p, dt_bench_profile *out) {
     out->attn_busy[0] = p->attn_busy[0];
     out->attn_busy[1] = p->attn_busy[1];
     out->regions = p->regions;
+    out->lm_head_flops = p->lm_head_flops;
 }
 
 /* 1 warm-up step, then o->steps timed steps of train_step_run(), the step dt_train runs (with

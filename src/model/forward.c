@@ -341,6 +341,7 @@ static float chunked_loss_forward(const dt_model *m, dt_runstate *rs, const int 
         int count;
         lin(m, rs, m->cfg.num_hidden_layers, LIN_LM_HEAD, rs->logits, rs->lnf + (size_t)r0 * C, rows);
         profile_lap(rs->prof, PROF_LM_HEAD, 1, &t);
+        profile_lm_head_flops(rs->prof, 1, rows, C, V);
         total += (double)crossentropy_forward(rs->logits, targets + r0, rows, V, &count) * count;
         profile_lap(rs->prof, PROF_LOSS, 1, &t);
         rs->count += count;
@@ -359,11 +360,13 @@ static void chunked_loss_backward(const dt_model *m, dt_runstate *rs, float *g_l
         if (!rs->logits_kept) {
             linear_forward(rs->logits, x, m->w.lm_head, rows, C, V);
             profile_lap(rs->prof, PROF_LM_HEAD, 1, &t);
+            profile_lm_head_flops(rs->prof, 1, rows, C, V);
         }
         crossentropy_backward(rs->logits, rs->logits, rs->targets + r0, rows, V, rs->count, 1.0f);
         profile_lap(rs->prof, PROF_LOSS, 1, &t);
         linear_backward(rs->dln + (size_t)r0 * C, g_lm_head, rs->logits, x, m->w.lm_head, rows, C, V, GRAD_SET_DX);
         profile_lap(rs->prof, PROF_LM_HEAD, 2, &t);
+        profile_lm_head_flops(rs->prof, 2, rows, C, V);
     }
     rs->logits_kept = 0; /* they are d(loss)/d(logits) now */
 }
@@ -458,6 +461,7 @@ int dt_forward(const dt_model *m, dt_runstate *rs, const int *tokens, const int 
     t = profile_start(prof);
     lin(m, rs, L, LIN_LM_HEAD, rs->logits, rs->lnf, N);
     profile_lap(prof, PROF_LM_HEAD, 1, &t);
+    profile_lm_head_flops(prof, 1, N, C, V);
     if (targets) {
         float l = crossentropy_forward(rs->logits, targets, N, V, &rs->count);
         profile_lap(prof, PROF_LOSS, 1, &t);
@@ -508,6 +512,7 @@ void dt_backward_notify(const dt_model *m, dt_runstate *rs, float *grads, dt_gra
         profile_lap(prof, PROF_LOSS, 1, &t);
         linear_backward(rs->dln, g.lm_head, rs->logits, rs->lnf, m->w.lm_head, N, C, V, GRAD_SET_DX);
         profile_lap(prof, PROF_LM_HEAD, 2, &t);
+        profile_lm_head_flops(prof, 2, N, C, V);
     }
     memset(rs->dresid, 0, (size_t)N * C * sizeof(float));
     profile_lap(prof, PROF_ZERO, 0, &t);

@@ -12,7 +12,9 @@
  *     (imbalance, start-up);
  *   norms (RMSNorm with its fused residual adds, forward and backward), RoPE, SwiGLU, the
  *     embedding, zeroing of gradient scratch: the elementwise passes;
- *   LM head (its products) and loss (softmax cross-entropy, forward and backward);
+ *   LM head (its products) and loss (softmax cross-entropy, forward and backward); lm_head_flops
+ *     counts the products the LM head part ran: 6·N·C·V a step when the batch's logits fit one
+ *     chunk of the chunked loss, 8·N·C·V when the backward recomputes each chunk's logits;
  *   optimizer: gradient norm + clipping, AdamW;
  *   regions: the parallel regions the step starts (each product counts one: OpenBLAS threads
  *     every product of training size; each elementwise pass that goes parallel counts one), which
@@ -49,6 +51,7 @@ typedef struct {
     double mm[PROFILE_MAX_LAYERS][MM_KINDS][2]; /* [layer][kind][0 forward, 1 backward] */
     double attn_busy[2];                        /* Σ over threads of task time: forward, backward */
     double regions;                             /* parallel regions started */
+    double lm_head_flops;                       /* FLOPs of the products timed in PROF_LM_HEAD */
 } dt_profile;
 
 /* Gives rs a zeroed profile (or zeroes the one it has); -1 when out of memory. */
@@ -67,6 +70,11 @@ static inline void profile_lap(dt_profile *p, profile_part part, double regions,
     p->part[part] += now - *t;
     p->regions += regions;
     *t = now;
+}
+/* Counts FLOPs of an LM head product [rows, C] × [C, V] that `products` such products cost (1 forward,
+ * 2 backward: input and weight gradients). */
+static inline void profile_lm_head_flops(dt_profile *p, double products, int rows, int C, int V) {
+    if (p) p->lm_head_flops += products * 2.0 * rows * C * V;
 }
 /* The same for layer l's products of one kind, forward (backward = 0) or backward (1). */
 static inline void profile_lap_mm(dt_profile *p, int l, profile_mm_kind kind, int backward, double regions,
