@@ -67,7 +67,8 @@ static void help(void) {
            "                    cache, the rest (a table, and \"decode_profile\" in the JSON line)\n"
            "  --quant LIST      also measure quantised copies of each model: f32,q8_0,q4_0,w8a8 (prefill and\n"
            "                    decode only; weight bytes per token from the quantised layers) [f32]\n"
-           "  --quant-lm-head   quantise the LM head too (as `quantize --lm-head`)\n\n"
+           "  --quant-lm-head   quantise the LM head too (as `quantize --lm-head`; a quantised model's table\n"
+           "                    and JSON line say which: \"quant_lm_head\")\n\n"
            "FLOPs of a training step = 6·P_mm·B·T + 3·L·B·H·a·T(T+1)/2, where P_mm counts every Linear\n"
            "weight (q, k, v, o, gate, up, down, lm_head; not the embedding lookup) and a is the forward\n"
            "cost of one causal (query, key) pair per query head: 4·hd (QKᵀ 2·hd + AV 2·hd) for both kinds\n"
@@ -351,7 +352,7 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
            chosen ? "true" : "false");
     json_str("quant", o->quant ? dt_quant_scheme_name(o->quant) : "f32");
     if (o->quant != DT_QUANT_NONE) {
-        printf(",");
+        printf(",\"quant_lm_head\":%s,", o->quant_lm_head ? "true" : "false");
         json_str("quant_kernels", dt_quant_kernel_path());
     }
     if (o->profile && r->prof_steps > 0) print_profile_json(c, r);
@@ -364,8 +365,9 @@ static void print_table(const dt_config *c, const dt_bench_options *o, int threa
                         double bound_fraction) {
     const int H = c->num_attention_heads, hd = c->head_dim, B = o->batch, T = o->seq, L = c->num_hidden_layers;
     const int diff = c->arch == DT_ARCH_DIFF;
-    printf("\n%s%s%s: d_model %d, %d layers, ", arch_name(c), o->quant ? " " : "",
-           o->quant ? dt_quant_scheme_name(o->quant) : "", c->hidden_size, L);
+    printf("\n%s%s%s%s: d_model %d, %d layers, ", arch_name(c), o->quant ? " " : "",
+           o->quant ? dt_quant_scheme_name(o->quant) : "",
+           !o->quant ? "" : o->quant_lm_head ? " (LM head quantised too)" : " (LM head float)", c->hidden_size, L);
     if (diff) printf("%d query heads = %d differential heads of width %d", H, H / 2, 2 * hd);
     else printf("%d heads of width %d", H, hd);
     printf(", %d kv heads, head_dim %d, ffn %d, vocab %d: %zu parameters\n", c->num_key_value_heads, hd,

@@ -94,10 +94,35 @@ assert [r["quant"] for r in rows] == ["f32", "q8_0", "w8a8"], rows
 assert all(r["decode_tokens_per_s"] > 0 and r["prefill_tokens_per_s"] > 0 for r in rows)
 assert rows[1]["decode_weight_bytes_per_token"] < rows[0]["decode_weight_bytes_per_token"]
 assert rows[1]["quant_kernels"].split()[0] in ("portable", "avx2", "avx512") and "quant_kernels" not in rows[0]
+# a quantised row says whether its LM head is; the float row has none to say
+assert "quant_lm_head" not in rows[0] and rows[1]["quant_lm_head"] is False and rows[2]["quant_lm_head"] is False
 EOF
     grep -q '^quantised kernels: ' "$S/q.txt" || fail "bench --quant does not name the quantised kernels' path"
 else
     fail "bench --quant exited with status $?: $(tail -3 "$S/qerr.txt")"
+fi
+# --quant-lm-head: said in the JSON and the table, and the weight bytes per token are the blocks'
+# (q8_0 34 bytes per 32 weights, q4_0 18) of every product, the LM head's too, + the float norms
+# and the embedding row: C 64, F 96, V 64, 1 layer
+if timeout 60 "$DT" bench --arch diff --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 1 --seq 16 \
+    --steps 1 --decode-tokens 4 --threads 2 --no-train --no-prefill --quant q8_0,q4_0 --quant-lm-head \
+    >"$S/ql.txt" 2>"$S/qlerr.txt"; then
+    grep '^{' "$S/ql.txt" >"$S/qljson.txt"
+    "$PY" - "$S/qljson.txt" <<'EOF' || fail "bench --quant-lm-head JSON lines (stdout in $S/ql.txt)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["quant"], r["quant_lm_head"]) for r in rows] == [("q8_0", True), ("q4_0", True)], rows
+C, F, V = 64, 96, 64
+products = [(C, C)] * 4 + [(F, C), (F, C), (C, F), (V, C)]  # q k v o gate up down, LM head: [out, in]
+floats = 4 * C * (2 * 1 + 2)
+for r, block in zip(rows, (34, 18)):
+    want = floats + sum(out * (inp // 32) * block for out, inp in products)
+    assert r["decode_weight_bytes_per_token"] == want, (r["quant"], r["decode_weight_bytes_per_token"], want)
+EOF
+    [ "$(grep -c '^diffllama q[48]_0 (LM head quantised too): ' "$S/ql.txt")" = 2 ] ||
+        fail "bench --quant-lm-head: the tables do not say the LM head is quantised"
+else
+    fail "bench --quant-lm-head exited with status $?: $(tail -3 "$S/qlerr.txt")"
 fi
 "$DT" bench --quant q3 >/dev/null 2>"$S/bad.err" && fail "bench --quant q3 accepted"
 grep -q "unknown quantisation scheme 'q3'" "$S/bad.err" || fail "bench --quant q3: $(cat "$S/bad.err")"
