@@ -147,7 +147,8 @@ void dt_bench_defaults(dt_bench_options *o);
  * o->seq and o->decode_tokens + 1 (the decoding stream's prompt and tokens). Refused, naming the
  * config's keys, when head_dim cannot be derived (more heads than hidden_size) or
  * dt_config_validate refuses the result (a DIFF model needs an even num_attention_heads, kv heads
- * must divide it, head_dim must be even). The baseline of a DIFF config is dt_config_matched of it. */
+ * must divide it, head_dim must be even; a derived head_dim it refuses is said to be hidden_size /
+ * num_attention_heads). The baseline of a DIFF config is dt_config_matched of it. */
 int dt_bench_config(dt_arch arch, const dt_bench_sizes *s, const dt_bench_options *o, dt_config *out, dt_error *err);
 
 /* The cost of starting and joining one empty OpenMP parallel region on all threads, µs (best of

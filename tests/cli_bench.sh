@@ -205,6 +205,7 @@ expect_error '--steps' --steps 5x
 expect_error '--arch' --arch rnn
 expect_error '--heads' --heads 3 --arch diff
 expect_error '--kv-heads' --heads 4 --kv-heads 3
+expect_error '--d-model, --heads, --head-dim' --d-model 65536 --heads 1 # head_dim derived past its limit
 expect_error 'unexpected-flag' --unexpected-flag
 
 # ---- the machine: `info --system` names the CPU and the kernel path; DT_ISA forces a path, and

@@ -131,6 +131,10 @@ static void test_refusals(void **state) {
     s.vocab_size = 0;
     expect_refused(DT_ARCH_DIFF, &s, "vocab_size", NULL);
     dt_bench_sizes_default(&s);
+    s.hidden_size = 65536; /* one head of 65536: past head_dim's limit, which names what it came from */
+    s.num_attention_heads = 1;
+    expect_refused(DT_ARCH_LLAMA, &s, "head_dim = 65536", "hidden_size / num_attention_heads = 65536 / 1");
+    dt_bench_sizes_default(&s);
     expect_refused(DT_ARCH_DIFF_V2, &s, "difftrans_v2", NULL);
 }
 

@@ -111,7 +111,16 @@ int dt_bench_config(dt_arch arch, const dt_bench_sizes *s, const dt_bench_option
     out->max_position_embeddings = positions > INT_MAX ? INT_MAX : (int)positions;
     char where[64];
     snprintf(where, sizeof where, "%s model", dt_arch_name(arch));
-    return dt_config_validate(out, where, err);
+    if (dt_config_validate(out, where, err) != 0) {
+        /* a head_dim nobody gave (too large) comes from the two sizes it was derived from */
+        if (s->head_dim == 0 && strstr(err->msg, "head_dim")) {
+            const size_t len = strlen(err->msg);
+            snprintf(err->msg + len, sizeof err->msg - len, "; head_dim = hidden_size / num_attention_heads = %d / %d",
+                     s->hidden_size, heads);
+        }
+        return -1;
+    }
+    return 0;
 }
 
 /* ---------------------------------------------------------------- one model */
