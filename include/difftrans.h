@@ -786,7 +786,8 @@ dt_quant_scheme dt_model_quant_scheme(const dt_model *m, dt_quant_options *o);
 /* The path the quantised kernels take on this CPU (DT_ISA respected): "avx512 (int8: VNNI)",
  * "avx512 (int8: no VNNI)" on AVX-512 CPUs without it, "avx2" or "portable". */
 const char *dt_quant_kernel_path(void);
-/* Bytes of weights one decoding step reads (every linear layer, the norms, the embedding row). */
+/* Bytes of weights one decoding step reads (every linear layer, the norms, DIFF's λ vectors and
+ * per-head norm, V2's λ projection, the embedding row: every parameter but the rest of the table). */
 size_t dt_model_decode_bytes(const dt_model *m);
 /* The same for a model of config c quantised with scheme (DT_QUANT_NONE: float), the LM head too
  * when lm_head, before it is made (w8a8 without smoothing's per-column scales). */

@@ -102,8 +102,8 @@ else
     fail "bench --quant exited with status $?: $(tail -3 "$S/qerr.txt")"
 fi
 # --quant-lm-head: said in the JSON and the table, and the weight bytes per token are the blocks'
-# (q8_0 34 bytes per 32 weights, q4_0 18) of every product, the LM head's too, + the float norms
-# and the embedding row: C 64, F 96, V 64, 1 layer
+# (q8_0 34 bytes per 32 weights, q4_0 18) of every product, the LM head's too, + the float norms,
+# DIFF's four λ vectors of head_dim and the embedding row: C 64, F 96, V 64, 1 layer, head_dim 16
 if timeout 60 "$DT" bench --arch diff --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 1 --seq 16 \
     --steps 1 --decode-tokens 4 --threads 2 --no-train --no-prefill --quant q8_0,q4_0 --quant-lm-head \
     >"$S/ql.txt" 2>"$S/qlerr.txt"; then
@@ -114,7 +114,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [(r["quant"], r["quant_lm_head"]) for r in rows] == [("q8_0", True), ("q4_0", True)], rows
 C, F, V = 64, 96, 64
 products = [(C, C)] * 4 + [(F, C), (F, C), (C, F), (V, C)]  # q k v o gate up down, LM head: [out, in]
-floats = 4 * C * (2 * 1 + 2)
+floats = 4 * (C * (2 * 1 + 2) + 4 * 16)
 for r, block in zip(rows, (34, 18)):
     want = floats + sum(out * (inp // 32) * block for out, inp in products)
     assert r["decode_weight_bytes_per_token"] == want, (r["quant"], r["decode_weight_bytes_per_token"], want)

@@ -235,6 +235,38 @@ static void test_decode_profile(void **state) {
         }
 }
 
+/* The weight bytes per decoded token: bench's float count (4 · (parameters − the embedding table +
+ * one row), by hand below) and the count of dt_config_decode_bytes (its read probe's size, and
+ * the quantised models' count) agree for every kind of model: the latter counted the norms alone
+ * and left out DIFF's λ vectors and per-head norm and V2's λ projection. */
+static void test_decode_weight_bytes(void **state) {
+    (void)state;
+    const struct {
+        dt_arch arch;
+        int subln, tied;
+        double extra; /* floats per layer besides the products and the two norms */
+    } cases[] = {{DT_ARCH_LLAMA, 0, 0, 0}, {DT_ARCH_LLAMA, 0, 1, 0}, {DT_ARCH_DIFF, 0, 0, 4 * 16},
+                 {DT_ARCH_DIFF, 1, 0, 4 * 16 + 2 * 16}, {DT_ARCH_DIFF_V2, 0, 0, 2 * 64}}; /* V2: W_λ [h, C] */
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        dt_config c;
+        dt_error err;
+        assert_int_equal(dt_config_preset(&c, "tiny", cases[i].arch, &err), 0);
+        c.hidden_size = 64, c.num_hidden_layers = 2, c.num_attention_heads = 4, c.num_key_value_heads = 4;
+        c.head_dim = 16, c.intermediate_size = 96, c.vocab_size = 80;
+        c.use_subln_weight = cases[i].subln;
+        c.tie_word_embeddings = cases[i].tied;
+        if (dt_config_validate(&c, "case", &err) != 0) fail_msg("case %zu: %s", i, err.msg);
+        const double C = 64, F = 96, V = 80, L = 2;
+        const double o_in = cases[i].arch == DT_ARCH_DIFF_V2 ? 2 * 16 : C; /* V2: h = H/2 output heads */
+        const double products = L * (3 * C * C + C * o_in + 3 * F * C) + V * C;
+        const double want = 4 * (products + L * (2 * C + cases[i].extra) + C + (cases[i].tied ? 0 : C));
+        const double bench = dt_bench_decode_weight_bytes(&c, dt_config_param_count(&c));
+        const double from_cfg = (double)dt_config_decode_bytes(&c, DT_QUANT_NONE, 0);
+        if (!(bench == want && from_cfg == want))
+            fail_msg("case %zu: bench %.0f, dt_config_decode_bytes %.0f, by hand %.0f", i, bench, from_cfg, want);
+    }
+}
+
 /* The LM head's FLOPs in a training step's profile are those of the products it ran: forward and
  * backward (6·N·C·V) when the batch's logits fit one chunk of the chunked loss, and the forward
  * again when the backward recomputes each chunk (8·N·C·V; chunks of max(256, 2^21 / V) rows).
@@ -278,6 +310,7 @@ int main(void) {
         cmocka_unit_test(test_bandwidth_bounds_decoding),
         cmocka_unit_test(test_decode_profile),
         cmocka_unit_test(test_profile_lm_head_flops),
+        cmocka_unit_test(test_decode_weight_bytes),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_config_from_sizes),
         cmocka_unit_test(test_context_length),

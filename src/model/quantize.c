@@ -134,14 +134,28 @@ const dt_quant_act_stat *dt_model_quant_act_stats(const dt_model *m, int *n) {
     return *n ? m->quant->stats : NULL;
 }
 
-/* norms and the embedding row: what a decoding step reads besides the linear layers */
-static size_t decode_float_bytes(const dt_config *c) {
-    return (size_t)c->hidden_size * sizeof(float) * (2 * (size_t)c->num_hidden_layers + 2);
+/* What a decoding step reads besides the products: every parameter outside them but the embedding
+ * table (the norms, DIFF's λ vectors and per-head norm, V2's λ projection) and the one row of the
+ * table it looks up (tied, the LM head reads the whole table). Counted from the parameters, so that
+ * a float model's bytes are dt_bench_decode_weight_bytes' 4 · (parameters − table + one row): the
+ * norms alone left DIFF's λ out of a quantised model's count and not of its float copy's. */
+static size_t decode_float_bytes(const dt_config *c, size_t n_params) {
+    const size_t C = (size_t)c->hidden_size, table = (size_t)c->vocab_size * C;
+    size_t linear = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+        for (int which = 0; which < LIN_PER_LAYER; which++) {
+            int out, in;
+            config_linear_shape(c, l, which, &out, &in);
+            linear += (size_t)out * in;
+        }
+    const size_t outside = linear + table + (c->tie_word_embeddings ? 0 : table);
+    if (n_params < outside) return 0; /* a config dt_config_param_count refused */
+    return (n_params - outside + (c->tie_word_embeddings ? 0 : C)) * sizeof(float);
 }
 
 size_t dt_model_decode_bytes(const dt_model *m) {
     const int L = m->cfg.num_hidden_layers;
-    size_t bytes = decode_float_bytes(&m->cfg);
+    size_t bytes = decode_float_bytes(&m->cfg, m->n_params);
     for (int l = 0; l <= L; l++)
         for (int which = 0; which < (l == L ? 1 : LIN_PER_LAYER); which++) {
             const qlinear *q = model_qlinear(m, l, which);
@@ -154,7 +168,7 @@ size_t dt_model_decode_bytes(const dt_model *m) {
 
 size_t dt_config_decode_bytes(const dt_config *c, dt_quant_scheme scheme, int lm_head) {
     const int L = c->num_hidden_layers;
-    size_t bytes = decode_float_bytes(c);
+    size_t bytes = decode_float_bytes(c, dt_config_param_count(c));
     for (int l = 0; l <= L; l++)
         for (int which = 0; which < (l == L ? 1 : LIN_PER_LAYER); which++) {
             int out, in;
