@@ -326,21 +326,25 @@ static void print_json(const dt_config *c, const dt_bench_options *o, int thread
     dt_system_info si;
     dt_system(&si);
     printf("{\"arch\":\"%s\",\"d_model\":%d,\"layers\":%d,\"heads\":%d,\"kv_heads\":%d,\"head_dim\":%d,\"ffn\":%d,"
-           "\"vocab\":%d,\"batch\":%d,\"seq\":%d,\"threads\":%d,\"params\":%zu,",
+           "\"vocab\":%d,\"batch\":%d,\"seq\":%d,\"threads\":%d,\"params\":%zu,\"steps\":%d,\"decode_tokens\":%d,",
            arch_name(c), c->hidden_size, c->num_hidden_layers, c->num_attention_heads, c->num_key_value_heads,
-           c->head_dim, c->intermediate_size, c->vocab_size, o->batch, o->seq, threads, r->params);
+           c->head_dim, c->intermediate_size, c->vocab_size, o->batch, o->seq, threads, r->params, o->steps,
+           o->decode_tokens);
     json_num("train_tokens_per_s", r->train_tokens_per_s, 0);
     json_num("train_step_ms", r->train_step_ms, 0);
     json_num("prefill_tokens_per_s", r->prefill_tokens_per_s, 0);
     json_num("decode_tokens_per_s", r->decode_tokens_per_s, 0);
     json_num("train_gflops", r->train_gflops, 0);
+    json_num("train_flops_per_step", isfinite(r->train_gflops) ? r->train_flops_per_step : NAN, 0);
     json_num("sgemm_peak_gflops", p->sgemm_gflops, 0);
+    json_num("sgemm_n", isfinite(p->sgemm_gflops) ? p->sgemm_n : NAN, 0);
     json_num("peak_fraction", peak_fraction, 0);
     json_num("peak_rss_mb", r->peak_rss_mb, 0);
     json_num("decode_weight_bytes_per_token", r->decode_weight_bytes_per_token, 0);
     json_num("read_bandwidth_gbs", bw->bound_gbs, 0);
     json_num("read_bandwidth_sum_gbs", bw->sum_gbs, 0);
     json_num("read_bandwidth_decoder_gbs", bw->decoder_gbs, 0);
+    json_num("read_bandwidth_bytes", isfinite(bw->bound_gbs) ? (double)bw->bytes : NAN, 0);
     json_num("decode_bandwidth_gbs", decode_gbs, 0);
     json_num("decode_bound_fraction", bound_fraction, 0);
     json_num("loadavg", p->loadavg, 0);
@@ -397,7 +401,7 @@ static void print_table(const dt_config *c, const dt_bench_options *o, int threa
                "(%.2f GB/s ÷ weights = %.1f tokens/s)\n",
                r->decode_weight_bytes_per_token / 1e6, decode_gbs, 100 * bound_fraction, bw->bound_gbs,
                bw->bound_gbs * 1e9 / r->decode_weight_bytes_per_token);
-        printf("           bound: the read bandwidth just before or after this model (the larger; %.0f MiB, "
+        printf("           bound: the read bandwidth just before or after this model (the larger; %.1f MiB, "
                "best of 10): streaming sum %.2f, decoder's product %.2f GB/s\n",
                (double)bw->bytes / (1 << 20), bw->sum_gbs, bw->decoder_gbs);
     }

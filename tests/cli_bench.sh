@@ -30,14 +30,17 @@ fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 if timeout 60 "$DT" bench --arch both --d-model 64 --layers 1 --heads 4 --ffn 128 --vocab 64 --batch 2 --seq 16 \
     --steps 1 --decode-tokens 4 --threads 2 >"$S/out.txt" 2>"$S/err.txt"; then
     grep '^{' "$S/out.txt" >"$S/json.txt"
-    "$PY" - "$S/json.txt" <<'EOF' || fail "bench JSON lines (see above; stdout in $S/out.txt)"
+    "$PY" - "$S/json.txt" "$S/out.txt" <<'EOF' || fail "bench JSON lines (see above; stdout in $S/out.txt)"
 import json, math, sys
 keys = ["arch", "d_model", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "batch", "seq", "threads",
-        "params", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s", "decode_tokens_per_s",
-        "train_gflops", "sgemm_peak_gflops", "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token",
-        "read_bandwidth_gbs", "read_bandwidth_sum_gbs", "read_bandwidth_decoder_gbs", "decode_bandwidth_gbs", "decode_bound_fraction", "loadavg", "cpu", "kernels", "blas_core", "blas_core_forced", "blas_core_chosen", "quant"]
+        "params", "steps", "decode_tokens", "train_tokens_per_s", "train_step_ms", "prefill_tokens_per_s",
+        "decode_tokens_per_s", "train_gflops", "train_flops_per_step", "sgemm_peak_gflops", "sgemm_n",
+        "peak_fraction", "peak_rss_mb", "decode_weight_bytes_per_token", "read_bandwidth_gbs",
+        "read_bandwidth_sum_gbs", "read_bandwidth_decoder_gbs", "read_bandwidth_bytes", "decode_bandwidth_gbs",
+        "decode_bound_fraction", "loadavg", "cpu", "kernels", "blas_core", "blas_core_forced", "blas_core_chosen",
+        "quant"]
 sizes = {"d_model": 64, "layers": 1, "heads": 4, "kv_heads": 4, "head_dim": 16, "ffn": 128, "vocab": 64,
-         "batch": 2, "seq": 16, "threads": 2}
+         "batch": 2, "seq": 16, "threads": 2, "steps": 1, "decode_tokens": 4}
 lines = open(sys.argv[1]).read().splitlines()
 ok = True
 def bad(msg):
@@ -74,6 +77,43 @@ for line in lines:
         v = j.get(k)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v) or v <= 0:
             bad("%s: %s = %r is not a positive number" % (j.get("arch"), k, v))
+    # every derived number from the measured ones and the shapes: C 64, F 128, V 64, 1 layer, 4 heads of 16
+    if all(isinstance(j.get(k), (int, float)) for k in keys[11:keys.index("loadavg")]):
+        def near(a, b):
+            return abs(a - b) <= 1e-6 * abs(b)
+        C, F, V, H, hd, B, T = 64, 128, 64, 4, 16, 2, 16
+        flops = 6 * (4 * C * H * hd + 3 * F * C + V * C) * B * T + 3 * H * 4 * hd * B * T * (T + 1) / 2
+        checks = [("train_flops_per_step", j["train_flops_per_step"], flops),
+                  ("train_tokens_per_s", j["train_tokens_per_s"], B * T / (j["train_step_ms"] / 1e3)),
+                  ("train_gflops", j["train_gflops"], flops / (j["train_step_ms"] / 1e3) / 1e9),
+                  ("peak_fraction", j["peak_fraction"], j["train_gflops"] / j["sgemm_peak_gflops"]),
+                  ("decode_bandwidth_gbs", j["decode_bandwidth_gbs"],
+                   j["decode_weight_bytes_per_token"] * j["decode_tokens_per_s"] / 1e9),
+                  ("decode_bound_fraction", j["decode_bound_fraction"],
+                   j["decode_bandwidth_gbs"] / j["read_bandwidth_gbs"]),
+                  ("read_bandwidth_gbs", j["read_bandwidth_gbs"],
+                   max(j["read_bandwidth_sum_gbs"], j["read_bandwidth_decoder_gbs"]))]
+        for name, got, want in checks:
+            if not near(got, want):
+                bad("%s: %s = %r, recomputed %r" % (j["arch"], name, got, want))
+        if j["read_bandwidth_bytes"] != 1 << 20 or j["sgemm_n"] not in (512, 1024, 2048):
+            bad("%s: read_bandwidth_bytes %r (1 MiB, the least), sgemm_n %r" % (
+                j["arch"], j["read_bandwidth_bytes"], j["sgemm_n"]))
+        # the table says the same numbers
+        text = open(sys.argv[2]).read()
+        said = ["%.1f tokens/s" % j["train_tokens_per_s"], "%.1f tokens/s" % j["prefill_tokens_per_s"],
+                "%.1f tokens/s" % j["decode_tokens_per_s"],
+                "%.3f GFLOP/s = %.1f%% of the sgemm peak %.2f GFLOP/s (%d³)" % (
+                    j["train_gflops"], 100 * j["peak_fraction"], j["sgemm_peak_gflops"], j["sgemm_n"]),
+                "FLOPs/step %.4g " % j["train_flops_per_step"],
+                "%.3f MB of weights/token → %.3f GB/s = %.1f%% of the read bandwidth bound (%.2f GB/s" % (
+                    j["decode_weight_bytes_per_token"] / 1e6, j["decode_bandwidth_gbs"],
+                    100 * j["decode_bound_fraction"], j["read_bandwidth_gbs"]),
+                "(the larger; %.1f MiB, best of 10): streaming sum %.2f, decoder's product %.2f GB/s" % (
+                    j["read_bandwidth_bytes"] / 2**20, j["read_bandwidth_sum_gbs"], j["read_bandwidth_decoder_gbs"])]
+        for t in said:
+            if t not in text:
+                bad("%s: the table does not say %r" % (j["arch"], t))
 if sorted(archs) != ["diffllama", "llama"]:
     bad("arch values %r, expected diffllama and llama" % archs)
 sys.exit(0 if ok else 1)
