@@ -490,8 +490,19 @@ int cmd_bench(int argc, char **argv) {
         if (bad) return 1;
     }
     if (optind < argc) return cli_error(CMD, "unexpected argument '%s' (see difftrans bench --help)", argv[optind]);
+    /* quantised copies are not trained: without f32 in --quant nothing is, and no sgemm peak is due */
+    int f32 = 0, quantised = 0;
+    for (int i = 0; i < n_schemes; i++) {
+        f32 |= schemes[i] == DT_QUANT_NONE;
+        quantised |= schemes[i] != DT_QUANT_NONE;
+    }
+    if (!f32) o.train = 0;
+    if (quantised && !o.prefill && !o.decode)
+        return cli_error(CMD, "--quant: a quantised copy is measured prefilling and decoding, which --no-prefill and "
+                              "--no-decode leave out");
     if (o.profile && !o.train && !o.decode)
-        return cli_error(CMD, "--profile breaks down training and decode steps: it needs one of them on");
+        return cli_error(CMD, "--profile breaks down training and decode steps: it needs one of them on%s",
+                         f32 ? "" : " (--quant without f32 trains nothing)");
     if (!o.train && !o.prefill && !o.decode)
         return cli_error(CMD, "--no-train, --no-prefill and --no-decode leave nothing to measure");
 

@@ -145,13 +145,15 @@ fi
 # (q8_0 34 bytes per 32 weights, q4_0 18) of every product, the LM head's too, + the float norms,
 # DIFF's four λ vectors of head_dim and the embedding row: C 64, F 96, V 64, 1 layer, head_dim 16
 if timeout 60 "$DT" bench --arch diff --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 1 --seq 16 \
-    --steps 1 --decode-tokens 4 --threads 2 --no-train --no-prefill --quant q8_0,q4_0 --quant-lm-head \
+    --steps 1 --decode-tokens 4 --threads 2 --no-prefill --quant q8_0,q4_0 --quant-lm-head \
     >"$S/ql.txt" 2>"$S/qlerr.txt"; then
     grep '^{' "$S/ql.txt" >"$S/qljson.txt"
     "$PY" - "$S/qljson.txt" <<'EOF' || fail "bench --quant-lm-head JSON lines (stdout in $S/ql.txt)"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [(r["quant"], r["quant_lm_head"]) for r in rows] == [("q8_0", True), ("q4_0", True)], rows
+# quantised copies are not trained, so no sgemm peak is measured for them (training is on by default)
+assert all(r["sgemm_peak_gflops"] is None and r["train_tokens_per_s"] is None for r in rows), rows
 C, F, V = 64, 96, 64
 products = [(C, C)] * 4 + [(F, C), (F, C), (C, F), (V, C)]  # q k v o gate up down, LM head: [out, in]
 floats = 4 * (C * (2 * 1 + 2) + 4 * 16)
@@ -159,6 +161,8 @@ for r, block in zip(rows, (34, 18)):
     want = floats + sum(out * (inp // 32) * block for out, inp in products)
     assert r["decode_weight_bytes_per_token"] == want, (r["quant"], r["decode_weight_bytes_per_token"], want)
 EOF
+    grep -q 'sgemm peak\|^machine: .*sgemm' "$S/ql.txt" "$S/qlerr.txt" &&
+        fail "bench --quant q8_0,q4_0 measured an sgemm peak it has no use for"
     [ "$(grep -c '^diffllama q[48]_0 (LM head quantised too): ' "$S/ql.txt")" = 2 ] ||
         fail "bench --quant-lm-head: the tables do not say the LM head is quantised"
 else
@@ -239,6 +243,8 @@ expect_error() { # FLAG_REGEX ARGS...
     fi
 }
 expect_error '--profile' --profile --no-train --no-decode
+expect_error '--quant without f32 trains nothing' --profile --no-decode --quant q8_0 # only f32 trains
+expect_error '--no-prefill and --no-decode' --quant f32,q8_0 --no-prefill --no-decode # a q8_0 copy left nothing
 expect_error '--d-model' --d-model abc
 expect_error '--seq' --seq 0
 expect_error '--steps' --steps 5x
