@@ -53,6 +53,8 @@ def main():
     ap.add_argument("--predict", nargs=3, metavar=("PRESET|PARAMS", "NODES", "MBIT_PER_S"),
                     help="print one all-reduce time in ms and exit")
     a = ap.parse_args()
+    if not (a.alpha_us >= 0 and math.isfinite(a.alpha_us)):
+        ap.error(f"--alpha-us {a.alpha_us:g}: a latency is a finite number of µs >= 0")
     alpha = a.alpha_us * 1e-6
     if a.predict:
         what, nodes, mbit = a.predict
@@ -66,7 +68,18 @@ def main():
             ap.error("--predict needs PARAMS >= 1, NODES >= 2 and MBIT_PER_S > 0")
         print(f"{1e3 * allreduce_s(params, nodes, alpha, mbit * 1e6 / 8, a.algorithm):.3f}")
         return
-    rates = dict((k, float(v)) for k, v in (r.split("=") for r in a.rate))
+    rates = {}
+    for r in a.rate:
+        name, _, value = r.partition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = math.nan
+        # an unknown preset or a rate that is no number was a traceback, or silently no column
+        if name not in PRESETS or not (rate > 0 and math.isfinite(rate)):
+            ap.error(f"--rate {r}: expected PRESET=TOKENS_PER_S with a preset of {', '.join(PRESETS)} and a "
+                     "rate > 0")
+        rates[name] = rate
     for link, beta in LINKS.items():
         print(f"\n{link}, α = {a.alpha_us:g} µs, {a.algorithm}: all-reduce time per step, ms (tokens per node per step to hide it)\n")
         print("| preset | params (buckets) | " + " | ".join(f"N={n}" for n in NODES) + " |")

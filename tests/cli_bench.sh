@@ -306,6 +306,26 @@ if [ $rc -eq 0 ] || [ $rc -gt 127 ] || ! grep -q 'DT_ISA=sse9' "$S/bad.err"; the
     fail "DT_ISA=sse9: status $rc, stderr $(cat "$S/bad.err")"
 fi
 
+# ---- bench/comm_model.py: a cell recomputed by hand (tiny, 133568 parameters in 3 buckets, 2 nodes
+# at 10 Gb/s, α 20 µs: 3·2·α + 4P/β = 0.547 ms, hidden by 1.5·t·1000 = 1 token), and bad values
+# refused naming the flag (an unknown preset or a rate without "=" was a traceback or no column)
+CM="$(dirname "$0")/../bench/comm_model.py"
+if "$PY" "$CM" --rate tiny=1000 >"$S/cm.txt" 2>&1; then
+    grep -q '^| tiny | 0.13 M (3) | 0.55 (1) | ' "$S/cm.txt" ||
+        fail "comm_model.py: tiny at N=2: $(grep '^| tiny' "$S/cm.txt" | head -1)"
+else
+    fail "comm_model.py --rate tiny=1000 exited with status $?: $(tail -2 "$S/cm.txt")"
+fi
+for args in "--rate tiny" "--rate tiny=abc" "--rate huge=5" "--rate tiny=0" "--alpha-us -5 --predict tiny 2 1000"; do
+    # shellcheck disable=SC2086 # the arguments split on purpose
+    "$PY" "$CM" $args >"$S/cm.txt" 2>&1
+    rc=$?
+    flag=${args%% *}
+    if [ $rc -ne 2 ] || ! grep -q "error: $flag " "$S/cm.txt" || grep -q Traceback "$S/cm.txt"; then
+        fail "comm_model.py $args: status $rc: $(tail -1 "$S/cm.txt")"
+    fi
+done
+
 if [ $FAILS -ne 0 ]; then
     echo "cli_bench: $FAILS check(s) failed"
     exit 1
