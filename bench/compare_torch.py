@@ -966,8 +966,9 @@ def main():
 
     names = [s.strip().upper() for s in args.configs.split(",") if s.strip()]
     bad = [n for n in names if n not in CONFIGS]
-    if bad:
-        ap.error("unknown config(s) %s; choose from %s" % (",".join(bad), ",".join(CONFIGS)))
+    if bad or not names:
+        ap.error("--configs: unknown config(s) %s; choose from %s" % (",".join(bad) or repr(args.configs),
+                                                                      ",".join(CONFIGS)))
     archs = [a.strip() for a in args.archs.split(",") if a.strip()]
     if not archs or any(a not in ARCHS for a in archs):
         ap.error("--archs takes diffllama and/or llama")
@@ -977,6 +978,24 @@ def main():
         args.decode_tokens = 16 if args.quick else 128
     if args.threads < 1 or args.steps < 1 or args.decode_tokens < 1 or args.reps < 1:
         ap.error("--threads, --steps, --decode-tokens and --reps must be ≥ 1")
+    # Checked before any work: a bad --d-seqs stopped the run at config D after A-C's hours, a
+    # --timeout or --mem-limit-gb of 0 or below killed every run and printed tables of dashes with
+    # status 0, as did skipping both sides or a missing binary with --skip-torch.
+    if args.d_seqs is not None:
+        try:
+            args.d_seqs = [int(t) for t in args.d_seqs.split(",")]
+        except ValueError:
+            args.d_seqs = []
+        if not args.d_seqs or min(args.d_seqs) < 1:
+            ap.error("--d-seqs takes sequence lengths ≥ 1, e.g. 1024,2048")
+    if not args.timeout > 0:
+        ap.error("--timeout must be > 0 seconds")
+    if args.mem_limit_gb is not None and not args.mem_limit_gb > 0:
+        ap.error("--mem-limit-gb must be > 0")
+    if args.skip_torch and args.skip_difftrans:
+        ap.error("--skip-torch and --skip-difftrans leave nothing to measure")
+    if args.skip_torch and not os.path.exists(args.difftrans):
+        ap.error("--difftrans %s: not found, and --skip-torch leaves nothing else to measure" % args.difftrans)
     args.mem_limit_mb = (args.mem_limit_gb * 1024.0 if args.mem_limit_gb
                          else 0.6 * mem_available_mb())
     args.difftrans = os.path.abspath(args.difftrans)
@@ -1005,7 +1024,7 @@ def main():
             c.update(QUICK[name])
         seqs = c["seqs"]
         if name == "D" and args.d_seqs:
-            seqs = [int(s) for s in args.d_seqs.split(",")]
+            seqs = args.d_seqs
         phases = {k: base[k] for k in ("train", "prefill", "decode")}
         for T in seqs:
             runs = {}

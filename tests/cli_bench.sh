@@ -341,6 +341,26 @@ for args in "--reps 0" "--reps" "--mb x" "--threads 0" "--bogus"; do
     fi
 done
 
+# ---- bench/compare_torch.py: values that leave nothing to measure, or that failed only hours in,
+# are refused naming the flag before any work (they ran, printed tables of dashes and exited 0)
+TP=/usr/bin/python3
+if "$TP" -c 'import torch' 2>/dev/null; then
+    CTP="$(dirname "$0")/../bench/compare_torch.py"
+    # (each start imports torch: a few cases only)
+    for case in "--configs|--configs ," "--d-seqs|--d-seqs x" "--mem-limit-gb|--mem-limit-gb -1" \
+        "--difftrans|--skip-torch --difftrans $S/none"; do
+        flag=${case%%|*} args=${case#*|}
+        # shellcheck disable=SC2086 # the arguments split on purpose
+        timeout 60 "$TP" "$CTP" $args >"$S/ctp.txt" 2>&1
+        rc=$?
+        if [ $rc -ne 2 ] || ! grep -q -- "error: .*$flag" "$S/ctp.txt"; then
+            fail "compare_torch.py $args: status $rc: $(tail -1 "$S/ctp.txt")"
+        fi
+    done
+else
+    echo "compare_torch.py's arguments not checked: no torch for $TP"
+fi
+
 if [ $FAILS -ne 0 ]; then
     echo "cli_bench: $FAILS check(s) failed"
     exit 1
