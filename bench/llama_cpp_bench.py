@@ -284,6 +284,17 @@ def main():
                          "llama.cpp's haswell variant), a stand-in for an AVX2 CPU without it (Zen 3)")
     ap.add_argument("--json", help="write the results here")
     o = ap.parse_args()
+    # refused before llama.cpp is installed and the model made, naming the flag
+    try:
+        prompts = [int(x) for x in o.prompts.split(",")]
+    except ValueError:
+        prompts = []
+    if not prompts or min(prompts) < 1:
+        ap.error(f"--prompts {o.prompts}: expected prompt lengths >= 1, e.g. 128,1024")
+    if any(s not in ("f32", "q8_0", "q4_0") for s in o.schemes.split(",")):
+        ap.error(f"--schemes {o.schemes}: expected f32, q8_0 and/or q4_0 (the GGUF types both engines read)")
+    if o.threads < 1 or o.reps < 1 or o.decode < 1 or o.decode_at < 1:
+        ap.error("--threads, --reps, --decode and --decode-at must be >= 1")
     global KEEP_OPENBLAS_CORE, AVX2, NO_AVX_VNNI
     KEEP_OPENBLAS_CORE = o.keep_openblas_core
     AVX2 = o.avx2
@@ -292,7 +303,6 @@ def main():
     work = os.path.abspath(o.work)
     os.makedirs(work, exist_ok=True)
     schemes = o.schemes.split(",")
-    prompts = [int(x) for x in o.prompts.split(",")]
 
     modules = os.path.join(work, "llama_cpp_modules")
     r = subprocess.run(["sh", os.path.join(HERE, "..", "tests", "llama_cpp", "fetch.sh"), modules],

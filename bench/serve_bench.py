@@ -250,6 +250,19 @@ def main():
     ap.add_argument("--background", type=int, default=4, help="streams decoding while the long prompt arrives")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
+    # refused before the 220M-parameter model is made, naming the flag (a bad --reps or --schemes
+    # failed only after it, a bad --streams was a traceback)
+    try:
+        levels = [int(x) for x in a.streams.split(",")]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        ap.error(f"--streams {a.streams}: expected stream counts >= 1, e.g. 1,2,4,8")
+    schemes = a.schemes.split(",")
+    if any(s not in ("f32", "q8_0", "q4_0", "w8a8") for s in schemes):
+        ap.error(f"--schemes {a.schemes}: expected f32, q8_0, q4_0 and/or w8a8")
+    if a.tokens < 1 or a.threads < 1 or a.reps < 1 or a.long_prompt < 0 or (a.long_prompt > 0 and a.background < 1):
+        ap.error("--tokens, --threads, --reps and --background (with a --long-prompt) must be >= 1, --long-prompt >= 0")
     os.makedirs(a.work, exist_ok=True)
     # the client measures arrival times: it must not wait behind the server's compute threads for a
     # core (2 cores, both busy with the model), or its own scheduling shows up as token gaps
@@ -258,8 +271,6 @@ def main():
     except OSError:
         print("serve_bench: could not raise this process's priority (not root): token gaps include the "
               "client's own waits for a core", file=sys.stderr)
-    schemes = a.schemes.split(",")
-    levels = [int(x) for x in a.streams.split(",")]
     dirs = make_models(a.difftrans, a.work, schemes)
     cpu = cpu_model()
     results = {"cpu": cpu, "threads": a.threads, "tokens": a.tokens, "schemes": {}}

@@ -31,7 +31,18 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
-    lengths = [int(x) for x in a.lengths.split(",")]
+    # refused here, naming the flag: a word was a traceback, --reps 0 a KeyError after the runs
+    try:
+        lengths = [int(x) for x in a.lengths.split(",")]
+    except ValueError:
+        lengths = []
+    if not lengths or min(lengths) < 1:
+        ap.error(f"--lengths {a.lengths}: expected prompt lengths >= 1, e.g. 16,128,1024")
+    if a.threads < 1 or a.reps < 1:
+        ap.error("--threads and --reps must be >= 1")
+    for model in a.models.split(","):
+        if not os.path.exists(model):
+            ap.error(f"--models: {model} does not exist (bench/serve_bench.py writes the default ones)")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     print(f"### Time to the first token of `generate` ({cpu_model()}, {a.threads} threads)\n")
     print("| model | prompt tokens | time to first token (s) | prompt tokens/s | decode tokens/s | prompt ÷ decode |")

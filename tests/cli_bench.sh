@@ -361,6 +361,23 @@ else
     echo "compare_torch.py's arguments not checked: no torch for $TP"
 fi
 
+# ---- bench/ttft.py, serve_bench.py, llama_cpp_bench.py: bad values refused naming the flag before
+# any model is made (tracebacks, or failures after the 220M-parameter model was written)
+B="$(dirname "$0")/../bench"
+for case in "--lengths|ttft.py --lengths x" "--reps|ttft.py --reps 0" "--models|ttft.py --models $S/none" \
+    "--streams|serve_bench.py --streams 1,x --work $S/sb" "--schemes|serve_bench.py --schemes q5 --work $S/sb" \
+    "--reps|serve_bench.py --reps 0 --work $S/sb" "--prompts|llama_cpp_bench.py --prompts 0 --work $S/lb" \
+    "--schemes|llama_cpp_bench.py --schemes w8a8 --work $S/lb" "--decode|llama_cpp_bench.py --decode 0 --work $S/lb"; do
+    flag=${case%%|*} args=${case#*|}
+    # shellcheck disable=SC2086 # the arguments split on purpose
+    timeout 30 "$PY" "$B"/$args >"$S/sc.txt" 2>&1
+    rc=$?
+    if [ $rc -ne 2 ] || ! grep -q -- "error: .*$flag" "$S/sc.txt" || [ -e "$S/sb" ] || [ -e "$S/lb" ]; then
+        fail "bench/$args: status $rc: $(tail -1 "$S/sc.txt")"
+    fi
+    rm -rf "$S/sb" "$S/lb"
+done
+
 if [ $FAILS -ne 0 ]; then
     echo "cli_bench: $FAILS check(s) failed"
     exit 1
