@@ -49,6 +49,8 @@ for rep in $(seq 1 "$REPS"); do
         [ "$kind" = no-overlap ] && flags+=(--no-overlap)
         [ "$kind" = zero ] && flags+=(--zero 1)
         log=$OUT/$n-$kind-$rep.log
+        # train refuses an --out that holds a checkpoint: the previous run's goes first
+        rm -rf "$OUT/run"
         if ! timeout 600 "${MPIRUN[@]}" -np "$n" "$DT" train --data "$DATA" --out "$OUT/run" --preset "$PRESET" \
             --batch "$BATCH" --seq "$SEQ" --steps "$STEPS" --eval-interval 0 --eval-batches 1 --save-interval 0 \
             --threads "$threads" "${flags[@]}" "${EXTRA[@]}" >"$log" 2>&1; then

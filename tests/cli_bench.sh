@@ -378,6 +378,25 @@ for case in "--lengths|ttft.py --lengths x" "--reps|ttft.py --reps 0" "--models|
     rm -rf "$S/sb" "$S/lb"
 done
 
+# ---- bench/scaling.sh: a repeated configuration runs again (every run after the first wrote into
+# the --out of the one before, which train refuses: "already holds a checkpoint"), and its rows
+# and JSON lines carry the step's parts
+if command -v mpirun >/dev/null; then
+    if RANKS=1 PRESET=tiny BATCH=2 SEQ=16 STEPS=2 REPS=2 timeout 300 bash "$(dirname "$0")/../bench/scaling.sh" "$DT" \
+        >"$S/scaling.txt" 2>&1; then
+        "$PY" - "$S/scaling.txt" <<'EOF' || fail "bench/scaling.sh output (in $S/scaling.txt)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+assert [(r["ranks"], r["mode"], r["preset"]) for r in rows] == [(1, "plain", "tiny")], rows
+assert rows[0]["step_ms"] > 0 and rows[0]["tokens_per_s"] > 0 and rows[0]["optimizer_mb_per_rank"] > 0, rows
+EOF
+    else
+        fail "bench/scaling.sh (RANKS=1 REPS=2) exited with status $?: $(tail -3 "$S/scaling.txt")"
+    fi
+else
+    echo "bench/scaling.sh not run: no mpirun"
+fi
+
 if [ $FAILS -ne 0 ]; then
     echo "cli_bench: $FAILS check(s) failed"
     exit 1
