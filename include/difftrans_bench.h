@@ -155,8 +155,9 @@ int dt_bench_config(dt_arch arch, const dt_bench_sizes *s, const dt_bench_option
  * 3 runs of 2000 regions). */
 double dt_bench_region_cost_us(void);
 
-/* Parameters that sit in a matrix product: q, k, v, o, gate, up, down of every layer and
- * lm_head (V·C, counted even when tied); not the embedding lookup, norms or λ vectors. */
+/* Parameters that sit in a matrix product: q, k, v, o, gate, up, down of every layer (DIFF V2:
+ * o_proj [C, H/2·hd] and its λ projection [H/2, C]) and lm_head (V·C, counted even when tied); not
+ * the embedding lookup, norms or λ vectors. */
 double dt_bench_matmul_params(const dt_config *c);
 /* Model FLOPs of one training step (forward + backward) on B sequences of T tokens:
  * 6·P_mm·B·T + 3·L·B·H·4·hd·T(T+1)/2 (the derivation is at its definition in bench.c). */

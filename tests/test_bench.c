@@ -235,6 +235,32 @@ static void test_decode_profile(void **state) {
         }
 }
 
+/* FLOPs of a training step against the shapes by hand: 6 per weight of every product and token,
+ * and 3 · 4·hd per causal (query, key) pair and query head. DIFF's H query heads (H/2 differential
+ * heads with 2·hd-wide values) cost what the baseline's H heads cost; DIFF V2's o_proj reads its
+ * h = H/2 output heads, [C, h·hd], and it adds a λ projection [h, C] (bench counted o_proj as
+ * [C, H·hd] and no λ projection). */
+static void test_train_flops(void **state) {
+    (void)state;
+    const dt_arch archs[] = {DT_ARCH_LLAMA, DT_ARCH_DIFF, DT_ARCH_DIFF_V2};
+    for (int a = 0; a < 3; a++) {
+        dt_config c;
+        dt_error err;
+        assert_int_equal(dt_config_preset(&c, "tiny", archs[a], &err), 0);
+        c.hidden_size = 96, c.num_hidden_layers = 3, c.num_attention_heads = 8, c.num_key_value_heads = 2;
+        c.head_dim = 16, c.intermediate_size = 200, c.vocab_size = 300;
+        if (dt_config_validate(&c, "case", &err) != 0) fail_msg("%s", err.msg);
+        const double C = 96, L = 3, H = 8, KV = 2, hd = 16, F = 200, V = 300, B = 2, T = 10;
+        const int v2 = archs[a] == DT_ARCH_DIFF_V2;
+        const double o_in = v2 ? H / 2 * hd : H * hd;
+        const double p_mm = L * (C * H * hd + 2 * C * KV * hd + C * o_in + 3 * C * F + (v2 ? H / 2 * C : 0)) + V * C;
+        const double want = 6 * p_mm * B * T + 3 * L * B * H * 4 * hd * T * (T + 1) / 2;
+        if (!(dt_bench_matmul_params(&c) == p_mm && dt_bench_train_flops(&c, 2, 10) == want))
+            fail_msg("%s: P_mm %.0f (by hand %.0f), FLOPs %.0f (by hand %.0f)", dt_arch_name(archs[a]),
+                     dt_bench_matmul_params(&c), p_mm, dt_bench_train_flops(&c, 2, 10), want);
+    }
+}
+
 /* The weight bytes per decoded token: bench's float count (4 · (parameters − the embedding table +
  * one row), by hand below) and the count of dt_config_decode_bytes (its read probe's size, and
  * the quantised models' count) agree for every kind of model: the latter counted the norms alone
@@ -311,6 +337,7 @@ int main(void) {
         cmocka_unit_test(test_decode_profile),
         cmocka_unit_test(test_profile_lm_head_flops),
         cmocka_unit_test(test_decode_weight_bytes),
+        cmocka_unit_test(test_train_flops),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_config_from_sizes),
         cmocka_unit_test(test_context_length),

@@ -27,28 +27,34 @@
 /* ---------------------------------------------------------------- FLOP and byte counts */
 
 double dt_bench_matmul_params(const dt_config *c) {
-    const double C = c->hidden_size, F = c->intermediate_size, V = c->vocab_size, hd = c->head_dim;
-    const double H = c->num_attention_heads, KV = c->num_key_value_heads, L = c->num_hidden_layers;
-    const double layer = H * hd * C          /* q_proj */
-                         + 2 * KV * hd * C   /* k_proj, v_proj */
-                         + C * H * hd        /* o_proj */
-                         + 3 * F * C;        /* gate_proj, up_proj, down_proj */
-    return L * layer + V * C;                /* + lm_head (a product even when tied) */
+    /* the shapes the model multiplies with (DIFF V2: o_proj [C, h·hd] of h = H/2 output heads, and
+     * its λ projection [h, C]; counting o_proj as [C, H·hd] overstated V2's FLOPs) */
+    double n = 0;
+    for (int l = 0; l <= c->num_hidden_layers; l++)
+        for (int which = 0; which < (l == c->num_hidden_layers ? 1 : LIN_PER_LAYER); which++) {
+            int out, in;
+            config_linear_shape(c, l, which, &out, &in); /* the last "layer": lm_head, even when tied */
+            n += (double)out * in;
+        }
+    if (c->arch == DT_ARCH_DIFF_V2 && c->v2_lambda != DT_V2_LAMBDA_NONE)
+        n += (double)c->num_hidden_layers * (c->num_attention_heads / 2) * c->hidden_size;
+    return n;
 }
 
 /* Model FLOPs of one training step (forward + backward) on B sequences of T tokens.
  *
  *   FLOPs = 6 · P_mm · B·T  +  3 · L · B · H · a · T(T+1)/2
  *
- * P_mm = dt_bench_matmul_params(): every Linear weight (q, k, v, o, gate, up, down per layer, and
- * lm_head), not the embedding lookup. A product with an [out, in] weight costs 2·out·in FLOPs
+ * P_mm = dt_bench_matmul_params(): every Linear weight (q, k, v, o, gate, up, down per layer, DIFF
+ * V2's λ projection, and lm_head), not the embedding lookup. A product with an [out, in] weight costs 2·out·in FLOPs
  * per token forward and twice that backward (input and weight gradients): 6 per parameter.
  *
  * Attention, per layer, sequence and query head: the causal mask leaves T(T+1)/2 (query, key)
  * pairs; each pair costs, forward,
  *   a = 2·hd (q·k, the QKᵀ product) + 2·hd (the map times an hd-wide v) = 4·hd
  * for both kinds: DIFF's H/2 differential maps D_j = A_j − λ·A_{j+H/2} each multiply a 2·hd-wide
- * V_j, the same FLOPs as H maps times hd-wide values (the paper's matched-FLOPs design). These
+ * V_j, the same FLOPs as H maps times hd-wide values (the paper's matched-FLOPs design); DIFF V2's
+ * H query heads are H ordinary maps times hd-wide values, combined in pairs afterwards. These
  * are the model's FLOPs, not a kernel's: a kernel that multiplies both maps by V before
  * subtracting does more work and gets no credit for it. Backward costs twice the forward (two
  * products per forward product), hence the factor 3. Norms, RoPE, softmax, SwiGLU's
