@@ -69,6 +69,15 @@ LLAMA_E = {
     "mlp_bias": False, "torch_dtype": "float32", "bos_token_id": None, "eos_token_id": None,
     "pad_token_id": None,
 }
+AGREE_TOKENS = 64  # the prompt whose logits both engines are compared on
+
+
+def ids_needed(prompts, decode_at):
+    """token ids to draw: the longest prompt, the decoding stream's prompt and the agreement's
+    (with --prompts 16 --decode-at 16 the agreement was said to be on 64 tokens and ran on 16)"""
+    return max(list(prompts) + [decode_at, AGREE_TOKENS])
+
+
 # --small: the same kind of model at 1/20 of the size, for a smoke run
 LLAMA_SMALL = dict(LLAMA_E, vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
                    num_attention_heads=4, num_key_value_heads=4, head_dim=64)
@@ -322,7 +331,7 @@ def main():
     cfg, tag = (LLAMA_SMALL, "small") if o.small else (LLAMA_E, "e")
     base, files = make_model(dt, work, cfg, tag, schemes)
     rng = random.Random(1)
-    ids = [rng.randrange(cfg["vocab_size"]) for _ in range(max(prompts + [o.decode_at]))]
+    ids = [rng.randrange(cfg["vocab_size"]) for _ in range(ids_needed(prompts, o.decode_at))]
     ids_path = os.path.join(work, "bench-ids.txt")
     with open(ids_path, "w") as f:
         f.write(" ".join(map(str, ids)) + "\n")
@@ -346,8 +355,9 @@ def main():
     print()
 
     log("agreement")
-    agree = agreement(dt, lr, files, ids[:64], o.threads, work)
-    print("Agreement on a 64-token prompt (largest |Δ logit| as a fraction of the logit range; argmax agreement):\n")
+    agree = agreement(dt, lr, files, ids[:AGREE_TOKENS], o.threads, work)
+    print(f"Agreement on a {AGREE_TOKENS}-token prompt (largest |Δ logit| as a fraction of the logit range; "
+          "argmax agreement):\n")
     print("| scheme | llama.cpp setting | max \\|Δ\\| / range | mean \\|Δ\\| / range | argmax agrees |")
     print("| --- | --- | --- | --- | --- |")
     for a in agree:

@@ -397,6 +397,16 @@ else
     echo "bench/scaling.sh not run: no mpirun"
 fi
 
+# ---- bench/llama_cpp_bench.py draws enough token ids for its 64-token agreement prompt whatever
+# --prompts and --decode-at ask (with 16 and 16 the agreement ran on 16 tokens, said to be 64)
+"$PY" - "$(dirname "$0")/../bench" <<'EOF' || fail "llama_cpp_bench.py: ids_needed"
+import sys
+sys.path.insert(0, sys.argv[1])
+import llama_cpp_bench as b
+assert b.ids_needed([16], 16) == b.AGREE_TOKENS == 64, b.ids_needed([16], 16)
+assert b.ids_needed([128, 1024], 64) == 1024 and b.ids_needed([16], 100) == 100
+EOF
+
 if [ $FAILS -ne 0 ]; then
     echo "cli_bench: $FAILS check(s) failed"
     exit 1
