@@ -369,6 +369,19 @@ got = {t: met for t, _, met in c.targets(rows, [])}
 assert got.get("difftrans training ≥ 80% of the sgemm peak, A llama") is False, got
 assert got.get("difftrans training ≥ 70% of the sgemm peak, B llama") is True, got
 EOF
+    # the report says when the two sides ran different OpenBLAS cores (the default inherits the
+    # environment, and difftrans may name a core for itself that PyTorch does not get)
+    "$TP" - "$(dirname "$0")/../bench" <<'EOF' || fail "compare_torch.py: core_lines"
+import sys
+sys.path.insert(0, sys.argv[1])
+import compare_torch as c
+differ = c.core_lines([{"dt_blas_core": "Cooperlake", "pt_blas_core": "Prescott"}], {})
+same = c.core_lines([{"dt_blas_core": "Cooperlake", "pt_blas_core": "Cooperlake"}],
+                    {"openblas_coretype": "Cooperlake"})
+assert len(differ) == 2 and differ[1].startswith("WARNING: the two sides ran different OpenBLAS cores"), differ
+assert same == ["OpenBLAS core: difftrans Cooperlake, PyTorch Cooperlake "
+                "(OPENBLAS_CORETYPE=Cooperlake for both)."], same
+EOF
 else
     echo "compare_torch.py's arguments not checked: no torch for $TP"
 fi
