@@ -30,7 +30,9 @@ static void help(void) {
            "  --seed N            sampling seed [42]\n"
            "  --stop STR          end where the generated text holds STR (valid UTF-8, not printed, as\n"
            "                      OpenAI's stop); up to 4 (--stop A --stop B); while streaming, text that\n"
-           "                      could still begin one waits, and is printed when it does not\n"
+           "                      could still begin one waits, and is printed when it does not; the text\n"
+           "                      of --prompt-ids that end inside a character is the prompt's while the\n"
+           "                      completion leaves it as it is (a character it finishes is its own)\n"
            "  --print-ids         print the generated token ids (one line) instead of text\n"
            "  --kv-cache TYPE     f32 | f16 | int8: storage of the cached keys and values (f16 halves the\n"
            "                      memory, int8 about quarters it: one scale per position and kv head);\n"
@@ -140,7 +142,9 @@ static int read_prompt_file(const char *cmd, const char *path, char **text, size
  * add no text. */
 typedef struct {
     dt_tok_stream *ts;
-    dt_stop_matcher *stop;       /* --stop's: the text after the prompt goes through it */
+    dt_stop_matcher *stop;       /* --stop's: the completion's text goes through it */
+    char *rest;                  /* a decoded prompt's text held back, while what comes is still it */
+    size_t n_rest;
     int print_ids;
     int first;                   /* no token printed yet */
     size_t skip;
@@ -154,6 +158,22 @@ static int print_text(text_stream *ts, const char *text, size_t len) {
     ts->skip -= k;
     text += k;
     len -= k;
+    if (ts->n_rest > 0) {
+        /* the prompt's rest, where the text still reads as it (whole characters, as the server's
+         * completion begins), is printed but is no generated text for a stop string to match in */
+        size_t c = 0;
+        while (c < len && c < ts->n_rest && text[c] == ts->rest[c]) c++;
+        while (c > 0 && ((c < len && (text[c] & 0xC0) == 0x80) || (c < ts->n_rest && (ts->rest[c] & 0xC0) == 0x80)))
+            c--;
+        fwrite(text, 1, c, stdout);
+        text += c;
+        len -= c;
+        if (len > 0) ts->n_rest = 0; /* the text parted from it: the rest is the completion's */
+        else {
+            ts->n_rest -= c;
+            memmove(ts->rest, ts->rest + c, ts->n_rest);
+        }
+    }
     int stopped = 0;
     if (ts->stop && (stopped = dt_stop_matcher_push(ts->stop, text, len, &text, &len, &ts->err)) < 0) return -1;
     fwrite(text, 1, len, stdout);
@@ -197,9 +217,14 @@ static int stream_prompt(text_stream *ts, const int *ids, int n, const char *typ
     }
     if (typed) fwrite(typed, 1, typed_len, stdout);
     ts->skip = 0;
-    if (!print_decoded) {
-        const char *held;
-        if (dt_tok_stream_pending(ts->ts, &held, &ts->skip, &ts->err) != 0) return -1;
+    const char *held;
+    size_t n_held;
+    if (dt_tok_stream_pending(ts->ts, &held, &n_held, &ts->err) != 0) return -1;
+    if (!print_decoded) ts->skip = n_held;
+    else if (n_held > 0) {
+        if (!(ts->rest = malloc(n_held))) return dt_fail_oom(&ts->err, "generate: out of memory");
+        memcpy(ts->rest, held, n_held);
+        ts->n_rest = n_held;
     }
     return 0;
 }
@@ -384,6 +409,7 @@ int cmd_generate(int argc, char **argv) {
     free(file_text);
     dt_tok_stream_free(ts.ts);
     dt_stop_matcher_free(ts.stop);
+    free(ts.rest);
     dt_model_free(&m);
     return rc;
 }
