@@ -169,6 +169,12 @@ try {
   await page.fill('#prompt', prompt);
   await page.fill('#max-tokens', '24');
   await page.fill('#temperature', '0');
+  // min_p: off unless set, and sent as set (greedy: it changes nothing the comparison below sees)
+  check(await page.inputValue('#min-p') === '0', `#min-p starts at "${await page.inputValue('#min-p')}", not 0 (off)`);
+  await page.fill('#min-p', '0.05');
+  const sent = [];
+  const onRequest = (r) => { if (r.url().endsWith('/v1/completions')) sent.push(r.postData()); };
+  page.on('request', onRequest);
   await page.evaluate(() => {
     window.__pieces = 0;
     // Records, not callbacks: a fast server's whole stream can arrive in one read.
@@ -180,7 +186,9 @@ try {
     text: document.getElementById('output').textContent, pieces: window.__pieces, status: document.getElementById('gen-status').textContent,
     message: document.getElementById('message').textContent }));
   check(streamed.state === 'done', `generation ended in state ${streamed.state}: ${streamed.message}`);
-  const plain = await api('/v1/completions', { prompt, max_tokens: 24, temperature: 0, top_p: 0.95, top_k: 40, seed: 0 });
+  page.off('request', onRequest);
+  check(sent.length === 1 && JSON.parse(sent[0]).min_p === 0.05, `the page sent min_p ${sent.map((b) => JSON.parse(b).min_p)}, not 0.05`);
+  const plain = await api('/v1/completions', { prompt, max_tokens: 24, temperature: 0, top_p: 0.95, min_p: 0.05, top_k: 40, seed: 0 });
   check(streamed.text === plain.choices[0].text,
     `the streamed text ${JSON.stringify(streamed.text)} differs from the reply without streaming ${JSON.stringify(plain.choices[0].text)}`);
   check(plain.usage.completion_tokens === 0 || streamed.text.length > 0, 'nothing streamed into #output');
