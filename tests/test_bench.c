@@ -222,14 +222,19 @@ static void test_decode_profile(void **state) {
             if (dt_bench_model(&c, &o, &r, &err) != 0) fail_msg("%s", err.msg);
             assert_int_equal(r.decode_prof_steps, o.decode_tokens);
             double parts = 0, bytes = 0;
+            /* every part is timed (each does work in every step), and they are laps inside the timed steps: a
+             * busy machine stretches the step between them too, so no share of it is a bound they must reach */
             for (int p = 0; p < DT_BENCH_DEC_PARTS; p++) {
-                assert_true(r.decode_prof.part[p] >= 0 && isfinite(r.decode_prof.part[p]));
+                if (!(r.decode_prof.part[p] > 0 && isfinite(r.decode_prof.part[p])))
+                    fail_msg("%s%s: decode part %d took %g s", dt_arch_name(archs[a]), quant ? " q8_0" : "", p,
+                             r.decode_prof.part[p]);
                 parts += r.decode_prof.part[p];
                 const int product = p <= DT_BENCH_DEC_LM_HEAD;
                 assert_true(product ? r.decode_prof.bytes[p] > 0 : r.decode_prof.bytes[p] == 0);
                 bytes += r.decode_prof.bytes[p];
             }
-            assert_true(parts <= r.decode_prof_total_s && parts >= 0.5 * r.decode_prof_total_s);
+            if (!(parts <= r.decode_prof_total_s * (1 + 1e-9)))
+                fail_msg("the decode parts sum to %g s, more than the %g s of the steps", parts, r.decode_prof_total_s);
             /* the products read all but the norms' (and DIFF's λ) weights and one embedding row */
             assert_true(bytes <= r.decode_weight_bytes_per_token && bytes >= 0.9 * r.decode_weight_bytes_per_token);
         }
