@@ -286,7 +286,7 @@ static void train_help(void) {
            "                     groups of 3, ignore_merges) [%s]\n"
            "  --bos/--eos/--pad  special tokens ('' for none); bos goes before the text where special\n"
            "                     tokens are added (`tokenizer encode --add-special`, generate's prompts)\n"
-           "                     [%s %s %s]\n"
+           "                     [%s %s %s]; one string in two roles is refused\n"
            "  --min-frequency N  pairs seen fewer times are not merged [%d]\n"
            "Progress (merges done, ETA) goes to stderr unless --quiet.\n",
            d.vocab_size, d.pattern, d.bos, d.eos, d.pad, d.min_frequency);
@@ -339,8 +339,9 @@ static int cmd_train_tok(int argc, char **argv) {
     o.files = files;
     dt_error err;
     static const cli_flag flags[] = {{"vocab_size", "--vocab-size"}, {"pattern", "--pattern"}, {"n_files", "--data"},
-                                     {"bos", "--bos"}, {"eos", "--eos"}, {"pad", "--pad"}};
-    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, 6);
+                                     {"bos", "--bos"}, {"eos", "--eos"}, {"pad", "--pad"},
+                                     {"min_frequency", "--min-frequency"}};
+    if (rc == 0 && dt_tok_train(&o, out, &err) != 0) rc = cli_fail_flags(cmd, &err, flags, 7);
     free(files);
     return rc;
 }

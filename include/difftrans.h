@@ -925,14 +925,15 @@ const char *dt_tok_path(const dt_tok *tok);              /* the tokenizer.json i
 /* Learning a byte-level BPE (`difftrans tokenizer train`): the 256 bytes (id = byte value), the
  * merges, then the special tokens; writes out_dir/tokenizer.json and tokenizer_config.json
  * atomically. pattern "gpt2" (ByteLevel's regex) or "llama3" (Llama-3's Split, ignore_merges).
- * bos (added before the text by the post-processor), eos, pad: special tokens, NULL or "" for none. */
+ * bos (added before the text by the post-processor), eos, pad: special tokens, NULL or "" for none;
+ * two of them the same string are refused (naming both), as is a min_frequency below 1. */
 typedef struct {
     const char *const *files;
     int n_files;
     int vocab_size;              /* all tokens: 256 bytes + merges + special tokens */
     const char *pattern;
     const char *bos, *eos, *pad;
-    int min_frequency;           /* a pair seen fewer times is never merged (the vocabulary stays smaller) */
+    int min_frequency;           /* >= 1: a pair seen fewer times is never merged (the vocabulary stays smaller) */
     int quiet;                   /* no progress on stderr */
 } dt_tok_train_options;
 void dt_tok_train_defaults(dt_tok_train_options *o);

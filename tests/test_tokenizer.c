@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -220,12 +221,54 @@ static void test_directory(void **state) {
     if (!strstr(err.msg, "tokenizer_config.json: not a regular file")) fail_msg("message: %s", err.msg);
 }
 
+static void expect_train_refused(const dt_tok_train_options *o, const char *want) {
+    char out[1200];
+    tu_path(out, sizeof out, "train_refused");
+    char path[1300];
+    snprintf(path, sizeof path, "%s/tokenizer.json", out);
+    unlink(path); /* what a run of the test without the refusals wrote */
+    dt_error err = {0};
+    assert_int_equal(dt_tok_train(o, out, &err), -1);
+    assert_int_equal(err.code, DT_ERR_INVALID);
+    if (!strstr(err.msg, want)) fail_msg("message: %s (wanted %s)", err.msg, want);
+    struct stat sb;
+    assert_int_not_equal(stat(path, &sb), 0);
+}
+
+/* Options that used to be taken: a min_frequency below 1 (it merged as 1 does), one string in two
+ * special roles (one id for both). Each is refused naming the library's fields. */
+static void test_train_options_refused(void **state) {
+    (void)state;
+    char *data = write_tok("train_data.txt", "hello world hello there world\n");
+    const char *files[1] = {data};
+    dt_tok_train_options o;
+    dt_tok_train_defaults(&o);
+    o.files = files;
+    o.n_files = 1;
+    o.vocab_size = 300;
+    o.quiet = 1;
+    o.min_frequency = -1;
+    expect_train_refused(&o, "min_frequency -1: must be at least 1");
+    o.min_frequency = 0;
+    expect_train_refused(&o, "min_frequency 0: must be at least 1");
+    o.min_frequency = 2;
+    o.bos = o.eos = "<s>";
+    expect_train_refused(&o, "bos and eos: both '<s>'");
+    o.bos = "<b>";
+    o.pad = "<s>";
+    expect_train_refused(&o, "eos and pad: both '<s>'");
+    o.eos = "<e>";
+    o.pad = "<b>";
+    expect_train_refused(&o, "bos and pad: both '<b>'");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_bytelevel),
         cmocka_unit_test(test_vocab_with_holes),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_directory),
+        cmocka_unit_test(test_train_options_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -617,16 +617,23 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
     if (o->n_files < 1) return dt_fail(err, "n_files: no data files");
     if (strcmp(o->pattern, "gpt2") && strcmp(o->pattern, "llama3"))
         return dt_fail(err, "pattern '%s': expected gpt2 or llama3", o->pattern);
+    /* below 1 every pair seen once would be merged as if min_frequency were 1: a value nobody means */
+    if (o->min_frequency < 1) return dt_fail(err, "min_frequency %d: must be at least 1", o->min_frequency);
     const char *specials[3];
     int n_specials = 0;
     const char *given[3] = {o->bos, o->eos, o->pad};
+    static const char *const roles[3] = {"bos", "eos", "pad"};
     for (int i = 0; i < 3; i++) {
         if (!given[i] || !*given[i]) continue;
         size_t len = strlen(given[i]);
-        if (tk_utf8_check(given[i], len) != len) return dt_fail(err, "special token is not UTF-8");
-        int dup = 0;
-        for (int k = 0; k < n_specials; k++) dup |= !strcmp(specials[k], given[i]);
-        if (!dup) specials[n_specials++] = given[i];
+        if (tk_utf8_check(given[i], len) != len) return dt_fail(err, "%s: special token is not UTF-8", roles[i]);
+        /* one string in two roles is one id in both (the eos added before every text as its bos, the
+         * padding read as ends of text): the model's bos / eos / pad ids come from these */
+        for (int k = 0; k < i; k++)
+            if (given[k] && !strcmp(given[k], given[i]))
+                return dt_fail(err, "%s and %s: both '%s'; each special token must be a string of its own",
+                               roles[k], roles[i], given[i]);
+        specials[n_specials++] = given[i];
     }
     if (o->vocab_size < 256 + n_specials || o->vocab_size > (1 << 30))
         return dt_fail(err, "vocab_size %d: must be at least 256 bytes + %d special tokens",
@@ -684,7 +691,6 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
     table_free(&t);
     /* a special token that is also a learned (or byte) token would have two ids, and the file would
      * not load: added_tokens must be strings of their own */
-    static const char *const roles[3] = {"bos", "eos", "pad"};
     for (int i = 0; i < 3 && rc == 0; i++) {
         if (!given[i] || !*given[i]) continue;
         const size_t len = strlen(given[i]);
