@@ -102,7 +102,8 @@ typedef struct dt_engine_request dt_engine_request;
 
 /* Queues a request. Refused with DT_ERR_INVALID (ids outside the vocabulary, a prompt +
  * max_new_tokens past ctx, the message giving the counts; bad sampler values) or DT_ERR_BUSY
- * (max_queue requests already wait; also after dt_engine_stop), with *out set to NULL. On success
+ * (no slot is free and max_queue requests wait for one, the message giving the counts; also after
+ * dt_engine_stop), with *out set to NULL. On success
  * *out is the caller's handle: read it with dt_engine_next and give it back with dt_engine_release
  * (exactly once, before dt_engine_free). Any thread may submit; a handle's events are for one
  * reader at a time. */

@@ -504,6 +504,52 @@ static void *exclusive_thread(void *arg) {
     return NULL;
 }
 
+/* Between two steps of the engine: five requests to two free slots and a queue of two */
+typedef struct {
+    dt_engine *e;
+    const dt_engine_request_options *r;
+    dt_engine_request *q[5];
+    int rc[5];
+    dt_error err;
+} five_submits;
+
+static int submit_five(void *ctx) {
+    five_submits *f = ctx;
+    for (int i = 0; i < 5; i++) f->rc[i] = dt_engine_submit(f->e, f->r, &f->q[i], &f->err);
+    return 0;
+}
+
+/* The first two of four queued requests take the two free slots at the next step: the refusal of a
+ * fifth says so (it said "4 requests already wait for one of 2 slots", with room for two of them). */
+static void test_engine_busy_counts(void **state) {
+    (void)state;
+    dt_model m;
+    dt_error err;
+    make_model(&m, DT_ARCH_DIFF, 52);
+    dt_engine_options eo;
+    dt_engine_defaults(&eo);
+    eo.n_slots = 2;
+    eo.max_queue = 2;
+    eo.ctx = 32;
+    dt_engine *e = dt_engine_create(&m, &eo, &err);
+    assert_non_null(e);
+    const int prompt[2] = {1, 2};
+    dt_engine_request_options r = request(prompt, 2, 8, 0.0f, 1);
+    five_submits f = {.e = e, .r = &r};
+    assert_int_equal(dt_engine_exclusive(e, submit_five, &f), 0);
+    for (int i = 0; i < 4; i++) assert_int_equal(f.rc[i], 0);
+    assert_int_equal(f.rc[4], -1);
+    assert_null(f.q[4]);
+    assert_int_equal(f.err.code, DT_ERR_BUSY);
+    if (!strstr(f.err.msg, "no slot is free (0 running, 2 about to start) and the queue is full (2 waiting, it "
+                           "holds 2)"))
+        fail_msg("message: %s", f.err.msg);
+    dt_engine_stop(e);
+    for (int i = 0; i < 4; i++) dt_engine_release(f.q[i]);
+    dt_engine_free(e);
+    dt_model_free(&m);
+}
+
 /* A full queue refuses with DT_ERR_BUSY; a cancelled request frees its slot for the next; the stop
  * ends whatever still runs; refusals name the counts. */
 static void test_engine_cancel_busy_stop(void **state) {
@@ -534,7 +580,8 @@ static void test_engine_cancel_busy_stop(void **state) {
     assert_int_equal(p.rc_c, -1);
     assert_null(p.c);
     assert_int_equal(p.err_c.code, DT_ERR_BUSY);
-    assert_non_null(strstr(p.err_c.msg, "1 requests already wait for one of 1 slots (the queue holds 1)"));
+    if (!strstr(p.err_c.msg, "no slot is free (1 running) and the queue is full (1 waiting, it holds 1)"))
+        fail_msg("message: %s", p.err_c.msg);
     collected got;
     do assert_int_equal(dt_engine_next(p.a, &ev, 30.0), 1);
     while (ev.type != DT_EVENT_DONE);
@@ -1008,6 +1055,7 @@ int main(void) {
         cmocka_unit_test(test_engine_prompt_logprobs),
         cmocka_unit_test(test_engine_token_logprobs_and_stop),
         cmocka_unit_test(test_engine_cancel_busy_stop),
+        cmocka_unit_test(test_engine_busy_counts),
         cmocka_unit_test(test_engine_nonfinite_logits),
         cmocka_unit_test(test_engine_cancelled_leave_queue),
         cmocka_unit_test(test_engine_release_and_exclusive),

@@ -222,15 +222,22 @@ int dt_engine_submit(dt_engine *e, const dt_engine_request_options *r, dt_engine
     int free_slots = 0;
     for (int s = 0; s < e->o.n_slots; s++) free_slots += e->slot_free[s];
     if (e->stopping || e->queue_depth - free_slots >= e->o.max_queue) {
-        const int stopping = e->stopping;
+        const int stopping = e->stopping, queue_depth = e->queue_depth;
         pthread_mutex_unlock(&e->mu);
         pthread_cond_destroy(&q->cond);
         free(q->seq);
         free(q);
         if (stopping) return dt_fail_code(err, DT_ERR_BUSY, "engine: shutting down, no new requests are taken");
-        return dt_fail_code(err, DT_ERR_BUSY, "engine: %d requests already wait for one of %d slots (the queue holds "
-                                              "%d): try again later",
-                            e->queue_depth, e->o.n_slots, e->o.max_queue);
+        /* the first queued requests take the free slots at the next step: they do not wait for one, and
+         * do not count against max_queue */
+        const int running = e->o.n_slots - free_slots, waiting = queue_depth - free_slots;
+        if (free_slots > 0)
+            return dt_fail_code(err, DT_ERR_BUSY, "engine: no slot is free (%d running, %d about to start) and the "
+                                                  "queue is full (%d waiting, it holds %d): try again later",
+                                running, free_slots, waiting, e->o.max_queue);
+        return dt_fail_code(err, DT_ERR_BUSY, "engine: no slot is free (%d running) and the queue is full (%d "
+                                              "waiting, it holds %d): try again later",
+                            running, waiting, e->o.max_queue);
     }
     q->state = REQ_QUEUED;
     if (e->queue_tail) e->queue_tail->next = q;
