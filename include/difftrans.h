@@ -177,6 +177,8 @@ int dt_config_validate(const dt_config *cfg, const char *where, dt_error *err);
 int dt_config_load(dt_config *cfg, const char *path, dt_error *err);
 /* No bos, pad or eos token (what presets start with). */
 dt_special_ids dt_special_ids_none(void);
+/* Written through a temporary name, then renamed; missing directories of path are created first,
+ * like `mkdir -p` (README: outputs need no mkdir). */
 int dt_config_save(const dt_config *cfg, const char *path, dt_error *err);
 /* The parameter-matched model of the other architecture: same sizes, H/2 differential heads
  * ↔ H baseline heads of the same head_dim; DIFF V2 with H = 2h query heads → the baseline with
@@ -407,7 +409,8 @@ float dt_model_lambda(const dt_model *m, int layer);
  * A GGUF file instead of a directory (a name ending in .gguf, or a file beginning with GGUF's magic)
  * is read as README "GGUF" says: llama models, ours or llama.cpp's, F32 / F16 / BF16 / Q8_0 / Q4_0. */
 int dt_model_load(dt_model *m, const char *dir, dt_error *err);
-/* hf_export: fold subln weights into o_proj columns and write only HF tensors. */
+/* hf_export: fold subln weights into o_proj columns and write only HF tensors. dir and its missing
+ * parents are created, like `mkdir -p`; each file goes through a temporary name. */
 int dt_model_save(const dt_model *m, const char *dir, int hf_export, dt_error *err);
 
 typedef struct {
@@ -1093,7 +1096,8 @@ int dt_grow(void *items, size_t *cap, size_t need, size_t item_size, size_t firs
 /* snprintf of a file path into out[n]; a path that does not fit is an error, never truncated. */
 int dt_pathf(char *out, size_t n, dt_error *err, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* Write-to-temp-then-rename helpers: dt_atomic_open gives a FILE* on "<path>.tmp.<pid>". */
+/* Write-to-temp-then-rename helpers: dt_atomic_open gives a FILE* on "<path>.tmp.<pid>", creating
+ * path's missing directories first (as `mkdir -p`; what every output of the library does). */
 typedef struct {
     char path[4096];
     char tmp[4096 + 32];
