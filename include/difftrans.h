@@ -764,7 +764,9 @@ typedef struct {
                                     products (the default; README "Quantisation" says when to use which) */
     /* Calibration (W8A8 with static scales or smoothing): calib_samples windows of calib_seq
      * tokens, drawn without overlap from calib_tokens (or the text file calib_path) by seed. With
-     * calib_tokens, calib_path (may be NULL) only names where they came from in messages. */
+     * calib_tokens, calib_path (may be NULL) only names where they came from in messages. A
+     * calib_path that is a directory (a token dataset) is refused (DT_ERR_IO), as is one that
+     * cannot be read; the message names calib_path. */
     const char *calib_path;
     const int *calib_tokens;
     size_t calib_n;

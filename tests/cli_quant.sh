@@ -70,6 +70,13 @@ check "same seed, same bytes" cmp "$S/w8a8/model.safetensors" "$S/w8a8_again/mod
 # bad input
 expect_fail "unknown scheme" "unknown quantisation scheme 'q3_k'" "$DT" quantize "$M" "$S/bad1" --scheme q3_k
 check "nothing written for an unknown scheme" test ! -e "$S/bad1"
+# a token dataset's directory was refused only as "DIR: not a regular file", naming neither the flag
+# nor what it takes
+mkdir -p "$S/calib_dir"
+expect_status "a directory as --calib" 3 "calib_path .*calib_dir: a directory \(a token dataset is not accepted\): \
+calibration reads a text file \(--calib\)" "$DT" quantize "$M" "$S/bad_dir" --scheme w8a8 --calib "$S/calib_dir"
+expect_status "a missing --calib file" 3 "calib_path: .*no-such\.txt.*\(--calib\)" \
+    "$DT" quantize "$M" "$S/bad_missing" --scheme w8a8 --calib "$S/no-such.txt"
 expect_fail "calibration text too short" "short.txt.*fewer than the 300 samples" \
     "$DT" quantize "$M" "$S/bad2" --scheme w8a8 --calib "$S/short.txt"
 check "nothing written for short calibration" bash -c "! ls -d '$S'/bad2* 2>/dev/null"

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "layers/layers.h"
@@ -339,8 +340,15 @@ static int calib_tokens(const dt_model *m, const dt_quant_options *o, int **owne
         return dt_fail(err, "w8a8 with %s needs calibration text (calib_path): static activation scales and "
                             "smoothing factors are measured on it",
                        o->dynamic_activations ? "smoothing" : "static activation scales");
+    /* a token dataset's directory is what `train --data` also takes; here only text is read, and the
+     * reader's "not a regular file" said neither which argument nor what it wants */
+    struct stat sb;
+    if (stat(o->calib_path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return dt_fail_io(err, "calib_path %s: a directory (a token dataset is not accepted): calibration reads a "
+                               "text file",
+                          o->calib_path);
     /* through the model's vocabulary: a BPE model's calibration text is its tokens, not bytes */
-    if (dt_model_text_tokens(m, o->calib_path, owned, n, NULL, err) != 0) return -1;
+    if (dt_model_text_tokens(m, o->calib_path, owned, n, NULL, err) != 0) return dt_fail_prefix(err, "calib_path");
     *tokens = *owned;
     *what = o->calib_path;
     return 0;
