@@ -286,7 +286,7 @@ static void train_help(void) {
            "                     groups of 3, ignore_merges) [%s]\n"
            "  --bos/--eos/--pad  special tokens ('' for none); bos goes before the text where special\n"
            "                     tokens are added (`tokenizer encode --add-special`, generate's prompts)\n"
-           "                     [%s %s %s]; one string in two roles is refused\n"
+           "                     [%s %s %s]; one string in two roles is one token serving both\n"
            "  --min-frequency N  pairs seen fewer times are not merged [%d]\n"
            "Progress (merges done, ETA) goes to stderr unless --quiet.\n",
            d.vocab_size, d.pattern, d.bos, d.eos, d.pad, d.min_frequency);

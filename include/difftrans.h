@@ -931,7 +931,8 @@ const char *dt_tok_path(const dt_tok *tok);              /* the tokenizer.json i
  * merges, then the special tokens; writes out_dir/tokenizer.json and tokenizer_config.json
  * atomically. pattern "gpt2" (ByteLevel's regex) or "llama3" (Llama-3's Split, ignore_merges).
  * bos (added before the text by the post-processor), eos, pad: special tokens, NULL or "" for none;
- * two of them the same string are refused (naming both), as is a min_frequency below 1. */
+ * two of them the same string are one token serving both (GPT-2's <|endoftext|>); a min_frequency
+ * below 1 is refused. */
 typedef struct {
     const char *const *files;
     int n_files;

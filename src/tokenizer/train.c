@@ -627,13 +627,11 @@ int dt_tok_train(const dt_tok_train_options *o, const char *out_dir, dt_error *e
         if (!given[i] || !*given[i]) continue;
         size_t len = strlen(given[i]);
         if (tk_utf8_check(given[i], len) != len) return dt_fail(err, "%s: special token is not UTF-8", roles[i]);
-        /* one string in two roles is one id in both (the eos added before every text as its bos, the
-         * padding read as ends of text): the model's bos / eos / pad ids come from these */
-        for (int k = 0; k < i; k++)
-            if (given[k] && !strcmp(given[k], given[i]))
-                return dt_fail(err, "%s and %s: both '%s'; each special token must be a string of its own",
-                               roles[k], roles[i], given[i]);
-        specials[n_specials++] = given[i];
+        /* one string in two roles is one token serving both, as GPT-2's <|endoftext|> is its bos and
+         * eos, and many models pad with their eos */
+        int dup = 0;
+        for (int k = 0; k < n_specials; k++) dup |= !strcmp(specials[k], given[i]);
+        if (!dup) specials[n_specials++] = given[i];
     }
     if (o->vocab_size < 256 + n_specials || o->vocab_size > (1 << 30))
         return dt_fail(err, "vocab_size %d: must be at least 256 bytes + %d special tokens",
