@@ -1,7 +1,7 @@
 /* cmd_bench.c — `difftrans bench`: training, prefill and decoding throughput of a randomly
- * initialised DIFF Transformer and/or its parameter-matched baseline, set against the machine's
- * sgemm peak and memory read bandwidth measured in the same run. A readable table per model and
- * one JSON line per model on stdout (`grep '^{'`); progress on stderr.
+ * initialised DIFF Transformer, its parameter-matched baseline and/or DIFF V2, set against the
+ * machine's sgemm peak and memory read bandwidth measured in the same run. A readable table per
+ * model and one JSON line per model on stdout (`grep '^{'`); progress on stderr.
  *
  * Process structure: this process never runs an OpenMP region (libgomp does not survive a fork
  * after one). The sgemm peak is measured once in a forked child; each model runs in its own forked
@@ -41,11 +41,14 @@ static void help(void) {
            "\"blas_core_forced\" (the user's OPENBLAS_CORETYPE), \"blas_core_chosen\" (difftrans's) and \"loadavg\"\n"
            "(the last minute's as the run started: above 0.5, other work shares the cores and bench warns)).\n\n"
            "model:\n"
-           "  --arch A          diff | transformer | both: the DIFF model and its parameter-matched\n"
-           "                    baseline of the same sizes [both]\n"
+           "  --arch A          diff | transformer | v2 | both | all: both is the DIFF model and its\n"
+           "                    parameter-matched baseline of the same sizes, all those two and DIFF V2 of the\n"
+           "                    same sizes (H query heads of hd combined in pairs into H/2 output heads, so its\n"
+           "                    o_proj is [C, H/2·hd], plus a λ projection [H/2, C]) [both]\n"
            "  --d-model N       hidden size C [%d]\n"
            "  --layers N        layers L [%d]\n"
-           "  --heads N         query heads H; DIFF uses H/2 differential heads of width 2·head-dim [%d]\n"
+           "  --heads N         query heads H; DIFF uses H/2 differential heads of width 2·head-dim, DIFF V2\n"
+           "                    H/2 output heads of width head-dim (H even for both) [%d]\n"
            "  --kv-heads N      key/value heads [= --heads]\n"
            "  --head-dim N      head width hd [d-model / heads]\n"
            "  --ffn N           SwiGLU width F [%d]\n"
@@ -64,18 +67,26 @@ static void help(void) {
            "                    LM head + loss, optimizer, and the start/stop cost of the parallel regions\n"
            "                    (a table, and \"profile\" in the JSON line); and a decode step: its products\n"
            "                    by kind with the rate each streams its weights at, the attention over the\n"
-           "                    cache, the rest (a table, and \"decode_profile\" in the JSON line)\n"
+           "                    cache, the rest (a table, and \"decode_profile\" in the JSON line); DIFF V2's\n"
+           "                    λ projection and head combination have no line of their own: in training the\n"
+           "                    projection's forward and the combination are timed in attention forward, the\n"
+           "                    combination's backward in zeroing gradient buffers and the projection's\n"
+           "                    backward in q/k/v backward (the GFLOP/s of those two count its FLOPs); in\n"
+           "                    decoding both are in the rest\n"
            "  --quant LIST      also measure quantised copies of each model: f32,q8_0,q4_0,w8a8 (prefill and\n"
            "                    decode only; weight bytes per token from the quantised layers) [f32]\n"
            "  --quant-lm-head   quantise the LM head too (as `quantize --lm-head`; a quantised model's table\n"
            "                    and JSON line say which: \"quant_lm_head\")\n\n"
            "FLOPs of a training step = 6·P_mm·B·T + 3·L·B·H·a·T(T+1)/2, where P_mm counts every Linear\n"
-           "weight (q, k, v, o, gate, up, down, lm_head; not the embedding lookup) and a is the forward\n"
-           "cost of one causal (query, key) pair per query head: 4·hd (QKᵀ 2·hd + AV 2·hd) for both kinds\n"
-           "(DIFF's H/2 differential maps each times a 2·hd-wide V cost the same: the model's FLOPs).\n"
+           "weight (q, k, v, o, gate, up, down, lm_head, DIFF V2's λ projection; not the embedding lookup)\n"
+           "and a is the forward cost of one causal (query, key) pair per query head: 4·hd (QKᵀ 2·hd +\n"
+           "AV 2·hd) for every kind\n"
+           "(DIFF's H/2 differential maps each times a 2·hd-wide V cost the same: the model's FLOPs;\n"
+           "DIFF V2's H maps each times an hd-wide V, combined in pairs afterwards).\n"
            "Weight bytes per decoded token = 4·(all parameters − the embedding table + one row of C)\n"
            "(quantised: the products' blocks, q8_0 34 and q4_0 18 bytes per 32 weights, w8a8 1 per weight\n"
-           "+ 4 per row, and 4 per parameter outside them: norms, λ); the decode bound is read bandwidth\n"
+           "+ 4 per row, and 4 per parameter outside them: norms, λ, DIFF V2's λ projection); the decode\n"
+           "bound is read bandwidth\n"
            "÷ those bytes. The sgemm peak (best of 3 on 2048³, or smaller to stay near 1 s) is measured\n"
            "only with training on;\n"
            "the read bandwidth, with decoding, in a process of its own just before and just after each\n"
@@ -164,7 +175,7 @@ static double mm_flops(const dt_config *c, int kind, double rows) {
                  kv = (double)c->num_key_value_heads * c->head_dim;
     switch (kind) {
     case DT_BENCH_MM_QKV: return 2 * rows * C * (q + 2 * kv);
-    case DT_BENCH_MM_O: return 2 * rows * q * C;
+    case DT_BENCH_MM_O: return 2 * rows * (c->arch == DT_ARCH_DIFF_V2 ? q / 2 : q) * C; /* V2: h = H/2 heads */
     case DT_BENCH_MM_GATE_UP: return 2 * rows * C * 2 * F;
     default: return 2 * rows * F * C;
     }
@@ -182,13 +193,18 @@ static void print_profile(const dt_config *c, const dt_bench_options *o, const d
     const double n = r->prof_steps, step = r->prof_total_s / n, rows = (double)o->batch * o->seq;
     const int L = c->num_hidden_layers, Lrows = L < DT_BENCH_PROFILE_LAYERS ? L : DT_BENCH_PROFILE_LAYERS;
     const double attn = (double)L * o->batch * c->num_attention_heads * 4.0 * c->head_dim * o->seq * (o->seq + 1.0) / 2;
+    /* DIFF V2's λ projection [H/2, C], forward FLOPs of all layers: the forward runs it inside the
+     * attention forward's time, the backward beside the q/k/v products */
+    const double lam = c->arch == DT_ARCH_DIFF_V2 && c->v2_lambda != DT_V2_LAMBDA_NONE
+                           ? 2 * rows * c->hidden_size * (c->num_attention_heads / 2) * (double)L : 0;
     printf("  step profile: mean of %d timed steps, %.2f ms per step, %d threads (sgemm peak %.2f GFLOP/s)\n",
            r->prof_steps, 1e3 * step, r->prof_threads, sgemm);
     double mm_total = 0, accounted = 0;
     for (int l = 0; l < Lrows; l++)
         for (int k = 0; k < DT_BENCH_MM_KINDS; k++) mm_total += p->mm[l][k][0] + p->mm[l][k][1];
     profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * (mm_flops(c, DT_BENCH_MM_QKV, rows) +
-                 mm_flops(c, DT_BENCH_MM_O, rows) + mm_flops(c, DT_BENCH_MM_GATE_UP, rows) + mm_flops(c, DT_BENCH_MM_DOWN, rows)));
+                 mm_flops(c, DT_BENCH_MM_O, rows) + mm_flops(c, DT_BENCH_MM_GATE_UP, rows) + mm_flops(c, DT_BENCH_MM_DOWN, rows))
+                 + 2 * lam);
     accounted += mm_total / n;
     for (int k = 0; k < DT_BENCH_MM_KINDS; k++)
         for (int dir = 0; dir < 2; dir++) {
@@ -196,7 +212,8 @@ static void print_profile(const dt_config *c, const dt_bench_options *o, const d
             for (int l = 0; l < Lrows; l++) t += p->mm[l][k][dir];
             char name[64];
             snprintf(name, sizeof name, "  %s %s", mm_names[k], dir ? "backward" : "forward");
-            profile_line(name, t / n, step, (dir ? 2 : 1) * L * mm_flops(c, k, rows));
+            profile_line(name, t / n, step,
+                         (dir ? 2 : 1) * L * mm_flops(c, k, rows) + (k == DT_BENCH_MM_QKV && dir ? 2 * lam : 0));
         }
     printf("      per layer, forward + backward ms:");
     for (int l = 0; l < Lrows; l++) {
@@ -205,7 +222,7 @@ static void print_profile(const dt_config *c, const dt_bench_options *o, const d
         printf(" %d: %.2f%s", l, 1e3 * t / n, l + 1 < Lrows ? "," : "\n");
     }
     for (int part = 0; part < DT_BENCH_PROF_PARTS; part++) {
-        double flops = part == DT_BENCH_PROF_ATTN_FWD ? attn : part == DT_BENCH_PROF_ATTN_BWD ? 2 * attn
+        double flops = part == DT_BENCH_PROF_ATTN_FWD ? attn + lam : part == DT_BENCH_PROF_ATTN_BWD ? 2 * attn
                        : part == DT_BENCH_PROF_LM_HEAD ? p->lm_head_flops / n : 0;
         profile_line(part_names[part], p->part[part] / n, step, flops);
         accounted += p->part[part] / n;
@@ -370,11 +387,12 @@ static void print_table(const dt_config *c, const dt_bench_options *o, int threa
                         const probe_result *p, const dt_bench_bandwidth *bw, double peak_fraction, double decode_gbs,
                         double bound_fraction) {
     const int H = c->num_attention_heads, hd = c->head_dim, B = o->batch, T = o->seq, L = c->num_hidden_layers;
-    const int diff = c->arch == DT_ARCH_DIFF;
+    const int diff = c->arch == DT_ARCH_DIFF, v2 = c->arch == DT_ARCH_DIFF_V2;
     printf("\n%s%s%s%s: d_model %d, %d layers, ", arch_name(c), o->quant ? " " : "",
            o->quant ? dt_quant_scheme_name(o->quant) : "",
            !o->quant ? "" : o->quant_lm_head ? " (LM head quantised too)" : " (LM head float)", c->hidden_size, L);
     if (diff) printf("%d query heads = %d differential heads of width %d", H, H / 2, 2 * hd);
+    else if (v2) printf("%d query heads = %d output heads of width %d", H, H / 2, hd);
     else printf("%d heads of width %d", H, hd);
     printf(", %d kv heads, head_dim %d, ffn %d, vocab %d: %zu parameters\n", c->num_key_value_heads, hd,
            c->intermediate_size, c->vocab_size, r->params);
@@ -437,7 +455,7 @@ int cmd_bench(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    int which = -1; /* -1 both, else a dt_arch */
+    int which = -1; /* -1 both, -2 all, else a dt_arch */
     int threads = 0, json_only = 0, n_schemes = 1;
     dt_quant_scheme schemes[8] = {DT_QUANT_NONE};
     dt_bench_sizes sz;
@@ -453,13 +471,16 @@ int cmd_bench(int argc, char **argv) {
         case O_ARCH:
             if (!strcmp(optarg, "both")) {
                 which = -1;
+            } else if (!strcmp(optarg, "all")) {
+                which = -2;
             } else {
                 dt_arch a;
                 if (!strcmp(optarg, "diff") || !strcmp(optarg, "diffllama") || !strcmp(optarg, "transformer") ||
-                    !strcmp(optarg, "llama"))
+                    !strcmp(optarg, "llama") || !strcmp(optarg, "v2") || !strcmp(optarg, "diff-v2") ||
+                    !strcmp(optarg, "difftrans_v2"))
                     bad = cli_parse_arch(CMD, optarg, &a);
                 else
-                    bad = -(cli_error(CMD, "--arch '%s': expected diff, transformer or both", optarg) != 0);
+                    bad = -(cli_error(CMD, "--arch '%s': expected diff, transformer, v2, both or all", optarg) != 0);
                 if (!bad) which = (int)a;
             }
             break;
@@ -507,11 +528,14 @@ int cmd_bench(int argc, char **argv) {
         return cli_error(CMD, "--no-train, --no-prefill and --no-decode leave nothing to measure");
 
     dt_error err;
-    dt_config cfgs[2];
+    dt_config cfgs[3];
     int n_models = 1;
-    if (dt_bench_config(which == DT_ARCH_LLAMA ? DT_ARCH_LLAMA : DT_ARCH_DIFF, &sz, &o, &cfgs[0], &err) != 0)
+    if (dt_bench_config(which < 0 ? DT_ARCH_DIFF : (dt_arch)which, &sz, &o, &cfgs[0], &err) != 0)
         return cli_fail_flags(CMD, &err, config_flags, (int)(sizeof config_flags / sizeof config_flags[0]));
-    if (which == -1) cfgs[n_models++] = dt_config_matched(&cfgs[0]); /* both: the DIFF model and its baseline */
+    if (which < 0) cfgs[n_models++] = dt_config_matched(&cfgs[0]); /* both: the DIFF model and its baseline */
+    /* all: V2 of the same sizes, H query heads as DIFF (its matched baseline would have H/2 heads) */
+    if (which == -2 && dt_bench_config(DT_ARCH_DIFF_V2, &sz, &o, &cfgs[n_models++], &err) != 0)
+        return cli_fail_flags(CMD, &err, config_flags, (int)(sizeof config_flags / sizeof config_flags[0]));
 
     /* Sets the OpenMP ICV only (no threads start here); the children inherit it. */
     cli_set_threads(threads);

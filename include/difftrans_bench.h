@@ -141,13 +141,14 @@ void dt_bench_sizes_default(dt_bench_sizes *s);
 /* The measurements' defaults: batch 8 × seq 256, 5 timed steps, 64 timed decode tokens, training,
  * prefill and decoding all on, no profile, seed 1234, the float model, no progress callback. */
 void dt_bench_defaults(dt_bench_options *o);
-/* The config of the model dt_bench_model measures with o: arch (DT_ARCH_DIFF or DT_ARCH_LLAMA)
- * of sizes s, every other field as the presets have it (dt_config_preset: rms_norm_eps, rope_theta,
+/* The config of the model dt_bench_model measures with o: arch (DT_ARCH_DIFF, DT_ARCH_LLAMA or
+ * DT_ARCH_DIFF_V2, whose num_attention_heads query heads make H/2 output heads) of sizes s, every
+ * other field as the presets have it (dt_config_preset: rms_norm_eps, rope_theta,
  * lambda_std_dev, untied embeddings, no special ids), max_position_embeddings the larger of
  * o->seq and o->decode_tokens + 1 (the decoding stream's prompt and tokens). Refused, naming the
  * config's keys, when head_dim cannot be derived (more heads than hidden_size) or
- * dt_config_validate refuses the result (a DIFF model needs an even num_attention_heads, kv heads
- * must divide it, head_dim must be even; a derived head_dim it refuses is said to be hidden_size /
+ * dt_config_validate refuses the result (DIFF and DIFF V2 need an even num_attention_heads, kv
+ * heads must divide it, head_dim must be even; a derived head_dim it refuses is said to be hidden_size /
  * num_attention_heads). The baseline of a DIFF config is dt_config_matched of it. */
 int dt_bench_config(dt_arch arch, const dt_bench_sizes *s, const dt_bench_options *o, dt_config *out, dt_error *err);
 

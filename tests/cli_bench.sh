@@ -3,8 +3,8 @@
 #
 # usage: bash tests/cli_bench.sh PATH_TO_difftrans SCRATCH_DIR
 #
-# Runs a tiny bench of both architectures and checks that stdout has exactly two JSON lines, one
-# with arch "diffllama" and one with "llama", each with every key, the sizes asked for and a
+# Runs a tiny bench of all three architectures and checks that stdout has exactly three JSON lines,
+# arch "diffllama", "llama" and "difftrans_v2", each with every key, the sizes asked for and a
 # positive number for every measurement; that --help works; that bad flag values fail with
 # a message naming the flag; and that `info --system` and DT_ISA work. Exits 1 when any check
 # failed.
@@ -26,8 +26,8 @@ export OMP_WAIT_POLICY=PASSIVE
 FAILS=0
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
-# ---- a tiny run of both models
-if timeout 60 "$DT" bench --arch both --d-model 64 --layers 1 --heads 4 --ffn 128 --vocab 64 --batch 2 --seq 16 \
+# ---- a tiny run of the three models
+if timeout 90 "$DT" bench --arch all --d-model 64 --layers 1 --heads 4 --ffn 128 --vocab 64 --batch 2 --seq 16 \
     --steps 1 --decode-tokens 4 --threads 2 >"$S/out.txt" 2>"$S/err.txt"; then
     grep '^{' "$S/out.txt" >"$S/json.txt"
     "$PY" - "$S/json.txt" "$S/out.txt" <<'EOF' || fail "bench JSON lines (see above; stdout in $S/out.txt)"
@@ -47,8 +47,8 @@ def bad(msg):
     global ok
     print("  " + msg)
     ok = False
-if len(lines) != 2:
-    bad("expected 2 JSON lines, got %d" % len(lines))
+if len(lines) != 3:
+    bad("expected 3 JSON lines, got %d" % len(lines))
 archs = []
 for line in lines:
     try:
@@ -82,8 +82,15 @@ for line in lines:
         def near(a, b):
             return abs(a - b) <= 1e-6 * abs(b)
         C, F, V, H, hd, B, T = 64, 128, 64, 4, 16, 2, 16
-        flops = 6 * (4 * C * H * hd + 3 * F * C + V * C) * B * T + 3 * H * 4 * hd * B * T * (T + 1) / 2
+        # DIFF V2: o_proj [C, H/2·hd] and its λ projection [H/2, C]; DIFF: 4 λ vectors of hd
+        v2 = j["arch"] == "difftrans_v2"
+        layer_mm = 3 * C * H * hd + C * (H // 2 if v2 else H) * hd + (H // 2 * C if v2 else 0) + 3 * F * C
+        params = layer_mm + 2 * C + (4 * hd if j["arch"] == "diffllama" else 0) + 2 * V * C + C
+        flops = 6 * (layer_mm + V * C) * B * T + 3 * H * 4 * hd * B * T * (T + 1) / 2
+        if j["params"] != params:
+            bad("%s: params = %r, by hand %r" % (j["arch"], j["params"], params))
         checks = [("train_flops_per_step", j["train_flops_per_step"], flops),
+                  ("decode_weight_bytes_per_token", j["decode_weight_bytes_per_token"], 4 * (params - V * C + C)),
                   ("train_tokens_per_s", j["train_tokens_per_s"], B * T / (j["train_step_ms"] / 1e3)),
                   ("train_gflops", j["train_gflops"], flops / (j["train_step_ms"] / 1e3) / 1e9),
                   ("peak_fraction", j["peak_fraction"], j["train_gflops"] / j["sgemm_peak_gflops"]),
@@ -121,11 +128,13 @@ for line in lines:
                 tol = 5e-4 * abs(v) if "e" in shown else 0.5001 * 10 ** -len((shown + ".").split(".")[1]) + 1e-7 * abs(v)
                 if not abs(float(shown) - v) <= tol:
                     bad("%s: the table says %s where the JSON has %r" % (j["arch"], shown, v))
-if sorted(archs) != ["diffllama", "llama"]:
-    bad("arch values %r, expected diffllama and llama" % archs)
+if sorted(archs) != ["diffllama", "difftrans_v2", "llama"]:
+    bad("arch values %r, expected diffllama, llama and difftrans_v2" % archs)
 sys.exit(0 if ok else 1)
 EOF
     grep -q 'bench diffllama: training' "$S/err.txt" || fail "no progress lines on stderr"
+    grep -q '^difftrans_v2: .*, 4 query heads = 2 output heads of width 16,' "$S/out.txt" ||
+        fail "the V2 table does not say its query and output heads"
 else
     fail "tiny bench exited with status $?: $(tail -3 "$S/err.txt")"
 fi
@@ -174,6 +183,26 @@ EOF
         fail "bench --quant-lm-head: the tables do not say the LM head is quantised"
 else
     fail "bench --quant-lm-head exited with status $?: $(tail -3 "$S/qlerr.txt")"
+fi
+# DIFF V2 quantised: its o_proj [C, H/2·hd] = [64, 32] in blocks too, its λ projection [H/2, C] float
+if timeout 60 "$DT" bench --arch v2 --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 1 --seq 16 \
+    --steps 1 --decode-tokens 4 --threads 2 --no-prefill --quant q8_0,q4_0 --quant-lm-head \
+    >"$S/qv2.txt" 2>"$S/qv2err.txt"; then
+    grep '^{' "$S/qv2.txt" >"$S/qv2json.txt"
+    "$PY" - "$S/qv2json.txt" <<'EOF' || fail "bench --arch v2 --quant JSON lines (stdout in $S/qv2.txt)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["arch"], r["quant"]) for r in rows] == [("difftrans_v2", "q8_0"), ("difftrans_v2", "q4_0")], rows
+assert all(r["decode_tokens_per_s"] > 0 for r in rows), rows
+C, F, V = 64, 96, 64
+products = [(C, C)] * 3 + [(C, 32), (F, C), (F, C), (C, F), (V, C)]  # q k v o gate up down, LM head: [out, in]
+floats = 4 * (C * (2 * 1 + 2) + 2 * C)
+for r, block in zip(rows, (34, 18)):
+    want = floats + sum(out * (inp // 32) * block for out, inp in products)
+    assert r["decode_weight_bytes_per_token"] == want, (r["quant"], r["decode_weight_bytes_per_token"], want)
+EOF
+else
+    fail "bench --arch v2 --quant exited with status $?: $(tail -3 "$S/qv2err.txt")"
 fi
 "$DT" bench --quant q3 >/dev/null 2>"$S/bad.err" && fail "bench --quant q3 accepted"
 grep -q "unknown quantisation scheme 'q3'" "$S/bad.err" || fail "bench --quant q3: $(cat "$S/bad.err")"
@@ -230,6 +259,27 @@ else
     fail "bench --profile (training) exited with status $?: $(tail -3 "$S/tperr.txt")"
 fi
 
+# ---- DIFF V2's training profile: its o products read H/2 heads, and its λ projection's FLOPs are
+# counted where they are timed: forward in the attention forward, backward beside the q/k/v
+# products (C 64, H 4 of 16, B·T 32: the attention's forward 69632, the λ projection's 2·32·64·2)
+if timeout 60 "$DT" bench --arch v2 --d-model 64 --layers 1 --heads 4 --ffn 96 --vocab 64 --batch 2 --seq 16 \
+    --steps 2 --threads 2 --no-prefill --no-decode --profile >"$S/v2p.txt" 2>"$S/v2perr.txt"; then
+    "$PY" - "$S/v2p.txt" <<'EOF' || fail "bench --arch v2 --profile (stdout in $S/v2p.txt)"
+import json, re, sys
+text = open(sys.argv[1]).read()
+p = [json.loads(l) for l in text.splitlines() if l.startswith("{")][0]["profile"]
+for name, ms, flops in [("attention forward", p["attention_forward_ms"], 69632 + 8192),
+                        ("o forward", p["mm_o_forward_ms"][0], 2 * 32 * 32 * 64),
+                        ("q/k/v backward", p["mm_qkv_backward_ms"][0], 2 * 2 * 32 * 64 * (64 + 128) + 2 * 8192)]:
+    m = re.search(r"^ +" + re.escape(name) + r" +[0-9.]+ ms +[0-9.]+% +([0-9.]+) GFLOP/s$", text, re.M)
+    assert m, "no %s line" % name
+    want = flops / ms / 1e6
+    assert abs(float(m.group(1)) - want) <= 0.01 * want + 0.01, (name, m.group(1), want)
+EOF
+else
+    fail "bench --arch v2 --profile exited with status $?: $(tail -3 "$S/v2perr.txt")"
+fi
+
 # ---- --help
 if "$DT" bench --help >"$S/help.txt" 2>&1; then
     for flag in --arch --d-model --kv-heads --decode-tokens --no-train --json-only; do
@@ -261,6 +311,9 @@ expect_error '--seq' --seq 0
 expect_error '--steps' --steps 5x
 expect_error '--arch' --arch rnn
 expect_error '--heads' --heads 3 --arch diff
+expect_error '--heads' --heads 3 --head-dim 16 --arch v2 # V2 pairs its query heads
+expect_error '--heads' --heads 3 --head-dim 16 --arch all # the third model is V2
+expect_error "expected diff, transformer, v2, both or all" --arch v3
 expect_error '--kv-heads' --heads 4 --kv-heads 3
 expect_error '--d-model, --heads, --head-dim' --d-model 65536 --heads 1 # head_dim derived past its limit
 expect_error 'unexpected-flag' --unexpected-flag

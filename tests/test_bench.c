@@ -135,7 +135,15 @@ static void test_refusals(void **state) {
     s.num_attention_heads = 1;
     expect_refused(DT_ARCH_LLAMA, &s, "head_dim = 65536", "hidden_size / num_attention_heads = 65536 / 1");
     dt_bench_sizes_default(&s);
-    expect_refused(DT_ARCH_DIFF_V2, &s, "difftrans_v2", NULL);
+    s.num_attention_heads = 3; /* V2 pairs its query heads */
+    s.head_dim = 32;
+    expect_refused(DT_ARCH_DIFF_V2, &s, "difftrans_v2", "num_attention_heads");
+    /* DIFF V2 of the sizes: H query heads of hd, as DIFF's H query heads (its h = H/2 output heads) */
+    dt_bench_sizes_default(&s);
+    if (dt_bench_config(DT_ARCH_DIFF_V2, &s, &o, &c, &err) != 0) fail_msg("DIFF V2 of the default sizes: %s", err.msg);
+    assert_int_equal(c.arch, DT_ARCH_DIFF_V2);
+    assert_int_equal(c.num_attention_heads, 8);
+    assert_int_equal(c.head_dim, 32);
 }
 
 /* The read-bandwidth bound against what F32 decoding streams, in the same process: a model of

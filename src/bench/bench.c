@@ -89,8 +89,8 @@ void dt_bench_defaults(dt_bench_options *o) {
 }
 
 int dt_bench_config(dt_arch arch, const dt_bench_sizes *s, const dt_bench_options *o, dt_config *out, dt_error *err) {
-    if (arch != DT_ARCH_DIFF && arch != DT_ARCH_LLAMA)
-        return dt_fail(err, "arch %s: the benchmark builds a diffllama or a llama model", dt_arch_name(arch));
+    if (arch != DT_ARCH_DIFF && arch != DT_ARCH_LLAMA && arch != DT_ARCH_DIFF_V2)
+        return dt_fail(err, "arch %d: the benchmark builds a diffllama, difftrans_v2 or llama model", (int)arch);
     /* a preset's config with the sizes replaced: every other field is what the presets give */
     if (dt_config_preset(out, "tiny", arch, err) != 0) return -1;
     const int heads = s->num_attention_heads;
