@@ -202,9 +202,9 @@ static void print_profile(const dt_config *c, const dt_bench_options *o, const d
     double mm_total = 0, accounted = 0;
     for (int l = 0; l < Lrows; l++)
         for (int k = 0; k < DT_BENCH_MM_KINDS; k++) mm_total += p->mm[l][k][0] + p->mm[l][k][1];
-    profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * (mm_flops(c, DT_BENCH_MM_QKV, rows) +
-                 mm_flops(c, DT_BENCH_MM_O, rows) + mm_flops(c, DT_BENCH_MM_GATE_UP, rows) + mm_flops(c, DT_BENCH_MM_DOWN, rows))
-                 + 2 * lam);
+    const double layer_flops = mm_flops(c, DT_BENCH_MM_QKV, rows) + mm_flops(c, DT_BENCH_MM_O, rows) +
+                               mm_flops(c, DT_BENCH_MM_GATE_UP, rows) + mm_flops(c, DT_BENCH_MM_DOWN, rows);
+    profile_line("matrix products (all layers)", mm_total / n, step, 3 * L * layer_flops + 2 * lam);
     accounted += mm_total / n;
     for (int k = 0; k < DT_BENCH_MM_KINDS; k++)
         for (int dir = 0; dir < 2; dir++) {
