@@ -58,7 +58,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "llama_cpp"))
-from serve_bench import FORTUNES, cpu_model  # noqa: E402
+from serve_bench import FORTUNES, cpu_model, positive_ints  # noqa: E402
 import compare  # noqa: E402
 
 LLAMA_E = {
@@ -294,12 +294,7 @@ def main():
     ap.add_argument("--json", help="write the results here")
     o = ap.parse_args()
     # refused before llama.cpp is installed and the model made, naming the flag
-    try:
-        prompts = [int(x) for x in o.prompts.split(",")]
-    except ValueError:
-        prompts = []
-    if not prompts or min(prompts) < 1:
-        ap.error(f"--prompts {o.prompts}: expected prompt lengths >= 1, e.g. 128,1024")
+    prompts = positive_ints(ap, "--prompts", o.prompts, "prompt lengths >= 1, e.g. 128,1024")
     if any(s not in ("f32", "q8_0", "q4_0") for s in o.schemes.split(",")):
         ap.error(f"--schemes {o.schemes}: expected f32, q8_0 and/or q4_0 (the GGUF types both engines read)")
     if o.threads < 1 or o.reps < 1 or o.decode < 1 or o.decode_at < 1:

@@ -44,6 +44,18 @@ CONFIG_E = {
 }
 
 
+def positive_ints(ap, flag, text, example):
+    """a comma-separated list of integers >= 1 from flag's text, or ap.error naming the flag (a word was a
+    traceback, and a bad list failed only after the model was made)"""
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        ap.error(f"{flag} {text}: expected {example}")
+    return values
+
+
 def cpu_model():
     """the brand string with the family and model numbers (some brand strings say only 'AMD EPYC')"""
     info = {}
@@ -252,12 +264,7 @@ def main():
     a = ap.parse_args()
     # refused before the 220M-parameter model is made, naming the flag (a bad --reps or --schemes
     # failed only after it, a bad --streams was a traceback)
-    try:
-        levels = [int(x) for x in a.streams.split(",")]
-    except ValueError:
-        levels = []
-    if not levels or min(levels) < 1:
-        ap.error(f"--streams {a.streams}: expected stream counts >= 1, e.g. 1,2,4,8")
+    levels = positive_ints(ap, "--streams", a.streams, "stream counts >= 1, e.g. 1,2,4,8")
     schemes = a.schemes.split(",")
     if any(s not in ("f32", "q8_0", "q4_0", "w8a8") for s in schemes):
         ap.error(f"--schemes {a.schemes}: expected f32, q8_0, q4_0 and/or w8a8")

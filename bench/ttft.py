@@ -19,7 +19,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_bench import cpu_model  # noqa: E402  (the same CPU line as the serving tables)
+from serve_bench import cpu_model, positive_ints  # noqa: E402  (the same CPU line as the serving tables)
 
 
 def main():
@@ -32,12 +32,7 @@ def main():
     ap.add_argument("--reps", type=int, default=2)
     a = ap.parse_args()
     # refused here, naming the flag: a word was a traceback, --reps 0 a KeyError after the runs
-    try:
-        lengths = [int(x) for x in a.lengths.split(",")]
-    except ValueError:
-        lengths = []
-    if not lengths or min(lengths) < 1:
-        ap.error(f"--lengths {a.lengths}: expected prompt lengths >= 1, e.g. 16,128,1024")
+    lengths = positive_ints(ap, "--lengths", a.lengths, "prompt lengths >= 1, e.g. 16,128,1024")
     if a.threads < 1 or a.reps < 1:
         ap.error("--threads and --reps must be >= 1")
     for model in a.models.split(","):
