@@ -76,6 +76,9 @@ void cli_format_eta(double seconds, char *out, size_t n);
 /* A size for people: "12.34 MB", "5.1 KB" below 1 MB, "640 bytes" below 1 KB (decimal units), so
  * that a tiny model's does not read "0.00 MB". */
 void cli_format_bytes(double bytes, char *out, size_t n);
+/* All of fp's bytes, NUL-terminated (*len without it): 0, or -1 when out of memory or a read failed
+ * (ferror(fp) says which). */
+int cli_read_all(FILE *fp, char **out, size_t *len);
 /* Reports a getopt failure (unknown option, missing value) and returns 1. */
 int cli_bad_option(const char *cmd, int argc, char **argv);
 /* --arch diff|diffllama|transformer|llama; prints the error and returns -1 otherwise. */

@@ -103,31 +103,21 @@ static int read_prompt_file(const char *cmd, const char *path, char **text, size
     const char *name = is_stdin ? "stdin" : path;
     FILE *fp = is_stdin ? stdin : fopen(path, "rb");
     if (!fp) return cli_error_code(cmd, DT_ERR_IO, "--prompt-file %s: %s", name, strerror(errno));
-    size_t cap = 1 << 12, n = 0;
-    char *buf = malloc(cap);
-    int rc = buf ? 0 : cli_error_code(cmd, DT_ERR_NOMEM, "--prompt-file %s: out of memory", name);
-    while (rc == 0) {
-        if (dt_grow(&buf, &cap, n + 1, 1, 0) != 0) {
-            rc = cli_error_code(cmd, DT_ERR_NOMEM, "--prompt-file %s: out of memory at %zu bytes", name, n);
-            break;
-        }
-        const size_t got = fread(buf + n, 1, cap - n - 1, fp);
-        n += got;
-        if (got == 0) break;
-    }
-    /* a directory opens, and its first read fails (EISDIR) */
-    if (rc == 0 && ferror(fp))
-        rc = cli_error_code(cmd, DT_ERR_IO, "--prompt-file %s: read failed: %s", name, strerror(errno));
+    char *buf = NULL;
+    size_t n = 0;
+    int rc = 0;
+    if (cli_read_all(fp, &buf, &n) != 0) /* a directory opens, and its first read fails (EISDIR) */
+        rc = ferror(fp) ? cli_error_code(cmd, DT_ERR_IO, "--prompt-file %s: read failed: %s", name, strerror(errno))
+                        : cli_error_code(cmd, DT_ERR_NOMEM, "--prompt-file %s: out of memory", name);
     if (!is_stdin) fclose(fp);
-    const size_t bad = rc == 0 ? utf8_invalid_at((const unsigned char *)buf, n) : n;
-    if (rc == 0 && bad < n)
+    if (rc != 0) return rc;
+    const size_t bad = utf8_invalid_at((const unsigned char *)buf, n);
+    if (bad < n) {
         rc = cli_error_code(cmd, DT_ERR_FORMAT, "--prompt-file %s: not valid UTF-8 (byte 0x%02X at offset %zu)", name,
                             (unsigned char)buf[bad], bad);
-    if (rc != 0) {
         free(buf);
         return rc;
     }
-    buf[n] = '\0';
     *text = buf;
     *len = n;
     return 0;

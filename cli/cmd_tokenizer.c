@@ -32,32 +32,6 @@ static void tokenizer_help(FILE *f) {
             d.vocab_size);
 }
 
-/* All of a stream, byte-exact. */
-static int read_all(FILE *fp, char **out, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    struct stat sb; /* a file on stdin: its size at once (the loop below still reads to the end) */
-    if (fstat(fileno(fp), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 && (uint64_t)sb.st_size < SIZE_MAX / 2)
-        cap = (size_t)sb.st_size + 1;
-    char *buf = malloc(cap);
-    if (!buf) return -1;
-    for (;;) {
-        if (dt_grow(&buf, &cap, n + 1, 1, 0) != 0) {
-            free(buf);
-            return -1;
-        }
-        size_t got = fread(buf + n, 1, cap - n, fp);
-        n += got;
-        if (got == 0) break;
-    }
-    if (ferror(fp)) {
-        free(buf);
-        return -1;
-    }
-    *out = buf;
-    *len = n;
-    return 0;
-}
-
 static int load(const char *cmd, const char *path, dt_tok **tok) {
     dt_error err;
     if (!path) return cli_error(cmd, "--tokenizer PATH is required (see difftrans tokenizer --help)");
@@ -128,7 +102,7 @@ static int cmd_encode(int argc, char **argv) {
     double t_load = dt_seconds() - t0;
     char *text;
     size_t len;
-    if (read_all(stdin, &text, &len) != 0) {
+    if (cli_read_all(stdin, &text, &len) != 0) {
         dt_tok_free(tok);
         return cli_error_code(cmd, DT_ERR_IO, "stdin: read failed: %s", strerror(errno));
     }
@@ -211,7 +185,7 @@ static int cmd_decode(int argc, char **argv) {
     if (load(cmd, path, &tok) != 0) return 1;
     char *in;
     size_t len;
-    if (read_all(stdin, &in, &len) != 0) {
+    if (cli_read_all(stdin, &in, &len) != 0) {
         dt_tok_free(tok);
         return cli_error_code(cmd, DT_ERR_IO, "stdin: read failed: %s", strerror(errno));
     }

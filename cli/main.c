@@ -199,6 +199,34 @@ static int names_word(const char *msg, const char *w) {
     return 0;
 }
 
+/* All of a stream, byte-exact, NUL-terminated (*len does not count the NUL; the text may hold NULs).
+ * -1 when out of memory or a read failed (ferror(fp) then tells which), nothing kept. */
+int cli_read_all(FILE *fp, char **out, size_t *len) {
+    size_t cap = 1 << 16, n = 0;
+    struct stat sb; /* a file: its size at once (the loop below still reads to the end) */
+    if (fstat(fileno(fp), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0 && (uint64_t)sb.st_size < SIZE_MAX / 2)
+        cap = (size_t)sb.st_size + 1;
+    char *buf = malloc(cap);
+    if (!buf) return -1;
+    for (;;) {
+        if (dt_grow(&buf, &cap, n + 1, 1, 0) != 0) {
+            free(buf);
+            return -1;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, fp); /* room for the NUL stays */
+        n += got;
+        if (got == 0) break;
+    }
+    if (ferror(fp)) {
+        free(buf);
+        return -1;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
 int cli_fail_flags(const char *cmd, const dt_error *err, const cli_flag *flags, int n) {
     char hint[512] = "";
     size_t k = 0;
