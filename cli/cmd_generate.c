@@ -74,28 +74,6 @@ static int parse_ids(const char *s, int V, int **ids, int *n) {
     return 0;
 }
 
-/* The byte offset of the first byte of s[0..n) that does not begin or continue a valid UTF-8
- * character (overlong forms, surrogates and code points past U+10FFFF are not valid), or n. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        const unsigned c = s[i];
-        const size_t len = c < 0x80                ? 1
-                           : c >= 0xC2 && c <= 0xDF ? 2
-                           : c >= 0xE0 && c <= 0xEF ? 3
-                           : c >= 0xF0 && c <= 0xF4 ? 4
-                                                    : 0;
-        if (!len || i + len > n) return i;
-        /* the second byte's range rules out overlong forms, surrogates and code points past U+10FFFF */
-        const unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80, hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
-        if (len > 1 && (s[i + 1] < lo || s[i + 1] > hi)) return i;
-        for (size_t k = 2; k < len; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        i += len;
-    }
-    return n;
-}
-
 /* --prompt-file: all of path's bytes (stdin for "-"), NUL-terminated (the prompt may hold NULs: *len
  * counts them). Prints the error naming the flag and the file and returns its status. */
 static int read_prompt_file(const char *cmd, const char *path, char **text, size_t *len) {
@@ -111,7 +89,7 @@ static int read_prompt_file(const char *cmd, const char *path, char **text, size
                         : cli_error_code(cmd, DT_ERR_NOMEM, "--prompt-file %s: out of memory", name);
     if (!is_stdin) fclose(fp);
     if (rc != 0) return rc;
-    const size_t bad = utf8_invalid_at((const unsigned char *)buf, n);
+    const size_t bad = dt_utf8_valid_prefix(buf, n);
     if (bad < n) {
         rc = cli_error_code(cmd, DT_ERR_FORMAT, "--prompt-file %s: not valid UTF-8 (byte 0x%02X at offset %zu)", name,
                             (unsigned char)buf[bad], bad);
@@ -249,7 +227,7 @@ int cmd_generate(int argc, char **argv) {
         case 'P': prompt_ids = optarg; break;
         case 'F': prompt_file = optarg; break;
         case 'S': {
-            const size_t bad_at = utf8_invalid_at((const unsigned char *)optarg, strlen(optarg));
+            const size_t bad_at = dt_utf8_valid_prefix(optarg, strlen(optarg));
             if (!*optarg) bad = cli_error(cmd, "--stop: empty (it would never match)");
             else if (bad_at < strlen(optarg))
                 bad = cli_error(cmd, "--stop: not valid UTF-8 (byte 0x%02X at offset %zu)",

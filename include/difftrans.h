@@ -816,6 +816,11 @@ const dt_quant_act_stat *dt_model_quant_act_stats(const dt_model *m, int *n);
 int dt_tokenizer_save(const char *dir, dt_error *err);
 int dt_tokenizer_check(const char *dir, dt_error *err);
 
+/* How many bytes at the start of s[0..n) are valid UTF-8: n when all are, else the offset of the
+ * first byte that does not begin or continue a character (overlong forms, surrogates and code
+ * points past U+10FFFF are not valid), as every text the library takes is checked. */
+size_t dt_utf8_valid_prefix(const char *s, size_t n);
+
 /* Hugging Face tokenizer.json with a BPE model, encoding and decoding bit-exactly like the Rust
  * `tokenizers` library (normalizers, pre-tokenizers, added tokens, post-processor, decoder; see
  * README "Tokenizers"). Anything outside the supported components is refused by name at load.

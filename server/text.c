@@ -477,13 +477,4 @@ size_t srv_text_sendable(const char *text, size_t n, const char *const *stops, i
     return final ? n : n - dt_stop_holdback(text, n, stops, k);
 }
 
-int srv_utf8_valid(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t part;
-        const size_t len = utf8_seq(u + i, n - i, &part);
-        if (!len) return 0;
-        i += len;
-    }
-    return 1;
-}
+int srv_utf8_valid(const char *s, size_t n) { return dt_utf8_valid_prefix(s, n) == n; }

@@ -267,9 +267,32 @@ static void test_train_options_refused(void **state) {
     dt_tok_free(tok);
 }
 
+/* dt_utf8_valid_prefix: where a text stops being UTF-8, at the byte that begins the bad sequence. */
+static void test_utf8_valid_prefix(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        size_t n, want;
+    } cases[] = {
+        {"a\xC3\xA9\xE2\x82\xAC\xF0\x9F\x98\x80", 10, 10}, /* a é € 😀 */
+        {"a\0b", 3, 3},                                      /* NUL is a character */
+        {"ab\xC0\x80", 4, 2},                                /* overlong NUL */
+        {"a\xE0\x80\xAF", 4, 1},                             /* overlong / */
+        {"a\xED\xA0\x80", 4, 1},                             /* a surrogate */
+        {"a\xF4\x90\x80\x80", 5, 1},                         /* past U+10FFFF */
+        {"ab\xE2\x82", 4, 2},                                /* cut short */
+        {"\x80" "a", 2, 0},                                 /* a continuation first */
+        {"a\xFF", 2, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        if (dt_utf8_valid_prefix(cases[i].s, cases[i].n) != cases[i].want)
+            fail_msg("case %zu: %zu, expected %zu", i, dt_utf8_valid_prefix(cases[i].s, cases[i].n), cases[i].want);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_bytelevel),
+        cmocka_unit_test(test_utf8_valid_prefix),
         cmocka_unit_test(test_vocab_with_holes),
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_directory),

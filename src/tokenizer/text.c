@@ -117,6 +117,8 @@ size_t tk_utf8_check(const char *s, size_t n) {
     return n;
 }
 
+size_t dt_utf8_valid_prefix(const char *s, size_t n) { return tk_utf8_check(s, n); }
+
 size_t tk_utf8_complete(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     /* a sequence still open at the end starts at most 3 bytes before it */
